@@ -1,0 +1,13 @@
+/* CPU-only build: the CUDA probe always answers "none" (R7.2). */
+#include "core/device_impl.h"
+
+#include <stddef.h>
+
+const bool core_cuda_built = false;
+
+int
+core_cuda_probe(const char **reason)
+{
+    *reason = "this build has no CUDA backend (USE_CUDA=no or no nvcc)";
+    return 0;
+}

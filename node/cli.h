@@ -1,0 +1,37 @@
+/*
+ * Private to the `rumor` binary: each subcommand is a function with the
+ * usual argc/argv (argv[0] is the subcommand name) returning the process
+ * exit status; `help` text lives next to each implementation.
+ */
+#ifndef RUMOR_NODE_CLI_H
+#define RUMOR_NODE_CLI_H
+
+#include <stdio.h>
+
+struct cli_command {
+    const char *name;
+    const char *summary;               /* one line for `rumor --help` */
+    int (*run)(int argc, char **argv); /* exit status */
+    void (*help)(FILE *out);           /* `rumor help NAME` */
+};
+
+int cli_topo_main(int argc, char **argv);
+void cli_topo_help(FILE *out);
+int cli_keygen_main(int argc, char **argv);
+void cli_keygen_help(FILE *out);
+int cli_lowrank_main(int argc, char **argv);
+void cli_lowrank_help(FILE *out);
+
+/* Parses a whole decimal number into [min, max]; returns 0 or -1 after
+ * printing "rumor: WHAT: ..." to stderr. */
+int cli_parse_u64(const char *text,
+                  const char *what,
+                  unsigned long long min,
+                  unsigned long long max,
+                  unsigned long long *out);
+
+/* Parses a finite double in [min, max]; returns 0 or -1 with a message. */
+int cli_parse_double(
+    const char *text, const char *what, double min, double max, double *out);
+
+#endif

@@ -1,0 +1,36 @@
+#!/bin/sh
+# Installs the Debian 12 packages Rumor needs, only those missing. Quick and
+# silent when everything is there; needs root (or sudo) to install.
+set -eu
+
+# Build and test: compiler, pkg-config, cmocka (unit tests), clang with its
+# libFuzzer/sanitizer runtime (make fuzz), clang-format (make format-check).
+# Runtime: OpenBLAS + LAPACKE (topology spectra, low-rank), libzmq (Z85 keys,
+# transport) and libsodium (CURVE).
+PACKAGES="build-essential pkg-config libcmocka-dev clang libclang-rt-14-dev
+clang-format libopenblas-dev liblapacke-dev libzmq3-dev libsodium-dev"
+
+missing=""
+for pkg in $PACKAGES; do
+    status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+    case "$status" in
+    *"install ok installed"*) ;;
+    *) missing="$missing $pkg" ;;
+    esac
+done
+[ -z "$missing" ] && exit 0
+
+echo "[deps] installing:$missing"
+if [ "$(id -u)" -eq 0 ]; then
+    SUDO=""
+elif command -v sudo >/dev/null 2>&1; then
+    SUDO="sudo"
+else
+    echo "[deps] these Debian packages are missing:$missing" >&2
+    echo "[deps] run as root: apt-get install -y$missing" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing

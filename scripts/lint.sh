@@ -1,0 +1,63 @@
+#!/bin/sh
+# make lint: banned functions (R1.4), include direction (a module includes
+# only the public headers of modules before it), and every public header
+# compiling on its own (R3.3). usage: lint.sh CC CFLAGS [headers]
+set -u
+cc=$1
+cflags=$2
+only=${3:-all}
+status=0
+order="core compress lowrank topology net gossip node"
+
+rank_of() {
+    i=0
+    for m in $order; do
+        [ "$m" = "$1" ] && { echo $i; return; }
+        i=$((i + 1))
+    done
+    echo 99 # python, bench, tests: may include everything
+}
+
+check_headers() {
+    for h in include/rumor/*.h; do
+        if ! $cc $cflags -fsyntax-only -x c "$h" 2>/tmp/rumor-lint.$$; then
+            echo "lint: $h does not compile on its own:"
+            cat /tmp/rumor-lint.$$
+            status=1
+        fi
+    done
+    rm -f /tmp/rumor-lint.$$
+}
+
+check_banned() {
+    banned='strcpy|strcat|sprintf|vsprintf|strtok|gets|atoi|atol|sscanf'
+    hits=$(git ls-files '*.c' '*.h' '*.cu' | xargs grep -nwE "($banned)[[:space:]]*\(" 2>/dev/null)
+    if [ -n "$hits" ]; then
+        echo "lint: banned functions (use snprintf / strtol with checks):"
+        echo "$hits"
+        status=1
+    fi
+}
+
+check_include_direction() {
+    for f in $(git ls-files '*.c' '*.h' '*.cu'); do
+        mod=${f%%/*}
+        [ "$mod" = include ] && mod=$(basename "$f" .h)
+        own=$(rank_of "$mod")
+        for inc in $(sed -n 's/^#include "rumor\/\([a-z_]*\)\.h".*/\1/p' "$f"); do
+            [ "$inc" = rumor ] && continue
+            if [ "$(rank_of "$inc")" -gt "$own" ]; then
+                echo "lint: $f includes rumor/$inc.h, a module above $mod"
+                status=1
+            fi
+        done
+    done
+}
+
+check_headers
+if [ "$only" = all ]; then
+    check_banned
+    check_include_direction
+fi
+[ $status -eq 0 ] && echo "lint: ok"
+exit $status
