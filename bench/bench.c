@@ -22,10 +22,18 @@ static const struct {
     const char *summary;
     int (*run)(int argc, char **argv);
 } s_parts[] = {
-    {"core", "rng and crc32c throughput against memory read bandwidth", bench_core_main},
-    {"compress", "codec encode/decode GB/s against memory read bandwidth", bench_compress_main},
-    {"lowrank", "PowerSGD step time against the memory floor and PyTorch", bench_lowrank_main},
-    {"net", "raw TCP, plain ZeroMQ, CURVE and the cipher ceiling", bench_net_main},
+    {"core",
+     "rng and crc32c throughput against memory read bandwidth",
+     bench_core_main},
+    {"compress",
+     "codec encode/decode GB/s against memory read bandwidth",
+     bench_compress_main},
+    {"lowrank",
+     "PowerSGD step time against the memory floor and PyTorch",
+     bench_lowrank_main},
+    {"net",
+     "raw TCP, plain ZeroMQ, CURVE and the cipher ceiling",
+     bench_net_main},
 };
 
 #define PART_COUNT (sizeof s_parts / sizeof s_parts[0])
@@ -33,7 +41,8 @@ static const struct {
 void
 bench_help(FILE *out)
 {
-    fprintf(out, "usage: rumor bench PART [ARGS...] | rumor bench all\n\nparts:\n");
+    fprintf(out,
+            "usage: rumor bench PART [ARGS...] | rumor bench all\n\nparts:\n");
     for (size_t i = 0; i < PART_COUNT; i++)
         fprintf(out, "  %-9s %s\n", s_parts[i].name, s_parts[i].summary);
 }

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 
 #define CORE_BENCH_BYTES (64u << 20)
-#define CORE_BENCH_REPS 5
+#define CORE_BENCH_REPS  5
 
 static double
 s_best_gbps(void (*fn)(void *arg), void *arg, size_t bytes)

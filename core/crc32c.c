@@ -45,12 +45,11 @@ s_crc32c_table(uint32_t crc, const uint8_t *p, size_t len)
         uint64_t word;
         memcpy(&word, p, 8);
         word ^= crc;
-        crc = s_table[7][word & 0xff] ^ s_table[6][(word >> 8) & 0xff] ^
-              s_table[5][(word >> 16) & 0xff] ^
-              s_table[4][(word >> 24) & 0xff] ^
-              s_table[3][(word >> 32) & 0xff] ^
-              s_table[2][(word >> 40) & 0xff] ^
-              s_table[1][(word >> 48) & 0xff] ^ s_table[0][word >> 56];
+        crc =
+            s_table[7][word & 0xff] ^ s_table[6][(word >> 8) & 0xff] ^
+            s_table[5][(word >> 16) & 0xff] ^ s_table[4][(word >> 24) & 0xff] ^
+            s_table[3][(word >> 32) & 0xff] ^ s_table[2][(word >> 40) & 0xff] ^
+            s_table[1][(word >> 48) & 0xff] ^ s_table[0][word >> 56];
         p += 8;
         len -= 8;
     }

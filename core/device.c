@@ -35,7 +35,9 @@ rumor_device_select(bool want_cuda)
     int count = rumor_cuda_device_count(&why);
     if (count > 0)
         return RUMOR_DEVICE_CUDA;
-    rumor_log(RUMOR_LOG_INFO, "CUDA unavailable (%s); using the CPU backend", why);
+    rumor_log(RUMOR_LOG_INFO,
+              "CUDA unavailable (%s); using the CPU backend",
+              why);
     return RUMOR_DEVICE_CPU;
 }
 

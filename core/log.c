@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LOG_LINE_BYTES 2048
+#define LOG_LINE_BYTES   2048
 #define LOG_PREFIX_BYTES 64
 
 static _Atomic int s_level = RUMOR_LOG_INFO;

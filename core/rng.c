@@ -34,7 +34,9 @@ s_philox_round(uint32_t ctr[4], const uint32_t key[2])
 }
 
 void
-rumor_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
+rumor_philox4x32_10(const uint32_t ctr[4],
+                    const uint32_t key[2],
+                    uint32_t out[4])
 {
     uint32_t c[4] = {ctr[0], ctr[1], ctr[2], ctr[3]};
     uint32_t k[2] = {key[0], key[1]};
@@ -149,8 +151,10 @@ rumor_rng_fill_uniform(uint64_t seed,
 uint64_t
 rumor_seed_derive(uint64_t seed, uint64_t a, uint64_t b)
 {
-    const uint32_t ctr[4] = {
-        (uint32_t)a, (uint32_t)(a >> 32), (uint32_t)b, (uint32_t)(b >> 32)};
+    const uint32_t ctr[4] = {(uint32_t)a,
+                             (uint32_t)(a >> 32),
+                             (uint32_t)b,
+                             (uint32_t)(b >> 32)};
     const uint32_t key[2] = {(uint32_t)seed ^ 0x5eedu, (uint32_t)(seed >> 32)};
     uint32_t out[4];
     rumor_philox4x32_10(ctr, key, out);

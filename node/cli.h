@@ -31,7 +31,10 @@ int cli_parse_u64(const char *text,
                   unsigned long long *out);
 
 /* Parses a finite double in [min, max]; returns 0 or -1 with a message. */
-int cli_parse_double(
-    const char *text, const char *what, double min, double max, double *out);
+int cli_parse_double(const char *text,
+                     const char *what,
+                     double min,
+                     double max,
+                     double *out);
 
 #endif

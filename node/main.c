@@ -17,11 +17,26 @@ static void s_help_help(FILE *out);
 static int s_version_main(int argc, char **argv);
 
 static const struct cli_command s_commands[] = {
-    {"topo", "generate, check and draw topologies", cli_topo_main, cli_topo_help},
-    {"keygen", "make a CURVE keypair for a node", cli_keygen_main, cli_keygen_help},
-    {"lowrank", "low-rank compression ratios for a model's shapes", cli_lowrank_main, cli_lowrank_help},
-    {"bench", "run benchmarks against same-run references", bench_main, bench_help},
-    {"version", "print the version and the compute backends", s_version_main, NULL},
+    {"topo",
+     "generate, check and draw topologies",
+     cli_topo_main,
+     cli_topo_help},
+    {"keygen",
+     "make a CURVE keypair for a node",
+     cli_keygen_main,
+     cli_keygen_help},
+    {"lowrank",
+     "low-rank compression ratios for a model's shapes",
+     cli_lowrank_main,
+     cli_lowrank_help},
+    {"bench",
+     "run benchmarks against same-run references",
+     bench_main,
+     bench_help},
+    {"version",
+     "print the version and the compute backends",
+     s_version_main,
+     NULL},
     {"help", "show help for a subcommand", s_help_main, s_help_help},
 };
 
@@ -107,10 +122,13 @@ main(int argc, char **argv)
         name = "version";
     const struct cli_command *cmd = s_find(name);
     if (cmd == NULL) {
-        fprintf(stderr, "rumor: '%s' is not a rumor command; see 'rumor --help'\n", name);
+        fprintf(stderr,
+                "rumor: '%s' is not a rumor command; see 'rumor --help'\n",
+                name);
         return 2;
     }
-    if (argc >= 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0) &&
+    if (argc >= 3 &&
+        (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0) &&
         cmd->help != NULL) {
         cmd->help(stdout);
         return 0;

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define RUMOR_API __attribute__((visibility("default")))
-#define RUMOR_PRINTF(fmt_idx, arg_idx)                                         \
+#define RUMOR_PRINTF(fmt_idx, arg_idx) \
     __attribute__((format(printf, fmt_idx, arg_idx)))
 #define RUMOR_NODISCARD __attribute__((warn_unused_result))
 
@@ -120,9 +120,9 @@ RUMOR_API void rumor_philox4x32_10(const uint32_t ctr[4],
                                    uint32_t out[4]);
 
 struct rumor_rng {
-    uint64_t seed;    /* becomes the Philox key */
-    uint64_t stream;  /* upper half of the Philox counter */
-    uint64_t index;   /* next 32-bit word to hand out */
+    uint64_t seed;   /* becomes the Philox key */
+    uint64_t stream; /* upper half of the Philox counter */
+    uint64_t index;  /* next 32-bit word to hand out */
     uint32_t block[4];
     uint64_t block_at; /* index of block[0], or UINT64_MAX when empty */
 };
@@ -201,12 +201,12 @@ RUMOR_API uint32_t rumor_crc32c(uint32_t crc, const void *data, size_t len);
 /* --- bit I/O (LSB-first within little-endian 64-bit words) ------------- */
 
 struct rumor_bitw {
-    uint8_t *out;   /* borrowed */
-    size_t cap;     /* bytes available at out */
-    size_t pos;     /* bytes written so far */
-    uint64_t acc;   /* pending bits */
-    unsigned nacc;  /* how many bits of acc are pending (< 64) */
-    bool overflow;  /* set once a write did not fit; later writes do nothing */
+    uint8_t *out;  /* borrowed */
+    size_t cap;    /* bytes available at out */
+    size_t pos;    /* bytes written so far */
+    uint64_t acc;  /* pending bits */
+    unsigned nacc; /* how many bits of acc are pending (< 64) */
+    bool overflow; /* set once a write did not fit; later writes do nothing */
 };
 
 RUMOR_API void rumor_bitw_init(struct rumor_bitw *w, uint8_t *out, size_t cap);
@@ -225,7 +225,7 @@ struct rumor_bitr {
     size_t pos;        /* next byte to load into acc */
     uint64_t acc;
     unsigned nacc;
-    bool overrun;      /* set once a read asked for bits past the end */
+    bool overrun; /* set once a read asked for bits past the end */
 };
 
 RUMOR_API void

@@ -23,12 +23,12 @@
 
 #include "rumor/core.h"
 
-#define RUMOR_TOPOLOGY_MAX_NODES 4096
-#define RUMOR_TOPOLOGY_MAX_PHASES 64
+#define RUMOR_TOPOLOGY_MAX_NODES      4096
+#define RUMOR_TOPOLOGY_MAX_PHASES     64
 #define RUMOR_TOPOLOGY_MAX_FILE_BYTES (16u << 20)
 #define RUMOR_TOPOLOGY_ENDPOINT_BYTES 256
 #define RUMOR_TOPOLOGY_KEY_TEXT_BYTES 40 /* Z85 of a 32-byte CURVE key */
-#define RUMOR_TOPOLOGY_ROW_TOLERANCE 1e-6
+#define RUMOR_TOPOLOGY_ROW_TOLERANCE  1e-6
 
 typedef struct rumor_topology rumor_topology;
 

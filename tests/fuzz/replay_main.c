@@ -58,7 +58,8 @@ main(int argc, char **argv)
         }
         char *names[4096];
         int count = 0;
-        for (struct dirent *e = readdir(dir); e && count < 4096; e = readdir(dir))
+        for (struct dirent *e = readdir(dir); e && count < 4096;
+             e = readdir(dir))
             if (e->d_name[0] != '.')
                 names[count++] = strdup(e->d_name);
         closedir(dir);

@@ -37,7 +37,9 @@ test_philox__random123_known_answers__match(void **state)
     static const struct {
         uint32_t ctr[4], key[2], out[4];
     } kat[] = {
-        {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+        {{0, 0, 0, 0},
+         {0, 0},
+         {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
         {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
          {0xffffffff, 0xffffffff},
          {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
@@ -302,15 +304,18 @@ main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_strerror__every_code__has_distinct_text),
         cmocka_unit_test(test_philox__random123_known_answers__match),
-        cmocka_unit_test(test_rng__same_seed_and_stream__same_numbers_any_order),
+        cmocka_unit_test(
+            test_rng__same_seed_and_stream__same_numbers_any_order),
         cmocka_unit_test(test_rng__uniform_and_normal__moments_within_bounds),
-        cmocka_unit_test(test_rng_below__small_bound__every_value_equally_often),
+        cmocka_unit_test(
+            test_rng_below__small_bound__every_value_equally_often),
         cmocka_unit_test(test_seed_derive__edge_order_matters_inputs_separate),
         cmocka_unit_test(test_crc32c__check_value_and_both_paths__agree),
         cmocka_unit_test(test_bitio__mixed_widths__round_trip),
         cmocka_unit_test(test_bitio__past_the_end__flags_instead_of_reading),
         cmocka_unit_test(test_buf__growth_past_cap__refused_contents_kept),
-        cmocka_unit_test(test_buf_read_file__missing_and_oversized__distinct_errors),
+        cmocka_unit_test(
+            test_buf_read_file__missing_and_oversized__distinct_errors),
         cmocka_unit_test(test_diag__format__file_line_col_message),
         cmocka_unit_test(test_log_level__names__parse_and_reject),
         cmocka_unit_test(test_clock__monotonic__never_goes_back),
