@@ -16,6 +16,7 @@ int bench_core_main(int argc, char **argv);
 int bench_compress_main(int argc, char **argv);
 int bench_lowrank_main(int argc, char **argv);
 int bench_net_main(int argc, char **argv);
+int bench_gossip_main(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -34,6 +35,9 @@ static const struct {
     {"net",
      "raw TCP, plain ZeroMQ, CURVE and the cipher ceiling",
      bench_net_main},
+    {"gossip",
+     "seconds and bytes per gossip step, 8 simulated nodes",
+     bench_gossip_main},
 };
 
 #define PART_COUNT (sizeof s_parts / sizeof s_parts[0])

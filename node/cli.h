@@ -19,6 +19,10 @@ int cli_topo_main(int argc, char **argv);
 void cli_topo_help(FILE *out);
 int cli_keygen_main(int argc, char **argv);
 void cli_keygen_help(FILE *out);
+int cli_ping_main(int argc, char **argv);
+void cli_ping_help(FILE *out);
+int cli_sim_main(int argc, char **argv);
+void cli_sim_help(FILE *out);
 int cli_lowrank_main(int argc, char **argv);
 void cli_lowrank_help(FILE *out);
 

@@ -1,17 +1,57 @@
-/* Placeholder owned by the keygen work in progress; replaced before commit. */
+/*
+ * `rumor keygen --out DIR/NAME`: makes a node's CURVE keypair. The secret
+ * goes to DIR/NAME.key (mode 0600, never overwritten), the public key to
+ * DIR/NAME.pub and to stdout, ready to paste into a topology line
+ * `node ID ENDPOINT key=...`. The secret lives in sodium_malloc'd memory
+ * and is wiped when the keypair is destroyed (net/keys.c).
+ */
 #include "node/cli.h"
 
-int
-cli_keygen_main(int argc, char **argv)
-{
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "rumor keygen: not built yet\n");
-    return 1;
-}
+#include "rumor/net.h"
+
+#include <string.h>
 
 void
 cli_keygen_help(FILE *out)
 {
-    fprintf(out, "usage: rumor keygen (not built yet)\n");
+    fprintf(out,
+            "usage: rumor keygen --out DIR/NAME\n\n"
+            "Makes a CURVE keypair: DIR/NAME.key (secret, mode 0600) and\n"
+            "DIR/NAME.pub; prints the public key (Z85) for the topology\n"
+            "file. Existing files are never overwritten.\n");
+}
+
+int
+cli_keygen_main(int argc, char **argv)
+{
+    const char *base = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+            base = argv[++i];
+        } else {
+            fprintf(stderr, "rumor keygen: unknown argument '%s'\n", argv[i]);
+            cli_keygen_help(stderr);
+            return 2;
+        }
+    }
+    if (base == NULL || base[0] == '\0') {
+        cli_keygen_help(stderr);
+        return 2;
+    }
+    rumor_net_keypair *kp = NULL;
+    rumor_err rc = rumor_net_keypair_generate(&kp);
+    if (rc == RUMOR_OK)
+        rc = rumor_net_keypair_save(kp, base);
+    if (rc != RUMOR_OK) {
+        fprintf(stderr,
+                "rumor keygen: %s.key: %s (an existing key is never "
+                "overwritten)\n",
+                base,
+                rumor_strerror(rc));
+        rumor_net_keypair_destroy(&kp);
+        return 1;
+    }
+    printf("%s\n", rumor_net_keypair_public(kp));
+    rumor_net_keypair_destroy(&kp);
+    return 0;
 }

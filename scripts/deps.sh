@@ -6,9 +6,13 @@ set -eu
 # Build and test: compiler, pkg-config, cmocka (unit tests), clang with its
 # libFuzzer/sanitizer runtime (make fuzz), clang-format (make format-check).
 # Runtime: OpenBLAS + LAPACKE (topology spectra, low-rank), libzmq (Z85 keys,
-# transport) and libsodium (CURVE).
+# transport) and libsodium (CURVE). libzstd: the compress benchmark's
+# side-by-side line against zstd -1 (docs/benchmarks.md). python3-torch and
+# python3-numpy: the lowrank tests run PyTorch's own powerSGD_hook.py as the
+# reference, and `rumor bench lowrank` times it.
 PACKAGES="build-essential pkg-config libcmocka-dev clang libclang-rt-14-dev
-clang-format libopenblas-dev liblapacke-dev libzmq3-dev libsodium-dev"
+clang-format libopenblas-dev liblapacke-dev libzmq3-dev libsodium-dev
+libzstd-dev python3-torch python3-numpy"
 
 missing=""
 for pkg in $PACKAGES; do

@@ -7,7 +7,8 @@ set -u
 build=$1
 shift
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+table=$(mktemp)
+trap 'rm -f "$log" "$table"' EXIT
 passed=0
 failed=0
 bad_bins=""
@@ -24,12 +25,12 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
     cat "$log"
     p=$(count PASSED)
     f=$(count FAILED)
+    [ $rc -ne 0 ] && [ -z "$f" ] && f=1 # crashed before its summary
     passed=$((passed + ${p:-0}))
     failed=$((failed + ${f:-0}))
-    if [ $rc -ne 0 ]; then
-        bad_bins="$bad_bins $bin"
-        [ -z "$f" ] && failed=$((failed + 1)) # crashed before a summary
-    fi
+    [ $rc -ne 0 ] && bad_bins="$bad_bins $bin"
+    name=$(basename "$bin")
+    printf '  %-28s %4d passed, %d failed\n' "${name#test_}" "${p:-0}" "${f:-0}" >>"$table"
 done
 [ $# -gt 0 ] && shift
 
@@ -42,13 +43,18 @@ for bin in "$@"; do
     n=$(sed -n 's/^replay: \([0-9][0-9]*\) inputs.*/\1/p' "$log")
     if [ $rc -eq 0 ]; then
         passed=$((passed + ${n:-0}))
+        f=0
     else
         failed=$((failed + 1))
         bad_bins="$bad_bins $bin"
+        f=1
     fi
+    printf '  %-28s %4d passed, %d failed\n' "replay ${name#fuzz_}" "${n:-0}" "$f" >>"$table"
 done
 
 echo
+echo "summary by module ($build):"
+cat "$table"
 [ -n "$bad_bins" ] && echo "failing:$bad_bins ($build)"
 echo "tests: $passed passed, $failed failed"
 [ -z "$bad_bins" ]

@@ -1,0 +1,340 @@
+/*
+ * compress module-private interface: the codec object, the per-codec
+ * operation table, the shared payload header, little-endian helpers and
+ * the kernels shared between codecs (Philox random words, finite checks,
+ * top-k selection). Not installed; tests include it to reach the
+ * reference kernels.
+ */
+#ifndef RUMOR_COMPRESS_IMPL_H
+#define RUMOR_COMPRESS_IMPL_H
+
+#include "rumor/compress.h"
+
+#include <string.h>
+
+/* --- codec object ------------------------------------------------------ */
+
+struct compress_ops {
+    /* Size for n elements (n <= RUMOR_COMPRESS_MAX_ELEMS). */
+    void (*size)(const rumor_codec *c, size_t n, size_t *bytes, bool *exact);
+    /* x is finite (checked by the caller) and cap >= header; writes the
+     * whole payload including the header. approx may be NULL. */
+    rumor_err (*encode)(const rumor_codec *c,
+                        const float *x,
+                        size_t n,
+                        uint64_t seed,
+                        uint64_t counter,
+                        uint8_t *out,
+                        size_t cap,
+                        size_t *written,
+                        float *approx);
+    /* The header was checked for id, version and n. add false: y =
+     * decoded; add true: y += alpha * decoded. */
+    /* The encoder checks x for NaN/Inf itself (fused into its pass). */
+    bool checks_finite;
+    rumor_err (*decode)(const rumor_codec *c,
+                        const uint8_t *in,
+                        size_t len,
+                        bool add,
+                        float alpha,
+                        float *y,
+                        size_t n);
+};
+
+struct rumor_codec {
+    const struct compress_ops *ops;
+    rumor_codec_id id;
+    unsigned bits;      /* qsgd: level bits (levels 0..2^bits-1) */
+    bool elias;         /* qsgd: Elias-gamma coded levels */
+    size_t bucket;      /* qsgd, terngrad, sign: values per bucket */
+    double ratio;       /* topk, randk, dgc: kept fraction of n */
+    size_t k;           /* topk, randk: fixed count when > 0 (overrides) */
+    float threshold;    /* threshold: keep |v| >= threshold */
+    bool scale;         /* randk: multiply kept values by the block size */
+    rumor_codec *inner; /* sparse codecs: dense codec of kept values, owned */
+    char spec[RUMOR_COMPRESS_SPEC_MAX];
+};
+
+/* --- header ------------------------------------------------------------ */
+
+struct compress_header {
+    uint8_t id;
+    uint8_t version;
+    uint8_t p0;  /* codec parameter byte (bits, format, rice parameter) */
+    uint8_t p1;  /* codec flag byte */
+    uint32_t n;  /* element count */
+    uint32_t p2; /* codec parameter word (bucket, k, bias) */
+};
+
+static inline void
+compress_put_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static inline uint32_t
+compress_get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+static inline void
+compress_put_u64(uint8_t *p, uint64_t v)
+{
+    compress_put_u32(p, (uint32_t)v);
+    compress_put_u32(p + 4, (uint32_t)(v >> 32));
+}
+
+static inline uint64_t
+compress_get_u64(const uint8_t *p)
+{
+    return (uint64_t)compress_get_u32(p) | (uint64_t)compress_get_u32(p + 4)
+                                               << 32;
+}
+
+static inline void
+compress_put_f32(uint8_t *p, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    compress_put_u32(p, u);
+}
+
+static inline float
+compress_get_f32(const uint8_t *p)
+{
+    uint32_t u = compress_get_u32(p);
+    float v;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+static inline uint32_t
+compress_f2u(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return u;
+}
+
+static inline float
+compress_u2f(uint32_t u)
+{
+    float v;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* Writes the 12-byte header (out has room: checked by the caller). */
+void compress_header_write(uint8_t *out, const struct compress_header *h);
+
+/* Parses and checks the header: version, id == want, n == n_want (any n
+ * when n_want is SIZE_MAX). RUMOR_EPROTO otherwise. */
+rumor_err compress_header_read(const uint8_t *in,
+                               size_t len,
+                               rumor_codec_id want,
+                               size_t n_want,
+                               struct compress_header *h);
+
+/* Number of buckets of size bucket covering n. */
+static inline size_t
+compress_buckets(size_t n, size_t bucket)
+{
+    return n == 0 ? 0 : (n - 1) / bucket + 1;
+}
+
+/* --- codec tables (one per file) ---------------------------------------- */
+
+extern const struct compress_ops compress_fp32_ops;
+extern const struct compress_ops compress_fp16_ops;
+extern const struct compress_ops compress_bf16_ops;
+extern const struct compress_ops compress_qsgd_ops;
+extern const struct compress_ops compress_terngrad_ops;
+extern const struct compress_ops compress_sign_ops;
+extern const struct compress_ops compress_natural_ops;
+extern const struct compress_ops compress_fp8_ops;
+extern const struct compress_ops compress_huffman_ops;
+extern const struct compress_ops compress_sparse_ops;
+
+/* Sparse codecs (topk, randk, threshold, dgc) with an explicit count,
+ * used by the dgc memory's warm-up; k <= n. */
+rumor_err compress_sparse_encode_k(const rumor_codec *c,
+                                   const float *x,
+                                   size_t n,
+                                   size_t k,
+                                   uint64_t seed,
+                                   uint64_t counter,
+                                   uint8_t *out,
+                                   size_t cap,
+                                   size_t *written,
+                                   float *approx);
+
+/* --- kernels (kernels.c: dispatching fast paths; ref.c: plain C) ------- */
+
+/* Random 16-bit draws for stochastic rounding: out[i] is the 16-bit half
+ * (i & 1) of 32-bit element (first + i) / 2 of the Philox stream (seed,
+ * stream) as defined by core (word w = word w % 4 of Philox(counter =
+ * (w / 4, stream), key = seed)). first must be a multiple of 8, n a
+ * multiple of 8. */
+void compress_rand16(uint64_t seed,
+                     uint64_t stream,
+                     uint64_t first,
+                     uint16_t *out,
+                     size_t n);
+void compress_rand16_ref(uint64_t seed,
+                         uint64_t stream,
+                         uint64_t first,
+                         uint16_t *out,
+                         size_t n);
+
+/* True when every x[i] is finite. */
+bool compress_all_finite(const float *x, size_t n);
+bool compress_all_finite_ref(const float *x, size_t n);
+
+/* Exact top-k by magnitude: writes the k indices (ascending) of the k
+ * largest |x[i]|; among equal magnitudes the lower index wins. Checks x
+ * for NaN/Inf on the way (its one full pass): RUMOR_ENUMERIC, RUMOR_ENOMEM.
+ * vals (may be NULL) receives x[idx[j]], gathered during the scan. */
+rumor_err compress_topk_select(const float *x,
+                               size_t n,
+                               size_t k,
+                               uint32_t *idx,
+                               float *vals);
+/* Sort-based reference with the same tie rule. */
+rumor_err
+compress_topk_select_ref(const float *x, size_t n, size_t k, uint32_t *idx);
+
+/* Indices (ascending) of |x[i]| >= t (t >= 0), at most cap of them;
+ * returns the count found, which may exceed cap (then only cap were
+ * written). bits (may be NULL) receives the bit patterns of the selected
+ * values. *finite (may be NULL) tells whether every x[i] was finite. */
+size_t compress_select_ge(const float *x,
+                          size_t n,
+                          float t,
+                          uint32_t *idx,
+                          uint32_t *bits,
+                          size_t cap,
+                          bool *finite);
+
+/* Scaled sign of one bucket: sum of |x| (double) and sign bits (bit i of
+ * bits = x[i] < 0, or -0.0) for n <= 512 values; bits has (n + 7) / 8
+ * bytes, zero-padded. Returns the sum. */
+double compress_sign_bucket(const float *x, size_t n, uint8_t *bits);
+double compress_sign_bucket_ref(const float *x, size_t n, uint8_t *bits);
+
+/* fp16 conversions (round to nearest even, saturating at +-65504). The
+ * encoder returns false when x holds NaN or Inf (h is then garbage). */
+bool compress_f32_to_f16(const float *x, size_t n, uint16_t *h);
+bool compress_f32_to_f16_ref(const float *x, size_t n, uint16_t *h);
+float compress_f16_to_f32_ref(uint16_t h);
+/* Converts n halves (exponent 31 gives Inf/NaN, for the caller to check). */
+void compress_f16_to_f32(const uint16_t *h, size_t n, float *y);
+
+/* The same two conversions on little-endian byte streams (2 n bytes),
+ * straight from and into a payload. */
+bool compress_f32_to_f16_bytes(const float *x, size_t n, uint8_t *out);
+void compress_f16_bytes_to_f32(const uint8_t *in, size_t n, float *y);
+
+/* Sum of x[i]^2 in double, in a fixed order (eight lane sums over whole
+ * groups of eight, combined pairwise, then the tail in order), so that the
+ * fast path and the reference agree bit for bit on every machine. */
+double compress_sumsq(const float *x, size_t n);
+double compress_sumsq_ref(const float *x, size_t n);
+
+/* Largest |x[i]| (0 for n == 0); Inf or NaN when x holds one. */
+float compress_maxabs(const float *x, size_t n);
+
+/* Stochastic levels: codes[i] = l | neg << b with l = min(s,
+ * floor(|x[i]| inv + (r[i] + 0.5) 2^-16)) and neg = (x[i] < 0 && l > 0);
+ * s < 2^b <= 128. */
+void compress_levels(const float *x,
+                     size_t n,
+                     float inv,
+                     uint32_t s,
+                     unsigned b,
+                     const uint16_t *r,
+                     uint8_t *codes);
+void compress_levels_ref(const float *x,
+                         size_t n,
+                         float inv,
+                         uint32_t s,
+                         unsigned b,
+                         const uint16_t *r,
+                         uint8_t *codes);
+
+/* Packs groups of eight w-bit codes (w <= 8, bytes < 2^w) into w bytes
+ * each, LSB-first (the bit order of rumor_bitw); end bounds the output. */
+void compress_pack(const uint8_t *codes,
+                   size_t groups,
+                   unsigned w,
+                   uint8_t *out,
+                   const uint8_t *end);
+/* The inverse: groups of w bytes to eight codes; reads stop at end (a
+ * last partial group reads as zero-padded). */
+void compress_unpack(const uint8_t *in,
+                     const uint8_t *end,
+                     size_t groups,
+                     unsigned w,
+                     uint8_t *codes);
+
+/* y[i] (= or +=) alpha * (+-)(code & s) * scale, the sign from bit b. */
+void compress_dequant(const uint8_t *codes,
+                      size_t n,
+                      unsigned b,
+                      float scale,
+                      bool add,
+                      float alpha,
+                      float *y);
+
+/* Natural compression of n values (n a multiple of 8): exponent bytes and
+ * sign bits (n / 8 bytes); false when x holds NaN or Inf. */
+bool compress_natural(const float *x,
+                      size_t n,
+                      const uint16_t *r,
+                      uint8_t *expo,
+                      uint8_t *signs);
+bool compress_natural_ref(const float *x,
+                          size_t n,
+                          const uint16_t *r,
+                          uint8_t *expo,
+                          uint8_t *signs);
+
+/* Scaled signs of 8 nbytes values: y = (or +=) alpha * (bit ? -scale :
+ * scale), scale >= 0. */
+void compress_sign_expand(const uint8_t *bits,
+                          size_t nbytes,
+                          float scale,
+                          bool add,
+                          float alpha,
+                          float *y);
+
+/* fp8/fp4 symbols (fp8.c): sign << (E + M) | magnitude code of
+ * |x| * s1 * s2 rounded to nearest even, saturated (M mantissa bits, E
+ * exponent bits). */
+void compress_fp8_symbols(const float *x,
+                          size_t n,
+                          float s1,
+                          float s2,
+                          unsigned M,
+                          unsigned E,
+                          uint8_t *sym);
+void compress_fp8_symbols_ref(const float *x,
+                              size_t n,
+                              float s1,
+                              float s2,
+                              unsigned M,
+                              unsigned E,
+                              uint8_t *sym);
+
+/* True when the CPU has AVX2, FMA, F16C and BMI2 (fast paths in use). */
+bool compress_have_avx2(void);
+
+/* Tests only: off forces the plain-C paths (what a CPU without AVX2 runs),
+ * on restores the detected choice. Not thread-safe. */
+void compress_set_simd(bool on);
+
+#endif /* RUMOR_COMPRESS_IMPL_H */

@@ -1,0 +1,197 @@
+/*
+ * Plain-C reference kernels (R7.4): the slow, obvious versions of what
+ * kernels.c and the codecs do fast. They are the fallback on CPUs without
+ * AVX2 and the oracles the unit tests compare the fast paths with, bit for
+ * bit (top-k: index for index against a full sort).
+ */
+#include "compress/compress_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+void
+compress_rand16_ref(uint64_t seed,
+                    uint64_t stream,
+                    uint64_t first,
+                    uint16_t *out,
+                    size_t n)
+{
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    for (size_t i = 0; i < n;) {
+        uint64_t word = (first + i) / 2;
+        uint64_t block = word / 4;
+        const uint32_t ctr[4] = {(uint32_t)block,
+                                 (uint32_t)(block >> 32),
+                                 (uint32_t)stream,
+                                 (uint32_t)(stream >> 32)};
+        uint32_t w[4];
+        rumor_philox4x32_10(ctr, key, w);
+        for (uint64_t at = first + i; i < n && at / 8 == block; i++, at++) {
+            uint32_t v = w[(at / 2) % 4];
+            out[i] = (uint16_t)(at & 1 ? v >> 16 : v & 0xffff);
+        }
+    }
+}
+
+bool
+compress_all_finite_ref(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return false;
+    return true;
+}
+
+struct s_pair {
+    uint32_t key; /* |x| bit pattern: orders like |x| for finite floats */
+    uint32_t index;
+};
+
+static int
+s_by_key_desc_index_asc(const void *a, const void *b)
+{
+    const struct s_pair *p = a, *q = b;
+    if (p->key != q->key)
+        return p->key > q->key ? -1 : 1;
+    return p->index < q->index ? -1 : p->index > q->index;
+}
+
+static int
+s_u32_asc(const void *a, const void *b)
+{
+    uint32_t p = *(const uint32_t *)a, q = *(const uint32_t *)b;
+    return p < q ? -1 : p > q;
+}
+
+rumor_err
+compress_topk_select_ref(const float *x, size_t n, size_t k, uint32_t *idx)
+{
+    struct s_pair *pairs = malloc((n ? n : 1) * sizeof *pairs);
+    if (pairs == NULL)
+        return RUMOR_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        pairs[i].key = compress_f2u(x[i]) & 0x7fffffffu;
+        pairs[i].index = (uint32_t)i;
+    }
+    qsort(pairs, n, sizeof *pairs, s_by_key_desc_index_asc);
+    for (size_t i = 0; i < k; i++)
+        idx[i] = pairs[i].index;
+    qsort(idx, k, sizeof *idx, s_u32_asc);
+    free(pairs);
+    return RUMOR_OK;
+}
+
+/* Eight lane sums over whole groups of eight, combined pairwise, then the
+ * tail in order: the order the AVX2 kernels use (compress_impl.h). */
+static double
+s_lanes_sum(const double lane[8], double tail)
+{
+    return (((lane[0] + lane[4]) + (lane[1] + lane[5])) +
+            ((lane[2] + lane[6]) + (lane[3] + lane[7]))) +
+           tail;
+}
+
+double
+compress_sign_bucket_ref(const float *x, size_t n, uint8_t *bits)
+{
+    double lane[8] = {0}, tail = 0;
+    size_t whole = n & ~(size_t)7;
+    memset(bits, 0, (n + 7) / 8);
+    for (size_t i = 0; i < n; i++) {
+        if (i < whole)
+            lane[i % 8] += fabs((double)x[i]);
+        else
+            tail += fabs((double)x[i]);
+        if (signbit(x[i]))
+            bits[i / 8] |= (uint8_t)(1u << (i % 8));
+    }
+    return s_lanes_sum(lane, tail);
+}
+
+double
+compress_sumsq_ref(const float *x, size_t n)
+{
+    double lane[8] = {0}, tail = 0;
+    size_t whole = n & ~(size_t)7;
+    for (size_t i = 0; i < whole; i++)
+        lane[i % 8] += (double)x[i] * x[i];
+    for (size_t i = whole; i < n; i++)
+        tail += (double)x[i] * x[i];
+    return s_lanes_sum(lane, tail);
+}
+
+void
+compress_levels_ref(const float *x,
+                    size_t n,
+                    float inv,
+                    uint32_t s,
+                    unsigned b,
+                    const uint16_t *r,
+                    uint8_t *codes)
+{
+    for (size_t i = 0; i < n; i++) {
+        float u = ((float)r[i] + 0.5f) * 0x1.0p-16f;
+        float a = fabsf(x[i]) * inv + u;
+        uint32_t l = (uint32_t)a;
+        l = l > s ? s : l;
+        uint32_t neg = l > 0 && signbit(x[i]);
+        codes[i] = (uint8_t)(l | neg << b);
+    }
+}
+
+bool
+compress_natural_ref(const float *x,
+                     size_t n,
+                     const uint16_t *r,
+                     uint8_t *expo,
+                     uint8_t *signs)
+{
+    bool finite = true;
+    memset(signs, 0, n / 8);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = compress_f2u(x[i]);
+        uint32_t e = (u >> 23) & 0xffu, mant = u & 0x7fffffu;
+        finite = finite && e != 255;
+        uint32_t up = (((uint32_t)r[i] << 7) | 0x40u) < mant;
+        uint32_t E = e + up;
+        expo[i] = (uint8_t)(E > 254 ? 254 : E);
+        signs[i / 8] |= (uint8_t)((u >> 31) << (i % 8));
+    }
+    return finite;
+}
+
+bool
+compress_f32_to_f16_ref(const float *x, size_t n, uint16_t *h)
+{
+    bool finite = true;
+    for (size_t i = 0; i < n; i++) {
+        finite = finite && isfinite(x[i]);
+        uint32_t u = compress_f2u(x[i]);
+        uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+        float a = fminf(fabsf(x[i]), 65504.0f);
+        uint32_t ua = compress_f2u(a);
+        uint32_t mag;
+        if (ua >= 0x38800000u) {              /* >= 2^-14: a normal half */
+            ua += 0xfffu + ((ua >> 13) & 1u); /* round to nearest even */
+            mag = (ua >> 13) - (112u << 10);  /* rebias 127 -> 15 */
+        } else {                              /* subnormal: m * 2^-24 */
+            mag = (uint32_t)nearbyintf(a * 16777216.0f);
+        }
+        h[i] = (uint16_t)(sign | mag);
+    }
+    return finite;
+}
+
+float
+compress_f16_to_f32_ref(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) {
+        float v = (float)m * 0x1.0p-24f;
+        return sign ? -v : v;
+    }
+    if (e == 31)
+        return compress_u2f(sign | 0x7f800000u | m << 13);
+    return compress_u2f(sign | (e + 112u) << 23 | m << 13);
+}

@@ -1,0 +1,359 @@
+/*
+ * The gossip instance: algorithm dispatch, the flat view of a model, and
+ * inbox checks shared by the algorithms.
+ *
+ * Payloads of raw float32 are little-endian on the wire; every supported
+ * host is little-endian (checked at compile time below), so a memcpy is
+ * the encoding. Received messages are checked (sender expected, no
+ * duplicate, exact length, finite values) before any of them touches the
+ * model: a rejected round leaves the model as it was (R8.4).
+ */
+#include "rumor/gossip.h"
+
+#include "gossip/gossip_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "float32 payloads are little-endian memcpy");
+
+static const struct gossip_algo_i *const s_algos[] = {
+    &gossip_allreduce,
+    &gossip_dpsgd,
+    &gossip_choco,
+    &gossip_powergossip,
+    &gossip_powersgd,
+    &gossip_localsgd,
+    &gossip_deepsqueeze,
+    &gossip_moniqua,
+};
+
+#define ALGO_COUNT (sizeof s_algos / sizeof s_algos[0])
+
+size_t
+rumor_tensor_numel(const struct rumor_tensor *t)
+{
+    size_t n = 1;
+    for (size_t d = 0; d < t->ndim; d++)
+        n *= t->shape[d];
+    return n;
+}
+
+void
+rumor_gossip_opts_default(struct rumor_gossip_opts *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    snprintf(opts->algo, sizeof opts->algo, "dpsgd");
+    snprintf(opts->codec, sizeof opts->codec, "qsgd:bits=4");
+    opts->gamma = 1.0;
+    opts->rank = 1;
+    opts->iterations = 1;
+    opts->period = 1;
+    opts->outer_lr = 1.0;
+    opts->theta = 2.0;
+    opts->seed = 1;
+}
+
+static rumor_err
+s_copy_model(rumor_gossip *g,
+             const struct rumor_model *model,
+             struct rumor_diag *diag)
+{
+    if (model->count == 0 || model->count > RUMOR_GOSSIP_MAX_TENSORS) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "a model needs 1 to %d tensors, got %zu",
+                       RUMOR_GOSSIP_MAX_TENSORS,
+                       model->count);
+        return RUMOR_EINVAL;
+    }
+    g->tensors = malloc(model->count * sizeof *g->tensors);
+    if (g->tensors == NULL)
+        return RUMOR_ENOMEM;
+    memcpy(g->tensors, model->tensors, model->count * sizeof *g->tensors);
+    g->tensor_count = model->count;
+    for (size_t i = 0; i < model->count; i++) {
+        if (model->tensors[i].ndim > RUMOR_GOSSIP_MAX_DIMS ||
+            model->tensors[i].data == NULL) {
+            rumor_diag_set(diag, "", 0, 0, "tensor %zu is invalid", i);
+            return RUMOR_EINVAL;
+        }
+        g->numel += rumor_tensor_numel(&model->tensors[i]);
+    }
+    return RUMOR_OK;
+}
+
+rumor_err
+rumor_gossip_new(const struct rumor_gossip_opts *opts,
+                 const rumor_topology *t,
+                 uint32_t self,
+                 const struct rumor_model *model,
+                 rumor_gossip **out,
+                 struct rumor_diag *diag)
+{
+    *out = NULL;
+    const struct gossip_algo_i *algo = NULL;
+    for (size_t i = 0; i < ALGO_COUNT && algo == NULL; i++)
+        if (strcmp(s_algos[i]->name, opts->algo) == 0)
+            algo = s_algos[i];
+    if (algo == NULL) {
+        rumor_diag_set(
+            diag,
+            "",
+            0,
+            0,
+            "unknown gossip algorithm '%s' (allreduce, dpsgd, choco, "
+            "powergossip, powersgd, localsgd, deepsqueeze, moniqua)",
+            opts->algo);
+        return RUMOR_EINVAL;
+    }
+    if (self >= rumor_topology_nodes(t)) {
+        rumor_diag_set(diag, "", 0, 0, "node %u is not in the topology", self);
+        return RUMOR_EINVAL;
+    }
+    rumor_gossip *g = calloc(1, sizeof *g);
+    if (g == NULL)
+        return RUMOR_ENOMEM;
+    g->algo = algo;
+    g->opts = *opts;
+    g->topo = t;
+    g->self = self;
+    g->nodes = rumor_topology_nodes(t);
+    rumor_err rc = s_copy_model(g, model, diag);
+    if (rc == RUMOR_OK)
+        rc = algo->init(g, diag);
+    if (rc != RUMOR_OK) {
+        rumor_gossip_destroy(&g);
+        return rc;
+    }
+    *out = g;
+    return RUMOR_OK;
+}
+
+void
+rumor_gossip_destroy(rumor_gossip **self_p)
+{
+    rumor_gossip *g = *self_p;
+    if (g == NULL)
+        return;
+    g->algo->free(g);
+    free(g->tensors);
+    free(g->out);
+    free(g);
+    *self_p = NULL;
+}
+
+uint32_t
+rumor_gossip_rounds(const rumor_gossip *g, uint64_t step)
+{
+    return g->algo->rounds(g, step);
+}
+
+rumor_err
+rumor_gossip_emit(rumor_gossip *g,
+                  uint64_t step,
+                  uint32_t round,
+                  const struct rumor_gossip_msg **msgs,
+                  size_t *count)
+{
+    g->out_count = 0;
+    rumor_err rc = g->algo->emit(g, step, round);
+    *msgs = g->out;
+    *count = rc == RUMOR_OK ? g->out_count : 0;
+    return rc;
+}
+
+rumor_err
+rumor_gossip_absorb(rumor_gossip *g,
+                    uint64_t step,
+                    uint32_t round,
+                    const struct rumor_gossip_msg *msgs,
+                    size_t count)
+{
+    return g->algo->absorb(g, step, round, msgs, count);
+}
+
+rumor_err
+rumor_gossip_expected(const rumor_gossip *g,
+                      uint64_t step,
+                      uint32_t round,
+                      uint32_t *peers,
+                      size_t cap,
+                      size_t *count)
+{
+    *count = g->algo->expected(g, step, round, peers, cap);
+    return *count <= cap ? RUMOR_OK : RUMOR_ETOOBIG;
+}
+
+bool
+rumor_gossip_uses_ring(const rumor_gossip *g)
+{
+    return g->algo->uses_ring != NULL && g->algo->uses_ring(g);
+}
+
+bool
+gossip_always_ring(const rumor_gossip *g)
+{
+    (void)g;
+    return true;
+}
+
+/* --- shared helpers ------------------------------------------------------ */
+
+size_t
+gossip_expected_neighbors(const rumor_gossip *g,
+                          uint64_t step,
+                          uint32_t round,
+                          uint32_t *peers,
+                          size_t cap)
+{
+    (void)round;
+    size_t phase = rumor_topology_phase_at(g->topo, step), count = 0;
+    const uint32_t *nbr =
+        rumor_topology_neighbors(g->topo, phase, g->self, &count, NULL);
+    if (count <= cap)
+        memcpy(peers, nbr, count * sizeof *peers);
+    return count;
+}
+
+size_t
+gossip_expected_prev(const rumor_gossip *g,
+                     uint64_t step,
+                     uint32_t round,
+                     uint32_t *peers,
+                     size_t cap)
+{
+    (void)step;
+    (void)round;
+    if (cap >= 1)
+        peers[0] = (uint32_t)((g->self + g->nodes - 1) % g->nodes);
+    return 1;
+}
+
+/* Walks the tensors covering [offset, offset + len) of the flat model. */
+static void
+s_flat_walk(const rumor_gossip *g,
+            size_t offset,
+            size_t len,
+            float *buf,
+            bool to_model)
+{
+    size_t base = 0;
+    for (size_t i = 0; i < g->tensor_count && len > 0; i++) {
+        size_t numel = rumor_tensor_numel(&g->tensors[i]);
+        if (offset < base + numel) {
+            size_t at = offset - base;
+            size_t take = numel - at < len ? numel - at : len;
+            float *model = g->tensors[i].data + at;
+            if (to_model)
+                memcpy(model, buf, take * sizeof *buf);
+            else
+                memcpy(buf, model, take * sizeof *buf);
+            buf += take;
+            offset += take;
+            len -= take;
+        }
+        base += numel;
+    }
+}
+
+void
+gossip_flat_get(const rumor_gossip *g, size_t offset, size_t len, float *dst)
+{
+    s_flat_walk(g, offset, len, dst, false);
+}
+
+void
+gossip_flat_put(rumor_gossip *g, size_t offset, size_t len, const float *src)
+{
+    s_flat_walk(g, offset, len, (float *)src, true);
+}
+
+rumor_err
+gossip_out_reserve(rumor_gossip *g, size_t count)
+{
+    if (count > g->out_alloc) {
+        struct rumor_gossip_msg *out = realloc(g->out, count * sizeof *out);
+        if (out == NULL)
+            return RUMOR_ENOMEM;
+        g->out = out;
+        g->out_alloc = count;
+    }
+    g->out_count = count;
+    return RUMOR_OK;
+}
+
+rumor_err
+gossip_match_inbox(const rumor_gossip *g,
+                   const uint32_t *peers,
+                   size_t peer_count,
+                   const struct rumor_gossip_msg *msgs,
+                   size_t count,
+                   size_t want_len,
+                   const struct rumor_gossip_msg **slot)
+{
+    for (size_t k = 0; k < peer_count; k++)
+        slot[k] = NULL;
+    for (size_t m = 0; m < count; m++) {
+        size_t k = 0;
+        while (k < peer_count && peers[k] != msgs[m].peer)
+            k++;
+        const char *why = NULL;
+        if (k == peer_count)
+            why = "not a peer in this round";
+        else if (slot[k] != NULL)
+            why = "duplicate message";
+        else if (msgs[m].len != want_len)
+            why = "wrong payload size";
+        if (why != NULL) {
+            rumor_log(RUMOR_LOG_WARN,
+                      "gossip %s: node %u rejected a message from %u: %s "
+                      "(%zu bytes, expected %zu)",
+                      g->algo->name,
+                      g->self,
+                      msgs[m].peer,
+                      why,
+                      msgs[m].len,
+                      want_len);
+            return RUMOR_EPROTO;
+        }
+        slot[k] = &msgs[m];
+    }
+    for (size_t k = 0; k < peer_count; k++) {
+        if (slot[k] == NULL) {
+            rumor_log(RUMOR_LOG_WARN,
+                      "gossip %s: node %u has no message from %u",
+                      g->algo->name,
+                      g->self,
+                      peers[k]);
+            return RUMOR_ETIMEDOUT;
+        }
+    }
+    return RUMOR_OK;
+}
+
+rumor_err
+gossip_check_finite(const rumor_gossip *g, const struct rumor_gossip_msg *msg)
+{
+    size_t n = msg->len / sizeof(float);
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, msg->data + i * sizeof v, sizeof v);
+        if (!isfinite(v)) {
+            rumor_log(RUMOR_LOG_WARN,
+                      "gossip %s: node %u rejected a message from %u: "
+                      "non-finite value at %zu",
+                      g->algo->name,
+                      g->self,
+                      msg->peer,
+                      i);
+            return RUMOR_ENUMERIC;
+        }
+    }
+    return RUMOR_OK;
+}

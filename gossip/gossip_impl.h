@@ -1,0 +1,181 @@
+/*
+ * Private to gossip/: the algorithm interface (a table of functions, as
+ * ggml's backends) and the pieces every algorithm shares: the flat view of
+ * a model, outgoing message slots, and inbox validation.
+ */
+#ifndef RUMOR_GOSSIP_IMPL_H
+#define RUMOR_GOSSIP_IMPL_H
+
+#include "rumor/gossip.h"
+
+struct gossip_algo_i {
+    const char *name;
+    /* Allocates g->state; the diag explains an invalid option. */
+    rumor_err (*init)(rumor_gossip *g, struct rumor_diag *diag);
+    void (*free)(rumor_gossip *g); /* frees g->state; NULL-safe */
+    uint32_t (*rounds)(const rumor_gossip *g, uint64_t step);
+    /* Fills g->out[0..g->out_count). */
+    rumor_err (*emit)(rumor_gossip *g, uint64_t step, uint32_t round);
+    /* The senders whose messages absorb needs in that round. */
+    size_t (*expected)(const rumor_gossip *g,
+                       uint64_t step,
+                       uint32_t round,
+                       uint32_t *peers,
+                       size_t cap);
+    /* (optional, NULL: false) sends to node self + 1, whatever the
+     * topology */
+    bool (*uses_ring)(const rumor_gossip *g);
+    rumor_err (*absorb)(rumor_gossip *g,
+                        uint64_t step,
+                        uint32_t round,
+                        const struct rumor_gossip_msg *msgs,
+                        size_t count);
+};
+
+struct rumor_gossip {
+    const struct gossip_algo_i *algo;
+    struct rumor_gossip_opts opts;
+    const rumor_topology *topo; /* borrowed */
+    uint32_t self;
+    size_t nodes;
+    struct rumor_tensor *tensors; /* copy of the caller's array */
+    size_t tensor_count;
+    size_t numel;                 /* total elements of the model */
+    struct rumor_gossip_msg *out; /* emitted messages, out_alloc slots */
+    size_t out_count, out_alloc;
+    void *state; /* the algorithm's */
+};
+
+extern const struct gossip_algo_i gossip_allreduce;
+extern const struct gossip_algo_i gossip_dpsgd;
+extern const struct gossip_algo_i gossip_choco;
+extern const struct gossip_algo_i gossip_powergossip;
+extern const struct gossip_algo_i gossip_powersgd;
+extern const struct gossip_algo_i gossip_localsgd;
+extern const struct gossip_algo_i gossip_deepsqueeze;
+extern const struct gossip_algo_i gossip_moniqua;
+
+/* expected() for algorithms that talk to the step's neighbours, and for
+ * those that receive from the ring predecessor. */
+size_t gossip_expected_neighbors(const rumor_gossip *g,
+                                 uint64_t step,
+                                 uint32_t round,
+                                 uint32_t *peers,
+                                 size_t cap);
+bool gossip_always_ring(const rumor_gossip *g);
+size_t gossip_expected_prev(const rumor_gossip *g,
+                            uint64_t step,
+                            uint32_t round,
+                            uint32_t *peers,
+                            size_t cap);
+
+/* Copies model elements [offset, offset + len) of the flattened model into
+ * dst, or dst into the model (put), or adds alpha * src into it. */
+void
+gossip_flat_get(const rumor_gossip *g, size_t offset, size_t len, float *dst);
+void
+gossip_flat_put(rumor_gossip *g, size_t offset, size_t len, const float *src);
+
+/* Makes room for count outgoing messages and sets out_count = count. */
+rumor_err gossip_out_reserve(rumor_gossip *g, size_t count);
+
+/* Finds, for each expected peer, its message in msgs: slot[k] receives the
+ * message of peers[k]. RUMOR_EPROTO for an unexpected sender, a duplicate
+ * or a length != want_len; RUMOR_ETIMEDOUT when one is missing; both
+ * logged with the peer id. */
+rumor_err gossip_match_inbox(const rumor_gossip *g,
+                             const uint32_t *peers,
+                             size_t peer_count,
+                             const struct rumor_gossip_msg *msgs,
+                             size_t count,
+                             size_t want_len,
+                             const struct rumor_gossip_msg **slot);
+
+/* RUMOR_ENUMERIC (logged with the peer) when a payload of float32 values
+ * holds a NaN or an Inf. */
+rumor_err gossip_check_finite(const rumor_gossip *g,
+                              const struct rumor_gossip_msg *msg);
+
+/* --- codec payloads of a whole model (payload.c) ------------------------ */
+
+/* Writes tensor t's vector to compress (n floats) into out; base is the
+ * tensor's offset in the flat model. */
+typedef void (*gossip_fill_fn)(const rumor_gossip *g,
+                               size_t t,
+                               size_t base,
+                               float *out,
+                               void *arg);
+
+struct gossip_packer {
+    rumor_codec *codec;
+    uint8_t *buf;   /* the last encoded message */
+    size_t len;     /* its length */
+    size_t cap;     /* the largest message the codec can produce */
+    float *scratch; /* one tensor */
+};
+
+rumor_err gossip_packer_init(struct gossip_packer *p,
+                             const rumor_gossip *g,
+                             const char *spec,
+                             struct rumor_diag *diag);
+void gossip_packer_free(struct gossip_packer *p);
+
+/* Encodes fill's vector of every tensor into p->buf; stochastic codecs
+ * draw from (seed of this node and tensor, step). */
+rumor_err gossip_packer_encode(struct gossip_packer *p,
+                               const rumor_gossip *g,
+                               uint64_t step,
+                               gossip_fill_fn fill,
+                               void *arg);
+
+/* Decodes every tensor of a message and adds weight * C(v) into `into`
+ * (numel doubles). RUMOR_EPROTO / RUMOR_ENUMERIC for a bad message. */
+rumor_err gossip_packer_stage(struct gossip_packer *p,
+                              const rumor_gossip *g,
+                              const uint8_t *data,
+                              size_t len,
+                              double weight,
+                              double *into);
+
+/* As gossip_match_inbox, for messages whose lengths vary (no size check). */
+rumor_err gossip_match_peers(const rumor_gossip *g,
+                             const uint32_t *peers,
+                             size_t peer_count,
+                             const struct rumor_gossip_msg *msgs,
+                             size_t count,
+                             const struct rumor_gossip_msg **slot);
+
+/* --- the ring all-reduce engine (ring.c) -------------------------------- */
+
+struct gossip_ring {
+    uint32_t self;
+    size_t n;       /* nodes on the ring */
+    size_t cap;     /* floats work can hold */
+    size_t len;     /* floats being reduced */
+    bool average;   /* divide the sums by n */
+    float *work;    /* the caller fills work[0..len) before round 0 */
+    float *sendbuf; /* the chunk emitted this round */
+};
+
+rumor_err
+gossip_ring_init(struct gossip_ring *r, uint32_t self, size_t n, size_t cap);
+void gossip_ring_free(struct gossip_ring *r);
+uint32_t gossip_ring_rounds(const struct gossip_ring *r); /* 2 (n - 1) */
+
+/* Starts a reduction of work[0..len) (len <= cap): a sum, or an average. */
+void gossip_ring_start(struct gossip_ring *r, size_t len, bool average);
+
+/* The single message of a round, to node self + 1. */
+void gossip_ring_emit(struct gossip_ring *r,
+                      uint32_t round,
+                      struct rumor_gossip_msg *out);
+
+/* Takes node self - 1's chunk. After the last round work holds the result,
+ * the same bits on every node. */
+rumor_err gossip_ring_absorb(const rumor_gossip *g,
+                             struct gossip_ring *r,
+                             uint32_t round,
+                             const struct rumor_gossip_msg *msgs,
+                             size_t count);
+
+#endif

@@ -1,0 +1,156 @@
+/*
+ * Codec payloads of a whole model in one message, shared by the
+ * algorithms that send C(v) of a model-shaped vector (CHOCO, DeepSqueeze):
+ * for each tensor, a little-endian u32 length, then the codec's bytes for
+ * that tensor. Per tensor, because codecs bucket and scale per vector and
+ * tensors differ in scale. Decoding checks each length against what is
+ * left before handing the bytes to the codec's own checked decoder.
+ */
+#include "gossip/gossip_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void
+s_put_u32(uint8_t *p, uint32_t v)
+{
+    for (int b = 0; b < 4; b++)
+        p[b] = (uint8_t)(v >> (8 * b));
+}
+
+static uint32_t
+s_get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+rumor_err
+gossip_packer_init(struct gossip_packer *p,
+                   const rumor_gossip *g,
+                   const char *spec,
+                   struct rumor_diag *diag)
+{
+    memset(p, 0, sizeof *p);
+    rumor_err rc = rumor_codec_new(spec, &p->codec, diag);
+    size_t largest = 0;
+    for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
+        size_t n = rumor_tensor_numel(&g->tensors[t]), bytes = 0;
+        bool exact = false;
+        rc = rumor_codec_encoded_size(p->codec, n, &bytes, &exact);
+        p->cap += 4 + bytes;
+        largest = n > largest ? n : largest;
+    }
+    if (rc != RUMOR_OK)
+        return rc;
+    p->buf = malloc(p->cap);
+    p->scratch = malloc((largest + 1) * sizeof(float));
+    return p->buf && p->scratch ? RUMOR_OK : RUMOR_ENOMEM;
+}
+
+void
+gossip_packer_free(struct gossip_packer *p)
+{
+    rumor_codec_destroy(&p->codec);
+    free(p->buf);
+    free(p->scratch);
+    memset(p, 0, sizeof *p);
+}
+
+rumor_err
+gossip_packer_encode(struct gossip_packer *p,
+                     const rumor_gossip *g,
+                     uint64_t step,
+                     gossip_fill_fn fill,
+                     void *arg)
+{
+    size_t at = 0, base = 0;
+    for (size_t t = 0; t < g->tensor_count; t++) {
+        size_t n = rumor_tensor_numel(&g->tensors[t]), written = 0;
+        fill(g, t, base, p->scratch, arg);
+        uint64_t seed = rumor_seed_derive(g->opts.seed, g->self, t);
+        rumor_err rc = rumor_codec_encode(p->codec,
+                                          p->scratch,
+                                          n,
+                                          seed,
+                                          step,
+                                          p->buf + at + 4,
+                                          p->cap - at - 4,
+                                          &written,
+                                          NULL);
+        if (rc != RUMOR_OK)
+            return rc;
+        s_put_u32(p->buf + at, (uint32_t)written);
+        at += 4 + written;
+        base += n;
+    }
+    p->len = at;
+    return RUMOR_OK;
+}
+
+rumor_err
+gossip_packer_stage(struct gossip_packer *p,
+                    const rumor_gossip *g,
+                    const uint8_t *data,
+                    size_t len,
+                    double weight,
+                    double *into)
+{
+    size_t at = 0, base = 0;
+    for (size_t t = 0; t < g->tensor_count; t++) {
+        size_t n = rumor_tensor_numel(&g->tensors[t]);
+        if (len - at < 4)
+            return RUMOR_EPROTO;
+        uint32_t plen = s_get_u32(data + at);
+        at += 4;
+        if (plen > len - at)
+            return RUMOR_EPROTO;
+        rumor_err rc =
+            rumor_codec_decode(p->codec, data + at, plen, p->scratch, n);
+        if (rc != RUMOR_OK)
+            return rc;
+        for (size_t e = 0; e < n; e++)
+            into[base + e] += weight * p->scratch[e];
+        at += plen;
+        base += n;
+    }
+    return at == len ? RUMOR_OK : RUMOR_EPROTO;
+}
+
+rumor_err
+gossip_match_peers(const rumor_gossip *g,
+                   const uint32_t *peers,
+                   size_t peer_count,
+                   const struct rumor_gossip_msg *msgs,
+                   size_t count,
+                   const struct rumor_gossip_msg **slot)
+{
+    for (size_t k = 0; k < peer_count; k++)
+        slot[k] = NULL;
+    for (size_t m = 0; m < count; m++) {
+        size_t k = 0;
+        while (k < peer_count && peers[k] != msgs[m].peer)
+            k++;
+        if (k == peer_count || slot[k] != NULL) {
+            rumor_log(RUMOR_LOG_WARN,
+                      "gossip %s: node %u: unexpected or duplicate message "
+                      "from %u",
+                      g->algo->name,
+                      g->self,
+                      msgs[m].peer);
+            return RUMOR_EPROTO;
+        }
+        slot[k] = &msgs[m];
+    }
+    for (size_t k = 0; k < peer_count; k++) {
+        if (slot[k] == NULL) {
+            rumor_log(RUMOR_LOG_WARN,
+                      "gossip %s: node %u has no message from %u",
+                      g->algo->name,
+                      g->self,
+                      peers[k]);
+            return RUMOR_ETIMEDOUT;
+        }
+    }
+    return RUMOR_OK;
+}

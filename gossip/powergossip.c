@@ -1,0 +1,308 @@
+/*
+ * PowerGossip (Vogels, Karimireddy and Jaggi, NeurIPS 2020; reference code
+ * epfml/powergossip algorithms.py, class PowerGossip). For every edge and
+ * matrix both ends keep rank-r factors from the pair's shared seed and run
+ * warm-started power iteration on the *difference* of their two models:
+ * each iteration one end's product M^T p (even t) or M q (odd t) is sent,
+ * the difference of the two products is formed, and both ends apply
+ * x_i += sign w_ij gamma p q^T with opposite signs, so a symmetric W keeps
+ * the network average exactly. The per-edge arithmetic lives in lowrank/
+ * (rumor_lowrank_edge_*); this file is the protocol around it.
+ *
+ * One round per power iteration (opts.iterations per step); iteration
+ * t = step * iterations + round + 1, the same on both ends, so the two
+ * agree on which side of the factorization moves. 1-D tensors (biases,
+ * norms) travel uncompressed in the same message and are mixed by plain
+ * gossip in difference form, x += gamma sum_j w_ij (x_j - x_i). Every
+ * message of a round is checked (size, finite values) before any edge
+ * state or tensor changes, so a bad neighbour never leaves half an update.
+ * Edge state is created the first time a peer appears, which covers
+ * time-varying topologies.
+ */
+#include "gossip/gossip_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct pg_peer {
+    rumor_lowrank_edge *edge;
+    float *msg;     /* what this node sends to the peer */
+    size_t msg_cap; /* floats */
+};
+
+struct powergossip {
+    struct rumor_lowrank_shape *shapes;
+    float **params;       /* tensor data pointers */
+    struct pg_peer *peer; /* indexed by node id, created lazily */
+    float *vec_snap;      /* own 1-D tensors as sent this round */
+    size_t vec_floats;
+    double *vec_acc;
+    const struct rumor_gossip_msg **slot;
+};
+
+static bool
+s_is_vector(const struct rumor_tensor *t)
+{
+    return t->ndim < 2;
+}
+
+static rumor_err
+s_init(rumor_gossip *g, struct rumor_diag *diag)
+{
+    struct powergossip *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return RUMOR_ENOMEM;
+    g->state = s;
+    if (g->opts.rank == 0 || g->opts.rank > RUMOR_LOWRANK_MAX_RANK ||
+        g->opts.iterations == 0 ||
+        !(g->opts.gamma > 0 && g->opts.gamma <= RUMOR_GOSSIP_GAMMA_MAX)) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "powergossip: needs 1 <= rank <= %d, iterations >= 1 "
+                       "and gamma in (0, 2]",
+                       RUMOR_LOWRANK_MAX_RANK);
+        return RUMOR_EINVAL;
+    }
+    s->shapes = calloc(g->tensor_count, sizeof *s->shapes);
+    s->params = calloc(g->tensor_count, sizeof *s->params);
+    s->peer = calloc(g->nodes, sizeof *s->peer);
+    s->slot = malloc(g->nodes * sizeof *s->slot);
+    if (!s->shapes || !s->params || !s->peer || !s->slot)
+        return RUMOR_ENOMEM;
+    for (size_t t = 0; t < g->tensor_count; t++) {
+        s->shapes[t].ndim = g->tensors[t].ndim;
+        memcpy(s->shapes[t].dims,
+               g->tensors[t].shape,
+               g->tensors[t].ndim * sizeof(size_t));
+        s->params[t] = g->tensors[t].data;
+        if (s_is_vector(&g->tensors[t]))
+            s->vec_floats += rumor_tensor_numel(&g->tensors[t]);
+    }
+    s->vec_snap = malloc((s->vec_floats + 1) * sizeof(float));
+    s->vec_acc = malloc((s->vec_floats + 1) * sizeof(double));
+    return s->vec_snap && s->vec_acc ? RUMOR_OK : RUMOR_ENOMEM;
+}
+
+static void
+s_free(rumor_gossip *g)
+{
+    struct powergossip *s = g->state;
+    if (s == NULL)
+        return;
+    for (size_t i = 0; s->peer != NULL && i < g->nodes; i++) {
+        rumor_lowrank_edge_destroy(&s->peer[i].edge);
+        free(s->peer[i].msg);
+    }
+    free(s->shapes);
+    free(s->params);
+    free(s->peer);
+    free(s->slot);
+    free(s->vec_snap);
+    free(s->vec_acc);
+    free(s);
+    g->state = NULL;
+}
+
+static uint32_t
+s_rounds(const rumor_gossip *g, uint64_t step)
+{
+    (void)step;
+    return g->opts.iterations;
+}
+
+static uint64_t
+s_iteration(const rumor_gossip *g, uint64_t step, uint32_t round)
+{
+    return step * g->opts.iterations + round + 1;
+}
+
+static rumor_err
+s_peer(rumor_gossip *g, uint32_t id, struct pg_peer **out)
+{
+    struct powergossip *s = g->state;
+    struct pg_peer *p = &s->peer[id];
+    *out = p;
+    if (p->edge != NULL)
+        return RUMOR_OK;
+    struct rumor_lowrank_edge_opts opts;
+    rumor_lowrank_edge_opts_default(&opts);
+    opts.self_id = g->self;
+    opts.peer_id = id;
+    opts.seed = g->opts.seed;
+    opts.rank = g->opts.rank;
+    rumor_err rc =
+        rumor_lowrank_edge_new(&p->edge, s->shapes, g->tensor_count, &opts);
+    if (rc != RUMOR_OK)
+        return rc;
+    size_t even = rumor_lowrank_edge_msg_floats(p->edge, 2);
+    size_t odd = rumor_lowrank_edge_msg_floats(p->edge, 1);
+    p->msg_cap = (even > odd ? even : odd) + s->vec_floats;
+    p->msg = malloc((p->msg_cap + 1) * sizeof(float));
+    return p->msg != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+}
+
+/* The 1-D tensors, packed in tensor order. */
+static void
+s_vectors_get(const rumor_gossip *g, float *dst)
+{
+    for (size_t t = 0; t < g->tensor_count; t++) {
+        if (!s_is_vector(&g->tensors[t]))
+            continue;
+        size_t n = rumor_tensor_numel(&g->tensors[t]);
+        memcpy(dst, g->tensors[t].data, n * sizeof(float));
+        dst += n;
+    }
+}
+
+static rumor_err
+s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
+{
+    struct powergossip *s = g->state;
+    uint64_t t = s_iteration(g, step, round);
+    size_t phase = rumor_topology_phase_at(g->topo, step), count = 0;
+    const uint32_t *nbr =
+        rumor_topology_neighbors(g->topo, phase, g->self, &count, NULL);
+    rumor_err rc = gossip_out_reserve(g, count);
+    s_vectors_get(g, s->vec_snap);
+    for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
+        struct pg_peer *p = NULL;
+        rc = s_peer(g, nbr[k], &p);
+        if (rc != RUMOR_OK)
+            break;
+        size_t lr = rumor_lowrank_edge_msg_floats(p->edge, t);
+        rc = rumor_lowrank_edge_product(p->edge, s->params, t, p->msg);
+        memcpy(p->msg + lr, s->vec_snap, s->vec_floats * sizeof(float));
+        g->out[k] =
+            (struct rumor_gossip_msg){nbr[k],
+                                      (const uint8_t *)p->msg,
+                                      (lr + s->vec_floats) * sizeof(float)};
+    }
+    return rc;
+}
+
+/* Checks every message of the round before anything changes. */
+static rumor_err
+s_check_round(rumor_gossip *g, uint64_t t, const uint32_t *nbr, size_t peers)
+{
+    struct powergossip *s = g->state;
+    for (size_t k = 0; k < peers; k++) {
+        struct pg_peer *p = NULL;
+        rumor_err rc = s_peer(g, nbr[k], &p);
+        if (rc != RUMOR_OK)
+            return rc;
+        size_t want =
+            (rumor_lowrank_edge_msg_floats(p->edge, t) + s->vec_floats) *
+            sizeof(float);
+        if (s->slot[k]->len != want) {
+            rumor_log(RUMOR_LOG_WARN,
+                      "gossip powergossip: node %u rejected the message of "
+                      "%u: %zu bytes, expected %zu",
+                      g->self,
+                      nbr[k],
+                      s->slot[k]->len,
+                      want);
+            return RUMOR_EPROTO;
+        }
+        rc = gossip_check_finite(g, s->slot[k]);
+        if (rc != RUMOR_OK)
+            return rc;
+    }
+    return RUMOR_OK;
+}
+
+static void
+s_mix_vectors(rumor_gossip *g, const double *w, size_t peers, uint64_t t)
+{
+    struct powergossip *s = g->state;
+    if (s->vec_floats == 0)
+        return;
+    memset(s->vec_acc, 0, s->vec_floats * sizeof(double));
+    for (size_t k = 0; k < peers; k++) {
+        struct pg_peer *p = &s->peer[s->slot[k]->peer];
+        size_t off = rumor_lowrank_edge_msg_floats(p->edge, t) * sizeof(float);
+        for (size_t e = 0; e < s->vec_floats; e++) {
+            float v;
+            memcpy(&v, s->slot[k]->data + off + e * sizeof v, sizeof v);
+            s->vec_acc[e] += w[k] * ((double)v - s->vec_snap[e]);
+        }
+    }
+    size_t at = 0;
+    for (size_t ti = 0; ti < g->tensor_count; ti++) {
+        if (!s_is_vector(&g->tensors[ti]))
+            continue;
+        float *x = g->tensors[ti].data;
+        for (size_t e = 0; e < rumor_tensor_numel(&g->tensors[ti]); e++, at++)
+            x[e] = (float)(x[e] + g->opts.gamma * s->vec_acc[at]);
+    }
+}
+
+static rumor_err
+s_absorb(rumor_gossip *g,
+         uint64_t step,
+         uint32_t round,
+         const struct rumor_gossip_msg *msgs,
+         size_t count)
+{
+    struct powergossip *s = g->state;
+    uint64_t t = s_iteration(g, step, round);
+    size_t phase = rumor_topology_phase_at(g->topo, step), peers = 0;
+    const double *w = NULL;
+    const uint32_t *nbr =
+        rumor_topology_neighbors(g->topo, phase, g->self, &peers, &w);
+    /* Lengths differ per edge, so sizes are checked in s_check_round. */
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; k < peers; k++)
+        s->slot[k] = NULL;
+    for (size_t m = 0; m < count && rc == RUMOR_OK; m++) {
+        size_t k = 0;
+        while (k < peers && nbr[k] != msgs[m].peer)
+            k++;
+        if (k == peers || s->slot[k] != NULL) {
+            rumor_log(RUMOR_LOG_WARN,
+                      "gossip powergossip: node %u: unexpected or duplicate "
+                      "message from %u",
+                      g->self,
+                      msgs[m].peer);
+            rc = RUMOR_EPROTO;
+        } else {
+            s->slot[k] = &msgs[m];
+        }
+    }
+    for (size_t k = 0; k < peers && rc == RUMOR_OK; k++)
+        if (s->slot[k] == NULL)
+            rc = RUMOR_ETIMEDOUT;
+    if (rc == RUMOR_OK)
+        rc = s_check_round(g, t, nbr, peers);
+    if (rc != RUMOR_OK)
+        return rc;
+    s_mix_vectors(g, w, peers, t);
+    for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
+        struct pg_peer *p = &s->peer[nbr[k]];
+        /* The message may be unaligned (network buffer): copy it. */
+        size_t lr = rumor_lowrank_edge_msg_floats(p->edge, t);
+        float *theirs = malloc((lr + 1) * sizeof(float));
+        if (theirs == NULL)
+            return RUMOR_ENOMEM;
+        memcpy(theirs, s->slot[k]->data, lr * sizeof(float));
+        rc = rumor_lowrank_edge_combine(p->edge, theirs);
+        if (rc == RUMOR_OK)
+            rc = rumor_lowrank_edge_apply(p->edge,
+                                          s->params,
+                                          (float)(w[k] * g->opts.gamma));
+        free(theirs);
+    }
+    return rc;
+}
+
+const struct gossip_algo_i gossip_powergossip = {
+    .name = "powergossip",
+    .init = s_init,
+    .free = s_free,
+    .rounds = s_rounds,
+    .emit = s_emit,
+    .expected = gossip_expected_neighbors,
+    .absorb = s_absorb,
+};

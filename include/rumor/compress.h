@@ -1,0 +1,245 @@
+/*
+ * compress: vector codecs (float32[] -> bytes -> float32[]) and
+ * error-feedback memories.
+ *
+ * A codec is made from a spec string ("qsgd:bits=4,bucket=512",
+ * "topk:ratio=0.01|qsgd:bits=4"). Every payload starts with a 12-byte
+ * header (codec id, version, parameters, element count) so a decoder can
+ * validate it alone; the byte layouts are in docs/protocol.md ("Codec
+ * payloads"), the contracts in docs/internals/compress.md.
+ *
+ * Thread safety: a codec is immutable after rumor_codec_new and may be used
+ * from several threads at once. An error-feedback memory belongs to one
+ * thread at a time.
+ * Ownership: codecs and memories are owned by the caller; every pointer
+ * argument is borrowed for the duration of the call only.
+ */
+#ifndef RUMOR_COMPRESS_H
+#define RUMOR_COMPRESS_H
+
+#include "rumor/core.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Stable codec ids (one byte on the wire, also in the net/ frame header).
+ * Append-only: never renumber. */
+typedef enum rumor_codec_id {
+    RUMOR_CODEC_FP32 = 1,
+    RUMOR_CODEC_FP16 = 2,
+    RUMOR_CODEC_BF16 = 3,
+    RUMOR_CODEC_QSGD = 4,
+    RUMOR_CODEC_TERNGRAD = 5,
+    RUMOR_CODEC_SIGN = 6,
+    RUMOR_CODEC_NATURAL = 7,
+    RUMOR_CODEC_FP8 = 8,
+    RUMOR_CODEC_FP4 = 9,
+    RUMOR_CODEC_HUFFMAN = 10,
+    RUMOR_CODEC_TOPK = 11,
+    RUMOR_CODEC_RANDK = 12,
+    RUMOR_CODEC_THRESHOLD = 13,
+    RUMOR_CODEC_DGC = 14
+} rumor_codec_id;
+
+#define RUMOR_CODEC_ID_MAX 14
+
+/* Bytes of the header every payload starts with. */
+#define RUMOR_COMPRESS_HEADER_BYTES 12
+/* Payload format version carried in byte 1 of the header. */
+#define RUMOR_COMPRESS_VERSION 1
+/* Largest element count a payload may carry (the header field is 32-bit). */
+#define RUMOR_COMPRESS_MAX_ELEMS ((size_t)1 << 30)
+/* Longest spec string accepted by rumor_codec_new. */
+#define RUMOR_COMPRESS_SPEC_MAX 256
+
+typedef struct rumor_codec rumor_codec;
+
+/* Makes a codec from spec: "NAME[:KEY=VALUE[,KEY=VALUE...]]", optionally
+ * "SPARSE|DENSE" (a sparsifier whose kept values go through a dense
+ * codec). Names: fp32 fp16 bf16 qsgd terngrad sign natural fp8 fp4
+ * huffman topk randk threshold dgc. *out is an output slot (NULL on error).
+ * RUMOR_EINVAL for an unknown name or key or a bad value, with the
+ * offending text named in diag (may be NULL); RUMOR_ENOMEM. */
+RUMOR_API RUMOR_NODISCARD rumor_err rumor_codec_new(const char *spec,
+                                                    rumor_codec **out,
+                                                    struct rumor_diag *diag);
+
+/* Frees *codec_p and sets it to NULL; safe on NULL and twice. */
+RUMOR_API void rumor_codec_destroy(rumor_codec **codec_p);
+
+/* The codec's wire id (of the outer codec for a composition). */
+RUMOR_API rumor_codec_id rumor_codec_id_of(const rumor_codec *codec);
+
+/* Canonical spec text with every parameter spelled out; borrowed, valid
+ * while the codec lives. */
+RUMOR_API const char *rumor_codec_spec(const rumor_codec *codec);
+
+/* Short name of a codec id ("qsgd"), or NULL for an unknown id. */
+RUMOR_API const char *rumor_codec_name(rumor_codec_id id);
+
+/* True for codecs that use (seed, counter) (stochastic rounding, random
+ * indices, sampling). */
+RUMOR_API bool rumor_codec_is_stochastic(const rumor_codec *codec);
+
+/* Payload size for n elements: *exact is true when every encoding of n
+ * elements has exactly *bytes bytes, false when *bytes is an upper bound.
+ * RUMOR_ETOOBIG when n > RUMOR_COMPRESS_MAX_ELEMS. */
+RUMOR_API RUMOR_NODISCARD rumor_err
+rumor_codec_encoded_size(const rumor_codec *codec,
+                         size_t n,
+                         size_t *bytes,
+                         bool *exact);
+
+/* Encodes x[0..n) into out (cap bytes), writing the size to *written.
+ * Stochastic codecs draw from the Philox stream (seed, counter), so the
+ * same inputs give the same bytes on every machine. approx (n floats, may
+ * be NULL) receives C(x), bit-identical to what decode produces, so that
+ * error feedback needs no decode. RUMOR_ENUMERIC when x holds NaN or Inf
+ * (nothing useful is written), RUMOR_ETOOBIG when cap is too small or n
+ * exceeds RUMOR_COMPRESS_MAX_ELEMS, RUMOR_ENOMEM. */
+RUMOR_API RUMOR_NODISCARD rumor_err rumor_codec_encode(const rumor_codec *codec,
+                                                       const float *x,
+                                                       size_t n,
+                                                       uint64_t seed,
+                                                       uint64_t counter,
+                                                       uint8_t *out,
+                                                       size_t cap,
+                                                       size_t *written,
+                                                       float *approx);
+
+/* Decodes a payload of len bytes into y[0..n). A pure function: checks
+ * every length against what is left before use and never asserts on
+ * content. RUMOR_EPROTO for malformed bytes (wrong id for this codec,
+ * unknown version, element count other than n, truncation, trailing
+ * bytes, invalid codes), RUMOR_ENUMERIC when the payload carries NaN or
+ * Inf, RUMOR_ENOMEM. On error y is left in an unspecified state. */
+RUMOR_API RUMOR_NODISCARD rumor_err rumor_codec_decode(const rumor_codec *codec,
+                                                       const uint8_t *in,
+                                                       size_t len,
+                                                       float *y,
+                                                       size_t n);
+
+/* y += alpha * decode(in), without a temporary vector; same checks as
+ * rumor_codec_decode. On error y is unchanged: the payload is validated
+ * completely before y is touched, except for qsgd with Elias coding and
+ * the Huffman codecs, whose validation needs a first decoding pass that
+ * is done before y is touched as well. */
+RUMOR_API RUMOR_NODISCARD rumor_err
+rumor_codec_decode_add(const rumor_codec *codec,
+                       const uint8_t *in,
+                       size_t len,
+                       float alpha,
+                       float *y,
+                       size_t n);
+
+/* Reads the header of a payload: codec id and element count.
+ * RUMOR_EPROTO when len is shorter than the header, the version is not
+ * RUMOR_COMPRESS_VERSION or the id is unknown. */
+RUMOR_API RUMOR_NODISCARD rumor_err rumor_codec_peek(const uint8_t *in,
+                                                     size_t len,
+                                                     rumor_codec_id *id,
+                                                     size_t *n);
+
+/* --- byte-level canonical Huffman (the entropy stage of fp8/fp4) ------- */
+
+/* Upper bound of rumor_huffman_encode's output for n input bytes. */
+RUMOR_API size_t rumor_huffman_bound(size_t n);
+
+/* Canonical Huffman code of n bytes (code lengths <= 12 in a 128-byte
+ * table, then the bit stream). RUMOR_ETOOBIG when cap is too small. */
+RUMOR_API RUMOR_NODISCARD rumor_err rumor_huffman_encode(const uint8_t *in,
+                                                         size_t n,
+                                                         uint8_t *out,
+                                                         size_t cap,
+                                                         size_t *written);
+
+/* Decodes exactly n bytes from a stream of len bytes made by
+ * rumor_huffman_encode; RUMOR_EPROTO for a malformed stream (bad length
+ * table, truncation, trailing bytes). A pure function. */
+RUMOR_API RUMOR_NODISCARD rumor_err rumor_huffman_decode(const uint8_t *in,
+                                                         size_t len,
+                                                         uint8_t *out,
+                                                         size_t n);
+
+/* --- error-feedback memories ------------------------------------------- */
+
+/*
+ * Kinds (spec "KIND[:KEY=VALUE,...]"):
+ *   ef        p = g + e; send C(p); e = p - C(p)       (Karimireddy 2019)
+ *   ef-decay  v = g + gamma m; q = C(v); m = gamma m + g - q   (CO3)
+ *             key gamma (default 0.9)
+ *   dgc       clip g to norm clip (0: off); u = mu u + g; v += u;
+ *             send the top ratio of v (a warm-up schedule starts from 25 %
+ *             density and decays geometrically to ratio over warmup
+ *             steps); clear u and v where sent (Lin et al. 2018)
+ *             keys momentum (0.9), ratio (0.001), clip (0), warmup (0),
+ *             values (dense codec name for the kept values, fp32)
+ *   saef      step-ahead EF pieces (Xu et al. 2021): the caller forms
+ *             Delta = e_bar + x_half - x_new; encode sends C(Delta) and
+ *             keeps e = Delta - C(Delta); rumor_ef_apply_error gives the
+ *             look-ahead x_half = x - alpha * e_bar.
+ */
+typedef struct rumor_ef rumor_ef;
+
+/* Makes a memory for vectors of n elements (zero state). *out is an output
+ * slot. RUMOR_EINVAL (bad kind, key or value; named in diag),
+ * RUMOR_ETOOBIG, RUMOR_ENOMEM. */
+RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_new(const char *spec,
+                                                 size_t n,
+                                                 rumor_ef **out,
+                                                 struct rumor_diag *diag);
+
+/* Frees *ef_p and sets it to NULL; safe on NULL and twice. */
+RUMOR_API void rumor_ef_destroy(rumor_ef **ef_p);
+
+/* One compression step of g[0..n) with the memory's correction, sending
+ * through codec (for dgc, codec must be NULL: the memory owns its
+ * sparsifier). The payload goes to out as with rumor_codec_encode; sent
+ * (n floats, may be NULL) receives what the receiver will decode. The
+ * state is updated only on success. RUMOR_EINVAL (n mismatch, codec
+ * missing or given wrongly), RUMOR_ENUMERIC, RUMOR_ETOOBIG, RUMOR_ENOMEM. */
+RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_encode(rumor_ef *ef,
+                                                    const rumor_codec *codec,
+                                                    const float *g,
+                                                    size_t n,
+                                                    uint64_t seed,
+                                                    uint64_t counter,
+                                                    uint8_t *out,
+                                                    size_t cap,
+                                                    size_t *written,
+                                                    float *sent);
+
+/* The memory's current residual (e for ef and saef, m for ef-decay, v for
+ * dgc): n floats, borrowed, valid until the next call on ef. */
+RUMOR_API const float *rumor_ef_error(const rumor_ef *ef, size_t *n);
+
+/* x += alpha * residual (SAEF's look-ahead with alpha = -1, or mixing a
+ * neighbour's error into e_bar). RUMOR_EINVAL when n differs. */
+RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_apply_error(const rumor_ef *ef,
+                                                         float alpha,
+                                                         float *x,
+                                                         size_t n);
+
+/* Steps taken so far (drives the dgc warm-up schedule). */
+RUMOR_API uint64_t rumor_ef_steps(const rumor_ef *ef);
+
+/* Bytes rumor_ef_save writes. */
+RUMOR_API size_t rumor_ef_state_size(const rumor_ef *ef);
+
+/* Writes the state (kind, parameters, step, vectors) for a checkpoint.
+ * RUMOR_ETOOBIG when cap < rumor_ef_state_size. */
+RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_save(const rumor_ef *ef,
+                                                  uint8_t *out,
+                                                  size_t cap,
+                                                  size_t *written);
+
+/* Restores a state written by rumor_ef_save into a memory made with the
+ * same spec and n. A pure check first: RUMOR_EPROTO for a malformed or
+ * mismatching state (kind, parameters, n, length), RUMOR_ENUMERIC for
+ * non-finite numbers; on error the memory is unchanged. */
+RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_restore(rumor_ef *ef,
+                                                     const uint8_t *in,
+                                                     size_t len);
+
+#endif /* RUMOR_COMPRESS_H */

@@ -1,0 +1,307 @@
+/*
+ * net: the transport between nodes (GUIDE section 7). ZeroMQ sockets with
+ * CURVE on every link, a ZAP allow-list of the topology's public keys,
+ * sender binding (the id in a header must belong to the key that
+ * authenticated the connection), a fixed little-endian frame header with
+ * crc32c, chunking, HELLO (version + fingerprint), per-peer liveness,
+ * replay window, and optional link shaping (rate, delay) for experiments.
+ *
+ * Thread safety: the frame codec and the key functions are pure or work on
+ * distinct objects. A rumor_net owns one I/O thread that alone touches its
+ * ZeroMQ sockets; rumor_net_send / _recv / _peer_state / _stats may be
+ * called from any thread (they only take the transport's mutex).
+ * Ownership: rumor_net copies everything it is given (payloads, keys,
+ * endpoints); messages returned by rumor_net_recv are owned by the caller
+ * and freed with rumor_net_msg_free.
+ */
+#ifndef RUMOR_NET_H
+#define RUMOR_NET_H
+
+#include "rumor/core.h"
+#include "rumor/topology.h"
+
+/* --- frame codec (pure; docs/protocol.md "## Frames") ------------------ */
+
+#define RUMOR_NET_MAGIC           0x524d5552u /* "RUMR" as little-endian bytes */
+#define RUMOR_NET_VERSION         1
+#define RUMOR_NET_HEADER_BYTES    64
+#define RUMOR_NET_HELLO_BYTES     24
+#define RUMOR_NET_REFUSE_TEXT_MAX 200
+#define RUMOR_NET_CHUNK_MIN       (64u << 10) /* smallest chunk option */
+#define RUMOR_NET_CHUNK_MAX       (1u << 20) /* largest chunk, and frame payload */
+#define RUMOR_NET_MESSAGE_MAX     (1u << 30) /* hard cap on a whole message */
+#define RUMOR_NET_KEY_TEXT_BYTES  40         /* Z85 of a 32-byte CURVE key */
+
+typedef enum rumor_net_type {
+    RUMOR_NET_TYPE_HELLO = 1,     /* DEALER -> ROUTER: version, fingerprint */
+    RUMOR_NET_TYPE_HELLO_OK = 2,  /* ROUTER -> DEALER: accepted */
+    RUMOR_NET_TYPE_REFUSE = 3,    /* ROUTER -> DEALER: refused, with reason */
+    RUMOR_NET_TYPE_HEARTBEAT = 4, /* DEALER -> ROUTER: liveness */
+    RUMOR_NET_TYPE_DATA = 5       /* DEALER -> ROUTER: a chunk of a message */
+} rumor_net_type;
+
+/* A decoded frame header. Encoded as 64 little-endian bytes, see
+ * docs/protocol.md; crc is crc32c of the payload continued over header
+ * bytes 0..59. */
+struct rumor_net_header {
+    uint8_t version;      /* RUMOR_NET_VERSION */
+    uint8_t type;         /* rumor_net_type */
+    uint8_t codec;        /* payload codec id, opaque to net */
+    uint32_t sender;      /* node id of the sender */
+    uint32_t round;       /* exchange round inside a step */
+    uint64_t step;        /* training step */
+    uint64_t seq;         /* per (sender, receiver) frame number, from 1 */
+    uint32_t tensor;      /* tensor index, opaque to net */
+    uint32_t chunk;       /* index of this chunk, < chunks */
+    uint32_t chunks;      /* chunks in the whole message, >= 1 */
+    uint32_t payload_len; /* bytes of payload in this frame */
+    uint64_t count;       /* elements in the whole tensor, opaque to net */
+    uint32_t total_len;   /* bytes of the whole message (all chunks) */
+    uint32_t crc;         /* crc32c, filled by encode, checked by decode */
+};
+
+/* Writes the header and payload (h->payload_len bytes) into out, computing
+ * the crc; the magic is RUMOR_NET_MAGIC and the version h->version (so
+ * tests can forge another).
+ * Errors: RUMOR_ETOOBIG when out_cap < 64 + payload_len, RUMOR_EINVAL when
+ * the header is inconsistent (chunk >= chunks, payload_len > total_len). */
+RUMOR_API rumor_err rumor_net_frame_encode(const struct rumor_net_header *h,
+                                           const void *payload,
+                                           uint8_t *out,
+                                           size_t out_cap,
+                                           size_t *written);
+
+/* Decodes one frame of len bytes. Pure: no allocation, no assert on input.
+ * On success fills *out and sets *payload to the payload inside buf
+ * (borrowed). On error *out is zeroed and *payload NULL. Errors:
+ * RUMOR_EPROTO (short, bad magic, unknown version or type, nonzero flags,
+ * chunk >= chunks, lengths that disagree with len, bad crc),
+ * RUMOR_ETOOBIG (payload_len > RUMOR_NET_CHUNK_MAX or total_len >
+ * max_message). */
+RUMOR_API rumor_err rumor_net_frame_decode(const uint8_t *buf,
+                                           size_t len,
+                                           size_t max_message,
+                                           struct rumor_net_header *out,
+                                           const uint8_t **payload);
+
+/* The HELLO / HELLO_OK payload. */
+struct rumor_net_hello {
+    uint64_t fingerprint; /* hash of model layout and algorithm settings */
+    uint64_t epoch;       /* random per transport; a new one resets replay */
+    uint32_t max_message; /* the sender's max message bytes */
+    uint32_t chunk_bytes; /* the sender's chunk size */
+};
+
+RUMOR_API void rumor_net_hello_encode(const struct rumor_net_hello *h,
+                                      uint8_t out[RUMOR_NET_HELLO_BYTES]);
+
+/* RUMOR_EPROTO unless len == RUMOR_NET_HELLO_BYTES and the chunk size is
+ * in [RUMOR_NET_CHUNK_MIN, RUMOR_NET_CHUNK_MAX]; *out zeroed on error. */
+RUMOR_API rumor_err rumor_net_hello_decode(const uint8_t *buf,
+                                           size_t len,
+                                           struct rumor_net_hello *out);
+
+/* The REFUSE payload: a reason code (rumor_err) and printable ASCII text.
+ * decode copies at most RUMOR_NET_REFUSE_TEXT_MAX bytes into text (NUL
+ * terminated); RUMOR_EPROTO when short, too long or not printable. */
+RUMOR_API size_t rumor_net_refuse_encode(uint32_t reason,
+                                         const char *text,
+                                         uint8_t *out,
+                                         size_t out_cap);
+RUMOR_API rumor_err
+rumor_net_refuse_decode(const uint8_t *buf,
+                        size_t len,
+                        uint32_t *reason,
+                        char text[RUMOR_NET_REFUSE_TEXT_MAX + 1]);
+
+/* --- CURVE keypairs ---------------------------------------------------- */
+
+typedef struct rumor_net_keypair rumor_net_keypair;
+
+/* A fresh keypair (zmq_curve_keypair); the secret lives in sodium_malloc'd
+ * memory. Errors: RUMOR_ENOTSUP (libzmq without CURVE), RUMOR_ENOMEM. */
+RUMOR_API rumor_err rumor_net_keypair_generate(rumor_net_keypair **out);
+
+/* Loads BASE.key (the Z85 secret key, one line; refused unless the file
+ * mode gives no access to group or others) and derives the public key.
+ * Errors: RUMOR_ENOTFOUND, RUMOR_EIO, RUMOR_EAUTH (file mode too open),
+ * RUMOR_EPROTO (not a Z85 key). */
+RUMOR_API rumor_err rumor_net_keypair_load(const char *base,
+                                           rumor_net_keypair **out);
+
+/* Writes BASE.key (mode 0600, created exclusively: an existing file is
+ * RUMOR_EIO) and BASE.pub (the public key, one line). */
+RUMOR_API rumor_err rumor_net_keypair_save(const rumor_net_keypair *kp,
+                                           const char *base);
+
+/* The Z85 public key (40 characters), borrowed for the keypair's life. */
+RUMOR_API const char *rumor_net_keypair_public(const rumor_net_keypair *kp);
+
+/* Wipes the secret (sodium_free) and sets *self_p to NULL; safe twice. */
+RUMOR_API void rumor_net_keypair_destroy(rumor_net_keypair **self_p);
+
+/* --- transport --------------------------------------------------------- */
+
+typedef struct rumor_net rumor_net;
+
+#define RUMOR_NET_ALL UINT32_MAX /* "every peer" in rumor_net_stats */
+
+typedef enum rumor_net_state {
+    RUMOR_NET_PEER_DOWN = 0, /* nothing heard for down_ms (or ever) */
+    RUMOR_NET_PEER_LATE = 1, /* nothing heard for late_ms */
+    RUMOR_NET_PEER_ALIVE = 2 /* heard within late_ms */
+} rumor_net_state;
+
+/* A node the transport knows: its key is admitted by ZAP; when link is
+ * true a DEALER connects to endpoint (a neighbour). */
+struct rumor_net_peer {
+    uint32_t id;          /* node id */
+    const char *endpoint; /* tcp://host:port; needed when link is true */
+    const char *key;      /* Z85 public key; NULL only when insecure */
+    bool link;            /* open a DEALER to it */
+};
+
+struct rumor_net_opts {
+    uint32_t self;                 /* this node's id */
+    const char *endpoint;          /* where the ROUTER binds ("tcp://h:*") */
+    const rumor_net_keypair *keys; /* this node's keypair (borrowed) */
+    const struct rumor_net_peer *peers; /* copied */
+    size_t npeers;
+    bool insecure;              /* plain TCP, no CURVE: logged as a warning */
+    uint64_t fingerprint;       /* must match the peers' */
+    uint32_t chunk_bytes;       /* in [CHUNK_MIN, CHUNK_MAX] */
+    uint32_t max_message_bytes; /* cap on a received message */
+    size_t queue_bytes;         /* per link: bytes waiting to be sent */
+    size_t inbox_bytes;         /* per peer: received bytes not yet taken */
+    uint32_t heartbeat_ms;      /* heartbeat period */
+    uint32_t late_ms;           /* silence before a peer is late */
+    uint32_t down_ms;           /* silence before a peer is down */
+    uint32_t handshake_ms;      /* ZMQ handshake and connect timeout */
+    uint32_t reconnect_ms;      /* first backoff when a link is recreated */
+    uint32_t reconnect_max_ms;  /* backoff ceiling */
+    uint32_t linger_ms;         /* how long destroy tries to flush */
+    uint64_t rate_bits;         /* per-link rate limit in bit/s; 0: none */
+    uint32_t delay_ms;          /* per-link added one-way delay; 0: none */
+};
+
+/* Fills opts with defaults (1 MiB chunks, 64 MiB messages, 64 MiB
+ * queues and inboxes, heartbeat 250 ms, late 1 s, down 3 s, handshake
+ * 2 s, reconnect 100 ms .. 5 s, linger 1 s, no shaping). */
+RUMOR_API void rumor_net_opts_default(struct rumor_net_opts *opts);
+
+/* Fills peers[0..*n) from a topology: every other node (admitted by its
+ * key), link = true for neighbours in any phase. Strings are borrowed from
+ * t. RUMOR_ETOOBIG when cap is too small. */
+RUMOR_API rumor_err rumor_net_peers_from_topology(const rumor_topology *t,
+                                                  size_t self,
+                                                  struct rumor_net_peer *peers,
+                                                  size_t cap,
+                                                  size_t *n);
+
+/* Starts a transport: the ZAP handler first, then the ROUTER (bound),
+ * then one DEALER per linked peer, all on one new I/O thread. *out is
+ * set only on success. Errors: RUMOR_EINVAL (bad options, a key missing
+ * when secure), RUMOR_EPROTO (a key that is not Z85), RUMOR_EIO (bind
+ * failed), RUMOR_ENOTSUP (no CURVE in libzmq), RUMOR_ENOMEM. */
+RUMOR_API rumor_err rumor_net_new(const struct rumor_net_opts *opts,
+                                  rumor_net **out);
+
+/* Stops the I/O thread (flushing for up to linger_ms), closes every
+ * socket, frees everything and sets *self_p to NULL; safe twice. */
+RUMOR_API void rumor_net_destroy(rumor_net **self_p);
+
+/* The bound endpoint with the real port, borrowed for the net's life. */
+RUMOR_API const char *rumor_net_endpoint(const rumor_net *net);
+
+/* Queues a message for peer (a linked peer). h gives type (DATA), codec,
+ * step, round, tensor and count; the rest is filled in. payload is copied.
+ * Waits while the link's queue is full, until deadline_ns (rumor_clock_ns
+ * time). Errors: RUMOR_EINVAL (unknown or unlinked peer), RUMOR_ETOOBIG
+ * (len > max_message_bytes), RUMOR_ETIMEDOUT, RUMOR_EAUTH (transport
+ * failed closed), RUMOR_ENOMEM. */
+RUMOR_API rumor_err rumor_net_send(rumor_net *net,
+                                   uint32_t peer,
+                                   const struct rumor_net_header *h,
+                                   const void *payload,
+                                   size_t len,
+                                   uint64_t deadline_ns);
+
+/* A received message: the header of its first chunk with payload_len set
+ * to the whole length, and the reassembled payload (owned). */
+struct rumor_net_msg {
+    struct rumor_net_header hdr;
+    uint8_t *payload; /* owned; free with rumor_net_msg_free */
+    size_t len;
+    void *hold; /* internal: what payload lives in (NULL: malloc'd) */
+};
+
+/* Takes the oldest message from peer for (step, round), waiting until
+ * deadline_ns. Errors: RUMOR_ETIMEDOUT (nothing arrived in time: never
+ * hangs), RUMOR_EINVAL (unknown peer), RUMOR_EAUTH (failed closed). */
+RUMOR_API rumor_err rumor_net_recv(rumor_net *net,
+                                   uint32_t peer,
+                                   uint64_t step,
+                                   uint32_t round,
+                                   uint64_t deadline_ns,
+                                   struct rumor_net_msg *out);
+
+RUMOR_API void rumor_net_msg_free(struct rumor_net_msg *msg);
+
+/* Closes every step below step: queued messages for them are freed and
+ * later ones are dropped on arrival. */
+RUMOR_API void rumor_net_close_steps_before(rumor_net *net, uint64_t step);
+
+/* Liveness of peer from what this node received (unknown peer: DOWN). */
+RUMOR_API rumor_net_state rumor_net_peer_state(rumor_net *net, uint32_t peer);
+
+/* Static text "alive", "late" or "down". */
+RUMOR_API const char *rumor_net_state_name(rumor_net_state state);
+
+/* Waits until the link to peer has passed HELLO (so a send goes out at
+ * once). RUMOR_ETIMEDOUT at the deadline, RUMOR_EINVAL unknown peer. */
+RUMOR_API rumor_err rumor_net_wait_ready(rumor_net *net,
+                                         uint32_t peer,
+                                         uint64_t deadline_ns);
+
+struct rumor_net_stats {
+    uint64_t bytes_sent; /* frame bytes handed to ZeroMQ, headers in */
+    uint64_t bytes_recv; /* frame bytes received and accepted */
+    uint64_t frames_sent;
+    uint64_t frames_recv;
+    uint64_t messages_recv;    /* whole messages delivered to the inbox */
+    uint64_t rejected_auth;    /* wrong sender id; with RUMOR_NET_ALL also
+                                  frames with no User-Id of a listed key */
+    uint64_t rejected_proto;   /* frames that failed to decode */
+    uint64_t refused;          /* HELLOs refused (version, fingerprint) */
+    uint64_t handshake_failed; /* ROUTER handshakes that failed (unlisted
+                                  key, no CURVE); RUMOR_NET_ALL only */
+    uint64_t replays;          /* frames rejected by the replay window */
+    uint64_t dropped;          /* closed step, full inbox, broken reassembly */
+    uint64_t links_recreated;  /* DEALERs rebuilt by the supervisor */
+    uint64_t queued_bytes;     /* bytes waiting in send queues now */
+    uint64_t queued_bytes_max; /* the most ever waiting */
+};
+
+/* Counters for one peer, or summed over all with RUMOR_NET_ALL. */
+RUMOR_API void
+rumor_net_stats(rumor_net *net, uint32_t peer, struct rumor_net_stats *out);
+
+/* RUMOR_OK while the transport works; RUMOR_EAUTH after it failed closed
+ * (the ZAP handler died and the listener was closed). */
+RUMOR_API rumor_err rumor_net_status(rumor_net *net);
+
+/* Fault injection for tests and experiments. */
+typedef enum rumor_net_fault {
+    /* The ZAP handler stops as if it died: the node must close its
+     * listener and report RUMOR_EAUTH. */
+    RUMOR_NET_FAULT_ZAP_STOP = 1,
+    /* The ZAP handler closes its socket without telling anyone: only the
+     * User-Id check stands between a client and the node. */
+    RUMOR_NET_FAULT_ZAP_SILENT = 2
+} rumor_net_fault;
+
+/* Injects a fault; returns once the fault has taken effect. */
+RUMOR_API rumor_err rumor_net_fault_inject(rumor_net *net,
+                                           rumor_net_fault fault);
+
+#endif /* RUMOR_NET_H */

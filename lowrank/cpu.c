@@ -1,0 +1,747 @@
+/*
+ * The cpu backend: OpenBLAS and LAPACKE, plus our own AVX2/FMA kernels for
+ * the tall-skinny products of ranks 1-8.
+ *
+ * Why own kernels: a PowerSGD step reads M three times (P = M Q,
+ * Q = M^T P, e = M - P Q^T) and each pass is a matrix times a handful of
+ * columns. Such a product is bound by the read of M, but OpenBLAS's sgemm
+ * and sgemv reach only about a quarter of the memory bandwidth on these
+ * shapes (packing overhead for a 1-8 wide operand). The kernels here
+ * stream M once per pass:
+ *  - right product: one row of M against a transposed Q^T (r x m, small
+ *    enough for L1/L2) with r accumulators; error feedback is fused into
+ *    the same pass (m = e + g is stored while it is multiplied);
+ *  - left product: four rows at a time, accumulating r rows of Q^T, so
+ *    Q^T is loaded and stored once per four rows of M;
+ *  - reconstruction: y = P Q^T row by row, then e -= y and out = y in the
+ *    same pass.
+ * The rank is a compile-time constant inside each kernel (a switch picks
+ * the instance) so the accumulators stay in registers. The AVX2 path is
+ * chosen with __builtin_cpu_supports at run time; without AVX2/FMA, or
+ * above rank 8, cblas_sgemm does the work. Orthogonalization: modified
+ * Gram-Schmidt (the PyTorch hook's algorithm, dots in double), LAPACK
+ * sgeqrf + sorgqr, or CholeskyQR2 (ssyrk, spotrf, strsm, twice; falls back
+ * to Gram-Schmidt when P^T P is not positive definite).
+ * Single-threaded by design: gossip overlaps compression with the network
+ * and the backward pass, and one core already saturates memory here.
+ */
+#include "lowrank/backend.h"
+
+#include <cblas.h>
+#include <lapacke.h>
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CPU_FAST_RANK 8 /* largest rank with an own kernel */
+/* Outputs of at least this many floats (8 MiB) are written with streaming
+ * stores: far beyond L2, and the caller reads them on a later pass. */
+#define CPU_STREAM_MIN ((size_t)2 << 20)
+
+struct cpu_ctx {
+    float *scratch; /* Q^T and similar, grows as needed */
+    size_t cap;     /* floats at scratch */
+    bool avx2;      /* AVX2 and FMA usable */
+};
+
+/* --- helpers -------------------------------------------------------------- */
+
+static rumor_err
+s_scratch(struct cpu_ctx *c, size_t floats, float **out)
+{
+    if (floats > c->cap) {
+        float *grown = NULL;
+        size_t bytes = (floats * sizeof(float) + 63) & ~(size_t)63;
+        if (posix_memalign((void **)&grown, 64, bytes) != 0)
+            return RUMOR_ENOMEM;
+        free(c->scratch);
+        c->scratch = grown;
+        c->cap = floats;
+    }
+    *out = c->scratch;
+    return RUMOR_OK;
+}
+
+static void
+s_transpose(const float *q, size_t m, size_t r, float *qt)
+{
+    for (size_t j = 0; j < m; j++)
+        for (size_t k = 0; k < r; k++)
+            qt[k * m + j] = q[j * r + k];
+}
+
+__attribute__((target("avx2,fma"))) static inline float
+s_hsum(__m256 v)
+{
+    __m128 lo = _mm256_castps256_ps128(v);
+    __m128 hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+/* --- AVX2 kernels --------------------------------------------------------- */
+
+/* P = (M [+= add]) Q for a fixed rank R, with Q^T (R x m) at qt. Two rows
+ * at a time for R <= 4: each load of Q^T serves both rows and the two
+ * rows' accumulators are independent FMA chains. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+s_right_avx2(float *mat,
+             const float *add,
+             size_t n,
+             size_t m,
+             const float *qt,
+             float *p,
+             const int R)
+{
+    const size_t rows = R <= 4 ? 2 : 1;
+    size_t i = 0;
+    for (; i + rows <= n; i += rows) {
+        __m256 acc[2][CPU_FAST_RANK];
+        for (size_t h = 0; h < rows; h++)
+            for (int k = 0; k < R; k++)
+                acc[h][k] = _mm256_setzero_ps();
+        size_t j = 0;
+        for (; j + 8 <= m; j += 8) {
+            __m256 x[2];
+            for (size_t h = 0; h < rows; h++) {
+                float *row = mat + (i + h) * m;
+                x[h] = _mm256_loadu_ps(row + j);
+                if (add != NULL) {
+                    x[h] =
+                        _mm256_add_ps(x[h],
+                                      _mm256_loadu_ps(add + (i + h) * m + j));
+                    _mm256_storeu_ps(row + j, x[h]);
+                }
+            }
+            for (int k = 0; k < R; k++) {
+                __m256 qk = _mm256_loadu_ps(qt + (size_t)k * m + j);
+                for (size_t h = 0; h < rows; h++)
+                    acc[h][k] = _mm256_fmadd_ps(x[h], qk, acc[h][k]);
+            }
+        }
+        for (size_t h = 0; h < rows; h++) {
+            float *row = mat + (i + h) * m;
+            const float *arow = add != NULL ? add + (i + h) * m : NULL;
+            float tail[CPU_FAST_RANK] = {0};
+            for (size_t jj = j; jj < m; jj++) {
+                float x = row[jj];
+                if (arow != NULL) {
+                    x += arow[jj];
+                    row[jj] = x;
+                }
+                for (int k = 0; k < R; k++)
+                    tail[k] += x * qt[(size_t)k * m + jj];
+            }
+            for (int k = 0; k < R; k++)
+                p[(i + h) * (size_t)R + k] = s_hsum(acc[h][k]) + tail[k];
+        }
+    }
+    for (; i < n; i++) { /* the odd last row when rows == 2 */
+        float *row = mat + i * m;
+        const float *arow = add != NULL ? add + i * m : NULL;
+        __m256 acc[CPU_FAST_RANK];
+        for (int k = 0; k < R; k++)
+            acc[k] = _mm256_setzero_ps();
+        size_t j = 0;
+        for (; j + 8 <= m; j += 8) {
+            __m256 x = _mm256_loadu_ps(row + j);
+            if (arow != NULL) {
+                x = _mm256_add_ps(x, _mm256_loadu_ps(arow + j));
+                _mm256_storeu_ps(row + j, x);
+            }
+            for (int k = 0; k < R; k++)
+                acc[k] =
+                    _mm256_fmadd_ps(x,
+                                    _mm256_loadu_ps(qt + (size_t)k * m + j),
+                                    acc[k]);
+        }
+        float tail[CPU_FAST_RANK] = {0};
+        for (; j < m; j++) {
+            float x = row[j];
+            if (arow != NULL) {
+                x += arow[j];
+                row[j] = x;
+            }
+            for (int k = 0; k < R; k++)
+                tail[k] += x * qt[(size_t)k * m + j];
+        }
+        for (int k = 0; k < R; k++)
+            p[i * (size_t)R + k] = s_hsum(acc[k]) + tail[k];
+    }
+}
+
+/* Q^T (R x m, at qt) = (M^T P)^T for B (4 or 1) rows of M starting at
+ * row i; with add, M += add is stored in the same pass. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+s_left_rows(float *mat,
+            const float *add,
+            size_t i,
+            size_t m,
+            const float *p,
+            float *qt,
+            const int B,
+            const int R)
+{
+    float *rows[4];
+    const float *pi = p + i * (size_t)R;
+    for (int h = 0; h < B; h++)
+        rows[h] = mat + (i + (size_t)h) * m;
+    size_t j = 0;
+    for (; j + 8 <= m; j += 8) {
+        __m256 x[4];
+        for (int h = 0; h < B; h++) {
+            x[h] = _mm256_loadu_ps(rows[h] + j);
+            if (add != NULL) {
+                x[h] = _mm256_add_ps(
+                    x[h],
+                    _mm256_loadu_ps(add + (i + (size_t)h) * m + j));
+                _mm256_storeu_ps(rows[h] + j, x[h]);
+            }
+        }
+        for (int k = 0; k < R; k++) {
+            float *qk = qt + (size_t)k * m + j;
+            __m256 acc = _mm256_loadu_ps(qk);
+            for (int h = 0; h < B; h++)
+                acc = _mm256_fmadd_ps(x[h], _mm256_set1_ps(pi[h * R + k]), acc);
+            _mm256_storeu_ps(qk, acc);
+        }
+    }
+    for (; j < m; j++)
+        for (int h = 0; h < B; h++) {
+            float x = rows[h][j];
+            if (add != NULL) {
+                x += add[(i + (size_t)h) * m + j];
+                rows[h][j] = x;
+            }
+            for (int k = 0; k < R; k++)
+                qt[(size_t)k * m + j] += x * pi[h * R + k];
+        }
+}
+
+/* Q^T (R x m, at qt) = (M^T P)^T, four rows of M at a time, so Q^T is
+ * loaded and stored once per four rows; error feedback (M += add) fused. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+s_left_avx2(float *mat,
+            const float *add,
+            size_t n,
+            size_t m,
+            const float *p,
+            float *qt,
+            const int R)
+{
+    memset(qt, 0, (size_t)R * m * sizeof(float));
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        s_left_rows(mat, add, i, m, p, qt, 4, R);
+    for (; i < n; i++)
+        s_left_rows(mat, add, i, m, p, qt, 1, R);
+}
+
+/* One row of y = alpha P Q^T from column j on (the scalar tail). */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+s_recon_tail(size_t j,
+             size_t m,
+             const float *ps,
+             const float *qt,
+             float *erow,
+             float *orow,
+             float beta,
+             const int R)
+{
+    for (; j < m; j++) {
+        float y = 0;
+        for (int k = 0; k < R; k++)
+            y += ps[k] * qt[(size_t)k * m + j];
+        if (erow != NULL)
+            erow[j] -= y;
+        if (orow != NULL)
+            orow[j] = (beta != 0 ? orow[j] : 0.0f) + y;
+    }
+}
+
+/* y = alpha P Q^T; e -= y; out = beta out + y. Two rows at a time for
+ * R <= 4, so each load of Q^T serves both. With stream set (a fresh out
+ * much larger than the caches, rows 32-byte aligned) out is written with
+ * non-temporal stores: a plain store first reads the line it overwrites,
+ * a third more memory traffic in this pass. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+s_recon_avx2(size_t n,
+             size_t m,
+             const float *p,
+             const float *qt,
+             float alpha,
+             float *e,
+             float *out,
+             float beta,
+             bool stream,
+             const int R)
+{
+    const size_t rows = R <= 4 ? 2 : 1;
+    size_t i = 0;
+    for (; i + rows <= n; i += rows) {
+        __m256 pk[2][CPU_FAST_RANK];
+        float ps[2][CPU_FAST_RANK];
+        float *erow[2], *orow[2];
+        for (size_t h = 0; h < rows; h++) {
+            for (int k = 0; k < R; k++) {
+                ps[h][k] = alpha * p[(i + h) * (size_t)R + k];
+                pk[h][k] = _mm256_set1_ps(ps[h][k]);
+            }
+            erow[h] = e != NULL ? e + (i + h) * m : NULL;
+            orow[h] = out != NULL ? out + (i + h) * m : NULL;
+        }
+        size_t j = 0;
+        for (; j + 8 <= m; j += 8) {
+            __m256 y[2];
+            __m256 q0 = _mm256_loadu_ps(qt + j);
+            for (size_t h = 0; h < rows; h++)
+                y[h] = _mm256_mul_ps(pk[h][0], q0);
+            for (int k = 1; k < R; k++) {
+                __m256 qk = _mm256_loadu_ps(qt + (size_t)k * m + j);
+                for (size_t h = 0; h < rows; h++)
+                    y[h] = _mm256_fmadd_ps(pk[h][k], qk, y[h]);
+            }
+            for (size_t h = 0; h < rows; h++) {
+                if (erow[h] != NULL)
+                    _mm256_storeu_ps(
+                        erow[h] + j,
+                        _mm256_sub_ps(_mm256_loadu_ps(erow[h] + j), y[h]));
+                if (orow[h] == NULL)
+                    continue;
+                if (stream) {
+                    _mm256_stream_ps(orow[h] + j, y[h]);
+                } else {
+                    __m256 v = y[h];
+                    if (beta != 0)
+                        v = _mm256_add_ps(_mm256_loadu_ps(orow[h] + j), v);
+                    _mm256_storeu_ps(orow[h] + j, v);
+                }
+            }
+        }
+        for (size_t h = 0; h < rows; h++)
+            s_recon_tail(j, m, ps[h], qt, erow[h], orow[h], beta, R);
+    }
+    for (; i < n; i++) { /* the odd last row when rows == 2 */
+        float ps[CPU_FAST_RANK];
+        for (int k = 0; k < R; k++)
+            ps[k] = alpha * p[i * (size_t)R + k];
+        s_recon_tail(0,
+                     m,
+                     ps,
+                     qt,
+                     e != NULL ? e + i * m : NULL,
+                     out != NULL ? out + i * m : NULL,
+                     beta,
+                     R);
+    }
+    if (stream)
+        _mm_sfence(); /* streamed stores are visible before we return */
+}
+
+/* One instance per rank so R is a constant inside each kernel. */
+#define CPU_RANK_SWITCH(r, CALL) \
+    switch (r) {                 \
+    case 1:                      \
+        CALL(1);                 \
+        break;                   \
+    case 2:                      \
+        CALL(2);                 \
+        break;                   \
+    case 3:                      \
+        CALL(3);                 \
+        break;                   \
+    case 4:                      \
+        CALL(4);                 \
+        break;                   \
+    case 5:                      \
+        CALL(5);                 \
+        break;                   \
+    case 6:                      \
+        CALL(6);                 \
+        break;                   \
+    case 7:                      \
+        CALL(7);                 \
+        break;                   \
+    default:                     \
+        CALL(8);                 \
+        break;                   \
+    }
+
+__attribute__((target("avx2,fma"))) static void
+s_right_fast(float *mat,
+             const float *add,
+             size_t n,
+             size_t m,
+             const float *qt,
+             size_t r,
+             float *p)
+{
+#define CPU_CALL(R) s_right_avx2(mat, add, n, m, qt, p, R)
+    CPU_RANK_SWITCH(r, CPU_CALL)
+#undef CPU_CALL
+}
+
+__attribute__((target("avx2,fma"))) static void
+s_left_fast(float *mat,
+            const float *add,
+            size_t n,
+            size_t m,
+            const float *p,
+            size_t r,
+            float *qt)
+{
+#define CPU_CALL(R) s_left_avx2(mat, add, n, m, p, qt, R)
+    CPU_RANK_SWITCH(r, CPU_CALL)
+#undef CPU_CALL
+}
+
+__attribute__((target("avx2,fma"))) static void
+s_recon_fast(size_t n,
+             size_t m,
+             size_t r,
+             const float *p,
+             const float *qt,
+             float alpha,
+             float *e,
+             float *out,
+             float beta)
+{
+    /* Streaming needs every row of out 32-byte aligned. */
+    bool stream = out != NULL && beta == 0 && n * m >= CPU_STREAM_MIN &&
+                  ((uintptr_t)out & 31) == 0 && m % 8 == 0;
+#define CPU_CALL(R) s_recon_avx2(n, m, p, qt, alpha, e, out, beta, stream, R)
+    CPU_RANK_SWITCH(r, CPU_CALL)
+#undef CPU_CALL
+}
+
+/* --- interface ------------------------------------------------------------ */
+
+static rumor_err
+s_alloc(void *ctx, size_t bytes, float **out)
+{
+    (void)ctx;
+    *out = NULL;
+    size_t rounded = ((bytes > 0 ? bytes : 1) + 63) & ~(size_t)63;
+    void *mem = NULL;
+    if (posix_memalign(&mem, 64, rounded) != 0)
+        return RUMOR_ENOMEM;
+    memset(mem, 0, rounded);
+    *out = mem;
+    return RUMOR_OK;
+}
+
+static void
+s_release(void *ctx, float *ptr)
+{
+    (void)ctx;
+    free(ptr);
+}
+
+static rumor_err
+s_copy(void *ctx, float *dst, const float *src, size_t bytes)
+{
+    (void)ctx;
+    if (bytes > 0 && dst != src)
+        memmove(dst, src, bytes);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_project_right(void *ctx,
+                float *mat,
+                const float *add,
+                size_t n,
+                size_t m,
+                const float *q,
+                size_t r,
+                float *p)
+{
+    struct cpu_ctx *c = ctx;
+    if (c->avx2 && r <= CPU_FAST_RANK) {
+        float *qt = NULL;
+        rumor_err rc = s_scratch(c, r * m, &qt);
+        if (rc != RUMOR_OK)
+            return rc;
+        s_transpose(q, m, r, qt);
+        s_right_fast(mat, add, n, m, qt, r, p);
+        return RUMOR_OK;
+    }
+    if (add != NULL)
+        for (size_t i = 0; i < n * m; i++)
+            mat[i] += add[i];
+    cblas_sgemm(CblasRowMajor,
+                CblasNoTrans,
+                CblasNoTrans,
+                (int)n,
+                (int)r,
+                (int)m,
+                1.0f,
+                mat,
+                (int)m,
+                q,
+                (int)r,
+                0.0f,
+                p,
+                (int)r);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_project_left(void *ctx,
+               float *mat,
+               const float *add,
+               size_t n,
+               size_t m,
+               const float *p,
+               size_t r,
+               float *q)
+{
+    struct cpu_ctx *c = ctx;
+    if (c->avx2 && r <= CPU_FAST_RANK) {
+        float *qt = NULL;
+        rumor_err rc = s_scratch(c, r * m, &qt);
+        if (rc != RUMOR_OK)
+            return rc;
+        s_left_fast(mat, add, n, m, p, r, qt);
+        for (size_t j = 0; j < m; j++)
+            for (size_t k = 0; k < r; k++)
+                q[j * r + k] = qt[k * m + j];
+        return RUMOR_OK;
+    }
+    if (add != NULL)
+        for (size_t i = 0; i < n * m; i++)
+            mat[i] += add[i];
+    cblas_sgemm(CblasRowMajor,
+                CblasTrans,
+                CblasNoTrans,
+                (int)m,
+                (int)r,
+                (int)n,
+                1.0f,
+                mat,
+                (int)m,
+                p,
+                (int)r,
+                0.0f,
+                q,
+                (int)r);
+    return RUMOR_OK;
+}
+
+static void
+s_gram_schmidt(float *p, size_t n, size_t r, float eps)
+{
+    if (r == 1) {
+        double ss = 0;
+        for (size_t i = 0; i < n; i++)
+            ss += (double)p[i] * p[i];
+        float div = (float)sqrt(ss) + eps;
+        if (div > 0) {
+            float inv = 1.0f / div;
+            for (size_t i = 0; i < n; i++)
+                p[i] *= inv;
+        }
+        return;
+    }
+    lowrank_ref_gram_schmidt(p, n, r, eps);
+}
+
+static rumor_err
+s_householder(float *p, size_t n, size_t r)
+{
+    float tau[RUMOR_LOWRANK_MAX_RANK];
+    lapack_int info = LAPACKE_sgeqrf(LAPACK_ROW_MAJOR,
+                                     (lapack_int)n,
+                                     (lapack_int)r,
+                                     p,
+                                     (lapack_int)r,
+                                     tau);
+    if (info != 0)
+        return info < 0 ? RUMOR_EINVAL : RUMOR_EBACKEND;
+    info = LAPACKE_sorgqr(LAPACK_ROW_MAJOR,
+                          (lapack_int)n,
+                          (lapack_int)r,
+                          (lapack_int)r,
+                          p,
+                          (lapack_int)r,
+                          tau);
+    if (info != 0)
+        return info < 0 ? RUMOR_EINVAL : RUMOR_EBACKEND;
+    return RUMOR_OK;
+}
+
+/* CholeskyQR2 (Fukaya et al. 2014): P = P R^{-1} with R from the Cholesky
+ * factor of P^T P, done twice so the second pass repairs the first's loss
+ * of orthogonality. Returns false when P^T P is not positive definite. */
+static bool
+s_cholqr2(float *p, size_t n, size_t r)
+{
+    float g[RUMOR_LOWRANK_MAX_RANK * 8];
+    float *gram = g;
+    float *heap = NULL;
+    bool ok = false;
+    if (r * r > sizeof g / sizeof g[0]) {
+        heap = malloc(r * r * sizeof *heap);
+        if (heap == NULL)
+            return false;
+        gram = heap;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        cblas_ssyrk(CblasRowMajor,
+                    CblasUpper,
+                    CblasTrans,
+                    (int)r,
+                    (int)n,
+                    1.0f,
+                    p,
+                    (int)r,
+                    0.0f,
+                    gram,
+                    (int)r);
+        if (LAPACKE_spotrf(LAPACK_ROW_MAJOR,
+                           'U',
+                           (lapack_int)r,
+                           gram,
+                           (lapack_int)r) != 0)
+            goto done;
+        cblas_strsm(CblasRowMajor,
+                    CblasRight,
+                    CblasUpper,
+                    CblasNoTrans,
+                    CblasNonUnit,
+                    (int)n,
+                    (int)r,
+                    1.0f,
+                    gram,
+                    (int)r,
+                    p,
+                    (int)r);
+    }
+    ok = true;
+done:
+    free(heap);
+    return ok;
+}
+
+static rumor_err
+s_orthogonalize(void *ctx,
+                float *p,
+                size_t n,
+                size_t r,
+                rumor_lowrank_orth method,
+                float eps)
+{
+    (void)ctx;
+    switch (lowrank_orth_resolve(method, r)) {
+    case RUMOR_LOWRANK_ORTH_QR:
+        return s_householder(p, n, r);
+    case RUMOR_LOWRANK_ORTH_CHOLQR2:
+        /* Cholesky fails on (near) rank-deficient P; Gram-Schmidt with
+         * eps handles zero columns without NaN. */
+        if (!s_cholqr2(p, n, r))
+            s_gram_schmidt(p, n, r, eps);
+        return RUMOR_OK;
+    default:
+        s_gram_schmidt(p, n, r, eps);
+        return RUMOR_OK;
+    }
+}
+
+static rumor_err
+s_reconstruct(void *ctx,
+              size_t n,
+              size_t m,
+              size_t r,
+              const float *p,
+              const float *q,
+              float alpha,
+              float *e,
+              float *out,
+              float beta)
+{
+    struct cpu_ctx *c = ctx;
+    if (c->avx2 && r <= CPU_FAST_RANK) {
+        float *qt = NULL;
+        rumor_err rc = s_scratch(c, r * m, &qt);
+        if (rc != RUMOR_OK)
+            return rc;
+        s_transpose(q, m, r, qt);
+        s_recon_fast(n, m, r, p, qt, alpha, e, out, beta);
+        return RUMOR_OK;
+    }
+    if (e != NULL)
+        cblas_sgemm(CblasRowMajor,
+                    CblasNoTrans,
+                    CblasTrans,
+                    (int)n,
+                    (int)m,
+                    (int)r,
+                    -alpha,
+                    p,
+                    (int)r,
+                    q,
+                    (int)r,
+                    1.0f,
+                    e,
+                    (int)m);
+    if (out != NULL)
+        cblas_sgemm(CblasRowMajor,
+                    CblasNoTrans,
+                    CblasTrans,
+                    (int)n,
+                    (int)m,
+                    (int)r,
+                    alpha,
+                    p,
+                    (int)r,
+                    q,
+                    (int)r,
+                    beta != 0 ? 1.0f : 0.0f,
+                    out,
+                    (int)m);
+    return RUMOR_OK;
+}
+
+static void
+s_free(void *ctx)
+{
+    struct cpu_ctx *c = ctx;
+    if (c == NULL)
+        return;
+    free(c->scratch);
+    free(c);
+}
+
+rumor_err
+lowrank_cpu_init(struct lowrank_backend_i *iface, void **ctx)
+{
+    static const struct lowrank_backend_i cpu = {
+        .name = "cpu",
+        .alloc = s_alloc,
+        .release = s_release,
+        .upload = s_copy,
+        .download = s_copy,
+        .project_right = s_project_right,
+        .project_left = s_project_left,
+        .orthogonalize = s_orthogonalize,
+        .reconstruct = s_reconstruct,
+        .free = s_free,
+    };
+    *ctx = NULL;
+    struct cpu_ctx *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return RUMOR_ENOMEM;
+    __builtin_cpu_init();
+    c->avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    /* RUMOR_LOWRANK_NO_AVX2=1 forces the BLAS path (tests, comparisons). */
+    const char *no_avx2 = getenv("RUMOR_LOWRANK_NO_AVX2");
+    if (no_avx2 != NULL && no_avx2[0] == '1')
+        c->avx2 = false;
+    *iface = cpu;
+    *ctx = c;
+    return RUMOR_OK;
+}

@@ -1,0 +1,754 @@
+// The cuda backend: cuBLAS for the products, cuSOLVER geqrf/orgqr for QR,
+// own kernels for the rest. Every operation exists batched over matrices
+// of one shape (the compressor groups them, as the hook's
+// batch_tensors_with_same_shape does): one launch per group, matrices
+// selected by blockIdx.y from device arrays of pointers; the single-matrix
+// slots are batches of one.
+//
+// - P = (M [+= g]) Q for r <= 8: own kernel, one warp per row of M, which
+//   streams the row once, stores M = e + g (error feedback fused into the
+//   product) and keeps r dot products in registers; above rank 8 an add
+//   kernel and cublasSgemmBatched.
+// - Q = M^T P: cublasSgemmBatched (row-major M is cuBLAS's column-major
+//   M^T, so both products need no copies).
+// - e -= P Q^T and out = P Q^T: own kernel, one pass over M.
+// - Gram-Schmidt (rank <= 2 by default): one block per matrix, block
+//   reductions in double, the hook's column order; a zero column stays
+//   zero. QR: P transposed to column-major with cublasSgeam, cuSOLVER
+//   geqrf + orgqr, transposed back. CholeskyQR2 is served by QR here (same
+//   Q up to column signs; the cpu backend has the Cholesky variant).
+// Everything runs on the legacy default stream, so the synchronous
+// cudaMemcpy of pointer arrays is ordered after the kernels that used the
+// previous arrays.
+// Errors: CUDA_TRY / CUBLAS_TRY / CUSOLVER_TRY set rc and jump to the label
+// written at the call site (R4.6); nothing else hides control flow.
+// Only extern "C" entry points leave this file (R1.1). The tests compare
+// every operation and the whole compressor against the cpu backend
+// (tests/unit/test_lowrank.c); they have not run on a GPU yet.
+#include "lowrank/backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cusolverDn.h>
+
+#include <stdlib.h>
+
+#define CUDA_TRY(call, label)                         \
+    do {                                              \
+        cudaError_t cuda_err_ = (call);               \
+        if (cuda_err_ != cudaSuccess) {               \
+            rumor_log(RUMOR_LOG_ERROR,                \
+                      "lowrank cuda: %s: %s",         \
+                      #call,                          \
+                      cudaGetErrorString(cuda_err_)); \
+            rc = RUMOR_EBACKEND;                      \
+            goto label;                               \
+        }                                             \
+    } while (0)
+
+#define CUBLAS_TRY(call, label)                      \
+    do {                                             \
+        cublasStatus_t cublas_st_ = (call);          \
+        if (cublas_st_ != CUBLAS_STATUS_SUCCESS) {   \
+            rumor_log(RUMOR_LOG_ERROR,               \
+                      "lowrank cuda: %s: status %d", \
+                      #call,                         \
+                      (int)cublas_st_);              \
+            rc = RUMOR_EBACKEND;                     \
+            goto label;                              \
+        }                                            \
+    } while (0)
+
+#define CUSOLVER_TRY(call, label)                      \
+    do {                                               \
+        cusolverStatus_t cusolver_st_ = (call);        \
+        if (cusolver_st_ != CUSOLVER_STATUS_SUCCESS) { \
+            rumor_log(RUMOR_LOG_ERROR,                 \
+                      "lowrank cuda: %s: status %d",   \
+                      #call,                           \
+                      (int)cusolver_st_);              \
+            rc = RUMOR_EBACKEND;                       \
+            goto label;                                \
+        }                                              \
+    } while (0)
+
+#define GS_THREADS 512
+
+struct cuda_ctx {
+    cublasHandle_t blas;
+    cusolverDnHandle_t solver;
+    float *scratch;   // device, QR transpose + workspace + tau
+    size_t cap;       // floats at scratch
+    int *info;        // device, cuSOLVER status
+    void **dptrs;     // device, pointer arrays of batched calls
+    size_t dptrs_cap; // pointers at dptrs
+};
+
+// --- kernels -----------------------------------------------------------
+
+// Batched kernels take device arrays of device pointers, one matrix per
+// blockIdx.y (a group of same-shaped matrices in one launch).
+
+__global__ static void
+k_add(float *const *mats, const float *const *adds, size_t count)
+{
+    float *mat = mats[blockIdx.y];
+    const float *add = adds[blockIdx.y];
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (; i < count; i += stride)
+        mat[i] += add[i];
+}
+
+// P = (M [+= add]) Q for rank R <= 8: one warp per row of M streams the
+// row once (storing M + add when fusing error feedback) and keeps R dot
+// products in registers; Q (m x R) is small and stays in L2.
+template <int R>
+__global__ static void
+k_right_fused(float *const *mats,
+              const float *const *adds,
+              size_t n,
+              size_t m,
+              const float *const *qs,
+              float *const *ps)
+{
+    size_t row = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
+    unsigned lane = threadIdx.x % 32;
+    if (row >= n)
+        return;
+    float *mrow = mats[blockIdx.y] + row * m;
+    const float *arow = adds != NULL ? adds[blockIdx.y] + row * m : NULL;
+    const float *q = qs[blockIdx.y];
+    float acc[R];
+    for (int k = 0; k < R; k++)
+        acc[k] = 0;
+    for (size_t j = lane; j < m; j += 32) {
+        float x = mrow[j];
+        if (arow != NULL) {
+            x += arow[j];
+            mrow[j] = x;
+        }
+        for (int k = 0; k < R; k++)
+            acc[k] += x * q[j * R + k];
+    }
+    for (int k = 0; k < R; k++)
+        for (int off = 16; off > 0; off >>= 1)
+            acc[k] += __shfl_down_sync(0xffffffffu, acc[k], off);
+    if (lane == 0)
+        for (int k = 0; k < R; k++)
+            ps[blockIdx.y][row * R + k] = acc[k];
+}
+
+__global__ static void
+k_reconstruct(size_t n,
+              size_t m,
+              size_t r,
+              const float *const *ps,
+              const float *const *qs,
+              float alpha,
+              float *const *es,
+              float *const *outs,
+              float beta)
+{
+    const float *p = ps[blockIdx.y];
+    const float *q = qs[blockIdx.y];
+    float *e = es != NULL ? es[blockIdx.y] : NULL;
+    float *out = outs != NULL ? outs[blockIdx.y] : NULL;
+    size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (; idx < n * m; idx += stride) {
+        size_t i = idx / m, j = idx % m;
+        float y = 0;
+        for (size_t k = 0; k < r; k++)
+            y += p[i * r + k] * q[j * r + k];
+        y *= alpha;
+        if (e != NULL)
+            e[idx] -= y;
+        if (out != NULL)
+            out[idx] = (beta != 0 ? out[idx] : 0.0f) + y;
+    }
+}
+
+__device__ static double
+d_block_sum(double v, double *shared)
+{
+    shared[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            shared[threadIdx.x] += shared[threadIdx.x + s];
+        __syncthreads();
+    }
+    double total = shared[0];
+    __syncthreads();
+    return total;
+}
+
+// One block per matrix: modified Gram-Schmidt on a row-major n x r matrix.
+__global__ static void
+k_gram_schmidt(float *const *ps, size_t n, size_t r, float eps)
+{
+    __shared__ double shared[GS_THREADS];
+    float *p = ps[blockIdx.x];
+    for (size_t c = 0; c < r; c++) {
+        double ss = 0;
+        for (size_t i = threadIdx.x; i < n; i += blockDim.x)
+            ss += (double)p[i * r + c] * p[i * r + c];
+        float div = (float)sqrt(d_block_sum(ss, shared)) + eps;
+        if (div > 0) // a zero column stays zero, never NaN
+            for (size_t i = threadIdx.x; i < n; i += blockDim.x)
+                p[i * r + c] /= div;
+        __syncthreads();
+        for (size_t d = c + 1; d < r; d++) {
+            double dot = 0;
+            for (size_t i = threadIdx.x; i < n; i += blockDim.x)
+                dot += (double)p[i * r + c] * p[i * r + d];
+            float f = (float)d_block_sum(dot, shared);
+            for (size_t i = threadIdx.x; i < n; i += blockDim.x)
+                p[i * r + d] -= f * p[i * r + c];
+            __syncthreads();
+        }
+    }
+}
+
+static unsigned
+s_blocks(size_t count)
+{
+    size_t b = (count + 255) / 256;
+    if (b < 1)
+        b = 1;
+    return b > 65535 ? 65535u : (unsigned)b;
+}
+
+// Copies up to four host arrays of count device pointers to the device
+// (into ctx->dptrs, grown as needed); *out receives the device arrays.
+static rumor_err
+s_ptrs(struct cuda_ctx *c,
+       const void *const *h0,
+       const void *const *h1,
+       const void *const *h2,
+       const void *const *h3,
+       size_t count,
+       void **out[4])
+{
+    rumor_err rc = RUMOR_OK;
+    const void *const *hs[4] = {h0, h1, h2, h3};
+    if (4 * count > c->dptrs_cap) {
+        void *grown = NULL;
+        CUDA_TRY(cudaMalloc(&grown, 4 * count * sizeof(void *)), done);
+        cudaFree(c->dptrs);
+        c->dptrs = (void **)grown;
+        c->dptrs_cap = 4 * count;
+    }
+    for (int a = 0; a < 4; a++) {
+        out[a] = NULL;
+        if (hs[a] == NULL)
+            continue;
+        out[a] = c->dptrs + a * count;
+        CUDA_TRY(cudaMemcpy(out[a],
+                            hs[a],
+                            count * sizeof(void *),
+                            cudaMemcpyHostToDevice),
+                 done);
+    }
+done:
+    return rc;
+}
+
+// --- interface ------------------------------------------------------------
+
+static rumor_err
+s_alloc(void *ctx, size_t bytes, float **out)
+{
+    (void)ctx;
+    rumor_err rc = RUMOR_OK;
+    void *mem = NULL;
+    *out = NULL;
+    CUDA_TRY(cudaMalloc(&mem, bytes > 0 ? bytes : 4), fail);
+    CUDA_TRY(cudaMemset(mem, 0, bytes > 0 ? bytes : 4), fail);
+    *out = (float *)mem;
+    return RUMOR_OK;
+fail:
+    cudaFree(mem);
+    return rc == RUMOR_EBACKEND ? RUMOR_ENOMEM : rc;
+}
+
+static void
+s_release(void *ctx, float *ptr)
+{
+    (void)ctx;
+    if (ptr != NULL)
+        cudaFree(ptr);
+}
+
+static rumor_err
+s_upload(void *ctx, float *dst, const float *src, size_t bytes)
+{
+    (void)ctx;
+    rumor_err rc = RUMOR_OK;
+    if (bytes > 0)
+        CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), done);
+done:
+    return rc;
+}
+
+static rumor_err
+s_download(void *ctx, float *dst, const float *src, size_t bytes)
+{
+    (void)ctx;
+    rumor_err rc = RUMOR_OK;
+    if (bytes > 0)
+        CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), done);
+done:
+    return rc;
+}
+
+#define CUDA_MAX_BATCH 65535 // gridDim.y limit; larger groups go in chunks
+
+static rumor_err
+s_project_right_batch(void *ctx,
+                      float *const *mats,
+                      const float *const *adds,
+                      size_t n,
+                      size_t m,
+                      const float *const *qs,
+                      size_t r,
+                      float *const *ps,
+                      size_t count)
+{
+    struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+    rumor_err rc = RUMOR_OK;
+    const float one = 1.0f, zero = 0.0f;
+    for (size_t at = 0; at < count; at += CUDA_MAX_BATCH) {
+        size_t b = count - at < CUDA_MAX_BATCH ? count - at : CUDA_MAX_BATCH;
+        void **d[4];
+        rc = s_ptrs(c,
+                    (const void *const *)(mats + at),
+                    adds != NULL ? (const void *const *)(adds + at) : NULL,
+                    (const void *const *)(qs + at),
+                    (const void *const *)(ps + at),
+                    b,
+                    d);
+        if (rc != RUMOR_OK)
+            goto done;
+        float *const *dm = (float *const *)d[0];
+        const float *const *da = (const float *const *)d[1];
+        const float *const *dq = (const float *const *)d[2];
+        float *const *dp = (float *const *)d[3];
+        if (r <= 8) {
+            dim3 grid((unsigned)((n + 7) / 8), (unsigned)b);
+            switch (r) {
+            case 1:
+                k_right_fused<1><<<grid, 256>>>(dm, da, n, m, dq, dp);
+                break;
+            case 2:
+                k_right_fused<2><<<grid, 256>>>(dm, da, n, m, dq, dp);
+                break;
+            case 3:
+                k_right_fused<3><<<grid, 256>>>(dm, da, n, m, dq, dp);
+                break;
+            case 4:
+                k_right_fused<4><<<grid, 256>>>(dm, da, n, m, dq, dp);
+                break;
+            case 5:
+                k_right_fused<5><<<grid, 256>>>(dm, da, n, m, dq, dp);
+                break;
+            case 6:
+                k_right_fused<6><<<grid, 256>>>(dm, da, n, m, dq, dp);
+                break;
+            case 7:
+                k_right_fused<7><<<grid, 256>>>(dm, da, n, m, dq, dp);
+                break;
+            default:
+                k_right_fused<8><<<grid, 256>>>(dm, da, n, m, dq, dp);
+                break;
+            }
+            CUDA_TRY(cudaGetLastError(), done);
+            continue;
+        }
+        if (da != NULL) {
+            k_add<<<dim3(s_blocks(n * m), (unsigned)b), 256>>>(dm, da, n * m);
+            CUDA_TRY(cudaGetLastError(), done);
+        }
+        // Column-major view: P^T (r x n) = Q^T (r x m) * M^T (m x n).
+        CUBLAS_TRY(cublasSgemmBatched(c->blas,
+                                      CUBLAS_OP_N,
+                                      CUBLAS_OP_N,
+                                      (int)r,
+                                      (int)n,
+                                      (int)m,
+                                      &one,
+                                      dq,
+                                      (int)r,
+                                      (const float *const *)dm,
+                                      (int)m,
+                                      &zero,
+                                      (float *const *)dp,
+                                      (int)r,
+                                      (int)b),
+                   done);
+    }
+done:
+    return rc;
+}
+
+static rumor_err
+s_project_left_batch(void *ctx,
+                     float *const *mats,
+                     const float *const *adds,
+                     size_t n,
+                     size_t m,
+                     const float *const *ps,
+                     size_t r,
+                     float *const *qs,
+                     size_t count)
+{
+    struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+    rumor_err rc = RUMOR_OK;
+    const float one = 1.0f, zero = 0.0f;
+    for (size_t at = 0; at < count; at += CUDA_MAX_BATCH) {
+        size_t b = count - at < CUDA_MAX_BATCH ? count - at : CUDA_MAX_BATCH;
+        void **d[4];
+        rc = s_ptrs(c,
+                    (const void *const *)(mats + at),
+                    adds != NULL ? (const void *const *)(adds + at) : NULL,
+                    (const void *const *)(ps + at),
+                    (const void *const *)(qs + at),
+                    b,
+                    d);
+        if (rc != RUMOR_OK)
+            goto done;
+        if (d[1] != NULL) {
+            k_add<<<dim3(s_blocks(n * m), (unsigned)b), 256>>>(
+                (float *const *)d[0],
+                (const float *const *)d[1],
+                n * m);
+            CUDA_TRY(cudaGetLastError(), done);
+        }
+        // Column-major view: Q^T (r x m) = P^T (r x n) * M (n x m), M
+        // stored as its transpose (m x n), hence OP_T.
+        CUBLAS_TRY(cublasSgemmBatched(c->blas,
+                                      CUBLAS_OP_N,
+                                      CUBLAS_OP_T,
+                                      (int)r,
+                                      (int)m,
+                                      (int)n,
+                                      &one,
+                                      (const float *const *)d[2],
+                                      (int)r,
+                                      (const float *const *)d[0],
+                                      (int)m,
+                                      &zero,
+                                      (float *const *)d[3],
+                                      (int)r,
+                                      (int)b),
+                   done);
+    }
+done:
+    return rc;
+}
+
+static rumor_err
+s_qr(struct cuda_ctx *c, float *p, size_t n, size_t r)
+{
+    rumor_err rc = RUMOR_OK;
+    const float one = 1.0f, zero = 0.0f;
+    int lwork_geqrf = 0, lwork_orgqr = 0, info = 0;
+    float *a = NULL, *tau = NULL, *work = NULL;
+    size_t need = 0;
+    CUSOLVER_TRY(cusolverDnSgeqrf_bufferSize(c->solver,
+                                             (int)n,
+                                             (int)r,
+                                             p,
+                                             (int)n,
+                                             &lwork_geqrf),
+                 done);
+    CUSOLVER_TRY(cusolverDnSorgqr_bufferSize(c->solver,
+                                             (int)n,
+                                             (int)r,
+                                             (int)r,
+                                             p,
+                                             (int)n,
+                                             p,
+                                             &lwork_orgqr),
+                 done);
+    need = n * r + r +
+           (size_t)(lwork_geqrf > lwork_orgqr ? lwork_geqrf : lwork_orgqr);
+    if (need > c->cap) {
+        void *grown = NULL;
+        CUDA_TRY(cudaMalloc(&grown, need * sizeof(float)), done);
+        cudaFree(c->scratch);
+        c->scratch = (float *)grown;
+        c->cap = need;
+    }
+    a = c->scratch;
+    tau = a + n * r;
+    work = tau + r;
+    // Row-major P (n x r) is column-major P^T (r x n): transpose to A.
+    CUBLAS_TRY(cublasSgeam(c->blas,
+                           CUBLAS_OP_T,
+                           CUBLAS_OP_N,
+                           (int)n,
+                           (int)r,
+                           &one,
+                           p,
+                           (int)r,
+                           &zero,
+                           a,
+                           (int)n,
+                           a,
+                           (int)n),
+               done);
+    CUSOLVER_TRY(cusolverDnSgeqrf(c->solver,
+                                  (int)n,
+                                  (int)r,
+                                  a,
+                                  (int)n,
+                                  tau,
+                                  work,
+                                  lwork_geqrf,
+                                  c->info),
+                 done);
+    CUSOLVER_TRY(cusolverDnSorgqr(c->solver,
+                                  (int)n,
+                                  (int)r,
+                                  (int)r,
+                                  a,
+                                  (int)n,
+                                  tau,
+                                  work,
+                                  lwork_orgqr,
+                                  c->info),
+                 done);
+    CUDA_TRY(cudaMemcpy(&info, c->info, sizeof info, cudaMemcpyDeviceToHost),
+             done);
+    if (info != 0) {
+        rc = RUMOR_EBACKEND;
+        goto done;
+    }
+    CUBLAS_TRY(cublasSgeam(c->blas,
+                           CUBLAS_OP_T,
+                           CUBLAS_OP_N,
+                           (int)r,
+                           (int)n,
+                           &one,
+                           a,
+                           (int)n,
+                           &zero,
+                           p,
+                           (int)r,
+                           p,
+                           (int)r),
+               done);
+done:
+    return rc;
+}
+
+static rumor_err
+s_orthogonalize_batch(void *ctx,
+                      float *const *ps,
+                      size_t n,
+                      size_t r,
+                      rumor_lowrank_orth method,
+                      float eps,
+                      size_t count)
+{
+    struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+    rumor_err rc = RUMOR_OK;
+    if (lowrank_orth_resolve(method, r) != RUMOR_LOWRANK_ORTH_GS) {
+        for (size_t i = 0; rc == RUMOR_OK && i < count; i++)
+            rc = s_qr(c, ps[i], n, r);
+        return rc;
+    }
+    for (size_t at = 0; at < count; at += CUDA_MAX_BATCH) {
+        size_t b = count - at < CUDA_MAX_BATCH ? count - at : CUDA_MAX_BATCH;
+        void **d[4];
+        rc = s_ptrs(c, (const void *const *)(ps + at), NULL, NULL, NULL, b, d);
+        if (rc != RUMOR_OK)
+            goto done;
+        k_gram_schmidt<<<(unsigned)b, GS_THREADS>>>((float *const *)d[0],
+                                                    n,
+                                                    r,
+                                                    eps);
+        CUDA_TRY(cudaGetLastError(), done);
+    }
+done:
+    return rc;
+}
+
+static rumor_err
+s_reconstruct_batch(void *ctx,
+                    size_t n,
+                    size_t m,
+                    size_t r,
+                    const float *const *ps,
+                    const float *const *qs,
+                    float alpha,
+                    float *const *es,
+                    float *const *outs,
+                    float beta,
+                    size_t count)
+{
+    struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+    rumor_err rc = RUMOR_OK;
+    for (size_t at = 0; at < count; at += CUDA_MAX_BATCH) {
+        size_t b = count - at < CUDA_MAX_BATCH ? count - at : CUDA_MAX_BATCH;
+        void **d[4];
+        rc = s_ptrs(c,
+                    (const void *const *)(ps + at),
+                    (const void *const *)(qs + at),
+                    es != NULL ? (const void *const *)(es + at) : NULL,
+                    outs != NULL ? (const void *const *)(outs + at) : NULL,
+                    b,
+                    d);
+        if (rc != RUMOR_OK)
+            goto done;
+        k_reconstruct<<<dim3(s_blocks(n * m), (unsigned)b), 256>>>(
+            n,
+            m,
+            r,
+            (const float *const *)d[0],
+            (const float *const *)d[1],
+            alpha,
+            (float *const *)d[2],
+            (float *const *)d[3],
+            beta);
+        CUDA_TRY(cudaGetLastError(), done);
+    }
+done:
+    return rc;
+}
+
+// Single-matrix operations: batches of one.
+
+static rumor_err
+s_project_right(void *ctx,
+                float *mat,
+                const float *add,
+                size_t n,
+                size_t m,
+                const float *q,
+                size_t r,
+                float *p)
+{
+    return s_project_right_batch(ctx,
+                                 &mat,
+                                 add != NULL ? &add : NULL,
+                                 n,
+                                 m,
+                                 &q,
+                                 r,
+                                 &p,
+                                 1);
+}
+
+static rumor_err
+s_project_left(void *ctx,
+               float *mat,
+               const float *add,
+               size_t n,
+               size_t m,
+               const float *p,
+               size_t r,
+               float *q)
+{
+    return s_project_left_batch(ctx,
+                                &mat,
+                                add != NULL ? &add : NULL,
+                                n,
+                                m,
+                                &p,
+                                r,
+                                &q,
+                                1);
+}
+
+static rumor_err
+s_orthogonalize(void *ctx,
+                float *p,
+                size_t n,
+                size_t r,
+                rumor_lowrank_orth method,
+                float eps)
+{
+    return s_orthogonalize_batch(ctx, &p, n, r, method, eps, 1);
+}
+
+static rumor_err
+s_reconstruct(void *ctx,
+              size_t n,
+              size_t m,
+              size_t r,
+              const float *p,
+              const float *q,
+              float alpha,
+              float *e,
+              float *out,
+              float beta)
+{
+    return s_reconstruct_batch(ctx,
+                               n,
+                               m,
+                               r,
+                               &p,
+                               &q,
+                               alpha,
+                               e != NULL ? &e : NULL,
+                               out != NULL ? &out : NULL,
+                               beta,
+                               1);
+}
+
+static void
+s_free(void *ctx)
+{
+    struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+    if (c == NULL)
+        return;
+    if (c->blas != NULL)
+        cublasDestroy(c->blas);
+    if (c->solver != NULL)
+        cusolverDnDestroy(c->solver);
+    cudaFree(c->scratch);
+    cudaFree(c->info);
+    cudaFree(c->dptrs);
+    free(c);
+}
+
+extern "C" rumor_err
+lowrank_cuda_init(struct lowrank_backend_i *iface, void **ctx)
+{
+    static const struct lowrank_backend_i cuda = {
+        "cuda",
+        s_alloc,
+        s_release,
+        s_upload,
+        s_download,
+        s_project_right,
+        s_project_left,
+        s_orthogonalize,
+        s_reconstruct,
+        s_free,
+        s_project_right_batch,
+        s_project_left_batch,
+        s_orthogonalize_batch,
+        s_reconstruct_batch,
+    };
+    rumor_err rc = RUMOR_OK;
+    struct cuda_ctx *c = NULL;
+    *ctx = NULL;
+    if (rumor_cuda_device_count(NULL) <= 0)
+        return RUMOR_ENOTSUP;
+    c = (struct cuda_ctx *)calloc(1, sizeof *c);
+    if (c == NULL)
+        return RUMOR_ENOMEM;
+    CUBLAS_TRY(cublasCreate(&c->blas), fail);
+    CUSOLVER_TRY(cusolverDnCreate(&c->solver), fail);
+    CUDA_TRY(cudaMalloc((void **)&c->info, sizeof(int)), fail);
+    *iface = cuda;
+    *ctx = c;
+    return RUMOR_OK;
+fail:
+    s_free(c);
+    return rc;
+}

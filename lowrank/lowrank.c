@@ -1,0 +1,1391 @@
+/*
+ * lowrank: PowerSGD and PowerGossip on top of a compute backend.
+ *
+ * PowerSGD (Vogels, Karimireddy, Jaggi, NeurIPS 2019) follows PyTorch's
+ * powerSGD_hook.py step for step, so the hook is the test oracle: with
+ * error feedback M = g + e; Q (warm from the last step, or drawn from the
+ * shared seed) is orthogonalized; P = M Q is summed over nodes; P is
+ * orthogonalized; Q = M^T P is averaged; approx = P Q^T; e = M - approx.
+ * The two all-reduces are the caller's (gossip/): _begin and _next hand
+ * out the host buffers to reduce, so the compressor never talks to a
+ * network. Error feedback is fused into the first product (the error
+ * memory becomes M in the same pass that multiplies it), which saves a
+ * full pass over the model. Tensors that are 1-D or too small to gain
+ * ((n + m) r rate >= n m) are the caller's to average uncompressed. The
+ * matrices are kept grouped by shape in the hook's order (first
+ * appearance), which gives the hook's P/Q memory layout and lets a
+ * backend batch each group in one call.
+ * The one-sided variant is epfml/powersgd's BasicPowerSGD: iteration t
+ * orthogonalizes one factor, computes the other (Q = M^T P on even t,
+ * P = M Q on odd t), averages it, and deflates M by the rank-r piece
+ * found, so later iterations of a step look at what is left.
+ *
+ * PowerGossip (Vogels et al., NeurIPS 2020; epfml/powergossip
+ * algorithms.py, class PowerGossip) keeps p and q per edge and matrix,
+ * filled from a seed both ends derive from (run seed, min id, max id).
+ * Iteration t alternates sides; the exchanged products become the product
+ * of x_hi - x_lo, and both ends apply the same rank-r matrix with opposite
+ * signs, which preserves the network average exactly.
+ *
+ * Random factors are standard normals from the counter-based Philox
+ * stream (core), so identical on every node, but not the same numbers as
+ * torch.randn: reference tests pass the initial Q explicitly.
+ */
+#include "rumor/lowrank.h"
+
+#include "lowrank/backend.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* --- shared helpers ------------------------------------------------------- */
+
+size_t
+lowrank_rank_for(size_t n, size_t m, size_t r)
+{
+    size_t k = r < n ? r : n;
+    return k < m ? k : m;
+}
+
+rumor_lowrank_orth
+lowrank_orth_resolve(rumor_lowrank_orth method, size_t r)
+{
+    if (method == RUMOR_LOWRANK_ORTH_AUTO)
+        return r <= 2 ? RUMOR_LOWRANK_ORTH_GS : RUMOR_LOWRANK_ORTH_QR;
+    return method;
+}
+
+rumor_err
+rumor_lowrank_matricize(const struct rumor_lowrank_shape *shape,
+                        size_t *rows,
+                        size_t *cols)
+{
+    if (shape == NULL || shape->ndim == 0 ||
+        shape->ndim > RUMOR_LOWRANK_MAX_DIMS)
+        return RUMOR_EINVAL;
+    size_t rest = 1;
+    for (size_t d = 0; d < shape->ndim; d++) {
+        if (shape->dims[d] == 0)
+            return RUMOR_EINVAL;
+        if (d == 0)
+            continue;
+        if (rest > SIZE_MAX / shape->dims[d])
+            return RUMOR_EINVAL;
+        rest *= shape->dims[d];
+    }
+    if (rest > SIZE_MAX / shape->dims[0])
+        return RUMOR_EINVAL;
+    *rows = shape->dims[0];
+    *cols = rest;
+    return RUMOR_OK;
+}
+
+bool
+rumor_lowrank_worth(size_t rows, size_t cols, size_t rank, double min_rate)
+{
+    double r = (double)lowrank_rank_for(rows, cols, rank);
+    return ((double)rows + (double)cols) * r * min_rate <
+           (double)rows * (double)cols;
+}
+
+rumor_err
+rumor_lowrank_count_floats(const struct rumor_lowrank_shape *shapes,
+                           size_t count,
+                           size_t rank,
+                           struct rumor_lowrank_count *out)
+{
+    memset(out, 0, sizeof *out);
+    if ((shapes == NULL && count > 0) || rank == 0)
+        return RUMOR_EINVAL;
+    for (size_t i = 0; i < count; i++) {
+        size_t n = 0, m = 0;
+        rumor_err rc = rumor_lowrank_matricize(&shapes[i], &n, &m);
+        if (rc != RUMOR_OK)
+            return rc;
+        out->params += (uint64_t)n * m;
+        if (shapes[i].ndim >= 2) {
+            out->floats_sent +=
+                (uint64_t)(n + m) * lowrank_rank_for(n, m, rank);
+            out->compressed++;
+        } else {
+            out->floats_sent += n;
+        }
+    }
+    return RUMOR_OK;
+}
+
+/* --- shape files ---------------------------------------------------------- */
+
+static bool
+s_is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r';
+}
+
+rumor_err
+rumor_lowrank_shapes_parse(const char *text,
+                           size_t len,
+                           const char *file,
+                           struct rumor_lowrank_shape **out,
+                           size_t *count_out,
+                           struct rumor_diag *diag)
+{
+    *out = NULL;
+    *count_out = 0;
+    struct rumor_lowrank_shape *shapes = NULL;
+    size_t count = 0, alloc = 0;
+    rumor_err rc = RUMOR_OK;
+    size_t pos = 0;
+    int line = 0;
+    const char *name = file != NULL ? file : "";
+    while (pos < len) {
+        line++;
+        size_t start = pos;
+        while (pos < len && text[pos] != '\n')
+            pos++;
+        size_t end = pos;
+        if (pos < len)
+            pos++;
+        for (size_t k = start; k < end; k++)
+            if (text[k] == '#') {
+                end = k;
+                break;
+            }
+        size_t k = start;
+        while (k < end && s_is_space(text[k]))
+            k++;
+        if (k == end)
+            continue;
+        while (k < end && !s_is_space(text[k])) /* the tensor's name */
+            k++;
+        struct rumor_lowrank_shape shape = {0};
+        for (;;) {
+            while (k < end && s_is_space(text[k]))
+                k++;
+            if (k == end)
+                break;
+            size_t col = k - start + 1;
+            uint64_t v = 0;
+            bool digits = false;
+            while (k < end && text[k] >= '0' && text[k] <= '9') {
+                unsigned d = (unsigned)(text[k] - '0');
+                if (v > (UINT32_MAX - d) / 10) {
+                    rumor_diag_set(diag,
+                                   name,
+                                   line,
+                                   (int)col,
+                                   "dimension too large");
+                    rc = RUMOR_EPROTO;
+                    goto done;
+                }
+                v = v * 10 + d;
+                digits = true;
+                k++;
+            }
+            if (!digits || (k < end && !s_is_space(text[k])) || v == 0) {
+                rumor_diag_set(diag,
+                               name,
+                               line,
+                               (int)col,
+                               "expected a positive whole dimension");
+                rc = RUMOR_EPROTO;
+                goto done;
+            }
+            if (shape.ndim == RUMOR_LOWRANK_MAX_DIMS) {
+                rumor_diag_set(diag,
+                               name,
+                               line,
+                               (int)col,
+                               "more than %d dimensions",
+                               RUMOR_LOWRANK_MAX_DIMS);
+                rc = RUMOR_EPROTO;
+                goto done;
+            }
+            shape.dims[shape.ndim++] = (size_t)v;
+        }
+        if (shape.ndim == 0) {
+            rumor_diag_set(diag,
+                           name,
+                           line,
+                           (int)(k - start + 1),
+                           "a tensor needs at least one dimension");
+            rc = RUMOR_EPROTO;
+            goto done;
+        }
+        size_t rows = 0, cols = 0;
+        if (rumor_lowrank_matricize(&shape, &rows, &cols) != RUMOR_OK) {
+            rumor_diag_set(diag, name, line, 1, "tensor too large");
+            rc = RUMOR_EPROTO;
+            goto done;
+        }
+        if (count == RUMOR_LOWRANK_MAX_TENSORS) {
+            rumor_diag_set(diag,
+                           name,
+                           line,
+                           1,
+                           "more than %d tensors",
+                           RUMOR_LOWRANK_MAX_TENSORS);
+            rc = RUMOR_ETOOBIG;
+            goto done;
+        }
+        if (count == alloc) {
+            size_t grown = alloc == 0 ? 64 : alloc * 2;
+            struct rumor_lowrank_shape *more =
+                realloc(shapes, grown * sizeof *shapes);
+            if (more == NULL) {
+                rc = RUMOR_ENOMEM;
+                goto done;
+            }
+            shapes = more;
+            alloc = grown;
+        }
+        shapes[count++] = shape;
+    }
+    *out = shapes;
+    *count_out = count;
+    shapes = NULL;
+done:
+    free(shapes);
+    return rc;
+}
+
+/* --- orthogonalization ---------------------------------------------------- */
+
+rumor_err
+rumor_lowrank_orthogonalize(float *p,
+                            size_t rows,
+                            size_t rank,
+                            rumor_lowrank_orth method,
+                            float eps)
+{
+    if (p == NULL || rank == 0 || rank > rows ||
+        rank > RUMOR_LOWRANK_MAX_RANK || method > RUMOR_LOWRANK_ORTH_CHOLQR2 ||
+        !(eps >= 0))
+        return RUMOR_EINVAL;
+    struct lowrank_backend_i be;
+    void *ctx = NULL;
+    rumor_err rc = lowrank_cpu_init(&be, &ctx);
+    if (rc != RUMOR_OK)
+        return rc;
+    rc = be.orthogonalize(ctx, p, rows, rank, method, eps);
+    be.free(ctx);
+    return rc;
+}
+
+/* --- backend choice ------------------------------------------------------- */
+
+static rumor_err
+s_backend_open(bool want_cuda,
+               struct lowrank_backend_i *be,
+               void **ctx,
+               rumor_device *device)
+{
+    *device = rumor_device_select(want_cuda);
+    if (*device == RUMOR_DEVICE_CUDA) {
+        rumor_err rc = lowrank_cuda_init(be, ctx);
+        if (rc == RUMOR_OK)
+            return RUMOR_OK;
+        rumor_log(RUMOR_LOG_INFO,
+                  "lowrank: cuda backend unavailable (%s), "
+                  "using cpu",
+                  rumor_strerror(rc));
+        *device = RUMOR_DEVICE_CPU;
+    }
+    return lowrank_cpu_init(be, ctx);
+}
+
+/* Fills host[0..n) with standard normals of stream (seed, stream). */
+static void
+s_fill_normal(float *host, size_t n, uint64_t seed, uint64_t stream)
+{
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, seed, stream);
+    for (size_t i = 0; i < n; i++)
+        host[i] = (float)rumor_rng_normal(&rng);
+}
+
+/* --- PowerSGD ------------------------------------------------------------- */
+
+struct psgd_mat {
+    size_t tensor;  /* index in the model */
+    size_t n, m, r; /* rows, cols, rank used */
+    size_t p_off;   /* offset in the packed P buffer (floats) */
+    size_t q_off;   /* offset in the packed Q buffer (floats) */
+    float *p;       /* device, n x r */
+    float *q;       /* device, m x r */
+    float *e;       /* device, n x m error memory (NULL without EF) */
+    float *mat;     /* device, M of the open step (borrowed or e) */
+    float *grad;    /* device, the grads of the open step (borrowed) */
+};
+
+/* Matrices of one shape, contiguous in mats: one batched call each. */
+struct psgd_group {
+    size_t first; /* index in mats */
+    size_t count; /* matrices in the group */
+};
+
+enum psgd_phase {
+    PSGD_IDLE = 0,
+    PSGD_SUMMING_P,   /* hook: P handed out to be summed */
+    PSGD_AVERAGING_Q, /* hook: Q handed out to be averaged */
+    PSGD_ONE_SIDED,   /* one-sided: a product handed out to be averaged */
+    PSGD_DONE         /* every exchange reduced, _end next */
+};
+
+struct rumor_lowrank_psgd {
+    struct rumor_lowrank_psgd_opts opts;
+    struct lowrank_backend_i be;
+    void *ctx;
+    rumor_device device;
+    size_t count;   /* tensors in the model */
+    size_t *mat_of; /* tensor -> index in mats, SIZE_MAX if none */
+    struct psgd_mat *mats;
+    size_t nmats;
+    struct psgd_group *groups;
+    size_t ngroups;
+    float **ptrs;  /* 4 * nmats host slots for batched pointer arrays */
+    float *p_host; /* packed P (host), p_floats */
+    float *q_host; /* packed Q (host), q_floats */
+    size_t p_floats, q_floats;
+    uint64_t step; /* steps counted (compressed or skipped) */
+    bool have_q;   /* warm-start factors exist */
+    enum psgd_phase phase;
+    size_t iter; /* one-sided: iteration within the step */
+};
+
+void
+rumor_lowrank_psgd_opts_default(struct rumor_lowrank_psgd_opts *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->rank = 1;
+    opts->min_rate = 2;
+    opts->eps = 0;
+    opts->orth = RUMOR_LOWRANK_ORTH_AUTO;
+    opts->error_feedback = true;
+    opts->warm_start = true;
+    opts->iters = 1;
+}
+
+static rumor_err
+s_psgd_check(const struct rumor_lowrank_shape *shapes,
+             size_t count,
+             const struct rumor_lowrank_psgd_opts *opts)
+{
+    if ((shapes == NULL && count > 0) || count > RUMOR_LOWRANK_MAX_TENSORS ||
+        opts == NULL)
+        return RUMOR_EINVAL;
+    if (opts->rank == 0 || opts->rank > RUMOR_LOWRANK_MAX_RANK ||
+        !(opts->min_rate >= 0) || !(opts->eps >= 0) ||
+        opts->orth > RUMOR_LOWRANK_ORTH_CHOLQR2)
+        return RUMOR_EINVAL;
+    if (opts->one_sided && (!opts->error_feedback || opts->iters == 0))
+        return RUMOR_EINVAL;
+    return RUMOR_OK;
+}
+
+/* Orders the compressed matrices as the hook lays out its P and Q memory:
+ * grouped by matrix shape in order of first appearance, model order within
+ * a shape. The same order makes the shape groups contiguous for batching. */
+struct psgd_key {
+    size_t n, m;  /* matrix shape */
+    size_t first; /* model-order index of the shape's first matrix */
+    size_t index; /* model-order index of this matrix */
+};
+
+static int
+s_key_by_shape(const void *a, const void *b)
+{
+    const struct psgd_key *x = a, *y = b;
+    if (x->n != y->n)
+        return x->n < y->n ? -1 : 1;
+    if (x->m != y->m)
+        return x->m < y->m ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+static int
+s_key_by_first(const void *a, const void *b)
+{
+    const struct psgd_key *x = a, *y = b;
+    if (x->first != y->first)
+        return x->first < y->first ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+static rumor_err
+s_psgd_layout(rumor_lowrank_psgd *self)
+{
+    size_t k = self->nmats;
+    struct psgd_key *keys = malloc((k > 0 ? k : 1) * sizeof *keys);
+    struct psgd_mat *sorted = malloc((k > 0 ? k : 1) * sizeof *sorted);
+    rumor_err rc = RUMOR_OK;
+    if (keys == NULL || sorted == NULL) {
+        rc = RUMOR_ENOMEM;
+        goto done;
+    }
+    for (size_t i = 0; i < k; i++)
+        keys[i] = (struct psgd_key){self->mats[i].n, self->mats[i].m, 0, i};
+    qsort(keys, k, sizeof *keys, s_key_by_shape);
+    for (size_t i = 0; i < k; i++)
+        keys[i].first =
+            i > 0 && keys[i].n == keys[i - 1].n && keys[i].m == keys[i - 1].m
+                ? keys[i - 1].first
+                : keys[i].index;
+    qsort(keys, k, sizeof *keys, s_key_by_first);
+    self->ngroups = 0;
+    self->p_floats = 0;
+    self->q_floats = 0;
+    for (size_t i = 0; i < k; i++) {
+        struct psgd_mat mt = self->mats[keys[i].index];
+        mt.p_off = self->p_floats;
+        mt.q_off = self->q_floats;
+        self->p_floats += mt.n * mt.r;
+        self->q_floats += mt.m * mt.r;
+        sorted[i] = mt;
+        self->mat_of[mt.tensor] = i;
+        if (i == 0 || keys[i].first != keys[i - 1].first)
+            self->groups[self->ngroups++] = (struct psgd_group){i, 0};
+        self->groups[self->ngroups - 1].count++;
+    }
+    if (k > 0)
+        memcpy(self->mats, sorted, k * sizeof *sorted);
+done:
+    free(keys);
+    free(sorted);
+    return rc;
+}
+
+rumor_err
+lowrank_psgd_new_on(rumor_lowrank_psgd **out,
+                    const struct rumor_lowrank_shape *shapes,
+                    size_t count,
+                    const struct rumor_lowrank_psgd_opts *opts,
+                    const struct lowrank_backend_i *iface,
+                    void *ctx)
+{
+    *out = NULL;
+    rumor_lowrank_psgd *self = NULL;
+    rumor_err rc = s_psgd_check(shapes, count, opts);
+    if (rc != RUMOR_OK) {
+        iface->free(ctx);
+        return rc;
+    }
+    self = calloc(1, sizeof *self);
+    if (self == NULL) {
+        iface->free(ctx);
+        return RUMOR_ENOMEM;
+    }
+    self->be = *iface;
+    self->ctx = ctx;
+    self->opts = *opts;
+    self->count = count;
+    size_t slots = count > 0 ? count : 1;
+    self->mat_of = malloc(slots * sizeof *self->mat_of);
+    self->mats = calloc(slots, sizeof *self->mats);
+    self->groups = calloc(slots, sizeof *self->groups);
+    self->ptrs = calloc(4 * slots, sizeof *self->ptrs);
+    if (self->mat_of == NULL || self->mats == NULL || self->groups == NULL ||
+        self->ptrs == NULL) {
+        rc = RUMOR_ENOMEM;
+        goto fail;
+    }
+    for (size_t i = 0; i < count; i++) {
+        size_t n = 0, m = 0;
+        self->mat_of[i] = SIZE_MAX;
+        rc = rumor_lowrank_matricize(&shapes[i], &n, &m);
+        if (rc != RUMOR_OK)
+            goto fail;
+        if (shapes[i].ndim < 2 ||
+            !rumor_lowrank_worth(n, m, opts->rank, opts->min_rate))
+            continue;
+        struct psgd_mat *mt = &self->mats[self->nmats++];
+        mt->tensor = i;
+        mt->n = n;
+        mt->m = m;
+        mt->r = lowrank_rank_for(n, m, opts->rank);
+        rc = self->be.alloc(ctx, n * mt->r * sizeof(float), &mt->p);
+        if (rc == RUMOR_OK)
+            rc = self->be.alloc(ctx, m * mt->r * sizeof(float), &mt->q);
+        if (rc == RUMOR_OK && opts->error_feedback)
+            rc = self->be.alloc(ctx, n * m * sizeof(float), &mt->e);
+        if (rc != RUMOR_OK)
+            goto fail;
+    }
+    rc = s_psgd_layout(self);
+    if (rc != RUMOR_OK)
+        goto fail;
+    self->p_host = malloc((self->p_floats + 1) * sizeof(float));
+    self->q_host = malloc((self->q_floats + 1) * sizeof(float));
+    if (self->p_host == NULL || self->q_host == NULL) {
+        rc = RUMOR_ENOMEM;
+        goto fail;
+    }
+    *out = self;
+    return RUMOR_OK;
+fail:
+    rumor_lowrank_psgd_destroy(&self);
+    return rc;
+}
+
+rumor_err
+rumor_lowrank_psgd_new(rumor_lowrank_psgd **out,
+                       const struct rumor_lowrank_shape *shapes,
+                       size_t count,
+                       const struct rumor_lowrank_psgd_opts *opts)
+{
+    *out = NULL;
+    rumor_err rc = s_psgd_check(shapes, count, opts);
+    if (rc != RUMOR_OK)
+        return rc;
+    struct lowrank_backend_i be;
+    void *ctx = NULL;
+    rumor_device device = RUMOR_DEVICE_CPU;
+    rc = s_backend_open(opts->want_cuda, &be, &ctx, &device);
+    if (rc != RUMOR_OK)
+        return rc;
+    rc = lowrank_psgd_new_on(out, shapes, count, opts, &be, ctx);
+    if (rc == RUMOR_OK)
+        (*out)->device = device;
+    return rc;
+}
+
+void
+rumor_lowrank_psgd_destroy(rumor_lowrank_psgd **self_p)
+{
+    if (self_p == NULL || *self_p == NULL)
+        return;
+    rumor_lowrank_psgd *self = *self_p;
+    for (size_t i = 0; i < self->nmats; i++) {
+        self->be.release(self->ctx, self->mats[i].p);
+        self->be.release(self->ctx, self->mats[i].q);
+        self->be.release(self->ctx, self->mats[i].e);
+    }
+    self->be.free(self->ctx);
+    free(self->mats);
+    free(self->mat_of);
+    free(self->groups);
+    free(self->ptrs);
+    free(self->p_host);
+    free(self->q_host);
+    free(self);
+    *self_p = NULL;
+}
+
+rumor_device
+rumor_lowrank_psgd_device(const rumor_lowrank_psgd *self)
+{
+    return self->device;
+}
+
+bool
+rumor_lowrank_psgd_compressed(const rumor_lowrank_psgd *self, size_t i)
+{
+    return i < self->count && self->mat_of[i] != SIZE_MAX;
+}
+
+bool
+rumor_lowrank_psgd_active(const rumor_lowrank_psgd *self)
+{
+    return self->step >= self->opts.start_iter;
+}
+
+void
+rumor_lowrank_psgd_skip(rumor_lowrank_psgd *self)
+{
+    self->step++;
+}
+
+uint64_t
+rumor_lowrank_psgd_step(const rumor_lowrank_psgd *self)
+{
+    return self->step;
+}
+
+size_t
+rumor_lowrank_psgd_q_floats(const rumor_lowrank_psgd *self)
+{
+    return self->q_floats;
+}
+
+/* --- PowerSGD: the operations, a shape group at a time -------------------- */
+
+/* Packs the device factors (P when want_p, else Q) into the host buffer. */
+static rumor_err
+s_psgd_download(rumor_lowrank_psgd *self, bool want_p)
+{
+    for (size_t i = 0; i < self->nmats; i++) {
+        const struct psgd_mat *mt = &self->mats[i];
+        rumor_err rc = want_p
+                           ? self->be.download(self->ctx,
+                                               self->p_host + mt->p_off,
+                                               mt->p,
+                                               mt->n * mt->r * sizeof(float))
+                           : self->be.download(self->ctx,
+                                               self->q_host + mt->q_off,
+                                               mt->q,
+                                               mt->m * mt->r * sizeof(float));
+        if (rc != RUMOR_OK)
+            return rc;
+    }
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_psgd_upload(rumor_lowrank_psgd *self, bool want_p)
+{
+    for (size_t i = 0; i < self->nmats; i++) {
+        const struct psgd_mat *mt = &self->mats[i];
+        rumor_err rc = want_p ? self->be.upload(self->ctx,
+                                                mt->p,
+                                                self->p_host + mt->p_off,
+                                                mt->n * mt->r * sizeof(float))
+                              : self->be.upload(self->ctx,
+                                                mt->q,
+                                                self->q_host + mt->q_off,
+                                                mt->m * mt->r * sizeof(float));
+        if (rc != RUMOR_OK)
+            return rc;
+    }
+    return RUMOR_OK;
+}
+
+/* Orthogonalizes P (want_p) or Q of every matrix. */
+static rumor_err
+s_psgd_orth(rumor_lowrank_psgd *self, bool want_p)
+{
+    for (size_t g = 0; g < self->ngroups; g++) {
+        const struct psgd_group *gr = &self->groups[g];
+        const struct psgd_mat *m0 = &self->mats[gr->first];
+        size_t rows = want_p ? m0->n : m0->m;
+        rumor_err rc = RUMOR_OK;
+        if (self->be.orthogonalize_batch != NULL) {
+            for (size_t i = 0; i < gr->count; i++) {
+                const struct psgd_mat *mt = &self->mats[gr->first + i];
+                self->ptrs[i] = want_p ? mt->p : mt->q;
+            }
+            rc = self->be.orthogonalize_batch(self->ctx,
+                                              self->ptrs,
+                                              rows,
+                                              m0->r,
+                                              self->opts.orth,
+                                              self->opts.eps,
+                                              gr->count);
+        } else {
+            for (size_t i = 0; rc == RUMOR_OK && i < gr->count; i++) {
+                const struct psgd_mat *mt = &self->mats[gr->first + i];
+                rc = self->be.orthogonalize(self->ctx,
+                                            want_p ? mt->p : mt->q,
+                                            rows,
+                                            mt->r,
+                                            self->opts.orth,
+                                            self->opts.eps);
+            }
+        }
+        if (rc != RUMOR_OK)
+            return rc;
+    }
+    return RUMOR_OK;
+}
+
+/* P = M Q (right) or Q = M^T P (left) for every matrix; fuse: M += grads
+ * in the same pass (error feedback). */
+static rumor_err
+s_psgd_project(rumor_lowrank_psgd *self, bool right, bool fuse)
+{
+    for (size_t g = 0; g < self->ngroups; g++) {
+        const struct psgd_group *gr = &self->groups[g];
+        const struct psgd_mat *m0 = &self->mats[gr->first];
+        rumor_err rc = RUMOR_OK;
+        bool batched = right ? self->be.project_right_batch != NULL
+                             : self->be.project_left_batch != NULL;
+        if (batched) {
+            float **mats = self->ptrs, **adds = mats + gr->count;
+            float **ins = adds + gr->count, **outs = ins + gr->count;
+            for (size_t i = 0; i < gr->count; i++) {
+                const struct psgd_mat *mt = &self->mats[gr->first + i];
+                mats[i] = mt->mat;
+                adds[i] = mt->grad;
+                ins[i] = right ? mt->q : mt->p;
+                outs[i] = right ? mt->p : mt->q;
+            }
+            const float *const *cadds =
+                fuse ? (const float *const *)adds : NULL;
+            rc = right ? self->be.project_right_batch(self->ctx,
+                                                      mats,
+                                                      cadds,
+                                                      m0->n,
+                                                      m0->m,
+                                                      (const float *const *)ins,
+                                                      m0->r,
+                                                      outs,
+                                                      gr->count)
+                       : self->be.project_left_batch(self->ctx,
+                                                     mats,
+                                                     cadds,
+                                                     m0->n,
+                                                     m0->m,
+                                                     (const float *const *)ins,
+                                                     m0->r,
+                                                     outs,
+                                                     gr->count);
+        } else {
+            for (size_t i = 0; rc == RUMOR_OK && i < gr->count; i++) {
+                const struct psgd_mat *mt = &self->mats[gr->first + i];
+                const float *add = fuse ? mt->grad : NULL;
+                rc = right ? self->be.project_right(self->ctx,
+                                                    mt->mat,
+                                                    add,
+                                                    mt->n,
+                                                    mt->m,
+                                                    mt->q,
+                                                    mt->r,
+                                                    mt->p)
+                           : self->be.project_left(self->ctx,
+                                                   mt->mat,
+                                                   add,
+                                                   mt->n,
+                                                   mt->m,
+                                                   mt->p,
+                                                   mt->r,
+                                                   mt->q);
+            }
+        }
+        if (rc != RUMOR_OK)
+            return rc;
+    }
+    return RUMOR_OK;
+}
+
+/* Y = P Q^T per matrix; e (the error memory or M, when with_e) -= Y;
+ * out = beta out + Y where out is outs[tensor] (or each matrix's grads
+ * when outs is NULL). */
+static rumor_err
+s_psgd_reconstruct(rumor_lowrank_psgd *self,
+                   float *const *outs,
+                   bool with_e,
+                   float beta)
+{
+    for (size_t g = 0; g < self->ngroups; g++) {
+        const struct psgd_group *gr = &self->groups[g];
+        const struct psgd_mat *m0 = &self->mats[gr->first];
+        rumor_err rc = RUMOR_OK;
+        if (self->be.reconstruct_batch != NULL) {
+            float **ps = self->ptrs, **qs = ps + gr->count;
+            float **es = qs + gr->count, **os = es + gr->count;
+            for (size_t i = 0; i < gr->count; i++) {
+                const struct psgd_mat *mt = &self->mats[gr->first + i];
+                ps[i] = mt->p;
+                qs[i] = mt->q;
+                es[i] = mt->mat;
+                os[i] = outs != NULL ? outs[mt->tensor] : mt->grad;
+            }
+            rc = self->be.reconstruct_batch(self->ctx,
+                                            m0->n,
+                                            m0->m,
+                                            m0->r,
+                                            (const float *const *)ps,
+                                            (const float *const *)qs,
+                                            1.0f,
+                                            with_e ? es : NULL,
+                                            os,
+                                            beta,
+                                            gr->count);
+        } else {
+            for (size_t i = 0; rc == RUMOR_OK && i < gr->count; i++) {
+                const struct psgd_mat *mt = &self->mats[gr->first + i];
+                float *o = outs != NULL ? outs[mt->tensor] : mt->grad;
+                rc = self->be.reconstruct(self->ctx,
+                                          mt->n,
+                                          mt->m,
+                                          mt->r,
+                                          mt->p,
+                                          mt->q,
+                                          1.0f,
+                                          with_e ? mt->mat : NULL,
+                                          o,
+                                          beta);
+            }
+        }
+        if (rc != RUMOR_OK)
+            return rc;
+    }
+    return RUMOR_OK;
+}
+
+/* Draws fresh factors from the shared seed: Q (and P for the one-sided
+ * variant), one Philox stream per (step, tensor, side). */
+static rumor_err
+s_psgd_randomize(rumor_lowrank_psgd *self)
+{
+    uint64_t seed = rumor_seed_derive(self->opts.seed, self->step, 0x505347);
+    for (size_t i = 0; i < self->nmats; i++) {
+        const struct psgd_mat *mt = &self->mats[i];
+        s_fill_normal(self->q_host + mt->q_off,
+                      mt->m * mt->r,
+                      seed,
+                      2 * mt->tensor);
+        s_fill_normal(self->p_host + mt->p_off,
+                      mt->n * mt->r,
+                      seed,
+                      2 * mt->tensor + 1);
+    }
+    rumor_err rc = s_psgd_upload(self, false);
+    if (rc == RUMOR_OK && self->opts.one_sided)
+        rc = s_psgd_upload(self, true);
+    return rc;
+}
+
+static bool
+s_psgd_even(const rumor_lowrank_psgd *self)
+{
+    uint64_t done_steps = self->step - self->opts.start_iter;
+    return (done_steps * self->opts.iters + self->iter) % 2 == 0;
+}
+
+/* One-sided iteration: orthogonalize one side, compute the other. */
+static rumor_err
+s_psgd_one_sided_product(rumor_lowrank_psgd *self,
+                         bool fuse_grads,
+                         struct rumor_lowrank_xchg *x)
+{
+    bool even = s_psgd_even(self);
+    rumor_err rc = s_psgd_orth(self, even);
+    if (rc == RUMOR_OK)
+        rc = s_psgd_project(self, !even, fuse_grads);
+    if (rc == RUMOR_OK)
+        rc = s_psgd_download(self, !even);
+    if (rc != RUMOR_OK)
+        return rc;
+    x->data = even ? self->q_host : self->p_host;
+    x->floats = even ? self->q_floats : self->p_floats;
+    x->average = true;
+    self->phase = PSGD_ONE_SIDED;
+    return RUMOR_OK;
+}
+
+/* --- PowerSGD: the step --------------------------------------------------- */
+
+rumor_err
+rumor_lowrank_psgd_begin(rumor_lowrank_psgd *self,
+                         float *const *grads,
+                         struct rumor_lowrank_xchg *x)
+{
+    memset(x, 0, sizeof *x);
+    if (self->phase != PSGD_IDLE || !rumor_lowrank_psgd_active(self) ||
+        (grads == NULL && self->nmats > 0))
+        return RUMOR_EINVAL;
+    for (size_t i = 0; i < self->nmats; i++)
+        if (grads[self->mats[i].tensor] == NULL)
+            return RUMOR_EINVAL;
+    rumor_err rc = RUMOR_OK;
+    if (!self->have_q || !self->opts.warm_start) {
+        rc = s_psgd_randomize(self);
+        if (rc != RUMOR_OK)
+            return rc;
+        self->have_q = true;
+    }
+    for (size_t i = 0; i < self->nmats; i++) {
+        struct psgd_mat *mt = &self->mats[i];
+        mt->grad = grads[mt->tensor];
+        mt->mat = mt->e != NULL ? mt->e : mt->grad;
+    }
+    bool fuse = self->opts.error_feedback;
+    if (self->opts.one_sided) {
+        self->iter = 0;
+        return s_psgd_one_sided_product(self, fuse, x);
+    }
+    rc = s_psgd_orth(self, false);
+    if (rc == RUMOR_OK)
+        rc = s_psgd_project(self, true, fuse);
+    if (rc == RUMOR_OK)
+        rc = s_psgd_download(self, true);
+    if (rc != RUMOR_OK)
+        return rc;
+    x->data = self->p_host;
+    x->floats = self->p_floats;
+    x->average = false;
+    self->phase = PSGD_SUMMING_P;
+    return RUMOR_OK;
+}
+
+rumor_err
+rumor_lowrank_psgd_next(rumor_lowrank_psgd *self,
+                        struct rumor_lowrank_xchg *x,
+                        bool *done)
+{
+    memset(x, 0, sizeof *x);
+    *done = false;
+    rumor_err rc = RUMOR_OK;
+    switch (self->phase) {
+    case PSGD_SUMMING_P:
+        rc = s_psgd_upload(self, true);
+        if (rc == RUMOR_OK)
+            rc = s_psgd_orth(self, true);
+        if (rc == RUMOR_OK)
+            rc = s_psgd_project(self, false, false);
+        if (rc == RUMOR_OK)
+            rc = s_psgd_download(self, false);
+        if (rc != RUMOR_OK)
+            return rc;
+        x->data = self->q_host;
+        x->floats = self->q_floats;
+        x->average = true;
+        self->phase = PSGD_AVERAGING_Q;
+        return RUMOR_OK;
+    case PSGD_AVERAGING_Q:
+        rc = s_psgd_upload(self, false);
+        if (rc != RUMOR_OK)
+            return rc;
+        self->phase = PSGD_DONE;
+        *done = true;
+        return RUMOR_OK;
+    case PSGD_ONE_SIDED:
+        rc = s_psgd_upload(self, !s_psgd_even(self));
+        if (rc != RUMOR_OK)
+            return rc;
+        if (self->iter + 1 == self->opts.iters) {
+            self->phase = PSGD_DONE;
+            *done = true;
+            return RUMOR_OK;
+        }
+        /* Local deflation: M -= P Q^T; the approximation accumulates in
+         * the grads buffer (already consumed into M by the first pass). */
+        rc = s_psgd_reconstruct(self, NULL, true, self->iter > 0 ? 1.0f : 0);
+        if (rc != RUMOR_OK)
+            return rc;
+        self->iter++;
+        return s_psgd_one_sided_product(self, false, x);
+    default:
+        return RUMOR_EINVAL;
+    }
+}
+
+rumor_err
+rumor_lowrank_psgd_end(rumor_lowrank_psgd *self, float *const *out)
+{
+    if (self->phase != PSGD_DONE || (out == NULL && self->nmats > 0))
+        return RUMOR_EINVAL;
+    for (size_t i = 0; i < self->nmats; i++) {
+        const struct psgd_mat *mt = &self->mats[i];
+        float *o = out[mt->tensor];
+        if (o == NULL || (self->opts.one_sided && o != mt->grad))
+            return RUMOR_EINVAL;
+    }
+    float beta = self->opts.one_sided && self->iter > 0 ? 1.0f : 0.0f;
+    /* With error feedback e = M - approx; without it M is the caller's
+     * and only the approximation is written. */
+    rumor_err rc =
+        s_psgd_reconstruct(self, out, self->opts.error_feedback, beta);
+    if (rc != RUMOR_OK)
+        return rc;
+    for (size_t i = 0; i < self->nmats; i++) {
+        self->mats[i].grad = NULL;
+        self->mats[i].mat = NULL;
+    }
+    self->phase = PSGD_IDLE;
+    self->step++;
+    if (!self->opts.warm_start)
+        self->have_q = false;
+    return RUMOR_OK;
+}
+
+rumor_err
+rumor_lowrank_psgd_q_get(const rumor_lowrank_psgd *self, float *q)
+{
+    if (!self->have_q || q == NULL)
+        return RUMOR_EINVAL;
+    for (size_t i = 0; i < self->nmats; i++) {
+        const struct psgd_mat *mt = &self->mats[i];
+        rumor_err rc = self->be.download(self->ctx,
+                                         q + mt->q_off,
+                                         mt->q,
+                                         mt->m * mt->r * sizeof(float));
+        if (rc != RUMOR_OK)
+            return rc;
+    }
+    return RUMOR_OK;
+}
+
+rumor_err
+rumor_lowrank_psgd_q_set(rumor_lowrank_psgd *self, const float *q)
+{
+    if (q == NULL || self->phase != PSGD_IDLE)
+        return RUMOR_EINVAL;
+    for (size_t i = 0; i < self->q_floats; i++)
+        if (!isfinite(q[i]))
+            return RUMOR_ENUMERIC;
+    for (size_t i = 0; i < self->nmats; i++) {
+        const struct psgd_mat *mt = &self->mats[i];
+        rumor_err rc = self->be.upload(self->ctx,
+                                       mt->q,
+                                       q + mt->q_off,
+                                       mt->m * mt->r * sizeof(float));
+        if (rc != RUMOR_OK)
+            return rc;
+    }
+    self->have_q = true;
+    return RUMOR_OK;
+}
+
+size_t
+rumor_lowrank_psgd_p_floats(const rumor_lowrank_psgd *self)
+{
+    return self->p_floats;
+}
+
+rumor_err
+rumor_lowrank_psgd_p_get(const rumor_lowrank_psgd *self, float *p)
+{
+    if (!self->have_q || p == NULL)
+        return RUMOR_EINVAL;
+    for (size_t i = 0; i < self->nmats; i++) {
+        const struct psgd_mat *mt = &self->mats[i];
+        rumor_err rc = self->be.download(self->ctx,
+                                         p + mt->p_off,
+                                         mt->p,
+                                         mt->n * mt->r * sizeof(float));
+        if (rc != RUMOR_OK)
+            return rc;
+    }
+    return RUMOR_OK;
+}
+
+rumor_err
+rumor_lowrank_psgd_p_set(rumor_lowrank_psgd *self, const float *p)
+{
+    if (p == NULL || self->phase != PSGD_IDLE)
+        return RUMOR_EINVAL;
+    for (size_t i = 0; i < self->p_floats; i++)
+        if (!isfinite(p[i]))
+            return RUMOR_ENUMERIC;
+    for (size_t i = 0; i < self->nmats; i++) {
+        const struct psgd_mat *mt = &self->mats[i];
+        rumor_err rc = self->be.upload(self->ctx,
+                                       mt->p,
+                                       p + mt->p_off,
+                                       mt->n * mt->r * sizeof(float));
+        if (rc != RUMOR_OK)
+            return rc;
+    }
+    return RUMOR_OK;
+}
+
+rumor_err
+rumor_lowrank_psgd_error_get(const rumor_lowrank_psgd *self,
+                             size_t i,
+                             float *out)
+{
+    if (!rumor_lowrank_psgd_compressed(self, i) || out == NULL)
+        return RUMOR_EINVAL;
+    const struct psgd_mat *mt = &self->mats[self->mat_of[i]];
+    if (mt->e == NULL)
+        return RUMOR_EINVAL;
+    return self->be.download(self->ctx,
+                             out,
+                             mt->e,
+                             mt->n * mt->m * sizeof(float));
+}
+
+rumor_err
+rumor_lowrank_psgd_error_set(rumor_lowrank_psgd *self,
+                             size_t i,
+                             const float *in)
+{
+    if (!rumor_lowrank_psgd_compressed(self, i) || in == NULL ||
+        self->phase != PSGD_IDLE)
+        return RUMOR_EINVAL;
+    const struct psgd_mat *mt = &self->mats[self->mat_of[i]];
+    if (mt->e == NULL)
+        return RUMOR_EINVAL;
+    for (size_t k = 0; k < mt->n * mt->m; k++)
+        if (!isfinite(in[k]))
+            return RUMOR_ENUMERIC;
+    return self->be.upload(self->ctx, mt->e, in, mt->n * mt->m * sizeof(float));
+}
+
+rumor_err
+rumor_lowrank_psgd_step_set(rumor_lowrank_psgd *self, uint64_t step)
+{
+    if (self->phase != PSGD_IDLE)
+        return RUMOR_EINVAL;
+    self->step = step;
+    return RUMOR_OK;
+}
+
+/* --- PowerGossip edge ----------------------------------------------------- */
+
+struct edge_mat {
+    size_t tensor;  /* index in the model */
+    size_t n, m, r; /* rows, cols, rank used */
+    size_t p_off;   /* offset in a packed p message (floats) */
+    size_t q_off;   /* offset in a packed q message (floats) */
+    float *p;       /* device, n x r */
+    float *q;       /* device, m x r */
+};
+
+struct rumor_lowrank_edge {
+    struct rumor_lowrank_edge_opts opts;
+    struct lowrank_backend_i be;
+    void *ctx;
+    rumor_device device;
+    struct edge_mat *mats;
+    size_t nmats;
+    size_t p_floats, q_floats;
+    float *host;  /* own products, max(p_floats, q_floats) */
+    bool higher;  /* self_id > peer_id */
+    bool pending; /* a product awaits _combine */
+    bool ready;   /* combined, not yet applied */
+    bool odd;     /* parity of the pending or last iteration */
+};
+
+void
+rumor_lowrank_edge_opts_default(struct rumor_lowrank_edge_opts *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->rank = 1;
+    opts->eps = 1e-8f;
+    opts->peer_id = 1;
+}
+
+rumor_err
+rumor_lowrank_edge_new(rumor_lowrank_edge **out,
+                       const struct rumor_lowrank_shape *shapes,
+                       size_t count,
+                       const struct rumor_lowrank_edge_opts *opts)
+{
+    *out = NULL;
+    if ((shapes == NULL && count > 0) || count > RUMOR_LOWRANK_MAX_TENSORS ||
+        opts == NULL || opts->rank == 0 ||
+        opts->rank > RUMOR_LOWRANK_MAX_RANK || !(opts->eps >= 0) ||
+        opts->self_id == opts->peer_id)
+        return RUMOR_EINVAL;
+    rumor_lowrank_edge *self = calloc(1, sizeof *self);
+    if (self == NULL)
+        return RUMOR_ENOMEM;
+    rumor_err rc =
+        s_backend_open(opts->want_cuda, &self->be, &self->ctx, &self->device);
+    if (rc != RUMOR_OK) {
+        free(self);
+        return rc;
+    }
+    self->opts = *opts;
+    self->higher = opts->self_id > opts->peer_id;
+    self->mats = calloc(count > 0 ? count : 1, sizeof *self->mats);
+    if (self->mats == NULL) {
+        rc = RUMOR_ENOMEM;
+        goto fail;
+    }
+    for (size_t i = 0; i < count; i++) {
+        size_t n = 0, m = 0;
+        rc = rumor_lowrank_matricize(&shapes[i], &n, &m);
+        if (rc != RUMOR_OK)
+            goto fail;
+        if (shapes[i].ndim < 2)
+            continue;
+        struct edge_mat *mt = &self->mats[self->nmats++];
+        mt->tensor = i;
+        mt->n = n;
+        mt->m = m;
+        mt->r = lowrank_rank_for(n, m, opts->rank);
+        mt->p_off = self->p_floats;
+        mt->q_off = self->q_floats;
+        self->p_floats += n * mt->r;
+        self->q_floats += m * mt->r;
+        rc = self->be.alloc(self->ctx, n * mt->r * sizeof(float), &mt->p);
+        if (rc == RUMOR_OK)
+            rc = self->be.alloc(self->ctx, m * mt->r * sizeof(float), &mt->q);
+        if (rc != RUMOR_OK)
+            goto fail;
+    }
+    size_t most =
+        self->p_floats > self->q_floats ? self->p_floats : self->q_floats;
+    self->host = malloc((most + 1) * sizeof(float));
+    if (self->host == NULL) {
+        rc = RUMOR_ENOMEM;
+        goto fail;
+    }
+    /* Both ends derive the same seed: (run seed, min id, max id). */
+    uint64_t lo = self->higher ? opts->peer_id : opts->self_id;
+    uint64_t hi = self->higher ? opts->self_id : opts->peer_id;
+    uint64_t seed = rumor_seed_derive(opts->seed, lo, hi);
+    for (size_t i = 0; i < self->nmats && rc == RUMOR_OK; i++) {
+        struct edge_mat *mt = &self->mats[i];
+        s_fill_normal(self->host, mt->n * mt->r, seed, 2 * mt->tensor);
+        rc = self->be.upload(self->ctx,
+                             mt->p,
+                             self->host,
+                             mt->n * mt->r * sizeof(float));
+        if (rc != RUMOR_OK)
+            break;
+        s_fill_normal(self->host, mt->m * mt->r, seed, 2 * mt->tensor + 1);
+        rc = self->be.upload(self->ctx,
+                             mt->q,
+                             self->host,
+                             mt->m * mt->r * sizeof(float));
+    }
+    if (rc != RUMOR_OK)
+        goto fail;
+    *out = self;
+    return RUMOR_OK;
+fail:
+    rumor_lowrank_edge_destroy(&self);
+    return rc;
+}
+
+void
+rumor_lowrank_edge_destroy(rumor_lowrank_edge **self_p)
+{
+    if (self_p == NULL || *self_p == NULL)
+        return;
+    rumor_lowrank_edge *self = *self_p;
+    for (size_t i = 0; i < self->nmats; i++) {
+        self->be.release(self->ctx, self->mats[i].p);
+        self->be.release(self->ctx, self->mats[i].q);
+    }
+    if (self->be.free != NULL)
+        self->be.free(self->ctx);
+    free(self->mats);
+    free(self->host);
+    free(self);
+    *self_p = NULL;
+}
+
+size_t
+rumor_lowrank_edge_msg_floats(const rumor_lowrank_edge *self, uint64_t t)
+{
+    return t % 2 == 0 ? self->q_floats : self->p_floats;
+}
+
+rumor_err
+rumor_lowrank_edge_product(rumor_lowrank_edge *self,
+                           float *const *params,
+                           uint64_t t,
+                           float *msg)
+{
+    if (t == 0 || msg == NULL || (params == NULL && self->nmats > 0))
+        return RUMOR_EINVAL;
+    bool odd = t % 2 == 1;
+    for (size_t i = 0; i < self->nmats; i++) {
+        struct edge_mat *mt = &self->mats[i];
+        float *mat = params[mt->tensor];
+        if (mat == NULL)
+            return RUMOR_EINVAL;
+        rumor_err rc;
+        if (!odd) {
+            rc = self->be.orthogonalize(self->ctx,
+                                        mt->p,
+                                        mt->n,
+                                        mt->r,
+                                        RUMOR_LOWRANK_ORTH_GS,
+                                        self->opts.eps);
+            if (rc == RUMOR_OK)
+                rc = self->be.project_left(self->ctx,
+                                           mat,
+                                           NULL,
+                                           mt->n,
+                                           mt->m,
+                                           mt->p,
+                                           mt->r,
+                                           mt->q);
+            if (rc == RUMOR_OK)
+                rc = self->be.download(self->ctx,
+                                       msg + mt->q_off,
+                                       mt->q,
+                                       mt->m * mt->r * sizeof(float));
+        } else {
+            rc = self->be.orthogonalize(self->ctx,
+                                        mt->q,
+                                        mt->m,
+                                        mt->r,
+                                        RUMOR_LOWRANK_ORTH_GS,
+                                        self->opts.eps);
+            if (rc == RUMOR_OK)
+                rc = self->be.project_right(self->ctx,
+                                            mat,
+                                            NULL,
+                                            mt->n,
+                                            mt->m,
+                                            mt->q,
+                                            mt->r,
+                                            mt->p);
+            if (rc == RUMOR_OK)
+                rc = self->be.download(self->ctx,
+                                       msg + mt->p_off,
+                                       mt->p,
+                                       mt->n * mt->r * sizeof(float));
+        }
+        if (rc != RUMOR_OK)
+            return rc;
+    }
+    size_t floats = rumor_lowrank_edge_msg_floats(self, t);
+    if (floats > 0)
+        memcpy(self->host, msg, floats * sizeof(float));
+    self->odd = odd;
+    self->pending = true;
+    return RUMOR_OK;
+}
+
+rumor_err
+rumor_lowrank_edge_combine(rumor_lowrank_edge *self, const float *msg)
+{
+    if (!self->pending || msg == NULL)
+        return RUMOR_EINVAL;
+    size_t floats = self->odd ? self->p_floats : self->q_floats;
+    for (size_t i = 0; i < floats; i++)
+        if (!isfinite(msg[i]))
+            return RUMOR_ENUMERIC;
+    /* Oriented from the higher id to the lower: (x_hi - x_lo) times the
+     * orthogonalized factor, identical at both ends. */
+    for (size_t i = 0; i < floats; i++)
+        self->host[i] =
+            self->higher ? self->host[i] - msg[i] : msg[i] - self->host[i];
+    for (size_t i = 0; i < self->nmats; i++) {
+        const struct edge_mat *mt = &self->mats[i];
+        rumor_err rc = self->odd
+                           ? self->be.upload(self->ctx,
+                                             mt->p,
+                                             self->host + mt->p_off,
+                                             mt->n * mt->r * sizeof(float))
+                           : self->be.upload(self->ctx,
+                                             mt->q,
+                                             self->host + mt->q_off,
+                                             mt->m * mt->r * sizeof(float));
+        if (rc != RUMOR_OK)
+            return rc;
+    }
+    self->pending = false;
+    self->ready = true;
+    return RUMOR_OK;
+}
+
+rumor_err
+rumor_lowrank_edge_apply(rumor_lowrank_edge *self,
+                         float *const *params,
+                         float step)
+{
+    if (!self->ready || (params == NULL && self->nmats > 0) || !isfinite(step))
+        return RUMOR_EINVAL;
+    float alpha = self->higher ? -step : step;
+    for (size_t i = 0; i < self->nmats; i++) {
+        const struct edge_mat *mt = &self->mats[i];
+        float *mat = params[mt->tensor];
+        if (mat == NULL)
+            return RUMOR_EINVAL;
+        rumor_err rc = self->be.reconstruct(self->ctx,
+                                            mt->n,
+                                            mt->m,
+                                            mt->r,
+                                            mt->p,
+                                            mt->q,
+                                            alpha,
+                                            NULL,
+                                            mat,
+                                            1.0f);
+        if (rc != RUMOR_OK)
+            return rc;
+    }
+    self->ready = false;
+    return RUMOR_OK;
+}

@@ -1,0 +1,117 @@
+/*
+ * Private to net/: the pure pieces of the transport (token bucket, replay
+ * window, liveness, backoff) with an injected clock, so that unit tests
+ * drive them without sockets or sleeps, and the ZAP handler thread.
+ */
+#ifndef RUMOR_NET_IMPL_H
+#define RUMOR_NET_IMPL_H
+
+#include "rumor/net.h"
+
+/* --- frames built ahead of time ------------------------------------------- */
+
+/* rumor_net_frame_encode that also returns the payload's crc32c. */
+rumor_err net_frame_build(const struct rumor_net_header *h,
+                          const void *payload,
+                          uint8_t *out,
+                          size_t out_cap,
+                          size_t *written,
+                          uint32_t *payload_crc);
+
+/* Writes seq into an encoded frame and its crc from the payload's crc:
+ * crc32c(payload) continued over header bytes 0..59. */
+void net_frame_seal(uint8_t *frame, uint64_t seq, uint32_t payload_crc);
+
+/* --- token bucket (link shaping) ------------------------------------------ */
+
+struct net_bucket {
+    double rate;      /* bytes per second; 0: unlimited */
+    double burst;     /* bucket size in bytes */
+    double tokens;    /* bytes that may go now (may be negative: debt) */
+    uint64_t last_ns; /* time of the last refill */
+};
+
+/* Starts full at now_ns. rate_bits 0 means no limit. */
+void net_bucket_init(struct net_bucket *b,
+                     uint64_t rate_bits,
+                     double burst_bytes,
+                     uint64_t now_ns);
+
+/* Returns 0 and takes bytes when the bucket is not in debt at now_ns (a
+ * frame larger than the burst may go and leave debt); otherwise returns
+ * how many ns to wait before asking again. */
+uint64_t net_bucket_take(struct net_bucket *b, size_t bytes, uint64_t now_ns);
+
+/* --- replay window (OpenVPN packet_id style, R8.5) ------------------------ */
+
+#define NET_REPLAY_WINDOW 64
+
+struct net_replay {
+    uint64_t top;  /* highest seq accepted, 0 when none */
+    uint64_t mask; /* bit i set: seq (top - i) was seen */
+};
+
+void net_replay_reset(struct net_replay *r);
+
+/* True (and records seq) when seq is new and not older than the window;
+ * false for 0, duplicates, and seq <= top - NET_REPLAY_WINDOW. */
+bool net_replay_accept(struct net_replay *r, uint64_t seq);
+
+/* --- liveness ------------------------------------------------------------- */
+
+struct net_liveness {
+    uint64_t last_ns;      /* last time anything was heard, 0: never */
+    rumor_net_state state; /* as of the last update */
+};
+
+/* State at now_ns from the last time heard. */
+rumor_net_state net_liveness_state(const struct net_liveness *l,
+                                   uint64_t now_ns,
+                                   uint32_t late_ms,
+                                   uint32_t down_ms);
+
+/* Records traffic at now_ns. */
+void net_liveness_heard(struct net_liveness *l, uint64_t now_ns);
+
+/* Moves l->state to the state at now_ns; returns true when it changed. */
+bool net_liveness_update(struct net_liveness *l,
+                         uint64_t now_ns,
+                         uint32_t late_ms,
+                         uint32_t down_ms);
+
+/* Next time (ns) at which the state would change, UINT64_MAX if never. */
+uint64_t net_liveness_next(const struct net_liveness *l,
+                           uint32_t late_ms,
+                           uint32_t down_ms);
+
+/* --- reconnect backoff ---------------------------------------------------- */
+
+/* base * 2^attempt, capped at max (all in ms). */
+uint32_t net_backoff_ms(uint32_t base_ms, uint32_t max_ms, uint32_t attempt);
+
+/* --- keys ----------------------------------------------------------------- */
+
+/* The 40-character Z85 secret key, borrowed (sodium_malloc'd memory). */
+const char *net_keypair_secret(const rumor_net_keypair *kp);
+
+/* --- ZAP handler (zap.c) -------------------------------------------------- */
+
+struct net_zap;
+
+/* Binds the ZAP REP socket in ctx and starts the handler thread; returns
+ * once it is bound (so no CURVE socket can exist before it). keys: n Z85
+ * public keys (copied). notify_endpoint: an inproc PAIR endpoint the
+ * handler connects to, to say "dead" when it stops on its own. */
+rumor_err net_zap_start(void *ctx,
+                        const char *const *keys,
+                        size_t n,
+                        const char *notify_endpoint,
+                        struct net_zap **out);
+
+/* Asks the handler to stop; silent: without the "dead" notice. */
+void net_zap_stop(struct net_zap *zap, bool silent);
+
+/* Joins the thread and frees; safe on NULL and twice. */
+void net_zap_destroy(struct net_zap **self_p);
+
+#endif /* RUMOR_NET_IMPL_H */

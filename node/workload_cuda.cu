@@ -1,0 +1,403 @@
+// node/workload_cuda.cu: the CUDA forward and backward pass of the
+// built-in workloads, the same contract as node_cpu_pass (workload_cpu.c).
+//
+// The model stays in host memory (gossip and the optimizer work there), so
+// each pass copies the parameters and the batch to the device, runs the
+// layers, and copies the gradients back. For the small models of the
+// built-in workloads the copies are of the order of the compute; a
+// device-resident model is the next step when a workload is large enough
+// to need it, and would change only this file.
+//
+// Products are cuBLAS SGEMMs: a row-major [rows, cols] matrix is cuBLAS's
+// column-major [cols, rows] matrix, so forward Z^T = W A^T, dW^T = A^T dZ
+// and dA^T = W^T dZ^T need no transposed copies. Own kernels add biases
+// and apply ReLU, compute the softmax cross-entropy (or squared error)
+// head one row per thread with log-sum-exp, reduce bias gradients one
+// column per thread, and mask deltas by the stored activations. Losses are
+// summed with double atomics (sm_60+).
+//
+// Errors: CUDA_TRY / CUBLAS_TRY set rc and jump to the label written at
+// the call site (R4.6). Only extern "C" entry points leave this file.
+// Limit: tested against the CPU pass by test_cuda__gradients__match_cpu,
+// which has not yet run on a GPU (none on the development machine).
+extern "C" {
+#include "node/workload_impl.h"
+}
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <stdlib.h>
+
+#define CUDA_TRY(call, label)                         \
+    do {                                              \
+        cudaError_t cuda_err_ = (call);               \
+        if (cuda_err_ != cudaSuccess) {               \
+            rumor_log(RUMOR_LOG_ERROR,                \
+                      "workload cuda: %s: %s",        \
+                      #call,                          \
+                      cudaGetErrorString(cuda_err_)); \
+            rc = RUMOR_EBACKEND;                      \
+            goto label;                               \
+        }                                             \
+    } while (0)
+
+#define CUBLAS_TRY(call, label)                       \
+    do {                                              \
+        cublasStatus_t cublas_st_ = (call);           \
+        if (cublas_st_ != CUBLAS_STATUS_SUCCESS) {    \
+            rumor_log(RUMOR_LOG_ERROR,                \
+                      "workload cuda: %s: status %d", \
+                      #call,                          \
+                      (int)cublas_st_);               \
+            rc = RUMOR_EBACKEND;                      \
+            goto label;                               \
+        }                                             \
+    } while (0)
+
+#define THREADS 256
+
+struct node_cuda {
+    struct node_net net;
+    size_t max_batch;
+    size_t param_floats;
+    cublasHandle_t blas;
+    float *params; // device copy of the parameters, model tensor order
+    float *grads;  // device gradients, same layout
+    float *x;      // max_batch x width[0]
+    float *t;      // max_batch x width[layers] (lsq targets)
+    int *y;        // max_batch labels
+    float *act;    // activations of every layer
+    float *ping;   // two delta buffers of max_batch x widest
+    float *pong;
+    double *loss;                // one double
+    unsigned long long *correct; // one counter
+};
+
+// --- kernels ---------------------------------------------------------------
+
+__global__ void
+k_bias_act(float *z, const float *bias, size_t rows, size_t cols, int relu)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * cols)
+        return;
+    float v = z[i] + (bias != NULL ? bias[i % cols] : 0.0f);
+    z[i] = relu && v < 0 ? 0.0f : v;
+}
+
+__global__ void
+k_head(float *z,
+       const int *y,
+       const float *t,
+       size_t rows,
+       size_t k,
+       int lsq,
+       float inv,
+       double *loss,
+       unsigned long long *correct)
+{
+    size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows)
+        return;
+    float *row = z + r * k;
+    if (lsq) {
+        double sq = 0;
+        for (size_t j = 0; j < k; j++) {
+            float d = row[j] - t[r * k + j];
+            sq += (double)d * d;
+            row[j] = d * inv;
+        }
+        atomicAdd(loss, 0.5 * sq);
+        return;
+    }
+    size_t arg = 0;
+    float mx = row[0];
+    for (size_t j = 1; j < k; j++)
+        if (row[j] > mx) {
+            mx = row[j];
+            arg = j;
+        }
+    double sum = 0;
+    for (size_t j = 0; j < k; j++) {
+        row[j] = expf(row[j] - mx);
+        sum += row[j];
+    }
+    size_t label = (size_t)y[r];
+    atomicAdd(loss, log(sum) - log((double)row[label]));
+    if (arg == label)
+        atomicAdd(correct, 1ull);
+    float isum = (float)(1.0 / sum);
+    for (size_t j = 0; j < k; j++)
+        row[j] = (row[j] * isum - (j == label ? 1.0f : 0.0f)) * inv;
+}
+
+__global__ void
+k_bias_grad(const float *dz, float *gb, size_t rows, size_t cols)
+{
+    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= cols)
+        return;
+    float s = 0;
+    for (size_t r = 0; r < rows; r++)
+        s += dz[r * cols + j];
+    gb[j] = s;
+}
+
+__global__ void
+k_relu_mask(float *da, const float *a, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && !(a[i] > 0))
+        da[i] = 0;
+}
+
+static unsigned
+s_blocks(size_t n)
+{
+    return (unsigned)((n + THREADS - 1) / THREADS);
+}
+
+// --- entry points ------------------------------------------------------------
+
+extern "C" rumor_err
+node_cuda_new(const struct node_net *net, size_t max_batch, node_cuda **out)
+{
+    rumor_err rc = RUMOR_OK;
+    const char *why = NULL;
+    size_t acts = 0, widest = net->width[0], pf = 0;
+    node_cuda *cu = NULL;
+    *out = NULL;
+    if (rumor_cuda_device_count(&why) == 0)
+        return RUMOR_ENOTSUP;
+    cu = (node_cuda *)calloc(1, sizeof *cu);
+    if (cu == NULL)
+        return RUMOR_ENOMEM;
+    cu->net = *net;
+    cu->max_batch = max_batch;
+    for (size_t l = 0; l < net->layers; l++) {
+        size_t o = net->width[l + 1];
+        pf += o * net->width[l] + (net->bias ? o : 0);
+        acts += max_batch * o;
+        widest = o > widest ? o : widest;
+    }
+    cu->param_floats = pf;
+    CUBLAS_TRY(cublasCreate(&cu->blas), fail);
+    CUDA_TRY(cudaMalloc((void **)&cu->params, pf * sizeof(float)), fail);
+    CUDA_TRY(cudaMalloc((void **)&cu->grads, pf * sizeof(float)), fail);
+    CUDA_TRY(
+        cudaMalloc((void **)&cu->x, max_batch * net->width[0] * sizeof(float)),
+        fail);
+    CUDA_TRY(cudaMalloc((void **)&cu->t,
+                        max_batch * net->width[net->layers] * sizeof(float)),
+             fail);
+    CUDA_TRY(cudaMalloc((void **)&cu->y, max_batch * sizeof(int)), fail);
+    CUDA_TRY(cudaMalloc((void **)&cu->act, acts * sizeof(float)), fail);
+    CUDA_TRY(
+        cudaMalloc((void **)&cu->ping, 2 * max_batch * widest * sizeof(float)),
+        fail);
+    cu->pong = cu->ping + max_batch * widest;
+    CUDA_TRY(cudaMalloc((void **)&cu->loss, sizeof(double)), fail);
+    CUDA_TRY(cudaMalloc((void **)&cu->correct, sizeof(unsigned long long)),
+             fail);
+    *out = cu;
+    return RUMOR_OK;
+fail:
+    node_cuda_destroy(&cu);
+    return rc;
+}
+
+extern "C" void
+node_cuda_destroy(node_cuda **self_p)
+{
+    if (self_p == NULL || *self_p == NULL)
+        return;
+    node_cuda *cu = *self_p;
+    if (cu->blas != NULL)
+        cublasDestroy(cu->blas);
+    cudaFree(cu->params);
+    cudaFree(cu->grads);
+    cudaFree(cu->x);
+    cudaFree(cu->t);
+    cudaFree(cu->y);
+    cudaFree(cu->act);
+    cudaFree(cu->ping);
+    cudaFree(cu->loss);
+    cudaFree(cu->correct);
+    free(cu);
+    *self_p = NULL;
+}
+
+extern "C" rumor_err
+node_cuda_pass(node_cuda *cu,
+               const struct rumor_model *params,
+               const float *x,
+               const int32_t *y,
+               const float *t,
+               size_t b,
+               size_t denom,
+               const struct rumor_model *grad,
+               double *loss_sum,
+               size_t *correct)
+{
+    rumor_err rc = RUMOR_OK;
+    const struct node_net *net = &cu->net;
+    size_t step = net->bias ? 2 : 1;
+    size_t k = net->width[net->layers];
+    const float one = 1.0f, zero = 0.0f;
+    const float *act[NODE_MAX_LAYERS + 1];
+    const float *w[NODE_MAX_LAYERS];
+    const float *bias[NODE_MAX_LAYERS];
+    float *gw[NODE_MAX_LAYERS];
+    float *gb[NODE_MAX_LAYERS];
+    float *s = cu->act, *dz = NULL;
+    double h_loss = 0;
+    unsigned long long h_correct = 0;
+    size_t off = 0;
+    if (b > cu->max_batch)
+        return RUMOR_EINVAL;
+    for (size_t l = 0; l < net->layers; l++) {
+        size_t o = net->width[l + 1], in = net->width[l];
+        const struct rumor_tensor *tw = &params->tensors[l * step];
+        CUDA_TRY(cudaMemcpy(cu->params + off,
+                            tw->data,
+                            o * in * sizeof(float),
+                            cudaMemcpyHostToDevice),
+                 done);
+        w[l] = cu->params + off;
+        gw[l] = cu->grads + off;
+        off += o * in;
+        bias[l] = NULL;
+        gb[l] = NULL;
+        if (net->bias) {
+            CUDA_TRY(cudaMemcpy(cu->params + off,
+                                params->tensors[l * step + 1].data,
+                                o * sizeof(float),
+                                cudaMemcpyHostToDevice),
+                     done);
+            bias[l] = cu->params + off;
+            gb[l] = cu->grads + off;
+            off += o;
+        }
+    }
+    CUDA_TRY(cudaMemcpy(cu->x,
+                        x,
+                        b * net->width[0] * sizeof(float),
+                        cudaMemcpyHostToDevice),
+             done);
+    if (net->kind == RUMOR_WORKLOAD_LSQ)
+        CUDA_TRY(
+            cudaMemcpy(cu->t, t, b * k * sizeof(float), cudaMemcpyHostToDevice),
+            done);
+    else
+        CUDA_TRY(cudaMemcpy(cu->y, y, b * sizeof(int), cudaMemcpyHostToDevice),
+                 done);
+    CUDA_TRY(cudaMemset(cu->loss, 0, sizeof(double)), done);
+    CUDA_TRY(cudaMemset(cu->correct, 0, sizeof(unsigned long long)), done);
+    act[0] = cu->x;
+    for (size_t l = 0; l < net->layers; l++) {
+        size_t o = net->width[l + 1], in = net->width[l];
+        float *z = s;
+        s += b * o;
+        CUBLAS_TRY(cublasSgemm(cu->blas,
+                               CUBLAS_OP_T,
+                               CUBLAS_OP_N,
+                               (int)o,
+                               (int)b,
+                               (int)in,
+                               &one,
+                               w[l],
+                               (int)in,
+                               act[l],
+                               (int)in,
+                               &zero,
+                               z,
+                               (int)o),
+                   done);
+        k_bias_act<<<s_blocks(b * o), THREADS>>>(z,
+                                                 bias[l],
+                                                 b,
+                                                 o,
+                                                 l + 1 < net->layers);
+        CUDA_TRY(cudaGetLastError(), done);
+        act[l + 1] = z;
+        dz = z;
+    }
+    k_head<<<s_blocks(b), THREADS>>>(dz,
+                                     cu->y,
+                                     cu->t,
+                                     b,
+                                     k,
+                                     net->kind == RUMOR_WORKLOAD_LSQ,
+                                     1.0f / (float)denom,
+                                     cu->loss,
+                                     cu->correct);
+    CUDA_TRY(cudaGetLastError(), done);
+    if (grad != NULL) {
+        for (size_t l = net->layers; l-- > 0;) {
+            size_t o = net->width[l + 1], in = net->width[l];
+            CUBLAS_TRY(cublasSgemm(cu->blas,
+                                   CUBLAS_OP_N,
+                                   CUBLAS_OP_T,
+                                   (int)in,
+                                   (int)o,
+                                   (int)b,
+                                   &one,
+                                   act[l],
+                                   (int)in,
+                                   dz,
+                                   (int)o,
+                                   &zero,
+                                   gw[l],
+                                   (int)in),
+                       done);
+            if (gb[l] != NULL) {
+                k_bias_grad<<<s_blocks(o), THREADS>>>(dz, gb[l], b, o);
+                CUDA_TRY(cudaGetLastError(), done);
+            }
+            if (l == 0)
+                break;
+            float *da = dz == cu->ping ? cu->pong : cu->ping;
+            CUBLAS_TRY(cublasSgemm(cu->blas,
+                                   CUBLAS_OP_N,
+                                   CUBLAS_OP_N,
+                                   (int)in,
+                                   (int)b,
+                                   (int)o,
+                                   &one,
+                                   w[l],
+                                   (int)in,
+                                   dz,
+                                   (int)o,
+                                   &zero,
+                                   da,
+                                   (int)in),
+                       done);
+            k_relu_mask<<<s_blocks(b * in), THREADS>>>(da, act[l], b * in);
+            CUDA_TRY(cudaGetLastError(), done);
+            dz = da;
+        }
+        off = 0;
+        for (size_t i = 0; i < grad->count; i++) {
+            size_t n = rumor_tensor_numel(&grad->tensors[i]);
+            CUDA_TRY(cudaMemcpy(grad->tensors[i].data,
+                                cu->grads + off,
+                                n * sizeof(float),
+                                cudaMemcpyDeviceToHost),
+                     done);
+            off += n;
+        }
+    }
+    CUDA_TRY(
+        cudaMemcpy(&h_loss, cu->loss, sizeof h_loss, cudaMemcpyDeviceToHost),
+        done);
+    CUDA_TRY(cudaMemcpy(&h_correct,
+                        cu->correct,
+                        sizeof h_correct,
+                        cudaMemcpyDeviceToHost),
+             done);
+    *loss_sum += h_loss;
+    *correct += (size_t)h_correct;
+done:
+    return rc;
+}

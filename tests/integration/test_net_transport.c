@@ -1,0 +1,895 @@
+/*
+ * net over real sockets on 127.0.0.1, nodes as threads of this process:
+ * tensors of several sizes arrive intact; an unlisted key, a plain client,
+ * a listed key claiming another id, a wrong version, a wrong fingerprint,
+ * truncated / oversized / garbage / replayed frames are rejected and the
+ * node keeps working; with the ZAP handler gone nothing gets through; a
+ * link cut by a corrupted frame is rebuilt by the supervisor; shaping
+ * never lets a message go faster than the configured rate and delay.
+ */
+#include "tests/cmocka_compat.h"
+
+#include "tests/integration/test_net_common.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+/* --- a small cluster of in-process nodes ---------------------------------- */
+
+#define T_NODES 3
+
+struct t_cluster {
+    rumor_net_keypair *kp[T_NODES];
+    char endpoint[T_NODES][64];
+    rumor_net *net[T_NODES];
+};
+
+static void
+t_cluster_keys(struct t_cluster *c)
+{
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < T_NODES; i++) {
+        assert_int_equal(rumor_net_keypair_generate(&c->kp[i]), RUMOR_OK);
+        int port = t_free_port();
+        assert_true(port > 0);
+        snprintf(c->endpoint[i],
+                 sizeof c->endpoint[i],
+                 "tcp://127.0.0.1:%d",
+                 port);
+    }
+}
+
+/* Starts node i; links[j] says whether it opens a DEALER to j. All nodes
+ * are admitted by key. endpoint_of_1, when not NULL, replaces node 1's
+ * endpoint for the DEALER (a proxy). */
+static void
+t_cluster_start(struct t_cluster *c,
+                int i,
+                const bool links[T_NODES],
+                uint64_t fingerprint,
+                struct rumor_net_opts *tweak,
+                const char *endpoint_of_1)
+{
+    struct rumor_net_peer peers[T_NODES];
+    size_t n = 0;
+    for (int j = 0; j < T_NODES; j++) {
+        if (j == i)
+            continue;
+        peers[n++] = (struct rumor_net_peer){
+            .id = (uint32_t)j,
+            .endpoint =
+                (j == 1 && endpoint_of_1) ? endpoint_of_1 : c->endpoint[j],
+            .key = rumor_net_keypair_public(c->kp[j]),
+            .link = links[j],
+        };
+    }
+    struct rumor_net_opts o;
+    if (tweak != NULL)
+        o = *tweak;
+    else
+        t_test_opts(&o);
+    o.self = (uint32_t)i;
+    o.endpoint = c->endpoint[i];
+    o.keys = c->kp[i];
+    o.peers = peers;
+    o.npeers = n;
+    o.fingerprint = fingerprint;
+    assert_int_equal(rumor_net_new(&o, &c->net[i]), RUMOR_OK);
+}
+
+static void
+t_cluster_stop(struct t_cluster *c)
+{
+    for (int i = 0; i < T_NODES; i++) {
+        rumor_net_destroy(&c->net[i]);
+        rumor_net_keypair_destroy(&c->kp[i]);
+    }
+}
+
+static const bool LINK_NONE[T_NODES] = {false, false, false};
+static const bool LINK_TO_1[T_NODES] = {false, true, false};
+static const bool LINK_TO_0[T_NODES] = {true, false, false};
+
+static void
+t_pattern(uint8_t *buf, size_t n, uint32_t salt)
+{
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, salt, 1);
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (uint8_t)rumor_rng_u32(&rng);
+}
+
+/* Sends one message from a to b at step and checks it arrives intact. */
+static void
+t_send_and_check(rumor_net *a,
+                 uint32_t b_id,
+                 rumor_net *b,
+                 uint32_t a_id,
+                 uint64_t step,
+                 size_t len)
+{
+    uint8_t *buf = malloc(len ? len : 1);
+    assert_non_null(buf);
+    t_pattern(buf, len, (uint32_t)(step * 31 + len));
+    struct rumor_net_header h = {.codec = 3,
+                                 .step = step,
+                                 .round = 1,
+                                 .tensor = 9,
+                                 .count = len / 4};
+    assert_int_equal(
+        rumor_net_send(a, b_id, &h, buf, len, t_deadline(T_DEADLINE_MS)),
+        RUMOR_OK);
+    struct rumor_net_msg m;
+    rumor_err rc =
+        rumor_net_recv(b, a_id, step, 1, t_deadline(T_DEADLINE_MS), &m);
+    if (rc != RUMOR_OK)
+        fail_msg("message of %zu bytes at step %llu: %s",
+                 len,
+                 (unsigned long long)step,
+                 rumor_strerror(rc));
+    assert_int_equal(m.len, len);
+    assert_int_equal(m.hdr.sender, a_id);
+    assert_int_equal(m.hdr.tensor, 9);
+    assert_int_equal(m.hdr.codec, 3);
+    assert_int_equal(m.hdr.count, len / 4);
+    if (len > 0)
+        assert_memory_equal(m.payload, buf, len);
+    rumor_net_msg_free(&m);
+    free(buf);
+}
+
+static void
+test_exchange__tensors_of_several_sizes__arrive_intact_both_ways(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    t_cluster_start(&c, 0, LINK_TO_1, 7, NULL, NULL);
+    t_cluster_start(&c, 1, LINK_TO_0, 7, NULL, NULL);
+    assert_int_equal(
+        rumor_net_wait_ready(c.net[0], 1, t_deadline(T_DEADLINE_MS)),
+        RUMOR_OK);
+    assert_int_equal(
+        rumor_net_wait_ready(c.net[1], 0, t_deadline(T_DEADLINE_MS)),
+        RUMOR_OK);
+    /* empty, tiny, odd, exactly one chunk, one byte over, many chunks */
+    static const size_t sizes[] =
+        {0, 1, 4093, 256 << 10, (256 << 10) + 1, (3 << 20) + 5};
+    uint64_t payload = 0, frames = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        t_send_and_check(c.net[0], 1, c.net[1], 0, 10 + i, sizes[i]);
+        t_send_and_check(c.net[1], 0, c.net[0], 1, 20 + i, sizes[i]);
+        payload += sizes[i];
+        frames +=
+            sizes[i] == 0 ? 1 : (sizes[i] + (256 << 10) - 1) / (256 << 10);
+    }
+    /* counters include headers: at least payload + 64 per data frame */
+    struct rumor_net_stats st;
+    rumor_net_stats(c.net[1], 0, &st);
+    assert_true(st.bytes_recv >= payload + 64 * frames);
+    assert_int_equal(st.messages_recv, 6);
+    assert_int_equal(st.rejected_auth + st.rejected_proto + st.replays, 0);
+    rumor_net_stats(c.net[0], 1, &st);
+    assert_true(st.bytes_sent >= payload + 64 * frames);
+    t_cluster_stop(&c);
+}
+
+/* A full 1 MiB chunk is 1 MiB + 64 bytes of frame, plus CURVE's own
+ * overhead on the wire: ZMQ_MAXMSGSIZE must leave room for both. */
+static void
+test_exchange__largest_chunks_over_curve__arrive_intact(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    struct rumor_net_opts o;
+    t_test_opts(&o);
+    o.chunk_bytes = RUMOR_NET_CHUNK_MAX;
+    t_cluster_start(&c, 0, LINK_TO_1, 7, &o, NULL);
+    t_cluster_start(&c, 1, LINK_NONE, 7, &o, NULL);
+    assert_int_equal(
+        rumor_net_wait_ready(c.net[0], 1, t_deadline(T_DEADLINE_MS)),
+        RUMOR_OK);
+    t_send_and_check(c.net[0], 1, c.net[1], 0, 1, RUMOR_NET_CHUNK_MAX);
+    t_send_and_check(c.net[0], 1, c.net[1], 0, 2, 2 * RUMOR_NET_CHUNK_MAX + 3);
+    struct rumor_net_stats st;
+    rumor_net_stats(c.net[0], 1, &st);
+    assert_int_equal(st.links_recreated, 0);
+    t_cluster_stop(&c);
+}
+
+static void
+test_recv__nothing_sent__returns_etimedout_at_deadline(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    t_cluster_start(&c, 0, LINK_NONE, 7, NULL, NULL);
+    struct rumor_net_msg m;
+    uint64_t deadline = t_deadline(50);
+    assert_int_equal(rumor_net_recv(c.net[0], 1, 0, 0, deadline, &m),
+                     RUMOR_ETIMEDOUT);
+    assert_true(rumor_clock_ns() >= deadline);
+    assert_null(m.payload);
+    assert_int_equal(rumor_net_recv(c.net[0], 99, 0, 0, deadline, &m),
+                     RUMOR_EINVAL);
+    t_cluster_stop(&c);
+}
+
+/* Waits until counter(net, peer) >= want. */
+typedef uint64_t (*t_counter)(const struct rumor_net_stats *st);
+
+static void
+t_wait_counter(rumor_net *net,
+               uint32_t peer,
+               t_counter f,
+               uint64_t want,
+               const char *what)
+{
+    uint64_t deadline = t_deadline(T_DEADLINE_MS);
+    struct rumor_net_stats st;
+    for (;;) {
+        rumor_net_stats(net, peer, &st);
+        if (f(&st) >= want)
+            return;
+        if (rumor_clock_ns() >= deadline)
+            fail_msg("%s stayed at %llu, want >= %llu",
+                     what,
+                     (unsigned long long)f(&st),
+                     (unsigned long long)want);
+        t_pause_1ms();
+    }
+}
+
+static uint64_t
+t_handshake_failed(const struct rumor_net_stats *st)
+{
+    return st->handshake_failed;
+}
+static uint64_t
+t_rejected_auth(const struct rumor_net_stats *st)
+{
+    return st->rejected_auth;
+}
+static uint64_t
+t_rejected_proto(const struct rumor_net_stats *st)
+{
+    return st->rejected_proto;
+}
+static uint64_t
+t_refused(const struct rumor_net_stats *st)
+{
+    return st->refused;
+}
+static uint64_t
+t_replays(const struct rumor_net_stats *st)
+{
+    return st->replays;
+}
+static uint64_t
+t_dropped(const struct rumor_net_stats *st)
+{
+    return st->dropped;
+}
+static uint64_t
+t_recreated(const struct rumor_net_stats *st)
+{
+    return st->links_recreated;
+}
+
+/* After an attack on node 1: nothing from it was delivered, and node 0
+ * (a real peer) still gets a message through. */
+static void
+t_node1_still_works(struct t_cluster *c, uint64_t step)
+{
+    struct rumor_net_msg m;
+    assert_int_equal(rumor_net_recv(c->net[1], 0, 0, 0, t_deadline(1), &m),
+                     RUMOR_ETIMEDOUT);
+    if (c->net[0] == NULL)
+        t_cluster_start(c, 0, LINK_TO_1, 7, NULL, NULL);
+    assert_int_equal(
+        rumor_net_wait_ready(c->net[0], 1, t_deadline(T_DEADLINE_MS)),
+        RUMOR_OK);
+    t_send_and_check(c->net[0], 1, c->net[1], 0, step, 1000);
+}
+
+static void
+test_reject__unlisted_key__nothing_delivered_node_keeps_working(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    t_cluster_start(&c, 1, LINK_NONE, 7, NULL, NULL);
+    rumor_net_keypair *stranger = NULL;
+    assert_int_equal(rumor_net_keypair_generate(&stranger), RUMOR_OK);
+    struct t_raw r;
+    t_raw_open(&r,
+               c.endpoint[1],
+               rumor_net_keypair_public(c.kp[1]),
+               rumor_net_keypair_public(stranger),
+               net_keypair_secret(stranger));
+    t_raw_hello(&r, RUMOR_NET_VERSION, 0, 7);
+    uint8_t f[128];
+    t_raw_send(
+        &r,
+        f,
+        t_frame(f, sizeof f, 1, RUMOR_NET_TYPE_DATA, 0, 2, 0, "evil", 4));
+    t_wait_counter(c.net[1],
+                   RUMOR_NET_ALL,
+                   t_handshake_failed,
+                   1,
+                   "handshake failures");
+    assert_int_equal(t_raw_wait_event(&r,
+                                      ZMQ_EVENT_HANDSHAKE_FAILED_AUTH,
+                                      t_deadline(T_DEADLINE_MS)),
+                     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);
+    struct rumor_net_stats st;
+    rumor_net_stats(c.net[1], RUMOR_NET_ALL, &st);
+    assert_int_equal(st.frames_recv, 0);
+    t_raw_close(&r);
+    rumor_net_keypair_destroy(&stranger);
+    t_node1_still_works(&c, 5);
+    t_cluster_stop(&c);
+}
+
+static void
+test_reject__plain_client__nothing_delivered_node_keeps_working(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    t_cluster_start(&c, 1, LINK_NONE, 7, NULL, NULL);
+    struct t_raw r;
+    t_raw_open(&r, c.endpoint[1], NULL, NULL, NULL);
+    t_raw_hello(&r, RUMOR_NET_VERSION, 0, 7);
+    t_wait_counter(c.net[1],
+                   RUMOR_NET_ALL,
+                   t_handshake_failed,
+                   1,
+                   "handshake failures");
+    struct rumor_net_stats st;
+    rumor_net_stats(c.net[1], RUMOR_NET_ALL, &st);
+    assert_int_equal(st.frames_recv, 0);
+    t_raw_close(&r);
+    t_node1_still_works(&c, 6);
+    t_cluster_stop(&c);
+}
+
+static void
+test_reject__listed_key_claiming_another_id__dropped(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    t_cluster_start(&c, 1, LINK_NONE, 7, NULL, NULL);
+    /* node 0's key speaks for node 2 */
+    struct t_raw r;
+    t_raw_open(&r,
+               c.endpoint[1],
+               rumor_net_keypair_public(c.kp[1]),
+               rumor_net_keypair_public(c.kp[0]),
+               net_keypair_secret(c.kp[0]));
+    t_raw_hello(&r, RUMOR_NET_VERSION, 2, 7);
+    uint8_t f[128];
+    t_raw_send(
+        &r,
+        f,
+        t_frame(f, sizeof f, 1, RUMOR_NET_TYPE_DATA, 2, 2, 0, "evil", 4));
+    t_wait_counter(c.net[1], 0, t_rejected_auth, 2, "rejected_auth of 0");
+    struct rumor_net_stats st;
+    rumor_net_stats(c.net[1], 2, &st);
+    assert_int_equal(st.frames_recv, 0);
+    struct rumor_net_msg m;
+    assert_int_equal(rumor_net_recv(c.net[1], 2, 0, 0, t_deadline(1), &m),
+                     RUMOR_ETIMEDOUT);
+    t_raw_close(&r);
+    t_node1_still_works(&c, 7);
+    t_cluster_stop(&c);
+}
+
+static void
+test_reject__wrong_version__refused_with_reason_to_the_peer(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    t_cluster_start(&c, 1, LINK_NONE, 7, NULL, NULL);
+    struct t_raw r;
+    t_raw_open(&r,
+               c.endpoint[1],
+               rumor_net_keypair_public(c.kp[1]),
+               rumor_net_keypair_public(c.kp[0]),
+               net_keypair_secret(c.kp[0]));
+    t_raw_hello(&r, 2, 0, 7);
+    uint8_t buf[512];
+    int n = t_raw_recv(&r, buf, sizeof buf, t_deadline(T_DEADLINE_MS));
+    assert_true(n > 0);
+    struct rumor_net_header h;
+    const uint8_t *p = NULL;
+    assert_int_equal(rumor_net_frame_decode(buf, (size_t)n, 1 << 20, &h, &p),
+                     RUMOR_OK);
+    assert_int_equal(h.type, RUMOR_NET_TYPE_REFUSE);
+    assert_int_equal(h.sender, 1);
+    uint32_t reason;
+    char text[RUMOR_NET_REFUSE_TEXT_MAX + 1];
+    assert_int_equal(rumor_net_refuse_decode(p, h.payload_len, &reason, text),
+                     RUMOR_OK);
+    assert_int_equal(reason, RUMOR_EPROTO);
+    assert_non_null(strstr(text, "protocol version 2"));
+    t_wait_counter(c.net[1], 0, t_refused, 1, "refused");
+    t_raw_close(&r);
+    t_node1_still_works(&c, 8);
+    t_cluster_stop(&c);
+}
+
+static void
+test_reject__wrong_fingerprint__refused_on_both_sides(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    t_cluster_start(&c, 1, LINK_NONE, 7, NULL, NULL);
+    t_cluster_start(&c, 0, LINK_TO_1, 8, NULL, NULL);
+    t_wait_counter(c.net[1], 0, t_refused, 1, "refusals sent by node 1");
+    t_wait_counter(c.net[0], 1, t_refused, 1, "refusals seen by node 0");
+    assert_int_equal(rumor_net_wait_ready(c.net[0], 1, t_deadline(1)),
+                     RUMOR_ETIMEDOUT);
+    rumor_net_destroy(&c.net[0]);
+    t_node1_still_works(&c, 9);
+    t_cluster_stop(&c);
+}
+
+static void
+test_reject__bad_frames__rejected_logged_node_keeps_working(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    struct rumor_net_opts o;
+    t_test_opts(&o);
+    o.max_message_bytes = 1 << 20;
+    t_cluster_start(&c, 1, LINK_NONE, 7, &o, NULL);
+    struct t_raw r;
+    t_raw_open(&r,
+               c.endpoint[1],
+               rumor_net_keypair_public(c.kp[1]),
+               rumor_net_keypair_public(c.kp[0]),
+               net_keypair_secret(c.kp[0]));
+    t_raw_hello(&r, RUMOR_NET_VERSION, 0, 7);
+    uint8_t buf[512];
+    assert_true(t_raw_recv(&r, buf, sizeof buf, t_deadline(T_DEADLINE_MS)) >
+                0); /* HELLO_OK */
+    /* truncated */
+    size_t n =
+        t_frame(buf, sizeof buf, 1, RUMOR_NET_TYPE_DATA, 0, 2, 0, "abcdef", 6);
+    t_raw_send(&r, buf, 30);
+    /* garbage */
+    uint8_t junk[200];
+    t_pattern(junk, sizeof junk, 99);
+    t_raw_send(&r, junk, sizeof junk);
+    /* a flipped payload byte: bad crc */
+    buf[n - 1] ^= 1;
+    t_raw_send(&r, buf, n);
+    /* a header announcing more than max_message_bytes */
+    struct rumor_net_header h = {.version = 1,
+                                 .type = RUMOR_NET_TYPE_DATA,
+                                 .sender = 0,
+                                 .seq = 3,
+                                 .chunks = 2,
+                                 .payload_len = 6,
+                                 .total_len = 2u << 20};
+    size_t w = 0;
+    assert_int_equal(rumor_net_frame_encode(&h, "abcdef", buf, sizeof buf, &w),
+                     RUMOR_OK);
+    t_raw_send(&r, buf, w);
+    t_wait_counter(c.net[1], 0, t_rejected_proto, 4, "rejected_proto");
+    /* a replayed frame: delivered once */
+    n = t_frame(buf, sizeof buf, 1, RUMOR_NET_TYPE_DATA, 0, 10, 3, "once", 4);
+    t_raw_send(&r, buf, n);
+    t_raw_send(&r, buf, n);
+    t_wait_counter(c.net[1], 0, t_replays, 1, "replays");
+    struct rumor_net_msg m;
+    assert_int_equal(
+        rumor_net_recv(c.net[1], 0, 3, 0, t_deadline(T_DEADLINE_MS), &m),
+        RUMOR_OK);
+    assert_memory_equal(m.payload, "once", 4);
+    rumor_net_msg_free(&m);
+    assert_int_equal(rumor_net_recv(c.net[1], 0, 3, 0, t_deadline(1), &m),
+                     RUMOR_ETIMEDOUT);
+    /* a message for a closed step is dropped */
+    rumor_net_close_steps_before(c.net[1], 100);
+    n = t_frame(buf, sizeof buf, 1, RUMOR_NET_TYPE_DATA, 0, 11, 50, "late", 4);
+    t_raw_send(&r, buf, n);
+    t_wait_counter(c.net[1], 0, t_dropped, 1, "dropped");
+    assert_int_equal(rumor_net_recv(c.net[1], 0, 50, 0, t_deadline(1), &m),
+                     RUMOR_ETIMEDOUT);
+    /* a chunk without its predecessors is dropped, and so is a message
+     * whose chunks stop (the next message's chunk 0 replaces it) */
+    struct rumor_net_header part = {.version = 1,
+                                    .type = RUMOR_NET_TYPE_DATA,
+                                    .sender = 0,
+                                    .seq = 20,
+                                    .step = 160,
+                                    .chunk = 1,
+                                    .chunks = 2,
+                                    .payload_len = 4,
+                                    .total_len = 8};
+    assert_int_equal(rumor_net_frame_encode(&part, "tail", buf, sizeof buf, &w),
+                     RUMOR_OK);
+    t_raw_send(&r, buf, w);
+    part.seq = 21;
+    part.chunk = 0;
+    assert_int_equal(rumor_net_frame_encode(&part, "head", buf, sizeof buf, &w),
+                     RUMOR_OK);
+    t_raw_send(&r, buf, w);
+    n = t_frame(buf, sizeof buf, 1, RUMOR_NET_TYPE_DATA, 0, 22, 161, "next", 4);
+    t_raw_send(&r, buf, n);
+    assert_int_equal(
+        rumor_net_recv(c.net[1], 0, 161, 0, t_deadline(T_DEADLINE_MS), &m),
+        RUMOR_OK);
+    assert_memory_equal(m.payload, "next", 4);
+    rumor_net_msg_free(&m);
+    assert_int_equal(rumor_net_recv(c.net[1], 0, 160, 0, t_deadline(1), &m),
+                     RUMOR_ETIMEDOUT);
+    /* 1 closed step + the orphan chunk + the cut message */
+    t_wait_counter(c.net[1], 0, t_dropped, 3, "dropped");
+    /* oversized: past ZMQ_MAXMSGSIZE libzmq drops the connection before
+     * allocating the message */
+    size_t big = (2u << 20);
+    uint8_t *huge = calloc(1, big);
+    assert_non_null(huge);
+    t_raw_send(&r, huge, big);
+    free(huge);
+    assert_int_equal(
+        t_raw_wait_event(&r, ZMQ_EVENT_DISCONNECTED, t_deadline(T_DEADLINE_MS)),
+        ZMQ_EVENT_DISCONNECTED);
+    struct rumor_net_stats st;
+    rumor_net_stats(c.net[1], 0, &st);
+    assert_int_equal(st.messages_recv, 2); /* "once" and "next" */
+    t_raw_close(&r);
+    t_node1_still_works(&c, 200);
+    t_cluster_stop(&c);
+}
+
+static void
+test_inbox__full__later_messages_dropped_until_read(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    struct rumor_net_opts o;
+    t_test_opts(&o);
+    o.inbox_bytes = 10000;
+    t_cluster_start(&c, 1, LINK_NONE, 7, &o, NULL);
+    t_cluster_start(&c, 0, LINK_TO_1, 7, NULL, NULL);
+    assert_int_equal(
+        rumor_net_wait_ready(c.net[0], 1, t_deadline(T_DEADLINE_MS)),
+        RUMOR_OK);
+    uint8_t buf[6000] = {0};
+    for (uint64_t step = 1; step <= 3; step++) {
+        struct rumor_net_header h = {.step = step};
+        assert_int_equal(rumor_net_send(c.net[0],
+                                        1,
+                                        &h,
+                                        buf,
+                                        sizeof buf,
+                                        t_deadline(T_DEADLINE_MS)),
+                         RUMOR_OK);
+    }
+    /* 6000 fits, 12000 would not: steps 2 and 3 are dropped */
+    t_wait_counter(c.net[1], 0, t_dropped, 2, "dropped");
+    struct rumor_net_msg m;
+    assert_int_equal(
+        rumor_net_recv(c.net[1], 0, 1, 0, t_deadline(T_DEADLINE_MS), &m),
+        RUMOR_OK);
+    rumor_net_msg_free(&m);
+    assert_int_equal(rumor_net_recv(c.net[1], 0, 2, 0, t_deadline(1), &m),
+                     RUMOR_ETIMEDOUT);
+    /* read, so there is room again */
+    t_send_and_check(c.net[0], 1, c.net[1], 0, 4, 6000);
+    t_cluster_stop(&c);
+}
+
+static void
+test_zap__handler_stopped__listener_closed_and_error_reported(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    t_cluster_start(&c, 1, LINK_NONE, 7, NULL, NULL);
+    assert_int_equal(rumor_net_fault_inject(c.net[1], RUMOR_NET_FAULT_ZAP_STOP),
+                     RUMOR_OK);
+    assert_int_equal(rumor_net_status(c.net[1]), RUMOR_EAUTH);
+    struct rumor_net_msg m;
+    assert_int_equal(
+        rumor_net_recv(c.net[1], 0, 0, 0, t_deadline(T_DEADLINE_MS), &m),
+        RUMOR_EAUTH);
+    /* nobody can even connect: the listener is gone */
+    rumor_net_keypair *stranger = NULL;
+    assert_int_equal(rumor_net_keypair_generate(&stranger), RUMOR_OK);
+    struct t_raw r;
+    t_raw_open(&r,
+               c.endpoint[1],
+               rumor_net_keypair_public(c.kp[1]),
+               rumor_net_keypair_public(stranger),
+               net_keypair_secret(stranger));
+    t_raw_hello(&r, RUMOR_NET_VERSION, 0, 7);
+    assert_int_equal(t_raw_wait_event(&r,
+                                      ZMQ_EVENT_CONNECT_RETRIED,
+                                      t_deadline(T_DEADLINE_MS)),
+                     ZMQ_EVENT_CONNECT_RETRIED);
+    struct rumor_net_stats st;
+    rumor_net_stats(c.net[1], RUMOR_NET_ALL, &st);
+    assert_int_equal(st.frames_recv, 0);
+    t_raw_close(&r);
+    rumor_net_keypair_destroy(&stranger);
+    t_cluster_stop(&c);
+}
+
+static void
+test_zap__handler_silent__libzmq_admits_but_nothing_delivered(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    t_cluster_start(&c, 1, LINK_NONE, 7, NULL, NULL);
+    assert_int_equal(
+        rumor_net_fault_inject(c.net[1], RUMOR_NET_FAULT_ZAP_SILENT),
+        RUMOR_OK);
+    rumor_net_keypair *stranger = NULL;
+    assert_int_equal(rumor_net_keypair_generate(&stranger), RUMOR_OK);
+    struct t_raw r;
+    t_raw_open(&r,
+               c.endpoint[1],
+               rumor_net_keypair_public(c.kp[1]),
+               rumor_net_keypair_public(stranger),
+               net_keypair_secret(stranger));
+    /* libzmq 4.3 lets the unknown key in when no handler answers ... */
+    assert_int_equal(t_raw_wait_event(&r,
+                                      ZMQ_EVENT_HANDSHAKE_SUCCEEDED,
+                                      t_deadline(T_DEADLINE_MS)),
+                     ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+    t_raw_hello(&r, RUMOR_NET_VERSION, 0, 7);
+    uint8_t f[128];
+    t_raw_send(
+        &r,
+        f,
+        t_frame(f, sizeof f, 1, RUMOR_NET_TYPE_DATA, 0, 2, 0, "evil", 4));
+    /* ... and the User-Id check drops every frame */
+    t_wait_counter(c.net[1],
+                   RUMOR_NET_ALL,
+                   t_rejected_auth,
+                   2,
+                   "unbound frames");
+    struct rumor_net_stats st;
+    rumor_net_stats(c.net[1], RUMOR_NET_ALL, &st);
+    assert_int_equal(st.frames_recv, 0);
+    assert_int_equal(st.messages_recv, 0);
+    uint8_t buf[256];
+    assert_int_equal(t_raw_recv(&r, buf, sizeof buf, t_deadline(1)), -1);
+    t_raw_close(&r);
+    rumor_net_keypair_destroy(&stranger);
+    t_cluster_stop(&c);
+}
+
+/* --- a TCP proxy that flips one byte on request (supervisor test) --------- */
+
+struct t_proxy {
+    int listen_fd;
+    int port;
+    int upstream_port;
+    int stop_pipe[2];
+    pthread_t thread;
+    pthread_mutex_t mu;
+    int armed;   /* flip the next byte going back to the client */
+    int flipped; /* how many bytes were flipped */
+};
+
+static int
+t_tcp_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void *
+t_proxy_thread(void *arg)
+{
+    struct t_proxy *px = arg;
+    int down = -1, up = -1; /* one connection at a time */
+    for (;;) {
+        struct pollfd fds[4] = {{px->stop_pipe[0], POLLIN, 0},
+                                {px->listen_fd, POLLIN, 0},
+                                {down, POLLIN, 0},
+                                {up, POLLIN, 0}};
+        if (poll(fds, 4, 1000) < 0)
+            break;
+        if (fds[0].revents)
+            break;
+        if (fds[1].revents & POLLIN) {
+            int fd = accept(px->listen_fd, NULL, NULL);
+            if (down >= 0) {
+                close(down);
+                close(up);
+            }
+            down = fd;
+            up = t_tcp_connect(px->upstream_port);
+            continue;
+        }
+        uint8_t buf[65536];
+        bool broken = false;
+        if (down >= 0 && (fds[2].revents & (POLLIN | POLLHUP))) {
+            ssize_t n = read(down, buf, sizeof buf);
+            broken = n <= 0 || write(up, buf, (size_t)n) != n;
+        }
+        if (!broken && up >= 0 && (fds[3].revents & (POLLIN | POLLHUP))) {
+            ssize_t n = read(up, buf, sizeof buf);
+            if (n > 0) {
+                pthread_mutex_lock(&px->mu);
+                if (px->armed) {
+                    buf[n - 1] ^= 0x40; /* inside the box: the MAC fails */
+                    px->armed = 0;
+                    px->flipped++;
+                }
+                pthread_mutex_unlock(&px->mu);
+            }
+            broken = n <= 0 || write(down, buf, (size_t)n) != n;
+        }
+        if (broken) {
+            close(down);
+            close(up);
+            down = up = -1;
+        }
+    }
+    if (down >= 0) {
+        close(down);
+        close(up);
+    }
+    return NULL;
+}
+
+static void
+t_proxy_start(struct t_proxy *px, int upstream_port)
+{
+    memset(px, 0, sizeof *px);
+    px->upstream_port = upstream_port;
+    px->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(px->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(px->listen_fd, 4), 0);
+    getsockname(px->listen_fd, (struct sockaddr *)&a, &len);
+    px->port = ntohs(a.sin_port);
+    assert_int_equal(pipe(px->stop_pipe), 0);
+    pthread_mutex_init(&px->mu, NULL);
+    assert_int_equal(pthread_create(&px->thread, NULL, t_proxy_thread, px), 0);
+}
+
+static void
+t_proxy_stop(struct t_proxy *px)
+{
+    ssize_t n = write(px->stop_pipe[1], "x", 1);
+    (void)n;
+    pthread_join(px->thread, NULL);
+    close(px->listen_fd);
+    close(px->stop_pipe[0]);
+    close(px->stop_pipe[1]);
+    pthread_mutex_destroy(&px->mu);
+}
+
+static void
+test_supervisor__corrupted_frame_ends_session__link_rebuilt(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    t_cluster_start(&c, 1, LINK_NONE, 7, NULL, NULL);
+    int port1 = 0;
+    const char *colon = strrchr(c.endpoint[1], ':');
+    port1 = (int)strtol(colon + 1, NULL, 10);
+    struct t_proxy px;
+    t_proxy_start(&px, port1);
+    char via[64];
+    snprintf(via, sizeof via, "tcp://127.0.0.1:%d", px.port);
+    t_cluster_start(&c, 0, LINK_TO_1, 7, NULL, via);
+    assert_int_equal(
+        rumor_net_wait_ready(c.net[0], 1, t_deadline(T_DEADLINE_MS)),
+        RUMOR_OK);
+    t_send_and_check(c.net[0], 1, c.net[1], 0, 1, 5000);
+    /* the next bytes node 1 sends back (a ZMTP heartbeat reply, encrypted
+     * under CURVE) arrive with a flipped bit: node 0's libzmq sees a bad
+     * MAC, ends the session and would never reconnect on its own */
+    pthread_mutex_lock(&px.mu);
+    px.armed = 1;
+    pthread_mutex_unlock(&px.mu);
+    t_wait_counter(c.net[0], 1, t_recreated, 1, "links recreated");
+    pthread_mutex_lock(&px.mu);
+    assert_int_equal(px.flipped, 1);
+    pthread_mutex_unlock(&px.mu);
+    assert_int_equal(
+        rumor_net_wait_ready(c.net[0], 1, t_deadline(T_DEADLINE_MS)),
+        RUMOR_OK);
+    t_send_and_check(c.net[0], 1, c.net[1], 0, 2, 300000);
+    rumor_net_destroy(&c.net[0]);
+    t_proxy_stop(&px);
+    t_cluster_stop(&c);
+}
+
+static void
+test_shaping__rate_and_delay__message_never_faster(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    struct rumor_net_opts o;
+    t_test_opts(&o);
+    o.rate_bits = 80000000; /* 10 MB/s */
+    o.delay_ms = 30;
+    t_cluster_start(&c, 1, LINK_NONE, 7, NULL, NULL);
+    t_cluster_start(&c, 0, LINK_TO_1, 7, &o, NULL);
+    assert_int_equal(
+        rumor_net_wait_ready(c.net[0], 1, t_deadline(T_DEADLINE_MS)),
+        RUMOR_OK);
+    /* a small message: only the delay applies */
+    uint64_t t0 = rumor_clock_ns();
+    t_send_and_check(c.net[0], 1, c.net[1], 0, 1, 100);
+    assert_true(rumor_clock_ns() - t0 >= 30 * T_MS);
+    /* 3 MiB at 10 MB/s after a one-frame burst: >= (3 MiB - burst) / rate */
+    size_t len = 3u << 20;
+    t0 = rumor_clock_ns();
+    t_send_and_check(c.net[0], 1, c.net[1], 0, 2, len);
+    double secs = (double)(rumor_clock_ns() - t0) * 1e-9;
+    double floor_s = (double)(len - (256u << 10) - 64) / 10e6;
+    if (secs < floor_s)
+        fail_msg("3 MiB took %.3f s, faster than the %.3f s the rate allows",
+                 secs,
+                 floor_s);
+    t_cluster_stop(&c);
+}
+
+int
+main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(
+            test_exchange__tensors_of_several_sizes__arrive_intact_both_ways),
+        cmocka_unit_test(
+            test_exchange__largest_chunks_over_curve__arrive_intact),
+        cmocka_unit_test(
+            test_recv__nothing_sent__returns_etimedout_at_deadline),
+        cmocka_unit_test(
+            test_reject__unlisted_key__nothing_delivered_node_keeps_working),
+        cmocka_unit_test(
+            test_reject__plain_client__nothing_delivered_node_keeps_working),
+        cmocka_unit_test(test_reject__listed_key_claiming_another_id__dropped),
+        cmocka_unit_test(
+            test_reject__wrong_version__refused_with_reason_to_the_peer),
+        cmocka_unit_test(test_reject__wrong_fingerprint__refused_on_both_sides),
+        cmocka_unit_test(
+            test_reject__bad_frames__rejected_logged_node_keeps_working),
+        cmocka_unit_test(test_inbox__full__later_messages_dropped_until_read),
+        cmocka_unit_test(
+            test_zap__handler_stopped__listener_closed_and_error_reported),
+        cmocka_unit_test(
+            test_zap__handler_silent__libzmq_admits_but_nothing_delivered),
+        cmocka_unit_test(
+            test_supervisor__corrupted_frame_ends_session__link_rebuilt),
+        cmocka_unit_test(test_shaping__rate_and_delay__message_never_faster),
+    };
+    if (argc == 2)
+        cmocka_set_test_filter(argv[1]);
+    return cmocka_run_group_tests_name("net_transport", tests, NULL, NULL);
+}

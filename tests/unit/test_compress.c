@@ -1,0 +1,1590 @@
+/*
+ * compress: spec parsing, every codec's round trip, error bounds and
+ * unbiasedness, top-k against a sort-based reference, fast kernels against
+ * their plain-C references, NaN/Inf rejection, malformed payloads, golden
+ * known-answer bytes (tests/data/compress/, regenerated only on purpose
+ * with RUMOR_COMPRESS_REGEN=1), the Huffman stage, and the error-feedback
+ * memories with save/restore.
+ */
+#include "tests/cmocka_compat.h"
+
+#include "rumor/compress.h"
+
+#include "compress/compress_impl.h"
+#include "compress/huffman.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* --- helpers ------------------------------------------------------------- */
+
+/* Every codec and a few compositions, with non-default parameters. */
+static const char *const s_specs[] = {
+    "fp32",
+    "fp16",
+    "bf16",
+    "qsgd:bits=4,bucket=512",
+    "qsgd:bits=2,bucket=64,elias=1",
+    "qsgd:bits=8,bucket=100",
+    "qsgd:bits=1,bucket=33",
+    "terngrad:bucket=128",
+    "sign:bucket=100",
+    "sign:bucket=512",
+    "natural",
+    "fp8",
+    "fp4",
+    "huffman",
+    "topk:ratio=0.05",
+    "topk:k=7|qsgd:bits=4",
+    "randk:ratio=0.1,scale=1",
+    "randk:k=5|fp16",
+    "threshold:t=0.5",
+    "dgc:ratio=0.02",
+    "dgc:ratio=0.05|terngrad",
+};
+#define SPEC_COUNT (sizeof s_specs / sizeof s_specs[0])
+
+static rumor_codec *
+s_codec(const char *spec)
+{
+    rumor_codec *c = NULL;
+    struct rumor_diag diag;
+    memset(&diag, 0, sizeof diag);
+    rumor_err rc = rumor_codec_new(spec, &c, &diag);
+    if (rc != RUMOR_OK)
+        fail_msg("rumor_codec_new(%s): %s", spec, diag.msg);
+    return c;
+}
+
+/* Gaussian values with zeros, negative zero, denormals and a few larger
+ * ones mixed in, from a fixed seed. */
+static float *
+s_data(size_t n, uint64_t seed)
+{
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    assert_non_null(x);
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, seed, 99);
+    for (size_t i = 0; i < n; i++) {
+        double g = rumor_rng_normal(&rng);
+        switch (i % 17) {
+        case 3:
+            x[i] = 0.0f;
+            break;
+        case 5:
+            x[i] = -0.0f;
+            break;
+        case 7:
+            x[i] = (float)g * 1e-40f; /* denormal */
+            break;
+        case 11:
+            x[i] = (float)(g * 10.0);
+            break;
+        default:
+            x[i] = (float)g;
+            break;
+        }
+    }
+    return x;
+}
+
+static uint8_t *
+s_encode(const rumor_codec *c,
+         const float *x,
+         size_t n,
+         uint64_t seed,
+         uint64_t counter,
+         size_t *len,
+         float *approx)
+{
+    size_t bound = 0;
+    bool exact = false;
+    assert_int_equal(rumor_codec_encoded_size(c, n, &bound, &exact), RUMOR_OK);
+    uint8_t *buf = malloc(bound);
+    assert_non_null(buf);
+    rumor_err rc =
+        rumor_codec_encode(c, x, n, seed, counter, buf, bound, len, approx);
+    if (rc != RUMOR_OK)
+        fail_msg("encode %s n=%zu: %s",
+                 rumor_codec_spec(c),
+                 n,
+                 rumor_errname(rc));
+    if (exact)
+        assert_int_equal(*len, bound);
+    else
+        assert_true(*len <= bound);
+    return buf;
+}
+
+/* --- spec parsing ----------------------------------------------------------
+ */
+
+static void
+test_codec_new__every_spec__canonical_text_round_trips(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < SPEC_COUNT; i++) {
+        rumor_codec *a = s_codec(s_specs[i]);
+        rumor_codec *b = s_codec(rumor_codec_spec(a));
+        assert_string_equal(rumor_codec_spec(a), rumor_codec_spec(b));
+        assert_int_equal(rumor_codec_id_of(a), rumor_codec_id_of(b));
+        rumor_codec_destroy(&a);
+        rumor_codec_destroy(&b);
+        assert_null(a);
+        rumor_codec_destroy(&a); /* twice is fine */
+    }
+    rumor_codec *c = s_codec("qsgd");
+    assert_string_equal(rumor_codec_spec(c), "qsgd:bits=4,bucket=512,elias=0");
+    assert_true(rumor_codec_is_stochastic(c));
+    rumor_codec_destroy(&c);
+    c = s_codec("topk:ratio=0.01|qsgd:bits=4");
+    assert_string_equal(rumor_codec_spec(c),
+                        "topk:ratio=0.01|qsgd:bits=4,bucket=512,elias=0");
+    assert_int_equal(rumor_codec_id_of(c), RUMOR_CODEC_TOPK);
+    assert_true(rumor_codec_is_stochastic(c)); /* through qsgd */
+    rumor_codec_destroy(&c);
+    c = s_codec("sign");
+    assert_false(rumor_codec_is_stochastic(c));
+    rumor_codec_destroy(&c);
+}
+
+static void
+test_codec_new__bad_specs__einval_naming_the_problem(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        const char *in_msg;
+    } rows[] = {
+        {"qsgd:bitz=4", "bitz"},
+        {"qsgd:bits=9", "bits"},
+        {"qsgd:bits=0", "bits"},
+        {"qsgd:bits=4x", "4x"},
+        {"qsgd:bucket=0", "bucket"},
+        {"nosuch", "nosuch"},
+        {"nosuch:a=1", "nosuch"},
+        {"topk:ratio=0", "ratio"},
+        {"topk:ratio=1.5", "ratio"},
+        {"topk:ratio=nan", "ratio"},
+        {"topk:scale=1", "scale"},
+        {"fp32:bits=4", "bits"},
+        {"sign:bucket", "bucket"},
+        {"qsgd|topk", "SPARSE|DENSE"},
+        {"topk|topk", "SPARSE|DENSE"},
+        {"topk|fp16|fp32", "two"},
+        {"threshold:t=-1", "t"},
+        {"", "empty"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        rumor_codec *c = (rumor_codec *)1;
+        struct rumor_diag diag;
+        memset(&diag, 0, sizeof diag);
+        assert_int_equal(rumor_codec_new(rows[i].spec, &c, &diag),
+                         RUMOR_EINVAL);
+        assert_null(c);
+        if (strstr(diag.msg, rows[i].in_msg) == NULL)
+            fail_msg("spec '%s': message '%s' lacks '%s'",
+                     rows[i].spec,
+                     diag.msg,
+                     rows[i].in_msg);
+    }
+}
+
+static void
+test_codec_name__every_id__known_and_stable(void **state)
+{
+    (void)state;
+    assert_string_equal(rumor_codec_name(RUMOR_CODEC_FP32), "fp32");
+    assert_string_equal(rumor_codec_name(RUMOR_CODEC_QSGD), "qsgd");
+    assert_string_equal(rumor_codec_name(RUMOR_CODEC_DGC), "dgc");
+    for (int id = 1; id <= RUMOR_CODEC_ID_MAX; id++)
+        assert_non_null(rumor_codec_name((rumor_codec_id)id));
+    assert_null(rumor_codec_name((rumor_codec_id)0));
+    assert_null(rumor_codec_name((rumor_codec_id)(RUMOR_CODEC_ID_MAX + 1)));
+}
+
+/* --- generic properties of every codec ----------------------------------- */
+
+static void
+test_encode__every_codec__approx_equals_decode_and_decode_add(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = {0, 1, 7, 64, 1000, 4099};
+    /* On the plain-C paths (a CPU without AVX2) and on the fast ones. */
+    for (int simd = 0; simd < 2; simd++)
+        for (size_t s = 0; s < SPEC_COUNT; s++) {
+            compress_set_simd(simd == 1);
+            rumor_codec *c = s_codec(s_specs[s]);
+            for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+                size_t n = sizes[t], len = 0, len2 = 0;
+                float *x = s_data(n, 1000 + t);
+                float *approx = calloc(n + 1, sizeof *approx);
+                float *y = calloc(n + 1, sizeof *y);
+                float *z = calloc(n + 1, sizeof *z);
+                uint8_t *buf = s_encode(c, x, n, 42, 7, &len, approx);
+                uint8_t *again = s_encode(c, x, n, 42, 7, &len2, NULL);
+                assert_int_equal(len, len2); /* deterministic */
+                assert_memory_equal(buf, again, len);
+                rumor_codec_id id;
+                size_t pn = 0;
+                assert_int_equal(rumor_codec_peek(buf, len, &id, &pn),
+                                 RUMOR_OK);
+                assert_int_equal(id, rumor_codec_id_of(c));
+                assert_int_equal(pn, n);
+                for (size_t i = 0; i < n; i++)
+                    y[i] = 123.0f;
+                assert_int_equal(rumor_codec_decode(c, buf, len, y, n),
+                                 RUMOR_OK);
+                for (size_t i = 0; i < n; i++)
+                    if (compress_f2u(y[i]) != compress_f2u(approx[i]))
+                        fail_msg("%s n=%zu i=%zu: decode %a approx %a",
+                                 s_specs[s],
+                                 n,
+                                 i,
+                                 (double)y[i],
+                                 (double)approx[i]);
+                for (size_t i = 0; i < n; i++)
+                    z[i] = (float)i;
+                assert_int_equal(
+                    rumor_codec_decode_add(c, buf, len, -0.5f, z, n),
+                    RUMOR_OK);
+                for (size_t i = 0; i < n; i++)
+                    assert_true(z[i] == (float)i + -0.5f * approx[i]);
+                free(x);
+                free(approx);
+                free(y);
+                free(z);
+                free(buf);
+                free(again);
+            }
+            rumor_codec_destroy(&c);
+        }
+}
+
+static void
+test_decode__truncated_or_padded_payload__rejected_y_unchanged(void **state)
+{
+    (void)state;
+    const size_t n = 300;
+    for (size_t s = 0; s < SPEC_COUNT; s++) {
+        rumor_codec *c = s_codec(s_specs[s]);
+        float *x = s_data(n, 5);
+        float y[300];
+        size_t len = 0;
+        uint8_t *buf = s_encode(c, x, n, 1, 2, &len, NULL);
+        for (size_t cut = 0; cut < len; cut++) {
+            uint8_t *part = malloc(cut ? cut : 1);
+            memcpy(part, buf, cut);
+            for (size_t i = 0; i < n; i++)
+                y[i] = 1.0f;
+            rumor_err rc = rumor_codec_decode_add(c, part, cut, 2.0f, y, n);
+            if (rc == RUMOR_OK)
+                fail_msg("%s: truncated at %zu of %zu accepted",
+                         s_specs[s],
+                         cut,
+                         len);
+            for (size_t i = 0; i < n; i++)
+                assert_true(y[i] == 1.0f);
+            free(part);
+        }
+        uint8_t *longer = malloc(len + 1);
+        memcpy(longer, buf, len);
+        longer[len] = 0;
+        assert_int_not_equal(rumor_codec_decode(c, longer, len + 1, y, n),
+                             RUMOR_OK);
+        /* Wrong element count, version and codec id. */
+        assert_int_equal(rumor_codec_decode(c, buf, len, y, n - 1),
+                         RUMOR_EPROTO);
+        buf[1] ^= 0x40;
+        assert_int_equal(rumor_codec_decode(c, buf, len, y, n), RUMOR_EPROTO);
+        buf[1] ^= 0x40;
+        buf[0] = (uint8_t)(buf[0] == 1 ? 2 : 1);
+        assert_int_equal(rumor_codec_decode(c, buf, len, y, n), RUMOR_EPROTO);
+        free(longer);
+        free(buf);
+        free(x);
+        rumor_codec_destroy(&c);
+    }
+}
+
+static void
+test_decode__random_byte_flips__never_crash(void **state)
+{
+    (void)state;
+    const size_t n = 200;
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, 77, 0);
+    for (size_t s = 0; s < SPEC_COUNT; s++) {
+        rumor_codec *c = s_codec(s_specs[s]);
+        float *x = s_data(n, 6);
+        float y[200];
+        size_t len = 0;
+        uint8_t *buf = s_encode(c, x, n, 1, 2, &len, NULL);
+        for (int trial = 0; trial < 300; trial++) {
+            size_t at = RUMOR_COMPRESS_HEADER_BYTES / 2 +
+                        rumor_rng_below(&rng, (uint32_t)(len - 6));
+            uint8_t old = buf[at];
+            buf[at] ^= (uint8_t)(1u << rumor_rng_below(&rng, 8));
+            rumor_err rc = rumor_codec_decode(c, buf, len, y, n);
+            assert_true(rc == RUMOR_OK || rc == RUMOR_EPROTO ||
+                        rc == RUMOR_ENUMERIC);
+            for (size_t i = 0; rc == RUMOR_OK && i < n; i++)
+                if (!isfinite(y[i]))
+                    fail_msg("%s: byte %zu flipped: decoded a non-finite",
+                             s_specs[s],
+                             at);
+            buf[at] = old;
+        }
+        free(buf);
+        free(x);
+        rumor_codec_destroy(&c);
+    }
+}
+
+static void
+test_encode__nan_or_inf_anywhere__enumeric(void **state)
+{
+    (void)state;
+    static const float bad[] = {NAN, INFINITY, -INFINITY};
+    const size_t n = 1500;
+    for (size_t s = 0; s < SPEC_COUNT; s++) {
+        rumor_codec *c = s_codec(s_specs[s]);
+        size_t bound = 0;
+        bool exact = false;
+        assert_int_equal(rumor_codec_encoded_size(c, n, &bound, &exact),
+                         RUMOR_OK);
+        uint8_t *buf = malloc(bound);
+        for (size_t b = 0; b < 3; b++) {
+            for (size_t at = 0; at < n; at += 499) {
+                float *x = s_data(n, 8);
+                x[at] = bad[b];
+                size_t len = 99;
+                rumor_err rc =
+                    rumor_codec_encode(c, x, n, 1, 1, buf, bound, &len, NULL);
+                if (rc != RUMOR_ENUMERIC)
+                    fail_msg("%s: %f at %zu gave %s",
+                             s_specs[s],
+                             (double)bad[b],
+                             at,
+                             rumor_errname(rc));
+                assert_int_equal(len, 0);
+                free(x);
+            }
+        }
+        free(buf);
+        rumor_codec_destroy(&c);
+    }
+}
+
+static void
+test_encode__cap_too_small__etoobig(void **state)
+{
+    (void)state;
+    const size_t n = 1000;
+    float *x = s_data(n, 9);
+    for (size_t s = 0; s < SPEC_COUNT; s++) {
+        rumor_codec *c = s_codec(s_specs[s]);
+        size_t len = 0;
+        uint8_t *buf = s_encode(c, x, n, 3, 4, &len, NULL);
+        size_t got = 0;
+        assert_int_equal(
+            rumor_codec_encode(c, x, n, 3, 4, buf, len - 1, &got, NULL),
+            RUMOR_ETOOBIG);
+        free(buf);
+        rumor_codec_destroy(&c);
+    }
+    free(x);
+}
+
+/* Builds a payload with a codec's header and then a body of non-finite
+ * values where the codec carries floats. */
+static void
+test_decode__non_finite_values_in_payload__enumeric(void **state)
+{
+    (void)state;
+    float x[8] = {1, -2, 3, 0.5f, 0, 1, 1, -1}, y[8];
+    size_t len = 0;
+    const char *specs[] = {"fp32", "fp16", "bf16", "qsgd", "sign", "natural"};
+    for (size_t s = 0; s < 6; s++) {
+        rumor_codec *c = s_codec(specs[s]);
+        uint8_t *buf = s_encode(c, x, 8, 1, 1, &len, NULL);
+        uint8_t *p = buf + RUMOR_COMPRESS_HEADER_BYTES;
+        switch (rumor_codec_id_of(c)) {
+        case RUMOR_CODEC_FP32:
+        case RUMOR_CODEC_QSGD: /* the bucket norm */
+        case RUMOR_CODEC_SIGN: /* the bucket scale */
+            compress_put_f32(p, INFINITY);
+            break;
+        case RUMOR_CODEC_FP16:
+            p[1] = 0x7c;
+            break;
+        case RUMOR_CODEC_BF16:
+            p[1] = 0x7f;
+            p[0] = 0x80;
+            break;
+        default: /* natural: exponent byte 255 */
+            p[0] = 255;
+            break;
+        }
+        assert_int_equal(rumor_codec_decode(c, buf, len, y, 8), RUMOR_ENUMERIC);
+        free(buf);
+        rumor_codec_destroy(&c);
+    }
+}
+
+/* --- known answers ------------------------------------------------------- */
+
+static void
+test_fp32__payload_layout__matches_hand_written_bytes(void **state)
+{
+    (void)state;
+    rumor_codec *c = s_codec("fp32");
+    float x[2] = {1.0f, -2.0f};
+    uint8_t buf[64];
+    size_t len = 0;
+    assert_int_equal(rumor_codec_encode(c, x, 2, 0, 0, buf, 64, &len, NULL),
+                     RUMOR_OK);
+    static const uint8_t want[] = {1, 1, 0, 0, 2,    0,    0, 0, 0, 0,
+                                   0, 0, 0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0};
+    assert_int_equal(len, sizeof want);
+    assert_memory_equal(buf, want, sizeof want);
+    rumor_codec_destroy(&c);
+}
+
+static void
+test_sign__hand_computed_bucket__scaled_signs(void **state)
+{
+    (void)state;
+    rumor_codec *c = s_codec("sign:bucket=4");
+    float x[6] = {1, -3, 0, 4, -2, 0.5f}, approx[6];
+    uint8_t buf[64];
+    size_t len = 0;
+    assert_int_equal(rumor_codec_encode(c, x, 6, 0, 0, buf, 64, &len, approx),
+                     RUMOR_OK);
+    /* bucket 0: mean |x| = 2, bucket 1: 1.25; sign bits 0b010010 */
+    const float want[6] = {2, -2, 2, 2, -1.25f, 1.25f};
+    assert_memory_equal(approx, want, sizeof want);
+    assert_int_equal(len, 12 + 8 + 1);
+    assert_int_equal(buf[20], 0x12);
+    rumor_codec_destroy(&c);
+}
+
+static void
+test_bf16__hand_computed_rounding__nearest_even_and_saturating(void **state)
+{
+    (void)state;
+    rumor_codec *c = s_codec("bf16");
+    float x[5] = {1.0f + 0x1.0p-8f,             /* tie: stays at 1 (even) */
+                  1.0f + 0x1.8p-8f,             /* above the tie: up */
+                  1.0f + 0x1.0p-7f + 0x1.0p-8f, /* tie: up to even */
+                  FLT_MAX,
+                  -FLT_MAX};
+    float q[5];
+    uint8_t buf[64];
+    size_t len = 0;
+    assert_int_equal(rumor_codec_encode(c, x, 5, 0, 0, buf, 64, &len, q),
+                     RUMOR_OK);
+    assert_true(q[0] == 1.0f);
+    assert_true(q[1] == 1.0f + 0x1.0p-7f);
+    assert_true(q[2] == 1.0f + 0x1.0p-6f);
+    assert_true(q[3] == compress_u2f(0x7f7f0000u));
+    assert_true(q[4] == -compress_u2f(0x7f7f0000u));
+    rumor_codec_destroy(&c);
+}
+
+static void
+s_golden_name(const char *spec, char *out, size_t cap)
+{
+    size_t j = 0;
+    for (size_t i = 0; spec[i] && j + 5 < cap; i++) {
+        char ch = spec[i];
+        out[j++] =
+            (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ? ch : '_';
+    }
+    out[j] = '\0';
+}
+
+static void
+test_golden__every_codec__bytes_match_known_answer_files(void **state)
+{
+    (void)state;
+    bool regen = getenv("RUMOR_COMPRESS_REGEN") != NULL;
+    const size_t n = 96;
+    float *x = s_data(n, 2024);
+    /* Twice: the fast paths and the plain-C paths a CPU without AVX2 runs
+     * must give the same bytes (regeneration uses the plain-C paths). */
+    for (int simd = 0; simd < 2; simd++)
+        for (size_t s = 0; s < SPEC_COUNT; s++) {
+            compress_set_simd(simd == 1);
+            rumor_codec *c = s_codec(s_specs[s]);
+            size_t len = 0;
+            uint8_t *buf = s_encode(c, x, n, 0x5eed, 3, &len, NULL);
+            char name[128], path[256];
+            s_golden_name(s_specs[s], name, sizeof name);
+            snprintf(path, sizeof path, "tests/data/compress/%s.exp", name);
+            if (regen && simd == 0) {
+                FILE *f = fopen(path, "w");
+                assert_non_null(f);
+                fprintf(f, "# %s, n=96, seed=0x5eed, counter=3\n", s_specs[s]);
+                for (size_t i = 0; i < len; i++)
+                    fprintf(f, "%02x%s", buf[i], i % 32 == 31 ? "\n" : "");
+                fprintf(f, "\n");
+                fclose(f);
+            }
+            FILE *f = fopen(path, "r");
+            if (f == NULL)
+                fail_msg(
+                    "missing golden file %s (run from the repository root)",
+                    path);
+            char line[512];
+            assert_non_null(fgets(line, sizeof line, f)); /* comment */
+            size_t got = 0;
+            int ch, hi = -1;
+            uint8_t *want = malloc(len + 4096);
+            while ((ch = fgetc(f)) != EOF) {
+                int v = ch >= '0' && ch <= '9'   ? ch - '0'
+                        : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                                                 : -1;
+                if (v < 0)
+                    continue;
+                if (hi < 0) {
+                    hi = v;
+                } else {
+                    if (got < len + 4096)
+                        want[got] = (uint8_t)(hi << 4 | v);
+                    got++;
+                    hi = -1;
+                }
+            }
+            fclose(f);
+            if (got != len || memcmp(want, buf, len) != 0)
+                fail_msg("%s (%s paths): bytes differ from %s (format change?)",
+                         s_specs[s],
+                         simd ? "fast" : "plain-C",
+                         path);
+            free(want);
+            free(buf);
+            rumor_codec_destroy(&c);
+        }
+    free(x);
+}
+
+/* --- error bounds and unbiasedness ------------------------------------------
+ */
+
+static void
+test_fp16__fast_path__bit_equal_to_reference_incl_subnormals(void **state)
+{
+    (void)state;
+    enum { N = 1 << 16 };
+    float *x = malloc(N * sizeof *x);
+    uint16_t *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b);
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, 3, 3);
+    for (size_t i = 0; i < N; i++) {
+        /* Every exponent from far below half subnormals to above 65504. */
+        int e = (int)rumor_rng_below(&rng, 50) - 34;
+        x[i] =
+            ldexpf(1.0f + rumor_rng_uniform(&rng), e) * (i & 1 ? -1.0f : 1.0f);
+    }
+    x[0] = 65504.0f;
+    x[1] = 65519.0f;
+    x[2] = 0x1.0p-24f;
+    x[3] = 0x1.0p-25f; /* tie to zero */
+    x[4] = 0x1.8p-25f;
+    x[5] = -0.0f;
+    assert_true(compress_f32_to_f16(x, N, a));
+    assert_true(compress_f32_to_f16_ref(x, N, b));
+    assert_memory_equal(a, b, N * sizeof *a);
+    for (size_t i = 0; i < N; i++) {
+        float q = compress_f16_to_f32_ref(a[i]);
+        float ax = fabsf(x[i]);
+        if (ax > 65504.0f)
+            assert_true(fabsf(q) == 65504.0f);
+        else if (ax >= 0x1.0p-14f)
+            assert_true(fabsf(q - x[i]) <= ax * 0x1.0p-11f);
+        else
+            assert_true(fabsf(q - x[i]) <= 0x1.0p-25f);
+    }
+    float y[8];
+    compress_f16_to_f32(a, 8, y);
+    for (size_t i = 0; i < 8; i++)
+        assert_true(y[i] == compress_f16_to_f32_ref(a[i]));
+    free(x);
+    free(a);
+    free(b);
+}
+
+/* Mean of T draws of decode(encode(x)) with counters 0..T-1 for a
+ * stochastic codec; checks |mean - x| <= 5 sigma_max / sqrt(T) per value,
+ * where sigma_max = step / 2 bounds the standard deviation of one draw
+ * that rounds between two levels step apart (Popoviciu). With 64 values
+ * the chance of a false alarm is below 64 * 6e-7. */
+static void
+s_check_unbiased(const char *spec,
+                 const float *x,
+                 size_t n,
+                 double (*step)(const float *, size_t, size_t))
+{
+    enum { T = 4000 };
+    rumor_codec *c = s_codec(spec);
+    double *sum = calloc(n, sizeof *sum);
+    float *q = malloc(n * sizeof *q);
+    size_t bound = 0;
+    bool exact = false;
+    assert_int_equal(rumor_codec_encoded_size(c, n, &bound, &exact), RUMOR_OK);
+    uint8_t *buf = malloc(bound);
+    for (int t = 0; t < T; t++) {
+        size_t len = 0;
+        assert_int_equal(
+            rumor_codec_encode(c, x, n, 11, (uint64_t)t, buf, bound, &len, q),
+            RUMOR_OK);
+        for (size_t i = 0; i < n; i++)
+            sum[i] += q[i];
+    }
+    for (size_t i = 0; i < n; i++) {
+        double mean = sum[i] / T;
+        double tol = 5.0 * step(x, n, i) / 2.0 / sqrt((double)T) + 1e-7;
+        if (fabs(mean - x[i]) > tol)
+            fail_msg("%s: value %zu = %g, mean of %d draws %g, bound %g",
+                     spec,
+                     i,
+                     (double)x[i],
+                     T,
+                     mean,
+                     tol);
+    }
+    free(sum);
+    free(q);
+    free(buf);
+    rumor_codec_destroy(&c);
+}
+
+static double
+s_step_qsgd4_b16(const float *x, size_t n, size_t i)
+{
+    size_t b0 = i / 16 * 16;
+    double sq = 0;
+    for (size_t j = b0; j < b0 + 16 && j < n; j++)
+        sq += (double)x[j] * x[j];
+    return sqrt(sq) / 15.0;
+}
+
+static double
+s_step_tern_b16(const float *x, size_t n, size_t i)
+{
+    size_t b0 = i / 16 * 16;
+    double mx = 0;
+    for (size_t j = b0; j < b0 + 16 && j < n; j++)
+        mx = fmax(mx, fabs(x[j]));
+    return mx;
+}
+
+static double
+s_step_natural(const float *x, size_t n, size_t i)
+{
+    (void)n;
+    if (fabsf(x[i]) < FLT_MIN) /* subnormal: 0 or 2^-126 */
+        return FLT_MIN;
+    int e = 0;
+    frexp(fabs(x[i]), &e);
+    return ldexp(1.0, e - 1); /* 2^(e+1) - 2^e with |x| in [2^e, 2^(e+1)) */
+}
+
+static double
+s_step_randk(const float *x, size_t n, size_t i)
+{
+    (void)n;
+    return 2.0 * 4.0 * fabs(x[i]); /* 0 or 4 x: spread 4 |x| */
+}
+
+static void
+test_stochastic_quantizers__mean_of_draws__unbiased_within_5_sigma(void **state)
+{
+    (void)state;
+    enum { N = 64 };
+    float x[N];
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, 5, 5);
+    for (size_t i = 0; i < N; i++)
+        x[i] = (float)rumor_rng_normal(&rng);
+    x[3] = 0;
+    x[9] = 1e-39f; /* subnormal: natural rounds to 0 or 2^-126 */
+    s_check_unbiased("qsgd:bits=4,bucket=16", x, N, s_step_qsgd4_b16);
+    s_check_unbiased("qsgd:bits=4,bucket=16,elias=1", x, N, s_step_qsgd4_b16);
+    s_check_unbiased("terngrad:bucket=16", x, N, s_step_tern_b16);
+    s_check_unbiased("natural", x, N, s_step_natural);
+    s_check_unbiased("randk:k=16,scale=1", x, N, s_step_randk);
+}
+
+static void
+test_quantizers__one_draw__within_one_level_of_input(void **state)
+{
+    (void)state;
+    const size_t n = 5000;
+    float *x = s_data(n, 31), *q = malloc(n * sizeof *q);
+    struct {
+        const char *spec;
+        double (*step)(const float *, size_t, size_t);
+    } rows[] = {{"qsgd:bits=4,bucket=16", s_step_qsgd4_b16},
+                {"terngrad:bucket=16", s_step_tern_b16},
+                {"natural", s_step_natural}};
+    for (size_t r = 0; r < 3; r++) {
+        rumor_codec *c = s_codec(rows[r].spec);
+        size_t len = 0;
+        uint8_t *buf = s_encode(c, x, n, 1, 1, &len, q);
+        for (size_t i = 0; i < n; i++) {
+            double err = fabs((double)q[i] - x[i]);
+            double step = rows[r].step(x, n, i);
+            if (err > step * (1 + 1e-6) + 1e-38)
+                fail_msg("%s: |q - x| = %g > step %g at %zu",
+                         rows[r].spec,
+                         err,
+                         step,
+                         i);
+            assert_true(signbit(q[i]) == signbit(x[i]) || q[i] == 0);
+        }
+        free(buf);
+        rumor_codec_destroy(&c);
+    }
+    free(x);
+    free(q);
+}
+
+static void
+test_fp8_fp4__values_in_range__within_half_a_step(void **state)
+{
+    (void)state;
+    const size_t n = 8000;
+    float *x = s_data(n, 41), *q = malloc(n * sizeof *q);
+    const char *specs[] = {"fp8", "fp4"};
+    const int M[] = {5, 2}, E[] = {2, 1};
+    for (int s = 0; s < 2; s++) {
+        rumor_codec *c = s_codec(specs[s]);
+        size_t len = 0;
+        uint8_t *buf = s_encode(c, x, n, 1, 1, &len, q);
+        int b = (int32_t)compress_get_u32(buf + 8);
+        /* Largest magnitude: (2 - 2^-M) 2^(2^E - 1 + b). */
+        double top = (2.0 - ldexp(1, -M[s])) * ldexp(1, (1 << E[s]) - 1 + b);
+        for (size_t i = 0; i < n; i++) {
+            double a = fabs((double)x[i]), err = fabs((double)q[i] - x[i]);
+            if (a >= top) {
+                assert_true(fabs((double)q[i]) == top);
+                continue;
+            }
+            int e = 0;
+            frexp(a, &e);
+            int ex = e - 1 - b; /* exponent relative to the bias */
+            double step = ldexp(1, (ex < 1 ? 1 : ex) - M[s] + b);
+            if (err > step / 2 * (1 + 1e-6))
+                fail_msg("%s: x=%g q=%g err %g > half step %g",
+                         specs[s],
+                         (double)x[i],
+                         (double)q[i],
+                         err,
+                         step / 2);
+        }
+        free(buf);
+        rumor_codec_destroy(&c);
+    }
+    free(x);
+    free(q);
+}
+
+/* The chosen bias must give the smallest L2 error among its neighbours
+ * (n <= 16384: the encoder's sample is the whole vector). */
+static void
+test_fp8__exponent_bias__minimises_l2_error(void **state)
+{
+    (void)state;
+    const size_t n = 4096;
+    float *x = s_data(n, 51), *q = malloc(n * sizeof *q);
+    rumor_codec *c = s_codec("fp8");
+    size_t len = 0;
+    uint8_t *buf = s_encode(c, x, n, 1, 1, &len, q);
+    int b = (int32_t)compress_get_u32(buf + 8);
+    double best = 0;
+    for (size_t i = 0; i < n; i++)
+        best += ((double)q[i] - x[i]) * ((double)q[i] - x[i]);
+    for (int d = -3; d <= 3; d++) {
+        if (d == 0)
+            continue;
+        /* Nearest representable value under bias b + d, by search. */
+        double err = 0;
+        float val[256];
+        for (int sym = 0; sym < 256; sym++) {
+            int cc = sym & 127, Ee = cc >> 5, m = cc & 31;
+            double mag = Ee == 0 ? ldexp(m, -4) : ldexp(32 + m, Ee - 5);
+            val[sym] = (float)ldexp(sym & 128 ? -mag : mag, b + d);
+        }
+        for (size_t i = 0; i < n; i++) {
+            double e2 = INFINITY;
+            for (int sym = 0; sym < 256; sym++) {
+                double dd = (double)val[sym] - x[i];
+                e2 = fmin(e2, dd * dd);
+            }
+            err += e2;
+        }
+        assert_true(best <= err * (1 + 1e-9));
+    }
+    free(buf);
+    free(x);
+    free(q);
+    rumor_codec_destroy(&c);
+}
+
+/* --- sparsifiers
+ * --------------------------------------------------------------- */
+
+static void
+s_check_topk(const float *x, size_t n, size_t k)
+{
+    uint32_t *a = malloc((k ? k : 1) * sizeof *a);
+    uint32_t *b = malloc((k ? k : 1) * sizeof *b);
+    float *v = malloc((k ? k : 1) * sizeof *v);
+    assert_int_equal(compress_topk_select(x, n, k, a, v), RUMOR_OK);
+    assert_int_equal(compress_topk_select_ref(x, n, k, b), RUMOR_OK);
+    for (size_t i = 0; i < k; i++) {
+        if (a[i] != b[i])
+            fail_msg("top-k n=%zu k=%zu: index %zu is %u, reference %u",
+                     n,
+                     k,
+                     i,
+                     a[i],
+                     b[i]);
+        assert_true(compress_f2u(v[i]) == compress_f2u(x[a[i]]));
+    }
+    free(v);
+    free(a);
+    free(b);
+}
+
+static void
+test_topk__random_ties_zeros_denormals__equals_sort_reference(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = {1, 10, 1000, 70000, 300000};
+    for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+        size_t n = sizes[t];
+        float *x = s_data(n, 60 + t);
+        float *ties = malloc(n * sizeof *ties);
+        float *zeros = calloc(n, sizeof *zeros);
+        float *den = malloc(n * sizeof *den);
+        struct rumor_rng rng;
+        rumor_rng_init(&rng, 61, t);
+        for (size_t i = 0; i < n; i++) {
+            /* Few distinct magnitudes: ties at every threshold. */
+            ties[i] = (float)(rumor_rng_below(&rng, 7)) *
+                      (rumor_rng_below(&rng, 2) ? -1.0f : 1.0f);
+            den[i] = compress_u2f(rumor_rng_below(&rng, 1000)) *
+                     (i & 1 ? -1.0f : 1.0f);
+            if (i % 101 == 0)
+                zeros[i] = -1.0f;
+        }
+        const float *sets[] = {x, ties, zeros, den};
+        size_t ks[] = {1, n / 100, n / 10, n / 2, n - 1, n};
+        for (size_t s = 0; s < 4; s++)
+            for (size_t j = 0; j < 6; j++)
+                s_check_topk(sets[s], n, ks[j]);
+        free(x);
+        free(ties);
+        free(zeros);
+        free(den);
+    }
+}
+
+static void
+test_topk_codec__kept_values__largest_exact_and_rest_zero(void **state)
+{
+    (void)state;
+    const size_t n = 20000, k = 200;
+    float *x = s_data(n, 70), *y = malloc(n * sizeof *y);
+    rumor_codec *c = s_codec("topk:ratio=0.01");
+    size_t len = 0;
+    uint8_t *buf = s_encode(c, x, n, 1, 1, &len, NULL);
+    assert_int_equal(rumor_codec_decode(c, buf, len, y, n), RUMOR_OK);
+    uint32_t idx[200];
+    assert_int_equal(compress_topk_select_ref(x, n, k, idx), RUMOR_OK);
+    size_t at = 0, kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (at < k && idx[at] == i) {
+            assert_true(y[i] == x[i]);
+            at++;
+            kept++;
+        } else {
+            assert_true(y[i] == 0.0f);
+        }
+    }
+    assert_int_equal(kept, k);
+    /* Rice-coded gaps: well under 32 bits an index. */
+    assert_true(len < RUMOR_COMPRESS_HEADER_BYTES * 2 + 4 + k * 12 / 8 + 4 * k);
+    free(buf);
+    free(x);
+    free(y);
+    rumor_codec_destroy(&c);
+}
+
+static void
+test_randk__indices_from_seed__no_index_bytes_one_per_block(void **state)
+{
+    (void)state;
+    const size_t n = 1003, k = 10;
+    float *x = s_data(n, 71), *y = malloc(n * sizeof *y);
+    for (size_t i = 0; i < n; i++)
+        x[i] = 1.0f + (float)i; /* all nonzero */
+    rumor_codec *c = s_codec("randk:k=10");
+    size_t len = 0;
+    uint8_t *buf = s_encode(c, x, n, 9, 9, &len, NULL);
+    assert_int_equal(len, 12 + 16 + 12 + 4 * k);
+    assert_int_equal(rumor_codec_decode(c, buf, len, y, n), RUMOR_OK);
+    for (size_t j = 0; j < k; j++) {
+        size_t lo = j * n / k, hi = (j + 1) * n / k, hits = 0;
+        for (size_t i = lo; i < hi; i++)
+            if (y[i] != 0) {
+                assert_true(y[i] == x[i]);
+                hits++;
+            }
+        assert_int_equal(hits, 1);
+    }
+    free(buf);
+    free(x);
+    free(y);
+    rumor_codec_destroy(&c);
+}
+
+static void
+test_threshold_and_dgc__selection__counts_as_specified(void **state)
+{
+    (void)state;
+    const size_t n = 100000;
+    float *x = s_data(n, 72), *y = malloc(n * sizeof *y);
+    rumor_codec *c = s_codec("threshold:t=2");
+    size_t len = 0;
+    uint8_t *buf = s_encode(c, x, n, 1, 1, &len, y);
+    for (size_t i = 0; i < n; i++)
+        assert_true(y[i] == (fabsf(x[i]) >= 2.0f ? x[i] : 0.0f));
+    free(buf);
+    rumor_codec_destroy(&c);
+    c = s_codec("dgc:ratio=0.01");
+    for (uint64_t ctr = 0; ctr < 5; ctr++) {
+        buf = s_encode(c, x, n, 1, ctr, &len, y);
+        size_t count = compress_get_u32(buf + 8), nz = 0;
+        assert_true(count >= 700 && count <= 1300);
+        float smallest = INFINITY;
+        for (size_t i = 0; i < n; i++)
+            if (y[i] != 0) {
+                nz++;
+                smallest = fminf(smallest, fabsf(y[i]));
+            }
+        assert_true(nz <= count);
+        /* The kept values are the largest: nothing dropped exceeds them. */
+        for (size_t i = 0; i < n; i++)
+            if (y[i] == 0)
+                assert_true(fabsf(x[i]) <= smallest);
+        free(buf);
+    }
+    rumor_codec_destroy(&c);
+    free(x);
+    free(y);
+}
+
+static void
+test_composition__topk_then_qsgd__quantized_values_at_topk_indices(void **state)
+{
+    (void)state;
+    const size_t n = 10000;
+    float *x = s_data(n, 73), *y = malloc(n * sizeof *y);
+    rumor_codec *c = s_codec("topk:ratio=0.01|qsgd:bits=4,bucket=512");
+    size_t len = 0, plain_len = 0;
+    uint8_t *buf = s_encode(c, x, n, 1, 1, &len, NULL);
+    assert_int_equal(rumor_codec_decode(c, buf, len, y, n), RUMOR_OK);
+    uint32_t idx[100];
+    assert_int_equal(compress_topk_select_ref(x, n, 100, idx), RUMOR_OK);
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (at < 100 && idx[at] == i) {
+            at++;
+            assert_true(fabsf(y[i] - x[i]) <= fabsf(x[i]) + 1e-6f);
+        } else {
+            assert_true(y[i] == 0.0f);
+        }
+    }
+    rumor_codec *plain = s_codec("topk:ratio=0.01");
+    uint8_t *pbuf = s_encode(plain, x, n, 1, 1, &plain_len, NULL);
+    assert_true(len < plain_len); /* 5 bits instead of 32 per value */
+    free(pbuf);
+    free(buf);
+    free(x);
+    free(y);
+    rumor_codec_destroy(&c);
+    rumor_codec_destroy(&plain);
+}
+
+/* --- kernels against references
+ * ------------------------------------------------ */
+
+static void
+test_rand16__avx2_philox__equals_reference_and_core_stream(void **state)
+{
+    (void)state;
+    enum { N = 4096 };
+    uint16_t a[N], b[N];
+    static const uint64_t firsts[] = {0, 8, 64, 1000, 0xfffffffcull * 8};
+    for (size_t f = 0; f < 5; f++) {
+        compress_rand16(0x0123456789abcdefull, 77, firsts[f], a, N);
+        compress_rand16_ref(0x0123456789abcdefull, 77, firsts[f], b, N);
+        assert_memory_equal(a, b, sizeof a);
+    }
+    /* Word w of the core stream holds draws 2w (low) and 2w + 1 (high). */
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, 5, 6);
+    compress_rand16(5, 6, 0, a, 64);
+    for (size_t w = 0; w < 32; w++) {
+        uint32_t v = rumor_rng_u32(&rng);
+        assert_int_equal(a[2 * w], v & 0xffff);
+        assert_int_equal(a[2 * w + 1], v >> 16);
+    }
+}
+
+static void
+test_kernels__finite_select_sign__equal_references(void **state)
+{
+    (void)state;
+    const size_t n = 10007;
+    float *x = s_data(n, 80);
+    assert_true(compress_all_finite(x, n));
+    for (size_t at = 0; at < n; at += 997) {
+        float old = x[at];
+        x[at] = at % 2 ? NAN : -INFINITY;
+        assert_false(compress_all_finite(x, n));
+        assert_false(compress_all_finite_ref(x, n));
+        x[at] = old;
+    }
+    uint32_t *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    size_t ca = compress_select_ge(x, n, 1.5f, a, NULL, n, NULL), cb = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabsf(x[i]) >= 1.5f)
+            b[cb++] = (uint32_t)i;
+    assert_int_equal(ca, cb);
+    assert_memory_equal(a, b, ca * sizeof *a);
+    assert_int_equal(compress_select_ge(x, n, 1.5f, NULL, NULL, 0, NULL), cb);
+    bool finite = false;
+    compress_select_ge(x, n, 1.5f, NULL, NULL, 0, &finite);
+    assert_true(finite);
+    x[n - 2] = INFINITY;
+    compress_select_ge(x, n, 1.5f, NULL, NULL, 0, &finite);
+    assert_false(finite);
+    x[n - 2] = 0;
+    uint8_t ba[2000], bb[2000];
+    for (size_t m = 0; m <= 520; m += 13) {
+        memset(ba, 0xff, sizeof ba);
+        double sa = compress_sign_bucket(x + 3, m, ba);
+        double sb = compress_sign_bucket_ref(x + 3, m, bb);
+        assert_true(sa == sb); /* same summation order: bit-exact */
+        assert_memory_equal(ba, bb, (m + 7) / 8);
+    }
+    free(a);
+    free(b);
+    free(x);
+}
+
+static void
+test_kernels__levels_pack_natural_sums__bit_equal_to_references(void **state)
+{
+    (void)state;
+    const size_t n = 4099;
+    float *x = s_data(n, 81);
+    uint16_t *r = malloc((n + 16) * sizeof *r);
+    uint8_t *ca = malloc(n + 8), *cb = malloc(n + 8), *back = malloc(n + 8);
+    compress_rand16(1, 2, 0, r, (n + 7) & ~(size_t)7);
+    for (unsigned b = 1; b <= 7; b++) {
+        uint32_t s = (1u << b) - 1;
+        float inv = (float)s / 3.0f;
+        compress_levels(x, n, inv, s, b, r, ca);
+        compress_levels_ref(x, n, inv, s, b, r, cb);
+        assert_memory_equal(ca, cb, n);
+        /* Pack and unpack 512 groups at width b + 1, with a tight end. */
+        size_t groups = n / 8, bytes = groups * (b + 1);
+        uint8_t *packed = malloc(bytes);
+        compress_pack(ca, groups, b + 1, packed, packed + bytes);
+        compress_unpack(packed, packed + bytes, groups, b + 1, back);
+        assert_memory_equal(ca, back, groups * 8);
+        /* Same bits as the generic bit writer. */
+        uint8_t *ref = malloc(bytes + 8);
+        struct rumor_bitw w;
+        rumor_bitw_init(&w, ref, bytes + 8);
+        for (size_t i = 0; i < groups * 8; i++)
+            rumor_bitw_put(&w, ca[i], b + 1);
+        rumor_err err;
+        assert_int_equal(rumor_bitw_finish(&w, &err), bytes);
+        assert_memory_equal(packed, ref, bytes);
+        float *ya = malloc(n * sizeof *ya), *yb = malloc(n * sizeof *yb);
+        compress_dequant(ca, n, b, 0.25f, false, 1, ya);
+        for (size_t i = 0; i < n; i++) {
+            float q = (float)(ca[i] & s) * 0.25f;
+            yb[i] = ca[i] >> b ? -q : q;
+        }
+        assert_memory_equal(ya, yb, n * sizeof *ya);
+        free(ya);
+        free(yb);
+        free(ref);
+        free(packed);
+    }
+    for (size_t m = 0; m < 200; m += 7)
+        assert_true(compress_sumsq(x + 1, m) == compress_sumsq_ref(x + 1, m));
+    assert_true(compress_sumsq(x, n) == compress_sumsq_ref(x, n));
+    size_t whole = n & ~(size_t)7;
+    uint8_t sa[600], sb[600];
+    compress_natural(x, whole, r, ca, sa);
+    compress_natural_ref(x, whole, r, cb, sb);
+    assert_memory_equal(ca, cb, whole);
+    assert_memory_equal(sa, sb, whole / 8);
+    float *ya = malloc(n * sizeof *ya);
+    compress_sign_expand(sa, whole / 8, 2.0f, false, 1, ya);
+    for (size_t i = 0; i < whole; i++)
+        assert_true(ya[i] == (signbit(x[i]) ? -2.0f : 2.0f));
+    free(ya);
+    /* fp8 / fp4 symbols over many magnitudes, both formats, three biases,
+     * including exact ties (k + 0.5 steps). */
+    for (int f = 0; f < 2; f++) {
+        unsigned M = f ? 2 : 5, E = f ? 1 : 2;
+        for (int bias = -9; bias <= 9; bias += 9) {
+            float s1 = ldexpf(1.0f, -bias / 2),
+                  s2 = ldexpf(1.0f, -bias + bias / 2);
+            for (size_t i = 0; i < n; i++)
+                x[i] = ldexpf((float)(i % 97) + (i % 3 ? 0.5f : 0.37f),
+                              (int)(i % 23) - 14 + bias) *
+                       (i & 1 ? -1.0f : 1.0f);
+            compress_fp8_symbols(x, n, s1, s2, M, E, ca);
+            compress_fp8_symbols_ref(x, n, s1, s2, M, E, cb);
+            assert_memory_equal(ca, cb, n);
+        }
+    }
+    free(x);
+    free(r);
+    free(ca);
+    free(cb);
+    free(back);
+}
+
+/* --- Huffman
+ * ---------------------------------------------------------------------- */
+
+static void
+test_huffman__skewed_bytes__round_trip_near_entropy(void **state)
+{
+    (void)state;
+    const size_t n = 200000;
+    uint8_t *in = malloc(n), *back = malloc(n);
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, 90, 0);
+    for (size_t i = 0; i < n; i++) /* geometric-ish over 40 symbols */
+        in[i] = (uint8_t)(fabs(rumor_rng_normal(&rng)) * 8.0);
+    size_t cap = rumor_huffman_bound(n), len = 0;
+    uint8_t *out = malloc(cap);
+    assert_int_equal(rumor_huffman_encode(in, n, out, cap, &len), RUMOR_OK);
+    assert_int_equal(rumor_huffman_decode(out, len, back, n), RUMOR_OK);
+    assert_memory_equal(in, back, n);
+    uint64_t count[256];
+    huffman_histogram(in, n, count);
+    double bits = 0;
+    for (int s = 0; s < 256; s++)
+        if (count[s])
+            bits -= (double)count[s] * log2((double)count[s] / (double)n);
+    /* Huffman is within one bit per symbol of the entropy; for this
+     * source it is within 3 %. */
+    assert_true((double)(len - 140) * 8 <= bits * 1.03);
+    assert_true((double)(len - 140) * 8 >= bits);
+    /* One symbol and no symbol at all. */
+    memset(in, 42, 1000);
+    assert_int_equal(rumor_huffman_encode(in, 1000, out, cap, &len), RUMOR_OK);
+    assert_int_equal(len, 128 + 12 + 4 * 32); /* 250 bits a stream */
+    assert_int_equal(rumor_huffman_decode(out, len, back, 1000), RUMOR_OK);
+    assert_memory_equal(in, back, 1000);
+    assert_int_equal(rumor_huffman_encode(in, 0, out, cap, &len), RUMOR_OK);
+    assert_int_equal(rumor_huffman_decode(out, len, back, 0), RUMOR_OK);
+    free(in);
+    free(back);
+    free(out);
+}
+
+static void
+test_huffman__length_tables__incomplete_or_oversubscribed_rejected(void **state)
+{
+    (void)state;
+    uint8_t len[256] = {0};
+    uint16_t table[1u << HUFFMAN_MAX_BITS];
+    len[0] = 1;
+    len[1] = 2;
+    assert_int_equal(huffman_table(len, 256, table), RUMOR_EPROTO); /* 3/4 */
+    len[2] = 2;
+    assert_int_equal(huffman_table(len, 256, table), RUMOR_OK);
+    len[3] = 2;
+    assert_int_equal(huffman_table(len, 256, table), RUMOR_EPROTO); /* 5/4 */
+    memset(len, 0, sizeof len);
+    len[9] = 1;
+    assert_int_equal(huffman_table(len, 256, table), RUMOR_OK); /* single */
+    len[9] = 2;
+    assert_int_equal(huffman_table(len, 256, table), RUMOR_EPROTO);
+    /* Lengths of a code over rare symbols stay <= 12 and complete. */
+    uint64_t count[256];
+    for (int s = 0; s < 256; s++)
+        count[s] = (uint64_t)1 << (s / 8);
+    uint8_t got[256];
+    huffman_lengths(count, 256, got);
+    for (int s = 0; s < 256; s++)
+        assert_true(got[s] >= 1 && got[s] <= HUFFMAN_MAX_BITS);
+    assert_int_equal(huffman_table(got, 256, table), RUMOR_OK);
+}
+
+static void
+test_fp8__gaussian__huffman_size_within_one_percent_of_entropy(void **state)
+{
+    (void)state;
+    const size_t n = 1 << 18;
+    float *x = malloc(n * sizeof *x);
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, 91, 0);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)rumor_rng_normal(&rng) * 1e-3f;
+    rumor_codec *c = s_codec("fp8");
+    size_t len = 0;
+    float *q = malloc(n * sizeof *q);
+    uint8_t *buf = s_encode(c, x, n, 1, 1, &len, q);
+    /* The symbols, straight from the payload's Huffman stream. */
+    uint8_t *sym = malloc(n);
+    assert_int_equal(huffman_decode(buf + 12, len - 12, 256, sym, n), RUMOR_OK);
+    uint64_t count[256];
+    huffman_histogram(sym, n, count);
+    free(sym);
+    double bits = 0;
+    for (int s = 0; s < 256; s++)
+        if (count[s])
+            bits -= (double)count[s] * log2((double)count[s] / (double)n);
+    double body = (double)(len - 12 - 140) * 8;
+    assert_true(body <= bits * 1.01);
+    free(buf);
+    free(q);
+    free(x);
+    rumor_codec_destroy(&c);
+}
+
+/* --- error feedback
+ * ------------------------------------------------------------------ */
+
+static rumor_ef *
+s_ef(const char *spec, size_t n)
+{
+    rumor_ef *ef = NULL;
+    struct rumor_diag diag;
+    memset(&diag, 0, sizeof diag);
+    rumor_err rc = rumor_ef_new(spec, n, &ef, &diag);
+    if (rc != RUMOR_OK)
+        fail_msg("rumor_ef_new(%s): %s", spec, diag.msg);
+    return ef;
+}
+
+static void
+test_ef__topk_steps__sent_plus_error_equals_sum_of_gradients(void **state)
+{
+    (void)state;
+    const size_t n = 2000, steps = 20;
+    rumor_ef *ef = s_ef("ef", n);
+    rumor_codec *c = s_codec("topk:ratio=0.02");
+    double *total_g = calloc(n, sizeof *total_g);
+    double *total_s = calloc(n, sizeof *total_s);
+    float *sent = malloc(n * sizeof *sent);
+    size_t cap = 0;
+    bool exact = false;
+    assert_int_equal(rumor_codec_encoded_size(c, n, &cap, &exact), RUMOR_OK);
+    uint8_t *buf = malloc(cap);
+    for (size_t t = 0; t < steps; t++) {
+        float *g = s_data(n, 100 + t);
+        size_t len = 0;
+        assert_int_equal(
+            rumor_ef_encode(ef, c, g, n, 1, t, buf, cap, &len, sent),
+            RUMOR_OK);
+        float *y = malloc(n * sizeof *y);
+        assert_int_equal(rumor_codec_decode(c, buf, len, y, n), RUMOR_OK);
+        assert_memory_equal(y, sent, n * sizeof *y);
+        for (size_t i = 0; i < n; i++) {
+            total_g[i] += g[i];
+            total_s[i] += sent[i];
+        }
+        free(y);
+        free(g);
+    }
+    size_t en = 0;
+    const float *e = rumor_ef_error(ef, &en);
+    assert_int_equal(en, n);
+    for (size_t i = 0; i < n; i++)
+        assert_true(fabs(total_s[i] + e[i] - total_g[i]) <= 1e-4);
+    assert_int_equal(rumor_ef_steps(ef), steps);
+    /* Misuse: wrong n, and a codec for a dgc memory. */
+    size_t len = 0;
+    assert_int_equal(
+        rumor_ef_encode(ef, c, sent, n - 1, 0, 0, buf, cap, &len, NULL),
+        RUMOR_EINVAL);
+    assert_int_equal(
+        rumor_ef_encode(ef, NULL, sent, n, 0, 0, buf, cap, &len, NULL),
+        RUMOR_EINVAL);
+    free(total_g);
+    free(total_s);
+    free(sent);
+    free(buf);
+    rumor_codec_destroy(&c);
+    rumor_ef_destroy(&ef);
+    assert_null(ef);
+}
+
+static void
+test_ef_decay__one_step__matches_co3_recurrence(void **state)
+{
+    (void)state;
+    const size_t n = 500;
+    rumor_ef *ef = s_ef("ef-decay:gamma=0.5", n);
+    rumor_codec *c = s_codec("sign:bucket=50");
+    float *m = calloc(n, sizeof *m), *q = malloc(n * sizeof *q);
+    float *v = malloc(n * sizeof *v), *ref = malloc(n * sizeof *ref);
+    uint8_t buf[4096];
+    for (int t = 0; t < 3; t++) {
+        float *g = s_data(n, 200 + (uint64_t)t);
+        for (size_t i = 0; i < n; i++)
+            v[i] = g[i] + 0.5f * m[i];
+        size_t len = 0;
+        assert_int_equal(
+            rumor_codec_encode(c, v, n, 0, 0, buf, sizeof buf, &len, ref),
+            RUMOR_OK);
+        assert_int_equal(
+            rumor_ef_encode(ef, c, g, n, 0, 0, buf, sizeof buf, &len, q),
+            RUMOR_OK);
+        assert_memory_equal(q, ref, n * sizeof *q);
+        for (size_t i = 0; i < n; i++)
+            m[i] = 0.5f * m[i] + g[i] - q[i];
+        assert_memory_equal(rumor_ef_error(ef, NULL), m, n * sizeof *m);
+        free(g);
+    }
+    free(m);
+    free(q);
+    free(v);
+    free(ref);
+    rumor_codec_destroy(&c);
+    rumor_ef_destroy(&ef);
+}
+
+static void
+test_dgc_memory__masking_momentum_clipping_warmup__as_specified(void **state)
+{
+    (void)state;
+    const size_t n = 10000;
+    rumor_ef *ef = s_ef("dgc:momentum=0.9,ratio=0.01,clip=10,warmup=4", n);
+    float *sent = malloc(n * sizeof *sent);
+    size_t cap = 12 + 4 + n / 4 + 12 + 4 * n;
+    uint8_t *buf = malloc(cap);
+    double density[6];
+    for (int t = 0; t < 6; t++) {
+        float *g = s_data(n, 300 + (uint64_t)t);
+        size_t len = 0;
+        assert_int_equal(rumor_ef_encode(ef,
+                                         NULL,
+                                         g,
+                                         n,
+                                         3,
+                                         (uint64_t)t,
+                                         buf,
+                                         cap,
+                                         &len,
+                                         sent),
+                         RUMOR_OK);
+        size_t count = compress_get_u32(buf + 8);
+        density[t] = (double)count / (double)n;
+        const float *v = rumor_ef_error(ef, NULL);
+        for (size_t i = 0; i < n; i++)
+            if (sent[i] != 0)
+                assert_true(v[i] == 0.0f); /* masked (fp32 values) */
+        free(g);
+    }
+    /* Warm-up: 25 % at step 0 decaying to 1 % from step 4 (DGC's count
+     * lands within [0.7, 1.3] of the target). */
+    assert_true(density[0] >= 0.7 * 0.25 && density[0] <= 1.3 * 0.25);
+    assert_true(density[4] >= 0.007 && density[4] <= 0.013);
+    assert_true(density[1] < density[0] && density[2] < density[1]);
+    /* Clipping: a huge gradient enters with norm <= clip. */
+    rumor_ef *fresh = s_ef("dgc:momentum=0,ratio=1,clip=1", 4);
+    float g[4] = {300, 400, 0, 0}, s4[4];
+    uint8_t small[256];
+    size_t len = 0;
+    assert_int_equal(
+        rumor_ef_encode(fresh, NULL, g, 4, 0, 0, small, sizeof small, &len, s4),
+        RUMOR_OK);
+    assert_true(fabsf(s4[0] - 0.6f) < 1e-6f && fabsf(s4[1] - 0.8f) < 1e-6f);
+    rumor_ef_destroy(&fresh);
+    free(sent);
+    free(buf);
+    rumor_ef_destroy(&ef);
+}
+
+static void
+test_ef_save_restore__continues_identically_and_rejects_bad_state(void **state)
+{
+    (void)state;
+    const char *specs[] = {"ef",
+                           "ef-decay:gamma=0.7",
+                           "dgc:ratio=0.05",
+                           "saef"};
+    const size_t n = 3000;
+    for (int s = 0; s < 4; s++) {
+        bool dgc = s == 2;
+        rumor_codec *c = dgc ? NULL : s_codec("qsgd:bits=2");
+        rumor_ef *a = s_ef(specs[s], n), *b = s_ef(specs[s], n);
+        size_t cap = 12 + 4 + n + 12 + 4 * n + 4 * n, len = 0, len2 = 0;
+        uint8_t *buf = malloc(cap), *buf2 = malloc(cap);
+        float *g = s_data(n, 400);
+        for (int t = 0; t < 3; t++)
+            assert_int_equal(rumor_ef_encode(a,
+                                             c,
+                                             g,
+                                             n,
+                                             1,
+                                             (uint64_t)t,
+                                             buf,
+                                             cap,
+                                             &len,
+                                             NULL),
+                             RUMOR_OK);
+        size_t ssize = rumor_ef_state_size(a), w = 0;
+        uint8_t *st = malloc(ssize + 1);
+        assert_int_equal(rumor_ef_save(a, st, ssize - 1, &w), RUMOR_ETOOBIG);
+        assert_int_equal(rumor_ef_save(a, st, ssize, &w), RUMOR_OK);
+        assert_int_equal(w, ssize);
+        assert_int_equal(rumor_ef_restore(b, st, ssize), RUMOR_OK);
+        assert_int_equal(rumor_ef_steps(b), 3);
+        assert_int_equal(
+            rumor_ef_encode(a, c, g, n, 1, 9, buf, cap, &len, NULL),
+            RUMOR_OK);
+        assert_int_equal(
+            rumor_ef_encode(b, c, g, n, 1, 9, buf2, cap, &len2, NULL),
+            RUMOR_OK);
+        assert_int_equal(len, len2);
+        assert_memory_equal(buf, buf2, len);
+        /* Truncated, wrong kind, NaN: rejected, memory unchanged. */
+        assert_int_equal(rumor_ef_restore(b, st, ssize - 1), RUMOR_EPROTO);
+        st[5] ^= 7;
+        assert_int_equal(rumor_ef_restore(b, st, ssize), RUMOR_EPROTO);
+        st[5] ^= 7;
+        compress_put_f32(st + 48 + 4 * 17, NAN);
+        assert_int_equal(rumor_ef_restore(b, st, ssize), RUMOR_ENUMERIC);
+        rumor_ef *other = s_ef(specs[s], n - 1);
+        assert_int_equal(rumor_ef_restore(other, st, ssize), RUMOR_EPROTO);
+        rumor_ef_destroy(&other);
+        free(st);
+        free(g);
+        free(buf);
+        free(buf2);
+        rumor_ef_destroy(&a);
+        rumor_ef_destroy(&b);
+        rumor_codec_destroy(&c);
+    }
+}
+
+static void
+test_saef__lookahead_and_error__as_in_xu_et_al(void **state)
+{
+    (void)state;
+    const size_t n = 100;
+    rumor_ef *ef = s_ef("saef", n);
+    rumor_codec *c = s_codec("sign:bucket=100");
+    float *delta = s_data(n, 500), sent[100], x[100];
+    uint8_t buf[512];
+    size_t len = 0;
+    assert_int_equal(
+        rumor_ef_encode(ef, c, delta, n, 0, 0, buf, sizeof buf, &len, sent),
+        RUMOR_OK);
+    const float *e = rumor_ef_error(ef, NULL);
+    for (size_t i = 0; i < n; i++) {
+        assert_true(e[i] == delta[i] - sent[i]);
+        x[i] = 1.0f;
+    }
+    /* Look-ahead x_{t+1/2} = x_t - alpha e with alpha = 0.5. */
+    assert_int_equal(rumor_ef_apply_error(ef, -0.5f, x, n), RUMOR_OK);
+    for (size_t i = 0; i < n; i++)
+        assert_true(x[i] == 1.0f + -0.5f * e[i]);
+    assert_int_equal(rumor_ef_apply_error(ef, 1, x, n + 1), RUMOR_EINVAL);
+    struct rumor_diag diag;
+    rumor_ef *bad = NULL;
+    assert_int_equal(rumor_ef_new("ef:gamma=1", n, &bad, &diag), RUMOR_EINVAL);
+    assert_non_null(strstr(diag.msg, "gamma"));
+    assert_int_equal(rumor_ef_new("nope", n, &bad, &diag), RUMOR_EINVAL);
+    assert_int_equal(rumor_ef_new("ef-decay:gamma=2", n, &bad, &diag),
+                     RUMOR_EINVAL);
+    assert_null(bad);
+    free(delta);
+    rumor_codec_destroy(&c);
+    rumor_ef_destroy(&ef);
+}
+
+int
+main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(
+            test_codec_new__every_spec__canonical_text_round_trips),
+        cmocka_unit_test(test_codec_new__bad_specs__einval_naming_the_problem),
+        cmocka_unit_test(test_codec_name__every_id__known_and_stable),
+        cmocka_unit_test(
+            test_encode__every_codec__approx_equals_decode_and_decode_add),
+        cmocka_unit_test(
+            test_decode__truncated_or_padded_payload__rejected_y_unchanged),
+        cmocka_unit_test(test_decode__random_byte_flips__never_crash),
+        cmocka_unit_test(test_encode__nan_or_inf_anywhere__enumeric),
+        cmocka_unit_test(test_encode__cap_too_small__etoobig),
+        cmocka_unit_test(test_decode__non_finite_values_in_payload__enumeric),
+        cmocka_unit_test(test_fp32__payload_layout__matches_hand_written_bytes),
+        cmocka_unit_test(test_sign__hand_computed_bucket__scaled_signs),
+        cmocka_unit_test(
+            test_bf16__hand_computed_rounding__nearest_even_and_saturating),
+        cmocka_unit_test(
+            test_golden__every_codec__bytes_match_known_answer_files),
+        cmocka_unit_test(
+            test_fp16__fast_path__bit_equal_to_reference_incl_subnormals),
+        cmocka_unit_test(
+            test_stochastic_quantizers__mean_of_draws__unbiased_within_5_sigma),
+        cmocka_unit_test(test_quantizers__one_draw__within_one_level_of_input),
+        cmocka_unit_test(test_fp8_fp4__values_in_range__within_half_a_step),
+        cmocka_unit_test(test_fp8__exponent_bias__minimises_l2_error),
+        cmocka_unit_test(
+            test_topk__random_ties_zeros_denormals__equals_sort_reference),
+        cmocka_unit_test(
+            test_topk_codec__kept_values__largest_exact_and_rest_zero),
+        cmocka_unit_test(
+            test_randk__indices_from_seed__no_index_bytes_one_per_block),
+        cmocka_unit_test(
+            test_threshold_and_dgc__selection__counts_as_specified),
+        cmocka_unit_test(
+            test_composition__topk_then_qsgd__quantized_values_at_topk_indices),
+        cmocka_unit_test(
+            test_rand16__avx2_philox__equals_reference_and_core_stream),
+        cmocka_unit_test(test_kernels__finite_select_sign__equal_references),
+        cmocka_unit_test(
+            test_kernels__levels_pack_natural_sums__bit_equal_to_references),
+        cmocka_unit_test(test_huffman__skewed_bytes__round_trip_near_entropy),
+        cmocka_unit_test(
+            test_huffman__length_tables__incomplete_or_oversubscribed_rejected),
+        cmocka_unit_test(
+            test_fp8__gaussian__huffman_size_within_one_percent_of_entropy),
+        cmocka_unit_test(
+            test_ef__topk_steps__sent_plus_error_equals_sum_of_gradients),
+        cmocka_unit_test(test_ef_decay__one_step__matches_co3_recurrence),
+        cmocka_unit_test(
+            test_dgc_memory__masking_momentum_clipping_warmup__as_specified),
+        cmocka_unit_test(
+            test_ef_save_restore__continues_identically_and_rejects_bad_state),
+        cmocka_unit_test(test_saef__lookahead_and_error__as_in_xu_et_al),
+    };
+    if (argc == 2)
+        cmocka_set_test_filter(argv[1]);
+    return cmocka_run_group_tests_name("compress", tests, NULL, NULL);
+}

@@ -1,0 +1,1424 @@
+/*
+ * lowrank: every cpu kernel against the plain-C _ref oracle on odd shapes
+ * (both the AVX2 path and the BLAS path), orthogonalization (Gram-Schmidt,
+ * LAPACK QR, CholeskyQR2, zero columns), approximation quality against the
+ * truncated SVD from LAPACKE_sgesvd, PowerSGD against PyTorch's own hook
+ * run through /usr/bin/python3 (skipped with a reason when python3-torch
+ * is missing), PowerGossip's update rule and average preservation, the
+ * paper's float counting on the shipped shape files, the shape parser,
+ * and cuda against cpu (skipped with a reason without a GPU).
+ */
+#include "tests/cmocka_compat.h"
+
+#include "rumor/lowrank.h"
+
+#include "lowrank/backend.h"
+
+#include <lapacke.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* --- helpers -------------------------------------------------------------- */
+
+static float *
+s_randn(size_t n, uint64_t seed)
+{
+    float *x = malloc((n > 0 ? n : 1) * sizeof *x);
+    assert_non_null(x);
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, seed, 0);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)rumor_rng_normal(&rng);
+    return x;
+}
+
+static float *
+s_dup(const float *x, size_t n)
+{
+    float *y = malloc((n > 0 ? n : 1) * sizeof *y);
+    assert_non_null(y);
+    if (n > 0)
+        memcpy(y, x, n * sizeof *y);
+    return y;
+}
+
+/* ||a - b|| / max(||b||, tiny): the normwise relative error. */
+static double
+s_rel(const float *a, const float *b, size_t n)
+{
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        s += (double)b[i] * b[i];
+    }
+    return sqrt(d) / (s > 1e-30 ? sqrt(s) : 1e-15);
+}
+
+static void
+s_assert_close(const float *got,
+               const float *want,
+               size_t n,
+               double tol,
+               const char *what)
+{
+    double rel = s_rel(got, want, n);
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(got[i]))
+            fail_msg("%s: element %zu is not finite", what, i);
+    if (!(rel <= tol))
+        fail_msg("%s: relative error %.3g > %.3g", what, rel, tol);
+}
+
+/* ||Q^T Q - I||_max for a row-major n x r matrix. */
+static double
+s_orth_defect(const float *q, size_t n, size_t r)
+{
+    double worst = 0;
+    for (size_t a = 0; a < r; a++)
+        for (size_t b = 0; b < r; b++) {
+            double s = 0;
+            for (size_t i = 0; i < n; i++)
+                s += (double)q[i * r + a] * q[i * r + b];
+            double d = fabs(s - (a == b ? 1.0 : 0.0));
+            if (d > worst)
+                worst = d;
+        }
+    return worst;
+}
+
+/* --- kernels: cpu against ref --------------------------------------------- */
+
+static const size_t s_odd_shapes[][2] = {
+    {1, 1},
+    {1, 13},
+    {13, 1},
+    {2, 3},
+    {7, 9},
+    {9, 7},
+    {17, 33},
+    {33, 65},
+    {100, 31},
+    {64, 64},
+    {5, 200},
+};
+static const size_t s_ranks[] = {1, 2, 3, 4, 5, 7, 8, 9, 16};
+
+static void
+s_kernels_match_ref(bool force_blas)
+{
+    if (force_blas)
+        setenv("RUMOR_LOWRANK_NO_AVX2", "1", 1);
+    struct lowrank_backend_i cpu;
+    void *ctx = NULL;
+    assert_int_equal(lowrank_cpu_init(&cpu, &ctx), RUMOR_OK);
+    unsetenv("RUMOR_LOWRANK_NO_AVX2");
+    uint64_t seed = 100;
+    for (size_t s = 0; s < sizeof s_odd_shapes / sizeof s_odd_shapes[0]; s++)
+        for (size_t k = 0; k < sizeof s_ranks / sizeof s_ranks[0]; k++) {
+            size_t n = s_odd_shapes[s][0], m = s_odd_shapes[s][1];
+            size_t r = s_ranks[k];
+            float *mat = s_randn(n * m, seed++);
+            float *add = s_randn(n * m, seed++);
+            float *q = s_randn(m * r, seed++);
+            float *p = s_randn(n * r, seed++);
+            float *m1 = s_dup(mat, n * m), *m2 = s_dup(mat, n * m);
+            float *p1 = calloc(n * r, sizeof *p1), *p2 = calloc(n * r, 4);
+            float *q1 = calloc(m * r, sizeof *q1), *q2 = calloc(m * r, 4);
+            char what[96];
+            snprintf(what, sizeof what, "%s %zux%zu r%zu", cpu.name, n, m, r);
+
+            /* P = (M + add) Q with the fused error-feedback add. */
+            assert_int_equal(cpu.project_right(ctx, m1, add, n, m, q, r, p1),
+                             RUMOR_OK);
+            lowrank_ref_project_right(m2, add, n, m, q, r, p2);
+            s_assert_close(m1, m2, n * m, 0, what);
+            s_assert_close(p1, p2, n * r, 1e-5, what);
+            /* P = M Q without it. */
+            assert_int_equal(cpu.project_right(ctx, m1, NULL, n, m, q, r, p1),
+                             RUMOR_OK);
+            lowrank_ref_project_right(m2, NULL, n, m, q, r, p2);
+            s_assert_close(p1, p2, n * r, 1e-5, what);
+            /* Q = M^T P. */
+            assert_int_equal(cpu.project_left(ctx, m1, NULL, n, m, p, r, q1),
+                             RUMOR_OK);
+            lowrank_ref_project_left(m2, NULL, n, m, p, r, q2);
+            s_assert_close(q1, q2, m * r, 1e-5, what);
+            /* e -= a P Q^T and out = P Q^T (beta 0), then out += (beta 1). */
+            float *e1 = s_dup(add, n * m), *e2 = s_dup(add, n * m);
+            float *o1 = s_randn(n * m, seed++), *o2 = s_dup(o1, n * m);
+            assert_int_equal(
+                cpu.reconstruct(ctx, n, m, r, p, q, 0.5f, e1, o1, 0.0f),
+                RUMOR_OK);
+            lowrank_ref_reconstruct(n, m, r, p, q, 0.5f, e2, o2, 0.0f);
+            s_assert_close(e1, e2, n * m, 1e-5, what);
+            s_assert_close(o1, o2, n * m, 1e-5, what);
+            assert_int_equal(
+                cpu.reconstruct(ctx, n, m, r, p, q, -1.5f, NULL, o1, 1.0f),
+                RUMOR_OK);
+            lowrank_ref_reconstruct(n, m, r, p, q, -1.5f, NULL, o2, 1.0f);
+            s_assert_close(o1, o2, n * m, 1e-5, what);
+            free(mat), free(add), free(q), free(p), free(m1), free(m2);
+            free(p1), free(p2), free(q1), free(q2), free(e1), free(e2);
+            free(o1), free(o2);
+        }
+    cpu.free(ctx);
+}
+
+static void
+test_cpu_kernels__odd_shapes_and_ranks__match_ref(void **state)
+{
+    (void)state;
+    s_kernels_match_ref(false);
+}
+
+static void
+test_cpu_kernels__blas_path__match_ref(void **state)
+{
+    (void)state;
+    s_kernels_match_ref(true);
+}
+
+/* Outputs past 8 MiB take the streaming-store path of the cpu kernel. */
+static void
+test_cpu_reconstruct__large_aligned_output__streamed_matches_ref(void **s)
+{
+    (void)s;
+    const size_t n = 1025, m = 2048; /* odd row count: the 1-row tail too */
+    struct lowrank_backend_i cpu;
+    void *ctx = NULL;
+    assert_int_equal(lowrank_cpu_init(&cpu, &ctx), RUMOR_OK);
+    for (size_t r = 1; r <= 8; r *= 2) {
+        float *p = s_randn(n * r, 31 + r), *q = s_randn(m * r, 32 + r);
+        float *e1 = s_randn(n * m, 33), *e2 = s_dup(e1, n * m);
+        float *o1 = NULL, *o2 = malloc(n * m * sizeof *o2);
+        assert_int_equal(cpu.alloc(ctx, n * m * sizeof *o1, &o1), 0);
+        assert_true(((uintptr_t)o1 & 31) == 0);
+        assert_int_equal(
+            cpu.reconstruct(ctx, n, m, r, p, q, 0.75f, e1, o1, 0.0f),
+            0);
+        lowrank_ref_reconstruct(n, m, r, p, q, 0.75f, e2, o2, 0.0f);
+        s_assert_close(e1, e2, n * m, 1e-5, "streamed e");
+        s_assert_close(o1, o2, n * m, 1e-5, "streamed out");
+        cpu.release(ctx, o1);
+        free(p), free(q), free(e1), free(e2), free(o2);
+    }
+    cpu.free(ctx);
+}
+
+/* --- orthogonalization ---------------------------------------------------- */
+
+static void
+test_orthogonalize__gram_schmidt__matches_ref_and_is_orthonormal(void **s)
+{
+    (void)s;
+    const size_t cases[][2] = {{1, 1}, {9, 1}, {9, 2}, {50, 3}, {300, 8}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        size_t n = cases[c][0], r = cases[c][1];
+        float *a = s_randn(n * r, 7 + c), *b = s_dup(a, n * r);
+        assert_int_equal(
+            rumor_lowrank_orthogonalize(a, n, r, RUMOR_LOWRANK_ORTH_GS, 0.0f),
+            RUMOR_OK);
+        lowrank_ref_gram_schmidt(b, n, r, 0.0f);
+        s_assert_close(a, b, n * r, 1e-6, "gram-schmidt");
+        assert_true(s_orth_defect(a, n, r) < 1e-5);
+        free(a), free(b);
+    }
+}
+
+static void
+test_orthogonalize__lapack_qr__matches_householder_ref(void **s)
+{
+    (void)s;
+    const size_t cases[][2] = {{3, 3}, {10, 3}, {64, 4}, {257, 8}, {40, 33}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        size_t n = cases[c][0], r = cases[c][1];
+        float *a = s_randn(n * r, 70 + c), *b = s_dup(a, n * r);
+        assert_int_equal(
+            rumor_lowrank_orthogonalize(a, n, r, RUMOR_LOWRANK_ORTH_QR, 0.0f),
+            RUMOR_OK);
+        assert_int_equal(lowrank_ref_householder(b, n, r), RUMOR_OK);
+        /* Same sign convention as LAPACK, so the same columns. */
+        s_assert_close(a, b, n * r, 1e-5, "householder");
+        assert_true(s_orth_defect(a, n, r) < 1e-5);
+        free(a), free(b);
+    }
+}
+
+static void
+test_orthogonalize__cholesky_qr2__orthonormal_same_span_positive_r(void **s)
+{
+    (void)s;
+    size_t n = 200, r = 6;
+    float *a = s_randn(n * r, 900), *orig = s_dup(a, n * r);
+    float *h = s_dup(a, n * r);
+    assert_int_equal(
+        rumor_lowrank_orthogonalize(a, n, r, RUMOR_LOWRANK_ORTH_CHOLQR2, 0.0f),
+        RUMOR_OK);
+    assert_true(s_orth_defect(a, n, r) < 1e-5);
+    /* CholeskyQR2's R has a positive diagonal; Householder's Q differs from
+     * it only by column signs. */
+    assert_int_equal(lowrank_ref_householder(h, n, r), RUMOR_OK);
+    for (size_t k = 0; k < r; k++) {
+        double dot = 0;
+        for (size_t i = 0; i < n; i++)
+            dot += (double)a[i * r + k] * orig[i * r + k];
+        assert_true(dot > 0); /* r_kk > 0 */
+        double sign = 0;
+        for (size_t i = 0; i < n; i++)
+            sign += (double)a[i * r + k] * h[i * r + k];
+        assert_true(fabs(fabs(sign) - 1.0) < 1e-4);
+    }
+    free(a), free(orig), free(h);
+}
+
+static void
+test_orthogonalize__zero_columns__never_nan(void **s)
+{
+    (void)s;
+    const rumor_lowrank_orth methods[] = {RUMOR_LOWRANK_ORTH_GS,
+                                          RUMOR_LOWRANK_ORTH_QR,
+                                          RUMOR_LOWRANK_ORTH_CHOLQR2,
+                                          RUMOR_LOWRANK_ORTH_AUTO};
+    const float epss[] = {0.0f, 1e-8f};
+    for (size_t mi = 0; mi < 4; mi++)
+        for (size_t ei = 0; ei < 2; ei++)
+            for (size_t r = 1; r <= 4; r++) {
+                size_t n = 20;
+                float *a = s_randn(n * r, 5);
+                for (size_t i = 0; i < n; i++)
+                    a[i * r + (r - 1)] = 0;          /* last column zero */
+                float *z = calloc(n * r, sizeof *z); /* all zero */
+                assert_int_equal(
+                    rumor_lowrank_orthogonalize(a, n, r, methods[mi], epss[ei]),
+                    RUMOR_OK);
+                assert_int_equal(
+                    rumor_lowrank_orthogonalize(z, n, r, methods[mi], epss[ei]),
+                    RUMOR_OK);
+                for (size_t i = 0; i < n * r; i++) {
+                    assert_true(isfinite(a[i]));
+                    assert_true(isfinite(z[i]));
+                }
+                free(a), free(z);
+            }
+}
+
+static void
+test_orthogonalize__bad_arguments__einval(void **s)
+{
+    (void)s;
+    float p[8] = {0};
+    assert_int_equal(rumor_lowrank_orthogonalize(p, 2, 3, 0, 0), RUMOR_EINVAL);
+    assert_int_equal(rumor_lowrank_orthogonalize(p, 2, 0, 0, 0), RUMOR_EINVAL);
+    assert_int_equal(rumor_lowrank_orthogonalize(p, 4, 2, 0, -1.0f),
+                     RUMOR_EINVAL);
+    assert_int_equal(rumor_lowrank_orthogonalize(p, 4, 2, 9, 0), RUMOR_EINVAL);
+}
+
+/* --- approximation quality against LAPACK SVD ----------------------------- */
+
+static void
+test_psgd__warm_started_iterations__within_one_percent_of_svd(void **s)
+{
+    (void)s;
+    const size_t n = 80, m = 60;
+    /* A matrix with a decaying spectrum: sum of random rank-1 terms. */
+    float *mat = calloc(n * m, sizeof *mat);
+    for (size_t k = 0; k < 20; k++) {
+        float *u = s_randn(n, 300 + k), *v = s_randn(m, 400 + k);
+        float sk = powf(0.6f, (float)k);
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < m; j++)
+                mat[i * m + j] += sk * u[i] * v[j];
+        free(u), free(v);
+    }
+    float *a = s_dup(mat, n * m);
+    float sv[60], superb[60];
+    assert_int_equal(LAPACKE_sgesvd(LAPACK_ROW_MAJOR,
+                                    'N',
+                                    'N',
+                                    (int)n,
+                                    (int)m,
+                                    a,
+                                    (int)m,
+                                    sv,
+                                    NULL,
+                                    1,
+                                    NULL,
+                                    1,
+                                    superb),
+                     0);
+    free(a);
+    const size_t ranks[] = {1, 2, 4};
+    for (size_t ri = 0; ri < 3; ri++) {
+        size_t r = ranks[ri];
+        double best = 0;
+        for (size_t k = r; k < 60; k++)
+            best += (double)sv[k] * sv[k];
+        best = sqrt(best);
+        struct rumor_lowrank_shape shape = {.ndim = 2, .dims = {n, m}};
+        struct rumor_lowrank_psgd_opts o;
+        rumor_lowrank_psgd_opts_default(&o);
+        o.rank = r;
+        o.error_feedback = false;
+        o.seed = 11;
+        rumor_lowrank_psgd *c = NULL;
+        assert_int_equal(rumor_lowrank_psgd_new(&c, &shape, 1, &o), RUMOR_OK);
+        float *out = calloc(n * m, sizeof *out);
+        double err = 0;
+        for (int it = 0; it < 40; it++) {
+            float *g[1] = {mat};
+            float *o1[1] = {out};
+            struct rumor_lowrank_xchg x;
+            bool done = false;
+            assert_int_equal(rumor_lowrank_psgd_begin(c, g, &x), RUMOR_OK);
+            assert_false(x.average);
+            assert_int_equal(rumor_lowrank_psgd_next(c, &x, &done), RUMOR_OK);
+            assert_false(done);
+            assert_true(x.average);
+            assert_int_equal(rumor_lowrank_psgd_next(c, &x, &done), RUMOR_OK);
+            assert_true(done);
+            assert_int_equal(rumor_lowrank_psgd_end(c, o1), RUMOR_OK);
+            err = 0;
+            for (size_t i = 0; i < n * m; i++)
+                err += ((double)mat[i] - out[i]) * ((double)mat[i] - out[i]);
+            err = sqrt(err);
+        }
+        if (!(err <= 1.01 * best))
+            fail_msg("rank %zu: error %.6g, truncated SVD %.6g", r, err, best);
+        free(out);
+        rumor_lowrank_psgd_destroy(&c);
+        assert_null(c);
+    }
+    free(mat);
+}
+
+/* --- against PyTorch's hook ----------------------------------------------- */
+
+static const char *s_python = "/usr/bin/python3";
+
+static bool
+s_torch_missing(const char **why)
+{
+    if (access(s_python, X_OK) != 0) {
+        *why = "/usr/bin/python3 not found";
+        return true;
+    }
+    int rc = system("/usr/bin/python3 -c 'import torch, numpy' "
+                    ">/dev/null 2>&1");
+    if (rc != 0) {
+        *why = "python3-torch / python3-numpy not installed (scripts/deps.sh)";
+        return true;
+    }
+    return false;
+}
+
+static void
+s_put(FILE *f, const void *x, size_t bytes)
+{
+    assert_int_equal(fwrite(x, 1, bytes, f), bytes);
+}
+
+static void
+s_hook_case(size_t rank,
+            float eps,
+            const struct rumor_lowrank_shape *shapes,
+            size_t count,
+            int steps)
+{
+    struct rumor_lowrank_psgd_opts o;
+    rumor_lowrank_psgd_opts_default(&o);
+    o.rank = rank;
+    o.eps = eps;
+    rumor_lowrank_psgd *c = NULL;
+    assert_int_equal(rumor_lowrank_psgd_new(&c, shapes, count, &o), RUMOR_OK);
+    size_t numel = 0, offs[16];
+    for (size_t i = 0; i < count; i++) {
+        size_t n = 0, m = 0;
+        assert_int_equal(rumor_lowrank_matricize(&shapes[i], &n, &m), 0);
+        offs[i] = numel;
+        numel += n * m;
+    }
+    size_t qf = rumor_lowrank_psgd_q_floats(c);
+    float *q0 = s_randn(qf, 77 + rank);
+    float *grads = s_randn(numel * (size_t)steps, 78 + rank);
+
+    char in_path[] = "/tmp/rumor-lowrank-in-XXXXXX";
+    char out_path[] = "/tmp/rumor-lowrank-out-XXXXXX";
+    int fd_in = mkstemp(in_path), fd_out = mkstemp(out_path);
+    assert_true(fd_in >= 0 && fd_out >= 0);
+    close(fd_out);
+    FILE *f = fdopen(fd_in, "wb");
+    assert_non_null(f);
+    int32_t hdr[4] = {(int32_t)rank, 0, steps, (int32_t)count};
+    memcpy(&hdr[1], &eps, sizeof eps);
+    s_put(f, hdr, sizeof hdr);
+    for (size_t i = 0; i < count; i++) {
+        int32_t nd = (int32_t)shapes[i].ndim;
+        s_put(f, &nd, 4);
+        for (size_t d = 0; d < shapes[i].ndim; d++) {
+            int32_t v = (int32_t)shapes[i].dims[d];
+            s_put(f, &v, 4);
+        }
+    }
+    s_put(f, q0, qf * sizeof(float));
+    s_put(f, grads, numel * (size_t)steps * sizeof(float));
+    fclose(f);
+
+    char cmd[512];
+    snprintf(cmd,
+             sizeof cmd,
+             "%s tests/lowrank/hook_ref.py %s %s",
+             s_python,
+             in_path,
+             out_path);
+    int rc = system(cmd);
+    unlink(in_path);
+    if (!(WIFEXITED(rc) && WEXITSTATUS(rc) == 0)) {
+        unlink(out_path);
+        fail_msg("hook_ref.py failed (status %d): %s", rc, cmd);
+    }
+    rumor_buf hook;
+    rumor_buf_init(&hook, (size_t)1 << 30);
+    assert_int_equal(rumor_buf_read_file(&hook, out_path), RUMOR_OK);
+    unlink(out_path);
+
+    /* Our side: same first Q, same gradients, one node. */
+    assert_int_equal(rumor_lowrank_psgd_q_set(c, q0), RUMOR_OK);
+    size_t pf = 0;
+    for (size_t i = 0; i < count; i++)
+        if (rumor_lowrank_psgd_compressed(c, i)) {
+            size_t n = shapes[i].dims[0];
+            size_t m = 0, rows = 0;
+            assert_int_equal(rumor_lowrank_matricize(&shapes[i], &rows, &m), 0);
+            pf += n * lowrank_rank_for(n, m, rank);
+        }
+    size_t per_step = pf + qf + 2 * numel;
+    assert_int_equal(hook.len, per_step * (size_t)steps * sizeof(float));
+    float *buf = malloc(numel * sizeof *buf);
+    float *err = malloc(numel * sizeof *err);
+    float *qnow = malloc((qf + 1) * sizeof *qnow);
+    for (int st = 0; st < steps; st++) {
+        const float *h = (const float *)hook.data + per_step * (size_t)st;
+        const float *h_p = h, *h_q = h + pf, *h_out = h + pf + qf;
+        const float *h_err = h_out + numel;
+        memcpy(buf, grads + numel * (size_t)st, numel * sizeof *buf);
+        float *ptrs[16];
+        for (size_t i = 0; i < count; i++)
+            ptrs[i] = buf + offs[i];
+        struct rumor_lowrank_xchg x;
+        bool done = false;
+        char what[64];
+        assert_int_equal(rumor_lowrank_psgd_begin(c, ptrs, &x), RUMOR_OK);
+        assert_int_equal(x.floats, pf);
+        snprintf(what, sizeof what, "rank %zu step %d: P", rank, st);
+        s_assert_close(x.data, h_p, pf, 1e-5, what);
+        assert_int_equal(rumor_lowrank_psgd_next(c, &x, &done), RUMOR_OK);
+        assert_int_equal(x.floats, qf);
+        assert_int_equal(rumor_lowrank_psgd_next(c, &x, &done), RUMOR_OK);
+        assert_true(done);
+        assert_int_equal(rumor_lowrank_psgd_end(c, ptrs), RUMOR_OK);
+        assert_int_equal(rumor_lowrank_psgd_q_get(c, qnow), RUMOR_OK);
+        snprintf(what, sizeof what, "rank %zu step %d: Q", rank, st);
+        s_assert_close(qnow, h_q, qf, 1e-5, what);
+        for (size_t i = 0; i < count; i++) {
+            size_t n = 0, m = 0;
+            assert_int_equal(rumor_lowrank_matricize(&shapes[i], &n, &m), 0);
+            if (!rumor_lowrank_psgd_compressed(c, i))
+                continue; /* the caller's: the hook averages it */
+            snprintf(what,
+                     sizeof what,
+                     "rank %zu step %d: approx %zu",
+                     rank,
+                     st,
+                     i);
+            s_assert_close(buf + offs[i], h_out + offs[i], n * m, 1e-5, what);
+            assert_int_equal(rumor_lowrank_psgd_error_get(c, i, err), 0);
+            snprintf(what,
+                     sizeof what,
+                     "rank %zu step %d: error %zu",
+                     rank,
+                     st,
+                     i);
+            s_assert_close(err, h_err + offs[i], n * m, 1e-5, what);
+        }
+    }
+    free(buf), free(err), free(qnow), free(q0), free(grads);
+    rumor_buf_free(&hook);
+    rumor_lowrank_psgd_destroy(&c);
+}
+
+static void
+test_psgd__same_m_and_first_q__matches_pytorch_hook(void **s)
+{
+    (void)s;
+    const char *why = NULL;
+    if (s_torch_missing(&why)) {
+        printf("[  SKIP    ] PyTorch hook comparison: %s\n", why);
+        skip();
+    }
+    const struct rumor_lowrank_shape shapes[] = {
+        {.ndim = 2, .dims = {48, 40}},
+        {.ndim = 1, .dims = {7}},
+        {.ndim = 4, .dims = {16, 8, 3, 3}},
+        {.ndim = 2, .dims = {6, 4}},
+        {.ndim = 2, .dims = {33, 129}},
+        {.ndim = 3, .dims = {20, 5, 7}},
+        /* Repeated matrix shapes: the hook groups its P and Q memory by
+         * shape (first appearance), and so must we. */
+        {.ndim = 2, .dims = {48, 40}},
+        {.ndim = 2, .dims = {16, 72}},
+    };
+    s_hook_case(1, 0.0f, shapes, 8, 3);
+    s_hook_case(2, 0.0f, shapes, 8, 3);
+    s_hook_case(4, 0.0f, shapes, 8, 3); /* QR: LAPACK on both sides */
+    s_hook_case(2, 1e-8f, shapes, 8, 2);
+}
+
+/* --- PowerSGD mechanics --------------------------------------------------- */
+
+static void
+test_psgd__error_feedback__approx_plus_error_equals_m(void **s)
+{
+    (void)s;
+    const struct rumor_lowrank_shape shape = {.ndim = 2, .dims = {30, 50}};
+    struct rumor_lowrank_psgd_opts o;
+    rumor_lowrank_psgd_opts_default(&o);
+    o.rank = 3;
+    rumor_lowrank_psgd *c = NULL;
+    assert_int_equal(rumor_lowrank_psgd_new(&c, &shape, 1, &o), RUMOR_OK);
+    float *e_old = calloc(1500, sizeof *e_old), *e_new = malloc(6000);
+    for (int st = 0; st < 3; st++) {
+        float *g = s_randn(1500, 40 + st), *g0 = s_dup(g, 1500);
+        float *ptr[1] = {g};
+        struct rumor_lowrank_xchg x;
+        bool done = false;
+        assert_int_equal(rumor_lowrank_psgd_begin(c, ptr, &x), RUMOR_OK);
+        while (!done)
+            assert_int_equal(rumor_lowrank_psgd_next(c, &x, &done), RUMOR_OK);
+        assert_int_equal(rumor_lowrank_psgd_end(c, ptr), RUMOR_OK);
+        assert_int_equal(rumor_lowrank_psgd_error_get(c, 0, e_new), RUMOR_OK);
+        for (size_t i = 0; i < 1500; i++)
+            assert_float_equal(g[i] + e_new[i], g0[i] + e_old[i], 1e-5);
+        memcpy(e_old, e_new, 6000);
+        free(g), free(g0);
+    }
+    assert_int_equal(rumor_lowrank_psgd_step(c), 3);
+    free(e_old), free(e_new);
+    rumor_lowrank_psgd_destroy(&c);
+}
+
+static void
+test_psgd__cpu_backend__matches_ref_backend_over_steps(void **s)
+{
+    (void)s;
+    const struct rumor_lowrank_shape shapes[] = {
+        {.ndim = 2, .dims = {70, 90}},
+        {.ndim = 4, .dims = {32, 16, 3, 3}}};
+    for (int one_sided = 0; one_sided < 2; one_sided++)
+        for (size_t r = 1; r <= 6; r += 5) {
+            struct rumor_lowrank_psgd_opts o;
+            rumor_lowrank_psgd_opts_default(&o);
+            o.rank = r;
+            o.one_sided = one_sided;
+            o.iters = one_sided ? 2 : 1;
+            o.eps = 1e-8f;
+            o.seed = 5;
+            struct lowrank_backend_i be;
+            void *ctx = NULL;
+            rumor_lowrank_psgd *a = NULL, *b = NULL;
+            assert_int_equal(rumor_lowrank_psgd_new(&a, shapes, 2, &o), 0);
+            assert_int_equal(lowrank_ref_init(&be, &ctx), RUMOR_OK);
+            assert_int_equal(lowrank_psgd_new_on(&b, shapes, 2, &o, &be, ctx),
+                             RUMOR_OK);
+            for (int st = 0; st < 3; st++) {
+                float *ga = s_randn(6300 + 4608, 60 + st);
+                float *gb = s_dup(ga, 6300 + 4608);
+                float *pa[2] = {ga, ga + 6300}, *pb[2] = {gb, gb + 6300};
+                struct rumor_lowrank_xchg xa, xb;
+                bool da = false, db = false;
+                assert_int_equal(rumor_lowrank_psgd_begin(a, pa, &xa), 0);
+                assert_int_equal(rumor_lowrank_psgd_begin(b, pb, &xb), 0);
+                while (!da) {
+                    assert_int_equal(xa.floats, xb.floats);
+                    s_assert_close(xa.data, xb.data, xa.floats, 1e-4, "xchg");
+                    assert_int_equal(rumor_lowrank_psgd_next(a, &xa, &da), 0);
+                    assert_int_equal(rumor_lowrank_psgd_next(b, &xb, &db), 0);
+                    assert_int_equal(da, db);
+                }
+                assert_int_equal(rumor_lowrank_psgd_end(a, pa), 0);
+                assert_int_equal(rumor_lowrank_psgd_end(b, pb), 0);
+                s_assert_close(ga, gb, 6300 + 4608, 1e-4, "approx");
+                free(ga), free(gb);
+            }
+            rumor_lowrank_psgd_destroy(&a);
+            rumor_lowrank_psgd_destroy(&b);
+        }
+}
+
+static void
+test_psgd__selection_and_start_iter__as_the_hook(void **s)
+{
+    (void)s;
+    const struct rumor_lowrank_shape shapes[] = {
+        {.ndim = 1, .dims = {100}},     /* 1-D: never */
+        {.ndim = 2, .dims = {6, 4}},    /* (6+4)*1*2 = 20 < 24: yes */
+        {.ndim = 2, .dims = {5, 4}},    /* 18 < 20: yes */
+        {.ndim = 2, .dims = {4, 4}},    /* 16 < 16: no */
+        {.ndim = 2, .dims = {1, 1000}}, /* 1002*1*2 > 1000: no */
+    };
+    struct rumor_lowrank_psgd_opts o;
+    rumor_lowrank_psgd_opts_default(&o);
+    o.start_iter = 2;
+    rumor_lowrank_psgd *c = NULL;
+    assert_int_equal(rumor_lowrank_psgd_new(&c, shapes, 5, &o), RUMOR_OK);
+    const bool want[] = {false, true, true, false, false};
+    for (size_t i = 0; i < 5; i++)
+        assert_int_equal(rumor_lowrank_psgd_compressed(c, i), want[i]);
+    assert_false(rumor_lowrank_psgd_compressed(c, 5));
+    float g1[24] = {0}, g2[20] = {0};
+    float *ptrs[5] = {NULL, g1, g2, NULL, NULL};
+    struct rumor_lowrank_xchg x;
+    assert_false(rumor_lowrank_psgd_active(c));
+    assert_int_equal(rumor_lowrank_psgd_begin(c, ptrs, &x), RUMOR_EINVAL);
+    rumor_lowrank_psgd_skip(c);
+    rumor_lowrank_psgd_skip(c);
+    assert_true(rumor_lowrank_psgd_active(c));
+    assert_int_equal(rumor_lowrank_psgd_begin(c, ptrs, &x), RUMOR_OK);
+    assert_int_equal(x.floats, 6 + 5);
+    /* A second begin while a step is open is the caller's bug. */
+    assert_int_equal(rumor_lowrank_psgd_begin(c, ptrs, &x), RUMOR_EINVAL);
+    assert_int_equal(rumor_lowrank_psgd_end(c, ptrs), RUMOR_EINVAL);
+    rumor_lowrank_psgd_destroy(&c);
+    rumor_lowrank_psgd_destroy(&c); /* twice is safe */
+
+    o.one_sided = true;
+    o.error_feedback = false;
+    assert_int_equal(rumor_lowrank_psgd_new(&c, shapes, 5, &o), RUMOR_EINVAL);
+    assert_null(c);
+}
+
+static void
+test_psgd__same_seed__same_first_q_on_every_node(void **s)
+{
+    (void)s;
+    const struct rumor_lowrank_shape shape = {.ndim = 2, .dims = {40, 30}};
+    struct rumor_lowrank_psgd_opts o;
+    rumor_lowrank_psgd_opts_default(&o);
+    o.rank = 2;
+    o.seed = 1234;
+    rumor_lowrank_psgd *a = NULL, *b = NULL;
+    assert_int_equal(rumor_lowrank_psgd_new(&a, &shape, 1, &o), 0);
+    assert_int_equal(rumor_lowrank_psgd_new(&b, &shape, 1, &o), 0);
+    float *ga = s_randn(1200, 1), *gb = s_randn(1200, 2);
+    float *pa[1] = {ga}, *pb[1] = {gb};
+    struct rumor_lowrank_xchg xa, xb;
+    assert_int_equal(rumor_lowrank_psgd_begin(a, pa, &xa), 0);
+    assert_int_equal(rumor_lowrank_psgd_begin(b, pb, &xb), 0);
+    /* Different gradients, same Q: P is linear in M with the same Q, so
+     * P_a + P_b equals (M_a + M_b) Q with the Q node a drew. */
+    float *sum = malloc(1200 * sizeof *sum), *ps = malloc(80 * 4);
+    for (size_t i = 0; i < 1200; i++)
+        sum[i] = ga[i] + gb[i];
+    /* A third node with the same seed, on the summed gradient. */
+    rumor_lowrank_psgd *c = NULL;
+    assert_int_equal(rumor_lowrank_psgd_new(&c, &shape, 1, &o), 0);
+    float *gc = s_dup(sum, 1200), *pc[1] = {gc};
+    struct rumor_lowrank_xchg xc;
+    assert_int_equal(rumor_lowrank_psgd_begin(c, pc, &xc), 0);
+    for (size_t i = 0; i < 80; i++)
+        ps[i] = xa.data[i] + xb.data[i];
+    s_assert_close(ps, xc.data, 80, 1e-5, "P sum with a shared Q");
+    free(ga), free(gb), free(gc), free(sum), free(ps);
+    rumor_lowrank_psgd_destroy(&a);
+    rumor_lowrank_psgd_destroy(&b);
+    rumor_lowrank_psgd_destroy(&c);
+}
+
+/* Two nodes exchanging through the API sum P and average Q exactly as an
+ * all-reduce would, and both end with the same approximation. */
+static void
+test_psgd__two_nodes_reducing__agree_on_the_approximation(void **s)
+{
+    (void)s;
+    const struct rumor_lowrank_shape shape = {.ndim = 2, .dims = {25, 35}};
+    struct rumor_lowrank_psgd_opts o;
+    rumor_lowrank_psgd_opts_default(&o);
+    o.rank = 2;
+    rumor_lowrank_psgd *a = NULL, *b = NULL;
+    assert_int_equal(rumor_lowrank_psgd_new(&a, &shape, 1, &o), 0);
+    assert_int_equal(rumor_lowrank_psgd_new(&b, &shape, 1, &o), 0);
+    for (int st = 0; st < 3; st++) {
+        float *ga = s_randn(875, 10 + st), *gb = s_randn(875, 20 + st);
+        float *pa[1] = {ga}, *pb[1] = {gb};
+        struct rumor_lowrank_xchg xa, xb;
+        bool da = false, db = false;
+        assert_int_equal(rumor_lowrank_psgd_begin(a, pa, &xa), 0);
+        assert_int_equal(rumor_lowrank_psgd_begin(b, pb, &xb), 0);
+        while (!da) {
+            for (size_t i = 0; i < xa.floats; i++) {
+                float v = xa.data[i] + xb.data[i];
+                if (xa.average)
+                    v /= 2;
+                xa.data[i] = v;
+                xb.data[i] = v;
+            }
+            assert_int_equal(rumor_lowrank_psgd_next(a, &xa, &da), 0);
+            assert_int_equal(rumor_lowrank_psgd_next(b, &xb, &db), 0);
+        }
+        assert_int_equal(rumor_lowrank_psgd_end(a, pa), 0);
+        assert_int_equal(rumor_lowrank_psgd_end(b, pb), 0);
+        assert_memory_equal(ga, gb, 875 * sizeof(float));
+        free(ga), free(gb);
+    }
+    rumor_lowrank_psgd_destroy(&a);
+    rumor_lowrank_psgd_destroy(&b);
+}
+
+/* --- PowerGossip ---------------------------------------------------------- */
+
+static void
+s_edge_pair(const struct rumor_lowrank_shape *shapes,
+            size_t count,
+            size_t rank,
+            rumor_lowrank_edge **lo,
+            rumor_lowrank_edge **hi)
+{
+    struct rumor_lowrank_edge_opts o;
+    rumor_lowrank_edge_opts_default(&o);
+    o.rank = rank;
+    o.seed = 99;
+    o.self_id = 2;
+    o.peer_id = 5;
+    assert_int_equal(rumor_lowrank_edge_new(lo, shapes, count, &o), 0);
+    o.self_id = 5;
+    o.peer_id = 2;
+    assert_int_equal(rumor_lowrank_edge_new(hi, shapes, count, &o), 0);
+}
+
+/* One iteration by hand with the ref kernels, as algorithms.py writes it:
+ * t odd: orthogonalize q, p = (x_hi - x_lo) q, x_lo += w p q^T,
+ * x_hi -= w p q^T; t even: the same with p and q swapped. */
+static void
+test_edge__iterations__follow_the_reference_update(void **s)
+{
+    (void)s;
+    const size_t n = 12, m = 9, r = 2;
+    const struct rumor_lowrank_shape shapes[] = {{.ndim = 1, .dims = {5}},
+                                                 {.ndim = 2, .dims = {n, m}}};
+    rumor_lowrank_edge *lo = NULL, *hi = NULL;
+    s_edge_pair(shapes, 2, r, &lo, &hi);
+    float *xl = s_randn(n * m, 1), *xh = s_randn(n * m, 2);
+    /* The shared initial factors, drawn as the edge draws them. */
+    uint64_t seed = rumor_seed_derive(99, 2, 5);
+    float *p = malloc(n * r * 4), *q = malloc(m * r * 4);
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, seed, 2);
+    for (size_t i = 0; i < n * r; i++)
+        p[i] = (float)rumor_rng_normal(&rng);
+    rumor_rng_init(&rng, seed, 3);
+    for (size_t i = 0; i < m * r; i++)
+        q[i] = (float)rumor_rng_normal(&rng);
+    float *el = s_dup(xl, n * m), *eh = s_dup(xh, n * m);
+    float *d = malloc(n * m * 4);
+    const float w = 0.3f;
+    for (uint64_t t = 1; t <= 4; t++) {
+        float *pl[2] = {NULL, xl}, *ph[2] = {NULL, xh};
+        size_t fl = rumor_lowrank_edge_msg_floats(lo, t);
+        assert_int_equal(fl, (t % 2 ? n : m) * r);
+        float *ml = malloc(fl * 4), *mh = malloc(fl * 4);
+        assert_int_equal(rumor_lowrank_edge_product(lo, pl, t, ml), 0);
+        assert_int_equal(rumor_lowrank_edge_product(hi, ph, t, mh), 0);
+        assert_int_equal(rumor_lowrank_edge_combine(lo, mh), 0);
+        assert_int_equal(rumor_lowrank_edge_combine(hi, ml), 0);
+        assert_int_equal(rumor_lowrank_edge_apply(lo, pl, w), 0);
+        assert_int_equal(rumor_lowrank_edge_apply(hi, ph, w), 0);
+        /* Expected, by hand. */
+        for (size_t i = 0; i < n * m; i++)
+            d[i] = eh[i] - el[i];
+        if (t % 2) {
+            lowrank_ref_gram_schmidt(q, m, r, 1e-8f);
+            lowrank_ref_project_right(d, NULL, n, m, q, r, p);
+        } else {
+            lowrank_ref_gram_schmidt(p, n, r, 1e-8f);
+            lowrank_ref_project_left(d, NULL, n, m, p, r, q);
+        }
+        lowrank_ref_reconstruct(n, m, r, p, q, w, NULL, el, 1.0f);
+        lowrank_ref_reconstruct(n, m, r, p, q, -w, NULL, eh, 1.0f);
+        s_assert_close(xl, el, n * m, 1e-5, "low end");
+        s_assert_close(xh, eh, n * m, 1e-5, "high end");
+        free(ml), free(mh);
+    }
+    free(xl), free(xh), free(p), free(q), free(el), free(eh), free(d);
+    rumor_lowrank_edge_destroy(&lo);
+    rumor_lowrank_edge_destroy(&hi);
+    assert_null(lo);
+}
+
+static void
+test_edge__ring_of_four__preserves_average_and_shrinks_differences(void **s)
+{
+    (void)s;
+    enum { N = 4, R = 20, C = 16 };
+    const struct rumor_lowrank_shape shape = {.ndim = 2, .dims = {R, C}};
+    float *x[N], avg0[R * C] = {0};
+    rumor_lowrank_edge *edges[N][2]; /* [node][0: left, 1: right] */
+    for (int i = 0; i < N; i++) {
+        x[i] = s_randn(R * C, 500 + (uint64_t)i);
+        for (int k = 0; k < R * C; k++)
+            avg0[k] += x[i][k] / N;
+        for (int side = 0; side < 2; side++) {
+            struct rumor_lowrank_edge_opts o;
+            rumor_lowrank_edge_opts_default(&o);
+            o.rank = 2;
+            o.seed = 3;
+            o.self_id = (uint64_t)i;
+            o.peer_id = (uint64_t)((i + (side ? 1 : N - 1)) % N);
+            assert_int_equal(
+                rumor_lowrank_edge_new(&edges[i][side], &shape, 1, &o),
+                0);
+        }
+    }
+    double dist0 = 0;
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < R * C; k++)
+            dist0 += (x[i][k] - avg0[k]) * (x[i][k] - avg0[k]);
+    float msg[N][2][R * 2 > C * 2 ? R * 2 : C * 2];
+    for (uint64_t t = 1; t <= 200; t++) {
+        for (int i = 0; i < N; i++)
+            for (int side = 0; side < 2; side++) {
+                float *pp[1] = {x[i]};
+                assert_int_equal(rumor_lowrank_edge_product(edges[i][side],
+                                                            pp,
+                                                            t,
+                                                            msg[i][side]),
+                                 0);
+            }
+        for (int i = 0; i < N; i++) {
+            /* node i's left neighbour sent on its right edge, and back. */
+            int left = (i + N - 1) % N, right = (i + 1) % N;
+            assert_int_equal(
+                rumor_lowrank_edge_combine(edges[i][0], msg[left][1]),
+                0);
+            assert_int_equal(
+                rumor_lowrank_edge_combine(edges[i][1], msg[right][0]),
+                0);
+        }
+        for (int i = 0; i < N; i++)
+            for (int side = 0; side < 2; side++) {
+                float *pp[1] = {x[i]};
+                assert_int_equal(
+                    rumor_lowrank_edge_apply(edges[i][side], pp, 1.0f / 3),
+                    0);
+            }
+    }
+    double dist = 0;
+    for (int k = 0; k < R * C; k++) {
+        double avg = 0;
+        for (int i = 0; i < N; i++)
+            avg += x[i][k] / N;
+        assert_float_equal(avg, avg0[k], 1e-4);
+        for (int i = 0; i < N; i++)
+            dist += (x[i][k] - avg) * (x[i][k] - avg);
+    }
+    if (!(dist < 1e-3 * dist0))
+        fail_msg("consensus distance %.3g from %.3g", dist, dist0);
+    for (int i = 0; i < N; i++) {
+        free(x[i]);
+        rumor_lowrank_edge_destroy(&edges[i][0]);
+        rumor_lowrank_edge_destroy(&edges[i][1]);
+    }
+}
+
+static void
+test_edge__nan_message_or_misuse__rejected(void **s)
+{
+    (void)s;
+    const struct rumor_lowrank_shape shape = {.ndim = 2, .dims = {4, 3}};
+    rumor_lowrank_edge *lo = NULL, *hi = NULL;
+    s_edge_pair(&shape, 1, 1, &lo, &hi);
+    float x[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    float *pp[1] = {x};
+    float msg[4];
+    assert_int_equal(rumor_lowrank_edge_product(lo, pp, 0, msg), RUMOR_EINVAL);
+    assert_int_equal(rumor_lowrank_edge_apply(lo, pp, 0.5f), RUMOR_EINVAL);
+    assert_int_equal(rumor_lowrank_edge_product(lo, pp, 1, msg), RUMOR_OK);
+    float bad[4] = {1, NAN, 0, 0};
+    assert_int_equal(rumor_lowrank_edge_combine(lo, bad), RUMOR_ENUMERIC);
+    bad[1] = INFINITY;
+    assert_int_equal(rumor_lowrank_edge_combine(lo, bad), RUMOR_ENUMERIC);
+    assert_int_equal(rumor_lowrank_edge_combine(lo, msg), RUMOR_OK);
+    assert_int_equal(rumor_lowrank_edge_apply(lo, pp, 0.5f), RUMOR_OK);
+    for (int i = 0; i < 12; i++)
+        assert_float_equal(x[i], (float)(i + 1), 0); /* own - own = 0 */
+    struct rumor_lowrank_edge_opts o;
+    rumor_lowrank_edge_opts_default(&o);
+    o.self_id = o.peer_id = 3;
+    rumor_lowrank_edge *e = NULL;
+    assert_int_equal(rumor_lowrank_edge_new(&e, &shape, 1, &o), RUMOR_EINVAL);
+    rumor_lowrank_edge_destroy(&lo);
+    rumor_lowrank_edge_destroy(&hi);
+}
+
+/* --- counting, shape files, CLI ------------------------------------------- */
+
+static void
+s_load_shapes(const char *path,
+              struct rumor_lowrank_shape **shapes,
+              size_t *count)
+{
+    rumor_buf b;
+    rumor_buf_init(&b, 1 << 20);
+    assert_int_equal(rumor_buf_read_file(&b, path), RUMOR_OK);
+    struct rumor_diag diag = {0};
+    assert_int_equal(rumor_lowrank_shapes_parse((const char *)b.data,
+                                                b.len,
+                                                path,
+                                                shapes,
+                                                count,
+                                                &diag),
+                     RUMOR_OK);
+    rumor_buf_free(&b);
+}
+
+static void
+test_count__resnet18_cifar10__paper_ratios(void **s)
+{
+    (void)s;
+    struct rumor_lowrank_shape *shapes = NULL;
+    size_t count = 0;
+    s_load_shapes("tests/data/resnet18_cifar10.shapes", &shapes, &count);
+    assert_int_equal(count, 62);
+    /* PowerSGD paper, Table 3 / 4: 243x, 136x, 72x at ranks 1, 2, 4. */
+    const struct {
+        size_t rank;
+        uint64_t sent;
+        int ratio;
+    } want[] = {{1, 45935, 243}, {2, 82260, 136}, {4, 154910, 72}};
+    for (size_t i = 0; i < 3; i++) {
+        struct rumor_lowrank_count c;
+        assert_int_equal(
+            rumor_lowrank_count_floats(shapes, count, want[i].rank, &c),
+            0);
+        assert_int_equal(c.params, 11173962);
+        assert_int_equal(c.floats_sent, want[i].sent);
+        assert_int_equal((int)lround((double)c.params / c.floats_sent),
+                         want[i].ratio);
+    }
+    free(shapes);
+    s_load_shapes("tests/data/lstm_powersgd.shapes", &shapes, &count);
+    struct rumor_lowrank_count c;
+    assert_int_equal(rumor_lowrank_count_floats(shapes, count, 1, &c), 0);
+    assert_int_equal(c.params, 28949319);
+    free(shapes);
+}
+
+static void
+test_shapes_parse__malformed_lines__rejected_with_position(void **s)
+{
+    (void)s;
+    static const struct {
+        const char *text;
+        rumor_err rc;
+        int line, col;
+        size_t count;
+    } rows[] = {
+        {"a 3 4\n# c\n\nb 5 # bias\n", RUMOR_OK, 0, 0, 2},
+        {"a\n", RUMOR_EPROTO, 1, 2, 0},
+        {"a 3 x\n", RUMOR_EPROTO, 1, 5, 0},
+        {"a 3 0\n", RUMOR_EPROTO, 1, 5, 0},
+        {"a 3 -4\n", RUMOR_EPROTO, 1, 5, 0},
+        {"a 3 4\nb 99999999999\n", RUMOR_EPROTO, 2, 3, 0},
+        {"a 1 1 1 1 1 1 1 1 1\n", RUMOR_EPROTO, 1, 19, 0},
+        {"a 3 4x\n", RUMOR_EPROTO, 1, 5, 0},
+        {"", RUMOR_OK, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        struct rumor_lowrank_shape *sh = NULL;
+        size_t count = 99;
+        struct rumor_diag diag = {0};
+        rumor_err rc = rumor_lowrank_shapes_parse(rows[i].text,
+                                                  strlen(rows[i].text),
+                                                  "t",
+                                                  &sh,
+                                                  &count,
+                                                  &diag);
+        if (rc != rows[i].rc)
+            fail_msg("row %zu: got %s", i, rumor_errname(rc));
+        if (rc == RUMOR_OK) {
+            assert_int_equal(count, rows[i].count);
+        } else {
+            assert_null(sh);
+            assert_int_equal(count, 0);
+            assert_int_equal(diag.line, rows[i].line);
+            if (diag.col != rows[i].col)
+                fail_msg("row %zu: col %d, want %d", i, diag.col, rows[i].col);
+        }
+        free(sh);
+    }
+}
+
+static void
+test_cli_ratio__resnet18__prints_paper_ratios(void **s)
+{
+    (void)s;
+    const char *bin = getenv("RUMOR_BIN");
+    if (bin == NULL) {
+        printf("[  SKIP    ] RUMOR_BIN not set (run through make check)\n");
+        skip();
+    }
+    char cmd[512];
+    snprintf(cmd,
+             sizeof cmd,
+             "%s lowrank ratio --model tests/data/resnet18_cifar10.shapes "
+             "--rank 1 --rank 2 --rank 4",
+             bin);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char out[4096];
+    size_t got = fread(out, 1, sizeof out - 1, p);
+    out[got] = 0;
+    assert_int_equal(pclose(p), 0);
+    assert_non_null(strstr(out, "243"));
+    assert_non_null(strstr(out, "136"));
+    assert_non_null(strstr(out, " 72"));
+    assert_non_null(strstr(out, "11173962"));
+}
+
+/* --- cuda against cpu ----------------------------------------------------- */
+
+static void
+test_cuda_kernels__against_cpu__within_1e5(void **s)
+{
+    (void)s;
+    struct lowrank_backend_i cu, cpu;
+    void *cctx = NULL, *pctx = NULL;
+    rumor_err rc = lowrank_cuda_init(&cu, &cctx);
+    if (rc != RUMOR_OK) {
+        const char *why = NULL;
+        int devices = rumor_cuda_device_count(&why);
+        printf("[  SKIP    ] cuda backend: %s (%s; %d devices)\n",
+               rumor_strerror(rc),
+               rumor_cuda_built() ? why : "CPU-only build",
+               devices);
+        skip();
+    }
+    assert_int_equal(lowrank_cpu_init(&cpu, &pctx), RUMOR_OK);
+    uint64_t seed = 1;
+    for (size_t sh = 0; sh < sizeof s_odd_shapes / sizeof s_odd_shapes[0]; sh++)
+        for (size_t k = 0; k < sizeof s_ranks / sizeof s_ranks[0]; k++) {
+            size_t n = s_odd_shapes[sh][0], m = s_odd_shapes[sh][1];
+            size_t r = s_ranks[k];
+            float *mat = s_randn(n * m, seed++), *add = s_randn(n * m, seed++);
+            float *q = s_randn(m * r, seed++);
+            float *dm = NULL, *da = NULL, *dq = NULL, *dp = NULL, *dq2 = NULL;
+            assert_int_equal(cu.alloc(cctx, n * m * 4, &dm), 0);
+            assert_int_equal(cu.alloc(cctx, n * m * 4, &da), 0);
+            assert_int_equal(cu.alloc(cctx, m * r * 4, &dq), 0);
+            assert_int_equal(cu.alloc(cctx, m * r * 4, &dq2), 0);
+            assert_int_equal(cu.alloc(cctx, n * r * 4, &dp), 0);
+            assert_int_equal(cu.upload(cctx, dm, mat, n * m * 4), 0);
+            assert_int_equal(cu.upload(cctx, da, add, n * m * 4), 0);
+            assert_int_equal(cu.upload(cctx, dq, q, m * r * 4), 0);
+            float *p1 = malloc(n * r * 4), *p2 = malloc(n * r * 4);
+            float *q1 = malloc(m * r * 4), *q2 = malloc(m * r * 4);
+            float *m1 = malloc(n * m * 4), *e2 = s_dup(add, n * m);
+            assert_int_equal(cu.project_right(cctx, dm, da, n, m, dq, r, dp),
+                             0);
+            assert_int_equal(cpu.project_right(pctx, mat, add, n, m, q, r, p2),
+                             0);
+            assert_int_equal(cu.download(cctx, p1, dp, n * r * 4), 0);
+            s_assert_close(p1, p2, n * r, 1e-5, "cuda P");
+            size_t rr = r <= n ? r : n;
+            assert_int_equal(cu.orthogonalize(cctx,
+                                              dp,
+                                              n,
+                                              rr,
+                                              RUMOR_LOWRANK_ORTH_AUTO,
+                                              1e-8f),
+                             0);
+            assert_int_equal(cu.download(cctx, p1, dp, n * rr * 4), 0);
+            memcpy(p2, p1, n * rr * 4);
+            assert_true(s_orth_defect(p1, n, rr) < 1e-4 || n < rr);
+            assert_int_equal(cu.project_left(cctx, dm, NULL, n, m, dp, rr, dq2),
+                             0);
+            assert_int_equal(
+                cpu.project_left(pctx, mat, NULL, n, m, p2, rr, q2),
+                0);
+            assert_int_equal(cu.download(cctx, q1, dq2, m * rr * 4), 0);
+            s_assert_close(q1, q2, m * rr, 1e-5, "cuda Q");
+            assert_int_equal(
+                cu.reconstruct(cctx, n, m, rr, dp, dq2, 1.0f, da, NULL, 0.0f),
+                0);
+            assert_int_equal(
+                cpu.reconstruct(pctx, n, m, rr, p2, q2, 1.0f, e2, NULL, 0.0f),
+                0);
+            assert_int_equal(cu.download(cctx, m1, da, n * m * 4), 0);
+            s_assert_close(m1, e2, n * m, 1e-5, "cuda e");
+            cu.release(cctx, dm), cu.release(cctx, da), cu.release(cctx, dq);
+            cu.release(cctx, dq2), cu.release(cctx, dp);
+            free(mat), free(add), free(q), free(p1), free(p2), free(q1);
+            free(q2), free(m1), free(e2);
+        }
+    cu.free(cctx);
+    cpu.free(pctx);
+}
+
+/* epfml's one-sided step, checked by hand: on even steps the output is
+ * P P^T M with the orthonormalized P, on odd steps M Q Q^T with the
+ * orthonormalized Q (both read back after the step), and e = M - out. */
+static void
+test_psgd__one_sided_steps__project_onto_the_orthonormal_side(void **state)
+{
+    (void)state;
+    const size_t n = 36, m = 28, r = 3;
+    const struct rumor_lowrank_shape shape = {.ndim = 2, .dims = {n, m}};
+    struct rumor_lowrank_psgd_opts o;
+    rumor_lowrank_psgd_opts_default(&o);
+    o.rank = r;
+    o.one_sided = true;
+    rumor_lowrank_psgd *c = NULL;
+    assert_int_equal(rumor_lowrank_psgd_new(&c, &shape, 1, &o), 0);
+    float *e_old = calloc(n * m, sizeof *e_old);
+    float *e = malloc(n * m * sizeof *e), *want = malloc(n * m * sizeof *e);
+    float *p = malloc(n * r * sizeof *p), *q = malloc(m * r * sizeof *q);
+    for (int st = 0; st < 4; st++) {
+        float *g = s_randn(n * m, 1000 + (uint64_t)st);
+        float *mat = s_dup(g, n * m);
+        for (size_t i = 0; i < n * m; i++)
+            mat[i] += e_old[i];
+        float *ptr[1] = {g};
+        struct rumor_lowrank_xchg x;
+        bool done = false;
+        assert_int_equal(rumor_lowrank_psgd_begin(c, ptr, &x), 0);
+        assert_int_equal(x.floats, st % 2 == 0 ? m * r : n * r);
+        assert_true(x.average);
+        assert_int_equal(rumor_lowrank_psgd_next(c, &x, &done), 0);
+        assert_true(done);
+        assert_int_equal(rumor_lowrank_psgd_end(c, ptr), 0);
+        assert_int_equal(rumor_lowrank_psgd_p_get(c, p), 0);
+        assert_int_equal(rumor_lowrank_psgd_q_get(c, q), 0);
+        float *side = st % 2 == 0 ? p : q;
+        assert_true(s_orth_defect(side, st % 2 == 0 ? n : m, r) < 1e-5);
+        /* want = P (P^T M) on even steps, (M Q) Q^T on odd steps. */
+        float *t = malloc((n > m ? n : m) * r * sizeof *t);
+        float *scratch = s_dup(mat, n * m);
+        if (st % 2 == 0) {
+            lowrank_ref_project_left(scratch, NULL, n, m, p, r, t);
+            lowrank_ref_reconstruct(n, m, r, p, t, 1.0f, NULL, want, 0.0f);
+        } else {
+            lowrank_ref_project_right(scratch, NULL, n, m, q, r, t);
+            lowrank_ref_reconstruct(n, m, r, t, q, 1.0f, NULL, want, 0.0f);
+        }
+        s_assert_close(g, want, n * m, 1e-5, "one-sided approx");
+        assert_int_equal(rumor_lowrank_psgd_error_get(c, 0, e), 0);
+        for (size_t i = 0; i < n * m; i++)
+            assert_float_equal(e[i] + g[i], mat[i], 1e-5);
+        memcpy(e_old, e, n * m * sizeof *e);
+        free(g), free(mat), free(t), free(scratch);
+    }
+    free(e_old), free(e), free(want), free(p), free(q);
+    rumor_lowrank_psgd_destroy(&c);
+}
+
+static void
+s_psgd_step(rumor_lowrank_psgd *c, float *g)
+{
+    float *ptr[2] = {g, g + 2400};
+    struct rumor_lowrank_xchg x;
+    bool done = false;
+    assert_int_equal(rumor_lowrank_psgd_begin(c, ptr, &x), RUMOR_OK);
+    while (!done)
+        assert_int_equal(rumor_lowrank_psgd_next(c, &x, &done), RUMOR_OK);
+    assert_int_equal(rumor_lowrank_psgd_end(c, ptr), RUMOR_OK);
+}
+
+/* A checkpoint (Q, error memories, step) restored into a fresh compressor
+ * continues exactly as the original. */
+static void
+test_psgd__state_saved_and_restored__continues_identically(void **state)
+{
+    (void)state;
+    const struct rumor_lowrank_shape shapes[] = {
+        {.ndim = 2, .dims = {60, 40}},
+        {.ndim = 3, .dims = {30, 10, 4}}};
+    for (int one_sided = 0; one_sided < 2; one_sided++) {
+        struct rumor_lowrank_psgd_opts o;
+        rumor_lowrank_psgd_opts_default(&o);
+        o.rank = 3;
+        o.one_sided = one_sided;
+        rumor_lowrank_psgd *a = NULL, *b = NULL;
+        assert_int_equal(rumor_lowrank_psgd_new(&a, shapes, 2, &o), 0);
+        assert_int_equal(rumor_lowrank_psgd_new(&b, shapes, 2, &o), 0);
+        /* The one-sided variant resumes on an even step, which needs the
+         * carried P as well as Q. */
+        for (int st = 0; st < 3 - one_sided; st++) {
+            float *g = s_randn(3600, 800 + (uint64_t)st);
+            s_psgd_step(a, g);
+            free(g);
+        }
+        size_t qf = rumor_lowrank_psgd_q_floats(a);
+        float *q = malloc(qf * sizeof *q), *e = malloc(2400 * sizeof *e);
+        assert_int_equal(rumor_lowrank_psgd_q_get(a, q), 0);
+        assert_int_equal(rumor_lowrank_psgd_q_set(b, q), 0);
+        size_t pf = rumor_lowrank_psgd_p_floats(a);
+        float *p = malloc(pf * sizeof *p);
+        assert_int_equal(rumor_lowrank_psgd_p_get(a, p), 0);
+        assert_int_equal(rumor_lowrank_psgd_p_set(b, p), 0);
+        free(p);
+        for (size_t i = 0; i < 2; i++) {
+            assert_int_equal(rumor_lowrank_psgd_error_get(a, i, e), 0);
+            assert_int_equal(rumor_lowrank_psgd_error_set(b, i, e), 0);
+        }
+        assert_int_equal(
+            rumor_lowrank_psgd_step_set(b, rumor_lowrank_psgd_step(a)),
+            0);
+        e[5] = NAN;
+        assert_int_equal(rumor_lowrank_psgd_error_set(b, 0, e), RUMOR_ENUMERIC);
+        for (int st = 0; st < 2; st++) {
+            float *ga = s_randn(3600, 900 + (uint64_t)st);
+            float *gb = s_dup(ga, 3600);
+            s_psgd_step(a, ga);
+            s_psgd_step(b, gb);
+            assert_memory_equal(ga, gb, 3600 * sizeof(float));
+            free(ga), free(gb);
+        }
+        free(q), free(e);
+        rumor_lowrank_psgd_destroy(&a);
+        rumor_lowrank_psgd_destroy(&b);
+    }
+}
+
+/* The whole compressor on cuda (batched over repeated shapes) against the
+ * cpu compressor, over warm-started steps with error feedback. */
+static void
+test_psgd__cuda_backend__matches_cpu_over_steps(void **state)
+{
+    (void)state;
+    struct lowrank_backend_i cu;
+    void *cctx = NULL;
+    rumor_err rc = lowrank_cuda_init(&cu, &cctx);
+    if (rc != RUMOR_OK) {
+        const char *why = NULL;
+        rumor_cuda_device_count(&why);
+        printf("[  SKIP    ] cuda compressor: %s (%s)\n",
+               rumor_strerror(rc),
+               rumor_cuda_built() ? why : "CPU-only build");
+        skip();
+    }
+    const struct rumor_lowrank_shape shapes[] = {
+        {.ndim = 4, .dims = {64, 32, 3, 3}},
+        {.ndim = 1, .dims = {64}},
+        {.ndim = 4, .dims = {64, 32, 3, 3}},
+        {.ndim = 2, .dims = {300, 200}},
+        {.ndim = 4, .dims = {64, 32, 3, 3}},
+        {.ndim = 2, .dims = {10, 1000}},
+    };
+    const size_t sizes[] = {18432, 64, 18432, 60000, 18432, 10000};
+    size_t total = 0, offs[6];
+    for (size_t i = 0; i < 6; i++) {
+        offs[i] = total;
+        total += sizes[i];
+    }
+    const size_t ranks[] = {1, 2, 4, 9};
+    for (size_t ri = 0; ri < 4; ri++) {
+        struct rumor_lowrank_psgd_opts o;
+        rumor_lowrank_psgd_opts_default(&o);
+        o.rank = ranks[ri];
+        o.eps = 1e-8f;
+        o.seed = 3;
+        struct lowrank_backend_i be;
+        void *ctx = NULL;
+        rumor_lowrank_psgd *a = NULL, *b = NULL;
+        assert_int_equal(lowrank_cuda_init(&be, &ctx), RUMOR_OK);
+        assert_int_equal(lowrank_psgd_new_on(&a, shapes, 6, &o, &be, ctx), 0);
+        assert_int_equal(rumor_lowrank_psgd_new(&b, shapes, 6, &o), 0);
+        float *dev = NULL;
+        assert_int_equal(cu.alloc(cctx, total * sizeof(float), &dev), 0);
+        for (int st = 0; st < 3; st++) {
+            float *host = s_randn(total, 700 + (uint64_t)st);
+            float *back = malloc(total * sizeof *back);
+            assert_int_equal(cu.upload(cctx, dev, host, total * 4), 0);
+            float *pa[6], *pb[6];
+            for (size_t i = 0; i < 6; i++) {
+                pa[i] = dev + offs[i];
+                pb[i] = host + offs[i];
+            }
+            struct rumor_lowrank_xchg xa, xb;
+            bool da = false, db = false;
+            assert_int_equal(rumor_lowrank_psgd_begin(a, pa, &xa), 0);
+            assert_int_equal(rumor_lowrank_psgd_begin(b, pb, &xb), 0);
+            while (!da) {
+                assert_int_equal(xa.floats, xb.floats);
+                s_assert_close(xa.data, xb.data, xa.floats, 1e-4, "cuda xchg");
+                assert_int_equal(rumor_lowrank_psgd_next(a, &xa, &da), 0);
+                assert_int_equal(rumor_lowrank_psgd_next(b, &xb, &db), 0);
+            }
+            assert_int_equal(rumor_lowrank_psgd_end(a, pa), 0);
+            assert_int_equal(rumor_lowrank_psgd_end(b, pb), 0);
+            assert_int_equal(cu.download(cctx, back, dev, total * 4), 0);
+            for (size_t i = 0; i < 6; i++)
+                if (rumor_lowrank_psgd_compressed(b, i))
+                    s_assert_close(back + offs[i],
+                                   host + offs[i],
+                                   sizes[i],
+                                   1e-4,
+                                   "cuda approx");
+            free(host), free(back);
+        }
+        cu.release(cctx, dev);
+        rumor_lowrank_psgd_destroy(&a);
+        rumor_lowrank_psgd_destroy(&b);
+    }
+    cu.free(cctx);
+}
+
+int
+main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cpu_kernels__odd_shapes_and_ranks__match_ref),
+        cmocka_unit_test(test_cpu_kernels__blas_path__match_ref),
+        cmocka_unit_test(
+            test_cpu_reconstruct__large_aligned_output__streamed_matches_ref),
+        cmocka_unit_test(
+            test_orthogonalize__gram_schmidt__matches_ref_and_is_orthonormal),
+        cmocka_unit_test(
+            test_orthogonalize__lapack_qr__matches_householder_ref),
+        cmocka_unit_test(
+            test_orthogonalize__cholesky_qr2__orthonormal_same_span_positive_r),
+        cmocka_unit_test(test_orthogonalize__zero_columns__never_nan),
+        cmocka_unit_test(test_orthogonalize__bad_arguments__einval),
+        cmocka_unit_test(
+            test_psgd__warm_started_iterations__within_one_percent_of_svd),
+        cmocka_unit_test(test_psgd__same_m_and_first_q__matches_pytorch_hook),
+        cmocka_unit_test(test_psgd__error_feedback__approx_plus_error_equals_m),
+        cmocka_unit_test(
+            test_psgd__cpu_backend__matches_ref_backend_over_steps),
+        cmocka_unit_test(test_psgd__selection_and_start_iter__as_the_hook),
+        cmocka_unit_test(test_psgd__same_seed__same_first_q_on_every_node),
+        cmocka_unit_test(
+            test_psgd__two_nodes_reducing__agree_on_the_approximation),
+        cmocka_unit_test(test_edge__iterations__follow_the_reference_update),
+        cmocka_unit_test(
+            test_edge__ring_of_four__preserves_average_and_shrinks_differences),
+        cmocka_unit_test(test_edge__nan_message_or_misuse__rejected),
+        cmocka_unit_test(test_count__resnet18_cifar10__paper_ratios),
+        cmocka_unit_test(
+            test_shapes_parse__malformed_lines__rejected_with_position),
+        cmocka_unit_test(test_cli_ratio__resnet18__prints_paper_ratios),
+        cmocka_unit_test(test_cuda_kernels__against_cpu__within_1e5),
+        cmocka_unit_test(
+            test_psgd__one_sided_steps__project_onto_the_orthonormal_side),
+        cmocka_unit_test(
+            test_psgd__state_saved_and_restored__continues_identically),
+        cmocka_unit_test(test_psgd__cuda_backend__matches_cpu_over_steps),
+    };
+    if (argc == 2)
+        cmocka_set_test_filter(argv[1]);
+    return cmocka_run_group_tests_name("lowrank", tests, NULL, NULL);
+}
