@@ -67,19 +67,12 @@ rumor_net_keypair_generate(rumor_net_keypair **out)
         rumor_net_keypair_destroy(&kp);
         return RUMOR_ENOTSUP;
     }
-    /* Z85 uses '#', which starts a comment in topology files: redraw such
-     * keys (about 38 % of draws; it costs less than one bit of the 252) so
-     * every printed key pastes as is. */
-    for (int tries = 0; tries < 64; tries++) {
-        if (zmq_curve_keypair(kp->public_z85, kp->secret_z85) != 0)
-            break;
-        if (strchr(kp->public_z85, '#') == NULL) {
-            *out = kp;
-            return RUMOR_OK;
-        }
+    if (zmq_curve_keypair(kp->public_z85, kp->secret_z85) != 0) {
+        rumor_net_keypair_destroy(&kp);
+        return RUMOR_ENOTSUP;
     }
-    rumor_net_keypair_destroy(&kp);
-    return RUMOR_ENOTSUP;
+    *out = kp;
+    return RUMOR_OK;
 }
 
 /* True when text is exactly 40 Z85 characters that decode to 32 bytes. */

@@ -8,7 +8,9 @@
  *   phase P                          (time-varying graphs)
  *   matrix N                         (then N rows of N numbers)
  *
- * '#' starts a comment. Every error is "file:line:col: message" with the
+ * '#' starts a comment at the start of a line or after white space; inside
+ * a token it is an ordinary character, because Z85 keys contain it. Every
+ * error is "file:line:col: message" with the
  * column of the offending token (1-based). Syntax is checked here; graph
  * properties (range, duplicates, connectivity, weights) are checked by
  * topo_build, shared with the generators. The parser never allocates more
@@ -53,6 +55,19 @@ struct parser {
 
 /* --- tokens ------------------------------------------------------------- */
 
+static bool
+s_blank(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r';
+}
+
+/* A comment starts at a '#' that does not continue a token. */
+static bool
+s_comment_at(const char *text, size_t i)
+{
+    return text[i] == '#' && (i == 0 || s_blank(text[i - 1]));
+}
+
 static void
 s_split(const char *text, size_t len, int number, struct line *out)
 {
@@ -60,14 +75,13 @@ s_split(const char *text, size_t len, int number, struct line *out)
     out->total = 0;
     out->number = number;
     size_t i = 0;
-    while (i < len && text[i] != '#') {
-        if (text[i] == ' ' || text[i] == '\t' || text[i] == '\r') {
+    while (i < len && !s_comment_at(text, i)) {
+        if (s_blank(text[i])) {
             i++;
             continue;
         }
         size_t start = i;
-        while (i < len && text[i] != ' ' && text[i] != '\t' &&
-               text[i] != '\r' && text[i] != '#')
+        while (i < len && !s_blank(text[i]))
             i++;
         if (out->count < PARSE_MAX_TOKENS) {
             out->tok[out->count].text = text + start;
@@ -435,14 +449,13 @@ s_matrix_row(struct parser *p, const char *text, size_t len, int number)
 {
     size_t n = p->b->nodes, col = 0, i = 0;
     double *row = p->b->matrix + p->matrix_row * n;
-    while (i < len && text[i] != '#') {
-        if (text[i] == ' ' || text[i] == '\t' || text[i] == '\r') {
+    while (i < len && !s_comment_at(text, i)) {
+        if (s_blank(text[i])) {
             i++;
             continue;
         }
         size_t start = i;
-        while (i < len && text[i] != ' ' && text[i] != '\t' &&
-               text[i] != '\r' && text[i] != '#')
+        while (i < len && !s_blank(text[i]))
             i++;
         struct token t = {text + start, i - start, (int)start + 1};
         if (col == n) {

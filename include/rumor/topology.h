@@ -7,7 +7,8 @@
  * uses phase t mod K. Every phase is checked on its own (symmetric,
  * non-negative, rows summing to 1); connectivity is checked on the union.
  *
- * File format (line based, '#' starts a comment):
+ * File format (line based; '#' after white space or at the start of a
+ * line starts a comment, inside a token it is part of it, as in Z85 keys):
  *   nodes N                          optional; else the number of node lines
  *   node ID ENDPOINT [key=Z85KEY]    ENDPOINT: tcp://host:port, ipc://path
  *   edge A B [WEIGHT]                weight default: Metropolis-Hastings

@@ -7,6 +7,7 @@
 #include "tests/cmocka_compat.h"
 
 #include "rumor/net.h"
+#include "rumor/topology.h"
 
 #include "net/net_impl.h"
 
@@ -437,7 +438,20 @@ test_keypair__save_then_load__same_public_key_mode_0600(void **state)
     assert_int_equal(rumor_net_keypair_generate(&kp), RUMOR_OK);
     const char *pub = rumor_net_keypair_public(kp);
     assert_int_equal(strlen(pub), RUMOR_NET_KEY_TEXT_BYTES);
-    assert_null(strchr(pub, '#')); /* pastes into a topology line */
+    /* Pastes into a topology line as printed, even with a '#' in it. */
+    char topo_text[160];
+    snprintf(topo_text,
+             sizeof topo_text,
+             "node 0 tcp://127.0.0.1:7000 key=%s\nnode 1 tcp://127.0.0.1:7001\n"
+             "edge 0 1\n",
+             pub);
+    rumor_topology *t = NULL;
+    struct rumor_diag diag = {0};
+    assert_int_equal(
+        rumor_topology_parse(topo_text, strlen(topo_text), "t", &t, &diag),
+        RUMOR_OK);
+    assert_string_equal(rumor_topology_key(t, 0), pub);
+    rumor_topology_destroy(&t);
     assert_int_equal(rumor_net_keypair_save(kp, base), RUMOR_OK);
     /* never overwritten */
     assert_int_equal(rumor_net_keypair_save(kp, base), RUMOR_EIO);

@@ -261,6 +261,35 @@ test_parse__no_weights__metropolis_hastings(void **state)
     rumor_topology_destroy(&t);
 }
 
+/* Z85 keys contain '#': it starts a comment only after white space. */
+static void
+test_parse__hash_inside_a_key__not_a_comment(void **state)
+{
+    (void)state;
+    /* A real CURVE public key (zmq_curve_keypair) with a '#' in it. */
+    const char *key = "%5YSHhvI5BHqMSQm#GLW5PYwzHD@.]Cs0-:4*gi7";
+    char text[256];
+    snprintf(text,
+             sizeof text,
+             "node 0 tcp://a:1 key=%s # a comment\nnode 1 tcp://a:2#x\n"
+             "edge 0 1#not a comment start either\n",
+             key);
+    rumor_topology *t = NULL;
+    struct rumor_diag diag = {0};
+    rumor_err rc = rumor_topology_parse(text, strlen(text), "t", &t, &diag);
+    /* "tcp://a:2#x" is one token (a bad port) and "1#not" a bad id. */
+    assert_int_equal(rc, RUMOR_EPROTO);
+    assert_int_equal(diag.line, 2);
+    snprintf(text,
+             sizeof text,
+             "node 0 tcp://a:1 key=%s # a comment\nnode 1 tcp://a:2 #x\n"
+             "edge 0 1\t# tab then comment\n",
+             key);
+    t = s_parse_ok(text);
+    assert_string_equal(rumor_topology_key(t, 0), key);
+    rumor_topology_destroy(&t);
+}
+
 static void
 test_parse__given_and_derived_weights__mix(void **state)
 {
@@ -617,6 +646,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_parse__broken_files__exact_line_and_column),
         cmocka_unit_test(test_parse__no_weights__metropolis_hastings),
         cmocka_unit_test(test_parse__given_and_derived_weights__mix),
+        cmocka_unit_test(test_parse__hash_inside_a_key__not_a_comment),
         cmocka_unit_test(test_parse__nodes_with_endpoints_and_keys__kept),
         cmocka_unit_test(test_parse__dense_matrix__edges_and_gap),
         cmocka_unit_test(test_parse__phases__time_varying),
