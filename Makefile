@@ -34,7 +34,7 @@ ifneq ($(filter-out auto yes no,$(USE_CUDA)),)
 endif
 
 # --- flags ---------------------------------------------------------------
-PKGS := libzmq libsodium openblas lapacke libzstd
+PKGS := libzmq libsodium openblas lapacke libzstd inih libcjson
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(or $(shell pkg-config --libs $(PKGS) 2>/dev/null),-lzmq -lsodium -lopenblas -llapacke)
 CMOCKA_LIBS := $(or $(shell pkg-config --libs cmocka 2>/dev/null),-lcmocka)

@@ -77,13 +77,19 @@ s_run(const struct bench_algo *a,
         for (size_t t = 0; t < m->count; t++) {
             tensors[t].data = data[i] + at;
             tensors[t].ndim = m->shapes[t].ndim;
-            memcpy(tensors[t].shape, m->shapes[t].dims,
+            memcpy(tensors[t].shape,
+                   m->shapes[t].dims,
                    m->shapes[t].ndim * sizeof(size_t));
             at += rumor_tensor_numel(&tensors[t]);
         }
         struct rumor_model model = {tensors, m->count};
         struct rumor_diag diag = {0};
-        rc = rumor_gossip_new(&opts, topo, (uint32_t)i, &model, &nodes[i], &diag);
+        rc = rumor_gossip_new(&opts,
+                              topo,
+                              (uint32_t)i,
+                              &model,
+                              &nodes[i],
+                              &diag);
     }
     if (rc == RUMOR_OK)
         rc = rumor_sim_new(nodes, n, &sim);
@@ -111,7 +117,10 @@ s_run(const struct bench_algo *a,
     }
     free(tensors);
     if (rc != RUMOR_OK)
-        fprintf(stderr, "bench gossip: %s on %s: %s\n", a->label, m->name,
+        fprintf(stderr,
+                "bench gossip: %s on %s: %s\n",
+                a->label,
+                m->name,
                 rumor_strerror(rc));
     return rc == RUMOR_OK ? 0 : 1;
 }
@@ -125,12 +134,18 @@ s_load_resnet18(struct bench_model *m)
     struct rumor_diag diag = {0};
     rumor_err rc = rumor_buf_read_file(&buf, path);
     if (rc == RUMOR_OK)
-        rc = rumor_lowrank_shapes_parse((const char *)buf.data, buf.len, path,
-                                        &m->shapes, &m->count, &diag);
+        rc = rumor_lowrank_shapes_parse((const char *)buf.data,
+                                        buf.len,
+                                        path,
+                                        &m->shapes,
+                                        &m->count,
+                                        &diag);
     rumor_buf_free(&buf);
     if (rc != RUMOR_OK) {
-        fprintf(stderr, "bench gossip: %s: %s (run from the repository root)\n",
-                path, rumor_strerror(rc));
+        fprintf(stderr,
+                "bench gossip: %s: %s (run from the repository root)\n",
+                path,
+                rumor_strerror(rc));
         return 1;
     }
     m->name = "resnet18";
@@ -160,21 +175,29 @@ bench_gossip_main(int argc, char **argv)
     double floor_gbps = bench_mem_read_gbps();
     printf("8 nodes on a ring, simulator, one core; memory read %.2f GB/s\n",
            floor_gbps);
-    printf("%-26s %-9s %11s %15s %12s\n", "algorithm", "model", "s/step",
-           "bytes/node/step", "x stream");
+    printf("%-26s %-9s %11s %15s %12s\n",
+           "algorithm",
+           "model",
+           "s/step",
+           "bytes/node/step",
+           "x stream");
     int status = 0;
     for (size_t mi = 0; mi < 2; mi++) {
         /* Streaming every node's model once: the floor of any mixing step. */
-        double floor_s = GOSSIP_BENCH_NODES * models[mi].numel * 4.0 /
-                         (floor_gbps * 1e9);
+        double floor_s =
+            GOSSIP_BENCH_NODES * models[mi].numel * 4.0 / (floor_gbps * 1e9);
         for (size_t a = 0; a < sizeof s_algos / sizeof s_algos[0]; a++) {
             double s = 0, bytes = 0;
             if (s_run(&s_algos[a], &models[mi], topo, &s, &bytes) != 0) {
                 status = 1;
                 continue;
             }
-            printf("%-26s %-9s %11.6f %15.0f %11.1fx\n", s_algos[a].label,
-                   models[mi].name, s, bytes, s / floor_s);
+            printf("%-26s %-9s %11.6f %15.0f %11.1fx\n",
+                   s_algos[a].label,
+                   models[mi].name,
+                   s,
+                   bytes,
+                   s / floor_s);
             fflush(stdout);
         }
     }

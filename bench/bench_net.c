@@ -11,6 +11,11 @@
  * ceiling CURVE cannot beat, since every byte is boxed once by the sender
  * and unboxed once by the receiver, each on its own core. Plus the round
  * trip of a 64-byte message (TCP, libzmq plain and CURVE, rumor_net CURVE).
+ * "pipe" boxes on one thread and unboxes on another (the cipher work a
+ * CURVE link does, without TCP or libzmq): on a machine whose cores are
+ * shared, it is the fairer ceiling for a loopback run. Last, link shaping:
+ * the rate a shaped link achieves at 10 Mbit/s, 100 Mbit/s and 1 Gbit/s,
+ * and the one-way time of a small message with 1, 10 and 50 ms of delay.
  *
  * Each figure is the best of BENCH_REPS runs moving BENCH_BYTES; the
  * ratios are to same-run references. The bench-only libzmq CURVE server
@@ -327,6 +332,99 @@ s_box_gbps(size_t msg)
     return best;
 }
 
+/* The cipher pipeline: one thread boxes, another unboxes, handing boxes
+ * over a 4-slot ring: what CURVE could reach on this machine if nothing
+ * else (TCP copies, libzmq) cost anything. */
+#define PIPE_SLOTS 4
+
+struct s_pipe {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint8_t *box[PIPE_SLOTS];
+    size_t msg, count;
+    size_t produced, consumed;
+    unsigned char k[crypto_box_BEFORENMBYTES];
+    bool failed;
+};
+
+static void *
+s_pipe_open(void *arg)
+{
+    struct s_pipe *q = arg;
+    uint8_t *plain = malloc(q->msg);
+    unsigned char nonce[crypto_box_NONCEBYTES] = {0};
+    for (size_t i = 0; plain != NULL && i < q->count; i++) {
+        pthread_mutex_lock(&q->mu);
+        while (q->produced == i)
+            pthread_cond_wait(&q->cv, &q->mu);
+        pthread_mutex_unlock(&q->mu);
+        memcpy(nonce, &i, sizeof i);
+        if (crypto_box_open_easy_afternm(plain,
+                                         q->box[i % PIPE_SLOTS],
+                                         q->msg + crypto_box_MACBYTES,
+                                         nonce,
+                                         q->k) != 0)
+            q->failed = true;
+        pthread_mutex_lock(&q->mu);
+        q->consumed = i + 1;
+        pthread_cond_broadcast(&q->cv);
+        pthread_mutex_unlock(&q->mu);
+    }
+    free(plain);
+    return NULL;
+}
+
+static double
+s_box_pipe_gbps(size_t msg)
+{
+    struct s_pipe q;
+    memset(&q, 0, sizeof q);
+    unsigned char pk[crypto_box_PUBLICKEYBYTES], sk[crypto_box_SECRETKEYBYTES];
+    if (crypto_box_keypair(pk, sk) != 0 ||
+        crypto_box_beforenm(q.k, pk, sk) != 0)
+        return 0;
+    q.msg = msg;
+    q.count = BENCH_BYTES / msg;
+    pthread_mutex_init(&q.mu, NULL);
+    pthread_cond_init(&q.cv, NULL);
+    uint8_t *in = calloc(1, msg);
+    bool ok = in != NULL;
+    for (int s = 0; s < PIPE_SLOTS; s++) {
+        q.box[s] = malloc(msg + crypto_box_MACBYTES);
+        ok = ok && q.box[s] != NULL;
+    }
+    double gbps = 0;
+    if (ok) {
+        pthread_t th;
+        unsigned char nonce[crypto_box_NONCEBYTES] = {0};
+        uint64_t t0 = rumor_clock_ns();
+        pthread_create(&th, NULL, s_pipe_open, &q);
+        for (size_t i = 0; i < q.count; i++) {
+            pthread_mutex_lock(&q.mu);
+            while (i - q.consumed >= PIPE_SLOTS)
+                pthread_cond_wait(&q.cv, &q.mu);
+            pthread_mutex_unlock(&q.mu);
+            memcpy(nonce, &i, sizeof i);
+            crypto_box_easy_afternm(q.box[i % PIPE_SLOTS], in, msg, nonce, q.k);
+            pthread_mutex_lock(&q.mu);
+            q.produced = i + 1;
+            pthread_cond_broadcast(&q.cv);
+            pthread_mutex_unlock(&q.mu);
+        }
+        pthread_join(th, NULL);
+        if (!q.failed)
+            gbps = (double)(q.count * msg) / (double)(rumor_clock_ns() - t0);
+    }
+    for (int s = 0; s < PIPE_SLOTS; s++)
+        free(q.box[s]);
+    free(in);
+    pthread_mutex_destroy(&q.mu);
+    pthread_cond_destroy(&q.cv);
+    sodium_memzero(sk, sizeof sk);
+    sodium_memzero(q.k, sizeof q.k);
+    return gbps;
+}
+
 /* --- rumor_net ------------------------------------------------------------ */
 
 struct s_pair {
@@ -335,7 +433,11 @@ struct s_pair {
 };
 
 static bool
-s_pair_open(struct s_pair *p, bool secure, size_t msg)
+s_pair_open(struct s_pair *p,
+            bool secure,
+            size_t msg,
+            uint64_t rate_bits,
+            uint32_t delay_ms)
 {
     memset(p, 0, sizeof *p);
     char ep[2][64];
@@ -367,6 +469,8 @@ s_pair_open(struct s_pair *p, bool secure, size_t msg)
         o.chunk_bytes = BENCH_CHUNK;
         o.queue_bytes = msg < (32u << 20) ? 32u << 20 : msg;
         o.inbox_bytes = 4 * o.queue_bytes;
+        o.rate_bits = i == 0 ? rate_bits : 0; /* shape 0 -> 1 only */
+        o.delay_ms = i == 0 ? delay_ms : 0;
         if (rumor_net_new(&o, &p->net[i]) != RUMOR_OK)
             return false;
     }
@@ -412,7 +516,7 @@ s_net_gbps(size_t msg, bool secure)
     struct s_pair p;
     double gbps = 0;
     uint8_t *buf = calloc(1, msg);
-    if (buf != NULL && s_pair_open(&p, secure, msg)) {
+    if (buf != NULL && s_pair_open(&p, secure, msg, 0, 0)) {
         struct s_net_src src = {p.net[0], msg, BENCH_BYTES / msg, buf};
         pthread_t th;
         uint64_t t0 = rumor_clock_ns();
@@ -443,7 +547,7 @@ s_net_rtt_us(void)
 {
     struct s_pair p;
     double us = 0;
-    if (s_pair_open(&p, true, 64)) {
+    if (s_pair_open(&p, true, 64, 0, 0)) {
         uint8_t buf[64] = {0};
         uint64_t t0 = 0;
         for (int i = -1; i < BENCH_RTT_COUNT; i++) {
@@ -466,6 +570,71 @@ s_net_rtt_us(void)
     }
     s_pair_close(&p);
     return us;
+}
+
+/* Link shaping: the rate a shaped CURVE link achieves with 64 KiB
+ * messages over about one second, in Mbit/s. */
+static double
+s_shaped_mbit(uint64_t rate_bits)
+{
+    struct s_pair p;
+    double mbit = 0;
+    size_t msg = 64u << 10;
+    size_t count = (size_t)(rate_bits / 8 / msg) + 4;
+    uint8_t *buf = calloc(1, msg);
+    if (buf != NULL && s_pair_open(&p, true, msg, rate_bits, 0)) {
+        struct s_net_src src = {p.net[0], msg, count, buf};
+        pthread_t th;
+        uint64_t t0 = rumor_clock_ns();
+        pthread_create(&th, NULL, s_net_source, &src);
+        /* timed from the arrival of the first quarter on, so the one-frame
+         * burst the bucket starts with is not counted */
+        size_t got = 0, skip = count / 4;
+        for (size_t i = 0; i < count; i++) {
+            struct rumor_net_msg m;
+            uint64_t deadline = rumor_clock_ns() + 10000000000ull;
+            if (rumor_net_recv(p.net[1], 0, i, 0, deadline, &m) != RUMOR_OK)
+                break;
+            if (i == skip)
+                t0 = rumor_clock_ns();
+            else if (i > skip)
+                got += m.len;
+            rumor_net_msg_free(&m);
+        }
+        mbit = (double)got * 8 / ((double)(rumor_clock_ns() - t0) * 1e-9) / 1e6;
+        pthread_join(th, NULL);
+    }
+    s_pair_close(&p);
+    free(buf);
+    return mbit;
+}
+
+/* Link shaping: mean one-way time of a 64-byte message with delay_ms. */
+static double
+s_shaped_delay_ms(uint32_t delay_ms)
+{
+    struct s_pair p;
+    double ms = 0;
+    const int n = 20;
+    if (s_pair_open(&p, true, 64, 0, delay_ms)) {
+        uint8_t buf[64] = {0};
+        uint64_t total = 0;
+        for (int i = 0; i < n; i++) {
+            uint64_t deadline = rumor_clock_ns() + 10000000000ull;
+            struct rumor_net_header h = {.step = (uint64_t)i};
+            struct rumor_net_msg m;
+            uint64_t t0 = rumor_clock_ns();
+            rumor_net_send(p.net[0], 1, &h, buf, 64, deadline);
+            if (rumor_net_recv(p.net[1], 0, (uint64_t)i, 0, deadline, &m) !=
+                RUMOR_OK)
+                break;
+            total += rumor_clock_ns() - t0;
+            rumor_net_msg_free(&m);
+        }
+        ms = (double)total / n / 1e6;
+    }
+    s_pair_close(&p);
+    return ms;
 }
 
 /* --- the table ------------------------------------------------------------ */
@@ -497,7 +666,7 @@ s_only(const char *kind, const char *size_text)
 {
     char *end = NULL;
     unsigned long long msg = strtoull(size_text, &end, 10);
-    if (end == size_text || *end != '\0' || msg == 0 || msg > (64u << 20)) {
+    if (end == size_text || *end != '\0' || msg == 0 || msg > (64ull << 30)) {
         fprintf(stderr, "rumor bench net: bad size '%s'\n", size_text);
         return 2;
     }
@@ -510,10 +679,17 @@ s_only(const char *kind, const char *size_text)
         v = s_net_gbps(msg, strcmp(kind, "netcurve") == 0);
     else if (strcmp(kind, "box") == 0)
         v = s_box_gbps(msg);
-    else {
+    else if (strcmp(kind, "pipe") == 0)
+        v = s_box_pipe_gbps(msg);
+    else if (strcmp(kind, "rate") == 0) { /* SIZE is the rate in bit/s */
+        printf("rate %llu bit/s: achieved %.1f Mbit/s\n",
+               msg,
+               s_shaped_mbit(msg));
+        return 0;
+    } else {
         fprintf(stderr,
                 "rumor bench net: --only tcp|zmq|curve|net|netcurve|"
-                "box SIZE\n");
+                "box|pipe SIZE | --only rate BITS\n");
         return 2;
     }
     printf("%s %llu bytes: %.2f GB/s\n", kind, msg, v);
@@ -534,9 +710,10 @@ bench_net_main(int argc, char **argv)
            BENCH_REPS);
     printf("rumor_net chunk %u KiB; cipher ceiling = crypto_box_easy_afternm "
            "on one core over one box (message for libzmq, chunk for "
-           "rumor_net)\n\n",
+           "rumor_net); pipe = one thread boxing, another unboxing (what "
+           "CURVE could reach here if TCP and libzmq were free)\n\n",
            BENCH_CHUNK >> 10);
-    printf("%-8s %8s %8s %8s %8s %8s %8s %8s %9s %9s %9s %9s\n",
+    printf("%-8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %9s %9s %9s %9s\n",
            "message",
            "tcp",
            "zmq",
@@ -545,10 +722,12 @@ bench_net_main(int argc, char **argv)
            "netcurve",
            "box(msg)",
            "box(chk)",
+           "pipe",
            "zmq/tcp",
            "curve/box",
            "net/tcp",
-           "ncurve/box");
+           "ncurve/box",
+           "curve/pipe");
     for (size_t i = 0; i < SIZE_COUNT; i++) {
         size_t msg = s_sizes[i];
         double tcp = s_best(s_tcp_adapter, msg, false);
@@ -559,14 +738,15 @@ bench_net_main(int argc, char **argv)
         double box_msg = s_box_gbps(msg);
         size_t chunk = msg < BENCH_CHUNK ? msg : BENCH_CHUNK;
         double box_chunk = s_box_gbps(chunk);
+        double pipe = s_box_pipe_gbps(msg);
         char label[32];
         snprintf(label,
                  sizeof label,
                  "%zu%s",
                  msg >= (1u << 20) ? msg >> 20 : msg >> 10,
                  msg >= (1u << 20) ? "MiB" : "KiB");
-        printf("%-8s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.0f%% "
-               "%8.0f%% %8.0f%% %8.0f%%\n",
+        printf("%-8s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.0f%% "
+               "%8.0f%% %8.0f%% %8.0f%% %8.0f%%\n",
                label,
                tcp,
                zplain,
@@ -575,10 +755,12 @@ bench_net_main(int argc, char **argv)
                ncurve,
                box_msg,
                box_chunk,
+               pipe,
                100 * zplain / tcp,
                100 * zcurve / box_msg,
                100 * nplain / tcp,
-               100 * ncurve / box_chunk);
+               100 * ncurve / box_chunk,
+               100 * zcurve / pipe);
         fflush(stdout);
     }
     printf("\nround trip of a 64-byte message (mean of %d): tcp %.1f us, zmq "
@@ -588,5 +770,20 @@ bench_net_main(int argc, char **argv)
            s_zmq_rtt_us(false),
            s_zmq_rtt_us(true),
            s_net_rtt_us());
+    printf("\nlink shaping (rumor_net CURVE, 64 KiB messages, about 1 s "
+           "each):\n");
+    static const uint64_t rates[] = {10000000, 100000000, 1000000000};
+    for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) {
+        double got = s_shaped_mbit(rates[i]);
+        printf("  rate %5.0f Mbit/s: achieved %7.1f Mbit/s (%.0f%%)\n",
+               rates[i] / 1e6,
+               got,
+               100 * got / (rates[i] / 1e6));
+    }
+    static const uint32_t delays[] = {1, 10, 50};
+    for (size_t i = 0; i < sizeof delays / sizeof delays[0]; i++)
+        printf("  delay %2u ms: one-way time of 64 bytes %.2f ms\n",
+               delays[i],
+               s_shaped_delay_ms(delays[i]));
     return 0;
 }

@@ -235,9 +235,10 @@ float compress_f16_to_f32_ref(uint16_t h);
 void compress_f16_to_f32(const uint16_t *h, size_t n, float *y);
 
 /* The same two conversions on little-endian byte streams (2 n bytes),
- * straight from and into a payload. */
+ * straight from and into a payload; both return false when a value is
+ * not finite (decoding: a half with exponent 31). */
 bool compress_f32_to_f16_bytes(const float *x, size_t n, uint8_t *out);
-void compress_f16_bytes_to_f32(const uint8_t *in, size_t n, float *y);
+bool compress_f16_bytes_to_f32(const uint8_t *in, size_t n, float *y);
 
 /* Sum of x[i]^2 in double, in a fixed order (eight lane sums over whole
  * groups of eight, combined pairwise, then the tail in order), so that the

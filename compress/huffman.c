@@ -11,13 +11,13 @@
  * lookup (the DEFLATE/zstd arrangement). The symbols are cut into four
  * segments coded as four bit streams (sizes in the header), as zstd's
  * 4-stream Huffman does: one stream is a chain of dependent lookups (about
- * seven cycles a symbol), four interleaved chains overlap. Lengths are limited to 12 bits: a
- * Huffman tree is built with the two-queue method on sorted counts, lengths
- * over 12 are cut to 12 and the Kraft sum is repaired by lengthening the
- * least frequent short codes, then refilled by shortening the most frequent
- * ones; this costs a fraction of a percent against the unlimited code only
- * when symbols rarer than 2^-12 exist. Package-merge (optimal) was rejected
- * for its code size against a gain that the benchmark does not show.
+ * seven cycles a symbol), four interleaved chains overlap. Lengths are limited
+ * to 12 bits: a Huffman tree is built with the two-queue method on sorted
+ * counts, lengths over 12 are cut to 12 and the Kraft sum is repaired by
+ * lengthening the least frequent short codes, then refilled by shortening the
+ * most frequent ones; this costs a fraction of a percent against the unlimited
+ * code only when symbols rarer than 2^-12 exist. Package-merge (optimal) was
+ * rejected for its code size against a gain that the benchmark does not show.
  *
  * The decoder accepts only a complete prefix code (Kraft sum exactly 1) or
  * a single symbol of length 1, so every 12-bit window either decodes or is
@@ -29,6 +29,9 @@
 #include "compress/compress_impl.h"
 
 #include <stdlib.h>
+
+_Static_assert(HUFFMAN_STREAMS == 4,
+               "huffman_decode's fast loop is written out for four streams");
 
 /* --- code construction --------------------------------------------------- */
 
@@ -257,8 +260,9 @@ huffman_encode(const uint8_t *sym,
         size_t i = 0;
         for (; i + 2 <= m; i += 2) {
             unsigned a = seg[i], b = seg[i + 1];
-            compress_bw_put(
-                &w, code[a] | (uint32_t)code[b] << len[a], len[a] + len[b]);
+            compress_bw_put(&w,
+                            code[a] | (uint32_t)code[b] << len[a],
+                            len[a] + len[b]);
         }
         for (; i < m; i++)
             compress_bw_put(&w, code[seg[i]], len[seg[i]]);
@@ -333,32 +337,52 @@ huffman_decode(const uint8_t *in,
         at += sz;
     }
     /* Fast loop: the four streams in lockstep (independent dependency
-     * chains), four symbols each per refill while 8 input bytes remain. */
+     * chains), four symbols each per refill while 8 input bytes remain.
+     * The windows live in locals: the byte stores to sym may alias any
+     * memory, so windows kept in the reader structs would be reloaded
+     * after every store. */
     const uint64_t mask = (1u << HUFFMAN_MAX_BITS) - 1;
     size_t i = 0;
     size_t lock = cnt[HUFFMAN_STREAMS - 1]; /* the shortest segment */
-    bool bad = false;
-    while (i + 4 <= lock) {
-        bool room = true;
-        for (unsigned j = 0; j < HUFFMAN_STREAMS; j++)
-            room = room && r[j].end - r[j].p >= 8;
-        if (!room)
-            break;
-        for (unsigned j = 0; j < HUFFMAN_STREAMS; j++)
-            compress_br_refill(&r[j]);
-        for (int t = 0; t < 4; t++) {
-            for (unsigned j = 0; j < HUFFMAN_STREAMS; j++) {
-                uint16_t e = table[r[j].acc & mask];
-                unsigned l = e & 15u;
-                bad = bad || l == 0;
-                sym[first[j] + i] = (uint8_t)(e >> 4);
-                r[j].acc >>= l;
-                r[j].nacc -= l; /* l <= 12 and 4 x 12 <= 56: no wrap */
-            }
-            i++;
+    /* Bit positions instead of reader structs: a window is reloaded from
+     * its stream at each refill, so only (window, position) per stream
+     * stays in registers. */
+    size_t q0 = 0, q1 = 0, q2 = 0, q3 = 0; /* bits consumed per stream */
+    uint8_t *o0 = sym + first[0], *o1 = sym + first[1];
+    uint8_t *o2 = sym + first[2], *o3 = sym + first[3];
+    unsigned bad = 0;
+    while (i + 4 <= lock && q0 / 8 + 8 <= size[0] && q1 / 8 + 8 <= size[1] &&
+           q2 / 8 + 8 <= size[2] && q3 / 8 + 8 <= size[3]) {
+        uint64_t a0 = compress_get_u64(start[0] + q0 / 8) >> (q0 & 7);
+        uint64_t a1 = compress_get_u64(start[1] + q1 / 8) >> (q1 & 7);
+        uint64_t a2 = compress_get_u64(start[2] + q2 / 8) >> (q2 & 7);
+        uint64_t a3 = compress_get_u64(start[3] + q3 / 8) >> (q3 & 7);
+        for (int t = 0; t < 4; t++, i++) {
+            /* At least 57 fresh bits, 4 codes of <= 12 bits: no refill. */
+            uint16_t e0 = table[a0 & mask], e1 = table[a1 & mask];
+            uint16_t e2 = table[a2 & mask], e3 = table[a3 & mask];
+            unsigned l0 = e0 & 15u, l1 = e1 & 15u, l2 = e2 & 15u, l3 = e3 & 15u;
+            bad |= (l0 == 0) | (l1 == 0) | (l2 == 0) | (l3 == 0);
+            o0[i] = (uint8_t)(e0 >> 4);
+            o1[i] = (uint8_t)(e1 >> 4);
+            o2[i] = (uint8_t)(e2 >> 4);
+            o3[i] = (uint8_t)(e3 >> 4);
+            a0 >>= l0;
+            a1 >>= l1;
+            a2 >>= l2;
+            a3 >>= l3;
+            q0 += l0;
+            q1 += l1;
+            q2 += l2;
+            q3 += l3;
         }
         if (bad)
             return RUMOR_EPROTO;
+    }
+    const size_t used[HUFFMAN_STREAMS] = {q0, q1, q2, q3};
+    for (unsigned j = 0; j < HUFFMAN_STREAMS; j++) {
+        compress_br_init(&r[j], start[j] + used[j] / 8, size[j] - used[j] / 8);
+        compress_br_skip(&r[j], (unsigned)(used[j] & 7));
     }
     for (unsigned j = 0; j < HUFFMAN_STREAMS; j++) {
         rc = s_decode_tail(&r[j], table, sym + first[j], i, cnt[j]);

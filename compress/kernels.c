@@ -3,8 +3,9 @@
  * ref.c that the tests compare against bit for bit (R7.4).
  *
  * The build uses plain -O2 without -march, so fast paths are compiled per
- * function with __attribute__((target("avx2,fma,f16c"))) and chosen at run
- * time with __builtin_cpu_supports (checked once, cached).
+ * function with __attribute__((target("avx2,fma,f16c,bmi2"))) and chosen
+ * at run time (__builtin_cpu_supports and cpuid, checked once, cached).
+ * BMI2's pext/pdep pack and unpack the level codes.
  *
  * Philox in AVX2: element w of stream (seed, s) is word w % 4 of
  * Philox4x32-10(counter = (w / 4, s), key = seed) (core/rng.c). Eight
@@ -28,6 +29,10 @@
 #include <math.h>
 
 #define S_TARGET __attribute__((target("avx2,fma,f16c,bmi2")))
+
+/* Outputs of at least this many values (4 MB of floats: past the L2) use
+ * non-temporal stores. */
+#define S_STREAM_MIN ((size_t)1 << 20)
 
 /* -1: not probed yet, 0: reference paths, 1: AVX2. Threads that race on
  * the first probe all store the same value. */
@@ -74,37 +79,37 @@ s_mul_hilo(__m256i a, __m256i m, __m256i *hi, __m256i *lo)
     *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
 }
 
-/* Writes 32 words: the 8 Philox blocks block .. block + 7. */
-static S_TARGET void
-s_philox8(uint64_t seed, uint64_t stream, uint64_t block, uint32_t *out)
+/* Writes the 32 words of the 8 Philox blocks block .. block + 7 to out
+ * (16-bit halves in stream order on a little-endian host); key[r] holds
+ * the round-r key words broadcast (kk[2 r], kk[2 r + 1]). */
+static S_TARGET inline void
+s_philox8(const __m256i *kk,
+          __m256i c2i,
+          __m256i c3i,
+          uint64_t block,
+          uint16_t *out)
 {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256i m0 = _mm256_set1_epi32((int)0xD2511F53u);
     const __m256i m1 = _mm256_set1_epi32((int)0xCD9E8D57u);
+    const __m256i flip = _mm256_set1_epi32((int)0x80000000u);
     __m256i base = _mm256_set1_epi32((int)(uint32_t)block);
     __m256i c0 = _mm256_add_epi32(base, lane);
     /* Carry into the high counter word when the low word wraps. */
-    __m256i wrapped = _mm256_cmpgt_epi32(
-        _mm256_xor_si256(base, _mm256_set1_epi32((int)0x80000000u)),
-        _mm256_xor_si256(c0, _mm256_set1_epi32((int)0x80000000u)));
+    __m256i wrapped = _mm256_cmpgt_epi32(_mm256_xor_si256(base, flip),
+                                         _mm256_xor_si256(c0, flip));
     __m256i c1 =
         _mm256_sub_epi32(_mm256_set1_epi32((int)(uint32_t)(block >> 32)),
                          wrapped);
-    __m256i c2 = _mm256_set1_epi32((int)(uint32_t)stream);
-    __m256i c3 = _mm256_set1_epi32((int)(uint32_t)(stream >> 32));
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    __m256i c2 = c2i, c3 = c3i;
     for (int round = 0; round < 10; round++) {
         __m256i hi0, lo0, hi1, lo1;
         s_mul_hilo(c0, m0, &hi0, &lo0);
         s_mul_hilo(c2, m1, &hi1, &lo1);
-        __m256i kk0 = _mm256_set1_epi32((int)k0);
-        __m256i kk1 = _mm256_set1_epi32((int)k1);
-        c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), kk0);
+        c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), kk[2 * round]);
         c1 = lo1;
-        c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), kk1);
+        c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), kk[2 * round + 1]);
         c3 = lo0;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
     }
     __m256i t0 = _mm256_unpacklo_epi32(c0, c1);
     __m256i t1 = _mm256_unpacklo_epi32(c2, c3);
@@ -116,12 +121,36 @@ s_philox8(uint64_t seed, uint64_t stream, uint64_t block, uint32_t *out)
     __m256i r3 = _mm256_unpackhi_epi64(t2, t3);
     _mm256_storeu_si256((__m256i *)(out + 0),
                         _mm256_permute2x128_si256(r0, r1, 0x20));
-    _mm256_storeu_si256((__m256i *)(out + 8),
-                        _mm256_permute2x128_si256(r2, r3, 0x20));
     _mm256_storeu_si256((__m256i *)(out + 16),
+                        _mm256_permute2x128_si256(r2, r3, 0x20));
+    _mm256_storeu_si256((__m256i *)(out + 32),
                         _mm256_permute2x128_si256(r0, r1, 0x31));
-    _mm256_storeu_si256((__m256i *)(out + 24),
+    _mm256_storeu_si256((__m256i *)(out + 48),
                         _mm256_permute2x128_si256(r2, r3, 0x31));
+}
+
+/* Whole groups of 64 draws from block on; returns the draws written. */
+static S_TARGET size_t
+s_rand16_avx2(uint64_t seed,
+              uint64_t stream,
+              uint64_t block,
+              uint16_t *out,
+              size_t n)
+{
+    __m256i kk[20]; /* the round keys, broadcast once per call */
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int round = 0; round < 10; round++) {
+        kk[2 * round] = _mm256_set1_epi32((int)k0);
+        kk[2 * round + 1] = _mm256_set1_epi32((int)k1);
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    __m256i c2 = _mm256_set1_epi32((int)(uint32_t)stream);
+    __m256i c3 = _mm256_set1_epi32((int)(uint32_t)(stream >> 32));
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64, block += 8)
+        s_philox8(kk, c2, c3, block, out + i);
+    return i;
 }
 
 void
@@ -131,17 +160,9 @@ compress_rand16(uint64_t seed,
                 uint16_t *out,
                 size_t n)
 {
-    if (!compress_have_avx2()) {
-        compress_rand16_ref(seed, stream, first, out, n);
-        return;
-    }
-    uint64_t block = first / 8; /* 8 halves per Philox block */
     size_t i = 0;
-    uint32_t words[32];
-    for (; i + 64 <= n; i += 64, block += 8) {
-        s_philox8(seed, stream, block, words);
-        memcpy(out + i, words, sizeof words); /* little-endian halves */
-    }
+    if (compress_have_avx2()) /* 8 halves per Philox block */
+        i = s_rand16_avx2(seed, stream, first / 8, out, n);
     if (i < n)
         compress_rand16_ref(seed, stream, first + i, out + i, n - i);
 }
@@ -203,6 +224,27 @@ s_select_ge_ref(const float *x,
     return count;
 }
 
+/* Appends the indices (and bit patterns) of the set bits of m, positions
+ * base + bit; the caller guarantees room for 32 more. */
+static inline size_t
+s_emit_bits(const float *x,
+            size_t base,
+            uint32_t m,
+            uint32_t *idx,
+            uint32_t *bits,
+            size_t count)
+{
+    while (m != 0) {
+        unsigned bit = (unsigned)__builtin_ctz(m);
+        idx[count] = (uint32_t)(base + bit);
+        if (bits != NULL)
+            bits[count] = compress_f2u(x[base + bit]); /* in L1 */
+        count++;
+        m &= m - 1;
+    }
+    return count;
+}
+
 static S_TARGET size_t
 s_select_ge_avx2(const float *x,
                  size_t n,
@@ -215,34 +257,55 @@ s_select_ge_avx2(const float *x,
     const __m256i mag = _mm256_set1_epi32(0x7fffffff);
     /* Magnitude keys are non-negative int32: compare key > tkey - 1. */
     const __m256i tk = _mm256_set1_epi32((int)tkey - 1);
-    const __m256i inf = _mm256_set1_epi32(0x7f7fffff);
-    __m256i bad = _mm256_setzero_si256();
+    __m256i top = _mm256_setzero_si256(); /* largest key: Inf/NaN show */
     size_t count = 0, i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256i a =
+    for (; i + 32 <= n; i += 32) {
+        __m256i k0 =
             _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i)), mag);
-        __m256i b =
+        __m256i k1 =
             _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i + 8)),
                              mag);
-        bad = _mm256_or_si256(bad,
-                              _mm256_or_si256(_mm256_cmpgt_epi32(a, inf),
-                                              _mm256_cmpgt_epi32(b, inf)));
-        __m256i ga = _mm256_cmpgt_epi32(a, tk);
-        __m256i gb = _mm256_cmpgt_epi32(b, tk);
-        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(ga)) |
-                     (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(gb)) << 8;
-        while (m != 0) {
+        __m256i k2 =
+            _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i + 16)),
+                             mag);
+        __m256i k3 =
+            _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i + 24)),
+                             mag);
+        top = _mm256_max_epi32(top,
+                               _mm256_max_epi32(_mm256_max_epi32(k0, k1),
+                                                _mm256_max_epi32(k2, k3)));
+        uint32_t m = (uint32_t)_mm256_movemask_ps(
+                         _mm256_castsi256_ps(_mm256_cmpgt_epi32(k0, tk))) |
+                     (uint32_t)_mm256_movemask_ps(
+                         _mm256_castsi256_ps(_mm256_cmpgt_epi32(k1, tk)))
+                         << 8 |
+                     (uint32_t)_mm256_movemask_ps(
+                         _mm256_castsi256_ps(_mm256_cmpgt_epi32(k2, tk)))
+                         << 16 |
+                     (uint32_t)_mm256_movemask_ps(
+                         _mm256_castsi256_ps(_mm256_cmpgt_epi32(k3, tk)))
+                         << 24;
+        if (m == 0)
+            continue;
+        if (cap >= 32 && count <= cap - 32) {
+            count = s_emit_bits(x, i, m, idx, bits, count);
+            continue;
+        }
+        for (; m != 0; m &= m - 1) { /* near or past cap: count only */
             unsigned bit = (unsigned)__builtin_ctz(m);
             if (count < cap) {
                 idx[count] = (uint32_t)(i + bit);
                 if (bits != NULL)
-                    bits[count] = compress_f2u(x[i + bit]); /* in L1 */
+                    bits[count] = compress_f2u(x[i + bit]);
             }
             count++;
-            m &= m - 1;
         }
     }
-    bool ok = _mm256_testz_si256(bad, bad);
+    uint32_t lanes[8], worst = 0;
+    _mm256_storeu_si256((__m256i *)lanes, top);
+    for (int j = 0; j < 8; j++)
+        worst = lanes[j] > worst ? lanes[j] : worst;
+    bool ok = worst < 0x7f800000u;
     count = s_select_ge_ref(x + i, n - i, tkey, idx, bits, cap, count, i, &ok);
     *finite = ok;
     return count;
@@ -343,16 +406,31 @@ s_f32_to_f16_bytes_avx2(const float *x, size_t n, uint8_t *out)
     const __m256i expo = _mm256_set1_epi32(0x7f800000);
     __m256i bad = _mm256_setzero_si256();
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
+    /* Large outputs: non-temporal stores once out + 2 i is 16-byte
+     * aligned (no read-for-ownership of lines about to be overwritten,
+     * which is a third of the memory traffic of this kernel). */
+    bool stream = n >= S_STREAM_MIN && ((uintptr_t)out & 1u) == 0;
+    size_t lead = stream ? ((16 - ((uintptr_t)out & 15u)) & 15u) / 2 : 0;
+    uint16_t h[8];
+    bool head = compress_f32_to_f16_ref(x, lead, h);
+    for (size_t j = 0; j < lead; j++) {
+        out[2 * j] = (uint8_t)h[j];
+        out[2 * j + 1] = (uint8_t)(h[j] >> 8);
+    }
+    for (i = lead; i + 8 <= n; i += 8) {
         __m256 v = _mm256_loadu_ps(x + i);
         __m256i e = _mm256_and_si256(_mm256_castps_si256(v), expo);
         bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(e, expo));
         v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
-        _mm_storeu_si128((__m128i *)(out + 2 * i),
-                         _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+        __m128i q = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+        if (stream)
+            _mm_stream_si128((__m128i *)(out + 2 * i), q);
+        else
+            _mm_storeu_si128((__m128i *)(out + 2 * i), q);
     }
-    uint16_t h[8];
-    bool tail = compress_f32_to_f16_ref(x + i, n - i, h);
+    if (stream)
+        _mm_sfence();
+    bool tail = compress_f32_to_f16_ref(x + i, n - i, h) && head;
     for (size_t j = 0; j < n - i; j++) {
         out[2 * (i + j)] = (uint8_t)h[j];
         out[2 * (i + j) + 1] = (uint8_t)(h[j] >> 8);
@@ -378,29 +456,50 @@ compress_f32_to_f16_bytes(const float *x, size_t n, uint8_t *out)
     return finite;
 }
 
-static S_TARGET void
-s_f16_bytes_to_f32_avx2(const uint8_t *in, size_t n, float *y)
+static bool
+s_f16_bytes_ref(const uint8_t *in, size_t n, float *y)
 {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(
-            y + i,
-            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + 2 * i))));
-    for (; i < n; i++)
-        y[i] =
-            compress_f16_to_f32_ref((uint16_t)(in[2 * i] | in[2 * i + 1] << 8));
+    bool finite = true;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h = (uint16_t)(in[2 * i] | in[2 * i + 1] << 8);
+        finite = finite && (h & 0x7c00u) != 0x7c00u;
+        y[i] = compress_f16_to_f32_ref(h);
+    }
+    return finite;
 }
 
-void
+static S_TARGET bool
+s_f16_bytes_to_f32_avx2(const uint8_t *in, size_t n, float *y)
+{
+    const __m128i expo = _mm_set1_epi16(0x7c00);
+    __m128i bad = _mm_setzero_si128();
+    /* Large outputs: non-temporal stores from the first 32-byte aligned
+     * y + i on (see the encoder). */
+    bool stream = n >= S_STREAM_MIN && ((uintptr_t)y & 3u) == 0;
+    size_t i = stream ? ((32 - ((uintptr_t)y & 31u)) & 31u) / 4 : 0;
+    i = i < n ? i : n;
+    bool ok = s_f16_bytes_ref(in, i, y);
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(in + 2 * i));
+        bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, expo), expo));
+        __m256 v = _mm256_cvtph_ps(h);
+        if (stream)
+            _mm256_stream_ps(y + i, v);
+        else
+            _mm256_storeu_ps(y + i, v);
+    }
+    if (stream)
+        _mm_sfence();
+    ok = s_f16_bytes_ref(in + 2 * i, n - i, y + i) && ok;
+    return ok && _mm_testz_si128(bad, bad);
+}
+
+bool
 compress_f16_bytes_to_f32(const uint8_t *in, size_t n, float *y)
 {
-    if (compress_have_avx2()) {
-        s_f16_bytes_to_f32_avx2(in, n, y);
-        return;
-    }
-    for (size_t i = 0; i < n; i++)
-        y[i] =
-            compress_f16_to_f32_ref((uint16_t)(in[2 * i] | in[2 * i + 1] << 8));
+    if (compress_have_avx2())
+        return s_f16_bytes_to_f32_avx2(in, n, y);
+    return s_f16_bytes_ref(in, n, y);
 }
 
 static S_TARGET void

@@ -255,14 +255,18 @@ s_encode_indices(const rumor_codec *c,
                  float *approx)
 {
     rumor_err rc = RUMOR_OK;
-    float *vals = malloc((k ? k : 1) * sizeof *vals);
+    bool randk = c->id == RUMOR_CODEC_RANDK;
+    /* Values already gathered (top-k) are sent as they are. */
+    float *vals = gathered && !(randk && c->scale)
+                      ? NULL
+                      : malloc((k ? k : 1) * sizeof *vals);
+    const float *send = vals ? vals : gathered;
     float *vapprox = approx ? malloc((k ? k : 1) * sizeof *vapprox) : NULL;
-    if (vals == NULL || (approx != NULL && vapprox == NULL)) {
+    if (send == NULL || (approx != NULL && vapprox == NULL)) {
         rc = RUMOR_ENOMEM;
         goto done;
     }
-    bool randk = c->id == RUMOR_CODEC_RANDK;
-    for (size_t j = 0; j < k; j++) {
+    for (size_t j = 0; vals != NULL && j < k; j++) {
         float v = gathered ? gathered[j] : x[idx[j]];
         if (randk && c->scale) {
             size_t lo, hi;
@@ -271,7 +275,7 @@ s_encode_indices(const rumor_codec *c,
         }
         vals[j] = v;
     }
-    if (!compress_all_finite(vals, k)) { /* scaling overflowed */
+    if (!compress_all_finite(send, k)) { /* scaling overflowed */
         rc = RUMOR_ENUMERIC;
         goto done;
     }
@@ -326,7 +330,7 @@ s_encode_indices(const rumor_codec *c,
     }
     size_t got = 0;
     rc = c->inner->ops->encode(c->inner,
-                               vals,
+                               send,
                                k,
                                s_inner_seed(seed, counter),
                                0,

@@ -2,7 +2,10 @@
  * Exact average by ring all-reduce (gossip/ring.c): the baseline every
  * compressed algorithm is compared with. Work happens on a private flat
  * copy; the model is written only after the last round, so a failed round
- * leaves it as it was.
+ * leaves it as it was. "allreduce-f64" runs the same schedule on float64
+ * partial sums (twice the bytes): the sums of float32 models are then
+ * exact, so every node gets the correctly rounded mean, bit for bit the
+ * value a sequential float64 sum divided by n rounds to.
  */
 #include "gossip/gossip_impl.h"
 
@@ -11,12 +14,42 @@
 static rumor_err
 s_init(rumor_gossip *g, struct rumor_diag *diag)
 {
-    (void)diag;
     struct gossip_ring *r = calloc(1, sizeof *r);
     if (r == NULL)
         return RUMOR_ENOMEM;
+    (void)diag;
     g->state = r;
     return gossip_ring_init(r, g->self, g->nodes, g->numel);
+}
+
+static rumor_err
+s_init_f64(rumor_gossip *g, struct rumor_diag *diag)
+{
+    rumor_err rc = s_init(g, diag);
+    if (rc != RUMOR_OK)
+        return rc;
+    gossip_ring_free(g->state);
+    return gossip_ring_init_wide(g->state, g->self, g->nodes, g->numel);
+}
+
+/* The flat model to and from a wide ring's float64 work buffer. */
+static rumor_err
+s_wide_io(rumor_gossip *g, struct gossip_ring *r, bool to_model)
+{
+    float *tmp = malloc((g->numel + 1) * sizeof *tmp);
+    if (tmp == NULL)
+        return RUMOR_ENOMEM;
+    if (to_model) {
+        for (size_t e = 0; e < g->numel; e++)
+            tmp[e] = (float)r->work64[e];
+        gossip_flat_put(g, 0, g->numel, tmp);
+    } else {
+        gossip_flat_get(g, 0, g->numel, tmp);
+        for (size_t e = 0; e < g->numel; e++)
+            r->work64[e] = tmp[e];
+    }
+    free(tmp);
+    return RUMOR_OK;
 }
 
 static void
@@ -41,11 +74,16 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
 {
     (void)step;
     struct gossip_ring *r = g->state;
+    rumor_err rc = RUMOR_OK;
     if (round == 0) {
         gossip_ring_start(r, g->numel, true);
-        gossip_flat_get(g, 0, g->numel, r->work);
+        if (r->wide)
+            rc = s_wide_io(g, r, false);
+        else
+            gossip_flat_get(g, 0, g->numel, r->work);
     }
-    rumor_err rc = gossip_out_reserve(g, 1);
+    if (rc == RUMOR_OK)
+        rc = gossip_out_reserve(g, 1);
     if (rc == RUMOR_OK)
         gossip_ring_emit(r, round, &g->out[0]);
     return rc;
@@ -61,14 +99,28 @@ s_absorb(rumor_gossip *g,
     (void)step;
     struct gossip_ring *r = g->state;
     rumor_err rc = gossip_ring_absorb(g, r, round, msgs, count);
-    if (rc == RUMOR_OK && round + 1 == gossip_ring_rounds(r))
-        gossip_flat_put(g, 0, g->numel, r->work);
-    return rc;
+    if (rc != RUMOR_OK || round + 1 != gossip_ring_rounds(r))
+        return rc;
+    if (r->wide)
+        return s_wide_io(g, r, true);
+    gossip_flat_put(g, 0, g->numel, r->work);
+    return RUMOR_OK;
 }
 
 const struct gossip_algo_i gossip_allreduce = {
     .name = "allreduce",
     .init = s_init,
+    .free = s_free,
+    .rounds = s_rounds,
+    .emit = s_emit,
+    .expected = gossip_expected_prev,
+    .uses_ring = gossip_always_ring,
+    .absorb = s_absorb,
+};
+
+const struct gossip_algo_i gossip_allreduce_f64 = {
+    .name = "allreduce-f64",
+    .init = s_init_f64,
     .free = s_free,
     .rounds = s_rounds,
     .emit = s_emit,

@@ -13,7 +13,8 @@
  * exact algorithm preserves it for symmetric W. Own q is decoded from the
  * bytes actually sent, so both ends of an edge hold identical values. A
  * round is validated whole (every payload decoded into a staging sum)
- * before it touches x, xhat or s.
+ * before it touches x, xhat or s. Since s is a running sum over a fixed
+ * neighbourhood, time-varying topologies are refused.
  */
 #include "gossip/gossip_impl.h"
 
@@ -35,6 +36,16 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     g->state = s;
     if (!(g->opts.gamma > 0 && g->opts.gamma <= RUMOR_GOSSIP_GAMMA_MAX)) {
         rumor_diag_set(diag, "", 0, 0, "choco: gamma must be in (0, 2]");
+        return RUMOR_EINVAL;
+    }
+    if (rumor_topology_phases(g->topo) > 1) {
+        /* s_i = sum_j w_ij xhat_j is kept as a running sum: it is only
+         * right while the neighbours and weights stay the same. */
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "choco needs a static topology (one phase)");
         return RUMOR_EINVAL;
     }
     rumor_err rc = gossip_packer_init(&s->pack, g, g->opts.codec, diag);

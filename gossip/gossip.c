@@ -22,6 +22,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 static const struct gossip_algo_i *const s_algos[] = {
     &gossip_allreduce,
+    &gossip_allreduce_f64,
     &gossip_dpsgd,
     &gossip_choco,
     &gossip_powergossip,
@@ -107,7 +108,8 @@ rumor_gossip_new(const struct rumor_gossip_opts *opts,
             "",
             0,
             0,
-            "unknown gossip algorithm '%s' (allreduce, dpsgd, choco, "
+            "unknown gossip algorithm '%s' (allreduce, allreduce-f64, "
+            "dpsgd, choco, "
             "powergossip, powersgd, localsgd, deepsqueeze, moniqua)",
             opts->algo);
         return RUMOR_EINVAL;
@@ -188,6 +190,12 @@ rumor_gossip_expected(const rumor_gossip *g,
 {
     *count = g->algo->expected(g, step, round, peers, cap);
     return *count <= cap ? RUMOR_OK : RUMOR_ETOOBIG;
+}
+
+rumor_err
+rumor_gossip_step_ahead(rumor_gossip *g)
+{
+    return g->algo->step_ahead != NULL ? g->algo->step_ahead(g) : RUMOR_OK;
 }
 
 bool

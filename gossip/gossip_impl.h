@@ -30,6 +30,8 @@ struct gossip_algo_i {
                         uint32_t round,
                         const struct rumor_gossip_msg *msgs,
                         size_t count);
+    /* (optional, NULL: no-op) rumor_gossip_step_ahead */
+    rumor_err (*step_ahead)(rumor_gossip *g);
 };
 
 struct rumor_gossip {
@@ -47,6 +49,7 @@ struct rumor_gossip {
 };
 
 extern const struct gossip_algo_i gossip_allreduce;
+extern const struct gossip_algo_i gossip_allreduce_f64;
 extern const struct gossip_algo_i gossip_dpsgd;
 extern const struct gossip_algo_i gossip_choco;
 extern const struct gossip_algo_i gossip_powergossip;
@@ -150,15 +153,26 @@ rumor_err gossip_match_peers(const rumor_gossip *g,
 struct gossip_ring {
     uint32_t self;
     size_t n;       /* nodes on the ring */
-    size_t cap;     /* floats work can hold */
-    size_t len;     /* floats being reduced */
+    size_t cap;     /* elements work can hold */
+    size_t len;     /* elements being reduced */
     bool average;   /* divide the sums by n */
+    bool wide;      /* float64 elements: work64 instead of work */
     float *work;    /* the caller fills work[0..len) before round 0 */
-    float *sendbuf; /* the chunk emitted this round */
+    double *work64; /* the same, for a wide ring */
+    void *sendbuf;  /* the chunk emitted this round */
 };
 
 rumor_err
 gossip_ring_init(struct gossip_ring *r, uint32_t self, size_t n, size_t cap);
+
+/* As gossip_ring_init, for float64 elements (work64; 8 bytes each on the
+ * wire). Sums of up to 16 float32 inputs whose non-zero magnitudes lie
+ * within a factor 2^24 of each other are exact in float64, so the result
+ * is then the correctly rounded mean whatever the order of additions. */
+rumor_err gossip_ring_init_wide(struct gossip_ring *r,
+                                uint32_t self,
+                                size_t n,
+                                size_t cap);
 void gossip_ring_free(struct gossip_ring *r);
 uint32_t gossip_ring_rounds(const struct gossip_ring *r); /* 2 (n - 1) */
 

@@ -14,6 +14,19 @@
  * plain averaging. The anchor is the model of the last sync, identical on
  * every node; the first sync averages the models themselves to make it,
  * so nodes that start from different models work too.
+ *
+ * Step-ahead error feedback (SAEF, Xu, Huo and Huang, AAAI 2021) on the
+ * compressed path: the error e this node still owes is pending in the
+ * network's virtual model, so rumor_gossip_step_ahead moves the model to
+ * x - alpha e before the gradient is taken, and the sync sends
+ * Delta = (anchor - x) + (1 - alpha) e = e + (local update), the same
+ * Delta for every alpha (alpha 0: plain EF; 1: SAEF's x_{t+1/2}). The
+ * memory is compress/'s "saef" kind, which keeps e = Delta - C(Delta).
+ * The paper's e_bar is the average error of all nodes, which no node
+ * knows without sending its error uncompressed; each node uses its own e.
+ * The mean of the nodes' look-ahead points is still anchor - e_bar, and
+ * for a quadratic loss the averaged gradient is then exactly the one at
+ * the virtual model anchor - e_bar.
  */
 #include "gossip/gossip_impl.h"
 
@@ -32,6 +45,8 @@ struct localsgd {
     size_t *payload_len;
     size_t payload_cap;
     bool compressed_sync; /* this sync uses the codec path */
+    float ahead;          /* alpha of the look-ahead applied since the
+                             last sync (0: none) */
 };
 
 static bool
@@ -50,6 +65,10 @@ s_check_opts(const rumor_gossip *g, struct rumor_diag *diag)
     else if (o->gossip_rounds > 0 && (o->delta_codec[0] || s_outer(g)))
         why = "a compressed delta and an outer step need exact averaging "
               "(gossip_rounds 0)";
+    else if (!(o->ef_alpha >= 0 && o->ef_alpha <= 1))
+        why = "ef_alpha must be in [0, 1]";
+    else if (o->ef_alpha > 0 && o->delta_codec[0] == '\0')
+        why = "ef_alpha needs a delta_codec (error feedback)";
     else if (!(o->outer_lr > 0 && o->outer_lr <= 10) ||
              !(o->outer_momentum >= 0 && o->outer_momentum < 1))
         why = "needs 0 < outer_lr <= 10 and 0 <= outer_momentum < 1";
@@ -83,7 +102,7 @@ s_make_codec(rumor_gossip *g, struct rumor_diag *diag)
     bool exact = false;
     rumor_err rc = rumor_codec_new(g->opts.delta_codec, &s->codec, diag);
     if (rc == RUMOR_OK)
-        rc = rumor_ef_new("ef", g->numel, &s->ef, diag);
+        rc = rumor_ef_new("saef", g->numel, &s->ef, diag);
     if (rc == RUMOR_OK)
         rc = rumor_codec_encoded_size(s->codec,
                                       g->numel,
@@ -182,17 +201,25 @@ s_encode_delta(rumor_gossip *g, uint64_t step)
     gossip_flat_get(g, 0, g->numel, s->x);
     for (size_t e = 0; e < g->numel; e++)
         s->acc[e] = s->anchor[e] - s->x[e];
+    /* Delta = anchor - x + (1 - alpha) e: e + the local update. */
+    rumor_err rc =
+        rumor_ef_apply_error(s->ef, 1.0f - s->ahead, s->acc, g->numel);
+    if (rc != RUMOR_OK)
+        return rc;
     uint64_t seed = rumor_seed_derive(g->opts.seed, g->self, 0x10ca1);
-    return rumor_ef_encode(s->ef,
-                           s->codec,
-                           s->acc,
-                           g->numel,
-                           seed,
-                           step,
-                           s->payload[g->self],
-                           s->payload_cap,
-                           &s->payload_len[g->self],
-                           NULL);
+    rc = rumor_ef_encode(s->ef,
+                         s->codec,
+                         s->acc,
+                         g->numel,
+                         seed,
+                         step,
+                         s->payload[g->self],
+                         s->payload_cap,
+                         &s->payload_len[g->self],
+                         NULL);
+    if (rc == RUMOR_OK)
+        s->ahead = 0;
+    return rc;
 }
 
 static rumor_err
@@ -350,6 +377,22 @@ s_expected(const rumor_gossip *g,
     return count;
 }
 
+static rumor_err
+s_step_ahead(rumor_gossip *g)
+{
+    struct localsgd *s = g->state;
+    float alpha = (float)g->opts.ef_alpha;
+    if (s->codec == NULL || !s->have_anchor || alpha == 0 || s->ahead != 0)
+        return RUMOR_OK;
+    gossip_flat_get(g, 0, g->numel, s->x);
+    rumor_err rc = rumor_ef_apply_error(s->ef, -alpha, s->x, g->numel);
+    if (rc != RUMOR_OK)
+        return rc;
+    gossip_flat_put(g, 0, g->numel, s->x);
+    s->ahead = alpha;
+    return RUMOR_OK;
+}
+
 const struct gossip_algo_i gossip_localsgd = {
     .name = "localsgd",
     .init = s_init,
@@ -359,4 +402,5 @@ const struct gossip_algo_i gossip_localsgd = {
     .expected = s_expected,
     .uses_ring = s_uses_ring,
     .absorb = s_absorb,
+    .step_ahead = s_step_ahead,
 };

@@ -31,15 +31,31 @@ struct moniqua {
     float *noise;
     uint8_t *levels; /* the packed message */
     size_t bytes;    /* its length: ceil(numel / 4) */
-    double *acc;
     const struct rumor_gossip_msg **slot;
 };
 
-static double
-s_mod(double x, double a)
+/* mod(x, a) = x - a floor(x/a + 1/2), in [-a/2, a/2): the reference's
+ * fmod(x + sign(x) a/2, a) - sign(x) a/2 without fmod and without a branch
+ * on the sign (they differ only for x/a exactly half an odd integer below
+ * zero, where this gives -a/2 and the reference +a/2, and by the rounding
+ * of x/a within an ulp of a bucket edge). glibc's fmod is an exact
+ * remainder loop: with it a step of 8 nodes at ResNet-18 size took 5 s. */
+/* floor without a libm call (baseline x86-64 has no rounding
+ * instruction, so floor() is a call): truncation is exact below 2^52,
+ * where every double is already an integer anyway. */
+static inline double
+s_floor(double v)
 {
-    double half = x >= 0 ? a / 2 : -a / 2;
-    return fmod(x + half, a) - half;
+    if (!(fabs(v) < 4503599627370496.0))
+        return v;
+    double t = (double)(int64_t)v;
+    return t - (double)(t > v); /* branch-free: the sign is random */
+}
+
+static inline double
+s_mod(double x, double a, double inv_a)
+{
+    return x - a * s_floor(x * inv_a + 0.5);
 }
 
 static rumor_err
@@ -64,9 +80,8 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     s->xhat = malloc(g->numel * sizeof(float));
     s->noise = malloc(g->numel * sizeof(float));
     s->levels = malloc(s->bytes + 1);
-    s->acc = malloc(g->numel * sizeof(double));
     s->slot = malloc(g->nodes * sizeof *s->slot);
-    if (!s->x || !s->xhat || !s->noise || !s->levels || !s->acc || !s->slot)
+    if (!s->x || !s->xhat || !s->noise || !s->levels || !s->slot)
         return RUMOR_ENOMEM;
     return RUMOR_OK;
 }
@@ -81,7 +96,6 @@ s_free(rumor_gossip *g)
     free(s->xhat);
     free(s->noise);
     free(s->levels);
-    free(s->acc);
     free(s->slot);
     free(s);
     g->state = NULL;
@@ -106,7 +120,7 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
 {
     (void)round;
     struct moniqua *s = g->state;
-    double b = s->bound;
+    double b = s->bound, inv_b = 1.0 / b;
     gossip_flat_get(g, 0, g->numel, s->x);
     rumor_rng_fill_uniform(rumor_seed_derive(g->opts.seed, g->self, 0x3),
                            step,
@@ -115,12 +129,14 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
                            g->numel);
     memset(s->levels, 0, s->bytes);
     for (size_t e = 0; e < g->numel; e++) {
-        double v = s_mod(s->x[e] / b, 1.0) + 0.5;
-        double level = floor(v / MONIQUA_DELTA + s->noise[e]);
-        unsigned l = level < 0 ? 0u : level > 3 ? 3u : (unsigned)level;
+        double v = s_mod(s->x[e] * inv_b, 1.0, 1.0) + 0.5;
+        double level = s_floor(v * 3.0 + s->noise[e]); /* v / delta */
+        level = level > 0 ? level : 0; /* maxsd / minsd, no branches */
+        level = level < 3 ? level : 3;
+        unsigned l = (unsigned)level;
         s->levels[e / 4] |= (uint8_t)(l << (2 * (e % 4)));
         double q = l * MONIQUA_DELTA - 0.5;
-        s->xhat[e] = (float)(q * b - s_mod(s->x[e], b));
+        s->xhat[e] = (float)(q * b - s_mod(s->x[e], b, inv_b));
     }
     size_t phase = rumor_topology_phase_at(g->topo, step), count = 0;
     const uint32_t *nbr =
@@ -149,16 +165,15 @@ s_absorb(rumor_gossip *g,
         gossip_match_inbox(g, nbr, peers, msgs, count, s->bytes, s->slot);
     if (rc != RUMOR_OK)
         return rc;
-    double b = s->bound;
-    memset(s->acc, 0, g->numel * sizeof(double));
-    for (size_t k = 0; k < peers; k++) {
-        for (size_t e = 0; e < g->numel; e++) {
+    double b = s->bound, inv_b = 1.0 / b, gamma = g->opts.gamma;
+    for (size_t e = 0; e < g->numel; e++) {
+        double x = s->x[e], sum = 0;
+        for (size_t k = 0; k < peers; k++) {
             double q = s_level(s->slot[k]->data, e) * MONIQUA_DELTA - 0.5;
-            s->acc[e] += w[k] * (s_mod(q * b - s->x[e], b) - s->xhat[e]);
+            sum += w[k] * (s_mod(q * b - x, b, inv_b) - s->xhat[e]);
         }
+        s->x[e] = (float)(x + gamma * sum);
     }
-    for (size_t e = 0; e < g->numel; e++)
-        s->x[e] = (float)(s->x[e] + g->opts.gamma * s->acc[e]);
     gossip_flat_put(g, 0, g->numel, s->x);
     return RUMOR_OK;
 }

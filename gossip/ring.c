@@ -9,9 +9,14 @@
  * 2 (n - 1) / n of the buffer, the optimum for a ring, and every node ends
  * with the same bits. The ring is logical (i to i + 1 mod n), whatever the
  * topology's edges: a network driver connects ring neighbours for it.
+ * A wide ring carries float64 partial sums (twice the bytes): sums of
+ * float32 inputs are then exact in practice, so the result is the
+ * correctly rounded mean, independent of the order of additions (the
+ * allreduce-f64 algorithm, and the exactness test of the schedule).
  */
 #include "gossip/gossip_impl.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,22 +43,48 @@ s_chunk_sent(const struct gossip_ring *r, size_t node, uint32_t round)
     return (node + 1 + n - k % n) % n;
 }
 
-rumor_err
-gossip_ring_init(struct gossip_ring *r, uint32_t self, size_t n, size_t cap)
+static size_t
+s_elem(const struct gossip_ring *r)
+{
+    return r->wide ? sizeof(double) : sizeof(float);
+}
+
+static rumor_err
+s_init(struct gossip_ring *r, uint32_t self, size_t n, size_t cap, bool wide)
 {
     memset(r, 0, sizeof *r);
     r->self = self;
     r->n = n;
     r->cap = cap;
-    r->work = malloc((cap + 1) * sizeof(float));
-    r->sendbuf = malloc((cap / n + 2) * sizeof(float));
-    return r->work && r->sendbuf ? RUMOR_OK : RUMOR_ENOMEM;
+    r->wide = wide;
+    if (wide)
+        r->work64 = malloc((cap + 1) * sizeof(double));
+    else
+        r->work = malloc((cap + 1) * sizeof(float));
+    r->sendbuf = malloc((cap / n + 2) * s_elem(r));
+    return (r->work || r->work64) && r->sendbuf ? RUMOR_OK : RUMOR_ENOMEM;
+}
+
+rumor_err
+gossip_ring_init(struct gossip_ring *r, uint32_t self, size_t n, size_t cap)
+{
+    return s_init(r, self, n, cap, false);
+}
+
+rumor_err
+gossip_ring_init_wide(struct gossip_ring *r,
+                      uint32_t self,
+                      size_t n,
+                      size_t cap)
+{
+    return s_init(r, self, n, cap, true);
 }
 
 void
 gossip_ring_free(struct gossip_ring *r)
 {
     free(r->work);
+    free(r->work64);
     free(r->sendbuf);
     memset(r, 0, sizeof *r);
 }
@@ -78,16 +109,60 @@ gossip_ring_emit(struct gossip_ring *r,
 {
     size_t n = r->n;
     if (round == n - 1 && r->average) {
-        size_t mine = (r->self + 1) % n;
-        float *chunk = r->work + s_chunk_start(r, mine);
-        for (size_t e = 0; e < s_chunk_len(r, mine); e++)
-            chunk[e] /= (float)n;
+        size_t mine = (r->self + 1) % n, at = s_chunk_start(r, mine);
+        for (size_t e = 0; e < s_chunk_len(r, mine); e++) {
+            if (r->wide)
+                r->work64[at + e] /= (double)n;
+            else
+                r->work[at + e] /= (float)n;
+        }
     }
     size_t c = s_chunk_sent(r, r->self, round), len = s_chunk_len(r, c);
-    memcpy(r->sendbuf, r->work + s_chunk_start(r, c), len * sizeof(float));
+    const void *src = r->wide ? (const void *)(r->work64 + s_chunk_start(r, c))
+                              : (const void *)(r->work + s_chunk_start(r, c));
+    memcpy(r->sendbuf, src, len * s_elem(r));
     *out = (struct rumor_gossip_msg){(uint32_t)((r->self + 1) % n),
                                      (const uint8_t *)r->sendbuf,
-                                     len * sizeof(float)};
+                                     len * s_elem(r)};
+}
+
+static rumor_err
+s_check_finite64(const rumor_gossip *g, const struct rumor_gossip_msg *msg)
+{
+    for (size_t i = 0; i < msg->len / sizeof(double); i++) {
+        double v;
+        memcpy(&v, msg->data + i * sizeof v, sizeof v);
+        if (!isfinite(v)) {
+            rumor_log(RUMOR_LOG_WARN,
+                      "gossip %s: node %u rejected a message from %u: "
+                      "non-finite value at %zu",
+                      g->algo->name,
+                      g->self,
+                      msg->peer,
+                      i);
+            return RUMOR_ENUMERIC;
+        }
+    }
+    return RUMOR_OK;
+}
+
+static void
+s_absorb_wide(struct gossip_ring *r,
+              size_t c,
+              size_t len,
+              bool add,
+              const uint8_t *data)
+{
+    double *chunk = r->work64 + s_chunk_start(r, c);
+    if (!add) {
+        memcpy(chunk, data, len * sizeof(double));
+        return;
+    }
+    for (size_t e = 0; e < len; e++) {
+        double v;
+        memcpy(&v, data + e * sizeof v, sizeof v);
+        chunk[e] += v;
+    }
 }
 
 rumor_err
@@ -101,17 +176,16 @@ gossip_ring_absorb(const rumor_gossip *g,
     uint32_t prev = (uint32_t)((r->self + n - 1) % n);
     size_t c = s_chunk_sent(r, prev, round), len = s_chunk_len(r, c);
     const struct rumor_gossip_msg *slot = NULL;
-    rumor_err rc = gossip_match_inbox(g,
-                                      &prev,
-                                      1,
-                                      msgs,
-                                      count,
-                                      len * sizeof(float),
-                                      &slot);
+    rumor_err rc =
+        gossip_match_inbox(g, &prev, 1, msgs, count, len * s_elem(r), &slot);
     if (rc == RUMOR_OK)
-        rc = gossip_check_finite(g, slot);
+        rc = r->wide ? s_check_finite64(g, slot) : gossip_check_finite(g, slot);
     if (rc != RUMOR_OK)
         return rc;
+    if (r->wide) {
+        s_absorb_wide(r, c, len, round < n - 1, slot->data);
+        return RUMOR_OK;
+    }
     float *chunk = r->work + s_chunk_start(r, c);
     if (round < n - 1) {
         for (size_t e = 0; e < len; e++) {

@@ -6,16 +6,20 @@
  * arrival times, the simulator gives exactly the numbers a network run
  * gives when nothing is lost, and the same bits on every run; it is how
  * algorithms are tested and how consensus experiments run at scale.
- * Bytes are counted as net/ frames them (payload + a header per chunk).
+ * Bytes are counted as net/ frames them (payload + a header per chunk),
+ * per sending node and per directed edge (an n x n table: the simulator
+ * is for experiments of up to a few thousand nodes).
  */
 #include "rumor/gossip.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 struct rumor_sim {
     rumor_gossip *const *nodes; /* borrowed */
     size_t n;
     uint64_t *bytes_sent;                 /* per node, headers included */
+    uint64_t *edge_bytes, *edge_msgs;     /* n x n, [from * n + to] */
     const struct rumor_gossip_msg **sent; /* per node: emitted this round */
     size_t *sent_count;
     struct rumor_gossip_msg *inbox; /* scratch for one receiver */
@@ -44,7 +48,12 @@ rumor_sim_new(rumor_gossip *const *nodes, size_t n, rumor_sim **out)
     sim->bytes_sent = calloc(n, sizeof *sim->bytes_sent);
     sim->sent = calloc(n, sizeof *sim->sent);
     sim->sent_count = calloc(n, sizeof *sim->sent_count);
-    if (!sim->bytes_sent || !sim->sent || !sim->sent_count) {
+    if (n <= SIZE_MAX / sizeof(uint64_t) / n) {
+        sim->edge_bytes = calloc(n * n, sizeof *sim->edge_bytes);
+        sim->edge_msgs = calloc(n * n, sizeof *sim->edge_msgs);
+    }
+    if (!sim->bytes_sent || !sim->sent || !sim->sent_count ||
+        !sim->edge_bytes || !sim->edge_msgs) {
         rumor_sim_destroy(&sim);
         return RUMOR_ENOMEM;
     }
@@ -59,6 +68,8 @@ rumor_sim_destroy(rumor_sim **self_p)
     if (sim == NULL)
         return;
     free(sim->bytes_sent);
+    free(sim->edge_bytes);
+    free(sim->edge_msgs);
     free(sim->sent);
     free(sim->sent_count);
     free(sim->inbox);
@@ -80,7 +91,10 @@ s_emit_all(rumor_sim *sim, uint64_t step, uint32_t round)
         for (size_t m = 0; m < sim->sent_count[i]; m++) {
             if (sim->sent[i][m].peer >= sim->n)
                 return RUMOR_EINVAL; /* an algorithm bug, not input */
-            sim->bytes_sent[i] += rumor_gossip_wire_bytes(sim->sent[i][m].len);
+            uint64_t bytes = rumor_gossip_wire_bytes(sim->sent[i][m].len);
+            sim->bytes_sent[i] += bytes;
+            sim->edge_bytes[i * sim->n + sim->sent[i][m].peer] += bytes;
+            sim->edge_msgs[i * sim->n + sim->sent[i][m].peer]++;
         }
     }
     return RUMOR_OK;
@@ -132,4 +146,18 @@ uint64_t
 rumor_sim_bytes_sent(const rumor_sim *sim, size_t node)
 {
     return sim->bytes_sent[node];
+}
+
+uint64_t
+rumor_sim_bytes_edge(const rumor_sim *sim, size_t from, size_t to)
+{
+    return from < sim->n && to < sim->n ? sim->edge_bytes[from * sim->n + to]
+                                        : 0;
+}
+
+uint64_t
+rumor_sim_messages_edge(const rumor_sim *sim, size_t from, size_t to)
+{
+    return from < sim->n && to < sim->n ? sim->edge_msgs[from * sim->n + to]
+                                        : 0;
 }

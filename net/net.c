@@ -127,6 +127,7 @@ struct s_peer {
     uint64_t reopen_ns;  /* when to rebuild a closed DEALER, 0: now */
     uint64_t seq_out;    /* last seq sent to this peer */
     uint64_t next_hb_ns; /* next heartbeat */
+    uint64_t hello_ns;   /* when HELLO went out unanswered, 0: none */
     bool blocked;        /* the DEALER said EAGAIN: poll for POLLOUT */
     struct net_bucket bucket;
 
@@ -333,6 +334,7 @@ s_link_close(rumor_net *net, struct s_peer *p, uint64_t now, bool backoff)
         p->dealer = NULL;
     }
     p->blocked = false;
+    p->hello_ns = 0;
     uint32_t wait = backoff ? net_backoff_ms(net->o.reconnect_ms,
                                              net->o.reconnect_max_ms,
                                              p->attempt)
@@ -441,6 +443,9 @@ s_send_hello(rumor_net *net, struct s_peer *p)
                                sizeof body,
                                frame,
                                sizeof frame);
+    /* sent or not, HELLO_OK must come within handshake_ms (the loop
+     * rebuilds the link otherwise), so a lost HELLO cannot stall a link */
+    p->hello_ns = rumor_clock_ns();
     if (zmq_send(p->dealer, frame, n, ZMQ_DONTWAIT) == (int)n) {
         pthread_mutex_lock(&net->mu);
         p->st.bytes_sent += n;
@@ -668,7 +673,23 @@ s_on_data(rumor_net *net,
             s_deliver(net, p, h, data, h->payload_len, hold);
             return;
         }
-        /* total_len was checked against max_message by the decoder */
+        /* total_len was checked against max_message by the decoder; the
+         * first chunk sets the chunk size, and the count must agree, so a
+         * small frame cannot make us reserve much more than it promises */
+        uint64_t need = h->payload_len == 0
+                            ? 0
+                            : ((uint64_t)h->total_len + h->payload_len - 1) /
+                                  h->payload_len;
+        if (need != h->chunks) {
+            STAT(net, p, rejected_proto, 1);
+            rumor_log(RUMOR_LOG_WARN,
+                      "net: peer %u: %u chunks of %u bytes cannot make %u",
+                      p->id,
+                      h->chunks,
+                      h->payload_len,
+                      h->total_len);
+            return;
+        }
         rumor_buf_init(&p->asm_buf, h->total_len);
         if (rumor_buf_reserve(&p->asm_buf, h->total_len) != RUMOR_OK) {
             rumor_buf_free(&p->asm_buf);
@@ -930,6 +951,7 @@ s_on_dealer_frame(rumor_net *net,
             return;
         }
         p->attempt = 0;
+        p->hello_ns = 0;
         pthread_mutex_lock(&net->mu);
         bool was = p->ready;
         p->ready = true;
@@ -1131,6 +1153,19 @@ s_open_router(rumor_net *net)
     return RUMOR_OK;
 }
 
+/* The token bucket's size: 10 ms of the rate (so a slow link is not
+ * flooded by a large first burst), at least one Ethernet frame, at most
+ * one chunk. A larger frame still goes, leaving debt (net_bucket_take). */
+static double
+s_burst_bytes(const rumor_net *net)
+{
+    double burst = (double)net->o.rate_bits / 8.0 * 0.010;
+    double most = (double)(RUMOR_NET_HEADER_BYTES + net->o.chunk_bytes);
+    if (burst < 1500.0)
+        burst = 1500.0;
+    return burst > most ? most : burst;
+}
+
 static rumor_err
 s_start(rumor_net *net)
 {
@@ -1165,10 +1200,7 @@ s_start(rumor_net *net)
     uint64_t now = rumor_clock_ns();
     for (size_t i = 0; i < net->npeers; i++) {
         struct s_peer *p = &net->peers[i];
-        net_bucket_init(&p->bucket,
-                        net->o.rate_bits,
-                        (double)(RUMOR_NET_HEADER_BYTES + net->o.chunk_bytes),
-                        now);
+        net_bucket_init(&p->bucket, net->o.rate_bits, s_burst_bytes(net), now);
         if (!p->link)
             continue;
         rc = s_link_open(net, p);
@@ -1288,6 +1320,22 @@ s_io_thread(void *arg)
             pthread_mutex_lock(&net->mu);
             bool ready = p->ready;
             pthread_mutex_unlock(&net->mu);
+            uint64_t hello_by =
+                p->hello_ns + (uint64_t)net->o.handshake_ms * 1000000u;
+            if (!ready && p->hello_ns != 0 && now >= hello_by) {
+                rumor_log(RUMOR_LOG_INFO,
+                          "net: link to node %u: no answer to HELLO in %u ms; "
+                          "rebuilding it",
+                          p->id,
+                          net->o.handshake_ms);
+                s_link_close(net, p, now, true);
+                pthread_mutex_lock(&net->mu);
+                p->st.links_recreated++;
+                pthread_mutex_unlock(&net->mu);
+                continue;
+            }
+            if (!ready && p->hello_ns != 0 && hello_by < wake)
+                wake = hello_by;
             if (ready && now >= p->next_hb_ns) {
                 s_send_heartbeat(net, p);
                 p->next_hb_ns = now + (uint64_t)net->o.heartbeat_ms * 1000000u;

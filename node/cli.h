@@ -25,6 +25,21 @@ int cli_sim_main(int argc, char **argv);
 void cli_sim_help(FILE *out);
 int cli_lowrank_main(int argc, char **argv);
 void cli_lowrank_help(FILE *out);
+int cli_node_main(int argc, char **argv);
+void cli_node_help(FILE *out);
+int cli_launch_main(int argc, char **argv);
+void cli_launch_help(FILE *out);
+int cli_plot_main(int argc, char **argv);
+void cli_plot_help(FILE *out);
+
+struct rumor_node_opts;
+struct rumor_diag;
+/* Applies `rumor node` arguments argv[1..argc) (after --config FILE, when
+ * given) to opts; returns 0, or -1 with diag. */
+int cli_node_parse(int argc,
+                   char **argv,
+                   struct rumor_node_opts *opts,
+                   struct rumor_diag *diag);
 
 /* Parses a whole decimal number into [min, max]; returns 0 or -1 after
  * printing "rumor: WHAT: ..." to stderr. */

@@ -6,8 +6,20 @@
  * algorithm in the in-process simulator. It prints, per reported step, the
  * bits each node has sent so far (headers included) and the consensus
  * error mean_i ||x_i - x_bar||^2 relative to step 0.
+ *
+ * `rumor sim train`: the same simulator with a training workload of the
+ * node module (least squares with a known optimum, logistic regression,
+ * an MLP on the embedded digits). Each step, every node takes the
+ * step-ahead look-ahead (a no-op unless localsgd uses SAEF), computes its
+ * minibatch gradient at x_t, the network gossips, and every node applies
+ * its optimizer step with that gradient: the reference's training loop
+ * (epfml/powergossip train.py, DPSGD with overlapping = True). It prints
+ * the mean minibatch loss and, for least squares, the distance of the
+ * nodes to the optimum, else the held-out accuracy of the nodes' average.
+ * --edge-bytes writes the per-edge byte table at the end of either run.
  */
 #include "rumor/gossip.h"
+#include "rumor/node.h"
 
 #include "node/cli.h"
 
@@ -21,6 +33,12 @@ struct sim_args {
     size_t rows, cols;
     unsigned long long steps, every, seed;
     bool json;
+    const char *edge_bytes; /* a path, or NULL */
+    /* train */
+    bool train;
+    struct rumor_workload_opts work;
+    struct rumor_optim_opts optim;
+    const char *dataset; /* a dataset spec, or NULL */
 };
 
 void
@@ -34,16 +52,34 @@ cli_sim_help(FILE *out)
             "[--iterations I] [--theta T]\n"
             "           [--period H] [--gossip-rounds K] [--delta-codec "
             "SPEC]\n"
-            "           [--outer-lr LR] [--outer-momentum MU]\n\n"
+            "           [--outer-lr LR] [--outer-momentum MU] [--ef-alpha A]\n"
+            "           [--edge-bytes PATH]\n"
+            "       rumor sim train --topology SPEC|FILE [the options above]\n"
+            "           [--workload lsq|logreg|mlp] [--hidden W] [--batch B]\n"
+            "           [--dataset SPEC] [--shard iid|dirichlet] "
+            "[--dirichlet-alpha A]\n"
+            "           [--optim sgd|momentum|nesterov] [--lr LR] "
+            "[--momentum MU]\n"
+            "           [--weight-decay WD] [--lsq-features D] "
+            "[--lsq-outputs K]\n"
+            "           [--lsq-samples N] [--lsq-noise S]\n\n"
             "SPEC is a generator (ring:8, torus:4x4, complete:8, ...) or a\n"
             "topology file. Algorithms: dpsgd (default; --gamma), allreduce,\n"
-            "choco and deepsqueeze (--codec, e.g. topk:ratio=0.01 or\n"
+            "allreduce-f64, choco and deepsqueeze (--codec, e.g. "
+            "topk:ratio=0.01 or\n"
             "qsgd:bits=4; --gamma), moniqua (--theta, --gamma), powergossip\n"
             "(--rank, --iterations, --gamma), powersgd (--rank), localsgd\n"
             "(--period, --gossip-rounds, --delta-codec, --outer-lr,\n"
             "--outer-momentum).\n"
-            "Prints CSV 'step,bits_per_node,rel_error' (or JSON lines with\n"
-            "the same keys) every K steps (default 1) and at the last one.\n");
+            "--ef-alpha: localsgd with --delta-codec, step-ahead error\n"
+            "feedback (0 plain EF, 1 SAEF).\n"
+            "consensus prints CSV 'step,bits_per_node,rel_error' (or JSON\n"
+            "lines with the same keys) every K steps (default 1) and at the\n"
+            "last one. train prints 'step,bits_per_node,loss,dist_opt' for\n"
+            "lsq (relative RMS distance of the nodes to the optimum) or\n"
+            "'step,bits_per_node,loss,test_accuracy' (of the nodes' average\n"
+            "model) for the classifiers. --edge-bytes writes\n"
+            "'from,to,bytes,messages' per directed edge at the end.\n");
 }
 
 static int
@@ -86,9 +122,75 @@ s_parse_unsigned(const char *text, const char *what, unsigned *out)
 }
 
 static int
+s_unknown(const char *opt)
+{
+    fprintf(stderr, "rumor sim: unknown option %s\n", opt);
+    return -1;
+}
+
+static int
+s_parse_train_opt(const char *opt, const char *val, struct sim_args *a)
+{
+    struct rumor_workload_opts *w = &a->work;
+    struct rumor_optim_opts *o = &a->optim;
+    unsigned long long v = 0;
+    int rc = 0;
+    if (strcmp(opt, "--workload") == 0) {
+        if (rumor_workload_kind_parse(val, &w->kind) != RUMOR_OK) {
+            fprintf(stderr, "rumor sim: unknown workload '%s'\n", val);
+            rc = -1;
+        }
+    } else if (strcmp(opt, "--optim") == 0) {
+        if (rumor_optim_kind_parse(val, &o->kind) != RUMOR_OK) {
+            fprintf(stderr, "rumor sim: unknown optimizer '%s'\n", val);
+            rc = -1;
+        }
+    } else if (strcmp(opt, "--shard") == 0) {
+        if (rumor_shard_mode_parse(val, &w->shard) != RUMOR_OK) {
+            fprintf(stderr, "rumor sim: unknown shard mode '%s'\n", val);
+            rc = -1;
+        }
+    } else if (strcmp(opt, "--hidden") == 0) {
+        rc = cli_parse_u64(val, opt, 1, RUMOR_WORKLOAD_MAX_WIDTH, &v);
+        w->hidden[0] = (size_t)v;
+        w->hidden_count = 1;
+    } else if (strcmp(opt, "--batch") == 0) {
+        rc = cli_parse_u64(val, opt, 0, RUMOR_WORKLOAD_MAX_BATCH, &v);
+        w->batch = (size_t)v;
+    } else if (strcmp(opt, "--dataset") == 0) {
+        a->dataset = val;
+    } else if (strcmp(opt, "--dirichlet-alpha") == 0) {
+        rc = cli_parse_double(val, opt, 1e-3, 1e6, &w->alpha);
+    } else if (strcmp(opt, "--lr") == 0) {
+        rc = cli_parse_double(val, opt, 0, 100, &o->lr);
+    } else if (strcmp(opt, "--momentum") == 0) {
+        rc = cli_parse_double(val, opt, 0, 0.999, &o->momentum);
+    } else if (strcmp(opt, "--weight-decay") == 0) {
+        rc = cli_parse_double(val, opt, 0, 1, &o->weight_decay);
+    } else if (strcmp(opt, "--lsq-features") == 0) {
+        rc = cli_parse_u64(val, opt, 1, 65536, &v);
+        w->lsq_features = (size_t)v;
+    } else if (strcmp(opt, "--lsq-outputs") == 0) {
+        rc = cli_parse_u64(val, opt, 1, 65536, &v);
+        w->lsq_outputs = (size_t)v;
+    } else if (strcmp(opt, "--lsq-samples") == 0) {
+        rc = cli_parse_u64(val, opt, 1, RUMOR_DATASET_MAX_SAMPLES, &v);
+        w->lsq_samples = (size_t)v;
+    } else if (strcmp(opt, "--lsq-noise") == 0) {
+        rc = cli_parse_double(val, opt, 0, 1e3, &w->lsq_noise);
+    } else {
+        rc = s_unknown(opt);
+    }
+    return rc;
+}
+
+static int
 s_parse_args(int argc, char **argv, struct sim_args *a)
 {
     rumor_gossip_opts_default(&a->gossip);
+    rumor_workload_opts_default(&a->work);
+    a->work.kind = RUMOR_WORKLOAD_LSQ;
+    rumor_optim_opts_default(&a->optim);
     a->rows = a->cols = 100;
     a->steps = 100;
     a->every = 1;
@@ -137,6 +239,10 @@ s_parse_args(int argc, char **argv, struct sim_args *a)
         else if (strcmp(opt, "--outer-momentum") == 0)
             rc =
                 cli_parse_double(val, opt, 0, 0.999, &a->gossip.outer_momentum);
+        else if (strcmp(opt, "--ef-alpha") == 0)
+            rc = cli_parse_double(val, opt, 0, 1, &a->gossip.ef_alpha);
+        else if (strcmp(opt, "--edge-bytes") == 0)
+            a->edge_bytes = val;
         else if (strcmp(opt, "--size") == 0)
             rc = s_parse_size(val, a);
         else if (strcmp(opt, "--steps") == 0)
@@ -145,10 +251,10 @@ s_parse_args(int argc, char **argv, struct sim_args *a)
             rc = cli_parse_u64(val, opt, 1, 1ull << 40, &a->every);
         else if (strcmp(opt, "--seed") == 0)
             rc = cli_parse_u64(val, opt, 0, UINT64_MAX, &a->seed);
-        else {
-            fprintf(stderr, "rumor sim: unknown option %s\n", opt);
-            return -1;
-        }
+        else if (a->train)
+            rc = s_parse_train_opt(opt, val, a);
+        else
+            rc = s_unknown(opt);
         if (rc != 0)
             return -1;
     }
@@ -157,6 +263,7 @@ s_parse_args(int argc, char **argv, struct sim_args *a)
         return -1;
     }
     a->gossip.seed = a->seed;
+    a->work.seed = a->seed;
     return 0;
 }
 
@@ -249,6 +356,269 @@ s_run_setup(const struct sim_args *a,
     return rc;
 }
 
+/* from,to,bytes,messages for every directed edge that carried anything. */
+static int
+s_write_edges(const char *path, const rumor_sim *sim, size_t n)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        fprintf(stderr, "rumor sim: cannot write %s\n", path);
+        return -1;
+    }
+    fprintf(f, "from,to,bytes,messages\n");
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < n; j++)
+            if (rumor_sim_messages_edge(sim, i, j) > 0)
+                fprintf(f,
+                        "%zu,%zu,%llu,%llu\n",
+                        i,
+                        j,
+                        (unsigned long long)rumor_sim_bytes_edge(sim, i, j),
+                        (unsigned long long)rumor_sim_messages_edge(sim, i, j));
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+static double
+s_bits_per_node(const rumor_sim *sim, size_t n)
+{
+    double bits = 0;
+    for (size_t i = 0; i < n; i++)
+        bits += 8.0 * (double)rumor_sim_bytes_sent(sim, i);
+    return bits / (double)n;
+}
+
+struct train_run {
+    rumor_topology *topo;
+    size_t n;
+    struct rumor_dataset *data;
+    rumor_workload **work;
+    rumor_optim **optim;
+    struct rumor_model **grad, *avg;
+    rumor_gossip **nodes;
+    rumor_sim *sim;
+};
+
+static void
+s_train_free(struct train_run *r)
+{
+    rumor_sim_destroy(&r->sim);
+    for (size_t i = 0; i < r->n; i++) {
+        if (r->nodes != NULL)
+            rumor_gossip_destroy(&r->nodes[i]);
+        if (r->optim != NULL)
+            rumor_optim_destroy(&r->optim[i]);
+        if (r->grad != NULL)
+            rumor_model_free(&r->grad[i]);
+        if (r->work != NULL)
+            rumor_workload_destroy(&r->work[i]);
+    }
+    rumor_model_free(&r->avg);
+    free(r->nodes);
+    free(r->optim);
+    free(r->grad);
+    free(r->work);
+    rumor_dataset_destroy(&r->data);
+    rumor_topology_destroy(&r->topo);
+}
+
+static rumor_err
+s_train_node(struct sim_args *a,
+             struct train_run *r,
+             size_t i,
+             struct rumor_diag *diag)
+{
+    a->work.node = (uint32_t)i;
+    a->work.nodes = (uint32_t)r->n;
+    a->work.dataset = r->data;
+    rumor_err rc = rumor_workload_new(&a->work, &r->work[i], diag);
+    if (rc != RUMOR_OK)
+        return rc;
+    struct rumor_model *model = rumor_workload_model(r->work[i]);
+    rc = rumor_model_clone(model, &r->grad[i]);
+    if (rc == RUMOR_OK)
+        rc = rumor_optim_new(&a->optim, model, &r->optim[i]);
+    if (rc == RUMOR_OK)
+        rc = rumor_gossip_new(&a->gossip,
+                              r->topo,
+                              (uint32_t)i,
+                              model,
+                              &r->nodes[i],
+                              diag);
+    return rc;
+}
+
+static rumor_err
+s_train_setup(struct sim_args *a, struct train_run *r, struct rumor_diag *diag)
+{
+    rumor_err rc =
+        rumor_topology_from_spec(a->topology, a->seed, &r->topo, diag);
+    if (rc != RUMOR_OK)
+        return rc;
+    r->n = rumor_topology_nodes(r->topo);
+    if (a->dataset != NULL)
+        rc = rumor_dataset_open(a->dataset, a->seed, &r->data, diag);
+    r->work = calloc(r->n, sizeof *r->work);
+    r->optim = calloc(r->n, sizeof *r->optim);
+    r->grad = calloc(r->n, sizeof *r->grad);
+    r->nodes = calloc(r->n, sizeof *r->nodes);
+    if (!r->work || !r->optim || !r->grad || !r->nodes)
+        return RUMOR_ENOMEM;
+    for (size_t i = 0; i < r->n && rc == RUMOR_OK; i++)
+        rc = s_train_node(a, r, i, diag);
+    if (rc == RUMOR_OK)
+        rc = rumor_model_clone(rumor_workload_model(r->work[0]), &r->avg);
+    if (rc == RUMOR_OK)
+        rc = rumor_sim_new(r->nodes, r->n, &r->sim);
+    return rc;
+}
+
+/* sqrt(mean_i ||x_i - x*||^2) / ||x*||. */
+static double
+s_dist_opt(const struct train_run *r, const struct rumor_model *opt)
+{
+    double d = 0, norm = 0;
+    for (size_t t = 0; t < opt->count; t++) {
+        size_t numel = rumor_tensor_numel(&opt->tensors[t]);
+        for (size_t e = 0; e < numel; e++) {
+            double o = opt->tensors[t].data[e];
+            norm += o * o;
+            for (size_t i = 0; i < r->n; i++) {
+                const struct rumor_model *m = rumor_workload_model(r->work[i]);
+                double diff = m->tensors[t].data[e] - o;
+                d += diff * diff / (double)r->n;
+            }
+        }
+    }
+    return norm > 0 ? sqrt(d / norm) : sqrt(d);
+}
+
+/* Held-out accuracy of the nodes' average model. */
+static rumor_err
+s_test_accuracy(struct train_run *r, double *acc)
+{
+    for (size_t t = 0; t < r->avg->count; t++) {
+        size_t numel = rumor_tensor_numel(&r->avg->tensors[t]);
+        for (size_t e = 0; e < numel; e++) {
+            double sum = 0;
+            for (size_t i = 0; i < r->n; i++)
+                sum += rumor_workload_model(r->work[i])->tensors[t].data[e];
+            r->avg->tensors[t].data[e] = (float)(sum / (double)r->n);
+        }
+    }
+    struct rumor_eval ev;
+    rumor_err rc =
+        rumor_workload_eval(r->work[0], r->avg, RUMOR_EVAL_TEST, &ev);
+    *acc = ev.accuracy;
+    return rc;
+}
+
+static void
+s_train_report(const struct sim_args *a,
+               uint64_t step,
+               double bits,
+               double loss,
+               const char *key,
+               double metric)
+{
+    if (a->json)
+        printf("{\"step\": %llu, \"bits_per_node\": %.0f, \"loss\": %.9g, "
+               "\"%s\": %.9g}\n",
+               (unsigned long long)step,
+               bits,
+               loss,
+               key,
+               metric);
+    else
+        printf("%llu,%.0f,%.9g,%.9g\n",
+               (unsigned long long)step,
+               bits,
+               loss,
+               metric);
+}
+
+/* One training step of every node: look-ahead, gradient, gossip, update.
+ * *loss receives the mean minibatch loss over the nodes. */
+static rumor_err
+s_train_step(struct train_run *r, uint64_t step, double *loss)
+{
+    rumor_err rc = RUMOR_OK;
+    *loss = 0;
+    for (size_t i = 0; i < r->n && rc == RUMOR_OK; i++) {
+        double l = 0;
+        rc = rumor_gossip_step_ahead(r->nodes[i]);
+        if (rc == RUMOR_OK)
+            rc = rumor_workload_grad(r->work[i], step, r->grad[i], &l);
+        *loss += l / (double)r->n;
+    }
+    if (rc == RUMOR_OK)
+        rc = rumor_sim_step(r->sim, step);
+    for (size_t i = 0; i < r->n && rc == RUMOR_OK; i++)
+        rc = rumor_optim_step(r->optim[i],
+                              step,
+                              rumor_workload_model(r->work[i]),
+                              r->grad[i]);
+    return rc;
+}
+
+static int
+s_train(int argc, char **argv)
+{
+    struct sim_args a = {0};
+    a.train = true;
+    if (s_parse_args(argc, argv, &a) != 0)
+        return 2;
+    struct train_run r = {0};
+    struct rumor_diag diag = {0};
+    rumor_err rc = s_train_setup(&a, &r, &diag);
+    const struct rumor_model *opt = NULL;
+    if (rc == RUMOR_OK && a.work.kind == RUMOR_WORKLOAD_LSQ &&
+        rumor_workload_optimum(r.work[0], &opt) != RUMOR_OK) {
+        rumor_diag_set(&diag,
+                       "",
+                       0,
+                       0,
+                       "lsq on a dataset has no known optimum");
+        rc = RUMOR_EINVAL;
+    }
+    if (rc != RUMOR_OK) {
+        char text[600];
+        rumor_diag_format(&diag, text, sizeof text);
+        fprintf(stderr,
+                "rumor sim: %s\n",
+                diag.msg[0] ? text : rumor_strerror(rc));
+        s_train_free(&r);
+        return rc == RUMOR_EINVAL || rc == RUMOR_EPROTO ? 2 : 1;
+    }
+    const char *key = opt != NULL ? "dist_opt" : "test_accuracy";
+    if (!a.json)
+        printf("step,bits_per_node,loss,%s\n", key);
+    for (uint64_t step = 0; step < a.steps && rc == RUMOR_OK; step++) {
+        double loss = 0, metric = 0;
+        rc = s_train_step(&r, step, &loss);
+        uint64_t done = step + 1;
+        if (rc != RUMOR_OK || (done % a.every != 0 && done != a.steps))
+            continue;
+        if (opt != NULL)
+            metric = s_dist_opt(&r, opt);
+        else
+            rc = s_test_accuracy(&r, &metric);
+        s_train_report(&a,
+                       done,
+                       s_bits_per_node(r.sim, r.n),
+                       loss,
+                       key,
+                       metric);
+    }
+    if (rc != RUMOR_OK)
+        fprintf(stderr, "rumor sim: step failed: %s\n", rumor_strerror(rc));
+    int status = rc == RUMOR_OK ? 0 : 1;
+    if (status == 0 && a.edge_bytes != NULL &&
+        s_write_edges(a.edge_bytes, r.sim, r.n) != 0)
+        status = 1;
+    s_train_free(&r);
+    return status;
+}
+
 static int
 s_consensus(int argc, char **argv)
 {
@@ -275,16 +645,17 @@ s_consensus(int argc, char **argv)
         rc = rumor_sim_step(r.sim, step);
         if (rc != RUMOR_OK || (step % a.every != 0 && step != a.steps))
             continue;
-        double bits = 0;
-        for (size_t i = 0; i < r.n; i++)
-            bits += 8.0 * (double)rumor_sim_bytes_sent(r.sim, i);
         double rel = e0 > 0 ? s_consensus_error(r.x, r.n, r.numel) / e0 : 0;
-        s_report(&a, step, bits / (double)r.n, rel);
+        s_report(&a, step, s_bits_per_node(r.sim, r.n), rel);
     }
     if (rc != RUMOR_OK)
         fprintf(stderr, "rumor sim: step failed: %s\n", rumor_strerror(rc));
+    int status = rc == RUMOR_OK ? 0 : 1;
+    if (status == 0 && a.edge_bytes != NULL &&
+        s_write_edges(a.edge_bytes, r.sim, r.n) != 0)
+        status = 1;
     s_run_free(&r);
-    return rc == RUMOR_OK ? 0 : 1;
+    return status;
 }
 
 int
@@ -292,6 +663,8 @@ cli_sim_main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "consensus") == 0)
         return s_consensus(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "train") == 0)
+        return s_train(argc - 1, argv + 1);
     cli_sim_help(stderr);
     return 2;
 }

@@ -5,12 +5,18 @@
  * whether W is doubly stochastic, the spectral gap that predicts consensus
  * speed) or the first problem as FILE:LINE:COL: message, with exit code 1.
  */
+#include "rumor/net.h"
 #include "rumor/topology.h"
 
 #include "node/cli.h"
+#include "node/runtime_impl.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #define TOPO_GEN_MAX_ARGS 8
 
@@ -18,14 +24,20 @@ void
 cli_topo_help(FILE *out)
 {
     fprintf(out,
-            "usage: rumor topo gen KIND ARGS... [--seed S] [--out FILE]\n"
+            "usage: rumor topo gen KIND ARGS... [--seed S] [--out FILE] "
+            "[--local]\n"
             "       rumor topo check FILE\n"
             "       rumor topo dot FILE [--out FILE]\n\n"
             "kinds: ring N | torus R C | complete N | star N |\n"
             "       hypercube N | random-regular N D | watts-strogatz N K P |\n"
             "       exponential N | one-peer-exp N (time-varying)\n\n"
             "Weights not written in a file are Metropolis-Hastings:\n"
-            "w_ij = 1/(1+max(d_i,d_j)), w_ii = 1 - sum_j w_ij.\n");
+            "w_ij = 1/(1+max(d_i,d_j)), w_ii = 1 - sum_j w_ij.\n\n"
+            "--local (needs --out FILE): endpoints on 127.0.0.1 on free "
+            "ports, a CURVE\n"
+            "keypair per node in keys/node-N.{key,pub} next to FILE, and "
+            "the public\n"
+            "keys in the file: ready for 'rumor launch --topology FILE'.\n");
 }
 
 static void
@@ -59,6 +71,99 @@ s_write(const rumor_buf *buf, const char *path)
     return failed;
 }
 
+/* A port the kernel gives on 127.0.0.1: *fd keeps it bound until the
+ * caller closes it, so the next call gets another one. Another program
+ * could take it between the close and the node's bind, which is unlikely
+ * in the kernel's ephemeral range and shows as a bind error. */
+static int
+s_free_port(int *fd)
+{
+    *fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (*fd >= 0 && bind(*fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(*fd, (struct sockaddr *)&a, &len) == 0)
+        return ntohs(a.sin_port);
+    return -1;
+}
+
+/* One node of --local: a port and a fresh keypair in keydir. */
+static int
+s_local_node(rumor_topology *t, const char *keydir, size_t i, int *fd)
+{
+    int port = s_free_port(fd);
+    if (port < 0) {
+        fprintf(stderr, "rumor topo gen: no free port on 127.0.0.1\n");
+        return 1;
+    }
+    char endpoint[64], base[1100], keyfile[1110], pubfile[1110];
+    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", port);
+    snprintf(base, sizeof base, "%s/node-%zu", keydir, i);
+    snprintf(keyfile, sizeof keyfile, "%s.key", base);
+    snprintf(pubfile, sizeof pubfile, "%s.pub", base);
+    /* a new topology gets new keys: old ones would not match it */
+    unlink(keyfile);
+    unlink(pubfile);
+    rumor_net_keypair *kp = NULL;
+    struct rumor_diag diag = {0};
+    rumor_err rc = rumor_net_keypair_generate(&kp);
+    if (rc == RUMOR_OK)
+        rc = rumor_net_keypair_save(kp, base);
+    if (rc == RUMOR_OK)
+        rc = rumor_topology_set_node(t,
+                                     i,
+                                     endpoint,
+                                     rumor_net_keypair_public(kp),
+                                     &diag);
+    rumor_net_keypair_destroy(&kp);
+    if (rc != RUMOR_OK) {
+        fprintf(stderr,
+                "rumor topo gen: node %zu (%s): %s\n",
+                i,
+                base,
+                diag.msg[0] != '\0' ? diag.msg : rumor_strerror(rc));
+        return 1;
+    }
+    return 0;
+}
+
+/* --local: endpoints on distinct free ports and fresh keys in keys/ next
+ * to out_path. */
+static int
+s_make_local(rumor_topology *t, const char *out_path)
+{
+    char keydir[1024];
+    const char *slash = strrchr(out_path, '/');
+    if (slash == NULL)
+        snprintf(keydir, sizeof keydir, "keys");
+    else
+        snprintf(keydir,
+                 sizeof keydir,
+                 "%.*s/keys",
+                 (int)(slash - out_path),
+                 out_path);
+    if (node_mkdirs(keydir) != 0) {
+        fprintf(stderr, "rumor topo gen: cannot create %s\n", keydir);
+        return 1;
+    }
+    size_t n = rumor_topology_nodes(t);
+    int *fds = malloc(n * sizeof *fds);
+    if (fds == NULL)
+        return 1;
+    size_t held = 0;
+    int status = 0;
+    for (size_t i = 0; i < n && status == 0; i++, held++)
+        status = s_local_node(t, keydir, i, &fds[i]);
+    for (size_t i = 0; i < held; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    free(fds);
+    return status;
+}
+
 static int
 s_gen(int argc, char **argv)
 {
@@ -66,8 +171,11 @@ s_gen(int argc, char **argv)
     size_t nargs = 0;
     const char *out_path = NULL;
     unsigned long long seed = 1;
+    bool local = false;
     for (int i = 2; i < argc; i++) {
-        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+        if (strcmp(argv[i], "--local") == 0) {
+            local = true;
+        } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
             out_path = argv[++i];
         } else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
             if (cli_parse_u64(argv[++i], "--seed", 0, UINT64_MAX, &seed) != 0)
@@ -90,6 +198,17 @@ s_gen(int argc, char **argv)
     if (rc != RUMOR_OK) {
         fprintf(stderr, "rumor topo gen: %s\n", diag.msg);
         return 2;
+    }
+    if (local && out_path == NULL) {
+        fprintf(stderr,
+                "rumor topo gen: --local needs --out FILE (the keys "
+                "go in keys/ next to it)\n");
+        rumor_topology_destroy(&t);
+        return 2;
+    }
+    if (local && s_make_local(t, out_path) != 0) {
+        rumor_topology_destroy(&t);
+        return 1;
     }
     rumor_buf buf;
     rumor_buf_init(&buf, SIZE_MAX);

@@ -8,6 +8,7 @@
 #include "bench/bench.h"
 #include "node/cli.h"
 
+#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,15 @@ static const struct cli_command s_commands[] = {
      "run gossip algorithms on a topology in one process",
      cli_sim_main,
      cli_sim_help},
+    {"node", "run one node of a training run", cli_node_main, cli_node_help},
+    {"launch",
+     "run every local node of a topology as child processes",
+     cli_launch_main,
+     cli_launch_help},
+    {"plot",
+     "PNG plots of a run's metrics (gnuplot)",
+     cli_plot_main,
+     cli_plot_help},
     {"bench",
      "run benchmarks against same-run references",
      bench_main,
@@ -114,6 +124,12 @@ s_version_main(int argc, char **argv)
 int
 main(int argc, char **argv)
 {
+    /* OpenBLAS's thread pool spins on sched_yield between calls and takes
+     * the cores that the other node processes on this host and the
+     * transport's I/O threads need; one BLAS thread per process is the
+     * default, OPENBLAS_NUM_THREADS overrides it. */
+    if (getenv("OPENBLAS_NUM_THREADS") == NULL)
+        openblas_set_num_threads(1);
     if (argc < 2) {
         s_usage(stderr);
         return 2;

@@ -9,10 +9,15 @@ set -eu
 # transport) and libsodium (CURVE). libzstd: the compress benchmark's
 # side-by-side line against zstd -1 (docs/benchmarks.md). python3-torch and
 # python3-numpy: the lowrank tests run PyTorch's own powerSGD_hook.py as the
-# reference, and `rumor bench lowrank` times it.
+# reference, and `rumor bench lowrank` times it; python3-torch also runs
+# tests/gossip/powergossip_ref.py, the PowerGossip reference curve.
+# gnuplot-nox: scripts/plot-consensus.sh draws the consensus plots in docs/,
+# and `rumor plot` (make demo) the training plots. libinih-dev: `rumor node
+# --config` INI files. libcjson-dev: the node's JSON-lines metrics (written,
+# and read back by `rumor plot` and the node tests).
 PACKAGES="build-essential pkg-config libcmocka-dev clang libclang-rt-14-dev
 clang-format libopenblas-dev liblapacke-dev libzmq3-dev libsodium-dev
-libzstd-dev python3-torch python3-numpy"
+libzstd-dev python3-torch python3-numpy gnuplot-nox libinih-dev libcjson-dev"
 
 missing=""
 for pkg in $PACKAGES; do

@@ -120,11 +120,10 @@ RUMOR_API RUMOR_NODISCARD rumor_err rumor_codec_decode(const rumor_codec *codec,
                                                        float *y,
                                                        size_t n);
 
-/* y += alpha * decode(in), without a temporary vector; same checks as
- * rumor_codec_decode. On error y is unchanged: the payload is validated
- * completely before y is touched, except for qsgd with Elias coding and
- * the Huffman codecs, whose validation needs a first decoding pass that
- * is done before y is touched as well. */
+/* y += alpha * decode(in), without a temporary vector of n floats; same
+ * checks as rumor_codec_decode. On error y is unchanged: the payload is
+ * validated completely before y is touched (streams that can fail midway
+ * get a first validation pass). */
 RUMOR_API RUMOR_NODISCARD rumor_err
 rumor_codec_decode_add(const rumor_codec *codec,
                        const uint8_t *in,
@@ -146,8 +145,9 @@ RUMOR_API RUMOR_NODISCARD rumor_err rumor_codec_peek(const uint8_t *in,
 /* Upper bound of rumor_huffman_encode's output for n input bytes. */
 RUMOR_API size_t rumor_huffman_bound(size_t n);
 
-/* Canonical Huffman code of n bytes (code lengths <= 12 in a 128-byte
- * table, then the bit stream). RUMOR_ETOOBIG when cap is too small. */
+/* Canonical Huffman code of n bytes: code lengths (<= 12) in a 128-byte
+ * table, then four bit streams (docs/protocol.md). RUMOR_ETOOBIG when cap
+ * is too small. */
 RUMOR_API RUMOR_NODISCARD rumor_err rumor_huffman_encode(const uint8_t *in,
                                                          size_t n,
                                                          uint8_t *out,

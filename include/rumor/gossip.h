@@ -47,8 +47,9 @@ struct rumor_model {
 RUMOR_API size_t rumor_tensor_numel(const struct rumor_tensor *t);
 
 struct rumor_gossip_opts {
-    char algo[RUMOR_GOSSIP_ALGO_BYTES];  /* allreduce dpsgd choco powergossip
-                               powersgd localsgd deepsqueeze moniqua */
+    char algo[RUMOR_GOSSIP_ALGO_BYTES];  /* allreduce allreduce-f64 dpsgd
+                               choco powergossip powersgd localsgd
+                               deepsqueeze moniqua */
     char codec[RUMOR_COMPRESS_SPEC_MAX]; /* choco, deepsqueeze: a codec */
     double gamma;        /* consensus step size, the reference's diffusion rate
                             (dpsgd, choco, powergossip), in (0, 2] */
@@ -65,11 +66,14 @@ struct rumor_gossip_opts {
                               outer_lr, DiLoCo's outer optimizer */
     double theta;  /* moniqua: bound on how far neighbours' models are apart */
     uint64_t seed; /* run seed, equal on every node */
+    double ef_alpha; /* localsgd with delta_codec: step-ahead error feedback
+                        coefficient in [0, 1]; 0 = plain EF, 1 = SAEF (see
+                        rumor_gossip_step_ahead) */
 };
 
 /* Defaults: algo "dpsgd", codec "qsgd:bits=4", gamma 1, rank 1,
  * iterations 1, period 1, gossip_rounds 0, delta_codec "", outer_lr 1,
- * outer_momentum 0, theta 2, seed 1. */
+ * outer_momentum 0, theta 2, seed 1, ef_alpha 0. */
 RUMOR_API void rumor_gossip_opts_default(struct rumor_gossip_opts *opts);
 
 /* One message of a round. data is borrowed (see the header comment). */
@@ -126,6 +130,20 @@ RUMOR_API rumor_err rumor_gossip_expected(const rumor_gossip *g,
                                           size_t cap,
                                           size_t *count);
 
+/* Step-ahead error feedback (SAEF, Xu, Huo and Huang, AAAI 2021; GUIDE
+ * section 5). Call it before computing the gradient of a training step:
+ * it moves the model to the look-ahead point x - alpha e, where e is the
+ * compression error this node still owes the network (its part of the
+ * next synchronization) and alpha is opts.ef_alpha, so the gradient is
+ * taken where the model will be once that error has been sent. The next
+ * synchronization accounts for the move: what is sent is the same
+ * Delta = e + (update since the sync) for any alpha; only where the
+ * gradient was taken changes. Applies once per synchronization (later
+ * calls before the next sync change nothing). A no-op returning RUMOR_OK
+ * for algorithms without an error memory (every one but localsgd with a
+ * delta_codec) and for alpha 0. */
+RUMOR_API rumor_err rumor_gossip_step_ahead(rumor_gossip *g);
+
 /* True when the algorithm sends to node self + 1 mod n (ring all-reduce),
  * whatever the topology: the transport must link that node too. */
 RUMOR_API bool rumor_gossip_uses_ring(const rumor_gossip *g);
@@ -166,6 +184,19 @@ RUMOR_API rumor_err rumor_sim_step(rumor_sim *sim, uint64_t step);
 
 /* Bytes node i has sent so far, headers included. */
 RUMOR_API uint64_t rumor_sim_bytes_sent(const rumor_sim *sim, size_t node);
+
+/* Bytes sent so far on the directed edge from -> to (headers included;
+ * 0 for a pair that never exchanged anything, or out of range). The sum
+ * over `to` is rumor_sim_bytes_sent(sim, from). */
+RUMOR_API uint64_t rumor_sim_bytes_edge(const rumor_sim *sim,
+                                        size_t from,
+                                        size_t to);
+
+/* Messages sent so far on that edge (one per emitted message, however
+ * many chunks net/ cuts it into). */
+RUMOR_API uint64_t rumor_sim_messages_edge(const rumor_sim *sim,
+                                           size_t from,
+                                           size_t to);
 
 /* Wire bytes of one message of len payload bytes (headers included). */
 RUMOR_API uint64_t rumor_gossip_wire_bytes(size_t len);

@@ -227,7 +227,10 @@ RUMOR_API rumor_err rumor_net_send(rumor_net *net,
                                    uint64_t deadline_ns);
 
 /* A received message: the header of its first chunk with payload_len set
- * to the whole length, and the reassembled payload (owned). */
+ * to the whole length, and the reassembled payload (owned). The payload
+ * has no alignment guarantee (a single-chunk message is handed over inside
+ * the ZeroMQ message it arrived in, at any address): read it with memcpy
+ * or byte loads, never through a cast to float * or uint32_t *. */
 struct rumor_net_msg {
     struct rumor_net_header hdr;
     uint8_t *payload; /* owned; free with rumor_net_msg_free */
@@ -247,8 +250,11 @@ RUMOR_API rumor_err rumor_net_recv(rumor_net *net,
 
 RUMOR_API void rumor_net_msg_free(struct rumor_net_msg *msg);
 
-/* Closes every step below step: queued messages for them are freed and
- * later ones are dropped on arrival. */
+/* Closes every step below step: received messages for them are freed and
+ * later arrivals for them are dropped. Unsent messages stay queued (a
+ * neighbour may still be waiting for them); a send to a neighbour that is
+ * down waits for queue room until its deadline, so callers skip
+ * neighbours that rumor_net_peer_state reports down. */
 RUMOR_API void rumor_net_close_steps_before(rumor_net *net, uint64_t step);
 
 /* Liveness of peer from what this node received (unknown peer: DOWN). */

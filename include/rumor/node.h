@@ -401,4 +401,135 @@ RUMOR_API rumor_err rumor_optim_load(rumor_optim *o,
  * 4. node runtime (issue 7; added by the node process work)
  * ====================================================================== */
 
+/*
+ * A node process (`rumor node`): one workload, one optimizer, one gossip
+ * algorithm and one transport, training for a number of steps with its
+ * neighbours on the topology and writing metrics. The loop follows the
+ * reference: gradient at x_t, gossip, then the optimizer step with that
+ * gradient. docs/node.md documents every option; docs/internals/node.md
+ * section 4 the loop.
+ */
+
+#define RUMOR_NODE_PATH_MAX 1024 /* topology, key and metrics paths */
+
+typedef enum rumor_node_exchange {
+    RUMOR_NODE_EXCHANGE_AUTO = 0,    /* gradient for powersgd and allreduce,
+                                        model for the others */
+    RUMOR_NODE_EXCHANGE_MODEL = 1,   /* gossip the parameters x_t */
+    RUMOR_NODE_EXCHANGE_GRADIENT = 2 /* average the gradients (data-parallel;
+                                        powersgd and allreduce only) */
+} rumor_node_exchange;
+
+struct rumor_node_opts {
+    char topology[RUMOR_NODE_PATH_MAX];   /* topology file (endpoints, keys) */
+    uint32_t id;                          /* this node */
+    char key[RUMOR_NODE_PATH_MAX];        /* key base: DIR/NAME(.key, .pub) */
+    bool insecure;                        /* plain TCP, no CURVE */
+    struct rumor_workload_opts workload;  /* node, nodes, dataset set by new */
+    char dataset[RUMOR_DATASET_SPEC_MAX]; /* rumor_dataset_open spec; "" =
+                                             default for the workload */
+    struct rumor_optim_opts optim;
+    struct rumor_gossip_opts gossip;
+    rumor_node_exchange exchange;
+    bool overlap;         /* model exchange: compute the gradient in a second
+                             thread while the gossip runs (same numbers) */
+    uint64_t steps;       /* training steps */
+    uint32_t deadline_ms; /* per gossip step */
+    uint32_t connect_ms;  /* waiting for the links to come up, and the
+                             deadline of the first step */
+    uint64_t eval_every; /* held-out evaluation period in steps; 0 = end only */
+    uint64_t consensus_every; /* period of the consensus probe (full models
+                                 exchanged with the neighbours, counted
+                                 apart from the gossip bytes); 0 = off */
+    char metrics_dir[RUMOR_NODE_PATH_MAX]; /* "" = no metrics file */
+    rumor_log_level log_level;
+    uint64_t rate_bits; /* link shaping: bit/s per link, 0 = none */
+    uint32_t delay_ms;  /* link shaping: one-way delay */
+    int progress;       /* -1: when stdout is a terminal; 0 off; 1 on */
+    uint64_t given;     /* internal: bit k set when option k was given */
+};
+
+/* Defaults: see docs/node.md (mlp 64-32-10 on the digits, momentum SGD
+ * lr 0.05, dpsgd, 300 steps, deadline 10 s, connect 30 s, eval every 50). */
+RUMOR_API void rumor_node_opts_default(struct rumor_node_opts *opts);
+
+/* Sets one option by its long name without the dashes ("lr", "algo",
+ * "hidden", ...) from its text value (booleans: "true"/"false"/"1"/"0";
+ * "" for a flag means true). RUMOR_EINVAL with diag for an unknown name
+ * or a bad value; opts is unchanged then. */
+RUMOR_API rumor_err rumor_node_opts_set(struct rumor_node_opts *opts,
+                                        const char *name,
+                                        const char *value,
+                                        struct rumor_diag *diag);
+
+/* True when name is an option rumor_node_opts_set knows. */
+RUMOR_API bool rumor_node_opts_known(const char *name);
+
+/* True when name is a flag (an option that takes no value on a command
+ * line: insecure, cuda). */
+RUMOR_API bool rumor_node_opts_is_flag(const char *name);
+
+/* Applies an INI file (keys = long option names, an optional [node]
+ * section; other sections are refused). Errors: RUMOR_ENOTFOUND /
+ * RUMOR_EIO, RUMOR_EINVAL with diag at file:line. */
+RUMOR_API rumor_err rumor_node_opts_load(struct rumor_node_opts *opts,
+                                         const char *path,
+                                         struct rumor_diag *diag);
+
+/* Checks that the options fit together (an option that does not apply to
+ * the chosen workload, optimizer or algorithm is refused, as are missing
+ * required ones). RUMOR_EINVAL with diag naming the options. */
+RUMOR_API rumor_err rumor_node_opts_check(const struct rumor_node_opts *opts,
+                                          struct rumor_diag *diag);
+
+typedef struct rumor_node rumor_node;
+
+/* Builds everything a run needs: loads the topology and this node's key,
+ * the dataset and shard, the optimizer, the gossip algorithm, starts the
+ * transport and opens DIR/node-N.jsonl. *out is set on success only.
+ * Errors: RUMOR_EINVAL (options, with diag), loader and transport errors
+ * as they come. */
+RUMOR_API rumor_err rumor_node_new(const struct rumor_node_opts *opts,
+                                   rumor_node **out,
+                                   struct rumor_diag *diag);
+
+/* Stops the transport, closes the metrics file, frees everything and sets
+ * *self_p to NULL; safe on NULL and twice. */
+RUMOR_API void rumor_node_destroy(rumor_node **self_p);
+
+/* Runs the training: waits for the links (connect_ms), then opts.steps
+ * steps, evaluating every eval_every steps and at the end. Every wait has
+ * a deadline: a neighbour that misses one gives RUMOR_ETIMEDOUT (logged
+ * with the peers and their liveness) and the run stops with the model of
+ * the last good step. After rumor_node_stop the run ends after the
+ * current step and returns RUMOR_OK with summary.stopped set. Transport
+ * errors come back as they are. */
+RUMOR_API rumor_err rumor_node_run(rumor_node *node, struct rumor_diag *diag);
+
+/* Asks a running rumor_node_run to stop after its current step. Only sets
+ * an atomic flag: safe from a signal handler and from another thread. */
+RUMOR_API void rumor_node_stop(rumor_node *node);
+
+struct rumor_node_summary {
+    uint64_t steps;       /* steps completed */
+    bool stopped;         /* ended early by rumor_node_stop */
+    double loss;          /* last minibatch loss */
+    double test_loss;     /* last held-out evaluation (NAN if none) */
+    double accuracy;      /* last held-out accuracy (NAN if none or lsq) */
+    double optimum_error; /* lsq: max |W - W*| of the last evaluation */
+    double consensus;     /* last probe: mean over the neighbours j of
+                             ||x_i - x_j||^2 (NAN if none) */
+    uint64_t bytes_sent;  /* transport totals, headers in */
+    uint64_t bytes_recv;
+    uint64_t gossip_bytes_sent; /* wire bytes of the gossip messages sent */
+    uint64_t gossip_bytes_recv; /* and received */
+};
+
+/* What the run has done so far. */
+RUMOR_API void rumor_node_summary(const rumor_node *node,
+                                  struct rumor_node_summary *out);
+
+/* The model (borrowed, valid for the node's life). */
+RUMOR_API struct rumor_model *rumor_node_model(rumor_node *node);
+
 #endif /* RUMOR_NODE_H */

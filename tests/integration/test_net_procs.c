@@ -412,7 +412,11 @@ test_memory__receiver_stops_reading__sender_queue_stays_bounded(void **state)
            (unsigned long long)st.queued_bytes_max,
            o.queue_bytes);
     assert_true(st.queued_bytes_max <= o.queue_bytes);
-    assert_true(sent < 1024);
+    /* what left the queue sits in libzmq (SNDHWM derived from the same
+     * byte budget) and in the kernel's socket buffers: with libzmq's
+     * default HWM of 1000 messages, 256 MiB of frames could pile up */
+    size_t kernel_slack = 16u << 20;
+    assert_true((size_t)sent * len <= 2 * o.queue_bytes + kernel_slack);
     t_pair_stop(&p);
 }
 

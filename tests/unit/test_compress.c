@@ -393,6 +393,24 @@ test_encode__cap_too_small__etoobig(void **state)
         assert_int_equal(
             rumor_codec_encode(c, x, n, 3, 4, buf, len - 1, &got, NULL),
             RUMOR_ETOOBIG);
+        size_t bytes = 1;
+        bool exact = true;
+        assert_int_equal(rumor_codec_encoded_size(c,
+                                                  RUMOR_COMPRESS_MAX_ELEMS + 1,
+                                                  &bytes,
+                                                  &exact),
+                         RUMOR_ETOOBIG);
+        assert_int_equal(bytes, 0);
+        assert_int_equal(rumor_codec_encode(c,
+                                            x,
+                                            RUMOR_COMPRESS_MAX_ELEMS + 1,
+                                            3,
+                                            4,
+                                            buf,
+                                            len,
+                                            &got,
+                                            NULL),
+                         RUMOR_ETOOBIG);
         free(buf);
         rumor_codec_destroy(&c);
     }
@@ -613,6 +631,27 @@ test_fp16__fast_path__bit_equal_to_reference_incl_subnormals(void **state)
     compress_f16_to_f32(a, 8, y);
     for (size_t i = 0; i < 8; i++)
         assert_true(y[i] == compress_f16_to_f32_ref(a[i]));
+    /* Large vectors take the non-temporal store paths: every alignment of
+     * the output against the reference. */
+    const size_t big = ((size_t)1 << 20) + 5;
+    float *bx = s_data(big, 12), *by = malloc((big + 8) * sizeof *by);
+    uint8_t *bytes = malloc(2 * big + 16);
+    uint16_t *ref = malloc(big * sizeof *ref);
+    assert_true(compress_f32_to_f16_ref(bx, big, ref));
+    for (size_t off = 0; off < 3; off++) {
+        assert_true(compress_f32_to_f16_bytes(bx, big, bytes + off));
+        for (size_t i = 0; i < big; i++)
+            assert_int_equal(bytes[off + 2 * i] | bytes[off + 2 * i + 1] << 8,
+                             ref[i]);
+        assert_true(compress_f16_bytes_to_f32(bytes + off, big, by + off));
+        for (size_t i = 0; i < big; i += 1)
+            assert_true(compress_f2u(by[off + i]) ==
+                        compress_f2u(compress_f16_to_f32_ref(ref[i])));
+    }
+    free(bx);
+    free(by);
+    free(bytes);
+    free(ref);
     free(x);
     free(a);
     free(b);
@@ -1070,6 +1109,12 @@ test_kernels__finite_select_sign__equal_references(void **state)
             b[cb++] = (uint32_t)i;
     assert_int_equal(ca, cb);
     assert_memory_equal(a, b, ca * sizeof *a);
+    /* A small cap: the count is still exact, the first cap are written. */
+    uint32_t few[37], fbits[37];
+    assert_int_equal(compress_select_ge(x, n, 1.5f, few, fbits, 37, NULL), cb);
+    assert_memory_equal(few, b, sizeof few);
+    for (size_t i = 0; i < 37; i++)
+        assert_int_equal(fbits[i], compress_f2u(x[b[i]]));
     assert_int_equal(compress_select_ge(x, n, 1.5f, NULL, NULL, 0, NULL), cb);
     bool finite = false;
     compress_select_ge(x, n, 1.5f, NULL, NULL, 0, &finite);

@@ -472,6 +472,413 @@ test_powersgd__first_step__equals_single_node_on_mean(void **state)
     s_cluster_free(&c);
 }
 
+/* The float64 ring on float32 inputs: the partial sums are exact, so the
+ * result is bit for bit the float32 rounding of the float64 mean formed by
+ * a plain sequential sum (an independent reference), for every node
+ * count and a size that no node count divides evenly. */
+static void
+test_allreduce_f64__2_to_9_nodes__bitwise_correctly_rounded_mean(void **state)
+{
+    (void)state;
+    for (int n = 2; n <= 9; n++) {
+        char spec[32];
+        snprintf(spec, sizeof spec, "ring:%d", n);
+        struct cluster c;
+        s_cluster_new(&c, spec, "allreduce-f64", 7, 13, 6); /* 97 prime */
+        float *want = malloc(s_numel(&c) * sizeof *want);
+        for (size_t e = 0; e < s_numel(&c); e++) {
+            double sum = 0;
+            for (size_t i = 0; i < c.n; i++)
+                sum += c.x[i][e];
+            want[e] = (float)(sum / (double)c.n);
+        }
+        assert_int_equal(rumor_sim_step(c.sim, 1), RUMOR_OK);
+        for (size_t i = 0; i < c.n; i++)
+            if (memcmp(c.x[i], want, s_numel(&c) * sizeof *want) != 0)
+                fail_msg("n=%d node %zu differs from the rounded mean", n, i);
+        /* Twice the bytes of the float32 ring: 2 (n - 1) chunks. */
+        uint64_t bytes = 0;
+        for (int r = 0; r < 2 * (n - 1); r++) {
+            int c0 = r < n - 1 ? (0 + n - r % n) % n
+                               : (0 + 1 + n - (r - (n - 1)) % n) % n;
+            size_t len = (size_t)(97 * (c0 + 1) / n - 97 * c0 / n);
+            bytes += rumor_gossip_wire_bytes(len * sizeof(double));
+        }
+        assert_int_equal(rumor_sim_bytes_sent(c.sim, 0), bytes);
+        free(want);
+        s_cluster_free(&c);
+    }
+}
+
+/* Per-edge accounting: only the graph's edges carry bytes, each edge
+ * carries one full-model message per step for D-PSGD, and the rows sum to
+ * the node totals, for every algorithm's message pattern checked here. */
+static void
+test_sim__bytes_per_edge__on_edges_only_and_sum_to_node_totals(void **state)
+{
+    (void)state;
+    const char *algos[] = {"dpsgd", "powergossip", "choco", "allreduce"};
+    for (size_t a = 0; a < sizeof algos / sizeof algos[0]; a++) {
+        struct cluster c;
+        s_cluster_new(&c, "torus:3x3", algos[a], 6, 5, 2);
+        for (uint64_t step = 1; step <= 3; step++)
+            assert_int_equal(rumor_sim_step(c.sim, step), RUMOR_OK);
+        for (size_t i = 0; i < c.n; i++) {
+            uint64_t row = 0;
+            for (size_t j = 0; j < c.n; j++) {
+                uint64_t b = rumor_sim_bytes_edge(c.sim, i, j);
+                bool edge =
+                    strcmp(algos[a], "allreduce") == 0
+                        ? j == (i + 1) % c.n
+                        : rumor_topology_weight(c.topo, 0, i, j) > 0 && i != j;
+                if ((b > 0) != edge)
+                    fail_msg("%s: edge %zu->%zu carries %llu bytes",
+                             algos[a],
+                             i,
+                             j,
+                             (unsigned long long)b);
+                if (strcmp(algos[a], "dpsgd") == 0 && edge) {
+                    assert_int_equal(b, 3 * rumor_gossip_wire_bytes(32 * 4));
+                    assert_int_equal(rumor_sim_messages_edge(c.sim, i, j), 3);
+                }
+                row += b;
+            }
+            assert_int_equal(row, rumor_sim_bytes_sent(c.sim, i));
+        }
+        assert_int_equal(rumor_sim_bytes_edge(c.sim, c.n, 0), 0);
+        s_cluster_free(&c);
+    }
+}
+
+/* Every algorithm with settings that suit it. */
+struct algo_case {
+    const char *label, *algo, *codec, *delta_codec;
+    double gamma;
+    unsigned period, gossip_rounds;
+    bool time_varying; /* works on a time-varying topology */
+};
+
+static const struct algo_case s_all_algos[] = {
+    {"allreduce", "allreduce", "", "", 1, 1, 0, true},
+    {"allreduce-f64", "allreduce-f64", "", "", 1, 1, 0, true},
+    {"dpsgd", "dpsgd", "", "", 1, 1, 0, true},
+    {"choco qsgd", "choco", "qsgd:bits=4", "", 0.5, 1, 0, false},
+    {"choco topk", "choco", "topk:ratio=0.1", "", 0.1, 1, 0, false},
+    {"deepsqueeze", "deepsqueeze", "qsgd:bits=4", "", 0.2, 1, 0, true},
+    {"moniqua", "moniqua", "", "", 0.005, 1, 0, true},
+    {"powergossip", "powergossip", "", "", 1, 1, 0, true},
+    {"powersgd", "powersgd", "", "", 1, 1, 0, true},
+    {"localsgd exact", "localsgd", "", "", 1, 2, 0, true},
+    {"localsgd k=2", "localsgd", "", "", 1, 2, 2, true},
+    {"localsgd topk delta", "localsgd", "", "topk:ratio=0.2", 1, 1, 0, true},
+};
+
+static void
+s_algo_cluster(struct cluster *c, const char *spec, const struct algo_case *k)
+{
+    struct rumor_gossip_opts opts;
+    rumor_gossip_opts_default(&opts);
+    snprintf(opts.algo, sizeof opts.algo, "%s", k->algo);
+    if (k->codec[0])
+        snprintf(opts.codec, sizeof opts.codec, "%s", k->codec);
+    snprintf(opts.delta_codec, sizeof opts.delta_codec, "%s", k->delta_codec);
+    opts.gamma = k->gamma;
+    opts.period = k->period;
+    opts.gossip_rounds = k->gossip_rounds;
+    opts.theta = 1.0;
+    s_cluster_new_opts(c, spec, &opts, 10, 10, 4);
+    if (strcmp(k->algo, "moniqua") == 0) {
+        /* Moniqua needs neighbours within theta of each other: models
+         * start N(0, 0.1^2) apart per element around a shared random
+         * point (6 standard deviations of a difference: 0.85 < theta).
+         * Its rounding noise has a step of 2 theta whatever the models,
+         * so only a small gamma (noise ~ gamma^2, contraction ~ gamma)
+         * lets the error fall. */
+        struct rumor_rng rng;
+        rumor_rng_init(&rng, 5, 5);
+        for (size_t e = 0; e < s_numel(c); e++) {
+            float base = (float)rumor_rng_normal(&rng);
+            for (size_t i = 0; i < c->n; i++)
+                c->x[i][e] = base + 0.1f * (float)rumor_rng_normal(&rng);
+        }
+    }
+}
+
+/* Consensus error after 2, 10 and 100 steps: below the start and falling
+ * (unless already at exact consensus: the all-reduces after one step). */
+static void
+s_check_error_falls(const char *spec, const struct algo_case *k)
+{
+    struct cluster c;
+    s_algo_cluster(&c, spec, k);
+    double e0 = s_consensus_error(&c), prev = e0;
+    uint64_t step = 0;
+    const uint64_t checks[] = {2, 10, 100};
+    for (size_t m = 0; m < 3; m++) {
+        while (step < checks[m]) {
+            step++;
+            rumor_err rc = rumor_sim_step(c.sim, step);
+            if (rc != RUMOR_OK)
+                fail_msg("%s on %s step %llu: %s",
+                         k->label,
+                         spec,
+                         (unsigned long long)step,
+                         rumor_errname(rc));
+        }
+        double e = s_consensus_error(&c);
+        bool exact = prev < 1e-20 * e0; /* already at consensus */
+        if (!(e < e0) || (!exact && !(e < prev)))
+            fail_msg("%s on %s: error %.3g after %llu steps (before %.3g, "
+                     "start %.3g)",
+                     k->label,
+                     spec,
+                     e,
+                     (unsigned long long)step,
+                     prev,
+                     e0);
+        prev = e;
+    }
+    s_cluster_free(&c);
+}
+
+static void
+test_every_algorithm__ring_torus_complete__consensus_error_falls(void **state)
+{
+    (void)state;
+    const char *specs[] = {"ring:8", "torus:3x3", "complete:6"};
+    for (size_t k = 0; k < sizeof s_all_algos / sizeof s_all_algos[0]; k++)
+        for (size_t g = 0; g < 3; g++)
+            s_check_error_falls(specs[g], &s_all_algos[k]);
+}
+
+static void
+test_time_varying__one_peer_exp__algorithms_that_allow_it_converge(void **state)
+{
+    (void)state;
+    for (size_t k = 0; k < sizeof s_all_algos / sizeof s_all_algos[0]; k++) {
+        if (s_all_algos[k].time_varying)
+            s_check_error_falls("one-peer-exp:8", &s_all_algos[k]);
+    }
+    /* CHOCO keeps a running sum over a fixed neighbourhood: refused. */
+    rumor_topology *t = NULL;
+    struct rumor_diag diag = {0};
+    assert_int_equal(rumor_topology_from_spec("one-peer-exp:8", 1, &t, &diag),
+                     RUMOR_OK);
+    float x[4] = {0};
+    struct rumor_tensor tensor = {x, 1, {4}};
+    struct rumor_model model = {&tensor, 1};
+    struct rumor_gossip_opts opts;
+    rumor_gossip_opts_default(&opts);
+    snprintf(opts.algo, sizeof opts.algo, "choco");
+    rumor_gossip *g = NULL;
+    assert_int_equal(rumor_gossip_new(&opts, t, 0, &model, &g, &diag),
+                     RUMOR_EINVAL);
+    assert_non_null(strstr(diag.msg, "static topology"));
+    rumor_topology_destroy(&t);
+}
+
+/* --- step-ahead error feedback on least squares ------------------------ */
+
+#define SQ_NODES 4
+#define SQ_ROWS  40
+#define SQ_DIM   24
+
+struct sq_problem {
+    double a[SQ_NODES][SQ_ROWS][SQ_DIM], b[SQ_NODES][SQ_ROWS];
+    double opt[SQ_DIM]; /* the minimiser of sum_i f_i */
+};
+
+/* Solves sum_i A_i^T A_i x = sum_i A_i^T b_i by Gaussian elimination with
+ * partial pivoting: the reference optimum. */
+static void
+s_sq_init(struct sq_problem *q)
+{
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, 11, 3);
+    double m[SQ_DIM][SQ_DIM + 1] = {{0}};
+    for (int i = 0; i < SQ_NODES; i++)
+        for (int r = 0; r < SQ_ROWS; r++) {
+            for (int k = 0; k < SQ_DIM; k++)
+                q->a[i][r][k] = rumor_rng_normal(&rng) / sqrt(SQ_ROWS);
+            q->b[i][r] = rumor_rng_normal(&rng);
+            for (int k = 0; k < SQ_DIM; k++) {
+                for (int l = 0; l < SQ_DIM; l++)
+                    m[k][l] += q->a[i][r][k] * q->a[i][r][l];
+                m[k][SQ_DIM] += q->a[i][r][k] * q->b[i][r];
+            }
+        }
+    for (int c = 0; c < SQ_DIM; c++) {
+        int piv = c;
+        for (int r = c + 1; r < SQ_DIM; r++)
+            if (fabs(m[r][c]) > fabs(m[piv][c]))
+                piv = r;
+        for (int l = 0; l <= SQ_DIM; l++) {
+            double t = m[c][l];
+            m[c][l] = m[piv][l];
+            m[piv][l] = t;
+        }
+        for (int r = 0; r < SQ_DIM; r++) {
+            if (r == c)
+                continue;
+            double f = m[r][c] / m[c][c];
+            for (int l = c; l <= SQ_DIM; l++)
+                m[r][l] -= f * m[c][l];
+        }
+    }
+    for (int k = 0; k < SQ_DIM; k++)
+        q->opt[k] = m[k][SQ_DIM] / m[k][k];
+}
+
+/* Runs `steps` of: look-ahead, gradient of f_i, x_i -= lr g, sync (local
+ * SGD with H = 1, the delta compressed with error feedback). Returns the
+ * distance of node 0's model (all nodes hold the same after a sync) to
+ * the optimum, relative to the optimum's norm. */
+static double
+s_sq_run(const struct sq_problem *q,
+         const char *codec,
+         double alpha,
+         double lr,
+         uint64_t steps)
+{
+    struct rumor_gossip_opts opts;
+    rumor_gossip_opts_default(&opts);
+    snprintf(opts.algo, sizeof opts.algo, "localsgd");
+    snprintf(opts.delta_codec, sizeof opts.delta_codec, "%s", codec);
+    opts.ef_alpha = alpha;
+    struct cluster c;
+    s_cluster_new_opts(&c, "ring:4", &opts, SQ_DIM, 1, 0);
+    for (size_t i = 0; i < c.n; i++)
+        memset(c.x[i], 0, SQ_DIM * sizeof(float));
+    for (uint64_t step = 1; step <= steps; step++) {
+        for (size_t i = 0; i < c.n; i++) {
+            assert_int_equal(rumor_gossip_step_ahead(c.nodes[i]), RUMOR_OK);
+            double g[SQ_DIM] = {0};
+            for (int r = 0; r < SQ_ROWS; r++) {
+                double res = -q->b[i][r];
+                for (int k = 0; k < SQ_DIM; k++)
+                    res += q->a[i][r][k] * c.x[i][k];
+                for (int k = 0; k < SQ_DIM; k++)
+                    g[k] += q->a[i][r][k] * res;
+            }
+            for (int k = 0; k < SQ_DIM; k++)
+                c.x[i][k] = (float)(c.x[i][k] - lr * g[k]);
+        }
+        assert_int_equal(rumor_sim_step(c.sim, step), RUMOR_OK);
+    }
+    double d = 0, norm = 0;
+    for (int k = 0; k < SQ_DIM; k++) {
+        d += (c.x[0][k] - q->opt[k]) * (c.x[0][k] - q->opt[k]);
+        norm += q->opt[k] * q->opt[k];
+    }
+    s_cluster_free(&c);
+    return sqrt(d / norm);
+}
+
+/* Heterogeneous least squares (each node its own A_i, b_i), local SGD
+ * with H = 1 and the delta compressed with error feedback, at a step size
+ * large enough for EF's gradient mismatch to show (lr 0.7; at 0.9 plain
+ * EF diverges): SAEF (alpha 1) and alpha 0.5
+ * end closer to the optimum than plain EF (alpha 0) for a sparsifier, a
+ * sign codec and a 2-bit quantizer. Measured after 400 steps (relative
+ * distance): topk 1.00 / 0.44 / 0.48, sign 0.77 / 0.43 / 0.48, qsgd:bits=2
+ * 1.21 / 0.44 / 0.41 (EF / 0.5 / SAEF). At small steps (lr <= 0.1) plain EF
+ * ends closer (e.g. topk lr 0.1: 0.089 vs 0.18): each node looks ahead by
+ * its own error, not the network's average (gossip/localsgd.c). */
+static void
+test_saef__least_squares_large_steps__beats_plain_ef(void **state)
+{
+    (void)state;
+    static struct sq_problem q;
+    s_sq_init(&q);
+    const char *codecs[] = {"topk:ratio=0.1", "sign", "qsgd:bits=2"};
+    for (size_t k = 0; k < 3; k++) {
+        double ef = s_sq_run(&q, codecs[k], 0.0, 0.7, 400);
+        double half = s_sq_run(&q, codecs[k], 0.5, 0.7, 400);
+        double sa = s_sq_run(&q, codecs[k], 1.0, 0.7, 400);
+        if (!(sa < 0.7 * ef && half < 0.7 * ef))
+            fail_msg("%s: distance to the optimum: EF %.3g, alpha 0.5 %.3g, "
+                     "SAEF %.3g",
+                     codecs[k],
+                     ef,
+                     half,
+                     sa);
+    }
+    /* A lossless codec: the look-ahead changes nothing at the end. */
+    assert_float_equal(s_sq_run(&q, "fp32", 1.0, 0.1, 300),
+                       s_sq_run(&q, "fp32", 0.0, 0.1, 300),
+                       1e-6);
+}
+
+/* Two identical nodes (so each node's error is the network's average
+ * error), f(x) = 1/2 ||x - (4, 2)||^2, lr 0.5, delta codec top-1 of 2,
+ * worked by hand. Step 1 averages the models: x = (2, 1). Step 2 (e = 0):
+ * x = (3, 1.5), Delta = (-1, -0.5), sent (-1, 0), e = (0, -0.5), model
+ * (3, 1). Step 3, SAEF: look-ahead (3, 1.5), g = (-1, -0.5), x =
+ * (3.5, 1.75), Delta = (-0.5, -0.75), sent (0, -0.75): model (3, 1.75).
+ * Plain EF: g at (3, 1) = (-1, -1), x = (3.5, 1.5), Delta = (-0.5, -0.5)
+ * + e = (-0.5, -1), sent (0, -1): model (3, 2). */
+static void
+test_saef__two_nodes_top1__hand_computed_look_ahead(void **state)
+{
+    (void)state;
+    const double alphas[2] = {1.0, 0.0};
+    const float want[2][2] = {{3.0f, 1.75f}, {3.0f, 2.0f}};
+    for (int k = 0; k < 2; k++) {
+        struct rumor_gossip_opts opts;
+        rumor_gossip_opts_default(&opts);
+        snprintf(opts.algo, sizeof opts.algo, "localsgd");
+        snprintf(opts.delta_codec, sizeof opts.delta_codec, "topk:ratio=0.5");
+        opts.ef_alpha = alphas[k];
+        struct cluster c;
+        s_cluster_new_opts(&c, "ring:2", &opts, 2, 1, 0);
+        for (size_t i = 0; i < 2; i++)
+            c.x[i][0] = c.x[i][1] = 0;
+        const float target[2] = {4, 2};
+        for (uint64_t step = 1; step <= 3; step++) {
+            for (size_t i = 0; i < 2; i++) {
+                assert_int_equal(rumor_gossip_step_ahead(c.nodes[i]), RUMOR_OK);
+                for (int d = 0; d < 2; d++)
+                    c.x[i][d] -= 0.5f * (c.x[i][d] - target[d]);
+            }
+            assert_int_equal(rumor_sim_step(c.sim, step), RUMOR_OK);
+        }
+        for (size_t i = 0; i < 2; i++) {
+            assert_float_equal(c.x[i][0], want[k][0], 1e-6);
+            assert_float_equal(c.x[i][1], want[k][1], 1e-6);
+        }
+        s_cluster_free(&c);
+    }
+}
+
+/* Without an error memory the look-ahead is a no-op; ef_alpha needs one. */
+static void
+test_step_ahead__no_error_memory__noop_and_alpha_checked(void **state)
+{
+    (void)state;
+    struct cluster c;
+    s_cluster_new(&c, "ring:3", "dpsgd", 2, 2, 0);
+    float before[4];
+    memcpy(before, c.x[0], sizeof before);
+    assert_int_equal(rumor_gossip_step_ahead(c.nodes[0]), RUMOR_OK);
+    assert_memory_equal(c.x[0], before, sizeof before);
+    struct rumor_tensor tensor = {before, 1, {4}};
+    struct rumor_model model = {&tensor, 1};
+    struct rumor_gossip_opts opts;
+    rumor_gossip_opts_default(&opts);
+    snprintf(opts.algo, sizeof opts.algo, "localsgd");
+    opts.ef_alpha = 1;
+    rumor_gossip *g = NULL;
+    struct rumor_diag diag = {0};
+    assert_int_equal(rumor_gossip_new(&opts, c.topo, 0, &model, &g, &diag),
+                     RUMOR_EINVAL);
+    assert_non_null(strstr(diag.msg, "delta_codec"));
+    snprintf(opts.delta_codec, sizeof opts.delta_codec, "sign");
+    opts.ef_alpha = 1.5;
+    assert_int_equal(rumor_gossip_new(&opts, c.topo, 0, &model, &g, &diag),
+                     RUMOR_EINVAL);
+    s_cluster_free(&c);
+}
+
 /* Least squares per node: f_i(x) = 1/2 ||A_i x - b_i||^2, A_i 10 x 6. */
 struct lsq {
     double a[4][10][6], b[4][10];
@@ -694,6 +1101,18 @@ main(int argc, char **argv)
         cmocka_unit_test(
             test_deepsqueeze__qsgd_ring__average_kept_error_plateaus_low),
         cmocka_unit_test(test_moniqua__close_models__unbiased_gossip_step),
+        cmocka_unit_test(
+            test_allreduce_f64__2_to_9_nodes__bitwise_correctly_rounded_mean),
+        cmocka_unit_test(test_saef__least_squares_large_steps__beats_plain_ef),
+        cmocka_unit_test(test_saef__two_nodes_top1__hand_computed_look_ahead),
+        cmocka_unit_test(
+            test_step_ahead__no_error_memory__noop_and_alpha_checked),
+        cmocka_unit_test(
+            test_sim__bytes_per_edge__on_edges_only_and_sum_to_node_totals),
+        cmocka_unit_test(
+            test_every_algorithm__ring_torus_complete__consensus_error_falls),
+        cmocka_unit_test(
+            test_time_varying__one_peer_exp__algorithms_that_allow_it_converge),
     };
     if (argc == 2)
         cmocka_set_test_filter(argv[1]);

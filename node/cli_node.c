@@ -1,0 +1,157 @@
+/*
+ * `rumor node`: one node process. Options come from an optional INI file
+ * (--config FILE, applied first) and the command line (applied after, so
+ * the command line wins); both go through rumor_node_opts_set, so a key in
+ * the file and a long option are the same thing. SIGINT and SIGTERM ask
+ * the run to stop after the current step (bounded by the step deadline);
+ * the process then writes its last metrics line and exits 130.
+ * Exit status: 0 done, 1 the run failed (a neighbour missed a deadline,
+ * divergence, I/O), 2 bad options, 130 interrupted.
+ */
+#include "rumor/node.h"
+
+#include "node/cli.h"
+#include "node/runtime_impl.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+static rumor_node *volatile s_running;
+
+void
+cli_node_help(FILE *out)
+{
+    fprintf(out,
+            "usage: rumor node --topology FILE --id N --key DIR/NAME "
+            "[options]\n"
+            "       rumor node --config FILE [options]\n\n"
+            "Runs one node of a decentralized training run. Main options:\n"
+            "  --workload lsq|logreg|mlp   --hidden 64,32   --dataset SPEC\n"
+            "  --shard iid|dirichlet:ALPHA --batch N        --seed S\n"
+            "  --optimizer sgd|momentum|nesterov  --lr X  --momentum X\n"
+            "  --weight-decay X  --warmup N  --decay-every N  --decay-factor "
+            "X\n"
+            "  --algo dpsgd|choco|powergossip|powersgd|allreduce|localsgd|\n"
+            "         deepsqueeze|moniqua  --codec SPEC  --gamma G  --rank R\n"
+            "  --iterations I  --period H  --exchange auto|model|gradient\n"
+            "  --steps N  --deadline-ms MS  --connect-timeout-ms MS\n"
+            "  --no-overlap  --consensus-every K  --ef-alpha A\n"
+            "  --eval-every K  --metrics-dir DIR  --log-level LEVEL\n"
+            "  --rate BITS/S  --delay-ms MS  --insecure  --progress "
+            "auto|on|off\n\n"
+            "Flags: --insecure, --cuda, --overlap (on; --no-overlap).\n"
+            "Every option name (also the keys of the --config INI file):");
+    node_opts_print(out);
+    fprintf(out, "\nSee docs/node.md for defaults and the metrics format.\n");
+}
+
+static void
+s_on_signal(int sig)
+{
+    (void)sig;
+    rumor_node *node = s_running;
+    if (node != NULL)
+        rumor_node_stop(node);
+}
+
+static int
+s_fail(const char *what, const struct rumor_diag *diag, rumor_err rc)
+{
+    char text[2 * RUMOR_DIAG_TEXT_BYTES + 32];
+    if (diag->msg[0] != '\0')
+        rumor_diag_format(diag, text, sizeof text);
+    else
+        snprintf(text, sizeof text, "%s", rumor_strerror(rc));
+    fprintf(stderr, "rumor %s: %s\n", what, text);
+    return rc == RUMOR_EINVAL ? 2 : 1;
+}
+
+int
+cli_node_parse(int argc,
+               char **argv,
+               struct rumor_node_opts *opts,
+               struct rumor_diag *diag)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--config") == 0) {
+            if (i + 1 >= argc) {
+                rumor_diag_set(diag, "", 0, 0, "--config needs a FILE");
+                return -1;
+            }
+            rumor_err rc = rumor_node_opts_load(opts, argv[i + 1], diag);
+            if (rc != RUMOR_OK)
+                return -1;
+        }
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strncmp(arg, "--", 2) != 0) {
+            rumor_diag_set(diag, "", 0, 0, "unexpected argument '%s'", arg);
+            return -1;
+        }
+        char name[64];
+        const char *eq = strchr(arg + 2, '=');
+        size_t len = eq != NULL ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+        if (len >= sizeof name) {
+            rumor_diag_set(diag, "", 0, 0, "unknown option %s", arg);
+            return -1;
+        }
+        memcpy(name, arg + 2, len);
+        name[len] = '\0';
+        const char *value = eq != NULL ? eq + 1 : NULL;
+        if (strcmp(name, "config") == 0) {
+            i++;
+            continue;
+        }
+        if (value == NULL && strncmp(name, "no-", 3) == 0 &&
+            rumor_node_opts_is_flag(name + 3)) {
+            /* --no-overlap: a flag turned off */
+            memmove(name, name + 3, strlen(name + 3) + 1);
+            value = "false";
+        } else if (value == NULL && rumor_node_opts_is_flag(name))
+            value = "";
+        else if (value == NULL && rumor_node_opts_known(name)) {
+            if (i + 1 >= argc) {
+                rumor_diag_set(diag, "", 0, 0, "--%s needs a value", name);
+                return -1;
+            }
+            value = argv[++i];
+        } else if (value == NULL) {
+            value = "";
+        }
+        if (rumor_node_opts_set(opts, name, value, diag) != RUMOR_OK)
+            return -1;
+    }
+    return 0;
+}
+
+int
+cli_node_main(int argc, char **argv)
+{
+    struct rumor_node_opts opts;
+    rumor_node_opts_default(&opts);
+    struct rumor_diag diag = {0};
+    if (cli_node_parse(argc, argv, &opts, &diag) != 0)
+        return s_fail("node", &diag, RUMOR_EINVAL);
+    rumor_node *node = NULL;
+    rumor_err rc = rumor_node_new(&opts, &node, &diag);
+    if (rc != RUMOR_OK)
+        return s_fail("node", &diag, rc);
+    s_running = node;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = s_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    rc = rumor_node_run(node, &diag);
+    struct rumor_node_summary sum;
+    rumor_node_summary(node, &sum);
+    s_running = NULL;
+    rumor_node_destroy(&node);
+    if (rc != RUMOR_OK)
+        return s_fail("node", &diag, rc == RUMOR_EINVAL ? RUMOR_EIO : rc);
+    if (sum.stopped)
+        return 130;
+    return 0;
+}

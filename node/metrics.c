@@ -1,0 +1,129 @@
+/*
+ * Metrics of a node run: DIR/node-N.jsonl, one JSON object per line,
+ * written with cJSON (Debian libcjson) so every line is valid JSON
+ * whatever the numbers (cJSON writes non-finite values as null; fields
+ * that are not known at a step, such as accuracy between evaluations, are
+ * left out instead). Each line is flushed as it is written, so a run that
+ * is killed keeps every completed step, and a reader (`rumor plot`, a
+ * test) may follow the file while the run goes on. The format is listed in
+ * docs/node.md "Metrics".
+ */
+#include "rumor/node.h"
+
+#include "node/runtime_impl.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+struct node_metrics {
+    FILE *f;
+};
+
+int
+node_mkdirs(const char *path)
+{
+    char buf[RUMOR_NODE_PATH_MAX];
+    size_t len = strlen(path);
+    if (len == 0 || len >= sizeof buf)
+        return -1;
+    memcpy(buf, path, len + 1);
+    for (size_t i = 1; i <= len; i++) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        char saved = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return -1;
+        buf[i] = saved;
+    }
+    return 0;
+}
+
+rumor_err
+node_metrics_open(const char *dir,
+                  uint32_t id,
+                  node_metrics **out,
+                  struct rumor_diag *diag)
+{
+    *out = NULL;
+    char path[RUMOR_NODE_PATH_MAX + 32];
+    if (node_mkdirs(dir) != 0) {
+        rumor_diag_set(diag, dir, 0, 0, "cannot create: %s", strerror(errno));
+        return RUMOR_EIO;
+    }
+    snprintf(path, sizeof path, "%s/node-%u.jsonl", dir, id);
+    node_metrics *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        return RUMOR_ENOMEM;
+    m->f = fopen(path, "w");
+    if (m->f == NULL) {
+        rumor_diag_set(diag, path, 0, 0, "cannot write: %s", strerror(errno));
+        free(m);
+        return RUMOR_EIO;
+    }
+    *out = m;
+    return RUMOR_OK;
+}
+
+static bool
+s_add_num(cJSON *o, const char *name, double v)
+{
+    if (isnan(v))
+        return true;
+    return cJSON_AddNumberToObject(o, name, v) != NULL;
+}
+
+rumor_err
+node_metrics_write(node_metrics *m, const struct node_metrics_row *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o != NULL;
+    /* counters are below 2^53, so doubles hold them exactly */
+    ok = ok && s_add_num(o, "step", (double)r->step);
+    ok = ok && s_add_num(o, "loss", r->loss);
+    ok = ok && s_add_num(o, "lr", r->lr);
+    ok = ok && s_add_num(o, "test_loss", r->test_loss);
+    ok = ok && s_add_num(o, "accuracy", r->accuracy);
+    ok = ok && s_add_num(o, "optimum_error", r->optimum_error);
+    ok = ok && s_add_num(o, "bytes_sent", (double)r->bytes_sent);
+    ok = ok && s_add_num(o, "bytes_recv", (double)r->bytes_recv);
+    ok = ok && s_add_num(o, "frames_sent", (double)r->frames_sent);
+    ok = ok && s_add_num(o, "gossip_bytes_sent", (double)r->gossip_bytes_sent);
+    ok = ok && s_add_num(o, "gossip_bytes_recv", (double)r->gossip_bytes_recv);
+    ok =
+        ok && s_add_num(o, "gossip_frames_sent", (double)r->gossip_frames_sent);
+    ok = ok && s_add_num(o, "consensus_edge_sq", r->consensus);
+    ok = ok &&
+         s_add_num(o, "consensus_bytes_sent", (double)r->consensus_bytes_sent);
+    ok =
+        ok &&
+        s_add_num(o, "consensus_frames_sent", (double)r->consensus_frames_sent);
+    ok = ok && s_add_num(o, "seconds", r->seconds);
+    ok = ok && s_add_num(o, "seconds_compute", r->seconds_compute);
+    ok = ok && s_add_num(o, "seconds_gossip", r->seconds_gossip);
+    ok = ok && s_add_num(o, "seconds_wait", r->seconds_wait);
+    char *text = ok ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (text == NULL)
+        return RUMOR_ENOMEM;
+    int failed = fprintf(m->f, "%s\n", text) < 0;
+    failed |= fflush(m->f) != 0;
+    free(text);
+    return failed ? RUMOR_EIO : RUMOR_OK;
+}
+
+void
+node_metrics_close(node_metrics **self_p)
+{
+    node_metrics *m = *self_p;
+    if (m == NULL)
+        return;
+    fclose(m->f);
+    free(m);
+    *self_p = NULL;
+}

@@ -1,0 +1,940 @@
+/*
+ * The node runtime: one process of a decentralized training run. Each step
+ * follows the reference implementations (Koloskova et al. 2020, CHOCO-SGD
+ * code; Vogels et al. 2020, PowerGossip code):
+ *   1. g_t = grad f_i(x_t) on step t's minibatch;
+ *   2. gossip: the algorithm's rounds over the network, each with the
+ *      step's deadline;
+ *   3. x_{t+1} = optimizer step of the (gossiped) x_t with g_t.
+ * For PowerSGD (Vogels et al. 2019), which is data-parallel gradient
+ * compression in its paper, and for all-reduce as its uncompressed
+ * baseline, step 2 averages g_t instead of x_t (exchange "gradient": every
+ * node then holds the same model, as in data-parallel training); every
+ * other algorithm gossips the model. The choice is an option (--exchange).
+ * With model exchange, 1 and 2 both read x_t, so by default they overlap
+ * (as the reference's "overlapping" DPSGD): a worker thread computes the
+ * gradient on the model while the main thread gossips a copy, which then
+ * becomes the model; the numbers are those of the sequential loop.
+ *
+ * The network driver is written here rather than calling
+ * rumor_gossip_net_step, because the metrics need what that call hides:
+ * the time spent encoding and decoding (emit, absorb) apart from the time
+ * spent waiting for neighbours, and the exact wire bytes of the gossip
+ * messages this node sent and received (rumor_gossip_wire_bytes), which
+ * the tests compare with the simulator's count and with the transport's
+ * own counters. The round structure is the one of gossip/netdrive.c.
+ *
+ * Never hang: the links must come up within connect_ms, every step has a
+ * deadline, and a neighbour that was heard from and then goes silent for
+ * the transport's down time ends the step early. Either way the node logs
+ * the missing peers with their liveness and the run returns an error, so
+ * the process exits non-zero in bounded time. Riding over a dead
+ * neighbour (skipping it, re-weighting) is a later issue's fault tolerance.
+ */
+#include "rumor/node.h"
+
+#include "node/runtime_impl.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NODE_MS                1000000ull
+#define NODE_RECV_SLICE_MS     100  /* how often a wait checks liveness */
+#define NODE_FLUSH_MS          5000 /* waiting for queued sends at the end */
+#define NODE_PROGRESS_EVERY_NS 100000000ull /* terminal refresh: 10 Hz */
+/* The consensus probe travels as round NODE_PROBE_ROUND of its step: no
+ * algorithm has that many rounds, so it never meets a gossip message. */
+#define NODE_PROBE_ROUND 0x7fff0000u
+
+/* The gradient worker of an overlapped step: computes the gradient of
+ * step t at the model while the main thread gossips a copy of it. */
+struct s_worker {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool started, job, done, quit; /* under mu */
+    uint64_t t;                    /* the job's step */
+    rumor_err rc;                  /* the job's result */
+    double loss, seconds;
+};
+
+struct rumor_node {
+    struct rumor_node_opts opts;
+    rumor_topology *topo;
+    uint32_t n;
+    rumor_net_keypair *keys;
+    struct rumor_dataset *data;
+    rumor_workload *w;
+    struct rumor_model *model;         /* borrowed from w */
+    struct rumor_model *grad;          /* owned */
+    struct rumor_model *mix;           /* overlap: the copy being gossiped */
+    struct s_worker worker;            /* overlap: the gradient thread */
+    const struct rumor_model *optimum; /* lsq only, borrowed from w */
+    rumor_optim *optim;
+    rumor_gossip *g;
+    rumor_net *net;
+    node_metrics *metrics;
+    uint32_t *linked; /* peers this node opens links to */
+    size_t nlinked;
+    bool *heard;      /* per node: seen alive once (death detection) */
+    uint32_t *expect; /* per round scratch: expected senders */
+    struct rumor_net_msg *got;
+    struct rumor_gossip_msg *inbox;
+    atomic_bool stop;
+    bool progress;
+    uint64_t start_ns, progress_ns;
+    double t_compute, t_gossip, t_wait;
+    uint64_t gossip_frames_sent;
+    float *probe; /* the model packed for the consensus probe */
+    size_t probe_floats;
+    uint64_t consensus_bytes_sent, consensus_frames_sent;
+    struct rumor_node_summary sum;
+};
+
+/* --- static helpers --------------------------------------------------- */
+
+static double
+s_since(uint64_t t0)
+{
+    return (double)(rumor_clock_ns() - t0) * 1e-9;
+}
+
+/* Hash of what must match on every node (model layout, algorithm and its
+ * settings), sent in HELLO so a misconfigured node is refused at once. */
+static uint64_t
+s_fingerprint(const struct rumor_node_opts *o, const struct rumor_model *m)
+{
+    char text[1024];
+    const struct rumor_gossip_opts *g = &o->gossip;
+    int len = snprintf(text,
+                       sizeof text,
+                       "%s|%s|%g|%zu|%u|%u|%u|%s|%g|%g|%g|%d|%zu",
+                       g->algo,
+                       g->codec,
+                       g->gamma,
+                       g->rank,
+                       g->iterations,
+                       g->period,
+                       g->gossip_rounds,
+                       g->delta_codec,
+                       g->outer_lr,
+                       g->outer_momentum,
+                       g->theta,
+                       node_exchange_gradient(o),
+                       m->count);
+    uint32_t lo = rumor_crc32c(0, text, (size_t)len);
+    uint32_t hi = lo;
+    for (size_t t = 0; t < m->count; t++)
+        hi = rumor_crc32c(hi,
+                          m->tensors[t].shape,
+                          m->tensors[t].ndim * sizeof(size_t));
+    return (uint64_t)hi << 32 | lo;
+}
+
+static rumor_err
+s_load_topology(rumor_node *node, struct rumor_diag *diag)
+{
+    const struct rumor_node_opts *o = &node->opts;
+    rumor_err rc = rumor_topology_load_file(o->topology, &node->topo, diag);
+    if (rc != RUMOR_OK)
+        return rc;
+    node->n = (uint32_t)rumor_topology_nodes(node->topo);
+    if (o->id >= node->n) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "--id %u: the topology has %u nodes",
+                       o->id,
+                       node->n);
+        return RUMOR_EINVAL;
+    }
+    if (rumor_topology_endpoint(node->topo, o->id) == NULL) {
+        rumor_diag_set(diag,
+                       o->topology,
+                       0,
+                       0,
+                       "node %u has no endpoint",
+                       o->id);
+        return RUMOR_EINVAL;
+    }
+    if (o->insecure)
+        return RUMOR_OK;
+    rc = rumor_net_keypair_load(o->key, &node->keys);
+    if (rc != RUMOR_OK) {
+        rumor_diag_set(diag,
+                       o->key,
+                       0,
+                       0,
+                       "cannot load %s.key: %s",
+                       o->key,
+                       rumor_strerror(rc));
+        return rc;
+    }
+    const char *listed = rumor_topology_key(node->topo, o->id);
+    const char *mine = rumor_net_keypair_public(node->keys);
+    if (listed == NULL || strcmp(listed, mine) != 0) {
+        rumor_diag_set(diag,
+                       o->topology,
+                       0,
+                       0,
+                       "node %u: the public key in the topology is not the "
+                       "one of %s.key",
+                       o->id,
+                       o->key);
+        return RUMOR_EAUTH;
+    }
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_build_training(rumor_node *node, struct rumor_diag *diag)
+{
+    const struct rumor_node_opts *o = &node->opts;
+    struct rumor_workload_opts wo = o->workload;
+    rumor_err rc = RUMOR_OK;
+    if (o->dataset[0] != '\0') {
+        rc = rumor_dataset_open(o->dataset, wo.seed, &node->data, diag);
+        if (rc != RUMOR_OK)
+            return rc;
+    }
+    wo.dataset = node->data;
+    wo.node = o->id;
+    wo.nodes = node->n;
+    rc = rumor_workload_new(&wo, &node->w, diag);
+    if (rc != RUMOR_OK)
+        return rc;
+    node->model = rumor_workload_model(node->w);
+    if (o->workload.kind == RUMOR_WORKLOAD_LSQ)
+        (void)rumor_workload_optimum(node->w, &node->optimum);
+    rc = rumor_model_clone(node->model, &node->grad);
+    if (rc != RUMOR_OK)
+        return rc;
+    rc = rumor_optim_new(&o->optim, node->model, &node->optim);
+    if (rc != RUMOR_OK) {
+        rumor_diag_set(diag, "", 0, 0, "optimizer: %s", rumor_strerror(rc));
+        return rc;
+    }
+    struct rumor_gossip_opts go = o->gossip;
+    go.seed = wo.seed;
+    const struct rumor_model *mixed =
+        node_exchange_gradient(o) ? node->grad : node->model;
+    if (!node_exchange_gradient(o) && o->overlap) {
+        rc = rumor_model_clone(node->model, &node->mix);
+        if (rc != RUMOR_OK)
+            return rc;
+        mixed = node->mix;
+    }
+    return rumor_gossip_new(&go, node->topo, o->id, mixed, &node->g, diag);
+}
+
+static rumor_err
+s_start_net(rumor_node *node, struct rumor_diag *diag)
+{
+    const struct rumor_node_opts *o = &node->opts;
+    struct rumor_net_peer *peers = calloc(node->n, sizeof *peers);
+    size_t count = 0;
+    if (peers == NULL)
+        return RUMOR_ENOMEM;
+    rumor_err rc = rumor_net_peers_from_topology(node->topo,
+                                                 o->id,
+                                                 peers,
+                                                 node->n,
+                                                 &count);
+    uint32_t next = (o->id + 1) % node->n;
+    for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
+        if (rumor_gossip_uses_ring(node->g) && peers[k].id == next)
+            peers[k].link = true;
+        if (peers[k].link && peers[k].endpoint == NULL) {
+            rumor_diag_set(diag,
+                           o->topology,
+                           0,
+                           0,
+                           "node %u (a peer of node %u) has no endpoint",
+                           peers[k].id,
+                           o->id);
+            rc = RUMOR_EINVAL;
+        }
+        if (peers[k].link)
+            node->linked[node->nlinked++] = peers[k].id;
+    }
+    struct rumor_net_opts no;
+    rumor_net_opts_default(&no);
+    no.self = o->id;
+    no.endpoint = rumor_topology_endpoint(node->topo, o->id);
+    no.keys = node->keys;
+    no.peers = peers;
+    no.npeers = count;
+    no.insecure = o->insecure;
+    no.fingerprint = s_fingerprint(o, node->model);
+    no.rate_bits = o->rate_bits;
+    no.delay_ms = o->delay_ms;
+    if (rc == RUMOR_OK)
+        rc = rumor_net_new(&no, &node->net);
+    if (rc != RUMOR_OK && diag->msg[0] == '\0')
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "transport on %s: %s",
+                       no.endpoint,
+                       rumor_strerror(rc));
+    free(peers);
+    return rc;
+}
+
+static void
+s_log_missing(rumor_node *node, uint64_t step, uint32_t peer, const char *why)
+{
+    rumor_net_state st = rumor_net_peer_state(node->net, peer);
+    rumor_log(RUMOR_LOG_ERROR,
+              "step %llu: no message from node %u (%s, link %s); stopping",
+              (unsigned long long)step,
+              peer,
+              why,
+              rumor_net_state_name(st));
+}
+
+/* Waits for peer's message of (step, round) until the deadline, checking
+ * every slice whether a peer heard before has gone down. */
+static rumor_err
+s_recv(rumor_node *node,
+       uint32_t peer,
+       uint64_t step,
+       uint32_t round,
+       uint64_t deadline,
+       struct rumor_net_msg *out)
+{
+    for (;;) {
+        uint64_t now = rumor_clock_ns();
+        uint64_t until = now + NODE_RECV_SLICE_MS * NODE_MS;
+        if (until > deadline)
+            until = deadline;
+        rumor_err rc = rumor_net_recv(node->net, peer, step, round, until, out);
+        if (rc != RUMOR_ETIMEDOUT)
+            return rc;
+        rumor_net_state st = rumor_net_peer_state(node->net, peer);
+        if (st != RUMOR_NET_PEER_DOWN)
+            node->heard[peer] = true;
+        if (rumor_clock_ns() >= deadline) {
+            s_log_missing(node, step, peer, "deadline passed");
+            return RUMOR_ETIMEDOUT;
+        }
+        if (node->heard[peer] && st == RUMOR_NET_PEER_DOWN) {
+            s_log_missing(node, step, peer, "peer went silent");
+            return RUMOR_ETIMEDOUT;
+        }
+    }
+}
+
+/* One round: emit and send, receive every expected sender, absorb. */
+static rumor_err
+s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
+{
+    uint64_t t0 = rumor_clock_ns();
+    const struct rumor_gossip_msg *msgs = NULL;
+    size_t count = 0, expected = 0, got = 0;
+    rumor_err rc = rumor_gossip_emit(node->g, step, round, &msgs, &count);
+    uint64_t t1 = rumor_clock_ns();
+    node->t_gossip += (double)(t1 - t0) * 1e-9;
+    for (size_t m = 0; m < count && rc == RUMOR_OK; m++) {
+        struct rumor_net_header h = {.type = RUMOR_NET_TYPE_DATA,
+                                     .step = step,
+                                     .round = round,
+                                     .count = msgs[m].len};
+        rc = rumor_net_send(node->net,
+                            msgs[m].peer,
+                            &h,
+                            msgs[m].data,
+                            msgs[m].len,
+                            deadline);
+        if (rc != RUMOR_OK) {
+            rumor_log(RUMOR_LOG_ERROR,
+                      "step %llu: sending to node %u: %s",
+                      (unsigned long long)step,
+                      msgs[m].peer,
+                      rumor_strerror(rc));
+            break;
+        }
+        uint64_t wire = rumor_gossip_wire_bytes(msgs[m].len);
+        node->sum.gossip_bytes_sent += wire;
+        node->gossip_frames_sent +=
+            (wire - msgs[m].len) / RUMOR_NET_HEADER_BYTES;
+    }
+    if (rc == RUMOR_OK)
+        rc = rumor_gossip_expected(node->g,
+                                   step,
+                                   round,
+                                   node->expect,
+                                   node->n,
+                                   &expected);
+    for (size_t k = 0; k < expected && rc == RUMOR_OK; k++) {
+        rc = s_recv(node,
+                    node->expect[k],
+                    step,
+                    round,
+                    deadline,
+                    &node->got[got]);
+        if (rc != RUMOR_OK)
+            break;
+        node->inbox[got] = (struct rumor_gossip_msg){node->expect[k],
+                                                     node->got[got].payload,
+                                                     node->got[got].len};
+        node->sum.gossip_bytes_recv +=
+            rumor_gossip_wire_bytes(node->got[got].len);
+        got++;
+    }
+    uint64_t t2 = rumor_clock_ns();
+    node->t_wait += (double)(t2 - t1) * 1e-9;
+    if (rc == RUMOR_OK) {
+        rc = rumor_gossip_absorb(node->g, step, round, node->inbox, got);
+        if (rc != RUMOR_OK)
+            rumor_log(RUMOR_LOG_ERROR,
+                      "step %llu round %u: absorb: %s",
+                      (unsigned long long)step,
+                      round,
+                      rumor_strerror(rc));
+    }
+    for (size_t k = 0; k < got; k++)
+        rumor_net_msg_free(&node->got[k]);
+    node->t_gossip += s_since(t2);
+    return rc;
+}
+
+static rumor_err
+s_gossip_step(rumor_node *node, uint64_t step, uint64_t deadline)
+{
+    uint32_t rounds = rumor_gossip_rounds(node->g, step);
+    rumor_err rc = RUMOR_OK;
+    for (uint32_t r = 0; r < rounds && rc == RUMOR_OK; r++)
+        rc = s_round(node, step, r, deadline);
+    rumor_net_close_steps_before(node->net, step);
+    return rc;
+}
+
+/* The consensus probe after step t: the whole model to every neighbour of
+ * t's phase and back; sum.consensus = mean_j ||x_i - x_j||^2. Its bytes
+ * are counted apart from the algorithm's. */
+static rumor_err
+s_probe(rumor_node *node, uint64_t t, uint64_t deadline)
+{
+    size_t off = 0;
+    for (size_t k = 0; k < node->model->count; k++) {
+        size_t n = rumor_tensor_numel(&node->model->tensors[k]);
+        memcpy(node->probe + off,
+               node->model->tensors[k].data,
+               n * sizeof(float));
+        off += n;
+    }
+    size_t len = node->probe_floats * sizeof(float), count = 0;
+    size_t phase = rumor_topology_phase_at(node->topo, t);
+    const uint32_t *nbrs = rumor_topology_neighbors(node->topo,
+                                                    phase,
+                                                    node->opts.id,
+                                                    &count,
+                                                    NULL);
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
+        struct rumor_net_header h = {.type = RUMOR_NET_TYPE_DATA,
+                                     .step = t,
+                                     .round = NODE_PROBE_ROUND,
+                                     .count = node->probe_floats};
+        rc = rumor_net_send(node->net, nbrs[k], &h, node->probe, len, deadline);
+        uint64_t wire = rumor_gossip_wire_bytes(len);
+        node->consensus_bytes_sent += wire;
+        node->consensus_frames_sent += (wire - len) / RUMOR_NET_HEADER_BYTES;
+    }
+    double sum = 0;
+    for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
+        struct rumor_net_msg msg;
+        rc = s_recv(node, nbrs[k], t, NODE_PROBE_ROUND, deadline, &msg);
+        if (rc != RUMOR_OK)
+            break;
+        if (msg.len != len) {
+            rumor_log(RUMOR_LOG_ERROR,
+                      "step %llu: consensus probe of node %u has %zu bytes, "
+                      "not %zu",
+                      (unsigned long long)t + 1,
+                      nbrs[k],
+                      msg.len,
+                      len);
+            rc = RUMOR_EPROTO;
+        }
+        for (size_t e = 0; e < node->probe_floats && rc == RUMOR_OK; e++) {
+            float v = 0;
+            memcpy(&v, msg.payload + e * sizeof v, sizeof v);
+            double d = (double)node->probe[e] - (double)v;
+            sum += d * d;
+        }
+        rumor_net_msg_free(&msg);
+    }
+    node->sum.consensus = count > 0 ? sum / (double)count : 0;
+    return rc;
+}
+
+static rumor_err
+s_wait_links(rumor_node *node, uint64_t deadline)
+{
+    for (size_t k = 0; k < node->nlinked; k++) {
+        uint32_t peer = node->linked[k];
+        rumor_err rc = RUMOR_ETIMEDOUT;
+        /* in slices, so a stop request (Ctrl-C) is seen while waiting */
+        while (rc == RUMOR_ETIMEDOUT && !atomic_load(&node->stop)) {
+            uint64_t until = rumor_clock_ns() + NODE_RECV_SLICE_MS * NODE_MS;
+            rc = rumor_net_wait_ready(node->net,
+                                      peer,
+                                      until < deadline ? until : deadline);
+            if (rc == RUMOR_ETIMEDOUT && rumor_clock_ns() >= deadline)
+                break;
+        }
+        if (atomic_load(&node->stop))
+            return RUMOR_OK; /* the run loop stops before step 1 */
+        if (rc != RUMOR_OK) {
+            rumor_log(RUMOR_LOG_ERROR,
+                      "link to node %u (%s) not up within %u ms: %s",
+                      peer,
+                      rumor_topology_endpoint(node->topo, peer),
+                      node->opts.connect_ms,
+                      rumor_strerror(rc));
+            return rc;
+        }
+    }
+    return RUMOR_OK;
+}
+
+/* Sends queued for neighbours go out before the run reports its bytes
+ * and closes the transport. */
+static void
+s_flush(rumor_node *node)
+{
+    uint64_t deadline = rumor_clock_ns() + NODE_FLUSH_MS * NODE_MS;
+    struct rumor_net_stats st;
+    for (;;) {
+        rumor_net_stats(node->net, RUMOR_NET_ALL, &st);
+        if (st.queued_bytes == 0 || rumor_clock_ns() >= deadline)
+            return;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void
+s_evaluate(rumor_node *node)
+{
+    struct rumor_eval ev;
+    if (rumor_workload_eval(node->w, NULL, RUMOR_EVAL_TEST, &ev) != RUMOR_OK)
+        return;
+    node->sum.test_loss = ev.loss;
+    node->sum.accuracy = ev.accuracy;
+    if (node->optimum == NULL)
+        return;
+    const struct rumor_tensor *a = &node->model->tensors[0];
+    const struct rumor_tensor *b = &node->optimum->tensors[0];
+    double worst = 0;
+    for (size_t e = 0; e < rumor_tensor_numel(a); e++)
+        worst = fmax(worst, fabs((double)a->data[e] - (double)b->data[e]));
+    node->sum.optimum_error = worst;
+}
+
+static rumor_err
+s_report(rumor_node *node,
+         uint64_t step,
+         double lr,
+         bool evaluated,
+         bool probed)
+{
+    struct rumor_net_stats st;
+    rumor_net_stats(node->net, RUMOR_NET_ALL, &st);
+    node->sum.bytes_sent = st.bytes_sent;
+    node->sum.bytes_recv = st.bytes_recv;
+    struct node_metrics_row row = {
+        .step = step,
+        .loss = node->sum.loss,
+        .lr = lr,
+        .test_loss = evaluated ? node->sum.test_loss : NAN,
+        .accuracy = evaluated ? node->sum.accuracy : NAN,
+        .optimum_error = evaluated ? node->sum.optimum_error : NAN,
+        .bytes_sent = st.bytes_sent,
+        .bytes_recv = st.bytes_recv,
+        .frames_sent = st.frames_sent,
+        .gossip_bytes_sent = node->sum.gossip_bytes_sent,
+        .gossip_bytes_recv = node->sum.gossip_bytes_recv,
+        .gossip_frames_sent = node->gossip_frames_sent,
+        .consensus = probed ? node->sum.consensus : NAN,
+        .consensus_bytes_sent = node->consensus_bytes_sent,
+        .consensus_frames_sent = node->consensus_frames_sent,
+        .seconds = s_since(node->start_ns),
+        .seconds_compute = node->t_compute,
+        .seconds_gossip = node->t_gossip,
+        .seconds_wait = node->t_wait,
+    };
+    uint64_t now = rumor_clock_ns();
+    bool last = step == node->opts.steps;
+    if (node->progress &&
+        (last || now - node->progress_ns >= NODE_PROGRESS_EVERY_NS)) {
+        node->progress_ns = now;
+        printf("\rnode %u  step %llu/%llu  loss %.4f  acc %5.1f%%  sent %.2f "
+               "MB  %.1f s%s",
+               node->opts.id,
+               (unsigned long long)step,
+               (unsigned long long)node->opts.steps,
+               node->sum.loss,
+               100 * node->sum.accuracy,
+               (double)st.bytes_sent / 1e6,
+               row.seconds,
+               last ? "\n" : "");
+        fflush(stdout);
+    } else if (!node->progress && evaluated) {
+        /* not a terminal (a log, or rumor launch): one line per evaluation
+         * on stdout, whatever the log level */
+        printf("step %llu/%llu  loss %.4f  test loss %.4f  accuracy %.2f%%  "
+               "sent %.1f kB  %.1f s\n",
+               (unsigned long long)step,
+               (unsigned long long)node->opts.steps,
+               node->sum.loss,
+               node->sum.test_loss,
+               100 * node->sum.accuracy,
+               (double)st.bytes_sent / 1e3,
+               row.seconds);
+        fflush(stdout);
+    }
+    if (node->metrics == NULL)
+        return RUMOR_OK;
+    return node_metrics_write(node->metrics, &row);
+}
+
+/* --- overlap: the gradient in a worker thread --- */
+
+static void *
+s_worker_main(void *arg)
+{
+    rumor_node *node = arg;
+    struct s_worker *wk = &node->worker;
+    pthread_mutex_lock(&wk->mu);
+    for (;;) {
+        while (!wk->job && !wk->quit)
+            pthread_cond_wait(&wk->cv, &wk->mu);
+        if (wk->quit)
+            break;
+        wk->job = false;
+        uint64_t t = wk->t;
+        pthread_mutex_unlock(&wk->mu);
+        uint64_t c0 = rumor_clock_ns();
+        double loss = NAN;
+        rumor_err rc = rumor_workload_grad(node->w, t, node->grad, &loss);
+        double seconds = s_since(c0);
+        pthread_mutex_lock(&wk->mu);
+        wk->rc = rc;
+        wk->loss = loss;
+        wk->seconds = seconds;
+        wk->done = true;
+        pthread_cond_broadcast(&wk->cv);
+    }
+    pthread_mutex_unlock(&wk->mu);
+    return NULL;
+}
+
+static rumor_err
+s_worker_start(rumor_node *node)
+{
+    struct s_worker *wk = &node->worker;
+    if (pthread_mutex_init(&wk->mu, NULL) != 0)
+        return RUMOR_ENOMEM;
+    if (pthread_cond_init(&wk->cv, NULL) != 0) {
+        pthread_mutex_destroy(&wk->mu);
+        return RUMOR_ENOMEM;
+    }
+    if (pthread_create(&wk->thread, NULL, s_worker_main, node) != 0) {
+        pthread_cond_destroy(&wk->cv);
+        pthread_mutex_destroy(&wk->mu);
+        return RUMOR_ENOMEM;
+    }
+    wk->started = true;
+    return RUMOR_OK;
+}
+
+static void
+s_worker_stop(rumor_node *node)
+{
+    struct s_worker *wk = &node->worker;
+    if (!wk->started)
+        return;
+    pthread_mutex_lock(&wk->mu);
+    wk->quit = true;
+    pthread_cond_broadcast(&wk->cv);
+    pthread_mutex_unlock(&wk->mu);
+    pthread_join(wk->thread, NULL);
+    pthread_cond_destroy(&wk->cv);
+    pthread_mutex_destroy(&wk->mu);
+    wk->started = false;
+}
+
+static void
+s_copy_model(struct rumor_model *dst, const struct rumor_model *src)
+{
+    for (size_t k = 0; k < src->count; k++)
+        memcpy(dst->tensors[k].data,
+               src->tensors[k].data,
+               rumor_tensor_numel(&src->tensors[k]) * sizeof(float));
+}
+
+/* Gradient at x_t and gossip of x_t at the same time: the worker reads
+ * the model while the gossip works on node->mix, a copy of it; then the
+ * gossiped copy becomes the model. The same numbers as one after the
+ * other (the gradient is taken at x_t either way), only sooner. */
+static rumor_err
+s_grad_and_gossip_overlapped(rumor_node *node, uint64_t t, double *loss)
+{
+    struct s_worker *wk = &node->worker;
+    uint64_t c0 = rumor_clock_ns();
+    s_copy_model(node->mix, node->model);
+    /* SAEF look-ahead moves the gossiped copy: the gradient is taken there */
+    rumor_err rc = rumor_gossip_step_ahead(node->g);
+    if (rc != RUMOR_OK)
+        return rc;
+    if (node->opts.gossip.ef_alpha > 0)
+        s_copy_model(node->model, node->mix);
+    node->t_compute += s_since(c0);
+    pthread_mutex_lock(&wk->mu);
+    wk->t = t;
+    wk->job = true;
+    wk->done = false;
+    pthread_cond_broadcast(&wk->cv);
+    pthread_mutex_unlock(&wk->mu);
+    uint64_t span =
+        (t == 0 ? node->opts.connect_ms : node->opts.deadline_ms) * NODE_MS;
+    rumor_err grc = s_gossip_step(node, t, rumor_clock_ns() + span);
+    pthread_mutex_lock(&wk->mu);
+    while (!wk->done)
+        pthread_cond_wait(&wk->cv, &wk->mu);
+    rc = wk->rc;
+    *loss = wk->loss;
+    node->t_compute += wk->seconds;
+    pthread_mutex_unlock(&wk->mu);
+    if (rc == RUMOR_OK)
+        rc = grc;
+    if (rc == RUMOR_OK)
+        s_copy_model(node->model, node->mix);
+    return rc;
+}
+
+/* Gradient at x_t, then the gossip step (of the model or the gradient). */
+static rumor_err
+s_grad_then_gossip(rumor_node *node, uint64_t t, double *loss)
+{
+    uint64_t c0 = rumor_clock_ns();
+    /* SAEF look-ahead (localsgd with a delta codec); a no-op otherwise */
+    rumor_err rc = rumor_gossip_step_ahead(node->g);
+    if (rc == RUMOR_OK)
+        rc = rumor_workload_grad(node->w, t, node->grad, loss);
+    node->t_compute += s_since(c0);
+    if (rc != RUMOR_OK || !isfinite(*loss))
+        return rc;
+    uint64_t span =
+        (t == 0 ? node->opts.connect_ms : node->opts.deadline_ms) * NODE_MS;
+    return s_gossip_step(node, t, rumor_clock_ns() + span);
+}
+
+static rumor_err
+s_step(rumor_node *node, uint64_t t)
+{
+    const struct rumor_node_opts *o = &node->opts;
+    double loss = NAN;
+    rumor_err rc = node->mix != NULL
+                       ? s_grad_and_gossip_overlapped(node, t, &loss)
+                       : s_grad_then_gossip(node, t, &loss);
+    if (rc == RUMOR_OK && !isfinite(loss)) {
+        rumor_log(RUMOR_LOG_ERROR,
+                  "step %llu: the loss is %g (diverged; "
+                  "try a smaller --lr)",
+                  (unsigned long long)t + 1,
+                  loss);
+        rc = RUMOR_ENUMERIC;
+    }
+    if (rc != RUMOR_OK)
+        return rc;
+    node->sum.loss = loss;
+    uint64_t c1 = rumor_clock_ns();
+    rc = rumor_optim_step(node->optim, t, node->model, node->grad);
+    bool last = t + 1 == o->steps;
+    bool evaluate = last || (o->eval_every > 0 && (t + 1) % o->eval_every == 0);
+    bool probe = o->consensus_every > 0 && (t + 1) % o->consensus_every == 0;
+    if (rc == RUMOR_OK && evaluate)
+        s_evaluate(node);
+    node->t_compute += s_since(c1);
+    if (rc == RUMOR_OK && probe) {
+        uint64_t c2 = rumor_clock_ns();
+        rc = s_probe(node, t, c2 + o->deadline_ms * NODE_MS);
+        node->t_wait += s_since(c2);
+    }
+    if (rc != RUMOR_OK)
+        return rc;
+    node->sum.steps = t + 1;
+    if (last)
+        s_flush(node);
+    return s_report(node,
+                    t + 1,
+                    rumor_optim_lr(node->optim, t),
+                    evaluate,
+                    probe);
+}
+
+/* --- public API ------------------------------------------------------- */
+
+rumor_err
+rumor_node_new(const struct rumor_node_opts *opts,
+               rumor_node **out,
+               struct rumor_diag *diag)
+{
+    *out = NULL;
+    rumor_err rc = rumor_node_opts_check(opts, diag);
+    if (rc != RUMOR_OK)
+        return rc;
+    rumor_node *node = calloc(1, sizeof *node);
+    if (node == NULL)
+        return RUMOR_ENOMEM;
+    node->opts = *opts;
+    atomic_init(&node->stop, false);
+    node->sum.test_loss = NAN;
+    node->sum.accuracy = NAN;
+    node->sum.optimum_error = NAN;
+    node->sum.consensus = NAN;
+    node->sum.loss = NAN;
+    rumor_log_set_level(opts->log_level);
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "node %u", opts->id);
+    rumor_log_set_prefix(prefix);
+    rc = s_load_topology(node, diag);
+    if (rc == RUMOR_OK) {
+        node->linked = calloc(node->n, sizeof *node->linked);
+        node->heard = calloc(node->n, sizeof *node->heard);
+        node->expect = calloc(node->n, sizeof *node->expect);
+        node->got = calloc(node->n, sizeof *node->got);
+        node->inbox = calloc(node->n, sizeof *node->inbox);
+        if (node->linked == NULL || node->heard == NULL ||
+            node->expect == NULL || node->got == NULL || node->inbox == NULL)
+            rc = RUMOR_ENOMEM;
+    }
+    if (rc == RUMOR_OK)
+        rc = s_build_training(node, diag);
+    for (size_t k = 0; rc == RUMOR_OK && k < node->model->count; k++)
+        node->probe_floats += rumor_tensor_numel(&node->model->tensors[k]);
+    if (rc == RUMOR_OK && opts->consensus_every > 0) {
+        node->probe = malloc(node->probe_floats * sizeof(float) + 1);
+        rc = node->probe == NULL ? RUMOR_ENOMEM : RUMOR_OK;
+    }
+    if (rc == RUMOR_OK && node->mix != NULL)
+        rc = s_worker_start(node);
+    if (rc == RUMOR_OK)
+        rc = s_start_net(node, diag);
+    if (rc == RUMOR_OK && opts->metrics_dir[0] != '\0')
+        rc = node_metrics_open(opts->metrics_dir,
+                               opts->id,
+                               &node->metrics,
+                               diag);
+    if (rc != RUMOR_OK) {
+        rumor_node_destroy(&node);
+        return rc;
+    }
+    node->progress =
+        opts->progress < 0 ? isatty(STDOUT_FILENO) != 0 : opts->progress > 0;
+    *out = node;
+    return RUMOR_OK;
+}
+
+void
+rumor_node_destroy(rumor_node **self_p)
+{
+    rumor_node *node = *self_p;
+    if (node == NULL)
+        return;
+    s_worker_stop(node);
+    rumor_net_destroy(&node->net);
+    rumor_gossip_destroy(&node->g);
+    rumor_model_free(&node->mix);
+    rumor_optim_destroy(&node->optim);
+    rumor_model_free(&node->grad);
+    rumor_workload_destroy(&node->w);
+    rumor_dataset_destroy(&node->data);
+    rumor_net_keypair_destroy(&node->keys);
+    rumor_topology_destroy(&node->topo);
+    node_metrics_close(&node->metrics);
+    free(node->linked);
+    free(node->heard);
+    free(node->expect);
+    free(node->got);
+    free(node->inbox);
+    free(node->probe);
+    free(node);
+    *self_p = NULL;
+}
+
+rumor_err
+rumor_node_run(rumor_node *node, struct rumor_diag *diag)
+{
+    const struct rumor_node_opts *o = &node->opts;
+    rumor_log(RUMOR_LOG_INFO,
+              "%s on %s, %u nodes, %s (%s exchange), %llu steps, %s",
+              rumor_workload_kind_name(o->workload.kind),
+              rumor_topology_endpoint(node->topo, o->id),
+              node->n,
+              o->gossip.algo,
+              node_exchange_gradient(o) ? "gradient" : "model",
+              (unsigned long long)o->steps,
+              o->insecure ? "INSECURE (no CURVE)" : "CURVE");
+    node->start_ns = rumor_clock_ns();
+    rumor_err rc = s_wait_links(node, node->start_ns + o->connect_ms * NODE_MS);
+    for (uint64_t t = 0; t < o->steps && rc == RUMOR_OK; t++) {
+        if (atomic_load(&node->stop)) {
+            node->sum.stopped = true;
+            rumor_log(RUMOR_LOG_WARN,
+                      "stopped after step %llu of %llu",
+                      (unsigned long long)t,
+                      (unsigned long long)o->steps);
+            break;
+        }
+        rc = s_step(node, t);
+    }
+    if (rc == RUMOR_OK && !node->sum.stopped && o->metrics_dir[0] != '\0') {
+        /* for the average model of a local run (rumor launch) */
+        char path[RUMOR_NODE_PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/node-%u.model", o->metrics_dir, o->id);
+        rc = node_model_save(path, node->model);
+        if (rc != RUMOR_OK)
+            rumor_diag_set(diag, path, 0, 0, "cannot write the model");
+    }
+    if (rc != RUMOR_OK && diag != NULL && diag->msg[0] == '\0')
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "node %u: step %llu: %s",
+                       o->id,
+                       (unsigned long long)node->sum.steps + 1,
+                       rumor_strerror(rc));
+    return rc;
+}
+
+void
+rumor_node_stop(rumor_node *node)
+{
+    atomic_store(&node->stop, true);
+}
+
+void
+rumor_node_summary(const rumor_node *node, struct rumor_node_summary *out)
+{
+    *out = node->sum;
+}
+
+struct rumor_model *
+rumor_node_model(rumor_node *node)
+{
+    return node->model;
+}
