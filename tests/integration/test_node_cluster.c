@@ -987,8 +987,12 @@ test_launch__node_killed__neighbours_stop_and_launch_fails(void **state)
     assert_int_equal(kill(victim, SIGKILL), 0);
     int status = s_wait(launch, RUN_LIMIT_MS);
     s_expect_gone(kids, NODES);
+    /* Which neighbour notices first is a race: launch stops the others as
+     * soon as one child fails, so they may report the missing node 2, a
+     * node launch has already stopped, or nothing. What must hold is the
+     * outcome: a failed run, the dead node named, no process left. */
     if (status != 1 || !s_contains(c.out, "node 2 killed by signal 9") ||
-        !s_contains(c.out, "no message from node 2")) {
+        !s_contains(c.out, "a node failed")) {
         s_show(c.out);
         fail_msg("launch exited %d after node 2 died", status);
     }
