@@ -7,7 +7,9 @@
  * empirical entropy of its symbols and against zstd level 1 on the same
  * symbol bytes.
  *
- * usage: rumor bench compress [--n N] [--reps R] [SPEC...]
+ * usage: rumor bench compress [--n N] [--reps R] [--topk] [SPEC...]
+ * (--topk: the top-k against quickselect comparison only, plus any
+ * SPECs given).
  */
 #include "bench/bench.h"
 
@@ -341,11 +343,14 @@ bench_compress_main(int argc, char **argv)
 {
     size_t n = (size_t)16 << 20;
     int reps = 3, first_spec = argc;
+    bool topk_only = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--n") == 0 && i + 1 < argc) {
             n = (size_t)strtoull(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             reps = (int)strtol(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--topk") == 0) {
+            topk_only = true;
         } else {
             first_spec = i;
             break;
@@ -354,7 +359,7 @@ bench_compress_main(int argc, char **argv)
     if (n < 1000 || n > RUMOR_COMPRESS_MAX_ELEMS || reps < 1) {
         fprintf(stderr,
                 "usage: rumor bench compress [--n N>=1000] [--reps R] "
-                "[SPEC...]\n");
+                "[--topk] [SPEC...]\n");
         return 2;
     }
     float *x = malloc(n * sizeof *x);
@@ -372,17 +377,18 @@ bench_compress_main(int argc, char **argv)
     double floor0 = bench_mem_read_gbps();
     const char *const *specs = s_default_specs;
     size_t count = sizeof s_default_specs / sizeof s_default_specs[0];
-    if (first_spec < argc) {
+    if (first_spec < argc || topk_only) {
         specs = (const char *const *)(argv + first_spec);
         count = (size_t)(argc - first_spec);
     }
-    struct s_row *rows = calloc(count, sizeof *rows);
+    bool topk = first_spec == argc || topk_only;
+    struct s_row *rows = calloc(count ? count : 1, sizeof *rows);
     int status = rows == NULL;
     for (size_t i = 0; status == 0 && i < count; i++)
         status |= s_bench_codec(specs[i], x, n, reps, &rows[i]);
     double gq = 0, gr = 0;
     bool same = false;
-    if (status == 0 && first_spec == argc)
+    if (status == 0 && topk)
         status |= s_bench_topk(x, n, reps, &gq, &gr, &same);
     double floor1 = bench_mem_read_gbps();
     double floor = floor0 > floor1 ? floor0 : floor1;
@@ -411,7 +417,7 @@ bench_compress_main(int argc, char **argv)
                rows[i].enc / floor,
                rows[i].dec,
                rows[i].dec / floor);
-    if (status == 0 && first_spec == argc) {
+    if (status == 0 && topk) {
         printf("\ntop-k 1 %% of %zu (k = %zu), selection + Rice-coded "
                "payload:\n",
                n,
@@ -426,7 +432,8 @@ bench_compress_main(int argc, char **argv)
                gr / floor,
                gr / gq,
                same ? "same indices" : "DIFFERENT INDICES");
-        status |= s_bench_entropy(x, n, reps);
+        if (!topk_only)
+            status |= s_bench_entropy(x, n, reps);
     }
     free(rows);
     free(x);

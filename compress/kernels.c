@@ -12,7 +12,10 @@
  * counters run in the lanes of four vectors (one per Philox word); the
  * 32x32 -> 64-bit products come from _mm256_mul_epu32 on the even lanes
  * and on the odd lanes shifted down, and a 4x8 transpose puts the words
- * back in stream order, so the output equals the scalar generator's.
+ * back in stream order, so the output equals the scalar generator's. Two
+ * such groups (16 blocks) run with their rounds interleaved: a round is a
+ * chain of multiply, shuffle and xor, and one group alone leaves the
+ * vector units waiting on it (1.3x faster than one group on Zen 4).
  * Stochastic rounding uses 16 random bits per element (two elements per
  * word): the rounding probability is then exact to 2^-17, far below any
  * statistical effect, and the generator cost per element halves.
@@ -79,38 +82,27 @@ s_mul_hilo(__m256i a, __m256i m, __m256i *hi, __m256i *lo)
     *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
 }
 
-/* Writes the 32 words of the 8 Philox blocks block .. block + 7 to out
- * (16-bit halves in stream order on a little-endian host); key[r] holds
- * the round-r key words broadcast (kk[2 r], kk[2 r + 1]). */
+/* The first Philox counter words of the 8 blocks block .. block + 7:
+ * c0 = low word + lane, c1 = high word plus the carry of that add. */
 static S_TARGET inline void
-s_philox8(const __m256i *kk,
-          __m256i c2i,
-          __m256i c3i,
-          uint64_t block,
-          uint16_t *out)
+s_counters(uint64_t block, __m256i *c0, __m256i *c1)
 {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i m0 = _mm256_set1_epi32((int)0xD2511F53u);
-    const __m256i m1 = _mm256_set1_epi32((int)0xCD9E8D57u);
     const __m256i flip = _mm256_set1_epi32((int)0x80000000u);
     __m256i base = _mm256_set1_epi32((int)(uint32_t)block);
-    __m256i c0 = _mm256_add_epi32(base, lane);
+    *c0 = _mm256_add_epi32(base, lane);
     /* Carry into the high counter word when the low word wraps. */
     __m256i wrapped = _mm256_cmpgt_epi32(_mm256_xor_si256(base, flip),
-                                         _mm256_xor_si256(c0, flip));
-    __m256i c1 =
-        _mm256_sub_epi32(_mm256_set1_epi32((int)(uint32_t)(block >> 32)),
-                         wrapped);
-    __m256i c2 = c2i, c3 = c3i;
-    for (int round = 0; round < 10; round++) {
-        __m256i hi0, lo0, hi1, lo1;
-        s_mul_hilo(c0, m0, &hi0, &lo0);
-        s_mul_hilo(c2, m1, &hi1, &lo1);
-        c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), kk[2 * round]);
-        c1 = lo1;
-        c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), kk[2 * round + 1]);
-        c3 = lo0;
-    }
+                                         _mm256_xor_si256(*c0, flip));
+    *c1 = _mm256_sub_epi32(_mm256_set1_epi32((int)(uint32_t)(block >> 32)),
+                           wrapped);
+}
+
+/* Stores the four word vectors of 8 blocks as 64 16-bit halves in stream
+ * order (a 4x8 transpose; little-endian host). */
+static S_TARGET inline void
+s_store8(__m256i c0, __m256i c1, __m256i c2, __m256i c3, uint16_t *out)
+{
     __m256i t0 = _mm256_unpacklo_epi32(c0, c1);
     __m256i t1 = _mm256_unpacklo_epi32(c2, c3);
     __m256i t2 = _mm256_unpackhi_epi32(c0, c1);
@@ -129,7 +121,45 @@ s_philox8(const __m256i *kk,
                         _mm256_permute2x128_si256(r2, r3, 0x31));
 }
 
-/* Whole groups of 64 draws from block on; returns the draws written. */
+/* Writes the 64 words of the 16 Philox blocks block .. block + 15 to out
+ * (16-bit halves in stream order): two independent groups of 8 blocks
+ * whose rounds interleave, so one group's multiplies fill the other's
+ * latency; key[r] holds the round-r key words broadcast (kk[2 r],
+ * kk[2 r + 1]). */
+static S_TARGET inline void
+s_philox16(const __m256i *kk,
+           __m256i c2i,
+           __m256i c3i,
+           uint64_t block,
+           uint16_t *out)
+{
+    const __m256i m0 = _mm256_set1_epi32((int)0xD2511F53u);
+    const __m256i m1 = _mm256_set1_epi32((int)0xCD9E8D57u);
+    __m256i a0, a1, b0, b1;
+    s_counters(block, &a0, &a1);
+    s_counters(block + 8, &b0, &b1);
+    __m256i a2 = c2i, a3 = c3i, b2 = c2i, b3 = c3i;
+    for (int round = 0; round < 10; round++) {
+        __m256i ahi0, alo0, ahi1, alo1, bhi0, blo0, bhi1, blo1;
+        s_mul_hilo(a0, m0, &ahi0, &alo0);
+        s_mul_hilo(b0, m0, &bhi0, &blo0);
+        s_mul_hilo(a2, m1, &ahi1, &alo1);
+        s_mul_hilo(b2, m1, &bhi1, &blo1);
+        __m256i k0 = kk[2 * round], k1 = kk[2 * round + 1];
+        a0 = _mm256_xor_si256(ahi1, _mm256_xor_si256(a1, k0));
+        b0 = _mm256_xor_si256(bhi1, _mm256_xor_si256(b1, k0));
+        a1 = alo1;
+        b1 = blo1;
+        a2 = _mm256_xor_si256(ahi0, _mm256_xor_si256(a3, k1));
+        b2 = _mm256_xor_si256(bhi0, _mm256_xor_si256(b3, k1));
+        a3 = alo0;
+        b3 = blo0;
+    }
+    s_store8(a0, a1, a2, a3, out);
+    s_store8(b0, b1, b2, b3, out + 64);
+}
+
+/* Whole groups of 128 draws from block on; returns the draws written. */
 static S_TARGET size_t
 s_rand16_avx2(uint64_t seed,
               uint64_t stream,
@@ -148,8 +178,8 @@ s_rand16_avx2(uint64_t seed,
     __m256i c2 = _mm256_set1_epi32((int)(uint32_t)stream);
     __m256i c3 = _mm256_set1_epi32((int)(uint32_t)(stream >> 32));
     size_t i = 0;
-    for (; i + 64 <= n; i += 64, block += 8)
-        s_philox8(kk, c2, c3, block, out + i);
+    for (; i + 128 <= n; i += 128, block += 16)
+        s_philox16(kk, c2, c3, block, out + i);
     return i;
 }
 
@@ -597,6 +627,27 @@ compress_maxabs(const float *x, size_t n)
 /* --- stochastic levels
  * --------------------------------------------------------- */
 
+/* Codes of 8 values: l = min(s, trunc(|v| inv + u)), and the sign at bit
+ * b when l > 0 (l + s carries into bit b exactly when l >= 1). */
+static S_TARGET inline __m256i
+s_codes8(const float *x, const uint16_t *r, __m256 vinv, __m256i vs, unsigned b)
+{
+    const __m256 mag = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 half = _mm256_set1_ps(0.5f);
+    const __m256 unit = _mm256_set1_ps(0x1.0p-16f);
+    __m256 v = _mm256_loadu_ps(x);
+    __m256i rr = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)r));
+    /* Same operations, same order as the reference: no FMA. */
+    __m256 u = _mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(rr), half), unit);
+    __m256 a = _mm256_add_ps(_mm256_mul_ps(_mm256_and_ps(v, mag), vinv), u);
+    __m256i l = _mm256_min_epu32(_mm256_cvttps_epi32(a), vs);
+    __m256i sign =
+        _mm256_slli_epi32(_mm256_srli_epi32(_mm256_castps_si256(v), 31),
+                          (int)b);
+    __m256i neg = _mm256_and_si256(_mm256_add_epi32(l, vs), sign);
+    return _mm256_or_si256(l, neg);
+}
+
 static S_TARGET void
 s_levels_avx2(const float *x,
               size_t n,
@@ -606,26 +657,23 @@ s_levels_avx2(const float *x,
               const uint16_t *r,
               uint8_t *codes)
 {
-    const __m256 mag = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256 vinv = _mm256_set1_ps(inv), half = _mm256_set1_ps(0.5f);
-    const __m256 unit = _mm256_set1_ps(0x1.0p-16f);
-    const __m256i vs = _mm256_set1_epi32((int)s), zero = _mm256_setzero_si256();
+    const __m256 vinv = _mm256_set1_ps(inv);
+    const __m256i vs = _mm256_set1_epi32((int)s);
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     size_t i = 0;
+    /* 32 codes at a time: three packs and one permute for four vectors. */
+    for (; i + 32 <= n; i += 32) {
+        __m256i c0 = s_codes8(x + i, r + i, vinv, vs, b);
+        __m256i c1 = s_codes8(x + i + 8, r + i + 8, vinv, vs, b);
+        __m256i c2 = s_codes8(x + i + 16, r + i + 16, vinv, vs, b);
+        __m256i c3 = s_codes8(x + i + 24, r + i + 24, vinv, vs, b);
+        __m256i p = _mm256_packus_epi16(_mm256_packus_epi32(c0, c1),
+                                        _mm256_packus_epi32(c2, c3));
+        _mm256_storeu_si256((__m256i *)(codes + i),
+                            _mm256_permutevar8x32_epi32(p, perm));
+    }
     for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(x + i);
-        __m256i rr =
-            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(r + i)));
-        /* Same operations, same order as the reference: no FMA. */
-        __m256 u =
-            _mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(rr), half), unit);
-        __m256 a = _mm256_add_ps(_mm256_mul_ps(_mm256_and_ps(v, mag), vinv), u);
-        __m256i l = _mm256_min_epu32(_mm256_cvttps_epi32(a), vs);
-        __m256i neg =
-            _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(v), 31),
-                             _mm256_xor_si256(_mm256_cmpeq_epi32(l, zero),
-                                              _mm256_set1_epi32(-1)));
-        __m256i code = _mm256_or_si256(l, _mm256_slli_epi32(neg, (int)b));
+        __m256i code = s_codes8(x + i, r + i, vinv, vs, b);
         __m256i p16 = _mm256_packus_epi32(code, code); /* per 128-bit lane */
         __m256i p8 = _mm256_packus_epi16(p16, p16);
         p8 = _mm256_permutevar8x32_epi32(p8, perm);

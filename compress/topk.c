@@ -3,9 +3,15 @@
  *
  * Keys: for finite floats the bit pattern of |x| (sign cleared) orders like
  * |x| as an unsigned integer, denormals and zero included, so selection
- * works on integers. The k-th largest key comes from a radix select: three
- * histogram passes on 11, 11 and 10 bits, each restricted to the keys whose
- * higher digits match the bucket where the k-th one lies.
+ * works on integers. The k-th largest key comes from a radix select on
+ * key - min: histogram passes on 11-bit digits from the top of the bits
+ * that max - min spans (at most three passes), each restricted to the keys
+ * whose higher digits match the bucket where the k-th one lies. Offsetting
+ * by min spreads the first pass even when all keys share their top bits,
+ * as the candidates above a threshold do; after each pass the keys of the
+ * chosen bucket are compacted (branch-free) into a scratch array, so later
+ * passes read only them; each histogram is counted in four interleaved
+ * copies, so runs of equal digits do not serialise on one counter.
  *
  * Fast path (the usual case, k << n): a sample of 65536 keys (256 runs of
  * 256 contiguous values, spread evenly) gives, by radix select, a
@@ -18,7 +24,9 @@
  *
  * Ties: among equal magnitudes at the threshold the lowest indices win, the
  * rule the sort-based reference (ref.c) implements, so outputs are equal
- * index for index. Alternatives rejected: quickselect (nth_element) moves
+ * index for index. When every key equal to the threshold is taken (distinct
+ * values, the usual case) the output loop tests key >= T alone, without
+ * the running tie count. Alternatives rejected: quickselect (nth_element) moves
  * and compares floats, several passes with unpredictable branches; the
  * benchmark measures it side by side.
  */
@@ -29,44 +37,91 @@
 #define S_SAMPLE 65536
 #define S_BLOCKS 256
 
-/* Finds T, the k-th largest of keys[0..m) (1 <= k <= m), and how many keys
- * are strictly greater. */
+/* Histogram of the digit ((key - base) >> sh) & mask of keys[0..m) in four
+ * interleaved copies, summed into hist[0]: runs of equal digits then do
+ * not serialise on one counter's store-to-load chain. */
 static void
-s_kth_largest(const uint32_t *keys, size_t m, size_t k, uint32_t *T, size_t *gt)
+s_hist(const uint32_t *keys,
+       size_t m,
+       uint32_t base,
+       unsigned sh,
+       uint32_t mask,
+       uint32_t hist[4][2048])
 {
-    static const unsigned shift[3] = {21, 10, 0};
-    static const unsigned width[3] = {11, 11, 10};
-    uint32_t prefix = 0;
+    memset(hist, 0, 4 * sizeof hist[0]);
+    size_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+        hist[0][((keys[i] - base) >> sh) & mask]++;
+        hist[1][((keys[i + 1] - base) >> sh) & mask]++;
+        hist[2][((keys[i + 2] - base) >> sh) & mask]++;
+        hist[3][((keys[i + 3] - base) >> sh) & mask]++;
+    }
+    for (; i < m; i++)
+        hist[0][((keys[i] - base) >> sh) & mask]++;
+    for (uint32_t d = 0; d <= mask; d++)
+        hist[0][d] += hist[1][d] + hist[2][d] + hist[3][d];
+}
+
+/* Finds T, the k-th largest of keys[0..m) (1 <= k <= m), how many keys
+ * are strictly greater and how many equal T. The digits are taken from
+ * key - min over the bits that max - min spans, 11 at a time from the top,
+ * so the first pass spreads the keys even when they all share their top
+ * bits (the candidates above a threshold do). scratch (m slots) receives,
+ * branch-free, the keys in the chosen bucket after each pass, so later
+ * passes read only those. */
+static void
+s_kth_largest(const uint32_t *keys,
+              size_t m,
+              size_t k,
+              uint32_t *scratch,
+              uint32_t *T,
+              size_t *gt,
+              size_t *eq)
+{
+    uint32_t hist[4][2048];
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (size_t i = 0; i < m; i++) {
+        lo = keys[i] < lo ? keys[i] : lo;
+        hi = keys[i] > hi ? keys[i] : hi;
+    }
+    unsigned bits = hi > lo ? 32u - (unsigned)__builtin_clz(hi - lo) : 0;
+    uint32_t base = lo;
     size_t above = 0;
-    uint32_t hist[2048];
-    for (int pass = 0; pass < 3; pass++) {
-        unsigned sh = shift[pass];
-        uint32_t mask = (1u << width[pass]) - 1;
-        memset(hist, 0, sizeof hist);
-        if (pass == 0) {
-            for (size_t i = 0; i < m; i++)
-                hist[keys[i] >> sh]++;
-        } else {
-            unsigned hs = shift[pass - 1];
-            for (size_t i = 0; i < m; i++)
-                if (keys[i] >> hs == prefix)
-                    hist[(keys[i] >> sh) & mask]++;
-        }
+    const uint32_t *src = keys;
+    for (;;) {
+        unsigned w = bits > 11 ? 11 : bits, sh = bits - w;
+        uint32_t mask = (1u << w) - 1;
+        s_hist(src, m, base, sh, mask, hist);
         uint32_t bin = mask;
         for (;; bin--) {
-            if (above + hist[bin] >= k)
+            if (above + hist[0][bin] >= k)
                 break;
-            above += hist[bin];
+            above += hist[0][bin];
         }
-        prefix = prefix << width[pass] | bin;
+        base += bin << sh;
+        *eq = hist[0][bin]; /* after the last pass: the keys equal to T */
+        if (sh == 0)
+            break;
+        /* Keep the keys of the chosen bucket: base <= key < base + 2^sh
+         * (keys below base wrap to large differences). */
+        size_t j = 0;
+        for (size_t i = 0; i < m; i++) {
+            uint32_t key = src[i];
+            scratch[j] = key;
+            j += (size_t)((key - base) >> sh == 0);
+        }
+        src = scratch;
+        m = j;
+        bits = sh;
     }
-    *T = prefix;
+    *T = base;
     *gt = above;
 }
 
 /* Writes the k selected indices: keys > T, and ties == T by lowest index,
  * scanning m candidates in ascending index order: cand[i] (NULL: i) with
- * key keys[i] and value bit pattern bits[i] (NULL: taken from x). */
+ * key keys[i] and value bit pattern bits[i] (NULL: taken from x). eq keys
+ * equal T, of which ties are taken. */
 static void
 s_emit(const float *x,
        const uint32_t *cand,
@@ -75,6 +130,7 @@ s_emit(const float *x,
        size_t m,
        uint32_t T,
        size_t k,
+       size_t eq,
        size_t ties,
        uint32_t *idx,
        float *vals)
@@ -82,6 +138,16 @@ s_emit(const float *x,
     size_t out = 0;
     /* Branch-free: write every candidate, advance only over the taken
      * ones; stop once k are out, so the write never passes idx[k - 1]. */
+    if (eq == ties && cand != NULL && bits != NULL && vals != NULL) {
+        /* Every key equal to T is taken (the usual case: distinct
+         * values): key >= T alone decides, no tie count to carry. */
+        for (size_t i = 0; i < m && out < k; i++) {
+            idx[out] = cand[i];
+            vals[out] = compress_u2f(bits[i]);
+            out += (size_t)(keys[i] >= T);
+        }
+        return;
+    }
     for (size_t i = 0; i < m && out < k; i++) {
         uint32_t key = keys[i];
         size_t tie = (size_t)(key == T) & (size_t)(ties > 0);
@@ -98,7 +164,8 @@ s_emit(const float *x,
 static rumor_err
 s_full(const float *x, size_t n, size_t k, uint32_t *idx, float *vals)
 {
-    uint32_t *keys = calloc(n, sizeof *keys);
+    /* keys, then the scratch of the selection. */
+    uint32_t *keys = calloc(2 * n, sizeof *keys);
     if (keys == NULL)
         return RUMOR_ENOMEM;
     uint32_t worst = 0;
@@ -111,9 +178,9 @@ s_full(const float *x, size_t n, size_t k, uint32_t *idx, float *vals)
         return RUMOR_ENUMERIC;
     }
     uint32_t T = 0;
-    size_t gt = 0;
-    s_kth_largest(keys, n, k, &T, &gt);
-    s_emit(x, NULL, keys, NULL, n, T, k, k - gt, idx, vals);
+    size_t gt = 0, eq = 0;
+    s_kth_largest(keys, n, k, keys + n, &T, &gt, &eq);
+    s_emit(x, NULL, keys, NULL, n, T, k, eq, k - gt, idx, vals);
     free(keys);
     return RUMOR_OK;
 }
@@ -147,15 +214,18 @@ compress_topk_select(const float *x,
      * sample count, and a miss only costs the full radix select. */
     size_t r = want + want / 8 + 64;
     size_t cap = 2 * k + 4096;
-    /* One block for the sample and the candidates: fewer fresh pages to
-     * fault in per call than three separate allocations. */
-    sample = malloc((m + 2 * cap) * sizeof *sample);
+    /* One block for the sample, the candidates and the selection's
+     * scratch: fewer fresh pages to fault in per call than four separate
+     * allocations. */
+    size_t room = m > cap ? m : cap;
+    sample = malloc((m + 2 * cap + room) * sizeof *sample);
     if (sample == NULL) {
         rc = RUMOR_ENOMEM;
         goto done;
     }
     cand = sample + m;
     bits = cand + cap;
+    uint32_t *scratch = bits + cap;
     /* S_BLOCKS runs of contiguous values spread over x: a few hundred
      * cache-line streams instead of m scattered misses. */
     size_t run = m / S_BLOCKS;
@@ -165,8 +235,8 @@ compress_topk_select(const float *x,
             sample[b * run + j] = compress_f2u(x[at + j]) & 0x7fffffffu;
     }
     uint32_t T = 0;
-    size_t gt = 0;
-    s_kth_largest(sample, m, r, &T, &gt);
+    size_t gt = 0, eq = 0;
+    s_kth_largest(sample, m, r, scratch, &T, &gt, &eq);
     bool finite = true;
     size_t count =
         compress_select_ge(x, n, compress_u2f(T), cand, bits, cap, &finite);
@@ -186,8 +256,8 @@ compress_topk_select(const float *x,
     }
     for (size_t i = 0; i < count; i++)
         keys[i] = bits[i] & 0x7fffffffu;
-    s_kth_largest(keys, count, k, &T, &gt);
-    s_emit(x, cand, keys, bits, count, T, k, k - gt, idx, vals);
+    s_kth_largest(keys, count, k, scratch, &T, &gt, &eq);
+    s_emit(x, cand, keys, bits, count, T, k, eq, k - gt, idx, vals);
     if (keys != sample)
         free(keys);
 done:

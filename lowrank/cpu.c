@@ -11,10 +11,17 @@
  *  - right product: one row of M against a transposed Q^T (r x m, small
  *    enough for L1/L2) with r accumulators; error feedback is fused into
  *    the same pass (m = e + g is stored while it is multiplied);
- *  - left product: four rows at a time, accumulating r rows of Q^T, so
- *    Q^T is loaded and stored once per four rows of M;
+ *  - left product: eight rows at a time, accumulating r rows of Q^T in
+ *    two FMA chains, so Q^T is loaded and stored once per eight rows of
+ *    M; it walks M from the last row to the first, so it starts on the
+ *    rows the right product left in the last-level cache, and the
+ *    reconstruction (first to last) starts on the rows it left there;
  *  - reconstruction: y = P Q^T row by row, then e -= y and out = y in the
  *    same pass.
+ * Each kernel reads a block of rows (2 or 8) as interleaved streams and
+ * prefetches the next block into L2 in address order (_MM_HINT_T1), which
+ * measured 5-15 % faster per pass on this EPYC than the hardware
+ * prefetcher alone.
  * The rank is a compile-time constant inside each kernel (a switch picks
  * the instance) so the accumulators stay in registers. The AVX2 path is
  * chosen with __builtin_cpu_supports at run time; without AVX2/FMA, or
@@ -36,9 +43,10 @@
 #include <string.h>
 
 #define CPU_FAST_RANK 8 /* largest rank with an own kernel */
-/* Outputs of at least this many floats (8 MiB) are written with streaming
- * stores: far beyond L2, and the caller reads them on a later pass. */
-#define CPU_STREAM_MIN ((size_t)2 << 20)
+/* Outputs of at least this many floats (1 MiB, the per-core L2 here) are
+ * written with streaming stores: a plain store first reads the line it
+ * overwrites, and the caller reads the output only on a later pass. */
+#define CPU_STREAM_MIN ((size_t)1 << 18)
 
 struct cpu_ctx {
     float *scratch; /* Q^T and similar, grows as needed */
@@ -104,9 +112,21 @@ s_right_avx2(float *mat,
         for (size_t h = 0; h < rows; h++)
             for (int k = 0; k < R; k++)
                 acc[h][k] = _mm256_setzero_ps();
+        /* Two rows x 32 bytes per iteration: the same bytes of the next
+         * two rows are fetched in address order (as in the left product). */
+        const char *next_m = NULL, *next_a = NULL;
+        if (rows == 2 && i + 4 <= n) {
+            next_m = (const char *)(mat + (i + 2) * m);
+            next_a = add != NULL ? (const char *)(add + (i + 2) * m) : NULL;
+        }
         size_t j = 0;
         for (; j + 8 <= m; j += 8) {
             __m256 x[2];
+            if (next_m != NULL) {
+                _mm_prefetch(next_m + j * 8, _MM_HINT_T1);
+                if (next_a != NULL)
+                    _mm_prefetch(next_a + j * 8, _MM_HINT_T1);
+            }
             for (size_t h = 0; h < rows; h++) {
                 float *row = mat + (i + h) * m;
                 x[h] = _mm256_loadu_ps(row + j);
@@ -174,8 +194,10 @@ s_right_avx2(float *mat,
     }
 }
 
-/* Q^T (R x m, at qt) = (M^T P)^T for B (4 or 1) rows of M starting at
- * row i; with add, M += add is stored in the same pass. */
+/* Q^T (R x m, at qt) += (M^T P)^T over B (8 or 1) rows of M starting at
+ * row i; with add, M += add is stored in the same pass. Even and odd rows
+ * feed two accumulators per column (two FMA chains instead of one of
+ * length B), so each load and store of Q^T serves eight rows of M. */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
 s_left_rows(float *mat,
             const float *add,
@@ -183,16 +205,26 @@ s_left_rows(float *mat,
             size_t m,
             const float *p,
             float *qt,
+            const char *next,
             const int B,
             const int R)
 {
-    float *rows[4];
+    float *rows[8];
     const float *pi = p + i * (size_t)R;
     for (int h = 0; h < B; h++)
         rows[h] = mat + (i + (size_t)h) * m;
     size_t j = 0;
     for (; j + 8 <= m; j += 8) {
-        __m256 x[4];
+        __m256 x[8];
+        if (next != NULL) {
+            /* 8 rows x 32 bytes are consumed per iteration: fetch as many
+             * bytes of the next block, in address order, into L2. */
+            const char *at = next + j * 32;
+            _mm_prefetch(at, _MM_HINT_T1);
+            _mm_prefetch(at + 64, _MM_HINT_T1);
+            _mm_prefetch(at + 128, _MM_HINT_T1);
+            _mm_prefetch(at + 192, _MM_HINT_T1);
+        }
         for (int h = 0; h < B; h++) {
             x[h] = _mm256_loadu_ps(rows[h] + j);
             if (add != NULL) {
@@ -204,10 +236,20 @@ s_left_rows(float *mat,
         }
         for (int k = 0; k < R; k++) {
             float *qk = qt + (size_t)k * m + j;
-            __m256 acc = _mm256_loadu_ps(qk);
-            for (int h = 0; h < B; h++)
-                acc = _mm256_fmadd_ps(x[h], _mm256_set1_ps(pi[h * R + k]), acc);
-            _mm256_storeu_ps(qk, acc);
+            __m256 even = _mm256_loadu_ps(qk);
+            __m256 odd = _mm256_setzero_ps();
+            for (int h = 0; h + 1 < B; h += 2) {
+                even =
+                    _mm256_fmadd_ps(x[h], _mm256_set1_ps(pi[h * R + k]), even);
+                odd = _mm256_fmadd_ps(x[h + 1],
+                                      _mm256_set1_ps(pi[(h + 1) * R + k]),
+                                      odd);
+            }
+            if (B % 2 != 0)
+                even = _mm256_fmadd_ps(x[B - 1],
+                                       _mm256_set1_ps(pi[(B - 1) * R + k]),
+                                       even);
+            _mm256_storeu_ps(qk, _mm256_add_ps(even, odd));
         }
     }
     for (; j < m; j++)
@@ -222,8 +264,11 @@ s_left_rows(float *mat,
         }
 }
 
-/* Q^T (R x m, at qt) = (M^T P)^T, four rows of M at a time, so Q^T is
- * loaded and stored once per four rows; error feedback (M += add) fused. */
+/* Q^T (R x m, at qt) = (M^T P)^T, eight rows of M at a time; error
+ * feedback (M += add) fused. The rows are visited from the last to the
+ * first: the right product and the reconstruction run first to last, so
+ * this pass starts on the rows the previous pass left in the last-level
+ * cache and the next pass starts on the rows this one leaves there. */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
 s_left_avx2(float *mat,
             const float *add,
@@ -234,11 +279,16 @@ s_left_avx2(float *mat,
             const int R)
 {
     memset(qt, 0, (size_t)R * m * sizeof(float));
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4)
-        s_left_rows(mat, add, i, m, p, qt, 4, R);
-    for (; i < n; i++)
-        s_left_rows(mat, add, i, m, p, qt, 1, R);
+    size_t i = n;
+    for (; i % 8 != 0; i--)
+        s_left_rows(mat, add, i - 1, m, p, qt, NULL, 1, R);
+    for (; i >= 8; i -= 8) {
+        /* The next block (eight rows above) is read while this one is
+         * computed: one sequential stream for the memory controller
+         * instead of eight interleaved ones. */
+        const char *next = i >= 16 ? (const char *)(mat + (i - 16) * m) : NULL;
+        s_left_rows(mat, add, i - 8, m, p, qt, next, 8, R);
+    }
 }
 
 /* One row of y = alpha P Q^T from column j on (the scalar tail). */
@@ -294,9 +344,14 @@ s_recon_avx2(size_t n,
             erow[h] = e != NULL ? e + (i + h) * m : NULL;
             orow[h] = out != NULL ? out + (i + h) * m : NULL;
         }
+        const char *next_e = rows == 2 && e != NULL && i + 4 <= n
+                                 ? (const char *)(e + (i + 2) * m)
+                                 : NULL;
         size_t j = 0;
         for (; j + 8 <= m; j += 8) {
             __m256 y[2];
+            if (next_e != NULL)
+                _mm_prefetch(next_e + j * 8, _MM_HINT_T1);
             __m256 q0 = _mm256_loadu_ps(qt + j);
             for (size_t h = 0; h < rows; h++)
                 y[h] = _mm256_mul_ps(pk[h][0], q0);

@@ -690,11 +690,16 @@ s_psgd_orth(rumor_lowrank_psgd *self, bool want_p)
 }
 
 /* P = M Q (right) or Q = M^T P (left) for every matrix; fuse: M += grads
- * in the same pass (error feedback). */
+ * in the same pass (error feedback). The left product visits the matrices
+ * from the last to the first (as the cpu kernel visits rows): the right
+ * product and the reconstruction go first to last, so each pass starts on
+ * the matrices the previous one left in the last-level cache. The order
+ * changes no result: every matrix is computed on its own. */
 static rumor_err
 s_psgd_project(rumor_lowrank_psgd *self, bool right, bool fuse)
 {
-    for (size_t g = 0; g < self->ngroups; g++) {
+    for (size_t gi = 0; gi < self->ngroups; gi++) {
+        size_t g = right ? gi : self->ngroups - 1 - gi;
         const struct psgd_group *gr = &self->groups[g];
         const struct psgd_mat *m0 = &self->mats[gr->first];
         rumor_err rc = RUMOR_OK;
@@ -732,7 +737,8 @@ s_psgd_project(rumor_lowrank_psgd *self, bool right, bool fuse)
                                                      gr->count);
         } else {
             for (size_t i = 0; rc == RUMOR_OK && i < gr->count; i++) {
-                const struct psgd_mat *mt = &self->mats[gr->first + i];
+                size_t at = right ? i : gr->count - 1 - i;
+                const struct psgd_mat *mt = &self->mats[gr->first + at];
                 const float *add = fuse ? mt->grad : NULL;
                 rc = right ? self->be.project_right(self->ctx,
                                                     mt->mat,
