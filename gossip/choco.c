@@ -75,14 +75,6 @@ s_free(rumor_gossip *g)
     g->state = NULL;
 }
 
-static uint32_t
-s_rounds(const rumor_gossip *g, uint64_t step)
-{
-    (void)g;
-    (void)step;
-    return 1;
-}
-
 /* x - xhat for tensor t. */
 static void
 s_fill(const rumor_gossip *g, size_t t, size_t base, float *out, void *arg)
@@ -99,14 +91,9 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
     (void)round;
     struct choco *s = g->state;
     rumor_err rc = gossip_packer_encode(&s->pack, g, step, s_fill, s);
-    size_t phase = rumor_topology_phase_at(g->topo, step), count = 0;
-    const uint32_t *nbr =
-        rumor_topology_neighbors(g->topo, phase, g->self, &count, NULL);
-    if (rc == RUMOR_OK)
-        rc = gossip_out_reserve(g, count);
-    for (size_t k = 0; k < count && rc == RUMOR_OK; k++)
-        g->out[k] = (struct rumor_gossip_msg){nbr[k], s->pack.buf, s->pack.len};
-    return rc;
+    if (rc != RUMOR_OK)
+        return rc;
+    return gossip_out_to_neighbors(g, step, s->pack.buf, s->pack.len);
 }
 
 static rumor_err
@@ -175,7 +162,7 @@ const struct gossip_algo_i gossip_choco = {
     .name = "choco",
     .init = s_init,
     .free = s_free,
-    .rounds = s_rounds,
+    .rounds = gossip_one_round,
     .emit = s_emit,
     .expected = gossip_expected_neighbors,
     .absorb = s_absorb,

@@ -62,31 +62,16 @@ s_free(rumor_gossip *g)
     g->state = NULL;
 }
 
-static uint32_t
-s_rounds(const rumor_gossip *g, uint64_t step)
-{
-    (void)g;
-    (void)step;
-    return 1;
-}
-
 static rumor_err
 s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
 {
     (void)round;
     struct dpsgd *s = g->state;
-    size_t phase = rumor_topology_phase_at(g->topo, step), count = 0;
-    const uint32_t *nbr =
-        rumor_topology_neighbors(g->topo, phase, g->self, &count, NULL);
-    rumor_err rc = gossip_out_reserve(g, count);
-    if (rc != RUMOR_OK)
-        return rc;
     gossip_flat_get(g, 0, g->numel, s->snapshot);
-    for (size_t k = 0; k < count; k++)
-        g->out[k] = (struct rumor_gossip_msg){nbr[k],
-                                              (const uint8_t *)s->snapshot,
-                                              g->numel * sizeof(float)};
-    return RUMOR_OK;
+    return gossip_out_to_neighbors(g,
+                                   step,
+                                   (const uint8_t *)s->snapshot,
+                                   g->numel * sizeof(float));
 }
 
 static rumor_err
@@ -132,7 +117,7 @@ const struct gossip_algo_i gossip_dpsgd = {
     .name = "dpsgd",
     .init = s_init,
     .free = s_free,
-    .rounds = s_rounds,
+    .rounds = gossip_one_round,
     .emit = s_emit,
     .expected = gossip_expected_neighbors,
     .absorb = s_absorb,

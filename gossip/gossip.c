@@ -282,6 +282,29 @@ gossip_flat_put(rumor_gossip *g, size_t offset, size_t len, const float *src)
     s_flat_walk(g, offset, len, (float *)src, true);
 }
 
+uint32_t
+gossip_one_round(const rumor_gossip *g, uint64_t step)
+{
+    (void)g;
+    (void)step;
+    return 1;
+}
+
+rumor_err
+gossip_out_to_neighbors(rumor_gossip *g,
+                        uint64_t step,
+                        const uint8_t *data,
+                        size_t len)
+{
+    size_t phase = rumor_topology_phase_at(g->topo, step), count = 0;
+    const uint32_t *nbr =
+        rumor_topology_neighbors(g->topo, phase, g->self, &count, NULL);
+    rumor_err rc = gossip_out_reserve(g, count);
+    for (size_t k = 0; k < count && rc == RUMOR_OK; k++)
+        g->out[k] = (struct rumor_gossip_msg){nbr[k], data, len};
+    return rc;
+}
+
 rumor_err
 gossip_out_reserve(rumor_gossip *g, size_t count)
 {

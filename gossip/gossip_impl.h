@@ -79,6 +79,16 @@ gossip_flat_get(const rumor_gossip *g, size_t offset, size_t len, float *dst);
 void
 gossip_flat_put(rumor_gossip *g, size_t offset, size_t len, const float *src);
 
+/* rounds() of the algorithms that exchange once per step. */
+uint32_t gossip_one_round(const rumor_gossip *g, uint64_t step);
+
+/* Emits the same len bytes at data to every neighbour of the step's phase
+ * (data stays owned by the caller, valid until its next emit). */
+rumor_err gossip_out_to_neighbors(rumor_gossip *g,
+                                  uint64_t step,
+                                  const uint8_t *data,
+                                  size_t len);
+
 /* Makes room for count outgoing messages and sets out_count = count. */
 rumor_err gossip_out_reserve(rumor_gossip *g, size_t count);
 

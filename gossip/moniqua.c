@@ -101,14 +101,6 @@ s_free(rumor_gossip *g)
     g->state = NULL;
 }
 
-static uint32_t
-s_rounds(const rumor_gossip *g, uint64_t step)
-{
-    (void)g;
-    (void)step;
-    return 1;
-}
-
 static unsigned
 s_level(const uint8_t *levels, size_t e)
 {
@@ -138,13 +130,7 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
         double q = l * MONIQUA_DELTA - 0.5;
         s->xhat[e] = (float)(q * b - s_mod(s->x[e], b, inv_b));
     }
-    size_t phase = rumor_topology_phase_at(g->topo, step), count = 0;
-    const uint32_t *nbr =
-        rumor_topology_neighbors(g->topo, phase, g->self, &count, NULL);
-    rumor_err rc = gossip_out_reserve(g, count);
-    for (size_t k = 0; k < count && rc == RUMOR_OK; k++)
-        g->out[k] = (struct rumor_gossip_msg){nbr[k], s->levels, s->bytes};
-    return rc;
+    return gossip_out_to_neighbors(g, step, s->levels, s->bytes);
 }
 
 static rumor_err
@@ -182,7 +168,7 @@ const struct gossip_algo_i gossip_moniqua = {
     .name = "moniqua",
     .init = s_init,
     .free = s_free,
-    .rounds = s_rounds,
+    .rounds = gossip_one_round,
     .emit = s_emit,
     .expected = gossip_expected_neighbors,
     .absorb = s_absorb,
