@@ -19,6 +19,18 @@
  * period after a signal are killed; and each child asks the kernel for
  * SIGTERM should the launcher die (PR_SET_PDEATHSIG). The launcher exits
  * 0 when every node finished, 130 when interrupted, 1 otherwise.
+ *
+ * With --hosts FILE the nodes run on other machines over ssh (the same
+ * rumor binary path on each): node i goes to the next free slot of the
+ * host list, its endpoint becomes tcp://HOST:BASE_PORT+i (distinct ports,
+ * so several slots or host aliases of one machine never collide), and
+ * one `ssh -T HOST sh -c SCRIPT` per node carries, on its stdin, the
+ * node's secret key and the derived topology into the remote run
+ * directory, then stays open as a lifeline: ssh without a terminal
+ * forwards no signals, so the remote script sends SIGTERM to its node when
+ * that stdin closes, which is how the launcher stops a remote node (and
+ * what happens when the launcher or its ssh dies). Output and logs are
+ * handled as for local nodes; metrics stay in the remote directory.
  */
 #include "rumor/net.h"
 #include "rumor/node.h"
@@ -29,6 +41,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -42,14 +55,19 @@
 #define LAUNCH_MAX_NODES   256
 #define LAUNCH_LINE_MAX    4096
 #define LAUNCH_GRACE_MS    15000 /* after a signal, before SIGKILL */
+#define LAUNCH_DRAIN_MS    5000  /* output still open after the last exit */
 #define LAUNCH_DEFAULT_DIR "rumor-run"
+#define LAUNCH_BASE_PORT   7000u
+#define LAUNCH_HOST_BYTES  256
 
 struct s_child {
     uint32_t id;
-    pid_t pid;  /* 0 once reaped */
-    int fd;     /* read end of its output pipe, -1 at EOF */
-    FILE *log;  /* DIR/node-N.log */
-    int status; /* wait status */
+    pid_t pid;   /* 0 once reaped */
+    int fd;      /* read end of its output pipe, -1 at EOF */
+    int in_fd;   /* ssh: write end of its stdin (the lifeline), else -1 */
+    bool remote; /* an ssh child */
+    FILE *log;   /* DIR/node-N.log */
+    int status;  /* wait status */
     char line[LAUNCH_LINE_MAX];
     size_t len;
 };
@@ -61,7 +79,11 @@ cli_launch_help(FILE *out)
 {
     fprintf(out,
             "usage: rumor launch --topology FILE [--steps N] "
-            "[--metrics-dir DIR] [node options]\n\n"
+            "[--metrics-dir DIR] [node options]\n"
+            "       rumor launch --hosts HOSTFILE --topology FILE "
+            "[--base-port P]\n"
+            "                    [--remote-dir DIR] [--rumor-path PATH] "
+            "[node options]\n\n"
             "Starts one `rumor node` child per topology node whose endpoint "
             "is local\n"
             "(127.x, localhost, [::1], ipc://), with the keys in "
@@ -72,7 +94,19 @@ cli_launch_help(FILE *out)
             "exits non-zero\n"
             "when a node failed. DIR defaults to ./" LAUNCH_DEFAULT_DIR
             ". Every other option goes to\n"
-            "each node (see 'rumor help node').\n");
+            "each node (see 'rumor help node').\n\n"
+            "--hosts: every node runs over ssh on the hosts of HOSTFILE "
+            "(lines\n"
+            "'[USER@]HOST [slots=N] [addr=ADDRESS]', # comments), filled in "
+            "order,\n"
+            "listening on tcp://ADDRESS:P+N (P = --base-port, default "
+            "%u). Each\n"
+            "host needs the same rumor binary at --rumor-path (default: "
+            "this one's\n"
+            "path); the key and the topology travel over ssh into "
+            "--remote-dir\n"
+            "(default: DIR's absolute path), where metrics stay.\n",
+            LAUNCH_BASE_PORT);
 }
 
 static void
@@ -114,13 +148,14 @@ s_exists(const char *path)
     return stat(path, &st) == 0;
 }
 
-/* Makes sure every local node has a key; rewrites the file when keys were
- * added. Returns 0 or an exit status. */
+/* Makes sure every local node has a key; rewrites the file at path when
+ * keys were added and rewrite is set. Returns 0 or an exit status. */
 static int
 s_prepare_keys(rumor_topology *t,
                const char *path,
                const char *keydir,
-               const bool *local)
+               const bool *local,
+               bool rewrite)
 {
     bool changed = false;
     size_t n = rumor_topology_nodes(t);
@@ -172,11 +207,25 @@ s_prepare_keys(rumor_topology *t,
         printf("[launch] node %zu: new key %s\n", i, base);
         changed = true;
     }
-    if (!changed)
+    if (!changed || !rewrite)
         return 0;
+    return cli_topology_write(t,
+                              "# keys added by rumor launch\n",
+                              path,
+                              NULL) != 0;
+}
+
+int
+cli_topology_write(const rumor_topology *t,
+                   const char *header,
+                   const char *path,
+                   rumor_buf *keep)
+{
     rumor_buf buf;
     rumor_buf_init(&buf, SIZE_MAX);
-    rumor_err rc = rumor_buf_append(&buf, "# keys added by rumor launch\n", 29);
+    rumor_err rc = header != NULL
+                       ? rumor_buf_append(&buf, header, strlen(header))
+                       : RUMOR_OK;
     if (rc == RUMOR_OK)
         rc = rumor_topology_format(t, &buf);
     FILE *f = rc == RUMOR_OK ? fopen(path, "w") : NULL;
@@ -185,14 +234,25 @@ s_prepare_keys(rumor_topology *t,
         failed |= fwrite(buf.data, 1, buf.len, f) != buf.len;
         failed |= fclose(f) != 0;
     }
-    rumor_buf_free(&buf);
     if (failed)
-        fprintf(stderr, "rumor launch: cannot rewrite %s\n", path);
-    return failed;
+        fprintf(stderr, "rumor: cannot write %s\n", path);
+    if (keep != NULL && !failed)
+        *keep = buf;
+    else
+        rumor_buf_free(&buf);
+    return failed ? -1 : 0;
 }
 
+/* Starts prog (NULL: this binary) with stdout and stderr on out_fd and,
+ * when in_fd >= 0, stdin on in_fd in a process group of its own, so a
+ * Ctrl-C at the terminal reaches only the launcher, which stops an ssh
+ * child by closing its stdin. */
 static pid_t
-s_spawn(char *const *argv, int out_fd, pid_t parent)
+s_spawn(const char *prog,
+        char *const *argv,
+        int out_fd,
+        int in_fd,
+        pid_t parent)
 {
     pid_t pid = fork();
     if (pid != 0)
@@ -203,10 +263,19 @@ s_spawn(char *const *argv, int out_fd, pid_t parent)
         _exit(1);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    if (in_fd >= 0) {
+        setpgid(0, 0);
+        dup2(in_fd, STDIN_FILENO);
+        close(in_fd);
+    }
     dup2(out_fd, STDOUT_FILENO);
     dup2(out_fd, STDERR_FILENO);
     close(out_fd);
-    execv("/proc/self/exe", argv);
+    if (prog == NULL)
+        execv("/proc/self/exe", argv);
+    else
+        execvp(prog, argv);
     _exit(127);
 }
 
@@ -251,12 +320,32 @@ s_drain(struct s_child *c)
         fflush(c->log);
 }
 
+/* ssh carries no signal to the remote node: closing its stdin stops it,
+ * and only SIGKILL goes to the ssh process itself. */
 static void
 s_signal_all(struct s_child *kids, size_t count, int sig)
 {
-    for (size_t k = 0; k < count; k++)
-        if (kids[k].pid > 0)
+    for (size_t k = 0; k < count; k++) {
+        if (kids[k].remote && kids[k].in_fd >= 0 && sig != SIGKILL) {
+            close(kids[k].in_fd);
+            kids[k].in_fd = -1;
+        } else if (kids[k].pid > 0 && (!kids[k].remote || sig == SIGKILL))
             kill(kids[k].pid, sig);
+    }
+}
+
+static size_t
+s_close_outputs(struct s_child *kids, size_t count)
+{
+    for (size_t k = 0; k < count; k++) {
+        if (kids[k].fd < 0)
+            continue;
+        if (kids[k].len > 0)
+            s_emit_line(&kids[k]);
+        close(kids[k].fd);
+        kids[k].fd = -1;
+    }
+    return 0;
 }
 
 /* Runs the children until every one is reaped; returns the exit status. */
@@ -266,7 +355,7 @@ s_supervise(struct s_child *kids, size_t count)
     struct pollfd fds[LAUNCH_MAX_NODES + 1];
     size_t alive = count, open = count;
     bool interrupted = false, failed = false;
-    uint64_t kill_at = UINT64_MAX;
+    uint64_t kill_at = UINT64_MAX, drain_until = 0;
     while (alive > 0 || open > 0) {
         size_t nfds = 0;
         fds[nfds++] = (struct pollfd){s_sigpipe[0], POLLIN, 0};
@@ -307,6 +396,9 @@ s_supervise(struct s_child *kids, size_t count)
             kids[k].pid = 0;
             kids[k].status = st;
             alive--;
+            if (kids[k].in_fd >= 0)
+                close(kids[k].in_fd);
+            kids[k].in_fd = -1;
             bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
             if (WIFEXITED(st))
                 printf("[launch] node %u exited with status %d\n",
@@ -331,6 +423,12 @@ s_supervise(struct s_child *kids, size_t count)
             s_signal_all(kids, count, SIGKILL);
             kill_at = UINT64_MAX - 1;
         }
+        /* every child is reaped: output still open belongs to something
+         * they left behind, which gets a short while to finish */
+        if (alive == 0 && drain_until == 0)
+            drain_until = rumor_clock_ns() + LAUNCH_DRAIN_MS * 1000000ull;
+        if (alive == 0 && rumor_clock_ns() >= drain_until)
+            open = s_close_outputs(kids, count);
     }
     int status = 0;
     for (size_t k = 0; k < count; k++) {
@@ -343,6 +441,12 @@ s_supervise(struct s_child *kids, size_t count)
     return status;
 }
 
+struct s_host {
+    char dest[LAUNCH_HOST_BYTES]; /* what ssh is given: [USER@]HOST */
+    char addr[LAUNCH_HOST_BYTES]; /* the address peers connect to */
+    unsigned long long slots;
+};
+
 struct s_args {
     struct rumor_node_opts opts; /* as node 0 would get them */
     char topology[RUMOR_NODE_PATH_MAX];
@@ -350,6 +454,15 @@ struct s_args {
     char **pass; /* node options passed through, NULL-terminated */
     size_t npass;
     bool insecure;
+    /* --hosts */
+    const char *hosts_file;
+    unsigned long long base_port;
+    const char *remote_dir;
+    const char *remote_bin;
+    struct s_host *hosts;
+    size_t nhosts;
+    size_t *host_of; /* node -> index in hosts */
+    rumor_buf topo;  /* the derived topology sent to every host */
 };
 
 /* Every node ran here: evaluate the average of their final models. */
@@ -389,9 +502,55 @@ s_print_diag(const struct rumor_diag *diag)
     fprintf(stderr, "rumor launch: %s\n", text);
 }
 
+/* Takes launch's own --hosts options out of argv, in place; returns the
+ * new argc, or -1 after a message. */
+static int
+s_take_own(int argc, char **argv, struct s_args *a)
+{
+    static const char *const names[] = {"--hosts",
+                                        "--base-port",
+                                        "--remote-dir",
+                                        "--rumor-path"};
+    const size_t count = sizeof names / sizeof names[0];
+    int out = 1;
+    a->base_port = LAUNCH_BASE_PORT;
+    for (int i = 1; i < argc; i++) {
+        size_t k = 0;
+        while (k < count && strcmp(argv[i], names[k]) != 0)
+            k++;
+        if (k == count) {
+            argv[out++] = argv[i];
+            continue;
+        }
+        if (i + 1 >= argc || argv[i + 1][0] == '\0') {
+            fprintf(stderr, "rumor launch: %s needs a value\n", argv[i]);
+            return -1;
+        }
+        const char *v = argv[++i];
+        if (k == 0)
+            a->hosts_file = v;
+        else if (k == 2)
+            a->remote_dir = v;
+        else if (k == 3)
+            a->remote_bin = v;
+        else if (cli_parse_u64(v, "--base-port", 1, 65535, &a->base_port))
+            return -1;
+    }
+    if (a->hosts_file == NULL && out != argc) {
+        fprintf(stderr,
+                "rumor launch: --base-port, --remote-dir and --rumor-path "
+                "need --hosts\n");
+        return -1;
+    }
+    return out;
+}
+
 static int
 s_parse(int argc, char **argv, struct s_args *a)
 {
+    argc = s_take_own(argc, argv, a);
+    if (argc < 0)
+        return 2;
     snprintf(a->metrics_dir, sizeof a->metrics_dir, "%s", LAUNCH_DEFAULT_DIR);
     struct rumor_node_opts opts;
     rumor_node_opts_default(&opts);
@@ -441,63 +600,400 @@ s_parse(int argc, char **argv, struct s_args *a)
     return 0;
 }
 
-int
-cli_launch_main(int argc, char **argv)
+/* --- --hosts ------------------------------------------------------------ */
+
+static int
+s_host_bad(const struct s_args *a, int lineno, const char *what)
 {
-    struct s_args a = {0};
-    a.pass = calloc((size_t)argc + 1, sizeof *a.pass);
-    if (a.pass == NULL)
+    fprintf(stderr, "%s:%d: %s\n", a->hosts_file, lineno, what);
+    return 2;
+}
+
+/* One host line: [USER@]HOST [slots=N] [addr=ADDRESS]. */
+static int
+s_host_line(struct s_args *a, char *line, int lineno)
+{
+    static const char ws[] = " \t\r";
+    char *p = line + strspn(line, ws);
+    if (*p == '\0')
+        return 0;
+    if (a->nhosts == LAUNCH_MAX_NODES)
+        return s_host_bad(a, lineno, "too many hosts");
+    struct s_host *h = &a->hosts[a->nhosts];
+    h->slots = 1;
+    for (int field = 0; *p != '\0'; field++) {
+        size_t len = strcspn(p, ws);
+        char tok[LAUNCH_HOST_BYTES];
+        if (len >= sizeof tok)
+            return s_host_bad(a, lineno, "a field is too long");
+        memcpy(tok, p, len);
+        tok[len] = '\0';
+        p += len;
+        p += strspn(p, ws);
+        if (field == 0 && tok[0] != '-')
+            memcpy(h->dest, tok, len + 1);
+        else if (field > 0 && strncmp(tok, "slots=", 6) == 0) {
+            if (cli_parse_u64(tok + 6,
+                              "slots",
+                              1,
+                              LAUNCH_MAX_NODES,
+                              &h->slots) != 0)
+                return s_host_bad(a, lineno, "bad slots=");
+        } else if (field > 0 && strncmp(tok, "addr=", 5) == 0 && tok[5] != '\0')
+            memcpy(h->addr, tok + 5, len - 4);
+        else
+            return s_host_bad(a,
+                              lineno,
+                              "expected [USER@]HOST [slots=N] [addr=ADDRESS]");
+    }
+    if (h->addr[0] == '\0') {
+        const char *at = strrchr(h->dest, '@');
+        snprintf(h->addr, sizeof h->addr, "%s", at != NULL ? at + 1 : h->dest);
+    }
+    a->nhosts++;
+    return 0;
+}
+
+static int
+s_load_hosts(struct s_args *a)
+{
+    FILE *f = fopen(a->hosts_file, "r");
+    a->hosts = calloc(LAUNCH_MAX_NODES, sizeof *a->hosts);
+    if (f == NULL || a->hosts == NULL) {
+        fprintf(stderr, "rumor launch: cannot read %s\n", a->hosts_file);
+        if (f != NULL)
+            fclose(f);
+        return 2;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    int lineno = 0, status = 0;
+    while (status == 0 && getline(&line, &cap, f) >= 0) {
+        lineno++;
+        line[strcspn(line, "#\n")] = '\0';
+        status = s_host_line(a, line, lineno);
+    }
+    free(line);
+    fclose(f);
+    if (status == 0 && a->nhosts == 0)
+        status = s_host_bad(a, lineno, "no hosts");
+    return status;
+}
+
+/* Node i goes to the next free slot; its endpoint is ADDRESS:BASE+i. */
+static int
+s_assign_hosts(struct s_args *a, rumor_topology *t)
+{
+    size_t n = rumor_topology_nodes(t), h = 0, used = 0;
+    a->host_of = calloc(n, sizeof *a->host_of);
+    if (a->host_of == NULL)
         return 1;
-    int status = s_parse(argc, argv, &a);
-    rumor_topology *t = NULL;
-    struct s_child *kids = NULL;
-    size_t count = 0;
-    bool local[LAUNCH_MAX_NODES] = {false};
-    char keydir[RUMOR_NODE_PATH_MAX + 8];
-    if (status == 0) {
-        struct rumor_diag diag = {0};
-        rumor_err rc = rumor_topology_load_file(a.topology, &t, &diag);
-        if (rc != RUMOR_OK) {
-            char text[2 * RUMOR_DIAG_TEXT_BYTES + 32];
-            rumor_diag_format(&diag, text, sizeof text);
-            fprintf(stderr, "rumor launch: %s\n", text);
-            status = 2;
-        } else if (rumor_topology_nodes(t) > LAUNCH_MAX_NODES) {
+    for (size_t i = 0; i < n; i++) {
+        while (h < a->nhosts && used == a->hosts[h].slots) {
+            h++;
+            used = 0;
+        }
+        if (h == a->nhosts || a->base_port + i > 65535) {
             fprintf(stderr,
-                    "rumor launch: more than %d nodes\n",
-                    LAUNCH_MAX_NODES);
-            status = 2;
+                    "rumor launch: %s has too few slots (or ports from %llu) "
+                    "for %zu nodes\n",
+                    a->hosts_file,
+                    a->base_port,
+                    n);
+            return 2;
+        }
+        a->host_of[i] = h;
+        used++;
+        const char *addr = a->hosts[h].addr;
+        bool v6 = strchr(addr, ':') != NULL && addr[0] != '[';
+        char endpoint[LAUNCH_HOST_BYTES + 32];
+        snprintf(endpoint,
+                 sizeof endpoint,
+                 "tcp://%s%s%s:%llu",
+                 v6 ? "[" : "",
+                 addr,
+                 v6 ? "]" : "",
+                 a->base_port + i);
+        struct rumor_diag diag = {0};
+        if (rumor_topology_set_node(t, i, endpoint, NULL, &diag) != RUMOR_OK) {
+            fprintf(stderr, "rumor launch: %s: %s\n", endpoint, diag.msg);
+            return 2;
         }
     }
-    size_t n = t != NULL ? rumor_topology_nodes(t) : 0;
+    return 0;
+}
+
+/* The derived topology: kept for the hosts and saved as DIR/hosts.topo. */
+static int
+s_derive_topology(struct s_args *a, const rumor_topology *t)
+{
+    char path[RUMOR_NODE_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/hosts.topo", a->metrics_dir);
+    return cli_topology_write(t, NULL, path, &a->topo) != 0;
+}
+
+/* Defaults of the remote directory and binary: this side's paths. */
+static int
+s_remote_paths(struct s_args *a, char *dir, char *bin)
+{
+    if (a->remote_dir == NULL) {
+        if (realpath(a->metrics_dir, dir) == NULL)
+            return 1;
+        a->remote_dir = dir;
+    }
+    if (a->remote_bin == NULL) {
+        if (realpath("/proc/self/exe", bin) == NULL)
+            return 1;
+        a->remote_bin = bin;
+    }
+    return 0;
+}
+
+/* Runs on each host under `sh -c`: $1 run directory, $2 node id, $3 the
+ * binary, then node options. stdin brings the secret key line (empty with
+ * --insecure), the topology's size and the topology, then stays open: its
+ * end (fd 3, as an asynchronous list's stdin is /dev/null) stops the
+ * node. */
+static const char s_remote_script[] =
+    "set -e; d=$1; id=$2; bin=$3; shift 3; umask 077; mkdir -p \"$d\"; "
+    "IFS= read -r key; IFS= read -r size; "
+    "if [ -n \"$key\" ]; then printf '%s\\n' \"$key\" >\"$d/node-$id.key\"; "
+    "set -- --key \"$d/node-$id\" \"$@\"; fi; "
+    "head -c \"$size\" >\"$d/topology-$id\"; exec 3<&0; "
+    "\"$bin\" node --topology \"$d/topology-$id\" --id \"$id\" "
+    "--metrics-dir \"$d\" \"$@\" </dev/null & pid=$!; "
+    "{ cat <&3; kill -TERM \"$pid\"; } >/dev/null 2>&1 & "
+    "exec 3<&-; set +e; wait \"$pid\"; exit $?";
+
+/* Appends text quoted for a POSIX shell ('...', with ' as '\''). */
+static void
+s_shell_quote(FILE *out, const char *text)
+{
+    fputc('\'', out);
+    for (const char *p = text; *p != '\0'; p++) {
+        if (*p == '\'')
+            fputs("'\\''", out);
+        else
+            fputc(*p, out);
+    }
+    fputc('\'', out);
+}
+
+/* The command line ssh hands to the remote login shell. */
+static char *
+s_remote_command(const struct s_args *a, size_t node)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    if (out == NULL)
+        return NULL;
+    fputs("sh -c ", out);
+    s_shell_quote(out, s_remote_script);
+    fputs(" rumor-launch ", out);
+    s_shell_quote(out, a->remote_dir);
+    fprintf(out, " %zu ", node);
+    s_shell_quote(out, a->remote_bin);
+    for (size_t k = 0; k < a->npass; k++) {
+        fputc(' ', out);
+        s_shell_quote(out, a->pass[k]);
+    }
+    if (fclose(out) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+static int
+s_write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t put = write(fd, p, len);
+        if (put < 0 && errno == EINTR)
+            continue;
+        if (put <= 0)
+            return -1;
+        p += put;
+        len -= (size_t)put;
+    }
+    return 0;
+}
+
+/* Sends node i's secret key line, the topology's size and the topology. */
+static int
+s_send_payload(const struct s_args *a, int fd, const char *keydir, size_t i)
+{
+    char path[RUMOR_NODE_PATH_MAX + 64], head[64];
+    rumor_buf key;
+    rumor_buf_init(&key, 256);
+    int failed = 0;
+    if (!a->insecure) {
+        snprintf(path, sizeof path, "%s/node-%zu.key", keydir, i);
+        failed = rumor_buf_read_file(&key, path) != RUMOR_OK;
+        while (!failed && key.len > 0 &&
+               (key.data[key.len - 1] == '\n' || key.data[key.len - 1] == '\r'))
+            key.len--;
+        failed |= key.len != RUMOR_NET_KEY_TEXT_BYTES ||
+                  memchr(key.data, '\n', key.len) != NULL;
+        failed |= s_write_all(fd, key.data, key.len);
+    }
+    int n = snprintf(head, sizeof head, "\n%zu\n", a->topo.len);
+    failed |= s_write_all(fd, head, (size_t)n);
+    failed |= s_write_all(fd, a->topo.data, a->topo.len);
+    for (volatile uint8_t *p = key.data; p != NULL && p < key.data + key.alloc;
+         p++)
+        *p = 0; /* the secret leaves no copy behind */
+    rumor_buf_free(&key);
+    return failed;
+}
+
+static int
+s_start_remote(const struct s_args *a,
+               struct s_child *c,
+               const char *keydir,
+               size_t i,
+               pid_t self)
+{
+    const struct s_host *h = &a->hosts[a->host_of[i]];
+    char *cmd = s_remote_command(a, i);
+    int out[2] = {-1, -1}, in[2] = {-1, -1};
+    if (cmd == NULL || pipe(out) != 0 || pipe(in) != 0) {
+        free(cmd);
+        return 1;
+    }
+    for (int k = 0; k < 2; k++) {
+        fcntl(out[k], F_SETFD, FD_CLOEXEC);
+        fcntl(in[k], F_SETFD, FD_CLOEXEC);
+    }
+    char *argv[] =
+        {"ssh", "-o", "BatchMode=yes", "-T", (char *)h->dest, cmd, NULL};
+    fflush(stdout);
+    c->pid = s_spawn("ssh", argv, out[1], in[0], self);
+    close(out[1]);
+    close(in[0]);
+    free(cmd);
+    c->fd = out[0];
+    c->in_fd = in[1];
+    c->remote = true;
+    if (c->pid < 0)
+        return 1;
+    printf("[launch] node %zu: ssh %s (pid %d), listening on %s\n",
+           i,
+           h->dest,
+           (int)c->pid,
+           h->addr);
+    if (s_send_payload(a, c->in_fd, keydir, i) != 0)
+        printf("[launch] node %zu: could not send its key and topology to "
+               "%s\n",
+               i,
+               h->dest);
+    return 0;
+}
+
+/* --- local children ------------------------------------------------------ */
+
+static int
+s_start_local(const struct s_args *a,
+              struct s_child *c,
+              const char *keydir,
+              size_t i,
+              pid_t self)
+{
+    char id[24], key[RUMOR_NODE_PATH_MAX + 64];
+    snprintf(id, sizeof id, "%zu", i);
+    snprintf(key, sizeof key, "%s/node-%zu", keydir, i);
+    char **argv2 = calloc(a->npass + 12, sizeof *argv2);
+    int fds[2];
+    if (argv2 == NULL || pipe(fds) != 0) {
+        free(argv2);
+        return 1;
+    }
+    size_t k = 0;
+    argv2[k++] = "rumor";
+    argv2[k++] = "node";
+    argv2[k++] = "--topology";
+    argv2[k++] = (char *)a->topology;
+    argv2[k++] = "--id";
+    argv2[k++] = id;
+    if (!a->insecure) {
+        argv2[k++] = "--key";
+        argv2[k++] = key;
+    }
+    argv2[k++] = "--metrics-dir";
+    argv2[k++] = (char *)a->metrics_dir;
+    for (size_t p = 0; p < a->npass; p++)
+        argv2[k++] = a->pass[p];
+    fflush(stdout);
+    fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+    fcntl(fds[1], F_SETFD, FD_CLOEXEC);
+    c->pid = s_spawn(NULL, argv2, fds[1], -1, self);
+    close(fds[1]);
+    c->fd = fds[0];
+    free(argv2);
+    if (c->pid < 0)
+        return 1;
+    printf("[launch] node %zu: pid %d\n", i, (int)c->pid);
+    return 0;
+}
+
+/* --- main ------------------------------------------------------------------
+ */
+
+static int
+s_load_topology(const struct s_args *a, rumor_topology **t)
+{
+    struct rumor_diag diag = {0};
+    rumor_err rc = rumor_topology_load_file(a->topology, t, &diag);
+    if (rc != RUMOR_OK) {
+        char text[2 * RUMOR_DIAG_TEXT_BYTES + 32];
+        rumor_diag_format(&diag, text, sizeof text);
+        fprintf(stderr, "rumor launch: %s\n", text);
+        return 2;
+    }
+    if (rumor_topology_nodes(*t) > LAUNCH_MAX_NODES) {
+        fprintf(stderr, "rumor launch: more than %d nodes\n", LAUNCH_MAX_NODES);
+        return 2;
+    }
+    return 0;
+}
+
+/* Which nodes start here (all of them with --hosts), their keys, the run
+ * directory and, with --hosts, the endpoints and the derived topology. */
+static int
+s_setup(struct s_args *a, rumor_topology *t, bool *start, const char *keydir)
+{
+    size_t n = rumor_topology_nodes(t), count = 0;
+    bool hosts = a->hosts_file != NULL;
+    int status = hosts ? s_load_hosts(a) : 0;
+    if (status == 0 && hosts)
+        status = s_assign_hosts(a, t);
     for (size_t i = 0; i < n && status == 0; i++) {
         const char *ep = rumor_topology_endpoint(t, i);
-        local[i] = ep != NULL && s_is_local(ep);
-        count += local[i];
+        start[i] = hosts || (ep != NULL && s_is_local(ep));
+        count += start[i];
     }
     if (status == 0 && count == 0) {
         fprintf(stderr,
                 "rumor launch: no node of %s has a local endpoint\n",
-                a.topology);
+                a->topology);
         status = 2;
     }
-    char dir[RUMOR_NODE_PATH_MAX];
-    s_dirname(a.topology[0] != '\0' ? a.topology : ".", dir, sizeof dir);
-    snprintf(keydir, sizeof keydir, "%s/keys", dir);
-    if (status == 0 && !a.insecure)
-        status = s_prepare_keys(t, a.topology, keydir, local);
-    if (status == 0 && node_mkdirs(a.metrics_dir) != 0) {
-        fprintf(stderr, "rumor launch: cannot create %s\n", a.metrics_dir);
+    if (status == 0 && !a->insecure)
+        status = s_prepare_keys(t, a->topology, keydir, start, !hosts);
+    if (status == 0 && node_mkdirs(a->metrics_dir) != 0) {
+        fprintf(stderr, "rumor launch: cannot create %s\n", a->metrics_dir);
         status = 1;
     }
-    if (status == 0) {
-        kids = calloc(count, sizeof *kids);
-        status = kids == NULL;
-    }
-    if (status == 0 && pipe(s_sigpipe) != 0)
-        status = 1;
-    if (status != 0)
-        goto done;
+    if (status == 0 && hosts)
+        status = s_derive_topology(a, t);
+    return status;
+}
+
+static void
+s_catch_signals(void)
+{
     fcntl(s_sigpipe[0], F_SETFD, FD_CLOEXEC);
     fcntl(s_sigpipe[1], F_SETFD, FD_CLOEXEC);
     fcntl(s_sigpipe[1], F_SETFL, O_NONBLOCK);
@@ -507,61 +1003,56 @@ cli_launch_main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    printf("[launch] %zu local node(s) of %s; logs and metrics in %s\n",
-           count,
-           a.topology,
-           a.metrics_dir);
-    fflush(stdout);
-    size_t started = 0;
+    /* a remote node that died closes its ssh: a write then fails, and the
+     * supervision reports the exit */
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* Starts every node marked in start, then supervises; returns the status. */
+static int
+s_run(struct s_args *a, const bool *start, size_t n, const char *keydir)
+{
+    struct s_child *kids = calloc(n, sizeof *kids);
+    if (kids == NULL || pipe(s_sigpipe) != 0) {
+        free(kids);
+        return 1;
+    }
+    for (size_t k = 0; k < n; k++)
+        kids[k].fd = kids[k].in_fd = -1;
+    s_catch_signals();
+    char rdir[PATH_MAX], rbin[PATH_MAX];
+    if (a->hosts_file != NULL && s_remote_paths(a, rdir, rbin) != 0) {
+        fprintf(stderr, "rumor launch: cannot resolve the remote paths\n");
+        free(kids);
+        return 1;
+    }
+    printf("[launch] %s node(s) of %s; logs in %s\n",
+           a->hosts_file != NULL ? "ssh" : "local",
+           a->topology,
+           a->metrics_dir);
+    size_t started = 0, count = 0;
+    int status = 0;
     pid_t self = getpid();
-    for (size_t i = 0; i < n; i++) {
-        if (!local[i])
+    for (size_t i = 0; i < n && status == 0; i++) {
+        if (!start[i])
             continue;
+        count++;
         struct s_child *c = &kids[started];
-        char id[24], key[RUMOR_NODE_PATH_MAX + 64],
-            logp[RUMOR_NODE_PATH_MAX + 64];
-        snprintf(id, sizeof id, "%zu", i);
-        snprintf(key, sizeof key, "%s/node-%zu", keydir, i);
-        snprintf(logp, sizeof logp, "%s/node-%zu.log", a.metrics_dir, i);
-        char **argv2 = calloc(a.npass + 12, sizeof *argv2);
-        int fds[2];
-        if (argv2 == NULL || pipe(fds) != 0) {
-            free(argv2);
-            status = 1;
-            break;
-        }
-        size_t k = 0;
-        argv2[k++] = "rumor";
-        argv2[k++] = "node";
-        argv2[k++] = "--topology";
-        argv2[k++] = a.topology;
-        argv2[k++] = "--id";
-        argv2[k++] = id;
-        if (!a.insecure) {
-            argv2[k++] = "--key";
-            argv2[k++] = key;
-        }
-        argv2[k++] = "--metrics-dir";
-        argv2[k++] = a.metrics_dir;
-        for (size_t p = 0; p < a.npass; p++)
-            argv2[k++] = a.pass[p];
-        fflush(stdout);
+        char logp[RUMOR_NODE_PATH_MAX + 64];
+        snprintf(logp, sizeof logp, "%s/node-%zu.log", a->metrics_dir, i);
         c->id = (uint32_t)i;
         c->log = fopen(logp, "we");
-        fcntl(fds[0], F_SETFD, FD_CLOEXEC);
-        fcntl(fds[1], F_SETFD, FD_CLOEXEC);
-        c->pid = s_spawn(argv2, fds[1], self);
-        close(fds[1]);
-        c->fd = fds[0];
-        free(argv2);
-        if (c->pid < 0) {
+        status = a->hosts_file != NULL ? s_start_remote(a, c, keydir, i, self)
+                                       : s_start_local(a, c, keydir, i, self);
+        if (c->pid > 0)
+            started++;
+        else if (c->fd >= 0)
             close(c->fd);
-            fprintf(stderr, "rumor launch: fork: %s\n", strerror(errno));
-            status = 1;
-            break;
-        }
-        printf("[launch] node %zu: pid %d\n", i, (int)c->pid);
-        started++;
+        if (status != 0)
+            fprintf(stderr,
+                    "rumor launch: cannot start node %zu: %s\n",
+                    i,
+                    strerror(errno));
     }
     fflush(stdout);
     if (status != 0)
@@ -569,19 +1060,48 @@ cli_launch_main(int argc, char **argv)
     int run_status = s_supervise(kids, started);
     if (status == 0)
         status = run_status;
-    if (status == 0 && count == n)
-        s_average(&a, (uint32_t)n);
-    for (size_t k = 0; k < started; k++)
+    if (status == 0 && count == n && a->hosts_file == NULL)
+        s_average(a, (uint32_t)n);
+    for (size_t k = 0; k < n; k++) {
         if (kids[k].log != NULL)
             fclose(kids[k].log);
-    printf("[launch] %s (exit %d)\n",
-           status == 0     ? "all nodes finished"
-           : status == 130 ? "interrupted"
-                           : "a node failed",
-           status);
-done:
+        if (kids[k].in_fd >= 0)
+            close(kids[k].in_fd);
+    }
     free(kids);
+    return status;
+}
+
+int
+cli_launch_main(int argc, char **argv)
+{
+    struct s_args a = {0};
+    a.pass = calloc((size_t)argc + 1, sizeof *a.pass);
+    if (a.pass == NULL)
+        return 1;
+    int status = s_parse(argc, argv, &a);
+    rumor_topology *t = NULL;
+    bool start[LAUNCH_MAX_NODES] = {false};
+    char keydir[RUMOR_NODE_PATH_MAX + 8];
+    char dir[RUMOR_NODE_PATH_MAX];
+    s_dirname(a.topology[0] != '\0' ? a.topology : ".", dir, sizeof dir);
+    snprintf(keydir, sizeof keydir, "%s/keys", dir);
+    if (status == 0)
+        status = s_load_topology(&a, &t);
+    if (status == 0)
+        status = s_setup(&a, t, start, keydir);
+    if (status == 0) {
+        status = s_run(&a, start, rumor_topology_nodes(t), keydir);
+        printf("[launch] %s (exit %d)\n",
+               status == 0     ? "all nodes finished"
+               : status == 130 ? "interrupted"
+                               : "a node failed",
+               status);
+    }
     rumor_topology_destroy(&t);
+    rumor_buf_free(&a.topo);
+    free(a.host_of);
+    free(a.hosts);
     free(a.pass);
     return status;
 }

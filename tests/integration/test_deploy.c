@@ -1,0 +1,1363 @@
+/*
+ * Deployment end to end, with the real `rumor` binary (RUMOR_BIN):
+ *   - `rumor compose` for a ring, a torus and a hand-written topology
+ *     (explicit weights, endpoints to replace): the file passes
+ *     `docker-compose config` (Debian's docker-compose; no engine needed;
+ *     skipped visibly when it is missing) and the normalised result keeps
+ *     the invariants: one service per node, its --id, its own key as a
+ *     docker secret and no secret anywhere in the file or an environment,
+ *     no image built from the tree, the generated topology with service
+ *     endpoints, the public keys of the secret files and the source's
+ *     weights; keys are reused by a second run; shaping and GPU options
+ *     reach the services; odd characters survive YAML quoting; bad options
+ *     are refused with nothing printed;
+ *   - docker/check-dockerfile.sh passes both Dockerfiles and reports every
+ *     rule on a file that breaks them all;
+ *   - scripts/rumor-slurm.sh, with faked SLURM_* variables and a local
+ *     host list (plain comma form, and a FAKE scontrol), starts 4 tasks
+ *     that train and exit 0; a task that never comes ends the others by
+ *     their deadline; a task placed on another host is refused;
+ *   - `rumor launch --hosts` through a FAKE ssh (tests/data/deploy/fake-ssh
+ *     runs the remote command on this machine) trains a 4-node cluster and
+ *     stops every process on SIGINT;
+ *   - tests/integration/docker_e2e.sh runs where a Docker engine is
+ *     reachable and is skipped, with its reason, where none is.
+ * Every process started here is waited for with a deadline; waits poll.
+ */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include "tests/cmocka_compat.h"
+
+#include "rumor/net.h"
+#include "rumor/topology.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LIMIT_MS     60000  /* generous: only a broken build waits this long */
+#define E2E_LIMIT_MS 900000 /* docker_e2e.sh builds an image */
+#define NODES        4
+#define STEPS        "20"
+#define ARGS_MAX     64
+
+struct s_tmp {
+    char dir[256];
+    char out[300]; /* stdout and stderr of what ran */
+};
+
+/* --- processes ---------------------------------------------------------- */
+
+/* RUMOR_BIN as an absolute path: commands here run in other directories. */
+static const char *
+s_bin(void)
+{
+    static char path[PATH_MAX];
+    const char *bin = getenv("RUMOR_BIN");
+    if (bin == NULL || realpath(bin, path) == NULL)
+        fail_msg("RUMOR_BIN is not set to the rumor binary");
+    return path;
+}
+
+static void
+s_pause_ms(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static uint64_t
+s_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Starts argv (a program name without '/' is looked up on PATH) in cwd
+ * (NULL: here), env entries "K=V" added, stdout to out (appended) or to
+ * stdout_path when given. */
+static pid_t
+s_spawn(const char *const *argv,
+        const char *const *env,
+        const char *cwd,
+        const char *out,
+        const char *stdout_path)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        int so = stdout_path != NULL
+                     ? open(stdout_path, O_WRONLY | O_CREAT | O_TRUNC, 0644)
+                     : fd;
+        if (fd < 0 || so < 0 || (cwd != NULL && chdir(cwd) != 0))
+            _exit(126);
+        dup2(so, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        for (size_t k = 0; env != NULL && env[k] != NULL; k++)
+            putenv((char *)env[k]);
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    assert_true(pid > 0);
+    return pid;
+}
+
+/* Waits for pid until limit_ms; past that kills it and returns -1. */
+static int
+s_wait_or_kill(pid_t pid, uint64_t limit_ms)
+{
+    uint64_t deadline = s_now_ms() + limit_ms;
+    for (;;) {
+        int st = 0;
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (s_now_ms() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            fprintf(stderr,
+                    "process %d still running after %llu ms: killed\n",
+                    (int)pid,
+                    (unsigned long long)limit_ms);
+            return -1;
+        }
+        s_pause_ms(2);
+    }
+}
+
+static int
+s_wait(pid_t pid, uint64_t limit_ms)
+{
+    int status = s_wait_or_kill(pid, limit_ms);
+    if (status < 0)
+        fail_msg("process %d ran past its limit", (int)pid);
+    return status;
+}
+
+static int
+s_run(const char *const *argv, const char *cwd, const struct s_tmp *t)
+{
+    return s_wait(s_spawn(argv, NULL, cwd, t->out, NULL), LIMIT_MS);
+}
+
+/* `rumor ARGS...` in dir, stdout to dir/docker-compose.yml. */
+static int
+s_rumor_compose(const struct s_tmp *t, const char *const *args)
+{
+    const char *argv[ARGS_MAX] = {s_bin(), "compose"};
+    size_t n = 2;
+    for (size_t k = 0; args[k] != NULL && n < ARGS_MAX - 1; k++)
+        argv[n++] = args[k];
+    argv[n] = NULL;
+    char yml[PATH_MAX + 32];
+    snprintf(yml, sizeof yml, "%s/docker-compose.yml", t->dir);
+    return s_wait(s_spawn(argv, NULL, t->dir, t->out, yml), LIMIT_MS);
+}
+
+/* --- files -------------------------------------------------------------- */
+
+static int
+s_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void
+s_tmp_new(struct s_tmp *t)
+{
+    snprintf(t->dir, sizeof t->dir, "/tmp/rumor-deploy-test-XXXXXX");
+    assert_non_null(mkdtemp(t->dir));
+    snprintf(t->out, sizeof t->out, "%s/out.txt", t->dir);
+}
+
+static void
+s_tmp_free(struct s_tmp *t)
+{
+    nftw(t->dir, s_rm, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* The whole file as a string (caller frees), or NULL. */
+static char *
+s_read(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    char buf[4096];
+    size_t got;
+    while (mem != NULL && (got = fread(buf, 1, sizeof buf, f)) > 0)
+        fwrite(buf, 1, got, mem);
+    fclose(f);
+    if (mem != NULL)
+        fclose(mem);
+    return text;
+}
+
+static void
+s_show(const struct s_tmp *t)
+{
+    char *text = s_read(t->out);
+    fprintf(stderr, "---- output ----\n%s----\n", text ? text : "(none)");
+    free(text);
+}
+
+static void
+s_write(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fputs(text, f) >= 0, 1);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Copies a test script to dir/bin/NAME, executable. */
+static void
+s_install_fake(const struct s_tmp *t, const char *src, const char *name)
+{
+    char bin[PATH_MAX + 8], dst[PATH_MAX + 64];
+    snprintf(bin, sizeof bin, "%s/bin", t->dir);
+    mkdir(bin, 0755);
+    snprintf(dst, sizeof dst, "%s/%s", bin, name);
+    char *text = s_read(src);
+    assert_non_null(text);
+    s_write(dst, text);
+    free(text);
+    assert_int_equal(chmod(dst, 0755), 0);
+}
+
+/* The step of the last line of a metrics file, -1 when none. */
+static long
+s_last_step(const char *path)
+{
+    char *text = s_read(path);
+    if (text == NULL)
+        return -1;
+    size_t len = strlen(text);
+    while (len > 0 && text[len - 1] == '\n')
+        text[--len] = '\0';
+    char *last = strrchr(text, '\n');
+    cJSON *j = cJSON_Parse(last != NULL ? last + 1 : text);
+    free(text);
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step");
+    long out = cJSON_IsNumber(step) ? (long)step->valuedouble : -1;
+    cJSON_Delete(j);
+    return out;
+}
+
+/* n consecutive TCP ports free on 127.0.0.1 (bound together, then let go). */
+static unsigned
+s_free_ports(unsigned n)
+{
+    for (unsigned attempt = 0; attempt < 200; attempt++) {
+        unsigned base =
+            20000 + (unsigned)((getpid() * 7919u + attempt * 104729u) % 30000u);
+        int fds[16];
+        unsigned ok = 0;
+        for (; ok < n && ok < 16; ok++) {
+            struct sockaddr_in a = {0};
+            a.sin_family = AF_INET;
+            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            a.sin_port = htons((uint16_t)(base + ok));
+            fds[ok] = socket(AF_INET, SOCK_STREAM, 0);
+            if (fds[ok] < 0 ||
+                bind(fds[ok], (struct sockaddr *)&a, sizeof a) != 0) {
+                if (fds[ok] >= 0)
+                    close(fds[ok]);
+                break;
+            }
+        }
+        for (unsigned k = 0; k < ok; k++)
+            close(fds[k]);
+        if (ok == n)
+            return base;
+    }
+    fail_msg("no %u consecutive free ports", n);
+    return 0;
+}
+
+/* Processes whose command line contains needle. */
+static int
+s_procs_with(const char *needle)
+{
+    DIR *d = opendir("/proc");
+    int count = 0;
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        char path[300], buf[4096];
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0)
+            continue;
+        ssize_t got = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        for (ssize_t k = 0; k < got; k++)
+            if (buf[k] == '\0')
+                buf[k] = ' ';
+        buf[got > 0 ? got : 0] = '\0';
+        count += strstr(buf, needle) != NULL;
+    }
+    if (d != NULL)
+        closedir(d);
+    return count;
+}
+
+/* --- compose: validation and invariants ---------------------------------- */
+
+static bool
+s_have_compose(void)
+{
+    if (system("command -v docker-compose >/dev/null 2>&1 && "
+               "/usr/bin/python3 -c 'import yaml' >/dev/null 2>&1") == 0)
+        return true;
+    printf("skipped: docker-compose (Debian package docker-compose, with "
+           "python3-yaml) is not installed: compose files not validated\n");
+    return false;
+}
+
+/* `docker-compose config` of dir/docker-compose.yml, as JSON. */
+static cJSON *
+s_config(const struct s_tmp *t)
+{
+    const char *argv[] = {
+        "sh",
+        "-c",
+        "docker-compose -f docker-compose.yml config >config.yml && "
+        "/usr/bin/python3 -c 'import json, sys, yaml; "
+        "json.dump(yaml.safe_load(sys.stdin), sys.stdout)' "
+        "<config.yml >config.json",
+        NULL};
+    int status = s_run(argv, t->dir, t);
+    if (status != 0)
+        s_show(t);
+    assert_int_equal(status, 0);
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/config.json", t->dir);
+    char *text = s_read(path);
+    cJSON *cfg = cJSON_Parse(text);
+    free(text);
+    assert_non_null(cfg);
+    return cfg;
+}
+
+static const cJSON *
+s_get(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (v == NULL)
+        fail_msg("no '%s' in %s", key, o->string ? o->string : "object");
+    return v;
+}
+
+/* The value after flag in a service's command, or NULL. */
+static const char *
+s_arg(const cJSON *svc, const char *flag)
+{
+    const cJSON *cmd = s_get(svc, "command");
+    const cJSON *prev = NULL, *a;
+    cJSON_ArrayForEach(a, cmd)
+    {
+        if (prev != NULL && strcmp(prev->valuestring, flag) == 0)
+            return a->valuestring;
+        prev = a;
+    }
+    return NULL;
+}
+
+static bool
+s_has_arg(const cJSON *svc, const char *word)
+{
+    const cJSON *a;
+    cJSON_ArrayForEach(a, s_get(svc, "command"))
+    {
+        if (strcmp(a->valuestring, word) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* The bind mount of a service at target, or fail. */
+static const cJSON *
+s_volume(const cJSON *svc, const char *target)
+{
+    const cJSON *v;
+    cJSON_ArrayForEach(v, s_get(svc, "volumes"))
+    {
+        if (strcmp(s_get(v, "target")->valuestring, target) == 0)
+            return v;
+    }
+    fail_msg("%s mounts nothing at %s", svc->string, target);
+    return NULL;
+}
+
+static void
+s_path(char *out, const struct s_tmp *t, const char *rel)
+{
+    char joined[2 * PATH_MAX];
+    snprintf(joined, sizeof joined, "%s/%s", t->dir, rel);
+    if (realpath(joined, out) == NULL)
+        fail_msg("%s does not exist", joined);
+}
+
+/* A service: its id, its secret, its mounts, nothing secret inline. */
+static void
+s_check_service(const struct s_tmp *t,
+                const cJSON *svc,
+                size_t i,
+                const char *restart)
+{
+    char want[64], path[PATH_MAX];
+    assert_null(cJSON_GetObjectItemCaseSensitive(svc, "build"));
+    assert_null(cJSON_GetObjectItemCaseSensitive(svc, "environment"));
+    assert_null(cJSON_GetObjectItemCaseSensitive(svc, "cap_add"));
+    assert_string_equal(s_get(svc, "restart")->valuestring, restart);
+    const char *user = s_get(svc, "user")->valuestring;
+    assert_true(strncmp(user, "0:", 2) != 0 && strncmp(user, "root", 4) != 0);
+    snprintf(want, sizeof want, "%zu", i);
+    assert_string_equal(s_arg(svc, "--id"), want);
+    snprintf(want, sizeof want, "/run/secrets/node-%zu", i);
+    assert_string_equal(s_arg(svc, "--key"), want);
+    assert_string_equal(s_arg(svc, "--topology"), "/etc/rumor/topology");
+    assert_string_equal(s_arg(svc, "--checkpoint-dir"),
+                        "/var/lib/rumor/checkpoints");
+    const cJSON *entry = s_get(svc, "entrypoint");
+    assert_int_equal(cJSON_GetArraySize(entry), 4);
+    assert_non_null(
+        strstr(cJSON_GetArrayItem(entry, 2)->valuestring, "\"$$@\" --resume"));
+    const cJSON *secrets = s_get(svc, "secrets");
+    assert_int_equal(cJSON_GetArraySize(secrets), 1);
+    snprintf(want, sizeof want, "node-%zu-key", i);
+    assert_string_equal(s_get(secrets->child, "source")->valuestring, want);
+    snprintf(want, sizeof want, "node-%zu.key", i);
+    assert_string_equal(s_get(secrets->child, "target")->valuestring, want);
+    const cJSON *topo = s_volume(svc, "/etc/rumor/topology");
+    s_path(path, t, "compose.topo");
+    assert_string_equal(s_get(topo, "source")->valuestring, path);
+    assert_true(cJSON_IsTrue(s_get(topo, "read_only")));
+    snprintf(want, sizeof want, "rumor-state/node-%zu", i);
+    s_path(path, t, want);
+    assert_string_equal(
+        s_get(s_volume(svc, "/var/lib/rumor/checkpoints"), "source")
+            ->valuestring,
+        path);
+}
+
+/* The generated topology: the source's graph and weights, service
+ * endpoints, and the public keys of the secret files. */
+static void
+s_check_topology(const struct s_tmp *t, const char *src, size_t n)
+{
+    char path[PATH_MAX + 64];
+    rumor_topology *s = NULL, *g = NULL;
+    struct rumor_diag diag = {0};
+    assert_int_equal(rumor_topology_load_file(src, &s, &diag), RUMOR_OK);
+    snprintf(path, sizeof path, "%s/compose.topo", t->dir);
+    assert_int_equal(rumor_topology_load_file(path, &g, &diag), RUMOR_OK);
+    assert_int_equal(rumor_topology_nodes(s), n);
+    assert_int_equal(rumor_topology_nodes(g), n);
+    assert_int_equal(rumor_topology_phases(g), rumor_topology_phases(s));
+    for (size_t p = 0; p < rumor_topology_phases(s); p++)
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < n; j++)
+                assert_true(fabs(rumor_topology_weight(s, p, i, j) -
+                                 rumor_topology_weight(g, p, i, j)) < 1e-12);
+    for (size_t i = 0; i < n; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "tcp://node-%zu:7000", i);
+        assert_string_equal(rumor_topology_endpoint(g, i), want);
+        snprintf(path, sizeof path, "%s/keys/node-%zu", t->dir, i);
+        rumor_net_keypair *kp = NULL;
+        assert_int_equal(rumor_net_keypair_load(path, &kp), RUMOR_OK);
+        assert_string_equal(rumor_topology_key(g, i),
+                            rumor_net_keypair_public(kp));
+        rumor_net_keypair_destroy(&kp);
+    }
+    rumor_topology_destroy(&s);
+    rumor_topology_destroy(&g);
+}
+
+/* No secret key text in the compose file or its normalised form. */
+static void
+s_check_no_secret(const struct s_tmp *t, const cJSON *cfg, size_t n)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/docker-compose.yml", t->dir);
+    char *yml = s_read(path);
+    char *json = cJSON_PrintUnformatted(cfg);
+    assert_non_null(yml);
+    assert_non_null(json);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "%s/keys/node-%zu.key", t->dir, i);
+        struct stat st;
+        assert_int_equal(stat(path, &st), 0);
+        assert_int_equal(st.st_mode & 077, 0);
+        char *secret = s_read(path);
+        assert_non_null(secret);
+        secret[strcspn(secret, "\n")] = '\0';
+        assert_int_equal(strlen(secret), RUMOR_NET_KEY_TEXT_BYTES);
+        assert_null(strstr(yml, secret));
+        assert_null(strstr(json, secret));
+        free(secret);
+    }
+    free(json);
+    free(yml);
+}
+
+/* Everything a compose file of n nodes from src must hold. */
+static void
+s_check_compose(const struct s_tmp *t, const char *src, size_t n)
+{
+    cJSON *cfg = s_config(t);
+    const cJSON *services = s_get(cfg, "services");
+    assert_int_equal(cJSON_GetArraySize(services), n);
+    const cJSON *secrets = s_get(cfg, "secrets");
+    assert_int_equal(cJSON_GetArraySize(secrets), n);
+    for (size_t i = 0; i < n; i++) {
+        char name[64], path[PATH_MAX];
+        snprintf(name, sizeof name, "node-%zu", i);
+        s_check_service(t, s_get(services, name), i, "unless-stopped");
+        snprintf(name, sizeof name, "node-%zu-key", i);
+        snprintf(path, sizeof path, "keys/node-%zu.key", i);
+        char abs[PATH_MAX];
+        s_path(abs, t, path);
+        assert_string_equal(s_get(s_get(secrets, name), "file")->valuestring,
+                            abs);
+    }
+    s_check_topology(t, src, n);
+    s_check_no_secret(t, cfg, n);
+    cJSON_Delete(cfg);
+}
+
+/* `rumor topo gen KIND ARGS --out dir/NAME`. */
+static void
+s_gen(const struct s_tmp *t, const char *name, const char *const *kind)
+{
+    const char *argv[16] = {s_bin(), "topo", "gen"};
+    size_t n = 3;
+    for (size_t k = 0; kind[k] != NULL; k++)
+        argv[n++] = kind[k];
+    argv[n++] = "--out";
+    argv[n++] = name;
+    argv[n] = NULL;
+    assert_int_equal(s_run(argv, t->dir, t), 0);
+}
+
+/* --- tests: compose ------------------------------------------------------- */
+
+/* A generated topology through compose, then every invariant. */
+static void
+s_compose_generated(const char *const *kind, size_t n)
+{
+    if (!s_have_compose())
+        skip();
+    struct s_tmp t;
+    s_tmp_new(&t);
+    s_gen(&t, "gen.topo", kind);
+    const char *args[] = {"--topology", "gen.topo", "--steps", STEPS, NULL};
+    int status = s_rumor_compose(&t, args);
+    if (status != 0)
+        s_show(&t);
+    assert_int_equal(status, 0);
+    char src[PATH_MAX + 16];
+    snprintf(src, sizeof src, "%s/gen.topo", t.dir);
+    s_check_compose(&t, src, n);
+    s_tmp_free(&t);
+}
+
+static void
+test_compose__ring__valid_config_and_invariants(void **state)
+{
+    (void)state;
+    s_compose_generated((const char *[]){"ring", "4", NULL}, 4);
+}
+
+static void
+test_compose__torus__valid_config_and_invariants(void **state)
+{
+    (void)state;
+    s_compose_generated((const char *[]){"torus", "3", "3", NULL}, 9);
+}
+
+static void
+test_compose__hand_written_weights__kept_with_service_endpoints(void **state)
+{
+    (void)state;
+    if (!s_have_compose())
+        skip();
+    struct s_tmp t;
+    s_tmp_new(&t);
+    char src[PATH_MAX];
+    assert_non_null(realpath("tests/data/deploy/hand.topo", src));
+    const char *args[] = {"--topology", src, NULL};
+    assert_int_equal(s_rumor_compose(&t, args), 0);
+    s_check_compose(&t, src, 5);
+    s_tmp_free(&t);
+}
+
+static void
+test_compose__second_run__same_keys(void **state)
+{
+    (void)state;
+    struct s_tmp t;
+    s_tmp_new(&t);
+    s_gen(&t, "ring.topo", (const char *[]){"ring", "4", NULL});
+    const char *args[] = {"--topology", "ring.topo", NULL};
+    assert_int_equal(s_rumor_compose(&t, args), 0);
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/compose.topo", t.dir);
+    char *first = s_read(path);
+    assert_int_equal(s_rumor_compose(&t, args), 0);
+    char *second = s_read(path);
+    assert_non_null(first);
+    assert_non_null(second);
+    assert_string_equal(first, second);
+    free(first);
+    free(second);
+    s_tmp_free(&t);
+}
+
+static void
+test_compose__listed_key_without_secret__refused(void **state)
+{
+    (void)state;
+    struct s_tmp t;
+    s_tmp_new(&t);
+    s_gen(&t, "ring.topo", (const char *[]){"ring", "4", NULL});
+    const char *first[] = {"--topology", "ring.topo", NULL};
+    assert_int_equal(s_rumor_compose(&t, first), 0);
+    /* compose.topo now lists keys whose secrets are not in other-keys */
+    const char *args[] = {"--topology",
+                          "compose.topo",
+                          "--keys-dir",
+                          "other-keys",
+                          "--topology-out",
+                          "again.topo",
+                          NULL};
+    assert_int_not_equal(s_rumor_compose(&t, args), 0);
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/docker-compose.yml", t.dir);
+    char *yml = s_read(path);
+    assert_string_equal(yml, "");
+    free(yml);
+    char *out = s_read(t.out);
+    assert_non_null(strstr(out, "is missing"));
+    free(out);
+    s_tmp_free(&t);
+}
+
+static void
+test_compose__shaping_and_gpus__reach_the_services(void **state)
+{
+    (void)state;
+    if (!s_have_compose())
+        skip();
+    struct s_tmp t;
+    s_tmp_new(&t);
+    s_gen(&t, "ring.topo", (const char *[]){"ring", "4", NULL});
+    const char *args[] = {"--topology",
+                          "ring.topo",
+                          "--link-rate",
+                          "100mbit",
+                          "--link-delay",
+                          "10ms",
+                          "--gpus",
+                          "--gpu-count",
+                          "2",
+                          NULL};
+    assert_int_equal(s_rumor_compose(&t, args), 0);
+    cJSON *cfg = s_config(&t);
+    const cJSON *services = s_get(cfg, "services");
+    for (size_t i = 0; i < 4; i++) {
+        char name[32], gpu[8];
+        snprintf(name, sizeof name, "node-%zu", i);
+        const cJSON *svc = s_get(services, name);
+        assert_string_equal(s_arg(svc, "--rate"), "100000000");
+        assert_string_equal(s_arg(svc, "--delay-ms"), "10");
+        assert_true(s_has_arg(svc, "--cuda"));
+        assert_string_equal(s_get(svc, "image")->valuestring, "rumor:cuda");
+        assert_null(cJSON_GetObjectItemCaseSensitive(svc, "cap_add"));
+        const cJSON *dev = s_get(
+            s_get(s_get(s_get(svc, "deploy"), "resources"), "reservations"),
+            "devices");
+        assert_int_equal(cJSON_GetArraySize(dev), 1);
+        snprintf(gpu, sizeof gpu, "%zu", i % 2);
+        assert_string_equal(s_get(dev->child, "device_ids")->child->valuestring,
+                            gpu);
+        assert_string_equal(
+            s_get(dev->child, "capabilities")->child->valuestring,
+            "gpu");
+    }
+    cJSON_Delete(cfg);
+    s_tmp_free(&t);
+}
+
+static void
+test_compose__odd_characters__survive_yaml_quoting(void **state)
+{
+    (void)state;
+    if (!s_have_compose())
+        skip();
+    struct s_tmp t;
+    s_tmp_new(&t);
+    s_gen(&t, "ring.topo", (const char *[]){"ring", "4", NULL});
+    static const char odd[] = "csv:/data/a b: \"q\" 'x' $HOME ${X} #c \\ "
+                              "- [1] {k: v} \xc3\xa9";
+    const char *args[] = {"--topology", "ring.topo", "--dataset", odd, NULL};
+    assert_int_equal(s_rumor_compose(&t, args), 0);
+    cJSON *cfg = s_config(&t);
+    const char *got =
+        s_arg(s_get(s_get(cfg, "services"), "node-2"), "--dataset");
+    assert_non_null(got);
+    /* `docker-compose config` writes a literal '$' escaped as "$$" */
+    char unescaped[sizeof odd + 8];
+    size_t k = 0;
+    for (const char *p = got; *p != '\0' && k < sizeof unescaped - 1; p++) {
+        unescaped[k++] = *p;
+        if (p[0] == '$' && p[1] == '$')
+            p++;
+    }
+    unescaped[k] = '\0';
+    assert_string_equal(unescaped, odd);
+    cJSON_Delete(cfg);
+    s_tmp_free(&t);
+}
+
+static void
+test_compose__bad_options__refused_with_nothing_printed(void **state)
+{
+    (void)state;
+    struct s_tmp t;
+    s_tmp_new(&t);
+    s_gen(&t, "ring.topo", (const char *[]){"ring", "4", NULL});
+    const char *const cases[][4] = {
+        {"--link-rate", "10parsec", NULL},
+        {"--link-delay", "1.5ms", NULL},
+        {"--id", "3", NULL},
+        {"--rate", "5M", NULL},
+        {"--restart", "sometimes", NULL},
+        {"--rank", "2", NULL}, /* not for the default dpsgd */
+        {"--port", "0", NULL},
+    };
+    char yml[PATH_MAX + 32];
+    snprintf(yml, sizeof yml, "%s/docker-compose.yml", t.dir);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const char *args[] = {"--topology",
+                              "ring.topo",
+                              cases[c][0],
+                              cases[c][1],
+                              NULL};
+        assert_int_equal(s_rumor_compose(&t, args), 2);
+        char *text = s_read(yml);
+        assert_string_equal(text, "");
+        free(text);
+    }
+    const char *none[] = {"--image", "x:1", NULL};
+    assert_int_equal(s_rumor_compose(&t, none), 2);
+    s_tmp_free(&t);
+}
+
+/* text with every from[k] replaced by to[k] (caller frees). */
+static char *
+s_subst(const char *text,
+        const char *const *from,
+        const char *const *to,
+        size_t pairs)
+{
+    char *out = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&out, &len);
+    assert_non_null(mem);
+    for (const char *p = text; *p != '\0';) {
+        size_t k = 0;
+        while (k < pairs && strncmp(p, from[k], strlen(from[k])) != 0)
+            k++;
+        if (k < pairs) {
+            fputs(to[k], mem);
+            p += strlen(from[k]);
+        } else
+            fputc(*p++, mem);
+    }
+    fclose(mem);
+    return out;
+}
+
+/* Runs every service of cfg as a local process: the container paths
+ * mapped to the files compose wrote, node-N resolved to 127.0.0.1:PORT+N
+ * (in dir/local.topo), "$$" unescaped as compose does. */
+static void
+s_run_services(const struct s_tmp *t,
+               const cJSON *cfg,
+               unsigned port,
+               const char *bin,
+               int *st)
+{
+    char path[PATH_MAX + 32], topo[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/compose.topo", t->dir);
+    snprintf(topo, sizeof topo, "%s/local.topo", t->dir);
+    char *text = s_read(path);
+    assert_non_null(text);
+    char eps[NODES][40], locals[NODES][40];
+    const char *from[NODES], *to[NODES];
+    for (unsigned i = 0; i < NODES; i++) {
+        snprintf(eps[i], sizeof eps[i], "tcp://node-%u:7000", i);
+        snprintf(locals[i], sizeof locals[i], "tcp://127.0.0.1:%u", port + i);
+        from[i] = eps[i];
+        to[i] = locals[i];
+    }
+    char *local = s_subst(text, from, to, NODES);
+    s_write(topo, local);
+    free(local);
+    free(text);
+    pid_t pids[NODES];
+    for (unsigned i = 0; i < NODES; i++) {
+        char name[32], key[PATH_MAX + 32], ckpt[PATH_MAX + 32],
+            metrics[PATH_MAX + 32];
+        snprintf(name, sizeof name, "node-%u", i);
+        snprintf(key, sizeof key, "%s/keys/node-%u", t->dir, i);
+        snprintf(ckpt, sizeof ckpt, "%s/rumor-state/node-%u", t->dir, i);
+        snprintf(metrics, sizeof metrics, "%s/rumor-state/metrics", t->dir);
+        const char *cfrom[] = {"$$",
+                               "/usr/local/bin/rumor",
+                               "/etc/rumor/topology",
+                               "/var/lib/rumor/checkpoints",
+                               "/var/lib/rumor/metrics",
+                               "/run/secrets/node-0",
+                               "/run/secrets/node-1",
+                               "/run/secrets/node-2",
+                               "/run/secrets/node-3"};
+        const char *cto[] = {"$", bin, topo, ckpt, metrics, key, key, key, key};
+        const cJSON *svc = s_get(s_get(cfg, "services"), name);
+        char *argv[ARGS_MAX] = {NULL};
+        size_t n = 0;
+        const cJSON *lists[] = {s_get(svc, "entrypoint"),
+                                s_get(svc, "command")};
+        for (size_t l = 0; l < 2; l++) {
+            const cJSON *a;
+            cJSON_ArrayForEach(a, lists[l])
+            {
+                assert_true(n < ARGS_MAX - 1);
+                argv[n++] = s_subst(a->valuestring, cfrom, cto, 9);
+            }
+        }
+        char echo[PATH_MAX + 32];
+        snprintf(echo, sizeof echo, "%s/%s.args", t->dir, name);
+        pids[i] = s_spawn((const char *const *)argv,
+                          NULL,
+                          NULL,
+                          t->out,
+                          strcmp(bin, "echo") == 0 ? echo : NULL);
+        for (size_t k = 0; k < n; k++)
+            free(argv[k]);
+    }
+    for (unsigned i = 0; i < NODES; i++)
+        st[i] = s_wait(pids[i], LIMIT_MS);
+}
+
+static void
+test_compose__service_commands__cluster_trains_with_checkpoints(void **state)
+{
+    (void)state;
+    if (!s_have_compose())
+        skip();
+    struct s_tmp t;
+    s_tmp_new(&t);
+    s_gen(&t, "ring.topo", (const char *[]){"ring", "4", NULL});
+    const char *args[] = {"--topology",
+                          "ring.topo",
+                          "--workload",
+                          "lsq",
+                          "--steps",
+                          STEPS,
+                          "--checkpoint-every",
+                          "10",
+                          "--progress",
+                          "off",
+                          NULL};
+    assert_int_equal(s_rumor_compose(&t, args), 0);
+    cJSON *cfg = s_config(&t);
+    unsigned port = s_free_ports(NODES);
+    int st[NODES];
+    s_run_services(&t, cfg, port, s_bin(), st);
+    char path[PATH_MAX + 64];
+    for (unsigned i = 0; i < NODES; i++) {
+        if (st[i] != 0)
+            s_show(&t);
+        assert_int_equal(st[i], 0);
+        snprintf(path,
+                 sizeof path,
+                 "%s/rumor-state/metrics/node-%u.jsonl",
+                 t.dir,
+                 i);
+        assert_int_equal(s_last_step(path), 20);
+        snprintf(path,
+                 sizeof path,
+                 "%s/rumor-state/node-%u/node-%u.step-%012d.ckpt",
+                 t.dir,
+                 i,
+                 i,
+                 10);
+        assert_int_equal(access(path, R_OK), 0);
+    }
+    /* a restart: the entrypoint (run with echo for rumor) adds --resume
+     * where the node's checkpoint directory holds a checkpoint */
+    snprintf(path,
+             sizeof path,
+             "%s/rumor-state/node-1/node-1.step-%012d.ckpt",
+             t.dir,
+             10);
+    assert_int_equal(unlink(path), 0);
+    snprintf(path,
+             sizeof path,
+             "%s/rumor-state/node-1/node-1.step-%012d.ckpt",
+             t.dir,
+             20);
+    unlink(path);
+    s_run_services(&t, cfg, port, "echo", st);
+    for (unsigned i = 0; i < NODES; i++) {
+        assert_int_equal(st[i], 0);
+        snprintf(path, sizeof path, "%s/node-%u.args", t.dir, i);
+        char *line = s_read(path);
+        assert_non_null(line);
+        assert_non_null(strstr(line, "node --topology "));
+        if (i == 1)
+            assert_null(strstr(line, "--resume"));
+        else
+            assert_non_null(strstr(line, " --resume\n"));
+        free(line);
+    }
+    cJSON_Delete(cfg);
+    s_tmp_free(&t);
+}
+
+/* --- tests: Dockerfiles -------------------------------------------------- */
+
+static void
+test_dockerfiles__mechanical_review__no_problem(void **state)
+{
+    (void)state;
+    struct s_tmp t;
+    s_tmp_new(&t);
+    const char *argv[] = {"sh",
+                          "docker/check-dockerfile.sh",
+                          "docker/Dockerfile",
+                          "docker/Dockerfile.cuda",
+                          NULL};
+    int status = s_run(argv, NULL, &t);
+    s_show(&t);
+    assert_int_equal(status, 0);
+    for (size_t k = 0; k < 2; k++) {
+        char *ignore = s_read(k == 0 ? "docker/Dockerfile.dockerignore"
+                                     : "docker/Dockerfile.cuda.dockerignore");
+        assert_non_null(ignore);
+        assert_non_null(strstr(ignore, "\n**\n")); /* allow-list */
+        assert_non_null(strstr(ignore, "\n**/*.key\n"));
+        assert_null(strstr(ignore, "!keys"));
+        free(ignore);
+    }
+    s_tmp_free(&t);
+}
+
+static void
+test_dockerfile_check__rule_breaker__every_rule_reported(void **state)
+{
+    (void)state;
+    struct s_tmp t;
+    s_tmp_new(&t);
+    const char *argv[] = {"sh",
+                          "docker/check-dockerfile.sh",
+                          "tests/data/deploy/bad.Dockerfile",
+                          NULL};
+    assert_int_equal(s_run(argv, NULL, &t), 1);
+    char *out = s_read(t.out);
+    static const char *const rules[] = {":2: D1:",
+                                        ":3: D1:",
+                                        ":4: D3:",
+                                        ":5: D3:",
+                                        ":6: D3:",
+                                        ":7: D3:",
+                                        ":8: D3:",
+                                        ":9: D4:",
+                                        "D2:",
+                                        "D6:",
+                                        "D7:"};
+    for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
+        if (strstr(out, rules[k]) == NULL)
+            fail_msg("'%s' not reported:\n%s", rules[k], out);
+    assert_true(strstr(out, "no-such-package-rumor") != NULL ||
+                strstr(out, "D5 skipped") != NULL);
+    free(out);
+    s_tmp_free(&t);
+}
+
+/* --- tests: Slurm --------------------------------------------------------- */
+
+struct s_slurm {
+    const char *nodelist;
+    const char *tasks_per_node;
+    const char *hostnames;       /* fake scontrol's answer, or NULL: none */
+    const char *nodename[NODES]; /* SLURMD_NODENAME per task, or NULL */
+    unsigned ntasks, started;
+    const char *wait_s;
+};
+
+static void
+s_slurm_env(const struct s_tmp *t,
+            const struct s_slurm *s,
+            unsigned id,
+            char env[][PATH_MAX + 64],
+            const char **ptrs)
+{
+    size_t k = 0;
+    snprintf(env[k++], PATH_MAX, "SLURM_PROCID=%u", id);
+    snprintf(env[k++], PATH_MAX, "SLURM_NTASKS=%u", s->ntasks);
+    snprintf(env[k++], PATH_MAX, "SLURM_JOB_NODELIST=%s", s->nodelist);
+    snprintf(env[k++], PATH_MAX, "SLURM_TASKS_PER_NODE=%s", s->tasks_per_node);
+    snprintf(env[k++], PATH_MAX, "SLURM_JOB_ID=%d", (int)getpid());
+    snprintf(env[k++], PATH_MAX, "SLURM_STEP_ID=0");
+    if (s->nodename[id] != NULL)
+        snprintf(env[k++], PATH_MAX, "SLURMD_NODENAME=%s", s->nodename[id]);
+    if (s->hostnames != NULL) {
+        snprintf(env[k++],
+                 PATH_MAX + 64,
+                 "PATH=%s/bin:%s",
+                 t->dir,
+                 getenv("PATH"));
+        snprintf(env[k++],
+                 PATH_MAX + 64,
+                 "FAKE_SCONTROL_HOSTS=%s/hosts",
+                 t->dir);
+    }
+    for (size_t j = 0; j < k; j++)
+        ptrs[j] = env[j];
+    ptrs[k] = NULL;
+}
+
+/* Starts the script for tasks 0..started-1 at once; returns the statuses. */
+static void
+s_slurm_run(const struct s_tmp *t, const struct s_slurm *s, int *status)
+{
+    if (s->hostnames != NULL) {
+        s_install_fake(t, "tests/data/deploy/fake-scontrol", "scontrol");
+        char path[PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s/hosts", t->dir);
+        s_write(path, s->hostnames);
+    }
+    char dir[PATH_MAX + 16], port[16];
+    snprintf(dir, sizeof dir, "%s/shared", t->dir);
+    snprintf(port, sizeof port, "%u", s_free_ports(s->ntasks));
+    const char *argv[] = {"sh",
+                          "scripts/rumor-slurm.sh",
+                          "--dir",
+                          dir,
+                          "--rumor",
+                          s_bin(),
+                          "--port-base",
+                          port,
+                          "--wait",
+                          s->wait_s,
+                          "--",
+                          "--workload",
+                          "lsq",
+                          "--steps",
+                          STEPS,
+                          "--progress",
+                          "off",
+                          NULL};
+    pid_t pids[NODES];
+    for (unsigned id = 0; id < s->started; id++) {
+        char env[12][PATH_MAX + 64];
+        const char *ptrs[13];
+        s_slurm_env(t, s, id, env, ptrs);
+        pids[id] = s_spawn(argv, ptrs, NULL, t->out, NULL);
+    }
+    for (unsigned id = 0; id < s->started; id++)
+        status[id] = s_wait(pids[id], LIMIT_MS);
+}
+
+static void
+s_slurm_trains(const struct s_slurm *s)
+{
+    struct s_tmp t;
+    s_tmp_new(&t);
+    int status[NODES];
+    s_slurm_run(&t, s, status);
+    for (unsigned id = 0; id < NODES; id++) {
+        if (status[id] != 0)
+            s_show(&t);
+        assert_int_equal(status[id], 0);
+        char path[PATH_MAX + 96];
+        snprintf(path,
+                 sizeof path,
+                 "%s/shared/%d.0/metrics/node-%u.jsonl",
+                 t.dir,
+                 (int)getpid(),
+                 id);
+        assert_int_equal(s_last_step(path), 20);
+    }
+    s_tmp_free(&t);
+}
+
+static void
+test_slurm__comma_nodelist__cluster_trains(void **state)
+{
+    (void)state;
+    struct s_slurm s = {"localhost", "4", NULL, {NULL}, NODES, NODES, "60"};
+    s_slurm_trains(&s);
+}
+
+static void
+test_slurm__scontrol_hostnames__cluster_trains(void **state)
+{
+    (void)state;
+    struct s_slurm s = {"fake[1-2]",
+                        "2(x2)",
+                        "localhost\n127.0.0.1\n",
+                        {"localhost", "localhost", "127.0.0.1", "127.0.0.1"},
+                        NODES,
+                        NODES,
+                        "60"};
+    s_slurm_trains(&s);
+}
+
+static void
+test_slurm__task_never_comes__others_stop_by_deadline(void **state)
+{
+    (void)state;
+    struct s_tmp t;
+    s_tmp_new(&t);
+    struct s_slurm s = {"localhost", "2", NULL, {NULL}, 2, 1, "1"};
+    int status[NODES];
+    s_slurm_run(&t, &s, status);
+    assert_int_equal(status[0], 2);
+    char *out = s_read(t.out);
+    assert_non_null(strstr(out, "only 1 of 2 tasks"));
+    free(out);
+    s_tmp_free(&t);
+}
+
+static void
+test_slurm__task_on_another_host__refused(void **state)
+{
+    (void)state;
+    struct s_tmp t;
+    s_tmp_new(&t);
+    struct s_slurm s =
+        {"localhost,127.0.0.1", "1(x2)", NULL, {"127.0.0.1"}, 2, 1, "1"};
+    int status[NODES];
+    s_slurm_run(&t, &s, status);
+    assert_int_equal(status[0], 2);
+    char *out = s_read(t.out);
+    assert_non_null(strstr(out, "--distribution=block"));
+    free(out);
+    s_tmp_free(&t);
+}
+
+/* --- tests: launch --hosts -------------------------------------------------
+ */
+
+/* A ring of 4, a host file of two hosts (both this machine), fake ssh. */
+static unsigned
+s_hosts_setup(const struct s_tmp *t, const char *hosts)
+{
+    s_gen(t, "ring.topo", (const char *[]){"ring", "4", NULL});
+    s_install_fake(t, "tests/data/deploy/fake-ssh", "ssh");
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/hosts", t->dir);
+    s_write(path, hosts);
+    return s_free_ports(NODES);
+}
+
+static pid_t
+s_hosts_launch(const struct s_tmp *t, unsigned port, const char *steps)
+{
+    char base[16], path[PATH_MAX + 64];
+    snprintf(base, sizeof base, "%u", port);
+    snprintf(path, sizeof path, "PATH=%s/bin:%s", t->dir, getenv("PATH"));
+    const char *env[] = {path, NULL};
+    const char *argv[] = {s_bin(),
+                          "launch",
+                          "--hosts",
+                          "hosts",
+                          "--topology",
+                          "ring.topo",
+                          "--base-port",
+                          base,
+                          "--metrics-dir",
+                          "run",
+                          "--workload",
+                          "lsq",
+                          "--steps",
+                          steps,
+                          "--progress",
+                          "off",
+                          NULL};
+    return s_spawn(argv, env, t->dir, t->out, NULL);
+}
+
+static void
+test_launch_hosts__fake_ssh__cluster_trains(void **state)
+{
+    (void)state;
+    struct s_tmp t;
+    s_tmp_new(&t);
+    unsigned port = s_hosts_setup(&t,
+                                  "# two names of this machine\n"
+                                  "localhost slots=2\n"
+                                  "me@127.0.0.1 slots=2 addr=127.0.0.1\n");
+    int status = s_wait(s_hosts_launch(&t, port, STEPS), LIMIT_MS);
+    if (status != 0)
+        s_show(&t);
+    assert_int_equal(status, 0);
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/run/hosts.topo", t.dir);
+    rumor_topology *g = NULL;
+    struct rumor_diag diag = {0};
+    assert_int_equal(rumor_topology_load_file(path, &g, &diag), RUMOR_OK);
+    for (unsigned i = 0; i < NODES; i++) {
+        char want[64];
+        snprintf(want,
+                 sizeof want,
+                 "tcp://%s:%u",
+                 i < 2 ? "localhost" : "127.0.0.1",
+                 port + i);
+        assert_string_equal(rumor_topology_endpoint(g, i), want);
+        snprintf(path, sizeof path, "%s/keys/node-%u.pub", t.dir, i);
+        char *pub = s_read(path);
+        assert_non_null(pub);
+        pub[strcspn(pub, "\n")] = '\0';
+        assert_string_equal(rumor_topology_key(g, i), pub);
+        free(pub);
+        snprintf(path, sizeof path, "%s/run/node-%u.jsonl", t.dir, i);
+        assert_int_equal(s_last_step(path), 20);
+        snprintf(path, sizeof path, "%s/run/node-%u.log", t.dir, i);
+        char *log = s_read(path);
+        assert_non_null(log);
+        assert_non_null(strstr(log, "step 20/20"));
+        free(log);
+    }
+    rumor_topology_destroy(&g);
+    char *out = s_read(t.out);
+    assert_non_null(strstr(out, "[node 3] "));
+    assert_non_null(strstr(out, "all nodes finished (exit 0)"));
+    free(out);
+    s_tmp_free(&t);
+}
+
+static void
+test_launch_hosts__sigint__every_process_stopped(void **state)
+{
+    (void)state;
+    struct s_tmp t;
+    s_tmp_new(&t);
+    unsigned port = s_hosts_setup(&t, "localhost slots=4\n");
+    pid_t launch = s_hosts_launch(&t, port, "1000000");
+    /* training: every node is past step 5 */
+    uint64_t deadline = s_now_ms() + LIMIT_MS;
+    for (unsigned i = 0; i < NODES; i++) {
+        char path[PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s/run/node-%u.jsonl", t.dir, i);
+        while (s_last_step(path) < 5 && s_now_ms() < deadline)
+            s_pause_ms(10);
+    }
+    assert_true(s_procs_with(t.dir) >= NODES);
+    assert_int_equal(kill(launch, SIGINT), 0);
+    int status = s_wait_or_kill(launch, LIMIT_MS);
+    if (status != 130)
+        s_show(&t);
+    assert_int_equal(status, 130);
+    deadline = s_now_ms() + 10000;
+    while (s_procs_with(t.dir) > 0 && s_now_ms() < deadline)
+        s_pause_ms(10);
+    assert_int_equal(s_procs_with(t.dir), 0);
+    s_tmp_free(&t);
+}
+
+static void
+test_launch_hosts__too_few_slots__refused(void **state)
+{
+    (void)state;
+    struct s_tmp t;
+    s_tmp_new(&t);
+    unsigned port = s_hosts_setup(&t, "localhost slots=3\n");
+    assert_int_equal(s_wait(s_hosts_launch(&t, port, STEPS), LIMIT_MS), 2);
+    char *out = s_read(t.out);
+    assert_non_null(strstr(out, "too few slots"));
+    free(out);
+    s_tmp_free(&t);
+}
+
+/* --- tests: docker end to end --------------------------------------------- */
+
+static void
+test_docker_e2e__engine_runs_cluster_or_skipped_visibly(void **state)
+{
+    (void)state;
+    struct s_tmp t;
+    s_tmp_new(&t);
+    const char *argv[] = {"sh", "tests/integration/docker_e2e.sh", NULL};
+    int status = s_wait(s_spawn(argv, NULL, NULL, t.out, NULL), E2E_LIMIT_MS);
+    char *out = s_read(t.out);
+    printf("%s", out != NULL ? out : "");
+    free(out);
+    s_tmp_free(&t);
+    if (status == 77)
+        skip();
+    assert_int_equal(status, 0);
+}
+
+int
+main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_compose__ring__valid_config_and_invariants),
+        cmocka_unit_test(test_compose__torus__valid_config_and_invariants),
+        cmocka_unit_test(
+            test_compose__hand_written_weights__kept_with_service_endpoints),
+        cmocka_unit_test(test_compose__second_run__same_keys),
+        cmocka_unit_test(test_compose__listed_key_without_secret__refused),
+        cmocka_unit_test(test_compose__shaping_and_gpus__reach_the_services),
+        cmocka_unit_test(test_compose__odd_characters__survive_yaml_quoting),
+        cmocka_unit_test(
+            test_compose__bad_options__refused_with_nothing_printed),
+        cmocka_unit_test(
+            test_compose__service_commands__cluster_trains_with_checkpoints),
+        cmocka_unit_test(test_dockerfiles__mechanical_review__no_problem),
+        cmocka_unit_test(
+            test_dockerfile_check__rule_breaker__every_rule_reported),
+        cmocka_unit_test(test_slurm__comma_nodelist__cluster_trains),
+        cmocka_unit_test(test_slurm__scontrol_hostnames__cluster_trains),
+        cmocka_unit_test(test_slurm__task_never_comes__others_stop_by_deadline),
+        cmocka_unit_test(test_slurm__task_on_another_host__refused),
+        cmocka_unit_test(test_launch_hosts__fake_ssh__cluster_trains),
+        cmocka_unit_test(test_launch_hosts__sigint__every_process_stopped),
+        cmocka_unit_test(test_launch_hosts__too_few_slots__refused),
+        cmocka_unit_test(
+            test_docker_e2e__engine_runs_cluster_or_skipped_visibly),
+    };
+    if (argc == 2)
+        cmocka_set_test_filter(argv[1]);
+    return cmocka_run_group_tests_name("deploy", tests, NULL, NULL);
+}
