@@ -1,0 +1,254 @@
+"""Peer: Rumor's decentralized averaging inside a PyTorch training loop.
+
+    peer = rumor.Peer(topology="ring.topo", node_id=rank, key="keys/node-3",
+                      algo="powergossip", rank=1)
+    for step, (x, y) in enumerate(loader):
+        ...; optimizer.step()
+        peer.gossip(model.parameters())
+
+The C side (rumor_peer_*, node/peer.c) is the `rumor node` runtime on the
+caller's tensors: the same options, transport, deadlines and byte counts.
+"""
+import ctypes
+import math
+
+from . import _lib, _tensors
+from ._lib import check, enc, lib
+
+# Python names that are not `rumor node` names with '_' for '-'
+_ALIASES = {"node_id": "id"}
+
+
+class Options:
+    """struct rumor_node_opts on the C heap, set by option name exactly as
+    `rumor node --NAME VALUE` (python names may use '_' for '-')."""
+
+    def __init__(self, config=None, **options):
+        self._p = ctypes.c_void_p()
+        check(lib.rumor_node_opts_new(ctypes.byref(self._p)))
+        if config is not None:
+            diag = _lib.Diag()
+            check(lib.rumor_node_opts_load(self._p, enc(config),
+                                           ctypes.byref(diag)), diag)
+        for name, value in options.items():
+            if value is not None:
+                self.set(name, value)
+
+    def set(self, name, value):
+        key = _ALIASES.get(name, name.replace("_", "-"))
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        else:
+            text = str(value)
+        diag = _lib.Diag()
+        check(lib.rumor_node_opts_set(self._p, enc(key), enc(text),
+                                      ctypes.byref(diag)), diag,
+              f"option {key}={text}")
+
+    def check(self):
+        diag = _lib.Diag()
+        check(lib.rumor_node_opts_check(self._p, ctypes.byref(diag)), diag)
+
+    def __del__(self):
+        if getattr(self, "_p", None):
+            lib.rumor_node_opts_destroy(ctypes.byref(self._p))
+
+
+class Peer:
+    """One node of a decentralized run, gossiping the caller's tensors.
+
+    topology: a topology file with endpoints and public keys (see
+    rumor.topology.local); node_id: this node; key: the key base
+    (DIR/NAME of NAME.key) or insecure=True; algo and its options (rank,
+    gamma, codec, period, ...), deadline_ms, connect_timeout_ms,
+    metrics_dir, seed, log_level, rate, ...: every `rumor node` option, by
+    name (algo defaults to powergossip, rank to 1; config: an INI file as
+    `rumor node --config`, keyword options override it). Options that do
+    not apply to the algorithm are refused, as on the command line. The C peer is built at the first gossip() or
+    average() (or register()), when the tensors are known; every node must
+    pass the same shapes in the same order each time.
+    """
+
+    def __init__(self, topology, node_id, key=None, algo=None, rank=None,
+                 insecure=False, config=None, **options):
+        # the default algorithm, unless a config file names one; rank 1 is
+        # the C default (powergossip, powersgd)
+        if algo is None and config is None:
+            algo = "powergossip"
+        self._opts = Options(config=config, topology=topology, id=node_id,
+                             key=key, algo=algo, rank=rank,
+                             insecure=True if insecure else None, **options)
+        self._opts.check()
+        self.node_id = node_id
+        self._p = None
+        self._sig = None
+        self._keep = None
+        self._cuda = False
+
+    # --- registration -------------------------------------------------
+    def register(self, tensors):
+        """Builds the C peer on tensors (zero-copy for float32 CPU
+        tensors); they must stay alive and in place for the peer's life
+        (the peer keeps a reference)."""
+        if self._p is not None:
+            raise RuntimeError("rumor.Peer: tensors are already registered")
+        tensors = _tensors.tensor_list(tensors)
+        if not tensors:
+            raise ValueError("rumor.Peer: no tensors to gossip")
+        described = [_tensors.describe(t, k) for k, t in enumerate(tensors)]
+        arr = (_lib.PeerTensor * len(tensors))(*[d[0] for d in described])
+        diag = _lib.Diag()
+        p = ctypes.c_void_p()
+        check(lib.rumor_peer_new(self._opts._p, arr, len(tensors),
+                                 ctypes.byref(p), ctypes.byref(diag)), diag)
+        self._p = p
+        self._sig = [d[1] for d in described]
+        self._keep = tensors
+        self._cuda = any(d[1][2] == _lib.DEVICE_CUDA for d in described)
+
+    def _same(self, tensors):
+        tensors = _tensors.tensor_list(tensors)
+        sig = [_tensors.describe(t, k)[1] for k, t in enumerate(tensors)]
+        if sig != self._sig:
+            raise ValueError(
+                "rumor.Peer: these tensors are not the ones registered at "
+                "the first call (a peer gossips one fixed list: same "
+                "tensors, same order, same memory; do not re-create them)")
+
+    def _step(self, fn, tensors):
+        if self._p is None:
+            self.register(tensors)
+        elif tensors is not None:
+            self._same(tensors)
+        if self._cuda:
+            import torch
+            torch.cuda.current_stream().synchronize()
+        diag = _lib.Diag()
+        check(fn(self._p, ctypes.byref(diag)), diag,
+              f"node {self.node_id}")
+
+    # --- training loop ------------------------------------------------
+    def gossip(self, tensors=None):
+        """One step of the algorithm over the network, in place."""
+        self._step(lib.rumor_peer_gossip, tensors)
+
+    def average(self, tensors=None):
+        """The exact average over all nodes (ring all-reduce), in place:
+        the synchronisation of local SGD. Uses a step number like
+        gossip(); every node makes the same sequence of calls."""
+        self._step(lib.rumor_peer_average, tensors)
+
+    def report(self, loss=None, test_loss=None, accuracy=None):
+        """Writes a metrics line (metrics_dir/node-N.jsonl, the format of
+        `rumor node`, so `rumor plot` reads it) with the minibatch loss
+        and, when evaluated, the held-out loss and accuracy."""
+        self._need()
+        values = [math.nan if v is None else float(v)
+                  for v in (loss, test_loss, accuracy)]
+        check(lib.rumor_peer_report(self._p, *values), None, "report")
+
+    def metrics(self):
+        """Counters so far: steps, bytes (transport and gossip), seconds."""
+        self._need()
+        st = _lib.PeerStats()
+        lib.rumor_peer_stats(self._p, ctypes.byref(st))
+        return {name: getattr(st, name) for name, _ in st._fields_}
+
+    @property
+    def nodes(self):
+        self._need()
+        return int(lib.rumor_peer_nodes(self._p))
+
+    # --- checkpoints ---------------------------------------------------
+    def state_dict(self):
+        """The runtime's state (step counter; the algorithm's own state
+        when the library has gossip state save), for torch.save next to
+        the model's state_dict; see rumor.checkpoint."""
+        from . import checkpoint
+        return checkpoint.peer_state(self)
+
+    def load_state_dict(self, state):
+        from . import checkpoint
+        checkpoint.peer_load(self, state)
+
+    def _need(self):
+        if self._p is None:
+            raise RuntimeError("rumor.Peer: no tensors registered yet "
+                               "(call gossip(), average() or register())")
+
+    # --- life -----------------------------------------------------------
+    def close(self):
+        """Lets queued messages leave, stops the transport, frees the C
+        peer. Safe twice; also done by `with` and at garbage collection."""
+        if getattr(self, "_p", None) is not None:
+            lib.rumor_peer_destroy(ctypes.byref(self._p))
+            self._p = None
+            self._keep = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+
+class Workload:
+    """The built-in workload `rumor node` trains with the same options
+    (dataset, shard of this node, seed, batch, ...): parameters and
+    gradients as numpy arrays over the C memory. For driving Rumor's own
+    workloads from Python (the tests compare such a loop with `rumor
+    node`)."""
+
+    def __init__(self, topology, node_id, **options):
+        import numpy as np
+        self._np = np
+        self._opts = Options(topology=topology, id=node_id, **options)
+        self._p = ctypes.c_void_p()
+        diag = _lib.Diag()
+        check(lib.rumor_node_workload_new(self._opts._p,
+                                          ctypes.byref(self._p),
+                                          ctypes.byref(diag)), diag)
+        self._model = lib.rumor_workload_model(self._p)
+        self._grad = ctypes.POINTER(_lib.Model)()
+        check(lib.rumor_model_clone(self._model, ctypes.byref(self._grad)))
+        self.params = self._arrays(self._model)
+        self.grads = self._arrays(self._grad)
+
+    def _arrays(self, model):
+        out = []
+        for k in range(model.contents.count):
+            t = model.contents.tensors[k]
+            shape = tuple(t.shape[d] for d in range(t.ndim))
+            n = 1
+            for s in shape:
+                n *= s
+            flat = self._np.ctypeslib.as_array(t.data, shape=(max(n, 1),))
+            out.append(flat[:n].reshape(shape))
+        return out
+
+    def grad(self, step):
+        """Loss of step's minibatch; fills self.grads."""
+        loss = ctypes.c_double()
+        check(lib.rumor_workload_grad(self._p, step, self._grad,
+                                      ctypes.byref(loss)))
+        return loss.value
+
+    def evaluate(self, split="test"):
+        """(loss, accuracy) on the held-out split ("test") or the shard."""
+        ev = _lib.Eval()
+        check(lib.rumor_workload_eval(self._p, None,
+                                      0 if split == "test" else 1,
+                                      ctypes.byref(ev)))
+        return ev.loss, ev.accuracy
+
+    def close(self):
+        if getattr(self, "_p", None):
+            lib.rumor_model_free(ctypes.byref(self._grad))
+            lib.rumor_workload_destroy(ctypes.byref(self._p))
+            self._p = None
+
+    def __del__(self):
+        self.close()
