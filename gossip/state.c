@@ -1,0 +1,266 @@
+/*
+ * The state an algorithm carries between steps, as bytes: for checkpoints
+ * (node/checkpoint.c) and for a peer that hands its state to a restarted
+ * neighbour. Format (docs/protocol.md, "Gossip state"), little-endian:
+ *   u32 magic "RGST", u32 version, 32 bytes algorithm name (NUL padded),
+ *   u32 self, u32 nodes, u64 numel, u64 body length, body.
+ * The header pins what the body's meaning depends on, so a state is
+ * refused by an instance it does not fit (another algorithm, node or model
+ * size) instead of being misread. The body is the algorithm's (its
+ * state_save / state_load in the vtable).
+ *
+ * Loading may see bytes from the network, so it is a pure decoder first:
+ * the algorithm's state_load runs once with apply false, which walks the
+ * bytes through a bounds-checked cursor (struct gossip_reader) checking
+ * every length against what is left and against the instance, and every
+ * number for finiteness, without touching the instance; only when that
+ * pass succeeds does a second pass with apply true write the state. The
+ * cursor records the first failure and makes later reads fail, so the
+ * decoders need no check after every field (the pattern of a sticky error
+ * flag, as in Go's bufio or curl's dynbuf).
+ */
+#include "rumor/gossip.h"
+
+#include "gossip/gossip_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define STATE_MAGIC   0x54534752u /* "RGST" as little-endian bytes */
+#define STATE_VERSION 1u
+#define STATE_HEADER  (4 + 4 + RUMOR_GOSSIP_ALGO_BYTES + 4 + 4 + 8 + 8)
+
+/* --- reader ------------------------------------------------------------- */
+
+void
+gossip_reader_init(struct gossip_reader *r, const uint8_t *p, size_t len)
+{
+    r->p = p;
+    r->left = len;
+    r->err = RUMOR_OK;
+    r->why = "";
+}
+
+void
+gossip_reader_fail(struct gossip_reader *r, rumor_err err, const char *why)
+{
+    if (r->err != RUMOR_OK)
+        return;
+    r->err = err;
+    r->why = why;
+    r->left = 0;
+}
+
+/* The next n bytes, or NULL (and the reader failed) when fewer are left. */
+static const uint8_t *
+s_take(struct gossip_reader *r, size_t n)
+{
+    if (r->err != RUMOR_OK)
+        return NULL;
+    if (n > r->left) {
+        gossip_reader_fail(r, RUMOR_EPROTO, "truncated");
+        return NULL;
+    }
+    const uint8_t *p = r->p;
+    r->p += n;
+    r->left -= n;
+    return p;
+}
+
+uint32_t
+gossip_read_u32(struct gossip_reader *r)
+{
+    const uint8_t *p = s_take(r, 4);
+    uint32_t v = 0;
+    if (p != NULL)
+        memcpy(&v, p, 4);
+    return v;
+}
+
+uint64_t
+gossip_read_u64(struct gossip_reader *r)
+{
+    const uint8_t *p = s_take(r, 8);
+    uint64_t v = 0;
+    if (p != NULL)
+        memcpy(&v, p, 8);
+    return v;
+}
+
+void
+gossip_read_len(struct gossip_reader *r, uint64_t want, const char *why)
+{
+    uint64_t got = gossip_read_u64(r);
+    if (r->err == RUMOR_OK && got != want)
+        gossip_reader_fail(r, RUMOR_EPROTO, why);
+}
+
+void
+gossip_read_f32(struct gossip_reader *r, float *dst, size_t n)
+{
+    if (r->err != RUMOR_OK || n > r->left / sizeof(float)) {
+        gossip_reader_fail(r, RUMOR_EPROTO, "truncated");
+        return;
+    }
+    const uint8_t *p = s_take(r, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, p + i * sizeof v, sizeof v);
+        if (!isfinite(v)) {
+            gossip_reader_fail(r, RUMOR_ENUMERIC, "a non-finite number");
+            return;
+        }
+        if (dst != NULL)
+            dst[i] = v;
+    }
+}
+
+void
+gossip_read_f64(struct gossip_reader *r, double *dst, size_t n)
+{
+    if (r->err != RUMOR_OK || n > r->left / sizeof(double)) {
+        gossip_reader_fail(r, RUMOR_EPROTO, "truncated");
+        return;
+    }
+    const uint8_t *p = s_take(r, n * sizeof(double));
+    for (size_t i = 0; i < n; i++) {
+        double v;
+        memcpy(&v, p + i * sizeof v, sizeof v);
+        if (!isfinite(v)) {
+            gossip_reader_fail(r, RUMOR_ENUMERIC, "a non-finite number");
+            return;
+        }
+        if (dst != NULL)
+            dst[i] = v;
+    }
+}
+
+const uint8_t *
+gossip_read_blob(struct gossip_reader *r, size_t *len)
+{
+    uint64_t n = gossip_read_u64(r);
+    *len = 0;
+    if (r->err != RUMOR_OK)
+        return NULL;
+    if (n > r->left || n > RUMOR_GOSSIP_STATE_MAX) {
+        gossip_reader_fail(r, RUMOR_EPROTO, "a length past the end");
+        return NULL;
+    }
+    *len = (size_t)n;
+    return s_take(r, (size_t)n);
+}
+
+/* --- writer ------------------------------------------------------------- */
+
+rumor_err
+gossip_write_u32(struct rumor_buf *b, uint32_t v)
+{
+    return rumor_buf_append(b, &v, sizeof v);
+}
+
+rumor_err
+gossip_write_u64(struct rumor_buf *b, uint64_t v)
+{
+    return rumor_buf_append(b, &v, sizeof v);
+}
+
+rumor_err
+gossip_write_f32(struct rumor_buf *b, const float *v, size_t n)
+{
+    return rumor_buf_append(b, v, n * sizeof *v);
+}
+
+rumor_err
+gossip_write_f64(struct rumor_buf *b, const double *v, size_t n)
+{
+    return rumor_buf_append(b, v, n * sizeof *v);
+}
+
+/* --- public API --------------------------------------------------------- */
+
+rumor_err
+rumor_gossip_state_save(const rumor_gossip *g, struct rumor_buf *out)
+{
+    char name[RUMOR_GOSSIP_ALGO_BYTES] = {0};
+    snprintf(name, sizeof name, "%s", g->algo->name);
+    size_t at = out->len;
+    rumor_err rc = gossip_write_u32(out, STATE_MAGIC);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u32(out, STATE_VERSION);
+    if (rc == RUMOR_OK)
+        rc = rumor_buf_append(out, name, sizeof name);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u32(out, g->self);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u32(out, (uint32_t)g->nodes);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, g->numel);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, 0); /* body length, patched below */
+    size_t body = out->len;
+    if (rc == RUMOR_OK && g->algo->state_save != NULL)
+        rc = g->algo->state_save(g, out);
+    if (rc != RUMOR_OK) {
+        out->len = at;
+        return rc;
+    }
+    uint64_t body_len = out->len - body;
+    memcpy(out->data + body - 8, &body_len, 8);
+    return RUMOR_OK;
+}
+
+/* Checks the header against g; leaves r at the body. */
+static void
+s_check_header(const rumor_gossip *g, struct gossip_reader *r)
+{
+    if (gossip_read_u32(r) != STATE_MAGIC && r->err == RUMOR_OK)
+        gossip_reader_fail(r, RUMOR_EPROTO, "not a gossip state (magic)");
+    if (gossip_read_u32(r) != STATE_VERSION && r->err == RUMOR_OK)
+        gossip_reader_fail(r, RUMOR_EPROTO, "an unknown version");
+    const uint8_t *name = s_take(r, RUMOR_GOSSIP_ALGO_BYTES);
+    char want[RUMOR_GOSSIP_ALGO_BYTES] = {0};
+    snprintf(want, sizeof want, "%s", g->algo->name);
+    if (name != NULL && memcmp(name, want, sizeof want) != 0)
+        gossip_reader_fail(r, RUMOR_EPROTO, "another algorithm's state");
+    uint32_t self = gossip_read_u32(r);
+    uint32_t nodes = gossip_read_u32(r);
+    uint64_t numel = gossip_read_u64(r);
+    if (r->err == RUMOR_OK && (self != g->self || nodes != g->nodes))
+        gossip_reader_fail(r, RUMOR_EPROTO, "another node's state");
+    if (r->err == RUMOR_OK && numel != g->numel)
+        gossip_reader_fail(r, RUMOR_EPROTO, "a model of another size");
+    gossip_read_len(r, r->left >= 8 ? r->left - 8 : 0, "a wrong body length");
+}
+
+rumor_err
+rumor_gossip_state_load(rumor_gossip *g,
+                        const uint8_t *data,
+                        size_t len,
+                        struct rumor_diag *diag)
+{
+    struct gossip_reader r;
+    gossip_reader_init(&r, data, len);
+    if (len < STATE_HEADER)
+        gossip_reader_fail(&r, RUMOR_EPROTO, "truncated header");
+    s_check_header(g, &r);
+    struct gossip_reader body = r;
+    if (r.err == RUMOR_OK && g->algo->state_load != NULL)
+        r.err = g->algo->state_load(g, &r, false);
+    else if (r.err == RUMOR_OK && r.left != 0)
+        gossip_reader_fail(&r, RUMOR_EPROTO, "state for a stateless one");
+    if (r.err == RUMOR_OK && r.left != 0)
+        gossip_reader_fail(&r, RUMOR_EPROTO, "bytes after the state");
+    if (r.err == RUMOR_OK && g->algo->state_load != NULL)
+        r.err = g->algo->state_load(g, &body, true);
+    if (r.err != RUMOR_OK)
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "gossip %s state (%zu bytes): %s",
+                       g->algo->name,
+                       len,
+                       r.why[0] != '\0' ? r.why : rumor_strerror(r.err));
+    return r.err;
+}

@@ -1,0 +1,83 @@
+/*
+ * Fuzz target: rumor_gossip_state_load, the decoder of an algorithm's
+ * state (from a checkpoint, one day from a peer). The first byte picks the
+ * algorithm, the rest is the state, loaded into node 1 of a 4-node ring
+ * with a small two-tensor model. A refused state must leave the instance
+ * as it was; an accepted one must save back to bytes that load again and
+ * save to the same bytes (a load is exact).
+ */
+#include "rumor/gossip.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static const char *const s_algos[] = {"choco",
+                                      "deepsqueeze",
+                                      "powergossip",
+                                      "powersgd",
+                                      "localsgd",
+                                      "dpsgd",
+                                      "allreduce",
+                                      "moniqua"};
+
+static void
+s_save(const rumor_gossip *g, rumor_buf *b)
+{
+    rumor_buf_init(b, 1u << 24);
+    if (rumor_gossip_state_save(g, b) != RUMOR_OK)
+        abort();
+}
+
+static bool
+s_same(const rumor_buf *a, const rumor_buf *b)
+{
+    return a->len == b->len && memcmp(a->data, b->data, a->len) == 0;
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    size_t pick = data[0] % (sizeof s_algos / sizeof s_algos[0]);
+    struct rumor_gossip_opts o;
+    rumor_gossip_opts_default(&o);
+    snprintf(o.algo, sizeof o.algo, "%s", s_algos[pick]);
+    if (pick == 4 && (data[0] & 0x80) != 0) /* localsgd with SAEF */
+        snprintf(o.delta_codec, sizeof o.delta_codec, "topk:ratio=0.3");
+    o.ef_alpha = o.delta_codec[0] != '\0' ? 1.0 : 0.0;
+    o.gamma = 0.5;
+    rumor_topology *t = NULL;
+    if (rumor_topology_from_spec("ring:4", 1, &t, NULL) != RUMOR_OK)
+        abort();
+    float x[6 * 5 + 3] = {0};
+    struct rumor_tensor ts[2] = {{x, 2, {6, 5, 0, 0, 0, 0, 0, 0}},
+                                 {x + 30, 1, {3, 0, 0, 0, 0, 0, 0, 0}}};
+    struct rumor_model m = {ts, 2};
+    rumor_gossip *g = NULL;
+    if (rumor_gossip_new(&o, t, 1, &m, &g, NULL) != RUMOR_OK)
+        abort();
+    rumor_buf before, after;
+    s_save(g, &before);
+    rumor_err rc = rumor_gossip_state_load(g, data + 1, size - 1, NULL);
+    s_save(g, &after);
+    if (rc != RUMOR_OK && !s_same(&before, &after))
+        abort(); /* a refused state changed the instance */
+    if (rc == RUMOR_OK) {
+        rumor_buf again;
+        if (rumor_gossip_state_load(g, after.data, after.len, NULL) != RUMOR_OK)
+            abort(); /* its own state refused */
+        s_save(g, &again);
+        if (!s_same(&after, &again))
+            abort();
+        rumor_buf_free(&again);
+    }
+    rumor_buf_free(&before);
+    rumor_buf_free(&after);
+    rumor_gossip_destroy(&g);
+    rumor_topology_destroy(&t);
+    return 0;
+}

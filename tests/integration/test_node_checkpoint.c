@@ -1,0 +1,694 @@
+/*
+ * Checkpoints and clean shutdown with real `rumor node` processes
+ * (RUMOR_BIN) on loopback:
+ *   - kill -9 of a single-node run writing a checkpoint every step, at a
+ *     seeded random moment, many times over (each restart resumes from
+ *     the newest good file): every file under a checkpoint's name decodes
+ *     (the rename is atomic), the newest one loads, and a last --resume
+ *     run continues from it to the end;
+ *   - a single-node run killed with -9 and resumed ends with the same
+ *     model bytes as an uninterrupted run (bit-identical), and its
+ *     metrics file holds each step once;
+ *   - SIGTERM: the node exits 0 within one deadline with a final
+ *     checkpoint of the last step it reports;
+ *   - a 4-node ring (CURVE) with PowerGossip, with CHOCO, with D-PSGD and
+ *     with local SGD (compressed delta, SAEF, DiLoCo outer step), stopped by
+ *     SIGTERM to one node: all four exit 0 with a final checkpoint of the
+ *     same step; resumed with --resume they end with the same model bytes
+ *     as an uninterrupted run of the same length.
+ * Processes are waited for with a deadline and killed past it; waits poll
+ * a condition (a file, a line count), they never sleep to synchronise.
+ * The random delays before a kill choose the moment of the kill, seeded
+ * so a failure can be replayed. Every temporary directory is removed.
+ */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include "tests/cmocka_compat.h"
+
+#include "rumor/node.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LIMIT_MS    60000 /* only a broken build waits this long */
+#define ARGS_MAX    64
+#define KILL_REPS   20
+#define RING        4
+#define DEADLINE_MS 5000
+
+/* --- helpers ---------------------------------------------------------- */
+
+static const char *
+s_bin(void)
+{
+    const char *bin = getenv("RUMOR_BIN");
+    if (bin == NULL)
+        fail_msg("RUMOR_BIN is not set");
+    return bin;
+}
+
+static void
+s_pause_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* Starts RUMOR_BIN with args (NULL-terminated), output appended to out. */
+static pid_t
+s_start(const char *const *args, const char *out)
+{
+    const char *argv[ARGS_MAX] = {"rumor"};
+    size_t n = 1;
+    for (; args[n - 1] != NULL && n < ARGS_MAX - 1; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+            close(fd);
+        }
+        execv(s_bin(), (char *const *)argv);
+        _exit(127);
+    }
+    assert_true(pid > 0);
+    return pid;
+}
+
+/* Exit status (128 + signal when killed); kills and fails past limit. */
+static int
+s_wait(pid_t pid, uint64_t limit_ms)
+{
+    uint64_t deadline = rumor_clock_ns() + limit_ms * 1000000ull;
+    for (;;) {
+        int st = 0;
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (rumor_clock_ns() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            fail_msg("process %d still running after %llu ms",
+                     (int)pid,
+                     (unsigned long long)limit_ms);
+        }
+        s_pause_us(500);
+    }
+}
+
+static int
+s_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void
+s_show(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        fprintf(stderr, "  | %s", line);
+    if (f != NULL)
+        fclose(f);
+}
+
+/* A port nothing listens on now (the kernel's pick for port 0). */
+static int
+s_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* The temporary directory of the running test, removed by s_teardown
+ * even when the test fails half way. */
+static char s_dir[64];
+
+static int
+s_teardown(void **state)
+{
+    (void)state;
+    if (s_dir[0] != '\0')
+        nftw(s_dir, s_rm, 16, FTW_DEPTH | FTW_PHYS);
+    s_dir[0] = '\0';
+    return 0;
+}
+
+struct run {
+    char dir[64];
+    char topo[128];
+    char ckpt[128];
+    char out[128];
+};
+
+/* A temporary directory with a one-node topology on a free port. */
+static void
+s_run_single(struct run *r)
+{
+    snprintf(r->dir, sizeof r->dir, "/tmp/rumor-ckpt-test-XXXXXX");
+    assert_non_null(mkdtemp(r->dir));
+    memcpy(s_dir, r->dir, sizeof s_dir);
+    snprintf(r->topo, sizeof r->topo, "%s/one.topo", r->dir);
+    snprintf(r->ckpt, sizeof r->ckpt, "%s/ckpt", r->dir);
+    snprintf(r->out, sizeof r->out, "%s/node.out", r->dir);
+    FILE *f = fopen(r->topo, "w");
+    assert_non_null(f);
+    fprintf(f, "nodes 1\nnode 0 tcp://127.0.0.1:%d\n", s_free_port());
+    fclose(f);
+}
+
+/* The single node's command: base options, then extra (NULL-ended). */
+static pid_t
+s_start_single(const struct run *r, const char *const *extra)
+{
+    const char *args[ARGS_MAX] = {"node",
+                                  "--topology",
+                                  r->topo,
+                                  "--id",
+                                  "0",
+                                  "--insecure",
+                                  "--progress",
+                                  "off",
+                                  "--log-level",
+                                  "warn",
+                                  "--checkpoint-dir",
+                                  r->ckpt};
+    size_t n = 12;
+    for (size_t k = 0; extra[k] != NULL && n < ARGS_MAX - 1; k++)
+        args[n++] = extra[k];
+    args[n] = NULL;
+    return s_start(args, r->out);
+}
+
+/* Step of node's newest good checkpoint in dir, or -1. */
+static long long
+s_newest(const char *dir, uint32_t node)
+{
+    rumor_buf buf;
+    rumor_buf_init(&buf, 1u << 28);
+    struct rumor_checkpoint c;
+    char path[300];
+    rumor_err rc = rumor_checkpoint_read_newest(dir,
+                                                node,
+                                                &buf,
+                                                &c,
+                                                path,
+                                                sizeof path,
+                                                NULL);
+    rumor_buf_free(&buf);
+    return rc == RUMOR_OK ? (long long)c.step : -1;
+}
+
+/* Polls until node's newest checkpoint reaches step (or pid exits). */
+static void
+s_poll_checkpoint(const char *dir, uint32_t node, long long step, pid_t pid)
+{
+    uint64_t deadline = rumor_clock_ns() + LIMIT_MS * 1000000ull;
+    while (s_newest(dir, node) < step) {
+        if (rumor_clock_ns() > deadline || waitpid(pid, NULL, WNOHANG) == pid)
+            fail_msg("no checkpoint of step %lld in %s", step, dir);
+        s_pause_us(200);
+    }
+}
+
+static size_t
+s_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = 0;
+    for (int ch = f ? fgetc(f) : EOF; ch != EOF; ch = fgetc(f))
+        n += ch == '\n';
+    if (f != NULL)
+        fclose(f);
+    return n;
+}
+
+static void
+s_poll_lines(const char *path, size_t lines)
+{
+    uint64_t deadline = rumor_clock_ns() + LIMIT_MS * 1000000ull;
+    while (s_lines(path) < lines) {
+        if (rumor_clock_ns() > deadline)
+            fail_msg("%s: fewer than %zu lines", path, lines);
+        s_pause_us(500);
+    }
+}
+
+static bool
+s_same_file(const char *a, const char *b)
+{
+    rumor_buf x, y;
+    rumor_buf_init(&x, 1u << 28);
+    rumor_buf_init(&y, 1u << 28);
+    bool same = rumor_buf_read_file(&x, a) == RUMOR_OK &&
+                rumor_buf_read_file(&y, b) == RUMOR_OK && x.len == y.len &&
+                memcmp(x.data, y.data, x.len) == 0;
+    rumor_buf_free(&x);
+    rumor_buf_free(&y);
+    return same;
+}
+
+/* Every "node-*.ckpt" in dir decodes; returns how many there are and
+ * counts temporary files (a kill that landed inside a write). */
+static size_t
+s_check_all_decode(const char *dir, size_t *temps)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    size_t n = 0;
+    for (struct dirent *e = readdir(d); e != NULL; e = readdir(d)) {
+        size_t len = strlen(e->d_name);
+        if (len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0)
+            (*temps)++;
+        if (e->d_name[0] == '.' || len < 5 ||
+            strcmp(e->d_name + len - 5, ".ckpt") != 0)
+            continue;
+        char path[400];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        rumor_buf buf;
+        rumor_buf_init(&buf, 1u << 28);
+        struct rumor_checkpoint c;
+        struct rumor_diag diag = {0};
+        assert_int_equal(rumor_buf_read_file(&buf, path), RUMOR_OK);
+        if (rumor_checkpoint_decode(buf.data, buf.len, &c, &diag) != RUMOR_OK)
+            fail_msg("%s under a checkpoint's name is damaged: %s",
+                     path,
+                     diag.msg);
+        rumor_buf_free(&buf);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* --- single node ------------------------------------------------------- */
+
+static void
+test_kill9__during_checkpoint_writes__newest_good_file_always_intact(
+    void **state)
+{
+    (void)state;
+    struct run r;
+    s_run_single(&r);
+    unsigned seed = 20261121;
+    size_t temps = 0;
+    for (int rep = 0; rep < KILL_REPS; rep++) {
+        long long before = s_newest(r.ckpt, 0);
+        const char *extra[] = {"--workload",
+                               "lsq",
+                               "--lsq-features",
+                               "256",
+                               "--lsq-outputs",
+                               "8",
+                               "--steps",
+                               "1000000",
+                               "--eval-every",
+                               "0",
+                               "--checkpoint-every",
+                               "1",
+                               "--checkpoint-keep",
+                               "2",
+                               rep > 0 ? "--resume" : NULL,
+                               NULL};
+        pid_t pid = s_start_single(&r, extra);
+        /* a new checkpoint proves the run got going; then a random
+         * moment, most of which a node spends writing checkpoints */
+        s_poll_checkpoint(r.ckpt, 0, before + 1, pid);
+        s_pause_us((long)(rand_r(&seed) % 20000));
+        assert_int_equal(kill(pid, SIGKILL), 0);
+        assert_int_equal(s_wait(pid, LIMIT_MS), 128 + SIGKILL);
+        /* keep is 2, but a kill between the rename and the pruning
+         * leaves one more, until a later write prunes */
+        assert_true(s_check_all_decode(r.ckpt, &temps) >= 1);
+        long long now = s_newest(r.ckpt, 0);
+        if (now <= before)
+            fail_msg("rep %d: newest good checkpoint %lld, was %lld",
+                     rep,
+                     now,
+                     before);
+    }
+    printf("  %d kills: %zu left a temporary file (killed inside a write)\n",
+           KILL_REPS,
+           temps);
+    /* the node itself resumes from what is left and finishes */
+    char steps[32];
+    snprintf(steps, sizeof steps, "%lld", s_newest(r.ckpt, 0) + 3);
+    const char *extra[] = {"--workload",
+                           "lsq",
+                           "--lsq-features",
+                           "256",
+                           "--lsq-outputs",
+                           "8",
+                           "--steps",
+                           steps,
+                           "--resume",
+                           NULL};
+    int st = s_wait(s_start_single(&r, extra), LIMIT_MS);
+    if (st != 0)
+        s_show(r.out);
+    assert_int_equal(st, 0);
+}
+
+static void
+test_resume__single_node_killed__bit_identical_to_uninterrupted(void **state)
+{
+    (void)state;
+    struct run r;
+    s_run_single(&r);
+    char m1[160], m2[160], f1[200], f2[200], jl[200];
+    snprintf(m1, sizeof m1, "%s/whole", r.dir);
+    snprintf(m2, sizeof m2, "%s/resumed", r.dir);
+    snprintf(f1, sizeof f1, "%s/node-0.model", m1);
+    snprintf(f2, sizeof f2, "%s/node-0.model", m2);
+    snprintf(jl, sizeof jl, "%s/node-0.jsonl", m2);
+#define MLP_ARGS                                                  \
+    "--hidden", "16", "--batch", "16", "--optimizer", "nesterov", \
+        "--eval-every", "0"
+    /* its own checkpoint directory (a later option wins) */
+    const char *whole[] = {MLP_ARGS,
+                           "--steps",
+                           "1500",
+                           "--metrics-dir",
+                           m1,
+                           "--checkpoint-dir",
+                           m1,
+                           NULL};
+    assert_int_equal(s_wait(s_start_single(&r, whole), LIMIT_MS), 0);
+    /* the killed run has no end of its own (the model does not depend on
+     * --steps), so the kill always interrupts it */
+    const char *first[] = {MLP_ARGS,
+                           "--steps",
+                           "100000000",
+                           "--metrics-dir",
+                           m2,
+                           "--checkpoint-every",
+                           "7",
+                           NULL};
+    pid_t pid = s_start_single(&r, first);
+    s_poll_checkpoint(r.ckpt, 0, 14, pid);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    assert_int_equal(s_wait(pid, LIMIT_MS), 128 + SIGKILL);
+    long long at = s_newest(r.ckpt, 0);
+    if (at < 14 || at >= 1500)
+        fail_msg("killed after step %lld, not in [14, 1500)", at);
+    const char *again[] =
+        {MLP_ARGS, "--steps", "1500", "--metrics-dir", m2, "--resume", NULL};
+    int st = s_wait(s_start_single(&r, again), LIMIT_MS);
+    if (st != 0)
+        s_show(r.out);
+    assert_int_equal(st, 0);
+#undef MLP_ARGS
+    if (!s_same_file(f1, f2))
+        fail_msg("resumed at step %lld: the final model differs", at);
+    assert_int_equal(s_lines(jl), 1500); /* each step once */
+    printf("  killed after checkpoint %lld; resumed model bit-identical\n", at);
+}
+
+static void
+test_sigterm__single_node__exits_0_in_a_deadline_with_final_checkpoint(
+    void **state)
+{
+    (void)state;
+    struct run r;
+    s_run_single(&r);
+    char metrics[200];
+    snprintf(metrics, sizeof metrics, "%s/node-0.jsonl", r.dir);
+    char deadline[16];
+    snprintf(deadline, sizeof deadline, "%d", DEADLINE_MS);
+    const char *extra[] = {"--steps",
+                           "100000000",
+                           "--eval-every",
+                           "0",
+                           "--deadline-ms",
+                           deadline,
+                           "--metrics-dir",
+                           r.dir,
+                           NULL};
+    pid_t pid = s_start_single(&r, extra);
+    s_poll_lines(metrics, 20);
+    uint64_t t0 = rumor_clock_ns();
+    assert_int_equal(kill(pid, SIGTERM), 0);
+    int st = s_wait(pid, LIMIT_MS);
+    double ms = (double)(rumor_clock_ns() - t0) / 1e6;
+    if (st != 0)
+        s_show(r.out);
+    assert_int_equal(st, 0);
+    if (ms > DEADLINE_MS)
+        fail_msg("exit %.0f ms after SIGTERM, deadline %d ms", ms, DEADLINE_MS);
+    long long at = s_newest(r.ckpt, 0);
+    assert_true(at >= 20);
+    assert_int_equal(s_lines(metrics), (size_t)at); /* the last step's */
+    printf("  SIGTERM: exit 0 after %.0f ms, final checkpoint of step %lld\n",
+           ms,
+           at);
+}
+
+/* --- a ring of four ------------------------------------------------------ */
+
+struct ring {
+    char dir[64];
+    char topo[128];
+    char ckpt[128];
+    char out[RING][128];
+    char key[RING][160];
+};
+
+static void
+s_ring_new(struct ring *g)
+{
+    char dir[sizeof g->dir] = "/tmp/rumor-ckpt-ring-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    memcpy(g->dir, dir, sizeof dir); /* paths from the copy: no overlap */
+    memcpy(s_dir, dir, sizeof s_dir);
+    snprintf(g->topo, sizeof g->topo, "%s/ring.topo", dir);
+    snprintf(g->ckpt, sizeof g->ckpt, "%s/ckpt", dir);
+    for (int i = 0; i < RING; i++) {
+        snprintf(g->out[i], sizeof g->out[i], "%s/node-%d.out", dir, i);
+        snprintf(g->key[i], sizeof g->key[i], "%s/keys/node-%d", dir, i);
+    }
+    const char *args[] =
+        {"topo", "gen", "ring", "4", "--local", "--out", g->topo, NULL};
+    assert_int_equal(s_wait(s_start(args, g->out[0]), LIMIT_MS), 0);
+}
+
+/* Starts the four nodes with the common options and extra. */
+static void
+s_ring_start(const struct ring *g,
+             const char *const *common,
+             const char *steps,
+             const char *metrics,
+             bool resume,
+             pid_t *pids)
+{
+    for (int i = 0; i < RING; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "%d", i);
+        const char *args[ARGS_MAX] = {"node",
+                                      "--topology",
+                                      g->topo,
+                                      "--id",
+                                      id,
+                                      "--key",
+                                      g->key[i],
+                                      "--progress",
+                                      "off",
+                                      "--log-level",
+                                      "warn",
+                                      "--eval-every",
+                                      "0",
+                                      "--steps",
+                                      steps,
+                                      "--metrics-dir",
+                                      metrics,
+                                      "--checkpoint-dir",
+                                      g->ckpt};
+        size_t n = 19;
+        for (size_t k = 0; common[k] != NULL && n < ARGS_MAX - 2; k++)
+            args[n++] = common[k];
+        if (resume)
+            args[n++] = "--resume";
+        args[n] = NULL;
+        pids[i] = s_start(args, g->out[i]);
+    }
+}
+
+static void
+s_ring_wait_ok(const struct ring *g, const pid_t *pids, const char *what)
+{
+    int st[RING];
+    for (int i = 0; i < RING; i++) /* all of them, before any failure */
+        st[i] = s_wait(pids[i], LIMIT_MS);
+    for (int i = 0; i < RING; i++)
+        if (st[i] != 0) {
+            s_show(g->out[i]);
+            fail_msg("%s: node %d exited %d", what, i, st[i]);
+        }
+}
+
+static void
+s_ring_case(const char *name, const char *const *common, unsigned seed)
+{
+    struct ring g;
+    s_ring_new(&g);
+    char m0[160], m1[160], m2[160];
+    snprintf(m0, sizeof m0, "%s/first", g.dir);
+    snprintf(m1, sizeof m1, "%s/resumed", g.dir);
+    snprintf(m2, sizeof m2, "%s/whole", g.dir);
+    pid_t pids[RING];
+    s_ring_start(&g, common, "100000000", m0, false, pids);
+    char lines0[200];
+    snprintf(lines0, sizeof lines0, "%s/node-0.jsonl", m0);
+    s_poll_lines(lines0, 10 + rand_r(&seed) % 20);
+    int victim = (int)(rand_r(&seed) % RING);
+    assert_int_equal(kill(pids[victim], SIGTERM), 0);
+    s_ring_wait_ok(&g, pids, "after SIGTERM");
+    long long at = s_newest(g.ckpt, 0);
+    for (int i = 1; i < RING; i++)
+        if (s_newest(g.ckpt, (uint32_t)i) != at)
+            fail_msg("%s: node %d stopped at step %lld, node 0 at %lld",
+                     name,
+                     i,
+                     s_newest(g.ckpt, (uint32_t)i),
+                     at);
+    char steps[32];
+    snprintf(steps, sizeof steps, "%lld", at + 25);
+    s_ring_start(&g, common, steps, m1, true, pids);
+    s_ring_wait_ok(&g, pids, "resumed");
+    s_ring_start(&g, common, steps, m2, false, pids);
+    s_ring_wait_ok(&g, pids, "uninterrupted");
+    for (int i = 0; i < RING; i++) {
+        char a[200], b[200];
+        snprintf(a, sizeof a, "%s/node-%d.model", m1, i);
+        snprintf(b, sizeof b, "%s/node-%d.model", m2, i);
+        if (!s_same_file(a, b))
+            fail_msg("%s: node %d: the resumed model differs", name, i);
+    }
+    printf("  %s: SIGTERM to node %d, all stopped after step %lld; "
+           "resumed to %s: bit-identical\n",
+           name,
+           victim,
+           at,
+           steps);
+}
+
+static void
+test_ring__powergossip_sigterm_then_resume__same_step_bit_identical(
+    void **state)
+{
+    (void)state;
+    const char *common[] =
+        {"--algo", "powergossip", "--hidden", "16", "--batch", "16", NULL};
+    s_ring_case("powergossip", common, 11);
+}
+
+static void
+test_ring__choco_sigterm_then_resume__same_step_bit_identical(void **state)
+{
+    (void)state;
+    const char *common[] = {"--algo",
+                            "choco",
+                            "--workload",
+                            "lsq",
+                            "--codec",
+                            "qsgd:bits=4",
+                            "--gamma",
+                            "0.5",
+                            NULL};
+    s_ring_case("choco", common, 12);
+}
+
+/* D-PSGD, which can skip a neighbour (docs/reliability.md): a node that
+ * resumes from the checkpoint of a stop agreed by all does not treat its
+ * neighbours as restarted, so the run continues exactly. */
+static void
+test_ring__dpsgd_sigterm_then_resume__same_step_bit_identical(void **state)
+{
+    (void)state;
+    const char *common[] =
+        {"--algo", "dpsgd", "--hidden", "16", "--batch", "16", NULL};
+    s_ring_case("dpsgd", common, 14);
+}
+
+/* Local SGD with a compressed delta, step-ahead error feedback and a
+ * DiLoCo outer step: the richest state (anchor, outer momentum, error
+ * memory, e_bar); the stop plan waits for sync steps (period 3). */
+static void
+test_ring__localsgd_saef_sigterm_then_resume__same_step_bit_identical(
+    void **state)
+{
+    (void)state;
+    const char *common[] = {"--algo",
+                            "localsgd",
+                            "--period",
+                            "3",
+                            "--delta-codec",
+                            "topk:ratio=0.3",
+                            "--ef-alpha",
+                            "1",
+                            "--outer-lr",
+                            "0.7",
+                            "--outer-momentum",
+                            "0.5",
+                            "--hidden",
+                            "16",
+                            "--batch",
+                            "16",
+                            NULL};
+    s_ring_case("localsgd+saef+diloco", common, 13);
+}
+
+int
+main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(
+            test_kill9__during_checkpoint_writes__newest_good_file_always_intact,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_resume__single_node_killed__bit_identical_to_uninterrupted,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_sigterm__single_node__exits_0_in_a_deadline_with_final_checkpoint,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring__powergossip_sigterm_then_resume__same_step_bit_identical,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring__choco_sigterm_then_resume__same_step_bit_identical,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring__dpsgd_sigterm_then_resume__same_step_bit_identical,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring__localsgd_saef_sigterm_then_resume__same_step_bit_identical,
+            s_teardown),
+    };
+    if (argc == 2)
+        cmocka_set_test_filter(argv[1]);
+    return cmocka_run_group_tests_name("node_checkpoint", tests, NULL, NULL);
+}
