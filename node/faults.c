@@ -1,0 +1,817 @@
+/*
+ * Riding over faulty neighbours in the node's step loop (docs/reliability.md
+ * has the user view, docs/protocol.md the messages).
+ *
+ * Deadlines. Every wait has one. The step's span is --deadline-ms, or,
+ * with --deadline-factor F > 0 (the default), min(--deadline-ms,
+ * max(NODE_FAULTS_FLOOR_MS, F * the longest wait of the last
+ * NODE_FAULTS_WINDOW steps)): a high percentile of what the neighbours
+ * really take, with head room, so a dead peer costs a fraction of a second
+ * rather than the configured cap, while a slow but live link keeps its
+ * time. Waits of steps in which someone was missing are not recorded (they
+ * measure the deadline, not the network).
+ *
+ * Skipping. A neighbour whose message misses the deadline is skipped for
+ * the step: its weight stays with this node (the difference form leaves
+ * x_i where it is for that term). The edge's term is staged, and settled
+ * by acknowledgements (gossip/edges.c): after absorbing, every node sends
+ * each neighbour an ACK (the steps it holds from it) and waits for theirs
+ * until the deadline plus a grace of a quarter span; terms both ends hold
+ * are committed. An ACK that comes late is not lost: later ACKs list the
+ * same steps.
+ *
+ * Down and back. A peer that sent nothing (no message, no ACK) for
+ * --down-after consecutive steps, or with a term staged for that many
+ * steps, is marked down: no more messages or waits for it, only a SYNC
+ * probe every backoff (NODE_FAULTS_PROBE_MS doubling to
+ * NODE_FAULTS_PROBE_MAX_MS). A node that receives a SYNC answers with its
+ * own; both take the other's acknowledgement (every staged term settled
+ * the same way at both ends), the one behind jumps to the other's step,
+ * and the edge is up again from the next step. A node with every neighbour
+ * down waits up to a span for a handshake before each step, so it cannot
+ * race ahead of the network it will rejoin. A SYNC with JOIN comes from
+ * a restarted process: the old edge state is dropped first. A node started
+ * with --join sends SYNC with WANT_STATE and starts from the model and
+ * step of the first neighbour that answers.
+ */
+#include "node/faults.h"
+
+#include "node/statesync.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NODE_FAULTS_MS           1000000ull
+#define NODE_FAULTS_FLOOR_MS     2000
+#define NODE_FAULTS_WINDOW       32
+#define NODE_FAULTS_SLICE_MS     50
+#define NODE_FAULTS_POLL_MS      5 /* alone: how often to look for a SYNC */
+#define NODE_FAULTS_PROBE_MS     100
+#define NODE_FAULTS_PROBE_MAX_MS 2000
+/* Control messages travel as DATA frames on rounds no algorithm uses;
+ * those of the handshake on a step no node reaches, which no node ever
+ * closes (they are drained every step instead). */
+#define NODE_ROUND_ACK      0x7ffe0000u
+#define NODE_ROUND_SYNC_REQ 0x7ffe0001u
+#define NODE_ROUND_SYNC_RSP 0x7ffe0002u
+#define NODE_ROUND_STATE    0x7ffe0003u
+#define NODE_CTRL_STEP      (UINT64_MAX - 1)
+
+struct s_peer {
+    bool neighbour; /* in some phase */
+    bool up;
+    bool heard;          /* the transport saw it alive once */
+    uint32_t misses;     /* consecutive steps with nothing from it */
+    uint64_t probe_ns;   /* next SYNC while down */
+    uint32_t backoff_ms; /* current probe interval */
+    bool rejoin;         /* the next probe says JOIN (we restarted) */
+};
+
+/* The test hook (RUMOR_FAULTS_POISON, docs/reliability.md): this node
+ * corrupts what it sends in some steps, as a faulty or hostile peer. */
+#define NODE_POISON_MAX 4
+struct s_poison {
+    char kind;         /* 'n' NaN, 'i' Inf, 'h' +1e6 everywhere */
+    uint64_t from, to; /* steps [from, to) */
+};
+
+struct node_faults {
+    struct node_faults_opts o;
+    struct s_peer *peer;
+    uint32_t *expect;
+    struct rumor_net_msg *got;
+    struct rumor_gossip_msg *inbox;
+    bool *acked;
+    bool *have; /* per expected sender of the round: its message came */
+    uint64_t wait_ns[NODE_FAULTS_WINDOW];
+    size_t waits;
+    uint64_t ahead;     /* a neighbour's message of this later step came */
+    uint8_t *state_buf; /* STATE messages sent to joiners */
+    size_t state_cap;
+    struct node_faults_stats st;
+    struct s_poison poison[NODE_POISON_MAX];
+    size_t npoison;
+    float *bad; /* a corrupted copy of a message */
+    size_t bad_cap;
+};
+
+/* --- the test hook ----------------------------------------------------------
+ */
+
+/* "KIND:FROM:COUNT[,...]" with KIND nan, inf or huge. */
+static void
+s_poison_parse(node_faults *f, const char *spec)
+{
+    while (spec != NULL && *spec != '\0' && f->npoison < NODE_POISON_MAX) {
+        struct s_poison *p = &f->poison[f->npoison];
+        char *end = NULL;
+        const char *colon = strchr(spec, ':');
+        if (colon == NULL)
+            return;
+        p->kind = spec[0];
+        p->from = strtoull(colon + 1, &end, 10);
+        if (end == NULL || *end != ':')
+            return;
+        p->to = p->from + strtoull(end + 1, &end, 10);
+        f->npoison++;
+        rumor_log(RUMOR_LOG_WARN,
+                  "test hook: sending %c-poisoned messages in steps "
+                  "[%llu, %llu)",
+                  p->kind,
+                  (unsigned long long)p->from,
+                  (unsigned long long)p->to);
+        spec = *end == ',' ? end + 1 : NULL;
+    }
+}
+
+/* m, or a corrupted copy of it when the hook says so for this step. */
+static struct rumor_gossip_msg
+s_poisoned(node_faults *f, const struct rumor_gossip_msg *m, uint64_t step)
+{
+    const struct s_poison *p = NULL;
+    for (size_t k = 0; k < f->npoison; k++)
+        if (step >= f->poison[k].from && step < f->poison[k].to)
+            p = &f->poison[k];
+    size_t n = m->len / sizeof(float);
+    if (p == NULL || n == 0)
+        return *m;
+    if (n > f->bad_cap) {
+        float *bad = realloc(f->bad, n * sizeof(float));
+        if (bad == NULL)
+            return *m;
+        f->bad = bad;
+        f->bad_cap = n;
+    }
+    memcpy(f->bad, m->data, n * sizeof(float));
+    for (size_t e = 0; e < n; e++)
+        f->bad[e] = p->kind == 'h' ? f->bad[e] + 1e6f : f->bad[e];
+    f->bad[n / 2] = p->kind == 'n'   ? NAN
+                    : p->kind == 'i' ? INFINITY
+                                     : f->bad[n / 2];
+    return (struct rumor_gossip_msg){m->peer,
+                                     (const uint8_t *)f->bad,
+                                     n * sizeof(float)};
+}
+
+/* --- lifecycle ----------------------------------------------------------- */
+
+rumor_err
+node_faults_new(const struct node_faults_opts *o, node_faults **out)
+{
+    *out = NULL;
+    node_faults *f = calloc(1, sizeof *f);
+    if (f == NULL)
+        return RUMOR_ENOMEM;
+    f->o = *o;
+    f->peer = calloc(o->n, sizeof *f->peer);
+    f->expect = calloc(o->n, sizeof *f->expect);
+    f->got = calloc(o->n, sizeof *f->got);
+    f->inbox = calloc(o->n, sizeof *f->inbox);
+    f->acked = calloc(o->n, sizeof *f->acked);
+    f->have = calloc(o->n, sizeof *f->have);
+    if (!f->peer || !f->expect || !f->got || !f->inbox || !f->acked ||
+        !f->have) {
+        node_faults_destroy(&f);
+        return RUMOR_ENOMEM;
+    }
+    for (uint32_t i = 0; i < o->n; i++)
+        f->peer[i].up = true;
+    for (size_t ph = 0; ph < rumor_topology_phases(o->topo); ph++) {
+        size_t count = 0;
+        const uint32_t *nb =
+            rumor_topology_neighbors(o->topo, ph, o->self, &count, NULL);
+        for (size_t k = 0; k < count; k++)
+            f->peer[nb[k]].neighbour = true;
+    }
+    s_poison_parse(f, getenv("RUMOR_FAULTS_POISON"));
+    *out = f;
+    return RUMOR_OK;
+}
+
+void
+node_faults_destroy(node_faults **self_p)
+{
+    node_faults *f = *self_p;
+    if (f == NULL)
+        return;
+    free(f->peer);
+    free(f->expect);
+    free(f->got);
+    free(f->inbox);
+    free(f->acked);
+    free(f->have);
+    free(f->state_buf);
+    free(f->bad);
+    free(f);
+    *self_p = NULL;
+}
+
+void
+node_faults_stats(const node_faults *f, struct node_faults_stats *out)
+{
+    *out = f->st;
+    out->peers_down = 0;
+    for (uint32_t i = 0; i < f->o.n; i++)
+        out->peers_down += f->peer[i].neighbour && !f->peer[i].up;
+}
+
+bool
+node_faults_up(const node_faults *f, uint32_t peer)
+{
+    return peer < f->o.n && f->peer[peer].up;
+}
+
+uint64_t
+node_faults_span_ns(const node_faults *f)
+{
+    uint64_t cap = (uint64_t)f->o.deadline_ms * NODE_FAULTS_MS;
+    if (f->o.deadline_factor <= 0 || f->waits < NODE_FAULTS_WINDOW / 4)
+        return cap;
+    uint64_t worst = 0;
+    size_t n = f->waits < NODE_FAULTS_WINDOW ? f->waits : NODE_FAULTS_WINDOW;
+    for (size_t k = 0; k < n; k++)
+        if (f->wait_ns[k] > worst)
+            worst = f->wait_ns[k];
+    uint64_t span = (uint64_t)(f->o.deadline_factor * (double)worst);
+    uint64_t floor = NODE_FAULTS_FLOOR_MS * NODE_FAULTS_MS;
+    span = span > floor ? span : floor;
+    return span < cap ? span : cap;
+}
+
+/* --- messages ------------------------------------------------------------ */
+
+static rumor_err
+s_send(node_faults *f,
+       rumor_net *net,
+       uint32_t peer,
+       uint64_t step,
+       uint32_t round,
+       const void *data,
+       size_t len,
+       uint64_t deadline)
+{
+    struct rumor_net_header h = {.type = RUMOR_NET_TYPE_DATA,
+                                 .step = step,
+                                 .round = round,
+                                 .count = len};
+    rumor_err rc = rumor_net_send(net, peer, &h, data, len, deadline);
+    if (rc == RUMOR_OK) {
+        uint64_t wire = rumor_gossip_wire_bytes(len);
+        f->st.control_bytes_sent += wire;
+        f->st.control_frames_sent += (wire - len) / RUMOR_NET_HEADER_BYTES;
+    }
+    return rc;
+}
+
+static rumor_err
+s_send_data_msg(rumor_net *net,
+                const struct rumor_gossip_msg *m,
+                uint64_t step,
+                uint32_t round,
+                uint32_t tensor,
+                uint64_t deadline)
+{
+    struct rumor_net_header h = {.type = RUMOR_NET_TYPE_DATA,
+                                 .step = step,
+                                 .round = round,
+                                 .tensor = tensor,
+                                 .count = m->len};
+    return rumor_net_send(net, m->peer, &h, m->data, m->len, deadline);
+}
+
+/* Waits for peer's message of (step, round) until deadline, giving up
+ * early when the transport says a peer heard before is down. */
+static rumor_err
+s_recv(node_faults *f,
+       rumor_net *net,
+       uint32_t peer,
+       uint64_t step,
+       uint32_t round,
+       uint64_t deadline,
+       struct rumor_net_msg *out)
+{
+    for (;;) {
+        uint64_t until =
+            rumor_clock_ns() + NODE_FAULTS_SLICE_MS * NODE_FAULTS_MS;
+        until = until < deadline ? until : deadline;
+        rumor_err rc = rumor_net_recv(net, peer, step, round, until, out);
+        if (rc != RUMOR_ETIMEDOUT)
+            return rc;
+        rumor_net_state st = rumor_net_peer_state(net, peer);
+        if (st != RUMOR_NET_PEER_DOWN)
+            f->peer[peer].heard = true;
+        uint64_t later = 0;
+        if (rumor_net_peek_later(net,
+                                 peer,
+                                 step,
+                                 NODE_CTRL_STEP,
+                                 round,
+                                 &later)) {
+            /* the peer went past this step without us (unless this
+             * step's message came in the meantime): catch up */
+            rc = rumor_net_recv(net, peer, step, round, 0, out);
+            if (rc != RUMOR_ETIMEDOUT)
+                return rc;
+            f->ahead = later > f->ahead ? later : f->ahead;
+            return RUMOR_ETIMEDOUT;
+        }
+        if (rumor_clock_ns() >= deadline ||
+            (f->peer[peer].heard && st == RUMOR_NET_PEER_DOWN))
+            return RUMOR_ETIMEDOUT;
+    }
+}
+
+static void
+s_mark_down(node_faults *f, uint32_t peer, uint64_t step, const char *why)
+{
+    struct s_peer *p = &f->peer[peer];
+    if (!p->up)
+        return;
+    p->up = false;
+    p->backoff_ms = NODE_FAULTS_PROBE_MS;
+    p->probe_ns = rumor_clock_ns();
+    f->st.downs++;
+    rumor_log(RUMOR_LOG_WARN,
+              "step %llu: node %u is down (%s); skipping it and probing",
+              (unsigned long long)step,
+              peer,
+              why);
+}
+
+/* --- a round ------------------------------------------------------------- */
+
+static rumor_err
+s_send_data(node_faults *f,
+            rumor_net *net,
+            rumor_gossip *g,
+            uint64_t step,
+            uint32_t round,
+            uint64_t deadline,
+            struct node_faults_io *io)
+{
+    const struct rumor_gossip_msg *msgs = NULL;
+    size_t count = 0;
+    uint64_t t0 = rumor_clock_ns();
+    rumor_err rc = rumor_gossip_emit(g, step, round, &msgs, &count);
+    io->seconds_gossip += (double)(rumor_clock_ns() - t0) * 1e-9;
+    for (size_t m = 0; m < count && rc == RUMOR_OK; m++) {
+        f->peer[msgs[m].peer].neighbour = true;
+        if (!f->peer[msgs[m].peer].up)
+            continue;
+        struct rumor_gossip_msg sent = s_poisoned(f, &msgs[m], step);
+        rc = s_send_data_msg(net, &sent, step, round, io->tensor, deadline);
+        if (rc == RUMOR_ETIMEDOUT) {
+            /* a full queue: the peer does not read; skip it */
+            rc = RUMOR_OK;
+            continue;
+        }
+        uint64_t wire = rumor_gossip_wire_bytes(msgs[m].len);
+        io->bytes_sent += wire;
+        io->frames_sent += (wire - msgs[m].len) / RUMOR_NET_HEADER_BYTES;
+    }
+    return rc;
+}
+
+/* Sends every up neighbour this node's ACK, then takes theirs. */
+static rumor_err
+s_acks(node_faults *f,
+       rumor_net *net,
+       rumor_gossip *g,
+       uint64_t step,
+       size_t expected,
+       uint64_t deadline)
+{
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; k < expected && rc == RUMOR_OK; k++) {
+        uint32_t j = f->expect[k];
+        struct rumor_gossip_ack a;
+        uint8_t buf[RUMOR_GOSSIP_ACK_BYTES_MAX];
+        f->acked[j] = false;
+        if (!f->peer[j].up)
+            continue;
+        rc = rumor_gossip_ack_make(g, j, &a);
+        size_t len = rumor_gossip_ack_encode(&a, buf, sizeof buf);
+        if (rc == RUMOR_OK)
+            rc = s_send(f, net, j, step, NODE_ROUND_ACK, buf, len, deadline);
+        if (rc == RUMOR_ETIMEDOUT)
+            rc = RUMOR_OK;
+    }
+    for (size_t k = 0; k < expected && rc == RUMOR_OK; k++) {
+        uint32_t j = f->expect[k];
+        struct rumor_net_msg msg;
+        if (!f->peer[j].up)
+            continue;
+        rumor_err r = s_recv(f, net, j, step, NODE_ROUND_ACK, deadline, &msg);
+        if (r == RUMOR_ETIMEDOUT) {
+            f->st.acks_late++;
+            continue;
+        }
+        if (r != RUMOR_OK)
+            return r;
+        struct rumor_gossip_ack a;
+        if (rumor_gossip_ack_decode(msg.payload, msg.len, &a) == RUMOR_OK) {
+            rc = rumor_gossip_ack_take(g, j, &a);
+            f->acked[j] = true;
+        } else {
+            rumor_log(RUMOR_LOG_WARN, "node %u sent a malformed ack", j);
+        }
+        rumor_net_msg_free(&msg);
+    }
+    return rc;
+}
+
+/* Counts misses and marks down who missed too many steps. */
+static void
+s_liveness(node_faults *f,
+           const rumor_gossip *g,
+           uint64_t step,
+           size_t expected,
+           const bool *got)
+{
+    for (size_t k = 0; k < expected; k++) {
+        uint32_t j = f->expect[k];
+        struct s_peer *p = &f->peer[j];
+        if (!p->up)
+            continue;
+        if (!got[k])
+            f->st.skipped++;
+        p->misses = got[k] || f->acked[j] ? 0 : p->misses + 1;
+        uint64_t oldest = 0;
+        (void)rumor_gossip_pending(g, j, &oldest);
+        if (p->misses >= f->o.down_after)
+            s_mark_down(f, j, step, "missed its deadlines");
+        else if (oldest != UINT64_MAX && oldest + f->o.down_after <= step)
+            s_mark_down(f, j, step, "no acknowledgement");
+    }
+}
+
+rumor_err
+node_faults_round(node_faults *f,
+                  rumor_net *net,
+                  rumor_gossip *g,
+                  uint64_t step,
+                  uint32_t round,
+                  uint64_t deadline,
+                  struct node_faults_io *io)
+{
+    uint64_t t1 = rumor_clock_ns(), span = deadline > t1 ? deadline - t1 : 0;
+    size_t expected = 0, got = 0;
+    bool *have = f->have;
+    rumor_err rc = s_send_data(f, net, g, step, round, deadline, io);
+    if (rc == RUMOR_OK)
+        rc =
+            rumor_gossip_expected(g, step, round, f->expect, f->o.n, &expected);
+    for (size_t k = 0; k < expected; k++)
+        have[k] = false;
+    uint64_t t_last = t1;
+    for (size_t k = 0; k < expected && rc == RUMOR_OK; k++) {
+        uint32_t j = f->expect[k];
+        f->peer[j].neighbour = true;
+        if (!f->peer[j].up)
+            continue;
+        rumor_err r = s_recv(f, net, j, step, round, deadline, &f->got[got]);
+        if (r == RUMOR_ETIMEDOUT)
+            continue;
+        if (r != RUMOR_OK) {
+            rc = r;
+            break;
+        }
+        t_last = rumor_clock_ns();
+        have[k] = true;
+        if (io->heard != NULL)
+            io->heard(io->arg, step, f->got[got].hdr.tensor);
+        f->inbox[got] =
+            (struct rumor_gossip_msg){j, f->got[got].payload, f->got[got].len};
+        io->bytes_recv += rumor_gossip_wire_bytes(f->got[got].len);
+        got++;
+    }
+    uint64_t t2 = rumor_clock_ns();
+    io->seconds_wait += (double)(t2 - t1) * 1e-9;
+    bool all = true;
+    for (size_t k = 0; k < expected; k++)
+        all = all && (have[k] || !f->peer[f->expect[k]].up);
+    if (rc == RUMOR_OK && all)
+        f->wait_ns[f->waits++ % NODE_FAULTS_WINDOW] = t_last - t1;
+    if (rc == RUMOR_OK)
+        rc = rumor_gossip_absorb_partial(g, step, round, f->inbox, got);
+    for (size_t m = 0; m < got; m++)
+        rumor_net_msg_free(&f->got[m]);
+    uint64_t t3 = rumor_clock_ns();
+    io->seconds_gossip += (double)(t3 - t2) * 1e-9;
+    uint64_t ack_deadline = (deadline > t3 ? deadline : t3) + span / 4;
+    if (rc == RUMOR_OK)
+        rc = s_acks(f, net, g, step, expected, ack_deadline);
+    uint64_t t4 = rumor_clock_ns();
+    io->seconds_wait += (double)(t4 - t3) * 1e-9;
+    size_t applied = 0;
+    if (rc == RUMOR_OK)
+        rc = rumor_gossip_commit(g, &applied);
+    if (rc == RUMOR_OK)
+        s_liveness(f, g, step, expected, have);
+    io->seconds_gossip += (double)(rumor_clock_ns() - t4) * 1e-9;
+    return rc;
+}
+
+/* --- between steps: the handshake ------------------------------------------
+ */
+
+static rumor_err
+s_send_sync(node_faults *f,
+            rumor_net *net,
+            rumor_gossip *g,
+            uint32_t peer,
+            uint32_t round,
+            uint32_t flags,
+            uint64_t next)
+{
+    struct node_sync s = {.flags = flags, .step = next};
+    uint8_t buf[NODE_SYNC_BYTES_MAX];
+    rumor_err rc = rumor_gossip_ack_make(g, peer, &s.ack);
+    size_t len = node_sync_encode(&s, buf, sizeof buf);
+    if (rc == RUMOR_OK && len == 0)
+        rc = RUMOR_EINVAL;
+    if (rc == RUMOR_OK)
+        rc = s_send(f,
+                    net,
+                    peer,
+                    NODE_CTRL_STEP,
+                    round,
+                    buf,
+                    len,
+                    rumor_clock_ns());
+    return rc == RUMOR_ETIMEDOUT ? RUMOR_OK : rc;
+}
+
+static rumor_err
+s_send_state(node_faults *f,
+             rumor_net *net,
+             uint32_t peer,
+             const struct rumor_model *model,
+             uint64_t next)
+{
+    size_t need = node_state_bytes(model);
+    if (need > f->state_cap) {
+        uint8_t *buf = realloc(f->state_buf, need);
+        if (buf == NULL)
+            return RUMOR_ENOMEM;
+        f->state_buf = buf;
+        f->state_cap = need;
+    }
+    size_t len = node_state_encode(model, next, f->state_buf, f->state_cap);
+    rumor_err rc = s_send(f,
+                          net,
+                          peer,
+                          NODE_CTRL_STEP,
+                          NODE_ROUND_STATE,
+                          f->state_buf,
+                          len,
+                          rumor_clock_ns() + 1000 * NODE_FAULTS_MS);
+    return rc == RUMOR_ETIMEDOUT ? RUMOR_OK : rc;
+}
+
+/* Takes one SYNC (request or answer) from peer j. */
+static rumor_err
+s_on_sync(node_faults *f,
+          rumor_net *net,
+          rumor_gossip *g,
+          const struct rumor_model *model,
+          uint32_t j,
+          bool request,
+          const struct node_sync *s,
+          uint64_t *next)
+{
+    struct s_peer *p = &f->peer[j];
+    if (!request && p->up)
+        return RUMOR_OK; /* an answer to a probe already settled */
+    if (s->flags & NODE_SYNC_JOIN)
+        rumor_gossip_edge_forget(g, j);
+    rumor_err rc = rumor_gossip_ack_take(g, j, &s->ack);
+    /* a requester has started its step without us: meet it on the next */
+    uint64_t theirs = request ? s->step + 1 : s->step;
+    if (theirs > *next && !(s->flags & NODE_SYNC_JOIN)) {
+        rumor_log(RUMOR_LOG_WARN,
+                  "node %u is at step %llu: jumping from step %llu",
+                  j,
+                  (unsigned long long)theirs,
+                  (unsigned long long)*next);
+        rumor_gossip_fast_forward(g, theirs);
+        *next = theirs;
+    }
+    if (rc == RUMOR_OK && request)
+        rc = s_send_sync(f, net, g, j, NODE_ROUND_SYNC_RSP, 0, *next);
+    if (rc == RUMOR_OK && request && (s->flags & NODE_SYNC_WANT_STATE))
+        rc = s_send_state(f, net, j, model, *next);
+    if (!p->up || request) {
+        if (!p->up) {
+            f->st.readmitted++;
+            rumor_log(RUMOR_LOG_WARN,
+                      "node %u is back (handshake done); gossiping from "
+                      "step %llu",
+                      j,
+                      (unsigned long long)*next);
+        }
+        p->up = true;
+        p->misses = 0;
+        p->rejoin = false;
+    }
+    return rc;
+}
+
+/* Takes every pending control message of one kind from peer j; only the
+ * newest SYNC counts (older probes queued while this node was stalled
+ * say the same with an older step). */
+static rumor_err
+s_drain(node_faults *f,
+        rumor_net *net,
+        rumor_gossip *g,
+        const struct rumor_model *model,
+        uint32_t j,
+        uint32_t round,
+        uint64_t *next)
+{
+    struct rumor_net_msg msg;
+    struct node_sync s, newest;
+    bool have = false;
+    while (rumor_net_recv(net, j, NODE_CTRL_STEP, round, 0, &msg) == RUMOR_OK) {
+        /* STATE: a late answer to our join (the model is taken): dropped */
+        if (round != NODE_ROUND_STATE) {
+            if (node_sync_decode(msg.payload, msg.len, &s) == RUMOR_OK) {
+                newest = s;
+                have = true;
+            } else {
+                rumor_log(RUMOR_LOG_WARN, "node %u sent a malformed sync", j);
+            }
+        }
+        rumor_net_msg_free(&msg);
+    }
+    if (!have)
+        return RUMOR_OK;
+    return s_on_sync(f,
+                     net,
+                     g,
+                     model,
+                     j,
+                     round == NODE_ROUND_SYNC_REQ,
+                     &newest,
+                     next);
+}
+
+/* Answers and probes every neighbour once. */
+static rumor_err
+s_handshakes(node_faults *f,
+             rumor_net *net,
+             rumor_gossip *g,
+             const struct rumor_model *model,
+             uint64_t *next)
+{
+    rumor_err rc = RUMOR_OK;
+    uint64_t now = rumor_clock_ns();
+    for (uint32_t j = 0; j < f->o.n && rc == RUMOR_OK; j++) {
+        if (j == f->o.self || !f->peer[j].neighbour)
+            continue;
+        rc = s_drain(f, net, g, model, j, NODE_ROUND_SYNC_REQ, next);
+        if (rc == RUMOR_OK)
+            rc = s_drain(f, net, g, model, j, NODE_ROUND_SYNC_RSP, next);
+        if (rc == RUMOR_OK)
+            rc = s_drain(f, net, g, model, j, NODE_ROUND_STATE, next);
+        struct s_peer *p = &f->peer[j];
+        if (rc == RUMOR_OK && !p->up && now >= p->probe_ns) {
+            uint32_t flags = p->rejoin ? NODE_SYNC_JOIN : 0;
+            rc = s_send_sync(f, net, g, j, NODE_ROUND_SYNC_REQ, flags, *next);
+            p->probe_ns = now + p->backoff_ms * NODE_FAULTS_MS;
+            p->backoff_ms = p->backoff_ms * 2 < NODE_FAULTS_PROBE_MAX_MS
+                                ? p->backoff_ms * 2
+                                : NODE_FAULTS_PROBE_MAX_MS;
+        }
+    }
+    return rc;
+}
+
+static bool
+s_alone(const node_faults *f)
+{
+    bool any = false;
+    for (uint32_t j = 0; j < f->o.n; j++) {
+        if (f->peer[j].neighbour && f->peer[j].up)
+            return false;
+        any = any || f->peer[j].neighbour;
+    }
+    return any;
+}
+
+rumor_err
+node_faults_between(node_faults *f,
+                    rumor_net *net,
+                    rumor_gossip *g,
+                    const struct rumor_model *model,
+                    uint64_t *next)
+{
+    rumor_err rc = s_handshakes(f, net, g, model, next);
+    /* With every neighbour down this node would train alone at full
+     * speed and race ahead of the network, which would then jump to its
+     * step when they meet again: it waits up to a span for a handshake
+     * instead, so it stays at most one step per span away. */
+    uint64_t until = rumor_clock_ns() + node_faults_span_ns(f);
+    while (rc == RUMOR_OK && s_alone(f) && rumor_clock_ns() < until) {
+        struct timespec ts = {0, NODE_FAULTS_POLL_MS * 1000000L};
+        nanosleep(&ts, NULL);
+        rc = s_handshakes(f, net, g, model, next);
+    }
+    if (f->ahead > *next) {
+        rumor_log(RUMOR_LOG_WARN,
+                  "a neighbour is at step %llu: jumping from step %llu",
+                  (unsigned long long)f->ahead,
+                  (unsigned long long)*next);
+        rumor_gossip_fast_forward(g, f->ahead);
+        *next = f->ahead;
+    }
+    size_t applied = 0;
+    if (rc == RUMOR_OK)
+        rc = rumor_gossip_commit(g, &applied);
+    return rc;
+}
+
+void
+node_faults_restarted(node_faults *f)
+{
+    for (uint32_t j = 0; j < f->o.n; j++) {
+        struct s_peer *p = &f->peer[j];
+        p->up = false;
+        p->rejoin = true;
+        p->backoff_ms = NODE_FAULTS_PROBE_MS;
+        p->probe_ns = 0;
+    }
+}
+
+/* --- joining -----------------------------------------------------------------
+ */
+
+rumor_err
+node_faults_join(node_faults *f,
+                 rumor_net *net,
+                 rumor_gossip *g,
+                 struct rumor_model *model,
+                 uint64_t deadline,
+                 uint64_t *next)
+{
+    size_t count = 0;
+    rumor_err rc = rumor_gossip_expected(g, 0, 0, f->expect, f->o.n, &count);
+    for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
+        f->peer[f->expect[k]].neighbour = true;
+        rc = s_send_sync(f,
+                         net,
+                         g,
+                         f->expect[k],
+                         NODE_ROUND_SYNC_REQ,
+                         NODE_SYNC_JOIN | NODE_SYNC_WANT_STATE,
+                         0);
+    }
+    while (rc == RUMOR_OK) {
+        for (size_t k = 0; k < count; k++) {
+            struct rumor_net_msg msg;
+            uint32_t j = f->expect[k];
+            if (rumor_net_recv(net,
+                               j,
+                               NODE_CTRL_STEP,
+                               NODE_ROUND_STATE,
+                               0,
+                               &msg) != RUMOR_OK)
+                continue;
+            uint64_t step = 0;
+            rumor_err r = node_state_decode(msg.payload, msg.len, model, &step);
+            rumor_net_msg_free(&msg);
+            if (r != RUMOR_OK) {
+                rumor_log(RUMOR_LOG_WARN,
+                          "node %u sent a state that does not fit: %s",
+                          j,
+                          rumor_strerror(r));
+                continue;
+            }
+            rumor_log(RUMOR_LOG_WARN,
+                      "joined: model of node %u at step %llu",
+                      j,
+                      (unsigned long long)step);
+            rumor_gossip_fast_forward(g, step);
+            *next = step;
+            return RUMOR_OK;
+        }
+        if (rumor_clock_ns() >= deadline)
+            return RUMOR_ETIMEDOUT;
+        struct rumor_net_msg any;
+        /* wait a little on the first neighbour's answer */
+        if (count > 0 && rumor_net_recv(net,
+                                        f->expect[0],
+                                        NODE_CTRL_STEP,
+                                        NODE_ROUND_SYNC_RSP,
+                                        rumor_clock_ns() + 10 * NODE_FAULTS_MS,
+                                        &any) == RUMOR_OK) {
+            struct node_sync s;
+            if (node_sync_decode(any.payload, any.len, &s) == RUMOR_OK)
+                rc = rumor_gossip_ack_take(g, f->expect[0], &s.ack);
+            rumor_net_msg_free(&any);
+        }
+    }
+    return rc;
+}

@@ -1,0 +1,660 @@
+/*
+ * Faults over real processes (docs/reliability.md): `rumor node` processes
+ * on a 6-node ring over loopback (CURVE), least squares, D-PSGD.
+ *   - kill -9 of nodes 2 and 5 during training: the other nodes keep
+ *     stepping, no step of theirs takes longer than two deadlines, no NaN;
+ *     node 2 is restarted with --resume (its newest checkpoint), node 5
+ *     with --join (a neighbour's model and step); both are readmitted,
+ *     and the run ends in the error band of an undisturbed run.
+ *   - a neighbour sending NaN, Inf and huge differences (test hook):
+ *     refused or clipped, counted, nobody's model broken.
+ *   - a partition between two network namespaces that heals.
+ *   - SIGSTOP of node 3 for longer than the deadline: its neighbours mark
+ *     it down (seen in their metrics), then SIGCONT: it is readmitted and
+ *     steps again.
+ * No sleep synchronises anything: the test polls the metrics files for a
+ * state with a deadline. Every process started is killed and waited for,
+ * the temporary directory removed.
+ */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include "tests/cmocka_compat.h"
+
+#include "rumor/core.h"
+
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NODES       6
+#define LIMIT_MS    40000 /* only a broken build waits this long */
+#define DEADLINE_MS 1000
+#define STEPS       "800"
+#define STEPS_N     800
+/* the kill test: nodes that jump forward skip training steps, and need
+ * the longer run to come back into the band */
+#define KILL_STEPS   "1200"
+#define KILL_STEPS_N 1200
+
+struct ring {
+    char ns[2][32]; /* network namespaces made by the partition test */
+    char dir[256];
+    char topo[300];
+    char run[300];
+    pid_t pid[NODES];
+};
+
+static const char *
+s_bin(void)
+{
+    const char *bin = getenv("RUMOR_BIN");
+    if (bin == NULL)
+        fail_msg("RUMOR_BIN is not set");
+    return bin;
+}
+
+static void
+s_pause_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+static pid_t
+s_spawn(const char *const *argv, const char *out)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+            close(fd);
+        }
+        execv(s_bin(), (char *const *)argv);
+        _exit(127);
+    }
+    assert_true(pid > 0);
+    return pid;
+}
+
+static int
+s_reap(pid_t pid, uint64_t limit_ms)
+{
+    uint64_t end = rumor_clock_ns() + limit_ms * 1000000ull;
+    int st = 0;
+    while (waitpid(pid, &st, WNOHANG) != pid) {
+        if (rumor_clock_ns() > end) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -1;
+        }
+        s_pause_ms(1);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Starts node id (in namespace ns when not NULL) with the common
+ * options plus extra (NULL-terminated, may be NULL); poison sets the
+ * RUMOR_FAULTS_POISON test hook. */
+static pid_t
+s_node_ex(struct ring *r,
+          int id,
+          const char *run,
+          const char *steps,
+          const char *const *extra,
+          const char *ns,
+          const char *poison)
+{
+    char sid[16], key[400], out[400];
+    snprintf(sid, sizeof sid, "%d", id);
+    snprintf(key, sizeof key, "%s/keys/node-%d", r->dir, id);
+    snprintf(out, sizeof out, "%s/node-%d.out", r->dir, id);
+    const char *argv[64] = {"ip", "netns", "exec", ns, s_bin()};
+    size_t n = ns != NULL ? 5 : 0;
+    const char *common[] = {"rumor",
+                            "node",
+                            "--topology",
+                            r->topo,
+                            "--id",
+                            sid,
+                            "--key",
+                            key,
+                            "--workload",
+                            "lsq",
+                            "--optimizer",
+                            "sgd",
+                            "--lr",
+                            "0.05",
+                            "--steps",
+                            steps,
+                            "--eval-every",
+                            "0",
+                            "--deadline-ms",
+                            "1000",
+                            "--down-after",
+                            "2",
+                            "--metrics-dir",
+                            run,
+                            "--log-level",
+                            "warn",
+                            NULL};
+    for (size_t k = ns != NULL ? 1 : 0; common[k] != NULL; k++)
+        argv[n++] = common[k];
+    for (size_t k = 0; extra != NULL && extra[k] != NULL && n < 62; k++)
+        argv[n++] = extra[k];
+    argv[n] = NULL;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+            close(fd);
+        }
+        if (poison != NULL)
+            setenv("RUMOR_FAULTS_POISON", poison, 1);
+        execv(ns != NULL ? "/usr/sbin/ip" : s_bin(), (char *const *)argv);
+        _exit(127);
+    }
+    assert_true(pid > 0);
+    return pid;
+}
+
+static int
+s_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void
+s_ring_new(struct ring *r)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->dir, sizeof r->dir, "/tmp/rumor-faults-XXXXXX");
+    assert_non_null(mkdtemp(r->dir));
+    snprintf(r->topo, sizeof r->topo, "%s/ring.topo", r->dir);
+    char out[400];
+    snprintf(out, sizeof out, "%s/gen.out", r->dir);
+    const char *argv[] = {"rumor",
+                          "topo",
+                          "gen",
+                          "ring",
+                          "6",
+                          "--local",
+                          "--out",
+                          r->topo,
+                          NULL};
+    assert_int_equal(s_reap(s_spawn(argv, out), LIMIT_MS), 0);
+}
+
+/* The ring of the running test: the teardown stops what it started even
+ * when an assertion ended the test early. */
+static struct ring s_ring;
+
+static int
+s_teardown(void **state)
+{
+    (void)state;
+    struct ring *r = &s_ring;
+    for (int i = 0; i < NODES; i++)
+        if (r->pid[i] > 0) {
+            kill(r->pid[i], SIGCONT);
+            kill(r->pid[i], SIGKILL);
+            waitpid(r->pid[i], NULL, 0);
+            r->pid[i] = 0;
+        }
+    for (int k = 0; k < 2; k++)
+        if (r->ns[k][0] != '\0') {
+            char cmd[128];
+            snprintf(cmd, sizeof cmd, "ip netns del %s 2>/dev/null", r->ns[k]);
+            (void)system(cmd);
+            r->ns[k][0] = '\0';
+        }
+    /* RUMOR_TEST_KEEP=1 keeps the logs and metrics for a post-mortem */
+    if (r->dir[0] != '\0' && getenv("RUMOR_TEST_KEEP") == NULL)
+        nftw(r->dir, s_rm, 16, FTW_DEPTH | FTW_PHYS);
+    else if (r->dir[0] != '\0')
+        printf("kept %s\n", r->dir);
+    r->dir[0] = '\0';
+    return 0;
+}
+
+static double
+s_num(const cJSON *o, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* Reads RUN/node-ID.jsonl: the line count, the last line (caller frees,
+ * may be NULL) and the longest gap in "seconds" between lines after
+ * `from` seconds; fails on a NaN loss. */
+static cJSON *
+s_read(const char *run, int id, size_t *lines, double from, double *gap)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/node-%d.jsonl", run, id);
+    FILE *f = fopen(path, "r");
+    static char line[1 << 16];
+    cJSON *last = NULL;
+    double prev = NAN;
+    *lines = 0;
+    if (gap != NULL)
+        *gap = 0;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+        cJSON *o = cJSON_Parse(line);
+        if (!cJSON_IsObject(o)) {
+            cJSON_Delete(o);
+            break; /* a line being written */
+        }
+        (*lines)++;
+        if (!isfinite(s_num(o, "loss")))
+            fail_msg("%s:%zu: loss is not finite", path, *lines);
+        double t = s_num(o, "seconds");
+        if (gap != NULL && prev >= from)
+            *gap = fmax(*gap, t - prev);
+        prev = t;
+        cJSON_Delete(last);
+        last = o;
+    }
+    if (f != NULL)
+        fclose(f);
+    return last;
+}
+
+/* Polls until node id's metrics satisfy want(last line), or fails. */
+static void
+s_until(const char *run,
+        int id,
+        const char *field,
+        double at_least,
+        const char *what)
+{
+    uint64_t end = rumor_clock_ns() + LIMIT_MS * 1000000ull;
+    for (;;) {
+        size_t lines = 0;
+        cJSON *last = s_read(run, id, &lines, 0, NULL);
+        double v = last != NULL ? s_num(last, field) : NAN;
+        cJSON_Delete(last);
+        if (v >= at_least)
+            return;
+        if (rumor_clock_ns() > end)
+            fail_msg("node %d: %s (%s stayed at %g)", id, what, field, v);
+        s_pause_ms(2);
+    }
+}
+
+static void
+s_start_all(struct ring *r, const char *run)
+{
+    for (int i = 0; i < NODES; i++)
+        r->pid[i] = s_node_ex(r, i, run, STEPS, NULL, NULL, NULL);
+}
+
+/* Waits for every node to exit 0; returns the worst final lsq error. */
+static double
+s_finish(struct ring *r, const char *run, int steps)
+{
+    double worst = 0;
+    for (int i = 0; i < NODES; i++) {
+        int st = s_reap(r->pid[i], LIMIT_MS);
+        r->pid[i] = 0;
+        if (st != 0)
+            fail_msg("node %d exited %d", i, st);
+        size_t lines = 0;
+        cJSON *last = s_read(run, i, &lines, 0, NULL);
+        assert_non_null(last);
+        assert_int_equal((int)s_num(last, "step"), steps);
+        worst = fmax(worst, s_num(last, "optimum_error"));
+        cJSON_Delete(last);
+    }
+    return worst;
+}
+
+static void
+test_ring6__kill9_two__resume_and_join__others_keep_stepping_same_band(
+    void **state)
+{
+    (void)state;
+    struct ring *r = &s_ring;
+    s_ring_new(r);
+    char base[1024], run[1024], rerun[1024], ckpt[1024];
+    snprintf(base, sizeof base, "%s/base", r->dir);
+    snprintf(run, sizeof run, "%s/run", r->dir);
+    snprintf(rerun, sizeof rerun, "%s/rerun", r->dir);
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", r->dir);
+    /* the undisturbed run, for the error band */
+    for (int i = 0; i < NODES; i++)
+        r->pid[i] = s_node_ex(r, i, base, KILL_STEPS, NULL, NULL, NULL);
+    double undisturbed = s_finish(r, base, KILL_STEPS_N);
+    const char *ck[] = {"--checkpoint-dir",
+                        ckpt,
+                        "--checkpoint-every",
+                        "20",
+                        NULL};
+    for (int i = 0; i < NODES; i++)
+        r->pid[i] = s_node_ex(r, i, run, KILL_STEPS, ck, NULL, NULL);
+    s_until(run, 2, "step", 50, "did not start training");
+    size_t lines = 0;
+    cJSON *at = s_read(run, 1, &lines, 0, NULL);
+    double killed_at = s_num(at, "seconds");
+    cJSON_Delete(at);
+    /* two nodes that share no neighbour */
+    int victim[2] = {2, 5};
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(kill(r->pid[victim[k]], SIGKILL), 0);
+        assert_int_equal(s_reap(r->pid[victim[k]], LIMIT_MS), 128 + SIGKILL);
+        r->pid[victim[k]] = 0;
+    }
+    /* the neighbours notice, mark them down and go on */
+    int nbr[4] = {1, 3, 4, 0};
+    for (int k = 0; k < 4; k++)
+        s_until(run, nbr[k], "peers_down", 1, "never marked a dead node down");
+    double longest = 0;
+    for (int k = 0; k < 4; k++) {
+        double gap = 0;
+        cJSON_Delete(s_read(run, nbr[k], &lines, killed_at, &gap));
+        if (gap > 2.0 * DEADLINE_MS / 1000)
+            fail_msg("node %d: a step took %.2f s after the kill", nbr[k], gap);
+        longest = fmax(longest, gap);
+    }
+    printf("longest step of a survivor after the kill: %.3f s "
+           "(deadline %.1f s)\n",
+           longest,
+           DEADLINE_MS / 1000.0);
+    /* node 2 resumes from its newest checkpoint; node 5, as if it had
+     * none, joins from a neighbour */
+    const char *resume[] = {"--checkpoint-dir", ckpt, "--resume", NULL};
+    const char *join[] = {"--join", NULL};
+    r->pid[2] = s_node_ex(r, 2, run, KILL_STEPS, resume, NULL, NULL);
+    r->pid[5] = s_node_ex(r, 5, rerun, KILL_STEPS, join, NULL, NULL);
+    for (int k = 0; k < 4; k++)
+        s_until(run, nbr[k], "readmitted", 1, "never readmitted");
+    double worst = 0;
+    for (int i = 0; i < NODES; i++) {
+        const char *dir = i == 5 ? rerun : run;
+        int st = s_reap(r->pid[i], LIMIT_MS);
+        r->pid[i] = 0;
+        if (st != 0)
+            fail_msg("node %d exited %d", i, st);
+        cJSON *last = s_read(dir, i, &lines, 0, NULL);
+        assert_non_null(last);
+        assert_int_equal((int)s_num(last, "step"), KILL_STEPS_N);
+        worst = fmax(worst, s_num(last, "optimum_error"));
+        cJSON_Delete(last);
+    }
+    /* node 5 joined mid-run: it has fewer lines than steps */
+    cJSON_Delete(s_read(rerun, 5, &lines, 0, NULL));
+    assert_true(lines < KILL_STEPS_N);
+    printf("optimum error: undisturbed %.3g, with kills, resume and join "
+           "%.3g\n",
+           undisturbed,
+           worst);
+    /* the band of the cluster tests: lsq solved to 1e-4 */
+    if (!(undisturbed <= 1e-4 && worst <= 1e-4))
+        fail_msg("error %.3g, undisturbed %.3g", worst, undisturbed);
+}
+
+static void
+test_ring6__sigstop_past_deadline__skipped_then_readmitted(void **state)
+{
+    (void)state;
+    struct ring *r = &s_ring;
+    s_ring_new(r);
+    char run[1024];
+    snprintf(run, sizeof run, "%s/run", r->dir);
+    s_start_all(r, run);
+    s_until(run, 3, "step", 30, "did not start training");
+    assert_int_equal(kill(r->pid[3], SIGSTOP), 0);
+    s_until(run, 2, "peers_down", 1, "never skipped the stopped node 3");
+    s_until(run, 4, "peers_down", 1, "never skipped the stopped node 3");
+    size_t lines = 0;
+    cJSON *last = s_read(run, 3, &lines, 0, NULL);
+    double stopped_at = s_num(last, "step");
+    cJSON_Delete(last);
+    assert_int_equal(kill(r->pid[3], SIGCONT), 0);
+    s_until(run, 2, "readmitted", 1, "never readmitted node 3");
+    s_until(run, 4, "readmitted", 1, "never readmitted node 3");
+    s_until(run, 3, "step", stopped_at + 5, "node 3 did not step again");
+    for (int i = 0; i < NODES; i++) {
+        int st = s_reap(r->pid[i], LIMIT_MS);
+        r->pid[i] = 0;
+        if (st != 0)
+            fail_msg("node %d exited %d", i, st);
+    }
+}
+
+/* The last value of field in node id's metrics (NAN when none). */
+static double
+s_latest(const char *run, int id, const char *field, double *step)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/node-%d.jsonl", run, id);
+    FILE *f = fopen(path, "r");
+    static char line[1 << 16];
+    double v = NAN;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+        cJSON *o = cJSON_Parse(line);
+        if (!isnan(s_num(o, field))) {
+            v = s_num(o, field);
+            if (step != NULL)
+                *step = s_num(o, "step");
+        }
+        cJSON_Delete(o);
+    }
+    if (f != NULL)
+        fclose(f);
+    return v;
+}
+
+static void
+test_ring6__nan_inf_huge_neighbour__rejected_clipped_counted(void **state)
+{
+    (void)state;
+    struct ring *r = &s_ring;
+    s_ring_new(r);
+    char run[1024];
+    snprintf(run, sizeof run, "%s/run", r->dir);
+    const char *clip[] = {"--clip-norm", "50", NULL};
+    for (int i = 0; i < NODES; i++)
+        r->pid[i] = s_node_ex(r,
+                              i,
+                              run,
+                              STEPS,
+                              clip,
+                              NULL,
+                              i == 0 ? "nan:20:10,inf:40:10,huge:60:10" : NULL);
+    for (int i = 0; i < NODES; i++) {
+        int st = s_reap(r->pid[i], LIMIT_MS);
+        r->pid[i] = 0;
+        if (st != 0)
+            fail_msg("node %d exited %d", i, st);
+    }
+    /* node 0's neighbours refused 20 poisoned messages (the odd one may
+     * have missed its deadline), clipped the huge ones, and still
+     * converged; nobody saw a NaN (s_read checks every loss) */
+    int nbr[2] = {1, 5};
+    for (int k = 0; k < 2; k++) {
+        size_t lines = 0;
+        cJSON *last = s_read(run, nbr[k], &lines, 0, NULL);
+        assert_non_null(last);
+        double rejected = s_num(last, "rejected_nonfinite");
+        double clipped = s_num(last, "clipped");
+        printf("node %d: %g refused (NaN, Inf), %g clipped\n",
+               nbr[k],
+               rejected,
+               clipped);
+        assert_true(rejected >= 18 && rejected <= 20);
+        assert_true(clipped >= 9);
+        cJSON_Delete(last);
+    }
+    for (int i = 0; i < NODES; i++) {
+        size_t lines = 0;
+        cJSON *last = s_read(run, i, &lines, 0, NULL);
+        assert_non_null(last);
+        assert_int_equal(lines, STEPS_N);
+        if (i != 1 && i != 5)
+            assert_true(s_num(last, "rejected_nonfinite") == 0);
+        assert_true(s_num(last, "optimum_error") <= 1e-4);
+        cJSON_Delete(last);
+    }
+}
+
+/* Runs a shell command of the test's own namespace set-up. */
+static int
+s_sh(const char *fmt, const char *a, const char *b)
+{
+    char cmd[2048];
+    int n = snprintf(cmd, sizeof cmd, fmt, a, b);
+    if (n < 0 || (size_t)n >= sizeof cmd)
+        return -1;
+    return system(cmd);
+}
+
+/* Rewrites node i's endpoint to the address of its half. */
+static void
+s_split_topology(const struct ring *r)
+{
+    FILE *f = fopen(r->topo, "r");
+    assert_non_null(f);
+    char out[1 << 14] = "", line[512];
+    size_t used = 0;
+    while (fgets(line, sizeof line, f) != NULL) {
+        int id = -1;
+        char *at = strstr(line, "tcp://127.0.0.1:");
+        if (strncmp(line, "node ", 5) == 0)
+            id = (int)strtol(line + 5, NULL, 10);
+        if (at != NULL && id >= 0) {
+            int n = snprintf(out + used,
+                             sizeof out - used,
+                             "%.*stcp://10.77.0.%d:%s",
+                             (int)(at - line),
+                             line,
+                             id < 3 ? 1 : 2,
+                             at + strlen("tcp://127.0.0.1:"));
+            used += (size_t)n;
+        } else {
+            used += (size_t)snprintf(out + used, sizeof out - used, "%s", line);
+        }
+    }
+    fclose(f);
+    f = fopen(r->topo, "w");
+    assert_non_null(f);
+    fputs(out, f);
+    fclose(f);
+}
+
+static void
+test_ring6_two_netns__link_down_then_up__partition_heals(void **state)
+{
+    (void)state;
+    struct ring *r = &s_ring;
+    s_ring_new(r);
+    snprintf(r->ns[0], sizeof r->ns[0], "rfa%d", (int)getpid());
+    snprintf(r->ns[1], sizeof r->ns[1], "rfb%d", (int)getpid());
+    if (s_sh("ip netns add %s 2>/dev/null && ip netns add %s",
+             r->ns[0],
+             r->ns[1]) != 0) {
+        printf("skipped: network namespaces are not allowed here "
+               "(ip netns add failed; needs root or CAP_SYS_ADMIN)\n");
+        skip();
+    }
+    const char *a = r->ns[0], *b = r->ns[1];
+    /* one veth pair joins the halves {0,1,2} and {3,4,5}: the ring's
+     * edges 2-3 and 5-0 cross it; a tbf rate limit as on a real link */
+    int rc = s_sh("ip link add %s type veth peer name %s", a, b);
+    rc |= s_sh("ip link set %s netns %s", a, a);
+    rc |= s_sh("ip link set %s netns %s", b, b);
+    rc |= s_sh("ip -n %s addr add 10.77.0.1/24 dev %s", a, a);
+    rc |= s_sh("ip -n %s addr add 10.77.0.2/24 dev %s", b, b);
+    rc |= s_sh("ip -n %s link set lo up && ip -n %s link set lo up", a, b);
+    rc |= s_sh("ip -n %s link set %s up", a, a);
+    rc |= s_sh("ip -n %s link set %s up", b, b);
+    rc |= s_sh("tc -n %s qdisc add dev %s root tbf rate 200mbit burst 64kb "
+               "latency 50ms",
+               a,
+               a);
+    assert_int_equal(rc, 0);
+    s_split_topology(r);
+    char run[1024];
+    snprintf(run, sizeof run, "%s/run", r->dir);
+    const char *eval[] = {"--eval-every",
+                          "10",
+                          "--lsq-noise",
+                          "1",
+                          "--batch",
+                          "128",
+                          "--consensus-every",
+                          "5",
+                          NULL};
+    for (int i = 0; i < NODES; i++)
+        r->pid[i] = s_node_ex(r, i, run, "1000000", eval, i < 3 ? a : b, NULL);
+    s_until(run, 2, "step", 30, "did not start training");
+    s_until(run, 3, "step", 30, "did not start training");
+    assert_int_equal(s_sh("ip -n %s link set %s down", a, a), 0);
+    int cross[4] = {0, 2, 3, 5};
+    for (int k = 0; k < 4; k++)
+        s_until(run, cross[k], "peers_down", 1, "never saw the partition");
+    s_until(run, 2, "step", 100, "half {0,1,2} stopped training");
+    assert_int_equal(s_sh("ip -n %s link set %s up", a, a), 0);
+    for (int k = 0; k < 4; k++)
+        s_until(run, cross[k], "readmitted", 1, "never readmitted");
+    /* consensus across the cut is back: the probes of nodes 2 and 3 (one
+     * neighbour on each side) show no more disagreement than those of
+     * nodes 1 and 4 (both neighbours on their side), which gossip with
+     * noisy data keeps at a floor */
+    uint64_t end = rumor_clock_ns() + LIMIT_MS * 1000000ull;
+    for (;;) {
+        double in = fmax(s_latest(run, 1, "consensus_edge_sq", NULL),
+                         s_latest(run, 4, "consensus_edge_sq", NULL));
+        double across = fmax(s_latest(run, 2, "consensus_edge_sq", NULL),
+                             s_latest(run, 3, "consensus_edge_sq", NULL));
+        bool both = s_latest(run, 2, "peers_down", NULL) == 0 &&
+                    s_latest(run, 3, "peers_down", NULL) == 0;
+        if (both && across <= 2 * in) {
+            printf("consensus: %.3g across the cut, %.3g inside a half\n",
+                   across,
+                   in);
+            break;
+        }
+        if (rumor_clock_ns() > end)
+            fail_msg("consensus %g across the cut, %g inside", across, in);
+        s_pause_ms(5);
+    }
+}
+
+int
+main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(
+            test_ring6__kill9_two__resume_and_join__others_keep_stepping_same_band,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring6__sigstop_past_deadline__skipped_then_readmitted,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring6__nan_inf_huge_neighbour__rejected_clipped_counted,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring6_two_netns__link_down_then_up__partition_heals,
+            s_teardown),
+    };
+    if (argc == 2)
+        cmocka_set_test_filter(argv[1]);
+    return cmocka_run_group_tests_name("node_faults", tests, NULL, NULL);
+}

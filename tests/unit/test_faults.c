@@ -1,0 +1,424 @@
+/*
+ * Skipping neighbours (gossip/edges.c) in one process: D-PSGD nodes driven
+ * by hand round by round, with messages and acknowledgements dropped at
+ * random. The network average must stay where it was (1e-6) however many
+ * are lost, and a control run that applies every term it receives without
+ * waiting for the acknowledgement must lose it (so the check can fail).
+ * Also: the ack codec, loss-free bits equal to the simulator, screening
+ * (NaN, Inf, wrong size, clipping), and the state-sync codec.
+ */
+#include "tests/cmocka_compat.h"
+
+#include "rumor/gossip.h"
+#include "rumor/node.h"
+
+#include "node/statesync.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DIM 24
+
+struct net {
+    rumor_topology *topo;
+    size_t n;
+    float **x;
+    rumor_gossip **g;
+};
+
+static void
+s_net_new(struct net *c, const char *spec, double clip)
+{
+    memset(c, 0, sizeof *c);
+    struct rumor_diag diag = {0};
+    assert_int_equal(rumor_topology_from_spec(spec, 1, &c->topo, &diag),
+                     RUMOR_OK);
+    c->n = rumor_topology_nodes(c->topo);
+    c->x = calloc(c->n, sizeof *c->x);
+    c->g = calloc(c->n, sizeof *c->g);
+    struct rumor_gossip_opts opts;
+    rumor_gossip_opts_default(&opts);
+    opts.clip_norm = clip;
+    for (size_t i = 0; i < c->n; i++) {
+        c->x[i] = malloc(DIM * sizeof(float));
+        struct rumor_rng rng;
+        rumor_rng_init(&rng, 7, i);
+        for (size_t e = 0; e < DIM; e++)
+            c->x[i][e] = (float)(rumor_rng_normal(&rng) + 3.0 * (double)i);
+        struct rumor_tensor t = {c->x[i], 1, {DIM}};
+        struct rumor_model m = {&t, 1};
+        assert_int_equal(
+            rumor_gossip_new(&opts, c->topo, (uint32_t)i, &m, &c->g[i], &diag),
+            RUMOR_OK);
+    }
+}
+
+static void
+s_net_free(struct net *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        rumor_gossip_destroy(&c->g[i]);
+        free(c->x[i]);
+    }
+    free(c->x);
+    free(c->g);
+    rumor_topology_destroy(&c->topo);
+}
+
+/* The network average of element e, in double. */
+static double
+s_mean(const struct net *c, size_t e)
+{
+    double s = 0;
+    for (size_t i = 0; i < c->n; i++)
+        s += c->x[i][e];
+    return s / (double)c->n;
+}
+
+static double
+s_spread(const struct net *c)
+{
+    double worst = 0;
+    for (size_t e = 0; e < DIM; e++)
+        for (size_t i = 0; i < c->n; i++)
+            worst = fmax(worst, fabs(c->x[i][e] - s_mean(c, e)));
+    return worst;
+}
+
+static bool
+s_drop(struct rumor_rng *rng, double p)
+{
+    return rumor_rng_uniform_double(rng) < p;
+}
+
+/* One step with each message and each ack lost with probability p. With
+ * trust_receipt, a node settles its terms as if every ack said "held"
+ * (the naive rule the protocol replaces). */
+static void
+s_step(struct net *c,
+       uint64_t step,
+       struct rumor_rng *rng,
+       double p,
+       bool trust_receipt)
+{
+    const struct rumor_gossip_msg *out[64];
+    size_t outn[64];
+    for (size_t i = 0; i < c->n; i++)
+        assert_int_equal(rumor_gossip_emit(c->g[i], step, 0, &out[i], &outn[i]),
+                         RUMOR_OK);
+    for (size_t i = 0; i < c->n; i++) {
+        struct rumor_gossip_msg inbox[64];
+        size_t got = 0;
+        for (size_t j = 0; j < c->n; j++)
+            for (size_t m = 0; m < outn[j]; m++)
+                if (out[j][m].peer == i && !s_drop(rng, p)) {
+                    inbox[got] = out[j][m];
+                    inbox[got].peer = (uint32_t)j;
+                    got++;
+                }
+        assert_int_equal(
+            rumor_gossip_absorb_partial(c->g[i], step, 0, inbox, got),
+            RUMOR_OK);
+    }
+    for (size_t i = 0; i < c->n; i++)
+        for (size_t m = 0; m < outn[i]; m++) {
+            uint32_t j = out[i][m].peer;
+            struct rumor_gossip_ack a;
+            assert_int_equal(rumor_gossip_ack_make(c->g[i], j, &a), RUMOR_OK);
+            if (trust_receipt) {
+                /* j pretends i holds everything j staged */
+                a.count = 0;
+                uint64_t oldest = 0;
+                (void)rumor_gossip_pending(c->g[j], (uint32_t)i, &oldest);
+                for (uint64_t s = oldest; s <= step && s != UINT64_MAX; s++)
+                    a.held[a.count++] = s;
+                a.upto = step + 1;
+            } else if (s_drop(rng, p)) {
+                continue;
+            }
+            /* through the codec, as on the wire */
+            uint8_t wire[RUMOR_GOSSIP_ACK_BYTES_MAX];
+            size_t len = rumor_gossip_ack_encode(&a, wire, sizeof wire);
+            struct rumor_gossip_ack back;
+            assert_int_equal(rumor_gossip_ack_decode(wire, len, &back),
+                             RUMOR_OK);
+            assert_int_equal(rumor_gossip_ack_take(c->g[j], (uint32_t)i, &back),
+                             RUMOR_OK);
+        }
+    for (size_t i = 0; i < c->n; i++) {
+        size_t applied = 0;
+        assert_int_equal(rumor_gossip_commit(c->g[i], &applied), RUMOR_OK);
+    }
+}
+
+static void
+test_ack__round_trip_and_bad_inputs__rejected(void **state)
+{
+    (void)state;
+    struct rumor_gossip_ack a = {.upto = 100, .count = 3, .held = {4, 50, 99}};
+    uint8_t buf[RUMOR_GOSSIP_ACK_BYTES_MAX];
+    size_t len = rumor_gossip_ack_encode(&a, buf, sizeof buf);
+    assert_int_equal(len, RUMOR_GOSSIP_ACK_HEADER_BYTES + 24);
+    struct rumor_gossip_ack b;
+    assert_int_equal(rumor_gossip_ack_decode(buf, len, &b), RUMOR_OK);
+    assert_int_equal(b.upto, 100);
+    assert_int_equal(b.count, 3);
+    assert_int_equal(b.held[2], 99);
+    assert_int_equal(rumor_gossip_ack_decode(buf, len - 1, &b), RUMOR_EPROTO);
+    assert_int_equal(b.count, 0);
+    assert_int_equal(rumor_gossip_ack_decode(buf, 3, &b), RUMOR_EPROTO);
+    a.held[2] = 100; /* not decided yet */
+    len = rumor_gossip_ack_encode(&a, buf, sizeof buf);
+    assert_int_equal(rumor_gossip_ack_decode(buf, len, &b), RUMOR_EPROTO);
+    a.held[2] = 50; /* not ascending */
+    len = rumor_gossip_ack_encode(&a, buf, sizeof buf);
+    assert_int_equal(rumor_gossip_ack_decode(buf, len, &b), RUMOR_EPROTO);
+    buf[4] = 200; /* count over the cap */
+    assert_int_equal(rumor_gossip_ack_decode(buf, len, &b), RUMOR_EPROTO);
+    assert_int_equal(rumor_gossip_ack_encode(&a, buf, 10), 0);
+}
+
+static void
+test_skip__random_drops_600_steps__average_kept_to_1e6(void **state)
+{
+    (void)state;
+    const char *specs[] = {"ring:8", "torus:3x3", "complete:5"};
+    for (size_t s = 0; s < 3; s++) {
+        struct net c;
+        s_net_new(&c, specs[s], 0);
+        double mean0[DIM];
+        for (size_t e = 0; e < DIM; e++)
+            mean0[e] = s_mean(&c, e);
+        double spread0 = s_spread(&c);
+        struct rumor_rng rng;
+        rumor_rng_init(&rng, 99, s);
+        uint64_t step = 0;
+        for (; step < 600; step++)
+            s_step(&c, step, &rng, 0.3, false);
+        /* a few loss-free steps settle what is still staged */
+        for (int k = 0; k < 2; k++, step++)
+            s_step(&c, step, &rng, 0, false);
+        for (size_t i = 0; i < c.n; i++) {
+            uint64_t oldest = 0;
+            for (uint32_t j = 0; j < c.n; j++)
+                assert_int_equal(rumor_gossip_pending(c.g[i], j, &oldest), 0);
+        }
+        for (size_t e = 0; e < DIM; e++)
+            if (fabs(s_mean(&c, e) - mean0[e]) > 1e-6 * fmax(1, fabs(mean0[e])))
+                fail_msg("%s: element %zu: mean %.9g, was %.9g",
+                         specs[s],
+                         e,
+                         s_mean(&c, e),
+                         mean0[e]);
+        /* and the gossip did work: the models came together */
+        if (!(s_spread(&c) < 1e-3 * spread0))
+            fail_msg("%s: spread %g from %g", specs[s], s_spread(&c), spread0);
+        s_net_free(&c);
+    }
+}
+
+static void
+test_skip__applying_on_receipt__average_drifts(void **state)
+{
+    (void)state;
+    struct net c;
+    s_net_new(&c, "ring:8", 0);
+    double mean0[DIM], worst = 0;
+    for (size_t e = 0; e < DIM; e++)
+        mean0[e] = s_mean(&c, e);
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, 99, 0);
+    for (uint64_t step = 0; step < 50; step++)
+        s_step(&c, step, &rng, 0.3, true);
+    for (size_t e = 0; e < DIM; e++)
+        worst = fmax(worst, fabs(s_mean(&c, e) - mean0[e]));
+    /* the naive rule loses the average by far more than the tolerance */
+    if (!(worst > 1e-2))
+        fail_msg("drift %g: the control did not break the average", worst);
+    s_net_free(&c);
+}
+
+static void
+test_skip__no_loss__same_bits_as_simulator(void **state)
+{
+    (void)state;
+    struct net a, b;
+    s_net_new(&a, "torus:3x3", 0);
+    s_net_new(&b, "torus:3x3", 0);
+    rumor_sim *sim = NULL;
+    assert_int_equal(rumor_sim_new(b.g, b.n, &sim), RUMOR_OK);
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, 1, 1);
+    for (uint64_t step = 0; step < 20; step++) {
+        s_step(&a, step, &rng, 0, false);
+        assert_int_equal(rumor_sim_step(sim, step), RUMOR_OK);
+    }
+    for (size_t i = 0; i < a.n; i++)
+        assert_memory_equal(a.x[i], b.x[i], DIM * sizeof(float));
+    rumor_sim_destroy(&sim);
+    s_net_free(&a);
+    s_net_free(&b);
+}
+
+/* Node 0 of a 3-ring receives msg as node 1's message and a copy of
+ * node 2's own model; both acks say everything is held. */
+static void
+s_poison(struct net *c, const float *msg, size_t len)
+{
+    const struct rumor_gossip_msg *out = NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < c->n; i++)
+        assert_int_equal(rumor_gossip_emit(c->g[i], 0, 0, &out, &n), RUMOR_OK);
+    struct rumor_gossip_msg inbox[2] = {
+        {1, (const uint8_t *)msg, len},
+        {2, (const uint8_t *)c->x[2], DIM * sizeof(float)},
+    };
+    assert_int_equal(rumor_gossip_absorb_partial(c->g[0], 0, 0, inbox, 2),
+                     RUMOR_OK);
+    struct rumor_gossip_ack all = {.upto = 1, .count = 1, .held = {0}};
+    for (uint32_t j = 1; j < 3; j++)
+        assert_int_equal(rumor_gossip_ack_take(c->g[0], j, &all), RUMOR_OK);
+    size_t applied = 0;
+    assert_int_equal(rumor_gossip_commit(c->g[0], &applied), RUMOR_OK);
+}
+
+static void
+test_screen__nan_inf_wrong_size__rejected_counted_rest_applied(void **state)
+{
+    (void)state;
+    float bad[DIM + 1];
+    for (int kind = 0; kind < 3; kind++) {
+        struct net c;
+        s_net_new(&c, "ring:3", 0);
+        float before[DIM], x2[DIM];
+        memcpy(before, c.x[0], sizeof before);
+        memcpy(x2, c.x[2], sizeof x2);
+        memcpy(bad, c.x[1], DIM * sizeof(float));
+        bad[5] = kind == 0 ? NAN : INFINITY;
+        size_t len = (DIM + (kind == 2)) * sizeof(float);
+        s_poison(&c, bad, len);
+        /* only node 2's term moved node 0: w = 1/3, gamma = 1 */
+        for (size_t e = 0; e < DIM; e++) {
+            double want = before[e] + (1.0 / 3) * ((double)x2[e] - before[e]);
+            assert_true(fabs(c.x[0][e] - want) < 1e-5 * fmax(1, fabs(want)));
+        }
+        struct rumor_gossip_screen_stats st;
+        rumor_gossip_screen_stats(c.g[0], &st);
+        assert_int_equal(st.nonfinite, kind < 2 ? 1 : 0);
+        assert_int_equal(st.malformed, kind == 2 ? 1 : 0);
+        assert_int_equal(st.clipped, 0);
+        s_net_free(&c);
+    }
+}
+
+static void
+test_screen__huge_norm_with_clip__moves_at_most_gamma_w_tau(void **state)
+{
+    (void)state;
+    const double tau = 0.5;
+    struct net c;
+    s_net_new(&c, "ring:3", tau);
+    float before[DIM], huge[DIM];
+    memcpy(before, c.x[0], sizeof before);
+    /* node 2 sends node 0's own model back: no pull from it */
+    memcpy(c.x[2], c.x[0], sizeof before);
+    for (size_t e = 0; e < DIM; e++)
+        huge[e] = before[e] + 1e6f;
+    s_poison(&c, huge, sizeof huge);
+    double moved = 0;
+    for (size_t e = 0; e < DIM; e++)
+        moved +=
+            ((double)c.x[0][e] - before[e]) * ((double)c.x[0][e] - before[e]);
+    moved = sqrt(moved);
+    /* gamma 1, w 1/3: the clipped pull has norm tau / 3 exactly */
+    assert_true(fabs(moved - tau / 3) < 1e-5);
+    struct rumor_gossip_screen_stats st;
+    rumor_gossip_screen_stats(c.g[0], &st);
+    assert_int_equal(st.clipped, 1);
+    assert_int_equal(st.nonfinite, 0);
+    s_net_free(&c);
+}
+
+static void
+test_state__round_trip_then_bad_shapes_and_nan__rejected_unchanged(void **state)
+{
+    (void)state;
+    float a[6] = {1, 2, 3, 4, 5, 6}, b[3] = {7, 8, 9};
+    struct rumor_tensor t[2] = {{a, 2, {2, 3}}, {b, 1, {3}}};
+    struct rumor_model m = {t, 2};
+    uint8_t buf[256];
+    size_t len = node_state_encode(&m, 41, buf, sizeof buf);
+    assert_int_equal(len, node_state_bytes(&m));
+    assert_int_equal(node_state_encode(&m, 41, buf, len - 1), 0);
+    float c[6] = {0}, d[3] = {0};
+    struct rumor_tensor u[2] = {{c, 2, {2, 3}}, {d, 1, {3}}};
+    struct rumor_model into = {u, 2};
+    uint64_t step = 0;
+    assert_int_equal(node_state_decode(buf, len, &into, &step), RUMOR_OK);
+    assert_int_equal(step, 41);
+    assert_memory_equal(c, a, sizeof a);
+    assert_memory_equal(d, b, sizeof b);
+    /* a model of another shape, a truncated message, a NaN: refused,
+     * nothing copied */
+    float e[5] = {0}, keep[5] = {0};
+    struct rumor_tensor v[2] = {{e, 1, {5}}, {d, 1, {3}}};
+    struct rumor_model other = {v, 2};
+    assert_int_equal(node_state_decode(buf, len, &other, &step), RUMOR_EPROTO);
+    assert_memory_equal(e, keep, sizeof e);
+    memset(c, 0, sizeof c);
+    assert_int_equal(node_state_decode(buf, len - 4, &into, &step),
+                     RUMOR_EPROTO);
+    float nan = NAN;
+    memcpy(buf + len - 4, &nan, 4);
+    assert_int_equal(node_state_decode(buf, len, &into, &step), RUMOR_ENUMERIC);
+    for (int k = 0; k < 6; k++)
+        assert_true(c[k] == 0);
+}
+
+static void
+test_sync__round_trip_and_bad_flags_or_lengths__rejected(void **state)
+{
+    (void)state;
+    struct node_sync s = {.flags = NODE_SYNC_JOIN | NODE_SYNC_WANT_STATE,
+                          .step = 1234,
+                          .ack = {.upto = 9, .count = 2, .held = {3, 8}}};
+    uint8_t buf[NODE_SYNC_BYTES_MAX];
+    size_t len = node_sync_encode(&s, buf, sizeof buf);
+    assert_int_equal(len, NODE_SYNC_HEADER_BYTES + 16 + 16);
+    struct node_sync back;
+    assert_int_equal(node_sync_decode(buf, len, &back), RUMOR_OK);
+    assert_int_equal(back.step, 1234);
+    assert_int_equal(back.flags, s.flags);
+    assert_int_equal(back.ack.count, 2);
+    assert_int_equal(back.ack.held[1], 8);
+    assert_int_equal(node_sync_decode(buf, len + 1, &back), RUMOR_EPROTO);
+    assert_int_equal(node_sync_decode(buf, 10, &back), RUMOR_EPROTO);
+    buf[4] = 0x80; /* an unknown flag */
+    assert_int_equal(node_sync_decode(buf, len, &back), RUMOR_EPROTO);
+    assert_int_equal(back.step, 0);
+}
+
+int
+main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ack__round_trip_and_bad_inputs__rejected),
+        cmocka_unit_test(
+            test_skip__random_drops_600_steps__average_kept_to_1e6),
+        cmocka_unit_test(test_skip__applying_on_receipt__average_drifts),
+        cmocka_unit_test(test_skip__no_loss__same_bits_as_simulator),
+        cmocka_unit_test(
+            test_screen__nan_inf_wrong_size__rejected_counted_rest_applied),
+        cmocka_unit_test(
+            test_screen__huge_norm_with_clip__moves_at_most_gamma_w_tau),
+        cmocka_unit_test(
+            test_state__round_trip_then_bad_shapes_and_nan__rejected_unchanged),
+        cmocka_unit_test(
+            test_sync__round_trip_and_bad_flags_or_lengths__rejected),
+    };
+    if (argc == 2)
+        cmocka_set_test_filter(argv[1]);
+    return cmocka_run_group_tests_name("faults", tests, NULL, NULL);
+}
