@@ -17,6 +17,7 @@ int bench_compress_main(int argc, char **argv);
 int bench_lowrank_main(int argc, char **argv);
 int bench_net_main(int argc, char **argv);
 int bench_gossip_main(int argc, char **argv);
+int bench_scaling_main(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -38,6 +39,9 @@ static const struct {
     {"gossip",
      "seconds and bytes per gossip step, 8 simulated nodes",
      bench_gossip_main},
+    {"scaling",
+     "gossip step cost against node count and model size (simulator)",
+     bench_scaling_main},
 };
 
 #define PART_COUNT (sizeof s_parts / sizeof s_parts[0])

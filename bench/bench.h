@@ -14,4 +14,8 @@ void bench_help(FILE *out);
  * several passes summing a buffer much larger than the last-level cache. */
 double bench_mem_read_gbps(void);
 
+/* Single-core float32 FMA rate in GFLOP/s (2 flops per lane per FMA):
+ * the median of several passes of independent AVX2 FMA chains. */
+double bench_fma_gflops(void);
+
 #endif

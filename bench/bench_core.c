@@ -56,6 +56,8 @@ bench_core_main(int argc, char **argv)
     double crc = s_best_gbps(s_run_crc, data, CORE_BENCH_BYTES);
     double rng = s_best_gbps(s_run_rng, data, CORE_BENCH_BYTES);
     printf("memory read (1 core)     %7.2f GB/s  reference\n", floor);
+    printf("fp32 FMA (1 core, AVX2)  %7.2f GFLOP/s  compute ceiling\n",
+           bench_fma_gflops());
     printf("crc32c                   %7.2f GB/s  %.2fx of memory read\n",
            crc,
            crc / floor);

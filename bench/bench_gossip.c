@@ -7,20 +7,14 @@
  * the time to stream every node's model once at this machine's single-core
  * memory read bandwidth: a step that mixes models cannot be faster.
  */
+#include "bench/bench_gossip.h"
 #include "bench/bench.h"
-
-#include "rumor/gossip.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define GOSSIP_BENCH_NODES 8
 #define GOSSIP_BENCH_STEPS 3
-
-struct bench_algo {
-    const char *label, *algo, *codec;
-    double gamma;
-};
 
 static const struct bench_algo s_algos[] = {
     {"allreduce", "allreduce", "", 1.0},
@@ -33,12 +27,6 @@ static const struct bench_algo s_algos[] = {
     {"powersgd rank 1", "powersgd", "", 1.0},
 };
 
-struct bench_model {
-    const char *name;
-    struct rumor_lowrank_shape *shapes;
-    size_t count, numel;
-};
-
 static int
 s_compare_double(const void *a, const void *b)
 {
@@ -46,17 +34,18 @@ s_compare_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* One algorithm on one model: the median seconds of a few steps. */
-static int
-s_run(const struct bench_algo *a,
-      const struct bench_model *m,
-      const rumor_topology *topo,
-      double *seconds,
-      double *bytes_per_step)
+int
+bench_gossip_cost(const struct bench_algo *a,
+                  const struct bench_model *m,
+                  const rumor_topology *topo,
+                  int steps,
+                  double *seconds,
+                  double *bytes_per_step)
 {
-    size_t n = GOSSIP_BENCH_NODES;
-    float *data[GOSSIP_BENCH_NODES] = {0};
-    rumor_gossip *nodes[GOSSIP_BENCH_NODES] = {0};
+    size_t n = rumor_topology_nodes(topo);
+    float **data = calloc(n, sizeof *data);
+    rumor_gossip **nodes = calloc(n, sizeof *nodes);
+    double *times = calloc((size_t)steps, sizeof *times);
     struct rumor_tensor *tensors = calloc(m->count, sizeof *tensors);
     rumor_sim *sim = NULL;
     struct rumor_gossip_opts opts;
@@ -65,7 +54,7 @@ s_run(const struct bench_algo *a,
     if (a->codec[0])
         snprintf(opts.codec, sizeof opts.codec, "%s", a->codec);
     opts.gamma = a->gamma;
-    rumor_err rc = tensors ? RUMOR_OK : RUMOR_ENOMEM;
+    rumor_err rc = tensors && data && nodes && times ? RUMOR_OK : RUMOR_ENOMEM;
     for (size_t i = 0; i < n && rc == RUMOR_OK; i++) {
         data[i] = malloc(m->numel * sizeof(float));
         if (data[i] == NULL) {
@@ -93,9 +82,8 @@ s_run(const struct bench_algo *a,
     }
     if (rc == RUMOR_OK)
         rc = rumor_sim_new(nodes, n, &sim);
-    double times[GOSSIP_BENCH_STEPS];
     uint64_t bytes0 = 0;
-    for (uint64_t step = 1; step <= GOSSIP_BENCH_STEPS + 1 && rc == RUMOR_OK;
+    for (uint64_t step = 1; step <= (uint64_t)steps + 1 && rc == RUMOR_OK;
          step++) {
         uint64_t t0 = rumor_clock_ns();
         rc = rumor_sim_step(sim, step);
@@ -105,16 +93,19 @@ s_run(const struct bench_algo *a,
             times[step - 2] = (double)(rumor_clock_ns() - t0) * 1e-9;
     }
     if (rc == RUMOR_OK) {
-        qsort(times, GOSSIP_BENCH_STEPS, sizeof times[0], s_compare_double);
-        *seconds = times[GOSSIP_BENCH_STEPS / 2];
-        *bytes_per_step = (double)(rumor_sim_bytes_sent(sim, 0) - bytes0) /
-                          GOSSIP_BENCH_STEPS;
+        qsort(times, (size_t)steps, sizeof times[0], s_compare_double);
+        *seconds = times[steps / 2];
+        *bytes_per_step =
+            (double)(rumor_sim_bytes_sent(sim, 0) - bytes0) / steps;
     }
     rumor_sim_destroy(&sim);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; nodes && data && i < n; i++) {
         rumor_gossip_destroy(&nodes[i]);
         free(data[i]);
     }
+    free(nodes);
+    free(data);
+    free(times);
     free(tensors);
     if (rc != RUMOR_OK)
         fprintf(stderr,
@@ -188,7 +179,12 @@ bench_gossip_main(int argc, char **argv)
             GOSSIP_BENCH_NODES * models[mi].numel * 4.0 / (floor_gbps * 1e9);
         for (size_t a = 0; a < sizeof s_algos / sizeof s_algos[0]; a++) {
             double s = 0, bytes = 0;
-            if (s_run(&s_algos[a], &models[mi], topo, &s, &bytes) != 0) {
+            if (bench_gossip_cost(&s_algos[a],
+                                  &models[mi],
+                                  topo,
+                                  GOSSIP_BENCH_STEPS,
+                                  &s,
+                                  &bytes) != 0) {
                 status = 1;
                 continue;
             }
