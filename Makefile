@@ -69,6 +69,7 @@ BIN_C := $(MAIN_SRC) $(wildcard bench/*.c)
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.cu.o)
 BIN_OBJ := $(BIN_C:%.c=$(BUILD)/%.o)
 LIB     := $(BUILD)/lib/librumor.a
+SHLIB   := $(BUILD)/lib/librumor.so
 RUMOR   := $(BUILD)/bin/rumor
 
 UNIT_SRC  := $(wildcard tests/unit/test_*.c)
@@ -87,7 +88,7 @@ endif
 .PHONY: all demo test check test-cpu asan fuzz bench lint format format-check \
         headers-check deps clean help FORCE
 
-all: $(RUMOR)
+all: $(RUMOR) $(SHLIB)
 	@echo "[build] CUDA backend: $(CUDA_LINE)"
 
 help:
@@ -95,7 +96,7 @@ help:
 	@echo "make test          install missing packages, build, run every test"
 	@echo "make asan          the whole test suite under ASan + UBSan"
 	@echo "make fuzz          build the libFuzzer harnesses with clang"
-	@echo "make bench         run the benchmarks (docs/benchmarks.md)"
+	@echo "make bench         run the benchmarks (docs/benchmarks.md); QUICK=1 short"
 	@echo "make lint          banned functions, include direction, headers alone"
 	@echo "make format-check  clang-format check of every source file"
 	@echo "options: USE_CUDA=auto|yes|no  BUILD=dir  SAN=address,undefined  V=1"
@@ -121,6 +122,13 @@ $(LIB): $(LIB_OBJ) $(BUILD)/.flags
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)rm -f $@ && $(AR) rcs $@ $(LIB_OBJ)
+
+# The same objects as a shared library, for python/rumor (ctypes): only
+# RUMOR_API symbols are exported (-fvisibility=hidden; `nm -D` shows them).
+$(SHLIB): $(LIB_OBJ) $(BUILD)/.flags
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  SHLIB   $@")
+	$(Q)$(CC) -shared $(ALL_LDFLAGS) -Wl,-soname,librumor.so $(LIB_OBJ) $(LDLIBS) -o $@
 
 $(RUMOR): $(BIN_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
@@ -153,9 +161,14 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory check
 	$(Q)$(MAKE) --no-print-directory BUILD=$(BUILD)/cpu USE_CUDA=no check
 
-check: $(RUMOR) $(TEST_BINS) $(REPLAY_BINS)
+# python3 loads a sanitizer build's librumor.so after the runtimes.
+SAN_PRELOAD := $(if $(findstring address,$(SAN)),$(shell $(CC) -print-file-name=libasan.so)) \
+               $(if $(findstring undefined,$(SAN)),$(shell $(CC) -print-file-name=libubsan.so))
+
+check: $(RUMOR) $(SHLIB) $(TEST_BINS) $(REPLAY_BINS)
 	@echo "[build] CUDA backend: $(CUDA_LINE)"
-	$(Q)RUMOR_BIN=$(RUMOR) sh scripts/run-tests.sh $(BUILD) $(TEST_BINS) -- $(REPLAY_BINS)
+	$(Q)RUMOR_BIN=$(RUMOR) RUMOR_LIB=$(SHLIB) RUMOR_SAN='$(SAN)' \
+	  RUMOR_PRELOAD='$(strip $(SAN_PRELOAD))' sh scripts/run-tests.sh $(BUILD) $(TEST_BINS) -- $(REPLAY_BINS)
 
 # R11.6, R11.9: sanitizers in their own build directory.
 ASAN_BUILD ?= build/asan
@@ -179,8 +192,11 @@ fuzz: deps
 	done
 	@echo "run e.g.: $(FUZZ_BUILD)/bin/fuzz_topology -max_total_time=60 tests/fuzz/corpus/topology"
 
+# Every tier (kernel, transport, gossip, scaling, end-to-end over shaped links
+# in network namespaces: needs root) into docs/benchmarks.md and .json;
+# QUICK=1 for a short run (one repetition, smaller sizes, 100 Mbit/s only).
 bench: deps $(RUMOR)
-	$(Q)$(RUMOR) bench all
+	$(Q)/usr/bin/python3 bench/run_bench.py --rumor $(RUMOR) $(if $(QUICK),--quick)
 
 demo: deps $(RUMOR)
 	$(Q)RUMOR_BIN=$(RUMOR) sh scripts/demo.sh

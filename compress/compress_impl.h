@@ -234,17 +234,43 @@ float compress_f16_to_f32_ref(uint16_t h);
 /* Converts n halves (exponent 31 gives Inf/NaN, for the caller to check). */
 void compress_f16_to_f32(const uint16_t *h, size_t n, float *y);
 
-/* The same two conversions on little-endian byte streams (2 n bytes),
- * straight from and into a payload; both return false when a value is
- * not finite (decoding: a half with exponent 31). */
-bool compress_f32_to_f16_bytes(const float *x, size_t n, uint8_t *out);
-bool compress_f16_bytes_to_f32(const uint8_t *in, size_t n, float *y);
+/* bf16 rounding (nearest even, saturating at +-0x1.fep127); false when x
+ * holds NaN or Inf. A bf16 h widens exactly to the float h << 16. */
+bool compress_f32_to_bf16_ref(const float *x, size_t n, uint16_t *h);
 
-/* Sum of x[i]^2 in double, in a fixed order (eight lane sums over whole
- * groups of eight, combined pairwise, then the tail in order), so that the
- * fast path and the reference agree bit for bit on every machine. */
+/* The conversions of fp16 (bf16 false) or bf16 (bf16 true) on
+ * little-endian byte streams (2 n bytes), straight from and into a
+ * payload; both return false when a value is not finite (decoding: a
+ * half with an all-ones exponent). */
+bool
+compress_f32_to_half_bytes(const float *x, size_t n, bool bf16, uint8_t *out);
+bool
+compress_half_bytes_to_f32(const uint8_t *in, size_t n, bool bf16, float *y);
+
+/* Sum of x[i]^2 in a fixed order, so that the fast paths and the
+ * reference agree bit for bit on every machine: in float, 64 lane sums
+ * over whole groups of 64 (lane j takes x[64 g + j], each step one FMA),
+ * folded by halving (lane j += lane j + w for w = 32, 16, 8, 4, 2, 1),
+ * plus the tail summed in order with FMAs. 64 float lanes are four
+ * 16-wide (eight 8-wide) independent chains: the sum runs at load speed.
+ * A float sum that is not normal and above 2^-100 (overflow, NaN or Inf
+ * in x, or so small that float's range loses digits) is replaced by
+ * compress_sumsq_wide's, so the result is as good as double's. */
 double compress_sumsq(const float *x, size_t n);
 double compress_sumsq_ref(const float *x, size_t n);
+
+/* The same sum in double: 32 lanes over whole groups of 32, halving
+ * (w = 16 .. 1), plus the tail in order. */
+double compress_sumsq_wide(const float *x, size_t n);
+
+/* The rule above: sum as computed in float, or the wide sum. */
+static inline double
+compress_sumsq_finish(float sum, const float *x, size_t n)
+{
+    if (sum >= 0x1.0p-100f && sum <= 0x1.fffffep127f)
+        return (double)sum;
+    return compress_sumsq_wide(x, n);
+}
 
 /* Largest |x[i]| (0 for n == 0); Inf or NaN when x holds one. */
 float compress_maxabs(const float *x, size_t n);
@@ -266,6 +292,18 @@ void compress_levels_ref(const float *x,
                          unsigned b,
                          const uint16_t *r,
                          uint8_t *codes);
+
+/* compress_levels then compress_pack at width b + 1 in one pass (the
+ * codes never leave registers): n a multiple of 8, out the byte where the
+ * first group goes, end bounds the output; b <= 7. */
+void compress_levels_packed(const float *x,
+                            size_t n,
+                            float inv,
+                            uint32_t s,
+                            unsigned b,
+                            const uint16_t *r,
+                            uint8_t *out,
+                            const uint8_t *end);
 
 /* Packs groups of eight w-bit codes (w <= 8, bytes < 2^w) into w bytes
  * each, LSB-first (the bit order of rumor_bitw); end bounds the output. */
@@ -334,8 +372,12 @@ void compress_fp8_symbols_ref(const float *x,
 /* True when the CPU has AVX2, FMA, F16C and BMI2 (fast paths in use). */
 bool compress_have_avx2(void);
 
-/* Tests only: off forces the plain-C paths (what a CPU without AVX2 runs),
- * on restores the detected choice. Not thread-safe. */
-void compress_set_simd(bool on);
+/* The kernel tier in use: 0 plain C, 1 AVX2 (+FMA, F16C, BMI2), 2 AVX2
+ * plus AVX-512 F/VL/BW/DQ. */
+int compress_simd_level(void);
+
+/* Tests only: uses tier min(level, what the CPU has) (0: the plain-C
+ * paths a CPU without AVX2 runs) and returns it. Not thread-safe. */
+int compress_set_simd(int level);
 
 #endif /* RUMOR_COMPRESS_IMPL_H */

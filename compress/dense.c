@@ -6,8 +6,9 @@
  * finite value instead of producing Inf (a diff of 1e5 sent as fp16 arrives
  * as 65504, never as a poison value the receiver must reject). fp16 keeps
  * subnormals (F16C does, and the reference does the same), so values down
- * to 2^-24 survive. fp16 uses F16C (kernels.c) with a fused NaN/Inf check,
- * so encoding is one pass over x.
+ * to 2^-24 survive. Both share one codec implementation over the kernels
+ * of kernels.c (F16C for fp16, integer rounding for bf16) with a fused
+ * NaN/Inf check, so encoding is one pass over x.
  *
  * Decoders reject payload values with an all-ones exponent (Inf/NaN) with
  * RUMOR_ENUMERIC before touching y (R8.4).
@@ -125,11 +126,14 @@ const struct compress_ops compress_fp32_ops = {s_size_fixed,
                                                false,
                                                s_fp32_decode};
 
-/* --- fp16 ------------------------------------------------------------------
+/* --- fp16 and bf16 ----------------------------------------------------------
  */
 
+/* One implementation for both narrow formats: the kernels take the format
+ * (compress_f32_to_half_bytes, compress_half_bytes_to_f32), with the
+ * NaN/Inf check fused into the conversion pass. */
 static rumor_err
-s_fp16_encode(const rumor_codec *c,
+s_half_encode(const rumor_codec *c,
               const float *x,
               size_t n,
               uint64_t seed,
@@ -141,21 +145,22 @@ s_fp16_encode(const rumor_codec *c,
 {
     (void)seed;
     (void)counter;
+    bool bf16 = c->id == RUMOR_CODEC_BF16;
     size_t need = RUMOR_COMPRESS_HEADER_BYTES + 2 * n;
     if (cap < need)
         return RUMOR_ETOOBIG;
     uint8_t *p = out + RUMOR_COMPRESS_HEADER_BYTES;
-    if (!compress_f32_to_f16_bytes(x, n, p))
+    if (!compress_f32_to_half_bytes(x, n, bf16, p))
         return RUMOR_ENUMERIC;
     if (approx != NULL) /* finite: checked on x */
-        (void)compress_f16_bytes_to_f32(p, n, approx);
+        (void)compress_half_bytes_to_f32(p, n, bf16, approx);
     s_header(c, n, out);
     *written = need;
     return RUMOR_OK;
 }
 
 static rumor_err
-s_fp16_decode(const rumor_codec *c,
+s_half_decode(const rumor_codec *c,
               const uint8_t *in,
               size_t len,
               bool add,
@@ -163,20 +168,21 @@ s_fp16_decode(const rumor_codec *c,
               float *y,
               size_t n)
 {
-    (void)c;
+    bool bf16 = c->id == RUMOR_CODEC_BF16;
     rumor_err rc = s_check_fixed(in, len, n, 2);
     if (rc != RUMOR_OK)
         return rc;
     const uint8_t *p = in + RUMOR_COMPRESS_HEADER_BYTES;
-    /* Halves with exponent 31 (Inf, NaN) are rejected, checked during the
-     * conversion. */
+    /* Halves with an all-ones exponent (Inf, NaN) are rejected, checked
+     * during the conversion. */
     if (!add)
-        return compress_f16_bytes_to_f32(p, n, y) ? RUMOR_OK : RUMOR_ENUMERIC;
+        return compress_half_bytes_to_f32(p, n, bf16, y) ? RUMOR_OK
+                                                         : RUMOR_ENUMERIC;
     float v[S_CHUNK];
     for (int pass = 0; pass < 2; pass++) { /* check all, then add */
         for (size_t i = 0; i < n; i += S_CHUNK) {
             size_t m = n - i < S_CHUNK ? n - i : S_CHUNK;
-            if (!compress_f16_bytes_to_f32(p + 2 * i, m, v))
+            if (!compress_half_bytes_to_f32(p + 2 * i, m, bf16, v))
                 return RUMOR_ENUMERIC;
             for (size_t j = 0; pass == 1 && j < m; j++)
                 y[i + j] += alpha * v[j];
@@ -186,80 +192,10 @@ s_fp16_decode(const rumor_codec *c,
 }
 
 const struct compress_ops compress_fp16_ops = {s_size_fixed,
-                                               s_fp16_encode,
+                                               s_half_encode,
                                                true,
-                                               s_fp16_decode};
-
-/* --- bf16 ------------------------------------------------------------------
- */
-
-static uint16_t
-s_to_bf16(float x)
-{
-    uint32_t u = compress_f2u(x);
-    uint32_t r = u + 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
-    if ((r & 0x7f800000u) == 0x7f800000u)        /* rounded up to Inf */
-        r = (u & 0x80000000u) | 0x7f7f0000u;     /* saturate */
-    return (uint16_t)(r >> 16);
-}
-
-static rumor_err
-s_bf16_encode(const rumor_codec *c,
-              const float *x,
-              size_t n,
-              uint64_t seed,
-              uint64_t counter,
-              uint8_t *out,
-              size_t cap,
-              size_t *written,
-              float *approx)
-{
-    (void)seed;
-    (void)counter;
-    size_t need = RUMOR_COMPRESS_HEADER_BYTES + 2 * n;
-    if (cap < need)
-        return RUMOR_ETOOBIG;
-    s_header(c, n, out);
-    uint8_t *p = out + RUMOR_COMPRESS_HEADER_BYTES;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t h = s_to_bf16(x[i]);
-        p[2 * i] = (uint8_t)h;
-        p[2 * i + 1] = (uint8_t)(h >> 8);
-        if (approx != NULL)
-            approx[i] = compress_u2f((uint32_t)h << 16);
-    }
-    *written = need;
-    return RUMOR_OK;
-}
-
-static rumor_err
-s_bf16_decode(const rumor_codec *c,
-              const uint8_t *in,
-              size_t len,
-              bool add,
-              float alpha,
-              float *y,
-              size_t n)
-{
-    (void)c;
-    rumor_err rc = s_check_fixed(in, len, n, 2);
-    if (rc != RUMOR_OK)
-        return rc;
-    const uint8_t *p = in + RUMOR_COMPRESS_HEADER_BYTES;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t h = (uint32_t)(p[2 * i] | p[2 * i + 1] << 8);
-        if ((h & 0x7f80u) == 0x7f80u)
-            return RUMOR_ENUMERIC;
-    }
-    for (size_t i = 0; i < n; i++) {
-        uint32_t h = (uint32_t)(p[2 * i] | p[2 * i + 1] << 8);
-        float v = compress_u2f(h << 16);
-        y[i] = add ? y[i] + alpha * v : v;
-    }
-    return RUMOR_OK;
-}
-
+                                               s_half_decode};
 const struct compress_ops compress_bf16_ops = {s_size_fixed,
-                                               s_bf16_encode,
-                                               false,
-                                               s_bf16_decode};
+                                               s_half_encode,
+                                               true,
+                                               s_half_decode};

@@ -36,16 +36,54 @@
 
 /* --- shared -------------------------------------------------------------- */
 
-/* Fills r[0..m) with draws start .. start + m - 1; tmp has S_CHUNK + 16
- * slots; returns the pointer to draw start. */
-static const uint16_t *
-s_draws(uint64_t seed, uint64_t counter, size_t start, size_t m, uint16_t *tmp)
+/* A window of the draw stream (seed, counter): draws lo .. hi - 1 in r.
+ * Buckets take their draws from it in order; it is refilled S_CHUNK draws
+ * at a time, so small buckets do not each pay a generator call (the
+ * vector generator works in groups of 256). */
+struct s_drawbuf {
+    uint64_t seed, counter;
+    size_t lo, hi;
+    uint16_t r[S_CHUNK + 16];
+};
+
+static void
+s_drawbuf_init(struct s_drawbuf *d, uint64_t seed, uint64_t counter)
 {
-    size_t lo = start & ~(size_t)7;
-    size_t hi = (start + m + 7) & ~(size_t)7;
-    compress_rand16(seed, counter, lo, tmp, hi - lo);
-    return tmp + (start - lo);
+    d->seed = seed;
+    d->counter = counter;
+    d->lo = 0;
+    d->hi = 0;
 }
+
+/* Draws start .. start + m - 1 (m <= S_CHUNK - 8) of the stream, within
+ * n draws; returns the pointer to draw start. */
+static const uint16_t *
+s_draws(struct s_drawbuf *d, size_t start, size_t m, size_t n)
+{
+    if (start < d->lo || start + m > d->hi) {
+        size_t lo = start & ~(size_t)7;
+        size_t hi = lo + S_CHUNK;
+        size_t end = (n + 7) & ~(size_t)7;
+        hi = hi < end ? hi : end;
+        compress_rand16(d->seed, d->counter, lo, d->r, hi - lo);
+        d->lo = lo;
+        d->hi = hi;
+    }
+    return d->r + (start - d->lo);
+}
+
+/* Asks for x[from .. to) in cache ahead of use: the bucket loops compute
+ * for a while between reads, so the hardware prefetcher (driven by the
+ * reads) falls behind and each bucket would start with a DRAM stall. */
+static void
+s_prefetch(const float *x, size_t from, size_t to)
+{
+    for (size_t i = from & ~(size_t)15; i < to; i += 16)
+        __builtin_prefetch(x + i);
+}
+
+/* Values read ahead of the bucket being quantized. */
+#define S_AHEAD 2048
 
 /* Stochastic rounding of a = |v| * inv to floor(a + u), u in (0, 1) from
  * the 16-bit draw r, clamped to s: compress_levels_ref's arithmetic. */
@@ -171,11 +209,18 @@ s_qsgd_encode(const rumor_codec *c,
     pk.w = w;
     struct compress_bw w9;
     compress_bw_init(&w9, out + head, cap - head);
-    uint16_t tmp[S_CHUNK + 16];
+    struct s_drawbuf draws;
+    s_drawbuf_init(&draws, seed, counter);
+    size_t ahead = 0; /* x[0 .. ahead) was asked for */
     for (size_t k = 0; k < nb; k++) {
         size_t start = k * c->bucket;
         size_t m = n - start < c->bucket ? n - start : c->bucket;
         const float *v = x + start;
+        size_t want = start + m + S_AHEAD < n ? start + m + S_AHEAD : n;
+        if (want > ahead) {
+            s_prefetch(x, ahead > start + m ? ahead : start + m, want);
+            ahead = want;
+        }
         double acc =
             tern ? (double)compress_maxabs(v, m) : sqrt(compress_sumsq(v, m));
         /* Non-finite iff the bucket holds NaN or Inf: a finite bucket's
@@ -188,7 +233,7 @@ s_qsgd_encode(const rumor_codec *c,
         float scale = norm / (float)s;
         for (size_t i0 = 0; i0 < m; i0 += S_CHUNK - 8) {
             size_t mm = m - i0 < S_CHUNK - 8 ? m - i0 : S_CHUNK - 8;
-            const uint16_t *r = s_draws(seed, counter, start + i0, mm, tmp);
+            const uint16_t *r = s_draws(&draws, start + i0, mm, n);
             float *ap = approx != NULL ? approx + start + i0 : NULL;
             if (b == 8) { /* 9-bit codes do not fit the byte kernels */
                 for (size_t i = 0; i < mm; i++) {
@@ -203,6 +248,31 @@ s_qsgd_encode(const rumor_codec *c,
                         ap[i] = neg ? -q : q;
                     }
                 }
+                continue;
+            }
+            /* Byte-aligned whole groups with no approximation wanted
+             * (buckets of a multiple of 8): levels straight to bits; a
+             * last partial group goes through the packer. */
+            size_t whole = mm & ~(size_t)7;
+            if (!elias && ap == NULL && pk.pending == 0 &&
+                (start + i0) % 8 == 0) {
+                compress_levels_packed(v + i0,
+                                       whole,
+                                       inv,
+                                       s,
+                                       b,
+                                       r,
+                                       pk.out,
+                                       pk.end);
+                pk.out += whole / 8 * w;
+                compress_levels(v + i0 + whole,
+                                mm - whole,
+                                inv,
+                                s,
+                                b,
+                                r + whole,
+                                pk.codes);
+                pk.pending = mm - whole;
                 continue;
             }
             uint8_t *codes = pk.codes + pk.pending;
@@ -564,11 +634,13 @@ s_natural_encode(const rumor_codec *c,
     uint8_t *expo = out + RUMOR_COMPRESS_HEADER_BYTES;
     uint8_t *bits = expo + n;
     memset(bits, 0, (n + 7) / 8);
-    uint16_t tmp[S_CHUNK + 16];
-    for (size_t i0 = 0; i0 < n; i0 += S_CHUNK) {
-        size_t m = n - i0 < S_CHUNK ? n - i0 : S_CHUNK;
+    struct s_drawbuf draws;
+    s_drawbuf_init(&draws, seed, counter);
+    for (size_t i0 = 0; i0 < n; i0 += S_CHUNK - 8) {
+        size_t m = n - i0 < S_CHUNK - 8 ? n - i0 : S_CHUNK - 8;
         size_t whole = m & ~(size_t)7;
-        const uint16_t *r = s_draws(seed, counter, i0, m, tmp);
+        const uint16_t *r = s_draws(&draws, i0, m, n);
+        s_prefetch(x, i0 + m, i0 + m + S_AHEAD < n ? i0 + m + S_AHEAD : n);
         if (!compress_natural(x + i0, whole, r, expo + i0, bits + i0 / 8))
             return RUMOR_ENUMERIC;
         for (size_t i = whole; i < m; i++) { /* the last partial byte */

@@ -109,15 +109,34 @@ compress_sign_bucket_ref(const float *x, size_t n, uint8_t *bits)
 }
 
 double
-compress_sumsq_ref(const float *x, size_t n)
+compress_sumsq_wide(const float *x, size_t n)
 {
-    double lane[8] = {0}, tail = 0;
-    size_t whole = n & ~(size_t)7;
+    double lane[32] = {0}, tail = 0;
+    size_t whole = n & ~(size_t)31;
     for (size_t i = 0; i < whole; i++)
-        lane[i % 8] += (double)x[i] * x[i];
+        lane[i % 32] += (double)x[i] * x[i];
     for (size_t i = whole; i < n; i++)
         tail += (double)x[i] * x[i];
-    return s_lanes_sum(lane, tail);
+    for (size_t w = 16; w >= 1; w /= 2)
+        for (size_t j = 0; j < w; j++)
+            lane[j] += lane[j + w];
+    return lane[0] + tail;
+}
+
+double
+compress_sumsq_ref(const float *x, size_t n)
+{
+    float lane[64] = {0}, tail = 0;
+    size_t whole = n & ~(size_t)63;
+    for (size_t i = 0; i < whole; i++)
+        lane[i % 64] = fmaf(x[i], x[i], lane[i % 64]);
+    for (size_t i = whole; i < n; i++)
+        tail = fmaf(x[i], x[i], tail);
+    /* Halving: lane j += lane j + w for w = 32, 16, 8, 4, 2, 1. */
+    for (size_t w = 32; w >= 1; w /= 2)
+        for (size_t j = 0; j < w; j++)
+            lane[j] += lane[j + w];
+    return compress_sumsq_finish(lane[0] + tail, x, n);
 }
 
 void
@@ -178,6 +197,21 @@ compress_f32_to_f16_ref(const float *x, size_t n, uint16_t *h)
             mag = (uint32_t)nearbyintf(a * 16777216.0f);
         }
         h[i] = (uint16_t)(sign | mag);
+    }
+    return finite;
+}
+
+bool
+compress_f32_to_bf16_ref(const float *x, size_t n, uint16_t *h)
+{
+    bool finite = true;
+    for (size_t i = 0; i < n; i++) {
+        finite = finite && isfinite(x[i]);
+        uint32_t u = compress_f2u(x[i]);
+        uint32_t r = u + 0x7fffu + ((u >> 16) & 1u); /* nearest even */
+        if ((r & 0x7f800000u) == 0x7f800000u)        /* rounded up to Inf */
+            r = (u & 0x80000000u) | 0x7f7f0000u;     /* saturate */
+        h[i] = (uint16_t)(r >> 16);
     }
     return finite;
 }

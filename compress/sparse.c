@@ -238,6 +238,44 @@ s_size(const rumor_codec *c, size_t n, size_t *bytes, bool *exact)
 /* --- encode ------------------------------------------------------------------
  */
 
+/* The Rice codes of the index gaps, from the first on, while each fits
+ * 32 bits and 8 bytes of room are left: every code is or-ed in and 8
+ * bytes stored, the whole bytes then skipped, so there is no branch on
+ * "the accumulator is full" (data-dependent, it mispredicts). The same
+ * bits as compress_bw_put's; returns the count done, w and *prev ready
+ * for the general loop. */
+static size_t
+s_rice_fast(struct compress_bw *w,
+            const uint32_t *idx,
+            size_t k,
+            unsigned r,
+            uint64_t *prev)
+{
+    uint8_t *p = w->p;
+    uint64_t acc = w->acc;
+    unsigned nacc = w->nacc; /* 0 here: a fresh writer */
+    size_t j = 0;
+    uint64_t last = *prev;
+    for (; j < k && w->end - p >= 8; j++) {
+        uint64_t gap = j == 0 ? idx[0] : idx[j] - last - 1;
+        uint64_t q = gap >> r, low = gap & ((1ull << r) - 1);
+        if (q + 1 + r > 32)
+            break;
+        last = idx[j];
+        acc |= ((1ull << q) | low << (q + 1)) << nacc;
+        nacc += (unsigned)(q + 1 + r);
+        compress_put_u64(p, acc);
+        p += nacc / 8;
+        acc >>= nacc & ~7u;
+        nacc &= 7u;
+    }
+    w->p = p;
+    w->acc = acc;
+    w->nacc = nacc;
+    *prev = last;
+    return j;
+}
+
 /* Sends idx[0..k) and the values: gathered[] when given (top-k collects
  * them during its scan), else x[idx[j]]. */
 static rumor_err
@@ -298,7 +336,8 @@ s_encode_indices(const rumor_codec *c,
         struct compress_bw w;
         compress_bw_init(&w, out + at + 4, cap - at - 4);
         uint64_t prev = 0;
-        for (size_t j = 0; j < k; j++) {
+        size_t j = s_rice_fast(&w, idx, k, r, &prev);
+        for (; j < k; j++) {
             uint64_t gap = j == 0 ? idx[0] : idx[j] - prev - 1;
             prev = idx[j];
             uint64_t q = gap >> r, low = gap & ((1ull << r) - 1);

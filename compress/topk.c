@@ -62,8 +62,22 @@ s_hist(const uint32_t *keys,
         hist[0][d] += hist[1][d] + hist[2][d] + hist[3][d];
 }
 
-/* Finds T, the k-th largest of keys[0..m) (1 <= k <= m), how many keys
- * are strictly greater and how many equal T. The digits are taken from
+/* Smallest and largest of keys[0..m) (m >= 1). */
+static void
+s_minmax(const uint32_t *keys, size_t m, uint32_t *lo, uint32_t *hi)
+{
+    uint32_t a = UINT32_MAX, b = 0;
+    for (size_t i = 0; i < m; i++) {
+        a = keys[i] < a ? keys[i] : a;
+        b = keys[i] > b ? keys[i] : b;
+    }
+    *lo = a;
+    *hi = b;
+}
+
+/* Finds T, the k-th largest of keys[0..m) (1 <= k <= m, lo and hi their
+ * smallest and largest), how many keys are strictly greater and how many
+ * equal T. The digits are taken from
  * key - min over the bits that max - min spans, 11 at a time from the top,
  * so the first pass spreads the keys even when they all share their top
  * bits (the candidates above a threshold do). scratch (m slots) receives,
@@ -73,17 +87,14 @@ static void
 s_kth_largest(const uint32_t *keys,
               size_t m,
               size_t k,
+              uint32_t lo,
+              uint32_t hi,
               uint32_t *scratch,
               uint32_t *T,
               size_t *gt,
               size_t *eq)
 {
     uint32_t hist[4][2048];
-    uint32_t lo = UINT32_MAX, hi = 0;
-    for (size_t i = 0; i < m; i++) {
-        lo = keys[i] < lo ? keys[i] : lo;
-        hi = keys[i] > hi ? keys[i] : hi;
-    }
     unsigned bits = hi > lo ? 32u - (unsigned)__builtin_clz(hi - lo) : 0;
     uint32_t base = lo;
     size_t above = 0;
@@ -177,9 +188,10 @@ s_full(const float *x, size_t n, size_t k, uint32_t *idx, float *vals)
         free(keys);
         return RUMOR_ENUMERIC;
     }
-    uint32_t T = 0;
+    uint32_t T = 0, lo = 0, hi = 0;
     size_t gt = 0, eq = 0;
-    s_kth_largest(keys, n, k, keys + n, &T, &gt, &eq);
+    s_minmax(keys, n, &lo, &hi);
+    s_kth_largest(keys, n, k, lo, hi, keys + n, &T, &gt, &eq);
     s_emit(x, NULL, keys, NULL, n, T, k, eq, k - gt, idx, vals);
     free(keys);
     return RUMOR_OK;
@@ -234,9 +246,10 @@ compress_topk_select(const float *x,
         for (size_t j = 0; j < run; j++)
             sample[b * run + j] = compress_f2u(x[at + j]) & 0x7fffffffu;
     }
-    uint32_t T = 0;
+    uint32_t T = 0, lo = 0, hi = 0;
     size_t gt = 0, eq = 0;
-    s_kth_largest(sample, m, r, scratch, &T, &gt, &eq);
+    s_minmax(sample, m, &lo, &hi);
+    s_kth_largest(sample, m, r, lo, hi, scratch, &T, &gt, &eq);
     bool finite = true;
     size_t count =
         compress_select_ge(x, n, compress_u2f(T), cand, bits, cap, &finite);
@@ -254,9 +267,16 @@ compress_topk_select(const float *x,
         rc = RUMOR_ENOMEM;
         goto done;
     }
-    for (size_t i = 0; i < count; i++)
-        keys[i] = bits[i] & 0x7fffffffu;
-    s_kth_largest(keys, count, k, scratch, &T, &gt, &eq);
+    /* The keys and their range in one pass (count >= k >= 1). */
+    lo = UINT32_MAX;
+    hi = 0;
+    for (size_t i = 0; i < count; i++) {
+        uint32_t key = bits[i] & 0x7fffffffu;
+        keys[i] = key;
+        lo = key < lo ? key : lo;
+        hi = key > hi ? key : hi;
+    }
+    s_kth_largest(keys, count, k, lo, hi, scratch, &T, &gt, &eq);
     s_emit(x, cand, keys, bits, count, T, k, eq, k - gt, idx, vals);
     if (keys != sample)
         free(keys);

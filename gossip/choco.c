@@ -16,6 +16,7 @@
  * before it touches x, xhat or s. Since s is a running sum over a fixed
  * neighbourhood, time-varying topologies are refused.
  */
+#include "gossip/adapt.h"
 #include "gossip/gossip_impl.h"
 
 #include <stdlib.h>
@@ -25,6 +26,8 @@ struct choco {
     struct gossip_packer pack;
     double *xhat, *s, *ds; /* public copy, weighted copies, staged update */
     const struct rumor_gossip_msg **slot;
+    const uint8_t *own; /* the last message sent (packer's or adapt's) */
+    size_t own_len;
 };
 
 static rumor_err
@@ -34,10 +37,6 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     if (s == NULL)
         return RUMOR_ENOMEM;
     g->state = s;
-    if (!(g->opts.gamma > 0 && g->opts.gamma <= RUMOR_GOSSIP_GAMMA_MAX)) {
-        rumor_diag_set(diag, "", 0, 0, "choco: gamma must be in (0, 2]");
-        return RUMOR_EINVAL;
-    }
     if (rumor_topology_phases(g->topo) > 1) {
         /* s_i = sum_j w_ij xhat_j is kept as a running sum: it is only
          * right while the neighbours and weights stay the same. */
@@ -48,14 +47,13 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
                        "choco needs a static topology (one phase)");
         return RUMOR_EINVAL;
     }
-    rumor_err rc = gossip_packer_init(&s->pack, g, g->opts.codec, diag);
+    rumor_err rc = gossip_codec_init(g, &s->pack, &s->slot, diag);
     if (rc != RUMOR_OK)
         return rc;
     s->xhat = calloc(g->numel, sizeof(double));
     s->s = calloc(g->numel, sizeof(double));
     s->ds = calloc(g->numel, sizeof(double));
-    s->slot = malloc(g->nodes * sizeof *s->slot);
-    if (!s->xhat || !s->s || !s->ds || !s->slot)
+    if (!s->xhat || !s->s || !s->ds)
         return RUMOR_ENOMEM;
     return RUMOR_OK;
 }
@@ -66,11 +64,10 @@ s_free(rumor_gossip *g)
     struct choco *s = g->state;
     if (s == NULL)
         return;
-    gossip_packer_free(&s->pack);
+    gossip_codec_free(&s->pack, &s->slot);
     free(s->xhat);
     free(s->s);
     free(s->ds);
-    free(s->slot);
     free(s);
     g->state = NULL;
 }
@@ -90,10 +87,38 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
 {
     (void)round;
     struct choco *s = g->state;
-    rumor_err rc = gossip_packer_encode(&s->pack, g, step, s_fill, s);
+    rumor_err rc = RUMOR_OK;
+    if (g->adapt != NULL) { /* the fixed controller: the same bytes */
+        rc = gossip_adapt_encode(g->adapt,
+                                 g,
+                                 GOSSIP_ADAPT_ALL,
+                                 step,
+                                 s_fill,
+                                 s,
+                                 &s->own,
+                                 &s->own_len);
+    } else {
+        rc = gossip_packer_encode(&s->pack, g, step, s_fill, s);
+        s->own = s->pack.buf;
+        s->own_len = s->pack.len;
+    }
     if (rc != RUMOR_OK)
         return rc;
-    return gossip_out_to_neighbors(g, step, s->pack.buf, s->pack.len);
+    return gossip_out_to_neighbors(g, step, s->own, s->own_len);
+}
+
+/* Decodes a message into `into` (adapt: with the codec its headers name). */
+static rumor_err
+s_stage(struct choco *s,
+        const rumor_gossip *g,
+        const uint8_t *data,
+        size_t len,
+        double weight,
+        double *into)
+{
+    if (g->adapt != NULL)
+        return gossip_adapt_stage(g->adapt, g, data, len, weight, into);
+    return gossip_packer_stage(&s->pack, g, data, len, weight, into);
 }
 
 static rumor_err
@@ -112,12 +137,7 @@ s_absorb(rumor_gossip *g,
     rumor_err rc = gossip_match_peers(g, nbr, peers, msgs, count, s->slot);
     memset(s->ds, 0, g->numel * sizeof(double));
     for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
-        rc = gossip_packer_stage(&s->pack,
-                                 g,
-                                 s->slot[k]->data,
-                                 s->slot[k]->len,
-                                 w[k],
-                                 s->ds);
+        rc = s_stage(s, g, s->slot[k]->data, s->slot[k]->len, w[k], s->ds);
         if (rc != RUMOR_OK)
             rumor_log(RUMOR_LOG_WARN,
                       "gossip choco: node %u rejected the message of %u: %s",
@@ -129,19 +149,9 @@ s_absorb(rumor_gossip *g,
         return rc;
     /* Own q, decoded from the bytes the neighbours got. */
     double self_w = rumor_topology_self_weight(g->topo, phase, g->self);
-    rc = gossip_packer_stage(&s->pack,
-                             g,
-                             s->pack.buf,
-                             s->pack.len,
-                             self_w,
-                             s->ds);
+    rc = s_stage(s, g, s->own, s->own_len, self_w, s->ds);
     if (rc == RUMOR_OK)
-        rc = gossip_packer_stage(&s->pack,
-                                 g,
-                                 s->pack.buf,
-                                 s->pack.len,
-                                 1.0,
-                                 s->xhat);
+        rc = s_stage(s, g, s->own, s->own_len, 1.0, s->xhat);
     if (RUMOR_NEVER(rc != RUMOR_OK))
         return rc; /* own bytes always decode, or the codec has a bug */
     size_t base = 0;
@@ -158,6 +168,26 @@ s_absorb(rumor_gossip *g,
     return RUMOR_OK;
 }
 
+/* Between steps CHOCO carries its public copy xhat and the weighted sum
+ * s of the neighbours' copies; the staged update and the packer's last
+ * message are rebuilt every step. */
+static rumor_err
+s_state_save(const rumor_gossip *g, struct rumor_buf *out)
+{
+    const struct choco *s = g->state;
+    rumor_err rc = gossip_write_f64(out, s->xhat, g->numel);
+    return rc == RUMOR_OK ? gossip_write_f64(out, s->s, g->numel) : rc;
+}
+
+static rumor_err
+s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
+{
+    struct choco *s = g->state;
+    gossip_read_f64(r, apply ? s->xhat : NULL, g->numel);
+    gossip_read_f64(r, apply ? s->s : NULL, g->numel);
+    return r->err;
+}
+
 const struct gossip_algo_i gossip_choco = {
     .name = "choco",
     .init = s_init,
@@ -166,4 +196,6 @@ const struct gossip_algo_i gossip_choco = {
     .emit = s_emit,
     .expected = gossip_expected_neighbors,
     .absorb = s_absorb,
+    .state_save = s_state_save,
+    .state_load = s_state_load,
 };

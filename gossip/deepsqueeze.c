@@ -28,18 +28,13 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     if (s == NULL)
         return RUMOR_ENOMEM;
     g->state = s;
-    if (!(g->opts.gamma > 0 && g->opts.gamma <= RUMOR_GOSSIP_GAMMA_MAX)) {
-        rumor_diag_set(diag, "", 0, 0, "deepsqueeze: gamma must be in (0, 2]");
-        return RUMOR_EINVAL;
-    }
-    rumor_err rc = gossip_packer_init(&s->pack, g, g->opts.codec, diag);
+    rumor_err rc = gossip_codec_init(g, &s->pack, &s->slot, diag);
     if (rc != RUMOR_OK)
         return rc;
     s->delta = calloc(g->numel, sizeof(float));
     s->ds = calloc(g->numel, sizeof(double));
     s->cv = calloc(g->numel, sizeof(double));
-    s->slot = malloc(g->nodes * sizeof *s->slot);
-    if (!s->delta || !s->ds || !s->cv || !s->slot)
+    if (!s->delta || !s->ds || !s->cv)
         return RUMOR_ENOMEM;
     return RUMOR_OK;
 }
@@ -50,11 +45,10 @@ s_free(rumor_gossip *g)
     struct deepsqueeze *s = g->state;
     if (s == NULL)
         return;
-    gossip_packer_free(&s->pack);
+    gossip_codec_free(&s->pack, &s->slot);
     free(s->delta);
     free(s->ds);
     free(s->cv);
-    free(s->slot);
     free(s);
     g->state = NULL;
 }
@@ -137,6 +131,22 @@ s_absorb(rumor_gossip *g,
     return RUMOR_OK;
 }
 
+/* Between steps DeepSqueeze carries its compression error delta. */
+static rumor_err
+s_state_save(const rumor_gossip *g, struct rumor_buf *out)
+{
+    const struct deepsqueeze *s = g->state;
+    return gossip_write_f32(out, s->delta, g->numel);
+}
+
+static rumor_err
+s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
+{
+    struct deepsqueeze *s = g->state;
+    gossip_read_f32(r, apply ? s->delta : NULL, g->numel);
+    return r->err;
+}
+
 const struct gossip_algo_i gossip_deepsqueeze = {
     .name = "deepsqueeze",
     .init = s_init,
@@ -145,4 +155,6 @@ const struct gossip_algo_i gossip_deepsqueeze = {
     .emit = s_emit,
     .expected = gossip_expected_neighbors,
     .absorb = s_absorb,
+    .state_save = s_state_save,
+    .state_load = s_state_load,
 };

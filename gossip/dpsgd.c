@@ -113,6 +113,26 @@ s_absorb(rumor_gossip *g,
     return RUMOR_OK;
 }
 
+/* x_j - x_i of the step for edge skipping (edges.c stages w_ij times it):
+ * the same doubles the loss-free absorb sums. */
+static rumor_err
+s_edge_diff(const rumor_gossip *g,
+            uint64_t step,
+            const struct rumor_gossip_msg *m,
+            double *d)
+{
+    (void)step;
+    const struct dpsgd *s = g->state;
+    if (m->len != g->numel * sizeof(float))
+        return RUMOR_EPROTO;
+    for (size_t e = 0; e < g->numel; e++) {
+        float v;
+        memcpy(&v, m->data + e * sizeof v, sizeof v);
+        d[e] = (double)v - s->snapshot[e];
+    }
+    return RUMOR_OK;
+}
+
 const struct gossip_algo_i gossip_dpsgd = {
     .name = "dpsgd",
     .init = s_init,
@@ -121,4 +141,5 @@ const struct gossip_algo_i gossip_dpsgd = {
     .emit = s_emit,
     .expected = gossip_expected_neighbors,
     .absorb = s_absorb,
+    .edge_diff = s_edge_diff,
 };

@@ -10,6 +10,7 @@
  */
 #include "rumor/gossip.h"
 
+#include "gossip/adapt.h"
 #include "gossip/gossip_impl.h"
 
 #include <math.h>
@@ -56,6 +57,10 @@ rumor_gossip_opts_default(struct rumor_gossip_opts *opts)
     opts->outer_lr = 1.0;
     opts->theta = 2.0;
     opts->seed = 1;
+    snprintf(opts->saef_scope, sizeof opts->saef_scope, "neighbourhood");
+    opts->adapt_density = 0.02;
+    opts->adapt_error = 0.25;
+    opts->adapt_lambda = 4.0;
 }
 
 static rumor_err
@@ -127,8 +132,10 @@ rumor_gossip_new(const struct rumor_gossip_opts *opts,
     g->self = self;
     g->nodes = rumor_topology_nodes(t);
     rumor_err rc = s_copy_model(g, model, diag);
+    if (rc == RUMOR_OK && opts->adapt[0] != '\0')
+        rc = gossip_adapt_attach(g, diag);
     if (rc == RUMOR_OK)
-        rc = algo->init(g, diag);
+        rc = g->algo->init(g, diag);
     if (rc != RUMOR_OK) {
         rumor_gossip_destroy(&g);
         return rc;
@@ -144,6 +151,8 @@ rumor_gossip_destroy(rumor_gossip **self_p)
     if (g == NULL)
         return;
     g->algo->free(g);
+    gossip_ledger_free(g);
+    gossip_adapt_destroy(&g->adapt);
     free(g->tensors);
     free(g->out);
     free(g);

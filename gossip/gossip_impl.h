@@ -8,6 +8,38 @@
 
 #include "rumor/gossip.h"
 
+/* --- state encoding helpers (state.c) ------------------------------------ */
+
+/* A cursor over untrusted state bytes: every take checks what is left;
+ * the first failure sets err (with why) and makes every later take fail,
+ * so a decoder checks once at the end. */
+struct gossip_reader {
+    const uint8_t *p;
+    size_t left;
+    rumor_err err;
+    const char *why; /* static text for the diag */
+};
+
+void gossip_reader_init(struct gossip_reader *r, const uint8_t *p, size_t len);
+/* Marks the state bad (keeps the first reason). */
+void
+gossip_reader_fail(struct gossip_reader *r, rumor_err err, const char *why);
+uint32_t gossip_read_u32(struct gossip_reader *r);
+uint64_t gossip_read_u64(struct gossip_reader *r);
+/* A u64 length that must equal want (else RUMOR_EPROTO with why). */
+void gossip_read_len(struct gossip_reader *r, uint64_t want, const char *why);
+/* n floats (or doubles) into dst, or only checked when dst is NULL;
+ * non-finite values are RUMOR_ENUMERIC. */
+void gossip_read_f32(struct gossip_reader *r, float *dst, size_t n);
+void gossip_read_f64(struct gossip_reader *r, double *dst, size_t n);
+/* A u64 length, then that many bytes, borrowed: *len receives it. */
+const uint8_t *gossip_read_blob(struct gossip_reader *r, size_t *len);
+
+rumor_err gossip_write_u32(struct rumor_buf *b, uint32_t v);
+rumor_err gossip_write_u64(struct rumor_buf *b, uint64_t v);
+rumor_err gossip_write_f32(struct rumor_buf *b, const float *v, size_t n);
+rumor_err gossip_write_f64(struct rumor_buf *b, const double *v, size_t n);
+
 struct gossip_algo_i {
     const char *name;
     /* Allocates g->state; the diag explains an invalid option. */
@@ -32,6 +64,21 @@ struct gossip_algo_i {
                         size_t count);
     /* (optional, NULL: no-op) rumor_gossip_step_ahead */
     rumor_err (*step_ahead)(rumor_gossip *g);
+    /* (optional, NULL: cannot skip a neighbour) writes x_j - x_i of the
+     * step (numel doubles) for message m; RUMOR_EPROTO for a wrong size.
+     * Edge terms are then staged by gossip/edges.c. */
+    rumor_err (*edge_diff)(const rumor_gossip *g,
+                           uint64_t step,
+                           const struct rumor_gossip_msg *m,
+                           double *d);
+    /* (optional, NULL: no state between steps) appends the state */
+    rumor_err (*state_save)(const rumor_gossip *g, struct rumor_buf *out);
+    /* (optional, NULL: only an empty state fits) reads the state from r;
+     * with apply false only checks it (a pure decode, nothing changes);
+     * with apply true (after a successful check) writes it into g. */
+    rumor_err (*state_load)(rumor_gossip *g,
+                            struct gossip_reader *r,
+                            bool apply);
 };
 
 struct rumor_gossip {
@@ -45,13 +92,19 @@ struct rumor_gossip {
     size_t numel;                 /* total elements of the model */
     struct rumor_gossip_msg *out; /* emitted messages, out_alloc slots */
     size_t out_count, out_alloc;
-    void *state; /* the algorithm's */
+    void *state;                  /* the algorithm's */
+    struct gossip_ledger *ledger; /* edges.c: staged terms, made on use */
+    struct gossip_adapt *adapt;   /* adapt.c: opts.adapt's controller */
 };
+
+/* Frees g->ledger (edges.c); NULL-safe. */
+void gossip_ledger_free(rumor_gossip *g);
 
 extern const struct gossip_algo_i gossip_allreduce;
 extern const struct gossip_algo_i gossip_allreduce_f64;
 extern const struct gossip_algo_i gossip_dpsgd;
 extern const struct gossip_algo_i gossip_choco;
+extern const struct gossip_algo_i gossip_choco_edge; /* adapt_choco.c */
 extern const struct gossip_algo_i gossip_powergossip;
 extern const struct gossip_algo_i gossip_powersgd;
 extern const struct gossip_algo_i gossip_localsgd;
@@ -132,6 +185,17 @@ rumor_err gossip_packer_init(struct gossip_packer *p,
                              const char *spec,
                              struct rumor_diag *diag);
 void gossip_packer_free(struct gossip_packer *p);
+
+/* The setup CHOCO and DeepSqueeze share: gamma in (0,
+ * RUMOR_GOSSIP_GAMMA_MAX] (else RUMOR_EINVAL, the diag naming the
+ * algorithm), the packer for opts.codec, and one inbox slot per node. */
+rumor_err gossip_codec_init(rumor_gossip *g,
+                            struct gossip_packer *pack,
+                            const struct rumor_gossip_msg ***slot,
+                            struct rumor_diag *diag);
+/* Frees what gossip_codec_init made; safe after a failed init. */
+void gossip_codec_free(struct gossip_packer *pack,
+                       const struct rumor_gossip_msg ***slot);
 
 /* Encodes fill's vector of every tensor into p->buf; stochastic codecs
  * draw from (seed of this node and tensor, step). */

@@ -22,13 +22,16 @@
  * Delta = (anchor - x) + (1 - alpha) e = e + (local update), the same
  * Delta for every alpha (alpha 0: plain EF; 1: SAEF's x_{t+1/2}). The
  * memory is compress/'s "saef" kind, which keeps e = Delta - C(Delta).
- * The paper's e_bar is the average error of all nodes, which no node
- * knows without sending its error uncompressed; each node uses its own e.
- * The mean of the nodes' look-ahead points is still anchor - e_bar, and
- * for a quadratic loss the averaged gradient is then exactly the one at
- * the virtual model anchor - e_bar.
+ * The paper's e_bar is the average error of all nodes. With saef_scope
+ * "neighbourhood" (saef.c) each sync ends with an extra round sending
+ * C(e) to the topology's neighbours, and the look-ahead is
+ * alpha * sum_j w_ij e_j; then Delta = anchor - x - alpha e_bar + e,
+ * still e + the local update. With "self" each node uses its own e; the
+ * mean of the nodes' look-ahead points is anchor - mean(e) either way
+ * (W doubly stochastic), the neighbourhood form spreads them less.
  */
 #include "gossip/gossip_impl.h"
+#include "gossip/saef.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -47,6 +50,12 @@ struct localsgd {
     bool compressed_sync; /* this sync uses the codec path */
     float ahead;          /* alpha of the look-ahead applied since the
                              last sync (0: none) */
+    /* the neighbourhood form (saef.c): the exchange of the errors, the
+     * look-ahead alpha e_bar applied since the last sync (shift), and
+     * whether it is applied (instead of ahead) */
+    struct gossip_saef saef;
+    float *shift;
+    bool ahead_nbr;
 };
 
 static bool
@@ -134,13 +143,16 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
         rc = s_make_mixer(g, diag);
     if (rc == RUMOR_OK && g->opts.delta_codec[0] != '\0')
         rc = s_make_codec(g, diag);
+    if (rc == RUMOR_OK)
+        rc = gossip_saef_init(&s->saef, g, diag);
     if (rc != RUMOR_OK)
         return rc;
-    s->anchor = malloc(g->numel * sizeof(float));
+    s->shift = calloc(g->numel, sizeof(float)); /* saved in checkpoints */
+    s->anchor = calloc(g->numel, sizeof(float));
     s->x = malloc(g->numel * sizeof(float));
     s->velocity = calloc(g->numel, sizeof(float));
     s->acc = malloc(g->numel * sizeof(float));
-    if (!s->anchor || !s->x || !s->velocity || !s->acc)
+    if (!s->anchor || !s->x || !s->velocity || !s->acc || !s->shift)
         return RUMOR_ENOMEM;
     return RUMOR_OK;
 }
@@ -154,6 +166,8 @@ s_free(rumor_gossip *g)
     rumor_gossip_destroy(&s->mixer);
     rumor_codec_destroy(&s->codec);
     rumor_ef_destroy(&s->ef);
+    gossip_saef_free(&s->saef);
+    free(s->shift);
     for (size_t j = 0; s->payload != NULL && j < g->nodes; j++)
         free(s->payload[j]);
     free(s->payload);
@@ -189,7 +203,8 @@ s_rounds(const rumor_gossip *g, uint64_t step)
     if (!s_sync_step(g, step))
         return 0;
     if (s->codec != NULL && s->have_anchor)
-        return (uint32_t)(g->nodes - 1);
+        return (uint32_t)(g->nodes - 1) +
+               (gossip_saef_exchanges(&s->saef, g) ? 1 : 0);
     return s_mixer_rounds(g, step);
 }
 
@@ -201,9 +216,12 @@ s_encode_delta(rumor_gossip *g, uint64_t step)
     gossip_flat_get(g, 0, g->numel, s->x);
     for (size_t e = 0; e < g->numel; e++)
         s->acc[e] = s->anchor[e] - s->x[e];
-    /* Delta = anchor - x + (1 - alpha) e: e + the local update. */
-    rumor_err rc =
-        rumor_ef_apply_error(s->ef, 1.0f - s->ahead, s->acc, g->numel);
+    /* Delta = anchor - x + (1 - alpha) e, or anchor - x - alpha e_bar + e:
+     * e + the local update. */
+    for (size_t e = 0; s->ahead_nbr && e < g->numel; e++)
+        s->acc[e] -= s->shift[e];
+    float own = s->ahead_nbr ? 1.0f : 1.0f - s->ahead;
+    rumor_err rc = rumor_ef_apply_error(s->ef, own, s->acc, g->numel);
     if (rc != RUMOR_OK)
         return rc;
     uint64_t seed = rumor_seed_derive(g->opts.seed, g->self, 0x10ca1);
@@ -217,9 +235,29 @@ s_encode_delta(rumor_gossip *g, uint64_t step)
                          s->payload_cap,
                          &s->payload_len[g->self],
                          NULL);
-    if (rc == RUMOR_OK)
+    if (rc == RUMOR_OK) { /* e_bar belonged to the errors just resent */
         s->ahead = 0;
+        s->ahead_nbr = false;
+        s->saef.have_ebar = false;
+    }
     return rc;
+}
+
+/* The own error, as encode left it. */
+static const float *
+s_error(const rumor_gossip *g)
+{
+    const struct localsgd *s = g->state;
+    size_t n = 0;
+    return rumor_ef_error(s->ef, &n);
+}
+
+/* True for the error round that ends a compressed sync (saef.c). */
+static bool
+s_error_round(const rumor_gossip *g, uint32_t round)
+{
+    const struct localsgd *s = g->state;
+    return round + 1 == g->nodes && gossip_saef_exchanges(&s->saef, g);
 }
 
 static rumor_err
@@ -238,6 +276,8 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
             memcpy(g->out, msgs, count * sizeof *msgs);
         return rc;
     }
+    if (s_error_round(g, round))
+        return gossip_saef_emit(&s->saef, g, step, s_error(g));
     rumor_err rc = round == 0 ? s_encode_delta(g, step) : RUMOR_OK;
     if (rc == RUMOR_OK)
         rc = gossip_out_reserve(g, 1);
@@ -348,6 +388,8 @@ s_absorb(rumor_gossip *g,
          size_t count)
 {
     struct localsgd *s = g->state;
+    if (s->compressed_sync && s_error_round(g, round))
+        return gossip_saef_absorb(&s->saef, g, step, s_error(g), msgs, count);
     if (s->compressed_sync)
         return s_absorb_gathered(g, round, msgs, count);
     rumor_err rc = rumor_gossip_absorb(s->mixer, step, round, msgs, count);
@@ -370,6 +412,8 @@ s_expected(const rumor_gossip *g,
            size_t cap)
 {
     const struct localsgd *s = g->state;
+    if (s->codec != NULL && s->have_anchor && s_error_round(g, round))
+        return gossip_expected_neighbors(g, step, round, peers, cap);
     if (s->codec != NULL && s->have_anchor)
         return gossip_expected_prev(g, step, round, peers, cap);
     size_t count = 0;
@@ -382,14 +426,135 @@ s_step_ahead(rumor_gossip *g)
 {
     struct localsgd *s = g->state;
     float alpha = (float)g->opts.ef_alpha;
-    if (s->codec == NULL || !s->have_anchor || alpha == 0 || s->ahead != 0)
+    if (s->codec == NULL || !s->have_anchor || alpha == 0 || s->ahead != 0 ||
+        s->ahead_nbr)
         return RUMOR_OK;
     gossip_flat_get(g, 0, g->numel, s->x);
+    if (s->saef.have_ebar) {
+        for (size_t e = 0; e < g->numel; e++) {
+            s->shift[e] = alpha * s->saef.ebar[e];
+            s->x[e] -= s->shift[e];
+        }
+        gossip_flat_put(g, 0, g->numel, s->x);
+        s->ahead_nbr = true;
+        return RUMOR_OK;
+    }
     rumor_err rc = rumor_ef_apply_error(s->ef, -alpha, s->x, g->numel);
     if (rc != RUMOR_OK)
         return rc;
     gossip_flat_put(g, 0, g->numel, s->x);
     s->ahead = alpha;
+    return RUMOR_OK;
+}
+
+/* Between steps: the anchor (the model of the last sync), the outer
+ * momentum, the look-ahead applied since the sync (alpha, or the shift of
+ * the neighbourhood form), the error memory, the neighbourhood's e_bar and
+ * the mixer's own state. Layout: u32 flags (1 have_anchor, 2 ahead_nbr,
+ * 4 have_ebar), f32 ahead, anchor, velocity, shift (numel floats each),
+ * the error memory as a u64-length blob (rumor_ef_save; empty without a
+ * delta codec), u64 ebar floats (0 or numel) and e_bar, the mixer's state
+ * as a blob. */
+static rumor_err
+s_state_save(const rumor_gossip *g, struct rumor_buf *out)
+{
+    const struct localsgd *s = g->state;
+    bool ebar = s->saef.have_ebar && s->saef.ebar != NULL;
+    uint32_t flags = (s->have_anchor ? 1u : 0u) | (s->ahead_nbr ? 2u : 0u) |
+                     (ebar ? 4u : 0u);
+    rumor_err rc = gossip_write_u32(out, flags);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f32(out, &s->ahead, 1);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f32(out, s->anchor, g->numel);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f32(out, s->velocity, g->numel);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f32(out, s->shift, g->numel);
+    size_t ef_len = s->ef != NULL ? rumor_ef_state_size(s->ef) : 0;
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, ef_len);
+    if (rc == RUMOR_OK && ef_len > 0)
+        rc = rumor_buf_reserve(out, ef_len);
+    size_t written = 0;
+    if (rc == RUMOR_OK && ef_len > 0)
+        rc = rumor_ef_save(s->ef, out->data + out->len, ef_len, &written);
+    out->len += rc == RUMOR_OK ? written : 0;
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, ebar ? g->numel : 0);
+    if (rc == RUMOR_OK && ebar)
+        rc = gossip_write_f32(out, s->saef.ebar, g->numel);
+    size_t at = out->len;
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, 0); /* the mixer's length, patched */
+    if (rc == RUMOR_OK)
+        rc = rumor_gossip_state_save(s->mixer, out);
+    if (rc == RUMOR_OK) {
+        uint64_t len = out->len - at - 8;
+        memcpy(out->data + at, &len, 8);
+    }
+    return rc;
+}
+
+/* The error memory's bytes: checked on a scratch memory, or restored. */
+static rumor_err
+s_state_ef(rumor_gossip *g, const uint8_t *p, size_t len, bool apply)
+{
+    struct localsgd *s = g->state;
+    if ((s->ef == NULL) != (len == 0))
+        return RUMOR_EPROTO;
+    if (len == 0)
+        return RUMOR_OK;
+    if (apply)
+        return rumor_ef_restore(s->ef, p, len);
+    rumor_ef *scratch = NULL;
+    rumor_err rc = rumor_ef_new("saef", g->numel, &scratch, NULL);
+    if (rc == RUMOR_OK)
+        rc = rumor_ef_restore(scratch, p, len);
+    rumor_ef_destroy(&scratch);
+    return rc;
+}
+
+static rumor_err
+s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
+{
+    struct localsgd *s = g->state;
+    uint32_t flags = gossip_read_u32(r);
+    float ahead = 0;
+    gossip_read_f32(r, &ahead, 1);
+    if (r->err == RUMOR_OK && flags > 7)
+        gossip_reader_fail(r, RUMOR_EPROTO, "unknown flags");
+    struct gossip_reader vectors = *r; /* read again once all fits */
+    gossip_read_f32(r, NULL, 3 * g->numel);
+    size_t ef_len = 0;
+    const uint8_t *ef = gossip_read_blob(r, &ef_len);
+    uint64_t ebar_len = gossip_read_u64(r);
+    bool ebar = (flags & 4u) != 0;
+    if (r->err == RUMOR_OK &&
+        (ebar_len != (ebar ? g->numel : 0) || (ebar && s->saef.ebar == NULL)))
+        gossip_reader_fail(r, RUMOR_EPROTO, "an e_bar that does not fit");
+    struct gossip_reader ebar_at = *r;
+    gossip_read_f32(r, NULL, ebar ? g->numel : 0);
+    size_t mix_len = 0;
+    const uint8_t *mix = gossip_read_blob(r, &mix_len);
+    if (r->err != RUMOR_OK)
+        return r->err;
+    rumor_err rc = s_state_ef(g, ef, ef_len, apply);
+    if (rc == RUMOR_OK) /* stateless mixers: a check, whatever apply is */
+        rc = rumor_gossip_state_load(s->mixer, mix, mix_len, NULL);
+    if (rc != RUMOR_OK)
+        gossip_reader_fail(r, rc, "an error memory or mixer that does not fit");
+    if (rc != RUMOR_OK || !apply)
+        return rc;
+    gossip_read_f32(&vectors, s->anchor, g->numel);
+    gossip_read_f32(&vectors, s->velocity, g->numel);
+    gossip_read_f32(&vectors, s->shift, g->numel);
+    if (ebar)
+        gossip_read_f32(&ebar_at, s->saef.ebar, g->numel);
+    s->have_anchor = (flags & 1u) != 0;
+    s->ahead_nbr = (flags & 2u) != 0;
+    s->saef.have_ebar = ebar;
+    s->ahead = ahead;
     return RUMOR_OK;
 }
 
@@ -403,4 +568,6 @@ const struct gossip_algo_i gossip_localsgd = {
     .uses_ring = s_uses_ring,
     .absorb = s_absorb,
     .step_ahead = s_step_ahead,
+    .state_save = s_state_save,
+    .state_load = s_state_load,
 };

@@ -51,6 +51,7 @@ s_receive_all(rumor_gossip *g,
               struct rumor_gossip_msg *inbox,
               size_t *count)
 {
+    uint64_t sent_ns = rumor_clock_ns(); /* the round's sends just queued */
     uint32_t *peers = malloc(g->nodes * sizeof *peers);
     size_t expected = 0;
     if (peers == NULL)
@@ -82,6 +83,11 @@ s_receive_all(rumor_gossip *g,
         inbox[*count] = (struct rumor_gossip_msg){peers[k],
                                                   got[*count].payload,
                                                   got[*count].len};
+        /* adaptive compression measures the links on this traffic */
+        rumor_gossip_link_observe(g,
+                                  peers[k],
+                                  got[*count].len,
+                                  rumor_clock_ns() - sent_ns);
         (*count)++;
     }
     free(peers);

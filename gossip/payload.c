@@ -58,6 +58,37 @@ gossip_packer_free(struct gossip_packer *p)
 }
 
 rumor_err
+gossip_codec_init(rumor_gossip *g,
+                  struct gossip_packer *pack,
+                  const struct rumor_gossip_msg ***slot,
+                  struct rumor_diag *diag)
+{
+    if (!(g->opts.gamma > 0 && g->opts.gamma <= RUMOR_GOSSIP_GAMMA_MAX)) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "%s: gamma must be in (0, 2]",
+                       g->algo->name);
+        return RUMOR_EINVAL;
+    }
+    rumor_err rc = gossip_packer_init(pack, g, g->opts.codec, diag);
+    if (rc != RUMOR_OK)
+        return rc;
+    *slot = malloc(g->nodes * sizeof **slot);
+    return *slot != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+}
+
+void
+gossip_codec_free(struct gossip_packer *pack,
+                  const struct rumor_gossip_msg ***slot)
+{
+    gossip_packer_free(pack);
+    free(*slot);
+    *slot = NULL;
+}
+
+rumor_err
 gossip_packer_encode(struct gossip_packer *p,
                      const rumor_gossip *g,
                      uint64_t step,

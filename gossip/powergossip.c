@@ -297,6 +297,116 @@ s_absorb(rumor_gossip *g,
     return rc;
 }
 
+/* Between steps each edge carries its factors p and q (the warm start);
+ * the parity of the next iteration follows from the step. Edges appear
+ * the first time a peer does, so the state lists the ones that exist:
+ * u32 count, then per edge u32 peer (ascending), u64 floats, floats. */
+static rumor_err
+s_state_save(const rumor_gossip *g, struct rumor_buf *out)
+{
+    const struct powergossip *s = g->state;
+    uint32_t count = 0;
+    for (size_t i = 0; i < g->nodes; i++)
+        count += s->peer[i].edge != NULL;
+    rumor_err rc = gossip_write_u32(out, count);
+    for (size_t i = 0; i < g->nodes && rc == RUMOR_OK; i++) {
+        const rumor_lowrank_edge *edge = s->peer[i].edge;
+        if (edge == NULL)
+            continue;
+        size_t n = rumor_lowrank_edge_state_floats(edge);
+        float *f = malloc((n + 1) * sizeof *f);
+        rc = f != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+        if (rc == RUMOR_OK)
+            rc = rumor_lowrank_edge_state_get(edge, f);
+        if (rc == RUMOR_OK)
+            rc = gossip_write_u32(out, (uint32_t)i);
+        if (rc == RUMOR_OK)
+            rc = gossip_write_u64(out, n);
+        if (rc == RUMOR_OK)
+            rc = gossip_write_f32(out, f, n);
+        free(f);
+    }
+    return rc;
+}
+
+/* Floats in the state of the edge to id: of the edge, or (in a check,
+ * which must not change the instance) of a scratch one. */
+static rumor_err
+s_edge_floats(rumor_gossip *g, uint32_t id, size_t *n)
+{
+    const struct powergossip *s = g->state;
+    if (s->peer[id].edge != NULL) {
+        *n = rumor_lowrank_edge_state_floats(s->peer[id].edge);
+        return RUMOR_OK;
+    }
+    struct rumor_lowrank_edge_opts opts;
+    rumor_lowrank_edge_opts_default(&opts);
+    opts.self_id = g->self;
+    opts.peer_id = id;
+    opts.rank = g->opts.rank;
+    rumor_lowrank_edge *edge = NULL;
+    rumor_err rc =
+        rumor_lowrank_edge_new(&edge, s->shapes, g->tensor_count, &opts);
+    if (rc == RUMOR_OK)
+        *n = rumor_lowrank_edge_state_floats(edge);
+    rumor_lowrank_edge_destroy(&edge);
+    return rc;
+}
+
+/* One edge of the state: checked, or set (the edge is made from the seed
+ * first if it does not exist yet, which is what its first use would do). */
+static rumor_err
+s_state_edge(rumor_gossip *g, struct gossip_reader *r, bool apply, long *last)
+{
+    uint32_t id = gossip_read_u32(r);
+    if (r->err == RUMOR_OK &&
+        (id >= g->nodes || id == g->self || (long)id <= *last))
+        gossip_reader_fail(r, RUMOR_EPROTO, "a bad or repeated edge peer");
+    if (r->err != RUMOR_OK)
+        return r->err;
+    *last = (long)id;
+    size_t n = 0;
+    rumor_err rc = s_edge_floats(g, id, &n);
+    if (rc != RUMOR_OK)
+        return rc;
+    gossip_read_len(r, n, "an edge of another size");
+    if (!apply) {
+        gossip_read_f32(r, NULL, n);
+        return r->err;
+    }
+    struct pg_peer *p = NULL;
+    rc = s_peer(g, id, &p);
+    if (rc != RUMOR_OK)
+        return rc;
+    float *f = malloc((n + 1) * sizeof *f);
+    if (f == NULL)
+        return RUMOR_ENOMEM;
+    gossip_read_f32(r, f, n);
+    rc = r->err == RUMOR_OK ? rumor_lowrank_edge_state_set(p->edge, f) : r->err;
+    free(f);
+    return rc;
+}
+
+static rumor_err
+s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
+{
+    struct powergossip *s = g->state;
+    uint32_t count = gossip_read_u32(r);
+    if (r->err == RUMOR_OK && count > g->nodes)
+        gossip_reader_fail(r, RUMOR_EPROTO, "more edges than nodes");
+    if (apply) /* edges the state does not list start over from the seed */
+        for (size_t i = 0; i < g->nodes; i++) {
+            rumor_lowrank_edge_destroy(&s->peer[i].edge);
+            free(s->peer[i].msg);
+            s->peer[i].msg = NULL;
+        }
+    long last = -1;
+    rumor_err rc = r->err;
+    for (uint32_t k = 0; k < count && rc == RUMOR_OK; k++)
+        rc = s_state_edge(g, r, apply, &last);
+    return rc;
+}
+
 const struct gossip_algo_i gossip_powergossip = {
     .name = "powergossip",
     .init = s_init,
@@ -305,4 +415,6 @@ const struct gossip_algo_i gossip_powergossip = {
     .emit = s_emit,
     .expected = gossip_expected_neighbors,
     .absorb = s_absorb,
+    .state_save = s_state_save,
+    .state_load = s_state_load,
 };

@@ -233,6 +233,123 @@ s_absorb(rumor_gossip *g,
     return round < one ? s_phase_a_done(g) : s_phase_b_done(g);
 }
 
+/* Between steps the compressor carries its step counter, the warm-start
+ * Q (and P, which only the one-sided variant reuses) and one error memory
+ * per compressed tensor: u64 step; u64 q floats (0: none yet), Q; u64 p
+ * floats, P; then per compressed tensor u64 floats (0: no memory yet) and
+ * the memory. */
+static rumor_err
+s_state_save(const rumor_gossip *g, struct rumor_buf *out)
+{
+    const struct powersgd *s = g->state;
+    size_t qf = rumor_lowrank_psgd_q_floats(s->psgd);
+    size_t pf = rumor_lowrank_psgd_p_floats(s->psgd);
+    size_t most = qf > pf ? qf : pf;
+    for (size_t t = 0; t < g->tensor_count; t++)
+        if (rumor_tensor_numel(&g->tensors[t]) > most)
+            most = rumor_tensor_numel(&g->tensors[t]);
+    float *f = malloc((most + 1) * sizeof *f);
+    if (f == NULL)
+        return RUMOR_ENOMEM;
+    rumor_err rc = gossip_write_u64(out, rumor_lowrank_psgd_step(s->psgd));
+    bool have_q = rumor_lowrank_psgd_q_get(s->psgd, f) == RUMOR_OK;
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, have_q ? qf : 0);
+    if (rc == RUMOR_OK && have_q)
+        rc = gossip_write_f32(out, f, qf);
+    bool have_p = have_q && rumor_lowrank_psgd_p_get(s->psgd, f) == RUMOR_OK;
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, have_p ? pf : 0);
+    if (rc == RUMOR_OK && have_p)
+        rc = gossip_write_f32(out, f, pf);
+    for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
+        if (!s_compressed(g, t))
+            continue;
+        size_t n = rumor_tensor_numel(&g->tensors[t]);
+        bool have_e = rumor_lowrank_psgd_error_get(s->psgd, t, f) == RUMOR_OK;
+        rc = gossip_write_u64(out, have_e ? n : 0);
+        if (rc == RUMOR_OK && have_e)
+            rc = gossip_write_f32(out, f, n);
+    }
+    free(f);
+    return rc;
+}
+
+/* A block of floats that is either absent (length 0) or exactly n long;
+ * with apply, set() takes it. */
+static rumor_err
+s_state_block(struct gossip_reader *r,
+              size_t n,
+              bool apply,
+              rumor_lowrank_psgd *psgd,
+              size_t t,
+              rumor_err (*set)(rumor_lowrank_psgd *, size_t, const float *))
+{
+    uint64_t len = gossip_read_u64(r);
+    if (r->err == RUMOR_OK && len != 0 && len != n)
+        gossip_reader_fail(r, RUMOR_EPROTO, "a factor of another size");
+    if (r->err != RUMOR_OK || len == 0)
+        return r->err;
+    if (!apply) {
+        gossip_read_f32(r, NULL, n);
+        return r->err;
+    }
+    float *f = malloc((n + 1) * sizeof *f);
+    if (f == NULL)
+        return RUMOR_ENOMEM;
+    gossip_read_f32(r, f, n);
+    rumor_err rc = r->err == RUMOR_OK ? set(psgd, t, f) : r->err;
+    free(f);
+    return rc;
+}
+
+static rumor_err
+s_set_q(rumor_lowrank_psgd *psgd, size_t t, const float *f)
+{
+    (void)t;
+    return rumor_lowrank_psgd_q_set(psgd, f);
+}
+
+static rumor_err
+s_set_p(rumor_lowrank_psgd *psgd, size_t t, const float *f)
+{
+    (void)t;
+    return rumor_lowrank_psgd_p_set(psgd, f);
+}
+
+static rumor_err
+s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
+{
+    struct powersgd *s = g->state;
+    uint64_t step = gossip_read_u64(r);
+    rumor_err rc = r->err;
+    if (rc == RUMOR_OK && apply)
+        rc = rumor_lowrank_psgd_step_set(s->psgd, step);
+    if (rc == RUMOR_OK)
+        rc = s_state_block(r,
+                           rumor_lowrank_psgd_q_floats(s->psgd),
+                           apply,
+                           s->psgd,
+                           0,
+                           s_set_q);
+    if (rc == RUMOR_OK)
+        rc = s_state_block(r,
+                           rumor_lowrank_psgd_p_floats(s->psgd),
+                           apply,
+                           s->psgd,
+                           0,
+                           s_set_p);
+    for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++)
+        if (s_compressed(g, t))
+            rc = s_state_block(r,
+                               rumor_tensor_numel(&g->tensors[t]),
+                               apply,
+                               s->psgd,
+                               t,
+                               rumor_lowrank_psgd_error_set);
+    return rc;
+}
+
 const struct gossip_algo_i gossip_powersgd = {
     .name = "powersgd",
     .init = s_init,
@@ -242,4 +359,6 @@ const struct gossip_algo_i gossip_powersgd = {
     .expected = gossip_expected_prev,
     .uses_ring = gossip_always_ring,
     .absorb = s_absorb,
+    .state_save = s_state_save,
+    .state_load = s_state_load,
 };

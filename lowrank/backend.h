@@ -107,6 +107,23 @@ struct lowrank_backend_i {
                                    float *const *outs,
                                    float beta,
                                    size_t count);
+    /* (optional; backends whose device memory is host memory) P = M' Q
+     * where M' = (mat - pd qd^T) + add is stored in mat in the same pass:
+     * the previous step's error update e = M - Pd Qd^T (pd n x r, qd m x
+     * r), deferred into this step's first product, so M is read and
+     * written once instead of twice. mat ends equal, bit for bit, to
+     * reconstruct(e = mat, alpha 1) followed by project_right(mat, add).
+     * NULL: the caller runs those two operations. */
+    rumor_err (*project_right_ef)(void *ctx,
+                                  float *mat,
+                                  const float *add,
+                                  size_t n,
+                                  size_t m,
+                                  const float *pd,
+                                  const float *qd,
+                                  const float *q,
+                                  size_t r,
+                                  float *p);
 };
 
 /* Each fills *iface and *ctx; the context is freed with iface->free. */

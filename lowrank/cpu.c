@@ -194,6 +194,110 @@ s_right_avx2(float *mat,
     }
 }
 
+/* One row of the deferred error-feedback product from column j on (the
+ * scalar tail): x = (row - pd qd^T) + add, stored, and acc[k] += x q_k,
+ * with s_recon_tail's and s_right_avx2's arithmetic. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+s_right_ef_tail(size_t j,
+                size_t m,
+                float *row,
+                const float *arow,
+                const float *pd,
+                const float *qdt,
+                const float *qt,
+                float *acc,
+                const int R)
+{
+    for (; j < m; j++) {
+        float y = 0;
+        for (int k = 0; k < R; k++)
+            y += pd[k] * qdt[(size_t)k * m + j];
+        float x = row[j] - y;
+        if (arow != NULL)
+            x += arow[j];
+        row[j] = x;
+        for (int k = 0; k < R; k++)
+            acc[k] += x * qt[(size_t)k * m + j];
+    }
+}
+
+/* Eight values of y = pd Qd^T from column j with s_recon_tail's scalar
+ * arithmetic. */
+__attribute__((target("avx2,fma"), always_inline)) static inline __m256
+s_recon8(size_t j, size_t m, const float *pd, const float *qdt, const int R)
+{
+    float y[8];
+    for (int t = 0; t < 8; t++) {
+        y[t] = 0;
+        for (int k = 0; k < R; k++)
+            y[t] += pd[k] * qdt[(size_t)k * m + j + (size_t)t];
+    }
+    return _mm256_loadu_ps(y);
+}
+
+/* P = M' Q with M' = (M - Pd Qd^T) + add stored in M: the previous step's
+ * error update fused into this step's first product (one read and one
+ * write of M instead of two of each). y = Pd Qd^T is formed exactly as
+ * s_recon_avx2 forms it (a product, then FMAs in k order) and M' as
+ * s_right_avx2 adds, so the result equals those two passes bit for bit.
+ * Qd^T and Q^T (R x m each) stay in L2; the next row is prefetched. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+s_right_ef_avx2(float *mat,
+                const float *add,
+                size_t n,
+                size_t m,
+                const float *pd,
+                const float *qdt,
+                const float *qt,
+                float *p,
+                const int R)
+{
+    /* s_recon_avx2 pairs rows for R <= 4 and forms the odd last row's y
+     * with the scalar tail: so does this kernel. */
+    const bool odd_last = R <= 4 && n % 2 != 0;
+    for (size_t i = 0; i < n; i++) {
+        float *row = mat + i * m;
+        const float *arow = add != NULL ? add + i * m : NULL;
+        const float *pdi = pd + i * (size_t)R;
+        __m256 acc[CPU_FAST_RANK], pk[CPU_FAST_RANK];
+        for (int k = 0; k < R; k++) {
+            acc[k] = _mm256_setzero_ps();
+            pk[k] = _mm256_set1_ps(pdi[k]);
+        }
+        const char *next_m = i + 1 < n ? (const char *)(row + m) : NULL;
+        const char *next_a =
+            arow != NULL && i + 1 < n ? (const char *)(arow + m) : NULL;
+        size_t j = 0;
+        for (; j + 8 <= m; j += 8) {
+            if (next_m != NULL && j % 16 == 0) {
+                _mm_prefetch(next_m + j * 4, _MM_HINT_T1);
+                if (next_a != NULL)
+                    _mm_prefetch(next_a + j * 4, _MM_HINT_T1);
+            }
+            __m256 y = _mm256_mul_ps(pk[0], _mm256_loadu_ps(qdt + j));
+            for (int k = 1; k < R; k++)
+                y = _mm256_fmadd_ps(pk[k],
+                                    _mm256_loadu_ps(qdt + (size_t)k * m + j),
+                                    y);
+            if (odd_last && i + 1 == n)
+                y = s_recon8(j, m, pdi, qdt, R);
+            __m256 x = _mm256_sub_ps(_mm256_loadu_ps(row + j), y);
+            if (arow != NULL)
+                x = _mm256_add_ps(x, _mm256_loadu_ps(arow + j));
+            _mm256_storeu_ps(row + j, x);
+            for (int k = 0; k < R; k++)
+                acc[k] =
+                    _mm256_fmadd_ps(x,
+                                    _mm256_loadu_ps(qt + (size_t)k * m + j),
+                                    acc[k]);
+        }
+        float tail[CPU_FAST_RANK] = {0};
+        s_right_ef_tail(j, m, row, arow, pdi, qdt, qt, tail, R);
+        for (int k = 0; k < R; k++)
+            p[i * (size_t)R + k] = s_hsum(acc[k]) + tail[k];
+    }
+}
+
 /* Q^T (R x m, at qt) += (M^T P)^T over B (8 or 1) rows of M starting at
  * row i; with add, M += add is stored in the same pass. Even and odd rows
  * feed two accumulators per column (two FMA chains instead of one of
@@ -436,6 +540,22 @@ s_right_fast(float *mat,
              float *p)
 {
 #define CPU_CALL(R) s_right_avx2(mat, add, n, m, qt, p, R)
+    CPU_RANK_SWITCH(r, CPU_CALL)
+#undef CPU_CALL
+}
+
+__attribute__((target("avx2,fma"))) static void
+s_right_ef_fast(float *mat,
+                const float *add,
+                size_t n,
+                size_t m,
+                const float *pd,
+                const float *qdt,
+                const float *qt,
+                size_t r,
+                float *p)
+{
+#define CPU_CALL(R) s_right_ef_avx2(mat, add, n, m, pd, qdt, qt, p, R)
     CPU_RANK_SWITCH(r, CPU_CALL)
 #undef CPU_CALL
 }
@@ -761,6 +881,37 @@ s_reconstruct(void *ctx,
     return RUMOR_OK;
 }
 
+/* The deferred error update fused into the right product: one pass
+ * with the own kernel; otherwise the two passes it stands for. */
+static rumor_err
+s_project_right_ef(void *ctx,
+                   float *mat,
+                   const float *add,
+                   size_t n,
+                   size_t m,
+                   const float *pd,
+                   const float *qd,
+                   const float *q,
+                   size_t r,
+                   float *p)
+{
+    struct cpu_ctx *c = ctx;
+    if (c->avx2 && r <= CPU_FAST_RANK) {
+        float *qt = NULL;
+        rumor_err rc = s_scratch(c, 2 * r * m, &qt);
+        if (rc != RUMOR_OK)
+            return rc;
+        s_transpose(q, m, r, qt);
+        s_transpose(qd, m, r, qt + r * m);
+        s_right_ef_fast(mat, add, n, m, pd, qt + r * m, qt, r, p);
+        return RUMOR_OK;
+    }
+    rumor_err rc = s_reconstruct(ctx, n, m, r, pd, qd, 1.0f, mat, NULL, 0);
+    if (rc == RUMOR_OK)
+        rc = s_project_right(ctx, mat, add, n, m, q, r, p);
+    return rc;
+}
+
 static void
 s_free(void *ctx)
 {
@@ -785,6 +936,7 @@ lowrank_cpu_init(struct lowrank_backend_i *iface, void **ctx)
         .orthogonalize = s_orthogonalize,
         .reconstruct = s_reconstruct,
         .free = s_free,
+        .project_right_ef = s_project_right_ef,
     };
     *ctx = NULL;
     struct cpu_ctx *c = calloc(1, sizeof *c);

@@ -25,6 +25,7 @@
 // Only extern "C" entry points leave this file (R1.1). The tests compare
 // every operation and the whole compressor against the cpu backend
 // (tests/unit/test_lowrank.c); they have not run on a GPU yet.
+#include "core/cuda_check.h"
 #include "lowrank/backend.h"
 
 #include <cublas_v2.h>
@@ -33,44 +34,9 @@
 
 #include <stdlib.h>
 
-#define CUDA_TRY(call, label)                         \
-    do {                                              \
-        cudaError_t cuda_err_ = (call);               \
-        if (cuda_err_ != cudaSuccess) {               \
-            rumor_log(RUMOR_LOG_ERROR,                \
-                      "lowrank cuda: %s: %s",         \
-                      #call,                          \
-                      cudaGetErrorString(cuda_err_)); \
-            rc = RUMOR_EBACKEND;                      \
-            goto label;                               \
-        }                                             \
-    } while (0)
-
-#define CUBLAS_TRY(call, label)                      \
-    do {                                             \
-        cublasStatus_t cublas_st_ = (call);          \
-        if (cublas_st_ != CUBLAS_STATUS_SUCCESS) {   \
-            rumor_log(RUMOR_LOG_ERROR,               \
-                      "lowrank cuda: %s: status %d", \
-                      #call,                         \
-                      (int)cublas_st_);              \
-            rc = RUMOR_EBACKEND;                     \
-            goto label;                              \
-        }                                            \
-    } while (0)
-
-#define CUSOLVER_TRY(call, label)                      \
-    do {                                               \
-        cusolverStatus_t cusolver_st_ = (call);        \
-        if (cusolver_st_ != CUSOLVER_STATUS_SUCCESS) { \
-            rumor_log(RUMOR_LOG_ERROR,                 \
-                      "lowrank cuda: %s: status %d",   \
-                      #call,                           \
-                      (int)cusolver_st_);              \
-            rc = RUMOR_EBACKEND;                       \
-            goto label;                                \
-        }                                              \
-    } while (0)
+#define CUDA_TRY(call, label)     CORE_CUDA_TRY("lowrank cuda", call, label)
+#define CUBLAS_TRY(call, label)   CORE_CUBLAS_TRY("lowrank cuda", call, label)
+#define CUSOLVER_TRY(call, label) CORE_CUSOLVER_TRY("lowrank cuda", call, label)
 
 #define GS_THREADS 512
 

@@ -316,6 +316,9 @@ struct psgd_mat {
     float *p;       /* device, n x r */
     float *q;       /* device, m x r */
     float *e;       /* device, n x m error memory (NULL without EF) */
+    float *pd;      /* device, the last step's P while e's update waits */
+    float *qd;      /* device, the last step's Q, likewise */
+    bool deferred;  /* the error memory is e - pd qd^T (see _end) */
     float *mat;     /* device, M of the open step (borrowed or e) */
     float *grad;    /* device, the grads of the open step (borrowed) */
 };
@@ -457,6 +460,17 @@ done:
     return rc;
 }
 
+/* Whether the error update e = M - P Q^T is deferred into the next step's
+ * first product (hook variant with error feedback, on a backend with the
+ * fused kernel): M is then read twice per step and written once, instead
+ * of three reads and two writes; the values are the same bit for bit. */
+static bool
+s_psgd_defers(const rumor_lowrank_psgd *self)
+{
+    return self->opts.error_feedback && !self->opts.one_sided &&
+           self->be.project_right_ef != NULL;
+}
+
 rumor_err
 lowrank_psgd_new_on(rumor_lowrank_psgd **out,
                     const struct rumor_lowrank_shape *shapes,
@@ -510,6 +524,11 @@ lowrank_psgd_new_on(rumor_lowrank_psgd **out,
             rc = self->be.alloc(ctx, m * mt->r * sizeof(float), &mt->q);
         if (rc == RUMOR_OK && opts->error_feedback)
             rc = self->be.alloc(ctx, n * m * sizeof(float), &mt->e);
+        if (rc == RUMOR_OK && s_psgd_defers(self)) {
+            rc = self->be.alloc(ctx, n * mt->r * sizeof(float), &mt->pd);
+            if (rc == RUMOR_OK)
+                rc = self->be.alloc(ctx, m * mt->r * sizeof(float), &mt->qd);
+        }
         if (rc != RUMOR_OK)
             goto fail;
     }
@@ -561,6 +580,8 @@ rumor_lowrank_psgd_destroy(rumor_lowrank_psgd **self_p)
         self->be.release(self->ctx, self->mats[i].p);
         self->be.release(self->ctx, self->mats[i].q);
         self->be.release(self->ctx, self->mats[i].e);
+        self->be.release(self->ctx, self->mats[i].pd);
+        self->be.release(self->ctx, self->mats[i].qd);
     }
     self->be.free(self->ctx);
     free(self->mats);
@@ -764,6 +785,69 @@ s_psgd_project(rumor_lowrank_psgd *self, bool right, bool fuse)
     return RUMOR_OK;
 }
 
+/* P = M Q with M += grads fused (fuse), for every matrix; a matrix whose
+ * error update is deferred gets it in the same pass (M = (e - Pd Qd^T) +
+ * grads). */
+static rumor_err
+s_psgd_project_ef(rumor_lowrank_psgd *self, bool fuse)
+{
+    bool any = false;
+    for (size_t i = 0; i < self->nmats; i++)
+        any = any || self->mats[i].deferred;
+    if (!any)
+        return s_psgd_project(self, true, fuse);
+    for (size_t i = 0; i < self->nmats; i++) {
+        struct psgd_mat *mt = &self->mats[i];
+        const float *add = fuse ? mt->grad : NULL;
+        rumor_err rc = mt->deferred ? self->be.project_right_ef(self->ctx,
+                                                                mt->mat,
+                                                                add,
+                                                                mt->n,
+                                                                mt->m,
+                                                                mt->pd,
+                                                                mt->qd,
+                                                                mt->q,
+                                                                mt->r,
+                                                                mt->p)
+                                    : self->be.project_right(self->ctx,
+                                                             mt->mat,
+                                                             add,
+                                                             mt->n,
+                                                             mt->m,
+                                                             mt->q,
+                                                             mt->r,
+                                                             mt->p);
+        if (rc != RUMOR_OK)
+            return rc;
+        mt->deferred = false;
+    }
+    return RUMOR_OK;
+}
+
+/* Keeps this step's factors so that e = M - P Q^T can be applied in the
+ * next step's first product (s_psgd_defers). Host-memory backends only:
+ * download is then a plain copy. */
+static rumor_err
+s_psgd_defer(rumor_lowrank_psgd *self)
+{
+    for (size_t i = 0; i < self->nmats; i++) {
+        struct psgd_mat *mt = &self->mats[i];
+        rumor_err rc = self->be.download(self->ctx,
+                                         mt->pd,
+                                         mt->p,
+                                         mt->n * mt->r * sizeof(float));
+        if (rc == RUMOR_OK)
+            rc = self->be.download(self->ctx,
+                                   mt->qd,
+                                   mt->q,
+                                   mt->m * mt->r * sizeof(float));
+        if (rc != RUMOR_OK)
+            return rc;
+        mt->deferred = true;
+    }
+    return RUMOR_OK;
+}
+
 /* Y = P Q^T per matrix; e (the error memory or M, when with_e) -= Y;
  * out = beta out + Y where out is outs[tensor] (or each matrix's grads
  * when outs is NULL). */
@@ -904,7 +988,7 @@ rumor_lowrank_psgd_begin(rumor_lowrank_psgd *self,
     }
     rc = s_psgd_orth(self, false);
     if (rc == RUMOR_OK)
-        rc = s_psgd_project(self, true, fuse);
+        rc = s_psgd_project_ef(self, fuse);
     if (rc == RUMOR_OK)
         rc = s_psgd_download(self, true);
     if (rc != RUMOR_OK)
@@ -980,10 +1064,16 @@ rumor_lowrank_psgd_end(rumor_lowrank_psgd *self, float *const *out)
             return RUMOR_EINVAL;
     }
     float beta = self->opts.one_sided && self->iter > 0 ? 1.0f : 0.0f;
-    /* With error feedback e = M - approx; without it M is the caller's
-     * and only the approximation is written. */
-    rumor_err rc =
-        s_psgd_reconstruct(self, out, self->opts.error_feedback, beta);
+    /* With error feedback e = M - approx (now, or deferred into the next
+     * step's first product); without it M is the caller's and only the
+     * approximation is written. */
+    bool defer = s_psgd_defers(self);
+    rumor_err rc = s_psgd_reconstruct(self,
+                                      out,
+                                      self->opts.error_feedback && !defer,
+                                      beta);
+    if (rc == RUMOR_OK && defer)
+        rc = s_psgd_defer(self);
     if (rc != RUMOR_OK)
         return rc;
     for (size_t i = 0; i < self->nmats; i++) {
@@ -1088,10 +1178,22 @@ rumor_lowrank_psgd_error_get(const rumor_lowrank_psgd *self,
     const struct psgd_mat *mt = &self->mats[self->mat_of[i]];
     if (mt->e == NULL)
         return RUMOR_EINVAL;
-    return self->be.download(self->ctx,
-                             out,
-                             mt->e,
-                             mt->n * mt->m * sizeof(float));
+    rumor_err rc =
+        self->be.download(self->ctx, out, mt->e, mt->n * mt->m * sizeof(float));
+    /* A deferred update: the same operation the next step would apply
+     * (host-memory backends, so out is the backend's memory too). */
+    if (rc == RUMOR_OK && mt->deferred)
+        rc = self->be.reconstruct(self->ctx,
+                                  mt->n,
+                                  mt->m,
+                                  mt->r,
+                                  mt->pd,
+                                  mt->qd,
+                                  1.0f,
+                                  out,
+                                  NULL,
+                                  0);
+    return rc;
 }
 
 rumor_err
@@ -1108,7 +1210,11 @@ rumor_lowrank_psgd_error_set(rumor_lowrank_psgd *self,
     for (size_t k = 0; k < mt->n * mt->m; k++)
         if (!isfinite(in[k]))
             return RUMOR_ENUMERIC;
-    return self->be.upload(self->ctx, mt->e, in, mt->n * mt->m * sizeof(float));
+    rumor_err rc =
+        self->be.upload(self->ctx, mt->e, in, mt->n * mt->m * sizeof(float));
+    if (rc == RUMOR_OK)
+        self->mats[self->mat_of[i]].deferred = false;
+    return rc;
 }
 
 rumor_err
@@ -1393,5 +1499,59 @@ rumor_lowrank_edge_apply(rumor_lowrank_edge *self,
             return rc;
     }
     self->ready = false;
+    return RUMOR_OK;
+}
+
+size_t
+rumor_lowrank_edge_state_floats(const rumor_lowrank_edge *self)
+{
+    return self->p_floats + self->q_floats;
+}
+
+rumor_err
+rumor_lowrank_edge_state_get(const rumor_lowrank_edge *self, float *out)
+{
+    if (self->pending || self->ready || out == NULL)
+        return RUMOR_EINVAL;
+    for (size_t i = 0; i < self->nmats; i++) {
+        const struct edge_mat *mt = &self->mats[i];
+        rumor_err rc = self->be.download(self->ctx,
+                                         out + mt->p_off,
+                                         mt->p,
+                                         mt->n * mt->r * sizeof(float));
+        if (rc == RUMOR_OK)
+            rc = self->be.download(self->ctx,
+                                   out + self->p_floats + mt->q_off,
+                                   mt->q,
+                                   mt->m * mt->r * sizeof(float));
+        if (rc != RUMOR_OK)
+            return rc;
+    }
+    return RUMOR_OK;
+}
+
+rumor_err
+rumor_lowrank_edge_state_set(rumor_lowrank_edge *self, const float *in)
+{
+    if (self->pending || self->ready || in == NULL)
+        return RUMOR_EINVAL;
+    size_t total = self->p_floats + self->q_floats;
+    for (size_t i = 0; i < total; i++)
+        if (!isfinite(in[i]))
+            return RUMOR_ENUMERIC;
+    for (size_t i = 0; i < self->nmats; i++) {
+        const struct edge_mat *mt = &self->mats[i];
+        rumor_err rc = self->be.upload(self->ctx,
+                                       mt->p,
+                                       in + mt->p_off,
+                                       mt->n * mt->r * sizeof(float));
+        if (rc == RUMOR_OK)
+            rc = self->be.upload(self->ctx,
+                                 mt->q,
+                                 in + self->p_floats + mt->q_off,
+                                 mt->m * mt->r * sizeof(float));
+        if (rc != RUMOR_OK)
+            return rc;
+    }
     return RUMOR_OK;
 }

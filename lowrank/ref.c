@@ -269,6 +269,25 @@ s_reconstruct(void *ctx,
     return RUMOR_OK;
 }
 
+/* The deferred error update: the two passes it stands for. */
+static rumor_err
+s_project_right_ef(void *ctx,
+                   float *mat,
+                   const float *add,
+                   size_t n,
+                   size_t m,
+                   const float *pd,
+                   const float *qd,
+                   const float *q,
+                   size_t r,
+                   float *p)
+{
+    (void)ctx;
+    lowrank_ref_reconstruct(n, m, r, pd, qd, 1.0f, mat, NULL, 0);
+    lowrank_ref_project_right(mat, add, n, m, q, r, p);
+    return RUMOR_OK;
+}
+
 static void
 s_free(void *ctx)
 {
@@ -289,6 +308,7 @@ lowrank_ref_init(struct lowrank_backend_i *iface, void **ctx)
         .orthogonalize = s_orthogonalize,
         .reconstruct = s_reconstruct,
         .free = s_free,
+        .project_right_ef = s_project_right_ef,
     };
     *iface = ref;
     *ctx = NULL;

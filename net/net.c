@@ -1781,6 +1781,32 @@ rumor_net_recv(rumor_net *net,
     return rc;
 }
 
+bool
+rumor_net_peek_later(rumor_net *net,
+                     uint32_t peer,
+                     uint64_t step,
+                     uint64_t below,
+                     uint32_t round,
+                     uint64_t *later)
+{
+    assert(net != NULL);
+    struct s_peer *p = s_peer_find(net, peer);
+    bool found = false;
+    *later = step;
+    if (p == NULL)
+        return false;
+    pthread_mutex_lock(&net->mu);
+    for (const struct s_inmsg *m = p->in_head; m != NULL; m = m->next) {
+        uint64_t s = m->msg.hdr.step;
+        if (m->msg.hdr.round == round && s > *later && s < below) {
+            *later = s;
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&net->mu);
+    return found;
+}
+
 void
 rumor_net_msg_free(struct rumor_net_msg *msg)
 {

@@ -29,6 +29,19 @@ int cli_node_main(int argc, char **argv);
 void cli_node_help(FILE *out);
 int cli_launch_main(int argc, char **argv);
 void cli_launch_help(FILE *out);
+int cli_compose_main(int argc, char **argv);
+void cli_compose_help(FILE *out);
+
+struct rumor_topology;
+struct rumor_buf;
+/* Writes header (may be NULL) and t in file format to path; hands the text
+ * to *keep when keep is not NULL (caller frees). 0, or -1 after a message
+ * (cli_launch.c; used by launch and compose). */
+int cli_topology_write(const struct rumor_topology *t,
+                       const char *header,
+                       const char *path,
+                       struct rumor_buf *keep);
+
 int cli_plot_main(int argc, char **argv);
 void cli_plot_help(FILE *out);
 

@@ -3,10 +3,15 @@
  * (--config FILE, applied first) and the command line (applied after, so
  * the command line wins); both go through rumor_node_opts_set, so a key in
  * the file and a long option are the same thing. SIGINT and SIGTERM ask
- * the run to stop after the current step (bounded by the step deadline);
- * the process then writes its last metrics line and exits 130.
- * Exit status: 0 done, 1 the run failed (a neighbour missed a deadline,
- * divergence, I/O), 2 bad options, 130 interrupted.
+ * the run to stop (the handler only stores an atomic flag, which is
+ * async-signal-safe): every node of the run stops after the same step,
+ * writes a final checkpoint when --checkpoint-dir is set, joins its
+ * threads and closes its sockets. SIGTERM is how supervisors (Slurm,
+ * Kubernetes, rumor launch on a failure) end a job in order, so it exits
+ * 0; SIGINT is a person's Ctrl-C and exits 130 as shells expect.
+ * Exit status: 0 done or stopped by SIGTERM, 1 the run failed (a
+ * neighbour missed a deadline, divergence, I/O), 2 bad options, 130
+ * interrupted by SIGINT.
  */
 #include "rumor/node.h"
 
@@ -18,6 +23,7 @@
 #include <string.h>
 
 static rumor_node *volatile s_running;
+static volatile sig_atomic_t s_signal; /* the first stop signal */
 
 void
 cli_node_help(FILE *out)
@@ -39,8 +45,10 @@ cli_node_help(FILE *out)
             "  --no-overlap  --consensus-every K  --ef-alpha A\n"
             "  --eval-every K  --metrics-dir DIR  --log-level LEVEL\n"
             "  --rate BITS/S  --delay-ms MS  --insecure  --progress "
-            "auto|on|off\n\n"
-            "Flags: --insecure, --cuda, --overlap (on; --no-overlap).\n"
+            "auto|on|off\n"
+            "  --deadline-factor F  --down-after K  --clip-norm X  --join\n\n"
+            "Flags: --insecure, --cuda, --join, --overlap (on; "
+            "--no-overlap).\n"
             "Every option name (also the keys of the --config INI file):");
     node_opts_print(out);
     fprintf(out, "\nSee docs/node.md for defaults and the metrics format.\n");
@@ -49,7 +57,8 @@ cli_node_help(FILE *out)
 static void
 s_on_signal(int sig)
 {
-    (void)sig;
+    if (s_signal == 0)
+        s_signal = sig;
     rumor_node *node = s_running;
     if (node != NULL)
         rumor_node_stop(node);
@@ -133,17 +142,20 @@ cli_node_main(int argc, char **argv)
     struct rumor_diag diag = {0};
     if (cli_node_parse(argc, argv, &opts, &diag) != 0)
         return s_fail("node", &diag, RUMOR_EINVAL);
-    rumor_node *node = NULL;
-    rumor_err rc = rumor_node_new(&opts, &node, &diag);
-    if (rc != RUMOR_OK)
-        return s_fail("node", &diag, rc);
-    s_running = node;
+    /* before the node exists, so a signal during its set-up is kept */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = s_on_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    rumor_node *node = NULL;
+    rumor_err rc = rumor_node_new(&opts, &node, &diag);
+    if (rc != RUMOR_OK)
+        return s_fail("node", &diag, rc);
+    s_running = node;
+    if (s_signal != 0)
+        rumor_node_stop(node);
     rc = rumor_node_run(node, &diag);
     struct rumor_node_summary sum;
     rumor_node_summary(node, &sum);
@@ -151,7 +163,7 @@ cli_node_main(int argc, char **argv)
     rumor_node_destroy(&node);
     if (rc != RUMOR_OK)
         return s_fail("node", &diag, rc == RUMOR_EINVAL ? RUMOR_EIO : rc);
-    if (sum.stopped)
+    if (sum.stopped && s_signal == SIGINT)
         return 130;
     return 0;
 }

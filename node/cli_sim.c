@@ -39,6 +39,9 @@ struct sim_args {
     struct rumor_workload_opts work;
     struct rumor_optim_opts optim;
     const char *dataset; /* a dataset spec, or NULL */
+    /* adaptive compression: modelled links (docs/adaptive.md) */
+    struct rumor_simlink_opts link;
+    const char *adapt_trace; /* a path, or NULL */
 };
 
 void
@@ -53,6 +56,7 @@ cli_sim_help(FILE *out)
             "           [--period H] [--gossip-rounds K] [--delta-codec "
             "SPEC]\n"
             "           [--outer-lr LR] [--outer-momentum MU] [--ef-alpha A]\n"
+            "           [--saef-scope self|neighbourhood[:CODEC]]\n"
             "           [--edge-bytes PATH]\n"
             "       rumor sim train --topology SPEC|FILE [the options above]\n"
             "           [--workload lsq|logreg|mlp] [--hidden W] [--batch B]\n"
@@ -62,7 +66,13 @@ cli_sim_help(FILE *out)
             "[--momentum MU]\n"
             "           [--weight-decay WD] [--lsq-features D] "
             "[--lsq-outputs K]\n"
-            "           [--lsq-samples N] [--lsq-noise S]\n\n"
+            "           [--lsq-samples N] [--lsq-noise S]\n"
+            "           [--adapt fixed|rule|learned] [--comm-share S]\n"
+            "           [--adapt-density D] [--adapt-error E] "
+            "[--adapt-lambda L]\n"
+            "           [--link-rate RATE[,RATE...]] [--link-latency-ms MS]\n"
+            "           [--compute-ms MS] [--rate-drop STEP:FACTOR] "
+            "[--adapt-trace PATH]\n\n"
             "SPEC is a generator (ring:8, torus:4x4, complete:8, ...) or a\n"
             "topology file. Algorithms: dpsgd (default; --gamma), allreduce,\n"
             "allreduce-f64, choco and deepsqueeze (--codec, e.g. "
@@ -72,14 +82,19 @@ cli_sim_help(FILE *out)
             "(--period, --gossip-rounds, --delta-codec, --outer-lr,\n"
             "--outer-momentum).\n"
             "--ef-alpha: localsgd with --delta-codec, step-ahead error\n"
-            "feedback (0 plain EF, 1 SAEF).\n"
+            "feedback (0 plain EF, 1 SAEF); --saef-scope self|neighbourhood\n"
+            "[:CODEC]: look ahead by the own error or by the W-weighted\n"
+            "average of the neighbours' errors (default; sent compressed).\n"
             "consensus prints CSV 'step,bits_per_node,rel_error' (or JSON\n"
             "lines with the same keys) every K steps (default 1) and at the\n"
             "last one. train prints 'step,bits_per_node,loss,dist_opt' for\n"
             "lsq (relative RMS distance of the nodes to the optimum) or\n"
             "'step,bits_per_node,loss,test_accuracy' (of the nodes' average\n"
             "model) for the classifiers. --edge-bytes writes\n"
-            "'from,to,bytes,messages' per directed edge at the end.\n");
+            "'from,to,bytes,messages' per directed edge at the end.\n"
+            "Adaptive compression (choco; docs/adaptive.md): --link-rate\n"
+            "models the links (bit/s, k/M/G; edge {i,j} takes rate (i+j) mod\n"
+            "count) and adds a 'seconds' column (modelled wall clock).\n");
 }
 
 static int
@@ -126,6 +141,71 @@ s_unknown(const char *opt)
 {
     fprintf(stderr, "rumor sim: unknown option %s\n", opt);
     return -1;
+}
+
+/* RATE[,RATE...] in bit/s with an optional k, M or G suffix. */
+static int
+s_parse_rates(const char *val, struct rumor_simlink_opts *l)
+{
+    const char *p = val;
+    l->rate_count = 0;
+    while (*p != '\0' && l->rate_count < 8) {
+        char *end = NULL;
+        double r = strtod(p, &end);
+        double mult = *end == 'k'   ? 1e3
+                      : *end == 'M' ? 1e6
+                      : *end == 'G' ? 1e9
+                                    : 1;
+        end += mult > 1;
+        if (end == p || !(r > 0) || (*end != ',' && *end != '\0')) {
+            fprintf(stderr, "rumor sim: bad --link-rate '%s'\n", val);
+            return -1;
+        }
+        l->rates[l->rate_count++] = r * mult;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return *p == '\0' ? 0 : -1;
+}
+
+/* Adaptive compression and the modelled links (docs/adaptive.md). */
+static int
+s_parse_adapt_opt(const char *opt, const char *val, struct sim_args *a)
+{
+    struct rumor_gossip_opts *g = &a->gossip;
+    struct rumor_simlink_opts *l = &a->link;
+    double ms = 0;
+    int rc = 0;
+    if (strcmp(opt, "--adapt") == 0) {
+        snprintf(g->adapt, sizeof g->adapt, "%s", val);
+    } else if (strcmp(opt, "--comm-share") == 0) {
+        rc = cli_parse_double(val, opt, 0, 0.99, &g->comm_share);
+    } else if (strcmp(opt, "--adapt-density") == 0) {
+        rc = cli_parse_double(val, opt, 1e-6, 1, &g->adapt_density);
+    } else if (strcmp(opt, "--adapt-error") == 0) {
+        rc = cli_parse_double(val, opt, 1e-6, 100, &g->adapt_error);
+    } else if (strcmp(opt, "--adapt-lambda") == 0) {
+        rc = cli_parse_double(val, opt, 0, 1e6, &g->adapt_lambda);
+    } else if (strcmp(opt, "--link-rate") == 0) {
+        rc = s_parse_rates(val, l);
+    } else if (strcmp(opt, "--link-latency-ms") == 0) {
+        rc = cli_parse_double(val, opt, 0, 1e5, &ms);
+        l->latency_s = ms * 1e-3;
+    } else if (strcmp(opt, "--compute-ms") == 0) {
+        rc = cli_parse_double(val, opt, 1e-3, 1e7, &ms);
+        l->compute_s = ms * 1e-3;
+    } else if (strcmp(opt, "--rate-drop") == 0) {
+        char *end = NULL;
+        l->drop_step = strtoull(val, &end, 10);
+        l->drop_factor = *end == ':' ? strtod(end + 1, NULL) : 0;
+        rc = l->drop_step > 0 && l->drop_factor > 0 ? 0 : -1;
+        if (rc != 0)
+            fprintf(stderr, "rumor sim: --rate-drop wants STEP:FACTOR\n");
+    } else if (strcmp(opt, "--adapt-trace") == 0) {
+        a->adapt_trace = val;
+    } else {
+        rc = s_unknown(opt);
+    }
+    return rc;
 }
 
 static int
@@ -179,7 +259,7 @@ s_parse_train_opt(const char *opt, const char *val, struct sim_args *a)
     } else if (strcmp(opt, "--lsq-noise") == 0) {
         rc = cli_parse_double(val, opt, 0, 1e3, &w->lsq_noise);
     } else {
-        rc = s_unknown(opt);
+        rc = s_parse_adapt_opt(opt, val, a);
     }
     return rc;
 }
@@ -188,6 +268,8 @@ static int
 s_parse_args(int argc, char **argv, struct sim_args *a)
 {
     rumor_gossip_opts_default(&a->gossip);
+    a->link.compute_s = 0.05;
+    a->link.latency_s = 0.001;
     rumor_workload_opts_default(&a->work);
     a->work.kind = RUMOR_WORKLOAD_LSQ;
     rumor_optim_opts_default(&a->optim);
@@ -241,6 +323,11 @@ s_parse_args(int argc, char **argv, struct sim_args *a)
                 cli_parse_double(val, opt, 0, 0.999, &a->gossip.outer_momentum);
         else if (strcmp(opt, "--ef-alpha") == 0)
             rc = cli_parse_double(val, opt, 0, 1, &a->gossip.ef_alpha);
+        else if (strcmp(opt, "--saef-scope") == 0)
+            snprintf(a->gossip.saef_scope,
+                     sizeof a->gossip.saef_scope,
+                     "%s",
+                     val);
         else if (strcmp(opt, "--edge-bytes") == 0)
             a->edge_bytes = val;
         else if (strcmp(opt, "--size") == 0)
@@ -396,11 +483,17 @@ struct train_run {
     struct rumor_model **grad, *avg;
     rumor_gossip **nodes;
     rumor_sim *sim;
+    rumor_simlink *links; /* --link-rate: modelled links */
+    double seconds;       /* their modelled wall clock */
+    FILE *trace;          /* --adapt-trace */
 };
 
 static void
 s_train_free(struct train_run *r)
 {
+    rumor_simlink_destroy(&r->links);
+    if (r->trace != NULL)
+        fclose(r->trace);
     rumor_sim_destroy(&r->sim);
     for (size_t i = 0; i < r->n; i++) {
         if (r->nodes != NULL)
@@ -469,6 +562,16 @@ s_train_setup(struct sim_args *a, struct train_run *r, struct rumor_diag *diag)
         rc = rumor_model_clone(rumor_workload_model(r->work[0]), &r->avg);
     if (rc == RUMOR_OK)
         rc = rumor_sim_new(r->nodes, r->n, &r->sim);
+    if (rc == RUMOR_OK && a->link.rate_count > 0)
+        rc = rumor_simlink_new(r->sim, r->nodes, r->n, &a->link, &r->links);
+    if (rc == RUMOR_OK && a->adapt_trace != NULL) {
+        r->trace = fopen(a->adapt_trace, "w");
+        if (r->trace == NULL)
+            rc = RUMOR_EIO;
+        else
+            fprintf(r->trace,
+                    "step,node,peer,rate_bps,est_bps,budget,bytes,layers\n");
+    }
     return rc;
 }
 
@@ -518,22 +621,58 @@ s_train_report(const struct sim_args *a,
                double bits,
                double loss,
                const char *key,
-               double metric)
+               double metric,
+               double seconds)
 {
     if (a->json)
         printf("{\"step\": %llu, \"bits_per_node\": %.0f, \"loss\": %.9g, "
-               "\"%s\": %.9g}\n",
+               "\"%s\": %.9g",
                (unsigned long long)step,
                bits,
                loss,
                key,
                metric);
     else
-        printf("%llu,%.0f,%.9g,%.9g\n",
+        printf("%llu,%.0f,%.9g,%.9g",
                (unsigned long long)step,
                bits,
                loss,
                metric);
+    /* modelled links: the modelled wall clock as a last field */
+    if (a->link.rate_count > 0)
+        printf(a->json ? ", \"seconds\": %.9g" : ",%.9g", seconds);
+    printf(a->json ? "}\n" : "\n");
+}
+
+/* --adapt-trace: per node and link, the modelled rate, the estimate, the
+ * budget and bytes of the step's message, and its layers' k/bits. */
+static void
+s_trace(const struct train_run *r, uint64_t step)
+{
+    struct rumor_gossip_link_report lr[64];
+    struct rumor_gossip_layer_report y[16];
+    for (size_t i = 0; i < r->n; i++) {
+        size_t links = rumor_gossip_adapt_links(r->nodes[i], lr, 64);
+        for (size_t l = 0; l < links && l < 64; l++) {
+            double rate =
+                r->links != NULL
+                    ? rumor_simlink_rate(r->links, i, lr[l].peer, step)
+                    : 0;
+            fprintf(r->trace,
+                    "%llu,%zu,%u,%.6g,%.6g,%llu,%llu,",
+                    (unsigned long long)step + 1,
+                    i,
+                    lr[l].peer,
+                    rate,
+                    8 * lr[l].rate_bytes_s,
+                    (unsigned long long)lr[l].budget,
+                    (unsigned long long)lr[l].bytes);
+            size_t layers = rumor_gossip_adapt_layers(r->nodes[i], l, y, 16);
+            for (size_t t = 0; t < layers && t < 16; t++)
+                fprintf(r->trace, "%s%zu/%u", t ? ";" : "", y[t].k, y[t].bits);
+            fprintf(r->trace, "\n");
+        }
+    }
 }
 
 /* One training step of every node: look-ahead, gradient, gossip, update.
@@ -552,6 +691,10 @@ s_train_step(struct train_run *r, uint64_t step, double *loss)
     }
     if (rc == RUMOR_OK)
         rc = rumor_sim_step(r->sim, step);
+    if (rc == RUMOR_OK && r->links != NULL)
+        r->seconds += rumor_simlink_step(r->links, step);
+    if (rc == RUMOR_OK && r->trace != NULL)
+        s_trace(r, step);
     for (size_t i = 0; i < r->n && rc == RUMOR_OK; i++)
         rc = rumor_optim_step(r->optim[i],
                               step,
@@ -591,7 +734,9 @@ s_train(int argc, char **argv)
     }
     const char *key = opt != NULL ? "dist_opt" : "test_accuracy";
     if (!a.json)
-        printf("step,bits_per_node,loss,%s\n", key);
+        printf("step,bits_per_node,loss,%s%s\n",
+               key,
+               a.link.rate_count > 0 ? ",seconds" : "");
     for (uint64_t step = 0; step < a.steps && rc == RUMOR_OK; step++) {
         double loss = 0, metric = 0;
         rc = s_train_step(&r, step, &loss);
@@ -607,7 +752,8 @@ s_train(int argc, char **argv)
                        s_bits_per_node(r.sim, r.n),
                        loss,
                        key,
-                       metric);
+                       metric,
+                       r.seconds);
     }
     if (rc != RUMOR_OK)
         fprintf(stderr, "rumor sim: step failed: %s\n", rumor_strerror(rc));

@@ -90,11 +90,21 @@ static const struct s_opt s_opts[] = {
     {"outer-momentum", S_DBL, F(gossip.outer_momentum), 0, 0, 0.999999},
     {"theta", S_DBL, F(gossip.theta), 0, 1e-9, 1e9},
     {"ef-alpha", S_DBL, F(gossip.ef_alpha), 0, 0, 1},
+    {"saef-scope", S_STR, F(gossip.saef_scope), A(gossip.saef_scope), 0, 0},
+    {"adapt", S_STR, F(gossip.adapt), A(gossip.adapt), 0, 0},
+    {"comm-share", S_DBL, F(gossip.comm_share), 0, 0, 0.99},
+    {"adapt-density", S_DBL, F(gossip.adapt_density), 0, 1e-6, 1},
+    {"adapt-error", S_DBL, F(gossip.adapt_error), 0, 1e-6, 100},
+    {"adapt-lambda", S_DBL, F(gossip.adapt_lambda), 0, 0, 1e6},
     {"exchange", S_EXCHANGE, F(exchange), 0, 0, 0},
     {"overlap", S_BOOL, F(overlap), 0, 0, 0},
     {"seed", S_U64, F(workload.seed), 0, 0, 1.8e19},
     {"steps", S_U64, F(steps), 0, 1, 1e12},
     {"deadline-ms", S_U32, F(deadline_ms), 0, 1, 86400000},
+    {"deadline-factor", S_DBL, F(deadline_factor), 0, 0, 1000},
+    {"down-after", S_U32, F(down_after), 0, 1, RUMOR_GOSSIP_DOWN_AFTER_MAX},
+    {"clip-norm", S_DBL, F(gossip.clip_norm), 0, 0, 1e30},
+    {"join", S_BOOL, F(join), 0, 0, 0},
     {"connect-timeout-ms", S_U32, F(connect_ms), 0, 1, 86400000},
     {"eval-every", S_U64, F(eval_every), 0, 0, 1e12},
     {"consensus-every", S_U64, F(consensus_every), 0, 0, 1e12},
@@ -103,6 +113,10 @@ static const struct s_opt s_opts[] = {
     {"rate", S_RATE, F(rate_bits), 0, 0, 0},
     {"delay-ms", S_U32, F(delay_ms), 0, 0, 60000},
     {"progress", S_PROGRESS, F(progress), 0, 0, 0},
+    {"checkpoint-dir", S_STR, F(checkpoint_dir), A(checkpoint_dir), 0, 0},
+    {"checkpoint-every", S_U64, F(checkpoint_every), 0, 0, 1e12},
+    {"checkpoint-keep", S_U32, F(checkpoint_keep), 0, 1, 1000000},
+    {"resume", S_BOOL, F(resume), 0, 0, 0},
 };
 
 #undef F
@@ -388,6 +402,8 @@ static const struct s_applies s_algo_opts[] = {
     {"outer-momentum", {"localsgd", NULL, NULL, NULL}},
     {"theta", {"moniqua", NULL, NULL, NULL}},
     {"ef-alpha", {"localsgd", NULL, NULL, NULL}},
+    {"saef-scope", {"localsgd", NULL, NULL, NULL}},
+    {"adapt", {"choco", NULL, NULL, NULL}},
 };
 
 /* --- INI -------------------------------------------------------------- */
@@ -447,10 +463,13 @@ rumor_node_opts_default(struct rumor_node_opts *opts)
     opts->overlap = true;
     opts->steps = 300;
     opts->deadline_ms = 10000;
+    opts->deadline_factor = 8;
+    opts->down_after = 3;
     opts->connect_ms = 30000;
     opts->eval_every = 50;
     opts->log_level = RUMOR_LOG_INFO;
     opts->progress = -1;
+    opts->checkpoint_keep = 3;
 }
 
 bool
@@ -492,28 +511,64 @@ rumor_node_opts_set(struct rumor_node_opts *opts,
 }
 
 rumor_err
-rumor_node_opts_load(struct rumor_node_opts *opts,
-                     const char *path,
-                     struct rumor_diag *diag)
+rumor_node_opts_parse_ini(struct rumor_node_opts *opts,
+                          const char *name,
+                          const uint8_t *text,
+                          size_t len,
+                          struct rumor_diag *diag)
 {
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        rumor_diag_set(diag, path, 0, 0, "cannot open: %s", strerror(errno));
-        return errno == ENOENT ? RUMOR_ENOTFOUND : RUMOR_EIO;
+    if (len > RUMOR_NODE_CONFIG_MAX || memchr(text, '\0', len) != NULL) {
+        rumor_diag_set(diag,
+                       name,
+                       0,
+                       0,
+                       len > RUMOR_NODE_CONFIG_MAX
+                           ? "larger than %d bytes"
+                           : "not a text file (a NUL byte)",
+                       RUMOR_NODE_CONFIG_MAX);
+        return RUMOR_EINVAL;
     }
+    char *copy = malloc(len + 1); /* libinih wants a C string */
+    if (copy == NULL)
+        return RUMOR_ENOMEM;
+    memcpy(copy, text, len);
+    copy[len] = '\0';
     struct rumor_node_opts scratch = *opts;
     struct rumor_diag inner = {0};
     struct s_ini ini = {&scratch, &inner, RUMOR_OK};
-    int line = ini_parse_file(f, s_ini_handler, &ini);
-    fclose(f);
+    int line = ini_parse_string(copy, s_ini_handler, &ini);
+    free(copy);
     if (line == 0 && ini.rc == RUMOR_OK) {
         *opts = scratch;
         return RUMOR_OK;
     }
     if (ini.rc == RUMOR_OK)
         rumor_diag_set(&inner, "", 0, 0, "not an INI line (key = value)");
-    rumor_diag_set(diag, path, line > 0 ? line : 0, 0, "%s", inner.msg);
-    return RUMOR_EINVAL;
+    rumor_diag_set(diag, name, line > 0 ? line : 0, 0, "%s", inner.msg);
+    return ini.rc == RUMOR_ENOMEM ? RUMOR_ENOMEM : RUMOR_EINVAL;
+}
+
+rumor_err
+rumor_node_opts_load(struct rumor_node_opts *opts,
+                     const char *path,
+                     struct rumor_diag *diag)
+{
+    rumor_buf buf;
+    rumor_buf_init(&buf, RUMOR_NODE_CONFIG_MAX + 1);
+    rumor_err rc = rumor_buf_read_file(&buf, path);
+    if (rc == RUMOR_OK)
+        rc = rumor_node_opts_parse_ini(opts, path, buf.data, buf.len, diag);
+    else if (rc == RUMOR_ETOOBIG)
+        rumor_diag_set(diag,
+                       path,
+                       0,
+                       0,
+                       "larger than %d bytes",
+                       RUMOR_NODE_CONFIG_MAX);
+    else
+        rumor_diag_set(diag, path, 0, 0, "cannot read: %s", rumor_strerror(rc));
+    rumor_buf_free(&buf);
+    return rc == RUMOR_ETOOBIG ? RUMOR_EINVAL : rc;
 }
 
 rumor_err
@@ -605,6 +660,33 @@ rumor_node_opts_check(const struct rumor_node_opts *o, struct rumor_diag *diag)
             return RUMOR_EINVAL;
         }
     }
+    static const char *const ckpt_opts[] = {"checkpoint-every",
+                                            "checkpoint-keep",
+                                            "resume"};
+    for (size_t i = 0; i < 3; i++)
+        if (o->checkpoint_dir[0] == '\0' && s_given(o, ckpt_opts[i])) {
+            rumor_diag_set(diag,
+                           "",
+                           0,
+                           0,
+                           "--%s needs --checkpoint-dir DIR",
+                           ckpt_opts[i]);
+            return RUMOR_EINVAL;
+        }
+    static const char *const adapt_opts[] = {"comm-share",
+                                             "adapt-density",
+                                             "adapt-error",
+                                             "adapt-lambda"};
+    for (size_t i = 0; i < sizeof adapt_opts / sizeof adapt_opts[0]; i++)
+        if (o->gossip.adapt[0] == '\0' && s_given(o, adapt_opts[i])) {
+            rumor_diag_set(diag,
+                           "",
+                           0,
+                           0,
+                           "--%s needs --adapt fixed|rule|learned",
+                           adapt_opts[i]);
+            return RUMOR_EINVAL;
+        }
     if (s_given(o, "ef-alpha") && o->gossip.delta_codec[0] == '\0') {
         rumor_diag_set(diag, "", 0, 0, "--ef-alpha needs --delta-codec");
         return RUMOR_EINVAL;

@@ -50,6 +50,16 @@ node_metrics_open(const char *dir,
                   node_metrics **out,
                   struct rumor_diag *diag)
 {
+    return node_metrics_open_mode(dir, id, false, out, diag);
+}
+
+rumor_err
+node_metrics_open_mode(const char *dir,
+                       uint32_t id,
+                       bool append,
+                       node_metrics **out,
+                       struct rumor_diag *diag)
+{
     *out = NULL;
     char path[RUMOR_NODE_PATH_MAX + 32];
     if (node_mkdirs(dir) != 0) {
@@ -60,7 +70,7 @@ node_metrics_open(const char *dir,
     node_metrics *m = calloc(1, sizeof *m);
     if (m == NULL)
         return RUMOR_ENOMEM;
-    m->f = fopen(path, "w");
+    m->f = fopen(path, append ? "a" : "w");
     if (m->f == NULL) {
         rumor_diag_set(diag, path, 0, 0, "cannot write: %s", strerror(errno));
         free(m);
@@ -76,6 +86,55 @@ s_add_num(cJSON *o, const char *name, double v)
     if (isnan(v))
         return true;
     return cJSON_AddNumberToObject(o, name, v) != NULL;
+}
+
+/* Adaptive compression: per link the estimate, budget and bytes of the
+ * last message, and per layer its settings ("adapt", docs/adaptive.md). */
+static bool
+s_add_adapt(cJSON *o, const rumor_gossip *g)
+{
+    struct rumor_gossip_link_report lr[64];
+    size_t links = g != NULL ? rumor_gossip_adapt_links(g, lr, 64) : 0;
+    if (links == 0)
+        return true;
+    cJSON *arr = cJSON_AddArrayToObject(o, "adapt");
+    bool ok = arr != NULL;
+    for (size_t l = 0; l < links && l < 64 && ok; l++) {
+        cJSON *k = cJSON_CreateObject();
+        ok = k != NULL && cJSON_AddItemToArray(arr, k);
+        ok = ok && s_add_num(k, "peer", lr[l].peer);
+        ok = ok && s_add_num(k, "rate_bytes_s", lr[l].rate_bytes_s);
+        ok = ok && s_add_num(k, "rtt_s", lr[l].rtt_s);
+        ok = ok && s_add_num(k, "budget", (double)lr[l].budget);
+        ok = ok && s_add_num(k, "bytes", (double)lr[l].bytes);
+        struct rumor_gossip_layer_report y[16];
+        size_t layers = rumor_gossip_adapt_layers(g, l, y, 16);
+        cJSON *ya = ok ? cJSON_AddArrayToObject(k, "layers") : NULL;
+        ok = ya != NULL;
+        for (size_t t = 0; t < layers && t < 16 && ok; t++) {
+            cJSON *e = cJSON_CreateIntArray(
+                (const int[]){(int)y[t].n, (int)y[t].k, (int)y[t].bits},
+                3);
+            ok = e != NULL && cJSON_AddItemToArray(ya, e);
+            ok = ok &&
+                 cJSON_AddItemToArray(e, cJSON_CreateNumber(y[t].rel_error));
+        }
+    }
+    return ok;
+}
+
+/* The fault-handling counters (node/faults.c, docs/reliability.md). */
+static bool
+s_add_faults(cJSON *o, const struct node_metrics_row *r)
+{
+    return s_add_num(o, "rejected_nonfinite", (double)r->rejected_nonfinite) &&
+           s_add_num(o, "rejected_malformed", (double)r->rejected_malformed) &&
+           s_add_num(o, "clipped", (double)r->clipped) &&
+           s_add_num(o, "skipped", (double)r->skipped) &&
+           s_add_num(o, "peers_down", (double)r->peers_down) &&
+           s_add_num(o, "readmitted", (double)r->readmitted) &&
+           s_add_num(o, "control_bytes_sent", (double)r->control_bytes_sent) &&
+           s_add_num(o, "control_frames_sent", (double)r->control_frames_sent);
 }
 
 rumor_err
@@ -107,6 +166,8 @@ node_metrics_write(node_metrics *m, const struct node_metrics_row *r)
     ok = ok && s_add_num(o, "seconds_compute", r->seconds_compute);
     ok = ok && s_add_num(o, "seconds_gossip", r->seconds_gossip);
     ok = ok && s_add_num(o, "seconds_wait", r->seconds_wait);
+    ok = ok && (!r->faults || s_add_faults(o, r));
+    ok = ok && s_add_adapt(o, r->gossip);
     char *text = ok ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     if (text == NULL)

@@ -23,6 +23,8 @@
  * messages this node sent and received (rumor_gossip_wire_bytes), which
  * the tests compare with the simulator's count and with the transport's
  * own counters. The round structure is the one of gossip/netdrive.c.
+ * The peer API (node/peer.c, under python/rumor) runs this same driver on
+ * caller-owned tensors (node_new_model, node_gossip_step).
  *
  * Never hang: the links must come up within connect_ms, every step has a
  * deadline, and a neighbour that was heard from and then goes silent for
@@ -33,6 +35,8 @@
  */
 #include "rumor/node.h"
 
+#include "node/checkpoint_impl.h"
+#include "node/faults.h"
 #include "node/runtime_impl.h"
 
 #include <math.h>
@@ -80,7 +84,8 @@ struct rumor_node {
     rumor_gossip *g;
     rumor_net *net;
     node_metrics *metrics;
-    uint32_t *linked; /* peers this node opens links to */
+    node_faults *faults; /* skipping algorithms: node/faults.c */
+    uint32_t *linked;    /* peers this node opens links to */
     size_t nlinked;
     bool *heard;      /* per node: seen alive once (death detection) */
     uint32_t *expect; /* per round scratch: expected senders */
@@ -95,6 +100,17 @@ struct rumor_node {
     size_t probe_floats;
     uint64_t consensus_bytes_sent, consensus_frames_sent;
     struct rumor_node_summary sum;
+    /* the peer API's node (node/peer.c): caller-owned tensors, no
+     * workload, optimizer or training loop */
+    bool external;
+    uint64_t first_step;   /* 0, or the step a resumed run continues at */
+    uint64_t stop_at;      /* first step not to run once a stop is agreed
+                              (UINT64_MAX: none; see s_stop_plan) */
+    uint64_t stop_margin;  /* steps a stop request needs to reach every
+                              node (s_stop_margin) */
+    uint64_t saved_step;   /* step of the last checkpoint written */
+    bool resumed_together; /* resumed from the checkpoint of a stop agreed
+                              by every node (not a lone restart) */
 };
 
 /* --- static helpers --------------------------------------------------- */
@@ -193,10 +209,28 @@ s_load_topology(rumor_node *node, struct rumor_diag *diag)
     return RUMOR_OK;
 }
 
+/* The algorithm on the model it mixes (the run seed is the workload's). */
+static rumor_err
+s_gossip_new(rumor_node *node,
+             const struct rumor_model *mixed,
+             struct rumor_diag *diag)
+{
+    struct rumor_gossip_opts go = node->opts.gossip;
+    go.seed = node->opts.workload.seed;
+    return rumor_gossip_new(&go,
+                            node->topo,
+                            node->opts.id,
+                            mixed,
+                            &node->g,
+                            diag);
+}
+
 static rumor_err
 s_build_training(rumor_node *node, struct rumor_diag *diag)
 {
     const struct rumor_node_opts *o = &node->opts;
+    if (node->external) /* the peer API: the caller's tensors */
+        return s_gossip_new(node, node->model, diag);
     struct rumor_workload_opts wo = o->workload;
     rumor_err rc = RUMOR_OK;
     if (o->dataset[0] != '\0') {
@@ -221,8 +255,6 @@ s_build_training(rumor_node *node, struct rumor_diag *diag)
         rumor_diag_set(diag, "", 0, 0, "optimizer: %s", rumor_strerror(rc));
         return rc;
     }
-    struct rumor_gossip_opts go = o->gossip;
-    go.seed = wo.seed;
     const struct rumor_model *mixed =
         node_exchange_gradient(o) ? node->grad : node->model;
     if (!node_exchange_gradient(o) && o->overlap) {
@@ -231,7 +263,25 @@ s_build_training(rumor_node *node, struct rumor_diag *diag)
             return rc;
         mixed = node->mix;
     }
-    return rumor_gossip_new(&go, node->topo, o->id, mixed, &node->g, diag);
+    return s_gossip_new(node, mixed, diag);
+}
+
+/* ZeroMQ binds to an address or an interface, never to a DNS name, while
+ * peers connect to the endpoint the topology lists. A node whose endpoint
+ * names a host (tcp://node-3:7000, as `rumor compose` and
+ * scripts/rumor-slurm.sh write them) listens on every interface at that
+ * port instead; tcp://localhost:P listens on 127.0.0.1. */
+static const char *
+s_bind_endpoint(const char *endpoint, char *buf, size_t cap)
+{
+    const char *host = endpoint + 6;
+    const char *colon = strrchr(endpoint, ':');
+    if (strncmp(endpoint, "tcp://", 6) != 0 || colon < host || host[0] == '[' ||
+        host[0] == '*' || strspn(host, "0123456789.") >= (size_t)(colon - host))
+        return endpoint;
+    bool loopback = colon - host == 9 && strncmp(host, "localhost", 9) == 0;
+    snprintf(buf, cap, "tcp://%s%s", loopback ? "127.0.0.1" : "*", colon);
+    return buf;
 }
 
 static rumor_err
@@ -249,7 +299,9 @@ s_start_net(rumor_node *node, struct rumor_diag *diag)
                                                  &count);
     uint32_t next = (o->id + 1) % node->n;
     for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
-        if (rumor_gossip_uses_ring(node->g) && peers[k].id == next)
+        /* the peer API links it too, for its exact average() */
+        if ((rumor_gossip_uses_ring(node->g) || node->external) &&
+            peers[k].id == next)
             peers[k].link = true;
         if (peers[k].link && peers[k].endpoint == NULL) {
             rumor_diag_set(diag,
@@ -267,7 +319,10 @@ s_start_net(rumor_node *node, struct rumor_diag *diag)
     struct rumor_net_opts no;
     rumor_net_opts_default(&no);
     no.self = o->id;
-    no.endpoint = rumor_topology_endpoint(node->topo, o->id);
+    char bind_ep[RUMOR_TOPOLOGY_ENDPOINT_BYTES + 16];
+    no.endpoint = s_bind_endpoint(rumor_topology_endpoint(node->topo, o->id),
+                                  bind_ep,
+                                  sizeof bind_ep);
     no.keys = node->keys;
     no.peers = peers;
     no.npeers = count;
@@ -333,6 +388,177 @@ s_recv(rumor_node *node,
     }
 }
 
+/* --- stopping together -------------------------------------------------
+ * A stop request (SIGTERM, Ctrl-C) must end every node after the same
+ * step, so that their final checkpoints match and `--resume` continues
+ * one consistent run. The request travels with the gossip: a node asked to
+ * stop before step t plans to run no step from stop_at = t + margin on,
+ * and every gossip message of step s carries stop_at - s in the header's
+ * `tensor` field (0: no stop planned; the field is opaque to net/); a
+ * node that hears a plan adopts the earliest. Messages of step s carry
+ * what the sender learned by the end of step s - 1, so a plan reaches a
+ * node k hops away within k steps of gossip; margin is the number of
+ * steps that bounds this for the topology and algorithm (s_stop_margin),
+ * so every node hears the plan before it reaches stop_at, and all stop
+ * there (docs/node.md, "Stopping and resuming"). */
+
+static uint32_t
+s_stop_field(const rumor_node *node, uint64_t step)
+{
+    if (node->stop_at == UINT64_MAX || node->stop_at <= step)
+        return 0;
+    uint64_t ahead = node->stop_at - step;
+    return ahead > UINT32_MAX ? UINT32_MAX : (uint32_t)ahead;
+}
+
+static void
+s_stop_heard(rumor_node *node, uint64_t step, uint32_t field)
+{
+    if (field == 0 || step + field >= node->stop_at)
+        return;
+    node->stop_at = step + field;
+    rumor_log(RUMOR_LOG_INFO,
+              "a neighbour stops the run: last step %llu",
+              (unsigned long long)node->stop_at);
+}
+
+/* Steps that bound how long a plan takes to reach every node: the hops
+ * it must travel (the directed ring for ring algorithms, else the
+ * diameter of all phases' edges together) times the phases (an edge may
+ * be used once per cycle) times local SGD's period (only its sync steps
+ * send anything). */
+static uint64_t
+s_stop_margin(const rumor_node *node)
+{
+    size_t n = node->n, phases = rumor_topology_phases(node->topo);
+    uint64_t hops = n > 1 ? n - 1 : 0;
+    if (!rumor_gossip_uses_ring(node->g)) {
+        uint32_t *dist = malloc(n * n * sizeof *dist + 1);
+        if (dist == NULL)
+            return hops * phases * node->opts.gossip.period;
+        hops = 0;
+        for (size_t i = 0; i < n * n; i++)
+            dist[i] = i % (n + 1) == 0 ? 0 : UINT32_MAX / 2;
+        for (size_t ph = 0; ph < phases; ph++)
+            for (uint32_t i = 0; i < n; i++) {
+                size_t count = 0;
+                const uint32_t *nb =
+                    rumor_topology_neighbors(node->topo, ph, i, &count, NULL);
+                for (size_t k = 0; k < count; k++)
+                    dist[i * n + nb[k]] = dist[nb[k] * n + i] = 1;
+            }
+        for (size_t k = 0; k < n; k++) /* Floyd-Warshall: n is small */
+            for (size_t i = 0; i < n; i++)
+                for (size_t j = 0; j < n; j++)
+                    if (dist[i * n + k] + dist[k * n + j] < dist[i * n + j])
+                        dist[i * n + j] = dist[i * n + k] + dist[k * n + j];
+        for (size_t i = 0; i < n * n; i++) /* unreachable pairs: never */
+            hops = dist[i] > hops && dist[i] < n ? dist[i] : hops;
+        free(dist);
+    }
+    return hops * phases * node->opts.gossip.period;
+}
+
+/* Before step t: a stop request of this process becomes a plan. */
+static void
+s_stop_plan(rumor_node *node, uint64_t t)
+{
+    if (!atomic_load(&node->stop) || node->stop_at != UINT64_MAX)
+        return;
+    node->stop_at = t + node->stop_margin;
+    rumor_log(RUMOR_LOG_INFO,
+              "stop requested before step %llu: stopping after step %llu "
+              "with the neighbours",
+              (unsigned long long)t + 1,
+              (unsigned long long)node->stop_at);
+}
+
+/* The runtime's parts a checkpoint holds (node/checkpoint_state.c). */
+static void
+s_ckpt_parts(rumor_node *node,
+             struct node_ckpt_parts *p,
+             struct node_ckpt_counters *k)
+{
+    *k = (struct node_ckpt_counters){
+        .step = node->sum.steps,
+        .loss = node->sum.loss,
+        .gossip_bytes_sent = node->sum.gossip_bytes_sent,
+        .gossip_bytes_recv = node->sum.gossip_bytes_recv,
+        .gossip_frames_sent = node->gossip_frames_sent,
+        .consensus_bytes_sent = node->consensus_bytes_sent,
+        .consensus_frames_sent = node->consensus_frames_sent,
+        .seconds_compute = node->t_compute,
+        .seconds_gossip = node->t_gossip,
+        .seconds_wait = node->t_wait,
+        /* every node ends at the same step: an agreed stop, or --steps */
+        .stopped = node->sum.stopped || node->sum.steps == node->opts.steps,
+    };
+    *p = (struct node_ckpt_parts){.node = node->opts.id,
+                                  .nodes = node->n,
+                                  .seed = node->opts.workload.seed,
+                                  .algo = node->opts.gossip.algo,
+                                  .model = node->model,
+                                  .optim = node->optim,
+                                  .gossip = node->g,
+                                  .counters = k};
+}
+
+static rumor_err
+s_checkpoint(rumor_node *node, struct rumor_diag *diag)
+{
+    if (node->opts.checkpoint_dir[0] == '\0' ||
+        node->saved_step == node->sum.steps)
+        return RUMOR_OK;
+    struct node_ckpt_parts p;
+    struct node_ckpt_counters k;
+    s_ckpt_parts(node, &p, &k);
+    rumor_err rc = node_ckpt_save(node->opts.checkpoint_dir,
+                                  node->opts.checkpoint_keep,
+                                  &p,
+                                  diag);
+    if (rc == RUMOR_OK)
+        node->saved_step = node->sum.steps;
+    return rc;
+}
+
+static rumor_err
+s_resume(rumor_node *node, struct rumor_diag *diag)
+{
+    struct node_ckpt_parts p;
+    struct node_ckpt_counters k;
+    s_ckpt_parts(node, &p, &k);
+    struct rumor_diag why = {0};
+    rumor_err rc = node_ckpt_resume(node->opts.checkpoint_dir, &p, &why);
+    if (rc != RUMOR_OK)
+        rumor_diag_set(diag, why.file, why.line, 0, "--resume: %s", why.msg);
+    if (rc == RUMOR_OK && node->opts.metrics_dir[0] != '\0' &&
+        node_ckpt_trim_metrics(node->opts.metrics_dir, node->opts.id, k.step) !=
+            RUMOR_OK) {
+        rumor_diag_set(diag,
+                       node->opts.metrics_dir,
+                       0,
+                       0,
+                       "--resume: cannot rewrite node-%u.jsonl",
+                       node->opts.id);
+        rc = RUMOR_EIO;
+    }
+    if (rc != RUMOR_OK)
+        return rc;
+    node->first_step = node->saved_step = k.step;
+    node->resumed_together = k.stopped;
+    node->sum.steps = k.step;
+    node->sum.loss = k.loss;
+    node->sum.gossip_bytes_sent = k.gossip_bytes_sent;
+    node->sum.gossip_bytes_recv = k.gossip_bytes_recv;
+    node->gossip_frames_sent = k.gossip_frames_sent;
+    node->consensus_bytes_sent = k.consensus_bytes_sent;
+    node->consensus_frames_sent = k.consensus_frames_sent;
+    node->t_compute = k.seconds_compute;
+    node->t_gossip = k.seconds_gossip;
+    node->t_wait = k.seconds_wait;
+    return RUMOR_OK;
+}
+
 /* One round: emit and send, receive every expected sender, absorb. */
 static rumor_err
 s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
@@ -347,6 +573,7 @@ s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
         struct rumor_net_header h = {.type = RUMOR_NET_TYPE_DATA,
                                      .step = step,
                                      .round = round,
+                                     .tensor = s_stop_field(node, step),
                                      .count = msgs[m].len};
         rc = rumor_net_send(node->net,
                             msgs[m].peer,
@@ -386,6 +613,12 @@ s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
         node->inbox[got] = (struct rumor_gossip_msg){node->expect[k],
                                                      node->got[got].payload,
                                                      node->got[got].len};
+        s_stop_heard(node, step, node->got[got].hdr.tensor);
+        /* adaptive compression measures the links on this traffic */
+        rumor_gossip_link_observe(node->g,
+                                  node->expect[k],
+                                  node->got[got].len,
+                                  rumor_clock_ns() - t1);
         node->sum.gossip_bytes_recv +=
             rumor_gossip_wire_bytes(node->got[got].len);
         got++;
@@ -407,13 +640,127 @@ s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
     return rc;
 }
 
+static void
+s_faults_heard(void *arg, uint64_t step, uint32_t tensor)
+{
+    s_stop_heard(arg, step, tensor);
+}
+
+/* A round that skips neighbours who miss the deadline (node/faults.c). */
+static rumor_err
+s_round_faults(rumor_node *node,
+               uint64_t step,
+               uint32_t round,
+               uint64_t deadline)
+{
+    struct node_faults_io io = {.tensor = s_stop_field(node, step),
+                                .heard = s_faults_heard,
+                                .arg = node};
+    rumor_err rc = node_faults_round(node->faults,
+                                     node->net,
+                                     node->g,
+                                     step,
+                                     round,
+                                     deadline,
+                                     &io);
+    node->sum.gossip_bytes_sent += io.bytes_sent;
+    node->sum.gossip_bytes_recv += io.bytes_recv;
+    node->gossip_frames_sent += io.frames_sent;
+    node->t_gossip += io.seconds_gossip;
+    node->t_wait += io.seconds_wait;
+    return rc;
+}
+
+static rumor_err
+s_faults_new(rumor_node *node)
+{
+    const struct rumor_node_opts *o = &node->opts;
+    struct node_faults_opts fo = {.topo = node->topo,
+                                  .self = o->id,
+                                  .n = node->n,
+                                  .down_after = o->down_after,
+                                  .deadline_ms = o->deadline_ms,
+                                  .deadline_factor = o->deadline_factor,
+                                  .join = o->join};
+    rumor_err rc = node_faults_new(&fo, &node->faults);
+    /* a lone restart re-synchronises with its neighbours; after a stop
+     * agreed by all, every node resumes the same step together */
+    if (rc == RUMOR_OK && o->resume && !node->resumed_together)
+        node_faults_restarted(node->faults);
+    return rc;
+}
+
+static void s_copy_model(struct rumor_model *dst,
+                         const struct rumor_model *src);
+
+/* Before step *t: handshakes with returning neighbours; *t moves forward
+ * when they are ahead (after a stall), and steps in between are skipped
+ * (they will not be gossiped by anyone). */
+static rumor_err
+s_faults_between(rumor_node *node, uint64_t *t)
+{
+    uint64_t next = *t;
+    /* with overlap the gossip works on node->mix: terms settled between
+     * steps must land in the model, not in a copy the next step drops */
+    if (node->mix != NULL)
+        s_copy_model(node->mix, node->model);
+    rumor_err rc = node_faults_between(node->faults,
+                                       node->net,
+                                       node->g,
+                                       node->model,
+                                       &next);
+    if (node->mix != NULL)
+        s_copy_model(node->model, node->mix);
+    if (rc == RUMOR_OK && next > *t) {
+        *t = next;
+        rumor_net_close_steps_before(node->net, next);
+    }
+    return rc;
+}
+
+/* --join: the model and step of a live neighbour, before any step. */
+static rumor_err
+s_faults_join(rumor_node *node, uint64_t *t)
+{
+    uint64_t next = *t;
+    uint64_t deadline = rumor_clock_ns() + node->opts.connect_ms * NODE_MS;
+    rumor_err rc = node_faults_join(node->faults,
+                                    node->net,
+                                    node->g,
+                                    node->model,
+                                    deadline,
+                                    &next);
+    if (rc == RUMOR_OK && next > *t) {
+        *t = next;
+        node->first_step = next;
+        rumor_net_close_steps_before(node->net, next);
+    }
+    if (rc != RUMOR_OK)
+        rumor_log(RUMOR_LOG_ERROR,
+                  "--join: no neighbour sent its model within %u ms",
+                  node->opts.connect_ms);
+    return rc;
+}
+
+/* The deadline span of step t: the connect time for the first step. */
+static uint64_t
+s_span(const rumor_node *node, uint64_t t)
+{
+    if (t == node->first_step && !node->opts.join)
+        return node->opts.connect_ms * NODE_MS;
+    if (node->faults != NULL)
+        return node_faults_span_ns(node->faults);
+    return node->opts.deadline_ms * NODE_MS;
+}
+
 static rumor_err
 s_gossip_step(rumor_node *node, uint64_t step, uint64_t deadline)
 {
     uint32_t rounds = rumor_gossip_rounds(node->g, step);
     rumor_err rc = RUMOR_OK;
     for (uint32_t r = 0; r < rounds && rc == RUMOR_OK; r++)
-        rc = s_round(node, step, r, deadline);
+        rc = node->faults != NULL ? s_round_faults(node, step, r, deadline)
+                                  : s_round(node, step, r, deadline);
     rumor_net_close_steps_before(node->net, step);
     return rc;
 }
@@ -440,11 +787,14 @@ s_probe(rumor_node *node, uint64_t t, uint64_t deadline)
                                                     &count,
                                                     NULL);
     rumor_err rc = RUMOR_OK;
+    size_t heard = 0;
     for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
         struct rumor_net_header h = {.type = RUMOR_NET_TYPE_DATA,
                                      .step = t,
                                      .round = NODE_PROBE_ROUND,
                                      .count = node->probe_floats};
+        if (node->faults != NULL && !node_faults_up(node->faults, nbrs[k]))
+            continue; /* down: the probe skips it as the gossip does */
         rc = rumor_net_send(node->net, nbrs[k], &h, node->probe, len, deadline);
         uint64_t wire = rumor_gossip_wire_bytes(len);
         node->consensus_bytes_sent += wire;
@@ -453,9 +803,25 @@ s_probe(rumor_node *node, uint64_t t, uint64_t deadline)
     double sum = 0;
     for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
         struct rumor_net_msg msg;
-        rc = s_recv(node, nbrs[k], t, NODE_PROBE_ROUND, deadline, &msg);
+        if (node->faults != NULL) {
+            if (!node_faults_up(node->faults, nbrs[k]))
+                continue;
+            rc = rumor_net_recv(node->net,
+                                nbrs[k],
+                                t,
+                                NODE_PROBE_ROUND,
+                                deadline,
+                                &msg);
+            if (rc == RUMOR_ETIMEDOUT) {
+                rc = RUMOR_OK; /* missed the deadline: not counted */
+                continue;
+            }
+        } else {
+            rc = s_recv(node, nbrs[k], t, NODE_PROBE_ROUND, deadline, &msg);
+        }
         if (rc != RUMOR_OK)
             break;
+        heard++;
         if (msg.len != len) {
             rumor_log(RUMOR_LOG_ERROR,
                       "step %llu: consensus probe of node %u has %zu bytes, "
@@ -474,7 +840,7 @@ s_probe(rumor_node *node, uint64_t t, uint64_t deadline)
         }
         rumor_net_msg_free(&msg);
     }
-    node->sum.consensus = count > 0 ? sum / (double)count : 0;
+    node->sum.consensus = heard > 0 ? sum / (double)heard : 0;
     return rc;
 }
 
@@ -542,6 +908,27 @@ s_evaluate(rumor_node *node)
     node->sum.optimum_error = worst;
 }
 
+/* The fault counters of the metrics line (node/faults.c, screening). */
+static void
+s_faults_row(const rumor_node *node, struct node_metrics_row *row)
+{
+    if (node->faults == NULL)
+        return;
+    struct node_faults_stats fs;
+    struct rumor_gossip_screen_stats ss;
+    node_faults_stats(node->faults, &fs);
+    rumor_gossip_screen_stats(node->g, &ss);
+    row->faults = true;
+    row->rejected_nonfinite = ss.nonfinite;
+    row->rejected_malformed = ss.malformed;
+    row->clipped = ss.clipped;
+    row->skipped = fs.skipped;
+    row->peers_down = fs.peers_down;
+    row->readmitted = fs.readmitted;
+    row->control_bytes_sent = fs.control_bytes_sent;
+    row->control_frames_sent = fs.control_frames_sent;
+}
+
 static rumor_err
 s_report(rumor_node *node,
          uint64_t step,
@@ -573,7 +960,9 @@ s_report(rumor_node *node,
         .seconds_compute = node->t_compute,
         .seconds_gossip = node->t_gossip,
         .seconds_wait = node->t_wait,
+        .gossip = node->g,
     };
+    s_faults_row(node, &row);
     uint64_t now = rumor_clock_ns();
     bool last = step == node->opts.steps;
     if (node->progress &&
@@ -590,7 +979,7 @@ s_report(rumor_node *node,
                row.seconds,
                last ? "\n" : "");
         fflush(stdout);
-    } else if (!node->progress && evaluated) {
+    } else if (!node->progress && evaluated && !node->external) {
         /* not a terminal (a log, or rumor launch): one line per evaluation
          * on stdout, whatever the log level */
         printf("step %llu/%llu  loss %.4f  test loss %.4f  accuracy %.2f%%  "
@@ -707,8 +1096,7 @@ s_grad_and_gossip_overlapped(rumor_node *node, uint64_t t, double *loss)
     wk->done = false;
     pthread_cond_broadcast(&wk->cv);
     pthread_mutex_unlock(&wk->mu);
-    uint64_t span =
-        (t == 0 ? node->opts.connect_ms : node->opts.deadline_ms) * NODE_MS;
+    uint64_t span = s_span(node, t);
     rumor_err grc = s_gossip_step(node, t, rumor_clock_ns() + span);
     pthread_mutex_lock(&wk->mu);
     while (!wk->done)
@@ -736,8 +1124,7 @@ s_grad_then_gossip(rumor_node *node, uint64_t t, double *loss)
     node->t_compute += s_since(c0);
     if (rc != RUMOR_OK || !isfinite(*loss))
         return rc;
-    uint64_t span =
-        (t == 0 ? node->opts.connect_ms : node->opts.deadline_ms) * NODE_MS;
+    uint64_t span = s_span(node, t);
     return s_gossip_step(node, t, rumor_clock_ns() + span);
 }
 
@@ -745,7 +1132,7 @@ static rumor_err
 s_step(rumor_node *node, uint64_t t)
 {
     const struct rumor_node_opts *o = &node->opts;
-    double loss = NAN;
+    double loss = NAN, compute0 = node->t_compute;
     rumor_err rc = node->mix != NULL
                        ? s_grad_and_gossip_overlapped(node, t, &loss)
                        : s_grad_then_gossip(node, t, &loss);
@@ -768,9 +1155,12 @@ s_step(rumor_node *node, uint64_t t)
     if (rc == RUMOR_OK && evaluate)
         s_evaluate(node);
     node->t_compute += s_since(c1);
+    rumor_gossip_compute_observe(
+        node->g,
+        (uint64_t)((node->t_compute - compute0) * 1e9));
     if (rc == RUMOR_OK && probe) {
         uint64_t c2 = rumor_clock_ns();
-        rc = s_probe(node, t, c2 + o->deadline_ms * NODE_MS);
+        rc = s_probe(node, t, c2 + s_span(node, t + 1));
         node->t_wait += s_since(c2);
     }
     if (rc != RUMOR_OK)
@@ -787,8 +1177,11 @@ s_step(rumor_node *node, uint64_t t)
 
 /* --- public API ------------------------------------------------------- */
 
+/* rumor_node_new, or with external != NULL the peer API's node on the
+ * caller's tensors (runtime_impl.h). */
 rumor_err
-rumor_node_new(const struct rumor_node_opts *opts,
+node_new_model(const struct rumor_node_opts *opts,
+               struct rumor_model *external,
                rumor_node **out,
                struct rumor_diag *diag)
 {
@@ -800,6 +1193,8 @@ rumor_node_new(const struct rumor_node_opts *opts,
     if (node == NULL)
         return RUMOR_ENOMEM;
     node->opts = *opts;
+    node->external = external != NULL;
+    node->model = external;
     atomic_init(&node->stop, false);
     node->sum.test_loss = NAN;
     node->sum.accuracy = NAN;
@@ -831,21 +1226,39 @@ rumor_node_new(const struct rumor_node_opts *opts,
     }
     if (rc == RUMOR_OK && node->mix != NULL)
         rc = s_worker_start(node);
+    node->stop_at = UINT64_MAX;
+    node->saved_step = UINT64_MAX;
+    if (rc == RUMOR_OK && opts->resume && !node->external)
+        rc = s_resume(node, diag);
     if (rc == RUMOR_OK)
         rc = s_start_net(node, diag);
+    if (rc == RUMOR_OK)
+        node->stop_margin = s_stop_margin(node);
+    if (rc == RUMOR_OK && rumor_gossip_can_skip(node->g) && !node->external)
+        rc = s_faults_new(node);
     if (rc == RUMOR_OK && opts->metrics_dir[0] != '\0')
-        rc = node_metrics_open(opts->metrics_dir,
-                               opts->id,
-                               &node->metrics,
-                               diag);
+        rc = node_metrics_open_mode(opts->metrics_dir,
+                                    opts->id,
+                                    opts->resume,
+                                    &node->metrics,
+                                    diag);
     if (rc != RUMOR_OK) {
         rumor_node_destroy(&node);
         return rc;
     }
     node->progress =
         opts->progress < 0 ? isatty(STDOUT_FILENO) != 0 : opts->progress > 0;
+    node->progress = node->progress && !node->external;
     *out = node;
     return RUMOR_OK;
+}
+
+rumor_err
+rumor_node_new(const struct rumor_node_opts *opts,
+               rumor_node **out,
+               struct rumor_diag *diag)
+{
+    return node_new_model(opts, NULL, out, diag);
 }
 
 void
@@ -856,6 +1269,7 @@ rumor_node_destroy(rumor_node **self_p)
         return;
     s_worker_stop(node);
     rumor_net_destroy(&node->net);
+    node_faults_destroy(&node->faults);
     rumor_gossip_destroy(&node->g);
     rumor_model_free(&node->mix);
     rumor_optim_destroy(&node->optim);
@@ -890,8 +1304,19 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
               o->insecure ? "INSECURE (no CURVE)" : "CURVE");
     node->start_ns = rumor_clock_ns();
     rumor_err rc = s_wait_links(node, node->start_ns + o->connect_ms * NODE_MS);
-    for (uint64_t t = 0; t < o->steps && rc == RUMOR_OK; t++) {
-        if (atomic_load(&node->stop)) {
+    if (atomic_load(&node->stop)) /* before any step: nothing to agree on */
+        node->stop_at = node->first_step;
+    uint64_t t0 = node->first_step;
+    if (rc == RUMOR_OK && node->faults != NULL && o->join)
+        rc = s_faults_join(node, &t0);
+    for (uint64_t t = t0; t < o->steps && rc == RUMOR_OK; t++) {
+        if (node->faults != NULL) {
+            rc = s_faults_between(node, &t);
+            if (rc != RUMOR_OK || t >= o->steps)
+                break;
+        }
+        s_stop_plan(node, t);
+        if (t >= node->stop_at) {
             node->sum.stopped = true;
             rumor_log(RUMOR_LOG_WARN,
                       "stopped after step %llu of %llu",
@@ -900,7 +1325,20 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
             break;
         }
         rc = s_step(node, t);
+        bool due = o->checkpoint_every > 0 &&
+                   node->sum.steps % o->checkpoint_every == 0;
+        struct rumor_diag why = {0};
+        if (rc == RUMOR_OK && due && s_checkpoint(node, &why) != RUMOR_OK)
+            rumor_log(RUMOR_LOG_ERROR, /* training goes on; retried next */
+                      "checkpoint of step %llu not written: %s: %s",
+                      (unsigned long long)node->sum.steps,
+                      why.file,
+                      why.msg);
     }
+    /* the final checkpoint: of a stop, or of the end (to train on later
+     * with --resume and more --steps) */
+    if (rc == RUMOR_OK && (node->sum.stopped || node->sum.steps == o->steps))
+        rc = s_checkpoint(node, diag);
     if (rc == RUMOR_OK && !node->sum.stopped && o->metrics_dir[0] != '\0') {
         /* for the average model of a local run (rumor launch) */
         char path[RUMOR_NODE_PATH_MAX + 32];
@@ -937,4 +1375,79 @@ struct rumor_model *
 rumor_node_model(rumor_node *node)
 {
     return node->model;
+}
+
+/* --- for the peer API (node/peer.c; contracts in runtime_impl.h) ------ */
+
+rumor_err
+node_wait_links(rumor_node *node, uint64_t deadline)
+{
+    return s_wait_links(node, deadline);
+}
+
+rumor_err
+node_gossip_step(rumor_node *node,
+                 rumor_gossip *g,
+                 uint64_t step,
+                 uint64_t deadline)
+{
+    /* the round code works on node->g: lend it the other instance */
+    rumor_gossip *own = node->g;
+    node->g = g != NULL ? g : own;
+    rumor_err rc = s_gossip_step(node, step, deadline);
+    node->g = own;
+    return rc;
+}
+
+rumor_err
+node_report_step(rumor_node *node, uint64_t steps, const struct node_report *r)
+{
+    node->sum.steps = steps;
+    if (r != NULL) {
+        node->sum.loss = r->loss;
+        node->sum.test_loss = r->test_loss;
+        node->sum.accuracy = r->accuracy;
+        bool evaluated = !isnan(r->test_loss) || !isnan(r->accuracy);
+        return s_report(node, steps, NAN, evaluated, false);
+    }
+    struct rumor_net_stats st;
+    rumor_net_stats(node->net, RUMOR_NET_ALL, &st);
+    node->sum.bytes_sent = st.bytes_sent;
+    node->sum.bytes_recv = st.bytes_recv;
+    return RUMOR_OK;
+}
+
+void
+node_counters(const rumor_node *node, struct node_counters *out)
+{
+    *out = (struct node_counters){
+        .gossip_frames_sent = node->gossip_frames_sent,
+        .seconds = node->start_ns != 0 ? s_since(node->start_ns) : 0,
+        .seconds_gossip = node->t_gossip,
+        .seconds_wait = node->t_wait,
+    };
+}
+
+rumor_gossip *
+node_gossip(rumor_node *node)
+{
+    return node->g;
+}
+
+const rumor_topology *
+node_topology(const rumor_node *node)
+{
+    return node->topo;
+}
+
+void
+node_flush(rumor_node *node)
+{
+    s_flush(node);
+}
+
+void
+node_start_clock(rumor_node *node)
+{
+    node->start_ns = rumor_clock_ns();
 }

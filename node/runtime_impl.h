@@ -40,6 +40,17 @@ struct node_metrics_row {
     double seconds_compute; /* gradient, optimizer, evaluation (cumulative) */
     double seconds_gossip;  /* encode and decode (emit, absorb) */
     double seconds_wait;    /* sending and waiting for neighbours */
+    const rumor_gossip *gossip; /* adapt: its links and layers are
+                                   reported ("adapt"); NULL: none */
+    bool faults; /* the fields below are written (node/faults.c) */
+    uint64_t rejected_nonfinite; /* neighbour messages with NaN or Inf */
+    uint64_t rejected_malformed; /* of the wrong size */
+    uint64_t clipped;            /* differences clipped (--clip-norm) */
+    uint64_t skipped;            /* (neighbour, step) pairs skipped */
+    uint64_t peers_down;         /* neighbours marked down now */
+    uint64_t readmitted;         /* handshakes with returning neighbours */
+    uint64_t control_bytes_sent; /* acks, syncs, states: wire bytes */
+    uint64_t control_frames_sent;
 };
 
 typedef struct node_metrics node_metrics;
@@ -56,6 +67,14 @@ rumor_err node_metrics_write(node_metrics *m,
                              const struct node_metrics_row *row);
 
 void node_metrics_close(node_metrics **self_p);
+
+/* As node_metrics_open; with append the file is continued, not truncated
+ * (a resumed run). */
+rumor_err node_metrics_open_mode(const char *dir,
+                                 uint32_t id,
+                                 bool append,
+                                 node_metrics **out,
+                                 struct rumor_diag *diag);
 
 /* --- the average model of a local run (runtime_average.c) --- */
 
@@ -87,5 +106,57 @@ rumor_err node_average_write(const char *dir,
 
 /* mkdir -p; 0 on success. */
 int node_mkdirs(const char *path);
+
+/* --- the runtime under the peer API (runtime.c, for node/peer.c) --- */
+
+/* rumor_node_new, or with external != NULL a node whose gossip works on
+ * the caller's tensors (borrowed for the node's life): no workload,
+ * optimizer, overlap thread or progress line, and the ring successor is
+ * linked too (for the peer's exact average). */
+rumor_err node_new_model(const struct rumor_node_opts *opts,
+                         struct rumor_model *external,
+                         rumor_node **out,
+                         struct rumor_diag *diag);
+
+/* Waits until every linked peer is up (the run's first wait). */
+rumor_err node_wait_links(rumor_node *node, uint64_t deadline);
+
+/* Starts the clock of the metrics' "seconds". */
+void node_start_clock(rumor_node *node);
+
+/* One gossip step of g (NULL: the node's own algorithm) over the node's
+ * transport, with the runtime's rounds, deadlines and byte counters. */
+rumor_err node_gossip_step(rumor_node *node,
+                           rumor_gossip *g,
+                           uint64_t step,
+                           uint64_t deadline);
+
+/* What the caller of the peer API measured (NAN: not measured). */
+struct node_report {
+    double loss;      /* minibatch loss */
+    double test_loss; /* held-out evaluation */
+    double accuracy;
+};
+
+/* Refreshes the summary's transport totals after `steps` steps; with r,
+ * also writes a metrics line with r's numbers when the node has a metrics
+ * file (RUMOR_EIO when that fails). */
+rumor_err
+node_report_step(rumor_node *node, uint64_t steps, const struct node_report *r);
+
+/* Waits (bounded) until queued sends have left. */
+void node_flush(rumor_node *node);
+
+struct node_counters {
+    uint64_t gossip_frames_sent;
+    double seconds;        /* since node_start_clock */
+    double seconds_gossip; /* emit and absorb */
+    double seconds_wait;   /* sending and waiting for neighbours */
+};
+void node_counters(const rumor_node *node, struct node_counters *out);
+
+/* The node's algorithm and topology (owned by the node). */
+rumor_gossip *node_gossip(rumor_node *node);
+const rumor_topology *node_topology(const rumor_node *node);
 
 #endif

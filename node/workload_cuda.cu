@@ -24,36 +24,15 @@ extern "C" {
 #include "node/workload_impl.h"
 }
 
+#include "core/cuda_check.h"
+
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <stdlib.h>
 
-#define CUDA_TRY(call, label)                         \
-    do {                                              \
-        cudaError_t cuda_err_ = (call);               \
-        if (cuda_err_ != cudaSuccess) {               \
-            rumor_log(RUMOR_LOG_ERROR,                \
-                      "workload cuda: %s: %s",        \
-                      #call,                          \
-                      cudaGetErrorString(cuda_err_)); \
-            rc = RUMOR_EBACKEND;                      \
-            goto label;                               \
-        }                                             \
-    } while (0)
-
-#define CUBLAS_TRY(call, label)                       \
-    do {                                              \
-        cublasStatus_t cublas_st_ = (call);           \
-        if (cublas_st_ != CUBLAS_STATUS_SUCCESS) {    \
-            rumor_log(RUMOR_LOG_ERROR,                \
-                      "workload cuda: %s: status %d", \
-                      #call,                          \
-                      (int)cublas_st_);               \
-            rc = RUMOR_EBACKEND;                      \
-            goto label;                               \
-        }                                             \
-    } while (0)
+#define CUDA_TRY(call, label)   CORE_CUDA_TRY("workload cuda", call, label)
+#define CUBLAS_TRY(call, label) CORE_CUBLAS_TRY("workload cuda", call, label)
 
 #define THREADS 256
 

@@ -14,10 +14,15 @@ set -eu
 # gnuplot-nox: scripts/plot-consensus.sh draws the consensus plots in docs/,
 # and `rumor plot` (make demo) the training plots. libinih-dev: `rumor node
 # --config` INI files. libcjson-dev: the node's JSON-lines metrics (written,
-# and read back by `rumor plot` and the node tests).
+# and read back by `rumor plot` and the node tests). python3-pytest: the
+# python/rumor binding's tests (tests/python), run by `make check`;
+# python3-venv: `pip install ./python` into a venv that sees Debian's torch
+# (README, "Use from PyTorch"). docker-compose: tests/integration/test_deploy.c
+# validates `rumor compose` output with `docker-compose config` (no engine).
 PACKAGES="build-essential pkg-config libcmocka-dev clang libclang-rt-14-dev
 clang-format libopenblas-dev liblapacke-dev libzmq3-dev libsodium-dev
-libzstd-dev python3-torch python3-numpy gnuplot-nox libinih-dev libcjson-dev"
+libzstd-dev python3-torch python3-numpy gnuplot-nox libinih-dev libcjson-dev
+python3-pytest python3-venv docker-compose"
 
 missing=""
 for pkg in $PACKAGES; do

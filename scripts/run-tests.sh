@@ -52,6 +52,38 @@ for bin in "$@"; do
     printf '  %-28s %4d passed, %d failed\n' "replay ${name#fuzz_}" "${n:-0}" "$f" >>"$table"
 done
 
+# pytest: tests/python, the python/rumor binding on this build's
+# librumor.so (RUMOR_LIB), with Debian's python3 and its torch, numpy and
+# pytest. In a sanitizer build python3 loads the sanitizer runtimes first
+# (RUMOR_PRELOAD, from the Makefile); Python's own allocations are not
+# leak-checked (test_peer checks the peer's under LeakSanitizer).
+preload_ok=yes
+if [ -n "${RUMOR_SAN:-}" ]; then
+    [ -z "${RUMOR_PRELOAD:-}" ] && preload_ok=no
+    for so in ${RUMOR_PRELOAD:-}; do
+        [ -f "$so" ] || preload_ok=no
+    done
+fi
+if [ -n "${RUMOR_LIB:-}" ] && [ $preload_ok = no ]; then
+    echo "pytest: SKIPPED: no sanitizer runtime to preload for -fsanitize=$RUMOR_SAN (RUMOR_PRELOAD='${RUMOR_PRELOAD:-}')"
+elif [ -n "${RUMOR_LIB:-}" ]; then
+    LD_PRELOAD="${RUMOR_PRELOAD:-}" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" \
+        RUMOR_LIB=$RUMOR_LIB /usr/bin/python3 -m pytest -q \
+        -p no:cacheprovider tests/python >"$log" 2>&1
+    rc=$?
+    cat "$log"
+    last=$(tail -n 1 "$log")
+    p=$(echo "$last" | grep -o '[0-9][0-9]* passed' | cut -d' ' -f1)
+    f=$(echo "$last" | grep -o '[0-9][0-9]* failed' | cut -d' ' -f1)
+    e=$(echo "$last" | grep -o '[0-9][0-9]* error' | cut -d' ' -f1)
+    f=$((${f:-0} + ${e:-0}))
+    [ $rc -ne 0 ] && [ $f -eq 0 ] && f=1 # no tests ran, or pytest missing
+    passed=$((passed + ${p:-0}))
+    failed=$((failed + f))
+    [ $rc -ne 0 ] && bad_bins="$bad_bins pytest"
+    printf '  %-28s %4d passed, %d failed\n' "python (pytest)" "${p:-0}" "$f" >>"$table"
+fi
+
 echo
 echo "summary by module ($build):"
 cat "$table"

@@ -242,4 +242,42 @@ RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_restore(rumor_ef *ef,
                                                      const uint8_t *in,
                                                      size_t len);
 
+/* --- per-layer statistics and self-described payloads (issue #12) ----- */
+
+/* Statistics of one layer's vector, for the adaptive controllers. */
+struct rumor_layer_stats {
+    double norm;    /* ||x||_2 */
+    double max_abs; /* max_i |x_i| */
+    double mean;    /* mean of the elements */
+    double var;     /* variance of the elements (population, >= 0) */
+};
+
+/* One pass over x[0..n): norm, max |x|, mean and variance (all zero for
+ * n == 0). Non-finite input gives non-finite statistics. */
+RUMOR_API void rumor_layer_stats_compute(const float *x,
+                                         size_t n,
+                                         struct rumor_layer_stats *out);
+
+/* Relative compression error ||x - approx|| / ||x|| (0 when x is zero and
+ * approx equals it, 1 when x is zero and approx is not). support_err (may
+ * be NULL) receives the same ratio over the elements where approx is not
+ * zero only: for a sparsifier followed by a quantizer, the quantizer's
+ * share of the error (values quantized to zero are not counted). */
+RUMOR_API double rumor_layer_rel_error(const float *x,
+                                       const float *approx,
+                                       size_t n,
+                                       double *support_err);
+
+/* The spec of a codec that decodes exactly this payload, read from its
+ * header(s) alone (a sparse payload's inner values header included), so a
+ * receiver never guesses the settings a sender chose. A pure function:
+ * every length is checked against len. RUMOR_EPROTO for a malformed or
+ * truncated header or an id it cannot describe (randk), RUMOR_ETOOBIG when
+ * cap is too small for the text. */
+RUMOR_API RUMOR_NODISCARD rumor_err
+rumor_codec_spec_of_payload(const uint8_t *in,
+                            size_t len,
+                            char *spec,
+                            size_t cap);
+
 #endif /* RUMOR_COMPRESS_H */

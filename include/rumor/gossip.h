@@ -30,6 +30,8 @@
 #define RUMOR_GOSSIP_MAX_TENSORS 65536
 #define RUMOR_GOSSIP_ALGO_BYTES  32
 #define RUMOR_GOSSIP_GAMMA_MAX   2.0 /* over-relaxation beyond 2 diverges */
+#define RUMOR_GOSSIP_ADAPT_BYTES 16
+#define RUMOR_GOSSIP_SAEF_BYTES  (RUMOR_COMPRESS_SPEC_MAX + 16)
 
 /* One tensor of a model: data is borrowed (numel floats, row-major). */
 struct rumor_tensor {
@@ -66,14 +68,33 @@ struct rumor_gossip_opts {
                               outer_lr, DiLoCo's outer optimizer */
     double theta;  /* moniqua: bound on how far neighbours' models are apart */
     uint64_t seed; /* run seed, equal on every node */
-    double ef_alpha; /* localsgd with delta_codec: step-ahead error feedback
-                        coefficient in [0, 1]; 0 = plain EF, 1 = SAEF (see
-                        rumor_gossip_step_ahead) */
+    double ef_alpha;  /* localsgd with delta_codec: step-ahead error feedback
+                         coefficient in [0, 1]; 0 = plain EF, 1 = SAEF (see
+                         rumor_gossip_step_ahead) */
+    double clip_norm; /* rumor_gossip_absorb_partial: clip each neighbour's
+                         difference x_j - x_i to this norm (ClippedGossip);
+                         0 = off */
+    /* localsgd with ef_alpha > 0: whose errors the look-ahead uses:
+     * "self" (each node its own), "neighbourhood" (the W-weighted average
+     * of the neighbours' errors, sent in one extra round, compressed with
+     * delta_codec) or "neighbourhood:CODEC" (with that codec); "" is the
+     * default */
+    char saef_scope[RUMOR_GOSSIP_SAEF_BYTES];
+    char adapt[RUMOR_GOSSIP_ADAPT_BYTES]; /* choco: "" (off), "fixed",
+                        "rule" or "learned": the adaptive compression
+                        controller (docs/adaptive.md) */
+    double comm_share;    /* adapt: target share of the step time spent
+                             communicating, in [0, 1); 0: no link budget */
+    double adapt_density; /* adapt without a link budget: message bytes
+                             as a fraction of the dense fp32 message */
+    double adapt_error;   /* rule: quantization error budget per layer */
+    double adapt_lambda;  /* learned: weight of bits in the surrogate loss */
 };
 
 /* Defaults: algo "dpsgd", codec "qsgd:bits=4", gamma 1, rank 1,
  * iterations 1, period 1, gossip_rounds 0, delta_codec "", outer_lr 1,
- * outer_momentum 0, theta 2, seed 1, ef_alpha 0. */
+ * outer_momentum 0, theta 2, seed 1, ef_alpha 0, saef_scope
+ * "neighbourhood". */
 RUMOR_API void rumor_gossip_opts_default(struct rumor_gossip_opts *opts);
 
 /* One message of a round. data is borrowed (see the header comment). */
@@ -132,10 +153,14 @@ RUMOR_API rumor_err rumor_gossip_expected(const rumor_gossip *g,
 
 /* Step-ahead error feedback (SAEF, Xu, Huo and Huang, AAAI 2021; GUIDE
  * section 5). Call it before computing the gradient of a training step:
- * it moves the model to the look-ahead point x - alpha e, where e is the
- * compression error this node still owes the network (its part of the
- * next synchronization) and alpha is opts.ef_alpha, so the gradient is
- * taken where the model will be once that error has been sent. The next
+ * it moves the model to the look-ahead point x - alpha e_bar, where e_bar
+ * is the W-weighted average of the compression errors the neighbourhood
+ * still owes the network (opts.saef_scope "neighbourhood": each sync ends
+ * with one extra round that sends the errors to the neighbours; a
+ * neighbour whose error did not come gives its weight to the own term) or
+ * this node's own error e ("self", and the fallback when the error round
+ * failed), and alpha is opts.ef_alpha, so the gradient is taken where the
+ * model will be once those errors have been sent. The next
  * synchronization accounts for the move: what is sent is the same
  * Delta = e + (update since the sync) for any alpha; only where the
  * gradient was taken changes. Applies once per synchronization (later
@@ -147,6 +172,181 @@ RUMOR_API rumor_err rumor_gossip_step_ahead(rumor_gossip *g);
 /* True when the algorithm sends to node self + 1 mod n (ring all-reduce),
  * whatever the topology: the transport must link that node too. */
 RUMOR_API bool rumor_gossip_uses_ring(const rumor_gossip *g);
+
+/* --- state, for checkpoints and state transfer -------------------------- */
+
+/* Cap on one encoded state (and on any length field inside it). */
+#define RUMOR_GOSSIP_STATE_MAX ((size_t)1 << 36)
+
+/* Appends to out what the instance carries from one step to the next
+ * (CHOCO's public copies, DeepSqueeze's error, PowerGossip's per-edge
+ * factors, PowerSGD's warm start and error memories, local SGD's anchor,
+ * outer momentum and error feedback), so that a new instance made with the
+ * same options, topology, node and model shapes continues exactly. Call
+ * between steps only. The format (docs/protocol.md, "Gossip state") is
+ * little-endian and starts with the algorithm's name. RUMOR_ETOOBIG /
+ * RUMOR_ENOMEM from the buffer. */
+RUMOR_API rumor_err rumor_gossip_state_save(const rumor_gossip *g,
+                                            struct rumor_buf *out);
+
+/* Restores a state written by rumor_gossip_state_save. A pure,
+ * bounds-checked decode first (the bytes may come from a peer): every
+ * length is checked against what is left and against the instance, every
+ * number must be finite; RUMOR_EPROTO (or RUMOR_ENUMERIC) with diag saying
+ * what does not fit, and then the instance is unchanged. */
+RUMOR_API rumor_err rumor_gossip_state_load(rumor_gossip *g,
+                                            const uint8_t *data,
+                                            size_t len,
+                                            struct rumor_diag *diag);
+
+/* --- adaptive compression (issue #12, docs/adaptive.md) ---------------- */
+
+/* Feeds one link measurement: the message of peer in some round arrived
+ * elapsed_ns after this node sent its own message of that round, and
+ * carried recv_bytes payload bytes. The drivers call it (no probes: the
+ * gossip traffic itself is measured). A no-op without opts.adapt or for a
+ * peer that is not a neighbour. */
+RUMOR_API void rumor_gossip_link_observe(rumor_gossip *g,
+                                         uint32_t peer,
+                                         uint64_t recv_bytes,
+                                         uint64_t elapsed_ns);
+
+/* Feeds the compute time of one training step (the part of the step that
+ * is not communication): with opts.comm_share it sets the time the link
+ * budgets aim for. A no-op without opts.adapt. */
+RUMOR_API void rumor_gossip_compute_observe(rumor_gossip *g,
+                                            uint64_t compute_ns);
+
+/* One link's view, as of the last emit. */
+struct rumor_gossip_link_report {
+    uint32_t peer;
+    double rate_bytes_s; /* estimated throughput (0: no sample yet) */
+    double rtt_s;        /* smallest send-to-reply time in the window */
+    uint64_t budget;     /* payload bytes the last message aimed for */
+    uint64_t bytes;      /* payload bytes of the last message */
+};
+
+/* The links (one per neighbour) into out[0..cap); returns how many there
+ * are (0 without opts.adapt). */
+RUMOR_API size_t rumor_gossip_adapt_links(const rumor_gossip *g,
+                                          struct rumor_gossip_link_report *out,
+                                          size_t cap);
+
+/* One layer of the last message on a link. */
+struct rumor_gossip_layer_report {
+    size_t n;         /* elements of the layer */
+    size_t k;         /* elements sent (n: dense) */
+    unsigned bits;    /* quantizer bits (32: float32 values; 0: the fixed
+                         controller's codec as configured) */
+    double rel_error; /* ||v - C(v)|| / ||v|| of that message */
+};
+
+/* The layers of the last message sent on link index `link` (an index
+ * into rumor_gossip_adapt_links' order) into out[0..cap); returns the
+ * layer count (0 without opts.adapt or for a bad index). */
+RUMOR_API size_t
+rumor_gossip_adapt_layers(const rumor_gossip *g,
+                          size_t link,
+                          struct rumor_gossip_layer_report *out,
+                          size_t cap);
+
+/* --- skipping neighbours (gossip/edges.c; docs/reliability.md) --------- */
+
+/* A neighbour that misses a step's deadline is skipped for that step, and
+ * the edge's term of that step is applied by both ends or by neither:
+ * rumor_gossip_absorb_partial stages one term per neighbour whose message
+ * arrived (it "holds" that step of the edge), acknowledgements tell the
+ * peer which steps this node holds, and rumor_gossip_commit applies the
+ * terms both ends hold. Protocol: docs/protocol.md, "Edge
+ * acknowledgements". Only algorithms whose edge terms are pure model
+ * differences support it (rumor_gossip_can_skip: dpsgd). */
+
+#define RUMOR_GOSSIP_ACK_MAX_STEPS    64 /* held steps listed in one ack */
+#define RUMOR_GOSSIP_ACK_HEADER_BYTES 16
+#define RUMOR_GOSSIP_ACK_BYTES_MAX \
+    (RUMOR_GOSSIP_ACK_HEADER_BYTES + 8 * RUMOR_GOSSIP_ACK_MAX_STEPS)
+#define RUMOR_GOSSIP_PENDING_MAX 40 /* staged terms per edge */
+/* Largest down-after count: a peer is marked down before a staged term is
+ * older than this many steps, so the peer's ack list still covers it. */
+#define RUMOR_GOSSIP_DOWN_AFTER_MAX 32
+
+/* What a node tells a neighbour: every step below upto is decided, and of
+ * those it holds the neighbour's message of exactly held[0..count)
+ * (ascending; the most recent RUMOR_GOSSIP_ACK_MAX_STEPS). */
+struct rumor_gossip_ack {
+    uint64_t upto;
+    uint32_t count;
+    uint64_t held[RUMOR_GOSSIP_ACK_MAX_STEPS];
+};
+
+/* Encodes an ack (little-endian: u32 magic "RACK", u32 count, u64 upto,
+ * count u64 steps). Returns the bytes written, 0 when cap is too small or
+ * count too large. */
+RUMOR_API size_t rumor_gossip_ack_encode(const struct rumor_gossip_ack *a,
+                                         uint8_t *out,
+                                         size_t cap);
+
+/* Decodes an ack. Pure and bounds-checked: RUMOR_EPROTO (with *out
+ * zeroed) unless the magic is right, count <= the cap, len is exact and
+ * the steps ascend strictly below upto. */
+RUMOR_API rumor_err rumor_gossip_ack_decode(const uint8_t *buf,
+                                            size_t len,
+                                            struct rumor_gossip_ack *out);
+
+/* True when the algorithm can skip a neighbour for a step. */
+RUMOR_API bool rumor_gossip_can_skip(const rumor_gossip *g);
+
+/* As rumor_gossip_absorb for a round whose messages may be incomplete:
+ * each expected neighbour whose message is present, of the right size and
+ * finite, gets its term staged (and is clipped with opts.clip_norm);
+ * the others are skipped (counted in rumor_gossip_screen_stats, logged
+ * with the peer id). Nothing touches the model until rumor_gossip_commit.
+ * Falls back to rumor_gossip_absorb when the algorithm cannot skip. */
+RUMOR_API rumor_err
+rumor_gossip_absorb_partial(rumor_gossip *g,
+                            uint64_t step,
+                            uint32_t round,
+                            const struct rumor_gossip_msg *msgs,
+                            size_t count);
+
+/* This node's ack for peer (send it after absorbing the step). */
+RUMOR_API rumor_err rumor_gossip_ack_make(rumor_gossip *g,
+                                          uint32_t peer,
+                                          struct rumor_gossip_ack *out);
+
+/* Settles the terms staged with peer for the steps a's upto covers:
+ * ready to commit when a lists them, dropped otherwise. */
+RUMOR_API rumor_err rumor_gossip_ack_take(rumor_gossip *g,
+                                          uint32_t peer,
+                                          const struct rumor_gossip_ack *a);
+
+/* Applies every settled term (steps ascending, peers ascending, summed
+ * in double and rounded once); *applied says how many. */
+RUMOR_API rumor_err rumor_gossip_commit(rumor_gossip *g, size_t *applied);
+
+/* Staged, unsettled terms with peer; *oldest their oldest step
+ * (UINT64_MAX when none). */
+RUMOR_API size_t rumor_gossip_pending(const rumor_gossip *g,
+                                      uint32_t peer,
+                                      uint64_t *oldest);
+
+/* The peer restarted (a new incarnation): its held steps mean nothing
+ * any more, so the terms staged with it and what this node holds from it
+ * are dropped. */
+RUMOR_API void rumor_gossip_edge_forget(rumor_gossip *g, uint32_t peer);
+
+/* The node jumps to step (readmission): steps below it count as decided,
+ * none of them held. */
+RUMOR_API void rumor_gossip_fast_forward(rumor_gossip *g, uint64_t step);
+
+struct rumor_gossip_screen_stats {
+    uint64_t nonfinite; /* messages refused for NaN or Inf */
+    uint64_t malformed; /* messages refused for their size */
+    uint64_t clipped;   /* differences clipped to opts.clip_norm */
+};
+
+RUMOR_API void rumor_gossip_screen_stats(const rumor_gossip *g,
+                                         struct rumor_gossip_screen_stats *out);
 
 /* --- over the network ------------------------------------------------- */
 
@@ -197,6 +397,40 @@ RUMOR_API uint64_t rumor_sim_bytes_edge(const rumor_sim *sim,
 RUMOR_API uint64_t rumor_sim_messages_edge(const rumor_sim *sim,
                                            size_t from,
                                            size_t to);
+
+/* Modelled links for adaptive compression in the simulator
+ * (docs/adaptive.md): after each rumor_sim_step it feeds every node the
+ * link timings a network with these rates would show (the bytes each
+ * neighbour sent over rate, plus latency per message; all nodes start a
+ * step together) and the compute time, and keeps the modelled wall clock:
+ * a step takes compute_s plus its slowest link. */
+struct rumor_simlink_opts {
+    double compute_s;   /* compute time per step */
+    double latency_s;   /* one-way latency per message */
+    double rates[8];    /* bit/s; edge {i, j} gets rates[(i + j) % count] */
+    size_t rate_count;  /* 1..8 */
+    uint64_t drop_step; /* from this step on (0: never) ... */
+    double drop_factor; /* ... every rate is divided by this */
+};
+
+typedef struct rumor_simlink rumor_simlink;
+
+/* For the sim's n instances (borrowed: both must outlive it).
+ * RUMOR_EINVAL for a rate count outside 1..8, a rate or time <= 0. */
+RUMOR_API rumor_err rumor_simlink_new(const rumor_sim *sim,
+                                      rumor_gossip *const *nodes,
+                                      size_t n,
+                                      const struct rumor_simlink_opts *opts,
+                                      rumor_simlink **out);
+RUMOR_API void rumor_simlink_destroy(rumor_simlink **self_p);
+
+/* Call after rumor_sim_step(step): feeds the step's timings to every node
+ * and returns the step's modelled seconds. */
+RUMOR_API double rumor_simlink_step(rumor_simlink *s, uint64_t step);
+
+/* Rate of edge {i, j} at step (bit/s). */
+RUMOR_API double
+rumor_simlink_rate(const rumor_simlink *s, size_t i, size_t j, uint64_t step);
 
 /* Wire bytes of one message of len payload bytes (headers included). */
 RUMOR_API uint64_t rumor_gossip_wire_bytes(size_t len);

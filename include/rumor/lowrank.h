@@ -289,4 +289,22 @@ RUMOR_API rumor_err rumor_lowrank_edge_apply(rumor_lowrank_edge *self,
                                              float *const *params,
                                              float step);
 
+/* Floats in the edge's factors: every p (packed as an odd message), then
+ * every q (as an even one). They are the warm start of the next
+ * iteration, the state a checkpoint keeps (the parity is the iteration
+ * number's, which the caller derives from the step). */
+RUMOR_API size_t
+rumor_lowrank_edge_state_floats(const rumor_lowrank_edge *self);
+
+/* Copies the factors to host memory out[0..state_floats). RUMOR_EINVAL
+ * while an iteration is open (after _product, before _apply). */
+RUMOR_API rumor_err rumor_lowrank_edge_state_get(const rumor_lowrank_edge *self,
+                                                 float *out);
+
+/* Replaces the factors with in (layout as _state_get), as when restoring
+ * a checkpoint. RUMOR_EINVAL while an iteration is open, RUMOR_ENUMERIC
+ * (nothing changed) when in holds NaN or Inf. */
+RUMOR_API rumor_err rumor_lowrank_edge_state_set(rumor_lowrank_edge *self,
+                                                 const float *in);
+
 #endif /* RUMOR_LOWRANK_H */

@@ -250,6 +250,16 @@ RUMOR_API rumor_err rumor_net_recv(rumor_net *net,
 
 RUMOR_API void rumor_net_msg_free(struct rumor_net_msg *msg);
 
+/* True when a message from peer for round and a step in (step, below) is
+ * waiting (the peer is ahead: it has gone past step without sending for
+ * it); *later receives the highest such step. Does not take it. */
+RUMOR_API bool rumor_net_peek_later(rumor_net *net,
+                                    uint32_t peer,
+                                    uint64_t step,
+                                    uint64_t below,
+                                    uint32_t round,
+                                    uint64_t *later);
+
 /* Closes every step below step: received messages for them are freed and
  * later arrivals for them are dropped. Unsent messages stay queued (a
  * neighbour may still be waiting for them); a send to a neighbour that is

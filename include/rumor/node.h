@@ -446,7 +446,18 @@ struct rumor_node_opts {
     uint64_t rate_bits; /* link shaping: bit/s per link, 0 = none */
     uint32_t delay_ms;  /* link shaping: one-way delay */
     int progress;       /* -1: when stdout is a terminal; 0 off; 1 on */
-    uint64_t given;     /* internal: bit k set when option k was given */
+    char checkpoint_dir[RUMOR_NODE_PATH_MAX]; /* "" = no checkpoints */
+    uint64_t checkpoint_every; /* steps between checkpoints; 0 = only the
+                                  final one on a stop */
+    uint32_t checkpoint_keep;  /* newest files kept (default 3) */
+    bool resume;               /* continue from the newest good checkpoint */
+    uint32_t down_after;       /* dpsgd: missed steps before a neighbour is
+                                  marked down and probed (1..32, default 3) */
+    double deadline_factor;    /* adaptive step deadline: min(deadline_ms,
+                                  max(2 s, factor * longest recent wait));
+                                  0 = always deadline_ms (default 8) */
+    bool join;      /* fetch the model and step from a live neighbour first */
+    uint64_t given; /* internal: bit k set when option k was given */
 };
 
 /* Defaults: see docs/node.md (mlp 64-32-10 on the digits, momentum SGD
@@ -475,6 +486,18 @@ RUMOR_API bool rumor_node_opts_is_flag(const char *name);
 RUMOR_API rumor_err rumor_node_opts_load(struct rumor_node_opts *opts,
                                          const char *path,
                                          struct rumor_diag *diag);
+
+#define RUMOR_NODE_CONFIG_MAX (1 << 20) /* bytes of a config file */
+
+/* The parse behind rumor_node_opts_load, a pure function of the bytes
+ * text[0..len) (name is only used in diag): all options applied, or none
+ * (opts unchanged) and RUMOR_EINVAL with diag at name:line. Text with a
+ * NUL byte or longer than RUMOR_NODE_CONFIG_MAX is refused. */
+RUMOR_API rumor_err rumor_node_opts_parse_ini(struct rumor_node_opts *opts,
+                                              const char *name,
+                                              const uint8_t *text,
+                                              size_t len,
+                                              struct rumor_diag *diag);
 
 /* Checks that the options fit together (an option that does not apply to
  * the chosen workload, optimizer or algorithm is refused, as are missing
@@ -531,5 +554,234 @@ RUMOR_API void rumor_node_summary(const rumor_node *node,
 
 /* The model (borrowed, valid for the node's life). */
 RUMOR_API struct rumor_model *rumor_node_model(rumor_node *node);
+
+/* ======================================================================
+ * 5. peer: Rumor under the caller's own training loop (node/peer.c; the
+ *    python/rumor package is built on it, see docs/python.md)
+ * ====================================================================== */
+
+/*
+ * A peer is a node runtime without workload, optimizer or loop: the
+ * caller owns the model (e.g. a PyTorch module's parameters) and calls
+ * rumor_peer_gossip after each optimizer step. Its options are those of
+ * `rumor node` (struct rumor_node_opts, set by name with
+ * rumor_node_opts_set; the workload, optimizer and step options are
+ * unused), its transport, rounds, deadlines and byte counters are the
+ * runtime's. Float32 tensors in host memory are gossiped in place
+ * (zero-copy); float64, float16 and bfloat16 tensors, and tensors in CUDA
+ * memory (CUDA builds only), go through a float32 staging copy that is
+ * written back after each step.
+ */
+
+typedef enum rumor_dtype {
+    RUMOR_DTYPE_F32 = 0,
+    RUMOR_DTYPE_F64 = 1,
+    RUMOR_DTYPE_F16 = 2, /* IEEE binary16 */
+    RUMOR_DTYPE_BF16 = 3 /* bfloat16 */
+} rumor_dtype;
+
+/* Bytes of one element of dtype (0 for an unknown value). */
+RUMOR_API size_t rumor_dtype_size(rumor_dtype dtype);
+
+/* One caller-owned tensor: data stays the caller's and must stay valid
+ * and unmoved for the peer's life; row-major and contiguous. */
+struct rumor_peer_tensor {
+    void *data; /* host memory, or CUDA device memory */
+    rumor_dtype dtype;
+    rumor_device device; /* RUMOR_DEVICE_CUDA needs a CUDA build */
+    size_t ndim;         /* <= RUMOR_GOSSIP_MAX_DIMS */
+    size_t shape[RUMOR_GOSSIP_MAX_DIMS];
+};
+
+struct rumor_peer_stats {
+    uint64_t steps;      /* gossip and average steps done */
+    uint64_t bytes_sent; /* transport totals, headers in */
+    uint64_t bytes_recv;
+    uint64_t gossip_bytes_sent; /* wire bytes of the gossip messages */
+    uint64_t gossip_bytes_recv;
+    uint64_t gossip_frames_sent;
+    double seconds;        /* since the first step began */
+    double seconds_gossip; /* encode and decode (emit, absorb) */
+    double seconds_wait;   /* sending and waiting for neighbours */
+    double seconds_copy;   /* staging copies and conversions */
+};
+
+/* Options with the defaults of rumor_node_opts_default on the heap, for
+ * callers that cannot hold the struct (a foreign-function binding). */
+RUMOR_API rumor_err rumor_node_opts_new(struct rumor_node_opts **out);
+RUMOR_API void rumor_node_opts_destroy(struct rumor_node_opts **self_p);
+
+typedef struct rumor_peer rumor_peer;
+
+/* Builds a peer for tensors[0..count) (the array is copied, the memory it
+ * points to is borrowed): checks the options (rumor_node_opts_check),
+ * loads the topology and key, creates the algorithm on the tensors and
+ * starts the transport; the links are waited for by the first step.
+ * Every node of the run must register the same shapes in the same order
+ * (the HELLO fingerprint refuses a peer that does not). Errors:
+ * RUMOR_EINVAL with diag (options, shapes, dtypes, NULL data),
+ * RUMOR_ENOTSUP with diag for CUDA tensors in a CPU-only build, loader and
+ * transport errors as rumor_node_new. *out is set on success only. */
+RUMOR_API rumor_err rumor_peer_new(const struct rumor_node_opts *opts,
+                                   const struct rumor_peer_tensor *tensors,
+                                   size_t count,
+                                   rumor_peer **out,
+                                   struct rumor_diag *diag);
+
+/* Stops the transport (after waiting, bounded, for queued sends) and
+ * frees everything but the caller's tensors; *self_p = NULL; safe twice. */
+RUMOR_API void rumor_peer_destroy(rumor_peer **self_p);
+
+/* One step of the configured algorithm over the network on the tensors,
+ * in place. The first step also waits for the links (connect_ms) and has
+ * connect_ms as its deadline; later ones deadline_ms. A neighbour that
+ * misses the deadline gives RUMOR_ETIMEDOUT with the tensors unchanged;
+ * diag says which step failed and why. */
+RUMOR_API rumor_err rumor_peer_gossip(rumor_peer *peer,
+                                      struct rumor_diag *diag);
+
+/* The exact average of the tensors over all nodes (a ring all-reduce,
+ * whatever the algorithm), in place: the synchronisation of local SGD.
+ * Uses the next step number, like rumor_peer_gossip; every node must make
+ * the same sequence of gossip and average calls. Errors as
+ * rumor_peer_gossip. */
+RUMOR_API rumor_err rumor_peer_average(rumor_peer *peer,
+                                       struct rumor_diag *diag);
+
+/* Writes a metrics line (the node's JSON-lines format, with the caller's
+ * minibatch loss and held-out loss and accuracy; NAN leaves a number out)
+ * when metrics_dir was set, and refreshes the transport totals
+ * rumor_peer_stats reports. RUMOR_EIO when the write fails. */
+RUMOR_API rumor_err rumor_peer_report(rumor_peer *peer,
+                                      double loss,
+                                      double test_loss,
+                                      double accuracy);
+
+/* Counters so far (transport totals as of the last step or report). */
+RUMOR_API void rumor_peer_stats(const rumor_peer *peer,
+                                struct rumor_peer_stats *out);
+
+/* Nodes in the topology. */
+RUMOR_API uint32_t rumor_peer_nodes(const rumor_peer *peer);
+
+/* Appends the peer's state to out: a magic, the next step number and the
+ * algorithm's state (rumor_gossip_state_save), little-endian. With the
+ * caller's tensors saved beside it (e.g. a PyTorch state_dict), a new
+ * peer made with the same options and shapes continues exactly. Call
+ * between steps. RUMOR_ETOOBIG / RUMOR_ENOMEM from the buffer. */
+RUMOR_API rumor_err rumor_peer_state_save(const rumor_peer *peer,
+                                          rumor_buf *out);
+
+/* Restores a state written by rumor_peer_state_save (bounds-checked; the
+ * peer is unchanged on error): RUMOR_EPROTO with diag for bytes that are
+ * not such a state or do not fit this peer's algorithm and shapes. */
+RUMOR_API rumor_err rumor_peer_state_load(rumor_peer *peer,
+                                          const uint8_t *data,
+                                          size_t len,
+                                          struct rumor_diag *diag);
+
+/* The workload `rumor node` would train with these options: the dataset
+ * (opts->dataset), this node's shard among the topology's nodes, the seed.
+ * For callers that drive the built-in workloads from their own loop (the
+ * Python binding's tests compare such a loop with `rumor node`). */
+RUMOR_API rumor_err rumor_node_workload_new(const struct rumor_node_opts *opts,
+                                            rumor_workload **out,
+                                            struct rumor_diag *diag);
+
+/* ======================================================================
+ * 6. checkpoints (node/checkpoint.c; format in docs/protocol.md,
+ *    "Checkpoint files", use in docs/node.md)
+ * ====================================================================== */
+
+/*
+ * A checkpoint is a file of sections, each with its length and crc32c,
+ * behind a header with a magic, a version, the node and the step. Files
+ * are written to a temporary name, fsync'ed, renamed and the directory
+ * fsync'ed, so a crash leaves either the previous set of files or the new
+ * one, never a torn file under a checkpoint's name; the reader still
+ * checks everything, and a damaged file is refused (naming the file and
+ * the section) in favour of the previous good one.
+ */
+
+#define RUMOR_CHECKPOINT_VERSION       1
+#define RUMOR_CHECKPOINT_MAX_SECTIONS  16
+#define RUMOR_CHECKPOINT_FILE_MAX      ((size_t)1 << 40) /* read cap */
+#define RUMOR_CHECKPOINT_HEADER_BYTES  32
+#define RUMOR_CHECKPOINT_SECTION_BYTES 24 /* a section's own header */
+#define RUMOR_CHECKPOINT_TRAILER_BYTES 8
+
+/* Section ids written by `rumor node` (others are kept and ignored). */
+typedef enum rumor_checkpoint_section_id {
+    RUMOR_CHECKPOINT_META = 1,   /* node, nodes, seed, algorithm, sizes */
+    RUMOR_CHECKPOINT_MODEL = 2,  /* shapes and float32 tensors */
+    RUMOR_CHECKPOINT_OPTIM = 3,  /* rumor_optim_save */
+    RUMOR_CHECKPOINT_GOSSIP = 4, /* rumor_gossip_state_save */
+    RUMOR_CHECKPOINT_RUNTIME = 5 /* counters for the metrics */
+} rumor_checkpoint_section_id;
+
+struct rumor_checkpoint_section {
+    uint32_t id;
+    const uint8_t *data; /* borrowed */
+    size_t len;
+};
+
+struct rumor_checkpoint {
+    uint32_t node;
+    uint64_t step; /* steps completed: the run continues at this step */
+    size_t count;
+    struct rumor_checkpoint_section sections[RUMOR_CHECKPOINT_MAX_SECTIONS];
+};
+
+/* "meta", "model", ... or "unknown". */
+RUMOR_API const char *rumor_checkpoint_section_name(uint32_t id);
+
+/* The section with that id, or NULL. */
+RUMOR_API const struct rumor_checkpoint_section *
+rumor_checkpoint_find(const struct rumor_checkpoint *c, uint32_t id);
+
+/* Appends the file image of c to out. RUMOR_EINVAL for more than
+ * RUMOR_CHECKPOINT_MAX_SECTIONS sections; buffer errors as they come. */
+RUMOR_API rumor_err rumor_checkpoint_encode(const struct rumor_checkpoint *c,
+                                            rumor_buf *out);
+
+/* Decodes a file image: a pure function that checks the magic, version,
+ * header crc, every section's header crc, length (against what is left)
+ * and payload crc32c, and that nothing follows the trailer. Sections of
+ * *out point into data. RUMOR_EPROTO with diag naming the section ("section
+ * 2 (model): payload crc32c mismatch") on any damage. */
+RUMOR_API rumor_err rumor_checkpoint_decode(const uint8_t *data,
+                                            size_t len,
+                                            struct rumor_checkpoint *out,
+                                            struct rumor_diag *diag);
+
+/* DIR/node-N.step-S.ckpt (S zero-padded to 12 digits) into path. */
+RUMOR_API void rumor_checkpoint_path(const char *dir,
+                                     uint32_t node,
+                                     uint64_t step,
+                                     char *path,
+                                     size_t cap);
+
+/* Writes c durably as rumor_checkpoint_path(dir, c->node, c->step):
+ * creates dir, writes a temporary file, fsyncs it, renames it, fsyncs the
+ * directory, then removes this node's oldest checkpoints beyond keep
+ * (keep >= 1) and any temporary file a killed writer left. RUMOR_EIO with
+ * diag naming the file and the system error. */
+RUMOR_API rumor_err rumor_checkpoint_write(const char *dir,
+                                           const struct rumor_checkpoint *c,
+                                           uint32_t keep,
+                                           struct rumor_diag *diag);
+
+/* Reads node's newest checkpoint in dir that decodes, trying older ones
+ * when the newest is damaged (each refusal logged as a warning naming the
+ * file and the section). buf receives the file (c's sections point into
+ * it), path its name. RUMOR_ENOTFOUND with diag when dir holds no good
+ * checkpoint of node. */
+RUMOR_API rumor_err rumor_checkpoint_read_newest(const char *dir,
+                                                 uint32_t node,
+                                                 rumor_buf *buf,
+                                                 struct rumor_checkpoint *c,
+                                                 char *path,
+                                                 size_t cap,
+                                                 struct rumor_diag *diag);
 
 #endif /* RUMOR_NODE_H */

@@ -188,6 +188,15 @@ s_num(const cJSON *o, const char *name)
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
+/* A counter of fault handling (acks and syncs, docs/reliability.md);
+ * 0 for algorithms that do not skip neighbours (no such field). */
+static double
+s_control(const cJSON *o, const char *name)
+{
+    double v = s_num(o, name);
+    return isnan(v) ? 0 : v;
+}
+
 /* Reads DIR/node-ID.jsonl, checking every line (a JSON object with
  * consecutive steps from 1, the required numbers, counters that never
  * go down); returns the last line (caller frees) and the line count. */
@@ -591,11 +600,13 @@ s_check_bytes(const struct rumor_gossip_opts *go, const char *const *algo)
         recv_all += s_num(m, "gossip_bytes_recv");
         /* the transport: gossip frames + 64-byte heartbeats + HELLOs of
          * 64 + 24 bytes, at least one per link (two on a ring) */
-        double extra =
-            s_num(m, "bytes_sent") - gsent - s_num(m, "consensus_bytes_sent");
+        double extra = s_num(m, "bytes_sent") - gsent -
+                       s_num(m, "consensus_bytes_sent") -
+                       s_control(m, "control_bytes_sent");
         double frames = s_num(m, "frames_sent") -
                         s_num(m, "gossip_frames_sent") -
-                        s_num(m, "consensus_frames_sent");
+                        s_num(m, "consensus_frames_sent") -
+                        s_control(m, "control_frames_sent");
         double cons = s_num(m, "consensus_edge_sq");
         if (!(fabs(cons - consensus[i]) <= 1e-6 * consensus[i] + 1e-12))
             fail_msg("%s node %d: consensus %.9g, in-process %.9g",

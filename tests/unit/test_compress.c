@@ -214,9 +214,10 @@ test_encode__every_codec__approx_equals_decode_and_decode_add(void **state)
     (void)state;
     static const size_t sizes[] = {0, 1, 7, 64, 1000, 4099};
     /* On the plain-C paths (a CPU without AVX2) and on the fast ones. */
-    for (int simd = 0; simd < 2; simd++)
+    for (int simd = 0; simd < 3; simd++)
         for (size_t s = 0; s < SPEC_COUNT; s++) {
-            compress_set_simd(simd == 1);
+            if (compress_set_simd(simd) != simd)
+                continue; /* a tier this CPU lacks */
             rumor_codec *c = s_codec(s_specs[s]);
             for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
                 size_t n = sizes[t], len = 0, len2 = 0;
@@ -534,9 +535,10 @@ test_golden__every_codec__bytes_match_known_answer_files(void **state)
     float *x = s_data(n, 2024);
     /* Twice: the fast paths and the plain-C paths a CPU without AVX2 runs
      * must give the same bytes (regeneration uses the plain-C paths). */
-    for (int simd = 0; simd < 2; simd++)
+    for (int simd = 0; simd < 3; simd++)
         for (size_t s = 0; s < SPEC_COUNT; s++) {
-            compress_set_simd(simd == 1);
+            if (compress_set_simd(simd) != simd)
+                continue; /* a tier this CPU lacks */
             rumor_codec *c = s_codec(s_specs[s]);
             size_t len = 0;
             uint8_t *buf = s_encode(c, x, n, 0x5eed, 3, &len, NULL);
@@ -594,7 +596,7 @@ test_golden__every_codec__bytes_match_known_answer_files(void **state)
  */
 
 static void
-test_fp16__fast_path__bit_equal_to_reference_incl_subnormals(void **state)
+test_fp16_bf16__fast_paths__bit_equal_to_reference_incl_subnormals(void **state)
 {
     (void)state;
     enum { N = 1 << 16 };
@@ -639,15 +641,51 @@ test_fp16__fast_path__bit_equal_to_reference_incl_subnormals(void **state)
     uint16_t *ref = malloc(big * sizeof *ref);
     assert_true(compress_f32_to_f16_ref(bx, big, ref));
     for (size_t off = 0; off < 3; off++) {
-        assert_true(compress_f32_to_f16_bytes(bx, big, bytes + off));
+        assert_true(compress_f32_to_half_bytes(bx, big, false, bytes + off));
         for (size_t i = 0; i < big; i++)
             assert_int_equal(bytes[off + 2 * i] | bytes[off + 2 * i + 1] << 8,
                              ref[i]);
-        assert_true(compress_f16_bytes_to_f32(bytes + off, big, by + off));
+        assert_true(
+            compress_half_bytes_to_f32(bytes + off, big, false, by + off));
         for (size_t i = 0; i < big; i += 1)
             assert_true(compress_f2u(by[off + i]) ==
                         compress_f2u(compress_f16_to_f32_ref(ref[i])));
     }
+    /* bf16, same paths: against the reference rounding, and widening is
+     * h << 16 exactly. */
+    assert_true(compress_f32_to_bf16_ref(bx, big, ref));
+    for (size_t off = 0; off < 3; off++) {
+        assert_true(compress_f32_to_half_bytes(bx, big, true, bytes + off));
+        for (size_t i = 0; i < big; i++)
+            assert_int_equal(bytes[off + 2 * i] | bytes[off + 2 * i + 1] << 8,
+                             ref[i]);
+        assert_true(
+            compress_half_bytes_to_f32(bytes + off, big, true, by + off));
+        for (size_t i = 0; i < big; i++)
+            assert_true(compress_f2u(by[off + i]) == (uint32_t)ref[i] << 16);
+    }
+    /* bf16 rounding ties, saturation and every exponent, 8 at a time
+     * through the vector path; NaN/Inf anywhere is reported. */
+    for (size_t i = 0; i < N; i++)
+        x[i] = compress_u2f((uint32_t)rumor_rng_u32(&rng) & 0xff7fffffu);
+    x[0] = 0x1.fffffep127f; /* rounds past the largest bf16: saturates */
+    x[1] = -0x1.ff0000p127f;
+    x[2] = compress_u2f(0x3f808000u); /* tie, even below: stays */
+    x[3] = compress_u2f(0x3f818000u); /* tie, odd below: rounds up */
+    assert_true(compress_f32_to_bf16_ref(x, N, b));
+    assert_true(compress_f32_to_half_bytes(x, N, true, (uint8_t *)a));
+    for (size_t i = 0; i < N; i++)
+        assert_int_equal(((uint8_t *)a)[2 * i] | ((uint8_t *)a)[2 * i + 1] << 8,
+                         b[i]);
+    assert_int_equal(b[0], 0x7f7f);
+    assert_int_equal(b[1], 0xff7f);
+    assert_int_equal(b[2], 0x3f80);
+    assert_int_equal(b[3], 0x3f82);
+    x[40] = NAN;
+    assert_false(compress_f32_to_half_bytes(x, N, true, (uint8_t *)a));
+    x[40] = 1.0f;
+    x[N - 1] = -INFINITY;
+    assert_false(compress_f32_to_half_bytes(x, N, true, (uint8_t *)a));
     free(bx);
     free(by);
     free(bytes);
@@ -1066,9 +1104,8 @@ test_composition__topk_then_qsgd__quantized_values_at_topk_indices(void **state)
  * ------------------------------------------------ */
 
 static void
-test_rand16__avx2_philox__equals_reference_and_core_stream(void **state)
+s_rand16__avx2_philox__equals_reference_and_core_stream_once(void)
 {
-    (void)state;
     enum { N = 4096 };
     uint16_t a[N], b[N];
     static const uint64_t firsts[] = {0, 8, 64, 1000, 0xfffffffcull * 8};
@@ -1088,10 +1125,20 @@ test_rand16__avx2_philox__equals_reference_and_core_stream(void **state)
     }
 }
 
+/* On every fast tier this CPU has (AVX2, AVX-512). */
 static void
-test_kernels__finite_select_sign__equal_references(void **state)
+test_rand16__avx2_philox__equals_reference_and_core_stream(void **state)
 {
     (void)state;
+    for (int level = 1; level <= 2; level++)
+        if (compress_set_simd(level) == level)
+            s_rand16__avx2_philox__equals_reference_and_core_stream_once();
+    compress_set_simd(2);
+}
+
+static void
+s_kernels__finite_select_sign__equal_references_once(void)
+{
     const size_t n = 10007;
     float *x = s_data(n, 80);
     assert_true(compress_all_finite(x, n));
@@ -1136,10 +1183,20 @@ test_kernels__finite_select_sign__equal_references(void **state)
     free(x);
 }
 
+/* On every fast tier this CPU has (AVX2, AVX-512). */
 static void
-test_kernels__levels_pack_natural_sums__bit_equal_to_references(void **state)
+test_kernels__finite_select_sign__equal_references(void **state)
 {
     (void)state;
+    for (int level = 1; level <= 2; level++)
+        if (compress_set_simd(level) == level)
+            s_kernels__finite_select_sign__equal_references_once();
+    compress_set_simd(2);
+}
+
+static void
+s_kernels__levels_pack_natural_sums__bit_equal_to_references_once(void)
+{
     const size_t n = 4099;
     float *x = s_data(n, 81);
     uint16_t *r = malloc((n + 16) * sizeof *r);
@@ -1157,6 +1214,18 @@ test_kernels__levels_pack_natural_sums__bit_equal_to_references(void **state)
         compress_pack(ca, groups, b + 1, packed, packed + bytes);
         compress_unpack(packed, packed + bytes, groups, b + 1, back);
         assert_memory_equal(ca, back, groups * 8);
+        /* Fused levels and packing: the same bytes. */
+        uint8_t *fused = malloc(bytes);
+        compress_levels_packed(x,
+                               groups * 8,
+                               inv,
+                               s,
+                               b,
+                               r,
+                               fused,
+                               fused + bytes);
+        assert_memory_equal(fused, packed, bytes);
+        free(fused);
         /* Same bits as the generic bit writer. */
         uint8_t *ref = malloc(bytes + 8);
         struct rumor_bitw w;
@@ -1181,6 +1250,35 @@ test_kernels__levels_pack_natural_sums__bit_equal_to_references(void **state)
     for (size_t m = 0; m < 200; m += 7)
         assert_true(compress_sumsq(x + 1, m) == compress_sumsq_ref(x + 1, m));
     assert_true(compress_sumsq(x, n) == compress_sumsq_ref(x, n));
+    /* Largest magnitude, NaN/Inf showing through. */
+    for (size_t m = 0; m < 300; m += 37) {
+        uint32_t best = 0;
+        for (size_t i = 0; i < m; i++) {
+            uint32_t key = compress_f2u(x[3 + i]) & 0x7fffffffu;
+            best = key > best ? key : best;
+        }
+        assert_int_equal(compress_f2u(compress_maxabs(x + 3, m)), best);
+    }
+    float keep = x[200];
+    x[200] = -INFINITY;
+    assert_true(isinf(compress_maxabs(x, 300)));
+    x[200] = NAN;
+    assert_true(isnan(compress_maxabs(x, 300)));
+    x[200] = keep;
+    /* Sums float cannot hold well (overflow, below 2^-100) take the
+     * double sum, on every path alike. */
+    float big[200], tiny[200];
+    for (size_t i = 0; i < 200; i++) {
+        big[i] = x[i] * 3e19f;
+        tiny[i] = x[i] * 1e-26f;
+    }
+    for (size_t m = 1; m <= 200; m += 67) {
+        assert_true(compress_sumsq(big, m) == compress_sumsq_ref(big, m));
+        assert_true(compress_sumsq(big, m) == compress_sumsq_wide(big, m));
+        assert_true(compress_sumsq(tiny, m) == compress_sumsq_wide(tiny, m));
+    }
+    double wide = compress_sumsq_wide(x, n), fast = compress_sumsq(x, n);
+    assert_true(fabs(fast - wide) <= 1e-5 * wide);
     size_t whole = n & ~(size_t)7;
     uint8_t sa[600], sb[600];
     compress_natural(x, whole, r, ca, sa);
@@ -1213,6 +1311,17 @@ test_kernels__levels_pack_natural_sums__bit_equal_to_references(void **state)
     free(ca);
     free(cb);
     free(back);
+}
+
+/* On every fast tier this CPU has (AVX2, AVX-512). */
+static void
+test_kernels__levels_pack_natural_sums__bit_equal_to_references(void **state)
+{
+    (void)state;
+    for (int level = 1; level <= 2; level++)
+        if (compress_set_simd(level) == level)
+            s_kernels__levels_pack_natural_sums__bit_equal_to_references_once();
+    compress_set_simd(2);
 }
 
 /* --- Huffman
@@ -1594,7 +1703,7 @@ main(int argc, char **argv)
         cmocka_unit_test(
             test_golden__every_codec__bytes_match_known_answer_files),
         cmocka_unit_test(
-            test_fp16__fast_path__bit_equal_to_reference_incl_subnormals),
+            test_fp16_bf16__fast_paths__bit_equal_to_reference_incl_subnormals),
         cmocka_unit_test(
             test_stochastic_quantizers__mean_of_draws__unbiased_within_5_sigma),
         cmocka_unit_test(test_quantizers__one_draw__within_one_level_of_input),

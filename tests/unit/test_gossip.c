@@ -745,6 +745,9 @@ s_sq_run(const struct sq_problem *q,
     snprintf(opts.algo, sizeof opts.algo, "localsgd");
     snprintf(opts.delta_codec, sizeof opts.delta_codec, "%s", codec);
     opts.ef_alpha = alpha;
+    /* the own-error form, as measured below (the neighbourhood form:
+     * tests/unit/test_saef.c) */
+    snprintf(opts.saef_scope, sizeof opts.saef_scope, "self");
     struct cluster c;
     s_cluster_new_opts(&c, "ring:4", &opts, SQ_DIM, 1, 0);
     for (size_t i = 0; i < c.n; i++)

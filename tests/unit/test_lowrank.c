@@ -660,6 +660,92 @@ test_psgd__cpu_backend__matches_ref_backend_over_steps(void **s)
         }
 }
 
+/* Runs steps of a compressor and its twin on the same grads; the twin
+ * uses the cpu backend without the fused deferred error update, so every
+ * exchange, approximation and error memory must be equal bit for bit. */
+static void
+s_defer_steps(const struct rumor_lowrank_shape *shapes,
+              size_t count,
+              size_t numel,
+              size_t rank)
+{
+    struct rumor_lowrank_psgd_opts o;
+    rumor_lowrank_psgd_opts_default(&o);
+    o.rank = rank;
+    o.seed = 11;
+    struct lowrank_backend_i be, plain;
+    void *ctx = NULL, *ctx2 = NULL;
+    rumor_lowrank_psgd *a = NULL, *b = NULL;
+    assert_int_equal(lowrank_cpu_init(&be, &ctx), RUMOR_OK);
+    assert_non_null(be.project_right_ef);
+    assert_int_equal(lowrank_psgd_new_on(&a, shapes, count, &o, &be, ctx), 0);
+    assert_int_equal(lowrank_cpu_init(&plain, &ctx2), RUMOR_OK);
+    plain.project_right_ef = NULL;
+    assert_int_equal(lowrank_psgd_new_on(&b, shapes, count, &o, &plain, ctx2),
+                     0);
+    float **pa = calloc(count, sizeof *pa), **pb = calloc(count, sizeof *pb);
+    float *ea = malloc(numel * sizeof *ea), *eb = malloc(numel * sizeof *eb);
+    assert_true(pa != NULL && pb != NULL && ea != NULL && eb != NULL);
+    for (int st = 0; st < 4; st++) {
+        float *ga = s_randn(numel, 90 + (uint64_t)st);
+        float *gb = s_dup(ga, numel);
+        size_t at = 0;
+        for (size_t i = 0; i < count; i++) {
+            size_t n = 0, m = 0;
+            assert_int_equal(rumor_lowrank_matricize(&shapes[i], &n, &m), 0);
+            pa[i] = ga + at;
+            pb[i] = gb + at;
+            at += n * m;
+        }
+        struct rumor_lowrank_xchg xa, xb;
+        bool da = false, db = false;
+        assert_int_equal(rumor_lowrank_psgd_begin(a, pa, &xa), 0);
+        assert_int_equal(rumor_lowrank_psgd_begin(b, pb, &xb), 0);
+        while (!da) {
+            assert_int_equal(xa.floats, xb.floats);
+            assert_memory_equal(xa.data, xb.data, xa.floats * sizeof(float));
+            assert_int_equal(rumor_lowrank_psgd_next(a, &xa, &da), 0);
+            assert_int_equal(rumor_lowrank_psgd_next(b, &xb, &db), 0);
+            assert_int_equal(da, db);
+        }
+        assert_int_equal(rumor_lowrank_psgd_end(a, pa), 0);
+        assert_int_equal(rumor_lowrank_psgd_end(b, pb), 0);
+        assert_memory_equal(ga, gb, numel * sizeof(float));
+        for (size_t i = 0; i < count; i++) {
+            if (!rumor_lowrank_psgd_compressed(a, i))
+                continue;
+            size_t n = 0, m = 0;
+            assert_int_equal(rumor_lowrank_matricize(&shapes[i], &n, &m), 0);
+            assert_int_equal(rumor_lowrank_psgd_error_get(a, i, ea), 0);
+            assert_int_equal(rumor_lowrank_psgd_error_get(b, i, eb), 0);
+            assert_memory_equal(ea, eb, n * m * sizeof(float));
+            /* Setting the memory replaces the pending update too. */
+            if (st == 2)
+                assert_int_equal(rumor_lowrank_psgd_error_set(a, i, eb), 0);
+        }
+        free(ga), free(gb);
+    }
+    free(pa), free(pb), free(ea), free(eb);
+    rumor_lowrank_psgd_destroy(&a);
+    rumor_lowrank_psgd_destroy(&b);
+}
+
+static void
+test_psgd__deferred_error_update__equals_the_two_pass_update(void **s)
+{
+    (void)s;
+    /* Odd row counts (the reconstruction's unpaired last row), columns
+     * not a multiple of 8, ranks on both sides of the paired-row limit. */
+    const struct rumor_lowrank_shape shapes[] = {
+        {.ndim = 2, .dims = {71, 90}},
+        {.ndim = 4, .dims = {32, 16, 3, 3}},
+        {.ndim = 1, .dims = {10}},
+        {.ndim = 2, .dims = {40, 37}}};
+    size_t numel = 71 * 90 + 32 * 144 + 10 + 40 * 37;
+    for (size_t r = 1; r <= 6; r++)
+        s_defer_steps(shapes, 4, numel, r);
+}
+
 static void
 test_psgd__selection_and_start_iter__as_the_hook(void **s)
 {
@@ -1399,6 +1485,8 @@ main(int argc, char **argv)
         cmocka_unit_test(test_psgd__error_feedback__approx_plus_error_equals_m),
         cmocka_unit_test(
             test_psgd__cpu_backend__matches_ref_backend_over_steps),
+        cmocka_unit_test(
+            test_psgd__deferred_error_update__equals_the_two_pass_update),
         cmocka_unit_test(test_psgd__selection_and_start_iter__as_the_hook),
         cmocka_unit_test(test_psgd__same_seed__same_first_q_on_every_node),
         cmocka_unit_test(
