@@ -293,6 +293,10 @@ s_recv(node_faults *f,
        struct rumor_net_msg *out)
 {
     for (;;) {
+        if (f->o.stop_by != NULL) {
+            uint64_t stop_by = atomic_load(f->o.stop_by);
+            deadline = deadline < stop_by ? deadline : stop_by;
+        }
         uint64_t until =
             rumor_clock_ns() + NODE_FAULTS_SLICE_MS * NODE_FAULTS_MS;
         until = until < deadline ? until : deadline;
@@ -714,6 +718,10 @@ node_faults_between(node_faults *f,
      * step when they meet again: it waits up to a span for a handshake
      * instead, so it stays at most one step per span away. */
     uint64_t until = rumor_clock_ns() + node_faults_span_ns(f);
+    if (f->o.stop_by != NULL) {
+        uint64_t stop_by = atomic_load(f->o.stop_by);
+        until = until < stop_by ? until : stop_by;
+    }
     while (rc == RUMOR_OK && s_alone(f) && rumor_clock_ns() < until) {
         struct timespec ts = {0, NODE_FAULTS_POLL_MS * 1000000L};
         nanosleep(&ts, NULL);

@@ -92,6 +92,7 @@ struct rumor_node {
     struct rumor_net_msg *got;
     struct rumor_gossip_msg *inbox;
     atomic_bool stop;
+    _Atomic uint64_t stop_by; /* see node_faults_opts.stop_by */
     bool progress;
     uint64_t start_ns, progress_ns;
     double t_compute, t_gossip, t_wait;
@@ -367,6 +368,8 @@ s_recv(rumor_node *node,
        struct rumor_net_msg *out)
 {
     for (;;) {
+        uint64_t stop_by = atomic_load(&node->stop_by);
+        deadline = deadline < stop_by ? deadline : stop_by;
         uint64_t now = rumor_clock_ns();
         uint64_t until = now + NODE_RECV_SLICE_MS * NODE_MS;
         if (until > deadline)
@@ -681,7 +684,8 @@ s_faults_new(rumor_node *node)
                                   .down_after = o->down_after,
                                   .deadline_ms = o->deadline_ms,
                                   .deadline_factor = o->deadline_factor,
-                                  .join = o->join};
+                                  .join = o->join,
+                                  .stop_by = &node->stop_by};
     rumor_err rc = node_faults_new(&fo, &node->faults);
     /* a lone restart re-synchronises with its neighbours; after a stop
      * agreed by all, every node resumes the same step together */
@@ -880,6 +884,8 @@ static void
 s_flush(rumor_node *node)
 {
     uint64_t deadline = rumor_clock_ns() + NODE_FLUSH_MS * NODE_MS;
+    uint64_t stop_by = atomic_load(&node->stop_by);
+    deadline = deadline < stop_by ? deadline : stop_by;
     struct rumor_net_stats st;
     for (;;) {
         rumor_net_stats(node->net, RUMOR_NET_ALL, &st);
@@ -1196,6 +1202,7 @@ node_new_model(const struct rumor_node_opts *opts,
     node->external = external != NULL;
     node->model = external;
     atomic_init(&node->stop, false);
+    atomic_init(&node->stop_by, UINT64_MAX);
     node->sum.test_loss = NAN;
     node->sum.accuracy = NAN;
     node->sum.optimum_error = NAN;
@@ -1362,6 +1369,10 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
 void
 rumor_node_stop(rumor_node *node)
 {
+    /* async-signal-safe: lock-free atomics and clock_gettime only */
+    uint64_t none = UINT64_MAX;
+    uint64_t by = rumor_clock_ns() + node->opts.deadline_ms * NODE_MS;
+    atomic_compare_exchange_strong(&node->stop_by, &none, by);
     atomic_store(&node->stop, true);
 }
 

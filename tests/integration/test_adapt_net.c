@@ -131,7 +131,7 @@ s_setup(struct net2 *n)
 static pid_t
 s_node(const struct net2 *n, int id)
 {
-    char idtext[8], metrics[96], log[96];
+    char idtext[16], metrics[96], log[96];
     snprintf(idtext, sizeof idtext, "%d", id);
     snprintf(metrics, sizeof metrics, "%s/run", n->dir);
     snprintf(log, sizeof log, "%s/node-%d.log", n->dir, id);

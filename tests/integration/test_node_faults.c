@@ -438,6 +438,36 @@ test_ring6__sigstop_past_deadline__skipped_then_readmitted(void **state)
     }
 }
 
+/* A stop request must not wait for neighbours that are gone: with both
+ * of its neighbours stopped, node 0 would otherwise wait a deadline per
+ * step of the stop agreement (three deadlines here, before the fix). */
+static void
+test_ring6__sigterm_with_neighbours_gone__exits_within_one_deadline(
+    void **state)
+{
+    (void)state;
+    struct ring *r = &s_ring;
+    s_ring_new(r);
+    char run[1024];
+    snprintf(run, sizeof run, "%s/run", r->dir);
+    for (int i = 0; i < NODES; i++)
+        r->pid[i] = s_node_ex(r, i, run, "1000000", NULL, NULL, NULL);
+    s_until(run, 0, "step", 30, "did not start training");
+    assert_int_equal(kill(r->pid[1], SIGSTOP), 0);
+    assert_int_equal(kill(r->pid[NODES - 1], SIGSTOP), 0);
+    s_until(run, 0, "peers_down", 2, "never marked its neighbours down");
+    uint64_t t0 = rumor_clock_ns();
+    assert_int_equal(kill(r->pid[0], SIGTERM), 0);
+    int st = s_reap(r->pid[0], LIMIT_MS);
+    r->pid[0] = 0;
+    double ms = (double)(rumor_clock_ns() - t0) / 1e6;
+    printf("node 0 stopped %.0f ms after SIGTERM (deadline %d ms)\n",
+           ms,
+           DEADLINE_MS);
+    assert_int_equal(st, 0);
+    assert_true(ms < DEADLINE_MS + 1500);
+}
+
 /* The last value of field in node id's metrics (NAN when none). */
 static double
 s_latest(const char *run, int id, const char *field, double *step)
@@ -649,6 +679,9 @@ main(int argc, char **argv)
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring6__nan_inf_huge_neighbour__rejected_clipped_counted,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring6__sigterm_with_neighbours_gone__exits_within_one_deadline,
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring6_two_netns__link_down_then_up__partition_heals,
