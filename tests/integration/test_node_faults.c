@@ -298,13 +298,6 @@ s_until(const char *run,
     }
 }
 
-static void
-s_start_all(struct ring *r, const char *run)
-{
-    for (int i = 0; i < NODES; i++)
-        r->pid[i] = s_node_ex(r, i, run, STEPS, NULL, NULL, NULL);
-}
-
 /* Waits for every node to exit 0; returns the worst final lsq error. */
 static double
 s_finish(struct ring *r, const char *run, int steps)
@@ -417,7 +410,10 @@ test_ring6__sigstop_past_deadline__skipped_then_readmitted(void **state)
     s_ring_new(r);
     char run[1024];
     snprintf(run, sizeof run, "%s/run", r->dir);
-    s_start_all(r, run);
+    /* an open-ended run, stopped by SIGTERM at the end: with a fixed step
+     * count the others could finish before node 3 is readmitted */
+    for (int i = 0; i < NODES; i++)
+        r->pid[i] = s_node_ex(r, i, run, "1000000", NULL, NULL, NULL);
     s_until(run, 3, "step", 30, "did not start training");
     assert_int_equal(kill(r->pid[3], SIGSTOP), 0);
     s_until(run, 2, "peers_down", 1, "never skipped the stopped node 3");
@@ -430,6 +426,8 @@ test_ring6__sigstop_past_deadline__skipped_then_readmitted(void **state)
     s_until(run, 2, "readmitted", 1, "never readmitted node 3");
     s_until(run, 4, "readmitted", 1, "never readmitted node 3");
     s_until(run, 3, "step", stopped_at + 5, "node 3 did not step again");
+    for (int i = 0; i < NODES; i++)
+        assert_int_equal(kill(r->pid[i], SIGTERM), 0);
     for (int i = 0; i < NODES; i++) {
         int st = s_reap(r->pid[i], LIMIT_MS);
         r->pid[i] = 0;
