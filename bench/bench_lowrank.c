@@ -9,16 +9,26 @@
  * Each figure is printed with two same-run references:
  *  - the memory-traffic floor: 16 bytes per element of the compressed
  *    matrices (read g, read e, write e, write the approximation) at the
- *    single-core read bandwidth measured by bench_mem_read_gbps();
+ *    single-core read bandwidth measured by bench_mem_read_gbps(). The
+ *    bandwidth is measured again between rows and each row's floor uses
+ *    the higher of the two measurements around it, so a slow moment of a
+ *    shared machine neither flatters nor hurts one row alone. The rate,
+ *    the gradients and the error memories are all on transparent huge
+ *    pages where the system allows them (rumor_mem_alloc_large);
  *  - PyTorch's own hook (tests/lowrank/bench_hook.py through
  *    /usr/bin/python3, python3-torch, one thread, CPU) on the same shapes.
  * A last row, "2/1s", is epfml's one-sided variant at rank 2 (one product
  * per step, alternating sides), which PyTorch has no hook for.
- * The step is the median of N timed steps after one warm-up step.
+ * The step is the median of N timed steps after one warm-up step. Threads
+ * are printed: the cpu kernels are single-threaded, OpenBLAS (QR at rank
+ * 4, and any rank above 8) runs with what `rumor` set (one thread unless
+ * OPENBLAS_NUM_THREADS says otherwise), the hook with torch's one.
  */
 #include "bench/bench.h"
 
 #include "rumor/lowrank.h"
+
+#include <cblas.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -106,8 +116,7 @@ s_workload(const char *label,
            const struct rumor_lowrank_shape *shapes,
            size_t count,
            int steps,
-           bool torch,
-           double floor_gbps)
+           bool torch)
 {
     size_t numel = 0, *offs = calloc(count, sizeof *offs);
     if (offs == NULL)
@@ -121,12 +130,12 @@ s_workload(const char *label,
         offs[i] = numel;
         numel += n * m;
     }
-    /* 64-byte aligned, as PyTorch's CPU allocator gives tensors. */
-    float *data = NULL;
+    /* On huge pages like the floor's buffer (bench/membw.c), as a model
+     * allocated with rumor_mem_alloc_large, or by PyTorch where THP is
+     * "always", is. */
+    float *data = rumor_mem_alloc_large(numel * sizeof *data);
     float **ptrs = calloc(count, sizeof *ptrs);
     int status = 1;
-    if (posix_memalign((void **)&data, 64, numel * sizeof *data) != 0)
-        data = NULL;
     if (data == NULL || ptrs == NULL)
         goto done;
     struct rumor_rng rng;
@@ -149,6 +158,7 @@ s_workload(const char *label,
            "speedup");
     /* The extra last row: epfml's one-sided variant at rank 2 (one
      * product per step, so two passes over M instead of three). */
+    double gbps_before = bench_mem_read_gbps();
     for (int k = 0; k <= LR_BENCH_RANKS; k++) {
         bool one_sided = k == LR_BENCH_RANKS;
         struct rumor_lowrank_psgd_opts o;
@@ -172,7 +182,10 @@ s_workload(const char *label,
             fprintf(stderr, "bench lowrank: %s\n", rumor_strerror(rc));
             goto done;
         }
-        double floor_s = 16.0 * (double)compressed / (floor_gbps * 1e9);
+        double gbps_after = bench_mem_read_gbps();
+        double gbps = gbps_after > gbps_before ? gbps_after : gbps_before;
+        gbps_before = gbps_after;
+        double floor_s = 16.0 * (double)compressed / (gbps * 1e9);
         char row[16];
         if (one_sided)
             snprintf(row, sizeof row, "%zu/1s", o.rank);
@@ -197,7 +210,7 @@ done:
 int
 bench_lowrank_main(int argc, char **argv)
 {
-    int steps = 7;
+    int steps = 11;
     bool torch = true;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
@@ -221,14 +234,20 @@ bench_lowrank_main(int argc, char **argv)
     }
     double gbps = bench_mem_read_gbps();
     printf("memory read (1 core) %.2f GB/s: the floor is 16 bytes per "
-           "element of M at this rate\n",
+           "element of M at this rate (measured again between rows; each "
+           "row uses the higher rate around it)\n",
            gbps);
-    printf("cpu backend, one thread; PyTorch hook on CPU, one thread; "
-           "median of %d steps\n",
+    printf("(the rate, the gradients and the error memories are on "
+           "transparent huge pages where THP allows)\n");
+    const char *env = getenv("OPENBLAS_NUM_THREADS");
+    printf("threads: cpu kernels 1, OpenBLAS %d (OPENBLAS_NUM_THREADS=%s), "
+           "PyTorch hook on CPU 1 (torch.set_num_threads); median of %d "
+           "steps\n",
+           openblas_get_num_threads(),
+           env != NULL ? env : "unset",
            steps);
     const struct rumor_lowrank_shape big = {.ndim = 2, .dims = {4096, 4096}};
-    if (s_workload("4096 x 4096", "4096x4096", &big, 1, steps, torch, gbps) !=
-        0)
+    if (s_workload("4096 x 4096", "4096x4096", &big, 1, steps, torch) != 0)
         return 1;
     rumor_buf text;
     rumor_buf_init(&text, 1 << 20);
@@ -257,8 +276,7 @@ bench_lowrank_main(int argc, char **argv)
                             shapes,
                             count,
                             steps,
-                            torch,
-                            gbps);
+                            torch);
     free(shapes);
     return status;
 }

@@ -107,13 +107,13 @@ struct lowrank_backend_i {
                                    float *const *outs,
                                    float beta,
                                    size_t count);
-    /* (optional; backends whose device memory is host memory) P = M' Q
-     * where M' = (mat - pd qd^T) + add is stored in mat in the same pass:
-     * the previous step's error update e = M - Pd Qd^T (pd n x r, qd m x
-     * r), deferred into this step's first product, so M is read and
-     * written once instead of twice. mat ends equal, bit for bit, to
-     * reconstruct(e = mat, alpha 1) followed by project_right(mat, add).
-     * NULL: the caller runs those two operations. */
+    /* (optional, with copy) P = M' Q where M' = (mat - pd qd^T) + add is
+     * stored in mat in the same pass: the previous step's error update
+     * e = M - Pd Qd^T (pd n x r, qd m x r, device), deferred into this
+     * step's first product, so M is read and written once instead of
+     * twice. mat ends equal, bit for bit, to reconstruct(e = mat, alpha
+     * 1) followed by project_right(mat, add). NULL: the caller runs those
+     * two operations and never defers. */
     rumor_err (*project_right_ef)(void *ctx,
                                   float *mat,
                                   const float *add,
@@ -124,6 +124,25 @@ struct lowrank_backend_i {
                                   const float *q,
                                   size_t r,
                                   float *p);
+    /* (optional) project_right_ef over count matrices of one shape, as
+     * the other *_batch slots; NULL: the caller loops. */
+    rumor_err (*project_right_ef_batch)(void *ctx,
+                                        float *const *mats,
+                                        const float *const *adds,
+                                        size_t n,
+                                        size_t m,
+                                        const float *const *pds,
+                                        const float *const *qds,
+                                        const float *const *qs,
+                                        size_t r,
+                                        float *const *ps,
+                                        size_t count);
+    /* Copies bytes device -> device (required where project_right_ef is
+     * set: the deferred update keeps copies of the step's factors). */
+    rumor_err (*copy)(void *ctx, float *dst, const float *src, size_t bytes);
+    /* Device memory is host memory (cpu, ref): host code may read and
+     * write it directly. */
+    bool host_memory;
 };
 
 /* Each fills *iface and *ctx; the context is freed with iface->free. */

@@ -29,6 +29,8 @@
  * Gram-Schmidt (the PyTorch hook's algorithm, dots in double), LAPACK
  * sgeqrf + sorgqr, or CholeskyQR2 (ssyrk, spotrf, strsm, twice; falls back
  * to Gram-Schmidt when P^T P is not positive definite).
+ * Memory of a huge page or more (the error memories) is put on transparent
+ * huge pages, where one core streams twice as fast (s_alloc).
  * Single-threaded by design: gossip overlaps compression with the network
  * and the backward pass, and one core already saturates memory here.
  */
@@ -47,6 +49,10 @@
  * written with streaming stores: a plain store first reads the line it
  * overwrites, and the caller reads the output only on a later pass. */
 #define CPU_STREAM_MIN ((size_t)1 << 18)
+/* Largest rank whose deferred error-feedback product takes rows in pairs:
+ * at rank 4 two rows' accumulators and factors no longer fit the 16 AVX2
+ * registers and the pair measured about twice as slow as single rows. */
+#define CPU_EF_PAIR_RANK 3
 
 struct cpu_ctx {
     float *scratch; /* Q^T and similar, grows as needed */
@@ -235,12 +241,135 @@ s_recon8(size_t j, size_t m, const float *pd, const float *qdt, const int R)
     return _mm256_loadu_ps(y);
 }
 
+/* One row i of the deferred error-feedback product (see s_right_ef_avx2);
+ * recon8: y is formed with s_recon_tail's scalar arithmetic, as
+ * s_recon_avx2 forms it for the odd last row. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+s_right_ef_row(float *mat,
+               const float *add,
+               size_t i,
+               size_t n,
+               size_t m,
+               const float *pd,
+               const float *qdt,
+               const float *qt,
+               float *p,
+               bool recon8,
+               const int R)
+{
+    float *row = mat + i * m;
+    const float *arow = add != NULL ? add + i * m : NULL;
+    const float *pdi = pd + i * (size_t)R;
+    __m256 acc[CPU_FAST_RANK], pk[CPU_FAST_RANK];
+    for (int k = 0; k < R; k++) {
+        acc[k] = _mm256_setzero_ps();
+        pk[k] = _mm256_set1_ps(pdi[k]);
+    }
+    const char *next_m = i + 1 < n ? (const char *)(row + m) : NULL;
+    const char *next_a =
+        arow != NULL && i + 1 < n ? (const char *)(arow + m) : NULL;
+    size_t j = 0;
+    for (; j + 8 <= m; j += 8) {
+        if (next_m != NULL && j % 16 == 0) {
+            _mm_prefetch(next_m + j * 4, _MM_HINT_T1);
+            if (next_a != NULL)
+                _mm_prefetch(next_a + j * 4, _MM_HINT_T1);
+        }
+        __m256 y = _mm256_mul_ps(pk[0], _mm256_loadu_ps(qdt + j));
+        for (int k = 1; k < R; k++)
+            y = _mm256_fmadd_ps(pk[k],
+                                _mm256_loadu_ps(qdt + (size_t)k * m + j),
+                                y);
+        if (recon8)
+            y = s_recon8(j, m, pdi, qdt, R);
+        __m256 x = _mm256_sub_ps(_mm256_loadu_ps(row + j), y);
+        if (arow != NULL)
+            x = _mm256_add_ps(x, _mm256_loadu_ps(arow + j));
+        _mm256_storeu_ps(row + j, x);
+        for (int k = 0; k < R; k++)
+            acc[k] = _mm256_fmadd_ps(x,
+                                     _mm256_loadu_ps(qt + (size_t)k * m + j),
+                                     acc[k]);
+    }
+    float tail[CPU_FAST_RANK] = {0};
+    s_right_ef_tail(j, m, row, arow, pdi, qdt, qt, tail, R);
+    for (int k = 0; k < R; k++)
+        p[i * (size_t)R + k] = s_hsum(acc[k]) + tail[k];
+}
+
+/* Rows i and i + 1 of the deferred error-feedback product (R up to
+ * CPU_EF_PAIR_RANK): each
+ * load of Qd^T and Q^T serves both rows, the two rows are four streams
+ * (M and add of each) for the memory system instead of two, and the next
+ * pair is prefetched in address order, as s_right_avx2 does. Per row the
+ * arithmetic is s_right_ef_row's, so the values are the same. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+s_right_ef_pair(float *mat,
+                const float *add,
+                size_t i,
+                size_t n,
+                size_t m,
+                const float *pd,
+                const float *qdt,
+                const float *qt,
+                float *p,
+                const int R)
+{
+    float *row[2] = {mat + i * m, mat + (i + 1) * m};
+    const float *arow[2] = {add != NULL ? add + i * m : NULL,
+                            add != NULL ? add + (i + 1) * m : NULL};
+    __m256 acc[2][CPU_FAST_RANK], pk[2][CPU_FAST_RANK];
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < R; k++) {
+            acc[h][k] = _mm256_setzero_ps();
+            pk[h][k] = _mm256_set1_ps(pd[(i + (size_t)h) * (size_t)R + k]);
+        }
+    const char *next_m = i + 4 <= n ? (const char *)(row[1] + m) : NULL;
+    const char *next_a =
+        add != NULL && next_m != NULL ? (const char *)(arow[1] + m) : NULL;
+    size_t j = 0;
+    for (; j + 8 <= m; j += 8) {
+        if (next_m != NULL) {
+            _mm_prefetch(next_m + j * 8, _MM_HINT_T1);
+            if (next_a != NULL)
+                _mm_prefetch(next_a + j * 8, _MM_HINT_T1);
+        }
+        __m256 qd0 = _mm256_loadu_ps(qdt + j), y[2], x[2];
+        for (int h = 0; h < 2; h++)
+            y[h] = _mm256_mul_ps(pk[h][0], qd0);
+        for (int k = 1; k < R; k++) {
+            __m256 qdk = _mm256_loadu_ps(qdt + (size_t)k * m + j);
+            for (int h = 0; h < 2; h++)
+                y[h] = _mm256_fmadd_ps(pk[h][k], qdk, y[h]);
+        }
+        for (int h = 0; h < 2; h++) {
+            x[h] = _mm256_sub_ps(_mm256_loadu_ps(row[h] + j), y[h]);
+            if (arow[h] != NULL)
+                x[h] = _mm256_add_ps(x[h], _mm256_loadu_ps(arow[h] + j));
+            _mm256_storeu_ps(row[h] + j, x[h]);
+        }
+        for (int k = 0; k < R; k++) {
+            __m256 qk = _mm256_loadu_ps(qt + (size_t)k * m + j);
+            for (int h = 0; h < 2; h++)
+                acc[h][k] = _mm256_fmadd_ps(x[h], qk, acc[h][k]);
+        }
+    }
+    for (int h = 0; h < 2; h++) {
+        const float *pdi = pd + (i + (size_t)h) * (size_t)R;
+        float tail[CPU_FAST_RANK] = {0};
+        s_right_ef_tail(j, m, row[h], arow[h], pdi, qdt, qt, tail, R);
+        for (int k = 0; k < R; k++)
+            p[(i + (size_t)h) * (size_t)R + k] = s_hsum(acc[h][k]) + tail[k];
+    }
+}
+
 /* P = M' Q with M' = (M - Pd Qd^T) + add stored in M: the previous step's
  * error update fused into this step's first product (one read and one
  * write of M instead of two of each). y = Pd Qd^T is formed exactly as
- * s_recon_avx2 forms it (a product, then FMAs in k order) and M' as
+ * s_recon_avx2 forms it (a product, then FMAs in k order; rows in pairs
+ * for R <= 4, the odd last row with the scalar tail) and M' as
  * s_right_avx2 adds, so the result equals those two passes bit for bit.
- * Qd^T and Q^T (R x m each) stay in L2; the next row is prefetched. */
+ * Qd^T and Q^T (R x m each) stay in L2; the next rows are prefetched. */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
 s_right_ef_avx2(float *mat,
                 const float *add,
@@ -252,50 +381,23 @@ s_right_ef_avx2(float *mat,
                 float *p,
                 const int R)
 {
-    /* s_recon_avx2 pairs rows for R <= 4 and forms the odd last row's y
-     * with the scalar tail: so does this kernel. */
-    const bool odd_last = R <= 4 && n % 2 != 0;
-    for (size_t i = 0; i < n; i++) {
-        float *row = mat + i * m;
-        const float *arow = add != NULL ? add + i * m : NULL;
-        const float *pdi = pd + i * (size_t)R;
-        __m256 acc[CPU_FAST_RANK], pk[CPU_FAST_RANK];
-        for (int k = 0; k < R; k++) {
-            acc[k] = _mm256_setzero_ps();
-            pk[k] = _mm256_set1_ps(pdi[k]);
-        }
-        const char *next_m = i + 1 < n ? (const char *)(row + m) : NULL;
-        const char *next_a =
-            arow != NULL && i + 1 < n ? (const char *)(arow + m) : NULL;
-        size_t j = 0;
-        for (; j + 8 <= m; j += 8) {
-            if (next_m != NULL && j % 16 == 0) {
-                _mm_prefetch(next_m + j * 4, _MM_HINT_T1);
-                if (next_a != NULL)
-                    _mm_prefetch(next_a + j * 4, _MM_HINT_T1);
-            }
-            __m256 y = _mm256_mul_ps(pk[0], _mm256_loadu_ps(qdt + j));
-            for (int k = 1; k < R; k++)
-                y = _mm256_fmadd_ps(pk[k],
-                                    _mm256_loadu_ps(qdt + (size_t)k * m + j),
-                                    y);
-            if (odd_last && i + 1 == n)
-                y = s_recon8(j, m, pdi, qdt, R);
-            __m256 x = _mm256_sub_ps(_mm256_loadu_ps(row + j), y);
-            if (arow != NULL)
-                x = _mm256_add_ps(x, _mm256_loadu_ps(arow + j));
-            _mm256_storeu_ps(row + j, x);
-            for (int k = 0; k < R; k++)
-                acc[k] =
-                    _mm256_fmadd_ps(x,
-                                    _mm256_loadu_ps(qt + (size_t)k * m + j),
-                                    acc[k]);
-        }
-        float tail[CPU_FAST_RANK] = {0};
-        s_right_ef_tail(j, m, row, arow, pdi, qdt, qt, tail, R);
-        for (int k = 0; k < R; k++)
-            p[i * (size_t)R + k] = s_hsum(acc[k]) + tail[k];
-    }
+    size_t i = 0;
+    if (R <= CPU_EF_PAIR_RANK)
+        for (; i + 2 <= n; i += 2)
+            s_right_ef_pair(mat, add, i, n, m, pd, qdt, qt, p, R);
+    bool odd_last = R <= 4 && n % 2 != 0;
+    for (; i < n; i++)
+        s_right_ef_row(mat,
+                       add,
+                       i,
+                       n,
+                       m,
+                       pd,
+                       qdt,
+                       qt,
+                       p,
+                       odd_last && i + 1 == n,
+                       R);
 }
 
 /* Q^T (R x m, at qt) += (M^T P)^T over B (8 or 1) rows of M starting at
@@ -595,17 +697,17 @@ s_recon_fast(size_t n,
 
 /* --- interface ------------------------------------------------------------ */
 
+/* Large buffers (the error memories) go on transparent huge pages
+ * (rumor_mem_alloc_large): one core streams M about twice as fast. */
 static rumor_err
 s_alloc(void *ctx, size_t bytes, float **out)
 {
     (void)ctx;
-    *out = NULL;
     size_t rounded = ((bytes > 0 ? bytes : 1) + 63) & ~(size_t)63;
-    void *mem = NULL;
-    if (posix_memalign(&mem, 64, rounded) != 0)
+    *out = rumor_mem_alloc_large(rounded);
+    if (*out == NULL)
         return RUMOR_ENOMEM;
-    memset(mem, 0, rounded);
-    *out = mem;
+    memset(*out, 0, rounded);
     return RUMOR_OK;
 }
 
@@ -937,6 +1039,8 @@ lowrank_cpu_init(struct lowrank_backend_i *iface, void **ctx)
         .reconstruct = s_reconstruct,
         .free = s_free,
         .project_right_ef = s_project_right_ef,
+        .copy = s_copy,
+        .host_memory = true,
     };
     *ctx = NULL;
     struct cpu_ctx *c = calloc(1, sizeof *c);

@@ -12,11 +12,19 @@
 // - Q = M^T P: cublasSgemmBatched (row-major M is cuBLAS's column-major
 //   M^T, so both products need no copies).
 // - e -= P Q^T and out = P Q^T: own kernel, one pass over M.
+// - The deferred error update (the cpu backend's algorithm, see
+//   backend.h): M' = (e - Pd Qd^T) + g and P = M' Q in one pass, one warp
+//   per row as in the right product, so a step moves 20 bytes per element
+//   of M (12 here, 4 for Q = M^T P, 4 for writing the approximation)
+//   instead of 28. Its arithmetic is the two kernels' it replaces, with
+//   the same explicit fmaf order in all three, so both paths give the same
+//   bits.
 // - Gram-Schmidt (rank <= 2 by default): one block per matrix, block
 //   reductions in double, the hook's column order; a zero column stays
 //   zero. QR: P transposed to column-major with cublasSgeam, cuSOLVER
-//   geqrf + orgqr, transposed back. CholeskyQR2 is served by QR here (same
-//   Q up to column signs; the cpu backend has the Cholesky variant).
+//   geqrf + orgqr, transposed back. CholeskyQR2 is served by this QR with
+//   the columns flipped to R's positive diagonal: the Q CholeskyQR2 gives
+//   on the cpu backend, so mixed cpu/cuda nodes agree on the factor.
 // Everything runs on the legacy default stream, so the synchronous
 // cudaMemcpy of pointer arrays is ordered after the kernels that used the
 // previous arrays.
@@ -38,7 +46,8 @@
 #define CUBLAS_TRY(call, label)   CORE_CUBLAS_TRY("lowrank cuda", call, label)
 #define CUSOLVER_TRY(call, label) CORE_CUSOLVER_TRY("lowrank cuda", call, label)
 
-#define GS_THREADS 512
+#define GS_THREADS      512
+#define CUDA_PTR_ARRAYS 6 // pointer arrays of one batched call, at most
 
 struct cuda_ctx {
     cublasHandle_t blas;
@@ -64,6 +73,19 @@ k_add(float *const *mats, const float *const *adds, size_t count)
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (; i < count; i += stride)
         mat[i] += add[i];
+}
+
+// Sums each of a warp's R partial dot products and stores them (row of P).
+template <int R>
+__device__ __forceinline__ static void
+d_store_row(float *acc, unsigned lane, float *prow)
+{
+    for (int k = 0; k < R; k++)
+        for (int off = 16; off > 0; off >>= 1)
+            acc[k] += __shfl_down_sync(0xffffffffu, acc[k], off);
+    if (lane == 0)
+        for (int k = 0; k < R; k++)
+            prow[k] = acc[k];
 }
 
 // P = (M [+= add]) Q for rank R <= 8: one warp per row of M streams the
@@ -95,14 +117,51 @@ k_right_fused(float *const *mats,
             mrow[j] = x;
         }
         for (int k = 0; k < R; k++)
-            acc[k] += x * q[j * R + k];
+            acc[k] = __fmaf_rn(x, q[j * R + k], acc[k]);
     }
-    for (int k = 0; k < R; k++)
-        for (int off = 16; off > 0; off >>= 1)
-            acc[k] += __shfl_down_sync(0xffffffffu, acc[k], off);
-    if (lane == 0)
+    d_store_row<R>(acc, lane, ps[blockIdx.y] + row * R);
+}
+
+// The deferred error update fused into the right product: per element
+// y = Pd Qd^T as k_reconstruct forms it, M' = (M - y) + add stored, and
+// P = M' Q accumulated as k_right_fused does; one warp per row.
+template <int R>
+__global__ static void
+k_right_ef(float *const *mats,
+           const float *const *adds,
+           size_t n,
+           size_t m,
+           const float *const *pds,
+           const float *const *qds,
+           const float *const *qs,
+           float *const *ps)
+{
+    size_t row = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
+    unsigned lane = threadIdx.x % 32;
+    if (row >= n)
+        return;
+    float *mrow = mats[blockIdx.y] + row * m;
+    const float *arow = adds != NULL ? adds[blockIdx.y] + row * m : NULL;
+    const float *pd = pds[blockIdx.y] + row * R;
+    const float *qd = qds[blockIdx.y];
+    const float *q = qs[blockIdx.y];
+    float pk[R], acc[R];
+    for (int k = 0; k < R; k++) {
+        pk[k] = pd[k];
+        acc[k] = 0;
+    }
+    for (size_t j = lane; j < m; j += 32) {
+        float y = 0;
         for (int k = 0; k < R; k++)
-            ps[blockIdx.y][row * R + k] = acc[k];
+            y = __fmaf_rn(pk[k], qd[j * R + k], y);
+        float x = mrow[j] - y;
+        if (arow != NULL)
+            x += arow[j];
+        mrow[j] = x;
+        for (int k = 0; k < R; k++)
+            acc[k] = __fmaf_rn(x, q[j * R + k], acc[k]);
+    }
+    d_store_row<R>(acc, lane, ps[blockIdx.y] + row * R);
 }
 
 __global__ static void
@@ -126,7 +185,7 @@ k_reconstruct(size_t n,
         size_t i = idx / m, j = idx % m;
         float y = 0;
         for (size_t k = 0; k < r; k++)
-            y += p[i * r + k] * q[j * r + k];
+            y = __fmaf_rn(p[i * r + k], q[j * r + k], y);
         y *= alpha;
         if (e != NULL)
             e[idx] -= y;
@@ -186,27 +245,26 @@ s_blocks(size_t count)
     return b > 65535 ? 65535u : (unsigned)b;
 }
 
-// Copies up to four host arrays of count device pointers to the device
-// (into ctx->dptrs, grown as needed); *out receives the device arrays.
+// Copies up to CUDA_PTR_ARRAYS host arrays of count device pointers to
+// the device (into ctx->dptrs, grown as needed); out[a] receives the
+// device copy of hs[a], NULL where hs[a] is NULL.
 static rumor_err
 s_ptrs(struct cuda_ctx *c,
-       const void *const *h0,
-       const void *const *h1,
-       const void *const *h2,
-       const void *const *h3,
+       const void *const *const *hs,
+       int arrays,
        size_t count,
-       void **out[4])
+       void **out[CUDA_PTR_ARRAYS])
 {
     rumor_err rc = RUMOR_OK;
-    const void *const *hs[4] = {h0, h1, h2, h3};
-    if (4 * count > c->dptrs_cap) {
+    if (CUDA_PTR_ARRAYS * count > c->dptrs_cap) {
         void *grown = NULL;
-        CUDA_TRY(cudaMalloc(&grown, 4 * count * sizeof(void *)), done);
+        CUDA_TRY(cudaMalloc(&grown, CUDA_PTR_ARRAYS * count * sizeof(void *)),
+                 done);
         cudaFree(c->dptrs);
         c->dptrs = (void **)grown;
-        c->dptrs_cap = 4 * count;
+        c->dptrs_cap = CUDA_PTR_ARRAYS * count;
     }
-    for (int a = 0; a < 4; a++) {
+    for (int a = 0; a < arrays; a++) {
         out[a] = NULL;
         if (hs[a] == NULL)
             continue;
@@ -287,14 +345,13 @@ s_project_right_batch(void *ctx,
     const float one = 1.0f, zero = 0.0f;
     for (size_t at = 0; at < count; at += CUDA_MAX_BATCH) {
         size_t b = count - at < CUDA_MAX_BATCH ? count - at : CUDA_MAX_BATCH;
-        void **d[4];
-        rc = s_ptrs(c,
-                    (const void *const *)(mats + at),
-                    adds != NULL ? (const void *const *)(adds + at) : NULL,
-                    (const void *const *)(qs + at),
-                    (const void *const *)(ps + at),
-                    b,
-                    d);
+        void **d[CUDA_PTR_ARRAYS];
+        const void *const *h[4] = {
+            (const void *const *)(mats + at),
+            adds != NULL ? (const void *const *)(adds + at) : NULL,
+            (const void *const *)(qs + at),
+            (const void *const *)(ps + at)};
+        rc = s_ptrs(c, h, 4, b, d);
         if (rc != RUMOR_OK)
             goto done;
         float *const *dm = (float *const *)d[0];
@@ -374,14 +431,13 @@ s_project_left_batch(void *ctx,
     const float one = 1.0f, zero = 0.0f;
     for (size_t at = 0; at < count; at += CUDA_MAX_BATCH) {
         size_t b = count - at < CUDA_MAX_BATCH ? count - at : CUDA_MAX_BATCH;
-        void **d[4];
-        rc = s_ptrs(c,
-                    (const void *const *)(mats + at),
-                    adds != NULL ? (const void *const *)(adds + at) : NULL,
-                    (const void *const *)(ps + at),
-                    (const void *const *)(qs + at),
-                    b,
-                    d);
+        void **d[CUDA_PTR_ARRAYS];
+        const void *const *h[4] = {
+            (const void *const *)(mats + at),
+            adds != NULL ? (const void *const *)(adds + at) : NULL,
+            (const void *const *)(ps + at),
+            (const void *const *)(qs + at)};
+        rc = s_ptrs(c, h, 4, b, d);
         if (rc != RUMOR_OK)
             goto done;
         if (d[1] != NULL) {
@@ -414,13 +470,37 @@ done:
     return rc;
 }
 
+// signs[c] = the sign of R's diagonal entry c (column-major a, n x r,
+// after geqrf: R is its upper triangle).
+__global__ static void
+k_diag_signs(const float *a, size_t n, size_t r, float *signs)
+{
+    size_t c = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (c < r)
+        signs[c] = a[c * n + c] < 0 ? -1.0f : 1.0f;
+}
+
+// Column c of the column-major Q (n x r) times signs[c].
+__global__ static void
+k_scale_columns(float *a, size_t n, size_t r, const float *signs)
+{
+    size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (; idx < n * r; idx += stride)
+        a[idx] *= signs[idx / n];
+}
+
+// Householder QR of P (n x r, row-major) in place. positive: flip the
+// columns whose R diagonal entry is negative, which gives the QR with a
+// positive diagonal, the one CholeskyQR2 computes on the cpu backend, so
+// nodes of a mixed cpu/cuda run orthogonalize to the same factor.
 static rumor_err
-s_qr(struct cuda_ctx *c, float *p, size_t n, size_t r)
+s_qr(struct cuda_ctx *c, float *p, size_t n, size_t r, bool positive)
 {
     rumor_err rc = RUMOR_OK;
     const float one = 1.0f, zero = 0.0f;
     int lwork_geqrf = 0, lwork_orgqr = 0, info = 0;
-    float *a = NULL, *tau = NULL, *work = NULL;
+    float *a = NULL, *tau = NULL, *signs = NULL, *work = NULL;
     size_t need = 0;
     CUSOLVER_TRY(cusolverDnSgeqrf_bufferSize(c->solver,
                                              (int)n,
@@ -438,7 +518,7 @@ s_qr(struct cuda_ctx *c, float *p, size_t n, size_t r)
                                              p,
                                              &lwork_orgqr),
                  done);
-    need = n * r + r +
+    need = n * r + 2 * r +
            (size_t)(lwork_geqrf > lwork_orgqr ? lwork_geqrf : lwork_orgqr);
     if (need > c->cap) {
         void *grown = NULL;
@@ -449,7 +529,8 @@ s_qr(struct cuda_ctx *c, float *p, size_t n, size_t r)
     }
     a = c->scratch;
     tau = a + n * r;
-    work = tau + r;
+    signs = tau + r;
+    work = signs + r;
     // Row-major P (n x r) is column-major P^T (r x n): transpose to A.
     CUBLAS_TRY(cublasSgeam(c->blas,
                            CUBLAS_OP_T,
@@ -475,6 +556,10 @@ s_qr(struct cuda_ctx *c, float *p, size_t n, size_t r)
                                   lwork_geqrf,
                                   c->info),
                  done);
+    if (positive) {
+        k_diag_signs<<<(unsigned)((r + 31) / 32), 32>>>(a, n, r, signs);
+        CUDA_TRY(cudaGetLastError(), done);
+    }
     CUSOLVER_TRY(cusolverDnSorgqr(c->solver,
                                   (int)n,
                                   (int)r,
@@ -491,6 +576,10 @@ s_qr(struct cuda_ctx *c, float *p, size_t n, size_t r)
     if (info != 0) {
         rc = RUMOR_EBACKEND;
         goto done;
+    }
+    if (positive) {
+        k_scale_columns<<<s_blocks(n * r), 256>>>(a, n, r, signs);
+        CUDA_TRY(cudaGetLastError(), done);
     }
     CUBLAS_TRY(cublasSgeam(c->blas,
                            CUBLAS_OP_T,
@@ -521,15 +610,17 @@ s_orthogonalize_batch(void *ctx,
 {
     struct cuda_ctx *c = (struct cuda_ctx *)ctx;
     rumor_err rc = RUMOR_OK;
-    if (lowrank_orth_resolve(method, r) != RUMOR_LOWRANK_ORTH_GS) {
+    rumor_lowrank_orth how = lowrank_orth_resolve(method, r);
+    if (how != RUMOR_LOWRANK_ORTH_GS) {
         for (size_t i = 0; rc == RUMOR_OK && i < count; i++)
-            rc = s_qr(c, ps[i], n, r);
+            rc = s_qr(c, ps[i], n, r, how == RUMOR_LOWRANK_ORTH_CHOLQR2);
         return rc;
     }
     for (size_t at = 0; at < count; at += CUDA_MAX_BATCH) {
         size_t b = count - at < CUDA_MAX_BATCH ? count - at : CUDA_MAX_BATCH;
-        void **d[4];
-        rc = s_ptrs(c, (const void *const *)(ps + at), NULL, NULL, NULL, b, d);
+        void **d[CUDA_PTR_ARRAYS];
+        const void *const *h[1] = {(const void *const *)(ps + at)};
+        rc = s_ptrs(c, h, 1, b, d);
         if (rc != RUMOR_OK)
             goto done;
         k_gram_schmidt<<<(unsigned)b, GS_THREADS>>>((float *const *)d[0],
@@ -559,14 +650,13 @@ s_reconstruct_batch(void *ctx,
     rumor_err rc = RUMOR_OK;
     for (size_t at = 0; at < count; at += CUDA_MAX_BATCH) {
         size_t b = count - at < CUDA_MAX_BATCH ? count - at : CUDA_MAX_BATCH;
-        void **d[4];
-        rc = s_ptrs(c,
-                    (const void *const *)(ps + at),
-                    (const void *const *)(qs + at),
-                    es != NULL ? (const void *const *)(es + at) : NULL,
-                    outs != NULL ? (const void *const *)(outs + at) : NULL,
-                    b,
-                    d);
+        void **d[CUDA_PTR_ARRAYS];
+        const void *const *h[4] = {
+            (const void *const *)(ps + at),
+            (const void *const *)(qs + at),
+            es != NULL ? (const void *const *)(es + at) : NULL,
+            outs != NULL ? (const void *const *)(outs + at) : NULL};
+        rc = s_ptrs(c, h, 4, b, d);
         if (rc != RUMOR_OK)
             goto done;
         k_reconstruct<<<dim3(s_blocks(n * m), (unsigned)b), 256>>>(
@@ -585,7 +675,119 @@ done:
     return rc;
 }
 
+// The deferred error update and the right product in one pass (r <= 8);
+// above, the two operations it stands for.
+static rumor_err
+s_project_right_ef_batch(void *ctx,
+                         float *const *mats,
+                         const float *const *adds,
+                         size_t n,
+                         size_t m,
+                         const float *const *pds,
+                         const float *const *qds,
+                         const float *const *qs,
+                         size_t r,
+                         float *const *ps,
+                         size_t count)
+{
+    struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+    rumor_err rc = RUMOR_OK;
+    if (r > 8) {
+        rc = s_reconstruct_batch(ctx,
+                                 n,
+                                 m,
+                                 r,
+                                 pds,
+                                 qds,
+                                 1.0f,
+                                 mats,
+                                 NULL,
+                                 0.0f,
+                                 count);
+        if (rc == RUMOR_OK)
+            rc = s_project_right_batch(ctx, mats, adds, n, m, qs, r, ps, count);
+        return rc;
+    }
+    for (size_t at = 0; at < count; at += CUDA_MAX_BATCH) {
+        size_t b = count - at < CUDA_MAX_BATCH ? count - at : CUDA_MAX_BATCH;
+        void **d[CUDA_PTR_ARRAYS];
+        const void *const *h[6] = {
+            (const void *const *)(mats + at),
+            adds != NULL ? (const void *const *)(adds + at) : NULL,
+            (const void *const *)(pds + at),
+            (const void *const *)(qds + at),
+            (const void *const *)(qs + at),
+            (const void *const *)(ps + at)};
+        rc = s_ptrs(c, h, 6, b, d);
+        if (rc != RUMOR_OK)
+            goto done;
+        dim3 grid((unsigned)((n + 7) / 8), (unsigned)b);
+#define CUDA_EF_CASE(R)                                          \
+    case R:                                                      \
+        k_right_ef<R><<<grid, 256>>>((float *const *)d[0],       \
+                                     (const float *const *)d[1], \
+                                     n,                          \
+                                     m,                          \
+                                     (const float *const *)d[2], \
+                                     (const float *const *)d[3], \
+                                     (const float *const *)d[4], \
+                                     (float *const *)d[5]);      \
+        break;
+        switch (r) {
+            CUDA_EF_CASE(1)
+            CUDA_EF_CASE(2)
+            CUDA_EF_CASE(3)
+            CUDA_EF_CASE(4)
+            CUDA_EF_CASE(5)
+            CUDA_EF_CASE(6)
+            CUDA_EF_CASE(7)
+        default:
+            CUDA_EF_CASE(8)
+        }
+#undef CUDA_EF_CASE
+        CUDA_TRY(cudaGetLastError(), done);
+    }
+done:
+    return rc;
+}
+
+static rumor_err
+s_copy(void *ctx, float *dst, const float *src, size_t bytes)
+{
+    (void)ctx;
+    rumor_err rc = RUMOR_OK;
+    if (bytes > 0 && dst != src)
+        CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), done);
+done:
+    return rc;
+}
+
 // Single-matrix operations: batches of one.
+
+static rumor_err
+s_project_right_ef(void *ctx,
+                   float *mat,
+                   const float *add,
+                   size_t n,
+                   size_t m,
+                   const float *pd,
+                   const float *qd,
+                   const float *q,
+                   size_t r,
+                   float *p)
+{
+    return s_project_right_ef_batch(ctx,
+                                    &mat,
+                                    add != NULL ? &add : NULL,
+                                    n,
+                                    m,
+                                    &pd,
+                                    &qd,
+                                    &q,
+                                    r,
+                                    &p,
+                                    1);
+}
 
 static rumor_err
 s_project_right(void *ctx,
@@ -699,6 +901,10 @@ lowrank_cuda_init(struct lowrank_backend_i *iface, void **ctx)
         s_project_left_batch,
         s_orthogonalize_batch,
         s_reconstruct_batch,
+        s_project_right_ef,
+        s_project_right_ef_batch,
+        s_copy,
+        false, // device memory is not host memory
     };
     rumor_err rc = RUMOR_OK;
     struct cuda_ctx *c = NULL;

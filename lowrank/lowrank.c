@@ -323,6 +323,10 @@ struct psgd_mat {
     float *grad;    /* device, the grads of the open step (borrowed) */
 };
 
+/* Pointer arrays a batched backend call takes at most (project_right_ef:
+ * mats, adds, pds, qds, qs, ps). */
+#define PSGD_PTR_ARRAYS 6
+
 /* Matrices of one shape, contiguous in mats: one batched call each. */
 struct psgd_group {
     size_t first; /* index in mats */
@@ -348,7 +352,7 @@ struct rumor_lowrank_psgd {
     size_t nmats;
     struct psgd_group *groups;
     size_t ngroups;
-    float **ptrs;  /* 4 * nmats host slots for batched pointer arrays */
+    float **ptrs;  /* PSGD_PTR_ARRAYS * nmats host slots for batched calls */
     float *p_host; /* packed P (host), p_floats */
     float *q_host; /* packed Q (host), q_floats */
     size_t p_floats, q_floats;
@@ -468,7 +472,7 @@ static bool
 s_psgd_defers(const rumor_lowrank_psgd *self)
 {
     return self->opts.error_feedback && !self->opts.one_sided &&
-           self->be.project_right_ef != NULL;
+           self->be.project_right_ef != NULL && self->be.copy != NULL;
 }
 
 rumor_err
@@ -499,7 +503,7 @@ lowrank_psgd_new_on(rumor_lowrank_psgd **out,
     self->mat_of = malloc(slots * sizeof *self->mat_of);
     self->mats = calloc(slots, sizeof *self->mats);
     self->groups = calloc(slots, sizeof *self->groups);
-    self->ptrs = calloc(4 * slots, sizeof *self->ptrs);
+    self->ptrs = calloc(PSGD_PTR_ARRAYS * slots, sizeof *self->ptrs);
     if (self->mat_of == NULL || self->mats == NULL || self->groups == NULL ||
         self->ptrs == NULL) {
         rc = RUMOR_ENOMEM;
@@ -785,19 +789,48 @@ s_psgd_project(rumor_lowrank_psgd *self, bool right, bool fuse)
     return RUMOR_OK;
 }
 
-/* P = M Q with M += grads fused (fuse), for every matrix; a matrix whose
- * error update is deferred gets it in the same pass (M = (e - Pd Qd^T) +
- * grads). */
+/* The right product of one shape group where some matrices wait for their
+ * deferred error update: one batched call when the backend has one and the
+ * whole group waits (the case after every _end), else matrix by matrix. */
 static rumor_err
-s_psgd_project_ef(rumor_lowrank_psgd *self, bool fuse)
+s_psgd_project_ef_group(rumor_lowrank_psgd *self,
+                        const struct psgd_group *gr,
+                        bool fuse)
 {
-    bool any = false;
-    for (size_t i = 0; i < self->nmats; i++)
-        any = any || self->mats[i].deferred;
-    if (!any)
-        return s_psgd_project(self, true, fuse);
-    for (size_t i = 0; i < self->nmats; i++) {
-        struct psgd_mat *mt = &self->mats[i];
+    struct psgd_mat *first = &self->mats[gr->first];
+    bool all = true;
+    for (size_t i = 0; i < gr->count; i++)
+        all = all && first[i].deferred;
+    if (all && self->be.project_right_ef_batch != NULL) {
+        float **mats = self->ptrs, **adds = mats + gr->count;
+        float **pds = adds + gr->count, **qds = pds + gr->count;
+        float **qs = qds + gr->count, **ps = qs + gr->count;
+        for (size_t i = 0; i < gr->count; i++) {
+            mats[i] = first[i].mat;
+            adds[i] = first[i].grad;
+            pds[i] = first[i].pd;
+            qds[i] = first[i].qd;
+            qs[i] = first[i].q;
+            ps[i] = first[i].p;
+        }
+        rumor_err rc = self->be.project_right_ef_batch(
+            self->ctx,
+            mats,
+            fuse ? (const float *const *)adds : NULL,
+            first->n,
+            first->m,
+            (const float *const *)pds,
+            (const float *const *)qds,
+            (const float *const *)qs,
+            first->r,
+            ps,
+            gr->count);
+        for (size_t i = 0; rc == RUMOR_OK && i < gr->count; i++)
+            first[i].deferred = false;
+        return rc;
+    }
+    for (size_t i = 0; i < gr->count; i++) {
+        struct psgd_mat *mt = &first[i];
         const float *add = fuse ? mt->grad : NULL;
         rumor_err rc = mt->deferred ? self->be.project_right_ef(self->ctx,
                                                                 mt->mat,
@@ -824,23 +857,42 @@ s_psgd_project_ef(rumor_lowrank_psgd *self, bool fuse)
     return RUMOR_OK;
 }
 
+/* P = M Q with M += grads fused (fuse), for every matrix; a matrix whose
+ * error update is deferred gets it in the same pass (M = (e - Pd Qd^T) +
+ * grads). */
+static rumor_err
+s_psgd_project_ef(rumor_lowrank_psgd *self, bool fuse)
+{
+    bool any = false;
+    for (size_t i = 0; i < self->nmats; i++)
+        any = any || self->mats[i].deferred;
+    if (!any)
+        return s_psgd_project(self, true, fuse);
+    for (size_t g = 0; g < self->ngroups; g++) {
+        rumor_err rc = s_psgd_project_ef_group(self, &self->groups[g], fuse);
+        if (rc != RUMOR_OK)
+            return rc;
+    }
+    return RUMOR_OK;
+}
+
 /* Keeps this step's factors so that e = M - P Q^T can be applied in the
- * next step's first product (s_psgd_defers). Host-memory backends only:
- * download is then a plain copy. */
+ * next step's first product (s_psgd_defers): device copies, since Q is
+ * orthogonalized in place and P overwritten by the next step. */
 static rumor_err
 s_psgd_defer(rumor_lowrank_psgd *self)
 {
     for (size_t i = 0; i < self->nmats; i++) {
         struct psgd_mat *mt = &self->mats[i];
-        rumor_err rc = self->be.download(self->ctx,
-                                         mt->pd,
-                                         mt->p,
-                                         mt->n * mt->r * sizeof(float));
+        rumor_err rc = self->be.copy(self->ctx,
+                                     mt->pd,
+                                     mt->p,
+                                     mt->n * mt->r * sizeof(float));
         if (rc == RUMOR_OK)
-            rc = self->be.download(self->ctx,
-                                   mt->qd,
-                                   mt->q,
-                                   mt->m * mt->r * sizeof(float));
+            rc = self->be.copy(self->ctx,
+                               mt->qd,
+                               mt->q,
+                               mt->m * mt->r * sizeof(float));
         if (rc != RUMOR_OK)
             return rc;
         mt->deferred = true;
@@ -1125,6 +1177,21 @@ rumor_lowrank_psgd_q_set(rumor_lowrank_psgd *self, const float *q)
     return RUMOR_OK;
 }
 
+rumor_err
+rumor_lowrank_psgd_q_slot(const rumor_lowrank_psgd *self,
+                          size_t i,
+                          size_t *offset,
+                          size_t *rank)
+{
+    if (!rumor_lowrank_psgd_compressed(self, i) || offset == NULL ||
+        rank == NULL)
+        return RUMOR_EINVAL;
+    const struct psgd_mat *mt = &self->mats[self->mat_of[i]];
+    *offset = mt->q_off;
+    *rank = mt->r;
+    return RUMOR_OK;
+}
+
 size_t
 rumor_lowrank_psgd_p_floats(const rumor_lowrank_psgd *self)
 {
@@ -1168,6 +1235,37 @@ rumor_lowrank_psgd_p_set(rumor_lowrank_psgd *self, const float *p)
     return RUMOR_OK;
 }
 
+/* The error memory of a matrix whose update is still deferred, on a
+ * device backend: e - Pd Qd^T formed in device scratch by the backend's
+ * own reconstruction (the operation the next step applies), then
+ * downloaded; the compressor's state is left as it is. */
+static rumor_err
+s_psgd_error_pending(const rumor_lowrank_psgd *self,
+                     const struct psgd_mat *mt,
+                     float *out)
+{
+    size_t bytes = mt->n * mt->m * sizeof(float);
+    float *tmp = NULL;
+    rumor_err rc = self->be.alloc(self->ctx, bytes, &tmp);
+    if (rc == RUMOR_OK)
+        rc = self->be.copy(self->ctx, tmp, mt->e, bytes);
+    if (rc == RUMOR_OK)
+        rc = self->be.reconstruct(self->ctx,
+                                  mt->n,
+                                  mt->m,
+                                  mt->r,
+                                  mt->pd,
+                                  mt->qd,
+                                  1.0f,
+                                  tmp,
+                                  NULL,
+                                  0);
+    if (rc == RUMOR_OK)
+        rc = self->be.download(self->ctx, out, tmp, bytes);
+    self->be.release(self->ctx, tmp);
+    return rc;
+}
+
 rumor_err
 rumor_lowrank_psgd_error_get(const rumor_lowrank_psgd *self,
                              size_t i,
@@ -1178,10 +1276,12 @@ rumor_lowrank_psgd_error_get(const rumor_lowrank_psgd *self,
     const struct psgd_mat *mt = &self->mats[self->mat_of[i]];
     if (mt->e == NULL)
         return RUMOR_EINVAL;
+    if (mt->deferred && !self->be.host_memory)
+        return s_psgd_error_pending(self, mt, out);
     rumor_err rc =
         self->be.download(self->ctx, out, mt->e, mt->n * mt->m * sizeof(float));
     /* A deferred update: the same operation the next step would apply
-     * (host-memory backends, so out is the backend's memory too). */
+     * (host-memory backend, so out is the backend's memory too). */
     if (rc == RUMOR_OK && mt->deferred)
         rc = self->be.reconstruct(self->ctx,
                                   mt->n,

@@ -309,6 +309,8 @@ lowrank_ref_init(struct lowrank_backend_i *iface, void **ctx)
         .reconstruct = s_reconstruct,
         .free = s_free,
         .project_right_ef = s_project_right_ef,
+        .copy = s_copy,
+        .host_memory = true,
     };
     *iface = ref;
     *ctx = NULL;

@@ -192,6 +192,14 @@ RUMOR_API void rumor_buf_free(rumor_buf *buf);
 RUMOR_API RUMOR_NODISCARD rumor_err rumor_buf_read_file(rumor_buf *buf,
                                                         const char *path);
 
+/* --- large buffers ------------------------------------------------------ */
+
+/* Uninitialised memory for a buffer that kernels stream through: 64-byte
+ * aligned, and from 2 MiB on 2 MiB aligned with transparent huge pages
+ * asked for (one core streams about twice as fast on them). NULL when out
+ * of memory. Free with free(). */
+RUMOR_API void *rumor_mem_alloc_large(size_t bytes);
+
 /* --- crc32c (Castagnoli) ----------------------------------------------- */
 
 /* Continues crc over data; start with crc = 0. Uses SSE4.2 when the CPU

@@ -202,6 +202,15 @@ RUMOR_API rumor_err rumor_lowrank_psgd_q_get(const rumor_lowrank_psgd *self,
 RUMOR_API rumor_err rumor_lowrank_psgd_q_set(rumor_lowrank_psgd *self,
                                              const float *q);
 
+/* Where tensor i's Q lies in the _q_get layout (packed by shape group,
+ * not always in tensor order): *offset in floats and *rank, its columns
+ * (min(r, rows, cols)). For moving warm-start factors to a compressor of
+ * another rank. RUMOR_EINVAL when i is not compressed. */
+RUMOR_API rumor_err rumor_lowrank_psgd_q_slot(const rumor_lowrank_psgd *self,
+                                              size_t i,
+                                              size_t *offset,
+                                              size_t *rank);
+
 /* Floats in all P factors, and copies of them (layout as Q's, rows x r
  * each). Only the one-sided variant carries P from step to step, so only
  * its checkpoints need them. */

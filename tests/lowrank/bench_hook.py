@@ -1,8 +1,9 @@
-"""Times PyTorch's own PowerSGD hook (powerSGD_hook.py) on CPU for
+"""Times PyTorch's own PowerSGD hook (powerSGD_hook.py) for
 `rumor bench lowrank`: error feedback on, warm start on, one process in a
-gloo group of size 1 (its all-reduces are then near no-ops, so the time is
-the hook's compression compute), torch limited to one thread like the C
-kernels it is compared with.
+process group of size 1 (its all-reduces are then near no-ops, so the time
+is the hook's compression compute). On CPU (this script's entry point)
+torch is limited to one thread like the C kernels it is compared with;
+bench/gpu/hook_gpu.py reuses the helpers below on cuda:0.
 
 usage: /usr/bin/python3 bench_hook.py SHAPES STEPS RANK...
 SHAPES is a shape file (NAME DIM [DIM...] per line) or NxM for one matrix.
@@ -20,8 +21,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as hook
 
 class Bucket:
     def __init__(self, buffer, grads):
-        self._buffer = buffer
-        self._grads = grads
+        self._buffer, self._grads = buffer, grads
 
     def buffer(self):
         return self._buffer
@@ -47,27 +47,30 @@ def shapes_of(arg):
     return shapes
 
 
-def main():
-    torch.set_num_threads(1)
-    shapes = shapes_of(sys.argv[1])
-    steps = int(sys.argv[2])
+def init_group(backend):
+    """A process group of one (gloo on CPU, nccl on a GPU)."""
     store = tempfile.NamedTemporaryFile(delete=False)
     store.close()
     os.unlink(store.name)
-    dist.init_process_group("gloo", init_method="file://" + store.name,
+    dist.init_process_group(backend, init_method="file://" + store.name,
                             rank=0, world_size=1)
+
+
+def time_ranks(shapes, steps, ranks, device="cpu", sync=lambda: None):
+    """Prints "rank R seconds_per_step S" per rank: the median of STEPS
+    hook steps on a bucket on device (the first step, which allocates, is
+    not counted); sync() runs before and after each timed step."""
     numel = sum(int(torch.tensor(s).prod()) for s in shapes)
     gen = torch.Generator().manual_seed(0)
-    source = torch.randn(numel, generator=gen)
-    for rank in (int(r) for r in sys.argv[3:]):
+    source = torch.randn(numel, generator=gen).to(device)
+    for rank in ranks:
         state = hook.PowerSGDState(process_group=None,
                                    matrix_approximation_rank=rank,
                                    start_powerSGD_iter=2,
                                    use_error_feedback=True, warm_start=True)
         state.iter = 2
-        buf = torch.empty(numel)
-        grads = []
-        at = 0
+        buf = torch.empty(numel, device=device)
+        grads, at = [], 0
         for s in shapes:
             k = int(torch.tensor(s).prod())
             grads.append(buf[at:at + k].view(*s))
@@ -75,14 +78,24 @@ def main():
         times = []
         for step in range(steps + 1):
             buf.copy_(source)
+            sync()
             t0 = time.perf_counter()
             hook.powerSGD_hook(state, Bucket(buf, grads)).wait()
-            if step > 0:  # the first step allocates
+            sync()
+            if step > 0:
                 times.append(time.perf_counter() - t0)
         times.sort()
         print("rank %d seconds_per_step %.6f" % (rank, times[len(times) // 2]))
         sys.stdout.flush()
+
+
+def main():
+    torch.set_num_threads(1)
+    init_group("gloo")
+    time_ranks(shapes_of(sys.argv[1]), int(sys.argv[2]),
+               [int(r) for r in sys.argv[3:]])
     os._exit(0)  # skip gloo teardown, which can abort at exit
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -660,11 +660,16 @@ test_psgd__cpu_backend__matches_ref_backend_over_steps(void **s)
         }
 }
 
-/* Runs steps of a compressor and its twin on the same grads; the twin
- * uses the cpu backend without the fused deferred error update, so every
- * exchange, approximation and error memory must be equal bit for bit. */
+typedef rumor_err (*s_backend_init)(struct lowrank_backend_i *iface,
+                                    void **ctx);
+
+/* Runs steps of a compressor and its twin on the same grads (in each
+ * backend's memory); the twin runs on the same backend without the fused
+ * deferred error update, so every exchange, approximation and error memory
+ * must be equal bit for bit. */
 static void
-s_defer_steps(const struct rumor_lowrank_shape *shapes,
+s_defer_steps(s_backend_init init,
+              const struct rumor_lowrank_shape *shapes,
               size_t count,
               size_t numel,
               size_t rank)
@@ -676,27 +681,33 @@ s_defer_steps(const struct rumor_lowrank_shape *shapes,
     struct lowrank_backend_i be, plain;
     void *ctx = NULL, *ctx2 = NULL;
     rumor_lowrank_psgd *a = NULL, *b = NULL;
-    assert_int_equal(lowrank_cpu_init(&be, &ctx), RUMOR_OK);
+    assert_int_equal(init(&be, &ctx), RUMOR_OK);
     assert_non_null(be.project_right_ef);
     assert_int_equal(lowrank_psgd_new_on(&a, shapes, count, &o, &be, ctx), 0);
-    assert_int_equal(lowrank_cpu_init(&plain, &ctx2), RUMOR_OK);
+    assert_int_equal(init(&plain, &ctx2), RUMOR_OK);
     plain.project_right_ef = NULL;
+    plain.project_right_ef_batch = NULL;
     assert_int_equal(lowrank_psgd_new_on(&b, shapes, count, &o, &plain, ctx2),
                      0);
     float **pa = calloc(count, sizeof *pa), **pb = calloc(count, sizeof *pb);
     float *ea = malloc(numel * sizeof *ea), *eb = malloc(numel * sizeof *eb);
+    float *dga = NULL, *dgb = NULL; /* the grads in backend memory */
     assert_true(pa != NULL && pb != NULL && ea != NULL && eb != NULL);
+    assert_int_equal(be.alloc(ctx, numel * sizeof(float), &dga), 0);
+    assert_int_equal(plain.alloc(ctx2, numel * sizeof(float), &dgb), 0);
+    size_t at = 0;
+    for (size_t i = 0; i < count; i++) {
+        size_t n = 0, m = 0;
+        assert_int_equal(rumor_lowrank_matricize(&shapes[i], &n, &m), 0);
+        pa[i] = dga + at;
+        pb[i] = dgb + at;
+        at += n * m;
+    }
     for (int st = 0; st < 4; st++) {
         float *ga = s_randn(numel, 90 + (uint64_t)st);
         float *gb = s_dup(ga, numel);
-        size_t at = 0;
-        for (size_t i = 0; i < count; i++) {
-            size_t n = 0, m = 0;
-            assert_int_equal(rumor_lowrank_matricize(&shapes[i], &n, &m), 0);
-            pa[i] = ga + at;
-            pb[i] = gb + at;
-            at += n * m;
-        }
+        assert_int_equal(be.upload(ctx, dga, ga, numel * sizeof(float)), 0);
+        assert_int_equal(plain.upload(ctx2, dgb, gb, numel * sizeof(float)), 0);
         struct rumor_lowrank_xchg xa, xb;
         bool da = false, db = false;
         assert_int_equal(rumor_lowrank_psgd_begin(a, pa, &xa), 0);
@@ -710,6 +721,9 @@ s_defer_steps(const struct rumor_lowrank_shape *shapes,
         }
         assert_int_equal(rumor_lowrank_psgd_end(a, pa), 0);
         assert_int_equal(rumor_lowrank_psgd_end(b, pb), 0);
+        assert_int_equal(be.download(ctx, ga, dga, numel * sizeof(float)), 0);
+        assert_int_equal(plain.download(ctx2, gb, dgb, numel * sizeof(float)),
+                         0);
         assert_memory_equal(ga, gb, numel * sizeof(float));
         for (size_t i = 0; i < count; i++) {
             if (!rumor_lowrank_psgd_compressed(a, i))
@@ -719,31 +733,43 @@ s_defer_steps(const struct rumor_lowrank_shape *shapes,
             assert_int_equal(rumor_lowrank_psgd_error_get(a, i, ea), 0);
             assert_int_equal(rumor_lowrank_psgd_error_get(b, i, eb), 0);
             assert_memory_equal(ea, eb, n * m * sizeof(float));
-            /* Setting the memory replaces the pending update too. */
-            if (st == 2)
+            /* Setting the memory replaces the pending update too (and
+             * leaves a group partly deferred: the unbatched path). */
+            if (st == 2 && i % 2 == 0)
                 assert_int_equal(rumor_lowrank_psgd_error_set(a, i, eb), 0);
         }
         free(ga), free(gb);
     }
+    be.release(ctx, dga);
+    plain.release(ctx2, dgb);
     free(pa), free(pb), free(ea), free(eb);
     rumor_lowrank_psgd_destroy(&a);
     rumor_lowrank_psgd_destroy(&b);
+}
+
+/* Odd row counts (the reconstruction's unpaired last row), columns not a
+ * multiple of 8, a repeated shape (a batch on cuda), ranks on both sides
+ * of the paired-row limits and above the own kernels' rank 8. */
+static void
+s_defer_all_ranks(s_backend_init init)
+{
+    const struct rumor_lowrank_shape shapes[] = {
+        {.ndim = 2, .dims = {71, 90}},
+        {.ndim = 4, .dims = {32, 16, 3, 3}},
+        {.ndim = 1, .dims = {10}},
+        {.ndim = 2, .dims = {40, 37}},
+        {.ndim = 4, .dims = {32, 16, 3, 3}}};
+    size_t numel = 71 * 90 + 32 * 144 + 10 + 40 * 37 + 32 * 144;
+    const size_t ranks[] = {1, 2, 3, 4, 5, 6, 9};
+    for (size_t k = 0; k < sizeof ranks / sizeof ranks[0]; k++)
+        s_defer_steps(init, shapes, 5, numel, ranks[k]);
 }
 
 static void
 test_psgd__deferred_error_update__equals_the_two_pass_update(void **s)
 {
     (void)s;
-    /* Odd row counts (the reconstruction's unpaired last row), columns
-     * not a multiple of 8, ranks on both sides of the paired-row limit. */
-    const struct rumor_lowrank_shape shapes[] = {
-        {.ndim = 2, .dims = {71, 90}},
-        {.ndim = 4, .dims = {32, 16, 3, 3}},
-        {.ndim = 1, .dims = {10}},
-        {.ndim = 2, .dims = {40, 37}}};
-    size_t numel = 71 * 90 + 32 * 144 + 10 + 40 * 37;
-    for (size_t r = 1; r <= 6; r++)
-        s_defer_steps(shapes, 4, numel, r);
+    s_defer_all_ranks(lowrank_cpu_init);
 }
 
 static void
@@ -1177,22 +1203,55 @@ test_cli_ratio__resnet18__prints_paper_ratios(void **s)
 
 /* --- cuda against cpu ----------------------------------------------------- */
 
+/* Opens the cuda backend, or skips the test with the CUDA runtime's reason
+ * printed (never a silent pass without a GPU). */
+static void
+s_cuda_or_skip(const char *what, struct lowrank_backend_i *cu, void **ctx)
+{
+    rumor_err rc = lowrank_cuda_init(cu, ctx);
+    if (rc == RUMOR_OK)
+        return;
+    const char *why = NULL;
+    int devices = rumor_cuda_device_count(&why);
+    printf("[  SKIP    ] %s: %s (%s; %d devices)\n",
+           what,
+           rumor_strerror(rc),
+           rumor_cuda_built() ? why : "CPU-only build",
+           devices);
+    skip();
+}
+
+/* CHOLQR2 on cuda (QR with a positive R diagonal) gives the cpu
+ * CholeskyQR2's Q, signs included: nodes of a mixed run must agree. */
+static void
+s_cuda_cholqr2_matches_cpu(const struct lowrank_backend_i *cu,
+                           void *cctx,
+                           const struct lowrank_backend_i *cpu,
+                           void *pctx)
+{
+    const size_t n = 300, r = 6;
+    float *p = s_randn(n * r, 77), *got = malloc(n * r * 4), *dp = NULL;
+    assert_int_equal(cu->alloc(cctx, n * r * 4, &dp), 0);
+    assert_int_equal(cu->upload(cctx, dp, p, n * r * 4), 0);
+    assert_int_equal(
+        cu->orthogonalize(cctx, dp, n, r, RUMOR_LOWRANK_ORTH_CHOLQR2, 0),
+        0);
+    assert_int_equal(
+        cpu->orthogonalize(pctx, p, n, r, RUMOR_LOWRANK_ORTH_CHOLQR2, 0),
+        0);
+    assert_int_equal(cu->download(cctx, got, dp, n * r * 4), 0);
+    s_assert_close(got, p, n * r, 1e-4, "cuda CHOLQR2");
+    cu->release(cctx, dp);
+    free(p), free(got);
+}
+
 static void
 test_cuda_kernels__against_cpu__within_1e5(void **s)
 {
     (void)s;
     struct lowrank_backend_i cu, cpu;
     void *cctx = NULL, *pctx = NULL;
-    rumor_err rc = lowrank_cuda_init(&cu, &cctx);
-    if (rc != RUMOR_OK) {
-        const char *why = NULL;
-        int devices = rumor_cuda_device_count(&why);
-        printf("[  SKIP    ] cuda backend: %s (%s; %d devices)\n",
-               rumor_strerror(rc),
-               rumor_cuda_built() ? why : "CPU-only build",
-               devices);
-        skip();
-    }
+    s_cuda_or_skip("cuda backend", &cu, &cctx);
     assert_int_equal(lowrank_cpu_init(&cpu, &pctx), RUMOR_OK);
     uint64_t seed = 1;
     for (size_t sh = 0; sh < sizeof s_odd_shapes / sizeof s_odd_shapes[0]; sh++)
@@ -1245,13 +1304,43 @@ test_cuda_kernels__against_cpu__within_1e5(void **s)
                 0);
             assert_int_equal(cu.download(cctx, m1, da, n * m * 4), 0);
             s_assert_close(m1, e2, n * m, 1e-5, "cuda e");
+            /* The deferred update fused into the right product:
+             * e' = (e - P Q^T) + M and P' = e' Q. */
+            float *dp3 = NULL, *p3 = malloc(n * rr * 4);
+            assert_int_equal(cu.alloc(cctx, n * rr * 4, &dp3), 0);
+            assert_int_equal(
+                cu.project_right_ef(cctx, da, dm, n, m, dp, dq2, dq, rr, dp3),
+                0);
+            assert_int_equal(
+                cpu.project_right_ef(pctx, e2, mat, n, m, p2, q2, q, rr, p3),
+                0);
+            assert_int_equal(cu.download(cctx, p1, dp3, n * rr * 4), 0);
+            s_assert_close(p1, p3, n * rr, 1e-5, "cuda deferred P");
+            assert_int_equal(cu.download(cctx, m1, da, n * m * 4), 0);
+            s_assert_close(m1, e2, n * m, 1e-5, "cuda deferred e");
+            cu.release(cctx, dp3);
+            free(p3);
             cu.release(cctx, dm), cu.release(cctx, da), cu.release(cctx, dq);
             cu.release(cctx, dq2), cu.release(cctx, dp);
             free(mat), free(add), free(q), free(p1), free(p2), free(q1);
             free(q2), free(m1), free(e2);
         }
+    s_cuda_cholqr2_matches_cpu(&cu, cctx, &cpu, pctx);
     cu.free(cctx);
     cpu.free(pctx);
+}
+
+/* The cuda backend's deferred error update (k_right_ef) against its own
+ * two-pass update, bit for bit, as the cpu backend's. */
+static void
+test_psgd__cuda_deferred_error_update__equals_the_two_pass_update(void **s)
+{
+    (void)s;
+    struct lowrank_backend_i cu;
+    void *cctx = NULL;
+    s_cuda_or_skip("cuda deferred update", &cu, &cctx);
+    cu.free(cctx);
+    s_defer_all_ranks(lowrank_cuda_init);
 }
 
 /* epfml's one-sided step, checked by hand: on even steps the output is
@@ -1387,15 +1476,7 @@ test_psgd__cuda_backend__matches_cpu_over_steps(void **state)
     (void)state;
     struct lowrank_backend_i cu;
     void *cctx = NULL;
-    rumor_err rc = lowrank_cuda_init(&cu, &cctx);
-    if (rc != RUMOR_OK) {
-        const char *why = NULL;
-        rumor_cuda_device_count(&why);
-        printf("[  SKIP    ] cuda compressor: %s (%s)\n",
-               rumor_strerror(rc),
-               rumor_cuda_built() ? why : "CPU-only build");
-        skip();
-    }
+    s_cuda_or_skip("cuda compressor", &cu, &cctx);
     const struct rumor_lowrank_shape shapes[] = {
         {.ndim = 4, .dims = {64, 32, 3, 3}},
         {.ndim = 1, .dims = {64}},
@@ -1454,6 +1535,16 @@ test_psgd__cuda_backend__matches_cpu_over_steps(void **state)
                                    sizes[i],
                                    1e-4,
                                    "cuda approx");
+            /* The error memory, with the update still deferred on both. */
+            for (size_t i = 0; i < 6; i++) {
+                if (!rumor_lowrank_psgd_compressed(b, i))
+                    continue;
+                float *ea = malloc(sizes[i] * 4), *eb = malloc(sizes[i] * 4);
+                assert_int_equal(rumor_lowrank_psgd_error_get(a, i, ea), 0);
+                assert_int_equal(rumor_lowrank_psgd_error_get(b, i, eb), 0);
+                s_assert_close(ea, eb, sizes[i], 1e-4, "cuda error memory");
+                free(ea), free(eb);
+            }
             free(host), free(back);
         }
         cu.release(cctx, dev);
@@ -1505,6 +1596,8 @@ main(int argc, char **argv)
         cmocka_unit_test(
             test_psgd__state_saved_and_restored__continues_identically),
         cmocka_unit_test(test_psgd__cuda_backend__matches_cpu_over_steps),
+        cmocka_unit_test(
+            test_psgd__cuda_deferred_error_update__equals_the_two_pass_update),
     };
     if (argc == 2)
         cmocka_set_test_filter(argv[1]);
