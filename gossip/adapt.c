@@ -191,12 +191,19 @@ gossip_adapt_destroy(struct gossip_adapt **a_p)
 rumor_err
 gossip_adapt_attach(rumor_gossip *g, struct rumor_diag *diag)
 {
+    /* PowerSGD adapts its rank inside powersgd.c (one rank for all nodes,
+     * chosen from all-reduced errors), with no per-link machinery. */
+    bool psgd_ctl = strcmp(g->opts.adapt, "fixed") == 0 ||
+                    strcmp(g->opts.adapt, "rule") == 0;
+    if (g->algo == &gossip_powersgd && psgd_ctl)
+        return RUMOR_OK;
     if (g->algo != &gossip_choco) {
         rumor_diag_set(diag,
                        "",
                        0,
                        0,
-                       "adaptive compression applies to --algo choco only");
+                       "adaptive compression applies to --algo choco "
+                       "(fixed, rule, learned) and powersgd (fixed, rule)");
         return RUMOR_EINVAL;
     }
     rumor_err rc = gossip_adapt_new(g, &g->adapt, diag);
@@ -586,6 +593,151 @@ gossip_adapt_peer_report(struct gossip_adapt *a,
     double tau = k->mine[tag % 4].tau + (double)us * 1e-6;
     if (tau > 0)
         s_sample(k, (double)bytes + (double)k->mine[tag % 4].bytes, tau);
+}
+
+/* --- checkpoints ------------------------------------------------------ */
+
+/* Per link: u32 peer, f64 rate[W], f64 tau[W], u64 samples, 4 x (u32
+ * tag, f64 tau, u32 bytes), u32 sent, u32 sym, f64 corr, u64 budget, u64
+ * bytes, then per layer f64 var_ema, cal, err, q_err, u64 k, u32 bits. */
+static rumor_err
+s_link_save(const struct gossip_adapt *a,
+            const struct gossip_link *k,
+            struct rumor_buf *out)
+{
+    rumor_err rc = gossip_write_u32(out, k->peer);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f64(out, k->rate, GOSSIP_ADAPT_WINDOW);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f64(out, k->tau, GOSSIP_ADAPT_WINDOW);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, k->samples);
+    for (size_t i = 0; i < 4 && rc == RUMOR_OK; i++) {
+        rc = gossip_write_u32(out, k->mine[i].tag);
+        if (rc == RUMOR_OK)
+            rc = gossip_write_f64(out, &k->mine[i].tau, 1);
+        if (rc == RUMOR_OK)
+            rc = gossip_write_u32(out, k->mine[i].bytes);
+    }
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u32(out, k->sent);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u32(out, k->sym ? 1 : 0);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f64(out, &k->corr, 1);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, k->budget);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, k->bytes);
+    for (size_t t = 0; t < a->layers && rc == RUMOR_OK; t++) {
+        const struct gossip_layer *y = &k->layers[t];
+        double v[4] = {y->var_ema, y->cal, y->err, y->q_err};
+        rc = gossip_write_f64(out, v, 4);
+        if (rc == RUMOR_OK)
+            rc = gossip_write_u64(out, y->c.k);
+        if (rc == RUMOR_OK)
+            rc = gossip_write_u32(out, y->c.bits);
+    }
+    return rc;
+}
+
+/* f64 compute_s, f64 theta[GOSSIP_ADAPT_FEATURES], u64 links, u64
+ * layers, then every link. */
+rumor_err
+gossip_adapt_state_save(const struct gossip_adapt *a, struct rumor_buf *out)
+{
+    rumor_err rc = gossip_write_f64(out, &a->compute_s, 1);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f64(out, a->theta, GOSSIP_ADAPT_FEATURES);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, a->nlinks);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, a->layers);
+    for (size_t l = 0; l < a->nlinks && rc == RUMOR_OK; l++)
+        rc = s_link_save(a, &a->links[l], out);
+    return rc;
+}
+
+/* One layer: a choice beyond the layer's size, or bits that no codec of
+ * a controller uses, is refused. */
+static void
+s_layer_load(struct gossip_reader *r, struct gossip_layer *y, bool apply)
+{
+    double v[4] = {0};
+    gossip_read_f64(r, v, 4);
+    uint64_t kk = gossip_read_u64(r);
+    uint32_t bits = gossip_read_u32(r);
+    bool bits_ok =
+        bits == 0 || bits == 32 ||
+        (bits >= GOSSIP_ADAPT_MIN_BITS && bits <= GOSSIP_ADAPT_MAX_BITS);
+    if (kk > y->n || !bits_ok)
+        gossip_reader_fail(r, RUMOR_EPROTO, "a layer setting out of range");
+    if (!apply || r->err != RUMOR_OK)
+        return;
+    y->var_ema = v[0];
+    y->cal = v[1];
+    y->err = v[2];
+    y->q_err = v[3];
+    y->c.k = (size_t)kk;
+    y->c.bits = bits;
+}
+
+static void
+s_link_load(struct gossip_adapt *a,
+            struct gossip_reader *r,
+            struct gossip_link *k,
+            bool apply)
+{
+    struct gossip_link in = {0};
+    if (gossip_read_u32(r) != k->peer)
+        gossip_reader_fail(r, RUMOR_EPROTO, "a link to another peer");
+    gossip_read_f64(r, in.rate, GOSSIP_ADAPT_WINDOW);
+    gossip_read_f64(r, in.tau, GOSSIP_ADAPT_WINDOW);
+    in.samples = gossip_read_u64(r);
+    for (size_t i = 0; i < 4; i++) {
+        in.mine[i].tag = gossip_read_u32(r);
+        gossip_read_f64(r, &in.mine[i].tau, 1);
+        in.mine[i].bytes = gossip_read_u32(r);
+    }
+    in.sent = gossip_read_u32(r);
+    uint32_t sym = gossip_read_u32(r);
+    gossip_read_f64(r, &in.corr, 1);
+    in.budget = gossip_read_u64(r);
+    in.bytes = gossip_read_u64(r);
+    if (sym > 1 || !(in.corr >= S_CORR_MIN && in.corr <= S_CORR_MAX))
+        gossip_reader_fail(r, RUMOR_EPROTO, "a link estimate out of range");
+    for (size_t t = 0; t < a->layers; t++)
+        s_layer_load(r, &k->layers[t], apply);
+    if (!apply || r->err != RUMOR_OK)
+        return;
+    memcpy(k->rate, in.rate, sizeof k->rate);
+    memcpy(k->tau, in.tau, sizeof k->tau);
+    k->samples = in.samples;
+    memcpy(k->mine, in.mine, sizeof k->mine);
+    k->sent = in.sent;
+    k->sym = sym == 1;
+    k->corr = in.corr;
+    k->budget = in.budget;
+    k->bytes = in.bytes;
+}
+
+rumor_err
+gossip_adapt_state_load(struct gossip_adapt *a,
+                        struct gossip_reader *r,
+                        bool apply)
+{
+    double compute_s = 0, theta[GOSSIP_ADAPT_FEATURES] = {0};
+    gossip_read_f64(r, &compute_s, 1);
+    gossip_read_f64(r, theta, GOSSIP_ADAPT_FEATURES);
+    gossip_read_len(r, a->nlinks, "another number of links");
+    gossip_read_len(r, a->layers, "another number of layers");
+    for (size_t l = 0; l < a->nlinks && r->err == RUMOR_OK; l++)
+        s_link_load(a, r, &a->links[l], apply);
+    if (apply && r->err == RUMOR_OK) {
+        a->compute_s = compute_s;
+        memcpy(a->theta, theta, sizeof theta);
+    }
+    return r->err;
 }
 
 /* --- public API ------------------------------------------------------- */

@@ -143,6 +143,17 @@ rumor_err gossip_adapt_stage(struct gossip_adapt *a,
                              double weight,
                              double *into);
 
+/* The controller's own state between steps (link windows, compute
+ * time, per layer the variance estimate, calibration, errors and
+ * settings, the learned weights), for checkpoints (docs/adaptive.md):
+ * appended to out; the load is a pure, bounds-checked decode with apply
+ * false and writes into a only with apply true, as state_load. */
+rumor_err gossip_adapt_state_save(const struct gossip_adapt *a,
+                                  struct rumor_buf *out);
+rumor_err gossip_adapt_state_load(struct gossip_adapt *a,
+                                  struct gossip_reader *r,
+                                  bool apply);
+
 /* The budget in bytes for the next message on a link (0: none known; the
  * controller then uses opts.adapt_density). */
 double gossip_adapt_budget(const struct gossip_adapt *a,

@@ -171,7 +171,9 @@ s_absorb(rumor_gossip *g,
     return RUMOR_OK;
 }
 
-/* Between steps: each link's copy and the two weighted sums. */
+/* Between steps: each link's copy, the two weighted sums, then the
+ * controller's state (gossip_adapt_state_save), so that a resumed run
+ * chooses the same settings as an uninterrupted one. */
 static rumor_err
 s_state_save(const rumor_gossip *g, struct rumor_buf *out)
 {
@@ -180,9 +182,13 @@ s_state_save(const rumor_gossip *g, struct rumor_buf *out)
     rumor_err rc = gossip_write_f64(out, s->xout, links * g->numel);
     if (rc == RUMOR_OK)
         rc = gossip_write_f64(out, s->s_in, g->numel);
-    return rc == RUMOR_OK ? gossip_write_f64(out, s->s_out, g->numel) : rc;
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f64(out, s->s_out, g->numel);
+    return rc == RUMOR_OK ? gossip_adapt_state_save(g->adapt, out) : rc;
 }
 
+/* The model part is read into place only after the controller's part
+ * checked too (apply runs after a successful check pass). */
 static rumor_err
 s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
 {
@@ -191,7 +197,8 @@ s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
     gossip_read_f64(r, apply ? s->xout : NULL, links * g->numel);
     gossip_read_f64(r, apply ? s->s_in : NULL, g->numel);
     gossip_read_f64(r, apply ? s->s_out : NULL, g->numel);
-    return r->err;
+    return r->err == RUMOR_OK ? gossip_adapt_state_load(g->adapt, r, apply)
+                              : r->err;
 }
 
 const struct gossip_algo_i gossip_choco_edge = {

@@ -1,20 +1,26 @@
 /*
  * CHOCO-SGD's gossip step (Koloskova, Stich and Jaggi, ICML 2019,
  * Algorithm 1, "CHOCO-Gossip"; reference: epfml/powergossip ChocoGossip)
- * with any codec C from compress/:
- *   q_i = C(x_i - xhat_i); send q_i to every neighbour;
- *   xhat_i += q_i;  s_i += sum_{j in N(i) + i} w_ij q_j;
- *   x_i += gamma (s_i - xhat_i)
- * where xhat_i is node i's public copy (the same on every neighbour, since
- * all of them decode the same bytes) and s_i = sum_j w_ij xhat_j, which
- * saves keeping one copy per neighbour. Payloads are per tensor
- * (payload.c). xhat and s are kept in double: with float copies the
- * rounding of the running sums biased the network average, while the
- * exact algorithm preserves it for symmetric W. Own q is decoded from the
- * bytes actually sent, so both ends of an edge hold identical values. A
- * round is validated whole (every payload decoded into a staging sum)
- * before it touches x, xhat or s. Since s is a running sum over a fixed
- * neighbourhood, time-varying topologies are refused.
+ * with any codec C from compress/, in its per-edge form:
+ *   q_{i->j} = C(x_i - xhat_{i->j}); send it to j;
+ *   xhat_{i->j} += q_{i->j};  xin_{j->i} += q_{j->i};
+ *   x_i += gamma sum_j w_ij (xin_{j->i} - xhat_{i->j})
+ * where xhat_{i->j} is node i's public copy as neighbour j holds it and
+ * xin_{j->i} node i's copy of j's (both ends decode the same bytes, so
+ * they are equal). Loss-free every xhat_{i->j} is the paper's single
+ * xhat_i (one encoding serves every neighbour whose copy is the same),
+ * and sum_j w_ij (xhat_j - xhat_i) is its s_i - xhat_i. One copy per
+ * edge is what lets a neighbour be skipped (docs/reliability.md): a
+ * step's update of an edge, its two copies and its model term, is staged
+ * in the ledger (gossip/edges.c) and becomes the edge's only when both
+ * ends hold both messages, so the pair's copies stay equal and the terms
+ * w_ij (xin - xhat) at the two ends stay opposite: the network average is
+ * kept (the sum form needs every q of every neighbour). An edge whose
+ * verdict is open sends and takes nothing until it is known; a restarted
+ * neighbour starts the edge over from zero copies, as the paper's first
+ * step. Copies are in double: with float copies rounding biased the
+ * network average. Payloads are per tensor (payload.c). Static
+ * topologies only (the copies belong to fixed edges).
  */
 #include "gossip/adapt.h"
 #include "gossip/gossip_impl.h"
@@ -22,12 +28,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+struct choco_edge {
+    double *out, *in;         /* xhat_{i->j}, xin_{j->i} (committed) */
+    double *out_new, *in_new; /* what the staged step leaves */
+    uint8_t *own;             /* q_{i->j} sent this step */
+    size_t own_len, own_cap;
+    bool sent;
+};
+
 struct choco {
     struct gossip_packer pack;
-    double *xhat, *s, *ds; /* public copy, weighted copies, staged update */
+    struct choco_edge *edge; /* by node id; neighbours only */
+    double *acc, *d;         /* absorb: sum_j w_ij d_j; one edge's term */
     const struct rumor_gossip_msg **slot;
-    const uint8_t *own; /* the last message sent (packer's or adapt's) */
-    size_t own_len;
 };
 
 static rumor_err
@@ -38,8 +51,6 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
         return RUMOR_ENOMEM;
     g->state = s;
     if (rumor_topology_phases(g->topo) > 1) {
-        /* s_i = sum_j w_ij xhat_j is kept as a running sum: it is only
-         * right while the neighbours and weights stay the same. */
         rumor_diag_set(diag,
                        "",
                        0,
@@ -50,11 +61,23 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     rumor_err rc = gossip_codec_init(g, &s->pack, &s->slot, diag);
     if (rc != RUMOR_OK)
         return rc;
-    s->xhat = calloc(g->numel, sizeof(double));
-    s->s = calloc(g->numel, sizeof(double));
-    s->ds = calloc(g->numel, sizeof(double));
-    if (!s->xhat || !s->s || !s->ds)
+    s->edge = calloc(g->nodes, sizeof *s->edge);
+    s->acc = calloc(g->numel + 1, sizeof(double));
+    s->d = calloc(g->numel + 1, sizeof(double));
+    if (!s->edge || !s->acc || !s->d)
         return RUMOR_ENOMEM;
+    size_t peers = 0;
+    const uint32_t *nbr =
+        rumor_topology_neighbors(g->topo, 0, g->self, &peers, NULL);
+    for (size_t k = 0; k < peers; k++) {
+        struct choco_edge *e = &s->edge[nbr[k]];
+        e->out = calloc(g->numel + 1, sizeof(double));
+        e->in = calloc(g->numel + 1, sizeof(double));
+        e->out_new = calloc(g->numel + 1, sizeof(double));
+        e->in_new = calloc(g->numel + 1, sizeof(double));
+        if (!e->out || !e->in || !e->out_new || !e->in_new)
+            return RUMOR_ENOMEM;
+    }
     return RUMOR_OK;
 }
 
@@ -65,28 +88,54 @@ s_free(rumor_gossip *g)
     if (s == NULL)
         return;
     gossip_codec_free(&s->pack, &s->slot);
-    free(s->xhat);
-    free(s->s);
-    free(s->ds);
+    for (size_t i = 0; s->edge != NULL && i < g->nodes; i++) {
+        free(s->edge[i].out);
+        free(s->edge[i].in);
+        free(s->edge[i].out_new);
+        free(s->edge[i].in_new);
+        free(s->edge[i].own);
+    }
+    free(s->edge);
+    free(s->acc);
+    free(s->d);
     free(s);
     g->state = NULL;
 }
 
-/* x - xhat for tensor t. */
+/* x - xhat_{i->j} for tensor t (arg: the edge's copy). */
 static void
 s_fill(const rumor_gossip *g, size_t t, size_t base, float *out, void *arg)
 {
-    const struct choco *s = arg;
+    const double *xhat = arg;
     const float *x = g->tensors[t].data;
     for (size_t e = 0; e < rumor_tensor_numel(&g->tensors[t]); e++)
-        out[e] = (float)(x[e] - s->xhat[base + e]);
+        out[e] = (float)(x[e] - xhat[base + e]);
 }
 
+/* Keeps a copy of the message sent on the edge (the packer's buffer is
+ * reused by the next encoding). */
 static rumor_err
-s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
+s_own_set(struct choco_edge *e, const uint8_t *data, size_t len)
 {
-    (void)round;
-    struct choco *s = g->state;
+    if (len > e->own_cap) {
+        uint8_t *own = realloc(e->own, len);
+        if (own == NULL)
+            return RUMOR_ENOMEM;
+        e->own = own;
+        e->own_cap = len;
+    }
+    if (len > 0)
+        memcpy(e->own, data, len);
+    e->own_len = len;
+    return RUMOR_OK;
+}
+
+/* q for edge e, encoded into e->own. */
+static rumor_err
+s_encode(struct choco *s, rumor_gossip *g, uint64_t step, struct choco_edge *e)
+{
+    const uint8_t *data = NULL;
+    size_t len = 0;
     rumor_err rc = RUMOR_OK;
     if (g->adapt != NULL) { /* the fixed controller: the same bytes */
         rc = gossip_adapt_encode(g->adapt,
@@ -94,17 +143,44 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
                                  GOSSIP_ADAPT_ALL,
                                  step,
                                  s_fill,
-                                 s,
-                                 &s->own,
-                                 &s->own_len);
+                                 e->out,
+                                 &data,
+                                 &len);
     } else {
-        rc = gossip_packer_encode(&s->pack, g, step, s_fill, s);
-        s->own = s->pack.buf;
-        s->own_len = s->pack.len;
+        rc = gossip_packer_encode(&s->pack, g, step, s_fill, e->out);
+        data = s->pack.buf;
+        len = s->pack.len;
     }
-    if (rc != RUMOR_OK)
-        return rc;
-    return gossip_out_to_neighbors(g, step, s->own, s->own_len);
+    return rc == RUMOR_OK ? s_own_set(e, data, len) : rc;
+}
+
+static rumor_err
+s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
+{
+    (void)round;
+    struct choco *s = g->state;
+    size_t peers = 0, sent = 0;
+    const uint32_t *nbr =
+        rumor_topology_neighbors(g->topo, 0, g->self, &peers, NULL);
+    rumor_err rc = gossip_out_reserve(g, peers);
+    for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
+        struct choco_edge *e = &s->edge[nbr[k]], *same = NULL;
+        e->sent = !gossip_edge_busy(g, nbr[k]);
+        if (!e->sent)
+            continue; /* its last step's verdict is not known yet */
+        /* copies that are equal make the same message: encode once */
+        for (size_t k2 = 0; k2 < k && same == NULL; k2++) {
+            struct choco_edge *o = &s->edge[nbr[k2]];
+            if (o->sent &&
+                memcmp(o->out, e->out, g->numel * sizeof(double)) == 0)
+                same = o;
+        }
+        rc = same == NULL ? s_encode(s, g, step, e)
+                          : s_own_set(e, same->own, same->own_len);
+        g->out[sent++] = (struct rumor_gossip_msg){nbr[k], e->own, e->own_len};
+    }
+    g->out_count = sent;
+    return rc;
 }
 
 /* Decodes a message into `into` (adapt: with the codec its headers name). */
@@ -121,6 +197,61 @@ s_stage(struct choco *s,
     return gossip_packer_stage(&s->pack, g, data, len, weight, into);
 }
 
+/* The step's update of the edge to m->peer: the new copies into
+ * out_new / in_new, and d = in_new - out_new (unweighted). */
+static rumor_err
+s_edge_diff(rumor_gossip *g,
+            uint64_t step,
+            const struct rumor_gossip_msg *m,
+            double *d)
+{
+    (void)step;
+    struct choco *s = g->state;
+    struct choco_edge *e = &s->edge[m->peer];
+    if (e->out == NULL || !e->sent)
+        return RUMOR_EINVAL; /* not a neighbour, or nothing sent to it */
+    memcpy(e->in_new, e->in, g->numel * sizeof(double));
+    rumor_err rc = s_stage(s, g, m->data, m->len, 1.0, e->in_new);
+    if (rc != RUMOR_OK) {
+        rumor_log(RUMOR_LOG_WARN,
+                  "gossip choco: node %u rejected the message of %u: %s",
+                  g->self,
+                  m->peer,
+                  rumor_strerror(rc));
+        return rc == RUMOR_ENUMERIC ? rc : RUMOR_EPROTO;
+    }
+    /* own q, decoded from the bytes the neighbour got */
+    memcpy(e->out_new, e->out, g->numel * sizeof(double));
+    rc = s_stage(s, g, e->own, e->own_len, 1.0, e->out_new);
+    if (RUMOR_NEVER(rc != RUMOR_OK))
+        return rc; /* own bytes always decode, or the codec has a bug */
+    for (size_t i = 0; i < g->numel; i++)
+        d[i] = e->in_new[i] - e->out_new[i];
+    return RUMOR_OK;
+}
+
+static void
+s_edge_commit(rumor_gossip *g, uint32_t peer, uint64_t step)
+{
+    (void)step;
+    struct choco_edge *e = &((struct choco *)g->state)->edge[peer];
+    double *out = e->out, *in = e->in;
+    e->out = e->out_new;
+    e->in = e->in_new;
+    e->out_new = out;
+    e->in_new = in;
+}
+
+static void
+s_edge_reset(rumor_gossip *g, uint32_t peer)
+{
+    struct choco_edge *e = &((struct choco *)g->state)->edge[peer];
+    if (e->out == NULL)
+        return;
+    memset(e->out, 0, g->numel * sizeof(double));
+    memset(e->in, 0, g->numel * sizeof(double));
+}
+
 static rumor_err
 s_absorb(rumor_gossip *g,
          uint64_t step,
@@ -130,61 +261,65 @@ s_absorb(rumor_gossip *g,
 {
     (void)round;
     struct choco *s = g->state;
-    size_t phase = rumor_topology_phase_at(g->topo, step), peers = 0;
+    size_t peers = 0;
     const double *w = NULL;
     const uint32_t *nbr =
-        rumor_topology_neighbors(g->topo, phase, g->self, &peers, &w);
+        rumor_topology_neighbors(g->topo, 0, g->self, &peers, &w);
     rumor_err rc = gossip_match_peers(g, nbr, peers, msgs, count, s->slot);
-    memset(s->ds, 0, g->numel * sizeof(double));
+    /* The same doubles, order and single rounding as the ledger's commit
+     * of a loss-free step (gossip/edges.c); nothing changes before every
+     * message decoded. */
+    memset(s->acc, 0, g->numel * sizeof(double));
     for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
-        rc = s_stage(s, g, s->slot[k]->data, s->slot[k]->len, w[k], s->ds);
-        if (rc != RUMOR_OK)
-            rumor_log(RUMOR_LOG_WARN,
-                      "gossip choco: node %u rejected the message of %u: %s",
-                      g->self,
-                      nbr[k],
-                      rumor_strerror(rc));
+        rc = s_edge_diff(g, step, s->slot[k], s->d);
+        for (size_t i = 0; i < g->numel && rc == RUMOR_OK; i++)
+            s->acc[i] += s->d[i] * w[k];
     }
     if (rc != RUMOR_OK)
         return rc;
-    /* Own q, decoded from the bytes the neighbours got. */
-    double self_w = rumor_topology_self_weight(g->topo, phase, g->self);
-    rc = s_stage(s, g, s->own, s->own_len, self_w, s->ds);
-    if (rc == RUMOR_OK)
-        rc = s_stage(s, g, s->own, s->own_len, 1.0, s->xhat);
-    if (RUMOR_NEVER(rc != RUMOR_OK))
-        return rc; /* own bytes always decode, or the codec has a bug */
+    for (size_t k = 0; k < peers; k++)
+        s_edge_commit(g, nbr[k], step);
     size_t base = 0;
     for (size_t t = 0; t < g->tensor_count; t++) {
         float *x = g->tensors[t].data;
         size_t n = rumor_tensor_numel(&g->tensors[t]);
-        for (size_t e = 0; e < n; e++) {
-            size_t i = base + e;
-            s->s[i] += s->ds[i];
-            x[e] = (float)(x[e] + g->opts.gamma * (s->s[i] - s->xhat[i]));
-        }
+        for (size_t e = 0; e < n; e++)
+            x[e] = (float)(x[e] + g->opts.gamma * s->acc[base + e]);
         base += n;
     }
     return RUMOR_OK;
 }
 
-/* Between steps CHOCO carries its public copy xhat and the weighted sum
- * s of the neighbours' copies; the staged update and the packer's last
- * message are rebuilt every step. */
+/* Between steps CHOCO carries, per neighbour in the topology's order,
+ * the edge's two copies xhat_{i->j} and xin_{j->i}; the staged update and
+ * the last message are rebuilt every step. */
 static rumor_err
 s_state_save(const rumor_gossip *g, struct rumor_buf *out)
 {
     const struct choco *s = g->state;
-    rumor_err rc = gossip_write_f64(out, s->xhat, g->numel);
-    return rc == RUMOR_OK ? gossip_write_f64(out, s->s, g->numel) : rc;
+    size_t peers = 0;
+    const uint32_t *nbr =
+        rumor_topology_neighbors(g->topo, 0, g->self, &peers, NULL);
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
+        rc = gossip_write_f64(out, s->edge[nbr[k]].out, g->numel);
+        if (rc == RUMOR_OK)
+            rc = gossip_write_f64(out, s->edge[nbr[k]].in, g->numel);
+    }
+    return rc;
 }
 
 static rumor_err
 s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
 {
     struct choco *s = g->state;
-    gossip_read_f64(r, apply ? s->xhat : NULL, g->numel);
-    gossip_read_f64(r, apply ? s->s : NULL, g->numel);
+    size_t peers = 0;
+    const uint32_t *nbr =
+        rumor_topology_neighbors(g->topo, 0, g->self, &peers, NULL);
+    for (size_t k = 0; k < peers; k++) {
+        gossip_read_f64(r, apply ? s->edge[nbr[k]].out : NULL, g->numel);
+        gossip_read_f64(r, apply ? s->edge[nbr[k]].in : NULL, g->numel);
+    }
     return r->err;
 }
 
@@ -196,6 +331,9 @@ const struct gossip_algo_i gossip_choco = {
     .emit = s_emit,
     .expected = gossip_expected_neighbors,
     .absorb = s_absorb,
+    .edge_diff = s_edge_diff,
+    .edge_commit = s_edge_commit,
+    .edge_reset = s_edge_reset,
     .state_save = s_state_save,
     .state_load = s_state_load,
 };

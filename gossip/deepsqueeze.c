@@ -8,6 +8,11 @@
  * with symmetric W the C(v) terms cancel over the network, so the average
  * moves only by the rounding of float arithmetic. Payloads are per tensor
  * (payload.c); the round is staged whole before anything changes.
+ * The mixing is applied in edge form, x_i += gamma sum_j w_ij (C(v_j) -
+ * C(v_i)), summed in double and rounded once: each edge's term is exactly
+ * minus the other end's, and nothing but the node's own error delta_i is
+ * carried (updated when v_i is encoded), so a neighbour can be skipped as
+ * in D-PSGD (gossip/edges.c stages the terms; docs/reliability.md).
  */
 #include "gossip/gossip_impl.h"
 
@@ -16,8 +21,8 @@
 
 struct deepsqueeze {
     struct gossip_packer pack;
-    float *delta;    /* compression error, numel */
-    double *ds, *cv; /* staged update; own C(v) */
+    float *delta;        /* compression error, numel */
+    double *ds, *cv, *d; /* staged update; own C(v); one edge's term */
     const struct rumor_gossip_msg **slot;
 };
 
@@ -34,7 +39,8 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     s->delta = calloc(g->numel, sizeof(float));
     s->ds = calloc(g->numel, sizeof(double));
     s->cv = calloc(g->numel, sizeof(double));
-    if (!s->delta || !s->ds || !s->cv)
+    s->d = calloc(g->numel + 1, sizeof(double));
+    if (!s->delta || !s->ds || !s->cv || !s->d)
         return RUMOR_ENOMEM;
     return RUMOR_OK;
 }
@@ -49,6 +55,7 @@ s_free(rumor_gossip *g)
     free(s->delta);
     free(s->ds);
     free(s->cv);
+    free(s->d);
     free(s);
     g->state = NULL;
 }
@@ -69,9 +76,54 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
     (void)round;
     struct deepsqueeze *s = g->state;
     rumor_err rc = gossip_packer_encode(&s->pack, g, step, s_fill, s);
-    if (rc != RUMOR_OK)
-        return rc;
+    /* own C(v), decoded from the bytes the neighbours get; the new error
+     * delta = v - C(v) does not depend on who receives them */
+    memset(s->cv, 0, g->numel * sizeof(double));
+    if (rc == RUMOR_OK)
+        rc = gossip_packer_stage(&s->pack,
+                                 g,
+                                 s->pack.buf,
+                                 s->pack.len,
+                                 1.0,
+                                 s->cv);
+    if (RUMOR_NEVER(rc != RUMOR_OK))
+        return rc; /* own bytes always decode, or the codec has a bug */
+    size_t base = 0;
+    for (size_t t = 0; t < g->tensor_count; t++) {
+        const float *x = g->tensors[t].data;
+        for (size_t e = 0; e < rumor_tensor_numel(&g->tensors[t]); e++) {
+            size_t i = base + e;
+            float v = x[e] + s->delta[i];
+            s->delta[i] = (float)(v - s->cv[i]);
+        }
+        base += rumor_tensor_numel(&g->tensors[t]);
+    }
     return gossip_out_to_neighbors(g, step, s->pack.buf, s->pack.len);
+}
+
+/* C(v_j) - C(v_i) for message m (edges.c stages w_ij times it). */
+static rumor_err
+s_edge_diff(rumor_gossip *g,
+            uint64_t step,
+            const struct rumor_gossip_msg *m,
+            double *d)
+{
+    (void)step;
+    struct deepsqueeze *s = g->state;
+    memset(d, 0, g->numel * sizeof(double));
+    rumor_err rc = gossip_packer_stage(&s->pack, g, m->data, m->len, 1.0, d);
+    if (rc != RUMOR_OK) {
+        rumor_log(RUMOR_LOG_WARN,
+                  "gossip deepsqueeze: node %u rejected the message of %u: "
+                  "%s",
+                  g->self,
+                  m->peer,
+                  rumor_strerror(rc));
+        return rc == RUMOR_ENUMERIC ? rc : RUMOR_EPROTO;
+    }
+    for (size_t i = 0; i < g->numel; i++)
+        d[i] -= s->cv[i];
+    return RUMOR_OK;
 }
 
 static rumor_err
@@ -88,44 +140,22 @@ s_absorb(rumor_gossip *g,
     const uint32_t *nbr =
         rumor_topology_neighbors(g->topo, phase, g->self, &peers, &w);
     rumor_err rc = gossip_match_peers(g, nbr, peers, msgs, count, s->slot);
+    /* The same doubles, order and single rounding as the ledger's commit
+     * of a loss-free step (gossip/edges.c). */
     memset(s->ds, 0, g->numel * sizeof(double));
-    memset(s->cv, 0, g->numel * sizeof(double));
     for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
-        rc = gossip_packer_stage(&s->pack,
-                                 g,
-                                 s->slot[k]->data,
-                                 s->slot[k]->len,
-                                 w[k],
-                                 s->ds);
-        if (rc != RUMOR_OK)
-            rumor_log(RUMOR_LOG_WARN,
-                      "gossip deepsqueeze: node %u rejected the message of "
-                      "%u: %s",
-                      g->self,
-                      nbr[k],
-                      rumor_strerror(rc));
+        rc = s_edge_diff(g, step, s->slot[k], s->d);
+        for (size_t i = 0; i < g->numel && rc == RUMOR_OK; i++)
+            s->ds[i] += s->d[i] * w[k];
     }
-    if (rc == RUMOR_OK)
-        rc = gossip_packer_stage(&s->pack,
-                                 g,
-                                 s->pack.buf,
-                                 s->pack.len,
-                                 1.0,
-                                 s->cv);
     if (rc != RUMOR_OK)
         return rc;
-    double others = 1.0 - rumor_topology_self_weight(g->topo, phase, g->self);
     size_t base = 0;
     for (size_t t = 0; t < g->tensor_count; t++) {
         float *x = g->tensors[t].data;
         size_t n = rumor_tensor_numel(&g->tensors[t]);
-        for (size_t e = 0; e < n; e++) {
-            size_t i = base + e;
-            float v = x[e] + s->delta[i];
-            s->delta[i] = (float)(v - s->cv[i]);
-            x[e] =
-                (float)(x[e] + g->opts.gamma * (s->ds[i] - others * s->cv[i]));
-        }
+        for (size_t e = 0; e < n; e++)
+            x[e] = (float)(x[e] + g->opts.gamma * s->ds[base + e]);
         base += n;
     }
     return RUMOR_OK;
@@ -155,6 +185,7 @@ const struct gossip_algo_i gossip_deepsqueeze = {
     .emit = s_emit,
     .expected = gossip_expected_neighbors,
     .absorb = s_absorb,
+    .edge_diff = s_edge_diff,
     .state_save = s_state_save,
     .state_load = s_state_load,
 };

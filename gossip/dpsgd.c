@@ -116,7 +116,7 @@ s_absorb(rumor_gossip *g,
 /* x_j - x_i of the step for edge skipping (edges.c stages w_ij times it):
  * the same doubles the loss-free absorb sums. */
 static rumor_err
-s_edge_diff(const rumor_gossip *g,
+s_edge_diff(rumor_gossip *g,
             uint64_t step,
             const struct rumor_gossip_msg *m,
             double *d)

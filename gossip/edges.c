@@ -197,6 +197,19 @@ s_slot(const rumor_gossip *g, struct gossip_edge *e)
     return NULL;
 }
 
+/* Counts and logs a message refused for NaN or Inf. */
+static void
+s_refuse_nonfinite(rumor_gossip *g, uint32_t peer)
+{
+    g->ledger->screen.nonfinite++;
+    rumor_log(RUMOR_LOG_WARN,
+              "gossip %s: node %u rejected the message of %u: "
+              "non-finite values",
+              g->algo->name,
+              g->self,
+              peer);
+}
+
 /* Screens a difference: finite, and clipped to norm tau when tau > 0
  * (ClippedGossip: He, Karimireddy and Jaggi 2022, "Byzantine-robust
  * decentralized learning via ClippedGossip"; the clip of x_j - x_i is
@@ -209,13 +222,7 @@ s_screen(rumor_gossip *g, uint32_t peer, double *d, double weight)
     for (size_t e = 0; e < g->numel; e++)
         sq += d[e] * d[e];
     if (!isfinite(sq)) {
-        l->screen.nonfinite++;
-        rumor_log(RUMOR_LOG_WARN,
-                  "gossip %s: node %u rejected the message of %u: "
-                  "non-finite values",
-                  g->algo->name,
-                  g->self,
-                  peer);
+        s_refuse_nonfinite(g, peer);
         return RUMOR_ENUMERIC;
     }
     double tau = g->opts.clip_norm, scale = 1;
@@ -248,6 +255,8 @@ s_stage_one(rumor_gossip *g,
     struct gossip_edge *e = &l->edge[peer];
     if (m == NULL)
         return RUMOR_OK; /* not held: the peer missed the deadline */
+    if (g->algo->edge_commit != NULL && gossip_edge_busy(g, peer))
+        return RUMOR_OK; /* not held: the edge waits for a verdict */
     struct gossip_term *t = s_slot(g, e);
     if (t == NULL) {
         rumor_log(RUMOR_LOG_WARN,
@@ -272,6 +281,10 @@ s_stage_one(rumor_gossip *g,
                   m->len);
         return RUMOR_OK;
     }
+    if (rc == RUMOR_ENUMERIC) {
+        s_refuse_nonfinite(g, peer);
+        return RUMOR_OK;
+    }
     if (rc != RUMOR_OK)
         return rc;
     if (s_screen(g, peer, t->delta, weight) != RUMOR_OK)
@@ -285,7 +298,23 @@ s_stage_one(rumor_gossip *g,
 bool
 rumor_gossip_can_skip(const rumor_gossip *g)
 {
-    return g->algo->edge_diff != NULL;
+    /* The ledger settles whole steps, so one round per step; the
+     * adaptive controller's accounting assumes every link is sent. */
+    if (g->algo->edge_commit != NULL && g->adapt != NULL)
+        return false;
+    return g->algo->edge_diff != NULL && g->algo->rounds(g, 0) == 1;
+}
+
+bool
+gossip_edge_busy(const rumor_gossip *g, uint32_t peer)
+{
+    const struct gossip_ledger *l = g->ledger;
+    for (size_t k = 0;
+         l != NULL && peer < g->nodes && k < RUMOR_GOSSIP_PENDING_MAX;
+         k++)
+        if (l->edge[peer].term[k].staged || l->edge[peer].term[k].ready)
+            return true;
+    return false;
 }
 
 rumor_err
@@ -392,7 +421,11 @@ void
 rumor_gossip_edge_forget(rumor_gossip *g, uint32_t peer)
 {
     struct gossip_ledger *l = g->ledger;
-    if (l == NULL || peer >= g->nodes)
+    if (peer >= g->nodes)
+        return;
+    if (g->algo->edge_reset != NULL)
+        g->algo->edge_reset(g, peer);
+    if (l == NULL)
         return;
     struct gossip_edge *e = &l->edge[peer];
     for (size_t k = 0; k < RUMOR_GOSSIP_PENDING_MAX; k++) {
@@ -448,6 +481,8 @@ rumor_gossip_commit(rumor_gossip *g, size_t *applied)
                     l->acc[e] += u->delta[e];
                 u->ready = false;
                 (*applied)++;
+                if (g->algo->edge_commit != NULL)
+                    g->algo->edge_commit(g, (uint32_t)i, step);
             }
     }
     if (*applied == 0)

@@ -65,12 +65,22 @@ struct gossip_algo_i {
     /* (optional, NULL: no-op) rumor_gossip_step_ahead */
     rumor_err (*step_ahead)(rumor_gossip *g);
     /* (optional, NULL: cannot skip a neighbour) writes x_j - x_i of the
-     * step (numel doubles) for message m; RUMOR_EPROTO for a wrong size.
-     * Edge terms are then staged by gossip/edges.c. */
-    rumor_err (*edge_diff)(const rumor_gossip *g,
+     * step (numel doubles) for message m; RUMOR_EPROTO for a wrong size,
+     * RUMOR_ENUMERIC for NaN or Inf. Edge terms are then staged by
+     * gossip/edges.c. */
+    rumor_err (*edge_diff)(rumor_gossip *g,
                            uint64_t step,
                            const struct rumor_gossip_msg *m,
                            double *d);
+    /* (optional, NULL: no per-edge state) the term of (peer, step) that
+     * the last edge_diff with peer staged is applied (both ends hold
+     * both messages): its per-edge state update becomes the edge's. An
+     * algorithm with this hook emits nothing to, and stages nothing from,
+     * a peer while gossip_edge_busy (docs/reliability.md). */
+    void (*edge_commit)(rumor_gossip *g, uint32_t peer, uint64_t step);
+    /* (optional) the peer restarted: the per-edge state starts over from
+     * the value both ends derive alone (the pair's seed, zero copies). */
+    void (*edge_reset)(rumor_gossip *g, uint32_t peer);
     /* (optional, NULL: no state between steps) appends the state */
     rumor_err (*state_save)(const rumor_gossip *g, struct rumor_buf *out);
     /* (optional, NULL: only an empty state fits) reads the state from r;
@@ -99,6 +109,10 @@ struct rumor_gossip {
 
 /* Frees g->ledger (edges.c); NULL-safe. */
 void gossip_ledger_free(rumor_gossip *g);
+/* True while a term staged with peer waits for its verdict or its commit
+ * (edges.c): an algorithm with per-edge state cannot take the edge's next
+ * step before it knows whether the last one counts. */
+bool gossip_edge_busy(const rumor_gossip *g, uint32_t peer);
 
 extern const struct gossip_algo_i gossip_allreduce;
 extern const struct gossip_algo_i gossip_allreduce_f64;

@@ -15,6 +15,12 @@
  * as it was at the start of the step (the reference updates it neighbour
  * by neighbour, which makes its result depend on neighbour order). The
  * rounding noise comes from the node's own Philox stream per step.
+ * Nothing is carried per edge, and edge j's term is a function of the
+ * step's two messages and x_i, so a neighbour can be skipped as in D-PSGD
+ * (gossip/edges.c stages w_ij times the term of s_edge_diff, in double,
+ * the products absorb sums; docs/reliability.md). The term is x_j - x_i
+ * + xhat_j - xhat_i while neighbours are within B / 2, so the two ends'
+ * terms cancel up to float rounding, as in the loss-free step.
  */
 #include "gossip/gossip_impl.h"
 
@@ -164,6 +170,25 @@ s_absorb(rumor_gossip *g,
     return RUMOR_OK;
 }
 
+/* The term of edge m->peer, mod(q_j B - x_i, B) - xhat_i, per element. */
+static rumor_err
+s_edge_diff(rumor_gossip *g,
+            uint64_t step,
+            const struct rumor_gossip_msg *m,
+            double *d)
+{
+    (void)step;
+    const struct moniqua *s = g->state;
+    if (m->len != s->bytes)
+        return RUMOR_EPROTO;
+    double b = s->bound, inv_b = 1.0 / b;
+    for (size_t e = 0; e < g->numel; e++) {
+        double q = s_level(m->data, e) * MONIQUA_DELTA - 0.5;
+        d[e] = s_mod(q * b - s->x[e], b, inv_b) - s->xhat[e];
+    }
+    return RUMOR_OK;
+}
+
 const struct gossip_algo_i gossip_moniqua = {
     .name = "moniqua",
     .init = s_init,
@@ -172,4 +197,5 @@ const struct gossip_algo_i gossip_moniqua = {
     .emit = s_emit,
     .expected = gossip_expected_neighbors,
     .absorb = s_absorb,
+    .edge_diff = s_edge_diff,
 };

@@ -18,6 +18,20 @@
  * state or tensor changes, so a bad neighbour never leaves half an update.
  * Edge state is created the first time a peer appears, which covers
  * time-varying topologies.
+ *
+ * Skipping a neighbour (docs/reliability.md): an iteration changes the
+ * edge's factors at both ends, so they stay equal only if both ends take
+ * the same iterations. The edge's model term, sign w_ij p q^T (and the
+ * 1-D differences), is staged in the ledger (gossip/edges.c) and the
+ * factors it leaves are kept as a candidate; when the ledger applies the
+ * term (both ends hold both messages) the candidate becomes the edge's
+ * committed factors, otherwise the next iteration starts again from the
+ * committed ones. An edge whose verdict is still open sends and takes
+ * nothing (the ledger's busy test) until it is known, so both ends' factors
+ * are always a function of the same committed iterations. A restarted
+ * neighbour (edge_reset) starts the edge over from the pair's seed.
+ * Loss-free, the staged form is what absorb computes: the terms of a
+ * step summed in double in node order and rounded once.
  */
 #include "gossip/gossip_impl.h"
 
@@ -27,8 +41,14 @@
 
 struct pg_peer {
     rumor_lowrank_edge *edge;
-    float *msg;     /* what this node sends to the peer */
-    size_t msg_cap; /* floats */
+    float *msg;       /* what this node sends to the peer */
+    size_t msg_cap;   /* floats */
+    float *committed; /* the factors of the last iteration both ends took */
+    float *cand;      /* the factors the staged iteration leaves */
+    size_t state_n;   /* floats in each */
+    bool open;        /* product sent, no combine yet */
+    bool dirty;       /* the live factors are not the committed ones */
+    uint64_t open_t;  /* the open iteration */
 };
 
 struct powergossip {
@@ -37,7 +57,12 @@ struct powergossip {
     struct pg_peer *peer; /* indexed by node id, created lazily */
     float *vec_snap;      /* own 1-D tensors as sent this round */
     size_t vec_floats;
-    double *vec_acc;
+    double *acc;   /* absorb: sum_j w_ij d_j, numel */
+    double *d;     /* absorb: one edge's term, numel */
+    float *zero;   /* scratch: the model-sized target of an apply */
+    float **zptr;  /* tensor pointers into zero */
+    float *theirs; /* an aligned copy of a neighbour's message */
+    size_t theirs_cap;
     const struct rumor_gossip_msg **slot;
 };
 
@@ -82,8 +107,28 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
             s->vec_floats += rumor_tensor_numel(&g->tensors[t]);
     }
     s->vec_snap = malloc((s->vec_floats + 1) * sizeof(float));
-    s->vec_acc = malloc((s->vec_floats + 1) * sizeof(double));
-    return s->vec_snap && s->vec_acc ? RUMOR_OK : RUMOR_ENOMEM;
+    s->acc = malloc((g->numel + 1) * sizeof(double));
+    s->d = malloc((g->numel + 1) * sizeof(double));
+    s->zero = malloc((g->numel + 1) * sizeof(float));
+    s->zptr = calloc(g->tensor_count + 1, sizeof *s->zptr);
+    if (!s->vec_snap || !s->acc || !s->d || !s->zero || !s->zptr)
+        return RUMOR_ENOMEM;
+    size_t base = 0;
+    for (size_t t = 0; t < g->tensor_count; t++) {
+        s->zptr[t] = s->zero + base;
+        base += rumor_tensor_numel(&g->tensors[t]);
+    }
+    return RUMOR_OK;
+}
+
+static void
+s_peer_free(struct pg_peer *p)
+{
+    rumor_lowrank_edge_destroy(&p->edge);
+    free(p->msg);
+    free(p->committed);
+    free(p->cand);
+    *p = (struct pg_peer){0};
 }
 
 static void
@@ -92,16 +137,18 @@ s_free(rumor_gossip *g)
     struct powergossip *s = g->state;
     if (s == NULL)
         return;
-    for (size_t i = 0; s->peer != NULL && i < g->nodes; i++) {
-        rumor_lowrank_edge_destroy(&s->peer[i].edge);
-        free(s->peer[i].msg);
-    }
+    for (size_t i = 0; s->peer != NULL && i < g->nodes; i++)
+        s_peer_free(&s->peer[i]);
     free(s->shapes);
     free(s->params);
     free(s->peer);
     free(s->slot);
     free(s->vec_snap);
-    free(s->vec_acc);
+    free(s->acc);
+    free(s->d);
+    free(s->zero);
+    free(s->zptr);
+    free(s->theirs);
     free(s);
     g->state = NULL;
 }
@@ -141,7 +188,41 @@ s_peer(rumor_gossip *g, uint32_t id, struct pg_peer **out)
     size_t odd = rumor_lowrank_edge_msg_floats(p->edge, 1);
     p->msg_cap = (even > odd ? even : odd) + s->vec_floats;
     p->msg = malloc((p->msg_cap + 1) * sizeof(float));
-    return p->msg != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+    p->state_n = rumor_lowrank_edge_state_floats(p->edge);
+    p->committed = malloc((p->state_n + 1) * sizeof(float));
+    p->cand = malloc((p->state_n + 1) * sizeof(float));
+    if (!p->msg || !p->committed || !p->cand)
+        return RUMOR_ENOMEM;
+    if (p->msg_cap > s->theirs_cap) {
+        float *th = realloc(s->theirs, (p->msg_cap + 1) * sizeof(float));
+        if (th == NULL)
+            return RUMOR_ENOMEM;
+        s->theirs = th;
+        s->theirs_cap = p->msg_cap;
+    }
+    return rumor_lowrank_edge_state_get(p->edge, p->committed);
+}
+
+/* Back to the committed factors: an open iteration (its message never
+ * came) is closed by combining zeros and applying them to scratch. */
+static rumor_err
+s_restore(rumor_gossip *g, struct pg_peer *p)
+{
+    struct powergossip *s = g->state;
+    rumor_err rc = RUMOR_OK;
+    if (!p->dirty)
+        return RUMOR_OK;
+    if (p->open) {
+        memset(s->theirs, 0, p->msg_cap * sizeof(float));
+        rc = rumor_lowrank_edge_combine(p->edge, s->theirs);
+        if (rc == RUMOR_OK)
+            rc = rumor_lowrank_edge_apply(p->edge, s->zptr, 0.0f);
+        p->open = false;
+    }
+    if (rc == RUMOR_OK)
+        rc = rumor_lowrank_edge_state_set(p->edge, p->committed);
+    p->dirty = rc != RUMOR_OK;
+    return rc;
 }
 
 /* The 1-D tensors, packed in tensor order. */
@@ -166,20 +247,29 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
     const uint32_t *nbr =
         rumor_topology_neighbors(g->topo, phase, g->self, &count, NULL);
     rumor_err rc = gossip_out_reserve(g, count);
+    size_t sent = 0;
     s_vectors_get(g, s->vec_snap);
     for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
         struct pg_peer *p = NULL;
+        if (gossip_edge_busy(g, nbr[k]))
+            continue; /* its last iteration's verdict is not known yet */
         rc = s_peer(g, nbr[k], &p);
+        if (rc == RUMOR_OK)
+            rc = s_restore(g, p);
         if (rc != RUMOR_OK)
             break;
         size_t lr = rumor_lowrank_edge_msg_floats(p->edge, t);
         rc = rumor_lowrank_edge_product(p->edge, s->params, t, p->msg);
+        p->open = true;
+        p->dirty = true;
+        p->open_t = t;
         memcpy(p->msg + lr, s->vec_snap, s->vec_floats * sizeof(float));
-        g->out[k] =
+        g->out[sent++] =
             (struct rumor_gossip_msg){nbr[k],
                                       (const uint8_t *)p->msg,
                                       (lr + s->vec_floats) * sizeof(float)};
     }
+    g->out_count = sent;
     return rc;
 }
 
@@ -213,30 +303,76 @@ s_check_round(rumor_gossip *g, uint64_t t, const uint32_t *nbr, size_t peers)
     return RUMOR_OK;
 }
 
-static void
-s_mix_vectors(rumor_gossip *g, const double *w, size_t peers, uint64_t t)
+/* The term of the edge to m->peer in iteration t, sign p q^T on the
+ * matrices and x_j - x_i on the 1-D tensors, into d (numel doubles,
+ * unweighted); its factors are kept as the candidate. */
+static rumor_err
+s_edge_term(rumor_gossip *g,
+            struct pg_peer *p,
+            uint64_t t,
+            const struct rumor_gossip_msg *m,
+            double *d)
 {
     struct powergossip *s = g->state;
-    if (s->vec_floats == 0)
-        return;
-    memset(s->vec_acc, 0, s->vec_floats * sizeof(double));
-    for (size_t k = 0; k < peers; k++) {
-        struct pg_peer *p = &s->peer[s->slot[k]->peer];
-        size_t off = rumor_lowrank_edge_msg_floats(p->edge, t) * sizeof(float);
-        for (size_t e = 0; e < s->vec_floats; e++) {
-            float v;
-            memcpy(&v, s->slot[k]->data + off + e * sizeof v, sizeof v);
-            s->vec_acc[e] += w[k] * ((double)v - s->vec_snap[e]);
-        }
-    }
-    size_t at = 0;
+    size_t lr = rumor_lowrank_edge_msg_floats(p->edge, t);
+    if (!p->open || p->open_t != t)
+        return RUMOR_EINVAL; /* nothing was sent to it this iteration */
+    if (m->len != (lr + s->vec_floats) * sizeof(float))
+        return RUMOR_EPROTO;
+    /* The message may be unaligned (network buffer): copy it. */
+    memcpy(s->theirs, m->data, (lr + s->vec_floats) * sizeof(float));
+    for (size_t e = 0; e < lr + s->vec_floats; e++)
+        if (!isfinite(s->theirs[e]))
+            return RUMOR_ENUMERIC;
+    rumor_err rc = rumor_lowrank_edge_combine(p->edge, s->theirs);
+    memset(s->zero, 0, g->numel * sizeof(float));
+    if (rc == RUMOR_OK)
+        rc = rumor_lowrank_edge_apply(p->edge, s->zptr, 1.0f);
+    p->open = false;
+    if (rc == RUMOR_OK)
+        rc = rumor_lowrank_edge_state_get(p->edge, p->cand);
+    if (rc != RUMOR_OK)
+        return rc;
+    size_t at = 0, base = 0;
     for (size_t ti = 0; ti < g->tensor_count; ti++) {
-        if (!s_is_vector(&g->tensors[ti]))
-            continue;
-        float *x = g->tensors[ti].data;
-        for (size_t e = 0; e < rumor_tensor_numel(&g->tensors[ti]); e++, at++)
-            x[e] = (float)(x[e] + g->opts.gamma * s->vec_acc[at]);
+        size_t n = rumor_tensor_numel(&g->tensors[ti]);
+        for (size_t e = 0; e < n; e++)
+            d[base + e] = s->zero[base + e];
+        if (s_is_vector(&g->tensors[ti]))
+            for (size_t e = 0; e < n; e++, at++)
+                d[base + e] = (double)s->theirs[lr + at] - s->vec_snap[at];
+        base += n;
     }
+    return RUMOR_OK;
+}
+
+static void
+s_edge_commit(rumor_gossip *g, uint32_t peer, uint64_t step)
+{
+    (void)step;
+    struct pg_peer *p = &((struct powergossip *)g->state)->peer[peer];
+    float *f = p->committed;
+    p->committed = p->cand;
+    p->cand = f;
+    p->dirty = false; /* the live factors are the candidate's */
+}
+
+static void
+s_edge_reset(rumor_gossip *g, uint32_t peer)
+{
+    s_peer_free(&((struct powergossip *)g->state)->peer[peer]);
+}
+
+static rumor_err
+s_edge_diff(rumor_gossip *g,
+            uint64_t step,
+            const struct rumor_gossip_msg *m,
+            double *d)
+{
+    struct pg_peer *p = &((struct powergossip *)g->state)->peer[m->peer];
+    if (p->edge == NULL)
+        return RUMOR_EINVAL;
+    return s_edge_term(g, p, s_iteration(g, step, 0), m, d);
 }
 
 static rumor_err
@@ -278,23 +414,26 @@ s_absorb(rumor_gossip *g,
         rc = s_check_round(g, t, nbr, peers);
     if (rc != RUMOR_OK)
         return rc;
-    s_mix_vectors(g, w, peers, t);
+    /* The same doubles, order and single rounding as the ledger's commit
+     * of a loss-free step (gossip/edges.c). */
+    memset(s->acc, 0, g->numel * sizeof(double));
     for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
-        struct pg_peer *p = &s->peer[nbr[k]];
-        /* The message may be unaligned (network buffer): copy it. */
-        size_t lr = rumor_lowrank_edge_msg_floats(p->edge, t);
-        float *theirs = malloc((lr + 1) * sizeof(float));
-        if (theirs == NULL)
-            return RUMOR_ENOMEM;
-        memcpy(theirs, s->slot[k]->data, lr * sizeof(float));
-        rc = rumor_lowrank_edge_combine(p->edge, theirs);
+        rc = s_edge_term(g, &s->peer[nbr[k]], t, s->slot[k], s->d);
+        for (size_t e = 0; e < g->numel && rc == RUMOR_OK; e++)
+            s->acc[e] += s->d[e] * w[k];
         if (rc == RUMOR_OK)
-            rc = rumor_lowrank_edge_apply(p->edge,
-                                          s->params,
-                                          (float)(w[k] * g->opts.gamma));
-        free(theirs);
+            s_edge_commit(g, nbr[k], step);
     }
-    return rc;
+    if (rc != RUMOR_OK)
+        return rc;
+    size_t base = 0;
+    for (size_t ti = 0; ti < g->tensor_count; ti++) {
+        float *x = g->tensors[ti].data;
+        for (size_t e = 0; e < rumor_tensor_numel(&g->tensors[ti]); e++)
+            x[e] = (float)(x[e] + g->opts.gamma * s->acc[base + e]);
+        base += rumor_tensor_numel(&g->tensors[ti]);
+    }
+    return RUMOR_OK;
 }
 
 /* Between steps each edge carries its factors p and q (the warm start);
@@ -313,18 +452,14 @@ s_state_save(const rumor_gossip *g, struct rumor_buf *out)
         const rumor_lowrank_edge *edge = s->peer[i].edge;
         if (edge == NULL)
             continue;
+        /* the committed factors: an iteration still open or waiting
+         * for its verdict does not count yet */
         size_t n = rumor_lowrank_edge_state_floats(edge);
-        float *f = malloc((n + 1) * sizeof *f);
-        rc = f != NULL ? RUMOR_OK : RUMOR_ENOMEM;
-        if (rc == RUMOR_OK)
-            rc = rumor_lowrank_edge_state_get(edge, f);
-        if (rc == RUMOR_OK)
-            rc = gossip_write_u32(out, (uint32_t)i);
+        rc = gossip_write_u32(out, (uint32_t)i);
         if (rc == RUMOR_OK)
             rc = gossip_write_u64(out, n);
         if (rc == RUMOR_OK)
-            rc = gossip_write_f32(out, f, n);
-        free(f);
+            rc = gossip_write_f32(out, s->peer[i].committed, n);
     }
     return rc;
 }
@@ -383,6 +518,8 @@ s_state_edge(rumor_gossip *g, struct gossip_reader *r, bool apply, long *last)
         return RUMOR_ENOMEM;
     gossip_read_f32(r, f, n);
     rc = r->err == RUMOR_OK ? rumor_lowrank_edge_state_set(p->edge, f) : r->err;
+    if (rc == RUMOR_OK)
+        memcpy(p->committed, f, n * sizeof(float));
     free(f);
     return rc;
 }
@@ -395,11 +532,8 @@ s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
     if (r->err == RUMOR_OK && count > g->nodes)
         gossip_reader_fail(r, RUMOR_EPROTO, "more edges than nodes");
     if (apply) /* edges the state does not list start over from the seed */
-        for (size_t i = 0; i < g->nodes; i++) {
-            rumor_lowrank_edge_destroy(&s->peer[i].edge);
-            free(s->peer[i].msg);
-            s->peer[i].msg = NULL;
-        }
+        for (size_t i = 0; i < g->nodes; i++)
+            s_peer_free(&s->peer[i]);
     long last = -1;
     rumor_err rc = r->err;
     for (uint32_t k = 0; k < count && rc == RUMOR_OK; k++)
@@ -415,6 +549,9 @@ const struct gossip_algo_i gossip_powergossip = {
     .emit = s_emit,
     .expected = gossip_expected_neighbors,
     .absorb = s_absorb,
+    .edge_diff = s_edge_diff,
+    .edge_commit = s_edge_commit,
+    .edge_reset = s_edge_reset,
     .state_save = s_state_save,
     .state_load = s_state_load,
 };

@@ -12,11 +12,34 @@
  * PowerSGD does; what the approximation misses stays in each node's error
  * memory. The model is written only at the end of phase B, so a failed
  * round leaves it unchanged. Needs at least 2 nodes.
+ *
+ * Adaptive rank (opts.adapt "rule", issue #12, docs/adaptive.md): the
+ * rank follows the relative approximation error
+ * sqrt(sum_i ||M_i - P Q_i^T||^2 / sum_i ||M_i||^2). With P orthonormal
+ * and Q_i = M_i^T P (node i's Q before averaging) the error term is
+ * ||M_i||^2 - ||Q_i||^2, so each node needs only ||Q_i||^2 (free at
+ * phase A's end) and ||M_i||^2 = ||e_i + P Q^T||^2 after the step. Those
+ * two floats ride with the next step's P (two more floats in phase A, no
+ * extra round), so every node reads the same sums and applies the same
+ * deterministic rule: double the rank above adapt-error, lower it by one
+ * below half of it, then hold for GOSSIP_PSGD_HOLD steps (the next sums
+ * still describe the old rank). A new rank means a new compressor: the
+ * error memories move over unchanged (a tensor that stops being
+ * compressed at the new rank gets its memory added to its next value),
+ * warm-start Q keeps its first columns and new ones are drawn from the
+ * shared seed, so every node's factors stay identical. "fixed" keeps the
+ * rank, sends nothing more (the run is bit for bit the run without
+ * adapt) and reports this node's own error.
  */
 #include "gossip/gossip_impl.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define GOSSIP_PSGD_HOLD  2   /* decisions skipped after a rank change */
+#define GOSSIP_PSGD_LOWER 0.5 /* lower the rank below this x adapt-error */
+#define GOSSIP_PSGD_STATS 2   /* floats appended to P: error, norm */
 
 struct powersgd {
     rumor_lowrank_psgd *psgd;
@@ -26,6 +49,20 @@ struct powersgd {
     size_t unc_floats; /* floats in the uncompressed tensors */
     struct rumor_lowrank_xchg x; /* the exchange in flight */
     bool active;                 /* this step is compressed */
+    /* adaptive rank (opts.adapt) */
+    struct rumor_lowrank_shape *shapes;   /* the model's, for a new rank */
+    struct rumor_lowrank_psgd_opts popts; /* rank: the current one */
+    bool measure; /* opts.adapt set: the error is measured */
+    bool rule;    /* "rule": the rank follows the error */
+    size_t rank_min, rank_max;
+    double q2;                     /* this step: sum ||Q_i||^2 of the local Q */
+    float pend[GOSSIP_PSGD_STATS]; /* last step's error and norm sums */
+    double rel_error;              /* last error seen (< 0: none yet) */
+    uint64_t hold;                 /* decisions left to skip */
+    uint64_t changes;              /* rank changes so far */
+    size_t want;                   /* rank for the next step (0: keep) */
+    float *carry;   /* numel: memories of tensors no longer compressed */
+    float *scratch; /* one tensor */
 };
 
 static bool
@@ -33,6 +70,55 @@ s_compressed(const rumor_gossip *g, size_t t)
 {
     const struct powersgd *s = g->state;
     return rumor_lowrank_psgd_compressed(s->psgd, t);
+}
+
+/* Sizes the uncompressed part for the current compressor. */
+static rumor_err
+s_unc_setup(rumor_gossip *g)
+{
+    struct powersgd *s = g->state;
+    s->unc_floats = 0;
+    for (size_t t = 0; t < g->tensor_count; t++)
+        if (!s_compressed(g, t))
+            s->unc_floats += rumor_tensor_numel(&g->tensors[t]);
+    free(s->held);
+    s->held = malloc((s->unc_floats + 1) * sizeof(float));
+    return s->held == NULL ? RUMOR_ENOMEM : RUMOR_OK;
+}
+
+/* The adaptive rank's options: adapt "fixed" or "rule" (adapt.c refuses
+ * the others), bounds around the configured rank. */
+static rumor_err
+s_adapt_init(rumor_gossip *g, struct rumor_diag *diag)
+{
+    struct powersgd *s = g->state;
+    s->rel_error = -1;
+    s->measure = g->opts.adapt[0] != '\0';
+    s->rule = strcmp(g->opts.adapt, "rule") == 0;
+    s->rank_min = g->opts.adapt_rank_min > 0 ? g->opts.adapt_rank_min : 1;
+    s->rank_max =
+        g->opts.adapt_rank_max > 0 ? g->opts.adapt_rank_max : 4 * g->opts.rank;
+    if (s->rank_max > RUMOR_LOWRANK_MAX_RANK)
+        s->rank_max = RUMOR_LOWRANK_MAX_RANK;
+    bool inside = s->rank_min <= g->opts.rank && g->opts.rank <= s->rank_max;
+    if (s->rule && !inside) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "powersgd: --rank %zu outside --adapt-rank-min %zu "
+                       ".. --adapt-rank-max %zu",
+                       g->opts.rank,
+                       s->rank_min,
+                       s->rank_max);
+        return RUMOR_EINVAL;
+    }
+    size_t most = 1;
+    for (size_t t = 0; t < g->tensor_count; t++)
+        if (rumor_tensor_numel(&g->tensors[t]) > most)
+            most = rumor_tensor_numel(&g->tensors[t]);
+    s->scratch = s->measure ? malloc(most * sizeof(float)) : NULL;
+    return s->measure && s->scratch == NULL ? RUMOR_ENOMEM : RUMOR_OK;
 }
 
 static rumor_err
@@ -51,37 +137,32 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
                        "rank >= 1");
         return RUMOR_EINVAL;
     }
-    struct rumor_lowrank_shape *shapes =
-        calloc(g->tensor_count, sizeof *shapes);
-    s->data = calloc(g->tensor_count, sizeof *s->data);
-    if (shapes == NULL || s->data == NULL) {
-        free(shapes);
+    s->shapes = calloc(g->tensor_count + 1, sizeof *s->shapes);
+    s->data = calloc(g->tensor_count + 1, sizeof *s->data);
+    if (s->shapes == NULL || s->data == NULL)
         return RUMOR_ENOMEM;
-    }
     for (size_t t = 0; t < g->tensor_count; t++) {
-        shapes[t].ndim = g->tensors[t].ndim;
-        memcpy(shapes[t].dims,
+        s->shapes[t].ndim = g->tensors[t].ndim;
+        memcpy(s->shapes[t].dims,
                g->tensors[t].shape,
                g->tensors[t].ndim * sizeof(size_t));
         s->data[t] = g->tensors[t].data;
     }
-    struct rumor_lowrank_psgd_opts opts;
-    rumor_lowrank_psgd_opts_default(&opts);
-    opts.rank = g->opts.rank;
-    opts.seed = g->opts.seed;
-    rumor_err rc =
-        rumor_lowrank_psgd_new(&s->psgd, shapes, g->tensor_count, &opts);
-    free(shapes);
+    rumor_err rc = s_adapt_init(g, diag);
+    if (rc != RUMOR_OK)
+        return rc;
+    rumor_lowrank_psgd_opts_default(&s->popts);
+    s->popts.rank = g->opts.rank;
+    s->popts.seed = g->opts.seed;
+    rc =
+        rumor_lowrank_psgd_new(&s->psgd, s->shapes, g->tensor_count, &s->popts);
     if (rc != RUMOR_OK) {
         rumor_diag_set(diag, "", 0, 0, "powersgd: %s", rumor_strerror(rc));
         return rc;
     }
-    for (size_t t = 0; t < g->tensor_count; t++)
-        if (!s_compressed(g, t))
-            s->unc_floats += rumor_tensor_numel(&g->tensors[t]);
-    s->held = malloc((s->unc_floats + 1) * sizeof(float));
-    if (s->held == NULL)
-        return RUMOR_ENOMEM;
+    rc = s_unc_setup(g);
+    if (rc != RUMOR_OK)
+        return rc;
     return gossip_ring_init(&s->ring, g->self, g->nodes, g->numel);
 }
 
@@ -95,6 +176,9 @@ s_free(rumor_gossip *g)
     gossip_ring_free(&s->ring);
     free(s->data);
     free(s->held);
+    free(s->shapes);
+    free(s->carry);
+    free(s->scratch);
     free(s);
     g->state = NULL;
 }
@@ -136,6 +220,27 @@ s_unc_copy(rumor_gossip *g, float *packed, bool to_model)
     }
 }
 
+/* Adds the error memories a rank change left without a compressor (only
+ * tensors that are now uncompressed have one) to their values in packed
+ * (the uncompressed part of phase A): they are sent exactly, so nothing
+ * is lost. The carry is dropped when the step ends, so a failed step
+ * leaves it (and the model) as it was. */
+static void
+s_carry_add(rumor_gossip *g, float *packed)
+{
+    struct powersgd *s = g->state;
+    size_t base = 0;
+    for (size_t t = 0; t < g->tensor_count && s->carry != NULL; t++) {
+        size_t n = rumor_tensor_numel(&g->tensors[t]);
+        if (!s_compressed(g, t)) {
+            for (size_t e = 0; e < n; e++)
+                packed[e] += s->carry[base + e];
+            packed += n;
+        }
+        base += n;
+    }
+}
+
 static rumor_err
 s_start_step(rumor_gossip *g)
 {
@@ -147,13 +252,18 @@ s_start_step(rumor_gossip *g)
         return RUMOR_OK;
     }
     rumor_err rc = rumor_lowrank_psgd_begin(s->psgd, s->data, &s->x);
+    size_t stats = s->rule ? GOSSIP_PSGD_STATS : 0;
     if (rc == RUMOR_OK)
-        rc = s_ring_fit(g, s->x.floats + s->unc_floats);
+        rc = s_ring_fit(g, s->x.floats + s->unc_floats + stats);
     if (rc != RUMOR_OK)
         return rc;
     memcpy(s->ring.work, s->x.data, s->x.floats * sizeof(float));
     s_unc_copy(g, s->ring.work + s->x.floats, false);
-    gossip_ring_start(&s->ring, s->x.floats + s->unc_floats, false);
+    s_carry_add(g, s->ring.work + s->x.floats);
+    memcpy(s->ring.work + s->x.floats + s->unc_floats,
+           s->pend,
+           stats * sizeof(float));
+    gossip_ring_start(&s->ring, s->x.floats + s->unc_floats + stats, false);
     return RUMOR_OK;
 }
 
@@ -172,6 +282,31 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
     return rc;
 }
 
+/* The rule, on the sums of every node's last error and norm (the same
+ * bits on every node, so the same choice): sets s->want. */
+static void
+s_decide(rumor_gossip *g, const float *sums)
+{
+    struct powersgd *s = g->state;
+    if (!(sums[1] > 0))
+        return; /* no step measured yet */
+    s->rel_error = sqrt(fmax(sums[0], 0) / sums[1]);
+    if (s->hold > 0) {
+        s->hold--;
+        return;
+    }
+    size_t r = s->popts.rank, want = r;
+    double budget = g->opts.adapt_error;
+    if (s->rel_error > budget && r < s->rank_max)
+        want = 2 * r < s->rank_max ? 2 * r : s->rank_max;
+    else if (s->rel_error < GOSSIP_PSGD_LOWER * budget && r > s->rank_min)
+        want = r - 1;
+    if (want != r) {
+        s->want = want;
+        s->hold = GOSSIP_PSGD_HOLD;
+    }
+}
+
 /* Phase A is done: keep the uncompressed average, hand P back, get Q. */
 static rumor_err
 s_phase_a_done(rumor_gossip *g)
@@ -183,10 +318,15 @@ s_phase_a_done(rumor_gossip *g)
         s->x.data[e] = s->x.average ? work[e] / n : work[e];
     for (size_t e = 0; e < s->unc_floats; e++)
         s->held[e] = work[s->x.floats + e] / n;
+    if (s->rule)
+        s_decide(g, work + s->x.floats + s->unc_floats);
     bool done = false;
     rumor_err rc = rumor_lowrank_psgd_next(s->psgd, &s->x, &done);
     if (rc == RUMOR_OK && done)
         rc = RUMOR_EBACKEND; /* the hook's variant has two exchanges */
+    s->q2 = 0;
+    for (size_t e = 0; rc == RUMOR_OK && s->measure && e < s->x.floats; e++)
+        s->q2 += (double)s->x.data[e] * s->x.data[e];
     if (rc == RUMOR_OK)
         rc = s_ring_fit(g, s->x.floats);
     if (rc != RUMOR_OK)
@@ -194,6 +334,144 @@ s_phase_a_done(rumor_gossip *g)
     memcpy(s->ring.work, s->x.data, s->x.floats * sizeof(float));
     gossip_ring_start(&s->ring, s->x.floats, s->x.average);
     return RUMOR_OK;
+}
+
+/* This node's error and norm sums of the step just ended (see the top),
+ * over the compressed tensors: ||M_i||^2 = ||e_i + P Q^T||^2, the error
+ * ||M_i||^2 - ||Q_i||^2. */
+static rumor_err
+s_measure(rumor_gossip *g)
+{
+    struct powersgd *s = g->state;
+    double m2 = 0;
+    for (size_t t = 0; t < g->tensor_count; t++) {
+        if (!s_compressed(g, t))
+            continue;
+        rumor_err rc = rumor_lowrank_psgd_error_get(s->psgd, t, s->scratch);
+        if (rc != RUMOR_OK)
+            return rc;
+        const float *x = g->tensors[t].data;
+        size_t n = rumor_tensor_numel(&g->tensors[t]);
+        for (size_t e = 0; e < n; e++) {
+            double v = (double)s->scratch[e] + x[e];
+            m2 += v * v;
+        }
+    }
+    double err = fmax(m2 - s->q2, 0);
+    s->pend[0] = (float)err;
+    s->pend[1] = (float)m2;
+    if (!s->rule && m2 > 0)
+        s->rel_error = sqrt(err / m2);
+    return RUMOR_OK;
+}
+
+/* Tensor t's warm-start Q at next's rank: the old columns it had, then
+ * columns drawn from the shared seed (the same on every node). */
+static rumor_err
+s_move_q_one(const struct powersgd *s,
+             const rumor_lowrank_psgd *next,
+             size_t t,
+             const float *old,
+             float *q,
+             uint64_t seed)
+{
+    size_t off = 0, r = 0, old_off = 0, old_r = 0, rows = 0, cols = 0;
+    if (rumor_lowrank_psgd_q_slot(next, t, &off, &r) != RUMOR_OK)
+        return RUMOR_OK; /* not compressed at the new rank */
+    if (rumor_lowrank_psgd_q_slot(s->psgd, t, &old_off, &old_r) != RUMOR_OK)
+        old_r = 0;
+    rumor_err rc = rumor_lowrank_matricize(&s->shapes[t], &rows, &cols);
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, seed, t);
+    for (size_t j = 0; rc == RUMOR_OK && j < cols; j++)
+        for (size_t c = 0; c < r; c++)
+            q[off + j * r + c] = c < old_r ? old[old_off + j * old_r + c]
+                                           : (float)rumor_rng_normal(&rng);
+    return rc;
+}
+
+static rumor_err
+s_move_q(rumor_gossip *g, rumor_lowrank_psgd *next)
+{
+    struct powersgd *s = g->state;
+    float *old =
+        malloc((rumor_lowrank_psgd_q_floats(s->psgd) + 1) * sizeof *old);
+    float *q = malloc((rumor_lowrank_psgd_q_floats(next) + 1) * sizeof *q);
+    rumor_err rc = old == NULL || q == NULL ? RUMOR_ENOMEM : RUMOR_OK;
+    /* no Q yet: next draws its own from the seed at its first step */
+    bool have =
+        rc == RUMOR_OK && rumor_lowrank_psgd_q_get(s->psgd, old) == RUMOR_OK;
+    uint64_t seed = rumor_seed_derive(g->opts.seed,
+                                      rumor_lowrank_psgd_step(s->psgd),
+                                      0x52414e4b);
+    for (size_t t = 0; have && rc == RUMOR_OK && t < g->tensor_count; t++)
+        rc = s_move_q_one(s, next, t, old, q, seed);
+    if (have && rc == RUMOR_OK)
+        rc = rumor_lowrank_psgd_q_set(next, q);
+    free(old);
+    free(q);
+    return rc;
+}
+
+/* Every error memory moves to next unchanged, or into s->carry when next
+ * does not compress its tensor. */
+static rumor_err
+s_move_errors(rumor_gossip *g, rumor_lowrank_psgd *next)
+{
+    struct powersgd *s = g->state;
+    rumor_err rc = RUMOR_OK;
+    size_t base = 0;
+    for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
+        size_t n = rumor_tensor_numel(&g->tensors[t]);
+        bool had = s_compressed(g, t);
+        if (had)
+            rc = rumor_lowrank_psgd_error_get(s->psgd, t, s->scratch);
+        if (rc == RUMOR_OK && had && rumor_lowrank_psgd_compressed(next, t))
+            rc = rumor_lowrank_psgd_error_set(next, t, s->scratch);
+        else if (rc == RUMOR_OK && had) {
+            if (s->carry == NULL)
+                s->carry = calloc(g->numel, sizeof *s->carry);
+            if (s->carry == NULL)
+                rc = RUMOR_ENOMEM;
+            else
+                memcpy(s->carry + base, s->scratch, n * sizeof(float));
+        }
+        base += n;
+    }
+    if (rc != RUMOR_OK) {
+        free(s->carry);
+        s->carry = NULL;
+    }
+    return rc;
+}
+
+/* Replaces the compressor by one of the given rank. With keep, Q and the
+ * error memories move over (a rank change); without, the new one starts
+ * fresh (a checkpoint then fills it). */
+static rumor_err
+s_rerank(rumor_gossip *g, size_t rank, bool keep)
+{
+    struct powersgd *s = g->state;
+    struct rumor_lowrank_psgd_opts o = s->popts;
+    o.rank = rank;
+    rumor_lowrank_psgd *next = NULL;
+    rumor_err rc =
+        rumor_lowrank_psgd_new(&next, s->shapes, g->tensor_count, &o);
+    if (rc == RUMOR_OK)
+        rc =
+            rumor_lowrank_psgd_step_set(next, rumor_lowrank_psgd_step(s->psgd));
+    if (rc == RUMOR_OK && keep)
+        rc = s_move_q(g, next);
+    if (rc == RUMOR_OK && keep)
+        rc = s_move_errors(g, next);
+    if (rc != RUMOR_OK) {
+        rumor_lowrank_psgd_destroy(&next);
+        return rc;
+    }
+    rumor_lowrank_psgd_destroy(&s->psgd);
+    s->psgd = next;
+    s->popts = o;
+    return s_unc_setup(g);
 }
 
 static rumor_err
@@ -207,8 +485,18 @@ s_phase_b_done(rumor_gossip *g)
         rc = RUMOR_EBACKEND;
     if (rc == RUMOR_OK)
         rc = rumor_lowrank_psgd_end(s->psgd, s->data);
-    if (rc == RUMOR_OK)
+    if (rc == RUMOR_OK) {
         s_unc_copy(g, s->held, true);
+        free(s->carry); /* sent with this step */
+        s->carry = NULL;
+    }
+    if (rc == RUMOR_OK && s->measure)
+        rc = s_measure(g);
+    if (rc == RUMOR_OK && s->want != 0) {
+        rc = s_rerank(g, s->want, true);
+        s->changes += rc == RUMOR_OK;
+        s->want = 0;
+    }
     return rc;
 }
 
@@ -233,6 +521,29 @@ s_absorb(rumor_gossip *g,
     return round < one ? s_phase_a_done(g) : s_phase_b_done(g);
 }
 
+/* With opts.adapt the state opens with the rank's: u64 rank, u64 hold,
+ * u64 changes, f64 rel_error, f32 error and norm sums to send, u64 carry
+ * floats (0 or numel) and the carry. The rank decides the sizes after. */
+static rumor_err
+s_adapt_save(const rumor_gossip *g, struct rumor_buf *out)
+{
+    const struct powersgd *s = g->state;
+    rumor_err rc = gossip_write_u64(out, s->popts.rank);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, s->hold);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, s->changes);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f64(out, &s->rel_error, 1);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f32(out, s->pend, GOSSIP_PSGD_STATS);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, s->carry != NULL ? g->numel : 0);
+    if (rc == RUMOR_OK && s->carry != NULL)
+        rc = gossip_write_f32(out, s->carry, g->numel);
+    return rc;
+}
+
 /* Between steps the compressor carries its step counter, the warm-start
  * Q (and P, which only the one-sided variant reuses) and one error memory
  * per compressed tensor: u64 step; u64 q floats (0: none yet), Q; u64 p
@@ -242,6 +553,9 @@ static rumor_err
 s_state_save(const rumor_gossip *g, struct rumor_buf *out)
 {
     const struct powersgd *s = g->state;
+    rumor_err rc = s->measure ? s_adapt_save(g, out) : RUMOR_OK;
+    if (rc != RUMOR_OK)
+        return rc;
     size_t qf = rumor_lowrank_psgd_q_floats(s->psgd);
     size_t pf = rumor_lowrank_psgd_p_floats(s->psgd);
     size_t most = qf > pf ? qf : pf;
@@ -251,7 +565,7 @@ s_state_save(const rumor_gossip *g, struct rumor_buf *out)
     float *f = malloc((most + 1) * sizeof *f);
     if (f == NULL)
         return RUMOR_ENOMEM;
-    rumor_err rc = gossip_write_u64(out, rumor_lowrank_psgd_step(s->psgd));
+    rc = gossip_write_u64(out, rumor_lowrank_psgd_step(s->psgd));
     bool have_q = rumor_lowrank_psgd_q_get(s->psgd, f) == RUMOR_OK;
     if (rc == RUMOR_OK)
         rc = gossip_write_u64(out, have_q ? qf : 0);
@@ -317,37 +631,119 @@ s_set_p(rumor_lowrank_psgd *psgd, size_t t, const float *f)
     return rumor_lowrank_psgd_p_set(psgd, f);
 }
 
+/* Whether a compressor of the given rank compresses tensor t (lowrank's
+ * rule: two or more dimensions and rumor_lowrank_worth), adding its Q and
+ * P floats to *q and *p: the sizes of a state, without making one. */
+static bool
+s_comp_at(const struct powersgd *s, size_t t, size_t rank, size_t *q, size_t *p)
+{
+    size_t n = 0, m = 0;
+    if (s->shapes[t].ndim < 2 ||
+        rumor_lowrank_matricize(&s->shapes[t], &n, &m) != RUMOR_OK ||
+        !rumor_lowrank_worth(n, m, rank, s->popts.min_rate))
+        return false;
+    size_t used = rank < n ? rank : n;
+    used = used < m ? used : m;
+    *q += m * used;
+    *p += n * used;
+    return true;
+}
+
+/* The rank's block (s_adapt_save): *rank receives the rank, and with
+ * apply the rest goes into s. A rank outside the instance's bounds (or,
+ * with "fixed", another rank) is refused. */
+static void
+s_adapt_load(rumor_gossip *g, struct gossip_reader *r, bool apply, size_t *rank)
+{
+    struct powersgd *s = g->state;
+    uint64_t rk = gossip_read_u64(r);
+    uint64_t hold = gossip_read_u64(r);
+    uint64_t changes = gossip_read_u64(r);
+    double rel = 0;
+    float pend[GOSSIP_PSGD_STATS] = {0};
+    gossip_read_f64(r, &rel, 1);
+    gossip_read_f32(r, pend, GOSSIP_PSGD_STATS);
+    uint64_t carry = gossip_read_u64(r);
+    bool rank_ok =
+        s->rule ? rk >= s->rank_min && rk <= s->rank_max : rk == g->opts.rank;
+    if (!rank_ok || hold > GOSSIP_PSGD_HOLD)
+        gossip_reader_fail(r, RUMOR_EPROTO, "a rank outside the bounds");
+    if (carry != 0 && carry != g->numel)
+        gossip_reader_fail(r, RUMOR_EPROTO, "a carry of another size");
+    float *c = NULL;
+    if (apply && carry != 0 && r->err == RUMOR_OK) {
+        c = malloc(g->numel * sizeof *c);
+        if (c == NULL)
+            gossip_reader_fail(r, RUMOR_ENOMEM, "out of memory");
+    }
+    gossip_read_f32(r, c, r->err == RUMOR_OK ? carry : 0);
+    *rank = (size_t)rk;
+    if (!apply || r->err != RUMOR_OK) {
+        free(c);
+        return;
+    }
+    s->hold = hold;
+    s->changes = changes;
+    s->rel_error = rel;
+    memcpy(s->pend, pend, sizeof pend);
+    free(s->carry);
+    s->carry = c;
+}
+
 static rumor_err
 s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
 {
     struct powersgd *s = g->state;
-    uint64_t step = gossip_read_u64(r);
+    size_t rank = s->popts.rank;
+    if (s->measure)
+        s_adapt_load(g, r, apply, &rank);
     rumor_err rc = r->err;
+    if (rc == RUMOR_OK && apply && rank != s->popts.rank)
+        rc = s_rerank(g, rank, false);
+    size_t qf = 0, pf = 0, unused = 0;
+    for (size_t t = 0; t < g->tensor_count; t++)
+        s_comp_at(s, t, rank, &qf, &pf);
+    if (apply) { /* the compressor's own sizes, if lowrank's rule moved */
+        qf = rumor_lowrank_psgd_q_floats(s->psgd);
+        pf = rumor_lowrank_psgd_p_floats(s->psgd);
+    }
+    uint64_t step = gossip_read_u64(r);
+    if (rc == RUMOR_OK)
+        rc = r->err;
     if (rc == RUMOR_OK && apply)
         rc = rumor_lowrank_psgd_step_set(s->psgd, step);
     if (rc == RUMOR_OK)
-        rc = s_state_block(r,
-                           rumor_lowrank_psgd_q_floats(s->psgd),
-                           apply,
-                           s->psgd,
-                           0,
-                           s_set_q);
+        rc = s_state_block(r, qf, apply, s->psgd, 0, s_set_q);
     if (rc == RUMOR_OK)
-        rc = s_state_block(r,
-                           rumor_lowrank_psgd_p_floats(s->psgd),
-                           apply,
-                           s->psgd,
-                           0,
-                           s_set_p);
-    for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++)
-        if (s_compressed(g, t))
+        rc = s_state_block(r, pf, apply, s->psgd, 0, s_set_p);
+    for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
+        bool comp = apply ? s_compressed(g, t)
+                          : s_comp_at(s, t, rank, &unused, &unused);
+        if (comp)
             rc = s_state_block(r,
                                rumor_tensor_numel(&g->tensors[t]),
                                apply,
                                s->psgd,
                                t,
                                rumor_lowrank_psgd_error_set);
+    }
     return rc;
+}
+
+bool
+rumor_gossip_adapt_rank(const rumor_gossip *g,
+                        struct rumor_gossip_rank_report *out)
+{
+    if (g == NULL || out == NULL || g->algo != &gossip_powersgd ||
+        g->state == NULL)
+        return false;
+    const struct powersgd *s = g->state;
+    if (!s->measure)
+        return false;
+    out->rank = s->popts.rank;
+    out->rel_error = s->rel_error;
+    out->changes = s->changes;
+    return true;
 }
 
 const struct gossip_algo_i gossip_powersgd = {

@@ -70,6 +70,7 @@ cli_sim_help(FILE *out)
             "           [--adapt fixed|rule|learned] [--comm-share S]\n"
             "           [--adapt-density D] [--adapt-error E] "
             "[--adapt-lambda L]\n"
+            "           [--adapt-rank-min R] [--adapt-rank-max R]\n"
             "           [--link-rate RATE[,RATE...]] [--link-latency-ms MS]\n"
             "           [--compute-ms MS] [--rate-drop STEP:FACTOR] "
             "[--adapt-trace PATH]\n\n"
@@ -92,7 +93,8 @@ cli_sim_help(FILE *out)
             "'step,bits_per_node,loss,test_accuracy' (of the nodes' average\n"
             "model) for the classifiers. --edge-bytes writes\n"
             "'from,to,bytes,messages' per directed edge at the end.\n"
-            "Adaptive compression (choco; docs/adaptive.md): --link-rate\n"
+            "Adaptive compression (choco; powersgd: the rank, fixed|rule;\n"
+            "docs/adaptive.md): --link-rate\n"
             "models the links (bit/s, k/M/G; edge {i,j} takes rate (i+j) mod\n"
             "count) and adds a 'seconds' column (modelled wall clock).\n");
 }
@@ -185,6 +187,10 @@ s_parse_adapt_opt(const char *opt, const char *val, struct sim_args *a)
         rc = cli_parse_double(val, opt, 1e-6, 100, &g->adapt_error);
     } else if (strcmp(opt, "--adapt-lambda") == 0) {
         rc = cli_parse_double(val, opt, 0, 1e6, &g->adapt_lambda);
+    } else if (strcmp(opt, "--adapt-rank-min") == 0) {
+        rc = s_parse_size_t(val, opt, &g->adapt_rank_min);
+    } else if (strcmp(opt, "--adapt-rank-max") == 0) {
+        rc = s_parse_size_t(val, opt, &g->adapt_rank_max);
     } else if (strcmp(opt, "--link-rate") == 0) {
         rc = s_parse_rates(val, l);
     } else if (strcmp(opt, "--link-latency-ms") == 0) {
@@ -568,6 +574,8 @@ s_train_setup(struct sim_args *a, struct train_run *r, struct rumor_diag *diag)
         r->trace = fopen(a->adapt_trace, "w");
         if (r->trace == NULL)
             rc = RUMOR_EIO;
+        else if (strcmp(a->gossip.algo, "powersgd") == 0)
+            fprintf(r->trace, "step,node,rank,rel_error,changes\n");
         else
             fprintf(r->trace,
                     "step,node,peer,rate_bps,est_bps,budget,bytes,layers\n");
@@ -645,13 +653,23 @@ s_train_report(const struct sim_args *a,
 }
 
 /* --adapt-trace: per node and link, the modelled rate, the estimate, the
- * budget and bytes of the step's message, and its layers' k/bits. */
+ * budget and bytes of the step's message, and its layers' k/bits; for
+ * powersgd per node the rank, its error and the changes so far. */
 static void
 s_trace(const struct train_run *r, uint64_t step)
 {
     struct rumor_gossip_link_report lr[64];
     struct rumor_gossip_layer_report y[16];
+    struct rumor_gossip_rank_report rk;
     for (size_t i = 0; i < r->n; i++) {
+        if (rumor_gossip_adapt_rank(r->nodes[i], &rk)) /* powersgd */
+            fprintf(r->trace,
+                    "%llu,%zu,%zu,%.6g,%llu\n",
+                    (unsigned long long)step + 1,
+                    i,
+                    rk.rank,
+                    rk.rel_error,
+                    (unsigned long long)rk.changes);
         size_t links = rumor_gossip_adapt_links(r->nodes[i], lr, 64);
         for (size_t l = 0; l < links && l < 64; l++) {
             double rate =

@@ -96,6 +96,8 @@ static const struct s_opt s_opts[] = {
     {"adapt-density", S_DBL, F(gossip.adapt_density), 0, 1e-6, 1},
     {"adapt-error", S_DBL, F(gossip.adapt_error), 0, 1e-6, 100},
     {"adapt-lambda", S_DBL, F(gossip.adapt_lambda), 0, 0, 1e6},
+    {"adapt-rank-min", S_SIZE, F(gossip.adapt_rank_min), 0, 1, 256},
+    {"adapt-rank-max", S_SIZE, F(gossip.adapt_rank_max), 0, 1, 256},
     {"exchange", S_EXCHANGE, F(exchange), 0, 0, 0},
     {"overlap", S_BOOL, F(overlap), 0, 0, 0},
     {"seed", S_U64, F(workload.seed), 0, 0, 1.8e19},
@@ -403,7 +405,7 @@ static const struct s_applies s_algo_opts[] = {
     {"theta", {"moniqua", NULL, NULL, NULL}},
     {"ef-alpha", {"localsgd", NULL, NULL, NULL}},
     {"saef-scope", {"localsgd", NULL, NULL, NULL}},
-    {"adapt", {"choco", NULL, NULL, NULL}},
+    {"adapt", {"choco", "powersgd", NULL, NULL}},
 };
 
 /* --- INI -------------------------------------------------------------- */
@@ -676,7 +678,9 @@ rumor_node_opts_check(const struct rumor_node_opts *o, struct rumor_diag *diag)
     static const char *const adapt_opts[] = {"comm-share",
                                              "adapt-density",
                                              "adapt-error",
-                                             "adapt-lambda"};
+                                             "adapt-lambda",
+                                             "adapt-rank-min",
+                                             "adapt-rank-max"};
     for (size_t i = 0; i < sizeof adapt_opts / sizeof adapt_opts[0]; i++)
         if (o->gossip.adapt[0] == '\0' && s_given(o, adapt_opts[i])) {
             rumor_diag_set(diag,

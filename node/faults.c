@@ -30,9 +30,11 @@
  * and the edge is up again from the next step. A node with every neighbour
  * down waits up to a span for a handshake before each step, so it cannot
  * race ahead of the network it will rejoin. A SYNC with JOIN comes from
- * a restarted process: the old edge state is dropped first. A node started
- * with --join sends SYNC with WANT_STATE and starts from the model and
- * step of the first neighbour that answers.
+ * a restarted process: the old edge state is dropped first (staged terms,
+ * and per-edge algorithm state, which both ends restart from what they
+ * derive alone); the restarted process does the same on its side. A node
+ * started with --join sends SYNC with WANT_STATE and starts from the model,
+ * optimizer state and step of the first neighbour that answers.
  */
 #include "node/faults.h"
 
@@ -67,6 +69,7 @@ struct s_peer {
     uint64_t probe_ns;   /* next SYNC while down */
     uint32_t backoff_ms; /* current probe interval */
     bool rejoin;         /* the next probe says JOIN (we restarted) */
+    bool joined;         /* its JOIN was taken since it was last down */
 };
 
 /* The test hook (RUMOR_FAULTS_POISON, docs/reliability.md): this node
@@ -90,6 +93,8 @@ struct node_faults {
     uint64_t ahead;     /* a neighbour's message of this later step came */
     uint8_t *state_buf; /* STATE messages sent to joiners */
     size_t state_cap;
+    uint8_t *optim_buf; /* the optimizer part of one */
+    size_t optim_cap;
     struct node_faults_stats st;
     struct s_poison poison[NODE_POISON_MAX];
     size_t npoison;
@@ -203,6 +208,7 @@ node_faults_destroy(node_faults **self_p)
     free(f->acked);
     free(f->have);
     free(f->state_buf);
+    free(f->optim_buf);
     free(f->bad);
     free(f);
     *self_p = NULL;
@@ -334,6 +340,7 @@ s_mark_down(node_faults *f, uint32_t peer, uint64_t step, const char *why)
     if (!p->up)
         return;
     p->up = false;
+    p->joined = false;
     p->backoff_ms = NODE_FAULTS_PROBE_MS;
     p->probe_ns = rumor_clock_ns();
     f->st.downs++;
@@ -378,7 +385,13 @@ s_send_data(node_faults *f,
     return rc;
 }
 
-/* Sends every up neighbour this node's ACK, then takes theirs. */
+/* Sends every up neighbour this node's ACK, then takes theirs from those
+ * whose message of the step came or with which a term waits: one that
+ * missed the deadline is likely gone, and waiting the grace for its ACK
+ * too would make this node late for its other neighbours, which would
+ * then skip it in turn (a dead node's neighbours would fall out of step
+ * with the rest of the ring). A skipped ACK is not lost: the next one
+ * lists the same steps. */
 static rumor_err
 s_acks(node_faults *f,
        rumor_net *net,
@@ -405,7 +418,9 @@ s_acks(node_faults *f,
     for (size_t k = 0; k < expected && rc == RUMOR_OK; k++) {
         uint32_t j = f->expect[k];
         struct rumor_net_msg msg;
-        if (!f->peer[j].up)
+        uint64_t oldest = 0;
+        if (!f->peer[j].up ||
+            (!f->have[k] && rumor_gossip_pending(g, j, &oldest) == 0))
             continue;
         rumor_err r = s_recv(f, net, j, step, NODE_ROUND_ACK, deadline, &msg);
         if (r == RUMOR_ETIMEDOUT) {
@@ -548,6 +563,20 @@ s_send_sync(node_faults *f,
     return rc == RUMOR_ETIMEDOUT ? RUMOR_OK : rc;
 }
 
+/* A buffer of at least need bytes in *buf (capacity *cap). */
+static rumor_err
+s_reserve(uint8_t **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return RUMOR_OK;
+    uint8_t *b = realloc(*buf, need);
+    if (b == NULL)
+        return RUMOR_ENOMEM;
+    *buf = b;
+    *cap = need;
+    return RUMOR_OK;
+}
+
 static rumor_err
 s_send_state(node_faults *f,
              rumor_net *net,
@@ -555,24 +584,44 @@ s_send_state(node_faults *f,
              const struct rumor_model *model,
              uint64_t next)
 {
-    size_t need = node_state_bytes(model);
-    if (need > f->state_cap) {
-        uint8_t *buf = realloc(f->state_buf, need);
-        if (buf == NULL)
-            return RUMOR_ENOMEM;
-        f->state_buf = buf;
-        f->state_cap = need;
+    size_t optim_len = 0;
+    rumor_err rc = RUMOR_OK;
+    if (f->o.optim != NULL) {
+        size_t n = rumor_optim_state_bytes(f->o.optim);
+        rc = s_reserve(&f->optim_buf, &f->optim_cap, n);
+        if (rc == RUMOR_OK)
+            rc = rumor_optim_save(f->o.optim, f->optim_buf, n, &optim_len);
     }
-    size_t len = node_state_encode(model, next, f->state_buf, f->state_cap);
-    rumor_err rc = s_send(f,
-                          net,
-                          peer,
-                          NODE_CTRL_STEP,
-                          NODE_ROUND_STATE,
-                          f->state_buf,
-                          len,
-                          rumor_clock_ns() + 1000 * NODE_FAULTS_MS);
+    size_t need = node_state_bytes(model, optim_len);
+    if (rc == RUMOR_OK)
+        rc = s_reserve(&f->state_buf, &f->state_cap, need);
+    if (rc != RUMOR_OK)
+        return rc;
+    size_t len = node_state_encode(model,
+                                   next,
+                                   f->optim_buf,
+                                   optim_len,
+                                   f->state_buf,
+                                   f->state_cap);
+    rc = s_send(f,
+                net,
+                peer,
+                NODE_CTRL_STEP,
+                NODE_ROUND_STATE,
+                f->state_buf,
+                len,
+                rumor_clock_ns() + 1000 * NODE_FAULTS_MS);
     return rc == RUMOR_ETIMEDOUT ? RUMOR_OK : rc;
+}
+
+/* True when this node holds a gossip message of peer j of a step at or
+ * after step (so j was gossiping with it then). */
+static bool
+s_held_since(rumor_gossip *g, uint32_t j, uint64_t step)
+{
+    struct rumor_gossip_ack a;
+    return rumor_gossip_ack_make(g, j, &a) == RUMOR_OK && a.count > 0 &&
+           a.held[a.count - 1] >= step;
 }
 
 /* Takes one SYNC (request or answer) from peer j. */
@@ -589,7 +638,18 @@ s_on_sync(node_faults *f,
     struct s_peer *p = &f->peer[j];
     if (!request && p->up)
         return RUMOR_OK; /* an answer to a probe already settled */
-    if (s->flags & NODE_SYNC_JOIN)
+    if (s->flags & NODE_SYNC_JOIN) {
+        /* a second probe of a join already taken (sent before our answer
+         * came) when the pair has gossiped since: forgetting again would
+         * reset per-edge state on this end only */
+        if (p->joined && s_held_since(g, j, s->step))
+            return RUMOR_OK;
+        rumor_gossip_edge_forget(g, j);
+        p->joined = true;
+    }
+    /* we restarted: our per-edge state is from a checkpoint, the peer's
+     * edge with us starts over (it forgets on our JOIN) */
+    if (p->rejoin)
         rumor_gossip_edge_forget(g, j);
     rumor_err rc = rumor_gossip_ack_take(g, j, &s->ack);
     /* a requester has started its step without us: meet it on the next */
@@ -603,8 +663,11 @@ s_on_sync(node_faults *f,
         rumor_gossip_fast_forward(g, theirs);
         *next = theirs;
     }
+    /* a restarted node answers with JOIN too: the probe it answers may be
+     * for its old incarnation */
+    uint32_t flags = p->rejoin ? NODE_SYNC_JOIN : 0;
     if (rc == RUMOR_OK && request)
-        rc = s_send_sync(f, net, g, j, NODE_ROUND_SYNC_RSP, 0, *next);
+        rc = s_send_sync(f, net, g, j, NODE_ROUND_SYNC_RSP, flags, *next);
     if (rc == RUMOR_OK && request && (s->flags & NODE_SYNC_WANT_STATE))
         rc = s_send_state(f, net, j, model, *next);
     if (!p->up || request) {
@@ -756,6 +819,24 @@ node_faults_restarted(node_faults *f)
 /* --- joining -----------------------------------------------------------------
  */
 
+/* Takes the optimizer state of a STATE message when it fits this node's
+ * optimizer (same kind and size, finite; true), else this node keeps its
+ * own fresh state (the model is taken either way). */
+static bool
+s_take_optim(node_faults *f, uint32_t j, const struct node_state_optim *o)
+{
+    if (f->o.optim == NULL || o->len == 0)
+        return false;
+    rumor_err rc = rumor_optim_load(f->o.optim, o->data, o->len);
+    if (rc != RUMOR_OK)
+        rumor_log(RUMOR_LOG_WARN,
+                  "node %u sent an optimizer state that does not fit (%s): "
+                  "starting from a fresh one",
+                  j,
+                  rumor_strerror(rc));
+    return rc == RUMOR_OK;
+}
+
 rumor_err
 node_faults_join(node_faults *f,
                  rumor_net *net,
@@ -788,17 +869,22 @@ node_faults_join(node_faults *f,
                                &msg) != RUMOR_OK)
                 continue;
             uint64_t step = 0;
-            rumor_err r = node_state_decode(msg.payload, msg.len, model, &step);
-            rumor_net_msg_free(&msg);
+            struct node_state_optim optim;
+            rumor_err r =
+                node_state_decode(msg.payload, msg.len, model, &step, &optim);
             if (r != RUMOR_OK) {
+                rumor_net_msg_free(&msg);
                 rumor_log(RUMOR_LOG_WARN,
                           "node %u sent a state that does not fit: %s",
                           j,
                           rumor_strerror(r));
                 continue;
             }
+            bool took = s_take_optim(f, j, &optim);
+            rumor_net_msg_free(&msg);
             rumor_log(RUMOR_LOG_WARN,
-                      "joined: model of node %u at step %llu",
+                      "joined: model%s of node %u at step %llu",
+                      took ? " and optimizer state" : "",
                       j,
                       (unsigned long long)step);
             rumor_gossip_fast_forward(g, step);

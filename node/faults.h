@@ -9,6 +9,7 @@
 
 #include "rumor/gossip.h"
 #include "rumor/net.h"
+#include "rumor/node.h"
 #include <stdatomic.h>
 
 typedef struct node_faults node_faults;
@@ -20,6 +21,9 @@ struct node_faults_opts {
     uint32_t deadline_ms;   /* the configured step deadline (a cap) */
     double deadline_factor; /* adaptive: factor on the recent waits; 0 off */
     bool join;              /* ask a neighbour for the model before step 0 */
+    /* borrowed, may be NULL: the optimizer whose state a STATE message
+     * carries (sent to joiners, taken when joining) */
+    rumor_optim *optim;
     /* borrowed: once a stop is requested, the rumor_clock_ns time by which
      * every wait ends (UINT64_MAX until then), so that a stop is never held
      * up by neighbours that have already gone */

@@ -93,6 +93,13 @@ s_add_num(cJSON *o, const char *name, double v)
 static bool
 s_add_adapt(cJSON *o, const rumor_gossip *g)
 {
+    struct rumor_gossip_rank_report rank;
+    if (g != NULL && rumor_gossip_adapt_rank(g, &rank)) {
+        cJSON *k = cJSON_AddObjectToObject(o, "adapt_rank");
+        return k != NULL && s_add_num(k, "rank", (double)rank.rank) &&
+               s_add_num(k, "rel_error", rank.rel_error) &&
+               s_add_num(k, "changes", (double)rank.changes);
+    }
     struct rumor_gossip_link_report lr[64];
     size_t links = g != NULL ? rumor_gossip_adapt_links(g, lr, 64) : 0;
     if (links == 0)

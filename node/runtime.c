@@ -685,6 +685,7 @@ s_faults_new(rumor_node *node)
                                   .deadline_ms = o->deadline_ms,
                                   .deadline_factor = o->deadline_factor,
                                   .join = o->join,
+                                  .optim = node->optim,
                                   .stop_by = &node->stop_by};
     rumor_err rc = node_faults_new(&fo, &node->faults);
     /* a lone restart re-synchronises with its neighbours; after a stop

@@ -12,12 +12,19 @@
  *
  * STATE carries a live neighbour's model to a node that joins late or
  * restarts without a checkpoint: the step, the tensor count, each tensor's
- * element count and its float32 values. The joiner checks every count
- * against its own model (which it built from the same options, so shapes
- * agree unless the peer is misconfigured or hostile) and every value for
- * finiteness before it copies anything. Optimizer state is not sent: the
- * momentum of another node belongs to another data shard, and rebuilds in
- * about 1 / (1 - beta) steps.
+ * element count and its float32 values, then (version 1) the neighbour's
+ * optimizer state as rumor_optim_save writes it. The joiner checks every
+ * count against its own model (which it built from the same options, so
+ * shapes agree unless the peer is misconfigured or hostile) and every
+ * value for finiteness before it copies anything; the optimizer bytes are
+ * only bounded here (exactly the rest of the message) and handed back
+ * borrowed, for rumor_optim_load, which checks kind, size and values. The
+ * momentum buffer is worth taking although it comes from another data
+ * shard: the models are close to consensus, so the smoothed gradients are
+ * too, while a buffer restarted from zero makes the joiner's steps up to
+ * 1 / (1 - beta) times (10x for beta 0.9) shorter than its neighbours'
+ * until it rebuilds, about 1 / (1 - beta) steps, so it trails the network
+ * it just joined. Version 0 (no optimizer part) is still accepted.
  *
  * Everything is little-endian; decoders are pure (fuzzed by
  * tests/fuzz/fuzz_statesync.c) and never trust a length.
@@ -87,9 +94,9 @@ node_sync_decode(const uint8_t *buf, size_t len, struct node_sync *out)
 }
 
 size_t
-node_state_bytes(const struct rumor_model *m)
+node_state_bytes(const struct rumor_model *m, size_t optim_len)
 {
-    size_t n = NODE_STATE_HEADER_BYTES;
+    size_t n = NODE_STATE_HEADER_BYTES + 8 + optim_len;
     for (size_t t = 0; t < m->count; t++)
         n += 8 + rumor_tensor_numel(&m->tensors[t]) * sizeof(float);
     return n;
@@ -98,14 +105,16 @@ node_state_bytes(const struct rumor_model *m)
 size_t
 node_state_encode(const struct rumor_model *m,
                   uint64_t step,
+                  const uint8_t *optim,
+                  size_t optim_len,
                   uint8_t *out,
                   size_t cap)
 {
-    size_t need = node_state_bytes(m), at = NODE_STATE_HEADER_BYTES;
+    size_t need = node_state_bytes(m, optim_len), at = NODE_STATE_HEADER_BYTES;
     if (cap < need)
         return 0;
     s_put(out, STATE_MAGIC, 4);
-    s_put(out + 4, 0, 4);
+    s_put(out + 4, NODE_STATE_VERSION, 4);
     s_put(out + 8, step, 8);
     s_put(out + 16, m->count, 8);
     for (size_t t = 0; t < m->count; t++) {
@@ -114,12 +123,20 @@ node_state_encode(const struct rumor_model *m,
         memcpy(out + at + 8, m->tensors[t].data, n * sizeof(float));
         at += 8 + n * sizeof(float);
     }
+    s_put(out + at, optim_len, 8);
+    if (optim_len > 0)
+        memcpy(out + at + 8, optim, optim_len);
     return need;
 }
 
-/* Walks the tensors: checks (copy false) or copies (copy true). */
+/* Walks the tensors: checks (copy false) or copies (copy true); *end
+ * receives the offset after the last one. */
 static rumor_err
-s_state_walk(const uint8_t *buf, size_t len, struct rumor_model *m, bool copy)
+s_state_walk(const uint8_t *buf,
+             size_t len,
+             struct rumor_model *m,
+             bool copy,
+             size_t *end)
 {
     size_t at = NODE_STATE_HEADER_BYTES;
     for (size_t t = 0; t < m->count; t++) {
@@ -140,24 +157,54 @@ s_state_walk(const uint8_t *buf, size_t len, struct rumor_model *m, bool copy)
             memcpy(m->tensors[t].data, buf + at, n * sizeof(float));
         at += n * sizeof(float);
     }
-    return at == len ? RUMOR_OK : RUMOR_EPROTO;
+    *end = at;
+    return RUMOR_OK;
+}
+
+/* Version 1's tail after the tensors at `at`: u64 length, then exactly
+ * that many optimizer bytes to the end. */
+static rumor_err
+s_state_optim(const uint8_t *buf,
+              size_t len,
+              size_t at,
+              uint64_t version,
+              struct node_state_optim *optim)
+{
+    if (version == 0)
+        return at == len ? RUMOR_OK : RUMOR_EPROTO;
+    if (len - at < 8)
+        return RUMOR_EPROTO;
+    uint64_t n = s_get(buf + at, 8);
+    if (n != len - at - 8)
+        return RUMOR_EPROTO;
+    optim->data = n > 0 ? buf + at + 8 : NULL;
+    optim->len = (size_t)n;
+    return RUMOR_OK;
 }
 
 rumor_err
 node_state_decode(const uint8_t *buf,
                   size_t len,
                   struct rumor_model *m,
-                  uint64_t *step)
+                  uint64_t *step,
+                  struct node_state_optim *optim)
 {
     *step = 0;
+    *optim = (struct node_state_optim){NULL, 0};
+    uint64_t version = len >= 8 ? s_get(buf + 4, 4) : 0;
     if (len < NODE_STATE_HEADER_BYTES || s_get(buf, 4) != STATE_MAGIC ||
-        s_get(buf + 4, 4) != 0 || s_get(buf + 16, 8) != m->count ||
+        version > NODE_STATE_VERSION || s_get(buf + 16, 8) != m->count ||
         m->count > NODE_STATE_TENSORS_MAX)
         return RUMOR_EPROTO;
-    rumor_err rc = s_state_walk(buf, len, m, false);
-    if (rc != RUMOR_OK)
+    size_t end = 0;
+    rumor_err rc = s_state_walk(buf, len, m, false, &end);
+    if (rc == RUMOR_OK)
+        rc = s_state_optim(buf, len, end, version, optim);
+    if (rc != RUMOR_OK) {
+        *optim = (struct node_state_optim){NULL, 0};
         return rc;
-    (void)s_state_walk(buf, len, m, true);
+    }
+    (void)s_state_walk(buf, len, m, true, &end);
     *step = s_get(buf + 8, 8);
     return RUMOR_OK;
 }

@@ -17,6 +17,7 @@
 #define NODE_SYNC_JOIN          1u /* a new incarnation: forget the edge */
 #define NODE_SYNC_WANT_STATE    2u /* answer with a STATE message too */
 #define NODE_STATE_HEADER_BYTES 24
+#define NODE_STATE_VERSION      1u /* 1: an optimizer part after the model */
 #define NODE_STATE_TENSORS_MAX  RUMOR_GOSSIP_MAX_TENSORS
 
 struct node_sync {
@@ -33,24 +34,38 @@ size_t node_sync_encode(const struct node_sync *s, uint8_t *out, size_t cap);
 rumor_err
 node_sync_decode(const uint8_t *buf, size_t len, struct node_sync *out);
 
-/* Bytes of a STATE message for model m. */
-size_t node_state_bytes(const struct rumor_model *m);
+/* The optimizer part of a STATE message: rumor_optim_save's bytes,
+ * borrowed from the message (NULL and 0 when it has none). */
+struct node_state_optim {
+    const uint8_t *data;
+    size_t len;
+};
 
-/* Writes the STATE message of model m after `step` steps into out (cap
- * >= node_state_bytes(m)); returns the length or 0. */
+/* Bytes of a STATE message for model m and optim_len optimizer bytes. */
+size_t node_state_bytes(const struct rumor_model *m, size_t optim_len);
+
+/* Writes the STATE message (version NODE_STATE_VERSION) of model m after
+ * `step` steps, with the optimizer state optim[0..optim_len) (from
+ * rumor_optim_save; optim_len may be 0), into out (cap >=
+ * node_state_bytes); returns the length or 0. */
 size_t node_state_encode(const struct rumor_model *m,
                          uint64_t step,
+                         const uint8_t *optim,
+                         size_t optim_len,
                          uint8_t *out,
                          size_t cap);
 
-/* Checks a STATE message against the shapes of m (tensor count, element
- * counts, finite values) and only then copies it into m; *step receives
- * the sender's step. RUMOR_EPROTO (wrong magic, count or length) or
- * RUMOR_ENUMERIC (NaN or Inf), m unchanged on error. With m's data NULL
- * nothing is copied (a check only). */
+/* Checks a STATE message (version 0 or 1) against the shapes of m (tensor
+ * count, element counts, finite values) and the optimizer part's length
+ * against what is left, and only then copies the model into m; *step
+ * receives the sender's step and *optim the optimizer bytes (unchecked
+ * inside: rumor_optim_load checks them). RUMOR_EPROTO (wrong magic,
+ * version, count or length) or RUMOR_ENUMERIC (NaN or Inf), m unchanged
+ * and *optim empty on error. With m's data NULL nothing is copied. */
 rumor_err node_state_decode(const uint8_t *buf,
                             size_t len,
                             struct rumor_model *m,
-                            uint64_t *step);
+                            uint64_t *step,
+                            struct node_state_optim *optim);
 
 #endif

@@ -10,6 +10,8 @@
 #   Part 2, real processes (`rumor launch`, 8 nodes on loopback, Rumor's
 #   link shaping at 100 Mbit/s): wall-clock time to a target accuracy.
 #   Part 3, a modelled link whose rate drops 10x mid-run: the budget trace.
+#   Part 4 ("rank"), PowerSGD with fixed ranks and with the rank rule
+#   (`--adapt rule`) on digits in the simulator: bits and final accuracy.
 # usage: nice -n 10 scripts/adaptive-experiment.sh [RUMOR_BIN] [OUT_DIR]
 # defaults: build/bin/rumor and docs/. Writes OUT_DIR/adaptive-*.png and
 # prints the tables of docs/adaptive.md (also left in $WORK, with the raw
@@ -65,7 +67,7 @@ sim_task() { # task-name steps options
 }
 
 # PARTS selects what runs (a run interrupted can be resumed part by part)
-PARTS=${PARTS:-"digits synth real drop"}
+PARTS=${PARTS:-"digits synth real drop rank"}
 has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 
 echo "part 1: simulator" >&2
@@ -98,6 +100,36 @@ has drop && "$BIN" sim train --topology ring:8 --steps 200 --every 10 --link-rat
     --rate-drop 100:10 --link-latency-ms 1 $SYNTH --algo choco \
     --codec qsgd:bits=4 --gamma 0.5 --adapt rule --comm-share 0.2 \
     --adapt-trace "$WORK/drop-trace.csv" >"$WORK/drop.csv"
+
+echo "part 4: PowerSGD's rank" >&2
+RANK_METHODS='rank 1|--rank 1
+rank 2|--rank 2
+rank 4|--rank 4
+rank 8|--rank 8
+rule, adapt-error 0.5|--rank 1 --adapt rule --adapt-error 0.5 --adapt-rank-max 8
+rule, adapt-error 0.9|--rank 1 --adapt rule --adapt-error 0.9 --adapt-rank-max 8'
+has rank && {
+    printf '| method | total bits (8 nodes) | final accuracy |\n|---|---|---|\n'
+    echo "$RANK_METHODS" | while IFS='|' read -r label mopts; do
+        for seed in $SEEDS; do
+            # shellcheck disable=SC2086 # option list
+            "$BIN" sim train --topology ring:8 --workload mlp --dataset digits \
+                --algo powersgd --steps "$STEPS_DIGITS" --lr 0.1 \
+                --optim momentum --seed "$seed" $mopts | tail -n 1
+        done | awk -F, -v label="$label" '
+            { b[NR] = $2 / 1e6; a[NR] = 100 * $4; n = NR }  # bits per node
+            END {
+                for (i = 1; i <= n; i++) { mb += b[i] / n; ma += a[i] / n }
+                for (i = 1; i <= n; i++) {
+                    sb += (b[i] - mb) ^ 2; sa += (a[i] - ma) ^ 2
+                }
+                d = n > 1 ? n - 1 : 1
+                printf "| %s | %.1f ± %.1f Mbit | %.1f ± %.1f %% |\n",
+                    label, 8 * mb, 8 * sqrt(sb / d), ma, sqrt(sa / d)
+            }'
+    done
+} >"$WORK/rank.md"
+if has rank; then cat "$WORK/rank.md"; fi
 
 "$PY" bench/adaptive/summarize.py "$WORK" "$WORK"
 sh bench/adaptive/plots.sh "$WORK" "$OUT"

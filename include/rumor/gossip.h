@@ -82,13 +82,18 @@ struct rumor_gossip_opts {
     char saef_scope[RUMOR_GOSSIP_SAEF_BYTES];
     char adapt[RUMOR_GOSSIP_ADAPT_BYTES]; /* choco: "" (off), "fixed",
                         "rule" or "learned": the adaptive compression
-                        controller (docs/adaptive.md) */
+                        controller (docs/adaptive.md); powersgd: "fixed"
+                        or "rule" (the rank) */
     double comm_share;    /* adapt: target share of the step time spent
                              communicating, in [0, 1); 0: no link budget */
     double adapt_density; /* adapt without a link budget: message bytes
                              as a fraction of the dense fp32 message */
-    double adapt_error;   /* rule: quantization error budget per layer */
+    double adapt_error;   /* rule: quantization error budget per layer;
+                             powersgd: relative approximation error */
     double adapt_lambda;  /* learned: weight of bits in the surrogate loss */
+
+    size_t adapt_rank_min; /* powersgd rule: lowest rank (0: 1) */
+    size_t adapt_rank_max; /* powersgd rule: highest rank (0: 4 x rank) */
 };
 
 /* Defaults: algo "dpsgd", codec "qsgd:bits=4", gamma 1, rank 1,
@@ -250,6 +255,22 @@ rumor_gossip_adapt_layers(const rumor_gossip *g,
                           struct rumor_gossip_layer_report *out,
                           size_t cap);
 
+/* PowerSGD's rank under opts.adapt (docs/adaptive.md): "rule" picks it
+ * every step from the relative approximation error
+ * sqrt(sum ||M - P Q^T||^2 / sum ||M||^2) summed over every node (the
+ * sums ride with P, so every node picks the same rank); "fixed" keeps
+ * opts.rank and reports this node's own error. */
+struct rumor_gossip_rank_report {
+    size_t rank;      /* the rank of the next step */
+    double rel_error; /* the last error seen (< 0: none yet) */
+    uint64_t changes; /* rank changes so far */
+};
+
+/* Fills *out and returns true for powersgd with opts.adapt; false (out
+ * untouched) otherwise. */
+RUMOR_API bool rumor_gossip_adapt_rank(const rumor_gossip *g,
+                                       struct rumor_gossip_rank_report *out);
+
 /* --- skipping neighbours (gossip/edges.c; docs/reliability.md) --------- */
 
 /* A neighbour that misses a step's deadline is skipped for that step, and
@@ -258,8 +279,10 @@ rumor_gossip_adapt_layers(const rumor_gossip *g,
  * arrived (it "holds" that step of the edge), acknowledgements tell the
  * peer which steps this node holds, and rumor_gossip_commit applies the
  * terms both ends hold. Protocol: docs/protocol.md, "Edge
- * acknowledgements". Only algorithms whose edge terms are pure model
- * differences support it (rumor_gossip_can_skip: dpsgd). */
+ * acknowledgements". Supported by dpsgd, deepsqueeze, moniqua, choco
+ * (without an adaptive controller) and powergossip (one iteration per
+ * step), whose per-edge state (copies, factors) changes only with a
+ * committed term (rumor_gossip_can_skip). */
 
 #define RUMOR_GOSSIP_ACK_MAX_STEPS    64 /* held steps listed in one ack */
 #define RUMOR_GOSSIP_ACK_HEADER_BYTES 16
@@ -332,7 +355,8 @@ RUMOR_API size_t rumor_gossip_pending(const rumor_gossip *g,
 
 /* The peer restarted (a new incarnation): its held steps mean nothing
  * any more, so the terms staged with it and what this node holds from it
- * are dropped. */
+ * are dropped, and the edge's algorithm state starts over from what both
+ * ends derive alone (PowerGossip: the pair's seed; CHOCO: zero copies). */
 RUMOR_API void rumor_gossip_edge_forget(rumor_gossip *g, uint32_t peer);
 
 /* The node jumps to step (readmission): steps below it count as decided,

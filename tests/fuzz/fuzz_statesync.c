@@ -30,8 +30,15 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct rumor_tensor t[2] = {{a, 2, {2, 3}}, {b, 1, {3}}};
     struct rumor_model m = {t, 2};
     uint64_t step = 0;
-    if (node_state_decode(data, size, &m, &step) != RUMOR_OK &&
-        (memcmp(a, a0, sizeof a) != 0 || memcmp(b, b0, sizeof b) != 0))
+    struct node_state_optim optim;
+    rumor_err rc = node_state_decode(data, size, &m, &step, &optim);
+    if (rc != RUMOR_OK &&
+        (memcmp(a, a0, sizeof a) != 0 || memcmp(b, b0, sizeof b) != 0 ||
+         optim.data != NULL || optim.len != 0))
+        abort();
+    /* the optimizer part lies inside the message, at its end */
+    if (rc == RUMOR_OK && optim.len > 0 &&
+        (optim.data < data || optim.data + optim.len != data + size))
         abort();
     return 0;
 }

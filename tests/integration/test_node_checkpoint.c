@@ -23,6 +23,7 @@
  */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "tests/cmocka_compat.h"
+#include "tests/integration/test_node_common.h"
 
 #include "rumor/node.h"
 
@@ -50,87 +51,6 @@
 
 /* --- helpers ---------------------------------------------------------- */
 
-static const char *
-s_bin(void)
-{
-    const char *bin = getenv("RUMOR_BIN");
-    if (bin == NULL)
-        fail_msg("RUMOR_BIN is not set");
-    return bin;
-}
-
-static void
-s_pause_us(long us)
-{
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
-}
-
-/* Starts RUMOR_BIN with args (NULL-terminated), output appended to out. */
-static pid_t
-s_start(const char *const *args, const char *out)
-{
-    const char *argv[ARGS_MAX] = {"rumor"};
-    size_t n = 1;
-    for (; args[n - 1] != NULL && n < ARGS_MAX - 1; n++)
-        argv[n] = args[n - 1];
-    argv[n] = NULL;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, STDOUT_FILENO);
-            dup2(fd, STDERR_FILENO);
-            close(fd);
-        }
-        execv(s_bin(), (char *const *)argv);
-        _exit(127);
-    }
-    assert_true(pid > 0);
-    return pid;
-}
-
-/* Exit status (128 + signal when killed); kills and fails past limit. */
-static int
-s_wait(pid_t pid, uint64_t limit_ms)
-{
-    uint64_t deadline = rumor_clock_ns() + limit_ms * 1000000ull;
-    for (;;) {
-        int st = 0;
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        if (rumor_clock_ns() > deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            fail_msg("process %d still running after %llu ms",
-                     (int)pid,
-                     (unsigned long long)limit_ms);
-        }
-        s_pause_us(500);
-    }
-}
-
-static int
-s_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void
-s_show(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    char line[512];
-    while (f != NULL && fgets(line, sizeof line, f) != NULL)
-        fprintf(stderr, "  | %s", line);
-    if (f != NULL)
-        fclose(f);
-}
-
 /* A port nothing listens on now (the kernel's pick for port 0). */
 static int
 s_free_port(void)
@@ -154,7 +74,7 @@ s_teardown(void **state)
 {
     (void)state;
     if (s_dir[0] != '\0')
-        nftw(s_dir, s_rm, 16, FTW_DEPTH | FTW_PHYS);
+        nftw(s_dir, tnc_rm, 16, FTW_DEPTH | FTW_PHYS);
     s_dir[0] = '\0';
     return 0;
 }
@@ -202,7 +122,7 @@ s_start_single(const struct run *r, const char *const *extra)
     for (size_t k = 0; extra[k] != NULL && n < ARGS_MAX - 1; k++)
         args[n++] = extra[k];
     args[n] = NULL;
-    return s_start(args, r->out);
+    return tnc_start(args, r->out);
 }
 
 /* Step of node's newest good checkpoint in dir, or -1. */
@@ -232,7 +152,7 @@ s_poll_checkpoint(const char *dir, uint32_t node, long long step, pid_t pid)
     while (s_newest(dir, node) < step) {
         if (rumor_clock_ns() > deadline || waitpid(pid, NULL, WNOHANG) == pid)
             fail_msg("no checkpoint of step %lld in %s", step, dir);
-        s_pause_us(200);
+        tnc_pause_us(200);
     }
 }
 
@@ -255,7 +175,7 @@ s_poll_lines(const char *path, size_t lines)
     while (s_lines(path) < lines) {
         if (rumor_clock_ns() > deadline)
             fail_msg("%s: fewer than %zu lines", path, lines);
-        s_pause_us(500);
+        tnc_pause_us(500);
     }
 }
 
@@ -339,9 +259,9 @@ test_kill9__during_checkpoint_writes__newest_good_file_always_intact(
         /* a new checkpoint proves the run got going; then a random
          * moment, most of which a node spends writing checkpoints */
         s_poll_checkpoint(r.ckpt, 0, before + 1, pid);
-        s_pause_us((long)(rand_r(&seed) % 20000));
+        tnc_pause_us((long)(rand_r(&seed) % 20000));
         assert_int_equal(kill(pid, SIGKILL), 0);
-        assert_int_equal(s_wait(pid, LIMIT_MS), 128 + SIGKILL);
+        assert_int_equal(tnc_wait(pid, LIMIT_MS), 128 + SIGKILL);
         /* keep is 2, but a kill between the rename and the pruning
          * leaves one more, until a later write prunes */
         assert_true(s_check_all_decode(r.ckpt, &temps) >= 1);
@@ -368,9 +288,9 @@ test_kill9__during_checkpoint_writes__newest_good_file_always_intact(
                            steps,
                            "--resume",
                            NULL};
-    int st = s_wait(s_start_single(&r, extra), LIMIT_MS);
+    int st = tnc_wait(s_start_single(&r, extra), LIMIT_MS);
     if (st != 0)
-        s_show(r.out);
+        tnc_show(r.out);
     assert_int_equal(st, 0);
 }
 
@@ -398,7 +318,7 @@ test_resume__single_node_killed__bit_identical_to_uninterrupted(void **state)
                            "--checkpoint-dir",
                            m1,
                            NULL};
-    assert_int_equal(s_wait(s_start_single(&r, whole), LIMIT_MS), 0);
+    assert_int_equal(tnc_wait(s_start_single(&r, whole), LIMIT_MS), 0);
     /* the killed run has no end of its own (the model does not depend on
      * --steps), so the kill always interrupts it */
     const char *first[] = {MLP_ARGS,
@@ -412,15 +332,15 @@ test_resume__single_node_killed__bit_identical_to_uninterrupted(void **state)
     pid_t pid = s_start_single(&r, first);
     s_poll_checkpoint(r.ckpt, 0, 14, pid);
     assert_int_equal(kill(pid, SIGKILL), 0);
-    assert_int_equal(s_wait(pid, LIMIT_MS), 128 + SIGKILL);
+    assert_int_equal(tnc_wait(pid, LIMIT_MS), 128 + SIGKILL);
     long long at = s_newest(r.ckpt, 0);
     if (at < 14 || at >= 1500)
         fail_msg("killed after step %lld, not in [14, 1500)", at);
     const char *again[] =
         {MLP_ARGS, "--steps", "1500", "--metrics-dir", m2, "--resume", NULL};
-    int st = s_wait(s_start_single(&r, again), LIMIT_MS);
+    int st = tnc_wait(s_start_single(&r, again), LIMIT_MS);
     if (st != 0)
-        s_show(r.out);
+        tnc_show(r.out);
     assert_int_equal(st, 0);
 #undef MLP_ARGS
     if (!s_same_file(f1, f2))
@@ -453,10 +373,10 @@ test_sigterm__single_node__exits_0_in_a_deadline_with_final_checkpoint(
     s_poll_lines(metrics, 20);
     uint64_t t0 = rumor_clock_ns();
     assert_int_equal(kill(pid, SIGTERM), 0);
-    int st = s_wait(pid, LIMIT_MS);
+    int st = tnc_wait(pid, LIMIT_MS);
     double ms = (double)(rumor_clock_ns() - t0) / 1e6;
     if (st != 0)
-        s_show(r.out);
+        tnc_show(r.out);
     assert_int_equal(st, 0);
     if (ms > DEADLINE_MS)
         fail_msg("exit %.0f ms after SIGTERM, deadline %d ms", ms, DEADLINE_MS);
@@ -493,7 +413,7 @@ s_ring_new(struct ring *g)
     }
     const char *args[] =
         {"topo", "gen", "ring", "4", "--local", "--out", g->topo, NULL};
-    assert_int_equal(s_wait(s_start(args, g->out[0]), LIMIT_MS), 0);
+    assert_int_equal(tnc_wait(tnc_start(args, g->out[0]), LIMIT_MS), 0);
 }
 
 /* Starts the four nodes with the common options and extra. */
@@ -533,7 +453,7 @@ s_ring_start(const struct ring *g,
         if (resume)
             args[n++] = "--resume";
         args[n] = NULL;
-        pids[i] = s_start(args, g->out[i]);
+        pids[i] = tnc_start(args, g->out[i]);
     }
 }
 
@@ -542,10 +462,10 @@ s_ring_wait_ok(const struct ring *g, const pid_t *pids, const char *what)
 {
     int st[RING];
     for (int i = 0; i < RING; i++) /* all of them, before any failure */
-        st[i] = s_wait(pids[i], LIMIT_MS);
+        st[i] = tnc_wait(pids[i], LIMIT_MS);
     for (int i = 0; i < RING; i++)
         if (st[i] != 0) {
-            s_show(g->out[i]);
+            tnc_show(g->out[i]);
             fail_msg("%s: node %d exited %d", what, i, st[i]);
         }
 }

@@ -30,6 +30,7 @@
  */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "tests/cmocka_compat.h"
+#include "tests/integration/test_node_common.h"
 
 #include "rumor/gossip.h"
 #include "rumor/net.h"
@@ -64,77 +65,6 @@ struct cluster {
 
 /* --- helpers ---------------------------------------------------------- */
 
-static const char *
-s_bin(void)
-{
-    const char *bin = getenv("RUMOR_BIN");
-    if (bin == NULL)
-        fail_msg("RUMOR_BIN is not set");
-    return bin;
-}
-
-static void
-s_pause_1ms(void)
-{
-    struct timespec ts = {0, 1000000};
-    nanosleep(&ts, NULL);
-}
-
-/* Starts RUMOR_BIN with args (NULL-terminated), output to out_path. */
-static pid_t
-s_start(const char *const *args, const char *out_path)
-{
-    const char *argv[ARGS_MAX] = {"rumor"};
-    size_t n = 1;
-    for (; args[n - 1] != NULL && n < ARGS_MAX - 1; n++)
-        argv[n] = args[n - 1];
-    argv[n] = NULL;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(out_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, STDOUT_FILENO);
-            dup2(fd, STDERR_FILENO);
-            close(fd);
-        }
-        execv(s_bin(), (char *const *)argv);
-        _exit(127);
-    }
-    assert_true(pid > 0);
-    return pid;
-}
-
-/* Waits for pid until limit_ms; kills it and fails past that. */
-static int
-s_wait(pid_t pid, uint64_t limit_ms)
-{
-    uint64_t deadline = rumor_clock_ns() + limit_ms * 1000000ull;
-    for (;;) {
-        int st = 0;
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid)
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        if (rumor_clock_ns() > deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            fail_msg("process %d still running after %llu ms",
-                     (int)pid,
-                     (unsigned long long)limit_ms);
-        }
-        s_pause_1ms();
-    }
-}
-
-static int
-s_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static void
 s_cluster_new(struct cluster *c)
 {
@@ -145,24 +75,13 @@ s_cluster_new(struct cluster *c)
     snprintf(c->out, sizeof c->out, "%s/launch.out", c->dir);
     const char *args[] =
         {"topo", "gen", "ring", "4", "--local", "--out", c->topo, NULL};
-    assert_int_equal(s_wait(s_start(args, c->out), RUN_LIMIT_MS), 0);
+    assert_int_equal(tnc_wait(tnc_start(args, c->out), RUN_LIMIT_MS), 0);
 }
 
 static void
 s_cluster_free(struct cluster *c)
 {
-    nftw(c->dir, s_rm, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void
-s_show(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    char line[512];
-    while (f != NULL && fgets(line, sizeof line, f) != NULL)
-        fprintf(stderr, "  | %s", line);
-    if (f != NULL)
-        fclose(f);
+    nftw(c->dir, tnc_rm, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* `rumor launch --topology T --metrics-dir RUN extra...`; returns status. */
@@ -178,7 +97,7 @@ s_launch(const struct cluster *c, const char *const *extra)
     for (size_t k = 0; extra[k] != NULL && n < ARGS_MAX - 1; k++)
         args[n++] = extra[k];
     args[n] = NULL;
-    return s_wait(s_start(args, c->out), RUN_LIMIT_MS);
+    return tnc_wait(tnc_start(args, c->out), RUN_LIMIT_MS);
 }
 
 static double
@@ -277,7 +196,7 @@ s_check_lsq(const char *const *algo)
     args[n] = NULL;
     int status = s_launch(&c, args);
     if (status != 0) {
-        s_show(c.out);
+        tnc_show(c.out);
         fail_msg("%s: launch exited %d", algo[1], status);
     }
     for (int i = 0; i < NODES; i++) {
@@ -410,9 +329,9 @@ static void
 s_check_plot(const struct cluster *c)
 {
     const char *args[] = {"plot", c->run, NULL};
-    int status = s_wait(s_start(args, c->out), RUN_LIMIT_MS);
+    int status = tnc_wait(tnc_start(args, c->out), RUN_LIMIT_MS);
     if (status != 0) {
-        s_show(c->out);
+        tnc_show(c->out);
         fail_msg("rumor plot exited %d", status);
     }
     static const char *const names[] = {"loss-vs-steps",
@@ -453,7 +372,7 @@ test_mlp_digits__powergossip_ring__reaches_90_percent(void **state)
                           NULL};
     int status = s_launch(&c, args);
     if (status != 0) {
-        s_show(c.out);
+        tnc_show(c.out);
         fail_msg("launch exited %d", status);
     }
     for (int i = 0; i < NODES; i++) {
@@ -571,7 +490,7 @@ s_check_bytes(const struct rumor_gossip_opts *go, const char *const *algo)
     args[n] = NULL;
     int status = s_launch(&c, args);
     if (status != 0) {
-        s_show(c.out);
+        tnc_show(c.out);
         fail_msg("%s: launch exited %d", go->algo, status);
     }
     double sim[NODES], loss[NODES];
@@ -665,7 +584,7 @@ s_expect_refused(const char *const *args, const char *needle)
     int fd = mkstemp(out);
     assert_true(fd >= 0);
     close(fd);
-    int status = s_wait(s_start(args, out), RUN_LIMIT_MS);
+    int status = tnc_wait(tnc_start(args, out), RUN_LIMIT_MS);
     FILE *f = fopen(out, "r");
     char text[2048] = {0};
     size_t got = f != NULL ? fread(text, 1, sizeof text - 1, f) : 0;
@@ -913,7 +832,7 @@ s_start_long_run(const struct cluster *c, const char *deadline_ms, pid_t *kids)
                           "--deadline-ms",
                           deadline_ms,
                           NULL};
-    pid_t launch = s_start(args, c->out);
+    pid_t launch = tnc_start(args, c->out);
     uint64_t deadline = rumor_clock_ns() + RUN_LIMIT_MS * 1000000ull;
     for (;;) {
         size_t ready = 0;
@@ -930,10 +849,10 @@ s_start_long_run(const struct cluster *c, const char *deadline_ms, pid_t *kids)
             return launch;
         if (rumor_clock_ns() > deadline) {
             kill(launch, SIGKILL);
-            s_show(c->out);
+            tnc_show(c->out);
             fail_msg("the nodes did not start training");
         }
-        s_pause_1ms();
+        tnc_pause_us(1000);
     }
 }
 
@@ -967,11 +886,11 @@ test_launch__sigint__forwarded_and_no_node_left(void **state)
     pid_t kids[NODES];
     pid_t launch = s_start_long_run(&c, "10000", kids);
     assert_int_equal(kill(launch, SIGINT), 0);
-    int status = s_wait(launch, RUN_LIMIT_MS);
+    int status = tnc_wait(launch, RUN_LIMIT_MS);
     s_expect_gone(kids, NODES);
     if (status != 130 || !s_contains(c.out, "forwarding to the nodes") ||
         !s_contains(c.out, "exited with status 130")) {
-        s_show(c.out);
+        tnc_show(c.out);
         fail_msg("launch exited %d after SIGINT", status);
     }
     for (int i = 0; i < NODES; i++) {
@@ -996,7 +915,7 @@ test_launch__node_killed__neighbours_stop_and_launch_fails(void **state)
             victim = kids[k];
     assert_true(victim > 0);
     assert_int_equal(kill(victim, SIGKILL), 0);
-    int status = s_wait(launch, RUN_LIMIT_MS);
+    int status = tnc_wait(launch, RUN_LIMIT_MS);
     s_expect_gone(kids, NODES);
     /* Which neighbour notices first is a race: launch stops the others as
      * soon as one child fails, so they may report the missing node 2, a
@@ -1004,7 +923,7 @@ test_launch__node_killed__neighbours_stop_and_launch_fails(void **state)
      * outcome: a failed run, the dead node named, no process left. */
     if (status != 1 || !s_contains(c.out, "node 2 killed by signal 9") ||
         !s_contains(c.out, "a node failed")) {
-        s_show(c.out);
+        tnc_show(c.out);
         fail_msg("launch exited %d after node 2 died", status);
     }
     s_cluster_free(&c);

@@ -167,6 +167,25 @@ struct cluster {
     rumor_simlink *links;
 };
 
+/* Makes node i's instance on its model c->x[i]. */
+static void
+s_node_new(struct cluster *c, size_t i, const struct rumor_gossip_opts *o)
+{
+    struct rumor_tensor ts[S_LAYERS];
+    size_t at = 0;
+    for (size_t t = 0; t < S_LAYERS; t++) {
+        ts[t] = (struct rumor_tensor){c->x[i] + at, 2, {0}};
+        ts[t].shape[0] = s_shape[t][0];
+        ts[t].shape[1] = s_shape[t][1];
+        at += s_shape[t][0] * s_shape[t][1];
+    }
+    struct rumor_model m = {ts, S_LAYERS};
+    struct rumor_diag diag = {0};
+    assert_int_equal(
+        rumor_gossip_new(o, c->topo, (uint32_t)i, &m, &c->g[i], &diag),
+        RUMOR_OK);
+}
+
 static void
 s_cluster_new(struct cluster *c,
               const char *topo,
@@ -187,18 +206,7 @@ s_cluster_new(struct cluster *c,
         c->x[i] = malloc(c->numel * sizeof(float));
         assert_non_null(c->x[i]);
         s_fill_random(c->x[i], c->numel, 100 + i);
-        struct rumor_tensor ts[S_LAYERS];
-        size_t at = 0;
-        for (size_t t = 0; t < S_LAYERS; t++) {
-            ts[t] = (struct rumor_tensor){c->x[i] + at, 2, {0}};
-            ts[t].shape[0] = s_shape[t][0];
-            ts[t].shape[1] = s_shape[t][1];
-            at += s_shape[t][0] * s_shape[t][1];
-        }
-        struct rumor_model m = {ts, S_LAYERS};
-        assert_int_equal(
-            rumor_gossip_new(o, c->topo, (uint32_t)i, &m, &c->g[i], &diag),
-            RUMOR_OK);
+        s_node_new(c, i, o);
     }
     assert_int_equal(rumor_sim_new(c->g, c->n, &c->sim), RUMOR_OK);
     if (lo != NULL)
@@ -461,6 +469,129 @@ test_fixed__stochastic_and_sparse_codecs__same_bits_as_no_adapt(void **state)
     s_check_fixed("dgc:ratio=0.05");
 }
 
+/* --- checkpoints -------------------------------------------------------- */
+
+/* Saves every node's state, makes new instances (with a new sim and new
+ * modelled links) and loads the states into them. */
+static void
+s_cluster_resume(struct cluster *c,
+                 const struct rumor_gossip_opts *o,
+                 const struct rumor_simlink_opts *lo)
+{
+    rumor_simlink_destroy(&c->links);
+    rumor_sim_destroy(&c->sim);
+    for (size_t i = 0; i < c->n; i++) {
+        rumor_buf b;
+        rumor_buf_init(&b, 1u << 26);
+        assert_int_equal(rumor_gossip_state_save(c->g[i], &b), RUMOR_OK);
+        rumor_gossip_destroy(&c->g[i]);
+        s_node_new(c, i, o);
+        struct rumor_diag diag = {0};
+        assert_int_equal(rumor_gossip_state_load(c->g[i], b.data, b.len, &diag),
+                         RUMOR_OK);
+        rumor_buf_free(&b);
+    }
+    assert_int_equal(rumor_sim_new(c->g, c->n, &c->sim), RUMOR_OK);
+    assert_int_equal(rumor_simlink_new(c->sim, c->g, c->n, lo, &c->links),
+                     RUMOR_OK);
+}
+
+/* A run resumed from saved states (twice) against the uninterrupted one:
+ * the same models, bytes per step and settings at every step. Without
+ * the controller's state in the checkpoint the budgets restart from
+ * adapt-density and the bytes differ. */
+static void
+s_check_resume(const char *ctl)
+{
+    struct rumor_gossip_opts o;
+    s_opts(&o, ctl, "qsgd:bits=4");
+    o.comm_share = 0.2;
+    struct rumor_simlink_opts lo = {.compute_s = 0.005,
+                                    .latency_s = 0.001,
+                                    .rates = {1e7, 1e8},
+                                    .rate_count = 2};
+    struct cluster a, b;
+    s_cluster_new(&a, "ring:4", &o, &lo);
+    s_cluster_new(&b, "ring:4", &o, &lo);
+    uint64_t sent_a = 0, sent_b = 0;
+    for (uint64_t step = 0; step < 16; step++) {
+        if (step == 6 || step == 11) {
+            sent_b += rumor_sim_bytes_sent(b.sim, 0);
+            s_cluster_resume(&b, &o, &lo);
+        }
+        s_cluster_step(&a, step);
+        s_cluster_step(&b, step);
+        for (size_t i = 0; i < a.n; i++)
+            assert_memory_equal(a.x[i], b.x[i], a.numel * sizeof(float));
+        struct rumor_gossip_link_report la[2], lb[2];
+        assert_int_equal(rumor_gossip_adapt_links(a.g[0], la, 2), 2);
+        assert_int_equal(rumor_gossip_adapt_links(b.g[0], lb, 2), 2);
+        for (size_t l = 0; l < 2; l++) {
+            assert_int_equal(la[l].budget, lb[l].budget);
+            assert_int_equal(la[l].bytes, lb[l].bytes);
+            assert_true(la[l].rate_bytes_s == lb[l].rate_bytes_s);
+        }
+    }
+    sent_a = rumor_sim_bytes_sent(a.sim, 0);
+    sent_b += rumor_sim_bytes_sent(b.sim, 0);
+    assert_int_equal(sent_a, sent_b);
+    s_cluster_free(&a);
+    s_cluster_free(&b);
+}
+
+static void
+test_state__rule_and_learned_resumed__bit_identical(void **state)
+{
+    (void)state;
+    s_check_resume("rule");
+    s_check_resume("learned");
+}
+
+/* A controller state that does not fit the instance is refused whole. */
+static void
+test_state__bad_controller_part__refused_and_unchanged(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_opts(&o, "rule", "qsgd:bits=4");
+    o.comm_share = 0.2;
+    struct rumor_simlink_opts lo = {.compute_s = 0.005,
+                                    .rates = {1e7},
+                                    .rate_count = 1};
+    struct cluster c;
+    s_cluster_new(&c, "ring:4", &o, &lo);
+    for (uint64_t step = 0; step < 4; step++)
+        s_cluster_step(&c, step);
+    rumor_buf b, after;
+    rumor_buf_init(&b, 1u << 26);
+    rumor_buf_init(&after, 1u << 26);
+    assert_int_equal(rumor_gossip_state_save(c.g[0], &b), RUMOR_OK);
+    /* the controller's part starts after the header (64 bytes) and the
+     * per-link copies and sums (4 x numel doubles): compute_s, theta, the
+     * link count, the layer count, then link 0's peer id */
+    size_t at = 64 + 4 * c.numel * 8 + 8 + 8 * 5;
+    uint64_t links = 0;
+    memcpy(&links, b.data + at, 8);
+    assert_int_equal(links, 2);
+    uint32_t peer = 0, other = 3;
+    memcpy(&peer, b.data + at + 16, 4);
+    assert_int_equal(peer, 1);
+    memcpy(b.data + at + 16, &other, 4); /* link 0 names node 3 */
+    struct rumor_diag diag = {0};
+    assert_int_equal(rumor_gossip_state_load(c.g[0], b.data, b.len, &diag),
+                     RUMOR_EPROTO);
+    memcpy(b.data + at + 16, &peer, 4);
+    assert_int_not_equal(
+        rumor_gossip_state_load(c.g[0], b.data, b.len - 3, &diag),
+        RUMOR_OK);
+    assert_int_equal(rumor_gossip_state_save(c.g[0], &after), RUMOR_OK);
+    assert_int_equal(after.len, b.len);
+    assert_memory_equal(after.data, b.data, b.len);
+    rumor_buf_free(&b);
+    rumor_buf_free(&after);
+    s_cluster_free(&c);
+}
+
 /* --- options
  * ------------------------------------------------------------------ */
 
@@ -511,6 +642,9 @@ main(int argc, char **argv)
             test_per_link__mixed_rates__messages_differ_and_average_kept),
         cmocka_unit_test(
             test_fixed__stochastic_and_sparse_codecs__same_bits_as_no_adapt),
+        cmocka_unit_test(test_state__rule_and_learned_resumed__bit_identical),
+        cmocka_unit_test(
+            test_state__bad_controller_part__refused_and_unchanged),
         cmocka_unit_test(
             test_options__adapt_outside_choco_or_unknown__rejected),
     };

@@ -1,11 +1,15 @@
 /*
- * Skipping neighbours (gossip/edges.c) in one process: D-PSGD nodes driven
- * by hand round by round, with messages and acknowledgements dropped at
- * random. The network average must stay where it was (1e-6) however many
- * are lost, and a control run that applies every term it receives without
- * waiting for the acknowledgement must lose it (so the check can fail).
- * Also: the ack codec, loss-free bits equal to the simulator, screening
- * (NaN, Inf, wrong size, clipping), and the state-sync codec.
+ * Skipping neighbours (gossip/edges.c) in one process: D-PSGD, PowerGossip,
+ * CHOCO and DeepSqueeze nodes (Moniqua: loss-free bits only) driven by hand
+ * round by round, with messages and acknowledgements dropped at random. The
+ * network average must stay where it was (1e-6) however many are lost, and a
+ * control run that applies every term it receives without waiting for the
+ * acknowledgement must lose it (so the check can fail). For PowerGossip and
+ * CHOCO the per-edge state (factors, copies) must stay equal at both ends too,
+ * or their terms stop cancelling: the same average check sees it, and the
+ * models must still come together after the losses. Also: the ack codec,
+ * loss-free bits equal to the simulator, screening (NaN, Inf, wrong size,
+ * clipping), and the state-sync codec.
  */
 #include "tests/cmocka_compat.h"
 
@@ -19,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DIM 24
+#define DIM  24
+#define ROWS 4 /* the model: a ROWS x COLS matrix and a ROWS bias */
+#define COLS 5
 
 struct net {
     rumor_topology *topo;
@@ -29,7 +35,7 @@ struct net {
 };
 
 static void
-s_net_new(struct net *c, const char *spec, double clip)
+s_net_new_algo(struct net *c, const char *spec, double clip, const char *algo)
 {
     memset(c, 0, sizeof *c);
     struct rumor_diag diag = {0};
@@ -41,18 +47,29 @@ s_net_new(struct net *c, const char *spec, double clip)
     struct rumor_gossip_opts opts;
     rumor_gossip_opts_default(&opts);
     opts.clip_norm = clip;
+    snprintf(opts.algo, sizeof opts.algo, "%s", algo);
+    if (strcmp(algo, "choco") == 0 || strcmp(algo, "deepsqueeze") == 0)
+        opts.gamma = 0.5;
+    opts.theta = 30; /* moniqua: the models start up to 24 apart */
     for (size_t i = 0; i < c->n; i++) {
         c->x[i] = malloc(DIM * sizeof(float));
         struct rumor_rng rng;
         rumor_rng_init(&rng, 7, i);
         for (size_t e = 0; e < DIM; e++)
             c->x[i][e] = (float)(rumor_rng_normal(&rng) + 3.0 * (double)i);
-        struct rumor_tensor t = {c->x[i], 1, {DIM}};
-        struct rumor_model m = {&t, 1};
+        struct rumor_tensor t[2] = {{c->x[i], 2, {ROWS, COLS}},
+                                    {c->x[i] + ROWS * COLS, 1, {ROWS}}};
+        struct rumor_model m = {t, 2};
         assert_int_equal(
             rumor_gossip_new(&opts, c->topo, (uint32_t)i, &m, &c->g[i], &diag),
             RUMOR_OK);
     }
+}
+
+static void
+s_net_new(struct net *c, const char *spec, double clip)
+{
+    s_net_new_algo(c, spec, clip, "dpsgd");
 }
 
 static void
@@ -122,9 +139,13 @@ s_step(struct net *c,
             rumor_gossip_absorb_partial(c->g[i], step, 0, inbox, got),
             RUMOR_OK);
     }
-    for (size_t i = 0; i < c->n; i++)
-        for (size_t m = 0; m < outn[i]; m++) {
-            uint32_t j = out[i][m].peer;
+    /* every neighbour gets an ack, sent to or not (as node/faults.c) */
+    for (size_t i = 0; i < c->n; i++) {
+        size_t peers = 0;
+        const uint32_t *nbr =
+            rumor_topology_neighbors(c->topo, 0, (uint32_t)i, &peers, NULL);
+        for (size_t m = 0; m < peers; m++) {
+            uint32_t j = nbr[m];
             struct rumor_gossip_ack a;
             assert_int_equal(rumor_gossip_ack_make(c->g[i], j, &a), RUMOR_OK);
             if (trust_receipt) {
@@ -147,6 +168,7 @@ s_step(struct net *c,
             assert_int_equal(rumor_gossip_ack_take(c->g[j], (uint32_t)i, &back),
                              RUMOR_OK);
         }
+    }
     for (size_t i = 0; i < c->n; i++) {
         size_t applied = 0;
         assert_int_equal(rumor_gossip_commit(c->g[i], &applied), RUMOR_OK);
@@ -180,14 +202,16 @@ test_ack__round_trip_and_bad_inputs__rejected(void **state)
     assert_int_equal(rumor_gossip_ack_encode(&a, buf, 10), 0);
 }
 
+/* 600 steps losing 30 % of messages and acks, then two loss-free ones:
+ * nothing left staged, the average where it was (1e-6), the spread down
+ * by the factor given. */
 static void
-test_skip__random_drops_600_steps__average_kept_to_1e6(void **state)
+s_drops_keep_average(const char *algo, double shrink)
 {
-    (void)state;
     const char *specs[] = {"ring:8", "torus:3x3", "complete:5"};
     for (size_t s = 0; s < 3; s++) {
         struct net c;
-        s_net_new(&c, specs[s], 0);
+        s_net_new_algo(&c, specs[s], 0, algo);
         double mean0[DIM];
         for (size_t e = 0; e < DIM; e++)
             mean0[e] = s_mean(&c, e);
@@ -207,46 +231,60 @@ test_skip__random_drops_600_steps__average_kept_to_1e6(void **state)
         }
         for (size_t e = 0; e < DIM; e++)
             if (fabs(s_mean(&c, e) - mean0[e]) > 1e-6 * fmax(1, fabs(mean0[e])))
-                fail_msg("%s: element %zu: mean %.9g, was %.9g",
+                fail_msg("%s %s: element %zu: mean %.9g, was %.9g",
+                         algo,
                          specs[s],
                          e,
                          s_mean(&c, e),
                          mean0[e]);
         /* and the gossip did work: the models came together */
-        if (!(s_spread(&c) < 1e-3 * spread0))
-            fail_msg("%s: spread %g from %g", specs[s], s_spread(&c), spread0);
+        if (!(s_spread(&c) < shrink * spread0))
+            fail_msg("%s %s: spread %g from %g",
+                     algo,
+                     specs[s],
+                     s_spread(&c),
+                     spread0);
         s_net_free(&c);
     }
 }
 
 static void
-test_skip__applying_on_receipt__average_drifts(void **state)
+test_skip__random_drops_600_steps__average_kept_to_1e6(void **state)
 {
     (void)state;
-    struct net c;
-    s_net_new(&c, "ring:8", 0);
-    double mean0[DIM], worst = 0;
-    for (size_t e = 0; e < DIM; e++)
-        mean0[e] = s_mean(&c, e);
-    struct rumor_rng rng;
-    rumor_rng_init(&rng, 99, 0);
-    for (uint64_t step = 0; step < 50; step++)
-        s_step(&c, step, &rng, 0.3, true);
-    for (size_t e = 0; e < DIM; e++)
-        worst = fmax(worst, fabs(s_mean(&c, e) - mean0[e]));
-    /* the naive rule loses the average by far more than the tolerance */
-    if (!(worst > 1e-2))
-        fail_msg("drift %g: the control did not break the average", worst);
-    s_net_free(&c);
+    s_drops_keep_average("dpsgd", 1e-3);
 }
 
 static void
-test_skip__no_loss__same_bits_as_simulator(void **state)
+test_skip_powergossip__random_drops_600_steps__average_kept_to_1e6(void **state)
 {
     (void)state;
+    s_drops_keep_average("powergossip", 1e-3);
+}
+
+static void
+test_skip_choco__random_drops_600_steps__average_kept_to_1e6(void **state)
+{
+    (void)state;
+    s_drops_keep_average("choco", 1e-3);
+}
+
+static void
+test_skip_deepsqueeze__random_drops_600_steps__average_kept_to_1e6(void **state)
+{
+    (void)state;
+    /* DeepSqueeze with qsgd at 4 bits plateaus (test_gossip.c): 6.6x
+     * down in these 600 steps */
+    s_drops_keep_average("deepsqueeze", 0.3);
+}
+
+/* Loss-free, the staged path gives the simulator's bits. */
+static void
+s_same_bits_as_simulator(const char *algo)
+{
     struct net a, b;
-    s_net_new(&a, "torus:3x3", 0);
-    s_net_new(&b, "torus:3x3", 0);
+    s_net_new_algo(&a, "torus:3x3", 0, algo);
+    s_net_new_algo(&b, "torus:3x3", 0, algo);
     rumor_sim *sim = NULL;
     assert_int_equal(rumor_sim_new(b.g, b.n, &sim), RUMOR_OK);
     struct rumor_rng rng;
@@ -260,6 +298,51 @@ test_skip__no_loss__same_bits_as_simulator(void **state)
     rumor_sim_destroy(&sim);
     s_net_free(&a);
     s_net_free(&b);
+}
+
+static const char *const s_algos[] = {"dpsgd",
+                                      "powergossip",
+                                      "choco",
+                                      "deepsqueeze",
+                                      "moniqua"};
+#define ALGOS (sizeof s_algos / sizeof s_algos[0])
+/* Moniqua keeps the average only as well as its quantization noise lets
+ * it (test_gossip.c), so the control cannot tell a drift from it: the
+ * control runs the others. */
+#define ALGOS_EXACT (ALGOS - 1)
+
+static void
+test_skip__applying_on_receipt__average_drifts(void **state)
+{
+    (void)state;
+    for (size_t k = 0; k < ALGOS_EXACT; k++) {
+        struct net c;
+        s_net_new_algo(&c, "ring:8", 0, s_algos[k]);
+        double mean0[DIM], worst = 0;
+        for (size_t e = 0; e < DIM; e++)
+            mean0[e] = s_mean(&c, e);
+        struct rumor_rng rng;
+        rumor_rng_init(&rng, 99, 0);
+        for (uint64_t step = 0; step < 50; step++)
+            s_step(&c, step, &rng, 0.3, true);
+        for (size_t e = 0; e < DIM; e++)
+            worst = fmax(worst, fabs(s_mean(&c, e) - mean0[e]));
+        /* the naive rule loses the average by far more than the
+         * tolerance */
+        if (!(worst > 1e-2))
+            fail_msg("%s: drift %g: the control did not break the average",
+                     s_algos[k],
+                     worst);
+        s_net_free(&c);
+    }
+}
+
+static void
+test_skip__no_loss__same_bits_as_simulator(void **state)
+{
+    (void)state;
+    for (size_t k = 0; k < ALGOS; k++)
+        s_same_bits_as_simulator(s_algos[k]);
 }
 
 /* Node 0 of a 3-ring receives msg as node 1's message and a copy of
@@ -349,15 +432,18 @@ test_state__round_trip_then_bad_shapes_and_nan__rejected_unchanged(void **state)
     struct rumor_tensor t[2] = {{a, 2, {2, 3}}, {b, 1, {3}}};
     struct rumor_model m = {t, 2};
     uint8_t buf[256];
-    size_t len = node_state_encode(&m, 41, buf, sizeof buf);
-    assert_int_equal(len, node_state_bytes(&m));
-    assert_int_equal(node_state_encode(&m, 41, buf, len - 1), 0);
+    struct node_state_optim opt;
+    size_t len = node_state_encode(&m, 41, NULL, 0, buf, sizeof buf);
+    assert_int_equal(len, node_state_bytes(&m, 0));
+    assert_int_equal(node_state_encode(&m, 41, NULL, 0, buf, len - 1), 0);
     float c[6] = {0}, d[3] = {0};
     struct rumor_tensor u[2] = {{c, 2, {2, 3}}, {d, 1, {3}}};
     struct rumor_model into = {u, 2};
     uint64_t step = 0;
-    assert_int_equal(node_state_decode(buf, len, &into, &step), RUMOR_OK);
+    assert_int_equal(node_state_decode(buf, len, &into, &step, &opt), RUMOR_OK);
     assert_int_equal(step, 41);
+    assert_null(opt.data);
+    assert_int_equal(opt.len, 0);
     assert_memory_equal(c, a, sizeof a);
     assert_memory_equal(d, b, sizeof b);
     /* a model of another shape, a truncated message, a NaN: refused,
@@ -365,16 +451,86 @@ test_state__round_trip_then_bad_shapes_and_nan__rejected_unchanged(void **state)
     float e[5] = {0}, keep[5] = {0};
     struct rumor_tensor v[2] = {{e, 1, {5}}, {d, 1, {3}}};
     struct rumor_model other = {v, 2};
-    assert_int_equal(node_state_decode(buf, len, &other, &step), RUMOR_EPROTO);
+    assert_int_equal(node_state_decode(buf, len, &other, &step, &opt),
+                     RUMOR_EPROTO);
     assert_memory_equal(e, keep, sizeof e);
     memset(c, 0, sizeof c);
-    assert_int_equal(node_state_decode(buf, len - 4, &into, &step),
+    assert_int_equal(node_state_decode(buf, len - 4, &into, &step, &opt),
                      RUMOR_EPROTO);
     float nan = NAN;
-    memcpy(buf + len - 4, &nan, 4);
-    assert_int_equal(node_state_decode(buf, len, &into, &step), RUMOR_ENUMERIC);
+    memcpy(buf + len - 12, &nan, 4); /* the last float, before the u64 */
+    assert_int_equal(node_state_decode(buf, len, &into, &step, &opt),
+                     RUMOR_ENUMERIC);
     for (int k = 0; k < 6; k++)
         assert_true(c[k] == 0);
+    /* version 0 (no optimizer part) is still read */
+    memcpy(buf + len - 12, &a[5], 4);
+    buf[4] = 0;
+    assert_int_equal(node_state_decode(buf, len - 8, &into, &step, &opt),
+                     RUMOR_OK);
+    assert_memory_equal(c, a, sizeof a);
+    buf[4] = 2; /* an unknown version */
+    assert_int_equal(node_state_decode(buf, len, &into, &step, &opt),
+                     RUMOR_EPROTO);
+}
+
+/* --join takes the momentum buffer with the model: a STATE message from
+ * a node that has stepped carries its optimizer state, which a fresh
+ * optimizer of the same kind loads to the same bytes; one of another
+ * kind refuses it; a length that disagrees with the message is refused. */
+static void
+test_state__momentum_buffer__carried_and_loaded_same_bytes(void **state)
+{
+    (void)state;
+    float w[6] = {1, 2, 3, 4, 5, 6}, gw[6] = {1, -1, 2, -2, 3, -3};
+    struct rumor_tensor t = {w, 2, {2, 3}}, gt = {gw, 2, {2, 3}};
+    struct rumor_model m = {&t, 1}, grads = {&gt, 1};
+    struct rumor_optim_opts oo;
+    rumor_optim_opts_default(&oo);
+    oo.kind = RUMOR_OPTIM_MOMENTUM;
+    rumor_optim *sender = NULL, *joiner = NULL, *other = NULL;
+    assert_int_equal(rumor_optim_new(&oo, &m, &sender), RUMOR_OK);
+    assert_int_equal(rumor_optim_new(&oo, &m, &joiner), RUMOR_OK);
+    for (uint64_t s = 0; s < 3; s++)
+        assert_int_equal(rumor_optim_step(sender, s, &m, &grads), RUMOR_OK);
+    uint8_t ob[256], ob2[256], buf[512];
+    size_t olen = 0, olen2 = 0;
+    assert_int_equal(rumor_optim_save(sender, ob, sizeof ob, &olen), RUMOR_OK);
+    size_t len = node_state_encode(&m, 7, ob, olen, buf, sizeof buf);
+    assert_int_equal(len, node_state_bytes(&m, olen));
+    float c[6] = {0};
+    struct rumor_tensor u = {c, 2, {2, 3}};
+    struct rumor_model into = {&u, 1};
+    uint64_t step = 0;
+    struct node_state_optim opt;
+    assert_int_equal(node_state_decode(buf, len, &into, &step, &opt), RUMOR_OK);
+    assert_int_equal(opt.len, olen);
+    assert_int_equal(rumor_optim_load(joiner, opt.data, opt.len), RUMOR_OK);
+    assert_int_equal(rumor_optim_save(joiner, ob2, sizeof ob2, &olen2),
+                     RUMOR_OK);
+    assert_int_equal(olen2, olen);
+    assert_memory_equal(ob2, ob, olen);
+    /* the momentum really is there: not the zeros of a fresh buffer */
+    rumor_optim *fresh = NULL;
+    assert_int_equal(rumor_optim_new(&oo, &m, &fresh), RUMOR_OK);
+    assert_int_equal(rumor_optim_save(fresh, ob2, sizeof ob2, &olen2),
+                     RUMOR_OK);
+    assert_true(memcmp(ob2, ob, olen) != 0);
+    oo.kind = RUMOR_OPTIM_SGD;
+    assert_int_equal(rumor_optim_new(&oo, &m, &other), RUMOR_OK);
+    assert_int_equal(rumor_optim_load(other, opt.data, opt.len), RUMOR_EPROTO);
+    /* an optimizer length past the end: refused, nothing copied */
+    buf[len - olen - 8] = (uint8_t)(olen + 1);
+    memset(c, 0, sizeof c);
+    assert_int_equal(node_state_decode(buf, len, &into, &step, &opt),
+                     RUMOR_EPROTO);
+    assert_null(opt.data);
+    for (int k = 0; k < 6; k++)
+        assert_true(c[k] == 0);
+    rumor_optim_destroy(&sender);
+    rumor_optim_destroy(&joiner);
+    rumor_optim_destroy(&fresh);
+    rumor_optim_destroy(&other);
 }
 
 static void
@@ -407,6 +563,13 @@ main(int argc, char **argv)
         cmocka_unit_test(test_ack__round_trip_and_bad_inputs__rejected),
         cmocka_unit_test(
             test_skip__random_drops_600_steps__average_kept_to_1e6),
+        cmocka_unit_test(
+            test_skip_powergossip__random_drops_600_steps__average_kept_to_1e6),
+        cmocka_unit_test(
+            test_skip_choco__random_drops_600_steps__average_kept_to_1e6),
+        cmocka_unit_test(
+            test_skip_deepsqueeze__random_drops_600_steps__average_kept_to_1e6),
+
         cmocka_unit_test(test_skip__applying_on_receipt__average_drifts),
         cmocka_unit_test(test_skip__no_loss__same_bits_as_simulator),
         cmocka_unit_test(
@@ -415,6 +578,8 @@ main(int argc, char **argv)
             test_screen__huge_norm_with_clip__moves_at_most_gamma_w_tau),
         cmocka_unit_test(
             test_state__round_trip_then_bad_shapes_and_nan__rejected_unchanged),
+        cmocka_unit_test(
+            test_state__momentum_buffer__carried_and_loaded_same_bytes),
         cmocka_unit_test(
             test_sync__round_trip_and_bad_flags_or_lengths__rejected),
     };

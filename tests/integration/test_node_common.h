@@ -1,0 +1,121 @@
+/*
+ * Process helpers shared by the integration tests that run `rumor`
+ * processes (test_node_checkpoint.c, test_node_cluster.c,
+ * test_node_faults.c): start one with its output in a file, wait for it
+ * with a limit, remove a temporary tree, show a log. Static inline, so a
+ * test that does not use one does not warn. Waits poll with a deadline;
+ * nothing here sleeps to synchronise.
+ */
+#ifndef RUMOR_TEST_NODE_COMMON_H
+#define RUMOR_TEST_NODE_COMMON_H
+
+#include "tests/cmocka_compat.h"
+
+#include "rumor/core.h"
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TNC_ARGS_MAX 64
+
+/* RUMOR_BIN, the rumor binary under test (the test fails without it). */
+static inline const char *
+tnc_bin(void)
+{
+    const char *bin = getenv("RUMOR_BIN");
+    if (bin == NULL)
+        fail_msg("RUMOR_BIN is not set");
+    return bin;
+}
+
+static inline void
+tnc_pause_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* Runs RUMOR_BIN with argv (argv[0] included, NULL-terminated), stdout
+ * and stderr appended to the file out. */
+static inline pid_t
+tnc_spawn(const char *const *argv, const char *out)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+            close(fd);
+        }
+        execv(tnc_bin(), (char *const *)argv);
+        _exit(127);
+    }
+    assert_true(pid > 0);
+    return pid;
+}
+
+/* `rumor args...` (args NULL-terminated), output appended to out. */
+static inline pid_t
+tnc_start(const char *const *args, const char *out)
+{
+    const char *argv[TNC_ARGS_MAX] = {"rumor"};
+    size_t n = 1;
+    for (; args[n - 1] != NULL && n < TNC_ARGS_MAX - 1; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    return tnc_spawn(argv, out);
+}
+
+/* Exit status (128 + signal when killed); past limit_ms the process is
+ * killed and the test fails. */
+static inline int
+tnc_wait(pid_t pid, uint64_t limit_ms)
+{
+    uint64_t deadline = rumor_clock_ns() + limit_ms * 1000000ull;
+    for (;;) {
+        int st = 0;
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (rumor_clock_ns() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            fail_msg("process %d still running after %llu ms",
+                     (int)pid,
+                     (unsigned long long)limit_ms);
+        }
+        tnc_pause_us(500);
+    }
+}
+
+/* nftw callback: removes every entry of a tree (FTW_DEPTH | FTW_PHYS). */
+static inline int
+tnc_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* Copies a log to stderr, indented, for a failure's post-mortem. */
+static inline void
+tnc_show(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        fprintf(stderr, "  | %s", line);
+    if (f != NULL)
+        fclose(f);
+}
+
+#endif
