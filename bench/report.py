@@ -294,13 +294,13 @@ def section_lowrank(data):
             f["name"].replace("PowerSGD step, ", ""), g(f["ratio"]),
             met(f["ratio"] <= 1.5)))
     out.append("""
-Why the two-sided step sits near 1.5x of the floor (from the lowrank work):
-it reads M three times; with error feedback fused into the first product
-and streaming stores for the output it moves 28 bytes per element against
-the floor's 16 (1.75x at the read rate), and gets under that only because
-mixed read/write passes run above the single-stream read rate and some
-cache reuse between passes. The one-sided variant does one product per
-step. The H200 target of issue 4 needs a GPU (see the GPU section).
+Where the two-sided step's time goes (from the lowrank work): it reads M
+three times; with the error update deferred into the next step's first
+product and streaming stores for the output it moves 20 bytes per element
+against the floor's 16. The floor's read rate, the gradients and the error
+memories are all on transparent huge pages (about 1.7x the 4 KiB-page read
+rate on this machine). The one-sided variant does one product per step.
+The H200 target of issue 4 needs a GPU (see the GPU section).
 """)
     return "\n".join(out)
 

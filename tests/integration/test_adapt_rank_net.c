@@ -13,27 +13,15 @@
  * directory.
  */
 #define _XOPEN_SOURCE 700 /* nftw */
-#include "tests/cmocka_compat.h"
-
-#include "rumor/core.h"
+#include "tests/integration/test_node_common.h"
 
 #include <cjson/cJSON.h>
-#include <fcntl.h>
-#include <ftw.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
-#define NODES 4
-#define STEPS 20
-#define RUN_LIMIT_MS                                        \
-    120000 /* generous: only a broken build waits this long \
-            */
+#define NODES        4
+#define STEPS        20
+#define RUN_LIMIT_MS 120000 /* generous: only a broken build waits this long \
+                             */
 #define ARGS_MAX 48
 
 struct run {
@@ -43,63 +31,12 @@ struct run {
     char out[128]; /* the processes' stdout and stderr */
 };
 
-static const char *
-s_bin(void)
-{
-    const char *bin = getenv("RUMOR_BIN");
-    if (bin == NULL)
-        fail_msg("RUMOR_BIN is not set");
-    return bin;
-}
-
-/* Runs RUMOR_BIN with args (NULL-terminated, output appended to r->out)
- * until it exits; kills it and fails past RUN_LIMIT_MS. Returns its exit
- * status. */
+/* Runs `rumor args...` (output appended to r->out) until it exits; kills
+ * it and fails past RUN_LIMIT_MS. Returns its exit status. */
 static int
 s_run(const struct run *r, const char *const *args)
 {
-    const char *argv[ARGS_MAX] = {"rumor"};
-    size_t n = 1;
-    for (; args[n - 1] != NULL && n < ARGS_MAX - 1; n++)
-        argv[n] = args[n - 1];
-    argv[n] = NULL;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(r->out, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, STDOUT_FILENO);
-            dup2(fd, STDERR_FILENO);
-            close(fd);
-        }
-        execv(s_bin(), (char *const *)argv);
-        _exit(127);
-    }
-    assert_true(pid > 0);
-    uint64_t deadline = rumor_clock_ns() + RUN_LIMIT_MS * 1000000ull;
-    for (;;) {
-        int st = 0;
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        if (rumor_clock_ns() > deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            fail_msg("rumor %s still running after %d ms",
-                     args[0],
-                     RUN_LIMIT_MS);
-        }
-        struct timespec ts = {0, 2000000};
-        nanosleep(&ts, NULL);
-    }
-}
-
-static int
-s_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
+    return tnc_wait(tnc_start(args, r->out), RUN_LIMIT_MS);
 }
 
 static char s_dir[64]; /* the running test's directory ("" when none) */
@@ -110,20 +47,9 @@ s_teardown(void **state)
 {
     (void)state;
     if (s_dir[0] != '\0')
-        nftw(s_dir, s_rm, 16, FTW_DEPTH | FTW_PHYS);
+        nftw(s_dir, tnc_rm, 16, FTW_DEPTH | FTW_PHYS);
     s_dir[0] = '\0';
     return 0;
-}
-
-static void
-s_show(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    char line[512];
-    while (f != NULL && fgets(line, sizeof line, f) != NULL)
-        fprintf(stderr, "  | %s", line);
-    if (f != NULL)
-        fclose(f);
 }
 
 /* Trains STEPS steps with the extra node options; fills ranks[node][step]
@@ -162,7 +88,7 @@ s_train(const char *const *extra, size_t ranks[NODES][STEPS])
     args[n] = NULL;
     int status = s_run(&r, args);
     if (status != 0) {
-        s_show(r.out);
+        tnc_show(r.out);
         fail_msg("rumor launch exited %d", status);
     }
     char *first[STEPS] = {NULL};
