@@ -136,7 +136,17 @@ def section_machine(data):
             "; over issue 11's 30-minute budget: the machine was loaded "
             "(see the load average), every part ran slower than on a "
             "quiet machine" if data.get("wall_seconds", 0) > 1800 else ""),
-        ""]
+        ]
+    for r in data.get("reruns", []):
+        lines.append("| measured again later (`run_bench.py --only %s`) | "
+                     "%s, %.0f s, load at start %s, at end %s |" % (
+                         ",".join(r["parts"]), r["date"],
+                         r.get("wall_seconds", 0),
+                         ", ".join("%.1f" % x
+                                   for x in r["machine"]["load_start"]),
+                         ", ".join("%.1f" % x for x in
+                                   r["machine"].get("load_end", []))))
+    lines.append("")
     return "\n".join(lines)
 
 
