@@ -10,6 +10,8 @@
 
 #include "rumor/compress.h"
 
+#include <float.h>
+#include <math.h>
 #include <string.h>
 
 /* --- codec object ------------------------------------------------------ */
@@ -191,6 +193,25 @@ void compress_rand16_ref(uint64_t seed,
                          uint16_t *out,
                          size_t n);
 
+/* The draws of stochastic rounding: out[i] = B(first + i) 256 + B(2^63 +
+ * (first + i) / 16), where B(j) is byte j of the Philox byte stream
+ * (seed, stream): byte j % 4 (little-endian) of 32-bit element j / 4 as in
+ * compress_rand16. Each draw is uniform on 16 bits; the low byte (needed
+ * only when the high byte ties with the top 8 bits of the rounded
+ * fraction, 1 time in 256) is shared by 16 consecutive draws, so the
+ * generator produces 8.5 bits per draw instead of 16. first and n are
+ * multiples of 16. */
+void compress_draws(uint64_t seed,
+                    uint64_t stream,
+                    uint64_t first,
+                    uint16_t *out,
+                    size_t n);
+void compress_draws_ref(uint64_t seed,
+                        uint64_t stream,
+                        uint64_t first,
+                        uint16_t *out,
+                        size_t n);
+
 /* True when every x[i] is finite. */
 bool compress_all_finite(const float *x, size_t n);
 bool compress_all_finite_ref(const float *x, size_t n);
@@ -219,6 +240,16 @@ size_t compress_select_ge(const float *x,
                           uint32_t *bits,
                           size_t cap,
                           bool *finite);
+/* compress_select_ge with *top the largest |x[i]| bit pattern (sign
+ * cleared: >= 0x7f800000 when x holds NaN or Inf), which bounds the keys
+ * of the selected values from above. */
+size_t compress_select_ge_top(const float *x,
+                              size_t n,
+                              float t,
+                              uint32_t *idx,
+                              uint32_t *bits,
+                              size_t cap,
+                              uint32_t *top);
 
 /* Scaled sign of one bucket: sum of |x| (double) and sign bits (bit i of
  * bits = x[i] < 0, or -0.0) for n <= 512 values; bits has (n + 7) / 8
@@ -305,6 +336,50 @@ void compress_levels_packed(const float *x,
                             uint8_t *out,
                             const uint8_t *end);
 
+/* Norms below this are sent as zero: s / norm must stay finite. */
+#define COMPRESS_NORM_MIN 1e-30f
+
+/* The scale of a QSGD or TernGrad bucket from acc, its 2-norm or max |v|:
+ * false when acc is not finite (the bucket holds NaN or Inf: a finite
+ * bucket's sum of squares cannot overflow a double); else the norm sent
+ * (clamped to FLT_MAX) and inv = s / norm (0 for a norm below
+ * COMPRESS_NORM_MIN). */
+static inline bool
+compress_bucket_scale(double acc, uint32_t s, float *norm, float *inv)
+{
+    if (!isfinite(acc))
+        return false;
+    *norm = acc > FLT_MAX ? FLT_MAX : (float)acc;
+    *inv = *norm >= COMPRESS_NORM_MIN ? (float)s / *norm : 0.0f;
+    return true;
+}
+
+/* QSGD (tern false: 2-norm) or TernGrad (tern true, s = b = 1: max |v|)
+ * of nbk whole buckets of m values (m a multiple of 8): per bucket the
+ * norm as little-endian float32 at norms + 4 k and the codes of
+ * compress_levels packed at width b + 1 (b <= 7) from out on, draws r[0 ..
+ * nbk m). One pass per bucket while it is in L1. False (output
+ * unspecified) when x holds NaN or Inf. */
+bool compress_quant_buckets(const float *x,
+                            size_t nbk,
+                            size_t m,
+                            uint32_t s,
+                            unsigned b,
+                            bool tern,
+                            const uint16_t *r,
+                            uint8_t *norms,
+                            uint8_t *out,
+                            const uint8_t *end);
+bool compress_quant_buckets_ref(const float *x,
+                                size_t nbk,
+                                size_t m,
+                                uint32_t s,
+                                unsigned b,
+                                bool tern,
+                                const uint16_t *r,
+                                uint8_t *norms,
+                                uint8_t *out);
+
 /* Packs groups of eight w-bit codes (w <= 8, bytes < 2^w) into w bytes
  * each, LSB-first (the bit order of rumor_bitw); end bounds the output. */
 void compress_pack(const uint8_t *codes,
@@ -341,6 +416,22 @@ bool compress_natural_ref(const float *x,
                           const uint16_t *r,
                           uint8_t *expo,
                           uint8_t *signs);
+
+/* Natural compression decoded: y[i] (= or +=) alpha * q with q the float
+ * of sign bit i of signs (LSB first), exponent field expo[i] (< 255) and
+ * a zero mantissa; y + alpha q as a product then a sum. */
+void compress_natural_expand(const uint8_t *expo,
+                             const uint8_t *signs,
+                             size_t n,
+                             bool add,
+                             float alpha,
+                             float *y);
+void compress_natural_expand_ref(const uint8_t *expo,
+                                 const uint8_t *signs,
+                                 size_t n,
+                                 bool add,
+                                 float alpha,
+                                 float *y);
 
 /* Scaled signs of 8 nbytes values: y = (or +=) alpha * (bit ? -scale :
  * scale), scale >= 0. */

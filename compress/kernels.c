@@ -20,9 +20,15 @@
  * such groups run with their rounds interleaved: a round is a chain of
  * multiply, shuffle and xor, and one group alone leaves the vector units
  * waiting on it (1.3x faster than one group on Zen 4). Stochastic rounding
- * uses 16 random bits per element (two elements per word): the rounding
- * probability is then exact to 2^-17, far below any statistical effect,
- * and the generator cost per element halves.
+ * uses a 16-bit draw per element, so the rounding probability is exact to
+ * 2^-17, far below any statistical effect, but generates only 8.5 bits of
+ * it (compress_draws): draw i = 256 B(i) + B(2^63 + i / 16), B(j) byte j
+ * of the Philox byte stream (byte j % 4 of element j / 4, little-endian).
+ * The high byte alone decides unless it ties with the fraction's top 8
+ * bits (1 in 256); the low byte that then decides is shared by 16
+ * elements, which correlates two roundings only when both tie. Each draw
+ * is still exactly uniform on 16 bits, and Philox, bound by vector issue
+ * at about 1.1 operations per 16 bits, was half of a qsgd encode.
  *
  * Alternatives rejected: a second, faster generator for rounding only (two
  * generators to test against each other and a second definition of "the
@@ -333,12 +339,95 @@ compress_rand16(uint64_t seed,
 {
     size_t i = 0;
     int level = compress_simd_level(); /* 8 halves per Philox block */
-    if (level == 2)
+    if (level >= 2)
         i = s_rand16_avx512(seed, stream, first / 8, out, n);
     if (level >= 1)
         i += s_rand16_avx2(seed, stream, (first + i) / 8, out + i, n - i);
     if (i < n)
         compress_rand16_ref(seed, stream, first + i, out + i, n - i);
+}
+
+/* Draws per piece of compress_draws: 256 shared low bytes. */
+#define S_DRAW_PIECE 4096
+
+/* out[i] = hi[i] 256 + lo[i / 16] for i < n (n a multiple of 32): 32 at a
+ * time, the bytes widened and the two shared low bytes broadcast. hi may
+ * be the second half of out's bytes: each step writes below what later
+ * steps read. */
+static S_TARGET512 void
+s_join_draws512(const uint8_t *hi, const uint8_t *lo, size_t n, uint16_t *out)
+{
+    for (size_t i = 0; i < n; i += 32) {
+        __m512i h =
+            _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(hi + i)));
+        __m512i l = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_set1_epi16(lo[i / 16])),
+            _mm256_set1_epi16(lo[i / 16 + 1]),
+            1);
+        _mm512_storeu_si512(out + i,
+                            _mm512_or_si512(_mm512_slli_epi16(h, 8), l));
+    }
+}
+
+/* s_join_draws512 on 16 draws per step (n a multiple of 16). */
+static S_TARGET void
+s_join_draws_avx2(const uint8_t *hi, const uint8_t *lo, size_t n, uint16_t *out)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        __m256i h =
+            _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(hi + i)));
+        __m256i l = _mm256_set1_epi16(lo[i / 16]);
+        _mm256_storeu_si256((__m256i *)(out + i),
+                            _mm256_or_si256(_mm256_slli_epi16(h, 8), l));
+    }
+}
+
+/* One piece of at most S_DRAW_PIECE draws: the high bytes into the upper
+ * half of out (n / 2 draws of 16 bits are n bytes), the shared low bytes
+ * from their own window of the stream, then joined in place from the
+ * front. */
+static void
+s_draws_piece(uint64_t seed,
+              uint64_t stream,
+              uint64_t first,
+              uint16_t *out,
+              size_t n)
+{
+    uint16_t low[S_DRAW_PIECE / 32 + 16];
+    uint64_t at = (1ull << 63) + first / 16; /* byte of the first low */
+    uint64_t from = (at / 2) & ~(uint64_t)7; /* as 16-bit draws */
+    size_t skip = (size_t)(at - 2 * from);
+    size_t count = ((skip + n / 16 + 1) / 2 + 7) & ~(size_t)7;
+    compress_rand16(seed, stream, from, low, count);
+    uint8_t *hi = (uint8_t *)(out + n / 2);
+    compress_rand16(seed, stream, first / 2, out + n / 2, n / 2);
+    const uint8_t *lo = (const uint8_t *)low + skip;
+    size_t i = 0;
+    int level = compress_simd_level();
+    if (level >= 2) {
+        i = n & ~(size_t)31;
+        s_join_draws512(hi, lo, i, out);
+    }
+    if (level >= 1) {
+        size_t more = (n - i) & ~(size_t)15;
+        s_join_draws_avx2(hi + i, lo + i / 16, more, out + i);
+        i += more;
+    }
+    for (; i < n; i++)
+        out[i] = (uint16_t)(hi[i] << 8 | lo[i / 16]);
+}
+
+void
+compress_draws(uint64_t seed,
+               uint64_t stream,
+               uint64_t first,
+               uint16_t *out,
+               size_t n)
+{
+    for (size_t i = 0; i < n; i += S_DRAW_PIECE) {
+        size_t m = n - i < S_DRAW_PIECE ? n - i : S_DRAW_PIECE;
+        s_draws_piece(seed, stream, first + i, out + i, m);
+    }
 }
 
 /* --- finite check --------------------------------------------------------- */
@@ -381,11 +470,11 @@ s_select_ge_ref(const float *x,
                 size_t cap,
                 size_t count,
                 size_t base,
-                bool *finite)
+                uint32_t *top)
 {
     for (size_t i = 0; i < n; i++) {
         uint32_t u = compress_f2u(x[i]), key = u & 0x7fffffffu;
-        *finite = *finite && key < 0x7f800000u;
+        *top = key > *top ? key : *top;
         if (key >= tkey) {
             if (count < cap) {
                 idx[count] = (uint32_t)(base + i);
@@ -489,7 +578,7 @@ s_select_ge_avx2(const float *x,
                  uint32_t *idx,
                  uint32_t *bits,
                  size_t cap,
-                 bool *finite)
+                 uint32_t *top_key)
 {
     const __m256i mag = _mm256_set1_epi32(0x7fffffff);
     /* Magnitude keys are non-negative int32: compare key > tkey - 1. */
@@ -528,10 +617,16 @@ s_select_ge_avx2(const float *x,
     _mm256_storeu_si256((__m256i *)lanes, top);
     for (int j = 0; j < 8; j++)
         worst = lanes[j] > worst ? lanes[j] : worst;
-    bool ok = worst < 0x7f800000u;
-    count = s_select_ge_ref(x + i, n - i, tkey, idx, bits, cap, count, i, &ok);
-    *finite = ok;
-    return count;
+    *top_key = worst;
+    return s_select_ge_ref(x + i,
+                           n - i,
+                           tkey,
+                           idx,
+                           bits,
+                           cap,
+                           count,
+                           i,
+                           top_key);
 }
 
 /* The same scan with AVX-512: 16 lanes per compare into a mask register,
@@ -544,7 +639,7 @@ s_select_ge_avx512(const float *x,
                    uint32_t *idx,
                    uint32_t *bits,
                    size_t cap,
-                   bool *finite)
+                   uint32_t *top_key)
 {
     const __m512i mag = _mm512_set1_epi32(0x7fffffff);
     const __m512i tk = _mm512_set1_epi32((int)tkey);
@@ -588,10 +683,35 @@ s_select_ge_avx512(const float *x,
             count++;
         }
     }
-    bool ok = _mm512_reduce_max_epu32(top) < 0x7f800000u;
-    count = s_select_ge_ref(x + i, n - i, tkey, idx, bits, cap, count, i, &ok);
-    *finite = ok;
-    return count;
+    *top_key = _mm512_reduce_max_epu32(top);
+    return s_select_ge_ref(x + i,
+                           n - i,
+                           tkey,
+                           idx,
+                           bits,
+                           cap,
+                           count,
+                           i,
+                           top_key);
+}
+
+size_t
+compress_select_ge_top(const float *x,
+                       size_t n,
+                       float t,
+                       uint32_t *idx,
+                       uint32_t *bits,
+                       size_t cap,
+                       uint32_t *top)
+{
+    uint32_t tkey = compress_f2u(t);
+    int level = compress_simd_level();
+    *top = 0;
+    if (level >= 2)
+        return s_select_ge_avx512(x, n, tkey, idx, bits, cap, top);
+    if (level == 1)
+        return s_select_ge_avx2(x, n, tkey, idx, bits, cap, top);
+    return s_select_ge_ref(x, n, tkey, idx, bits, cap, 0, 0, top);
 }
 
 size_t
@@ -603,18 +723,10 @@ compress_select_ge(const float *x,
                    size_t cap,
                    bool *finite)
 {
-    bool ok = true;
-    size_t count;
-    uint32_t tkey = compress_f2u(t);
-    int level = compress_simd_level();
-    if (level == 2)
-        count = s_select_ge_avx512(x, n, tkey, idx, bits, cap, &ok);
-    else if (level == 1)
-        count = s_select_ge_avx2(x, n, tkey, idx, bits, cap, &ok);
-    else
-        count = s_select_ge_ref(x, n, tkey, idx, bits, cap, 0, 0, &ok);
+    uint32_t top = 0;
+    size_t count = compress_select_ge_top(x, n, t, idx, bits, cap, &top);
     if (finite != NULL)
-        *finite = ok;
+        *finite = top < 0x7f800000u;
     return count;
 }
 
@@ -947,7 +1059,7 @@ double
 compress_sumsq(const float *x, size_t n)
 {
     int level = compress_simd_level();
-    if (level == 2)
+    if (level >= 2)
         return s_sumsq_avx512(x, n);
     if (level == 1)
         return s_sumsq_avx2(x, n);
@@ -1005,7 +1117,7 @@ s_maxabs_avx512(const float *x, size_t n)
 float
 compress_maxabs(const float *x, size_t n)
 {
-    if (compress_simd_level() == 2)
+    if (compress_simd_level() >= 2)
         return s_maxabs_avx512(x, n);
     if (compress_have_avx2())
         return s_maxabs_avx2(x, n);
@@ -1140,7 +1252,7 @@ compress_levels(const float *x,
                 uint8_t *codes)
 {
     int level = compress_simd_level();
-    if (level == 2)
+    if (level >= 2)
         s_levels_avx512(x, n, inv, s, b, r, codes);
     else if (level == 1)
         s_levels_avx2(x, n, inv, s, b, r, codes);
@@ -1228,7 +1340,7 @@ compress_levels_packed(const float *x,
                        const uint8_t *end)
 {
     int level = compress_simd_level();
-    if (level == 2) {
+    if (level >= 2) {
         s_levels_packed_avx512(x, n, inv, s, b, r, out, end);
         return;
     }
@@ -1242,6 +1354,119 @@ compress_levels_packed(const float *x,
         compress_levels_ref(x + i, m, inv, s, b, r + i, codes);
         compress_pack(codes, m / 8, b + 1, out + i / 8 * (b + 1), end);
     }
+}
+
+/* --- fused QSGD / TernGrad buckets ------------------------------------------
+ */
+
+/* Values the fused quantizer prefetches ahead of its codes, one line per
+ * 16 codes: it computes for a while per bucket, so the hardware
+ * prefetcher (driven by the loads) falls behind and each bucket would
+ * start with a DRAM stall. Prefetch never faults past the end of x. */
+#define S_AHEAD 2048
+
+/* The norm and inverse scale of one bucket (compress_bucket_scale). */
+static S_TARGET512 inline bool
+s_bucket_scale512(const float *x,
+                  size_t m,
+                  uint32_t s,
+                  bool tern,
+                  float *norm,
+                  float *inv)
+{
+    double acc =
+        tern ? (double)s_maxabs_avx512(x, m) : sqrt(s_sumsq_avx512(x, m));
+    return compress_bucket_scale(acc, s, norm, inv);
+}
+
+/* compress_quant_buckets on the AVX-512 tier: one call for many buckets,
+ * software-pipelined: the norm of bucket k + 1 (its reduction, square
+ * root and division: a latency chain of ~50 cycles) is computed before
+ * the codes of bucket k, so it overlaps them instead of stalling each
+ * bucket's start; each bucket is read by its norm and then again from
+ * L1 by its codes. */
+static S_TARGET512 bool
+s_quant_buckets_avx512(const float *x,
+                       size_t nbk,
+                       size_t m,
+                       uint32_t s,
+                       unsigned b,
+                       bool tern,
+                       const uint16_t *r,
+                       uint8_t *norms,
+                       uint8_t *out,
+                       const uint8_t *end)
+{
+    const __m512i vs = _mm512_set1_epi32((int)s);
+    const __m512i bit = _mm512_set1_epi32((int)(1u << b));
+    const unsigned w = b + 1;
+    const uint64_t mask = 0x0101010101010101ull * ((1u << w) - 1);
+    float norm = 0, inv = 0, norm1 = 0, inv1 = 0;
+    if (!s_bucket_scale512(x, m, s, tern, &norm1, &inv1))
+        return false;
+    for (size_t k = 0; k < nbk; k++, x += m, r += m) {
+        norm = norm1;
+        inv = inv1;
+        if (k + 1 < nbk && !s_bucket_scale512(x + m, m, s, tern, &norm1, &inv1))
+            return false;
+        compress_put_f32(norms + 4 * k, norm);
+        const __m512 vinv = _mm512_set1_ps(inv);
+        size_t i = 0;
+        for (; i + 16 <= m; i += 16, out += 2 * w) {
+            _mm_prefetch((const char *)(x + i + S_AHEAD), _MM_HINT_T0);
+            __m128i c = _mm512_cvtepi32_epi8(
+                s_codes16_512(x + i, r + i, vinv, vs, bit));
+            s_put_group(_pext_u64((uint64_t)_mm_cvtsi128_si64(c), mask),
+                        w,
+                        out,
+                        end);
+            s_put_group(_pext_u64((uint64_t)_mm_extract_epi64(c, 1), mask),
+                        w,
+                        out + w,
+                        end);
+        }
+        if (i < m) { /* one group of eight left */
+            s_levels_packed_avx2(x + i, m - i, inv, s, b, r + i, out, end);
+            out += w;
+        }
+    }
+    return true;
+}
+
+bool
+compress_quant_buckets(const float *x,
+                       size_t nbk,
+                       size_t m,
+                       uint32_t s,
+                       unsigned b,
+                       bool tern,
+                       const uint16_t *r,
+                       uint8_t *norms,
+                       uint8_t *out,
+                       const uint8_t *end)
+{
+    if (compress_simd_level() >= 2)
+        return s_quant_buckets_avx512(x,
+                                      nbk,
+                                      m,
+                                      s,
+                                      b,
+                                      tern,
+                                      r,
+                                      norms,
+                                      out,
+                                      end);
+    for (size_t k = 0; k < nbk; k++, x += m, r += m) {
+        double acc =
+            tern ? (double)compress_maxabs(x, m) : sqrt(compress_sumsq(x, m));
+        float norm = 0, inv = 0;
+        if (!compress_bucket_scale(acc, s, &norm, &inv))
+            return false;
+        compress_put_f32(norms + 4 * k, norm);
+        compress_levels_packed(x, m, inv, s, b, r, out, end);
+        out += m / 8 * (b + 1);
+    }
+    return true;
 }
 
 /* --- bit packing of groups of eight codes ------------------------------------
@@ -1464,11 +1689,88 @@ compress_natural(const float *x,
                  uint8_t *expo,
                  uint8_t *signs)
 {
-    if (compress_simd_level() == 2)
+    if (compress_simd_level() >= 2)
         return s_natural_avx512(x, n, r, expo, signs);
     if (compress_have_avx2())
         return s_natural_avx2(x, n, r, expo, signs);
     return compress_natural_ref(x, n, r, expo, signs);
+}
+
+/* Eight values: the exponent bytes shifted into place, the sign bits of
+ * one byte spread to lanes by a compare with the lane's bit. */
+static S_TARGET void
+s_natural_expand_avx2(const uint8_t *expo,
+                      const uint8_t *signs,
+                      size_t n,
+                      bool add,
+                      float alpha,
+                      float *y)
+{
+    const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256i top = _mm256_set1_epi32((int)0x80000000u);
+    const __m256 va = _mm256_set1_ps(alpha);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i e =
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(expo + i)));
+        __m256i b = _mm256_and_si256(_mm256_set1_epi32(signs[i / 8]), sel);
+        __m256i neg = _mm256_and_si256(_mm256_cmpeq_epi32(b, sel), top);
+        __m256 q =
+            _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32(e, 23), neg));
+        if (add)
+            q = _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(va, q));
+        _mm256_storeu_ps(y + i, q);
+    }
+    compress_natural_expand_ref(expo + i,
+                                signs + i / 8,
+                                n - i,
+                                add,
+                                alpha,
+                                y + i);
+}
+
+/* Sixteen values: the sign bits of two bytes are a mask register. */
+static S_TARGET512 void
+s_natural_expand_avx512(const uint8_t *expo,
+                        const uint8_t *signs,
+                        size_t n,
+                        bool add,
+                        float alpha,
+                        float *y)
+{
+    const __m512i top = _mm512_set1_epi32((int)0x80000000u);
+    const __m512 va = _mm512_set1_ps(alpha);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i e =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(expo + i)));
+        uint16_t sg;
+        memcpy(&sg, signs + i / 8, 2);
+        __m512i u = _mm512_slli_epi32(e, 23);
+        __m512 q =
+            _mm512_castsi512_ps(_mm512_mask_or_epi32(u, (__mmask16)sg, u, top));
+        if (add)
+            q = _mm512_add_ps(_mm512_loadu_ps(y + i), _mm512_mul_ps(va, q));
+        _mm512_storeu_ps(y + i, q);
+    }
+    s_natural_expand_avx2(expo + i, signs + i / 8, n - i, add, alpha, y + i);
+}
+
+void
+compress_natural_expand(const uint8_t *expo,
+                        const uint8_t *signs,
+                        size_t n,
+                        bool add,
+                        float alpha,
+                        float *y)
+{
+    int level = compress_simd_level();
+    if (level >= 2)
+        s_natural_expand_avx512(expo, signs, n, add, alpha, y);
+    else if (level == 1)
+        s_natural_expand_avx2(expo, signs, n, add, alpha, y);
+    else
+        compress_natural_expand_ref(expo, signs, n, add, alpha, y);
 }
 
 /* --- scaled sign expansion

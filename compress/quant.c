@@ -19,9 +19,10 @@
  * bit pattern this is "add 1 to the exponent field with probability
  * mantissa / 2^23", which also covers subnormals (0 or 2^-126).
  *
- * Random numbers: value i of the vector rounds with 16-bit draw i of the
- * Philox stream (seed, counter) (kernels.c), so the bytes depend only on
- * (x, seed, counter). Limits: a bucket whose norm or max overflows float
+ * Random numbers: value i of the vector rounds with draw i of
+ * compress_draws (seed, counter) (kernels.c: a Philox byte per value as
+ * the high byte, a low byte shared by 16 values), so the bytes depend only
+ * on (x, seed, counter). Limits: a bucket whose norm or max overflows float
  * is clamped to FLT_MAX, and natural compression of |v| >= 2^127 returns
  * 2^127 (the next power is Inf); both are then biased, and both are
  * unreachable for gradients.
@@ -29,7 +30,6 @@
 #include "compress/bits.h"
 #include "compress/compress_impl.h"
 
-#include <float.h>
 #include <math.h>
 
 #define S_CHUNK 4096
@@ -55,17 +55,17 @@ s_drawbuf_init(struct s_drawbuf *d, uint64_t seed, uint64_t counter)
     d->hi = 0;
 }
 
-/* Draws start .. start + m - 1 (m <= S_CHUNK - 8) of the stream, within
+/* Draws start .. start + m - 1 (m <= S_CHUNK - 16) of the stream, within
  * n draws; returns the pointer to draw start. */
 static const uint16_t *
 s_draws(struct s_drawbuf *d, size_t start, size_t m, size_t n)
 {
     if (start < d->lo || start + m > d->hi) {
-        size_t lo = start & ~(size_t)7;
+        size_t lo = start & ~(size_t)15;
         size_t hi = lo + S_CHUNK;
-        size_t end = (n + 7) & ~(size_t)7;
+        size_t end = (n + 15) & ~(size_t)15;
         hi = hi < end ? hi : end;
-        compress_rand16(d->seed, d->counter, lo, d->r, hi - lo);
+        compress_draws(d->seed, d->counter, lo, d->r, hi - lo);
         d->lo = lo;
         d->hi = hi;
     }
@@ -102,9 +102,6 @@ s_check_bucket(uint32_t bucket)
 }
 
 /* --- QSGD and TernGrad (one implementation, two scale rules) -------------- */
-
-/* Norms below this are sent as zero: s / norm must stay finite. */
-#define S_NORM_MIN 1e-30f
 
 static unsigned
 s_qsgd_width(const rumor_codec *c)
@@ -170,6 +167,19 @@ s_put_elias(struct compress_bw *w, uint32_t l, uint32_t neg)
         compress_bw_put(w, neg, 1);
 }
 
+/* Whole buckets of `bucket` values among the `left` values from a
+ * bucket start that one call of compress_quant_buckets takes (their draws
+ * fit one window of the draw buffer); 0 when the bucket does not suit it
+ * (not a multiple of 8 values, or longer than a window). */
+static size_t
+s_fused_buckets(uint32_t bucket, size_t left)
+{
+    if (bucket % 8 != 0 || bucket > S_CHUNK - 16)
+        return 0;
+    size_t fit = (S_CHUNK - 16) / bucket, whole = left / bucket;
+    return whole < fit ? whole : fit;
+}
+
 static rumor_err
 s_qsgd_encode(const rumor_codec *c,
               const float *x,
@@ -216,6 +226,28 @@ s_qsgd_encode(const rumor_codec *c,
         size_t start = k * c->bucket;
         size_t m = n - start < c->bucket ? n - start : c->bucket;
         const float *v = x + start;
+        /* Runs of whole buckets with packed output: the fused kernel. */
+        size_t run = elias || approx != NULL || b == 8 || pk.pending != 0
+                         ? 0
+                         : s_fused_buckets(c->bucket, n - start);
+        if (run > 0) {
+            const uint16_t *r = s_draws(&draws, start, run * c->bucket, n);
+            if (!compress_quant_buckets(v,
+                                        run,
+                                        c->bucket,
+                                        s,
+                                        b,
+                                        tern,
+                                        r,
+                                        out + RUMOR_COMPRESS_HEADER_BYTES +
+                                            4 * k,
+                                        pk.out,
+                                        pk.end))
+                return RUMOR_ENUMERIC;
+            pk.out += run * c->bucket / 8 * w;
+            k += run - 1;
+            continue;
+        }
         size_t want = start + m + S_AHEAD < n ? start + m + S_AHEAD : n;
         if (want > ahead) {
             s_prefetch(x, ahead > start + m ? ahead : start + m, want);
@@ -223,16 +255,13 @@ s_qsgd_encode(const rumor_codec *c,
         }
         double acc =
             tern ? (double)compress_maxabs(v, m) : sqrt(compress_sumsq(v, m));
-        /* Non-finite iff the bucket holds NaN or Inf: a finite bucket's
-         * sum of squares cannot overflow a double. */
-        if (!isfinite(acc))
+        float norm = 0, inv = 0;
+        if (!compress_bucket_scale(acc, s, &norm, &inv))
             return RUMOR_ENUMERIC;
-        float norm = acc > FLT_MAX ? FLT_MAX : (float)acc;
         compress_put_f32(out + RUMOR_COMPRESS_HEADER_BYTES + 4 * k, norm);
-        float inv = norm >= S_NORM_MIN ? (float)s / norm : 0.0f;
         float scale = norm / (float)s;
-        for (size_t i0 = 0; i0 < m; i0 += S_CHUNK - 8) {
-            size_t mm = m - i0 < S_CHUNK - 8 ? m - i0 : S_CHUNK - 8;
+        for (size_t i0 = 0; i0 < m; i0 += S_CHUNK - 16) {
+            size_t mm = m - i0 < S_CHUNK - 16 ? m - i0 : S_CHUNK - 16;
             const uint16_t *r = s_draws(&draws, start + i0, mm, n);
             float *ap = approx != NULL ? approx + start + i0 : NULL;
             if (b == 8) { /* 9-bit codes do not fit the byte kernels */
@@ -394,9 +423,8 @@ s_fixed_pass(const uint8_t *in,
         }
         size_t groups = (mm + 7) / 8;
         compress_unpack(at, end, groups, w, codes);
-        for (size_t i = 0; i < mm; i++)
-            if (codes[i] == (1u << b)) /* "-0": not canonical */
-                return RUMOR_EPROTO;
+        if (memchr(codes, 1 << b, mm) != NULL) /* "-0": not canonical */
+            return RUMOR_EPROTO;
         /* Walk the bucket segments of this chunk. */
         for (size_t i = 0; i < mm;) {
             size_t j = i0 + i, kb = j / bucket;
@@ -636,8 +664,8 @@ s_natural_encode(const rumor_codec *c,
     memset(bits, 0, (n + 7) / 8);
     struct s_drawbuf draws;
     s_drawbuf_init(&draws, seed, counter);
-    for (size_t i0 = 0; i0 < n; i0 += S_CHUNK - 8) {
-        size_t m = n - i0 < S_CHUNK - 8 ? n - i0 : S_CHUNK - 8;
+    for (size_t i0 = 0; i0 < n; i0 += S_CHUNK - 16) {
+        size_t m = n - i0 < S_CHUNK - 16 ? n - i0 : S_CHUNK - 16;
         size_t whole = m & ~(size_t)7;
         const uint16_t *r = s_draws(&draws, i0, m, n);
         s_prefetch(x, i0 + m, i0 + m + S_AHEAD < n ? i0 + m + S_AHEAD : n);
@@ -682,14 +710,9 @@ s_natural_decode(const rumor_codec *c,
         return RUMOR_EPROTO;
     const uint8_t *expo = in + RUMOR_COMPRESS_HEADER_BYTES;
     const uint8_t *bits = expo + n;
-    for (size_t i = 0; i < n; i++)
-        if (expo[i] == 255)
-            return RUMOR_ENUMERIC;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t sign = (uint32_t)((bits[i / 8] >> (i % 8)) & 1u) << 31;
-        float q = compress_u2f(sign | (uint32_t)expo[i] << 23);
-        y[i] = add ? y[i] + alpha * q : q;
-    }
+    if (memchr(expo, 255, n) != NULL) /* Inf or NaN: checked before y */
+        return RUMOR_ENUMERIC;
+    compress_natural_expand(expo, bits, n, add, alpha, y);
     return RUMOR_OK;
 }
 

@@ -33,6 +33,30 @@ compress_rand16_ref(uint64_t seed,
     }
 }
 
+/* Byte j of the Philox byte stream (seed, stream). */
+static uint8_t
+s_stream_byte(uint64_t seed, uint64_t stream, uint64_t j)
+{
+    uint16_t h = 0;
+    compress_rand16_ref(seed, stream, j / 2, &h, 1);
+    return (uint8_t)(j & 1 ? h >> 8 : h & 0xff);
+}
+
+void
+compress_draws_ref(uint64_t seed,
+                   uint64_t stream,
+                   uint64_t first,
+                   uint16_t *out,
+                   size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t j = first + i;
+        uint8_t hi = s_stream_byte(seed, stream, j);
+        uint8_t lo = s_stream_byte(seed, stream, (1ull << 63) + j / 16);
+        out[i] = (uint16_t)(hi << 8 | lo);
+    }
+}
+
 bool
 compress_all_finite_ref(const float *x, size_t n)
 {
@@ -159,6 +183,43 @@ compress_levels_ref(const float *x,
 }
 
 bool
+compress_quant_buckets_ref(const float *x,
+                           size_t nbk,
+                           size_t m,
+                           uint32_t s,
+                           unsigned b,
+                           bool tern,
+                           const uint16_t *r,
+                           uint8_t *norms,
+                           uint8_t *out)
+{
+    unsigned w = b + 1;
+    uint8_t codes[8];
+    for (size_t k = 0; k < nbk; k++, x += m, r += m) {
+        uint32_t top = 0; /* max |x| as a bit pattern, as compress_maxabs */
+        for (size_t i = 0; tern && i < m; i++) {
+            uint32_t key = compress_f2u(x[i]) & 0x7fffffffu;
+            top = key > top ? key : top;
+        }
+        double acc =
+            tern ? (double)compress_u2f(top) : sqrt(compress_sumsq_ref(x, m));
+        float norm = 0, inv = 0;
+        if (!compress_bucket_scale(acc, s, &norm, &inv))
+            return false;
+        compress_put_f32(norms + 4 * k, norm);
+        for (size_t g = 0; g < m; g += 8, out += w) {
+            compress_levels_ref(x + g, 8, inv, s, b, r + g, codes);
+            uint64_t bits = 0;
+            for (unsigned j = 0; j < 8; j++)
+                bits |= (uint64_t)codes[j] << (j * w);
+            for (unsigned j = 0; j < w; j++)
+                out[j] = (uint8_t)(bits >> (8 * j));
+        }
+    }
+    return true;
+}
+
+bool
 compress_natural_ref(const float *x,
                      size_t n,
                      const uint16_t *r,
@@ -177,6 +238,21 @@ compress_natural_ref(const float *x,
         signs[i / 8] |= (uint8_t)((u >> 31) << (i % 8));
     }
     return finite;
+}
+
+void
+compress_natural_expand_ref(const uint8_t *expo,
+                            const uint8_t *signs,
+                            size_t n,
+                            bool add,
+                            float alpha,
+                            float *y)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t sign = (uint32_t)((signs[i / 8] >> (i % 8)) & 1u) << 31;
+        float q = compress_u2f(sign | (uint32_t)expo[i] << 23);
+        y[i] = add ? y[i] + alpha * q : q;
+    }
 }
 
 bool

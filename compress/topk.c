@@ -18,9 +18,12 @@
  * threshold that about 1.125 k values exceed; one AVX2 scan (kernels.c)
  * collects the indices at or above it, already in index order, and checks
  * for NaN/Inf on the way; the exact radix select then runs on those few
- * candidates only. So the full vector is read once, at close to memory
- * bandwidth. When the sample misleads (fewer than k candidates, or too many to
- * hold), the full radix select runs instead: still exact, still linear.
+ * candidates only, straight on their bit patterns (the sign masked off in
+ * each pass, so no key array is copied out) and on the range [sample
+ * threshold, scan maximum], which the scan gives for free. So the full vector
+ * is read once, at close to memory bandwidth. When the sample misleads (fewer
+ * than k candidates, or too many to hold), the full radix select runs instead:
+ * still exact, still linear.
  *
  * Ties: among equal magnitudes at the threshold the lowest indices win, the
  * rule the sort-based reference (ref.c) implements, so outputs are equal
@@ -37,9 +40,13 @@
 #define S_SAMPLE 65536
 #define S_BLOCKS 256
 
-/* Histogram of the digit ((key - base) >> sh) & mask of keys[0..m) in four
- * interleaved copies, summed into hist[0]: runs of equal digits then do
- * not serialise on one counter's store-to-load chain. */
+/* The magnitude key of a float bit pattern: the sign cleared. */
+#define S_KEY 0x7fffffffu
+
+/* Histogram of the digit ((key - base) >> sh) & mask of the keys
+ * keys[0..m) & S_KEY in four interleaved copies, summed into hist[0]:
+ * runs of equal digits then do not serialise on one counter's
+ * store-to-load chain. */
 static void
 s_hist(const uint32_t *keys,
        size_t m,
@@ -51,13 +58,13 @@ s_hist(const uint32_t *keys,
     memset(hist, 0, 4 * sizeof hist[0]);
     size_t i = 0;
     for (; i + 4 <= m; i += 4) {
-        hist[0][((keys[i] - base) >> sh) & mask]++;
-        hist[1][((keys[i + 1] - base) >> sh) & mask]++;
-        hist[2][((keys[i + 2] - base) >> sh) & mask]++;
-        hist[3][((keys[i + 3] - base) >> sh) & mask]++;
+        hist[0][(((keys[i] & S_KEY) - base) >> sh) & mask]++;
+        hist[1][(((keys[i + 1] & S_KEY) - base) >> sh) & mask]++;
+        hist[2][(((keys[i + 2] & S_KEY) - base) >> sh) & mask]++;
+        hist[3][(((keys[i + 3] & S_KEY) - base) >> sh) & mask]++;
     }
     for (; i < m; i++)
-        hist[0][((keys[i] - base) >> sh) & mask]++;
+        hist[0][(((keys[i] & S_KEY) - base) >> sh) & mask]++;
     for (uint32_t d = 0; d <= mask; d++)
         hist[0][d] += hist[1][d] + hist[2][d] + hist[3][d];
 }
@@ -75,10 +82,10 @@ s_minmax(const uint32_t *keys, size_t m, uint32_t *lo, uint32_t *hi)
     *hi = b;
 }
 
-/* Finds T, the k-th largest of keys[0..m) (1 <= k <= m, lo and hi their
- * smallest and largest), how many keys are strictly greater and how many
- * equal T. The digits are taken from
- * key - min over the bits that max - min spans, 11 at a time from the top,
+/* Finds T, the k-th largest of the keys keys[0..m) & S_KEY (float bit
+ * patterns: the sign is ignored; 1 <= k <= m, lo <= every key <= hi),
+ * how many keys are strictly greater and how many equal T. The digits are taken
+ * from key - min over the bits that max - min spans, 11 at a time from the top,
  * so the first pass spreads the keys even when they all share their top
  * bits (the candidates above a threshold do). scratch (m slots) receives,
  * branch-free, the keys in the chosen bucket after each pass, so later
@@ -117,7 +124,7 @@ s_kth_largest(const uint32_t *keys,
          * (keys below base wrap to large differences). */
         size_t j = 0;
         for (size_t i = 0; i < m; i++) {
-            uint32_t key = src[i];
+            uint32_t key = src[i] & S_KEY;
             scratch[j] = key;
             j += (size_t)((key - base) >> sh == 0);
         }
@@ -131,8 +138,8 @@ s_kth_largest(const uint32_t *keys,
 
 /* Writes the k selected indices: keys > T, and ties == T by lowest index,
  * scanning m candidates in ascending index order: cand[i] (NULL: i) with
- * key keys[i] and value bit pattern bits[i] (NULL: taken from x). eq keys
- * equal T, of which ties are taken. */
+ * key keys[i] & S_KEY and value bit pattern bits[i] (NULL: taken from x).
+ * eq keys equal T, of which ties are taken. */
 static void
 s_emit(const float *x,
        const uint32_t *cand,
@@ -155,12 +162,12 @@ s_emit(const float *x,
         for (size_t i = 0; i < m && out < k; i++) {
             idx[out] = cand[i];
             vals[out] = compress_u2f(bits[i]);
-            out += (size_t)(keys[i] >= T);
+            out += (size_t)((keys[i] & S_KEY) >= T);
         }
         return;
     }
     for (size_t i = 0; i < m && out < k; i++) {
-        uint32_t key = keys[i];
+        uint32_t key = keys[i] & S_KEY;
         size_t tie = (size_t)(key == T) & (size_t)(ties > 0);
         size_t take = (size_t)(key > T) | tie;
         ties -= tie;
@@ -250,10 +257,13 @@ compress_topk_select(const float *x,
     size_t gt = 0, eq = 0;
     s_minmax(sample, m, &lo, &hi);
     s_kth_largest(sample, m, r, lo, hi, scratch, &T, &gt, &eq);
-    bool finite = true;
+    /* The scan's largest key is the candidates' largest too, and T is
+     * at most their smallest: no pass over the candidates for the range;
+     * their keys are their bit patterns & S_KEY, not copied out. */
+    lo = T;
     size_t count =
-        compress_select_ge(x, n, compress_u2f(T), cand, bits, cap, &finite);
-    if (!finite) {
+        compress_select_ge_top(x, n, compress_u2f(T), cand, bits, cap, &hi);
+    if (hi >= 0x7f800000u) { /* NaN or Inf */
         rc = RUMOR_ENUMERIC;
         goto done;
     }
@@ -261,25 +271,8 @@ compress_topk_select(const float *x,
         rc = s_full(x, n, k, idx, vals);
         goto done;
     }
-    /* The candidates' keys go where the sample was when they fit. */
-    uint32_t *keys = count <= m ? sample : malloc(count * sizeof *keys);
-    if (keys == NULL) {
-        rc = RUMOR_ENOMEM;
-        goto done;
-    }
-    /* The keys and their range in one pass (count >= k >= 1). */
-    lo = UINT32_MAX;
-    hi = 0;
-    for (size_t i = 0; i < count; i++) {
-        uint32_t key = bits[i] & 0x7fffffffu;
-        keys[i] = key;
-        lo = key < lo ? key : lo;
-        hi = key > hi ? key : hi;
-    }
-    s_kth_largest(keys, count, k, lo, hi, scratch, &T, &gt, &eq);
-    s_emit(x, cand, keys, bits, count, T, k, eq, k - gt, idx, vals);
-    if (keys != sample)
-        free(keys);
+    s_kth_largest(bits, count, k, lo, hi, scratch, &T, &gt, &eq);
+    s_emit(x, cand, bits, bits, count, T, k, eq, k - gt, idx, vals);
 done:
     free(sample);
     return rc;

@@ -1125,14 +1125,55 @@ s_rand16__avx2_philox__equals_reference_and_core_stream_once(void)
     }
 }
 
+/* Byte j of the Philox byte stream (seed, stream), straight from core's
+ * Philox: byte j % 16 of block j / 16, the block's words little-endian. */
+static uint8_t
+s_philox_byte(uint64_t seed, uint64_t stream, uint64_t j)
+{
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    uint64_t block = j / 16;
+    const uint32_t ctr[4] = {(uint32_t)block,
+                             (uint32_t)(block >> 32),
+                             (uint32_t)stream,
+                             (uint32_t)(stream >> 32)};
+    uint32_t w[4];
+    rumor_philox4x32_10(ctr, key, w);
+    return (uint8_t)(w[(j / 4) % 4] >> (8 * (j % 4)));
+}
+
+/* The rounding draws: fast path and reference equal, both as defined (a
+ * high byte per draw, a low byte per 16 from 2^63 on), across pieces and
+ * at a first near 2^36. */
+static void
+s_draws__fast_and_reference__as_defined_once(void)
+{
+    enum { N = 4096 + 80 };
+    static uint16_t a[N], b[N];
+    static const uint64_t firsts[] = {0, 16, 4096 * 3, 0xfffffffcull * 16};
+    for (size_t f = 0; f < 4; f++) {
+        compress_draws(0x0123456789abcdefull, 77, firsts[f], a, N);
+        compress_draws_ref(0x0123456789abcdefull, 77, firsts[f], b, N);
+        assert_memory_equal(a, b, sizeof a);
+        for (size_t i = 0; i < N; i += 37) {
+            uint64_t j = firsts[f] + i;
+            uint8_t hi = s_philox_byte(0x0123456789abcdefull, 77, j);
+            uint8_t lo =
+                s_philox_byte(0x0123456789abcdefull, 77, (1ull << 63) + j / 16);
+            assert_int_equal(a[i], hi << 8 | lo);
+        }
+    }
+}
+
 /* On every fast tier this CPU has (AVX2, AVX-512). */
 static void
 test_rand16__avx2_philox__equals_reference_and_core_stream(void **state)
 {
     (void)state;
     for (int level = 1; level <= 2; level++)
-        if (compress_set_simd(level) == level)
+        if (compress_set_simd(level) == level) {
             s_rand16__avx2_philox__equals_reference_and_core_stream_once();
+            s_draws__fast_and_reference__as_defined_once();
+        }
     compress_set_simd(2);
 }
 
@@ -1183,14 +1224,59 @@ s_kernels__finite_select_sign__equal_references_once(void)
     free(x);
 }
 
+/* The threshold scan on a long vector against a plain loop: every cap
+ * from none to more than enough, uniform and skewed data, the top key. */
+static void
+s_select_ge__long_vectors__equal_plain_loop_once(void)
+{
+    const size_t n = 300007;
+    float *x = s_data(n, 82);
+    uint32_t *want = malloc(n * sizeof *want), *wbits = malloc(n * 4);
+    uint32_t *got = malloc(n * sizeof *got), *gbits = malloc(n * 4);
+    for (int skew = 0; skew < 2; skew++) {
+        for (size_t i = 0; skew && i < n / 4; i++)
+            x[i] *= 4.0f; /* most hits in the first quarter */
+        size_t count = 0;
+        uint32_t top = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t key = compress_f2u(x[i]) & 0x7fffffffu;
+            top = key > top ? key : top;
+            if (fabsf(x[i]) >= 1.5f) {
+                want[count] = (uint32_t)i;
+                wbits[count++] = compress_f2u(x[i]);
+            }
+        }
+        const size_t caps[] = {0, 37, count / 2, count - 1, count, count + 99};
+        for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+            uint32_t gtop = 0;
+            memset(got, 0xff, n * sizeof *got);
+            size_t cap = caps[c], k = cap < count ? cap : count;
+            assert_int_equal(
+                compress_select_ge_top(x, n, 1.5f, got, gbits, cap, &gtop),
+                count);
+            assert_int_equal(gtop, top);
+            assert_memory_equal(got, want, k * sizeof *got);
+            assert_memory_equal(gbits, wbits, k * sizeof *got);
+            assert_int_equal(got[cap], UINT32_MAX); /* nothing past cap */
+        }
+    }
+    free(want);
+    free(wbits);
+    free(got);
+    free(gbits);
+    free(x);
+}
+
 /* On every fast tier this CPU has (AVX2, AVX-512). */
 static void
 test_kernels__finite_select_sign__equal_references(void **state)
 {
     (void)state;
     for (int level = 1; level <= 2; level++)
-        if (compress_set_simd(level) == level)
+        if (compress_set_simd(level) == level) {
             s_kernels__finite_select_sign__equal_references_once();
+            s_select_ge__long_vectors__equal_plain_loop_once();
+        }
     compress_set_simd(2);
 }
 
@@ -1311,6 +1397,84 @@ s_kernels__levels_pack_natural_sums__bit_equal_to_references_once(void)
     free(ca);
     free(cb);
     free(back);
+}
+
+/* The fused bucket kernel against its reference: bucket lengths of whole
+ * (512) and half (72) 16-value steps, every width, TernGrad, a zero bucket
+ * (inv 0) and a NaN (false); then natural compression's decoder kernel. */
+static void
+s_quant_buckets_natural__fused__bit_equal_to_references_once(void)
+{
+    const size_t total = 3 * 512, ms[] = {64, 512, 72};
+    float *x = s_data(total, 93);
+    uint16_t *r = malloc(total * sizeof *r);
+    uint8_t *pa = malloc(total), *pb = malloc(total);
+    uint8_t na[4 * 24], nb[4 * 24];
+    compress_draws(5, 6, 0, r, total);
+    for (size_t i = 64; i < 128; i++)
+        x[i] = 0; /* bucket 1 of the 64-value runs */
+    for (size_t t = 0; t < 3; t++)
+        for (unsigned b = 0; b <= 7; b++) {
+            bool tern = b == 0; /* b = 0 stands for TernGrad */
+            unsigned bb = tern ? 1 : b;
+            uint32_t s = tern ? 1 : (1u << b) - 1;
+            size_t m = ms[t], nbk = total / m < 24 ? total / m : 24;
+            size_t bytes = nbk * m / 8 * (bb + 1);
+            memset(pa, 0xAA, total);
+            memset(pb, 0x55, total);
+            assert_true(compress_quant_buckets(x,
+                                               nbk,
+                                               m,
+                                               s,
+                                               bb,
+                                               tern,
+                                               r,
+                                               na,
+                                               pa,
+                                               pa + bytes));
+            assert_true(
+                compress_quant_buckets_ref(x, nbk, m, s, bb, tern, r, nb, pb));
+            assert_memory_equal(na, nb, 4 * nbk);
+            assert_memory_equal(pa, pb, bytes);
+        }
+    /* Natural compression's decoder kernel, set and add, odd lengths. */
+    uint8_t *expo = malloc(total);
+    float *ya = malloc(total * sizeof *ya), *yb = malloc(total * sizeof *yb);
+    for (size_t i = 0; i < total; i++) {
+        expo[i] = (uint8_t)(r[i] % 255);
+        ya[i] = yb[i] = x[i];
+    }
+    for (size_t len = 0; len <= total; len += 203) {
+        compress_natural_expand(expo, pa, len, true, 0.75f, ya);
+        compress_natural_expand_ref(expo, pa, len, true, 0.75f, yb);
+        assert_memory_equal(ya, yb, total * sizeof *ya);
+        compress_natural_expand(expo, pa, len, false, 1, ya);
+        compress_natural_expand_ref(expo, pa, len, false, 1, yb);
+        assert_memory_equal(ya, yb, total * sizeof *ya);
+    }
+    free(expo);
+    free(ya);
+    free(yb);
+    x[700] = NAN;
+    assert_false(
+        compress_quant_buckets(x, 3, 512, 15, 4, false, r, na, pa, pa + 960));
+    assert_false(
+        compress_quant_buckets_ref(x, 3, 512, 15, 4, false, r, nb, pb));
+    free(pa);
+    free(pb);
+    free(r);
+    free(x);
+}
+
+/* On every fast tier this CPU has (AVX2, AVX-512). */
+static void
+test_quant_buckets_natural__fused_kernels__bit_equal_to_references(void **state)
+{
+    (void)state;
+    for (int level = 0; level <= 2; level++)
+        if (compress_set_simd(level) == level)
+            s_quant_buckets_natural__fused__bit_equal_to_references_once();
+    compress_set_simd(2);
 }
 
 /* On every fast tier this CPU has (AVX2, AVX-512). */
@@ -1724,6 +1888,8 @@ main(int argc, char **argv)
         cmocka_unit_test(test_kernels__finite_select_sign__equal_references),
         cmocka_unit_test(
             test_kernels__levels_pack_natural_sums__bit_equal_to_references),
+        cmocka_unit_test(
+            test_quant_buckets_natural__fused_kernels__bit_equal_to_references),
         cmocka_unit_test(test_huffman__skewed_bytes__round_trip_near_entropy),
         cmocka_unit_test(
             test_huffman__length_tables__incomplete_or_oversubscribed_rejected),
