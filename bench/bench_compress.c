@@ -5,7 +5,8 @@
  * measured in the same run; top-k selection against a plain quickselect
  * (nth_element-style) on the same data; fp8's Huffman stage against the
  * empirical entropy of its symbols and against zstd level 1 on the same
- * symbol bytes.
+ * symbol bytes. The vectors, like the floor's buffer, are on transparent
+ * huge pages where the system allows (rumor_mem_alloc_large).
  *
  * usage: rumor bench compress [--n N] [--reps R] [--topk] [SPEC...]
  * (--topk: the top-k against quickselect comparison only, plus any
@@ -152,13 +153,13 @@ s_bench_codec(const char *spec,
     size_t cap = 0, len = 0;
     bool exact = false;
     int status = 0;
-    float *y = malloc(n * sizeof *y);
+    float *y = rumor_mem_alloc_large(n * sizeof *y);
     uint8_t *buf = NULL;
     if (rumor_codec_encoded_size(c, n, &cap, &exact) != RUMOR_OK || y == NULL) {
         status = 1;
         goto done;
     }
-    buf = malloc(cap);
+    buf = rumor_mem_alloc_large(cap);
     if (buf == NULL) {
         status = 1;
         goto done;
@@ -205,7 +206,7 @@ s_bench_topk(const float *x,
     size_t k = n / 100;
     uint32_t *a = malloc(k * sizeof *a);
     uint32_t *b = malloc(k * sizeof *b);
-    float *work = malloc(n * sizeof *work);
+    float *work = rumor_mem_alloc_large(n * sizeof *work);
     rumor_codec *c = NULL;
     int status = 0;
     if (a == NULL || b == NULL || work == NULL ||
@@ -220,8 +221,8 @@ s_bench_topk(const float *x,
         status = 1;
         goto done;
     }
-    uint8_t *buf = malloc(cap);
-    float *y = malloc(n * sizeof *y);
+    uint8_t *buf = rumor_mem_alloc_large(cap);
+    float *y = rumor_mem_alloc_large(n * sizeof *y);
     uint64_t best_q = UINT64_MAX, best_r = UINT64_MAX;
     for (int r = 0; r < reps; r++) {
         uint64_t t0 = rumor_clock_ns();
@@ -362,7 +363,8 @@ bench_compress_main(int argc, char **argv)
                 "[--topk] [SPEC...]\n");
         return 2;
     }
-    float *x = malloc(n * sizeof *x);
+    /* On huge pages, as the floor's buffer is (bench/membw.c). */
+    float *x = rumor_mem_alloc_large(n * sizeof *x);
     if (x == NULL) {
         fprintf(stderr, "bench compress: out of memory\n");
         return 1;
