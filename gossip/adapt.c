@@ -44,6 +44,7 @@
 #define S_CORR_MIN    0.25
 #define S_CORR_MAX    4.0
 #define S_OVER        1.02 /* bytes over budget that trigger a trim */
+#define S_UNDER       0.97 /* bytes under budget that trigger a fill */
 #define S_TRIMS       2    /* re-encodes at most per message */
 #define S_GROWTH      2.0  /* a budget grows at most this much per step */
 
@@ -436,12 +437,16 @@ s_correct(const struct gossip_adapt *a, struct gossip_link *l, double budget)
     l->corr = c < S_CORR_MIN ? S_CORR_MIN : c > S_CORR_MAX ? S_CORR_MAX : c;
 }
 
-/* After an encode over budget (the bytes model is an estimate: the Rice
- * stream's length depends on the gaps), takes the excess out of the
- * sparse layer with the most kept elements; false when none is sparse. */
+/* After an encode more than S_OVER over or S_UNDER under its budget (the
+ * bytes model is an estimate: the Rice stream's length depends on the
+ * gaps), moves the difference into or out of the sparse layer with the
+ * most kept elements; false when none is sparse or nothing would change. */
 static bool
-s_trim(struct gossip_link *l, size_t layers, double budget)
+s_refit(struct gossip_link *l, size_t layers, double budget)
 {
+    bool over = (double)l->len > budget * S_OVER;
+    if (!over && (double)l->len >= budget * S_UNDER)
+        return false;
     struct gossip_layer *big = NULL;
     for (size_t t = 0; t < layers; t++) {
         struct gossip_layer *y = &l->layers[t];
@@ -452,9 +457,15 @@ s_trim(struct gossip_link *l, size_t layers, double budget)
         return false;
     double per = gossip_adapt_layer_bytes(big->n, big->c.k, big->c.bits) /
                  (double)big->c.k;
-    size_t dk = (size_t)(((double)l->len - budget) / per) + 1;
-    big->c.k = dk < big->c.k ? big->c.k - dk : 1;
-    return true;
+    size_t k = big->c.k;
+    if (over) {
+        size_t dk = (size_t)(((double)l->len - budget) / per) + 1;
+        big->c.k = dk < k ? k - dk : 1;
+    } else {
+        size_t dk = (size_t)((budget - (double)l->len) / per);
+        big->c.k = dk < big->n - k ? k + dk : big->n - 1;
+    }
+    return big->c.k != k;
 }
 
 rumor_err
@@ -481,9 +492,8 @@ gossip_adapt_encode(struct gossip_adapt *a,
         budget = fmax(S_GROWTH * (double)l->bytes, start);
     a->ctl->choose(a, l, budget * (a->ctl->per_link ? l->corr : 1.0));
     rumor_err rc = s_encode_layers(a, g, l, all, step);
-    for (int again = 0;
-         again < S_TRIMS && rc == RUMOR_OK && a->ctl->per_link &&
-         (double)l->len > budget * S_OVER && s_trim(l, a->layers, budget);
+    for (int again = 0; again < S_TRIMS && rc == RUMOR_OK &&
+                        a->ctl->per_link && s_refit(l, a->layers, budget);
          again++)
         rc = s_encode_layers(a, g, l, all, step);
     if (rc != RUMOR_OK)
