@@ -492,8 +492,8 @@ gossip_adapt_encode(struct gossip_adapt *a,
         budget = fmax(S_GROWTH * (double)l->bytes, start);
     a->ctl->choose(a, l, budget * (a->ctl->per_link ? l->corr : 1.0));
     rumor_err rc = s_encode_layers(a, g, l, all, step);
-    for (int again = 0; again < S_TRIMS && rc == RUMOR_OK &&
-                        a->ctl->per_link && s_refit(l, a->layers, budget);
+    for (int again = 0; again < S_TRIMS && rc == RUMOR_OK && a->ctl->per_link &&
+                        s_refit(l, a->layers, budget);
          again++)
         rc = s_encode_layers(a, g, l, all, step);
     if (rc != RUMOR_OK)

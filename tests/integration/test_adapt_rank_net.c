@@ -18,11 +18,11 @@
 #include <cjson/cJSON.h>
 #include <string.h>
 
-#define NODES        4
-#define STEPS        20
-#define RUN_LIMIT_MS 120000 /* generous: only a broken build waits this long \
-                             */
+#define NODES    4
+#define STEPS    20
 #define ARGS_MAX 48
+/* generous: only a broken build waits this long */
+#define RUN_LIMIT_MS 120000
 
 struct run {
     char dir[64];

@@ -1,10 +1,10 @@
 /*
  * Process helpers shared by the integration tests that run `rumor`
  * processes (test_node_checkpoint.c, test_node_cluster.c,
- * test_node_faults.c, test_adapt_rank_net.c): start one with its output in a file, wait for it
- * with a limit, remove a temporary tree, show a log. Static inline, so a
- * test that does not use one does not warn. Waits poll with a deadline;
- * nothing here sleeps to synchronise.
+ * test_node_faults.c, test_adapt_rank_net.c): start one with its output in a
+ * file, wait for it with a limit, remove a temporary tree, show a log. Static
+ * inline, so a test that does not use one does not warn. Waits poll with a
+ * deadline; nothing here sleeps to synchronise.
  */
 #ifndef RUMOR_TEST_NODE_COMMON_H
 #define RUMOR_TEST_NODE_COMMON_H
