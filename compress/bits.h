@@ -48,6 +48,19 @@ compress_bw_put(struct compress_bw *w, uint64_t v, unsigned nbits)
     }
 }
 
+/* Stores the whole pending bytes; true when no bit is left pending, so
+ * that whole bytes may be written at w->p directly. */
+static inline bool
+compress_bw_at_byte(struct compress_bw *w)
+{
+    while (w->nacc >= 8 && w->p < w->end) {
+        *w->p++ = (uint8_t)w->acc;
+        w->acc >>= 8;
+        w->nacc -= 8;
+    }
+    return w->nacc == 0 && !w->overflow;
+}
+
 /* Flushes the pending bits, zero-padded to a byte; returns the bytes
  * written since out, or SIZE_MAX after an overflow. */
 static inline size_t

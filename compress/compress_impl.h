@@ -177,35 +177,51 @@ rumor_err compress_sparse_encode_k(const rumor_codec *c,
 
 /* --- kernels (kernels.c: dispatching fast paths; ref.c: plain C) ------- */
 
-/* Random 16-bit draws for stochastic rounding: out[i] is the 16-bit half
- * (i & 1) of 32-bit element (first + i) / 2 of the Philox stream (seed,
- * stream) as defined by core (word w = word w % 4 of Philox(counter =
- * (w / 4, stream), key = seed)). first must be a multiple of 8, n a
- * multiple of 8. */
-void compress_rand16(uint64_t seed,
-                     uint64_t stream,
-                     uint64_t first,
-                     uint16_t *out,
-                     size_t n);
-void compress_rand16_ref(uint64_t seed,
+/* The byte stream of stochastic rounding, (seed, stream): byte j is in
+ * group g = j / 256, the 16 Philox blocks 16 g .. 16 g + 15 (block c =
+ * Philox4x32-10(counter = (c, stream), key = seed), core/rng.c) stored
+ * word-major: offset o = j % 256 holds byte o % 4 (little-endian) of word
+ * o / 64 of block 16 g + (o / 4) % 16. The layout is the vector
+ * generator's registers stored as they are (no transpose), and any 16
+ * consecutive bytes from a multiple of 16 on are one register's lanes.
+ * out[i] = byte first + i, for any first and n. */
+void compress_stream_bytes(uint64_t seed,
+                           uint64_t stream,
+                           uint64_t first,
+                           uint8_t *out,
+                           size_t n);
+void compress_stream_bytes_ref(uint64_t seed,
+                               uint64_t stream,
+                               uint64_t first,
+                               uint8_t *out,
+                               size_t n);
+
+/* Where the shared low bytes of the draws start in the byte stream. */
+#define COMPRESS_DRAW_LOW (1ull << 63)
+
+/* The draws of stochastic rounding: draw i = 256 S(i) + S(2^63 + i / 16)
+ * with S(j) byte j of compress_stream_bytes (seed, stream). Each draw is
+ * uniform on 16 bits; the low byte (needed only when the high byte ties
+ * with the top 8 bits of the rounded fraction, 1 time in 256) is shared
+ * by 16 consecutive draws, so the generator makes 8.5 bits per draw
+ * instead of 16. compress_draw_bytes writes the two parts of draws first
+ * .. first + n - 1 (first a multiple of 16): hi[i] = S(first + i), lo[q]
+ * = S(2^63 + first / 16 + q) for q < ceil(n / 16); the kernels take them
+ * so, with no joined copy. */
+void compress_draw_bytes(uint64_t seed,
                          uint64_t stream,
                          uint64_t first,
-                         uint16_t *out,
+                         uint8_t *hi,
+                         uint8_t *lo,
                          size_t n);
-
-/* The draws of stochastic rounding: out[i] = B(first + i) 256 + B(2^63 +
- * (first + i) / 16), where B(j) is byte j of the Philox byte stream
- * (seed, stream): byte j % 4 (little-endian) of 32-bit element j / 4 as in
- * compress_rand16. Each draw is uniform on 16 bits; the low byte (needed
- * only when the high byte ties with the top 8 bits of the rounded
- * fraction, 1 time in 256) is shared by 16 consecutive draws, so the
- * generator produces 8.5 bits per draw instead of 16. first and n are
- * multiples of 16. */
-void compress_draws(uint64_t seed,
-                    uint64_t stream,
-                    uint64_t first,
-                    uint16_t *out,
-                    size_t n);
+/* The draws joined: out[i] = hi[i] 256 + lo[(phase + i) / 16] (phase <
+ * 16: where hi[0] sits in its run of 16). */
+void compress_join_draws(const uint8_t *hi,
+                         const uint8_t *lo,
+                         size_t phase,
+                         size_t n,
+                         uint16_t *out);
+/* The oracle: out[i] = draw first + i, straight from the definition. */
 void compress_draws_ref(uint64_t seed,
                         uint64_t stream,
                         uint64_t first,
@@ -250,6 +266,20 @@ size_t compress_select_ge_top(const float *x,
                               uint32_t *bits,
                               size_t cap,
                               uint32_t *top);
+/* The entries i < m whose magnitude key (bits[i] with the sign cleared)
+ * lies in [lo, lo + span) (the unsigned difference key - lo is below span),
+ * in order: tag[i] into out_tag and, when out_vals is not NULL, bits[i] as
+ * a float into out_vals. Writes no slot at or past cap (but may overwrite
+ * slots past the last entry below cap); returns how many entries there
+ * are, which may exceed cap. out_tag may be tag (compaction in place). */
+size_t compress_select_range(const uint32_t *bits,
+                             const uint32_t *tag,
+                             size_t m,
+                             uint32_t lo,
+                             uint32_t span,
+                             uint32_t *out_tag,
+                             float *out_vals,
+                             size_t cap);
 
 /* Scaled sign of one bucket: sum of |x| (double) and sign bits (bit i of
  * bits = x[i] < 0, or -0.0) for n <= 512 values; bits has (n + 7) / 8
@@ -354,31 +384,50 @@ compress_bucket_scale(double acc, uint32_t s, float *norm, float *inv)
     return true;
 }
 
-/* QSGD (tern false: 2-norm) or TernGrad (tern true, s = b = 1: max |v|)
- * of nbk whole buckets of m values (m a multiple of 8): per bucket the
- * norm as little-endian float32 at norms + 4 k and the codes of
- * compress_levels packed at width b + 1 (b <= 7) from out on, draws r[0 ..
- * nbk m). One pass per bucket while it is in L1. False (output
- * unspecified) when x holds NaN or Inf. */
-bool compress_quant_buckets(const float *x,
-                            size_t nbk,
-                            size_t m,
-                            uint32_t s,
-                            unsigned b,
-                            bool tern,
-                            const uint16_t *r,
-                            uint8_t *norms,
-                            uint8_t *out,
-                            const uint8_t *end);
-bool compress_quant_buckets_ref(const float *x,
-                                size_t nbk,
-                                size_t m,
-                                uint32_t s,
-                                unsigned b,
-                                bool tern,
-                                const uint16_t *r,
-                                uint8_t *norms,
-                                uint8_t *out);
+/* The code of one value under stochastic rounding: level l = min(s,
+ * floor(fma(|v|, inv, (r + 0.5) 2^-16))) with the 16-bit draw r, and the
+ * sign at bit b when l > 0 (compress_levels, the reference arithmetic). */
+static inline uint32_t
+compress_level_code(float v, float inv, uint16_t r, uint32_t s, unsigned b)
+{
+    float a = fmaf(fabsf(v), inv, ((float)r + 0.5f) * 0x1.0p-16f);
+    uint32_t l = (uint32_t)a;
+    l = l > s ? s : l;
+    return l | (uint32_t)(l > 0 && signbit(v)) << b;
+}
+
+/* Values one compress_quant_buckets call takes at most. */
+#define COMPRESS_FUSED_MAX 4096
+
+/* A run of whole QSGD (tern false: 2-norm) or TernGrad (tern true, s = b
+ * = 1: max |v|) buckets for compress_quant_buckets: nbk buckets of m
+ * values from x (m a multiple of 8, nbk m <= COMPRESS_FUSED_MAX), s < 2^b
+ * <= 256; value t takes draw hi[t] 256 + lo[t / 16] (compress_draw_bytes
+ * from a multiple of 16). Outputs: per bucket the norm as little-endian
+ * float32 at norms + 4 k, the codes of compress_levels packed at width b +
+ * 1 from out on (end bounds the output), and when approx is not NULL the
+ * decoded values (approx[t] = +-l (norm / s), as the decoder computes
+ * them). */
+struct compress_bucket_run {
+    const float *x;
+    size_t nbk, m;
+    uint32_t s;
+    unsigned b;
+    bool tern;
+    const uint8_t *hi, *lo;
+    uint8_t *norms, *out;
+    const uint8_t *end;
+    float *approx;
+};
+
+/* Quantizes a run, one pass per bucket while it is in L1. False (output
+ * unspecified) when x holds NaN or Inf. b = 8 (9-bit codes) only where
+ * compress_quant_buckets_wide says so. */
+bool compress_quant_buckets(const struct compress_bucket_run *run);
+/* True when compress_quant_buckets takes 9-bit codes (b = 8) for buckets
+ * of m values on this CPU (the AVX-512 byte kernel, m a multiple of 16). */
+bool compress_quant_buckets_wide(size_t m);
+bool compress_quant_buckets_ref(const struct compress_bucket_run *run);
 
 /* Packs groups of eight w-bit codes (w <= 8, bytes < 2^w) into w bytes
  * each, LSB-first (the bit order of rumor_bitw); end bounds the output. */
@@ -395,6 +444,22 @@ void compress_unpack(const uint8_t *in,
                      unsigned w,
                      uint8_t *codes);
 
+/* compress_unpack for 9-bit codes (qsgd bits = 8): groups of eight
+ * codes in 9 bytes each, to 16-bit codes. */
+void compress_unpack9(const uint8_t *in,
+                      const uint8_t *end,
+                      size_t groups,
+                      uint16_t *codes);
+/* True when one of a[0 .. n) equals v (memchr for 16-bit codes). */
+bool compress_has_u16(const uint16_t *a, size_t n, uint16_t v);
+/* compress_dequant of 9-bit codes: level in bits 0-7, sign in bit 8. */
+void compress_dequant9(const uint16_t *codes,
+                       size_t n,
+                       float scale,
+                       bool add,
+                       float alpha,
+                       float *y);
+
 /* y[i] (= or +=) alpha * (+-)(code & s) * scale, the sign from bit b. */
 void compress_dequant(const uint8_t *codes,
                       size_t n,
@@ -405,15 +470,19 @@ void compress_dequant(const uint8_t *codes,
                       float *y);
 
 /* Natural compression of n values (n a multiple of 8): exponent bytes and
- * sign bits (n / 8 bytes); false when x holds NaN or Inf. */
+ * sign bits (n / 8 bytes), value t with draw hi[t] 256 + lo[t / 16]
+ * (compress_draw_bytes from a multiple of 16); false when x holds NaN or
+ * Inf. */
 bool compress_natural(const float *x,
                       size_t n,
-                      const uint16_t *r,
+                      const uint8_t *hi,
+                      const uint8_t *lo,
                       uint8_t *expo,
                       uint8_t *signs);
 bool compress_natural_ref(const float *x,
                           size_t n,
-                          const uint16_t *r,
+                          const uint8_t *hi,
+                          const uint8_t *lo,
                           uint8_t *expo,
                           uint8_t *signs);
 

@@ -9,26 +9,31 @@
  * (F, VL, BW, DQ) where a kernel gains from it: Philox (16 lanes, vpmulld,
  * vpternlogd), the stochastic levels and natural compression (decisions
  * as mask registers), the bucket norms and maxima, and the threshold scan
- * (vpcompressd). BMI2's pext/pdep pack and unpack the level codes.
+ * (vpcompressw, with VBMI2). BMI2's pext/pdep pack and unpack the level
+ * codes.
  *
- * Philox: element w of stream (seed, s) is word w % 4 of
- * Philox4x32-10(counter = (w / 4, s), key = seed) (core/rng.c). Eight (or
- * sixteen) counters run in the lanes of four vectors (one per Philox
- * word); the 32x32 -> 64-bit products come from mul_epu32 on the even
- * lanes and on the odd lanes shifted down, and a transpose puts the words
- * back in stream order, so the output equals the scalar generator's. Two
- * such groups run with their rounds interleaved: a round is a chain of
- * multiply, shuffle and xor, and one group alone leaves the vector units
- * waiting on it (1.3x faster than one group on Zen 4). Stochastic rounding
- * uses a 16-bit draw per element, so the rounding probability is exact to
- * 2^-17, far below any statistical effect, but generates only 8.5 bits of
- * it (compress_draws): draw i = 256 B(i) + B(2^63 + i / 16), B(j) byte j
- * of the Philox byte stream (byte j % 4 of element j / 4, little-endian).
- * The high byte alone decides unless it ties with the fraction's top 8
- * bits (1 in 256); the low byte that then decides is shared by 16
- * elements, which correlates two roundings only when both tie. Each draw
- * is still exactly uniform on 16 bits, and Philox, bound by vector issue
- * at about 1.1 operations per 16 bits, was half of a qsgd encode.
+ * Philox: the rounding byte stream (compress_impl.h,
+ * compress_stream_bytes) is Philox4x32-10 (core/rng.c) in groups of 16
+ * blocks stored word-major, which is how the vector generator holds them:
+ * 16 counters in the lanes of four vectors (one per Philox word), the
+ * 32x32 -> 64-bit products from mul_epu32 on the even lanes and on the
+ * odd lanes shifted down, and each word vector stored as it is. (Until
+ * 2026-11 the stream was in block order, and a transpose plus a join pass
+ * that widened bytes into 16-bit draws cost a sixth of a qsgd encode; the
+ * kernels now take the draws' bytes straight from the generator's
+ * stores: 16 consecutive high bytes are one load.) Two groups run with
+ * their rounds interleaved: a round is a chain of multiply, shuffle and
+ * xor, and one group alone leaves the vector units waiting on it (1.3x
+ * faster than one group on Zen 4). Stochastic rounding uses a 16-bit
+ * draw per element, so the rounding probability is exact to 2^-17, far
+ * below any statistical effect, but generates only 8.5 bits of it: draw
+ * i = 256 S(i) + S(2^63 + i / 16), S(j) byte j of the stream. The high
+ * byte alone decides unless it ties with the fraction's top 8 bits (1 in
+ * 256); the low byte that then decides is shared by 16 elements, which
+ * correlates two roundings only when both tie. Each draw is still
+ * exactly uniform on 16 bits. Philox runs at about 0.09 ns per byte on
+ * one Zen 4 core, bound by vector issue (12 operations per round and 16
+ * blocks; a 64-bit-lane variant with fewer multiplies measured the same).
  *
  * Alternatives rejected: a second, faster generator for rounding only (two
  * generators to test against each other and a second definition of "the
@@ -46,6 +51,13 @@
 /* Outputs of at least this many values (4 MB of floats: past the L2) use
  * non-temporal stores. */
 #define S_STREAM_MIN ((size_t)1 << 20)
+
+/* Values the fused quantizer and natural compression prefetch ahead of
+ * their codes, one line per 16 codes: they compute for a while per chunk,
+ * so the hardware prefetcher (driven by the loads) falls behind and each
+ * bucket would start with a DRAM stall. Prefetch never faults past the
+ * end of x. */
+#define S_AHEAD 2048
 
 /* The AVX-512 tier (F, VL, BW, DQ on top of the AVX2 set): 512-bit
  * compress for the threshold scan, ternary logic in Philox. */
@@ -129,46 +141,34 @@ s_counters(uint64_t block, __m256i *c0, __m256i *c1)
                            wrapped);
 }
 
-/* Stores the four word vectors of 8 blocks as 64 16-bit halves in stream
- * order (a 4x8 transpose; little-endian host). */
+/* Stores the four word vectors of 8 blocks in the word-major layout of
+ * the byte stream: word j of lane b at out + 64 j + 4 b (out is where the
+ * group's first or second eight lanes go; little-endian host). */
 static S_TARGET inline void
-s_store8(__m256i c0, __m256i c1, __m256i c2, __m256i c3, uint16_t *out)
+s_store8(__m256i c0, __m256i c1, __m256i c2, __m256i c3, uint8_t *out)
 {
-    __m256i t0 = _mm256_unpacklo_epi32(c0, c1);
-    __m256i t1 = _mm256_unpacklo_epi32(c2, c3);
-    __m256i t2 = _mm256_unpackhi_epi32(c0, c1);
-    __m256i t3 = _mm256_unpackhi_epi32(c2, c3);
-    __m256i r0 = _mm256_unpacklo_epi64(t0, t1);
-    __m256i r1 = _mm256_unpackhi_epi64(t0, t1);
-    __m256i r2 = _mm256_unpacklo_epi64(t2, t3);
-    __m256i r3 = _mm256_unpackhi_epi64(t2, t3);
-    _mm256_storeu_si256((__m256i *)(out + 0),
-                        _mm256_permute2x128_si256(r0, r1, 0x20));
-    _mm256_storeu_si256((__m256i *)(out + 16),
-                        _mm256_permute2x128_si256(r2, r3, 0x20));
-    _mm256_storeu_si256((__m256i *)(out + 32),
-                        _mm256_permute2x128_si256(r0, r1, 0x31));
-    _mm256_storeu_si256((__m256i *)(out + 48),
-                        _mm256_permute2x128_si256(r2, r3, 0x31));
+    _mm256_storeu_si256((__m256i *)(out + 0), c0);
+    _mm256_storeu_si256((__m256i *)(out + 64), c1);
+    _mm256_storeu_si256((__m256i *)(out + 128), c2);
+    _mm256_storeu_si256((__m256i *)(out + 192), c3);
 }
 
-/* Writes the 64 words of the 16 Philox blocks block .. block + 15 to out
- * (16-bit halves in stream order): two independent groups of 8 blocks
- * whose rounds interleave, so one group's multiplies fill the other's
- * latency; key[r] holds the round-r key words broadcast (kk[2 r],
- * kk[2 r + 1]). */
+/* Writes group `group` of the byte stream (the 16 Philox blocks 16 group
+ * .. 16 group + 15, 256 bytes) to out: two independent sets of 8 blocks
+ * whose rounds interleave, so one set's multiplies fill the other's
+ * latency; kk holds the round keys broadcast (kk[2 r], kk[2 r + 1]). */
 static S_TARGET inline void
 s_philox16(const __m256i *kk,
            __m256i c2i,
            __m256i c3i,
-           uint64_t block,
-           uint16_t *out)
+           uint64_t group,
+           uint8_t *out)
 {
     const __m256i m0 = _mm256_set1_epi32((int)0xD2511F53u);
     const __m256i m1 = _mm256_set1_epi32((int)0xCD9E8D57u);
     __m256i a0, a1, b0, b1;
-    s_counters(block, &a0, &a1);
-    s_counters(block + 8, &b0, &b1);
+    s_counters(16 * group, &a0, &a1);
+    s_counters(16 * group + 8, &b0, &b1);
     __m256i a2 = c2i, a3 = c3i, b2 = c2i, b3 = c3i;
     for (int round = 0; round < 10; round++) {
         __m256i ahi0, alo0, ahi1, alo1, bhi0, blo0, bhi1, blo1;
@@ -187,16 +187,16 @@ s_philox16(const __m256i *kk,
         b3 = blo0;
     }
     s_store8(a0, a1, a2, a3, out);
-    s_store8(b0, b1, b2, b3, out + 64);
+    s_store8(b0, b1, b2, b3, out + 32);
 }
 
-/* Whole groups of 128 draws from block on; returns the draws written. */
-static S_TARGET size_t
-s_rand16_avx2(uint64_t seed,
+/* Groups group .. group + count - 1 of the byte stream to out. */
+static S_TARGET void
+s_stream_avx2(uint64_t seed,
               uint64_t stream,
-              uint64_t block,
-              uint16_t *out,
-              size_t n)
+              uint64_t group,
+              uint8_t *out,
+              size_t count)
 {
     __m256i kk[20]; /* the round keys, broadcast once per call */
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
@@ -208,10 +208,8 @@ s_rand16_avx2(uint64_t seed,
     }
     __m256i c2 = _mm256_set1_epi32((int)(uint32_t)stream);
     __m256i c3 = _mm256_set1_epi32((int)(uint32_t)(stream >> 32));
-    size_t i = 0;
-    for (; i + 128 <= n; i += 128, block += 16)
-        s_philox16(kk, c2, c3, block, out + i);
-    return i;
+    for (size_t g = 0; g < count; g++)
+        s_philox16(kk, c2, c3, group + g, out + 256 * g);
 }
 
 /* s_mul_hilo on 16 lanes: the low words from one vpmulld, the high words
@@ -243,48 +241,24 @@ s_counters512(uint64_t block, __m512i *c0, __m512i *c1)
                                 _mm512_set1_epi32(1));
 }
 
-/* s_store8 for 16 blocks: 128 halves in stream order. After the in-lane
- * transpose r_k holds block 4 L + k in 128-bit lane L; two rounds of
- * 128-bit lane shuffles put the blocks in order. */
-static S_TARGET512 inline void
-s_store16(__m512i c0, __m512i c1, __m512i c2, __m512i c3, uint16_t *out)
-{
-    __m512i t0 = _mm512_unpacklo_epi32(c0, c1);
-    __m512i t1 = _mm512_unpacklo_epi32(c2, c3);
-    __m512i t2 = _mm512_unpackhi_epi32(c0, c1);
-    __m512i t3 = _mm512_unpackhi_epi32(c2, c3);
-    __m512i r0 = _mm512_unpacklo_epi64(t0, t1);
-    __m512i r1 = _mm512_unpackhi_epi64(t0, t1);
-    __m512i r2 = _mm512_unpacklo_epi64(t2, t3);
-    __m512i r3 = _mm512_unpackhi_epi64(t2, t3);
-    /* u0 = blocks 0 4 1 5, u1 = 2 6 3 7, u2 = 8 12 9 13, u3 = 10 14 11 15 */
-    __m512i u0 = _mm512_shuffle_i64x2(r0, r1, 0x44);
-    __m512i u1 = _mm512_shuffle_i64x2(r2, r3, 0x44);
-    __m512i u2 = _mm512_shuffle_i64x2(r0, r1, 0xEE);
-    __m512i u3 = _mm512_shuffle_i64x2(r2, r3, 0xEE);
-    _mm512_storeu_si512(out, _mm512_shuffle_i64x2(u0, u1, 0x88));
-    _mm512_storeu_si512(out + 32, _mm512_shuffle_i64x2(u0, u1, 0xDD));
-    _mm512_storeu_si512(out + 64, _mm512_shuffle_i64x2(u2, u3, 0x88));
-    _mm512_storeu_si512(out + 96, _mm512_shuffle_i64x2(u2, u3, 0xDD));
-}
-
-/* s_philox16 on the AVX-512 tier: 32 blocks (256 halves), 16 per vector,
- * two vectors with interleaved rounds, the three-way xors as one
- * vpternlogd each. 1.6x the AVX2 version's speed on Zen 4 (which runs
- * 512-bit operations as two 256-bit halves: the gain is fewer
- * instructions, not wider units). */
+/* s_philox16 on the AVX-512 tier: groups group and group + 1 (512
+ * bytes), a group's 16 blocks in the lanes of one vector, the two
+ * groups' rounds interleaved, the three-way xors as one vpternlogd each;
+ * the word-major layout makes the stores plain (no transpose). 1.6x the
+ * AVX2 version's speed on Zen 4 (which runs 512-bit operations as two
+ * 256-bit halves: the gain is fewer instructions, not wider units). */
 static S_TARGET512 inline void
 s_philox32_512(const __m512i *kk,
                __m512i c2i,
                __m512i c3i,
-               uint64_t block,
-               uint16_t *out)
+               uint64_t group,
+               uint8_t *out)
 {
     const __m512i m0 = _mm512_set1_epi32((int)0xD2511F53u);
     const __m512i m1 = _mm512_set1_epi32((int)0xCD9E8D57u);
     __m512i a0, a1, b0, b1;
-    s_counters512(block, &a0, &a1);
-    s_counters512(block + 16, &b0, &b1);
+    s_counters512(16 * group, &a0, &a1);
+    s_counters512(16 * group + 16, &b0, &b1);
     __m512i a2 = c2i, a3 = c3i, b2 = c2i, b3 = c3i;
     for (int round = 0; round < 10; round++) {
         __m512i ahi0, alo0, ahi1, alo1, bhi0, blo0, bhi1, blo1;
@@ -302,17 +276,18 @@ s_philox32_512(const __m512i *kk,
         a3 = alo0;
         b3 = blo0;
     }
-    s_store16(a0, a1, a2, a3, out);
-    s_store16(b0, b1, b2, b3, out + 128);
+    const __m512i words[8] = {a0, a1, a2, a3, b0, b1, b2, b3};
+    for (int j = 0; j < 8; j++)
+        _mm512_storeu_si512(out + 64 * j, words[j]);
 }
 
-/* Whole groups of 256 draws from block on; returns the draws written. */
+/* Pairs of groups from group on; returns the groups written. */
 static S_TARGET512 size_t
-s_rand16_avx512(uint64_t seed,
+s_stream_avx512(uint64_t seed,
                 uint64_t stream,
-                uint64_t block,
-                uint16_t *out,
-                size_t n)
+                uint64_t group,
+                uint8_t *out,
+                size_t count)
 {
     __m512i kk[20];
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
@@ -324,31 +299,57 @@ s_rand16_avx512(uint64_t seed,
     }
     __m512i c2 = _mm512_set1_epi32((int)(uint32_t)stream);
     __m512i c3 = _mm512_set1_epi32((int)(uint32_t)(stream >> 32));
-    size_t i = 0;
-    for (; i + 256 <= n; i += 256, block += 32)
-        s_philox32_512(kk, c2, c3, block, out + i);
-    return i;
+    size_t g = 0;
+    for (; g + 2 <= count; g += 2)
+        s_philox32_512(kk, c2, c3, group + g, out + 256 * g);
+    return g;
+}
+
+/* Groups group .. group + count - 1 of the byte stream to out. */
+static void
+s_stream_groups(uint64_t seed,
+                uint64_t stream,
+                uint64_t group,
+                uint8_t *out,
+                size_t count)
+{
+    int level = compress_simd_level();
+    size_t done = 0;
+    if (level >= 2)
+        done = s_stream_avx512(seed, stream, group, out, count);
+    if (level >= 1)
+        s_stream_avx2(seed,
+                      stream,
+                      group + done,
+                      out + 256 * done,
+                      count - done);
+    else
+        compress_stream_bytes_ref(seed, stream, 256 * group, out, 256 * count);
 }
 
 void
-compress_rand16(uint64_t seed,
-                uint64_t stream,
-                uint64_t first,
-                uint16_t *out,
-                size_t n)
+compress_stream_bytes(uint64_t seed,
+                      uint64_t stream,
+                      uint64_t first,
+                      uint8_t *out,
+                      size_t n)
 {
-    size_t i = 0;
-    int level = compress_simd_level(); /* 8 halves per Philox block */
-    if (level >= 2)
-        i = s_rand16_avx512(seed, stream, first / 8, out, n);
-    if (level >= 1)
-        i += s_rand16_avx2(seed, stream, (first + i) / 8, out + i, n - i);
-    if (i < n)
-        compress_rand16_ref(seed, stream, first + i, out + i, n - i);
+    uint8_t part[256];
+    for (size_t i = 0; i < n;) {
+        uint64_t at = first + i;
+        size_t skip = (size_t)(at % 256), whole = (n - i) / 256;
+        if (skip == 0 && whole > 0) {
+            s_stream_groups(seed, stream, at / 256, out + i, whole);
+            i += 256 * whole;
+            continue;
+        }
+        /* A part of a group: the whole group, then the part wanted. */
+        size_t take = 256 - skip < n - i ? 256 - skip : n - i;
+        s_stream_groups(seed, stream, at / 256, part, 1);
+        memcpy(out + i, part + skip, take);
+        i += take;
+    }
 }
-
-/* Draws per piece of compress_draws: 256 shared low bytes. */
-#define S_DRAW_PIECE 4096
 
 /* out[i] = hi[i] 256 + lo[i / 16] for i < n (n a multiple of 32): 32 at a
  * time, the bytes widened and the two shared low bytes broadcast. hi may
@@ -382,28 +383,15 @@ s_join_draws_avx2(const uint8_t *hi, const uint8_t *lo, size_t n, uint16_t *out)
     }
 }
 
-/* One piece of at most S_DRAW_PIECE draws: the high bytes into the upper
- * half of out (n / 2 draws of 16 bits are n bytes), the shared low bytes
- * from their own window of the stream, then joined in place from the
- * front. */
-static void
-s_draws_piece(uint64_t seed,
-              uint64_t stream,
-              uint64_t first,
-              uint16_t *out,
-              size_t n)
+void
+compress_join_draws(const uint8_t *hi,
+                    const uint8_t *lo,
+                    size_t phase,
+                    size_t n,
+                    uint16_t *out)
 {
-    uint16_t low[S_DRAW_PIECE / 32 + 16];
-    uint64_t at = (1ull << 63) + first / 16; /* byte of the first low */
-    uint64_t from = (at / 2) & ~(uint64_t)7; /* as 16-bit draws */
-    size_t skip = (size_t)(at - 2 * from);
-    size_t count = ((skip + n / 16 + 1) / 2 + 7) & ~(size_t)7;
-    compress_rand16(seed, stream, from, low, count);
-    uint8_t *hi = (uint8_t *)(out + n / 2);
-    compress_rand16(seed, stream, first / 2, out + n / 2, n / 2);
-    const uint8_t *lo = (const uint8_t *)low + skip;
     size_t i = 0;
-    int level = compress_simd_level();
+    int level = phase == 0 ? compress_simd_level() : 0;
     if (level >= 2) {
         i = n & ~(size_t)31;
         s_join_draws512(hi, lo, i, out);
@@ -414,20 +402,23 @@ s_draws_piece(uint64_t seed,
         i += more;
     }
     for (; i < n; i++)
-        out[i] = (uint16_t)(hi[i] << 8 | lo[i / 16]);
+        out[i] = (uint16_t)(hi[i] << 8 | lo[(phase + i) / 16]);
 }
 
 void
-compress_draws(uint64_t seed,
-               uint64_t stream,
-               uint64_t first,
-               uint16_t *out,
-               size_t n)
+compress_draw_bytes(uint64_t seed,
+                    uint64_t stream,
+                    uint64_t first,
+                    uint8_t *hi,
+                    uint8_t *lo,
+                    size_t n)
 {
-    for (size_t i = 0; i < n; i += S_DRAW_PIECE) {
-        size_t m = n - i < S_DRAW_PIECE ? n - i : S_DRAW_PIECE;
-        s_draws_piece(seed, stream, first + i, out + i, m);
-    }
+    compress_stream_bytes(seed, stream, first, hi, n);
+    compress_stream_bytes(seed,
+                          stream,
+                          COMPRESS_DRAW_LOW + first / 16,
+                          lo,
+                          (n + 15) / 16);
 }
 
 /* --- finite check --------------------------------------------------------- */
@@ -535,24 +526,34 @@ static const uint64_t s_pack_lanes[256] = {
 };
 /* clang-format on */
 
-/* Left-packs the lanes of v selected by m (8 bits) into bits[count..] and
- * their positions at + lane into idx[count..]; writes 8 slots whatever m
- * is (the caller has room), returns the new count. */
+/* The AVX-512 tier plus VBMI2 (vpcompressw), for the threshold scan only:
+ * it checks for VBMI2 itself (s_have_vbmi2). */
+#define S_TARGET512V                                                      \
+    __attribute__((target("avx2,fma,f16c,bmi2,avx512f,avx512vl,avx512bw," \
+                          "avx512dq,avx512vbmi2")))
+
+/* Values per chunk of the fast scans: a chunk's positions fit in 16 bits,
+ * and its 16 KB are still in L1 when the values of its hits are gathered. */
+#define S_SCAN_CHUNK 4096
+
+/* Length of the chunk at i: S_SCAN_CHUNK, or what is left rounded down to
+ * a multiple of 32 (0 at the end: the reference takes the tail). */
+static size_t
+s_chunk_len(size_t n, size_t i)
+{
+    return n - i < S_SCAN_CHUNK ? (n - i) & ~(size_t)31 : S_SCAN_CHUNK;
+}
+
+/* Left-packs the positions at + lane of the lanes selected by m (8 bits)
+ * into pos[count..]; writes 8 slots whatever m is (the caller has room),
+ * returns the new count. */
 static S_TARGET inline size_t
-s_emit8(__m256i v,
-        unsigned m,
-        uint32_t at,
-        uint32_t *idx,
-        uint32_t *bits,
-        size_t count)
+s_emit8(unsigned m, uint32_t at, uint32_t *pos, size_t count)
 {
     __m256i lanes =
         _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)s_pack_lanes[m]));
-    _mm256_storeu_si256((__m256i *)(idx + count),
+    _mm256_storeu_si256((__m256i *)(pos + count),
                         _mm256_add_epi32(lanes, _mm256_set1_epi32((int)at)));
-    if (bits != NULL)
-        _mm256_storeu_si256((__m256i *)(bits + count),
-                            _mm256_permutevar8x32_epi32(v, lanes));
     return count + (size_t)__builtin_popcount(m);
 }
 
@@ -567,10 +568,72 @@ s_mask8(__m256i v, __m256i tk, __m256i mag, __m256i *top)
         _mm256_castsi256_ps(_mm256_cmpgt_epi32(key, tk)));
 }
 
-/* The threshold scan: 32 values per iteration, emitted branch-free (a
- * vpermd left-pack per 8 lanes) while 32 more slots fit under cap; a
- * data-dependent branch per hit would mispredict at the 1 % densities
- * top-k uses. Past that point only the count grows. */
+/* The positions (from 0) of the keys > tk among the len values at x (len
+ * a multiple of 32, at most S_SCAN_CHUNK) into pos, left-packed by a vpermd
+ * per 8 lanes: a data-dependent branch per hit would mispredict at the 1 %
+ * densities top-k uses. Returns their count; top keeps the largest key. */
+static S_TARGET size_t
+s_chunk_avx2(const float *x,
+             size_t len,
+             __m256i tk,
+             uint32_t *pos,
+             __m256i *top)
+{
+    const __m256i mag = _mm256_set1_epi32(0x7fffffff);
+    __m256i hi = *top;
+    size_t hits = 0;
+    for (size_t i = 0; i < len; i += 32) {
+        const __m256i *at = (const __m256i *)(x + i);
+        uint32_t m0 = s_mask8(_mm256_loadu_si256(at), tk, mag, &hi);
+        uint32_t m1 = s_mask8(_mm256_loadu_si256(at + 1), tk, mag, &hi);
+        uint32_t m2 = s_mask8(_mm256_loadu_si256(at + 2), tk, mag, &hi);
+        uint32_t m3 = s_mask8(_mm256_loadu_si256(at + 3), tk, mag, &hi);
+        hits = s_emit8(m0, (uint32_t)i, pos, hits);
+        hits = s_emit8(m1, (uint32_t)i + 8, pos, hits);
+        hits = s_emit8(m2, (uint32_t)i + 16, pos, hits);
+        hits = s_emit8(m3, (uint32_t)i + 24, pos, hits);
+    }
+    *top = hi;
+    return hits;
+}
+
+/* Appends a chunk's hits (positions pos[0..hits) in the values at x, the
+ * chunk starting at element base) to idx, and their bit patterns gathered
+ * from x (still in L1) to bits, as far as cap allows; returns count + hits:
+ * every hit is counted, written or not. */
+static S_TARGET size_t
+s_append_avx2(const float *x,
+              uint32_t base,
+              const uint32_t *pos,
+              size_t hits,
+              uint32_t *idx,
+              uint32_t *bits,
+              size_t cap,
+              size_t count)
+{
+    size_t room = cap > count ? cap - count : 0;
+    size_t m = hits < room ? hits : room, j = 0;
+    const __m256i at = _mm256_set1_epi32((int)base);
+    for (; j + 8 <= m; j += 8) {
+        __m256i p = _mm256_loadu_si256((const __m256i *)(pos + j));
+        _mm256_storeu_si256((__m256i *)(idx + count + j),
+                            _mm256_add_epi32(p, at));
+        if (bits != NULL)
+            _mm256_storeu_si256((__m256i *)(bits + count + j),
+                                _mm256_i32gather_epi32((const int *)x, p, 4));
+    }
+    for (; j < m; j++) {
+        idx[count + j] = base + pos[j];
+        if (bits != NULL)
+            bits[count + j] = compress_f2u(x[pos[j]]);
+    }
+    return count + hits;
+}
+
+/* The threshold scan, chunk by chunk: the positions of the hits first
+ * (only them: a vpermd and a store per 8 lanes), then their values with a
+ * gather from L1. Left-packing the values too, in the same pass, took
+ * 1.2x the time on Zen 4. */
 static S_TARGET size_t
 s_select_ge_avx2(const float *x,
                  size_t n,
@@ -580,38 +643,17 @@ s_select_ge_avx2(const float *x,
                  size_t cap,
                  uint32_t *top_key)
 {
-    const __m256i mag = _mm256_set1_epi32(0x7fffffff);
-    /* Magnitude keys are non-negative int32: compare key > tkey - 1. */
-    const __m256i tk = _mm256_set1_epi32((int)tkey - 1);
+    /* Magnitude keys are non-negative int32: compare key > tkey - 1
+     * (unsigned wrap-around, so tkey 0 selects every key). */
+    const __m256i tk = _mm256_set1_epi32((int)(tkey - 1u));
     __m256i top = _mm256_setzero_si256(); /* largest key: Inf/NaN show */
+    uint32_t pos[S_SCAN_CHUNK];
     size_t count = 0, i = 0;
-    for (; i + 32 <= n; i += 32) {
-        const __m256i *at = (const __m256i *)(x + i);
-        __m256i v0 = _mm256_loadu_si256(at), v1 = _mm256_loadu_si256(at + 1);
-        __m256i v2 = _mm256_loadu_si256(at + 2),
-                v3 = _mm256_loadu_si256(at + 3);
-        uint32_t m0 = s_mask8(v0, tk, mag, &top),
-                 m1 = s_mask8(v1, tk, mag, &top);
-        uint32_t m2 = s_mask8(v2, tk, mag, &top),
-                 m3 = s_mask8(v3, tk, mag, &top);
-        if (cap >= 32 && count <= cap - 32) {
-            uint32_t base = (uint32_t)i;
-            count = s_emit8(v0, m0, base, idx, bits, count);
-            count = s_emit8(v1, m1, base + 8, idx, bits, count);
-            count = s_emit8(v2, m2, base + 16, idx, bits, count);
-            count = s_emit8(v3, m3, base + 24, idx, bits, count);
-            continue;
-        }
-        uint32_t m = m0 | m1 << 8 | m2 << 16 | m3 << 24;
-        for (; m != 0; m &= m - 1) { /* near or past cap: count only */
-            unsigned bit = (unsigned)__builtin_ctz(m);
-            if (count < cap) {
-                idx[count] = (uint32_t)(i + bit);
-                if (bits != NULL)
-                    bits[count] = compress_f2u(x[i + bit]);
-            }
-            count++;
-        }
+    for (size_t len = s_chunk_len(n, i); len > 0; len = s_chunk_len(n, i)) {
+        size_t hits = s_chunk_avx2(x + i, len, tk, pos, &top);
+        count =
+            s_append_avx2(x + i, (uint32_t)i, pos, hits, idx, bits, cap, count);
+        i += len;
     }
     uint32_t lanes[8], worst = 0;
     _mm256_storeu_si256((__m256i *)lanes, top);
@@ -629,10 +671,100 @@ s_select_ge_avx2(const float *x,
                            top_key);
 }
 
-/* The same scan with AVX-512: 16 lanes per compare into a mask register,
- * and vpcompressd (register form, then a plain store: the memory form is
- * microcoded on Zen 4) left-packs the hits without a table. */
-static S_TARGET512 size_t
+/* AVX-512 with VBMI2 (vpcompressw, CPUID 7 ECX bit 6), probed once and
+ * cached like s_simd. AVX-512 hosts without it (Skylake-SP, Cascade Lake)
+ * take the AVX2 scan, so every scan that runs is one the tests run here. */
+static int s_vbmi2 = -1;
+
+/* The 16-bit positions of the 32 lanes of the first step of a chunk. */
+static const uint16_t s_lane16[32] = {
+    0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+    16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+
+static bool
+s_have_vbmi2(void)
+{
+    int cached = s_vbmi2;
+    if (cached < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        cached = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c >> 6 & 1u);
+        s_vbmi2 = cached;
+    }
+    return cached == 1;
+}
+
+/* The positions (from 0) of the keys >= tk among the len values at x (len
+ * a multiple of 32, at most S_SCAN_CHUNK) into pos: two 16-lane compares
+ * make a 32-bit mask, and one vpcompressw (register form, then a plain
+ * store: the memory form is microcoded on Zen 4) left-packs 32 16-bit
+ * positions. Returns their count; top keeps the largest key. */
+static S_TARGET512V size_t
+s_chunk_avx512(const float *x,
+               size_t len,
+               __m512i tk,
+               uint16_t *pos,
+               __m512i *top)
+{
+    const __m512i mag = _mm512_set1_epi32(0x7fffffff);
+    const __m512i step = _mm512_set1_epi16(32);
+    __m512i at = _mm512_loadu_si512(s_lane16);
+    __m512i hi = *top;
+    size_t hits = 0;
+    for (size_t i = 0; i < len; i += 32) {
+        __m512i k0 = _mm512_and_si512(_mm512_loadu_si512(x + i), mag);
+        __m512i k1 = _mm512_and_si512(_mm512_loadu_si512(x + i + 16), mag);
+        hi = _mm512_max_epu32(hi, _mm512_max_epu32(k0, k1));
+        __mmask32 m = _mm512_kunpackw(_mm512_cmpge_epu32_mask(k1, tk),
+                                      _mm512_cmpge_epu32_mask(k0, tk));
+        _mm512_storeu_si512(pos + hits, _mm512_maskz_compress_epi16(m, at));
+        hits += (size_t)__builtin_popcount(m);
+        at = _mm512_add_epi16(at, step);
+    }
+    *top = hi;
+    return hits;
+}
+
+/* s_append_avx2 for 16-bit positions, 16 at a time with masked loads,
+ * gathers and stores, so nothing is written past cap. */
+static S_TARGET512V size_t
+s_append_avx512(const float *x,
+                uint32_t base,
+                const uint16_t *pos,
+                size_t hits,
+                uint32_t *idx,
+                uint32_t *bits,
+                size_t cap,
+                size_t count)
+{
+    size_t room = cap > count ? cap - count : 0;
+    size_t m = hits < room ? hits : room;
+    const __m512i at = _mm512_set1_epi32((int)base);
+    for (size_t j = 0; j < m; j += 16) {
+        __mmask16 keep =
+            (__mmask16)(m - j >= 16 ? 0xffffu : (1u << (m - j)) - 1);
+        __m512i p =
+            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(keep, pos + j));
+        _mm512_mask_storeu_epi32(idx + count + j,
+                                 keep,
+                                 _mm512_add_epi32(p, at));
+        if (bits != NULL)
+            _mm512_mask_storeu_epi32(
+                bits + count + j,
+                keep,
+                _mm512_mask_i32gather_epi32(_mm512_setzero_si512(),
+                                            keep,
+                                            p,
+                                            x,
+                                            4));
+    }
+    return count + hits;
+}
+
+/* The AVX2 scan's two steps with AVX-512: one vpcompressw per 32 values
+ * instead of four vpcompressd (positions and values of each 16 lanes),
+ * which left the scan bound by the compress unit on Zen 4 (1.25x the time
+ * of this one on 64 MB, 1.9x in cache). */
+static S_TARGET512V size_t
 s_select_ge_avx512(const float *x,
                    size_t n,
                    uint32_t tkey,
@@ -641,47 +773,21 @@ s_select_ge_avx512(const float *x,
                    size_t cap,
                    uint32_t *top_key)
 {
-    const __m512i mag = _mm512_set1_epi32(0x7fffffff);
     const __m512i tk = _mm512_set1_epi32((int)tkey);
-    const __m512i lane =
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m512i top = _mm512_setzero_si512();
+    uint16_t pos[S_SCAN_CHUNK];
     size_t count = 0, i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m512i v0 = _mm512_loadu_si512(x + i);
-        __m512i v1 = _mm512_loadu_si512(x + i + 16);
-        __m512i k0 = _mm512_and_si512(v0, mag), k1 = _mm512_and_si512(v1, mag);
-        top = _mm512_max_epu32(top, _mm512_max_epu32(k0, k1));
-        __mmask16 m0 = _mm512_cmpge_epu32_mask(k0, tk);
-        __mmask16 m1 = _mm512_cmpge_epu32_mask(k1, tk);
-        if (cap >= 32 && count <= cap - 32) {
-            __m512i at = _mm512_add_epi32(lane, _mm512_set1_epi32((int)i));
-            _mm512_storeu_si512(idx + count,
-                                _mm512_maskz_compress_epi32(m0, at));
-            if (bits != NULL)
-                _mm512_storeu_si512(bits + count,
-                                    _mm512_maskz_compress_epi32(m0, v0));
-            count += (size_t)__builtin_popcount(m0);
-            at = _mm512_add_epi32(at, _mm512_set1_epi32(16));
-            _mm512_storeu_si512(idx + count,
-                                _mm512_maskz_compress_epi32(m1, at));
-            if (bits != NULL)
-                _mm512_storeu_si512(bits + count,
-                                    _mm512_maskz_compress_epi32(m1, v1));
-            count += (size_t)__builtin_popcount(m1);
-            continue;
-        }
-        /* near or past cap: count only */
-        for (uint32_t m = (uint32_t)m0 | (uint32_t)m1 << 16; m != 0;
-             m &= m - 1) {
-            unsigned bit = (unsigned)__builtin_ctz(m);
-            if (count < cap) {
-                idx[count] = (uint32_t)(i + bit);
-                if (bits != NULL)
-                    bits[count] = compress_f2u(x[i + bit]);
-            }
-            count++;
-        }
+    for (size_t len = s_chunk_len(n, i); len > 0; len = s_chunk_len(n, i)) {
+        size_t hits = s_chunk_avx512(x + i, len, tk, pos, &top);
+        count = s_append_avx512(x + i,
+                                (uint32_t)i,
+                                pos,
+                                hits,
+                                idx,
+                                bits,
+                                cap,
+                                count);
+        i += len;
     }
     *top_key = _mm512_reduce_max_epu32(top);
     return s_select_ge_ref(x + i,
@@ -707,9 +813,9 @@ compress_select_ge_top(const float *x,
     uint32_t tkey = compress_f2u(t);
     int level = compress_simd_level();
     *top = 0;
-    if (level >= 2)
+    if (level >= 2 && s_have_vbmi2())
         return s_select_ge_avx512(x, n, tkey, idx, bits, cap, top);
-    if (level == 1)
+    if (level >= 1)
         return s_select_ge_avx2(x, n, tkey, idx, bits, cap, top);
     return s_select_ge_ref(x, n, tkey, idx, bits, cap, 0, 0, top);
 }
@@ -728,6 +834,179 @@ compress_select_ge(const float *x,
     if (finite != NULL)
         *finite = top < 0x7f800000u;
     return count;
+}
+
+/* --- selection by key range ------------------------------------------------
+ */
+
+static size_t
+s_select_range_ref(const uint32_t *bits,
+                   const uint32_t *tag,
+                   size_t m,
+                   uint32_t lo,
+                   uint32_t span,
+                   uint32_t *out_tag,
+                   float *out_vals,
+                   size_t cap,
+                   size_t count)
+{
+    for (size_t i = 0; i < m; i++) {
+        uint32_t u = bits[i];
+        if ((u & 0x7fffffffu) - lo < span) {
+            if (count < cap) {
+                out_tag[count] = tag[i];
+                if (out_vals != NULL)
+                    out_vals[count] = compress_u2f(u);
+            }
+            count++;
+        }
+    }
+    return count;
+}
+
+/* 8 lanes per step, left-packed by the vpermd table of the scan; the
+ * unsigned compare is a signed one on both sides flipped by 2^31. */
+static S_TARGET size_t
+s_select_range_avx2(const uint32_t *bits,
+                    const uint32_t *tag,
+                    size_t m,
+                    uint32_t lo,
+                    uint32_t span,
+                    uint32_t *out_tag,
+                    float *out_vals,
+                    size_t cap)
+{
+    const __m256i mag = _mm256_set1_epi32(0x7fffffff);
+    const __m256i flip = _mm256_set1_epi32((int)0x80000000u);
+    const __m256i vlo = _mm256_set1_epi32((int)lo);
+    const __m256i vspan = _mm256_set1_epi32((int)(span ^ 0x80000000u));
+    size_t count = 0, i = 0;
+    for (; i + 8 <= m; i += 8) {
+        __m256i b = _mm256_loadu_si256((const __m256i *)(bits + i));
+        __m256i d = _mm256_sub_epi32(_mm256_and_si256(b, mag), vlo);
+        __m256i sel = _mm256_cmpgt_epi32(vspan, _mm256_xor_si256(d, flip));
+        unsigned s = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(sel));
+        if (cap < 8 || count > cap - 8) { /* near cap: one at a time */
+            count = s_select_range_ref(bits + i,
+                                       tag + i,
+                                       8,
+                                       lo,
+                                       span,
+                                       out_tag,
+                                       out_vals,
+                                       cap,
+                                       count);
+            continue;
+        }
+        __m256i lanes =
+            _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)s_pack_lanes[s]));
+        __m256i t = _mm256_loadu_si256((const __m256i *)(tag + i));
+        _mm256_storeu_si256((__m256i *)(out_tag + count),
+                            _mm256_permutevar8x32_epi32(t, lanes));
+        if (out_vals != NULL)
+            _mm256_storeu_si256((__m256i *)(out_vals + count),
+                                _mm256_permutevar8x32_epi32(b, lanes));
+        count += (size_t)__builtin_popcount(s);
+    }
+    return s_select_range_ref(bits + i,
+                              tag + i,
+                              m - i,
+                              lo,
+                              span,
+                              out_tag,
+                              out_vals,
+                              cap,
+                              count);
+}
+
+/* 16 lanes per step: a compare into a mask, vpcompressd (register form),
+ * masked stores that stop at cap. */
+static S_TARGET512 size_t
+s_select_range_avx512(const uint32_t *bits,
+                      const uint32_t *tag,
+                      size_t m,
+                      uint32_t lo,
+                      uint32_t span,
+                      uint32_t *out_tag,
+                      float *out_vals,
+                      size_t cap)
+{
+    const __m512i mag = _mm512_set1_epi32(0x7fffffff);
+    const __m512i vlo = _mm512_set1_epi32((int)lo);
+    const __m512i vspan = _mm512_set1_epi32((int)span);
+    size_t count = 0, i = 0;
+    for (; i + 16 <= m; i += 16) {
+        __m512i b = _mm512_loadu_si512(bits + i);
+        __m512i d = _mm512_sub_epi32(_mm512_and_si512(b, mag), vlo);
+        __mmask16 sel = _mm512_cmplt_epu32_mask(d, vspan);
+        __m512i t = _mm512_loadu_si512(tag + i);
+        if (cap >= 16 && count <= cap - 16) {
+            _mm512_storeu_si512(out_tag + count,
+                                _mm512_maskz_compress_epi32(sel, t));
+            if (out_vals != NULL)
+                _mm512_storeu_si512(out_vals + count,
+                                    _mm512_maskz_compress_epi32(sel, b));
+        } else if (count < cap) { /* the last slots: stop at cap */
+            __mmask16 keep = (__mmask16)((1u << (cap - count)) - 1);
+            _mm512_mask_storeu_epi32(out_tag + count,
+                                     keep,
+                                     _mm512_maskz_compress_epi32(sel, t));
+            if (out_vals != NULL)
+                _mm512_mask_storeu_epi32(out_vals + count,
+                                         keep,
+                                         _mm512_maskz_compress_epi32(sel, b));
+        }
+        count += (size_t)__builtin_popcount(sel);
+    }
+    return s_select_range_ref(bits + i,
+                              tag + i,
+                              m - i,
+                              lo,
+                              span,
+                              out_tag,
+                              out_vals,
+                              cap,
+                              count);
+}
+
+size_t
+compress_select_range(const uint32_t *bits,
+                      const uint32_t *tag,
+                      size_t m,
+                      uint32_t lo,
+                      uint32_t span,
+                      uint32_t *out_tag,
+                      float *out_vals,
+                      size_t cap)
+{
+    int level = compress_simd_level();
+    if (level >= 2)
+        return s_select_range_avx512(bits,
+                                     tag,
+                                     m,
+                                     lo,
+                                     span,
+                                     out_tag,
+                                     out_vals,
+                                     cap);
+    if (level == 1)
+        return s_select_range_avx2(bits,
+                                   tag,
+                                   m,
+                                   lo,
+                                   span,
+                                   out_tag,
+                                   out_vals,
+                                   cap);
+    return s_select_range_ref(bits,
+                              tag,
+                              m,
+                              lo,
+                              span,
+                              out_tag,
+                              out_vals,
+                              cap,
+                              0);
 }
 
 /* --- scaled sign ------------------------------------------------------------
@@ -1135,7 +1414,7 @@ compress_maxabs(const float *x, size_t n)
 /* Codes of 8 values: l = min(s, trunc(|v| inv + u)), and the sign at bit
  * b when l > 0 (l + s carries into bit b exactly when l >= 1). u = (r +
  * 0.5) 2^-16 is exact, so the FMA r 2^-16 + 2^-17 gives the reference's
- * value; |v| inv + u stays a product then a sum, as in the reference. */
+ * value; |v| inv + u is one FMA, as in the reference. */
 static S_TARGET inline __m256i
 s_codes8(const float *x, const uint16_t *r, __m256 vinv, __m256i vs, unsigned b)
 {
@@ -1145,7 +1424,7 @@ s_codes8(const float *x, const uint16_t *r, __m256 vinv, __m256i vs, unsigned b)
     __m256 u = _mm256_fmadd_ps(_mm256_cvtepi32_ps(rr),
                                _mm256_set1_ps(0x1.0p-16f),
                                _mm256_set1_ps(0x1.0p-17f));
-    __m256 a = _mm256_add_ps(_mm256_mul_ps(_mm256_and_ps(v, mag), vinv), u);
+    __m256 a = _mm256_fmadd_ps(_mm256_and_ps(v, mag), vinv, u);
     __m256i l = _mm256_min_epu32(_mm256_cvttps_epi32(a), vs);
     __m256i sign =
         _mm256_slli_epi32(_mm256_srli_epi32(_mm256_castps_si256(v), 31),
@@ -1154,8 +1433,23 @@ s_codes8(const float *x, const uint16_t *r, __m256 vinv, __m256i vs, unsigned b)
     return _mm256_or_si256(l, neg);
 }
 
-/* s_codes8 for 16 values on the AVX-512 tier: the sign goes in under a
- * mask (negative and l > 0) instead of shifts, an add and an and. */
+/* s_codes8 for 16 values on the AVX-512 tier, from the values v and
+ * their uniforms u: the sign goes in under a mask (negative and l > 0)
+ * instead of shifts, an add and an and. */
+static S_TARGET512 inline __m512i
+s_levels16_512(__m512 v, __m512 u, __m512 vinv, __m512i vs, __m512i bit)
+{
+    const __m512 mag = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    __m512 a = _mm512_fmadd_ps(_mm512_and_ps(v, mag), vinv, u);
+    __m512i l = _mm512_min_epu32(_mm512_cvttps_epi32(a), vs);
+    __mmask16 neg = _mm512_mask_test_epi32_mask(
+        _mm512_movepi32_mask(_mm512_castps_si512(v)),
+        l,
+        l);
+    return _mm512_mask_or_epi32(l, neg, l, bit);
+}
+
+/* s_levels16_512 of x[0 .. 16) with 16-bit draws r. */
 static S_TARGET512 inline __m512i
 s_codes16_512(const float *x,
               const uint16_t *r,
@@ -1163,19 +1457,30 @@ s_codes16_512(const float *x,
               __m512i vs,
               __m512i bit)
 {
-    const __m512 mag = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     __m512 v = _mm512_loadu_ps(x);
     __m512i rr = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)r));
     __m512 u = _mm512_fmadd_ps(_mm512_cvtepi32_ps(rr),
                                _mm512_set1_ps(0x1.0p-16f),
                                _mm512_set1_ps(0x1.0p-17f));
-    __m512 a = _mm512_add_ps(_mm512_mul_ps(_mm512_and_ps(v, mag), vinv), u);
-    __m512i l = _mm512_min_epu32(_mm512_cvttps_epi32(a), vs);
-    __mmask16 neg = _mm512_mask_test_epi32_mask(
-        _mm512_movepi32_mask(_mm512_castps_si512(v)),
-        l,
-        l);
-    return _mm512_mask_or_epi32(l, neg, l, bit);
+    return s_levels16_512(v, u, vinv, vs, bit);
+}
+
+/* s_levels16_512 of x[0 .. 16) with the draws' high bytes hi and low
+ * part ulo = (lo + 0.5) 2^-16: u = hi 2^-8 + ulo is exact, the value the
+ * joined 16-bit draw gives. */
+static S_TARGET512 inline __m512i
+s_codes16_bytes512(const float *x,
+                   const uint8_t *hi,
+                   __m512 ulo,
+                   __m512 vinv,
+                   __m512i vs,
+                   __m512i bit)
+{
+    __m512 v = _mm512_loadu_ps(x);
+    __m512i rr = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)hi));
+    __m512 u =
+        _mm512_fmadd_ps(_mm512_cvtepi32_ps(rr), _mm512_set1_ps(0x1.0p-8f), ulo);
+    return s_levels16_512(v, u, vinv, vs, bit);
 }
 
 /* Four code vectors (32 codes) to 32 bytes in order. */
@@ -1272,6 +1577,29 @@ s_put_group(uint64_t bits, unsigned w, uint8_t *out, const uint8_t *end)
         out[k] = (uint8_t)(bits >> (8 * k));
 }
 
+/* Two packed groups of eight codes (p0, p1: w bytes each) at out: when
+ * roomy (8 bytes of room past them) as whole 8-byte stores, one when both
+ * fit in it (w <= 4), and with no test of the end. */
+static inline void
+s_put_groups2(uint64_t p0,
+              uint64_t p1,
+              unsigned w,
+              bool roomy,
+              uint8_t *out,
+              const uint8_t *end)
+{
+    if (!roomy) {
+        s_put_group(p0, w, out, end);
+        s_put_group(p1, w, out + w, end);
+    } else if (w <= 4) {
+        uint64_t both = p0 | p1 << (8 * w);
+        memcpy(out, &both, 8);
+    } else {
+        memcpy(out, &p0, 8);
+        memcpy(out + w, &p1, 8);
+    }
+}
+
 static S_TARGET void
 s_levels_packed_avx2(const float *x,
                      size_t n,
@@ -1359,12 +1687,6 @@ compress_levels_packed(const float *x,
 /* --- fused QSGD / TernGrad buckets ------------------------------------------
  */
 
-/* Values the fused quantizer prefetches ahead of its codes, one line per
- * 16 codes: it computes for a while per bucket, so the hardware
- * prefetcher (driven by the loads) falls behind and each bucket would
- * start with a DRAM stall. Prefetch never faults past the end of x. */
-#define S_AHEAD 2048
-
 /* The norm and inverse scale of one bucket (compress_bucket_scale). */
 static S_TARGET512 inline bool
 s_bucket_scale512(const float *x,
@@ -1379,94 +1701,160 @@ s_bucket_scale512(const float *x,
     return compress_bucket_scale(acc, s, norm, inv);
 }
 
-/* compress_quant_buckets on the AVX-512 tier: one call for many buckets,
- * software-pipelined: the norm of bucket k + 1 (its reduction, square
- * root and division: a latency chain of ~50 cycles) is computed before
- * the codes of bucket k, so it overlaps them instead of stalling each
- * bucket's start; each bucket is read by its norm and then again from
- * L1 by its codes. */
-static S_TARGET512 bool
-s_quant_buckets_avx512(const float *x,
-                       size_t nbk,
-                       size_t m,
-                       uint32_t s,
-                       unsigned b,
-                       bool tern,
-                       const uint16_t *r,
-                       uint8_t *norms,
-                       uint8_t *out,
-                       const uint8_t *end)
+/* The low parts of the draws as floats, ulo[q] = (lo[q] + 0.5) 2^-16 for
+ * q < count: each then enters a 16-value step as one broadcast operand. */
+static S_TARGET512 void
+s_low_uniforms512(const uint8_t *lo, size_t count, float *ulo)
 {
-    const __m512i vs = _mm512_set1_epi32((int)s);
-    const __m512i bit = _mm512_set1_epi32((int)(1u << b));
-    const unsigned w = b + 1;
-    const uint64_t mask = 0x0101010101010101ull * ((1u << w) - 1);
+    for (size_t q = 0; q < count; q += 16) {
+        size_t left = count - q < 16 ? count - q : 16;
+        __mmask16 in = (__mmask16)((1u << left) - 1);
+        __m512i l = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(in, lo + q));
+        _mm512_storeu_ps(ulo + q,
+                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(l),
+                                         _mm512_set1_ps(0x1.0p-16f),
+                                         _mm512_set1_ps(0x1.0p-17f)));
+    }
+}
+
+/* The decoded values of 16 codes: +-l scale, the sign under a mask, as
+ * compress_dequant computes them. */
+static S_TARGET512 inline void
+s_approx16_512(__m512i code, __m512i vs, __m512i bit, __m512 vscale, float *y)
+{
+    __m512 q =
+        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(code, vs)), vscale);
+    __mmask16 neg = _mm512_test_epi32_mask(code, bit);
+    _mm512_storeu_ps(y, _mm512_mask_xor_ps(q, neg, q, _mm512_set1_ps(-0.0f)));
+}
+
+/* 16 codes of 9 bits (b = 8) packed LSB-first at out (18 bytes): two
+ * groups of eight, each from two 36-bit pexts of four 16-bit codes. */
+static S_TARGET512 inline void
+s_put_codes9x16(__m512i code, uint8_t *out)
+{
+    const uint64_t mask = 0x01ff01ff01ff01ffull;
+    __m256i w = _mm512_cvtepi32_epi16(code);
+    __m128i h[2] = {_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)};
+    for (int g = 0; g < 2; g++) {
+        uint64_t p0 = _pext_u64((uint64_t)_mm_cvtsi128_si64(h[g]), mask);
+        uint64_t p1 = _pext_u64((uint64_t)_mm_extract_epi64(h[g], 1), mask);
+        uint64_t low = p0 | p1 << 36;
+        memcpy(out + 9 * g, &low, 8);
+        out[9 * g + 8] = (uint8_t)(p1 >> 28);
+    }
+}
+
+/* compress_quant_buckets on the AVX-512 tier (m a multiple of 16): one
+ * call for many buckets, software-pipelined: the norm of bucket k + 1 (its
+ * reduction, square root and division: a latency chain of ~50 cycles) is
+ * computed before the codes of bucket k, so it overlaps them instead of
+ * stalling each bucket's start; each bucket is read by its norm and then
+ * again from L1 by its codes, which take the draws' bytes as the
+ * generator stored them (16 high bytes and one low part per step). */
+static S_TARGET512 bool
+s_quant_buckets_avx512(const struct compress_bucket_run *run)
+{
+    const float *x = run->x;
+    const uint8_t *hi = run->hi;
+    float *approx = run->approx;
+    uint8_t *out = run->out;
+    size_t m = run->m;
+    const __m512i vs = _mm512_set1_epi32((int)run->s);
+    const __m512i bit = _mm512_set1_epi32((int)(1u << run->b));
+    const unsigned w = run->b + 1;
+    const uint64_t mask =
+        w <= 8 ? 0x0101010101010101ull * ((1u << w) - 1) : 0; /* unused at 9 */
+    float ulo[COMPRESS_FUSED_MAX / 16 + 16];
+    s_low_uniforms512(run->lo, run->nbk * m / 16, ulo);
+    const float *u = ulo;
     float norm = 0, inv = 0, norm1 = 0, inv1 = 0;
-    if (!s_bucket_scale512(x, m, s, tern, &norm1, &inv1))
+    if (!s_bucket_scale512(x, m, run->s, run->tern, &norm1, &inv1))
         return false;
-    for (size_t k = 0; k < nbk; k++, x += m, r += m) {
+    for (size_t k = 0; k < run->nbk; k++, x += m, hi += m, u += m / 16) {
         norm = norm1;
         inv = inv1;
-        if (k + 1 < nbk && !s_bucket_scale512(x + m, m, s, tern, &norm1, &inv1))
+        if (k + 1 < run->nbk &&
+            !s_bucket_scale512(x + m, m, run->s, run->tern, &norm1, &inv1))
             return false;
-        compress_put_f32(norms + 4 * k, norm);
+        compress_put_f32(run->norms + 4 * k, norm);
         const __m512 vinv = _mm512_set1_ps(inv);
-        size_t i = 0;
-        for (; i + 16 <= m; i += 16, out += 2 * w) {
+        const __m512 vscale = _mm512_set1_ps(norm / (float)run->s);
+        bool roomy = (size_t)(run->end - out) >= m / 8 * w + 8;
+        for (size_t i = 0; i < m; i += 16, out += 2 * w) {
             _mm_prefetch((const char *)(x + i + S_AHEAD), _MM_HINT_T0);
-            __m128i c = _mm512_cvtepi32_epi8(
-                s_codes16_512(x + i, r + i, vinv, vs, bit));
-            s_put_group(_pext_u64((uint64_t)_mm_cvtsi128_si64(c), mask),
-                        w,
-                        out,
-                        end);
-            s_put_group(_pext_u64((uint64_t)_mm_extract_epi64(c, 1), mask),
-                        w,
-                        out + w,
-                        end);
-        }
-        if (i < m) { /* one group of eight left */
-            s_levels_packed_avx2(x + i, m - i, inv, s, b, r + i, out, end);
-            out += w;
+            __m512i code = s_codes16_bytes512(x + i,
+                                              hi + i,
+                                              _mm512_set1_ps(u[i / 16]),
+                                              vinv,
+                                              vs,
+                                              bit);
+            if (w == 9) {
+                s_put_codes9x16(code, out);
+            } else {
+                __m128i c = _mm512_cvtepi32_epi8(code);
+                uint64_t p0 = _pext_u64((uint64_t)_mm_cvtsi128_si64(c), mask);
+                uint64_t p1 =
+                    _pext_u64((uint64_t)_mm_extract_epi64(c, 1), mask);
+                s_put_groups2(p0, p1, w, roomy, out, run->end);
+            }
+            if (approx != NULL)
+                s_approx16_512(code, vs, bit, vscale, approx + k * m + i);
         }
     }
     return true;
 }
 
-bool
-compress_quant_buckets(const float *x,
-                       size_t nbk,
-                       size_t m,
-                       uint32_t s,
-                       unsigned b,
-                       bool tern,
-                       const uint16_t *r,
-                       uint8_t *norms,
-                       uint8_t *out,
-                       const uint8_t *end)
+/* compress_quant_buckets with the draws joined first: the AVX2 tier, and
+ * buckets of an odd number of 8-value groups (whose 16-value steps would
+ * straddle two low bytes). */
+static bool
+s_quant_buckets_joined(const struct compress_bucket_run *run)
 {
-    if (compress_simd_level() >= 2)
-        return s_quant_buckets_avx512(x,
-                                      nbk,
-                                      m,
-                                      s,
-                                      b,
-                                      tern,
-                                      r,
-                                      norms,
-                                      out,
-                                      end);
-    for (size_t k = 0; k < nbk; k++, x += m, r += m) {
-        double acc =
-            tern ? (double)compress_maxabs(x, m) : sqrt(compress_sumsq(x, m));
+    uint16_t r[COMPRESS_FUSED_MAX];
+    uint8_t codes[COMPRESS_FUSED_MAX];
+    const float *x = run->x;
+    size_t m = run->m;
+    unsigned b = run->b;
+    uint8_t *out = run->out;
+    compress_join_draws(run->hi, run->lo, 0, run->nbk * m, r);
+    for (size_t k = 0; k < run->nbk; k++, x += m, out += m / 8 * (b + 1)) {
+        double acc = run->tern ? (double)compress_maxabs(x, m)
+                               : sqrt(compress_sumsq(x, m));
         float norm = 0, inv = 0;
-        if (!compress_bucket_scale(acc, s, &norm, &inv))
+        if (!compress_bucket_scale(acc, run->s, &norm, &inv))
             return false;
-        compress_put_f32(norms + 4 * k, norm);
-        compress_levels_packed(x, m, inv, s, b, r, out, end);
-        out += m / 8 * (b + 1);
+        compress_put_f32(run->norms + 4 * k, norm);
+        const uint16_t *rk = r + k * m;
+        if (run->approx == NULL) {
+            compress_levels_packed(x, m, inv, run->s, b, rk, out, run->end);
+            continue;
+        }
+        compress_levels(x, m, inv, run->s, b, rk, codes);
+        compress_pack(codes, m / 8, b + 1, out, run->end);
+        compress_dequant(codes,
+                         m,
+                         b,
+                         norm / (float)run->s,
+                         false,
+                         1,
+                         run->approx + k * m);
     }
     return true;
+}
+
+bool
+compress_quant_buckets_wide(size_t m)
+{
+    return compress_simd_level() >= 2 && m % 16 == 0;
+}
+
+bool
+compress_quant_buckets(const struct compress_bucket_run *run)
+{
+    if (compress_simd_level() >= 2 && run->m % 16 == 0)
+        return s_quant_buckets_avx512(run);
+    return s_quant_buckets_joined(run);
 }
 
 /* --- bit packing of groups of eight codes ------------------------------------
@@ -1614,26 +2002,164 @@ compress_dequant(const uint8_t *codes,
     }
 }
 
+/* --- 9-bit codes (qsgd bits = 8) ------------------------------------------
+ */
+
+/* The 72 bits of a group of eight 9-bit codes: low 64 and the top 8; a
+ * last group that end cuts short reads as zero-padded. */
+static inline void
+s_group9(const uint8_t *in, const uint8_t *end, uint64_t *low, uint64_t *top)
+{
+    if (end - in >= 9) {
+        memcpy(low, in, 8);
+        *top = in[8];
+        return;
+    }
+    uint8_t b[9] = {0};
+    memcpy(b, in, (size_t)(end - in));
+    memcpy(low, b, 8);
+    *top = b[8];
+}
+
+static S_TARGET void
+s_unpack9_bmi2(const uint8_t *in,
+               const uint8_t *end,
+               size_t groups,
+               uint16_t *codes)
+{
+    const uint64_t mask = 0x01ff01ff01ff01ffull;
+    for (size_t g = 0; g < groups; g++, in += 9) {
+        uint64_t low = 0, top = 0;
+        s_group9(in, end, &low, &top);
+        uint64_t c0 = _pdep_u64(low, mask);
+        uint64_t c1 = _pdep_u64(low >> 36 | top << 28, mask);
+        memcpy(codes + 8 * g, &c0, 8);
+        memcpy(codes + 8 * g + 4, &c1, 8);
+    }
+}
+
+void
+compress_unpack9(const uint8_t *in,
+                 const uint8_t *end,
+                 size_t groups,
+                 uint16_t *codes)
+{
+    if (compress_have_avx2()) {
+        s_unpack9_bmi2(in, end, groups, codes);
+        return;
+    }
+    for (size_t g = 0; g < groups; g++, in += 9) {
+        uint64_t low = 0, top = 0;
+        s_group9(in, end, &low, &top);
+        for (unsigned j = 0; j < 8; j++) {
+            unsigned at = 9 * j; /* bit offset in the group */
+            uint64_t v = at < 64 ? low >> at : 0;
+            if (at + 9 > 64)
+                v |= top << (64 - at);
+            codes[8 * g + j] = (uint16_t)(v & 0x1ffu);
+        }
+    }
+}
+
+static S_TARGET bool
+s_has_u16_avx2(const uint16_t *a, size_t n, uint16_t v, size_t *done)
+{
+    const __m256i want = _mm256_set1_epi16((short)v);
+    __m256i hit = _mm256_setzero_si256();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        hit = _mm256_or_si256(
+            hit,
+            _mm256_cmpeq_epi16(_mm256_loadu_si256((const __m256i *)(a + i)),
+                               want));
+    *done = i;
+    return !_mm256_testz_si256(hit, hit);
+}
+
+bool
+compress_has_u16(const uint16_t *a, size_t n, uint16_t v)
+{
+    size_t i = 0;
+    if (compress_have_avx2() && s_has_u16_avx2(a, n, v, &i))
+        return true;
+    for (; i < n; i++)
+        if (a[i] == v)
+            return true;
+    return false;
+}
+
+/* The vector part of compress_dequant9: returns the values done. */
+static S_TARGET size_t
+s_dequant9_avx2(const uint16_t *codes,
+                size_t n,
+                float scale,
+                bool add,
+                float alpha,
+                float *y)
+{
+    const __m256i level = _mm256_set1_epi32(0xff);
+    const __m256 vscale = _mm256_set1_ps(scale), va = _mm256_set1_ps(alpha);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i c = _mm256_cvtepu16_epi32(
+            _mm_loadu_si128((const __m128i *)(codes + i)));
+        __m256 q = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(c, level)),
+                                 vscale);
+        __m256i sign = _mm256_slli_epi32(_mm256_srli_epi32(c, 8), 31);
+        q = _mm256_or_ps(q, _mm256_castsi256_ps(sign));
+        if (add)
+            q = _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(va, q));
+        _mm256_storeu_ps(y + i, q);
+    }
+    return i;
+}
+
+void
+compress_dequant9(const uint16_t *codes,
+                  size_t n,
+                  float scale,
+                  bool add,
+                  float alpha,
+                  float *y)
+{
+    size_t i = compress_have_avx2()
+                   ? s_dequant9_avx2(codes, n, scale, add, alpha, y)
+                   : 0;
+    for (; i < n; i++) {
+        float q = (float)(codes[i] & 0xffu) * scale;
+        q = codes[i] >> 8 ? -q : q;
+        y[i] = add ? y[i] + alpha * q : q;
+    }
+}
+
 /* --- natural compression
  * ------------------------------------------------------ */
+
+/* natural compression's "round up" draws of 8 values from a multiple of
+ * 8: (draw << 7) | 2^6 with draw = hi 256 + lo, as 32-bit lanes. */
+static S_TARGET inline __m256i
+s_natural_draws8(const uint8_t *hi, uint8_t lo)
+{
+    __m256i h = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)hi));
+    return _mm256_or_si256(_mm256_slli_epi32(h, 15),
+                           _mm256_set1_epi32((int)((uint32_t)lo << 7 | 0x40)));
+}
 
 static S_TARGET bool
 s_natural_avx2(const float *x,
                size_t n,
-               const uint16_t *r,
+               const uint8_t *hi,
+               const uint8_t *lo,
                uint8_t *expo,
                uint8_t *signs)
 {
     __m256i bad = _mm256_setzero_si256();
     const __m256i mant_mask = _mm256_set1_epi32(0x7fffff);
     const __m256i ff = _mm256_set1_epi32(0xff), top = _mm256_set1_epi32(254);
-    const __m256i half = _mm256_set1_epi32(0x40);
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (size_t i = 0; i < n; i += 8) {
         __m256i u = _mm256_loadu_si256((const __m256i *)(x + i));
-        __m256i rr =
-            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(r + i)));
-        __m256i draw = _mm256_or_si256(_mm256_slli_epi32(rr, 7), half);
+        __m256i draw = s_natural_draws8(hi + i, lo[i / 16]);
         /* up = draw < mantissa (both below 2^23: signed compare is fine) */
         __m256i up = _mm256_cmpgt_epi32(_mm256_and_si256(u, mant_mask), draw);
         __m256i e = _mm256_and_si256(_mm256_srli_epi32(u, 23), ff);
@@ -1653,21 +2179,24 @@ s_natural_avx2(const float *x,
 static S_TARGET512 bool
 s_natural_avx512(const float *x,
                  size_t n,
-                 const uint16_t *r,
+                 const uint8_t *hi,
+                 const uint8_t *lo,
                  uint8_t *expo,
                  uint8_t *signs)
 {
     const __m512i mant_mask = _mm512_set1_epi32(0x7fffff);
     const __m512i ff = _mm512_set1_epi32(0xff), top = _mm512_set1_epi32(254);
-    const __m512i half = _mm512_set1_epi32(0x40);
     const __m512i one = _mm512_set1_epi32(1);
     __mmask16 bad = 0;
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
+        _mm_prefetch((const char *)(x + i + S_AHEAD), _MM_HINT_T0);
         __m512i u = _mm512_loadu_si512(x + i);
-        __m512i rr =
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(r + i)));
-        __m512i draw = _mm512_or_si512(_mm512_slli_epi32(rr, 7), half);
+        __m512i h =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(hi + i)));
+        __m512i draw = _mm512_or_si512(
+            _mm512_slli_epi32(h, 15),
+            _mm512_set1_epi32((int)((uint32_t)lo[i / 16] << 7 | 0x40)));
         /* up = draw < mantissa (both below 2^23) */
         __mmask16 up =
             _mm512_cmplt_epu32_mask(draw, _mm512_and_si512(u, mant_mask));
@@ -1678,22 +2207,28 @@ s_natural_avx512(const float *x,
         uint16_t sg = (uint16_t)_mm512_movepi32_mask(u);
         memcpy(signs + i / 8, &sg, 2);
     }
-    bool ok = s_natural_avx2(x + i, n - i, r + i, expo + i, signs + i / 8);
+    bool ok = s_natural_avx2(x + i,
+                             n - i,
+                             hi + i,
+                             lo + i / 16,
+                             expo + i,
+                             signs + i / 8);
     return ok && bad == 0;
 }
 
 bool
 compress_natural(const float *x,
                  size_t n,
-                 const uint16_t *r,
+                 const uint8_t *hi,
+                 const uint8_t *lo,
                  uint8_t *expo,
                  uint8_t *signs)
 {
     if (compress_simd_level() >= 2)
-        return s_natural_avx512(x, n, r, expo, signs);
+        return s_natural_avx512(x, n, hi, lo, expo, signs);
     if (compress_have_avx2())
-        return s_natural_avx2(x, n, r, expo, signs);
-    return compress_natural_ref(x, n, r, expo, signs);
+        return s_natural_avx2(x, n, hi, lo, expo, signs);
+    return compress_natural_ref(x, n, hi, lo, expo, signs);
 }
 
 /* Eight values: the exponent bytes shifted into place, the sign bits of

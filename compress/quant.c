@@ -19,31 +19,46 @@
  * bit pattern this is "add 1 to the exponent field with probability
  * mantissa / 2^23", which also covers subnormals (0 or 2^-126).
  *
- * Random numbers: value i of the vector rounds with draw i of
- * compress_draws (seed, counter) (kernels.c: a Philox byte per value as
- * the high byte, a low byte shared by 16 values), so the bytes depend only
- * on (x, seed, counter). Limits: a bucket whose norm or max overflows float
- * is clamped to FLT_MAX, and natural compression of |v| >= 2^127 returns
- * 2^127 (the next power is Inf); both are then biased, and both are
- * unreachable for gradients.
+ * Random numbers: value i of the vector rounds with draw i of the stream
+ * (seed, counter) (compress_impl.h, compress_draw_bytes: a Philox byte per
+ * value as the high byte, a low byte shared by 16 values), so the bytes
+ * depend only on (x, seed, counter). Limits: a bucket whose norm or max
+ * overflows float is clamped to FLT_MAX, and natural compression of |v| >=
+ * 2^127 returns 2^127 (the next power is Inf); both are then biased, and both
+ * are unreachable for gradients.
+ *
+ * Speed: whole buckets go to the fused kernel (kernels.c), with the
+ * decoded values too when error feedback asks for them, and for 9-bit
+ * codes (bits = 8) on the AVX-512 tier. Elias codes are written from a
+ * table of every code's bits (one look-up and one unconditional 8-byte
+ * store per value) and read through a table of every 12-bit window (one
+ * look-up per code of up to 12 bits, the general rule for longer and for
+ * invalid ones), built once per process (4-6x the bit-by-bit coder).
  */
 #include "compress/bits.h"
 #include "compress/compress_impl.h"
 
 #include <math.h>
+#include <pthread.h>
 
 #define S_CHUNK 4096
 
 /* --- shared -------------------------------------------------------------- */
 
-/* A window of the draw stream (seed, counter): draws lo .. hi - 1 in r.
- * Buckets take their draws from it in order; it is refilled S_CHUNK draws
- * at a time, so small buckets do not each pay a generator call (the
- * vector generator works in groups of 256). */
+/* A window of the draw stream (seed, counter): two halves of S_CHUNK
+ * draws, each from a multiple of S_CHUNK, as the generator's bytes (high,
+ * low: whole groups of the byte stream, so nothing is generated twice),
+ * joined into 16-bit draws in r only when a kernel without a byte path
+ * asks. Callers walk forward, asking for at most S_CHUNK draws at a time,
+ * which two halves always cover; moving on by one half keeps the second
+ * (a 4 KiB copy instead of generating it again). */
 struct s_drawbuf {
     uint64_t seed, counter;
-    size_t lo, hi;
-    uint16_t r[S_CHUNK + 16];
+    size_t lo, hi; /* the window holds draws lo .. hi - 1 */
+    bool joined;
+    uint8_t high[2 * S_CHUNK];
+    uint8_t low[2 * S_CHUNK / 16];
+    uint16_t r[2 * S_CHUNK];
 };
 
 static void
@@ -53,22 +68,68 @@ s_drawbuf_init(struct s_drawbuf *d, uint64_t seed, uint64_t counter)
     d->counter = counter;
     d->lo = 0;
     d->hi = 0;
+    d->joined = false;
 }
 
-/* Draws start .. start + m - 1 (m <= S_CHUNK - 16) of the stream, within
- * n draws; returns the pointer to draw start. */
+/* Half `half` of the window: draws at .. at + S_CHUNK - 1, up to end. */
+static void
+s_fill_half(struct s_drawbuf *d, unsigned half, size_t at, size_t end)
+{
+    if (at >= end)
+        return;
+    size_t m = end - at < S_CHUNK ? end - at : S_CHUNK;
+    compress_draw_bytes(d->seed,
+                        d->counter,
+                        at,
+                        d->high + half * S_CHUNK,
+                        d->low + half * S_CHUNK / 16,
+                        m);
+}
+
+/* Makes the window hold draws start .. start + m - 1 (m <= S_CHUNK) of
+ * the stream's n draws. */
+static void
+s_window(struct s_drawbuf *d, size_t start, size_t m, size_t n)
+{
+    if (start >= d->lo && start + m <= d->hi)
+        return;
+    size_t base = start / S_CHUNK * S_CHUNK;
+    size_t end = (n + 15) & ~(size_t)15;
+    if (d->hi == d->lo + 2 * S_CHUNK && base == d->lo + S_CHUNK) {
+        memcpy(d->high, d->high + S_CHUNK, S_CHUNK);
+        memcpy(d->low, d->low + S_CHUNK / 16, S_CHUNK / 16);
+    } else {
+        s_fill_half(d, 0, base, end);
+    }
+    s_fill_half(d, 1, base + S_CHUNK, end);
+    d->lo = base;
+    d->hi = base + 2 * S_CHUNK < end ? base + 2 * S_CHUNK : end;
+    d->joined = false;
+}
+
+/* The draws from start (a multiple of 16) on as bytes: *hi the high
+ * bytes, *lo the low byte of each run of 16. */
+static void
+s_draw_bytes(struct s_drawbuf *d,
+             size_t start,
+             size_t m,
+             size_t n,
+             const uint8_t **hi,
+             const uint8_t **lo)
+{
+    s_window(d, start, m, n);
+    *hi = d->high + (start - d->lo);
+    *lo = d->low + (start - d->lo) / 16;
+}
+
+/* Draws start .. start + m - 1 joined; returns the pointer to draw start. */
 static const uint16_t *
 s_draws(struct s_drawbuf *d, size_t start, size_t m, size_t n)
 {
-    if (start < d->lo || start + m > d->hi) {
-        size_t lo = start & ~(size_t)15;
-        size_t hi = lo + S_CHUNK;
-        size_t end = (n + 15) & ~(size_t)15;
-        hi = hi < end ? hi : end;
-        compress_draws(d->seed, d->counter, lo, d->r, hi - lo);
-        d->lo = lo;
-        d->hi = hi;
-    }
+    s_window(d, start, m, n);
+    if (!d->joined)
+        compress_join_draws(d->high, d->low, 0, d->hi - d->lo, d->r);
+    d->joined = true;
     return d->r + (start - d->lo);
 }
 
@@ -84,16 +145,6 @@ s_prefetch(const float *x, size_t from, size_t to)
 
 /* Values read ahead of the bucket being quantized. */
 #define S_AHEAD 2048
-
-/* Stochastic rounding of a = |v| * inv to floor(a + u), u in (0, 1) from
- * the 16-bit draw r, clamped to s: compress_levels_ref's arithmetic. */
-static inline uint32_t
-s_round(float v, float inv, uint16_t r, uint32_t s)
-{
-    float a = fabsf(v) * inv + ((float)r + 0.5f) * 0x1.0p-16f;
-    uint32_t l = (uint32_t)a;
-    return l > s ? s : l;
-}
 
 static bool
 s_check_bucket(uint32_t bucket)
@@ -155,16 +206,64 @@ s_packer_flush(struct s_packer *p, bool last)
 }
 
 /* Elias-gamma code of l + 1 (L zeros, a one, the low L bits), then the
- * sign bit when l > 0. */
-static void
-s_put_elias(struct compress_bw *w, uint32_t l, uint32_t neg)
+ * sign bit when l > 0, as bits LSB-first; *len its length (<= 2 L + 2,
+ * at most 18 bits for l < 256). */
+static uint32_t
+s_elias_bits(uint32_t l, uint32_t neg, unsigned *len)
 {
     uint32_t g = l + 1;
     unsigned L = 31u - (unsigned)__builtin_clz(g);
-    compress_bw_put(w, 1u << L, L + 1);
-    compress_bw_put(w, g & ((1u << L) - 1), L);
-    if (l > 0)
-        compress_bw_put(w, neg, 1);
+    uint32_t v = 1u << L | (g & ((1u << L) - 1)) << (L + 1);
+    *len = 2 * L + 1 + (l > 0);
+    return l > 0 ? v | neg << (2 * L + 1) : v;
+}
+
+static void
+s_put_elias(struct compress_bw *w, uint32_t l, uint32_t neg)
+{
+    unsigned len = 0;
+    uint32_t v = s_elias_bits(l, neg, &len);
+    compress_bw_put(w, v, len);
+}
+
+/* The Elias codes of every code byte (level | sign << b, b <= 7). */
+struct s_elias_table {
+    uint32_t bits[256];
+    uint8_t len[256];
+};
+
+static void
+s_elias_table(unsigned b, struct s_elias_table *t)
+{
+    for (uint32_t code = 0; code < 2u << b; code++) {
+        unsigned len = 0;
+        t->bits[code] = s_elias_bits(code & ((1u << b) - 1), code >> b, &len);
+        t->len[code] = (uint8_t)len;
+    }
+}
+
+/* Appends the Elias codes of codes[0 .. n): while 16 bytes of room are
+ * left, each code is one table look-up and one unconditional 8-byte store
+ * of the pending bits (no branch on how many bits are pending: that
+ * branch follows the data and mispredicts); the rest bit by bit. */
+static void
+s_put_elias_codes(struct compress_bw *w,
+                  const struct s_elias_table *t,
+                  const uint8_t *codes,
+                  size_t n)
+{
+    size_t i = 0;
+    for (; i < n && w->end - w->p >= 16 && w->nacc < 8; i++) {
+        w->acc |= (uint64_t)t->bits[codes[i]] << w->nacc;
+        w->nacc += t->len[codes[i]];
+        memcpy(w->p, &w->acc, 8); /* little-endian host: LSB first */
+        unsigned whole = w->nacc & ~7u;
+        w->p += whole / 8;
+        w->acc >>= whole;
+        w->nacc -= whole;
+    }
+    for (; i < n; i++)
+        compress_bw_put(w, t->bits[codes[i]], t->len[codes[i]]);
 }
 
 /* Whole buckets of `bucket` values among the `left` values from a
@@ -174,9 +273,9 @@ s_put_elias(struct compress_bw *w, uint32_t l, uint32_t neg)
 static size_t
 s_fused_buckets(uint32_t bucket, size_t left)
 {
-    if (bucket % 8 != 0 || bucket > S_CHUNK - 16)
+    if (bucket % 8 != 0 || bucket > S_CHUNK)
         return 0;
-    size_t fit = (S_CHUNK - 16) / bucket, whole = left / bucket;
+    size_t fit = S_CHUNK / bucket, whole = left / bucket;
     return whole < fit ? whole : fit;
 }
 
@@ -221,30 +320,41 @@ s_qsgd_encode(const rumor_codec *c,
     compress_bw_init(&w9, out + head, cap - head);
     struct s_drawbuf draws;
     s_drawbuf_init(&draws, seed, counter);
+    struct s_elias_table etab;
+    if (elias && b < 8)
+        s_elias_table(b, &etab);
     size_t ahead = 0; /* x[0 .. ahead) was asked for */
     for (size_t k = 0; k < nb; k++) {
         size_t start = k * c->bucket;
         size_t m = n - start < c->bucket ? n - start : c->bucket;
         const float *v = x + start;
         /* Runs of whole buckets with packed output: the fused kernel. */
-        size_t run = elias || approx != NULL || b == 8 || pk.pending != 0
+        bool wide = b == 8; /* 9-bit codes: written by w9 */
+        bool aligned = wide ? compress_quant_buckets_wide(c->bucket) &&
+                                  compress_bw_at_byte(&w9)
+                            : pk.pending == 0;
+        size_t run = elias || !aligned || start % 16 != 0
                          ? 0
                          : s_fused_buckets(c->bucket, n - start);
         if (run > 0) {
-            const uint16_t *r = s_draws(&draws, start, run * c->bucket, n);
-            if (!compress_quant_buckets(v,
-                                        run,
-                                        c->bucket,
-                                        s,
-                                        b,
-                                        tern,
-                                        r,
-                                        out + RUMOR_COMPRESS_HEADER_BYTES +
-                                            4 * k,
-                                        pk.out,
-                                        pk.end))
+            uint8_t **to = wide ? &w9.p : &pk.out;
+            struct compress_bucket_run job = {
+                .x = v,
+                .nbk = run,
+                .m = c->bucket,
+                .s = s,
+                .b = b,
+                .tern = tern,
+                .norms = out + RUMOR_COMPRESS_HEADER_BYTES + 4 * k,
+                .out = *to,
+                .end = wide ? w9.end : pk.end,
+                .approx = approx != NULL ? approx + start : NULL};
+            if ((size_t)(job.end - job.out) < run * c->bucket / 8 * w)
+                return RUMOR_ETOOBIG;
+            s_draw_bytes(&draws, start, run * c->bucket, n, &job.hi, &job.lo);
+            if (!compress_quant_buckets(&job))
                 return RUMOR_ENUMERIC;
-            pk.out += run * c->bucket / 8 * w;
+            *to += run * c->bucket / 8 * w;
             k += run - 1;
             continue;
         }
@@ -260,14 +370,15 @@ s_qsgd_encode(const rumor_codec *c,
             return RUMOR_ENUMERIC;
         compress_put_f32(out + RUMOR_COMPRESS_HEADER_BYTES + 4 * k, norm);
         float scale = norm / (float)s;
-        for (size_t i0 = 0; i0 < m; i0 += S_CHUNK - 16) {
-            size_t mm = m - i0 < S_CHUNK - 16 ? m - i0 : S_CHUNK - 16;
+        for (size_t i0 = 0; i0 < m; i0 += S_CHUNK) {
+            size_t mm = m - i0 < S_CHUNK ? m - i0 : S_CHUNK;
             const uint16_t *r = s_draws(&draws, start + i0, mm, n);
             float *ap = approx != NULL ? approx + start + i0 : NULL;
             if (b == 8) { /* 9-bit codes do not fit the byte kernels */
                 for (size_t i = 0; i < mm; i++) {
-                    uint32_t l = s_round(v[i0 + i], inv, r[i], s);
-                    uint32_t neg = l > 0 && signbit(v[i0 + i]);
+                    uint32_t code =
+                        compress_level_code(v[i0 + i], inv, r[i], s, 8);
+                    uint32_t l = code & 0xffu, neg = code >> 8;
                     if (elias)
                         s_put_elias(&w9, l, neg);
                     else
@@ -306,14 +417,10 @@ s_qsgd_encode(const rumor_codec *c,
             }
             uint8_t *codes = pk.codes + pk.pending;
             compress_levels(v + i0, mm, inv, s, b, r, codes);
-            if (ap != NULL)
-                for (size_t i = 0; i < mm; i++) {
-                    float q = (float)(codes[i] & s) * scale;
-                    ap[i] = codes[i] >> b ? -q : q;
-                }
+            if (ap != NULL) /* the decoder's own kernel: the same bits */
+                compress_dequant(codes, mm, b, scale, false, 1.0f, ap);
             if (elias) {
-                for (size_t i = 0; i < mm; i++)
-                    s_put_elias(&w9, codes[i] & s, codes[i] >> b);
+                s_put_elias_codes(&w9, &etab, codes, mm);
             } else {
                 pk.pending += mm;
                 s_packer_flush(&pk, false);
@@ -333,6 +440,86 @@ s_qsgd_encode(const rumor_codec *c,
     return RUMOR_OK;
 }
 
+/* Window of the Elias decode table: codes up to 12 bits (every code for
+ * bits <= 5) are one look-up. */
+#define S_ELIAS_PEEK 12
+
+/* Decode table: entry w (the next t bits) = len << 9 | code (level |
+ * sign << 8) when w starts with a whole valid code of len <= t bits, 0
+ * when it does not (a longer code, or an invalid one: the general rule
+ * decides). */
+struct s_elias_dec {
+    unsigned t;
+    uint16_t e[1u << S_ELIAS_PEEK];
+};
+
+static struct s_elias_dec s_elias_tables[9]; /* by b, 1 .. 8 */
+static pthread_once_t s_elias_once = PTHREAD_ONCE_INIT;
+
+static void
+s_elias_dec_table(unsigned b, struct s_elias_dec *d)
+{
+    uint32_t s = (1u << b) - 1;
+    d->t = 2 * b + 2 < S_ELIAS_PEEK ? 2 * b + 2 : S_ELIAS_PEEK;
+    for (uint32_t w = 0; w < 1u << d->t; w++) {
+        d->e[w] = 0;
+        unsigned L = w == 0 ? 32u : (unsigned)__builtin_ctz(w);
+        if (L > b)
+            continue; /* no valid code starts so */
+        uint32_t l = ((1u << L) | ((w >> (L + 1)) & ((1u << L) - 1))) - 1;
+        unsigned len = 2 * L + 1 + (l > 0);
+        if (l > s || len > d->t)
+            continue;
+        uint32_t neg = l > 0 ? (w >> (2 * L + 1)) & 1u : 0;
+        d->e[w] = (uint16_t)(len << 9 | l | neg << 8);
+    }
+}
+
+static void
+s_elias_tables_init(void)
+{
+    for (unsigned b = 1; b <= 8; b++)
+        s_elias_dec_table(b, &s_elias_tables[b]);
+}
+
+/* One code by the general rule: false on an invalid code or overrun. */
+static bool
+s_elias_get(struct compress_br *r, unsigned b, uint16_t *code)
+{
+    uint64_t win = compress_br_peek(r, 32);
+    unsigned L = win == 0 ? 32u : (unsigned)__builtin_ctzll(win);
+    if (L > b)
+        return false;
+    compress_br_skip(r, L + 1);
+    uint32_t l = ((1u << L) | (uint32_t)compress_br_get(r, L)) - 1;
+    if (l > (1u << b) - 1)
+        return false;
+    uint32_t neg = l > 0 ? (uint32_t)compress_br_get(r, 1) : 0;
+    *code = (uint16_t)(l | neg << 8);
+    return !r->overrun;
+}
+
+/* Codes (level | sign << 8) of m values: by table, the general rule where
+ * the table has no entry. */
+static bool
+s_elias_codes(struct compress_br *r,
+              unsigned b,
+              const struct s_elias_dec *d,
+              size_t m,
+              uint16_t *codes)
+{
+    for (size_t i = 0; i < m; i++) {
+        uint32_t e = d->e[compress_br_peek(r, d->t)];
+        if (e != 0) {
+            compress_br_skip(r, e >> 9);
+            codes[i] = (uint16_t)(e & 0x1ffu);
+        } else if (!s_elias_get(r, b, &codes[i])) {
+            return false;
+        }
+    }
+    return !r->overrun;
+}
+
 /* Elias-gamma level stream: decodes (or with dry, only validates). */
 static rumor_err
 s_elias_pass(const uint8_t *in,
@@ -350,30 +537,25 @@ s_elias_pass(const uint8_t *in,
     size_t nb = compress_buckets(n, bucket);
     struct compress_br r;
     compress_br_init(&r, in + head, len - head);
+    (void)pthread_once(&s_elias_once, s_elias_tables_init);
+    const struct s_elias_dec *table = &s_elias_tables[b];
+    uint16_t codes[S_CHUNK];
     for (size_t k = 0; k < nb; k++) {
         size_t start = k * bucket;
         size_t m = n - start < bucket ? n - start : bucket;
         float scale =
             compress_get_f32(in + RUMOR_COMPRESS_HEADER_BYTES + 4 * k) /
             (float)s;
-        for (size_t i = 0; i < m; i++) {
-            uint64_t win = compress_br_peek(&r, 32);
-            unsigned L = win == 0 ? 32u : (unsigned)__builtin_ctzll(win);
-            if (L > b)
+        for (size_t i0 = 0; i0 < m; i0 += S_CHUNK) {
+            size_t mm = m - i0 < S_CHUNK ? m - i0 : S_CHUNK;
+            if (!s_elias_codes(&r, b, table, mm, codes))
                 return RUMOR_EPROTO;
-            compress_br_skip(&r, L + 1);
-            uint32_t l = ((1u << L) | (uint32_t)compress_br_get(&r, L)) - 1;
-            if (l > s)
-                return RUMOR_EPROTO;
-            uint32_t neg = l > 0 ? (uint32_t)compress_br_get(&r, 1) : 0;
-            if (r.overrun)
-                return RUMOR_EPROTO;
-            float q = (float)l * scale;
-            q = neg ? -q : q;
-            if (!isfinite(q)) /* level times a norm near FLT_MAX */
-                return RUMOR_ENUMERIC;
+            /* level times a norm near FLT_MAX */
+            for (size_t i = 0; !isfinite((float)s * scale) && i < mm; i++)
+                if (!isfinite((float)(codes[i] & 0xffu) * scale))
+                    return RUMOR_ENUMERIC;
             if (!dry)
-                y[start + i] = add ? y[start + i] + alpha * q : q;
+                compress_dequant9(codes, mm, scale, add, alpha, y + start + i0);
         }
     }
     if (compress_br_used(&r, in + head) != len - head)
@@ -399,32 +581,18 @@ s_fixed_pass(const uint8_t *in,
     unsigned w = b + 1;
     const uint8_t *body = in + head, *end = in + len;
     uint8_t codes[S_CHUNK];
+    uint16_t wide[S_CHUNK];
     for (size_t i0 = 0; i0 < n; i0 += S_CHUNK) {
         size_t mm = n - i0 < S_CHUNK ? n - i0 : S_CHUNK;
         const uint8_t *at = body + i0 / 8 * w;
-        if (w == 9) { /* bits = 8: a 9-bit code, the scalar reader */
-            struct compress_br r;
-            compress_br_init(&r, at, (size_t)(end - at));
-            for (size_t i = 0; i < mm; i++) {
-                uint32_t code = (uint32_t)compress_br_get(&r, 9);
-                size_t j = i0 + i;
-                if (code == 256u) /* "-0": not canonical */
-                    return RUMOR_EPROTO;
-                float norm = compress_get_f32(in + RUMOR_COMPRESS_HEADER_BYTES +
-                                              4 * (j / bucket));
-                float q = (float)(code & s) * (norm / (float)s);
-                q = code >> 8 ? -q : q;
-                if (!isfinite(q))
-                    return RUMOR_ENUMERIC;
-                if (!dry)
-                    y[j] = add ? y[j] + alpha * q : q;
-            }
-            continue;
-        }
         size_t groups = (mm + 7) / 8;
-        compress_unpack(at, end, groups, w, codes);
-        if (memchr(codes, 1 << b, mm) != NULL) /* "-0": not canonical */
-            return RUMOR_EPROTO;
+        if (w == 9) /* bits = 8: 9-bit codes, 16 bits each in wide */
+            compress_unpack9(at, end, groups, wide);
+        else
+            compress_unpack(at, end, groups, w, codes);
+        if (w == 9 ? compress_has_u16(wide, mm, 256)
+                   : memchr(codes, 1 << b, mm) != NULL)
+            return RUMOR_EPROTO; /* "-0": not canonical */
         /* Walk the bucket segments of this chunk. */
         for (size_t i = 0; i < mm;) {
             size_t j = i0 + i, kb = j / bucket;
@@ -435,7 +603,9 @@ s_fixed_pass(const uint8_t *in,
             float scale = norm / (float)s;
             if (!isfinite((float)s * scale))
                 return RUMOR_ENUMERIC;
-            if (!dry)
+            if (!dry && w == 9)
+                compress_dequant9(wide + i, seg, scale, add, alpha, y + j);
+            else if (!dry)
                 compress_dequant(codes + i, seg, b, scale, add, alpha, y + j);
             i += seg;
         }
@@ -510,6 +680,30 @@ s_sign_size(const rumor_codec *c, size_t n, size_t *bytes, bool *exact)
     *exact = true;
 }
 
+/* y[start .. start + m) (= or +=) alpha * (+-s), the signs from bits:
+ * whole bytes by the vector kernel, the edges one by one. */
+static void
+s_sign_values(const uint8_t *bits,
+              size_t start,
+              size_t m,
+              float s,
+              bool add,
+              float alpha,
+              float *y)
+{
+    size_t i = start, stop = start + m;
+    for (; i < stop && i % 8 != 0; i++) { /* up to a byte boundary */
+        float q = (bits[i / 8] >> (i % 8)) & 1u ? -s : s;
+        y[i] = add ? y[i] + alpha * q : q;
+    }
+    size_t whole = (stop - i) / 8;
+    compress_sign_expand(bits + i / 8, whole, s, add, alpha, y + i);
+    for (i += 8 * whole; i < stop; i++) {
+        float q = (bits[i / 8] >> (i % 8)) & 1u ? -s : s;
+        y[i] = add ? y[i] + alpha * q : q;
+    }
+}
+
 static rumor_err
 s_sign_encode(const rumor_codec *c,
               const float *x,
@@ -565,9 +759,8 @@ s_sign_encode(const rumor_codec *c,
             return RUMOR_ENUMERIC;
         float scale = (float)(sum / (double)m);
         compress_put_f32(scales + 4 * k, scale);
-        if (approx != NULL)
-            for (size_t i = 0; i < m; i++)
-                approx[start + i] = signbit(x[start + i]) ? -scale : scale;
+        if (approx != NULL) /* the decoder's own loop: the same bits */
+            s_sign_values(bits, start, m, scale, false, 1.0f, approx);
     }
     if (n % 8 != 0) /* zero the padding bits: canonical bytes */
         bits[n / 8] &= (uint8_t)((1u << (n % 8)) - 1);
@@ -611,18 +804,13 @@ s_sign_decode(const rumor_codec *c,
     for (size_t k = 0; k < nb; k++) {
         size_t start = k * bucket;
         size_t m = n - start < bucket ? n - start : bucket;
-        float s = compress_get_f32(scales + 4 * k);
-        size_t i = start, stop = start + m;
-        for (; i < stop && i % 8 != 0; i++) { /* up to a byte boundary */
-            float q = (bits[i / 8] >> (i % 8)) & 1u ? -s : s;
-            y[i] = add ? y[i] + alpha * q : q;
-        }
-        size_t whole = (stop - i) / 8;
-        compress_sign_expand(bits + i / 8, whole, s, add, alpha, y + i);
-        for (i += 8 * whole; i < stop; i++) {
-            float q = (bits[i / 8] >> (i % 8)) & 1u ? -s : s;
-            y[i] = add ? y[i] + alpha * q : q;
-        }
+        s_sign_values(bits,
+                      start,
+                      m,
+                      compress_get_f32(scales + 4 * k),
+                      add,
+                      alpha,
+                      y);
     }
     return RUMOR_OK;
 }
@@ -664,29 +852,32 @@ s_natural_encode(const rumor_codec *c,
     memset(bits, 0, (n + 7) / 8);
     struct s_drawbuf draws;
     s_drawbuf_init(&draws, seed, counter);
-    for (size_t i0 = 0; i0 < n; i0 += S_CHUNK - 16) {
-        size_t m = n - i0 < S_CHUNK - 16 ? n - i0 : S_CHUNK - 16;
+    for (size_t i0 = 0; i0 < n; i0 += S_CHUNK) {
+        size_t m = n - i0 < S_CHUNK ? n - i0 : S_CHUNK;
         size_t whole = m & ~(size_t)7;
-        const uint16_t *r = s_draws(&draws, i0, m, n);
+        const uint8_t *hi = NULL, *lo = NULL;
+        s_draw_bytes(&draws, i0, m, n, &hi, &lo);
         s_prefetch(x, i0 + m, i0 + m + S_AHEAD < n ? i0 + m + S_AHEAD : n);
-        if (!compress_natural(x + i0, whole, r, expo + i0, bits + i0 / 8))
+        if (!compress_natural(x + i0, whole, hi, lo, expo + i0, bits + i0 / 8))
             return RUMOR_ENUMERIC;
         for (size_t i = whole; i < m; i++) { /* the last partial byte */
             uint32_t u = compress_f2u(x[i0 + i]);
             uint32_t e = (u >> 23) & 0xffu, mant = u & 0x7fffffu;
             if (e == 255)
                 return RUMOR_ENUMERIC;
-            uint32_t up = (((uint32_t)r[i] << 7) | 0x40u) < mant;
+            uint32_t draw = (uint32_t)hi[i] << 8 | lo[i / 16];
+            uint32_t up = ((draw << 7) | 0x40u) < mant;
             uint32_t E = e + up;
             expo[i0 + i] = (uint8_t)(E > 254 ? 254 : E);
             bits[(i0 + i) / 8] |= (uint8_t)((u >> 31) << ((i0 + i) % 8));
         }
-        if (approx != NULL)
-            for (size_t i = 0; i < m; i++) {
-                uint32_t sign = compress_f2u(x[i0 + i]) & 0x80000000u;
-                approx[i0 + i] =
-                    compress_u2f(sign | (uint32_t)expo[i0 + i] << 23);
-            }
+        if (approx != NULL) /* the decoder's own kernel: the same bits */
+            compress_natural_expand(expo + i0,
+                                    bits + i0 / 8,
+                                    m,
+                                    false,
+                                    1.0f,
+                                    approx + i0);
     }
     struct compress_header h =
         {(uint8_t)c->id, RUMOR_COMPRESS_VERSION, 0, 0, (uint32_t)n, 0};

@@ -9,37 +9,39 @@
 #include <math.h>
 #include <stdlib.h>
 
-void
-compress_rand16_ref(uint64_t seed,
-                    uint64_t stream,
-                    uint64_t first,
-                    uint16_t *out,
-                    size_t n)
+/* Group g of the byte stream: its 16 blocks, word-major. */
+static void
+s_stream_group(uint64_t seed, uint64_t stream, uint64_t g, uint8_t out[256])
 {
     const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    for (size_t i = 0; i < n;) {
-        uint64_t word = (first + i) / 2;
-        uint64_t block = word / 4;
+    for (unsigned b = 0; b < 16; b++) {
+        uint64_t block = 16 * g + b;
         const uint32_t ctr[4] = {(uint32_t)block,
                                  (uint32_t)(block >> 32),
                                  (uint32_t)stream,
                                  (uint32_t)(stream >> 32)};
         uint32_t w[4];
         rumor_philox4x32_10(ctr, key, w);
-        for (uint64_t at = first + i; i < n && at / 8 == block; i++, at++) {
-            uint32_t v = w[(at / 2) % 4];
-            out[i] = (uint16_t)(at & 1 ? v >> 16 : v & 0xffff);
-        }
+        for (unsigned j = 0; j < 4; j++)
+            for (unsigned k = 0; k < 4; k++)
+                out[64 * j + 4 * b + k] = (uint8_t)(w[j] >> (8 * k));
     }
 }
 
-/* Byte j of the Philox byte stream (seed, stream). */
-static uint8_t
-s_stream_byte(uint64_t seed, uint64_t stream, uint64_t j)
+void
+compress_stream_bytes_ref(uint64_t seed,
+                          uint64_t stream,
+                          uint64_t first,
+                          uint8_t *out,
+                          size_t n)
 {
-    uint16_t h = 0;
-    compress_rand16_ref(seed, stream, j / 2, &h, 1);
-    return (uint8_t)(j & 1 ? h >> 8 : h & 0xff);
+    uint8_t group[256];
+    for (size_t i = 0; i < n;) {
+        uint64_t g = (first + i) / 256;
+        s_stream_group(seed, stream, g, group);
+        for (; i < n && (first + i) / 256 == g; i++)
+            out[i] = group[(first + i) % 256];
+    }
 }
 
 void
@@ -49,11 +51,15 @@ compress_draws_ref(uint64_t seed,
                    uint16_t *out,
                    size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        uint64_t j = first + i;
-        uint8_t hi = s_stream_byte(seed, stream, j);
-        uint8_t lo = s_stream_byte(seed, stream, (1ull << 63) + j / 16);
-        out[i] = (uint16_t)(hi << 8 | lo);
+    uint8_t hi[256], lo[1];
+    for (size_t i = 0; i < n; i += 256) {
+        size_t m = n - i < 256 ? n - i : 256;
+        compress_stream_bytes_ref(seed, stream, first + i, hi, m);
+        for (size_t t = 0; t < m; t++) {
+            uint64_t at = COMPRESS_DRAW_LOW + (first + i + t) / 16;
+            compress_stream_bytes_ref(seed, stream, at, lo, 1);
+            out[i + t] = (uint16_t)(hi[t] << 8 | lo[0]);
+        }
     }
 }
 
@@ -172,48 +178,40 @@ compress_levels_ref(const float *x,
                     const uint16_t *r,
                     uint8_t *codes)
 {
-    for (size_t i = 0; i < n; i++) {
-        float u = ((float)r[i] + 0.5f) * 0x1.0p-16f;
-        float a = fabsf(x[i]) * inv + u;
-        uint32_t l = (uint32_t)a;
-        l = l > s ? s : l;
-        uint32_t neg = l > 0 && signbit(x[i]);
-        codes[i] = (uint8_t)(l | neg << b);
-    }
+    for (size_t i = 0; i < n; i++)
+        codes[i] = (uint8_t)compress_level_code(x[i], inv, r[i], s, b);
 }
 
 bool
-compress_quant_buckets_ref(const float *x,
-                           size_t nbk,
-                           size_t m,
-                           uint32_t s,
-                           unsigned b,
-                           bool tern,
-                           const uint16_t *r,
-                           uint8_t *norms,
-                           uint8_t *out)
+compress_quant_buckets_ref(const struct compress_bucket_run *run)
 {
-    unsigned w = b + 1;
-    uint8_t codes[8];
-    for (size_t k = 0; k < nbk; k++, x += m, r += m) {
+    const float *x = run->x;
+    size_t m = run->m;
+    unsigned b = run->b, w = b + 1;
+    uint32_t s = run->s;
+    memset(run->out, 0, run->nbk * m / 8 * w);
+    for (size_t k = 0, t = 0; k < run->nbk; k++, x += m) {
         uint32_t top = 0; /* max |x| as a bit pattern, as compress_maxabs */
-        for (size_t i = 0; tern && i < m; i++) {
+        for (size_t i = 0; run->tern && i < m; i++) {
             uint32_t key = compress_f2u(x[i]) & 0x7fffffffu;
             top = key > top ? key : top;
         }
-        double acc =
-            tern ? (double)compress_u2f(top) : sqrt(compress_sumsq_ref(x, m));
+        double acc = run->tern ? (double)compress_u2f(top)
+                               : sqrt(compress_sumsq_ref(x, m));
         float norm = 0, inv = 0;
         if (!compress_bucket_scale(acc, s, &norm, &inv))
             return false;
-        compress_put_f32(norms + 4 * k, norm);
-        for (size_t g = 0; g < m; g += 8, out += w) {
-            compress_levels_ref(x + g, 8, inv, s, b, r + g, codes);
-            uint64_t bits = 0;
-            for (unsigned j = 0; j < 8; j++)
-                bits |= (uint64_t)codes[j] << (j * w);
-            for (unsigned j = 0; j < w; j++)
-                out[j] = (uint8_t)(bits >> (8 * j));
+        compress_put_f32(run->norms + 4 * k, norm);
+        float scale = norm / (float)s;
+        for (size_t i = 0; i < m; i++, t++) {
+            uint16_t r = (uint16_t)(run->hi[t] << 8 | run->lo[t / 16]);
+            uint32_t code = compress_level_code(x[i], inv, r, s, b);
+            for (unsigned j = 0; j < w; j++) /* LSB-first, as rumor_bitw */
+                run->out[(t * w + j) / 8] |=
+                    (uint8_t)(((code >> j) & 1u) << ((t * w + j) % 8));
+            float q = (float)(code & s) * scale;
+            if (run->approx != NULL)
+                run->approx[t] = code >> b ? -q : q;
         }
     }
     return true;
@@ -222,7 +220,8 @@ compress_quant_buckets_ref(const float *x,
 bool
 compress_natural_ref(const float *x,
                      size_t n,
-                     const uint16_t *r,
+                     const uint8_t *hi,
+                     const uint8_t *lo,
                      uint8_t *expo,
                      uint8_t *signs)
 {
@@ -232,7 +231,8 @@ compress_natural_ref(const float *x,
         uint32_t u = compress_f2u(x[i]);
         uint32_t e = (u >> 23) & 0xffu, mant = u & 0x7fffffu;
         finite = finite && e != 255;
-        uint32_t up = (((uint32_t)r[i] << 7) | 0x40u) < mant;
+        uint32_t draw = (uint32_t)hi[i] << 8 | lo[i / 16];
+        uint32_t up = ((draw << 7) | 0x40u) < mant;
         uint32_t E = e + up;
         expo[i] = (uint8_t)(E > 254 ? 254 : E);
         signs[i / 8] |= (uint8_t)((u >> 31) << (i % 8));

@@ -2,51 +2,50 @@
  * Exact top-k by magnitude in linear time, never a full sort.
  *
  * Keys: for finite floats the bit pattern of |x| (sign cleared) orders like
- * |x| as an unsigned integer, denormals and zero included, so selection
- * works on integers. The k-th largest key comes from a radix select on
- * key - min: histogram passes on 11-bit digits from the top of the bits
- * that max - min spans (at most three passes), each restricted to the keys
- * whose higher digits match the bucket where the k-th one lies. Offsetting
- * by min spreads the first pass even when all keys share their top bits,
- * as the candidates above a threshold do; after each pass the keys of the
- * chosen bucket are compacted (branch-free) into a scratch array, so later
- * passes read only them; each histogram is counted in four interleaved
- * copies, so runs of equal digits do not serialise on one counter.
+ * |x| as an unsigned integer, denormals and zero included. The k-th largest
+ * key comes from a radix select on key - lo, [lo, hi] a range holding every
+ * key: histograms of 11-bit digits from the top of the bits hi - lo spans
+ * (at most three passes), each pass on the keys of the bucket where the
+ * k-th one lay, compacted by a vector kernel (kernels.c); large histograms
+ * are counted in four interleaved copies, so runs of equal digits do not
+ * serialise on one counter.
  *
- * Fast path (the usual case, k << n): a sample of 65536 keys (256 runs of
- * 256 contiguous values, spread evenly) gives, by radix select, a
- * threshold that about 1.125 k values exceed; one AVX2 scan (kernels.c)
- * collects the indices at or above it, already in index order, and checks
- * for NaN/Inf on the way; the exact radix select then runs on those few
- * candidates only, straight on their bit patterns (the sign masked off in
- * each pass, so no key array is copied out) and on the range [sample
- * threshold, scan maximum], which the scan gives for free. So the full vector
- * is read once, at close to memory bandwidth. When the sample misleads (fewer
- * than k candidates, or too many to hold), the full radix select runs instead:
- * still exact, still linear.
+ * Fast path (k << n): a sample of 65536 keys (256 runs of 256 contiguous
+ * values, spread evenly) gives, by radix select over the whole key range
+ * (no min/max pass), a threshold that about 1.125 k values exceed; one
+ * vector scan (kernels.c) collects the indices and values at or above it,
+ * in index order, checking for NaN/Inf on the way; the exact radix select
+ * then runs on those candidates' bit patterns only, over [sample
+ * threshold, scan maximum], which spreads the first pass although every
+ * candidate shares its top bits. So the vector is read once, at close to
+ * memory bandwidth. When the sample misleads (fewer than k candidates, or
+ * too many to hold), the full radix select runs instead: still exact.
  *
- * Ties: among equal magnitudes at the threshold the lowest indices win, the
- * rule the sort-based reference (ref.c) implements, so outputs are equal
- * index for index. When every key equal to the threshold is taken (distinct
- * values, the usual case) the output loop tests key >= T alone, without
- * the running tie count. Alternatives rejected: quickselect (nth_element) moves
- * and compares floats, several passes with unpredictable branches; the
- * benchmark measures it side by side.
+ * Ties: among equal magnitudes at the threshold the lowest indices win, as
+ * in the sort-based reference (ref.c), so outputs are equal index for
+ * index. When every key equal to the threshold is taken (distinct values,
+ * the usual case) key >= T alone decides, and the output is one more vector
+ * selection; otherwise a loop carries the tie count. Rejected: quickselect
+ * (nth_element) moves and compares floats in several passes with
+ * unpredictable branches; the benchmark measures it side by side.
  */
 #include "compress/compress_impl.h"
 
 #include <stdlib.h>
 
-#define S_SAMPLE 65536
-#define S_BLOCKS 256
+#define S_SAMPLE     65536
+#define S_BLOCKS     256
+#define S_HIST_SPLIT 8192
 
 /* The magnitude key of a float bit pattern: the sign cleared. */
 #define S_KEY 0x7fffffffu
 
 /* Histogram of the digit ((key - base) >> sh) & mask of the keys
- * keys[0..m) & S_KEY in four interleaved copies, summed into hist[0]:
- * runs of equal digits then do not serialise on one counter's
- * store-to-load chain. */
+ * keys[0..m) & S_KEY into hist[0][0..mask]. From S_HIST_SPLIT keys on,
+ * in four interleaved copies summed at the end: runs of equal digits then
+ * do not serialise on one counter's store-to-load chain. Below that,
+ * clearing and summing four copies of up to 2048 bins would cost more than
+ * the chains, so one copy. */
 static void
 s_hist(const uint32_t *keys,
        size_t m,
@@ -55,9 +54,10 @@ s_hist(const uint32_t *keys,
        uint32_t mask,
        uint32_t hist[4][2048])
 {
-    memset(hist, 0, 4 * sizeof hist[0]);
-    size_t i = 0;
-    for (; i + 4 <= m; i += 4) {
+    size_t copies = m >= S_HIST_SPLIT ? 4 : 1, i = 0;
+    for (size_t c = 0; c < copies; c++)
+        memset(hist[c], 0, ((size_t)mask + 1) * sizeof hist[c][0]);
+    for (; copies == 4 && i + 4 <= m; i += 4) {
         hist[0][(((keys[i] & S_KEY) - base) >> sh) & mask]++;
         hist[1][(((keys[i + 1] & S_KEY) - base) >> sh) & mask]++;
         hist[2][(((keys[i + 2] & S_KEY) - base) >> sh) & mask]++;
@@ -65,7 +65,7 @@ s_hist(const uint32_t *keys,
     }
     for (; i < m; i++)
         hist[0][(((keys[i] & S_KEY) - base) >> sh) & mask]++;
-    for (uint32_t d = 0; d <= mask; d++)
+    for (uint32_t d = 0; copies == 4 && d <= mask; d++)
         hist[0][d] += hist[1][d] + hist[2][d] + hist[3][d];
 }
 
@@ -122,14 +122,15 @@ s_kth_largest(const uint32_t *keys,
             break;
         /* Keep the keys of the chosen bucket: base <= key < base + 2^sh
          * (keys below base wrap to large differences). */
-        size_t j = 0;
-        for (size_t i = 0; i < m; i++) {
-            uint32_t key = src[i] & S_KEY;
-            scratch[j] = key;
-            j += (size_t)((key - base) >> sh == 0);
-        }
+        m = compress_select_range(src,
+                                  src,
+                                  m,
+                                  base,
+                                  1u << sh,
+                                  scratch,
+                                  NULL,
+                                  m);
         src = scratch;
-        m = j;
         bits = sh;
     }
     *T = base;
@@ -154,18 +155,15 @@ s_emit(const float *x,
        float *vals)
 {
     size_t out = 0;
-    /* Branch-free: write every candidate, advance only over the taken
-     * ones; stop once k are out, so the write never passes idx[k - 1]. */
-    if (eq == ties && cand != NULL && bits != NULL && vals != NULL) {
+    if (eq == ties && cand != NULL && bits == keys) {
         /* Every key equal to T is taken (the usual case: distinct
-         * values): key >= T alone decides, no tie count to carry. */
-        for (size_t i = 0; i < m && out < k; i++) {
-            idx[out] = cand[i];
-            vals[out] = compress_u2f(bits[i]);
-            out += (size_t)((keys[i] & S_KEY) >= T);
-        }
+         * values): key >= T alone decides (key - T below 2^31 - T), no
+         * tie count to carry, so the vector kernel does it. */
+        compress_select_range(bits, cand, m, T, 0x80000000u - T, idx, vals, k);
         return;
     }
+    /* Branch-free: write every candidate, advance only over the taken
+     * ones; stop once k are out, so the write never passes idx[k - 1]. */
     for (size_t i = 0; i < m && out < k; i++) {
         uint32_t key = keys[i] & S_KEY;
         size_t tie = (size_t)(key == T) & (size_t)(ties > 0);
@@ -253,10 +251,12 @@ compress_topk_select(const float *x,
         for (size_t j = 0; j < run; j++)
             sample[b * run + j] = compress_f2u(x[at + j]) & 0x7fffffffu;
     }
-    uint32_t T = 0, lo = 0, hi = 0;
+    /* The whole key range, not the sample's minimum and maximum (a pass):
+     * the first digit is then the exponent and 3 mantissa bits, and the
+     * bucket where the r-th key lies holds a small part of the sample. */
+    uint32_t T = 0, lo = 0, hi = S_KEY;
     size_t gt = 0, eq = 0;
-    s_minmax(sample, m, &lo, &hi);
-    s_kth_largest(sample, m, r, lo, hi, scratch, &T, &gt, &eq);
+    s_kth_largest(sample, m, r, 0, S_KEY, scratch, &T, &gt, &eq);
     /* The scan's largest key is the candidates' largest too, and T is
      * at most their smallest: no pass over the candidates for the range;
      * their keys are their bit patterns & S_KEY, not copied out. */

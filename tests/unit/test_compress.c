@@ -208,6 +208,136 @@ test_codec_name__every_id__known_and_stable(void **state)
 
 /* --- generic properties of every codec ----------------------------------- */
 
+/* The rounding rule at its boundary, on every tier: TernGrad buckets
+ * whose max is 1 (inv = 1 exactly) and values x = (65535.5 - r) 2^-16
+ * with r the value's draw, for which x + (r + 0.5) 2^-16 is exactly 1
+ * (level 1), or 2^-17 less (level 0). A draw taken from the wrong place,
+ * a wrong offset or a rounding of the sum would flip levels. */
+/* Encodes x with spec, (seed, counter) on every tier and decodes: the
+ * result must be want exactly. */
+static void
+s_decode_on_every_tier__equals(const char *spec,
+                               const float *x,
+                               size_t n,
+                               uint64_t seed,
+                               uint64_t counter,
+                               const float *want)
+{
+    rumor_codec *c = s_codec(spec);
+    float *y = malloc(n * sizeof *y);
+    for (int simd = 0; simd < 3; simd++) {
+        if (compress_set_simd(simd) != simd)
+            continue; /* a tier this CPU lacks */
+        size_t len = 0;
+        uint8_t *buf = s_encode(c, x, n, seed, counter, &len, NULL);
+        assert_int_equal(rumor_codec_decode(c, buf, len, y, n), RUMOR_OK);
+        for (size_t i = 0; i < n; i++)
+            if (y[i] != want[i])
+                fail_msg("%s tier %d i=%zu: %g, want %g",
+                         spec,
+                         simd,
+                         i,
+                         (double)y[i],
+                         (double)want[i]);
+        free(buf);
+    }
+    compress_set_simd(2);
+    rumor_codec_destroy(&c);
+    free(y);
+}
+
+/* Natural compression at its boundary, on every tier: a mantissa one
+ * above (draw 2^7 + 2^6) rounds up to 2, one equal to it rounds down to
+ * 1. */
+static void
+test_natural__mantissas_at_a_draw_boundary__round_exactly_as_defined(
+    void **state)
+{
+    (void)state;
+    const size_t n = 2 * 4096 + 520;
+    float *x = malloc(n * sizeof *x), *want = malloc(n * sizeof *want);
+    uint16_t *r = malloc(n * sizeof *r);
+    compress_draws_ref(8, 13, 0, r, n);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t mant = ((uint32_t)r[i] << 7 | 0x40u) + !(i & 1);
+        x[i] = compress_u2f(0x3f800000u | mant);
+        want[i] = i & 1 ? 1.0f : 2.0f;
+    }
+    s_decode_on_every_tier__equals("natural", x, n, 8, 13, want);
+    free(x);
+    free(want);
+    free(r);
+}
+
+/* The rounding rule at its boundary, on every tier: TernGrad buckets
+ * whose max is 1 (inv = 1 exactly) and values x = (65535.5 - r) 2^-16
+ * with r the value's draw, for which x + (r + 0.5) 2^-16 is exactly 1
+ * (level 1), or 2^-17 less (level 0). A draw taken from the wrong place,
+ * a wrong offset or a rounding of the sum would flip levels. */
+static void
+test_terngrad__values_at_a_draw_boundary__round_exactly_as_defined(void **state)
+{
+    (void)state;
+    const size_t n = 2 * 4096 + 520, bucket = 512;
+    float *x = malloc(n * sizeof *x), *want = malloc(n * sizeof *want);
+    uint16_t *r = malloc(n * sizeof *r);
+    compress_draws_ref(31, 5, 0, r, n);
+    for (size_t i = 0; i < n; i++) {
+        float sign = i % 3 ? 1.0f : -1.0f;
+        bool below = i & 1;
+        x[i] =
+            (65535.5f - (float)r[i] - 0.5f * (float)below) * 0x1.0p-16f * sign;
+        want[i] = below ? 0.0f : sign;
+        if (i % bucket == 0)
+            x[i] = want[i] = 1.0f;
+    }
+    s_decode_on_every_tier__equals("terngrad:bucket=512", x, n, 31, 5, want);
+    free(x);
+    free(want);
+    free(r);
+}
+
+/* Long vectors (several draw windows, buckets that straddle them, the
+ * fused and the joined bucket paths, a last partial bucket): the same
+ * bytes on every tier as on the plain-C one. */
+static void
+test_encode__stochastic_codecs_long_vectors__same_bytes_on_every_tier(
+    void **state)
+{
+    (void)state;
+    static const char *const specs[] = {"qsgd:bits=4",
+                                        "qsgd:bits=2,bucket=72",
+                                        "qsgd:bits=3,bucket=4096",
+                                        "qsgd:bits=8,bucket=100",
+                                        "terngrad:bucket=8",
+                                        "terngrad",
+                                        "natural"};
+    const size_t n = 3 * 4096 + 1003;
+    float *x = s_data(n, 77);
+    for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++) {
+        rumor_codec *c = s_codec(specs[s]);
+        size_t len0 = 0;
+        compress_set_simd(0);
+        uint8_t *plain = s_encode(c, x, n, 9, 4, &len0, NULL);
+        for (int simd = 1; simd < 3; simd++) {
+            if (compress_set_simd(simd) != simd)
+                continue; /* a tier this CPU lacks */
+            size_t len = 0;
+            uint8_t *fast = s_encode(c, x, n, 9, 4, &len, NULL);
+            assert_int_equal(len, len0);
+            if (memcmp(fast, plain, len) != 0)
+                fail_msg("%s: tier %d bytes differ from plain C",
+                         specs[s],
+                         simd);
+            free(fast);
+        }
+        free(plain);
+        rumor_codec_destroy(&c);
+    }
+    compress_set_simd(2);
+    free(x);
+}
+
 static void
 test_encode__every_codec__approx_equals_decode_and_decode_add(void **state)
 {
@@ -309,6 +439,51 @@ test_decode__truncated_or_padded_payload__rejected_y_unchanged(void **state)
         free(x);
         rumor_codec_destroy(&c);
     }
+}
+
+/* A level-0 code with its sign bit ("-0") is never written, so a decoder
+ * that met one would accept two encodings of one vector: rejected at
+ * every width, on every tier, at the start, middle and end of a chunk. */
+static void
+test_qsgd_decode__minus_zero_code__rejected_every_width(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {"terngrad",
+                                        "qsgd:bits=2",
+                                        "qsgd:bits=4",
+                                        "qsgd:bits=7",
+                                        "qsgd:bits=8"};
+    static const size_t at[] = {0, 4095, 4097, 5000};
+    const size_t n = 5001;
+    float *x = s_data(n, 12), *y = malloc(n * sizeof *y);
+    for (size_t a = 0; a < 4; a++)
+        x[at[a]] = 0.0f;
+    for (int simd = 0; simd < 3; simd++)
+        for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++) {
+            if (compress_set_simd(simd) != simd)
+                continue; /* a tier this CPU lacks */
+            rumor_codec *c = s_codec(specs[s]);
+            size_t len = 0;
+            uint8_t *buf = s_encode(c, x, n, 3, 4, &len, NULL);
+            unsigned b = s == 0 ? 1 : buf[2], w = b + 1;
+            size_t body = RUMOR_COMPRESS_HEADER_BYTES + 4 * ((n + 511) / 512);
+            assert_int_equal(rumor_codec_decode(c, buf, len, y, n), RUMOR_OK);
+            for (size_t a = 0; a < 4; a++) {
+                size_t bit = at[a] * w + b;
+                buf[body + bit / 8] ^= (uint8_t)(1u << (bit % 8));
+                if (rumor_codec_decode(c, buf, len, y, n) != RUMOR_EPROTO)
+                    fail_msg("%s tier %d: -0 at %zu accepted",
+                             specs[s],
+                             simd,
+                             at[a]);
+                buf[body + bit / 8] ^= (uint8_t)(1u << (bit % 8));
+            }
+            free(buf);
+            rumor_codec_destroy(&c);
+        }
+    compress_set_simd(2);
+    free(x);
+    free(y);
 }
 
 static void
@@ -973,6 +1148,61 @@ test_topk__random_ties_zeros_denormals__equals_sort_reference(void **state)
     }
 }
 
+/* The fast path of the top-k (sample, threshold scan, candidate select)
+ * on each tier this CPU has, plain C included, against the sort
+ * reference: distinct values; magnitudes on a 1/64 grid (a hundred ties
+ * at the threshold among the candidates); and two vectors that mislead the
+ * sample (large values only outside the runs it reads, or only in them:
+ * far too many candidates, or too few), so the exact fallbacks run too. */
+static void
+test_topk__every_simd_tier__equals_sort_reference(void **state)
+{
+    (void)state;
+    const size_t n = 300007;
+    float *sets[4] = {s_data(n, 90), NULL, NULL, NULL};
+    for (size_t s = 1; s < 4; s++)
+        sets[s] = malloc(n * sizeof *sets[s]);
+    /* The values a sample of 256 runs of 256, spread evenly (topk.c),
+     * reads. */
+    bool *sampled = calloc(n, sizeof *sampled);
+    for (size_t b = 0; b < 256; b++)
+        for (size_t j = 0; j < 256; j++)
+            sampled[b * (n - 256) / 255 + j] = true;
+    for (size_t i = 0; i < n; i++) {
+        float g = sets[0][i];
+        sets[1][i] = roundf(g * 64.0f) / 64.0f;
+        sets[2][i] = sampled[i] ? g : g * 8.0f;
+        sets[3][i] = sampled[i] ? g * 8.0f : g;
+    }
+    free(sampled);
+    const size_t ks[] = {1, n / 100, n / 8};
+    uint32_t *want = malloc(n / 8 * sizeof *want);
+    uint32_t *got = malloc(n / 8 * sizeof *got);
+    float *vals = malloc(n / 8 * sizeof *vals);
+    for (size_t s = 0; s < 4; s++)
+        for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) {
+            size_t k = ks[j];
+            assert_int_equal(compress_topk_select_ref(sets[s], n, k, want),
+                             RUMOR_OK);
+            for (int level = 0; level <= 2; level++) {
+                if (compress_set_simd(level) != level)
+                    continue;
+                assert_int_equal(compress_topk_select(sets[s], n, k, got, vals),
+                                 RUMOR_OK);
+                assert_memory_equal(got, want, k * sizeof *got);
+                for (size_t i = 0; i < k; i++)
+                    assert_true(compress_f2u(vals[i]) ==
+                                compress_f2u(sets[s][got[i]]));
+            }
+        }
+    compress_set_simd(2);
+    for (size_t s = 0; s < 4; s++)
+        free(sets[s]);
+    free(want);
+    free(got);
+    free(vals);
+}
+
 static void
 test_topk_codec__kept_values__largest_exact_and_rest_zero(void **state)
 {
@@ -1103,42 +1333,54 @@ test_composition__topk_then_qsgd__quantized_values_at_topk_indices(void **state)
 /* --- kernels against references
  * ------------------------------------------------ */
 
-static void
-s_rand16__avx2_philox__equals_reference_and_core_stream_once(void)
-{
-    enum { N = 4096 };
-    uint16_t a[N], b[N];
-    static const uint64_t firsts[] = {0, 8, 64, 1000, 0xfffffffcull * 8};
-    for (size_t f = 0; f < 5; f++) {
-        compress_rand16(0x0123456789abcdefull, 77, firsts[f], a, N);
-        compress_rand16_ref(0x0123456789abcdefull, 77, firsts[f], b, N);
-        assert_memory_equal(a, b, sizeof a);
-    }
-    /* Word w of the core stream holds draws 2w (low) and 2w + 1 (high). */
-    struct rumor_rng rng;
-    rumor_rng_init(&rng, 5, 6);
-    compress_rand16(5, 6, 0, a, 64);
-    for (size_t w = 0; w < 32; w++) {
-        uint32_t v = rumor_rng_u32(&rng);
-        assert_int_equal(a[2 * w], v & 0xffff);
-        assert_int_equal(a[2 * w + 1], v >> 16);
-    }
-}
-
-/* Byte j of the Philox byte stream (seed, stream), straight from core's
- * Philox: byte j % 16 of block j / 16, the block's words little-endian. */
+/* Byte j of the rounding byte stream (seed, stream), straight from
+ * core's Philox and the layout's definition: group j / 256, offset o = j
+ * % 256 is byte o % 4 of word o / 64 of block 16 (j / 256) + (o / 4) %
+ * 16. */
 static uint8_t
 s_philox_byte(uint64_t seed, uint64_t stream, uint64_t j)
 {
     const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    uint64_t block = j / 16;
+    uint64_t o = j % 256, block = 16 * (j / 256) + (o / 4) % 16;
     const uint32_t ctr[4] = {(uint32_t)block,
                              (uint32_t)(block >> 32),
                              (uint32_t)stream,
                              (uint32_t)(stream >> 32)};
     uint32_t w[4];
     rumor_philox4x32_10(ctr, key, w);
-    return (uint8_t)(w[(j / 4) % 4] >> (8 * (j % 4)));
+    return (uint8_t)(w[o / 64] >> (8 * (o % 4)));
+}
+
+/* The byte stream: vector generator and reference equal at aligned and
+ * unaligned starts, lengths with partial groups at both ends, a start
+ * near 2^63 (the low bytes' region); both as defined. */
+static void
+s_stream_bytes__fast_and_reference__as_defined_once(void)
+{
+    enum { N = 4096 + 300 };
+    static uint8_t a[N], b[N];
+    static const uint64_t firsts[] = {0, 16, 256 * 7, 1000, (1ull << 63) + 48};
+    static const size_t lens[] = {N, 256, 255, 17, 2 * 256 + 1};
+    for (size_t f = 0; f < 5; f++)
+        for (size_t l = 0; l < 5; l++) {
+            memset(a, 0, sizeof a);
+            memset(b, 1, sizeof b);
+            compress_stream_bytes(0x0123456789abcdefull,
+                                  77,
+                                  firsts[f],
+                                  a,
+                                  lens[l]);
+            compress_stream_bytes_ref(0x0123456789abcdefull,
+                                      77,
+                                      firsts[f],
+                                      b,
+                                      lens[l]);
+            assert_memory_equal(a, b, lens[l]);
+            for (size_t i = 0; i < lens[l]; i += 13)
+                assert_int_equal(
+                    a[i],
+                    s_philox_byte(0x0123456789abcdefull, 77, firsts[f] + i));
+        }
 }
 
 /* The rounding draws: fast path and reference equal, both as defined (a
@@ -1149,29 +1391,37 @@ s_draws__fast_and_reference__as_defined_once(void)
 {
     enum { N = 4096 + 80 };
     static uint16_t a[N], b[N];
+    static uint8_t hi[N], lo[N / 16 + 1];
     static const uint64_t firsts[] = {0, 16, 4096 * 3, 0xfffffffcull * 16};
     for (size_t f = 0; f < 4; f++) {
-        compress_draws(0x0123456789abcdefull, 77, firsts[f], a, N);
+        compress_draw_bytes(0x0123456789abcdefull, 77, firsts[f], hi, lo, N);
+        compress_join_draws(hi, lo, 0, N, a);
         compress_draws_ref(0x0123456789abcdefull, 77, firsts[f], b, N);
         assert_memory_equal(a, b, sizeof a);
         for (size_t i = 0; i < N; i += 37) {
             uint64_t j = firsts[f] + i;
-            uint8_t hi = s_philox_byte(0x0123456789abcdefull, 77, j);
-            uint8_t lo =
+            uint8_t h = s_philox_byte(0x0123456789abcdefull, 77, j);
+            uint8_t l =
                 s_philox_byte(0x0123456789abcdefull, 77, (1ull << 63) + j / 16);
-            assert_int_equal(a[i], hi << 8 | lo);
+            assert_int_equal(a[i], h << 8 | l);
+        }
+        /* Joined from a phase: the run of 16 hi[0] sits in. */
+        for (size_t phase = 1; phase < 16; phase += 7) {
+            compress_join_draws(hi + phase, lo, phase, N - 16, a);
+            assert_memory_equal(a, b + phase, (N - 16) * sizeof *a);
         }
     }
 }
 
 /* On every fast tier this CPU has (AVX2, AVX-512). */
 static void
-test_rand16__avx2_philox__equals_reference_and_core_stream(void **state)
+test_stream_bytes__vector_generator__equals_reference_and_definition(
+    void **state)
 {
     (void)state;
     for (int level = 1; level <= 2; level++)
         if (compress_set_simd(level) == level) {
-            s_rand16__avx2_philox__equals_reference_and_core_stream_once();
+            s_stream_bytes__fast_and_reference__as_defined_once();
             s_draws__fast_and_reference__as_defined_once();
         }
     compress_set_simd(2);
@@ -1260,6 +1510,19 @@ s_select_ge__long_vectors__equal_plain_loop_once(void)
             assert_int_equal(got[cap], UINT32_MAX); /* nothing past cap */
         }
     }
+    /* Threshold 0: every value is a hit, so every chunk of the scan is
+     * full of them. */
+    for (size_t half = 0; half < 2; half++) {
+        size_t cap = half ? n / 2 : n;
+        uint32_t gtop = 0;
+        assert_int_equal(
+            compress_select_ge_top(x, n, 0.0f, got, gbits, cap, &gtop),
+            n);
+        for (size_t i = 0; i < cap; i++) {
+            assert_int_equal(got[i], i);
+            assert_int_equal(gbits[i], compress_f2u(x[i]));
+        }
+    }
     free(want);
     free(wbits);
     free(got);
@@ -1280,6 +1543,79 @@ test_kernels__finite_select_sign__equal_references(void **state)
     compress_set_simd(2);
 }
 
+/* compress_select_range on each tier (plain C included) against a plain
+ * loop: ranges that take nothing, some keys, every key; caps from none to
+ * more than enough; the output without values; in place. */
+static void
+s_select_range__caps_and_ranges__equal_plain_loop_once(void)
+{
+    const size_t m = 10007;
+    float *x = s_data(m, 92);
+    uint32_t *bits = malloc(m * 4), *tag = malloc(m * 4);
+    uint32_t *want = malloc(m * 4), *wbits = malloc(m * 4);
+    uint32_t *got = malloc((m + 1) * 4), *back = malloc(m * 4);
+    float *gvals = malloc((m + 1) * sizeof *gvals);
+    for (size_t i = 0; i < m; i++) {
+        bits[i] = compress_f2u(x[i]);
+        tag[i] = (uint32_t)i * 2654435761u;
+    }
+    uint32_t one = compress_f2u(1.0f), half = compress_f2u(0.5f);
+    const uint32_t ranges[][2] = {
+        {0, 0},                   /* nothing */
+        {0, 0x80000000u},         /* every key */
+        {one, 0x80000000u - one}, /* key >= 1.0: the top-k emit */
+        {half, compress_f2u(1.5f) - half},
+        {0, 0x00800000u}, /* zeros and denormals */
+    };
+    for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; r++) {
+        uint32_t lo = ranges[r][0], span = ranges[r][1];
+        size_t count = 0;
+        for (size_t i = 0; i < m; i++)
+            if ((bits[i] & 0x7fffffffu) - lo < span) {
+                want[count] = tag[i];
+                wbits[count++] = bits[i];
+            }
+        const size_t caps[] = {0, 1, 15, 16, 17, count / 2, count, m};
+        for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+            size_t cap = caps[c], k = cap < count ? cap : count;
+            memset(got, 0xff, (m + 1) * 4);
+            assert_int_equal(
+                compress_select_range(bits, tag, m, lo, span, got, gvals, cap),
+                count);
+            assert_memory_equal(got, want, k * 4);
+            assert_memory_equal(gvals, wbits, k * 4);
+            assert_int_equal(got[cap], UINT32_MAX); /* nothing past cap */
+            assert_int_equal(
+                compress_select_range(bits, tag, m, lo, span, got, NULL, cap),
+                count);
+            assert_memory_equal(got, want, k * 4);
+        }
+        memcpy(back, bits, m * 4);
+        assert_int_equal(
+            compress_select_range(back, back, m, lo, span, back, NULL, m),
+            count);
+        assert_memory_equal(back, wbits, count * 4);
+    }
+    free(x);
+    free(bits);
+    free(tag);
+    free(want);
+    free(wbits);
+    free(got);
+    free(back);
+    free(gvals);
+}
+
+static void
+test_select_range__every_simd_tier__equals_plain_loop(void **state)
+{
+    (void)state;
+    for (int level = 0; level <= 2; level++)
+        if (compress_set_simd(level) == level)
+            s_select_range__caps_and_ranges__equal_plain_loop_once();
+    compress_set_simd(2);
+}
+
 static void
 s_kernels__levels_pack_natural_sums__bit_equal_to_references_once(void)
 {
@@ -1287,7 +1623,9 @@ s_kernels__levels_pack_natural_sums__bit_equal_to_references_once(void)
     float *x = s_data(n, 81);
     uint16_t *r = malloc((n + 16) * sizeof *r);
     uint8_t *ca = malloc(n + 8), *cb = malloc(n + 8), *back = malloc(n + 8);
-    compress_rand16(1, 2, 0, r, (n + 7) & ~(size_t)7);
+    uint8_t *hi = malloc(n + 16), lo[(4099 + 15) / 16];
+    compress_draw_bytes(1, 2, 0, hi, lo, n);
+    compress_join_draws(hi, lo, 0, n, r);
     for (unsigned b = 1; b <= 7; b++) {
         uint32_t s = (1u << b) - 1;
         float inv = (float)s / 3.0f;
@@ -1367,8 +1705,8 @@ s_kernels__levels_pack_natural_sums__bit_equal_to_references_once(void)
     assert_true(fabs(fast - wide) <= 1e-5 * wide);
     size_t whole = n & ~(size_t)7;
     uint8_t sa[600], sb[600];
-    compress_natural(x, whole, r, ca, sa);
-    compress_natural_ref(x, whole, r, cb, sb);
+    compress_natural(x, whole, hi, lo, ca, sa);
+    compress_natural_ref(x, whole, hi, lo, cb, sb);
     assert_memory_equal(ca, cb, whole);
     assert_memory_equal(sa, sb, whole / 8);
     float *ya = malloc(n * sizeof *ya);
@@ -1394,6 +1732,7 @@ s_kernels__levels_pack_natural_sums__bit_equal_to_references_once(void)
     }
     free(x);
     free(r);
+    free(hi);
     free(ca);
     free(cb);
     free(back);
@@ -1401,47 +1740,59 @@ s_kernels__levels_pack_natural_sums__bit_equal_to_references_once(void)
 
 /* The fused bucket kernel against its reference: bucket lengths of whole
  * (512) and half (72) 16-value steps, every width, TernGrad, a zero bucket
- * (inv 0) and a NaN (false); then natural compression's decoder kernel. */
+ * (inv 0), with and without the decoded values, and a NaN (false); then
+ * natural compression's decoder kernel. */
 static void
 s_quant_buckets_natural__fused__bit_equal_to_references_once(void)
 {
     const size_t total = 3 * 512, ms[] = {64, 512, 72};
     float *x = s_data(total, 93);
-    uint16_t *r = malloc(total * sizeof *r);
-    uint8_t *pa = malloc(total), *pb = malloc(total);
+    uint8_t *hi = malloc(total), lo[3 * 512 / 16];
+    uint8_t *pa = malloc(2 * total), *pb = malloc(2 * total);
     uint8_t na[4 * 24], nb[4 * 24];
-    compress_draws(5, 6, 0, r, total);
+    float *aa = malloc(total * sizeof *aa), *ab = malloc(total * sizeof *ab);
+    compress_draw_bytes(5, 6, 0, hi, lo, total);
     for (size_t i = 64; i < 128; i++)
         x[i] = 0; /* bucket 1 of the 64-value runs */
-    for (size_t t = 0; t < 3; t++)
-        for (unsigned b = 0; b <= 7; b++) {
+    for (size_t t = 0; t < 6; t++)
+        for (unsigned b = 0; b <= 8; b++) {
             bool tern = b == 0; /* b = 0 stands for TernGrad */
             unsigned bb = tern ? 1 : b;
-            uint32_t s = tern ? 1 : (1u << b) - 1;
-            size_t m = ms[t], nbk = total / m < 24 ? total / m : 24;
+            size_t m = ms[t % 3], nbk = total / m < 24 ? total / m : 24;
+            if (b == 8 && !compress_quant_buckets_wide(m))
+                continue; /* 9-bit codes: the AVX-512 kernel only */
             size_t bytes = nbk * m / 8 * (bb + 1);
-            memset(pa, 0xAA, total);
-            memset(pb, 0x55, total);
-            assert_true(compress_quant_buckets(x,
-                                               nbk,
-                                               m,
-                                               s,
-                                               bb,
-                                               tern,
-                                               r,
-                                               na,
-                                               pa,
-                                               pa + bytes));
-            assert_true(
-                compress_quant_buckets_ref(x, nbk, m, s, bb, tern, r, nb, pb));
+            struct compress_bucket_run run = {.x = x,
+                                              .nbk = nbk,
+                                              .m = m,
+                                              .s = tern ? 1 : (1u << b) - 1,
+                                              .b = bb,
+                                              .tern = tern,
+                                              .hi = hi,
+                                              .lo = lo,
+                                              .norms = na,
+                                              .out = pa,
+                                              .end = pa + bytes,
+                                              .approx = t < 3 ? NULL : aa};
+            memset(pa, 0xAA, 2 * total);
+            memset(pb, 0x55, 2 * total);
+            memset(aa, 0xAA, total * sizeof *aa);
+            memset(ab, 0x55, total * sizeof *ab);
+            assert_true(compress_quant_buckets(&run));
+            run.norms = nb;
+            run.out = pb;
+            run.approx = t < 3 ? NULL : ab;
+            assert_true(compress_quant_buckets_ref(&run));
             assert_memory_equal(na, nb, 4 * nbk);
             assert_memory_equal(pa, pb, bytes);
+            if (t >= 3)
+                assert_memory_equal(aa, ab, nbk * m * sizeof *aa);
         }
     /* Natural compression's decoder kernel, set and add, odd lengths. */
     uint8_t *expo = malloc(total);
     float *ya = malloc(total * sizeof *ya), *yb = malloc(total * sizeof *yb);
     for (size_t i = 0; i < total; i++) {
-        expo[i] = (uint8_t)(r[i] % 255);
+        expo[i] = (uint8_t)(hi[i] % 255);
         ya[i] = yb[i] = x[i];
     }
     for (size_t len = 0; len <= total; len += 203) {
@@ -1456,13 +1807,23 @@ s_quant_buckets_natural__fused__bit_equal_to_references_once(void)
     free(ya);
     free(yb);
     x[700] = NAN;
-    assert_false(
-        compress_quant_buckets(x, 3, 512, 15, 4, false, r, na, pa, pa + 960));
-    assert_false(
-        compress_quant_buckets_ref(x, 3, 512, 15, 4, false, r, nb, pb));
+    struct compress_bucket_run bad = {.x = x,
+                                      .nbk = 3,
+                                      .m = 512,
+                                      .s = 15,
+                                      .b = 4,
+                                      .hi = hi,
+                                      .lo = lo,
+                                      .norms = na,
+                                      .out = pa,
+                                      .end = pa + 960};
+    assert_false(compress_quant_buckets(&bad));
+    assert_false(compress_quant_buckets_ref(&bad));
+    free(aa);
+    free(ab);
     free(pa);
     free(pb);
-    free(r);
+    free(hi);
     free(x);
 }
 
@@ -1853,9 +2214,17 @@ main(int argc, char **argv)
         cmocka_unit_test(test_codec_new__bad_specs__einval_naming_the_problem),
         cmocka_unit_test(test_codec_name__every_id__known_and_stable),
         cmocka_unit_test(
+            test_encode__stochastic_codecs_long_vectors__same_bytes_on_every_tier),
+        cmocka_unit_test(
+            test_terngrad__values_at_a_draw_boundary__round_exactly_as_defined),
+        cmocka_unit_test(
+            test_natural__mantissas_at_a_draw_boundary__round_exactly_as_defined),
+        cmocka_unit_test(
             test_encode__every_codec__approx_equals_decode_and_decode_add),
         cmocka_unit_test(
             test_decode__truncated_or_padded_payload__rejected_y_unchanged),
+        cmocka_unit_test(
+            test_qsgd_decode__minus_zero_code__rejected_every_width),
         cmocka_unit_test(test_decode__random_byte_flips__never_crash),
         cmocka_unit_test(test_encode__nan_or_inf_anywhere__enumeric),
         cmocka_unit_test(test_encode__cap_too_small__etoobig),
@@ -1875,6 +2244,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_fp8__exponent_bias__minimises_l2_error),
         cmocka_unit_test(
             test_topk__random_ties_zeros_denormals__equals_sort_reference),
+        cmocka_unit_test(test_topk__every_simd_tier__equals_sort_reference),
         cmocka_unit_test(
             test_topk_codec__kept_values__largest_exact_and_rest_zero),
         cmocka_unit_test(
@@ -1884,8 +2254,9 @@ main(int argc, char **argv)
         cmocka_unit_test(
             test_composition__topk_then_qsgd__quantized_values_at_topk_indices),
         cmocka_unit_test(
-            test_rand16__avx2_philox__equals_reference_and_core_stream),
+            test_stream_bytes__vector_generator__equals_reference_and_definition),
         cmocka_unit_test(test_kernels__finite_select_sign__equal_references),
+        cmocka_unit_test(test_select_range__every_simd_tier__equals_plain_loop),
         cmocka_unit_test(
             test_kernels__levels_pack_natural_sums__bit_equal_to_references),
         cmocka_unit_test(
