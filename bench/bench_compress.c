@@ -8,9 +8,10 @@
  * symbol bytes. The vectors, like the floor's buffer, are on transparent
  * huge pages where the system allows (rumor_mem_alloc_large).
  *
- * usage: rumor bench compress [--n N] [--reps R] [--topk] [SPEC...]
- * (--topk: the top-k against quickselect comparison only, plus any
- * SPECs given).
+ * usage: rumor bench compress [--n N] [--reps R] [--topk] [--approx]
+ * [SPEC...] (--topk: the top-k against quickselect comparison only, plus
+ * any SPECs given; --approx: every encode also writes C(x), as error
+ * feedback asks for it).
  */
 #include "bench/bench.h"
 
@@ -141,6 +142,7 @@ s_bench_codec(const char *spec,
               const float *x,
               size_t n,
               int reps,
+              float *approx,
               struct s_row *row)
 {
     rumor_codec *c = NULL;
@@ -168,7 +170,7 @@ s_bench_codec(const char *spec,
     for (int r = 0; r < reps; r++) {
         uint64_t t0 = rumor_clock_ns();
         rumor_err rc =
-            rumor_codec_encode(c, x, n, 1, (uint64_t)r, buf, cap, &len, NULL);
+            rumor_codec_encode(c, x, n, 1, (uint64_t)r, buf, cap, &len, approx);
         uint64_t t1 = rumor_clock_ns();
         rumor_err rd = rumor_codec_decode(c, buf, len, y, n);
         uint64_t t2 = rumor_clock_ns();
@@ -265,9 +267,13 @@ s_bench_entropy(const float *x, size_t n, int reps)
     if (rumor_codec_new("fp8", &c, NULL) != RUMOR_OK ||
         rumor_codec_encoded_size(c, n, &cap, &exact) != RUMOR_OK)
         return 1;
-    uint8_t *buf = malloc(cap), *sym = malloc(n), *back = malloc(n);
+    /* On huge pages like the codec buffers and the floor's (the stages
+     * and zstd are compared on equal memory). */
+    uint8_t *buf = rumor_mem_alloc_large(cap), *sym = rumor_mem_alloc_large(n),
+            *back = rumor_mem_alloc_large(n);
     size_t zcap = ZSTD_compressBound(n);
-    uint8_t *z = malloc(zcap), *h = malloc(rumor_huffman_bound(n));
+    uint8_t *z = rumor_mem_alloc_large(zcap),
+            *h = rumor_mem_alloc_large(rumor_huffman_bound(n));
     if (buf == NULL || sym == NULL || back == NULL || z == NULL || h == NULL ||
         rumor_codec_encode(c, x, n, 0, 0, buf, cap, &len, NULL) != RUMOR_OK ||
         rumor_huffman_decode(buf + RUMOR_COMPRESS_HEADER_BYTES,
@@ -344,7 +350,7 @@ bench_compress_main(int argc, char **argv)
 {
     size_t n = (size_t)16 << 20;
     int reps = 3, first_spec = argc;
-    bool topk_only = false;
+    bool topk_only = false, with_approx = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--n") == 0 && i + 1 < argc) {
             n = (size_t)strtoull(argv[++i], NULL, 10);
@@ -352,6 +358,8 @@ bench_compress_main(int argc, char **argv)
             reps = (int)strtol(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--topk") == 0) {
             topk_only = true;
+        } else if (strcmp(argv[i], "--approx") == 0) {
+            with_approx = true;
         } else {
             first_spec = i;
             break;
@@ -360,12 +368,14 @@ bench_compress_main(int argc, char **argv)
     if (n < 1000 || n > RUMOR_COMPRESS_MAX_ELEMS || reps < 1) {
         fprintf(stderr,
                 "usage: rumor bench compress [--n N>=1000] [--reps R] "
-                "[--topk] [SPEC...]\n");
+                "[--topk] [--approx] [SPEC...]\n");
         return 2;
     }
     /* On huge pages, as the floor's buffer is (bench/membw.c). */
     float *x = rumor_mem_alloc_large(n * sizeof *x);
-    if (x == NULL) {
+    float *approx =
+        with_approx ? rumor_mem_alloc_large(n * sizeof *approx) : NULL;
+    if (x == NULL || (with_approx && approx == NULL)) {
         fprintf(stderr, "bench compress: out of memory\n");
         return 1;
     }
@@ -387,7 +397,7 @@ bench_compress_main(int argc, char **argv)
     struct s_row *rows = calloc(count ? count : 1, sizeof *rows);
     int status = rows == NULL;
     for (size_t i = 0; status == 0 && i < count; i++)
-        status |= s_bench_codec(specs[i], x, n, reps, &rows[i]);
+        status |= s_bench_codec(specs[i], x, n, reps, approx, &rows[i]);
     double gq = 0, gr = 0;
     bool same = false;
     if (status == 0 && topk)
@@ -400,10 +410,11 @@ bench_compress_main(int argc, char **argv)
            floor0,
            floor1);
     printf("%zu float32 values (%.0f MB), Gaussian; GB/s of float32 data, "
-           "best of %d\n\n",
+           "best of %d%s\n\n",
            n,
            4.0 * (double)n / 1e6,
-           reps);
+           reps,
+           with_approx ? "; encode also writes C(x) (error feedback)" : "");
     printf("%-30s %7s %8s %7s %8s %7s\n",
            "codec",
            "bits/v",
@@ -439,5 +450,6 @@ bench_compress_main(int argc, char **argv)
     }
     free(rows);
     free(x);
+    free(approx);
     return status;
 }

@@ -69,6 +69,7 @@ def met(ok):
 
 TIERS = {"core": "Kernel tier, core primitives",
          "compress": "Kernel tier, codecs",
+         "compress_ef": "Kernel tier, codecs as error feedback calls them",
          "lowrank": "Kernel tier, the low-rank step",
          "net": "Transport tier",
          "gossip": "Gossip tier, simulated steps",
@@ -271,6 +272,20 @@ levels (scalar bit writer), bf16 (scalar), the lossless `huffman` codec
 (four byte planes).
 """)
     return "\n".join(out)
+
+
+def section_compress_ef(data):
+    p, head = part_header(data, "compress_ef",
+                          "compress, encode with error feedback")
+    if p is None:
+        return head
+    return head + ("The same encode, but asked also for C(x) (the `approx` "
+                   "argument), as the error-feedback memories (`ef`, "
+                   "`ef-decay`, step-ahead) call it every step: the fused "
+                   "kernels write the decoded values alongside the codes "
+                   "(bit-identical to what a decode gives, tested). The "
+                   "decode column is the plain decode again.\n\n" +
+                   figure_table(p) + "\n")
 
 
 def section_lowrank(data):
@@ -608,6 +623,7 @@ def render(data):
         HOW_TO_READ,
         section_core(data),
         section_compress(data),
+        section_compress_ef(data),
         section_lowrank(data),
         section_net(data),
         section_gossip(data),

@@ -129,6 +129,12 @@ def parse_core(out):
     return figs
 
 
+# Codecs measured again as error feedback calls them (encode also writes
+# C(x)).
+EF_SPECS = ["sign", "qsgd:bits=4", "qsgd:bits=8", "terngrad", "natural",
+            "fp16", "topk:ratio=0.01"]
+
+
 def parse_compress(out):
     mem = float(re.search(r"memory read \(1 core\)\s+" + NUM, out).group(1))
     figs = [fig("memory read, 1 core", mem, "GB/s")]
@@ -307,7 +313,12 @@ def aggregate(runs):
     return result
 
 
+# Parts that run another part's command with other arguments.
+SUBCOMMAND = {"compress_ef": "compress"}
+
+
 def run_part(rumor, part, args, reps, parser, extra=None):
+    part = SUBCOMMAND.get(part, part)
     cmd = [rumor, "bench", part] + args
     runs, outs, secs = [], [], []
     for r in range(reps):
@@ -450,7 +461,7 @@ def main():
     only = set(x for x in a.only.split(",") if x)
 
     def want(part):
-        return not only or part in only
+        return not only or part in only or SUBCOMMAND.get(part) in only
 
     t_start = time.time()
     reps = 1 if a.quick else 3
@@ -469,6 +480,8 @@ def main():
     plan = [
         ("core", [], reps, parse_core, None),
         ("compress", ["--reps", "3"], reps, parse_compress, None),
+        ("compress_ef", ["--reps", "3", "--approx"] + EF_SPECS, reps,
+         parse_compress, None),
         ("lowrank", ["--steps", "5"] if not a.quick else ["--steps", "3"],
          reps, parse_lowrank,
          ([rumor, "bench", "lowrank", "--steps", "3", "--no-torch"],
@@ -481,6 +494,9 @@ def main():
     if a.quick:
         plan[1] = ("compress", ["--reps", "1", "--n", "4194304"], 1,
                    parse_compress, None)
+        plan[2] = ("compress_ef", ["--reps", "1", "--n", "4194304",
+                                   "--approx"] + EF_SPECS, 1, parse_compress,
+                   None)
     for part, args, r, parser, extra in plan:
         if not want(part):
             continue
