@@ -17,8 +17,12 @@
  *    pages where the system allows them (rumor_mem_alloc_large);
  *  - PyTorch's own hook (tests/lowrank/bench_hook.py through
  *    /usr/bin/python3, python3-torch, one thread, CPU) on the same shapes.
- * A last row, "2/1s", is epfml's one-sided variant at rank 2 (one product
- * per step, alternating sides), which PyTorch has no hook for.
+ * Two last rows at rank 2: "2/1s", epfml's one-sided variant (one product
+ * per step, alternating sides), which PyTorch has no hook for, and "2/4K",
+ * the two-sided step on gradients from plain malloc (4 KiB pages where THP is
+ * "madvise", 16-byte aligned), as a model allocated without huge-page
+ * advice has them; its floor is still the huge-page rate, so the row
+ * shows what such a model loses (the error memories stay on huge pages).
  * The step is the median of N timed steps after one warm-up step. Threads
  * are printed: the cpu kernels are single-threaded, OpenBLAS (QR at rank
  * 4, and any rank above 8) runs with what `rumor` set (one thread unless
@@ -134,16 +138,24 @@ s_workload(const char *label,
      * allocated with rumor_mem_alloc_large, or by PyTorch where THP is
      * "always", is. */
     float *data = rumor_mem_alloc_large(numel * sizeof *data);
+    /* The last row's gradients: plain malloc, so 4 KiB pages where THP is
+     * "madvise" and 16-byte alignment, as a model from calloc (e.g.
+     * rumor_model_clone) or from an allocator without THP advice has. */
+    float *plain = malloc(numel * sizeof *plain);
     float **ptrs = calloc(count, sizeof *ptrs);
+    float **plain_ptrs = calloc(count, sizeof *plain_ptrs);
     int status = 1;
-    if (data == NULL || ptrs == NULL)
+    if (data == NULL || plain == NULL || ptrs == NULL || plain_ptrs == NULL)
         goto done;
     struct rumor_rng rng;
     rumor_rng_init(&rng, 7, 0);
     for (size_t i = 0; i < numel; i++)
         data[i] = rumor_rng_uniform(&rng) - 0.5f;
-    for (size_t i = 0; i < count; i++)
+    memcpy(plain, data, numel * sizeof *plain);
+    for (size_t i = 0; i < count; i++) {
         ptrs[i] = data + offs[i];
+        plain_ptrs[i] = plain + offs[i];
+    }
     double torch_s[LR_BENCH_RANKS] = {0};
     const char *why = "--no-torch";
     if (torch)
@@ -156,20 +168,23 @@ s_workload(const char *label,
            "x floor",
            "torch s",
            "speedup");
-    /* The extra last row: epfml's one-sided variant at rank 2 (one
-     * product per step, so two passes over M instead of three). */
+    /* Two extra rows at rank 2: epfml's one-sided variant (one product
+     * per step, so two passes over M instead of three), and the step on
+     * gradients in plain malloc'd memory (the floor stays the huge-page
+     * rate: what the same step loses on 4 KiB pages). */
     double gbps_before = bench_mem_read_gbps();
-    for (int k = 0; k <= LR_BENCH_RANKS; k++) {
+    for (int k = 0; k <= LR_BENCH_RANKS + 1; k++) {
         bool one_sided = k == LR_BENCH_RANKS;
+        bool small_pages = k == LR_BENCH_RANKS + 1;
         struct rumor_lowrank_psgd_opts o;
         rumor_lowrank_psgd_opts_default(&o);
-        o.rank = one_sided ? 2 : s_ranks[k];
+        o.rank = k >= LR_BENCH_RANKS ? 2 : s_ranks[k];
         o.one_sided = one_sided;
         rumor_lowrank_psgd *c = NULL;
         rumor_err rc = rumor_lowrank_psgd_new(&c, shapes, count, &o);
         double secs = 0;
         if (rc == RUMOR_OK)
-            rc = s_time_steps(c, ptrs, steps, &secs);
+            rc = s_time_steps(c, small_pages ? plain_ptrs : ptrs, steps, &secs);
         size_t compressed = 0;
         for (size_t i = 0; rc == RUMOR_OK && i < count; i++)
             if (rumor_lowrank_psgd_compressed(c, i)) {
@@ -187,12 +202,15 @@ s_workload(const char *label,
         gbps_before = gbps_after;
         double floor_s = 16.0 * (double)compressed / (gbps * 1e9);
         char row[16];
-        if (one_sided)
-            snprintf(row, sizeof row, "%zu/1s", o.rank);
-        else
-            snprintf(row, sizeof row, "%zu", o.rank);
+        snprintf(row,
+                 sizeof row,
+                 "%zu%s",
+                 o.rank,
+                 one_sided     ? "/1s"
+                 : small_pages ? "/4K"
+                               : "");
         printf("%4s %12.6f %12.6f %8.2fx", row, secs, floor_s, secs / floor_s);
-        if (!one_sided && torch_s[k] > 0)
+        if (k < LR_BENCH_RANKS && torch_s[k] > 0)
             printf(" %12.6f %8.2fx\n", torch_s[k], torch_s[k] / secs);
         else
             printf(" %12s %9s\n", "-", "-");
@@ -203,7 +221,9 @@ s_workload(const char *label,
 done:
     free(offs);
     free(data);
+    free(plain);
     free(ptrs);
+    free(plain_ptrs);
     return status;
 }
 
@@ -238,7 +258,8 @@ bench_lowrank_main(int argc, char **argv)
            "row uses the higher rate around it)\n",
            gbps);
     printf("(the rate, the gradients and the error memories are on "
-           "transparent huge pages where THP allows)\n");
+           "transparent huge pages where THP allows; row 2/4K: gradients "
+           "from plain malloc)\n");
     const char *env = getenv("OPENBLAS_NUM_THREADS");
     printf("threads: cpu kernels 1, OpenBLAS %d (OPENBLAS_NUM_THREADS=%s), "
            "PyTorch hook on CPU 1 (torch.set_num_threads); median of %d "

@@ -143,6 +143,13 @@ struct lowrank_backend_i {
     /* Device memory is host memory (cpu, ref): host code may read and
      * write it directly. */
     bool host_memory;
+    /* (optional) The floats one step writes over all of a compressor's
+     * matrices, told once by the compressor: the cpu backend writes every
+     * fresh output with streaming stores when this total is beyond its
+     * caches, not only the outputs of large matrices (by the time the
+     * caller reads a small matrix's output, the rest of the model has
+     * pushed it out of the cache). NULL: not needed. */
+    void (*step_floats)(void *ctx, size_t floats);
 };
 
 /* Each fills *iface and *ctx; the context is freed with iface->free. */

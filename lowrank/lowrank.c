@@ -315,7 +315,7 @@ struct psgd_mat {
     size_t q_off;   /* offset in the packed Q buffer (floats) */
     float *p;       /* device, n x r */
     float *q;       /* device, m x r */
-    float *e;       /* device, n x m error memory (NULL without EF) */
+    float *e;       /* device, n x m error memory, in errors (or NULL) */
     float *pd;      /* device, the last step's P while e's update waits */
     float *qd;      /* device, the last step's Q, likewise */
     bool deferred;  /* the error memory is e - pd qd^T (see _end) */
@@ -353,6 +353,7 @@ struct rumor_lowrank_psgd {
     struct psgd_group *groups;
     size_t ngroups;
     float **ptrs;  /* PSGD_PTR_ARRAYS * nmats host slots for batched calls */
+    float *errors; /* device, every error memory (s_psgd_errors_alloc) */
     float *p_host; /* packed P (host), p_floats */
     float *q_host; /* packed Q (host), q_floats */
     size_t p_floats, q_floats;
@@ -475,6 +476,43 @@ s_psgd_defers(const rumor_lowrank_psgd *self)
            self->be.project_right_ef != NULL && self->be.copy != NULL;
 }
 
+/* The error memories, one allocation cut in the order a step visits the
+ * matrices: the cpu backend puts an allocation of 2 MiB or more on huge
+ * pages, so every matrix's memory is there once the model's together
+ * reach 2 MiB (one by one, the many small matrices of a CNN were on 4 KiB
+ * pages), and a pass runs from one matrix's memory straight into the
+ * next one's. Each starts on a 256-byte boundary (cudaMalloc's). */
+static rumor_err
+s_psgd_errors_alloc(rumor_lowrank_psgd *self)
+{
+    const size_t align = 256 / sizeof(float);
+    size_t floats = 0;
+    for (size_t i = 0; i < self->nmats; i++)
+        floats +=
+            (self->mats[i].n * self->mats[i].m + align - 1) / align * align;
+    rumor_err rc =
+        self->be.alloc(self->ctx, floats * sizeof(float), &self->errors);
+    for (size_t i = 0, at = 0; rc == RUMOR_OK && i < self->nmats; i++) {
+        struct psgd_mat *mt = &self->mats[i];
+        mt->e = self->errors + at;
+        at += (mt->n * mt->m + align - 1) / align * align;
+    }
+    return rc;
+}
+
+/* Tells the backend how many floats a step writes (the approximation of
+ * every compressed matrix), for its choice of streaming stores. */
+static void
+s_psgd_step_hint(rumor_lowrank_psgd *self)
+{
+    if (self->be.step_floats == NULL)
+        return;
+    size_t floats = 0;
+    for (size_t i = 0; i < self->nmats; i++)
+        floats += self->mats[i].n * self->mats[i].m;
+    self->be.step_floats(self->ctx, floats);
+}
+
 rumor_err
 lowrank_psgd_new_on(rumor_lowrank_psgd **out,
                     const struct rumor_lowrank_shape *shapes,
@@ -526,8 +564,6 @@ lowrank_psgd_new_on(rumor_lowrank_psgd **out,
         rc = self->be.alloc(ctx, n * mt->r * sizeof(float), &mt->p);
         if (rc == RUMOR_OK)
             rc = self->be.alloc(ctx, m * mt->r * sizeof(float), &mt->q);
-        if (rc == RUMOR_OK && opts->error_feedback)
-            rc = self->be.alloc(ctx, n * m * sizeof(float), &mt->e);
         if (rc == RUMOR_OK && s_psgd_defers(self)) {
             rc = self->be.alloc(ctx, n * mt->r * sizeof(float), &mt->pd);
             if (rc == RUMOR_OK)
@@ -537,8 +573,11 @@ lowrank_psgd_new_on(rumor_lowrank_psgd **out,
             goto fail;
     }
     rc = s_psgd_layout(self);
+    if (rc == RUMOR_OK && opts->error_feedback)
+        rc = s_psgd_errors_alloc(self);
     if (rc != RUMOR_OK)
         goto fail;
+    s_psgd_step_hint(self);
     self->p_host = malloc((self->p_floats + 1) * sizeof(float));
     self->q_host = malloc((self->q_floats + 1) * sizeof(float));
     if (self->p_host == NULL || self->q_host == NULL) {
@@ -583,10 +622,10 @@ rumor_lowrank_psgd_destroy(rumor_lowrank_psgd **self_p)
     for (size_t i = 0; i < self->nmats; i++) {
         self->be.release(self->ctx, self->mats[i].p);
         self->be.release(self->ctx, self->mats[i].q);
-        self->be.release(self->ctx, self->mats[i].e);
         self->be.release(self->ctx, self->mats[i].pd);
         self->be.release(self->ctx, self->mats[i].qd);
     }
+    self->be.release(self->ctx, self->errors);
     self->be.free(self->ctx);
     free(self->mats);
     free(self->mat_of);

@@ -210,6 +210,58 @@ test_cpu_reconstruct__large_aligned_output__streamed_matches_ref(void **s)
     cpu.free(ctx);
 }
 
+/* With the step hint past the caches even small outputs are streamed,
+ * and rows need not be 32-byte aligned (a malloc'd model is 16-byte
+ * aligned): the head and tail columns go through masked stores. Every
+ * offset from a 32-byte boundary gives the values of the plain-store path
+ * (beta 1 on a zeroed out: 0 + y), bit for bit, writes nothing outside
+ * out, and matches ref. */
+static void
+test_cpu_reconstruct__misaligned_stream__equals_plain_stores(void **s)
+{
+    (void)s;
+    const size_t n = 67, ms[] = {8, 24, 520}, guard = 16;
+    struct lowrank_backend_i cpu;
+    void *ctx = NULL;
+    assert_int_equal(lowrank_cpu_init(&cpu, &ctx), RUMOR_OK);
+    assert_non_null(cpu.step_floats);
+    cpu.step_floats(ctx, (size_t)1 << 24);
+    for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+        for (size_t r = 1; r <= 4; r++)
+            for (size_t off = 0; off < 8; off++) {
+                size_t m = ms[mi], len = n * m + off + guard;
+                float *p = s_randn(n * r, 41 + r), *q = s_randn(m * r, 42);
+                float *e1 = s_randn(n * m, 43), *e2 = s_dup(e1, n * m);
+                float *e3 = s_dup(e1, n * m), *o3 = malloc(n * m * sizeof *o3);
+                float *b1 = NULL, *b2 = NULL;
+                assert_int_equal(cpu.alloc(ctx, len * sizeof *b1, &b1), 0);
+                assert_int_equal(cpu.alloc(ctx, len * sizeof *b2, &b2), 0);
+                for (size_t i = 0; i < len; i++)
+                    b1[i] = b2[i] = (i < off || i >= off + n * m) ? 7.0f : 0;
+                float *o1 = b1 + off, *o2 = b2 + off;
+                assert_int_equal(
+                    cpu.reconstruct(ctx, n, m, r, p, q, 0.75f, e1, o1, 0),
+                    0);
+                assert_int_equal(
+                    cpu.reconstruct(ctx, n, m, r, p, q, 0.75f, e2, o2, 1),
+                    0);
+                lowrank_ref_reconstruct(n, m, r, p, q, 0.75f, e3, o3, 0);
+                for (size_t i = 0; i < n * m; i++) {
+                    assert_true(o1[i] == o2[i]);
+                    assert_true(e1[i] == e2[i]);
+                }
+                for (size_t i = 0; i < len; i++)
+                    if (i < off || i >= off + n * m)
+                        assert_true(b1[i] == 7.0f);
+                s_assert_close(o1, o3, n * m, 1e-5, "misaligned out");
+                s_assert_close(e1, e3, n * m, 1e-5, "misaligned e");
+                cpu.release(ctx, b1);
+                cpu.release(ctx, b2);
+                free(p), free(q), free(e1), free(e2), free(e3), free(o3);
+            }
+    cpu.free(ctx);
+}
+
 /* --- orthogonalization ---------------------------------------------------- */
 
 static void
@@ -1562,6 +1614,8 @@ main(int argc, char **argv)
         cmocka_unit_test(test_cpu_kernels__blas_path__match_ref),
         cmocka_unit_test(
             test_cpu_reconstruct__large_aligned_output__streamed_matches_ref),
+        cmocka_unit_test(
+            test_cpu_reconstruct__misaligned_stream__equals_plain_stores),
         cmocka_unit_test(
             test_orthogonalize__gram_schmidt__matches_ref_and_is_orthonormal),
         cmocka_unit_test(
