@@ -302,7 +302,13 @@ def section_lowrank(data):
            "`tests/lowrank/bench_hook.py`) on the same shapes, and the "
            "**OpenBLAS** path of the same backend (`RUMOR_LOWRANK_NO_AVX2=1`:"
            " cblas_sgemm for every product). \"2/1s\" is the one-sided "
-           "(epfml) variant at rank 2.\n", figure_table(p), "",
+           "(epfml) variant at rank 2; \"2/4K\" is the two-sided rank-2 "
+           "step on gradients from plain `malloc` (4 KiB pages, as PyTorch's "
+           "CPU allocator gives them where THP is `madvise`), against the same "
+           "huge-page floor: what a model off huge pages loses. The main "
+           "rows' gradients are on huge pages, as `rumor node`'s models are "
+           "(`rumor_model_clone` allocates them with "
+           "`rumor_mem_alloc_large`).\n", figure_table(p), "",
            "Targets of issue 4, from this run's medians:", ""]
     hooks, floors = [], []
     for f in p["figures"]:

@@ -142,9 +142,13 @@ rumor_model_clone(const struct rumor_model *src, struct rumor_model **out)
     size_t head =
         sizeof(struct rumor_model) + src->count * sizeof(struct rumor_tensor);
     head = (head + 63) / 64 * 64;
-    uint8_t *mem = calloc(1, head + floats * sizeof(float));
+    /* On huge pages where the system allows: the compressors stream the
+     * gradient and mixing copies every step, and on 4 KiB pages a core
+     * reads them at about 60 % of the rate (docs/internals/lowrank.md). */
+    uint8_t *mem = rumor_mem_alloc_large(head + floats * sizeof(float));
     if (mem == NULL)
         return RUMOR_ENOMEM;
+    memset(mem, 0, head);
     struct rumor_model *m = (struct rumor_model *)mem;
     m->tensors = (struct rumor_tensor *)(mem + sizeof *m);
     m->count = src->count;
