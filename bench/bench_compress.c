@@ -137,42 +137,76 @@ struct s_row {
     double dec;  /* GB/s */
 };
 
+/* Buffers every codec's row shares, allocated once on huge pages for the
+ * largest payload: freed and allocated again per codec, the later rows'
+ * buffers came from heap memory already touched on 4 KiB pages (glibc
+ * serves blocks under its mmap threshold from the heap), and those rows
+ * measured the allocator's history (qsgd:bits=4 after four other codecs
+ * encoded at 7.9 GB/s instead of 10). */
+struct s_bufs {
+    float *y;      /* decode output, n floats */
+    float *approx; /* C(x) with --approx, else NULL */
+    uint8_t *buf;  /* payload */
+    size_t cap;
+};
+
+static rumor_codec *
+s_codec(const char *spec)
+{
+    rumor_codec *c = NULL;
+    struct rumor_diag diag;
+    memset(&diag, 0, sizeof diag);
+    if (rumor_codec_new(spec, &c, &diag) != RUMOR_OK)
+        fprintf(stderr, "bench compress: %s: %s\n", spec, diag.msg);
+    return c;
+}
+
+/* The largest payload bound of specs for n values; 0 on a bad spec. */
+static size_t
+s_max_cap(const char *const *specs, size_t count, size_t n)
+{
+    size_t most = RUMOR_COMPRESS_HEADER_BYTES;
+    for (size_t i = 0; i < count; i++) {
+        rumor_codec *c = s_codec(specs[i]);
+        size_t cap = 0;
+        bool exact = false;
+        if (c == NULL || rumor_codec_encoded_size(c, n, &cap, &exact)) {
+            rumor_codec_destroy(&c);
+            return 0;
+        }
+        most = cap > most ? cap : most;
+        rumor_codec_destroy(&c);
+    }
+    return most;
+}
+
 static int
 s_bench_codec(const char *spec,
               const float *x,
               size_t n,
               int reps,
-              float *approx,
+              const struct s_bufs *b,
               struct s_row *row)
 {
-    rumor_codec *c = NULL;
-    struct rumor_diag diag;
-    memset(&diag, 0, sizeof diag);
-    if (rumor_codec_new(spec, &c, &diag) != RUMOR_OK) {
-        fprintf(stderr, "bench compress: %s: %s\n", spec, diag.msg);
+    rumor_codec *c = s_codec(spec);
+    if (c == NULL)
         return 1;
-    }
-    size_t cap = 0, len = 0;
-    bool exact = false;
+    size_t len = 0;
     int status = 0;
-    float *y = rumor_mem_alloc_large(n * sizeof *y);
-    uint8_t *buf = NULL;
-    if (rumor_codec_encoded_size(c, n, &cap, &exact) != RUMOR_OK || y == NULL) {
-        status = 1;
-        goto done;
-    }
-    buf = rumor_mem_alloc_large(cap);
-    if (buf == NULL) {
-        status = 1;
-        goto done;
-    }
     uint64_t enc = UINT64_MAX, dec = UINT64_MAX;
     for (int r = 0; r < reps; r++) {
         uint64_t t0 = rumor_clock_ns();
-        rumor_err rc =
-            rumor_codec_encode(c, x, n, 1, (uint64_t)r, buf, cap, &len, approx);
+        rumor_err rc = rumor_codec_encode(c,
+                                          x,
+                                          n,
+                                          1,
+                                          (uint64_t)r,
+                                          b->buf,
+                                          b->cap,
+                                          &len,
+                                          b->approx);
         uint64_t t1 = rumor_clock_ns();
-        rumor_err rd = rumor_codec_decode(c, buf, len, y, n);
+        rumor_err rd = rumor_codec_decode(c, b->buf, len, b->y, n);
         uint64_t t2 = rumor_clock_ns();
         if (rc != RUMOR_OK || rd != RUMOR_OK) {
             fprintf(stderr,
@@ -181,7 +215,7 @@ s_bench_codec(const char *spec,
                     rumor_errname(rc),
                     rumor_errname(rd));
             status = 1;
-            goto done;
+            break;
         }
         enc = t1 - t0 < enc ? t1 - t0 : enc;
         dec = t2 - t1 < dec ? t2 - t1 : dec;
@@ -190,9 +224,6 @@ s_bench_codec(const char *spec,
     row->bits = 8.0 * (double)len / (double)n;
     row->enc = s_gbps(4 * n, enc);
     row->dec = s_gbps(4 * n, dec);
-done:
-    free(buf);
-    free(y);
     rumor_codec_destroy(&c);
     return status;
 }
@@ -373,9 +404,12 @@ bench_compress_main(int argc, char **argv)
     }
     /* On huge pages, as the floor's buffer is (bench/membw.c). */
     float *x = rumor_mem_alloc_large(n * sizeof *x);
-    float *approx =
-        with_approx ? rumor_mem_alloc_large(n * sizeof *approx) : NULL;
-    if (x == NULL || (with_approx && approx == NULL)) {
+    struct s_bufs bufs = {rumor_mem_alloc_large(n * sizeof(float)),
+                          with_approx ? rumor_mem_alloc_large(n * sizeof(float))
+                                      : NULL,
+                          NULL,
+                          0};
+    if (x == NULL || bufs.y == NULL || (with_approx && bufs.approx == NULL)) {
         fprintf(stderr, "bench compress: out of memory\n");
         return 1;
     }
@@ -395,9 +429,13 @@ bench_compress_main(int argc, char **argv)
     }
     bool topk = first_spec == argc || topk_only;
     struct s_row *rows = calloc(count ? count : 1, sizeof *rows);
-    int status = rows == NULL;
+    bufs.cap = s_max_cap(specs, count, n);
+    bufs.buf = bufs.cap > 0 ? rumor_mem_alloc_large(bufs.cap) : NULL;
+    int status = rows == NULL || bufs.buf == NULL;
+    if (bufs.buf != NULL) /* touched once, outside the timed region */
+        memset(bufs.buf, 0, bufs.cap);
     for (size_t i = 0; status == 0 && i < count; i++)
-        status |= s_bench_codec(specs[i], x, n, reps, approx, &rows[i]);
+        status |= s_bench_codec(specs[i], x, n, reps, &bufs, &rows[i]);
     double gq = 0, gr = 0;
     bool same = false;
     if (status == 0 && topk)
@@ -450,6 +488,8 @@ bench_compress_main(int argc, char **argv)
     }
     free(rows);
     free(x);
-    free(approx);
+    free(bufs.y);
+    free(bufs.approx);
+    free(bufs.buf);
     return status;
 }
