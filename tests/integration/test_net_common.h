@@ -39,24 +39,44 @@ t_pause_1ms(void)
     nanosleep(&ts, NULL);
 }
 
-/* A port the kernel just gave us on 127.0.0.1, free when we return. */
-static inline int
-t_free_port(void)
+/* True when port binds on 127.0.0.1 now (let go before returning). */
+static inline bool
+t_port_binds(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a;
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
+    a.sin_port = htons((uint16_t)port);
+    bool ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* A port free on 127.0.0.1 now, below the kernel's ephemeral range
+ * (32768 and up by default): a port from that range can be taken, before
+ * our listener binds it, as the source port of one of our own DEALERs
+ * reconnecting to it, which then connects to itself (TCP self-connect)
+ * and holds it ("Address already in use", seen in a loaded run).
+ * Successive calls walk upward from a start drawn from the pid and the
+ * clock, so the ports of one test differ and parallel tests rarely meet. */
+static inline int
+t_free_port(void)
+{
+    enum { LOW = 10000, HIGH = 32000 };
+    static int next = 0;
+    if (next == 0)
+        next = LOW + (int)(((uint64_t)getpid() * 7919u + rumor_clock_ns()) %
+                           (HIGH - LOW));
+    for (int tries = 0; tries < HIGH - LOW; tries++) {
+        int port = next;
+        next = next + 1 < HIGH ? next + 1 : LOW;
+        if (t_port_binds(port))
+            return port;
     }
-    close(fd);
-    return ntohs(a.sin_port);
+    return -1;
 }
 
 static inline void
