@@ -128,6 +128,20 @@ s_key_is(const char *key, size_t klen, const char *want)
     return strlen(want) == klen && memcmp(key, want, klen) == 0;
 }
 
+/* fp8/fp4 option words, indexed by enum compress_fp_bias / _code. */
+static const char *const s_bias_names[] = {"real", "int", "fit"};
+static const char *const s_code_names[] = {"message", "gennorm"};
+
+/* Index of value text [v, v + len) in names, -1 when absent. */
+static int
+s_pick(const char *v, size_t len, const char *const *names, int count)
+{
+    for (int i = 0; i < count; i++)
+        if (s_key_is(v, len, names[i]))
+            return i;
+    return -1;
+}
+
 /* Applies one KEY=VALUE to c; col is the 1-based column of the key. */
 static rumor_err
 s_apply_kv(rumor_codec *c,
@@ -184,6 +198,20 @@ s_apply_kv(rumor_codec *c,
             known = false;
         }
         break;
+    case RUMOR_CODEC_FP8:
+    case RUMOR_CODEC_FP4:
+        if (s_key_is(key, klen, "bias")) {
+            int v = s_pick(val, vlen, s_bias_names, 3);
+            ok = v >= 0;
+            c->fp_bias = (enum compress_fp_bias)(ok ? v : 0);
+        } else if (s_key_is(key, klen, "code")) {
+            int v = s_pick(val, vlen, s_code_names, 2);
+            ok = v >= 0;
+            c->fp_code = (enum compress_fp_code)(ok ? v : 0);
+        } else {
+            known = false;
+        }
+        break;
     case RUMOR_CODEC_THRESHOLD:
         if (s_key_is(key, klen, "t")) {
             ok = s_parse_double(val, vlen, &d) && d >= 0 && d <= FLT_MAX;
@@ -233,6 +261,8 @@ s_set_defaults(rumor_codec *c)
     c->k = 0;
     c->threshold = 0;
     c->scale = false;
+    c->fp_bias = COMPRESS_BIAS_INT;
+    c->fp_code = COMPRESS_CODE_MESSAGE;
 }
 
 static void
@@ -265,6 +295,15 @@ s_format_spec(rumor_codec *c)
             size_t len = strlen(own);
             snprintf(own + len, sizeof own - len, ",scale=%d", c->scale);
         }
+        break;
+    case RUMOR_CODEC_FP8:
+    case RUMOR_CODEC_FP4:
+        snprintf(own,
+                 sizeof own,
+                 "%s:bias=%s,code=%s",
+                 name,
+                 s_bias_names[c->fp_bias],
+                 s_code_names[c->fp_code]);
         break;
     case RUMOR_CODEC_THRESHOLD:
         snprintf(own, sizeof own, "%s:t=%.9g", name, (double)c->threshold);

@@ -43,16 +43,30 @@ struct compress_ops {
                         size_t n);
 };
 
+/* fp8/fp4 exponent bias: real b by search (eq. 12 with b real), integer b by
+ * search (the format before 2026-11), or the paper's fits (eqs. 15-16). */
+enum compress_fp_bias {
+    COMPRESS_BIAS_REAL,
+    COMPRESS_BIAS_INT,
+    COMPRESS_BIAS_FIT
+};
+/* fp8/fp4 Huffman code: from the message's histogram, or from the GenNorm
+ * model of the layer (CO3 section IV-A). */
+enum compress_fp_code { COMPRESS_CODE_MESSAGE, COMPRESS_CODE_GENNORM };
+
 struct rumor_codec {
     const struct compress_ops *ops;
     rumor_codec_id id;
-    unsigned bits;      /* qsgd: level bits (levels 0..2^bits-1) */
-    bool elias;         /* qsgd: Elias-gamma coded levels */
-    size_t bucket;      /* qsgd, terngrad, sign: values per bucket */
-    double ratio;       /* topk, randk, dgc: kept fraction of n */
-    size_t k;           /* topk, randk: fixed count when > 0 (overrides) */
-    float threshold;    /* threshold: keep |v| >= threshold */
-    bool scale;         /* randk: multiply kept values by the block size */
+    unsigned bits;   /* qsgd: level bits (levels 0..2^bits-1) */
+    bool elias;      /* qsgd: Elias-gamma coded levels */
+    size_t bucket;   /* qsgd, terngrad, sign: values per bucket */
+    double ratio;    /* topk, randk, dgc: kept fraction of n */
+    size_t k;        /* topk, randk: fixed count when > 0 (overrides) */
+    float threshold; /* threshold: keep |v| >= threshold */
+    bool scale;      /* randk: multiply kept values by the block size */
+    enum compress_fp_bias fp_bias; /* fp8, fp4: how the encoder picks b */
+    enum compress_fp_code
+        fp_code;        /* fp8, fp4: where the Huffman code is from */
     rumor_codec *inner; /* sparse codecs: dense codec of kept values, owned */
     char spec[RUMOR_COMPRESS_SPEC_MAX];
 };
@@ -161,6 +175,24 @@ extern const struct compress_ops compress_natural_ops;
 extern const struct compress_ops compress_fp8_ops;
 extern const struct compress_ops compress_huffman_ops;
 extern const struct compress_ops compress_sparse_ops;
+
+/* --- GenNorm model (gennorm.c) ------------------------------------------ */
+
+/* GenNorm(mu, alpha, beta) of CO3 eq. 9, with the variance it was fit to. */
+struct compress_gennorm {
+    double mu, alpha, beta, var;
+};
+
+/* Moment estimate of x[0..n): mean, variance, beta from the kurtosis (eq.
+ * 10c, beta clamped to [0.1, 20]), alpha from the variance (eq. 10b). */
+void compress_gennorm_fit(const float *x, size_t n, struct compress_gennorm *g);
+
+/* P(X <= x) under g (x may be +-Inf). */
+double compress_gennorm_cdf(const struct compress_gennorm *g, double x);
+
+/* CO3's fitted exponent bias at unit variance: eq. 15 for 2 mantissa bits
+ * (fp4), eq. 16 otherwise (fp8), a quartic in beta as printed. */
+double compress_gennorm_paper_bias(unsigned mantissa_bits, double beta);
 
 /* Sparse codecs (topk, randk, threshold, dgc) with an explicit count,
  * used by the dgc memory's warm-up; k <= n. */

@@ -239,13 +239,25 @@ huffman_encode(const uint8_t *sym,
 {
     uint64_t count[256];
     uint8_t len[256];
+    huffman_histogram(sym, n, count);
+    huffman_lengths(count, alphabet, len);
+    return huffman_encode_lengths(sym, n, alphabet, len, out, cap, written);
+}
+
+rumor_err
+huffman_encode_lengths(const uint8_t *sym,
+                       size_t n,
+                       unsigned alphabet,
+                       const uint8_t *len,
+                       uint8_t *out,
+                       size_t cap,
+                       size_t *written)
+{
     uint16_t code[256];
     size_t head = alphabet / 2 + 4 * (HUFFMAN_STREAMS - 1);
     *written = 0;
     if (cap < head)
         return RUMOR_ETOOBIG;
-    huffman_histogram(sym, n, count);
-    huffman_lengths(count, alphabet, len);
     s_codes(len, alphabet, code);
     for (unsigned s = 0; s < alphabet; s += 2)
         out[s / 2] = (uint8_t)(len[s] | len[s + 1] << 4);

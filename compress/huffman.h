@@ -37,6 +37,17 @@ rumor_err huffman_encode(const uint8_t *sym,
                          size_t cap,
                          size_t *written);
 
+/* huffman_encode with the code lengths given (a complete prefix code, or
+ * one symbol of length 1, giving every symbol of sym[0..n) a code), e.g.
+ * from a model instead of the histogram of sym. */
+rumor_err huffman_encode_lengths(const uint8_t *sym,
+                                 size_t n,
+                                 unsigned alphabet,
+                                 const uint8_t *len,
+                                 uint8_t *out,
+                                 size_t cap,
+                                 size_t *written);
+
 /* Decodes exactly n symbols; the stream must end with the last one.
  * RUMOR_EPROTO otherwise. */
 rumor_err huffman_decode(const uint8_t *in,

@@ -58,7 +58,10 @@ typedef struct rumor_codec rumor_codec;
 /* Makes a codec from spec: "NAME[:KEY=VALUE[,KEY=VALUE...]]", optionally
  * "SPARSE|DENSE" (a sparsifier whose kept values go through a dense
  * codec). Names: fp32 fp16 bf16 qsgd terngrad sign natural fp8 fp4
- * huffman topk randk threshold dgc. *out is an output slot (NULL on error).
+ * huffman topk randk threshold dgc (fp8/fp4 keys: bias=real|int|fit, the
+ * exponent bias search of CO3 eq. 12 or its fits; code=message|gennorm,
+ * where the Huffman code comes from; docs/internals/compress.md). *out is
+ * an output slot (NULL on error).
  * RUMOR_EINVAL for an unknown name or key or a bad value, with the
  * offending text named in diag (may be NULL); RUMOR_ENOMEM. */
 RUMOR_API RUMOR_NODISCARD rumor_err rumor_codec_new(const char *spec,

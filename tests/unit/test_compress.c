@@ -36,6 +36,8 @@ static const char *const s_specs[] = {
     "natural",
     "fp8",
     "fp4",
+    "fp8:bias=real",
+    "fp4:bias=real",
     "huffman",
     "topk:ratio=0.05",
     "topk:k=7|qsgd:bits=4",
@@ -1012,25 +1014,28 @@ test_fp8_fp4__values_in_range__within_half_a_step(void **state)
     (void)state;
     const size_t n = 8000;
     float *x = s_data(n, 41), *q = malloc(n * sizeof *q);
-    const char *specs[] = {"fp8", "fp4"};
-    const int M[] = {5, 2}, E[] = {2, 1};
-    for (int s = 0; s < 2; s++) {
+    const char *specs[] = {"fp8:bias=real", "fp4:bias=real", "fp8", "fp4"};
+    const int M[] = {5, 2, 5, 2}, E[] = {2, 1, 2, 1};
+    for (int s = 0; s < 4; s++) {
         rumor_codec *c = s_codec(specs[s]);
         size_t len = 0;
         uint8_t *buf = s_encode(c, x, n, 1, 1, &len, q);
+        /* b = k + log2 f: f after the header when p1 = 1, else 1. */
         int b = (int32_t)compress_get_u32(buf + 8);
+        double f = buf[3] ? (double)compress_get_f32(buf + 12) : 1.0;
+        assert_int_equal(buf[3], s < 2 ? 1 : 0);
         /* Largest magnitude: (2 - 2^-M) 2^(2^E - 1 + b). */
-        double top = (2.0 - ldexp(1, -M[s])) * ldexp(1, (1 << E[s]) - 1 + b);
+        double top = (2.0 - ldexp(1, -M[s])) * ldexp(f, (1 << E[s]) - 1 + b);
         for (size_t i = 0; i < n; i++) {
             double a = fabs((double)x[i]), err = fabs((double)q[i] - x[i]);
             if (a >= top) {
-                assert_true(fabs((double)q[i]) == top);
+                assert_true(fabs((double)q[i]) == (float)top);
                 continue;
             }
             int e = 0;
-            frexp(a, &e);
+            frexp(a / f, &e);
             int ex = e - 1 - b; /* exponent relative to the bias */
-            double step = ldexp(1, (ex < 1 ? 1 : ex) - M[s] + b);
+            double step = ldexp(f, (ex < 1 ? 1 : ex) - M[s] + b);
             if (err > step / 2 * (1 + 1e-6))
                 fail_msg("%s: x=%g q=%g err %g > half step %g",
                          specs[s],
@@ -1935,7 +1940,9 @@ test_fp8__gaussian__huffman_size_within_one_percent_of_entropy(void **state)
     uint8_t *buf = s_encode(c, x, n, 1, 1, &len, q);
     /* The symbols, straight from the payload's Huffman stream. */
     uint8_t *sym = malloc(n);
-    assert_int_equal(huffman_decode(buf + 12, len - 12, 256, sym, n), RUMOR_OK);
+    size_t off = buf[3] ? 16 : 12; /* header, then f when b is real */
+    assert_int_equal(huffman_decode(buf + off, len - off, 256, sym, n),
+                     RUMOR_OK);
     uint64_t count[256];
     huffman_histogram(sym, n, count);
     free(sym);
@@ -1943,7 +1950,7 @@ test_fp8__gaussian__huffman_size_within_one_percent_of_entropy(void **state)
     for (int s = 0; s < 256; s++)
         if (count[s])
             bits -= (double)count[s] * log2((double)count[s] / (double)n);
-    double body = (double)(len - 12 - 140) * 8;
+    double body = (double)(len - off - 140) * 8;
     assert_true(body <= bits * 1.01);
     free(buf);
     free(q);
