@@ -15,6 +15,8 @@ OPT       ?= -O2
 V         ?= 0
 
 MODULES := core compress lowrank topology net gossip node
+VERSION := 0.1.0
+SONAME  := librumor.so.0
 
 # --- CUDA detection (R11.1, R11.2: command -v, never $(which) in a define) --
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nvcc))
@@ -33,14 +35,32 @@ ifneq ($(filter-out auto yes no,$(USE_CUDA)),)
   $(error USE_CUDA must be auto, yes or no (got '$(USE_CUDA)'))
 endif
 
+# --- packages: installed, then asked, before anything is built --------------
+# $(BUILD)/config.mk holds what pkg-config says of PKGS. Make remakes an
+# included makefile before any goal and then reads it again, so the deps step
+# (scripts/deps.sh) has installed the packages before pkg-config is asked, as
+# the very first command on a fresh machine and under -j alike. The rule runs
+# every time (quick when nothing is missing) but rewrites the file only when
+# its text changes, so make restarts only then. A missing package fails here,
+# by name: nothing links against a guessed library list.
+PKGS := libzmq libsodium openblas lapacke libzstd inih libcjson zlib
+CONFIG_MK := $(BUILD)/config.mk
+NO_DEPS_GOALS := help clean deps
+ifneq ($(filter-out $(NO_DEPS_GOALS),$(or $(MAKECMDGOALS),all)),)
+  include $(CONFIG_MK)
+endif
+
+$(CONFIG_MK): FORCE
+	@sh scripts/deps.sh
+	@mkdir -p $(dir $@)
+	@sh scripts/config-mk.sh "$(PKGS)" cmocka > $@.new
+	@if cmp -s $@.new $@; then rm -f $@.new; else mv $@.new $@; fi
+
 # --- flags ---------------------------------------------------------------
-PKGS := libzmq libsodium openblas lapacke libzstd inih libcjson
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(or $(shell pkg-config --libs $(PKGS) 2>/dev/null),-lzmq -lsodium -lopenblas -llapacke)
-CMOCKA_LIBS := $(or $(shell pkg-config --libs cmocka 2>/dev/null),-lcmocka)
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Werror
 ALL_CFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE $(OPT) -g \
+              -DRUMOR_VERSION_TEXT='"$(VERSION)"' \
               $(WARN) -fPIC -fvisibility=hidden -Iinclude -I. $(PKG_CFLAGS) \
               $(if $(SAN),-fsanitize=$(SAN) -fno-sanitize-recover=all -fno-omit-frame-pointer) \
               $(CFLAGS)
@@ -58,7 +78,8 @@ LIB_C    := $(filter-out $(MAIN_SRC),$(foreach m,$(MODULES),$(wildcard $(m)/*.c)
 ifeq ($(HAVE_CUDA),1)
   LIB_C   := $(filter-out $(STUB_SRC),$(LIB_C))
   LIB_CU  := $(CU_SRC)
-  LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcusolver -lcublas -lcudart -lstdc++
+  CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcusolver -lcublas -lcudart -lstdc++
+  LDLIBS  += $(CUDA_LDLIBS)
   CUDA_LINE := yes ($(NVCC))
 else
   LIB_CU  :=
@@ -85,8 +106,8 @@ else
   Q := @
 endif
 
-.PHONY: all demo test check test-cpu asan fuzz bench lint format format-check \
-        headers-check deps clean help FORCE
+.PHONY: all demo test check asan fuzz bench lint format format-check \
+        headers-check deps install uninstall clean help FORCE
 
 all: $(RUMOR) $(SHLIB)
 	@echo "[build] CUDA backend: $(CUDA_LINE)"
@@ -97,6 +118,7 @@ help:
 	@echo "make asan          the whole test suite under ASan + UBSan"
 	@echo "make fuzz          build the libFuzzer harnesses with clang"
 	@echo "make bench         run the benchmarks (docs/benchmarks.md); QUICK=1 short"
+	@echo "make install       rumor, librumor.so/.a, headers, rumor.pc (PREFIX, DESTDIR)"
 	@echo "make lint          banned functions, include direction, headers alone"
 	@echo "make format-check  clang-format check of every source file"
 	@echo "options: USE_CUDA=auto|yes|no  BUILD=dir  SAN=address,undefined  V=1"
@@ -128,7 +150,8 @@ $(LIB): $(LIB_OBJ) $(BUILD)/.flags
 $(SHLIB): $(LIB_OBJ) $(BUILD)/.flags
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  SHLIB   $@")
-	$(Q)$(CC) -shared $(ALL_LDFLAGS) -Wl,-soname,librumor.so $(LIB_OBJ) $(LDLIBS) -o $@
+	$(Q)$(CC) -shared $(ALL_LDFLAGS) -Wl,-soname,$(SONAME) $(LIB_OBJ) $(LDLIBS) -o $@
+	@ln -sf librumor.so $(dir $@)$(SONAME)
 
 $(RUMOR): $(BIN_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
@@ -155,9 +178,49 @@ $(BUILD)/tests/fuzz/%: tests/fuzz/%.c tests/fuzz/replay_main.c $(LIB) $(BUILD)/.
 deps:
 	@sh scripts/deps.sh
 
+# --- install (PREFIX, DESTDIR) ------------------------------------------------
+# The binary, both libraries (librumor.so.VERSION with its soname link), the
+# public headers and rumor.pc. Into the live tree (no DESTDIR, as root) it
+# also refreshes the loader's cache, so dlopen("librumor.so.0") finds it
+# under /usr/local/lib. `make check` installs into $(BUILD)/stage and its
+# tests build a program against that tree with pkg-config.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+STAGE      := $(BUILD)/stage
+
+define install_tree
+	install -d $(1)$(BINDIR) $(1)$(LIBDIR)/pkgconfig $(1)$(INCLUDEDIR)/rumor
+	install -m 755 $(RUMOR) $(1)$(BINDIR)/rumor
+	install -m 644 $(LIB) $(1)$(LIBDIR)/librumor.a
+	install -m 755 $(SHLIB) $(1)$(LIBDIR)/librumor.so.$(VERSION)
+	ln -sf librumor.so.$(VERSION) $(1)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(1)$(LIBDIR)/librumor.so
+	install -m 644 include/rumor/*.h $(1)$(INCLUDEDIR)/rumor/
+	sh scripts/rumor-pc.sh '$(VERSION)' '$(PREFIX)' '$(LIBDIR)' '$(INCLUDEDIR)' \
+	  '$(LDLIBS)' > $(1)$(LIBDIR)/pkgconfig/rumor.pc
+endef
+
+install: $(RUMOR) $(SHLIB) $(LIB)
+	$(call install_tree,$(DESTDIR))
+	@if [ -z '$(DESTDIR)' ] && [ "$$(id -u)" -eq 0 ]; then ldconfig; fi
+	@echo "installed under $(DESTDIR)$(PREFIX): pkg-config --cflags --libs rumor"
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/rumor $(DESTDIR)$(LIBDIR)/librumor.* \
+	  $(DESTDIR)$(LIBDIR)/pkgconfig/rumor.pc
+	rm -rf $(DESTDIR)$(INCLUDEDIR)/rumor
+
+$(STAGE)/.installed: $(RUMOR) $(SHLIB) $(LIB) $(wildcard include/rumor/*.h) scripts/rumor-pc.sh
+	@rm -rf $(STAGE)
+	@$(if $(Q),echo "  INSTALL $(STAGE)")
+	$(Q)$(MAKE) --no-print-directory install DESTDIR=$(abspath $(STAGE)) >/dev/null
+	@touch $@
+
 # The README's test command: set-up, the default build (CUDA when nvcc is
 # here), every test, then the CPU-only build's tests.
-test: deps
+test:
 	$(Q)$(MAKE) --no-print-directory check
 	$(Q)$(MAKE) --no-print-directory BUILD=$(BUILD)/cpu USE_CUDA=no check
 
@@ -165,14 +228,15 @@ test: deps
 SAN_PRELOAD := $(if $(findstring address,$(SAN)),$(shell $(CC) -print-file-name=libasan.so)) \
                $(if $(findstring undefined,$(SAN)),$(shell $(CC) -print-file-name=libubsan.so))
 
-check: $(RUMOR) $(SHLIB) $(TEST_BINS) $(REPLAY_BINS)
+check: $(RUMOR) $(SHLIB) $(TEST_BINS) $(REPLAY_BINS) $(STAGE)/.installed
 	@echo "[build] CUDA backend: $(CUDA_LINE)"
 	$(Q)RUMOR_BIN=$(RUMOR) RUMOR_LIB=$(SHLIB) RUMOR_SAN='$(SAN)' \
+	  RUMOR_STAGE=$(STAGE) RUMOR_PREFIX=$(PREFIX) RUMOR_LIBDIR=$(LIBDIR) \
 	  RUMOR_PRELOAD='$(strip $(SAN_PRELOAD))' sh scripts/run-tests.sh $(BUILD) $(TEST_BINS) -- $(REPLAY_BINS)
 
 # R11.6, R11.9: sanitizers in their own build directory.
 ASAN_BUILD ?= build/asan
-asan: deps
+asan:
 	$(Q)ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -180,7 +244,7 @@ asan: deps
 
 # R12.2: decoders never need CUDA.
 FUZZ_BUILD := build/fuzz
-fuzz: deps
+fuzz:
 	$(Q)$(MAKE) --no-print-directory CC=clang USE_CUDA=no BUILD=$(FUZZ_BUILD) \
 	  SAN=address,undefined,fuzzer-no-link $(FUZZ_BUILD)/lib/librumor.a
 	$(Q)for src in $(FUZZ_SRC); do \
@@ -195,10 +259,10 @@ fuzz: deps
 # Every tier (kernel, transport, gossip, scaling, end-to-end over shaped links
 # in network namespaces: needs root) into docs/benchmarks.md and .json;
 # QUICK=1 for a short run (one repetition, smaller sizes, 100 Mbit/s only).
-bench: deps $(RUMOR)
+bench: $(RUMOR)
 	$(Q)/usr/bin/python3 bench/run_bench.py --rumor $(RUMOR) $(if $(QUICK),--quick)
 
-demo: deps $(RUMOR)
+demo: $(RUMOR)
 	$(Q)RUMOR_BIN=$(RUMOR) sh scripts/demo.sh
 
 lint:

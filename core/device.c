@@ -8,8 +8,6 @@
 
 #include "core/device_impl.h"
 
-#define RUMOR_VERSION_TEXT "0.1.0"
-
 bool
 rumor_cuda_built(void)
 {

@@ -1,13 +1,18 @@
-"""pip install ./python (after `make` in the source tree).
+"""pip install ./python (after `make`, or `make install`, in the source tree).
 
-No compiler runs here: the package is pure Python over ctypes, and
-librumor.so, built by `make`, is copied into the installed package (from
-$RUMOR_LIB, or ../build/lib/librumor.so next to this file). Without a
-library there the package still installs and looks for one at import
-($RUMOR_LIB, then next to the package).
+No compiler runs here: the package is pure Python over ctypes. A build
+tree's librumor.so (from $RUMOR_LIB, or ../build/lib/librumor.so next to
+this file) is copied into the installed package. Without one the package
+uses an installed Rumor's library (`make install`), found at import through
+rumor.pc or the loader (rumor/_lib.py).
+
+Nothing is written inside the source tree: setuptools' build and egg-info
+folders go to a temporary directory, removed when the build ends.
 """
+import atexit
 import os
 import shutil
+import tempfile
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
@@ -29,8 +34,9 @@ class BuildPy(build_py):
         super().run()
         lib = _library()
         if lib is None:
-            print("rumor: no librumor.so found (run `make` first, or set "
-                  "RUMOR_LIB); installing without it")
+            print("rumor: no build tree's librumor.so (RUMOR_LIB, "
+                  "../build/lib): the package will load an installed "
+                  "librumor.so.0 (make install) at import")
             return
         dest = os.path.join(self.build_lib, "rumor", "librumor.so")
         shutil.copyfile(lib, dest)
@@ -44,6 +50,9 @@ class BinaryDistribution(Distribution):
         return True
 
 
+_SCRATCH = tempfile.mkdtemp(prefix="rumor-setup-")
+atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
+
 setup(
     name="rumor",
     distclass=BinaryDistribution,
@@ -52,5 +61,7 @@ setup(
     packages=["rumor"],
     python_requires=">=3.9",
     cmdclass={"build_py": BuildPy},
+    options={"build": {"build_base": os.path.join(_SCRATCH, "build")},
+             "egg_info": {"egg_base": _SCRATCH}},
     zip_safe=False,
 )

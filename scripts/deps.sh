@@ -22,7 +22,7 @@ set -eu
 PACKAGES="build-essential pkg-config libcmocka-dev clang libclang-rt-14-dev
 clang-format libopenblas-dev liblapacke-dev libzmq3-dev libsodium-dev
 libzstd-dev python3-torch python3-numpy gnuplot-nox libinih-dev libcjson-dev
-python3-pytest python3-venv docker-compose"
+python3-pytest python3-venv docker-compose zlib1g-dev dataset-fashion-mnist"
 
 missing=""
 for pkg in $PACKAGES; do
