@@ -76,16 +76,12 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
     (void)round;
     struct deepsqueeze *s = g->state;
     rumor_err rc = gossip_packer_encode(&s->pack, g, step, s_fill, s);
+    if (rc != RUMOR_OK)
+        return rc; /* RUMOR_ENUMERIC: the model is no longer finite */
     /* own C(v), decoded from the bytes the neighbours get; the new error
      * delta = v - C(v) does not depend on who receives them */
     memset(s->cv, 0, g->numel * sizeof(double));
-    if (rc == RUMOR_OK)
-        rc = gossip_packer_stage(&s->pack,
-                                 g,
-                                 s->pack.buf,
-                                 s->pack.len,
-                                 1.0,
-                                 s->cv);
+    rc = gossip_packer_stage(&s->pack, g, s->pack.buf, s->pack.len, 1.0, s->cv);
     if (RUMOR_NEVER(rc != RUMOR_OK))
         return rc; /* own bytes always decode, or the codec has a bug */
     size_t base = 0;

@@ -266,7 +266,7 @@ s_stage_one(rumor_gossip *g,
                   g->self,
                   RUMOR_GOSSIP_PENDING_MAX,
                   peer,
-                  (unsigned long long)step);
+                  (unsigned long long)step + 1);
         return RUMOR_OK;
     }
     rumor_err rc = g->algo->edge_diff(g, step, m, t->delta);

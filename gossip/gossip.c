@@ -50,12 +50,12 @@ rumor_gossip_opts_default(struct rumor_gossip_opts *opts)
     memset(opts, 0, sizeof *opts);
     snprintf(opts->algo, sizeof opts->algo, "dpsgd");
     snprintf(opts->codec, sizeof opts->codec, "qsgd:bits=4");
-    opts->gamma = 1.0;
+    opts->gamma = RUMOR_GOSSIP_GAMMA_AUTO;
     opts->rank = 1;
     opts->iterations = 1;
     opts->period = 1;
     opts->outer_lr = 1.0;
-    opts->theta = 2.0;
+    opts->theta = 0.1;
     opts->seed = 1;
     snprintf(opts->saef_scope, sizeof opts->saef_scope, "neighbourhood");
     opts->adapt_density = 0.02;
@@ -132,6 +132,8 @@ rumor_gossip_new(const struct rumor_gossip_opts *opts,
     g->self = self;
     g->nodes = rumor_topology_nodes(t);
     rumor_err rc = s_copy_model(g, model, diag);
+    if (rc == RUMOR_OK)
+        rc = gossip_gamma_resolve(g, diag);
     if (rc == RUMOR_OK && opts->adapt[0] != '\0')
         rc = gossip_adapt_attach(g, diag);
     if (rc == RUMOR_OK)

@@ -114,6 +114,10 @@ void gossip_ledger_free(rumor_gossip *g);
  * step before it knows whether the last one counts. */
 bool gossip_edge_busy(const rumor_gossip *g, uint32_t peer);
 
+/* Replaces g->opts.gamma == RUMOR_GOSSIP_GAMMA_AUTO by the algorithm's
+ * default (gamma.c); RUMOR_EINVAL with a diag for a codec too coarse. */
+rumor_err gossip_gamma_resolve(rumor_gossip *g, struct rumor_diag *diag);
+
 extern const struct gossip_algo_i gossip_allreduce;
 extern const struct gossip_algo_i gossip_allreduce_f64;
 extern const struct gossip_algo_i gossip_dpsgd;

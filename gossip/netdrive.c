@@ -71,7 +71,7 @@ s_receive_all(rumor_gossip *g,
                       "gossip: node %u step %llu round %u: nothing from %u "
                       "before the deadline",
                       g->self,
-                      (unsigned long long)step,
+                      (unsigned long long)step + 1,
                       round,
                       peers[k]);
             continue;

@@ -1374,6 +1374,7 @@ struct edge_mat {
     size_t q_off;   /* offset in a packed q message (floats) */
     float *p;       /* device, n x r */
     float *q;       /* device, m x r */
+    bool redraw;    /* the factor may have a zero column: s_edge_redraw */
 };
 
 struct rumor_lowrank_edge {
@@ -1390,6 +1391,57 @@ struct rumor_lowrank_edge {
     bool ready;   /* combined, not yet applied */
     bool odd;     /* parity of the pending or last iteration */
 };
+
+/* True when a column of the n x r row-major factor f is exactly zero. */
+static bool
+s_zero_column(const float *f, size_t n, size_t r)
+{
+    for (size_t c = 0; c < r; c++) {
+        bool zero = true;
+        for (size_t k = 0; k < n && zero; k++)
+            zero = f[k * r + c] == 0.0f;
+        if (zero)
+            return true;
+    }
+    return false;
+}
+
+/* A factor column that is exactly zero (the two models were equal in that
+ * matrix, as every node's are at step 0 when they start from the same
+ * seed) would stay zero for good: orthogonalizing it gives zero, so does
+ * every later product, and the edge would never mix that matrix again.
+ * Before iteration t orthogonalizes such a factor, its zero columns are
+ * drawn afresh from the pair's seed and t; both ends hold the same factor
+ * at the same t, so they draw the same columns. The product of this
+ * iteration's apply is not touched: a zero difference still moves
+ * nothing. */
+static rumor_err
+s_edge_redraw(rumor_lowrank_edge *self,
+              struct edge_mat *mt,
+              size_t i,
+              uint64_t t,
+              float *f,
+              size_t rows)
+{
+    size_t bytes = rows * mt->r * sizeof(float);
+    rumor_err rc = self->be.download(self->ctx, self->host, f, bytes);
+    uint64_t lo = self->higher ? self->opts.peer_id : self->opts.self_id;
+    uint64_t hi = self->higher ? self->opts.self_id : self->opts.peer_id;
+    uint64_t seed = rumor_seed_derive(self->opts.seed, lo, hi);
+    for (size_t c = 0; c < mt->r && rc == RUMOR_OK; c++) {
+        bool zero = true;
+        for (size_t k = 0; k < rows && zero; k++)
+            zero = self->host[k * mt->r + c] == 0.0f;
+        struct rumor_rng rng;
+        rumor_rng_init(&rng, seed, (t << 24) | (i * mt->r + c));
+        for (size_t k = 0; k < rows && zero; k++)
+            self->host[k * mt->r + c] = (float)rumor_rng_normal(&rng);
+    }
+    if (rc == RUMOR_OK)
+        rc = self->be.upload(self->ctx, f, self->host, bytes);
+    mt->redraw = false;
+    return rc;
+}
 
 void
 rumor_lowrank_edge_opts_default(struct rumor_lowrank_edge_opts *opts)
@@ -1523,7 +1575,11 @@ rumor_lowrank_edge_product(rumor_lowrank_edge *self,
         float *mat = params[mt->tensor];
         if (mat == NULL)
             return RUMOR_EINVAL;
-        rumor_err rc;
+        rumor_err rc = !mt->redraw ? RUMOR_OK
+                       : odd       ? s_edge_redraw(self, mt, i, t, mt->q, mt->m)
+                             : s_edge_redraw(self, mt, i, t, mt->p, mt->n);
+        if (rc != RUMOR_OK)
+            return rc;
         if (!odd) {
             rc = self->be.orthogonalize(self->ctx,
                                         mt->p,
@@ -1593,7 +1649,10 @@ rumor_lowrank_edge_combine(rumor_lowrank_edge *self, const float *msg)
         self->host[i] =
             self->higher ? self->host[i] - msg[i] : msg[i] - self->host[i];
     for (size_t i = 0; i < self->nmats; i++) {
-        const struct edge_mat *mt = &self->mats[i];
+        struct edge_mat *mt = &self->mats[i];
+        mt->redraw = self->odd
+                         ? s_zero_column(self->host + mt->p_off, mt->n, mt->r)
+                         : s_zero_column(self->host + mt->q_off, mt->m, mt->r);
         rumor_err rc = self->odd
                            ? self->be.upload(self->ctx,
                                              mt->p,
@@ -1679,7 +1738,10 @@ rumor_lowrank_edge_state_set(rumor_lowrank_edge *self, const float *in)
         if (!isfinite(in[i]))
             return RUMOR_ENUMERIC;
     for (size_t i = 0; i < self->nmats; i++) {
-        const struct edge_mat *mt = &self->mats[i];
+        struct edge_mat *mt = &self->mats[i];
+        mt->redraw =
+            s_zero_column(in + mt->p_off, mt->n, mt->r) ||
+            s_zero_column(in + self->p_floats + mt->q_off, mt->m, mt->r);
         rumor_err rc = self->be.upload(self->ctx,
                                        mt->p,
                                        in + mt->p_off,

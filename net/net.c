@@ -19,10 +19,17 @@
  * message, without a copy; chunked ones are reassembled into one buffer.
  *
  * HELLO: on every HANDSHAKE_SUCCEEDED of a DEALER (socket monitor) the
- * node sends HELLO (version in the header, fingerprint, epoch); the
- * ROUTER answers HELLO_OK or REFUSE with a reason, and both sides log a
- * refusal. Data goes out only on links that passed HELLO, and is accepted
- * only from the connection (routing id) that sent the accepted HELLO.
+ * node sends HELLO (version in the header, fingerprint, epoch, then the
+ * caller's opaque description); the ROUTER answers HELLO_OK or REFUSE with
+ * a reason (for another fingerprint, the caller's explain function words
+ * it from the two descriptions), and both sides log a refusal and keep its
+ * text for rumor_net_refused. Data goes out only on links that passed
+ * HELLO, and is accepted only from the connection (routing id) that sent
+ * the accepted HELLO.
+ *
+ * Counting: a DATA message is counted in bytes_sent when rumor_net_send
+ * takes it, so the caller's own count of what it sent never runs ahead of
+ * the transport's; control frames are counted when handed to ZeroMQ.
  *
  * Supervisor: libzmq never reconnects a connecting socket after a
  * protocol error (failed MAC, authentication denied), so on DISCONNECTED
@@ -116,7 +123,10 @@ struct s_peer {
     struct s_inmsg *in_head, *in_tail;
     size_t in_bytes;
     struct net_liveness live;
-    bool ready; /* our DEALER passed HELLO */
+    bool heard;   /* live was ALIVE once */
+    bool ready;   /* our DEALER passed HELLO */
+    bool refused; /* the last HELLO exchange ended in a REFUSE */
+    char refusal[RUMOR_NET_REFUSE_TEXT_MAX + 1]; /* its text */
     struct rumor_net_stats st;
 
     /* I/O thread only: sending side */
@@ -124,6 +134,7 @@ struct s_peer {
     void *mon;
     uint32_t gen;        /* DEALER generation, names its monitor */
     uint32_t attempt;    /* recreations since the last HELLO_OK */
+    uint32_t ups;        /* times the link passed HELLO */
     uint64_t reopen_ns;  /* when to rebuild a closed DEALER, 0: now */
     uint64_t seq_out;    /* last seq sent to this peer */
     uint64_t next_hb_ns; /* next heartbeat */
@@ -152,6 +163,7 @@ struct rumor_net {
     struct s_peer *peers;
     size_t npeers;
     uint64_t epoch;
+    uint8_t *desc; /* sent after HELLO's fixed part (o.desc copied) */
 
     void *ctx;
     void *router; /* I/O thread */
@@ -167,6 +179,7 @@ struct rumor_net {
     bool started;      /* the I/O thread finished starting */
     rumor_err start_rc;
     bool stop;
+    bool quiet; /* rumor_net_set_quiet */
     rumor_err status;
     uint64_t closed_before;
     uint64_t handshake_failed; /* not tied to a peer: counted here */
@@ -319,6 +332,32 @@ s_hello_body(rumor_net *net, uint8_t out[RUMOR_NET_HELLO_BYTES])
     rumor_net_hello_encode(&hello, out);
 }
 
+/* Counts a control frame handed to ZeroMQ (a heartbeat, or a frame of
+ * the handshake). */
+static void
+s_count_sent(rumor_net *net, struct s_peer *p, size_t n, bool handshake)
+{
+    pthread_mutex_lock(&net->mu);
+    p->st.bytes_sent += n;
+    p->st.frames_sent++;
+    if (handshake) {
+        p->st.handshake_bytes_sent += n;
+        p->st.handshake_frames_sent++;
+    }
+    pthread_mutex_unlock(&net->mu);
+}
+
+/* Records the outcome of a HELLO exchange with p (text NULL: accepted). */
+static void
+s_set_refusal(rumor_net *net, struct s_peer *p, const char *text)
+{
+    pthread_mutex_lock(&net->mu);
+    p->refused = text != NULL;
+    snprintf(p->refusal, sizeof p->refusal, "%s", text != NULL ? text : "");
+    pthread_cond_broadcast(&net->cv);
+    pthread_mutex_unlock(&net->mu);
+}
+
 /* --- DEALER lifecycle (the supervisor) ------------------------------------ */
 
 static void
@@ -432,26 +471,32 @@ s_link_open(rumor_net *net, struct s_peer *p)
 static void
 s_send_hello(rumor_net *net, struct s_peer *p)
 {
-    uint8_t body[RUMOR_NET_HELLO_BYTES];
-    uint8_t frame[NET_HELLO_FRAME];
-    s_hello_body(net, body);
-    size_t n = s_control_frame(net,
-                               p,
-                               RUMOR_NET_TYPE_HELLO,
-                               RUMOR_NET_VERSION,
-                               body,
-                               sizeof body,
-                               frame,
-                               sizeof frame);
+    /* the fixed part, then the description (a few kB for a large model,
+     * so on the heap) */
+    size_t blen = RUMOR_NET_HELLO_BYTES + net->o.desc_len;
+    uint8_t *body = malloc(blen);
+    uint8_t *frame = malloc(RUMOR_NET_HEADER_BYTES + blen);
+    size_t n = 0;
+    if (body != NULL && frame != NULL) {
+        s_hello_body(net, body);
+        if (net->o.desc_len > 0)
+            memcpy(body + RUMOR_NET_HELLO_BYTES, net->desc, net->o.desc_len);
+        n = s_control_frame(net,
+                            p,
+                            RUMOR_NET_TYPE_HELLO,
+                            RUMOR_NET_VERSION,
+                            body,
+                            (uint32_t)blen,
+                            frame,
+                            RUMOR_NET_HEADER_BYTES + blen);
+    }
     /* sent or not, HELLO_OK must come within handshake_ms (the loop
      * rebuilds the link otherwise), so a lost HELLO cannot stall a link */
     p->hello_ns = rumor_clock_ns();
-    if (zmq_send(p->dealer, frame, n, ZMQ_DONTWAIT) == (int)n) {
-        pthread_mutex_lock(&net->mu);
-        p->st.bytes_sent += n;
-        p->st.frames_sent++;
-        pthread_mutex_unlock(&net->mu);
-    }
+    if (n > 0 && zmq_send(p->dealer, frame, n, ZMQ_DONTWAIT) == (int)n)
+        s_count_sent(net, p, n, true);
+    free(body);
+    free(frame);
 }
 
 static void
@@ -467,12 +512,8 @@ s_send_heartbeat(rumor_net *net, struct s_peer *p)
                                frame,
                                sizeof frame);
     /* a full queue already proves the link is busy: skip this beat */
-    if (zmq_send(p->dealer, frame, n, ZMQ_DONTWAIT) == (int)n) {
-        pthread_mutex_lock(&net->mu);
-        p->st.bytes_sent += n;
-        p->st.frames_sent++;
-        pthread_mutex_unlock(&net->mu);
-    }
+    if (zmq_send(p->dealer, frame, n, ZMQ_DONTWAIT) == (int)n)
+        s_count_sent(net, p, n, false);
 }
 
 /* Sends what the link may send now; *wake_ns gets the next time shaping
@@ -515,12 +556,11 @@ s_pump(rumor_net *net, struct s_peer *p, uint64_t now, uint64_t *wake_ns)
                 p->blocked = true;
             return;
         }
-        /* zmq_msg_send took the frame (f->msg is now empty) */
+        /* zmq_msg_send took the frame (f->msg is now empty); its bytes
+         * were counted when rumor_net_send accepted the message */
         req->sealed = false;
         req->paid = false;
         pthread_mutex_lock(&net->mu);
-        p->st.bytes_sent += size;
-        p->st.frames_sent++;
         req->next_frame++;
         bool done = req->next_frame >= req->nframes;
         if (done) {
@@ -540,6 +580,7 @@ s_pump(rumor_net *net, struct s_peer *p, uint64_t now, uint64_t *wake_ns)
 
 static void
 s_router_reply(rumor_net *net,
+               struct s_peer *p,
                const uint8_t *rid,
                size_t rid_len,
                const uint8_t *frame,
@@ -549,7 +590,8 @@ s_router_reply(rumor_net *net,
         return;
     if (zmq_send(net->router, rid, rid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
         return;
-    zmq_send(net->router, frame, n, ZMQ_DONTWAIT);
+    if (zmq_send(net->router, frame, n, ZMQ_DONTWAIT) == (int)n)
+        s_count_sent(net, p, n, true);
 }
 
 static void
@@ -572,8 +614,9 @@ s_refuse(rumor_net *net,
                                (uint32_t)blen,
                                frame,
                                sizeof frame);
-    s_router_reply(net, rid, rid_len, frame, n);
+    s_router_reply(net, p, rid, rid_len, frame, n);
     STAT(net, p, refused, 1);
+    s_set_refusal(net, p, text);
 }
 
 /* Queues a whole message for the caller. It owns payload (malloc'd) or,
@@ -812,12 +855,20 @@ s_on_router_frame(rumor_net *net,
             return;
         }
         if (hello.fingerprint != net->o.fingerprint) {
-            char text[128];
-            snprintf(text,
-                     sizeof text,
-                     "fingerprint %016llx, this node has %016llx",
-                     (unsigned long long)hello.fingerprint,
-                     (unsigned long long)net->o.fingerprint);
+            char text[RUMOR_NET_REFUSE_TEXT_MAX + 1];
+            bool told =
+                net->o.explain != NULL && net->o.explain(net->o.explain_arg,
+                                                         p->id,
+                                                         hello.desc,
+                                                         hello.desc_len,
+                                                         text,
+                                                         sizeof text);
+            if (!told)
+                snprintf(text,
+                         sizeof text,
+                         "fingerprint %016llx, this node has %016llx",
+                         (unsigned long long)hello.fingerprint,
+                         (unsigned long long)net->o.fingerprint);
             rumor_log(RUMOR_LOG_WARN, "net: peer %u refused: %s", p->id, text);
             s_refuse(net, p, rid, rid_len, RUMOR_EPROTO, text);
             return;
@@ -848,7 +899,8 @@ s_on_router_frame(rumor_net *net,
                                    sizeof body,
                                    reply,
                                    sizeof reply);
-        s_router_reply(net, rid, rid_len, reply, n);
+        s_router_reply(net, p, rid, rid_len, reply, n);
+        s_set_refusal(net, p, NULL);
         rumor_log(RUMOR_LOG_DEBUG, "net: peer %u said HELLO", p->id);
     } else if (!net_replay_accept(&p->replay, h.seq)) {
         STAT(net, p, replays, 1);
@@ -955,10 +1007,17 @@ s_on_dealer_frame(rumor_net *net,
         pthread_mutex_lock(&net->mu);
         bool was = p->ready;
         p->ready = true;
+        p->refused = false;
         pthread_cond_broadcast(&net->cv);
         pthread_mutex_unlock(&net->mu);
-        if (!was)
-            rumor_log(RUMOR_LOG_INFO, "net: link to node %u is up", p->id);
+        /* the first time is the normal start; again is news */
+        if (!was) {
+            p->ups++;
+            rumor_log(p->ups == 1 ? RUMOR_LOG_DEBUG : RUMOR_LOG_INFO,
+                      "net: link to node %u is up%s",
+                      p->id,
+                      p->ups > 1 ? " again" : "");
+        }
     } else if (h.type == RUMOR_NET_TYPE_REFUSE) {
         uint32_t reason = 0;
         char text[RUMOR_NET_REFUSE_TEXT_MAX + 1];
@@ -970,6 +1029,7 @@ s_on_dealer_frame(rumor_net *net,
                   p->id,
                   text);
         STAT(net, p, refused, 1);
+        s_set_refusal(net, p, text);
         /* retry at the slowest pace: the peer may be restarted with the
          * right settings */
         p->attempt = 31;
@@ -1042,13 +1102,15 @@ s_drain_link_monitor(rumor_net *net, struct s_peer *p, uint64_t now)
         if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
             s_send_hello(net, p);
         } else {
-            const char *what = ev == ZMQ_EVENT_DISCONNECTED
-                                   ? "disconnected"
-                                   : "handshake failed";
-            rumor_log(RUMOR_LOG_INFO,
+            /* a disconnect is how every neighbour's end of the run looks
+             * (it closes its sockets when it is done, often before this
+             * node is), so only a debug line: a neighbour lost during the
+             * run shows as late, then down (s_update_liveness) */
+            bool gone = ev == ZMQ_EVENT_DISCONNECTED;
+            rumor_log(gone ? RUMOR_LOG_DEBUG : RUMOR_LOG_INFO,
                       "net: link to node %u %s; rebuilding it",
                       p->id,
-                      what);
+                      gone ? "disconnected" : "handshake failed");
             s_link_close(net, p, now, true);
             pthread_mutex_lock(&net->mu);
             p->st.links_recreated++;
@@ -1077,12 +1139,13 @@ s_drain_router_monitor(rumor_net *net)
             net->handshake_failed++;
             pthread_mutex_unlock(&net->mu);
         } else if (ev == ZMQ_EVENT_DISCONNECTED) {
-            /* also how an oversized frame shows: libzmq drops the
-             * connection at ZMQ_MAXMSGSIZE without allocating it */
-            rumor_log(RUMOR_LOG_INFO,
-                      "net: a connection to the listener "
-                      "closed (peer gone, or a frame past "
-                      "the size cap)");
+            /* every neighbour that finishes its run closes one; an
+             * oversized frame closes one too (libzmq drops the connection
+             * at ZMQ_MAXMSGSIZE without allocating it), and the two look
+             * alike here: a debug line, as for the DEALER's side */
+            rumor_log(RUMOR_LOG_DEBUG,
+                      "net: a connection to the listener closed (the peer "
+                      "left, or sent a frame past the size cap)");
         }
     }
 }
@@ -1257,8 +1320,13 @@ s_update_liveness(rumor_net *net, uint64_t now, uint64_t *wake_ns)
                                 now,
                                 net->o.late_ms,
                                 net->o.down_ms)) {
-            rumor_log(p->live.state == RUMOR_NET_PEER_ALIVE ? RUMOR_LOG_INFO
-                                                            : RUMOR_LOG_WARN,
+            /* hearing a peer for the first time is the normal start;
+             * coming back is news, and so is going quiet */
+            bool first = p->live.state == RUMOR_NET_PEER_ALIVE && !p->heard;
+            p->heard = true;
+            rumor_log(first || net->quiet                     ? RUMOR_LOG_DEBUG
+                      : p->live.state == RUMOR_NET_PEER_ALIVE ? RUMOR_LOG_INFO
+                                                              : RUMOR_LOG_WARN,
                       "net: node %u is %s (was %s)",
                       p->id,
                       rumor_net_state_name(p->live.state),
@@ -1482,6 +1550,8 @@ s_check_opts(const struct rumor_net_opts *o)
         return RUMOR_EINVAL;
     if (o->npeers > RUMOR_TOPOLOGY_MAX_NODES || (o->npeers && !o->peers))
         return RUMOR_EINVAL;
+    if (o->desc_len > RUMOR_NET_HELLO_DESC_MAX || (o->desc_len && !o->desc))
+        return RUMOR_EINVAL;
     for (size_t i = 0; i < o->npeers; i++) {
         const struct rumor_net_peer *p = &o->peers[i];
         if (p->id == o->self)
@@ -1525,6 +1595,7 @@ rumor_net_new(const struct rumor_net_opts *opts, rumor_net **out)
     net->o.peers = NULL;
     net->o.keys = NULL;
     net->o.endpoint = NULL;
+    net->o.desc = NULL;
     snprintf(net->bind_endpoint,
              sizeof net->bind_endpoint,
              "%s",
@@ -1542,6 +1613,13 @@ rumor_net_new(const struct rumor_net_opts *opts, rumor_net **out)
         rc = RUMOR_ENOMEM;
         goto done;
     }
+    net->desc = malloc(opts->desc_len + 1);
+    if (net->desc == NULL) {
+        rc = RUMOR_ENOMEM;
+        goto done;
+    }
+    if (opts->desc_len > 0)
+        memcpy(net->desc, opts->desc, opts->desc_len);
     for (size_t i = 0; i < opts->npeers; i++) {
         struct s_peer *p = &net->peers[i];
         const struct rumor_net_peer *src = &opts->peers[i];
@@ -1632,6 +1710,7 @@ rumor_net_destroy(rumor_net **self_p)
         rumor_buf_free(&p->asm_buf);
     }
     free(net->peers);
+    free(net->desc);
     if (net->secret != NULL)
         sodium_free(net->secret);
     pthread_mutex_destroy(&net->mu);
@@ -1725,6 +1804,10 @@ rumor_net_send(rumor_net *net,
         p->q_bytes += len;
         if (p->q_bytes > p->st.queued_bytes_max)
             p->st.queued_bytes_max = p->q_bytes;
+        /* counted now, with the message: a caller that counts what it
+         * sends never sees the transport behind it (rumor_net_stats) */
+        p->st.bytes_sent += len + (size_t)nframes * RUMOR_NET_HEADER_BYTES;
+        p->st.frames_sent += nframes;
         req = NULL;
     }
     pthread_mutex_unlock(&net->mu);
@@ -1912,6 +1995,34 @@ rumor_net_stats(rumor_net *net, uint32_t peer, struct rumor_net_stats *out)
         out->handshake_failed += net->handshake_failed;
         out->rejected_auth += net->rejected_unbound;
     }
+    pthread_mutex_unlock(&net->mu);
+}
+
+bool
+rumor_net_refused(rumor_net *net,
+                  uint32_t peer,
+                  char text[RUMOR_NET_REFUSE_TEXT_MAX + 1])
+{
+    assert(net != NULL);
+    assert(text != NULL);
+    text[0] = '\0';
+    struct s_peer *p = s_peer_find(net, peer);
+    if (p == NULL)
+        return false;
+    pthread_mutex_lock(&net->mu);
+    bool refused = p->refused;
+    if (refused)
+        memcpy(text, p->refusal, sizeof p->refusal);
+    pthread_mutex_unlock(&net->mu);
+    return refused;
+}
+
+void
+rumor_net_set_quiet(rumor_net *net, bool quiet)
+{
+    assert(net != NULL);
+    pthread_mutex_lock(&net->mu);
+    net->quiet = quiet;
     pthread_mutex_unlock(&net->mu);
 }
 

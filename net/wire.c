@@ -222,7 +222,8 @@ rumor_net_hello_decode(const uint8_t *buf,
 {
     assert(out != NULL);
     memset(out, 0, sizeof *out);
-    if (buf == NULL || len != RUMOR_NET_HELLO_BYTES)
+    if (buf == NULL || len < RUMOR_NET_HELLO_BYTES ||
+        len - RUMOR_NET_HELLO_BYTES > RUMOR_NET_HELLO_DESC_MAX)
         return RUMOR_EPROTO;
     uint32_t chunk = s_get32(buf + 20);
     if (chunk < RUMOR_NET_CHUNK_MIN || chunk > RUMOR_NET_CHUNK_MAX)
@@ -231,6 +232,8 @@ rumor_net_hello_decode(const uint8_t *buf,
     out->epoch = s_get64(buf + 8);
     out->max_message = s_get32(buf + 16);
     out->chunk_bytes = chunk;
+    out->desc = buf + RUMOR_NET_HELLO_BYTES;
+    out->desc_len = len - RUMOR_NET_HELLO_BYTES;
     return RUMOR_OK;
 }
 

@@ -8,6 +8,10 @@
 
 #include <stdio.h>
 
+/* `rumor node`'s exit status for a run that diverged (2 is a refused
+ * configuration): `rumor launch` restarts neither. */
+#define CLI_EXIT_DIVERGED 3
+
 struct cli_command {
     const char *name;
     const char *summary;               /* one line for `rumor --help` */

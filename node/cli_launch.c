@@ -13,9 +13,19 @@
  * rewritten with it; a node whose key is listed but whose secret is
  * missing is an error before anything starts.
  *
+ * A local node that fails (killed, or a non-zero exit) is restarted, up
+ * to --restart times (default 3), while the others train on: the nodes
+ * skip a dead neighbour and take it back when it returns
+ * (docs/reliability.md). It restarts with --resume when it has a good
+ * checkpoint in --checkpoint-dir, else with --join (a neighbour's model
+ * and step). That needs an algorithm that skips a missing node
+ * (rumor_gossip_can_skip, asked on node 0's model at the first failure);
+ * with the others (ring all-reduce, PowerSGD, exact local SGD, ...) and
+ * with --restart 0 a failure stops the whole run, as does a failure of an
+ * ssh node. A node that exits 0 has finished and stays so.
+ *
  * Children never outlive the launcher: SIGINT and SIGTERM are forwarded to
- * every child; when a child fails the others are sent SIGTERM (a
- * synchronous run cannot go on without it); children still alive a grace
+ * every child and cancel pending restarts; children still alive a grace
  * period after a signal are killed; and each child asks the kernel for
  * SIGTERM should the launcher die (PR_SET_PDEATHSIG). The launcher exits
  * 0 when every node finished, 130 when interrupted, 1 otherwise.
@@ -59,15 +69,20 @@
 #define LAUNCH_DEFAULT_DIR "rumor-run"
 #define LAUNCH_BASE_PORT   7000u
 #define LAUNCH_HOST_BYTES  256
+#define LAUNCH_RESTARTS    3    /* --restart: restarts per node */
+#define LAUNCH_BACKOFF_MS  1000 /* more per further restart of a node */
 
 struct s_child {
     uint32_t id;
-    pid_t pid;   /* 0 once reaped */
-    int fd;      /* read end of its output pipe, -1 at EOF */
-    int in_fd;   /* ssh: write end of its stdin (the lifeline), else -1 */
-    bool remote; /* an ssh child */
-    FILE *log;   /* DIR/node-N.log */
-    int status;  /* wait status */
+    pid_t pid;         /* 0 once reaped */
+    int fd;            /* read end of its output pipe, -1 at EOF */
+    int in_fd;         /* ssh: write end of its stdin (the lifeline), else -1 */
+    bool remote;       /* an ssh child */
+    FILE *log;         /* DIR/node-N.log */
+    int status;        /* wait status */
+    unsigned restarts; /* restarts so far */
+    uint64_t restart_at; /* when the pending restart is due; 0: none */
+    const char *mode;    /* of the pending restart: --resume or --join */
     char line[LAUNCH_LINE_MAX];
     size_t len;
 };
@@ -79,7 +94,8 @@ cli_launch_help(FILE *out)
 {
     fprintf(out,
             "usage: rumor launch --topology FILE [--steps N] "
-            "[--metrics-dir DIR] [node options]\n"
+            "[--metrics-dir DIR] [--restart N]\n"
+            "                    [node options]\n"
             "       rumor launch --hosts HOSTFILE --topology FILE "
             "[--base-port P]\n"
             "                    [--remote-dir DIR] [--rumor-path PATH] "
@@ -95,6 +111,14 @@ cli_launch_help(FILE *out)
             "when a node failed. DIR defaults to ./" LAUNCH_DEFAULT_DIR
             ". Every other option goes to\n"
             "each node (see 'rumor help node').\n\n"
+            "--restart N: a local node that dies is restarted up to N "
+            "times (default %d)\n"
+            "while the others train on, with --resume when it has a "
+            "checkpoint in\n"
+            "--checkpoint-dir, else --join. 0, an ssh node, or an "
+            "algorithm that cannot\n"
+            "skip a node (allreduce, powersgd, exact localsgd): a failure "
+            "stops the run.\n\n"
             "--hosts: every node runs over ssh on the hosts of HOSTFILE "
             "(lines\n"
             "'[USER@]HOST [slots=N] [addr=ADDRESS]', # comments), filled in "
@@ -106,6 +130,7 @@ cli_launch_help(FILE *out)
             "path); the key and the topology travel over ssh into "
             "--remote-dir\n"
             "(default: DIR's absolute path), where metrics stay.\n",
+            LAUNCH_RESTARTS,
             LAUNCH_BASE_PORT);
 }
 
@@ -263,7 +288,10 @@ s_spawn(const char *prog,
         _exit(1);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    signal(SIGPIPE, SIG_DFL);
+    /* a node whose launcher died must stop through that SIGTERM (in step
+     * with its neighbours, with a final checkpoint), not be killed by the
+     * next line it writes to the reader-less pipe */
+    signal(SIGPIPE, prog == NULL ? SIG_IGN : SIG_DFL);
     if (in_fd >= 0) {
         setpgid(0, 0);
         dup2(in_fd, STDIN_FILENO);
@@ -348,99 +376,6 @@ s_close_outputs(struct s_child *kids, size_t count)
     return 0;
 }
 
-/* Runs the children until every one is reaped; returns the exit status. */
-static int
-s_supervise(struct s_child *kids, size_t count)
-{
-    struct pollfd fds[LAUNCH_MAX_NODES + 1];
-    size_t alive = count, open = count;
-    bool interrupted = false, failed = false;
-    uint64_t kill_at = UINT64_MAX, drain_until = 0;
-    while (alive > 0 || open > 0) {
-        size_t nfds = 0;
-        fds[nfds++] = (struct pollfd){s_sigpipe[0], POLLIN, 0};
-        for (size_t k = 0; k < count; k++)
-            if (kids[k].fd >= 0)
-                fds[nfds++] = (struct pollfd){kids[k].fd, POLLIN, 0};
-        int ready = poll(fds, (nfds_t)nfds, 100);
-        if (ready < 0 && errno != EINTR)
-            break;
-        if (ready > 0 && (fds[0].revents & POLLIN) != 0) {
-            unsigned char sig = 0;
-            if (read(s_sigpipe[0], &sig, 1) == 1) {
-                printf("[launch] signal %d: forwarding to the nodes\n", sig);
-                s_signal_all(kids, count, sig);
-                interrupted = true;
-                if (kill_at == UINT64_MAX)
-                    kill_at = rumor_clock_ns() + LAUNCH_GRACE_MS * 1000000ull;
-            }
-        }
-        for (size_t k = 0, f = 1; k < count; k++) {
-            if (kids[k].fd < 0)
-                continue;
-            if (f < nfds && fds[f].fd == kids[k].fd &&
-                (fds[f].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
-                s_drain(&kids[k]);
-                if (kids[k].fd < 0)
-                    open--;
-            }
-            f++;
-        }
-        for (size_t k = 0; k < count; k++) {
-            if (kids[k].pid <= 0)
-                continue;
-            int st = 0;
-            pid_t r = waitpid(kids[k].pid, &st, WNOHANG);
-            if (r != kids[k].pid)
-                continue;
-            kids[k].pid = 0;
-            kids[k].status = st;
-            alive--;
-            if (kids[k].in_fd >= 0)
-                close(kids[k].in_fd);
-            kids[k].in_fd = -1;
-            bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-            if (WIFEXITED(st))
-                printf("[launch] node %u exited with status %d\n",
-                       kids[k].id,
-                       WEXITSTATUS(st));
-            else
-                printf("[launch] node %u killed by signal %d\n",
-                       kids[k].id,
-                       WTERMSIG(st));
-            if (!ok && !interrupted && !failed) {
-                failed = true;
-                printf("[launch] node %u failed: stopping the others\n",
-                       kids[k].id);
-                s_signal_all(kids, count, SIGTERM);
-                kill_at = rumor_clock_ns() + LAUNCH_GRACE_MS * 1000000ull;
-            }
-            fflush(stdout);
-        }
-        if (alive > 0 && rumor_clock_ns() >= kill_at) {
-            printf("[launch] nodes still running after %d ms: killing them\n",
-                   LAUNCH_GRACE_MS);
-            s_signal_all(kids, count, SIGKILL);
-            kill_at = UINT64_MAX - 1;
-        }
-        /* every child is reaped: output still open belongs to something
-         * they left behind, which gets a short while to finish */
-        if (alive == 0 && drain_until == 0)
-            drain_until = rumor_clock_ns() + LAUNCH_DRAIN_MS * 1000000ull;
-        if (alive == 0 && rumor_clock_ns() >= drain_until)
-            open = s_close_outputs(kids, count);
-    }
-    int status = 0;
-    for (size_t k = 0; k < count; k++) {
-        int st = kids[k].status;
-        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
-            status = 1;
-    }
-    if (interrupted)
-        status = 130;
-    return status;
-}
-
 struct s_host {
     char dest[LAUNCH_HOST_BYTES]; /* what ssh is given: [USER@]HOST */
     char addr[LAUNCH_HOST_BYTES]; /* the address peers connect to */
@@ -459,6 +394,7 @@ struct s_args {
     unsigned long long base_port;
     const char *remote_dir;
     const char *remote_bin;
+    unsigned long long restart; /* restarts per local node (--restart) */
     struct s_host *hosts;
     size_t nhosts;
     size_t *host_of; /* node -> index in hosts */
@@ -507,13 +443,15 @@ s_print_diag(const struct rumor_diag *diag)
 static int
 s_take_own(int argc, char **argv, struct s_args *a)
 {
-    static const char *const names[] = {"--hosts",
+    static const char *const names[] = {"--restart",
+                                        "--hosts",
                                         "--base-port",
                                         "--remote-dir",
                                         "--rumor-path"};
     const size_t count = sizeof names / sizeof names[0];
-    int out = 1;
+    int out = 1, hosts_opts = 0;
     a->base_port = LAUNCH_BASE_PORT;
+    a->restart = LAUNCH_RESTARTS;
     for (int i = 1; i < argc; i++) {
         size_t k = 0;
         while (k < count && strcmp(argv[i], names[k]) != 0)
@@ -527,16 +465,20 @@ s_take_own(int argc, char **argv, struct s_args *a)
             return -1;
         }
         const char *v = argv[++i];
-        if (k == 0)
+        hosts_opts += k > 1;
+        if (k == 0 && cli_parse_u64(v, "--restart", 0, 1000, &a->restart))
+            return -1;
+        else if (k == 1)
             a->hosts_file = v;
-        else if (k == 2)
-            a->remote_dir = v;
         else if (k == 3)
+            a->remote_dir = v;
+        else if (k == 4)
             a->remote_bin = v;
-        else if (cli_parse_u64(v, "--base-port", 1, 65535, &a->base_port))
+        else if (k == 2 &&
+                 cli_parse_u64(v, "--base-port", 1, 65535, &a->base_port))
             return -1;
     }
-    if (a->hosts_file == NULL && out != argc) {
+    if (a->hosts_file == NULL && hosts_opts > 0) {
         fprintf(stderr,
                 "rumor launch: --base-port, --remote-dir and --rumor-path "
                 "need --hosts\n");
@@ -894,17 +836,21 @@ s_start_remote(const struct s_args *a,
 
 /* --- local children ------------------------------------------------------ */
 
+/* Starts local node i; a restart (mode "--resume" or "--join") comes
+ * last on the command line, so it overrides a --resume or --join the
+ * node options (or their config file) may hold. */
 static int
 s_start_local(const struct s_args *a,
               struct s_child *c,
               const char *keydir,
               size_t i,
-              pid_t self)
+              pid_t self,
+              const char *mode)
 {
     char id[24], key[RUMOR_NODE_PATH_MAX + 64];
     snprintf(id, sizeof id, "%zu", i);
     snprintf(key, sizeof key, "%s/node-%zu", keydir, i);
-    char **argv2 = calloc(a->npass + 12, sizeof *argv2);
+    char **argv2 = calloc(a->npass + 14, sizeof *argv2);
     int fds[2];
     if (argv2 == NULL || pipe(fds) != 0) {
         free(argv2);
@@ -925,6 +871,12 @@ s_start_local(const struct s_args *a,
     argv2[k++] = (char *)a->metrics_dir;
     for (size_t p = 0; p < a->npass; p++)
         argv2[k++] = a->pass[p];
+    bool resume = mode != NULL && strcmp(mode, "--resume") == 0;
+    if (mode != NULL)
+        argv2[k++] = resume ? "--no-join" : "--join";
+    /* --no-resume alone would need --checkpoint-dir */
+    if (mode != NULL && (resume || a->opts.checkpoint_dir[0] != '\0'))
+        argv2[k++] = resume ? "--resume" : "--no-resume";
     fflush(stdout);
     fcntl(fds[0], F_SETFD, FD_CLOEXEC);
     fcntl(fds[1], F_SETFD, FD_CLOEXEC);
@@ -934,8 +886,324 @@ s_start_local(const struct s_args *a,
     free(argv2);
     if (c->pid < 0)
         return 1;
-    printf("[launch] node %zu: pid %d\n", i, (int)c->pid);
+    if (mode == NULL)
+        printf("[launch] node %zu: pid %d\n", i, (int)c->pid);
+    else
+        printf("[launch] node %zu restarted with %s: pid %d\n",
+               i,
+               mode,
+               (int)c->pid);
     return 0;
+}
+
+/* --- supervision ------------------------------------------------------- */
+
+/* The children and what it takes to restart one. */
+struct s_sup {
+    const struct s_args *a;
+    const rumor_topology *t;
+    const char *keydir;
+    pid_t self;
+    struct s_child *kids;
+    size_t count;
+    size_t alive;   /* children not reaped */
+    size_t open;    /* output pipes not at EOF */
+    size_t pending; /* restarts not yet due */
+    bool interrupted, failed;
+    int can_skip; /* the algorithm goes on without a node; -1: not asked */
+    uint64_t kill_at;
+};
+
+/* Whether the nodes' algorithm goes on without a node: what their fault
+ * path asks (rumor_gossip_can_skip), on the model node 0 trains. Asked
+ * once, at the first failure. A model that cannot be built here counts
+ * as an algorithm that cannot skip: the run stops as without restarts. */
+static bool
+s_can_skip(struct s_sup *s)
+{
+    if (s->can_skip >= 0)
+        return s->can_skip > 0;
+    const struct rumor_node_opts *o = &s->a->opts;
+    struct rumor_dataset *data = NULL;
+    rumor_workload *w = NULL;
+    rumor_gossip *g = NULL;
+    struct rumor_diag diag = {0};
+    struct rumor_workload_opts wo = o->workload;
+    rumor_err rc = RUMOR_OK;
+    if (o->dataset[0] != '\0')
+        rc = rumor_dataset_open(o->dataset, wo.seed, &data, &diag);
+    wo.dataset = data;
+    wo.node = 0;
+    wo.nodes = (uint32_t)rumor_topology_nodes(s->t);
+    wo.want_cuda = false;
+    if (rc == RUMOR_OK)
+        rc = rumor_workload_new(&wo, &w, &diag);
+    struct rumor_gossip_opts go = o->gossip;
+    go.seed = o->workload.seed;
+    if (rc == RUMOR_OK)
+        rc = rumor_gossip_new(&go, s->t, 0, rumor_workload_model(w), &g, &diag);
+    s->can_skip = rc == RUMOR_OK && rumor_gossip_can_skip(g);
+    rumor_gossip_destroy(&g);
+    rumor_workload_destroy(&w);
+    rumor_dataset_destroy(&data);
+    return s->can_skip > 0;
+}
+
+/* Ends the run: every child gets sig, pending restarts are dropped, and
+ * the children still alive after the grace period will be killed. */
+static void
+s_stop_all(struct s_sup *s, int sig)
+{
+    for (size_t k = 0; k < s->count; k++)
+        if (s->kids[k].restart_at != 0) {
+            s->kids[k].restart_at = 0;
+            s->pending--;
+        }
+    s_signal_all(s->kids, s->count, sig);
+    if (s->kill_at == UINT64_MAX)
+        s->kill_at = rumor_clock_ns() + LAUNCH_GRACE_MS * 1000000ull;
+}
+
+/* --resume when node c has a good checkpoint (*step: its step), else
+ * --join. */
+static const char *
+s_restart_mode(const struct s_sup *s, const struct s_child *c, uint64_t *step)
+{
+    const char *dir = s->a->opts.checkpoint_dir;
+    *step = 0;
+    if (dir[0] == '\0')
+        return "--join";
+    rumor_buf buf;
+    rumor_buf_init(&buf, SIZE_MAX);
+    struct rumor_checkpoint ck;
+    char path[RUMOR_NODE_PATH_MAX + 64];
+    struct rumor_diag diag = {0};
+    rumor_err rc = rumor_checkpoint_read_newest(dir,
+                                                c->id,
+                                                &buf,
+                                                &ck,
+                                                path,
+                                                sizeof path,
+                                                &diag);
+    if (rc == RUMOR_OK)
+        *step = ck.step;
+    rumor_buf_free(&buf);
+    return rc == RUMOR_OK ? "--resume" : "--join";
+}
+
+/* Schedules the restart of node c, which failed (what: how). The first
+ * restart is immediate; each further one waits LAUNCH_BACKOFF_MS more, so
+ * a node that cannot start does not spin. */
+static void
+s_schedule_restart(struct s_sup *s, struct s_child *c, const char *what)
+{
+    uint64_t step = 0;
+    c->mode = s_restart_mode(s, c, &step);
+    c->restart_at = rumor_clock_ns() + 1 +
+                    (uint64_t)c->restarts * LAUNCH_BACKOFF_MS * 1000000ull;
+    c->restarts++;
+    s->pending++;
+    printf("[launch] node %u %s: restarting it with %s", c->id, what, c->mode);
+    if (step > 0)
+        printf(" from step %llu", (unsigned long long)step);
+    printf(" (attempt %u/%llu)\n", c->restarts, s->a->restart);
+}
+
+/* Node c failed (what: how) in a run whose algorithm skips a missing
+ * node: restart it, unless it has had its restarts or nobody is left to
+ * take it back; either way the others go on. */
+static void
+s_retry(struct s_sup *s, struct s_child *c, const char *what)
+{
+    if (c->restarts < s->a->restart && s->alive > 0)
+        s_schedule_restart(s, c, what);
+    else if (c->restarts < s->a->restart)
+        printf("[launch] node %u %s: not restarted, no other node is "
+               "running\n",
+               c->id,
+               what);
+    else
+        printf("[launch] node %u %s: gave up after %u restart%s; the "
+               "others go on without it\n",
+               c->id,
+               what,
+               c->restarts,
+               c->restarts == 1 ? "" : "s");
+}
+
+/* What to do about child c that ended with wait status ws. */
+static void
+s_on_exit(struct s_sup *s, struct s_child *c, int ws)
+{
+    char what[64];
+    if (WIFEXITED(ws))
+        snprintf(what, sizeof what, "exited with status %d", WEXITSTATUS(ws));
+    else
+        snprintf(what, sizeof what, "killed by signal %d", WTERMSIG(ws));
+    bool ok = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+    bool restartable = !c->remote && s->a->restart > 0;
+    /* rumor node's statuses for options it refused, a neighbour that
+     * refused it at the handshake, and a diverged run: the same
+     * configuration would fail the same way again. */
+    bool misconfigured =
+        WIFEXITED(ws) &&
+        (WEXITSTATUS(ws) == 2 || WEXITSTATUS(ws) == CLI_EXIT_DIVERGED);
+    if (!ok && !s->interrupted && !s->failed && restartable && !misconfigured &&
+        s_can_skip(s)) {
+        s_retry(s, c, what);
+        return;
+    }
+    printf("[launch] node %u %s\n", c->id, what);
+    if (ok || s->interrupted || s->failed)
+        return;
+    if (misconfigured)
+        printf("[launch] node %u %s (see its error above); restarting it "
+               "would not help: stopping the others\n",
+               c->id,
+               WEXITSTATUS(ws) == 2 ? "was refused its configuration"
+                                    : "diverged");
+    else if (restartable)
+        printf("[launch] --algo %s cannot continue without node %u (it does "
+               "not skip a missing node; elastic rings that re-form without "
+               "it are future work, issue 23): stopping the others\n",
+               s->a->opts.gossip.algo,
+               c->id);
+    else
+        printf("[launch] node %u failed: stopping the others\n", c->id);
+    s->failed = true;
+    s_stop_all(s, SIGTERM);
+}
+
+/* What is left in the pipe of a dead incarnation, before the next one
+ * gets a pipe of its own. */
+static void
+s_flush_output(struct s_sup *s, struct s_child *c)
+{
+    while (c->fd >= 0) {
+        struct pollfd p = {c->fd, POLLIN, 0};
+        if (poll(&p, 1, 0) <= 0) {
+            if (c->len > 0)
+                s_emit_line(c);
+            close(c->fd);
+            c->fd = -1;
+        } else
+            s_drain(c);
+        if (c->fd < 0)
+            s->open--;
+    }
+}
+
+static void
+s_restart_due(struct s_sup *s)
+{
+    uint64_t now = rumor_clock_ns();
+    for (size_t k = 0; k < s->count; k++) {
+        struct s_child *c = &s->kids[k];
+        if (c->restart_at == 0 || now < c->restart_at)
+            continue;
+        c->restart_at = 0;
+        s->pending--;
+        s_flush_output(s, c);
+        int rc = s_start_local(s->a, c, s->keydir, c->id, s->self, c->mode);
+        if (rc != 0 || c->pid <= 0) {
+            printf("[launch] node %u: cannot restart it: %s\n",
+                   c->id,
+                   strerror(errno));
+            c->pid = 0;
+            if (c->fd >= 0)
+                close(c->fd);
+            c->fd = -1;
+            continue;
+        }
+        s->alive++;
+        s->open++;
+    }
+}
+
+/* Reaps the children that ended and acts on each. */
+static void
+s_reap(struct s_sup *s)
+{
+    for (size_t k = 0; k < s->count; k++) {
+        struct s_child *c = &s->kids[k];
+        int st = 0;
+        if (c->pid <= 0 || waitpid(c->pid, &st, WNOHANG) != c->pid)
+            continue;
+        c->pid = 0;
+        c->status = st;
+        s->alive--;
+        if (c->in_fd >= 0)
+            close(c->in_fd);
+        c->in_fd = -1;
+        s_on_exit(s, c, st);
+        fflush(stdout);
+    }
+}
+
+static void
+s_read_outputs(struct s_sup *s, const struct pollfd *fds, size_t nfds)
+{
+    for (size_t k = 0, f = 1; k < s->count; k++) {
+        struct s_child *c = &s->kids[k];
+        if (c->fd < 0)
+            continue;
+        if (f < nfds && fds[f].fd == c->fd &&
+            (fds[f].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+            s_drain(c);
+            if (c->fd < 0)
+                s->open--;
+        }
+        f++;
+    }
+}
+
+/* Runs the children, restarting those that fail when the run allows it,
+ * until every one is reaped; returns the exit status. */
+static int
+s_supervise(struct s_sup *s)
+{
+    struct pollfd fds[LAUNCH_MAX_NODES + 1];
+    uint64_t drain_until = 0;
+    while (s->alive > 0 || s->open > 0 || s->pending > 0) {
+        size_t nfds = 0;
+        fds[nfds++] = (struct pollfd){s_sigpipe[0], POLLIN, 0};
+        for (size_t k = 0; k < s->count; k++)
+            if (s->kids[k].fd >= 0)
+                fds[nfds++] = (struct pollfd){s->kids[k].fd, POLLIN, 0};
+        int ready = poll(fds, (nfds_t)nfds, 100);
+        if (ready < 0 && errno != EINTR)
+            break;
+        unsigned char sig = 0;
+        if (ready > 0 && (fds[0].revents & POLLIN) != 0 &&
+            read(s_sigpipe[0], &sig, 1) == 1) {
+            printf("[launch] signal %d: forwarding to the nodes\n", sig);
+            s->interrupted = true;
+            s_stop_all(s, sig);
+        }
+        s_read_outputs(s, fds, ready > 0 ? nfds : 0);
+        s_reap(s);
+        s_restart_due(s);
+        if (s->alive > 0 && rumor_clock_ns() >= s->kill_at) {
+            printf("[launch] nodes still running after %d ms: killing them\n",
+                   LAUNCH_GRACE_MS);
+            s_signal_all(s->kids, s->count, SIGKILL);
+            s->kill_at = UINT64_MAX - 1;
+        }
+        /* every child is reaped: output still open belongs to something
+         * they left behind, which gets a short while to finish */
+        bool over = s->alive == 0 && s->pending == 0;
+        if (over && drain_until == 0)
+            drain_until = rumor_clock_ns() + LAUNCH_DRAIN_MS * 1000000ull;
+        if (over && rumor_clock_ns() >= drain_until)
+            s->open = s_close_outputs(s->kids, s->count);
+    }
+    int status = 0;
+    for (size_t k = 0; k < s->count; k++) {
+        int st = s->kids[k].status;
+        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+            status = 1;
+    }
+    return s->interrupted ? 130 : status;
 }
 
 /* --- main ------------------------------------------------------------------
@@ -1010,8 +1278,12 @@ s_catch_signals(void)
 
 /* Starts every node marked in start, then supervises; returns the status. */
 static int
-s_run(struct s_args *a, const bool *start, size_t n, const char *keydir)
+s_run(struct s_args *a,
+      const rumor_topology *t,
+      const bool *start,
+      const char *keydir)
 {
+    size_t n = rumor_topology_nodes(t);
     struct s_child *kids = calloc(n, sizeof *kids);
     if (kids == NULL || pipe(s_sigpipe) != 0) {
         free(kids);
@@ -1042,8 +1314,9 @@ s_run(struct s_args *a, const bool *start, size_t n, const char *keydir)
         snprintf(logp, sizeof logp, "%s/node-%zu.log", a->metrics_dir, i);
         c->id = (uint32_t)i;
         c->log = fopen(logp, "we");
-        status = a->hosts_file != NULL ? s_start_remote(a, c, keydir, i, self)
-                                       : s_start_local(a, c, keydir, i, self);
+        status = a->hosts_file != NULL
+                     ? s_start_remote(a, c, keydir, i, self)
+                     : s_start_local(a, c, keydir, i, self, NULL);
         if (c->pid > 0)
             started++;
         else if (c->fd >= 0)
@@ -1055,9 +1328,20 @@ s_run(struct s_args *a, const bool *start, size_t n, const char *keydir)
                     strerror(errno));
     }
     fflush(stdout);
+    struct s_sup sup = {.a = a,
+                        .t = t,
+                        .keydir = keydir,
+                        .self = self,
+                        .kids = kids,
+                        .count = started,
+                        .alive = started,
+                        .open = started,
+                        .failed = status != 0,
+                        .can_skip = -1,
+                        .kill_at = UINT64_MAX};
     if (status != 0)
-        s_signal_all(kids, started, SIGTERM);
-    int run_status = s_supervise(kids, started);
+        s_stop_all(&sup, SIGTERM);
+    int run_status = s_supervise(&sup);
     if (status == 0)
         status = run_status;
     if (status == 0 && count == n && a->hosts_file == NULL)
@@ -1091,7 +1375,7 @@ cli_launch_main(int argc, char **argv)
     if (status == 0)
         status = s_setup(&a, t, start, keydir);
     if (status == 0) {
-        status = s_run(&a, start, rumor_topology_nodes(t), keydir);
+        status = s_run(&a, t, start, keydir);
         printf("[launch] %s (exit %d)\n",
                status == 0     ? "all nodes finished"
                : status == 130 ? "interrupted"

@@ -161,6 +161,12 @@ cli_node_main(int argc, char **argv)
     rumor_node_summary(node, &sum);
     s_running = NULL;
     rumor_node_destroy(&node);
+    if (rc != RUMOR_OK && sum.refused) /* another node's configuration */
+        return s_fail("node", &diag, RUMOR_EINVAL);
+    if (rc != RUMOR_OK && sum.diverged) {
+        s_fail("node", &diag, rc);
+        return CLI_EXIT_DIVERGED;
+    }
     if (rc != RUMOR_OK)
         return s_fail("node", &diag, rc == RUMOR_EINVAL ? RUMOR_EIO : rc);
     if (sum.stopped && s_signal == SIGINT)

@@ -22,6 +22,7 @@
 #include "rumor/node.h"
 
 #include "node/cli.h"
+#include "node/runtime_impl.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -51,7 +52,7 @@ cli_sim_help(FILE *out)
             "usage: rumor sim consensus --topology SPEC|FILE [--algo NAME]\n"
             "           [--size RxC] [--steps N] [--every K] [--seed S] "
             "[--json]\n"
-            "           [--codec SPEC] [--gamma G] [--rank R] "
+            "           [--codec SPEC] [--gamma G|auto] [--rank R] "
             "[--iterations I] [--theta T]\n"
             "           [--period H] [--gossip-rounds K] [--delta-codec "
             "SPEC]\n"
@@ -81,7 +82,9 @@ cli_sim_help(FILE *out)
             "qsgd:bits=4; --gamma), moniqua (--theta, --gamma), powergossip\n"
             "(--rank, --iterations, --gamma), powersgd (--rank), localsgd\n"
             "(--period, --gossip-rounds, --delta-codec, --outer-lr,\n"
-            "--outer-momentum).\n"
+            "--outer-momentum). --gamma auto (the default) chooses it per\n"
+            "algorithm from the topology and the codec (docs/gossip.md,\n"
+            "\"Defaults\"); the value goes to stderr.\n"
             "--ef-alpha: localsgd with --delta-codec, step-ahead error\n"
             "feedback (0 plain EF, 1 SAEF); --saef-scope self|neighbourhood\n"
             "[:CODEC]: look ahead by the own error or by the W-weighted\n"
@@ -301,6 +304,8 @@ s_parse_args(int argc, char **argv, struct sim_args *a)
             snprintf(a->gossip.algo, sizeof a->gossip.algo, "%s", val);
         else if (strcmp(opt, "--codec") == 0)
             snprintf(a->gossip.codec, sizeof a->gossip.codec, "%s", val);
+        else if (strcmp(opt, "--gamma") == 0 && strcmp(val, "auto") == 0)
+            a->gossip.gamma = RUMOR_GOSSIP_GAMMA_AUTO;
         else if (strcmp(opt, "--gamma") == 0)
             rc = cli_parse_double(val,
                                   opt,
@@ -358,6 +363,25 @@ s_parse_args(int argc, char **argv, struct sim_args *a)
     a->gossip.seed = a->seed;
     a->work.seed = a->seed;
     return 0;
+}
+
+/* Says which gamma "auto" chose (stderr: stdout is the data). */
+static void
+s_say_gamma(const struct sim_args *a, rumor_gossip *node0)
+{
+    static const char *const uses[] = {"dpsgd",
+                                       "choco",
+                                       "deepsqueeze",
+                                       "moniqua",
+                                       "powergossip"};
+    bool used = false;
+    for (size_t i = 0; i < sizeof uses / sizeof uses[0]; i++)
+        used |= strcmp(a->gossip.algo, uses[i]) == 0;
+    if (used && a->gossip.gamma == RUMOR_GOSSIP_GAMMA_AUTO)
+        fprintf(stderr,
+                "rumor sim: %s gamma %.4g (auto)\n",
+                a->gossip.algo,
+                rumor_gossip_gamma(node0));
 }
 
 /* mean_i ||x_i - x_bar||^2, in double. */
@@ -489,6 +513,8 @@ struct train_run {
     struct rumor_model **grad, *avg;
     rumor_gossip **nodes;
     rumor_sim *sim;
+    bool grad_x;          /* the gossip averages gradients (as the node) */
+    double first_loss;    /* the first step's mean loss */
     rumor_simlink *links; /* --link-rate: modelled links */
     double seconds;       /* their modelled wall clock */
     FILE *trace;          /* --adapt-trace */
@@ -540,7 +566,7 @@ s_train_node(struct sim_args *a,
         rc = rumor_gossip_new(&a->gossip,
                               r->topo,
                               (uint32_t)i,
-                              model,
+                              r->grad_x ? r->grad[i] : model,
                               &r->nodes[i],
                               diag);
     return rc;
@@ -554,6 +580,11 @@ s_train_setup(struct sim_args *a, struct train_run *r, struct rumor_diag *diag)
     if (rc != RUMOR_OK)
         return rc;
     r->n = rumor_topology_nodes(r->topo);
+    /* powersgd and allreduce average gradients, as `rumor node` does */
+    struct rumor_node_opts no;
+    rumor_node_opts_default(&no);
+    no.gossip = a->gossip;
+    r->grad_x = node_exchange_gradient(&no);
     if (a->dataset != NULL)
         rc = rumor_dataset_open(a->dataset, a->seed, &r->data, diag);
     r->work = calloc(r->n, sizeof *r->work);
@@ -721,6 +752,33 @@ s_train_step(struct train_run *r, uint64_t step, double *loss)
     return rc;
 }
 
+/* A diverged run (a non-finite model fails the gossip's encode with
+ * RUMOR_ENUMERIC before its loss is seen) stops with the options that
+ * control it. */
+static bool
+s_train_diverged(const struct sim_args *a,
+                 struct train_run *r,
+                 rumor_err rc,
+                 uint64_t done,
+                 double loss)
+{
+    if (rc == RUMOR_OK && done == 1)
+        r->first_loss = loss;
+    if (rc != RUMOR_ENUMERIC &&
+        (rc != RUMOR_OK || !node_diverged(loss, r->first_loss)))
+        return false;
+    char text[512];
+    node_diverge_message(&a->gossip,
+                         rumor_gossip_gamma(r->nodes[0]),
+                         rumor_optim_lr(r->optim[0], done - 1),
+                         done,
+                         loss,
+                         text,
+                         sizeof text);
+    fprintf(stderr, "rumor sim: %s\n", text);
+    return true;
+}
+
 static int
 s_train(int argc, char **argv)
 {
@@ -750,6 +808,7 @@ s_train(int argc, char **argv)
         s_train_free(&r);
         return rc == RUMOR_EINVAL || rc == RUMOR_EPROTO ? 2 : 1;
     }
+    s_say_gamma(&a, r.nodes[0]);
     const char *key = opt != NULL ? "dist_opt" : "test_accuracy";
     if (!a.json)
         printf("step,bits_per_node,loss,%s%s\n",
@@ -759,6 +818,10 @@ s_train(int argc, char **argv)
         double loss = 0, metric = 0;
         rc = s_train_step(&r, step, &loss);
         uint64_t done = step + 1;
+        if (s_train_diverged(&a, &r, rc, done, loss)) {
+            s_train_free(&r);
+            return CLI_EXIT_DIVERGED;
+        }
         if (rc != RUMOR_OK || (done % a.every != 0 && done != a.steps))
             continue;
         if (opt != NULL)
@@ -801,6 +864,7 @@ s_consensus(int argc, char **argv)
         s_run_free(&r);
         return rc == RUMOR_EINVAL || rc == RUMOR_EPROTO ? 2 : 1;
     }
+    s_say_gamma(&a, r.nodes[0]);
     double e0 = s_consensus_error(r.x, r.n, r.numel);
     if (!a.json)
         printf("step,bits_per_node,rel_error\n");

@@ -41,7 +41,8 @@ typedef enum s_kind {
     S_EXCHANGE, /* auto | model | gradient */
     S_LOGLEVEL, /* error | warn | info | debug */
     S_RATE,     /* bits per second with an optional k, M or G suffix */
-    S_PROGRESS  /* auto | on | off */
+    S_PROGRESS, /* auto | on | off */
+    S_GAMMA     /* auto | a double in [lo, hi] */
 } s_kind;
 
 struct s_opt {
@@ -80,7 +81,7 @@ static const struct s_opt s_opts[] = {
     {"decay-factor", S_DBL, F(optim.decay_factor), 0, 1e-12, 1},
     {"algo", S_STR, F(gossip.algo), A(gossip.algo), 0, 0},
     {"codec", S_STR, F(gossip.codec), A(gossip.codec), 0, 0},
-    {"gamma", S_DBL, F(gossip.gamma), 0, 1e-9, RUMOR_GOSSIP_GAMMA_MAX},
+    {"gamma", S_GAMMA, F(gossip.gamma), 0, 1e-9, RUMOR_GOSSIP_GAMMA_MAX},
     {"rank", S_SIZE, F(gossip.rank), 0, 1, 4096},
     {"iterations", S_U32, F(gossip.iterations), 0, 1, 1000},
     {"period", S_U32, F(gossip.period), 0, 1, 1000000},
@@ -328,6 +329,15 @@ s_apply(struct rumor_node_opts *o,
         if (rc == RUMOR_OK)
             *(double *)(void *)field = x;
         return rc;
+    case S_GAMMA:
+        if (strcmp(v, "auto") == 0) {
+            *(double *)(void *)field = RUMOR_GOSSIP_GAMMA_AUTO;
+            return RUMOR_OK;
+        }
+        rc = s_parse_double(v, d->name, d->lo, d->hi, &x, diag);
+        if (rc == RUMOR_OK)
+            *(double *)(void *)field = x;
+        return rc;
     case S_BOOL:
         return s_parse_bool(v, (bool *)(void *)field, d->name, diag);
     case S_WORKLOAD:
@@ -389,12 +399,12 @@ s_algo_is(const struct rumor_node_opts *o, const char *a, const char *b)
 /* Options that only apply to some algorithms: name and the algorithms. */
 struct s_applies {
     const char *name;
-    const char *algos[4];
+    const char *algos[5];
 };
 
 static const struct s_applies s_algo_opts[] = {
     {"codec", {"choco", "deepsqueeze", NULL, NULL}},
-    {"gamma", {"dpsgd", "choco", "powergossip", "deepsqueeze"}},
+    {"gamma", {"dpsgd", "choco", "powergossip", "deepsqueeze", "moniqua"}},
     {"rank", {"powergossip", "powersgd", NULL, NULL}},
     {"iterations", {"powergossip", NULL, NULL, NULL}},
     {"period", {"localsgd", NULL, NULL, NULL}},
@@ -649,7 +659,9 @@ rumor_node_opts_check(const struct rumor_node_opts *o, struct rumor_diag *diag)
         if (!s_given(o, a->name))
             continue;
         bool fits = false;
-        for (size_t k = 0; k < 4 && a->algos[k] != NULL; k++)
+        for (size_t k = 0;
+             k < sizeof a->algos / sizeof a->algos[0] && a->algos[k] != NULL;
+             k++)
             fits |= strcmp(o->gossip.algo, a->algos[k]) == 0;
         if (!fits) {
             rumor_diag_set(diag,

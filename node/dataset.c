@@ -15,7 +15,8 @@
  * the binary needs no data path at run time and the shipped file stays a
  * plain, readable CSV parsed by the same code as users' CSV files
  * (dataset_io.c). Rejected: a generated C array (a second 265 KB copy of
- * the data in the tree) and zlib (a new dependency for 57 KB saved).
+ * the data in the tree) and a gzip copy (57 KB saved, for an inflate at
+ * every start and a file no longer readable in the tree).
  * Limit: make does not track data/digits.csv as a dependency of this
  * object; touch this file after editing the data.
  */
@@ -319,18 +320,30 @@ rumor_dataset_split(const struct rumor_dataset *all,
     assert(test != NULL);
     *train = NULL;
     *test = NULL;
-    if (!(test_fraction > 0 && test_fraction < 1))
-        return RUMOR_EINVAL;
-    size_t n_test = (size_t)llround(test_fraction * (double)all->n);
+    size_t n_test = all->test_n;
+    if (n_test == 0) {
+        if (!(test_fraction > 0 && test_fraction < 1))
+            return RUMOR_EINVAL;
+        n_test = (size_t)llround(test_fraction * (double)all->n);
+    }
     if (n_test == 0 || n_test >= all->n)
         return RUMOR_EINVAL;
     size_t *perm = malloc(all->n * sizeof *perm);
     if (perm == NULL)
         return RUMOR_ENOMEM;
-    node_permutation(rumor_seed_derive(seed, SEED_SPLIT, 0), 0, perm, all->n);
-    /* Keep the original order inside each part (readable, cache-friendly). */
-    qsort(perm, n_test, sizeof *perm, s_cmp_size);
-    qsort(perm + n_test, all->n - n_test, sizeof *perm, s_cmp_size);
+    if (all->test_n > 0) {
+        /* The dataset's own held-out set: [n - n_test, n), listed first. */
+        for (size_t i = 0; i < all->n; i++)
+            perm[i] = (all->n - n_test + i) % all->n;
+    } else {
+        node_permutation(rumor_seed_derive(seed, SEED_SPLIT, 0),
+                         0,
+                         perm,
+                         all->n);
+        /* Keep the original order inside each part (readable, fast). */
+        qsort(perm, n_test, sizeof *perm, s_cmp_size);
+        qsort(perm + n_test, all->n - n_test, sizeof *perm, s_cmp_size);
+    }
     rumor_err rc = rumor_dataset_subset(all, perm, n_test, test);
     if (rc == RUMOR_OK)
         rc = rumor_dataset_subset(all, perm + n_test, all->n - n_test, train);

@@ -18,21 +18,45 @@
  * sized by what was counted and checked, never by a claim in the file.
  * Numbers go through strtol/strtof on a bounded, NUL-terminated copy of
  * each field because the input itself is not NUL-terminated.
+ *
+ * IDX files may be gzip-compressed, as MNIST and Fashion-MNIST are
+ * published and as Debian's dataset-fashion-mnist installs them. A file
+ * is gzip when its first two bytes are 1f 8b (RFC 1952), whatever its
+ * name. It is inflated from memory with zlib's inflate() rather than read
+ * with gzread(), so rumor_dataset_parse_idx stays a pure function of
+ * bytes and the fuzz harness covers decompression too; the output is
+ * capped by the largest valid IDX file, so a small file that inflates to
+ * gigabytes is refused early. A directory of the published file names
+ * (fashion-mnist:DIR, mnist:DIR) gives the training pair followed by the
+ * t10k pair, the official test set, which rumor_dataset_split then keeps
+ * as the held-out set (test_n) instead of drawing one.
  */
 #include "rumor/node.h"
 
 #include <assert.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#define ZLIB_CONST /* next_in points at const input */
+#include <zlib.h>
 
 #define IDX_IMAGES_MAGIC 0x00000803u /* ubyte, 3 dimensions */
 #define IDX_LABELS_MAGIC 0x00000801u /* ubyte, 1 dimension */
 #define CIFAR_PIXELS     3072u       /* 3 x 32 x 32 */
 #define CIFAR_RECORD     (1u + CIFAR_PIXELS)
 #define CIFAR_CLASSES    10u
+/* Where Debian's dataset-fashion-mnist package puts the four files. */
+#define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+#define FASHION_MNIST_HINT                                      \
+    "install the Debian package dataset-fashion-mnist or pass " \
+    "fashion-mnist:DIR"
+#define GZIP_MAGIC0 0x1fu
+#define GZIP_MAGIC1 0x8bu
+#define GZIP_CHUNK  (1u << 20) /* inflate output per call */
 
 /* --- helpers ------------------------------------------------------------- */
 
@@ -73,24 +97,125 @@ s_set_name(struct rumor_dataset *d, const char *name)
     snprintf(d->name, sizeof d->name, "%s", slash ? slash + 1 : name);
 }
 
+/* --- gzip ----------------------------------------------------------------- */
+
+static bool
+s_is_gzip(const uint8_t *data, size_t len)
+{
+    return data != NULL && len >= 2 && data[0] == GZIP_MAGIC0 &&
+           data[1] == GZIP_MAGIC1;
+}
+
+/* Inflates gzip data (one member or several concatenated, as gzip(1)
+ * writes and reads them) into out, whose cap bounds the output: a small
+ * file that inflates past what any valid input could hold is refused
+ * before it is all in memory. zlib takes at most UINT_MAX input bytes per
+ * call, so the input is fed in slices. */
+static rumor_err
+s_gunzip(const uint8_t *in,
+         size_t len,
+         const char *name,
+         rumor_buf *out,
+         struct rumor_diag *diag)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 15 + 16) != Z_OK) /* 16: gzip wrapper only */
+        return RUMOR_ENOMEM;
+    rumor_err rc = RUMOR_OK;
+    size_t fed = 0;
+    for (;;) {
+        if (z.avail_in == 0 && fed < len) {
+            size_t slice = len - fed < UINT_MAX ? len - fed : UINT_MAX;
+            z.next_in = in + fed;
+            z.avail_in = (uInt)slice;
+            fed += slice;
+        }
+        size_t want =
+            out->cap - out->len < GZIP_CHUNK ? out->cap - out->len : GZIP_CHUNK;
+        if (want == 0) {
+            rumor_diag_set(diag,
+                           name,
+                           0,
+                           0,
+                           "gzip data inflates past %zu bytes, more than "
+                           "the caps allow",
+                           out->cap);
+            rc = RUMOR_ETOOBIG;
+            break;
+        }
+        rc = rumor_buf_reserve(out, want);
+        if (rc != RUMOR_OK)
+            break;
+        size_t room = out->alloc - out->len;
+        room = room < UINT_MAX ? room : UINT_MAX;
+        z.next_out = out->data + out->len;
+        z.avail_out = (uInt)room;
+        int zr = inflate(&z, Z_NO_FLUSH);
+        out->len += room - z.avail_out;
+        if (zr == Z_STREAM_END) {
+            size_t at = fed - z.avail_in;
+            if (at == len)
+                break;
+            if (!s_is_gzip(in + at, len - at)) {
+                rumor_diag_set(diag,
+                               name,
+                               0,
+                               0,
+                               "gzip data followed by %zu bytes that are "
+                               "not gzip",
+                               len - at);
+                rc = RUMOR_EPROTO;
+                break;
+            }
+            inflateReset(&z); /* another member follows */
+            continue;
+        }
+        if (zr == Z_OK)
+            continue;
+        if (zr == Z_BUF_ERROR && z.avail_in == 0 && fed == len) {
+            rumor_diag_set(diag,
+                           name,
+                           0,
+                           0,
+                           "gzip data truncated: the stream ends early "
+                           "(%zu compressed bytes, %zu inflated)",
+                           len,
+                           out->len);
+            rc = RUMOR_EPROTO;
+            break;
+        }
+        if (zr == Z_MEM_ERROR) {
+            rc = RUMOR_ENOMEM;
+            break;
+        }
+        rumor_diag_set(diag,
+                       name,
+                       0,
+                       0,
+                       "gzip data corrupt at compressed byte %zu: %s",
+                       fed - z.avail_in,
+                       z.msg != NULL ? z.msg : "inflate failed");
+        rc = RUMOR_EPROTO;
+        break;
+    }
+    inflateEnd(&z);
+    return rc;
+}
+
 /* --- IDX ------------------------------------------------------------------ */
 
-rumor_err
-rumor_dataset_parse_idx(const uint8_t *images,
-                        size_t images_len,
-                        const char *images_name,
-                        const uint8_t *labels,
-                        size_t labels_len,
-                        const char *labels_name,
-                        struct rumor_dataset **out,
-                        struct rumor_diag *diag)
+/* Parses an uncompressed IDX pair (the names are already defaulted). */
+static rumor_err
+s_parse_idx_raw(const uint8_t *images,
+                size_t images_len,
+                const char *images_name,
+                const uint8_t *labels,
+                size_t labels_len,
+                const char *labels_name,
+                struct rumor_dataset **out,
+                struct rumor_diag *diag)
 {
-    assert(out != NULL);
-    *out = NULL;
-    if (images_name == NULL)
-        images_name = "images";
-    if (labels_name == NULL)
-        labels_name = "labels";
     if (images == NULL || images_len < 16) {
         rumor_diag_set(diag,
                        images_name,
@@ -209,6 +334,75 @@ rumor_dataset_parse_idx(const uint8_t *images,
     s_set_name(d, images_name);
     *out = d;
     return RUMOR_OK;
+}
+
+/* Points *bytes, *len at the inflated copy in buf when they hold gzip
+ * data; leaves them alone otherwise. */
+static rumor_err
+s_maybe_gunzip(const uint8_t **bytes,
+               size_t *len,
+               uint64_t cap,
+               const char *name,
+               rumor_buf *buf,
+               struct rumor_diag *diag)
+{
+    if (!s_is_gzip(*bytes, *len))
+        return RUMOR_OK;
+    rumor_buf_init(buf, (size_t)cap);
+    rumor_err rc = s_gunzip(*bytes, *len, name, buf, diag);
+    if (rc == RUMOR_OK) {
+        *bytes = buf->data;
+        *len = buf->len;
+    }
+    return rc;
+}
+
+rumor_err
+rumor_dataset_parse_idx(const uint8_t *images,
+                        size_t images_len,
+                        const char *images_name,
+                        const uint8_t *labels,
+                        size_t labels_len,
+                        const char *labels_name,
+                        struct rumor_dataset **out,
+                        struct rumor_diag *diag)
+{
+    assert(out != NULL);
+    *out = NULL;
+    if (images_name == NULL)
+        images_name = "images";
+    if (labels_name == NULL)
+        labels_name = "labels";
+    /* The caps bound the largest valid file of each kind, so they bound
+     * what gzip data may inflate to as well. */
+    rumor_buf img, lab;
+    rumor_buf_init(&img, 0);
+    rumor_buf_init(&lab, 0);
+    rumor_err rc = s_maybe_gunzip(&images,
+                                  &images_len,
+                                  16 + RUMOR_DATASET_MAX_VALUES,
+                                  images_name,
+                                  &img,
+                                  diag);
+    if (rc == RUMOR_OK)
+        rc = s_maybe_gunzip(&labels,
+                            &labels_len,
+                            8 + (uint64_t)RUMOR_DATASET_MAX_SAMPLES,
+                            labels_name,
+                            &lab,
+                            diag);
+    if (rc == RUMOR_OK)
+        rc = s_parse_idx_raw(images,
+                             images_len,
+                             images_name,
+                             labels,
+                             labels_len,
+                             labels_name,
+                             out,
+                             diag);
+    rumor_buf_free(&img);
+    rumor_buf_free(&lab);
+    return rc;
 }
 
 rumor_err
@@ -698,6 +892,128 @@ s_synth_params(char *text, struct rumor_synth_opts *o, struct rumor_diag *d)
     return RUMOR_OK;
 }
 
+/* --- IDX directories (MNIST, Fashion-MNIST) ---------------------------- */
+
+/* Sets path to DIR/NAME or DIR/NAME.gz, whichever is a file (the plain
+ * one first: nothing to inflate); false when neither is. */
+static bool
+s_find_idx_file(const char *dir, const char *name, char *path, size_t cap)
+{
+    static const char *const suffix[] = {"", ".gz"};
+    for (size_t i = 0; i < sizeof suffix / sizeof suffix[0]; i++) {
+        int n = snprintf(path, cap, "%s/%s%s", dir, name, suffix[i]);
+        struct stat st;
+        if (n > 0 && (size_t)n < cap && stat(path, &st) == 0 &&
+            S_ISREG(st.st_mode))
+            return true;
+    }
+    return false;
+}
+
+/* Loads DIR's PREFIX-images-idx3-ubyte and PREFIX-labels-idx1-ubyte (each
+ * plain or .gz). *absent tells that neither file is there (then the
+ * result is RUMOR_ENOTFOUND and diag is left for the caller). */
+static rumor_err
+s_load_idx_pair(const char *dir,
+                const char *prefix,
+                struct rumor_dataset **out,
+                bool *absent,
+                struct rumor_diag *diag)
+{
+    char img_name[32], lab_name[32];
+    snprintf(img_name, sizeof img_name, "%s-images-idx3-ubyte", prefix);
+    snprintf(lab_name, sizeof lab_name, "%s-labels-idx1-ubyte", prefix);
+    char img[RUMOR_DATASET_SPEC_MAX + 64], lab[RUMOR_DATASET_SPEC_MAX + 64];
+    bool has_img = s_find_idx_file(dir, img_name, img, sizeof img);
+    bool has_lab = s_find_idx_file(dir, lab_name, lab, sizeof lab);
+    *absent = !has_img && !has_lab;
+    if (*absent)
+        return RUMOR_ENOTFOUND;
+    if (!has_img || !has_lab) {
+        rumor_diag_set(diag,
+                       dir,
+                       0,
+                       0,
+                       "%s[.gz] is here but %s[.gz] is not",
+                       has_img ? img_name : lab_name,
+                       has_img ? lab_name : img_name);
+        return RUMOR_ENOTFOUND;
+    }
+    return rumor_dataset_load_idx(img, lab, out, diag);
+}
+
+/* The train-* pair of dir, followed by the t10k-* pair when dir has one:
+ * the official test set, marked as the dataset's own held-out part. hint
+ * ends the error for a missing directory or training pair. */
+static rumor_err
+s_load_idx_dir(const char *dir,
+               const char *kind,
+               const char *hint,
+               struct rumor_dataset **out,
+               struct rumor_diag *diag)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        rumor_diag_set(diag,
+                       dir,
+                       0,
+                       0,
+                       "%s: no such directory; %s",
+                       kind,
+                       hint);
+        return RUMOR_ENOTFOUND;
+    }
+    struct rumor_dataset *train = NULL, *test = NULL;
+    bool absent = false;
+    rumor_err rc = s_load_idx_pair(dir, "train", &train, &absent, diag);
+    if (absent)
+        rumor_diag_set(diag,
+                       dir,
+                       0,
+                       0,
+                       "%s: no train-images-idx3-ubyte[.gz] here; %s",
+                       kind,
+                       hint);
+    if (rc != RUMOR_OK)
+        return rc;
+    rc = s_load_idx_pair(dir, "t10k", &test, &absent, diag);
+    if (absent) {
+        rc = RUMOR_OK; /* no official test set: the workload splits */
+    } else if (rc == RUMOR_OK && test->dim != train->dim) {
+        rumor_diag_set(diag,
+                       dir,
+                       0,
+                       0,
+                       "t10k images have %zu pixels, train images %zu",
+                       test->dim,
+                       train->dim);
+        rc = RUMOR_EPROTO;
+    } else if (rc == RUMOR_OK) {
+        struct rumor_dataset *joined = NULL;
+        rc = s_concat(train, test, &joined);
+        if (rc == RUMOR_OK) {
+            joined->test_n = test->n;
+            rumor_dataset_destroy(&train);
+            train = joined;
+        } else {
+            rumor_diag_set(diag,
+                           dir,
+                           0,
+                           0,
+                           "cannot join the train and t10k sets: %s",
+                           rumor_strerror(rc));
+        }
+    }
+    rumor_dataset_destroy(&test);
+    if (rc != RUMOR_OK) {
+        rumor_dataset_destroy(&train);
+        return rc;
+    }
+    snprintf(train->name, sizeof train->name, "%s", kind);
+    *out = train;
+    return RUMOR_OK;
+}
+
 rumor_err
 rumor_dataset_open(const char *spec,
                    uint64_t seed,
@@ -751,27 +1067,43 @@ rumor_dataset_open(const char *spec,
                            rumor_strerror(rc));
         return rc;
     }
+    if (strcmp(text, "fashion-mnist") == 0 && arg == NULL)
+        return s_load_idx_dir(FASHION_MNIST_DIR,
+                              text,
+                              FASHION_MNIST_HINT,
+                              out,
+                              diag);
     if (arg == NULL || *arg == '\0') {
         rumor_diag_set(diag,
                        "",
                        0,
                        0,
                        "unknown dataset '%s' (digits, synthetic[:...], "
-                       "mnist:IMAGES,LABELS, cifar10:FILE[,FILE...], "
-                       "csv:FILE)",
+                       "fashion-mnist[:DIR], mnist:IMAGES,LABELS, mnist:DIR, "
+                       "cifar10:FILE[,FILE...], csv:FILE)",
                        spec);
         return RUMOR_EINVAL;
     }
     if (strcmp(text, "csv") == 0)
         return rumor_dataset_load_csv(arg, out, diag);
+    if (strcmp(text, "fashion-mnist") == 0)
+        return s_load_idx_dir(arg, text, FASHION_MNIST_HINT, out, diag);
     if (strcmp(text, "mnist") == 0) {
         char *comma = strchr(arg, ',');
+        struct stat st;
+        if (comma == NULL && stat(arg, &st) == 0 && S_ISDIR(st.st_mode))
+            return s_load_idx_dir(arg,
+                                  text,
+                                  "mnist:DIR needs the train-* files of MNIST",
+                                  out,
+                                  diag);
         if (comma == NULL) {
             rumor_diag_set(diag,
                            "",
                            0,
                            0,
-                           "mnist needs IMAGES,LABELS (got '%s')",
+                           "mnist needs IMAGES,LABELS or a directory (got "
+                           "'%s')",
                            arg);
             return RUMOR_EINVAL;
         }

@@ -346,7 +346,7 @@ s_mark_down(node_faults *f, uint32_t peer, uint64_t step, const char *why)
     f->st.downs++;
     rumor_log(RUMOR_LOG_WARN,
               "step %llu: node %u is down (%s); skipping it and probing",
-              (unsigned long long)step,
+              (unsigned long long)step + 1,
               peer,
               why);
 }
@@ -658,8 +658,8 @@ s_on_sync(node_faults *f,
         rumor_log(RUMOR_LOG_WARN,
                   "node %u is at step %llu: jumping from step %llu",
                   j,
-                  (unsigned long long)theirs,
-                  (unsigned long long)*next);
+                  (unsigned long long)theirs + 1,
+                  (unsigned long long)*next + 1);
         rumor_gossip_fast_forward(g, theirs);
         *next = theirs;
     }
@@ -677,7 +677,7 @@ s_on_sync(node_faults *f,
                       "node %u is back (handshake done); gossiping from "
                       "step %llu",
                       j,
-                      (unsigned long long)*next);
+                      (unsigned long long)*next + 1);
         }
         p->up = true;
         p->misses = 0;
@@ -793,8 +793,8 @@ node_faults_between(node_faults *f,
     if (f->ahead > *next) {
         rumor_log(RUMOR_LOG_WARN,
                   "a neighbour is at step %llu: jumping from step %llu",
-                  (unsigned long long)f->ahead,
-                  (unsigned long long)*next);
+                  (unsigned long long)f->ahead + 1,
+                  (unsigned long long)*next + 1);
         rumor_gossip_fast_forward(g, f->ahead);
         *next = f->ahead;
     }
@@ -883,10 +883,10 @@ node_faults_join(node_faults *f,
             bool took = s_take_optim(f, j, &optim);
             rumor_net_msg_free(&msg);
             rumor_log(RUMOR_LOG_WARN,
-                      "joined: model%s of node %u at step %llu",
+                      "joined: model%s of node %u; continuing at step %llu",
                       took ? " and optimizer state" : "",
                       j,
-                      (unsigned long long)step);
+                      (unsigned long long)step + 1);
             rumor_gossip_fast_forward(g, step);
             *next = step;
             return RUMOR_OK;

@@ -159,6 +159,11 @@ node_metrics_write(node_metrics *m, const struct node_metrics_row *r)
     ok = ok && s_add_num(o, "bytes_sent", (double)r->bytes_sent);
     ok = ok && s_add_num(o, "bytes_recv", (double)r->bytes_recv);
     ok = ok && s_add_num(o, "frames_sent", (double)r->frames_sent);
+    ok = ok &&
+         s_add_num(o, "handshake_bytes_sent", (double)r->handshake_bytes_sent);
+    ok =
+        ok &&
+        s_add_num(o, "handshake_frames_sent", (double)r->handshake_frames_sent);
     ok = ok && s_add_num(o, "gossip_bytes_sent", (double)r->gossip_bytes_sent);
     ok = ok && s_add_num(o, "gossip_bytes_recv", (double)r->gossip_bytes_recv);
     ok =

@@ -64,6 +64,7 @@ struct rumor_peer {
     uint32_t id;       /* this node */
     uint32_t connect_ms, deadline_ms;
     double t_copy;
+    struct rumor_gossip_opts gossip; /* for the divergence error */
 };
 
 /* --- conversions ------------------------------------------------------- */
@@ -300,7 +301,7 @@ s_step(rumor_peer *peer, rumor_gossip *g, struct rumor_diag *diag)
     rumor_err rc = RUMOR_OK;
     if (!peer->started) {
         node_start_clock(peer->node);
-        rc = node_wait_links(peer->node, rumor_clock_ns() + span);
+        rc = node_wait_links(peer->node, rumor_clock_ns() + span, diag);
         peer->started = rc == RUMOR_OK;
     }
     /* the caller's training between two steps is the compute time the
@@ -322,6 +323,18 @@ s_step(rumor_peer *peer, rumor_gossip *g, struct rumor_diag *diag)
         rc = node_report_step(peer->node, peer->step, NULL);
     }
     peer->last_end = rumor_clock_ns();
+    /* the caller's model is no longer finite: its encode failed */
+    if (rc == RUMOR_ENUMERIC && diag != NULL && diag->msg[0] == '\0') {
+        char text[sizeof diag->msg];
+        node_diverge_message(&peer->gossip,
+                             rumor_gossip_gamma(node_gossip(peer->node)),
+                             -1,
+                             peer->step + 1,
+                             NAN,
+                             text,
+                             sizeof text);
+        rumor_diag_set(diag, "", 0, 0, "%s", text);
+    }
     if (rc != RUMOR_OK && diag != NULL && diag->msg[0] == '\0')
         rumor_diag_set(diag,
                        "",
@@ -404,11 +417,20 @@ rumor_peer_new(const struct rumor_node_opts *opts,
     peer->id = opts->id;
     peer->connect_ms = opts->connect_ms;
     peer->deadline_ms = opts->deadline_ms;
+    peer->gossip = opts->gossip;
     /* the algorithm's state starts from the caller's numbers */
     if (rc == RUMOR_OK)
         rc = s_stage_all(peer, true);
+    /* for the HELLO description: a peer whose model differs is told
+     * which tensor, with the caller's dtypes */
+    rumor_dtype *dtypes = calloc(count, sizeof *dtypes);
+    if (dtypes == NULL && rc == RUMOR_OK)
+        rc = RUMOR_ENOMEM;
+    for (size_t k = 0; k < count && rc == RUMOR_OK; k++)
+        dtypes[k] = tensors[k].dtype;
     if (rc == RUMOR_OK)
-        rc = node_new_model(opts, &peer->model, &peer->node, diag);
+        rc = node_new_model(opts, &peer->model, dtypes, &peer->node, diag);
+    free(dtypes);
     if (rc != RUMOR_OK) {
         rumor_peer_destroy(&peer);
         return rc;

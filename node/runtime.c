@@ -37,6 +37,7 @@
 
 #include "node/checkpoint_impl.h"
 #include "node/faults.h"
+#include "node/layout.h"
 #include "node/runtime_impl.h"
 
 #include <math.h>
@@ -101,17 +102,21 @@ struct rumor_node {
     size_t probe_floats;
     uint64_t consensus_bytes_sent, consensus_frames_sent;
     struct rumor_node_summary sum;
+    double first_loss; /* this process's first step (0: none yet) */
     /* the peer API's node (node/peer.c): caller-owned tensors, no
      * workload, optimizer or training loop */
     bool external;
-    uint64_t first_step;   /* 0, or the step a resumed run continues at */
-    uint64_t stop_at;      /* first step not to run once a stop is agreed
-                              (UINT64_MAX: none; see s_stop_plan) */
-    uint64_t stop_margin;  /* steps a stop request needs to reach every
-                              node (s_stop_margin) */
-    uint64_t saved_step;   /* step of the last checkpoint written */
-    bool resumed_together; /* resumed from the checkpoint of a stop agreed
-                              by every node (not a lone restart) */
+    uint64_t first_step;       /* 0, or the step a resumed run continues at */
+    uint64_t stop_at;          /* first step not to run once a stop is agreed
+                                  (UINT64_MAX: none; see s_stop_plan) */
+    uint64_t stop_margin;      /* steps a stop request needs to reach every
+                                  node (s_stop_margin) */
+    uint64_t saved_step;       /* step of the last checkpoint written */
+    bool resumed_together;     /* resumed from the checkpoint of a stop agreed
+                                  by every node (not a lone restart) */
+    const rumor_dtype *dtypes; /* the peer API's dtypes, during _new only */
+    uint8_t *desc;             /* what HELLO says of this node (layout.h) */
+    size_t desc_len;
 };
 
 /* --- static helpers --------------------------------------------------- */
@@ -122,16 +127,17 @@ s_since(uint64_t t0)
     return (double)(rumor_clock_ns() - t0) * 1e-9;
 }
 
-/* Hash of what must match on every node (model layout, algorithm and its
- * settings), sent in HELLO so a misconfigured node is refused at once. */
-static uint64_t
-s_fingerprint(const struct rumor_node_opts *o, const struct rumor_model *m)
+/* The algorithm settings that must match on every node, as the
+ * "key=value" words of the HELLO description (node/layout.h). */
+static size_t
+s_settings(const struct rumor_node_opts *o, char *text, size_t cap)
 {
-    char text[1024];
     const struct rumor_gossip_opts *g = &o->gossip;
     int len = snprintf(text,
-                       sizeof text,
-                       "%s|%s|%g|%zu|%u|%u|%u|%s|%g|%g|%g|%d|%zu",
+                       cap,
+                       "algo=%s codec=%s gamma=%g rank=%zu iterations=%u "
+                       "period=%u gossip-rounds=%u delta-codec=%s "
+                       "outer-lr=%g outer-momentum=%g theta=%g exchange=%s",
                        g->algo,
                        g->codec,
                        g->gamma,
@@ -143,15 +149,65 @@ s_fingerprint(const struct rumor_node_opts *o, const struct rumor_model *m)
                        g->outer_lr,
                        g->outer_momentum,
                        g->theta,
-                       node_exchange_gradient(o),
-                       m->count);
-    uint32_t lo = rumor_crc32c(0, text, (size_t)len);
+                       node_exchange_gradient(o) ? "gradient" : "model");
+    return len < 0 ? 0 : (size_t)len < cap ? (size_t)len : cap - 1;
+}
+
+/* Hash of what must match on every node (the settings, the model's
+ * shapes), sent in HELLO so a misconfigured node is refused at once; the
+ * description beside it says where two nodes differ. */
+static uint64_t
+s_fingerprint(const struct rumor_node_opts *o, const struct rumor_model *m)
+{
+    char text[NODE_LAYOUT_SETTINGS_MAX + 1];
+    size_t len = s_settings(o, text, sizeof text);
+    uint32_t lo = rumor_crc32c(0, text, len);
+    uint64_t count = m->count;
+    lo = rumor_crc32c(lo, &count, sizeof count);
     uint32_t hi = lo;
     for (size_t t = 0; t < m->count; t++)
         hi = rumor_crc32c(hi,
                           m->tensors[t].shape,
                           m->tensors[t].ndim * sizeof(size_t));
     return (uint64_t)hi << 32 | lo;
+}
+
+/* rumor_net_explain_fn: the first difference between a peer's HELLO
+ * description and this node's. */
+static bool
+s_explain(void *arg,
+          uint32_t peer,
+          const uint8_t *desc,
+          size_t desc_len,
+          char *text,
+          size_t cap)
+{
+    const rumor_node *node = arg;
+    return node_layout_explain(node->desc,
+                               node->desc_len,
+                               node->opts.id,
+                               desc,
+                               desc_len,
+                               peer,
+                               text,
+                               cap);
+}
+
+/* This node's HELLO description: its settings and tensor list. */
+static rumor_err
+s_describe(rumor_node *node)
+{
+    char settings[NODE_LAYOUT_SETTINGS_MAX + 1];
+    s_settings(&node->opts, settings, sizeof settings);
+    node->desc = malloc(RUMOR_NET_HELLO_DESC_MAX);
+    if (node->desc == NULL)
+        return RUMOR_ENOMEM;
+    node->desc_len = node_layout_encode(settings,
+                                        node->model,
+                                        node->dtypes,
+                                        node->desc,
+                                        RUMOR_NET_HELLO_DESC_MAX);
+    return RUMOR_OK;
 }
 
 static rumor_err
@@ -243,6 +299,9 @@ s_build_training(rumor_node *node, struct rumor_diag *diag)
     wo.node = o->id;
     wo.nodes = node->n;
     rc = rumor_workload_new(&wo, &node->w, diag);
+    /* The workload keeps copies of its shard and held-out set: the whole
+     * dataset (220 MB of floats for Fashion-MNIST) need not stay. */
+    rumor_dataset_destroy(&node->data);
     if (rc != RUMOR_OK)
         return rc;
     node->model = rumor_workload_model(node->w);
@@ -329,6 +388,12 @@ s_start_net(rumor_node *node, struct rumor_diag *diag)
     no.npeers = count;
     no.insecure = o->insecure;
     no.fingerprint = s_fingerprint(o, node->model);
+    if (rc == RUMOR_OK)
+        rc = s_describe(node);
+    no.desc = node->desc;
+    no.desc_len = node->desc_len;
+    no.explain = s_explain;
+    no.explain_arg = node;
     no.rate_bits = o->rate_bits;
     no.delay_ms = o->delay_ms;
     if (rc == RUMOR_OK)
@@ -351,7 +416,7 @@ s_log_missing(rumor_node *node, uint64_t step, uint32_t peer, const char *why)
     rumor_net_state st = rumor_net_peer_state(node->net, peer);
     rumor_log(RUMOR_LOG_ERROR,
               "step %llu: no message from node %u (%s, link %s); stopping",
-              (unsigned long long)step,
+              (unsigned long long)step + 1,
               peer,
               why,
               rumor_net_state_name(st));
@@ -587,7 +652,7 @@ s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
         if (rc != RUMOR_OK) {
             rumor_log(RUMOR_LOG_ERROR,
                       "step %llu: sending to node %u: %s",
-                      (unsigned long long)step,
+                      (unsigned long long)step + 1,
                       msgs[m].peer,
                       rumor_strerror(rc));
             break;
@@ -633,7 +698,7 @@ s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
         if (rc != RUMOR_OK)
             rumor_log(RUMOR_LOG_ERROR,
                       "step %llu round %u: absorb: %s",
-                      (unsigned long long)step,
+                      (unsigned long long)step + 1,
                       round,
                       rumor_strerror(rc));
     }
@@ -849,18 +914,48 @@ s_probe(rumor_node *node, uint64_t t, uint64_t deadline)
     return rc;
 }
 
+/* A refusal before the first step is a misconfiguration (another
+ * model, algorithm or protocol version), which waiting cannot cure: it
+ * ends the run at once, on both nodes of the link, with the refusal's
+ * text. Later refusals (a wrong node joining) only keep that node out. */
 static rumor_err
-s_wait_links(rumor_node *node, uint64_t deadline)
+s_check_refusals(rumor_node *node, struct rumor_diag *diag)
 {
-    for (size_t k = 0; k < node->nlinked; k++) {
+    char why[RUMOR_NET_REFUSE_TEXT_MAX + 1];
+    for (uint32_t peer = 0; peer < node->n; peer++) {
+        if (peer == node->opts.id || !rumor_net_refused(node->net, peer, why))
+            continue;
+        rumor_log(RUMOR_LOG_ERROR, "cannot gossip with node %u: %s", peer, why);
+        node->sum.refused = true;
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "cannot gossip with node %u: %s",
+                       peer,
+                       why);
+        return RUMOR_EPROTO;
+    }
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_wait_links(rumor_node *node, uint64_t deadline, struct rumor_diag *diag)
+{
+    rumor_err rc = s_check_refusals(node, diag);
+    for (size_t k = 0; k < node->nlinked && rc == RUMOR_OK; k++) {
         uint32_t peer = node->linked[k];
-        rumor_err rc = RUMOR_ETIMEDOUT;
-        /* in slices, so a stop request (Ctrl-C) is seen while waiting */
+        rc = RUMOR_ETIMEDOUT;
+        /* in slices, so a stop request (Ctrl-C) or a refusal is seen
+         * while waiting */
         while (rc == RUMOR_ETIMEDOUT && !atomic_load(&node->stop)) {
             uint64_t until = rumor_clock_ns() + NODE_RECV_SLICE_MS * NODE_MS;
             rc = rumor_net_wait_ready(node->net,
                                       peer,
                                       until < deadline ? until : deadline);
+            rumor_err refused = s_check_refusals(node, diag);
+            if (refused != RUMOR_OK)
+                return refused;
             if (rc == RUMOR_ETIMEDOUT && rumor_clock_ns() >= deadline)
                 break;
         }
@@ -880,10 +975,13 @@ s_wait_links(rumor_node *node, uint64_t deadline)
 }
 
 /* Sends queued for neighbours go out before the run reports its bytes
- * and closes the transport. */
+ * and closes the transport. This is the end of the run (its last step, or
+ * a peer closing): from now on, neighbours that finish and go quiet are
+ * no news. */
 static void
 s_flush(rumor_node *node)
 {
+    rumor_net_set_quiet(node->net, true);
     uint64_t deadline = rumor_clock_ns() + NODE_FLUSH_MS * NODE_MS;
     uint64_t stop_by = atomic_load(&node->stop_by);
     deadline = deadline < stop_by ? deadline : stop_by;
@@ -957,6 +1055,8 @@ s_report(rumor_node *node,
         .bytes_sent = st.bytes_sent,
         .bytes_recv = st.bytes_recv,
         .frames_sent = st.frames_sent,
+        .handshake_bytes_sent = st.handshake_bytes_sent,
+        .handshake_frames_sent = st.handshake_frames_sent,
         .gossip_bytes_sent = node->sum.gossip_bytes_sent,
         .gossip_bytes_recv = node->sum.gossip_bytes_recv,
         .gossip_frames_sent = node->gossip_frames_sent,
@@ -1143,16 +1243,26 @@ s_step(rumor_node *node, uint64_t t)
     rumor_err rc = node->mix != NULL
                        ? s_grad_and_gossip_overlapped(node, t, &loss)
                        : s_grad_then_gossip(node, t, &loss);
-    if (rc == RUMOR_OK && !isfinite(loss)) {
-        rumor_log(RUMOR_LOG_ERROR,
-                  "step %llu: the loss is %g (diverged; "
-                  "try a smaller --lr)",
-                  (unsigned long long)t + 1,
-                  loss);
+    /* a non-finite model fails the gossip's encode (RUMOR_ENUMERIC)
+     * before its loss is seen */
+    if ((rc == RUMOR_OK && node_diverged(loss, node->first_loss)) ||
+        rc == RUMOR_ENUMERIC) {
+        char text[512];
+        node_diverge_message(&o->gossip,
+                             rumor_gossip_gamma(node->g),
+                             rumor_optim_lr(node->optim, t),
+                             t + 1,
+                             loss,
+                             text,
+                             sizeof text);
+        rumor_log(RUMOR_LOG_ERROR, "%s", text);
+        node->sum.diverged = true;
         rc = RUMOR_ENUMERIC;
     }
     if (rc != RUMOR_OK)
         return rc;
+    if (node->first_loss == 0)
+        node->first_loss = loss;
     node->sum.loss = loss;
     uint64_t c1 = rumor_clock_ns();
     rc = rumor_optim_step(node->optim, t, node->model, node->grad);
@@ -1189,6 +1299,7 @@ s_step(rumor_node *node, uint64_t t)
 rumor_err
 node_new_model(const struct rumor_node_opts *opts,
                struct rumor_model *external,
+               const rumor_dtype *dtypes,
                rumor_node **out,
                struct rumor_diag *diag)
 {
@@ -1202,6 +1313,7 @@ node_new_model(const struct rumor_node_opts *opts,
     node->opts = *opts;
     node->external = external != NULL;
     node->model = external;
+    node->dtypes = dtypes;
     atomic_init(&node->stop, false);
     atomic_init(&node->stop_by, UINT64_MAX);
     node->sum.test_loss = NAN;
@@ -1240,6 +1352,7 @@ node_new_model(const struct rumor_node_opts *opts,
         rc = s_resume(node, diag);
     if (rc == RUMOR_OK)
         rc = s_start_net(node, diag);
+    node->dtypes = NULL; /* borrowed during _new only */
     if (rc == RUMOR_OK)
         node->stop_margin = s_stop_margin(node);
     if (rc == RUMOR_OK && rumor_gossip_can_skip(node->g) && !node->external)
@@ -1266,7 +1379,7 @@ rumor_node_new(const struct rumor_node_opts *opts,
                rumor_node **out,
                struct rumor_diag *diag)
 {
-    return node_new_model(opts, NULL, out, diag);
+    return node_new_model(opts, NULL, NULL, out, diag);
 }
 
 void
@@ -1293,6 +1406,7 @@ rumor_node_destroy(rumor_node **self_p)
     free(node->got);
     free(node->inbox);
     free(node->probe);
+    free(node->desc);
     free(node);
     *self_p = NULL;
 }
@@ -1311,7 +1425,8 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
               (unsigned long long)o->steps,
               o->insecure ? "INSECURE (no CURVE)" : "CURVE");
     node->start_ns = rumor_clock_ns();
-    rumor_err rc = s_wait_links(node, node->start_ns + o->connect_ms * NODE_MS);
+    rumor_err rc =
+        s_wait_links(node, node->start_ns + o->connect_ms * NODE_MS, diag);
     if (atomic_load(&node->stop)) /* before any step: nothing to agree on */
         node->stop_at = node->first_step;
     uint64_t t0 = node->first_step;
@@ -1392,9 +1507,9 @@ rumor_node_model(rumor_node *node)
 /* --- for the peer API (node/peer.c; contracts in runtime_impl.h) ------ */
 
 rumor_err
-node_wait_links(rumor_node *node, uint64_t deadline)
+node_wait_links(rumor_node *node, uint64_t deadline, struct rumor_diag *diag)
 {
-    return s_wait_links(node, deadline);
+    return s_wait_links(node, deadline, diag);
 }
 
 rumor_err

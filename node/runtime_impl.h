@@ -14,6 +14,21 @@
  * (--exchange, with auto resolved by the algorithm). */
 bool node_exchange_gradient(const struct rumor_node_opts *o);
 
+/* --- divergence (diverge.c) --- */
+
+/* True for a non-finite loss or one far above the first step's. */
+bool node_diverged(double loss, double first_loss);
+/* The error of a diverged run: the step, the loss (NAN: the model was
+ * found non-finite), and the options that control it with their values
+ * (gamma: the one in use; lr < 0: the caller's optimizer, unknown). */
+void node_diverge_message(const struct rumor_gossip_opts *g,
+                          double gamma,
+                          double lr,
+                          uint64_t step,
+                          double loss,
+                          char *buf,
+                          size_t cap);
+
 /* Prints every option name (for help text). */
 void node_opts_print(FILE *out);
 
@@ -30,6 +45,8 @@ struct node_metrics_row {
     uint64_t bytes_sent;  /* transport, all frames, headers in */
     uint64_t bytes_recv;
     uint64_t frames_sent;
+    uint64_t handshake_bytes_sent; /* HELLO, HELLO_OK, REFUSE frames */
+    uint64_t handshake_frames_sent;
     uint64_t gossip_bytes_sent; /* wire bytes of gossip messages */
     uint64_t gossip_bytes_recv;
     uint64_t gossip_frames_sent;
@@ -112,14 +129,21 @@ int node_mkdirs(const char *path);
 /* rumor_node_new, or with external != NULL a node whose gossip works on
  * the caller's tensors (borrowed for the node's life): no workload,
  * optimizer, overlap thread or progress line, and the ring successor is
- * linked too (for the peer's exact average). */
+ * linked too (for the peer's exact average). dtypes[k] is the dtype of
+ * the caller's tensor k, shown when a peer's model differs (NULL: all
+ * float32; borrowed during the call only). */
 rumor_err node_new_model(const struct rumor_node_opts *opts,
                          struct rumor_model *external,
+                         const rumor_dtype *dtypes,
                          rumor_node **out,
                          struct rumor_diag *diag);
 
-/* Waits until every linked peer is up (the run's first wait). */
-rumor_err node_wait_links(rumor_node *node, uint64_t deadline);
+/* Waits until every linked peer is up (the run's first wait). A peer
+ * that refused this node or was refused by it (another model, settings
+ * or protocol version) ends the wait at once: RUMOR_EPROTO with diag
+ * naming the first difference. RUMOR_ETIMEDOUT at the deadline. */
+rumor_err
+node_wait_links(rumor_node *node, uint64_t deadline, struct rumor_diag *diag);
 
 /* Starts the clock of the metrics' "seconds". */
 void node_start_clock(rumor_node *node);

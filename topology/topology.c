@@ -814,6 +814,32 @@ rumor_topology_spectral_gap(const rumor_topology *t, double *gap)
     return rc;
 }
 
+rumor_err
+rumor_topology_mixing_norm(const rumor_topology *t, double *beta)
+{
+    size_t n = t->n;
+    double *w = malloc(n * n * sizeof *w), *ev = malloc(n * sizeof *ev);
+    rumor_err rc = w != NULL && ev != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+    *beta = 0;
+    for (size_t k = 0; k < t->phases && rc == RUMOR_OK; k++) {
+        rumor_topology_matrix(t, k, w);
+        lapack_int info = LAPACKE_dsyev(LAPACK_ROW_MAJOR,
+                                        'N',
+                                        'U',
+                                        (lapack_int)n,
+                                        w,
+                                        (lapack_int)n,
+                                        ev);
+        if (info != 0)
+            rc = RUMOR_EBACKEND;
+        else if (1.0 - ev[0] > *beta)
+            *beta = 1.0 - ev[0]; /* ascending: ev[0] is lambda_min */
+    }
+    free(w);
+    free(ev);
+    return rc;
+}
+
 /* --- output -------------------------------------------------------------- */
 
 static rumor_err s_appendf(rumor_buf *out, const char *fmt, ...)

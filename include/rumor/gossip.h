@@ -30,6 +30,7 @@
 #define RUMOR_GOSSIP_MAX_TENSORS 65536
 #define RUMOR_GOSSIP_ALGO_BYTES  32
 #define RUMOR_GOSSIP_GAMMA_MAX   2.0 /* over-relaxation beyond 2 diverges */
+#define RUMOR_GOSSIP_GAMMA_AUTO  0.0 /* gamma chosen from topology and codec */
 #define RUMOR_GOSSIP_ADAPT_BYTES 16
 #define RUMOR_GOSSIP_SAEF_BYTES  (RUMOR_COMPRESS_SPEC_MAX + 16)
 
@@ -54,7 +55,9 @@ struct rumor_gossip_opts {
                                deepsqueeze moniqua */
     char codec[RUMOR_COMPRESS_SPEC_MAX]; /* choco, deepsqueeze: a codec */
     double gamma;        /* consensus step size, the reference's diffusion rate
-                            (dpsgd, choco, powergossip), in (0, 2] */
+                            (dpsgd, choco, powergossip, deepsqueeze, moniqua),
+                            in (0, 2], or RUMOR_GOSSIP_GAMMA_AUTO: chosen by
+                            rumor_gossip_new (rumor_gossip_gamma) */
     size_t rank;         /* powergossip, powersgd: rank of the factors */
     unsigned iterations; /* powergossip: power iterations per step */
     unsigned period;     /* localsgd: synchronize every H steps */
@@ -96,10 +99,10 @@ struct rumor_gossip_opts {
     size_t adapt_rank_max; /* powersgd rule: highest rank (0: 4 x rank) */
 };
 
-/* Defaults: algo "dpsgd", codec "qsgd:bits=4", gamma 1, rank 1,
- * iterations 1, period 1, gossip_rounds 0, delta_codec "", outer_lr 1,
- * outer_momentum 0, theta 2, seed 1, ef_alpha 0, saef_scope
- * "neighbourhood". */
+/* Defaults: algo "dpsgd", codec "qsgd:bits=4", gamma
+ * RUMOR_GOSSIP_GAMMA_AUTO, rank 1, iterations 1, period 1, gossip_rounds 0,
+ * delta_codec "", outer_lr 1, outer_momentum 0, theta 0.1, seed 1,
+ * ef_alpha 0, saef_scope "neighbourhood" (docs/gossip.md, "Defaults"). */
 RUMOR_API void rumor_gossip_opts_default(struct rumor_gossip_opts *opts);
 
 /* One message of a round. data is borrowed (see the header comment). */
@@ -173,6 +176,10 @@ RUMOR_API rumor_err rumor_gossip_expected(const rumor_gossip *g,
  * for algorithms without an error memory (every one but localsgd with a
  * delta_codec) and for alpha 0. */
 RUMOR_API rumor_err rumor_gossip_step_ahead(rumor_gossip *g);
+
+/* The consensus step size in use: opts.gamma, or what "auto" chose
+ * (docs/gossip.md, "Defaults"). */
+RUMOR_API double rumor_gossip_gamma(const rumor_gossip *g);
 
 /* True when the algorithm sends to node self + 1 mod n (ring all-reduce),
  * whatever the topology: the transport must link that node too. */

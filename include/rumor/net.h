@@ -23,9 +23,10 @@
 /* --- frame codec (pure; docs/protocol.md "## Frames") ------------------ */
 
 #define RUMOR_NET_MAGIC           0x524d5552u /* "RUMR" as little-endian bytes */
-#define RUMOR_NET_VERSION         1
+#define RUMOR_NET_VERSION         2
 #define RUMOR_NET_HEADER_BYTES    64
-#define RUMOR_NET_HELLO_BYTES     24
+#define RUMOR_NET_HELLO_BYTES     24    /* the fixed part of a HELLO payload */
+#define RUMOR_NET_HELLO_DESC_MAX  65536 /* cap on the description after it */
 #define RUMOR_NET_REFUSE_TEXT_MAX 200
 #define RUMOR_NET_CHUNK_MIN       (64u << 10) /* smallest chunk option */
 #define RUMOR_NET_CHUNK_MAX       (1u << 20) /* largest chunk, and frame payload */
@@ -84,19 +85,26 @@ RUMOR_API rumor_err rumor_net_frame_decode(const uint8_t *buf,
                                            struct rumor_net_header *out,
                                            const uint8_t **payload);
 
-/* The HELLO / HELLO_OK payload. */
+/* The HELLO / HELLO_OK payload: 24 fixed bytes, then (HELLO only) the
+ * sender's description, opaque to net, which explains a fingerprint
+ * mismatch in words (rumor_net_opts.explain). */
 struct rumor_net_hello {
     uint64_t fingerprint; /* hash of model layout and algorithm settings */
     uint64_t epoch;       /* random per transport; a new one resets replay */
     uint32_t max_message; /* the sender's max message bytes */
     uint32_t chunk_bytes; /* the sender's chunk size */
+    const uint8_t *desc;  /* decode: the description, borrowed from buf */
+    size_t desc_len;      /* decode: its bytes, <= RUMOR_NET_HELLO_DESC_MAX */
 };
 
+/* Writes the 24 fixed bytes (desc is not written: a sender appends it). */
 RUMOR_API void rumor_net_hello_encode(const struct rumor_net_hello *h,
                                       uint8_t out[RUMOR_NET_HELLO_BYTES]);
 
-/* RUMOR_EPROTO unless len == RUMOR_NET_HELLO_BYTES and the chunk size is
- * in [RUMOR_NET_CHUNK_MIN, RUMOR_NET_CHUNK_MAX]; *out zeroed on error. */
+/* RUMOR_EPROTO unless RUMOR_NET_HELLO_BYTES <= len <= RUMOR_NET_HELLO_BYTES
+ * + RUMOR_NET_HELLO_DESC_MAX and the chunk size is in [RUMOR_NET_CHUNK_MIN,
+ * RUMOR_NET_CHUNK_MAX]; the bytes past the fixed part are the description
+ * (desc points into buf). *out zeroed on error. */
 RUMOR_API rumor_err rumor_net_hello_decode(const uint8_t *buf,
                                            size_t len,
                                            struct rumor_net_hello *out);
@@ -161,6 +169,18 @@ struct rumor_net_peer {
     bool link;            /* open a DEALER to it */
 };
 
+/* Explains why a peer's HELLO has another fingerprint: called on the I/O
+ * thread with the peer's description (bytes from the network: check
+ * everything); writes printable text of at most RUMOR_NET_REFUSE_TEXT_MAX
+ * characters into text (cap bytes) and returns true, or returns false
+ * when it cannot tell (the REFUSE then names the two fingerprints). */
+typedef bool (*rumor_net_explain_fn)(void *arg,
+                                     uint32_t peer,
+                                     const uint8_t *desc,
+                                     size_t desc_len,
+                                     char *text,
+                                     size_t cap);
+
 struct rumor_net_opts {
     uint32_t self;                 /* this node's id */
     const char *endpoint;          /* where the ROUTER binds ("tcp://h:*") */
@@ -182,6 +202,14 @@ struct rumor_net_opts {
     uint32_t linger_ms;         /* how long destroy tries to flush */
     uint64_t rate_bits;         /* per-link rate limit in bit/s; 0: none */
     uint32_t delay_ms;          /* per-link added one-way delay; 0: none */
+
+    /* what HELLO says of this node beyond the fingerprint (copied; NULL:
+     * nothing), at most RUMOR_NET_HELLO_DESC_MAX bytes */
+    const uint8_t *desc;
+    size_t desc_len;
+    /* NULL: a refusal names the two fingerprints */
+    rumor_net_explain_fn explain;
+    void *explain_arg; /* borrowed for the net's life */
 };
 
 /* Fills opts with defaults (1 MiB chunks, 64 MiB messages, 64 MiB
@@ -279,10 +307,28 @@ RUMOR_API rumor_err rumor_net_wait_ready(rumor_net *net,
                                          uint32_t peer,
                                          uint64_t deadline_ns);
 
+/* True while the last HELLO exchange with peer, in either direction,
+ * ended in a refusal (another protocol version or fingerprint, a
+ * malformed HELLO): from the REFUSE this node sent or received until a
+ * HELLO of peer is accepted or peer accepts ours. text gets the REFUSE's
+ * text, which is the same on both nodes when both explain it alike. */
+RUMOR_API bool rumor_net_refused(rumor_net *net,
+                                 uint32_t peer,
+                                 char text[RUMOR_NET_REFUSE_TEXT_MAX + 1]);
+
 struct rumor_net_stats {
-    uint64_t bytes_sent; /* frame bytes handed to ZeroMQ, headers in */
-    uint64_t bytes_recv; /* frame bytes received and accepted */
-    uint64_t frames_sent;
+    /* frame bytes, 64-byte headers in: DATA frames when rumor_net_send
+     * accepts the message (so a message and its bytes are counted
+     * together, whatever is still queued), control frames (HELLO,
+     * heartbeats, HELLO_OK and REFUSE replies) when handed to ZeroMQ */
+    uint64_t bytes_sent;
+    uint64_t bytes_recv;  /* frame bytes received and accepted */
+    uint64_t frames_sent; /* the frames of bytes_sent */
+    /* the part of bytes_sent and frames_sent that is HELLO (88 bytes and
+     * the description), HELLO_OK (88) and REFUSE frames; the rest of the
+     * control traffic is heartbeats of 64 bytes */
+    uint64_t handshake_bytes_sent;
+    uint64_t handshake_frames_sent;
     uint64_t frames_recv;
     uint64_t messages_recv;    /* whole messages delivered to the inbox */
     uint64_t rejected_auth;    /* wrong sender id; with RUMOR_NET_ALL also
@@ -301,6 +347,12 @@ struct rumor_net_stats {
 /* Counters for one peer, or summed over all with RUMOR_NET_ALL. */
 RUMOR_API void
 rumor_net_stats(rumor_net *net, uint32_t peer, struct rumor_net_stats *out);
+
+/* With quiet true, a peer's liveness changes (late, down, back) are
+ * logged at DEBUG instead of WARN / INFO: for the end of a run, when this
+ * node needs nothing more from its neighbours and they finish and close
+ * their connections at their own pace. */
+RUMOR_API void rumor_net_set_quiet(rumor_net *net, bool quiet);
 
 /* RUMOR_OK while the transport works; RUMOR_EAUTH after it failed closed
  * (the ZAP handler died and the listener was closed). */

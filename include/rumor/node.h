@@ -44,6 +44,8 @@ struct rumor_dataset {
     size_t dim;     /* features per sample */
     size_t classes; /* label values are in [0, classes); 0 for regression */
     size_t outputs; /* regression targets per sample; 0 for classification */
+    size_t test_n;  /* the last test_n samples are the dataset's own
+                       held-out set (MNIST's t10k files); 0: none */
     float *x;       /* n * dim features, row-major */
     int32_t *y;     /* n labels, or NULL */
     float *target;  /* n * outputs targets, or NULL */
@@ -68,10 +70,13 @@ RUMOR_API void rumor_dataset_destroy(struct rumor_dataset **self_p);
 RUMOR_API rumor_err rumor_dataset_load_digits(struct rumor_dataset **out);
 
 /* MNIST IDX: an images file (magic 0x00000803, ubyte, n x rows x cols) and
- * a labels file (magic 0x00000801, ubyte, n). Pixels are scaled to [0, 1];
- * classes = largest label + 1. Every count is checked against the caps and
- * the file length; RUMOR_EPROTO with diag naming the file and the problem,
- * RUMOR_ETOOBIG past a cap, RUMOR_ENOTFOUND / RUMOR_EIO for the system. */
+ * a labels file (magic 0x00000801, ubyte, n), each plain or gzip-compressed
+ * (recognised by its first two bytes, not its name; inflated with zlib).
+ * Pixels are scaled to [0, 1]; classes = largest label + 1. Every count is
+ * checked against the caps and the file length; RUMOR_EPROTO with diag
+ * naming the file and the problem (bad magic, counts that disagree, gzip
+ * data truncated or corrupt), RUMOR_ETOOBIG past a cap (gzip data that
+ * inflates past one too), RUMOR_ENOTFOUND / RUMOR_EIO for the system. */
 RUMOR_API rumor_err rumor_dataset_load_idx(const char *images_path,
                                            const char *labels_path,
                                            struct rumor_dataset **out,
@@ -149,20 +154,32 @@ RUMOR_API rumor_err rumor_dataset_least_squares(size_t n,
  *   "synthetic[:n=N,dim=D,classes=C,separation=S]"  Gaussian clusters
  *                                     drawn from seed (defaults as
  *                                     rumor_synth_opts_default)
- *   "mnist:IMAGES,LABELS"             an IDX pair
+ *   "fashion-mnist"                   Debian's dataset-fashion-mnist files
+ *                                     (/usr/share/datasets/fashion-mnist)
+ *   "fashion-mnist:DIR", "mnist:DIR"  a directory of IDX files named as
+ *                                     published: train-images-idx3-ubyte,
+ *                                     train-labels-idx1-ubyte and, when
+ *                                     present, the t10k-* pair, each file
+ *                                     plain or with .gz; the t10k samples
+ *                                     come last and are counted in test_n
+ *   "mnist:IMAGES,LABELS"             an IDX pair (plain or gzip)
  *   "cifar10:BATCH[,BATCH...]"        CIFAR-10 binary batches, joined
  *   "csv:PATH"                        a CSV file
- * RUMOR_EINVAL with diag for an unknown kind or a bad parameter; loader
- * errors as above. */
+ * RUMOR_EINVAL with diag for an unknown kind or a bad parameter;
+ * RUMOR_ENOTFOUND with diag naming what is missing (for fashion-mnist:
+ * the package to install); loader errors as above. */
 #define RUMOR_DATASET_SPEC_MAX 4096
 RUMOR_API rumor_err rumor_dataset_open(const char *spec,
                                        uint64_t seed,
                                        struct rumor_dataset **out,
                                        struct rumor_diag *diag);
 
-/* Splits all into a training and a held-out part by a seeded permutation:
- * round(test_fraction * n) samples go to *test. The same (n, fraction,
- * seed) gives the same split on every node. Both outputs are copies. */
+/* Splits all into a training and a held-out part. A dataset with its own
+ * held-out set (test_n > 0) is cut there: its last test_n samples go to
+ * *test, the others to *train, and test_fraction and seed are not used.
+ * Otherwise a seeded permutation sends round(test_fraction * n) samples to
+ * *test; the same (n, fraction, seed) gives the same split on every node.
+ * Both outputs are copies (with test_n 0). */
 RUMOR_API rumor_err rumor_dataset_split(const struct rumor_dataset *all,
                                         double test_fraction,
                                         uint64_t seed,
@@ -237,7 +254,8 @@ struct rumor_workload_opts {
     rumor_shard_mode shard; /* how the training split is shared */
     double alpha;           /* Dirichlet concentration */
     size_t batch;           /* minibatch size; 0 = the whole shard */
-    double test_fraction;   /* held-out share of the dataset */
+    double test_fraction;   /* held-out share of the dataset (unused
+                               when it has its own: test_n > 0) */
     uint64_t seed;          /* run seed, equal on every node */
     bool want_cuda;         /* use CUDA when a GPU is usable */
     /* lsq with dataset == NULL: generated problem */
@@ -254,7 +272,7 @@ RUMOR_API void rumor_workload_opts_default(struct rumor_workload_opts *opts);
 
 typedef struct rumor_workload rumor_workload;
 
-/* Builds the workload: splits the dataset (held-out split by seed), takes
+/* Builds the workload: splits the dataset (rumor_dataset_split), takes
  * this node's shard of the training split, and initialises parameters
  * from the seed (the same on every node: weights uniform in
  * +-1/sqrt(fan_in) as PyTorch's nn.Linear, zero biases; lsq starts at 0).
@@ -546,6 +564,11 @@ struct rumor_node_summary {
     uint64_t bytes_recv;
     uint64_t gossip_bytes_sent; /* wire bytes of the gossip messages sent */
     uint64_t gossip_bytes_recv; /* and received */
+    bool refused;               /* a neighbour's settings or model differ:
+                                   refused at the handshake, before the
+                                   first step (a restart cannot help) */
+    bool diverged;              /* training diverged (the run's error
+                                   names the options that control it) */
 };
 
 /* What the run has done so far. */

@@ -127,6 +127,13 @@ RUMOR_API bool rumor_topology_doubly_stochastic(const rumor_topology *t);
 RUMOR_API rumor_err rumor_topology_spectral_gap(const rumor_topology *t,
                                                 double *gap);
 
+/* The largest eigenvalue of I - W over every phase, 1 - lambda_min(W_k)
+ * (LAPACK dsyev): how far one mixing step can push a disagreement (in
+ * [0, 2) for Metropolis-Hastings weights; CHOCO's beta = ||I - W||_2).
+ * RUMOR_EBACKEND when LAPACK fails. */
+RUMOR_API rumor_err rumor_topology_mixing_norm(const rumor_topology *t,
+                                               double *beta);
+
 /* Appends the topology in file format (re-parsable) to out. */
 RUMOR_API rumor_err rumor_topology_format(const rumor_topology *t,
                                           rumor_buf *out);

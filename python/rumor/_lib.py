@@ -1,13 +1,16 @@
 """Loading librumor.so and declaring the C functions the package calls.
 
 The library is found, in order, at $RUMOR_LIB, next to this file (where
-`pip install ./python` copies it), and in the source tree's build/lib
-(this file's ../../build/lib). Every C call that returns a rumor_err goes
+`pip install ./python` copies a build tree's library), in the source tree's
+build/lib (this file's ../../build/lib), in the libdir of an installed
+Rumor's rumor.pc (`make install`), and by the loader's own search for
+librumor.so.0. Every C call that returns a rumor_err goes
 through check(), which raises RumorError carrying the C message: the
 rumor_diag text when the call filled one, rumor_strerror otherwise.
 """
 import ctypes
 import os
+import subprocess
 from ctypes import (POINTER, Structure, c_bool, c_char, c_char_p, c_double,
                     c_int, c_size_t, c_uint32, c_uint64, c_void_p)
 
@@ -71,6 +74,20 @@ class Buf(Structure):  # rumor_buf
                 ("alloc", c_size_t), ("cap", c_size_t)]
 
 
+SONAME = "librumor.so.0"
+
+
+def _installed_libdir():
+    """The libdir of an installed Rumor (`make install`), from its rumor.pc;
+    None when pkg-config or the .pc file is absent."""
+    try:
+        out = subprocess.run(["pkg-config", "--variable=libdir", "rumor"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
 def _candidates():
     env = os.environ.get("RUMOR_LIB")
     if env:
@@ -78,6 +95,9 @@ def _candidates():
     yield os.path.join(_HERE, "librumor.so")
     yield os.path.normpath(os.path.join(_HERE, "..", "..", "build", "lib",
                                         "librumor.so"))
+    libdir = _installed_libdir()
+    if libdir:
+        yield os.path.join(libdir, SONAME)
 
 
 def _load():
@@ -86,10 +106,14 @@ def _load():
         if os.path.exists(path):
             return ctypes.CDLL(path), path
         tried.append(path)
+    try:  # the loader's own search: LD_LIBRARY_PATH, ld.so.cache, /usr/lib
+        return ctypes.CDLL(SONAME), SONAME
+    except OSError:
+        tried.append(SONAME + " (loader search path)")
     raise ImportError(
         "rumor: librumor.so not found (looked at: " + ", ".join(tried) +
-        "). Build it with `make` in the Rumor source tree, or set "
-        "RUMOR_LIB=/path/to/librumor.so")
+        "). Build it with `make` in the Rumor source tree, install it with "
+        "`make install`, or set RUMOR_LIB=/path/to/librumor.so")
 
 
 lib, path = _load()
@@ -131,6 +155,7 @@ _PROTOS = [
     ("rumor_workload_eval", c_int, [_P, POINTER(Model), c_int,
                                     POINTER(Eval)]),
     ("rumor_workload_train_size", c_size_t, [_P]),
+    ("rumor_workload_test_size", c_size_t, [_P]),
     ("rumor_model_clone", c_int, [POINTER(Model), POINTER(POINTER(Model))]),
     ("rumor_model_free", None, [POINTER(POINTER(Model))]),
     # topology

@@ -236,6 +236,14 @@ class Workload:
                                       ctypes.byref(loss)))
         return loss.value
 
+    @property
+    def sizes(self):
+        """(samples in this node's training shard, samples in the held-out
+        set): the official test files when the dataset has them
+        (fashion-mnist, mnist:DIR), else test_fraction of the data."""
+        return (lib.rumor_workload_train_size(self._p),
+                lib.rumor_workload_test_size(self._p))
+
     def evaluate(self, split="test"):
         """(loss, accuracy) on the held-out split ("test") or the shard."""
         ev = _lib.Eval()

@@ -1,8 +1,9 @@
 /*
- * Fuzz target: the dataset file parsers (MNIST IDX pair, CIFAR-10 binary
- * batch, CSV), which read files users give us. The first input byte picks
- * the parser (mod 3); for IDX the next two bytes (little-endian) pick
- * where the images file ends and the labels file begins. A parsed dataset
+ * Fuzz target: the dataset file parsers (MNIST IDX pair, each file plain
+ * or gzip, CIFAR-10 binary batch, CSV), which read files users give us.
+ * The first input byte picks the parser (mod 3); for IDX the next two
+ * bytes (little-endian) pick where the images file ends and the labels
+ * file begins (the idx_gz_* seeds hold gzip files). A parsed dataset
  * is checked for the invariants workloads rely on: every label in
  * [0, classes), every feature finite, shapes within the caps.
  */

@@ -28,7 +28,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             sink ^= payload[i];
         (void)sink;
         struct rumor_net_hello hello;
-        (void)rumor_net_hello_decode(payload, h.payload_len, &hello);
+        if (rumor_net_hello_decode(payload, h.payload_len, &hello) == RUMOR_OK)
+            for (size_t i = 0; i < hello.desc_len; i++)
+                sink ^= hello.desc[i]; /* the description is borrowed too */
         uint32_t reason;
         char text[RUMOR_NET_REFUSE_TEXT_MAX + 1];
         if (rumor_net_refuse_decode(payload, h.payload_len, &reason, text) ==

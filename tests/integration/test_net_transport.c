@@ -170,8 +170,25 @@ test_exchange__tensors_of_several_sizes__arrive_intact_both_ways(void **state)
     assert_true(st.bytes_recv >= payload + 64 * frames);
     assert_int_equal(st.messages_recv, 6);
     assert_int_equal(st.rejected_auth + st.rejected_proto + st.replays, 0);
+    /* the sender's, exactly: the data frames (counted when taken), its
+     * handshake (its HELLO, the HELLO_OK to node 1's) and 64-byte
+     * heartbeats */
     rumor_net_stats(c.net[0], 1, &st);
-    assert_true(st.bytes_sent >= payload + 64 * frames);
+    assert_true(st.handshake_frames_sent >= 2);
+    assert_true(st.frames_sent >= st.handshake_frames_sent + frames);
+    uint64_t beats = st.frames_sent - st.handshake_frames_sent - frames;
+    assert_int_equal(st.bytes_sent,
+                     payload + 64 * frames + st.handshake_bytes_sent +
+                         64 * beats);
+    /* counted when rumor_net_send takes the message, not when it leaves */
+    uint64_t before = st.bytes_sent;
+    struct rumor_net_header h = {.type = RUMOR_NET_TYPE_DATA, .step = 40};
+    uint8_t one[1000] = {0};
+    assert_int_equal(
+        rumor_net_send(c.net[0], 1, &h, one, sizeof one, t_deadline(1000)),
+        RUMOR_OK);
+    rumor_net_stats(c.net[0], 1, &st);
+    assert_true(st.bytes_sent >= before + 64 + sizeof one);
     t_cluster_stop(&c);
 }
 
@@ -338,10 +355,17 @@ test_reject__unlisted_key__nothing_delivered_node_keeps_working(void **state)
                net_keypair_secret(stranger));
     t_raw_hello(&r, RUMOR_NET_VERSION, 0, 7);
     uint8_t f[128];
-    t_raw_send(
-        &r,
-        f,
-        t_frame(f, sizeof f, 1, RUMOR_NET_TYPE_DATA, 0, 2, 0, "evil", 4));
+    t_raw_send(&r,
+               f,
+               t_frame(f,
+                       sizeof f,
+                       RUMOR_NET_VERSION,
+                       RUMOR_NET_TYPE_DATA,
+                       0,
+                       2,
+                       0,
+                       "evil",
+                       4));
     t_wait_counter(c.net[1],
                    RUMOR_NET_ALL,
                    t_handshake_failed,
@@ -399,10 +423,17 @@ test_reject__listed_key_claiming_another_id__dropped(void **state)
                net_keypair_secret(c.kp[0]));
     t_raw_hello(&r, RUMOR_NET_VERSION, 2, 7);
     uint8_t f[128];
-    t_raw_send(
-        &r,
-        f,
-        t_frame(f, sizeof f, 1, RUMOR_NET_TYPE_DATA, 2, 2, 0, "evil", 4));
+    t_raw_send(&r,
+               f,
+               t_frame(f,
+                       sizeof f,
+                       RUMOR_NET_VERSION,
+                       RUMOR_NET_TYPE_DATA,
+                       2,
+                       2,
+                       0,
+                       "evil",
+                       4));
     t_wait_counter(c.net[1], 0, t_rejected_auth, 2, "rejected_auth of 0");
     struct rumor_net_stats st;
     rumor_net_stats(c.net[1], 2, &st);
@@ -428,7 +459,7 @@ test_reject__wrong_version__refused_with_reason_to_the_peer(void **state)
                rumor_net_keypair_public(c.kp[1]),
                rumor_net_keypair_public(c.kp[0]),
                net_keypair_secret(c.kp[0]));
-    t_raw_hello(&r, 2, 0, 7);
+    t_raw_hello(&r, RUMOR_NET_VERSION - 1, 0, 7); /* a node of version 1 */
     uint8_t buf[512];
     int n = t_raw_recv(&r, buf, sizeof buf, t_deadline(T_DEADLINE_MS));
     assert_true(n > 0);
@@ -443,7 +474,7 @@ test_reject__wrong_version__refused_with_reason_to_the_peer(void **state)
     assert_int_equal(rumor_net_refuse_decode(p, h.payload_len, &reason, text),
                      RUMOR_OK);
     assert_int_equal(reason, RUMOR_EPROTO);
-    assert_non_null(strstr(text, "protocol version 2"));
+    assert_non_null(strstr(text, "protocol version 1, this node speaks 2"));
     t_wait_counter(c.net[1], 0, t_refused, 1, "refused");
     t_raw_close(&r);
     t_node1_still_works(&c, 8);
@@ -464,6 +495,63 @@ test_reject__wrong_fingerprint__refused_on_both_sides(void **state)
                      RUMOR_ETIMEDOUT);
     rumor_net_destroy(&c.net[0]);
     t_node1_still_works(&c, 9);
+    t_cluster_stop(&c);
+}
+
+/* The test's rumor_net_explain_fn: names the peer's description. */
+static bool
+t_explain(void *arg,
+          uint32_t peer,
+          const uint8_t *desc,
+          size_t desc_len,
+          char *text,
+          size_t cap)
+{
+    (void)arg;
+    snprintf(text, cap, "node %u says %.*s", peer, (int)desc_len, desc);
+    return true;
+}
+
+/* A HELLO carries the sender's description; the refusing node explains
+ * the mismatch with it, and both nodes hold the same text until a HELLO
+ * with the right fingerprint passes. */
+static void
+test_reject__other_description__same_explanation_on_both_sides(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    struct rumor_net_opts o1, o0;
+    t_test_opts(&o1);
+    o1.desc = (const uint8_t *)"lemon";
+    o1.desc_len = 5;
+    o1.explain = t_explain;
+    t_test_opts(&o0);
+    o0.desc = (const uint8_t *)"lime tree";
+    o0.desc_len = 9;
+    t_cluster_start(&c, 1, LINK_NONE, 7, &o1, NULL);
+    t_cluster_start(&c, 0, LINK_TO_1, 8, &o0, NULL);
+    t_wait_counter(c.net[0], 1, t_refused, 1, "refusals seen by node 0");
+    char text[RUMOR_NET_REFUSE_TEXT_MAX + 1];
+    assert_true(rumor_net_refused(c.net[0], 1, text));
+    assert_string_equal(text, "node 0 says lime tree");
+    assert_true(rumor_net_refused(c.net[1], 0, text));
+    assert_string_equal(text, "node 0 says lime tree");
+    assert_false(rumor_net_refused(c.net[1], 2, text));
+    assert_string_equal(text, "");
+    /* the HELLO was 64 + 24 + 9 bytes, counted as handshake */
+    struct rumor_net_stats st;
+    rumor_net_stats(c.net[0], 1, &st);
+    assert_true(st.handshake_frames_sent >= 1);
+    assert_int_equal(st.handshake_bytes_sent % (64 + 24 + 9), 0);
+    /* node 0 again, now with node 1's fingerprint: accepted, cleared */
+    rumor_net_destroy(&c.net[0]);
+    t_cluster_start(&c, 0, LINK_TO_1, 7, &o0, NULL);
+    assert_int_equal(
+        rumor_net_wait_ready(c.net[0], 1, t_deadline(T_DEADLINE_MS)),
+        RUMOR_OK);
+    assert_false(rumor_net_refused(c.net[0], 1, text));
+    assert_false(rumor_net_refused(c.net[1], 0, text));
     t_cluster_stop(&c);
 }
 
@@ -488,8 +576,15 @@ test_reject__bad_frames__rejected_logged_node_keeps_working(void **state)
     assert_true(t_raw_recv(&r, buf, sizeof buf, t_deadline(T_DEADLINE_MS)) >
                 0); /* HELLO_OK */
     /* truncated */
-    size_t n =
-        t_frame(buf, sizeof buf, 1, RUMOR_NET_TYPE_DATA, 0, 2, 0, "abcdef", 6);
+    size_t n = t_frame(buf,
+                       sizeof buf,
+                       RUMOR_NET_VERSION,
+                       RUMOR_NET_TYPE_DATA,
+                       0,
+                       2,
+                       0,
+                       "abcdef",
+                       6);
     t_raw_send(&r, buf, 30);
     /* garbage */
     uint8_t junk[200];
@@ -499,7 +594,7 @@ test_reject__bad_frames__rejected_logged_node_keeps_working(void **state)
     buf[n - 1] ^= 1;
     t_raw_send(&r, buf, n);
     /* a header announcing more than max_message_bytes */
-    struct rumor_net_header h = {.version = 1,
+    struct rumor_net_header h = {.version = RUMOR_NET_VERSION,
                                  .type = RUMOR_NET_TYPE_DATA,
                                  .sender = 0,
                                  .seq = 3,
@@ -519,7 +614,15 @@ test_reject__bad_frames__rejected_logged_node_keeps_working(void **state)
     t_raw_send(&r, buf, w);
     t_wait_counter(c.net[1], 0, t_rejected_proto, 5, "rejected_proto");
     /* a replayed frame: delivered once */
-    n = t_frame(buf, sizeof buf, 1, RUMOR_NET_TYPE_DATA, 0, 10, 3, "once", 4);
+    n = t_frame(buf,
+                sizeof buf,
+                RUMOR_NET_VERSION,
+                RUMOR_NET_TYPE_DATA,
+                0,
+                10,
+                3,
+                "once",
+                4);
     t_raw_send(&r, buf, n);
     t_raw_send(&r, buf, n);
     t_wait_counter(c.net[1], 0, t_replays, 1, "replays");
@@ -533,14 +636,22 @@ test_reject__bad_frames__rejected_logged_node_keeps_working(void **state)
                      RUMOR_ETIMEDOUT);
     /* a message for a closed step is dropped */
     rumor_net_close_steps_before(c.net[1], 100);
-    n = t_frame(buf, sizeof buf, 1, RUMOR_NET_TYPE_DATA, 0, 11, 50, "late", 4);
+    n = t_frame(buf,
+                sizeof buf,
+                RUMOR_NET_VERSION,
+                RUMOR_NET_TYPE_DATA,
+                0,
+                11,
+                50,
+                "late",
+                4);
     t_raw_send(&r, buf, n);
     t_wait_counter(c.net[1], 0, t_dropped, 1, "dropped");
     assert_int_equal(rumor_net_recv(c.net[1], 0, 50, 0, t_deadline(1), &m),
                      RUMOR_ETIMEDOUT);
     /* a chunk without its predecessors is dropped, and so is a message
      * whose chunks stop (the next message's chunk 0 replaces it) */
-    struct rumor_net_header part = {.version = 1,
+    struct rumor_net_header part = {.version = RUMOR_NET_VERSION,
                                     .type = RUMOR_NET_TYPE_DATA,
                                     .sender = 0,
                                     .seq = 20,
@@ -557,7 +668,15 @@ test_reject__bad_frames__rejected_logged_node_keeps_working(void **state)
     assert_int_equal(rumor_net_frame_encode(&part, "head", buf, sizeof buf, &w),
                      RUMOR_OK);
     t_raw_send(&r, buf, w);
-    n = t_frame(buf, sizeof buf, 1, RUMOR_NET_TYPE_DATA, 0, 22, 161, "next", 4);
+    n = t_frame(buf,
+                sizeof buf,
+                RUMOR_NET_VERSION,
+                RUMOR_NET_TYPE_DATA,
+                0,
+                22,
+                161,
+                "next",
+                4);
     t_raw_send(&r, buf, n);
     assert_int_equal(
         rumor_net_recv(c.net[1], 0, 161, 0, t_deadline(T_DEADLINE_MS), &m),
@@ -686,10 +805,17 @@ test_zap__handler_silent__libzmq_admits_but_nothing_delivered(void **state)
                      ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
     t_raw_hello(&r, RUMOR_NET_VERSION, 0, 7);
     uint8_t f[128];
-    t_raw_send(
-        &r,
-        f,
-        t_frame(f, sizeof f, 1, RUMOR_NET_TYPE_DATA, 0, 2, 0, "evil", 4));
+    t_raw_send(&r,
+               f,
+               t_frame(f,
+                       sizeof f,
+                       RUMOR_NET_VERSION,
+                       RUMOR_NET_TYPE_DATA,
+                       0,
+                       2,
+                       0,
+                       "evil",
+                       4));
     /* ... and the User-Id check drops every frame */
     t_wait_counter(c.net[1],
                    RUMOR_NET_ALL,
@@ -950,6 +1076,8 @@ main(int argc, char **argv)
         cmocka_unit_test(
             test_reject__wrong_version__refused_with_reason_to_the_peer),
         cmocka_unit_test(test_reject__wrong_fingerprint__refused_on_both_sides),
+        cmocka_unit_test(
+            test_reject__other_description__same_explanation_on_both_sides),
         cmocka_unit_test(
             test_reject__bad_frames__rejected_logged_node_keeps_working),
         cmocka_unit_test(test_inbox__full__later_messages_dropped_until_read),

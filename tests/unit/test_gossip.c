@@ -274,6 +274,80 @@ test_absorb__bad_inboxes__rejected_model_unchanged(void **state)
     s_cluster_free(&c);
 }
 
+/* gamma auto for CHOCO = min(1, (1 / sqrt(omega) - 1) / (2 beta)). For
+ * top-k at ratio 0.01 of standard normals, omega is 1 minus the share of
+ * E x^2 above the 99.5 % quantile t = 2.5758: 2 (t phi(t) + 1 - Phi(t)) =
+ * 0.08450, omega = 0.91550 (the tail formula, not the codec). beta =
+ * 1 - lambda_min(W): 4/3 on an even ring with weights 1/3 (lambda_min =
+ * 1/3 - 2/3), 1 on a complete graph (W = J / n). So 0.01692 and 0.02257,
+ * within 3 % (one 100 x 100 sample); a lossless codec gets 1; dpsgd,
+ * powergossip 1 and moniqua 0.2 whatever the codec; an explicit gamma
+ * is kept. */
+static double
+s_gamma_of(const char *algo, const char *codec, const char *spec, double g)
+{
+    struct rumor_gossip_opts opts;
+    rumor_gossip_opts_default(&opts);
+    assert_true(opts.gamma == RUMOR_GOSSIP_GAMMA_AUTO);
+    snprintf(opts.algo, sizeof opts.algo, "%s", algo);
+    snprintf(opts.codec, sizeof opts.codec, "%s", codec);
+    opts.gamma = g;
+    struct cluster c;
+    s_cluster_new_opts(&c, spec, &opts, 100, 100, 0);
+    double gamma = rumor_gossip_gamma(c.nodes[0]);
+    for (size_t i = 1; i < c.n; i++) /* the same on every node */
+        assert_true(rumor_gossip_gamma(c.nodes[i]) == gamma);
+    s_cluster_free(&c);
+    return gamma;
+}
+
+static void
+test_gamma_auto__topk_ring_complete__matches_tail_formula(void **state)
+{
+    (void)state;
+    double omega = 1 - 0.08450;
+    double ring = (1 / sqrt(omega) - 1) / (2 * 4.0 / 3);
+    double complete = (1 / sqrt(omega) - 1) / 2;
+    const char *topk = "topk:ratio=0.01";
+    assert_float_equal(s_gamma_of("choco", topk, "ring:6", 0),
+                       ring,
+                       0.03 * ring);
+    assert_float_equal(s_gamma_of("deepsqueeze", topk, "complete:8", 0),
+                       complete,
+                       0.03 * complete);
+    assert_float_equal(s_gamma_of("choco", "fp32", "ring:6", 0), 1, 0);
+    assert_float_equal(s_gamma_of("dpsgd", topk, "ring:6", 0), 1, 0);
+    assert_float_equal(s_gamma_of("powergossip", topk, "ring:6", 0), 1, 0);
+    assert_float_equal(s_gamma_of("moniqua", topk, "ring:6", 0), 0.2, 0);
+    assert_float_equal(s_gamma_of("choco", topk, "ring:6", 0.7), 0.7, 0);
+}
+
+/* 2-bit QSGD on buckets of 512 errs by more than the value (omega =
+ * sqrt(512) / 3 or so, unscaled): refused, naming --codec and --gamma. */
+static void
+test_gamma_auto__codec_too_coarse__refused_naming_options(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts opts;
+    rumor_gossip_opts_default(&opts);
+    snprintf(opts.algo, sizeof opts.algo, "choco");
+    snprintf(opts.codec, sizeof opts.codec, "qsgd:bits=2");
+    rumor_topology *t = NULL;
+    struct rumor_diag diag = {0};
+    assert_int_equal(rumor_topology_from_spec("ring:4", 1, &t, &diag), 0);
+    float x[4096] = {0};
+    struct rumor_tensor tensor = {x, 2, {64, 64}};
+    struct rumor_model model = {&tensor, 1};
+    rumor_gossip *g = NULL;
+    assert_int_equal(rumor_gossip_new(&opts, t, 0, &model, &g, &diag),
+                     RUMOR_EINVAL);
+    assert_null(g);
+    assert_non_null(strstr(diag.msg, "--codec"));
+    assert_non_null(strstr(diag.msg, "--gamma"));
+    assert_non_null(strstr(diag.msg, "qsgd:bits=2"));
+    rumor_topology_destroy(&t);
+}
+
 static void
 test_gossip_new__unknown_algorithm__named_in_error(void **state)
 {
@@ -1055,6 +1129,7 @@ test_moniqua__close_models__unbiased_gossip_step(void **state)
     rumor_gossip_opts_default(&opts);
     snprintf(opts.algo, sizeof opts.algo, "moniqua");
     opts.theta = 1.0;
+    opts.gamma = 1.0;
     struct cluster c;
     s_cluster_new_opts(&c, "ring:2", &opts, 200, 500, 0);
     for (size_t e = 0; e < s_numel(&c); e++) {
@@ -1089,6 +1164,10 @@ main(int argc, char **argv)
             test_dpsgd__one_peer_exp__exact_average_after_one_period),
         cmocka_unit_test(test_absorb__bad_inboxes__rejected_model_unchanged),
         cmocka_unit_test(test_gossip_new__unknown_algorithm__named_in_error),
+        cmocka_unit_test(
+            test_gamma_auto__topk_ring_complete__matches_tail_formula),
+        cmocka_unit_test(
+            test_gamma_auto__codec_too_coarse__refused_naming_options),
         cmocka_unit_test(test_wire_bytes__chunks__one_header_each),
         cmocka_unit_test(
             test_choco__codecs_on_graphs__average_kept_error_falls),

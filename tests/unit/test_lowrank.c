@@ -1098,6 +1098,54 @@ test_edge__ring_of_four__preserves_average_and_shrinks_differences(void **s)
     }
 }
 
+/* Nodes that start from the same seed have equal models at step 0: the
+ * first products are zero, and a zero factor orthogonalizes to zero. The
+ * edge must still mix once the models differ (it used to stay at zero
+ * for good: PowerGossip then never mixed a matrix, issue 18). Two equal
+ * models for 4 iterations, then node hi's gets a random offset; after 60
+ * more iterations with weight 1/3 their difference must have shrunk
+ * below 1e-3 of the offset, and the models must not move while they are
+ * equal. */
+static void
+test_edge__equal_models_first__mixes_once_they_differ(void **s)
+{
+    (void)s;
+    enum { R = 20, C = 16 };
+    const struct rumor_lowrank_shape shape = {.ndim = 2, .dims = {R, C}};
+    rumor_lowrank_edge *lo = NULL, *hi = NULL;
+    s_edge_pair(&shape, 1, 2, &lo, &hi);
+    float *a = s_randn(R * C, 71), *b = malloc(R * C * sizeof *b);
+    float *offset = s_randn(R * C, 72), msg_lo[R * 2], msg_hi[R * 2];
+    assert_non_null(b);
+    memcpy(b, a, R * C * sizeof *b);
+    double d0 = 0;
+    for (uint64_t t = 1; t <= 64; t++) {
+        if (t == 5)
+            for (int k = 0; k < R * C; k++) {
+                assert_float_equal(a[k], b[k], 0); /* nothing moved */
+                b[k] += offset[k];
+                d0 += (double)offset[k] * offset[k];
+            }
+        float *pa[1] = {a}, *pb[1] = {b};
+        assert_int_equal(rumor_lowrank_edge_product(lo, pa, t, msg_lo), 0);
+        assert_int_equal(rumor_lowrank_edge_product(hi, pb, t, msg_hi), 0);
+        assert_int_equal(rumor_lowrank_edge_combine(lo, msg_hi), 0);
+        assert_int_equal(rumor_lowrank_edge_combine(hi, msg_lo), 0);
+        assert_int_equal(rumor_lowrank_edge_apply(lo, pa, 1.0f / 3), 0);
+        assert_int_equal(rumor_lowrank_edge_apply(hi, pb, 1.0f / 3), 0);
+    }
+    double d = 0;
+    for (int k = 0; k < R * C; k++)
+        d += ((double)a[k] - b[k]) * ((double)a[k] - b[k]);
+    if (!(d < 1e-3 * d0))
+        fail_msg("difference %.3g from %.3g: the edge did not mix", d, d0);
+    free(a);
+    free(b);
+    free(offset);
+    rumor_lowrank_edge_destroy(&lo);
+    rumor_lowrank_edge_destroy(&hi);
+}
+
 static void
 test_edge__nan_message_or_misuse__rejected(void **s)
 {
@@ -1639,6 +1687,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_edge__iterations__follow_the_reference_update),
         cmocka_unit_test(
             test_edge__ring_of_four__preserves_average_and_shrinks_differences),
+        cmocka_unit_test(test_edge__equal_models_first__mixes_once_they_differ),
         cmocka_unit_test(test_edge__nan_message_or_misuse__rejected),
         cmocka_unit_test(test_count__resnet18_cifar10__paper_ratios),
         cmocka_unit_test(

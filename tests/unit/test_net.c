@@ -56,7 +56,7 @@ test_frame_encode__known_fields__at_documented_offsets(void **state)
     assert_int_equal(n, 68);
     /* hand-written little-endian expectations (docs/protocol.md) */
     static const uint8_t want[60] = {
-        'R',  'U',  'M',  'R',  1,    5,    7,    0,    /* magic ver type */
+        'R',  'U',  'M',  'R',  2,    5,    7,    0,    /* magic ver type */
         0x04, 0x03, 0x02, 0x01, 2,    0,    0,    0,    /* sender round */
         0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, /* step */
         9,    0,    0,    0,    0,    0,    0,    0,    /* seq */
@@ -136,7 +136,8 @@ test_frame_decode__table_of_bad_frames__rejected(void **state)
         {"payload cut", SIZE_MAX, 0, false, -1, false, 1 << 20, RUMOR_EPROTO},
         {"trailing byte", SIZE_MAX, 0, false, 1, false, 1 << 20, RUMOR_EPROTO},
         {"bad magic", 0, 0x524d5553, false, 0, true, 1 << 20, RUMOR_EPROTO},
-        {"version 2", 4, 2, true, 0, true, 1 << 20, RUMOR_EPROTO},
+        {"version 1", 4, 1, true, 0, true, 1 << 20, RUMOR_EPROTO},
+        {"version 3", 4, 3, true, 0, true, 1 << 20, RUMOR_EPROTO},
         {"version 0", 4, 0, true, 0, true, 1 << 20, RUMOR_EPROTO},
         {"type 0", 5, 0, true, 0, true, 1 << 20, RUMOR_EPROTO},
         {"type 6", 5, 6, true, 0, true, 1 << 20, RUMOR_EPROTO},
@@ -226,19 +227,36 @@ test_hello__round_trip_and_bad_sizes(void **state)
                                 .epoch = 42,
                                 .max_message = 1 << 26,
                                 .chunk_bytes = 256 << 10};
-    uint8_t buf[RUMOR_NET_HELLO_BYTES + 1];
+    /* the fixed part, then a description of DESC_MAX bytes, then one
+     * byte too many */
+    static uint8_t buf[RUMOR_NET_HELLO_BYTES + RUMOR_NET_HELLO_DESC_MAX + 1];
     rumor_net_hello_encode(&a, buf);
     assert_int_equal(buf[0], 0xef); /* little-endian fingerprint */
     assert_int_equal(buf[7], 0xfe);
     struct rumor_net_hello b;
     assert_int_equal(rumor_net_hello_decode(buf, RUMOR_NET_HELLO_BYTES, &b),
                      RUMOR_OK);
-    assert_memory_equal(&a, &b, sizeof a);
+    assert_true(b.fingerprint == a.fingerprint && b.epoch == a.epoch &&
+                b.max_message == a.max_message &&
+                b.chunk_bytes == a.chunk_bytes);
+    assert_int_equal(b.desc_len, 0);
+    /* the description is what follows the 24 bytes, borrowed in place */
+    assert_int_equal(rumor_net_hello_decode(buf, RUMOR_NET_HELLO_BYTES + 3, &b),
+                     RUMOR_OK);
+    assert_ptr_equal(b.desc, buf + RUMOR_NET_HELLO_BYTES);
+    assert_int_equal(b.desc_len, 3);
+    assert_int_equal(
+        rumor_net_hello_decode(buf,
+                               RUMOR_NET_HELLO_BYTES + RUMOR_NET_HELLO_DESC_MAX,
+                               &b),
+        RUMOR_OK);
+    assert_int_equal(b.desc_len, RUMOR_NET_HELLO_DESC_MAX);
+    assert_int_equal(rumor_net_hello_decode(buf, sizeof buf, &b), RUMOR_EPROTO);
+    assert_int_equal(b.fingerprint, 0);
     assert_int_equal(rumor_net_hello_decode(buf, RUMOR_NET_HELLO_BYTES - 1, &b),
                      RUMOR_EPROTO);
     assert_int_equal(b.fingerprint, 0);
-    assert_int_equal(rumor_net_hello_decode(buf, RUMOR_NET_HELLO_BYTES + 1, &b),
-                     RUMOR_EPROTO);
+    assert_null(b.desc);
     a.chunk_bytes = 1000; /* below RUMOR_NET_CHUNK_MIN */
     rumor_net_hello_encode(&a, buf);
     assert_int_equal(rumor_net_hello_decode(buf, RUMOR_NET_HELLO_BYTES, &b),

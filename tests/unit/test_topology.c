@@ -639,10 +639,42 @@ test_load_file__missing__enotfound_with_path(void **state)
     assert_null(t);
 }
 
+/* ||I - W||_2 = 1 - lambda_min(W), by hand: an even ring with weights
+ * 1/3 has lambda_min = 1/3 + 2/3 cos(pi) = -1/3 (4/3); a 4x4 torus with
+ * weights 1/5, 1/5 + 2/5 (cos pi + cos pi) = -3/5 (1.6); a complete graph
+ * W = J / n, 0 (1); an odd ring, 1/3 + 2/3 cos(4 pi / 5) for 5 nodes. */
+static void
+test_mixing_norm__ring_torus_complete__hand_computed(void **state)
+{
+    (void)state;
+    const struct {
+        const char *spec;
+        double beta;
+    } cases[] = {
+        {"ring:6", 4.0 / 3},
+        {"ring:32", 4.0 / 3},
+        {"torus:4x4", 1.6},
+        {"complete:8", 1.0},
+        {"ring:5", 2.0 / 3 - 2.0 / 3 * cos(4 * M_PI / 5)},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rumor_topology *t = s_generate(cases[i].spec, 1);
+        double beta = -1;
+        assert_int_equal(rumor_topology_mixing_norm(t, &beta), RUMOR_OK);
+        if (fabs(beta - cases[i].beta) > 1e-9)
+            fail_msg("%s: %.12f, want %.12f",
+                     cases[i].spec,
+                     beta,
+                     cases[i].beta);
+        rumor_topology_destroy(&t);
+    }
+}
+
 int
 main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mixing_norm__ring_torus_complete__hand_computed),
         cmocka_unit_test(test_parse__broken_files__exact_line_and_column),
         cmocka_unit_test(test_parse__no_weights__metropolis_hastings),
         cmocka_unit_test(test_parse__given_and_derived_weights__mix),
