@@ -9,11 +9,18 @@
  * the network average exactly. The per-edge arithmetic lives in lowrank/
  * (rumor_lowrank_edge_*); this file is the protocol around it.
  *
- * One round per power iteration (opts.iterations per step); iteration
- * t = step * iterations + round + 1, the same on both ends, so the two
- * agree on which side of the factorization moves. 1-D tensors (biases,
- * norms) travel uncompressed in the same message and are mixed by plain
- * gossip in difference form, x += gamma sum_j w_ij (x_j - x_i). Every
+ * One round per power iteration (opts.iterations per step). Which side
+ * of the factorization moves follows the edge's own iteration count, not
+ * the step: iteration t = (iterations the edge has taken) + 1 computes
+ * M q on odd t and M^T p on even t. Both ends count the same iterations
+ * (the ones both applied), so they agree without sending the count. The
+ * reference (algorithms.py) takes the parity from its global iteration
+ * number, which is the same on its static graphs, where every edge moves
+ * every round; on a time-varying graph an edge active every second step
+ * would always get the same parity there and one factor would never be
+ * refreshed (one-peer-exp:4 stalled at 0.988 relative error). 1-D tensors
+ * (biases, norms) travel uncompressed in the same message and are mixed by
+ * plain gossip in difference form, x += gamma sum_j w_ij (x_j - x_i). Every
  * message of a round is checked (size, finite values) before any edge
  * state or tensor changes, so a bad neighbour never leaves half an update.
  * Edge state is created the first time a peer appears, which covers
@@ -28,8 +35,11 @@
  * committed factors, otherwise the next iteration starts again from the
  * committed ones. An edge whose verdict is still open sends and takes
  * nothing (the ledger's busy test) until it is known, so both ends' factors
- * are always a function of the same committed iterations. A restarted
- * neighbour (edge_reset) starts the edge over from the pair's seed.
+ * are always a function of the same committed iterations, and so are
+ * their iteration counts: only a commit advances the count, and the
+ * ledger commits an edge's term on both ends or on neither. A restarted
+ * neighbour (edge_reset) starts the edge over from the pair's seed at
+ * iteration 1.
  * Loss-free, the staged form is what absorb computes: the terms of a
  * step summed in double in node order and rounded once.
  */
@@ -49,6 +59,7 @@ struct pg_peer {
     bool open;        /* product sent, no combine yet */
     bool dirty;       /* the live factors are not the committed ones */
     uint64_t open_t;  /* the open iteration */
+    uint64_t iters;   /* iterations both ends took: the next is iters + 1 */
 };
 
 struct powergossip {
@@ -160,12 +171,6 @@ s_rounds(const rumor_gossip *g, uint64_t step)
     return g->opts.iterations;
 }
 
-static uint64_t
-s_iteration(const rumor_gossip *g, uint64_t step, uint32_t round)
-{
-    return step * g->opts.iterations + round + 1;
-}
-
 static rumor_err
 s_peer(rumor_gossip *g, uint32_t id, struct pg_peer **out)
 {
@@ -242,7 +247,7 @@ static rumor_err
 s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
 {
     struct powergossip *s = g->state;
-    uint64_t t = s_iteration(g, step, round);
+    (void)round; /* each edge counts its own iterations */
     size_t phase = rumor_topology_phase_at(g->topo, step), count = 0;
     const uint32_t *nbr =
         rumor_topology_neighbors(g->topo, phase, g->self, &count, NULL);
@@ -258,6 +263,7 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
             rc = s_restore(g, p);
         if (rc != RUMOR_OK)
             break;
+        uint64_t t = p->iters + 1;
         size_t lr = rumor_lowrank_edge_msg_floats(p->edge, t);
         rc = rumor_lowrank_edge_product(p->edge, s->params, t, p->msg);
         p->open = true;
@@ -275,7 +281,7 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
 
 /* Checks every message of the round before anything changes. */
 static rumor_err
-s_check_round(rumor_gossip *g, uint64_t t, const uint32_t *nbr, size_t peers)
+s_check_round(rumor_gossip *g, const uint32_t *nbr, size_t peers)
 {
     struct powergossip *s = g->state;
     for (size_t k = 0; k < peers; k++) {
@@ -283,9 +289,9 @@ s_check_round(rumor_gossip *g, uint64_t t, const uint32_t *nbr, size_t peers)
         rumor_err rc = s_peer(g, nbr[k], &p);
         if (rc != RUMOR_OK)
             return rc;
-        size_t want =
-            (rumor_lowrank_edge_msg_floats(p->edge, t) + s->vec_floats) *
-            sizeof(float);
+        size_t want = (rumor_lowrank_edge_msg_floats(p->edge, p->iters + 1) +
+                       s->vec_floats) *
+                      sizeof(float);
         if (s->slot[k]->len != want) {
             rumor_log(RUMOR_LOG_WARN,
                       "gossip powergossip: node %u rejected the message of "
@@ -303,17 +309,17 @@ s_check_round(rumor_gossip *g, uint64_t t, const uint32_t *nbr, size_t peers)
     return RUMOR_OK;
 }
 
-/* The term of the edge to m->peer in iteration t, sign p q^T on the
- * matrices and x_j - x_i on the 1-D tensors, into d (numel doubles,
+/* The term of the edge to m->peer in its next iteration, sign p q^T on
+ * the matrices and x_j - x_i on the 1-D tensors, into d (numel doubles,
  * unweighted); its factors are kept as the candidate. */
 static rumor_err
 s_edge_term(rumor_gossip *g,
             struct pg_peer *p,
-            uint64_t t,
             const struct rumor_gossip_msg *m,
             double *d)
 {
     struct powergossip *s = g->state;
+    uint64_t t = p->iters + 1;
     size_t lr = rumor_lowrank_edge_msg_floats(p->edge, t);
     if (!p->open || p->open_t != t)
         return RUMOR_EINVAL; /* nothing was sent to it this iteration */
@@ -355,6 +361,7 @@ s_edge_commit(rumor_gossip *g, uint32_t peer, uint64_t step)
     p->committed = p->cand;
     p->cand = f;
     p->dirty = false; /* the live factors are the candidate's */
+    p->iters++;
 }
 
 static void
@@ -370,9 +377,10 @@ s_edge_diff(rumor_gossip *g,
             double *d)
 {
     struct pg_peer *p = &((struct powergossip *)g->state)->peer[m->peer];
+    (void)step; /* the edge's own count says which iteration it is */
     if (p->edge == NULL)
         return RUMOR_EINVAL;
-    return s_edge_term(g, p, s_iteration(g, step, 0), m, d);
+    return s_edge_term(g, p, m, d);
 }
 
 static rumor_err
@@ -383,7 +391,7 @@ s_absorb(rumor_gossip *g,
          size_t count)
 {
     struct powergossip *s = g->state;
-    uint64_t t = s_iteration(g, step, round);
+    (void)round;
     size_t phase = rumor_topology_phase_at(g->topo, step), peers = 0;
     const double *w = NULL;
     const uint32_t *nbr =
@@ -411,14 +419,14 @@ s_absorb(rumor_gossip *g,
         if (s->slot[k] == NULL)
             rc = RUMOR_ETIMEDOUT;
     if (rc == RUMOR_OK)
-        rc = s_check_round(g, t, nbr, peers);
+        rc = s_check_round(g, nbr, peers);
     if (rc != RUMOR_OK)
         return rc;
     /* The same doubles, order and single rounding as the ledger's commit
      * of a loss-free step (gossip/edges.c). */
     memset(s->acc, 0, g->numel * sizeof(double));
     for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
-        rc = s_edge_term(g, &s->peer[nbr[k]], t, s->slot[k], s->d);
+        rc = s_edge_term(g, &s->peer[nbr[k]], s->slot[k], s->d);
         for (size_t e = 0; e < g->numel && rc == RUMOR_OK; e++)
             s->acc[e] += s->d[e] * w[k];
         if (rc == RUMOR_OK)
@@ -436,10 +444,17 @@ s_absorb(rumor_gossip *g,
     return RUMOR_OK;
 }
 
-/* Between steps each edge carries its factors p and q (the warm start);
- * the parity of the next iteration follows from the step. Edges appear
- * the first time a peer does, so the state lists the ones that exist:
- * u32 count, then per edge u32 peer (ascending), u64 floats, floats. */
+/* Between steps each edge carries its factors p and q (the warm start)
+ * and its iteration count (the parity of its next iteration). Edges
+ * appear the first time a peer does, so the state lists the ones that
+ * exist: u32 magic, u32 version, u32 count, then per edge u32 peer
+ * (ascending), u64 iterations, u64 floats, floats. Version 1 had neither
+ * magic nor counts (the parity came from the step, which a time-varying
+ * graph breaks); its first word, the count, is at most the node count,
+ * so it cannot be taken for the magic. */
+#define PG_STATE_MAGIC   0x54534750u /* "PGST" as little-endian bytes */
+#define PG_STATE_VERSION 2u
+
 static rumor_err
 s_state_save(const rumor_gossip *g, struct rumor_buf *out)
 {
@@ -447,15 +462,21 @@ s_state_save(const rumor_gossip *g, struct rumor_buf *out)
     uint32_t count = 0;
     for (size_t i = 0; i < g->nodes; i++)
         count += s->peer[i].edge != NULL;
-    rumor_err rc = gossip_write_u32(out, count);
+    rumor_err rc = gossip_write_u32(out, PG_STATE_MAGIC);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u32(out, PG_STATE_VERSION);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u32(out, count);
     for (size_t i = 0; i < g->nodes && rc == RUMOR_OK; i++) {
         const rumor_lowrank_edge *edge = s->peer[i].edge;
         if (edge == NULL)
             continue;
-        /* the committed factors: an iteration still open or waiting
-         * for its verdict does not count yet */
+        /* the committed factors and count: an iteration still open or
+         * waiting for its verdict does not count yet */
         size_t n = rumor_lowrank_edge_state_floats(edge);
         rc = gossip_write_u32(out, (uint32_t)i);
+        if (rc == RUMOR_OK)
+            rc = gossip_write_u64(out, s->peer[i].iters);
         if (rc == RUMOR_OK)
             rc = gossip_write_u64(out, n);
         if (rc == RUMOR_OK)
@@ -500,6 +521,11 @@ s_state_edge(rumor_gossip *g, struct gossip_reader *r, bool apply, long *last)
     if (r->err != RUMOR_OK)
         return r->err;
     *last = (long)id;
+    uint64_t iters = gossip_read_u64(r);
+    if (r->err == RUMOR_OK && iters == UINT64_MAX)
+        gossip_reader_fail(r, RUMOR_EPROTO, "an iteration count past the end");
+    if (r->err != RUMOR_OK)
+        return r->err;
     size_t n = 0;
     rumor_err rc = s_edge_floats(g, id, &n);
     if (rc != RUMOR_OK)
@@ -518,8 +544,10 @@ s_state_edge(rumor_gossip *g, struct gossip_reader *r, bool apply, long *last)
         return RUMOR_ENOMEM;
     gossip_read_f32(r, f, n);
     rc = r->err == RUMOR_OK ? rumor_lowrank_edge_state_set(p->edge, f) : r->err;
-    if (rc == RUMOR_OK)
+    if (rc == RUMOR_OK) {
         memcpy(p->committed, f, n * sizeof(float));
+        p->iters = iters;
+    }
     free(f);
     return rc;
 }
@@ -528,6 +556,18 @@ static rumor_err
 s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
 {
     struct powergossip *s = g->state;
+    uint32_t magic = gossip_read_u32(r);
+    if (r->err == RUMOR_OK && magic != PG_STATE_MAGIC)
+        gossip_reader_fail(r,
+                           RUMOR_EPROTO,
+                           magic <= g->nodes
+                               ? "powergossip state version 1 (no per-edge "
+                                 "iteration counts), refused: version 2 "
+                                 "is needed; resume with the build that "
+                                 "wrote it or start over"
+                               : "not a powergossip state (magic)");
+    if (gossip_read_u32(r) != PG_STATE_VERSION && r->err == RUMOR_OK)
+        gossip_reader_fail(r, RUMOR_EPROTO, "an unknown powergossip version");
     uint32_t count = gossip_read_u32(r);
     if (r->err == RUMOR_OK && count > g->nodes)
         gossip_reader_fail(r, RUMOR_EPROTO, "more edges than nodes");

@@ -516,6 +516,60 @@ test_gossip_state__bad_states__refused_instance_unchanged(void **state)
     }
 }
 
+/* PowerGossip's per-edge iteration counts (the parity of each edge's next
+ * power iteration) travel in the state. On one-peer-exp:4 the edge 0-1
+ * moves at steps 0 and 2 only: after steps 0 and 1 it has taken one
+ * iteration, so at step 2 node 0 sends its second, q = M^T p (COLS
+ * floats), not a fresh edge's first nor the step's third (p = M q, ROWS
+ * floats). A state of version 1 (no counts; tests/fuzz/corpus's seed,
+ * written by the build before them) is refused naming its version. */
+static void
+test_gossip_state__powergossip_edge_counts__kept_version_1_refused(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    rumor_gossip_opts_default(&o);
+    snprintf(o.algo, sizeof o.algo, "powergossip");
+    o.seed = 77;
+    struct net a, b;
+    s_net_new(&a, &o, "one-peer-exp:4", 0);
+    s_net_new(&b, &o, "one-peer-exp:4", 1000);
+    s_run(&a, 0, 2);
+    for (size_t i = 0; i < NODES; i++) {
+        rumor_buf st;
+        rumor_buf_init(&st, 1u << 24);
+        assert_int_equal(rumor_gossip_state_save(a.g[i], &st), RUMOR_OK);
+        assert_int_equal(rumor_gossip_state_load(b.g[i], st.data, st.len, NULL),
+                         RUMOR_OK);
+        rumor_buf_free(&st);
+    }
+    const struct rumor_gossip_msg *out = NULL;
+    size_t n = 0;
+    assert_int_equal(rumor_gossip_emit(b.g[0], 2, 0, &out, &n), RUMOR_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(out[0].peer, 1);
+    assert_int_equal(out[0].len, (COLS + BIAS) * sizeof(float));
+
+    FILE *f = fopen("tests/fuzz/corpus/gossip_state/powergossip", "rb");
+    assert_non_null(f);
+    uint8_t old[4096];
+    size_t len = fread(old, 1, sizeof old, f);
+    fclose(f);
+    assert_true(len > 1 && len < sizeof old);
+    rumor_buf before;
+    rumor_buf_init(&before, 1u << 24);
+    assert_int_equal(rumor_gossip_state_save(a.g[1], &before), RUMOR_OK);
+    struct rumor_diag diag = {0};
+    /* the corpus's first byte picks the fuzzer's algorithm */
+    s_expect_refused(a.g[1], old + 1, len - 1, &before, "version 1");
+    assert_int_equal(rumor_gossip_state_load(a.g[1], old + 1, len - 1, &diag),
+                     RUMOR_EPROTO);
+    assert_non_null(strstr(diag.msg, "powergossip state version 1"));
+    rumor_buf_free(&before);
+    s_net_free(&a);
+    s_net_free(&b);
+}
+
 /* --- options ------------------------------------------------------------- */
 
 static void
@@ -583,6 +637,8 @@ main(int argc, char **argv)
             test_gossip_state__every_algorithm__continues_bit_identically),
         cmocka_unit_test(
             test_gossip_state__bad_states__refused_instance_unchanged),
+        cmocka_unit_test(
+            test_gossip_state__powergossip_edge_counts__kept_version_1_refused),
         cmocka_unit_test(test_options__checkpoint_keys__parsed_and_checked),
     };
     if (argc == 2)
