@@ -61,6 +61,10 @@ rumor_gossip_opts_default(struct rumor_gossip_opts *opts)
     opts->adapt_density = 0.02;
     opts->adapt_error = 0.25;
     opts->adapt_lambda = 4.0;
+    opts->min_compression_rate = 2.0;
+    opts->use_error_feedback = true;
+    opts->warm_start = true;
+    opts->batch_same_shape = true;
 }
 
 static rumor_err

@@ -13,6 +13,15 @@
  * memory. The model is written only at the end of phase B, so a failed
  * round leaves it unchanged. Needs at least 2 nodes.
  *
+ * The options are PyTorch PowerSGDState's (docs/gossip.md, "PowerSGD
+ * options"): for the first start_iter steps one phase all-reduces the
+ * whole tensors (the hook's vanilla all-reduce); min_compression_rate,
+ * use_error_feedback, warm_start, the orthogonalization epsilon and
+ * batching go to the compressor as they are. one_sided selects
+ * epfml/powersgd's variant: opts.iterations phases per step, each one
+ * averaged product (the first rides with the uncompressed tensors, as P
+ * does).
+ *
  * Adaptive rank (opts.adapt "rule", issue #12, docs/adaptive.md): the
  * rank follows the relative approximation error
  * sqrt(sum_i ||M_i - P Q_i^T||^2 / sum_i ||M_i||^2). With P orthonormal
@@ -121,6 +130,33 @@ s_adapt_init(rumor_gossip *g, struct rumor_diag *diag)
     return s->measure && s->scratch == NULL ? RUMOR_ENOMEM : RUMOR_OK;
 }
 
+/* The PowerSGD options (docs/gossip.md, "PowerSGD options"), refused
+ * with a reason where lowrank/ would only say RUMOR_EINVAL. */
+static rumor_err
+s_opts_check(rumor_gossip *g, struct rumor_diag *diag)
+{
+    const struct rumor_gossip_opts *o = &g->opts;
+    const char *why = NULL;
+    if (!(o->min_compression_rate >= 0 && o->min_compression_rate <= 1e9))
+        why = "min_compression_rate must be in [0, 1e9]";
+    else if (!(o->orth_eps >= 0 && o->orth_eps <= 1))
+        why = "the orthogonalization epsilon must be in [0, 1]";
+    else if (o->one_sided && !o->use_error_feedback)
+        why = "the one-sided variant needs error feedback (its deflation "
+              "leaves the error in the memory)";
+    else if (o->one_sided && o->adapt[0] != '\0')
+        why = "adapt measures the hook variant's error; not one-sided";
+    else if (!o->one_sided && o->iterations != 1)
+        why = "iterations apply to the one-sided variant (the hook's step "
+              "is one P and one Q)";
+    else if (o->iterations == 0 || o->iterations > 1000)
+        why = "iterations must be in [1, 1000]";
+    if (why == NULL)
+        return RUMOR_OK;
+    rumor_diag_set(diag, "", 0, 0, "powersgd: %s", why);
+    return RUMOR_EINVAL;
+}
+
 static rumor_err
 s_init(rumor_gossip *g, struct rumor_diag *diag)
 {
@@ -148,12 +184,22 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
                g->tensors[t].ndim * sizeof(size_t));
         s->data[t] = g->tensors[t].data;
     }
-    rumor_err rc = s_adapt_init(g, diag);
+    rumor_err rc = s_opts_check(g, diag);
+    if (rc == RUMOR_OK)
+        rc = s_adapt_init(g, diag);
     if (rc != RUMOR_OK)
         return rc;
     rumor_lowrank_psgd_opts_default(&s->popts);
     s->popts.rank = g->opts.rank;
     s->popts.seed = g->opts.seed;
+    s->popts.start_iter = g->opts.start_iter;
+    s->popts.min_rate = g->opts.min_compression_rate;
+    s->popts.error_feedback = g->opts.use_error_feedback;
+    s->popts.warm_start = g->opts.warm_start;
+    s->popts.eps = (float)g->opts.orth_eps;
+    s->popts.batch = g->opts.batch_same_shape;
+    s->popts.one_sided = g->opts.one_sided;
+    s->popts.iters = g->opts.one_sided ? g->opts.iterations : 1;
     rc =
         rumor_lowrank_psgd_new(&s->psgd, s->shapes, g->tensor_count, &s->popts);
     if (rc != RUMOR_OK) {
@@ -183,13 +229,21 @@ s_free(rumor_gossip *g)
     g->state = NULL;
 }
 
+/* Exchanges of a compressed step: the hook's P and Q, or the one-sided
+ * variant's one product per iteration. */
+static uint32_t
+s_exchanges(const struct powersgd *s)
+{
+    return s->popts.one_sided ? (uint32_t)s->popts.iters : 2;
+}
+
 static uint32_t
 s_rounds(const rumor_gossip *g, uint64_t step)
 {
     (void)step;
     const struct powersgd *s = g->state;
     uint32_t one = gossip_ring_rounds(&s->ring);
-    return rumor_lowrank_psgd_active(s->psgd) ? 2 * one : one;
+    return rumor_lowrank_psgd_active(s->psgd) ? s_exchanges(s) * one : one;
 }
 
 /* Makes the ring hold len floats (P or Q may exceed the model size for
@@ -305,35 +359,6 @@ s_decide(rumor_gossip *g, const float *sums)
         s->want = want;
         s->hold = GOSSIP_PSGD_HOLD;
     }
-}
-
-/* Phase A is done: keep the uncompressed average, hand P back, get Q. */
-static rumor_err
-s_phase_a_done(rumor_gossip *g)
-{
-    struct powersgd *s = g->state;
-    float n = (float)g->nodes;
-    float *work = s->ring.work;
-    for (size_t e = 0; e < s->x.floats; e++)
-        s->x.data[e] = s->x.average ? work[e] / n : work[e];
-    for (size_t e = 0; e < s->unc_floats; e++)
-        s->held[e] = work[s->x.floats + e] / n;
-    if (s->rule)
-        s_decide(g, work + s->x.floats + s->unc_floats);
-    bool done = false;
-    rumor_err rc = rumor_lowrank_psgd_next(s->psgd, &s->x, &done);
-    if (rc == RUMOR_OK && done)
-        rc = RUMOR_EBACKEND; /* the hook's variant has two exchanges */
-    s->q2 = 0;
-    for (size_t e = 0; rc == RUMOR_OK && s->measure && e < s->x.floats; e++)
-        s->q2 += (double)s->x.data[e] * s->x.data[e];
-    if (rc == RUMOR_OK)
-        rc = s_ring_fit(g, s->x.floats);
-    if (rc != RUMOR_OK)
-        return rc;
-    memcpy(s->ring.work, s->x.data, s->x.floats * sizeof(float));
-    gossip_ring_start(&s->ring, s->x.floats, s->x.average);
-    return RUMOR_OK;
 }
 
 /* This node's error and norm sums of the step just ended (see the top),
@@ -474,17 +499,13 @@ s_rerank(rumor_gossip *g, size_t rank, bool keep)
     return s_unc_setup(g);
 }
 
+/* Every exchange of the step is reduced: the approximation goes into the
+ * tensors, the uncompressed average beside it. */
 static rumor_err
-s_phase_b_done(rumor_gossip *g)
+s_step_end(rumor_gossip *g)
 {
     struct powersgd *s = g->state;
-    memcpy(s->x.data, s->ring.work, s->x.floats * sizeof(float));
-    bool done = false;
-    rumor_err rc = rumor_lowrank_psgd_next(s->psgd, &s->x, &done);
-    if (rc == RUMOR_OK && !done)
-        rc = RUMOR_EBACKEND;
-    if (rc == RUMOR_OK)
-        rc = rumor_lowrank_psgd_end(s->psgd, s->data);
+    rumor_err rc = rumor_lowrank_psgd_end(s->psgd, s->data);
     if (rc == RUMOR_OK) {
         s_unc_copy(g, s->held, true);
         free(s->carry); /* sent with this step */
@@ -498,6 +519,50 @@ s_phase_b_done(rumor_gossip *g)
         s->want = 0;
     }
     return rc;
+}
+
+/* Exchange k of the step is reduced (its values in s->x.data): hands it
+ * back to the compressor, then starts the ring on the next exchange or
+ * ends the step. The compressor must want exactly s_exchanges of them,
+ * the rounds the step was given. */
+static rumor_err
+s_exchange_done(rumor_gossip *g, uint32_t k)
+{
+    struct powersgd *s = g->state;
+    bool done = false, last = k + 1 == s_exchanges(s);
+    rumor_err rc = rumor_lowrank_psgd_next(s->psgd, &s->x, &done);
+    if (rc == RUMOR_OK && done != last)
+        rc = RUMOR_EBACKEND;
+    if (rc != RUMOR_OK || done)
+        return rc == RUMOR_OK ? s_step_end(g) : rc;
+    if (k == 0 && s->measure) { /* the hook's Q of this node alone */
+        s->q2 = 0;
+        for (size_t e = 0; e < s->x.floats; e++)
+            s->q2 += (double)s->x.data[e] * s->x.data[e];
+    }
+    rc = s_ring_fit(g, s->x.floats);
+    if (rc != RUMOR_OK)
+        return rc;
+    memcpy(s->ring.work, s->x.data, s->x.floats * sizeof(float));
+    gossip_ring_start(&s->ring, s->x.floats, s->x.average);
+    return RUMOR_OK;
+}
+
+/* Phase A (the first exchange, summed with the uncompressed tensors) is
+ * done: keep the uncompressed average, scale the exchange as asked. */
+static rumor_err
+s_phase_a_done(rumor_gossip *g)
+{
+    struct powersgd *s = g->state;
+    float n = (float)g->nodes;
+    float *work = s->ring.work;
+    for (size_t e = 0; e < s->x.floats; e++)
+        s->x.data[e] = s->x.average ? work[e] / n : work[e];
+    for (size_t e = 0; e < s->unc_floats; e++)
+        s->held[e] = work[s->x.floats + e] / n;
+    if (s->rule)
+        s_decide(g, work + s->x.floats + s->unc_floats);
+    return s_exchange_done(g, 0);
 }
 
 static rumor_err
@@ -518,7 +583,10 @@ s_absorb(rumor_gossip *g,
         rumor_lowrank_psgd_skip(s->psgd);
         return RUMOR_OK;
     }
-    return round < one ? s_phase_a_done(g) : s_phase_b_done(g);
+    if (round < one)
+        return s_phase_a_done(g);
+    memcpy(s->x.data, s->ring.work, s->x.floats * sizeof(float));
+    return s_exchange_done(g, round / one);
 }
 
 /* With opts.adapt the state opens with the rank's: u64 rank, u64 hold,
@@ -632,15 +700,17 @@ s_set_p(rumor_lowrank_psgd *psgd, size_t t, const float *f)
 }
 
 /* Whether a compressor of the given rank compresses tensor t (lowrank's
- * rule: two or more dimensions and rumor_lowrank_worth), adding its Q and
+ * rule: two or more dimensions and rumor_lowrank_psgd_worth), adding its Q and
  * P floats to *q and *p: the sizes of a state, without making one. */
 static bool
 s_comp_at(const struct powersgd *s, size_t t, size_t rank, size_t *q, size_t *p)
 {
     size_t n = 0, m = 0;
+    struct rumor_lowrank_psgd_opts o = s->popts;
+    o.rank = rank;
     if (s->shapes[t].ndim < 2 ||
         rumor_lowrank_matricize(&s->shapes[t], &n, &m) != RUMOR_OK ||
-        !rumor_lowrank_worth(n, m, rank, s->popts.min_rate))
+        !rumor_lowrank_psgd_worth(&o, n, m))
         return false;
     size_t used = rank < n ? rank : n;
     used = used < m ? used : m;

@@ -18,7 +18,9 @@
  * The one-sided variant is epfml/powersgd's BasicPowerSGD: iteration t
  * orthogonalizes one factor, computes the other (Q = M^T P on even t,
  * P = M Q on odd t), averages it, and deflates M by the rank-r piece
- * found, so later iterations of a step look at what is left.
+ * found, so later iterations of a step look at what is left; which
+ * matrices it compresses follows epfml's PowerSGD wrapper, which counts
+ * the iters / 2 factors a step sends on average (rumor_lowrank_psgd_worth).
  *
  * PowerGossip (Vogels et al., NeurIPS 2020; epfml/powergossip
  * algorithms.py, class PowerGossip) keeps p and q per edge and matrix,
@@ -374,6 +376,18 @@ rumor_lowrank_psgd_opts_default(struct rumor_lowrank_psgd_opts *opts)
     opts->error_feedback = true;
     opts->warm_start = true;
     opts->iters = 1;
+    opts->batch = true;
+}
+
+bool
+rumor_lowrank_psgd_worth(const struct rumor_lowrank_psgd_opts *opts,
+                         size_t rows,
+                         size_t cols)
+{
+    double rate = opts->min_rate;
+    if (opts->one_sided) /* epfml's avg_compressed_size: iters / 2 sides */
+        rate *= 0.5 * (double)opts->iters;
+    return rumor_lowrank_worth(rows, cols, opts->rank, rate);
 }
 
 static rumor_err
@@ -536,6 +550,13 @@ lowrank_psgd_new_on(rumor_lowrank_psgd **out,
     self->be = *iface;
     self->ctx = ctx;
     self->opts = *opts;
+    if (!opts->batch) { /* the loops every backend without them runs */
+        self->be.project_right_batch = NULL;
+        self->be.project_left_batch = NULL;
+        self->be.orthogonalize_batch = NULL;
+        self->be.reconstruct_batch = NULL;
+        self->be.project_right_ef_batch = NULL;
+    }
     self->count = count;
     size_t slots = count > 0 ? count : 1;
     self->mat_of = malloc(slots * sizeof *self->mat_of);
@@ -553,8 +574,7 @@ lowrank_psgd_new_on(rumor_lowrank_psgd **out,
         rc = rumor_lowrank_matricize(&shapes[i], &n, &m);
         if (rc != RUMOR_OK)
             goto fail;
-        if (shapes[i].ndim < 2 ||
-            !rumor_lowrank_worth(n, m, opts->rank, opts->min_rate))
+        if (shapes[i].ndim < 2 || !rumor_lowrank_psgd_worth(opts, n, m))
             continue;
         struct psgd_mat *mt = &self->mats[self->nmats++];
         mt->tensor = i;

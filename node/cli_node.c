@@ -46,9 +46,14 @@ cli_node_help(FILE *out)
             "  --eval-every K  --metrics-dir DIR  --log-level LEVEL\n"
             "  --rate BITS/S  --delay-ms MS  --insecure  --progress "
             "auto|on|off\n"
-            "  --deadline-factor F  --down-after K  --clip-norm X  --join\n\n"
-            "Flags: --insecure, --cuda, --join, --overlap (on; "
-            "--no-overlap).\n"
+            "  --deadline-factor F  --down-after K  --clip-norm X  --join\n"
+            "  powersgd: --start-powersgd-iter N  --min-compression-rate X\n"
+            "  --no-use-error-feedback  --no-warm-start  --one-sided\n"
+            "  --orthogonalization-epsilon E  "
+            "--no-batch-tensors-with-same-shape\n\n"
+            "Flags: --insecure, --cuda, --join, --one-sided, --overlap, "
+            "--use-error-feedback,\n--warm-start, "
+            "--batch-tensors-with-same-shape (the last four on; --no-NAME).\n"
             "Every option name (also the keys of the --config INI file):");
     node_opts_print(out);
     fprintf(out, "\nSee docs/node.md for defaults and the metrics format.\n");

@@ -99,6 +99,18 @@ static const struct s_opt s_opts[] = {
     {"adapt-lambda", S_DBL, F(gossip.adapt_lambda), 0, 0, 1e6},
     {"adapt-rank-min", S_SIZE, F(gossip.adapt_rank_min), 0, 1, 256},
     {"adapt-rank-max", S_SIZE, F(gossip.adapt_rank_max), 0, 1, 256},
+    {"start-powersgd-iter", S_U64, F(gossip.start_iter), 0, 0, 1e15},
+    {"min-compression-rate", S_DBL, F(gossip.min_compression_rate), 0, 0, 1e9},
+    {"use-error-feedback", S_BOOL, F(gossip.use_error_feedback), 0, 0, 0},
+    {"warm-start", S_BOOL, F(gossip.warm_start), 0, 0, 0},
+    {"orthogonalization-epsilon", S_DBL, F(gossip.orth_eps), 0, 0, 1},
+    {"batch-tensors-with-same-shape",
+     S_BOOL,
+     F(gossip.batch_same_shape),
+     0,
+     0,
+     0},
+    {"one-sided", S_BOOL, F(gossip.one_sided), 0, 0, 0},
     {"exchange", S_EXCHANGE, F(exchange), 0, 0, 0},
     {"overlap", S_BOOL, F(overlap), 0, 0, 0},
     {"seed", S_U64, F(workload.seed), 0, 0, 1.8e19},
@@ -126,8 +138,10 @@ static const struct s_opt s_opts[] = {
 #undef A
 
 #define S_OPT_COUNT (sizeof s_opts / sizeof s_opts[0])
-_Static_assert(sizeof s_opts / sizeof s_opts[0] <= 64,
-               "the given mask has 64 bits");
+_Static_assert(sizeof s_opts / sizeof s_opts[0] <=
+                   64 * sizeof((struct rumor_node_opts *)0)->given /
+                       sizeof(uint64_t),
+               "the given mask has a bit per option");
 
 /* --- static helpers --------------------------------------------------- */
 
@@ -386,7 +400,7 @@ static bool
 s_given(const struct rumor_node_opts *o, const char *name)
 {
     int k = s_find(name);
-    return k >= 0 && (o->given >> k & 1u) != 0;
+    return k >= 0 && (o->given[k / 64] >> (k % 64) & 1u) != 0;
 }
 
 static bool
@@ -406,7 +420,7 @@ static const struct s_applies s_algo_opts[] = {
     {"codec", {"choco", "deepsqueeze", NULL, NULL}},
     {"gamma", {"dpsgd", "choco", "powergossip", "deepsqueeze", "moniqua"}},
     {"rank", {"powergossip", "powersgd", NULL, NULL}},
-    {"iterations", {"powergossip", NULL, NULL, NULL}},
+    {"iterations", {"powergossip", "powersgd", NULL, NULL}},
     {"period", {"localsgd", NULL, NULL, NULL}},
     {"gossip-rounds", {"localsgd", NULL, NULL, NULL}},
     {"delta-codec", {"localsgd", NULL, NULL, NULL}},
@@ -416,7 +430,38 @@ static const struct s_applies s_algo_opts[] = {
     {"ef-alpha", {"localsgd", NULL, NULL, NULL}},
     {"saef-scope", {"localsgd", NULL, NULL, NULL}},
     {"adapt", {"choco", "powersgd", NULL, NULL}},
+    {"start-powersgd-iter", {"powersgd", NULL, NULL, NULL}},
+    {"min-compression-rate", {"powersgd", NULL, NULL, NULL}},
+    {"use-error-feedback", {"powersgd", NULL, NULL, NULL}},
+    {"warm-start", {"powersgd", NULL, NULL, NULL}},
+    {"orthogonalization-epsilon", {"powersgd", NULL, NULL, NULL}},
+    {"batch-tensors-with-same-shape", {"powersgd", NULL, NULL, NULL}},
+    {"one-sided", {"powersgd", NULL, NULL, NULL}},
 };
+
+/* PowerSGD's options that need one another (the algorithm's own check,
+ * gossip/powersgd.c, says the same at run time; this one names the
+ * options as the user spelled them). */
+static rumor_err
+s_psgd_check(const struct rumor_node_opts *o, struct rumor_diag *diag)
+{
+    const struct rumor_gossip_opts *g = &o->gossip;
+    const char *why = NULL;
+    if (!s_algo_is(o, "powersgd", NULL))
+        return RUMOR_OK;
+    if (s_given(o, "iterations") && !g->one_sided)
+        why = "--iterations applies to --algo powersgd with --one-sided "
+              "(the hook's step is one P and one Q)";
+    else if (g->one_sided && !g->use_error_feedback)
+        why = "--one-sided needs --use-error-feedback (epfml's variant "
+              "always keeps the error)";
+    else if (g->one_sided && g->adapt[0] != '\0')
+        why = "--adapt needs the hook variant, not --one-sided";
+    if (why == NULL)
+        return RUMOR_OK;
+    rumor_diag_set(diag, "", 0, 0, "%s", why);
+    return RUMOR_EINVAL;
+}
 
 /* --- INI -------------------------------------------------------------- */
 
@@ -517,7 +562,7 @@ rumor_node_opts_set(struct rumor_node_opts *opts,
     rumor_err rc = s_apply(&scratch, &s_opts[k], value, diag);
     if (rc != RUMOR_OK)
         return rc;
-    scratch.given |= 1ull << k;
+    scratch.given[k / 64] |= 1ull << (k % 64);
     *opts = scratch;
     return RUMOR_OK;
 }
@@ -703,6 +748,8 @@ rumor_node_opts_check(const struct rumor_node_opts *o, struct rumor_diag *diag)
                            adapt_opts[i]);
             return RUMOR_EINVAL;
         }
+    if (s_psgd_check(o, diag) != RUMOR_OK)
+        return RUMOR_EINVAL;
     if (s_given(o, "ef-alpha") && o->gossip.delta_codec[0] == '\0') {
         rumor_diag_set(diag, "", 0, 0, "--ef-alpha needs --delta-codec");
         return RUMOR_EINVAL;

@@ -150,6 +150,21 @@ s_settings(const struct rumor_node_opts *o, char *text, size_t cap)
                        g->outer_momentum,
                        g->theta,
                        node_exchange_gradient(o) ? "gradient" : "model");
+    /* PowerSGD: the schedule (start, sides), which tensors travel as
+     * factors, and what makes every node's Q and orthogonal P the same
+     * (batching changes no number and may differ) */
+    if (len >= 0 && (size_t)len < cap && strcmp(g->algo, "powersgd") == 0)
+        len += snprintf(text + len,
+                        cap - (size_t)len,
+                        " start-powersgd-iter=%llu min-compression-rate=%g "
+                        "use-error-feedback=%d warm-start=%d "
+                        "orthogonalization-epsilon=%g one-sided=%d",
+                        (unsigned long long)g->start_iter,
+                        g->min_compression_rate,
+                        g->use_error_feedback,
+                        g->warm_start,
+                        g->orth_eps,
+                        g->one_sided);
     return len < 0 ? 0 : (size_t)len < cap ? (size_t)len : cap - 1;
 }
 

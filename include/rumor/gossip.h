@@ -97,12 +97,29 @@ struct rumor_gossip_opts {
 
     size_t adapt_rank_min; /* powersgd rule: lowest rank (0: 1) */
     size_t adapt_rank_max; /* powersgd rule: highest rank (0: 4 x rank) */
+
+    /* powersgd, as PyTorch's PowerSGDState (docs/gossip.md, "PowerSGD
+     * options"): */
+    uint64_t start_iter;         /* steps of plain all-reduce first (0) */
+    double min_compression_rate; /* compress a matrix only where (n + m) r
+                                    rate < n m, else all-reduce it (2) */
+    bool use_error_feedback;     /* keep e = M - approx per node (true) */
+    bool warm_start;             /* reuse Q between steps; false: fresh
+                                    from the seed every step (true) */
+    double orth_eps;             /* orthogonalization epsilon (0) */
+    bool batch_same_shape;       /* batched kernels per shape group (true) */
+    bool one_sided;              /* epfml/powersgd's variant: iterations
+                                    averaged products per step, one side
+                                    each (false) */
 };
 
 /* Defaults: algo "dpsgd", codec "qsgd:bits=4", gamma
  * RUMOR_GOSSIP_GAMMA_AUTO, rank 1, iterations 1, period 1, gossip_rounds 0,
  * delta_codec "", outer_lr 1, outer_momentum 0, theta 0.1, seed 1,
- * ef_alpha 0, saef_scope "neighbourhood" (docs/gossip.md, "Defaults"). */
+ * ef_alpha 0, saef_scope "neighbourhood", start_iter 0,
+ * min_compression_rate 2, use_error_feedback, warm_start and
+ * batch_same_shape true, orth_eps 0, one_sided false (docs/gossip.md,
+ * "Defaults"). */
 RUMOR_API void rumor_gossip_opts_default(struct rumor_gossip_opts *opts);
 
 /* One message of a round. data is borrowed (see the header comment). */

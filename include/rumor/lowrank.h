@@ -116,6 +116,10 @@ struct rumor_lowrank_psgd_opts {
                                 error_feedback (false) */
     size_t iters;            /* products per step in the one-sided
                                 variant (1) */
+    bool batch;              /* one backend call per group of same-shape
+                                matrices where the backend has batched
+                                kernels; false: one call per matrix, the
+                                hook's batch_tensors_with_same_shape (true) */
     bool want_cuda;          /* use the CUDA backend when usable (false) */
 };
 
@@ -123,8 +127,19 @@ struct rumor_lowrank_psgd_opts {
 RUMOR_API void
 rumor_lowrank_psgd_opts_default(struct rumor_lowrank_psgd_opts *opts);
 
+/* True when a compressor with these options sends a rows x cols matrix
+ * (of a tensor with two or more dimensions) as factors: the hook's rule
+ * rumor_lowrank_worth(rows, cols, rank, min_rate), or for the one-sided
+ * variant epfml/powersgd's, which counts the iters / 2 factors a step
+ * sends on average: (rows + cols) min(r, rows, cols) iters / 2 min_rate <
+ * rows cols. */
+RUMOR_API bool
+rumor_lowrank_psgd_worth(const struct rumor_lowrank_psgd_opts *opts,
+                         size_t rows,
+                         size_t cols);
+
 /* Creates a compressor for a model of count tensors with these shapes
- * (copied). Tensors that are 1-D or do not gain (rumor_lowrank_worth)
+ * (copied). Tensors that are 1-D or do not gain (rumor_lowrank_psgd_worth)
  * are left to the caller, who averages them uncompressed. *out is set to
  * NULL on entry and filled on success. RUMOR_EINVAL on bad shapes or
  * options, RUMOR_ENOMEM, RUMOR_EBACKEND. */
@@ -301,7 +316,7 @@ RUMOR_API rumor_err rumor_lowrank_edge_apply(rumor_lowrank_edge *self,
 /* Floats in the edge's factors: every p (packed as an odd message), then
  * every q (as an even one). They are the warm start of the next
  * iteration, the state a checkpoint keeps (the parity is the iteration
- * number's, which the caller derives from the step). */
+ * number's, which the caller counts per edge and keeps beside them). */
 RUMOR_API size_t
 rumor_lowrank_edge_state_floats(const rumor_lowrank_edge *self);
 

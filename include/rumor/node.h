@@ -474,8 +474,9 @@ struct rumor_node_opts {
     double deadline_factor;    /* adaptive step deadline: min(deadline_ms,
                                   max(2 s, factor * longest recent wait));
                                   0 = always deadline_ms (default 8) */
-    bool join;      /* fetch the model and step from a live neighbour first */
-    uint64_t given; /* internal: bit k set when option k was given */
+    bool join; /* fetch the model and step from a live neighbour first */
+    uint64_t given[2]; /* internal: bit k % 64 of word k / 64 set when
+                          option k was given */
 };
 
 /* Defaults: see docs/node.md (mlp 64-32-10 on the digits, momentum SGD

@@ -15,8 +15,9 @@ import math
 from . import _lib, _tensors
 from ._lib import check, enc, lib
 
-# Python names that are not `rumor node` names with '_' for '-'
-_ALIASES = {"node_id": "id"}
+# Python names that are not `rumor node` names with '_' for '-' (PyTorch
+# PowerSGDState spells this one with capitals)
+_ALIASES = {"node_id": "id", "start_powerSGD_iter": "start-powersgd-iter"}
 
 
 class Options:

@@ -130,6 +130,19 @@ test_handshake__other_algorithm__both_name_the_setting(void **state)
                    "algo=dpsgd");
 }
 
+/* PowerSGD sums P over the nodes: a node drawing a fresh Q every step
+ * beside one that reuses its last Q would sum projections on two bases. */
+static void
+test_handshake__powersgd_warm_start_differs__both_name_the_setting(void **s)
+{
+    (void)s;
+    const char *const extra[2][2] = {{"--algo=powersgd", "--no-warm-start"},
+                                     {"--algo=powersgd", "--warm-start"}};
+    t_refused_pair(extra,
+                   "settings differ: node 0 has warm-start=0, node 1 has "
+                   "warm-start=1");
+}
+
 static void
 test_launch__clean_run__only_progress_and_result(void **state)
 {
@@ -178,6 +191,8 @@ main(void)
             test_handshake__other_hidden_width__both_name_the_tensor),
         cmocka_unit_test(
             test_handshake__other_algorithm__both_name_the_setting),
+        cmocka_unit_test(
+            test_handshake__powersgd_warm_start_differs__both_name_the_setting),
         cmocka_unit_test(test_launch__clean_run__only_progress_and_result),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

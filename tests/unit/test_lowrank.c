@@ -475,30 +475,60 @@ s_put(FILE *f, const void *x, size_t bytes)
     assert_int_equal(fwrite(x, 1, bytes, f), bytes);
 }
 
+/* The PowerSGDState fields a comparison with the hook sets. */
+struct s_hook {
+    size_t rank;
+    float eps;
+    uint64_t start_iter;
+    float min_rate;
+    bool ef;   /* use_error_feedback */
+    bool warm; /* warm_start */
+};
+
+static struct s_hook
+s_hook_plain(size_t rank, float eps)
+{
+    return (struct s_hook){rank, eps, 0, 2.0f, true, true};
+}
+
+/* The Q the compressor draws at step st (lowrank.c s_psgd_randomize:
+ * Philox stream 2 i of rumor_seed_derive(seed, st, "PSG") per tensor i),
+ * in the hook's q memory layout: what the hook gets for its torch.randn. */
 static void
-s_hook_case(size_t rank,
-            float eps,
+s_hook_draw(const rumor_lowrank_psgd *c,
             const struct rumor_lowrank_shape *shapes,
             size_t count,
-            int steps)
+            uint64_t seed,
+            uint64_t st,
+            float *q)
 {
-    struct rumor_lowrank_psgd_opts o;
-    rumor_lowrank_psgd_opts_default(&o);
-    o.rank = rank;
-    o.eps = eps;
-    rumor_lowrank_psgd *c = NULL;
-    assert_int_equal(rumor_lowrank_psgd_new(&c, shapes, count, &o), RUMOR_OK);
-    size_t numel = 0, offs[16];
+    uint64_t step_seed = rumor_seed_derive(seed, st, 0x505347);
     for (size_t i = 0; i < count; i++) {
-        size_t n = 0, m = 0;
+        size_t off = 0, r = 0, n = 0, m = 0;
+        if (rumor_lowrank_psgd_q_slot(c, i, &off, &r) != RUMOR_OK)
+            continue;
         assert_int_equal(rumor_lowrank_matricize(&shapes[i], &n, &m), 0);
-        offs[i] = numel;
-        numel += n * m;
+        struct rumor_rng rng;
+        rumor_rng_init(&rng, step_seed, 2 * i);
+        for (size_t k = 0; k < m * r; k++)
+            q[off + k] = (float)rumor_rng_normal(&rng);
     }
-    size_t qf = rumor_lowrank_psgd_q_floats(c);
-    float *q0 = s_randn(qf, 77 + rank);
-    float *grads = s_randn(numel * (size_t)steps, 78 + rank);
+}
 
+/* Writes hook_ref.py's input (see its docstring) and runs it; *out holds
+ * what it wrote. */
+static void
+s_hook_run(const struct s_hook *h,
+           const struct rumor_lowrank_shape *shapes,
+           size_t count,
+           int steps,
+           const float *draws,
+           int32_t qsets,
+           size_t qf,
+           const float *grads,
+           size_t numel,
+           rumor_buf *out)
+{
     char in_path[] = "/tmp/rumor-lowrank-in-XXXXXX";
     char out_path[] = "/tmp/rumor-lowrank-out-XXXXXX";
     int fd_in = mkstemp(in_path), fd_out = mkstemp(out_path);
@@ -506,8 +536,16 @@ s_hook_case(size_t rank,
     close(fd_out);
     FILE *f = fdopen(fd_in, "wb");
     assert_non_null(f);
-    int32_t hdr[4] = {(int32_t)rank, 0, steps, (int32_t)count};
-    memcpy(&hdr[1], &eps, sizeof eps);
+    int32_t hdr[8] = {(int32_t)h->rank,
+                      0,
+                      steps,
+                      (int32_t)count,
+                      (int32_t)h->start_iter,
+                      0,
+                      h->ef,
+                      h->warm};
+    memcpy(&hdr[1], &h->eps, sizeof h->eps);
+    memcpy(&hdr[5], &h->min_rate, sizeof h->min_rate);
     s_put(f, hdr, sizeof hdr);
     for (size_t i = 0; i < count; i++) {
         int32_t nd = (int32_t)shapes[i].ndim;
@@ -517,7 +555,8 @@ s_hook_case(size_t rank,
             s_put(f, &v, 4);
         }
     }
-    s_put(f, q0, qf * sizeof(float));
+    s_put(f, &qsets, 4);
+    s_put(f, draws, (size_t)qsets * qf * sizeof(float));
     s_put(f, grads, numel * (size_t)steps * sizeof(float));
     fclose(f);
 
@@ -534,49 +573,108 @@ s_hook_case(size_t rank,
         unlink(out_path);
         fail_msg("hook_ref.py failed (status %d): %s", rc, cmd);
     }
-    rumor_buf hook;
-    rumor_buf_init(&hook, (size_t)1 << 30);
-    assert_int_equal(rumor_buf_read_file(&hook, out_path), RUMOR_OK);
+    rumor_buf_init(out, (size_t)1 << 30);
+    assert_int_equal(rumor_buf_read_file(out, out_path), RUMOR_OK);
     unlink(out_path);
+}
 
-    /* Our side: same first Q, same gradients, one node. */
-    assert_int_equal(rumor_lowrank_psgd_q_set(c, q0), RUMOR_OK);
+/* Runs the compressor and PyTorch's hook with the options h on the same
+ * gradients for steps steps, one node, the hook's random Q replaced by
+ * the compressor's own draws, and compares P, Q (warm start), every
+ * approximation and error memory (error feedback); before start_iter the
+ * compressor must be inactive, as the hook runs plain all-reduce. */
+static void
+s_hook_case(const struct s_hook *h,
+            const struct rumor_lowrank_shape *shapes,
+            size_t count,
+            int steps)
+{
+    struct rumor_lowrank_psgd_opts o;
+    rumor_lowrank_psgd_opts_default(&o);
+    o.rank = h->rank;
+    o.eps = h->eps;
+    o.start_iter = h->start_iter;
+    o.min_rate = h->min_rate;
+    o.error_feedback = h->ef;
+    o.warm_start = h->warm;
+    o.seed = 11;
+    rumor_lowrank_psgd *c = NULL;
+    assert_int_equal(rumor_lowrank_psgd_new(&c, shapes, count, &o), RUMOR_OK);
+    size_t numel = 0, offs[16];
+    for (size_t i = 0; i < count; i++) {
+        size_t n = 0, m = 0;
+        assert_int_equal(rumor_lowrank_matricize(&shapes[i], &n, &m), 0);
+        offs[i] = numel;
+        numel += n * m;
+    }
+    size_t qf = rumor_lowrank_psgd_q_floats(c);
+    float *draws = malloc(((size_t)steps * qf + 1) * sizeof *draws);
+    assert_non_null(draws);
+    int32_t qsets = 0;
+    for (int st = (int)h->start_iter; st < steps; st++)
+        if (!h->warm || st == (int)h->start_iter)
+            s_hook_draw(c,
+                        shapes,
+                        count,
+                        o.seed,
+                        (uint64_t)st,
+                        draws + qf * (size_t)qsets++);
+    float *grads = s_randn(numel * (size_t)steps, 78 + h->rank);
+    rumor_buf hook;
+    s_hook_run(h, shapes, count, steps, draws, qsets, qf, grads, numel, &hook);
+
     size_t pf = 0;
     for (size_t i = 0; i < count; i++)
         if (rumor_lowrank_psgd_compressed(c, i)) {
-            size_t n = shapes[i].dims[0];
-            size_t m = 0, rows = 0;
-            assert_int_equal(rumor_lowrank_matricize(&shapes[i], &rows, &m), 0);
-            pf += n * lowrank_rank_for(n, m, rank);
+            size_t n = 0, m = 0;
+            assert_int_equal(rumor_lowrank_matricize(&shapes[i], &n, &m), 0);
+            pf += n * lowrank_rank_for(n, m, h->rank);
         }
-    size_t per_step = pf + qf + 2 * numel;
-    assert_int_equal(hook.len, per_step * (size_t)steps * sizeof(float));
+    size_t skipped =
+        h->start_iter < (uint64_t)steps ? h->start_iter : (size_t)steps;
+    size_t per_step = pf + (h->warm ? qf : 0) + numel + (h->ef ? numel : 0);
+    assert_int_equal(hook.len,
+                     (skipped * numel + per_step * ((size_t)steps - skipped)) *
+                         sizeof(float));
     float *buf = malloc(numel * sizeof *buf);
     float *err = malloc(numel * sizeof *err);
     float *qnow = malloc((qf + 1) * sizeof *qnow);
+    const float *h_at = (const float *)hook.data;
     for (int st = 0; st < steps; st++) {
-        const float *h = (const float *)hook.data + per_step * (size_t)st;
-        const float *h_p = h, *h_q = h + pf, *h_out = h + pf + qf;
-        const float *h_err = h_out + numel;
         memcpy(buf, grads + numel * (size_t)st, numel * sizeof *buf);
+        char what[96];
+        if ((uint64_t)st < h->start_iter) { /* the hook's all-reduce */
+            assert_false(rumor_lowrank_psgd_active(c));
+            rumor_lowrank_psgd_skip(c);
+            snprintf(what, sizeof what, "step %d: all-reduced", st);
+            s_assert_close(buf, h_at, numel, 0, what);
+            h_at += numel;
+            continue;
+        }
+        const float *h_p = h_at, *h_q = h_at + pf;
+        const float *h_out = h_q + (h->warm ? qf : 0);
+        const float *h_err = h_out + numel;
+        h_at += per_step;
         float *ptrs[16];
         for (size_t i = 0; i < count; i++)
             ptrs[i] = buf + offs[i];
         struct rumor_lowrank_xchg x;
         bool done = false;
-        char what[64];
+        assert_true(rumor_lowrank_psgd_active(c));
         assert_int_equal(rumor_lowrank_psgd_begin(c, ptrs, &x), RUMOR_OK);
         assert_int_equal(x.floats, pf);
-        snprintf(what, sizeof what, "rank %zu step %d: P", rank, st);
+        snprintf(what, sizeof what, "rank %zu step %d: P", h->rank, st);
         s_assert_close(x.data, h_p, pf, 1e-5, what);
         assert_int_equal(rumor_lowrank_psgd_next(c, &x, &done), RUMOR_OK);
         assert_int_equal(x.floats, qf);
         assert_int_equal(rumor_lowrank_psgd_next(c, &x, &done), RUMOR_OK);
         assert_true(done);
         assert_int_equal(rumor_lowrank_psgd_end(c, ptrs), RUMOR_OK);
-        assert_int_equal(rumor_lowrank_psgd_q_get(c, qnow), RUMOR_OK);
-        snprintf(what, sizeof what, "rank %zu step %d: Q", rank, st);
-        s_assert_close(qnow, h_q, qf, 1e-5, what);
+        if (h->warm) {
+            assert_int_equal(rumor_lowrank_psgd_q_get(c, qnow), RUMOR_OK);
+            snprintf(what, sizeof what, "rank %zu step %d: Q", h->rank, st);
+            s_assert_close(qnow, h_q, qf, 1e-5, what);
+        }
         for (size_t i = 0; i < count; i++) {
             size_t n = 0, m = 0;
             assert_int_equal(rumor_lowrank_matricize(&shapes[i], &n, &m), 0);
@@ -585,21 +683,26 @@ s_hook_case(size_t rank,
             snprintf(what,
                      sizeof what,
                      "rank %zu step %d: approx %zu",
-                     rank,
+                     h->rank,
                      st,
                      i);
             s_assert_close(buf + offs[i], h_out + offs[i], n * m, 1e-5, what);
+            if (!h->ef) {
+                assert_int_equal(rumor_lowrank_psgd_error_get(c, i, err),
+                                 RUMOR_EINVAL);
+                continue;
+            }
             assert_int_equal(rumor_lowrank_psgd_error_get(c, i, err), 0);
             snprintf(what,
                      sizeof what,
                      "rank %zu step %d: error %zu",
-                     rank,
+                     h->rank,
                      st,
                      i);
             s_assert_close(err, h_err + offs[i], n * m, 1e-5, what);
         }
     }
-    free(buf), free(err), free(qnow), free(q0), free(grads);
+    free(buf), free(err), free(qnow), free(draws), free(grads);
     rumor_buf_free(&hook);
     rumor_lowrank_psgd_destroy(&c);
 }
@@ -625,10 +728,187 @@ test_psgd__same_m_and_first_q__matches_pytorch_hook(void **s)
         {.ndim = 2, .dims = {48, 40}},
         {.ndim = 2, .dims = {16, 72}},
     };
-    s_hook_case(1, 0.0f, shapes, 8, 3);
-    s_hook_case(2, 0.0f, shapes, 8, 3);
-    s_hook_case(4, 0.0f, shapes, 8, 3); /* QR: LAPACK on both sides */
-    s_hook_case(2, 1e-8f, shapes, 8, 2);
+    struct s_hook h = s_hook_plain(1, 0.0f);
+    s_hook_case(&h, shapes, 8, 3);
+    h = s_hook_plain(2, 0.0f);
+    s_hook_case(&h, shapes, 8, 3);
+    h = s_hook_plain(4, 0.0f); /* QR: LAPACK on both sides */
+    s_hook_case(&h, shapes, 8, 3);
+    h = s_hook_plain(2, 1e-8f);
+    s_hook_case(&h, shapes, 8, 2);
+}
+
+/* The model of the hook comparisons: repeated shapes, a 1-D tensor, a
+ * tensor too small to gain at rank 2. */
+static const struct rumor_lowrank_shape s_hook_shapes[] = {
+    {.ndim = 2, .dims = {48, 40}},
+    {.ndim = 1, .dims = {7}},
+    {.ndim = 4, .dims = {16, 8, 3, 3}},
+    {.ndim = 2, .dims = {6, 4}},
+    {.ndim = 2, .dims = {33, 129}},
+    {.ndim = 2, .dims = {48, 40}},
+};
+
+#define S_HOOK_COUNT (sizeof s_hook_shapes / sizeof s_hook_shapes[0])
+
+static void
+s_skip_without_torch(void)
+{
+    const char *why = NULL;
+    if (s_torch_missing(&why)) {
+        printf("[  SKIP    ] PyTorch hook comparison: %s\n", why);
+        skip();
+    }
+}
+
+static void
+test_psgd__start_iter__all_reduce_first_then_matches_pytorch_hook(void **s)
+{
+    (void)s;
+    s_skip_without_torch();
+    struct s_hook h = s_hook_plain(2, 0.0f);
+    h.start_iter = 2; /* the hook's start_powerSGD_iter */
+    s_hook_case(&h, s_hook_shapes, S_HOOK_COUNT, 4);
+}
+
+static void
+test_psgd__min_compression_rate__same_tensors_as_pytorch_hook(void **s)
+{
+    (void)s;
+    s_skip_without_torch();
+    /* rank 1, rate 15: only 48x40 and 33x129 gain enough; rank 2, rate 1:
+     * 6x4 gains too ((6 + 4) 2 < 24), which it does not at the default 2 */
+    struct s_hook h = s_hook_plain(1, 0.0f);
+    h.min_rate = 15;
+    s_hook_case(&h, s_hook_shapes, S_HOOK_COUNT, 2);
+    h = s_hook_plain(2, 0.0f);
+    h.min_rate = 1;
+    s_hook_case(&h, s_hook_shapes, S_HOOK_COUNT, 2);
+}
+
+static void
+test_psgd__no_error_feedback__matches_pytorch_hook(void **s)
+{
+    (void)s;
+    s_skip_without_torch();
+    struct s_hook h = s_hook_plain(2, 0.0f);
+    h.ef = false; /* use_error_feedback=False */
+    s_hook_case(&h, s_hook_shapes, S_HOOK_COUNT, 3);
+}
+
+static void
+test_psgd__no_warm_start__fresh_q_each_step_matches_pytorch_hook(void **s)
+{
+    (void)s;
+    s_skip_without_torch();
+    struct s_hook h = s_hook_plain(2, 0.0f);
+    h.warm = false; /* warm_start=False */
+    h.start_iter = 1;
+    s_hook_case(&h, s_hook_shapes, S_HOOK_COUNT, 3);
+    h.ef = false;
+    s_hook_case(&h, s_hook_shapes, S_HOOK_COUNT, 2);
+}
+
+/* epfml/powersgd's PowerSGD._should_compress: numel / (0.5 iters r (n +
+ * m)) > min_compression_rate, for the one-sided variant; the hook's
+ * (n + m) r rate < n m otherwise. */
+static void
+test_psgd__one_sided_selection__epfml_rule(void **s)
+{
+    (void)s;
+    const struct rumor_lowrank_shape shape = {.ndim = 2, .dims = {10, 10}};
+    struct rumor_lowrank_psgd_opts o;
+    rumor_lowrank_psgd_opts_default(&o);
+    o.rank = 2; /* hook: 20 * 2 * 2 = 80 < 100, compressed */
+    assert_true(rumor_lowrank_psgd_worth(&o, 10, 10));
+    o.one_sided = true;
+    /* epfml, iters 2: 100 / (0.5 * 2 * 2 * 20) = 2.5 > 2, compressed;
+     * iters 3: 100 / 60 = 1.67, all-reduced */
+    const struct {
+        size_t iters;
+        bool compressed;
+    } rows[] = {{1, true}, {2, true}, {3, false}};
+    for (size_t k = 0; k < 3; k++) {
+        o.iters = rows[k].iters;
+        assert_int_equal(rumor_lowrank_psgd_worth(&o, 10, 10),
+                         rows[k].compressed);
+        rumor_lowrank_psgd *c = NULL;
+        assert_int_equal(rumor_lowrank_psgd_new(&c, &shape, 1, &o), 0);
+        assert_int_equal(rumor_lowrank_psgd_compressed(c, 0),
+                         rows[k].compressed);
+        rumor_lowrank_psgd_destroy(&c);
+    }
+}
+
+static size_t s_orth_batches; /* calls of s_counting_orth_batch */
+static rumor_err (*s_orth_one)(void *ctx,
+                               float *p,
+                               size_t n,
+                               size_t r,
+                               rumor_lowrank_orth method,
+                               float eps);
+
+/* A batched orthogonalization for the ref backend: counts its calls and
+ * runs the single-matrix one on each. */
+static rumor_err
+s_counting_orth_batch(void *ctx,
+                      float *const *ps,
+                      size_t n,
+                      size_t r,
+                      rumor_lowrank_orth method,
+                      float eps,
+                      size_t count)
+{
+    s_orth_batches++;
+    for (size_t i = 0; i < count; i++) {
+        rumor_err rc = s_orth_one(ctx, ps[i], n, r, method, eps);
+        if (rc != RUMOR_OK)
+            return rc;
+    }
+    return RUMOR_OK;
+}
+
+/* batch_tensors_with_same_shape: on, a backend's batched kernels take a
+ * shape group per call; off, one call per matrix; the numbers are the
+ * same (the same operations in the same order). */
+static void
+test_psgd__batch_off__per_matrix_calls_same_numbers(void **s)
+{
+    (void)s;
+    const struct rumor_lowrank_shape shapes[] = {{.ndim = 2, .dims = {30, 20}},
+                                                 {.ndim = 2, .dims = {10, 50}},
+                                                 {.ndim = 2, .dims = {30, 20}}};
+    size_t numel = 600 + 500 + 600;
+    float *out[2] = {NULL, NULL};
+    size_t calls[2] = {0, 0};
+    for (int batch = 0; batch < 2; batch++) {
+        struct rumor_lowrank_psgd_opts o;
+        rumor_lowrank_psgd_opts_default(&o);
+        o.rank = 2;
+        o.batch = batch;
+        struct lowrank_backend_i be;
+        void *ctx = NULL;
+        assert_int_equal(lowrank_ref_init(&be, &ctx), RUMOR_OK);
+        s_orth_one = be.orthogonalize;
+        be.orthogonalize_batch = s_counting_orth_batch;
+        rumor_lowrank_psgd *c = NULL;
+        assert_int_equal(lowrank_psgd_new_on(&c, shapes, 3, &o, &be, ctx), 0);
+        s_orth_batches = 0;
+        out[batch] = s_randn(numel, 91);
+        float *ptr[3] = {out[batch], out[batch] + 600, out[batch] + 1100};
+        struct rumor_lowrank_xchg x;
+        bool done = false;
+        assert_int_equal(rumor_lowrank_psgd_begin(c, ptr, &x), RUMOR_OK);
+        while (!done)
+            assert_int_equal(rumor_lowrank_psgd_next(c, &x, &done), 0);
+        assert_int_equal(rumor_lowrank_psgd_end(c, ptr), RUMOR_OK);
+        calls[batch] = s_orth_batches;
+        rumor_lowrank_psgd_destroy(&c);
+    }
+    assert_int_equal(calls[0], 0);
+    assert_int_equal(calls[1], 4); /* Q then P, of the two shape groups */
+    assert_memory_equal(out[0], out[1], numel * sizeof(float));
+    free(out[0]), free(out[1]);
 }
 
 /* --- PowerSGD mechanics --------------------------------------------------- */
@@ -1675,6 +1955,15 @@ main(int argc, char **argv)
         cmocka_unit_test(
             test_psgd__warm_started_iterations__within_one_percent_of_svd),
         cmocka_unit_test(test_psgd__same_m_and_first_q__matches_pytorch_hook),
+        cmocka_unit_test(
+            test_psgd__start_iter__all_reduce_first_then_matches_pytorch_hook),
+        cmocka_unit_test(
+            test_psgd__min_compression_rate__same_tensors_as_pytorch_hook),
+        cmocka_unit_test(test_psgd__no_error_feedback__matches_pytorch_hook),
+        cmocka_unit_test(
+            test_psgd__no_warm_start__fresh_q_each_step_matches_pytorch_hook),
+        cmocka_unit_test(test_psgd__one_sided_selection__epfml_rule),
+        cmocka_unit_test(test_psgd__batch_off__per_matrix_calls_same_numbers),
         cmocka_unit_test(test_psgd__error_feedback__approx_plus_error_equals_m),
         cmocka_unit_test(
             test_psgd__cpu_backend__matches_ref_backend_over_steps),
