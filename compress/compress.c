@@ -167,6 +167,9 @@ s_apply_kv(rumor_codec *c,
         } else if (s_key_is(key, klen, "elias")) {
             ok = s_parse_uint(val, vlen, 1, &u);
             c->elias = u == 1;
+        } else if (s_key_is(key, klen, "biased")) {
+            ok = s_parse_uint(val, vlen, 1, &u);
+            c->biased = u == 1;
         } else {
             known = false;
         }
@@ -256,6 +259,7 @@ s_set_defaults(rumor_codec *c)
 {
     c->bits = 4;
     c->elias = false;
+    c->biased = false;
     c->bucket = 512;
     c->ratio = c->id == RUMOR_CODEC_DGC ? 0.001 : 0.01;
     c->k = 0;
@@ -274,11 +278,12 @@ s_format_spec(rumor_codec *c)
     case RUMOR_CODEC_QSGD:
         snprintf(own,
                  sizeof own,
-                 "%s:bits=%u,bucket=%zu,elias=%d",
+                 "%s:bits=%u,bucket=%zu,elias=%d,biased=%d",
                  name,
                  c->bits,
                  c->bucket,
-                 c->elias ? 1 : 0);
+                 c->elias ? 1 : 0,
+                 c->biased ? 1 : 0);
         break;
     case RUMOR_CODEC_TERNGRAD:
     case RUMOR_CODEC_SIGN:

@@ -59,6 +59,7 @@ struct rumor_codec {
     rumor_codec_id id;
     unsigned bits;   /* qsgd: level bits (levels 0..2^bits-1) */
     bool elias;      /* qsgd: Elias-gamma coded levels */
+    bool biased;     /* qsgd: decoded values scaled by 1/tau (ChocoSGD) */
     size_t bucket;   /* qsgd, terngrad, sign: values per bucket */
     double ratio;    /* topk, randk, dgc: kept fraction of n */
     size_t k;        /* topk, randk: fixed count when > 0 (overrides) */

@@ -660,8 +660,58 @@ s_qsgd_decode(const rumor_codec *c,
     return rc;
 }
 
+/* ChocoSGD's biased QSGD (`is_biased`, epfml/ChocoSGD
+ * QuantizationCompressor.get_qsgd): the decoded values times 1 / tau,
+ * tau = 1 + min(d / s^2, sqrt(d) / s) with d the values under one norm
+ * (here the bucket's length) and s the levels. tau bounds QSGD's second
+ * moment (Alistarh et al. 2017, Lemma 3.1: E||Q(v)||^2 <= tau ||v||^2), so
+ * E||Q(v) / tau - v||^2 <= (1 - 1 / tau) ||v||^2: a compression operator
+ * in CHOCO's sense (relative error below 1) at any bits, where the
+ * unscaled quantizer's error exceeds ||v||^2 when buckets are long. The
+ * factor rides on each bucket's stored norm, so the payload format and
+ * the decoder are unchanged; approx is decoded from the payload, so it
+ * holds the decoder's bits. */
+static rumor_err
+s_qsgd_rescale(const rumor_codec *c,
+               uint8_t *out,
+               size_t len,
+               size_t n,
+               float *approx)
+{
+    double s = (double)((1u << c->bits) - 1);
+    size_t nb = compress_buckets(n, c->bucket);
+    for (size_t k = 0; k < nb; k++) {
+        size_t start = k * c->bucket;
+        double d = (double)(n - start < c->bucket ? n - start : c->bucket);
+        double tau = 1 + fmin(d / (s * s), sqrt(d) / s);
+        uint8_t *p = out + RUMOR_COMPRESS_HEADER_BYTES + 4 * k;
+        compress_put_f32(p, (float)(compress_get_f32(p) / tau));
+    }
+    if (approx == NULL)
+        return RUMOR_OK;
+    return s_qsgd_decode(c, out, len, false, 1.0f, approx, n);
+}
+
+static rumor_err
+s_qsgd_encode_scaled(const rumor_codec *c,
+                     const float *x,
+                     size_t n,
+                     uint64_t seed,
+                     uint64_t counter,
+                     uint8_t *out,
+                     size_t cap,
+                     size_t *written,
+                     float *approx)
+{
+    rumor_err rc =
+        s_qsgd_encode(c, x, n, seed, counter, out, cap, written, approx);
+    if (rc != RUMOR_OK || !c->biased)
+        return rc;
+    return s_qsgd_rescale(c, out, *written, n, approx);
+}
+
 const struct compress_ops compress_qsgd_ops = {s_qsgd_size,
-                                               s_qsgd_encode,
+                                               s_qsgd_encode_scaled,
                                                true,
                                                s_qsgd_decode};
 const struct compress_ops compress_terngrad_ops = {s_qsgd_size,

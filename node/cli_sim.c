@@ -4,8 +4,13 @@
  * every node starts from its own random matrix (standard normal entries),
  * there are no gradients, and each step runs one gossip step of the chosen
  * algorithm in the in-process simulator. It prints, per reported step, the
- * bits each node has sent so far (headers included) and the consensus
- * error mean_i ||x_i - x_bar||^2 relative to step 0.
+ * bits each node has sent so far (headers included) and two consensus
+ * errors relative to step 0: mean_i ||x_i - m||^2 with m the mean of the
+ * starting matrices (the reference's, gossip_run.py), then with m the
+ * current mean (Rumor's before; blind to a drifting mean, which Moniqua
+ * from far-apart starts and float rounding cause). --gamma-grid tunes gamma
+ * as the references do (the grid of gossip_run.py, the choice of
+ * ChocoSGD's tune_consensus_stepsize.py).
  *
  * `rumor sim train`: the same simulator with a training workload of the
  * node module (least squares with a known optimum, logistic regression,
@@ -34,6 +39,7 @@ struct sim_args {
     size_t rows, cols;
     unsigned long long steps, every, seed;
     bool json;
+    bool gamma_grid;        /* consensus: the reference's grid of gamma */
     const char *edge_bytes; /* a path, or NULL */
     /* train */
     bool train;
@@ -58,7 +64,7 @@ cli_sim_help(FILE *out)
             "SPEC]\n"
             "           [--outer-lr LR] [--outer-momentum MU] [--ef-alpha A]\n"
             "           [--saef-scope self|neighbourhood[:CODEC]]\n"
-            "           [--edge-bytes PATH]\n"
+            "           [--edge-bytes PATH] [--gamma-grid]\n"
             "       rumor sim train --topology SPEC|FILE [the options above]\n"
             "           [--workload lsq|logreg|mlp] [--hidden W] [--batch B]\n"
             "           [--dataset SPEC] [--shard iid|dirichlet] "
@@ -74,7 +80,13 @@ cli_sim_help(FILE *out)
             "           [--adapt-rank-min R] [--adapt-rank-max R]\n"
             "           [--link-rate RATE[,RATE...]] [--link-latency-ms MS]\n"
             "           [--compute-ms MS] [--rate-drop STEP:FACTOR] "
-            "[--adapt-trace PATH]\n\n"
+            "[--adapt-trace PATH]\n"
+            "           powersgd: [--start-powersgd-iter N] "
+            "[--min-compression-rate X]\n"
+            "           [--use-error-feedback B] [--warm-start B] "
+            "[--one-sided B]\n"
+            "           [--orthogonalization-epsilon E] "
+            "[--batch-tensors-with-same-shape B]\n\n"
             "SPEC is a generator (ring:8, torus:4x4, complete:8, ...) or a\n"
             "topology file. Algorithms: dpsgd (default; --gamma), allreduce,\n"
             "allreduce-f64, choco and deepsqueeze (--codec, e.g. "
@@ -89,10 +101,16 @@ cli_sim_help(FILE *out)
             "feedback (0 plain EF, 1 SAEF); --saef-scope self|neighbourhood\n"
             "[:CODEC]: look ahead by the own error or by the W-weighted\n"
             "average of the neighbours' errors (default; sent compressed).\n"
-            "consensus prints CSV 'step,bits_per_node,rel_error' (or JSON\n"
-            "lines with the same keys) every K steps (default 1) and at the\n"
-            "last one. train prints 'step,bits_per_node,loss,dist_opt' for\n"
-            "lsq (relative RMS distance of the nodes to the optimum) or\n"
+            "consensus prints CSV 'step,bits_per_node,rel_error,\n"
+            "rel_error_current_mean' (or JSON lines with the same keys) every\n"
+            "K steps (default 1) and at the last one: mean_i ||x_i - m||^2\n"
+            "relative to step 0, m the starting mean (the reference's) or\n"
+            "the current one. --gamma-grid runs --steps steps at each of the\n"
+            "reference's 20 gammas (1e-4 to 1.308, log-spaced) and prints\n"
+            "'gamma,bits_per_node,rel_error,rel_error_current_mean,best',\n"
+            "best = 1 on the lowest final rel_error.\n"
+            "train prints 'step,bits_per_node,loss,dist_opt' for lsq\n"
+            "(relative RMS distance of the nodes to the optimum) or\n"
             "'step,bits_per_node,loss,test_accuracy' (of the nodes' average\n"
             "model) for the classifiers. --edge-bytes writes\n"
             "'from,to,bytes,messages' per directed edge at the end.\n"
@@ -217,6 +235,45 @@ s_parse_adapt_opt(const char *opt, const char *val, struct sim_args *a)
     return rc;
 }
 
+/* "true" or "false" for a PowerSGD switch. */
+static int
+s_parse_switch(const char *val, const char *opt, bool *out)
+{
+    if (strcmp(val, "true") != 0 && strcmp(val, "false") != 0) {
+        fprintf(stderr, "rumor sim: %s wants true or false\n", opt);
+        return -1;
+    }
+    *out = strcmp(val, "true") == 0;
+    return 0;
+}
+
+/* PowerSGD's options, named as in `rumor node` (docs/gossip.md,
+ * "PowerSGD options"); the rest goes to the adaptive ones. */
+static int
+s_parse_psgd_opt(const char *opt, const char *val, struct sim_args *a)
+{
+    struct rumor_gossip_opts *g = &a->gossip;
+    unsigned long long v = 0;
+    if (strcmp(opt, "--start-powersgd-iter") == 0) {
+        int rc = cli_parse_u64(val, opt, 0, 1ull << 40, &v);
+        g->start_iter = v;
+        return rc;
+    }
+    if (strcmp(opt, "--min-compression-rate") == 0)
+        return cli_parse_double(val, opt, 0, 1e9, &g->min_compression_rate);
+    if (strcmp(opt, "--orthogonalization-epsilon") == 0)
+        return cli_parse_double(val, opt, 0, 1, &g->orth_eps);
+    if (strcmp(opt, "--use-error-feedback") == 0)
+        return s_parse_switch(val, opt, &g->use_error_feedback);
+    if (strcmp(opt, "--warm-start") == 0)
+        return s_parse_switch(val, opt, &g->warm_start);
+    if (strcmp(opt, "--batch-tensors-with-same-shape") == 0)
+        return s_parse_switch(val, opt, &g->batch_same_shape);
+    if (strcmp(opt, "--one-sided") == 0)
+        return s_parse_switch(val, opt, &g->one_sided);
+    return s_parse_adapt_opt(opt, val, a);
+}
+
 static int
 s_parse_train_opt(const char *opt, const char *val, struct sim_args *a)
 {
@@ -268,7 +325,7 @@ s_parse_train_opt(const char *opt, const char *val, struct sim_args *a)
     } else if (strcmp(opt, "--lsq-noise") == 0) {
         rc = cli_parse_double(val, opt, 0, 1e3, &w->lsq_noise);
     } else {
-        rc = s_parse_adapt_opt(opt, val, a);
+        rc = s_parse_psgd_opt(opt, val, a);
     }
     return rc;
 }
@@ -291,6 +348,10 @@ s_parse_args(int argc, char **argv, struct sim_args *a)
         int rc = 0;
         if (strcmp(opt, "--json") == 0) {
             a->json = true;
+            continue;
+        }
+        if (strcmp(opt, "--gamma-grid") == 0 && !a->train) {
+            a->gamma_grid = true;
             continue;
         }
         if (val == NULL) {
@@ -365,35 +426,43 @@ s_parse_args(int argc, char **argv, struct sim_args *a)
     return 0;
 }
 
-/* Says which gamma "auto" chose (stderr: stdout is the data). */
-static void
-s_say_gamma(const struct sim_args *a, rumor_gossip *node0)
+/* Whether the algorithm takes a consensus step size. */
+static bool
+s_uses_gamma(const char *algo)
 {
     static const char *const uses[] = {"dpsgd",
                                        "choco",
                                        "deepsqueeze",
                                        "moniqua",
                                        "powergossip"};
-    bool used = false;
     for (size_t i = 0; i < sizeof uses / sizeof uses[0]; i++)
-        used |= strcmp(a->gossip.algo, uses[i]) == 0;
-    if (used && a->gossip.gamma == RUMOR_GOSSIP_GAMMA_AUTO)
+        if (strcmp(algo, uses[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Says which gamma "auto" chose (stderr: stdout is the data). */
+static void
+s_say_gamma(const struct sim_args *a, rumor_gossip *node0)
+{
+    if (s_uses_gamma(a->gossip.algo) &&
+        a->gossip.gamma == RUMOR_GOSSIP_GAMMA_AUTO)
         fprintf(stderr,
                 "rumor sim: %s gamma %.4g (auto)\n",
                 a->gossip.algo,
                 rumor_gossip_gamma(node0));
 }
 
-/* mean_i ||x_i - x_bar||^2, in double. */
+/* mean_i ||x_i - target||^2 in double; target NULL: the current mean. */
 static double
-s_consensus_error(float *const *x, size_t n, size_t numel)
+s_consensus_error(float *const *x, size_t n, size_t numel, const double *target)
 {
     double total = 0;
     for (size_t e = 0; e < numel; e++) {
         double mean = 0;
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; target == NULL && i < n; i++)
             mean += x[i][e];
-        mean /= (double)n;
+        mean = target == NULL ? mean / (double)n : target[e];
         for (size_t i = 0; i < n; i++) {
             double d = x[i][e] - mean;
             total += d * d;
@@ -402,23 +471,40 @@ s_consensus_error(float *const *x, size_t n, size_t numel)
     return total / (double)n;
 }
 
+/* The errors of one reported step, relative to step 0: to the starting
+ * mean (the reference's, gossip_run.py GossipProblem.error) and to the
+ * current mean (the spread alone; it ignores a drifting mean). */
+struct sim_errors {
+    double start, current;
+};
+
 static void
-s_report(const struct sim_args *a, uint64_t step, double bits, double rel)
+s_report(const struct sim_args *a,
+         uint64_t step,
+         double bits,
+         struct sim_errors rel)
 {
     if (a->json)
-        printf(
-            "{\"step\": %llu, \"bits_per_node\": %.0f, \"rel_error\": %.9g}\n",
-            (unsigned long long)step,
-            bits,
-            rel);
+        printf("{\"step\": %llu, \"bits_per_node\": %.0f, \"rel_error\": "
+               "%.9g, \"rel_error_current_mean\": %.9g}\n",
+               (unsigned long long)step,
+               bits,
+               rel.start,
+               rel.current);
     else
-        printf("%llu,%.0f,%.9g\n", (unsigned long long)step, bits, rel);
+        printf("%llu,%.0f,%.9g,%.9g\n",
+               (unsigned long long)step,
+               bits,
+               rel.start,
+               rel.current);
 }
 
 struct sim_run {
     rumor_topology *topo;
     size_t n, numel;
     float **x;
+    double *start_mean; /* the nodes' mean at step 0 */
+    double e0;          /* mean_i ||x_i - start_mean||^2 at step 0 */
     rumor_gossip **nodes;
     rumor_sim *sim;
 };
@@ -433,7 +519,36 @@ s_run_free(struct sim_run *r)
     rumor_sim_destroy(&r->sim);
     free(r->nodes);
     free(r->x);
+    free(r->start_mean);
     rumor_topology_destroy(&r->topo);
+}
+
+/* The mean of the starting matrices, the reference's target. */
+static rumor_err
+s_run_start_mean(struct sim_run *r)
+{
+    r->start_mean = calloc(r->numel, sizeof *r->start_mean);
+    if (r->start_mean == NULL)
+        return RUMOR_ENOMEM;
+    for (size_t e = 0; e < r->numel; e++) {
+        for (size_t i = 0; i < r->n; i++)
+            r->start_mean[e] += r->x[i][e];
+        r->start_mean[e] /= (double)r->n;
+    }
+    r->e0 = s_consensus_error(r->x, r->n, r->numel, r->start_mean);
+    return RUMOR_OK;
+}
+
+static struct sim_errors
+s_run_errors(const struct sim_run *r)
+{
+    struct sim_errors rel = {0, 0};
+    if (r->e0 > 0) {
+        rel.start =
+            s_consensus_error(r->x, r->n, r->numel, r->start_mean) / r->e0;
+        rel.current = s_consensus_error(r->x, r->n, r->numel, NULL) / r->e0;
+    }
+    return rel;
 }
 
 static rumor_err
@@ -470,6 +585,8 @@ s_run_setup(const struct sim_args *a,
     }
     if (rc == RUMOR_OK)
         rc = rumor_sim_new(r->nodes, r->n, &r->sim);
+    if (rc == RUMOR_OK)
+        rc = s_run_start_mean(r);
     return rc;
 }
 
@@ -846,44 +963,185 @@ s_train(int argc, char **argv)
     return status;
 }
 
+/* Prints why a run could not start; returns its exit status. */
+static int
+s_setup_failed(rumor_err rc, const struct rumor_diag *diag)
+{
+    char text[600];
+    rumor_diag_format(diag, text, sizeof text);
+    fprintf(stderr,
+            "rumor sim: %s\n",
+            diag->msg[0] ? text : rumor_strerror(rc));
+    return rc == RUMOR_EINVAL || rc == RUMOR_EPROTO ? 2 : 1;
+}
+
+/* One consensus run at the options' gamma, reported every K steps. */
+static int
+s_consensus_curve(const struct sim_args *a)
+{
+    struct sim_run r = {0};
+    struct rumor_diag diag = {0};
+    rumor_err rc = s_run_setup(a, &r, &diag);
+    if (rc != RUMOR_OK) {
+        s_run_free(&r);
+        return s_setup_failed(rc, &diag);
+    }
+    s_say_gamma(a, r.nodes[0]);
+    if (!a->json)
+        printf("step,bits_per_node,rel_error,rel_error_current_mean\n");
+    s_report(a, 0, 0, (struct sim_errors){1, 1});
+    for (uint64_t step = 1; step <= a->steps && rc == RUMOR_OK; step++) {
+        rc = rumor_sim_step(r.sim, step);
+        if (rc != RUMOR_OK || (step % a->every != 0 && step != a->steps))
+            continue;
+        s_report(a, step, s_bits_per_node(r.sim, r.n), s_run_errors(&r));
+    }
+    if (rc != RUMOR_OK)
+        fprintf(stderr, "rumor sim: step failed: %s\n", rumor_strerror(rc));
+    int status = rc == RUMOR_OK ? 0 : 1;
+    if (status == 0 && a->edge_bytes != NULL &&
+        s_write_edges(a->edge_bytes, r.sim, r.n) != 0)
+        status = 1;
+    s_run_free(&r);
+    return status;
+}
+
+/* The reference's grid of diffusion rates (epfml/powergossip gossip_run.py,
+ * hyperparameter_range_min/max, num_samples): np.exp(np.linspace(
+ * np.log(1e-4), np.log(1.308), 20)), computed as numpy does (start + k
+ * step, the last point exactly the end). */
+#define SIM_GRID_COUNT 20
+#define SIM_GRID_MIN   1e-4
+#define SIM_GRID_MAX   1.308
+
+static double
+s_grid_gamma(int k)
+{
+    double lo = log(SIM_GRID_MIN), hi = log(SIM_GRID_MAX);
+    double step = (hi - lo) / (SIM_GRID_COUNT - 1);
+    return exp(k == SIM_GRID_COUNT - 1 ? hi : lo + k * step);
+}
+
+struct grid_point {
+    double gamma, bits;
+    struct sim_errors rel;
+    bool finished; /* every step ran and the error is finite */
+};
+
+/* Runs --steps steps at one gamma; a run that fails on a non-finite
+ * value (it diverged) is a point that did not finish, not an error. */
+static rumor_err
+s_grid_run(const struct sim_args *a,
+           struct grid_point *p,
+           struct rumor_diag *diag)
+{
+    struct sim_args one = *a;
+    one.gossip.gamma = p->gamma;
+    struct sim_run r = {0};
+    rumor_err rc = s_run_setup(&one, &r, diag);
+    for (uint64_t step = 1; step <= a->steps && rc == RUMOR_OK; step++)
+        rc = rumor_sim_step(r.sim, step);
+    if (rc == RUMOR_OK || rc == RUMOR_ENUMERIC) {
+        p->bits = s_bits_per_node(r.sim, r.n);
+        p->rel = s_run_errors(&r);
+        p->finished = rc == RUMOR_OK && isfinite(p->rel.start) &&
+                      isfinite(p->rel.current);
+        rc = RUMOR_OK;
+    }
+    s_run_free(&r);
+    return rc;
+}
+
+static void
+s_json_number(const char *key, double v, const char *after)
+{
+    if (isfinite(v))
+        printf("\"%s\": %.9g%s", key, v, after);
+    else
+        printf("\"%s\": null%s", key, after);
+}
+
+static void
+s_grid_report(const struct sim_args *a, const struct grid_point *p, bool best)
+{
+    double start = p->finished ? p->rel.start : INFINITY;
+    double current = p->finished ? p->rel.current : INFINITY;
+    if (!a->json) {
+        printf("%.17g,%.0f,%.9g,%.9g,%d\n",
+               p->gamma,
+               p->bits,
+               start,
+               current,
+               best ? 1 : 0);
+        return;
+    }
+    printf("{\"gamma\": %.17g, \"bits_per_node\": %.0f, ", p->gamma, p->bits);
+    s_json_number("rel_error", start, ", ");
+    s_json_number("rel_error_current_mean", current, ", ");
+    printf("\"best\": %s}\n", best ? "true" : "false");
+}
+
+/* --gamma-grid: every gamma of the reference's grid for --steps steps from
+ * the same starting matrices, and the one with the lowest error to the
+ * starting mean at the end, as epfml/ChocoSGD's tune_consensus_stepsize
+ * picks (min over the grid of the final error). */
+static int
+s_consensus_grid(const struct sim_args *a)
+{
+    struct grid_point pts[SIM_GRID_COUNT];
+    int best = -1;
+    for (int k = 0; k < SIM_GRID_COUNT; k++) {
+        struct rumor_diag diag = {0};
+        pts[k] = (struct grid_point){.gamma = s_grid_gamma(k)};
+        rumor_err rc = s_grid_run(a, &pts[k], &diag);
+        if (rc != RUMOR_OK)
+            return s_setup_failed(rc, &diag);
+        if (pts[k].finished &&
+            (best < 0 || pts[k].rel.start < pts[best].rel.start))
+            best = k;
+    }
+    if (!a->json)
+        printf("gamma,bits_per_node,rel_error,rel_error_current_mean,best\n");
+    for (int k = 0; k < SIM_GRID_COUNT; k++)
+        s_grid_report(a, &pts[k], k == best);
+    fflush(stdout); /* the rows before the verdict on a shared terminal */
+    if (best < 0) {
+        fprintf(stderr, "rumor sim: every gamma of the grid diverged\n");
+        return 1;
+    }
+    fprintf(stderr,
+            "rumor sim: %s best gamma %.17g (rel_error %.3g after %llu "
+            "steps)\n",
+            a->gossip.algo,
+            pts[best].gamma,
+            pts[best].rel.start,
+            (unsigned long long)a->steps);
+    return 0;
+}
+
 static int
 s_consensus(int argc, char **argv)
 {
     struct sim_args a = {0};
     if (s_parse_args(argc, argv, &a) != 0)
         return 2;
-    struct sim_run r = {0};
-    struct rumor_diag diag = {0};
-    rumor_err rc = s_run_setup(&a, &r, &diag);
-    if (rc != RUMOR_OK) {
-        char text[600];
-        rumor_diag_format(&diag, text, sizeof text);
+    if (!a.gamma_grid)
+        return s_consensus_curve(&a);
+    const char *why = NULL;
+    if (!s_uses_gamma(a.gossip.algo))
+        why = "the algorithm has no --gamma";
+    else if (a.gossip.gamma != RUMOR_GOSSIP_GAMMA_AUTO)
+        why = "it tries its own gammas: drop --gamma";
+    else if (a.edge_bytes != NULL)
+        why = "--edge-bytes needs a single run";
+    if (why != NULL) {
         fprintf(stderr,
-                "rumor sim: %s\n",
-                diag.msg[0] ? text : rumor_strerror(rc));
-        s_run_free(&r);
-        return rc == RUMOR_EINVAL || rc == RUMOR_EPROTO ? 2 : 1;
+                "rumor sim: --gamma-grid with %s: %s\n",
+                a.gossip.algo,
+                why);
+        return 2;
     }
-    s_say_gamma(&a, r.nodes[0]);
-    double e0 = s_consensus_error(r.x, r.n, r.numel);
-    if (!a.json)
-        printf("step,bits_per_node,rel_error\n");
-    s_report(&a, 0, 0, 1.0);
-    for (uint64_t step = 1; step <= a.steps && rc == RUMOR_OK; step++) {
-        rc = rumor_sim_step(r.sim, step);
-        if (rc != RUMOR_OK || (step % a.every != 0 && step != a.steps))
-            continue;
-        double rel = e0 > 0 ? s_consensus_error(r.x, r.n, r.numel) / e0 : 0;
-        s_report(&a, step, s_bits_per_node(r.sim, r.n), rel);
-    }
-    if (rc != RUMOR_OK)
-        fprintf(stderr, "rumor sim: step failed: %s\n", rumor_strerror(rc));
-    int status = rc == RUMOR_OK ? 0 : 1;
-    if (status == 0 && a.edge_bytes != NULL &&
-        s_write_edges(a.edge_bytes, r.sim, r.n) != 0)
-        status = 1;
-    s_run_free(&r);
-    return status;
+    return s_consensus_grid(&a);
 }
 
 int

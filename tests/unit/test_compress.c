@@ -139,12 +139,14 @@ test_codec_new__every_spec__canonical_text_round_trips(void **state)
         rumor_codec_destroy(&a); /* twice is fine */
     }
     rumor_codec *c = s_codec("qsgd");
-    assert_string_equal(rumor_codec_spec(c), "qsgd:bits=4,bucket=512,elias=0");
+    assert_string_equal(rumor_codec_spec(c),
+                        "qsgd:bits=4,bucket=512,elias=0,biased=0");
     assert_true(rumor_codec_is_stochastic(c));
     rumor_codec_destroy(&c);
     c = s_codec("topk:ratio=0.01|qsgd:bits=4");
     assert_string_equal(rumor_codec_spec(c),
-                        "topk:ratio=0.01|qsgd:bits=4,bucket=512,elias=0");
+                        "topk:ratio=0.01|qsgd:bits=4,bucket=512,elias=0,"
+                        "biased=0");
     assert_int_equal(rumor_codec_id_of(c), RUMOR_CODEC_TOPK);
     assert_true(rumor_codec_is_stochastic(c)); /* through qsgd */
     rumor_codec_destroy(&c);
