@@ -24,14 +24,17 @@
  * the tests compare with the simulator's count and with the transport's
  * own counters. The round structure is the one of gossip/netdrive.c.
  * The peer API (node/peer.c, under python/rumor) runs this same driver on
- * caller-owned tensors (node_new_model, node_gossip_step).
+ * caller-owned tensors, step for step as rumor_node_run does (node_join,
+ * node_step_begin, node_gossip_step), so a PyTorch worker gets the same
+ * fault handling as `rumor node`.
  *
- * Never hang: the links must come up within connect_ms, every step has a
- * deadline, and a neighbour that was heard from and then goes silent for
- * the transport's down time ends the step early. Either way the node logs
- * the missing peers with their liveness and the run returns an error, so
- * the process exits non-zero in bounded time. Riding over a dead
- * neighbour (skipping it, re-weighting) is a later issue's fault tolerance.
+ * Never hang: the links must come up within connect_ms and every step has
+ * a deadline. Algorithms that can skip a neighbour (rumor_gossip_can_skip)
+ * ride over a slow or dead one (node/faults.c: skipping, down and back,
+ * --join). For the others a neighbour that misses the deadline, or was
+ * heard from and then goes silent for the transport's down time, ends the
+ * step early: the node logs the missing peers with their liveness and the
+ * run returns an error, so the process exits non-zero in bounded time.
  */
 #include "rumor/node.h"
 
@@ -114,6 +117,8 @@ struct rumor_node {
     uint64_t saved_step;       /* step of the last checkpoint written */
     bool resumed_together;     /* resumed from the checkpoint of a stop agreed
                                   by every node (not a lone restart) */
+    bool rejoining;            /* the peer API: restarted alone from its own
+                                  state (node_restarted): no --join fetch */
     const rumor_dtype *dtypes; /* the peer API's dtypes, during _new only */
     uint8_t *desc;             /* what HELLO says of this node (layout.h) */
     size_t desc_len;
@@ -790,7 +795,7 @@ s_faults_between(rumor_node *node, uint64_t *t)
 
 /* --join: the model and step of a live neighbour, before any step. */
 static rumor_err
-s_faults_join(rumor_node *node, uint64_t *t)
+s_faults_join(rumor_node *node, uint64_t *t, struct rumor_diag *diag)
 {
     uint64_t next = *t;
     uint64_t deadline = rumor_clock_ns() + node->opts.connect_ms * NODE_MS;
@@ -805,10 +810,18 @@ s_faults_join(rumor_node *node, uint64_t *t)
         node->first_step = next;
         rumor_net_close_steps_before(node->net, next);
     }
-    if (rc != RUMOR_OK)
+    if (rc != RUMOR_OK) {
         rumor_log(RUMOR_LOG_ERROR,
                   "--join: no neighbour sent its model within %u ms",
                   node->opts.connect_ms);
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "join: no neighbour sent its model within %u ms (%s)",
+                       node->opts.connect_ms,
+                       rumor_strerror(rc));
+    }
     return rc;
 }
 
@@ -1355,7 +1368,7 @@ node_new_model(const struct rumor_node_opts *opts,
     node->dtypes = NULL; /* borrowed during _new only */
     if (rc == RUMOR_OK)
         node->stop_margin = s_stop_margin(node);
-    if (rc == RUMOR_OK && rumor_gossip_can_skip(node->g) && !node->external)
+    if (rc == RUMOR_OK && rumor_gossip_can_skip(node->g))
         rc = s_faults_new(node);
     if (rc == RUMOR_OK && opts->metrics_dir[0] != '\0')
         rc = node_metrics_open_mode(opts->metrics_dir,
@@ -1430,23 +1443,13 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
     if (atomic_load(&node->stop)) /* before any step: nothing to agree on */
         node->stop_at = node->first_step;
     uint64_t t0 = node->first_step;
-    if (rc == RUMOR_OK && node->faults != NULL && o->join)
-        rc = s_faults_join(node, &t0);
+    if (rc == RUMOR_OK)
+        rc = node_join(node, &t0, diag);
     for (uint64_t t = t0; t < o->steps && rc == RUMOR_OK; t++) {
-        if (node->faults != NULL) {
-            rc = s_faults_between(node, &t);
-            if (rc != RUMOR_OK || t >= o->steps)
-                break;
-        }
-        s_stop_plan(node, t);
-        if (t >= node->stop_at) {
-            node->sum.stopped = true;
-            rumor_log(RUMOR_LOG_WARN,
-                      "stopped after step %llu of %llu",
-                      (unsigned long long)t,
-                      (unsigned long long)o->steps);
+        bool stop = false;
+        rc = node_step_begin(node, &t, &stop);
+        if (rc != RUMOR_OK || stop || t >= o->steps)
             break;
-        }
         rc = s_step(node, t);
         bool due = o->checkpoint_every > 0 &&
                    node->sum.steps % o->checkpoint_every == 0;
@@ -1513,16 +1516,73 @@ node_wait_links(rumor_node *node, uint64_t deadline, struct rumor_diag *diag)
 }
 
 rumor_err
+node_join(rumor_node *node, uint64_t *t, struct rumor_diag *diag)
+{
+    if (node->faults == NULL || !node->opts.join || node->rejoining)
+        return RUMOR_OK;
+    return s_faults_join(node, t, diag);
+}
+
+rumor_err
+node_step_begin(rumor_node *node, uint64_t *t, bool *stop)
+{
+    *stop = false;
+    if (node->faults != NULL) {
+        rumor_err rc = s_faults_between(node, t);
+        if (rc != RUMOR_OK || (!node->external && *t >= node->opts.steps))
+            return rc;
+    }
+    s_stop_plan(node, *t);
+    if (*t < node->stop_at)
+        return RUMOR_OK;
+    *stop = true;
+    node->sum.stopped = true;
+    if (node->external)
+        rumor_log(RUMOR_LOG_WARN,
+                  "stopped after step %llu",
+                  (unsigned long long)*t);
+    else
+        rumor_log(RUMOR_LOG_WARN,
+                  "stopped after step %llu of %llu",
+                  (unsigned long long)*t,
+                  (unsigned long long)node->opts.steps);
+    return RUMOR_OK;
+}
+
+uint64_t
+node_step_span(const rumor_node *node, uint64_t t)
+{
+    return s_span(node, t);
+}
+
+void
+node_restarted(rumor_node *node, uint64_t t)
+{
+    node->first_step = t;
+    if (node->faults == NULL || !node->opts.join)
+        return;
+    node_faults_restarted(node->faults);
+    node->rejoining = true;
+}
+
+rumor_err
 node_gossip_step(rumor_node *node,
                  rumor_gossip *g,
                  uint64_t step,
                  uint64_t deadline)
 {
-    /* the round code works on node->g: lend it the other instance */
+    /* the round code works on node->g: lend it the other instance, which
+     * takes the plain round (the fault path's acknowledgements and
+     * handshakes settle the node's own algorithm's edges) */
     rumor_gossip *own = node->g;
-    node->g = g != NULL ? g : own;
+    node_faults *faults = node->faults;
+    if (g != NULL && g != own) {
+        node->g = g;
+        node->faults = NULL;
+    }
     rumor_err rc = s_gossip_step(node, step, deadline);
     node->g = own;
+    node->faults = faults;
     return rc;
 }
 
