@@ -23,8 +23,8 @@ RESUMES, KILL_RESUME_AT = 0, 160  # restarted from its checkpoint
 CKPT_EVERY = 20
 PACE_S = 0.02  # per step: the survivors must not finish before the rejoins
 SEED = 3
-# below the undisturbed run's worst node by at most this (measured: the
-# disturbed run ends within 0.01 of it)
+# below the undisturbed run's worst node by at most this (measured over
+# four runs: at most 0.017 below it)
 BAND = 0.04
 
 
