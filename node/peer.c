@@ -10,9 +10,15 @@
  * key loading, HELLO fingerprint, transport, rounds, per-step deadlines,
  * liveness checks, byte counters and metrics lines as `rumor node`, so a
  * Python loop that computes the same gradients as the runtime sends the
- * same bytes and reaches the same numbers (tests/python checks this). A
- * second network driver would drift from the runtime's as fault handling
- * grows; this file only stages tensors and counts steps.
+ * same bytes and reaches the same numbers (tests/python checks this). Each
+ * step goes through the runtime's step sequence (node_step_begin,
+ * node_gossip_step), so the fault path is the runtime's too: for an
+ * algorithm that can skip, a dead neighbour is skipped and probed, a
+ * returning one is re-admitted, opts.join fetches a neighbour's model and
+ * step at the first step, a state loaded from a checkpoint meets its
+ * neighbours as a restarted node, and a stop request ends every node
+ * after the same step (docs/reliability.md). This file only stages
+ * tensors and counts steps.
  *
  * Zero-copy: gossip algorithms work on float32 host memory, so float32
  * CPU tensors are gossiped where they lie (PyTorch parameters and numpy
@@ -59,10 +65,11 @@ struct rumor_peer {
     struct rumor_model model;
     rumor_gossip *avg; /* all-reduce for average(), made on first use */
     uint64_t step;     /* next step number (gossip and average share it) */
-    bool started;      /* links waited for */
+    bool started;      /* links waited for (and joined) */
+    bool stopped;      /* the run's agreed stop is reached */
     uint64_t last_end; /* rumor_clock_ns when the last step returned */
     uint32_t id;       /* this node */
-    uint32_t connect_ms, deadline_ms;
+    uint32_t connect_ms;
     double t_copy;
     struct rumor_gossip_opts gossip; /* for the divergence error */
 };
@@ -293,56 +300,90 @@ s_add_slot(rumor_peer *peer, size_t k, const struct rumor_peer_tensor *t)
     return s->stage == NULL || short_raw ? RUMOR_ENOMEM : RUMOR_OK;
 }
 
+/* The first call: the links, then (with join) a neighbour's model and
+ * step into the staged tensors. */
 static rumor_err
-s_step(rumor_peer *peer, rumor_gossip *g, struct rumor_diag *diag)
+s_start(rumor_peer *peer, uint64_t *step, struct rumor_diag *diag)
 {
-    uint64_t span =
-        (peer->started ? peer->deadline_ms : peer->connect_ms) * PEER_MS;
-    rumor_err rc = RUMOR_OK;
-    if (!peer->started) {
-        node_start_clock(peer->node);
-        rc = node_wait_links(peer->node, rumor_clock_ns() + span, diag);
-        peer->started = rc == RUMOR_OK;
-    }
-    /* the caller's training between two steps is the compute time the
-     * adaptive link budgets aim at (a no-op without --adapt) */
-    if (rc == RUMOR_OK && peer->last_end != 0)
-        rumor_gossip_compute_observe(node_gossip(peer->node),
-                                     rumor_clock_ns() - peer->last_end);
+    node_start_clock(peer->node);
+    rumor_err rc =
+        node_wait_links(peer->node,
+                        rumor_clock_ns() + peer->connect_ms * PEER_MS,
+                        diag);
     if (rc == RUMOR_OK)
-        rc = s_stage_all(peer, true);
-    if (rc == RUMOR_OK)
-        rc = node_gossip_step(peer->node,
-                              g,
-                              peer->step,
-                              rumor_clock_ns() + span);
-    if (rc == RUMOR_OK)
-        rc = s_stage_all(peer, false);
-    if (rc == RUMOR_OK) {
-        peer->step++;
-        rc = node_report_step(peer->node, peer->step, NULL);
-    }
-    peer->last_end = rumor_clock_ns();
+        rc = node_join(peer->node, step, diag);
+    peer->started = rc == RUMOR_OK;
+    return rc;
+}
+
+/* The error of a failed step in diag, unless a deeper layer wrote one. */
+static void
+s_step_error(rumor_peer *peer,
+             uint64_t step,
+             rumor_err rc,
+             struct rumor_diag *diag)
+{
+    if (diag == NULL || diag->msg[0] != '\0')
+        return;
     /* the caller's model is no longer finite: its encode failed */
-    if (rc == RUMOR_ENUMERIC && diag != NULL && diag->msg[0] == '\0') {
+    if (rc == RUMOR_ENUMERIC) {
         char text[sizeof diag->msg];
         node_diverge_message(&peer->gossip,
                              rumor_gossip_gamma(node_gossip(peer->node)),
                              -1,
-                             peer->step + 1,
+                             step + 1,
                              NAN,
                              text,
                              sizeof text);
         rumor_diag_set(diag, "", 0, 0, "%s", text);
+        return;
     }
-    if (rc != RUMOR_OK && diag != NULL && diag->msg[0] == '\0')
-        rumor_diag_set(diag,
-                       "",
-                       0,
-                       0,
-                       "step %llu: %s",
-                       (unsigned long long)peer->step + 1,
-                       rumor_strerror(rc));
+    rumor_diag_set(diag,
+                   "",
+                   0,
+                   0,
+                   "step %llu: %s",
+                   (unsigned long long)step + 1,
+                   rumor_strerror(rc));
+}
+
+/* One step as rumor_node_run makes it (node/runtime.c): the fault path's
+ * handshakes and the stop plan before it (node_step_begin), then the
+ * rounds. Staged tensors are written back only when the whole step
+ * succeeded. */
+static rumor_err
+s_step(rumor_peer *peer, rumor_gossip *g, struct rumor_diag *diag)
+{
+    if (peer->stopped)
+        return RUMOR_OK;
+    uint64_t step = peer->step;
+    bool stop = false;
+    /* the caller's training between two steps is the compute time the
+     * adaptive link budgets aim at (a no-op without --adapt) */
+    if (peer->last_end != 0)
+        rumor_gossip_compute_observe(node_gossip(peer->node),
+                                     rumor_clock_ns() - peer->last_end);
+    rumor_err rc = s_stage_all(peer, true);
+    if (rc == RUMOR_OK && !peer->started)
+        rc = s_start(peer, &step, diag);
+    if (rc == RUMOR_OK)
+        rc = node_step_begin(peer->node, &step, &stop);
+    if (rc == RUMOR_OK && !stop)
+        rc = node_gossip_step(peer->node,
+                              g,
+                              step,
+                              rumor_clock_ns() +
+                                  node_step_span(peer->node, step));
+    if (rc == RUMOR_OK)
+        rc = s_stage_all(peer, false);
+    if (rc == RUMOR_OK) {
+        peer->stopped = stop;
+        peer->step = stop ? step : step + 1;
+        rc = node_report_step(peer->node, peer->step, NULL);
+    }
+    peer->last_end = rumor_clock_ns();
+    if (rc != RUMOR_OK)
+        s_step_error(peer, step, rc, diag);
     return rc;
 }
 
@@ -416,7 +457,6 @@ rumor_peer_new(const struct rumor_node_opts *opts,
     peer->model = (struct rumor_model){peer->tensors, count};
     peer->id = opts->id;
     peer->connect_ms = opts->connect_ms;
-    peer->deadline_ms = opts->deadline_ms;
     peer->gossip = opts->gossip;
     /* the algorithm's state starts from the caller's numbers */
     if (rc == RUMOR_OK)
@@ -556,9 +596,23 @@ rumor_peer_state_load(rumor_peer *peer,
                                            data + PEER_STATE_HEAD,
                                            len - PEER_STATE_HEAD,
                                            diag);
-    if (rc == RUMOR_OK)
+    if (rc == RUMOR_OK) {
         peer->step = step;
+        node_restarted(peer->node, step);
+    }
     return rc;
+}
+
+void
+rumor_peer_stop(rumor_peer *peer)
+{
+    rumor_node_stop(peer->node);
+}
+
+bool
+rumor_peer_stopped(const rumor_peer *peer)
+{
+    return peer->stopped;
 }
 
 rumor_err

@@ -16,29 +16,16 @@
  * gradient on the model while the main thread gossips a copy, which then
  * becomes the model; the numbers are those of the sequential loop.
  *
- * The network driver is written here rather than calling
- * rumor_gossip_net_step, because the metrics need what that call hides:
- * the time spent encoding and decoding (emit, absorb) apart from the time
- * spent waiting for neighbours, and the exact wire bytes of the gossip
- * messages this node sent and received (rumor_gossip_wire_bytes), which
- * the tests compare with the simulator's count and with the transport's
- * own counters. The round structure is the one of gossip/netdrive.c.
- * The peer API (node/peer.c, under python/rumor) runs this same driver on
- * caller-owned tensors (node_new_model, node_gossip_step).
- *
- * Never hang: the links must come up within connect_ms, every step has a
- * deadline, and a neighbour that was heard from and then goes silent for
- * the transport's down time ends the step early. Either way the node logs
- * the missing peers with their liveness and the run returns an error, so
- * the process exits non-zero in bounded time. Riding over a dead
- * neighbour (skipping it, re-weighting) is a later issue's fault tolerance.
+ * The exchange with the neighbours (rounds, deadlines, the fault path,
+ * the stop plan, the links) is node/exchange.c, which the peer API
+ * (node/peer.c, under python/rumor) runs too, step for step as
+ * rumor_node_run does; this file is the training around it.
  */
 #include "rumor/node.h"
 
 #include "node/checkpoint_impl.h"
-#include "node/faults.h"
 #include "node/layout.h"
-#include "node/runtime_impl.h"
+#include "node/runtime_node.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -49,75 +36,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define NODE_MS                1000000ull
-#define NODE_RECV_SLICE_MS     100  /* how often a wait checks liveness */
-#define NODE_FLUSH_MS          5000 /* waiting for queued sends at the end */
-#define NODE_PROGRESS_EVERY_NS 100000000ull /* terminal refresh: 10 Hz */
 /* The consensus probe travels as round NODE_PROBE_ROUND of its step: no
  * algorithm has that many rounds, so it never meets a gossip message. */
-#define NODE_PROBE_ROUND 0x7fff0000u
-
-/* The gradient worker of an overlapped step: computes the gradient of
- * step t at the model while the main thread gossips a copy of it. */
-struct s_worker {
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool started, job, done, quit; /* under mu */
-    uint64_t t;                    /* the job's step */
-    rumor_err rc;                  /* the job's result */
-    double loss, seconds;
-};
-
-struct rumor_node {
-    struct rumor_node_opts opts;
-    rumor_topology *topo;
-    uint32_t n;
-    rumor_net_keypair *keys;
-    struct rumor_dataset *data;
-    rumor_workload *w;
-    struct rumor_model *model;         /* borrowed from w */
-    struct rumor_model *grad;          /* owned */
-    struct rumor_model *mix;           /* overlap: the copy being gossiped */
-    struct s_worker worker;            /* overlap: the gradient thread */
-    const struct rumor_model *optimum; /* lsq only, borrowed from w */
-    rumor_optim *optim;
-    rumor_gossip *g;
-    rumor_net *net;
-    node_metrics *metrics;
-    node_faults *faults; /* skipping algorithms: node/faults.c */
-    uint32_t *linked;    /* peers this node opens links to */
-    size_t nlinked;
-    bool *heard;      /* per node: seen alive once (death detection) */
-    uint32_t *expect; /* per round scratch: expected senders */
-    struct rumor_net_msg *got;
-    struct rumor_gossip_msg *inbox;
-    atomic_bool stop;
-    _Atomic uint64_t stop_by; /* see node_faults_opts.stop_by */
-    bool progress;
-    uint64_t start_ns, progress_ns;
-    double t_compute, t_gossip, t_wait;
-    uint64_t gossip_frames_sent;
-    float *probe; /* the model packed for the consensus probe */
-    size_t probe_floats;
-    uint64_t consensus_bytes_sent, consensus_frames_sent;
-    struct rumor_node_summary sum;
-    double first_loss; /* this process's first step (0: none yet) */
-    /* the peer API's node (node/peer.c): caller-owned tensors, no
-     * workload, optimizer or training loop */
-    bool external;
-    uint64_t first_step;       /* 0, or the step a resumed run continues at */
-    uint64_t stop_at;          /* first step not to run once a stop is agreed
-                                  (UINT64_MAX: none; see s_stop_plan) */
-    uint64_t stop_margin;      /* steps a stop request needs to reach every
-                                  node (s_stop_margin) */
-    uint64_t saved_step;       /* step of the last checkpoint written */
-    bool resumed_together;     /* resumed from the checkpoint of a stop agreed
-                                  by every node (not a lone restart) */
-    const rumor_dtype *dtypes; /* the peer API's dtypes, during _new only */
-    uint8_t *desc;             /* what HELLO says of this node (layout.h) */
-    size_t desc_len;
-};
+#define NODE_PROBE_ROUND       0x7fff0000u
+#define NODE_PROGRESS_EVERY_NS 100000000ull /* terminal refresh: 10 Hz */
 
 /* --- static helpers --------------------------------------------------- */
 
@@ -425,137 +347,6 @@ s_start_net(rumor_node *node, struct rumor_diag *diag)
     return rc;
 }
 
-static void
-s_log_missing(rumor_node *node, uint64_t step, uint32_t peer, const char *why)
-{
-    rumor_net_state st = rumor_net_peer_state(node->net, peer);
-    rumor_log(RUMOR_LOG_ERROR,
-              "step %llu: no message from node %u (%s, link %s); stopping",
-              (unsigned long long)step + 1,
-              peer,
-              why,
-              rumor_net_state_name(st));
-}
-
-/* Waits for peer's message of (step, round) until the deadline, checking
- * every slice whether a peer heard before has gone down. */
-static rumor_err
-s_recv(rumor_node *node,
-       uint32_t peer,
-       uint64_t step,
-       uint32_t round,
-       uint64_t deadline,
-       struct rumor_net_msg *out)
-{
-    for (;;) {
-        uint64_t stop_by = atomic_load(&node->stop_by);
-        deadline = deadline < stop_by ? deadline : stop_by;
-        uint64_t now = rumor_clock_ns();
-        uint64_t until = now + NODE_RECV_SLICE_MS * NODE_MS;
-        if (until > deadline)
-            until = deadline;
-        rumor_err rc = rumor_net_recv(node->net, peer, step, round, until, out);
-        if (rc != RUMOR_ETIMEDOUT)
-            return rc;
-        rumor_net_state st = rumor_net_peer_state(node->net, peer);
-        if (st != RUMOR_NET_PEER_DOWN)
-            node->heard[peer] = true;
-        if (rumor_clock_ns() >= deadline) {
-            s_log_missing(node, step, peer, "deadline passed");
-            return RUMOR_ETIMEDOUT;
-        }
-        if (node->heard[peer] && st == RUMOR_NET_PEER_DOWN) {
-            s_log_missing(node, step, peer, "peer went silent");
-            return RUMOR_ETIMEDOUT;
-        }
-    }
-}
-
-/* --- stopping together -------------------------------------------------
- * A stop request (SIGTERM, Ctrl-C) must end every node after the same
- * step, so that their final checkpoints match and `--resume` continues
- * one consistent run. The request travels with the gossip: a node asked to
- * stop before step t plans to run no step from stop_at = t + margin on,
- * and every gossip message of step s carries stop_at - s in the header's
- * `tensor` field (0: no stop planned; the field is opaque to net/); a
- * node that hears a plan adopts the earliest. Messages of step s carry
- * what the sender learned by the end of step s - 1, so a plan reaches a
- * node k hops away within k steps of gossip; margin is the number of
- * steps that bounds this for the topology and algorithm (s_stop_margin),
- * so every node hears the plan before it reaches stop_at, and all stop
- * there (docs/node.md, "Stopping and resuming"). */
-
-static uint32_t
-s_stop_field(const rumor_node *node, uint64_t step)
-{
-    if (node->stop_at == UINT64_MAX || node->stop_at <= step)
-        return 0;
-    uint64_t ahead = node->stop_at - step;
-    return ahead > UINT32_MAX ? UINT32_MAX : (uint32_t)ahead;
-}
-
-static void
-s_stop_heard(rumor_node *node, uint64_t step, uint32_t field)
-{
-    if (field == 0 || step + field >= node->stop_at)
-        return;
-    node->stop_at = step + field;
-    rumor_log(RUMOR_LOG_INFO,
-              "a neighbour stops the run: last step %llu",
-              (unsigned long long)node->stop_at);
-}
-
-/* Steps that bound how long a plan takes to reach every node: the hops
- * it must travel (the directed ring for ring algorithms, else the
- * diameter of all phases' edges together) times the phases (an edge may
- * be used once per cycle) times local SGD's period (only its sync steps
- * send anything). */
-static uint64_t
-s_stop_margin(const rumor_node *node)
-{
-    size_t n = node->n, phases = rumor_topology_phases(node->topo);
-    uint64_t hops = n > 1 ? n - 1 : 0;
-    if (!rumor_gossip_uses_ring(node->g)) {
-        uint32_t *dist = malloc(n * n * sizeof *dist + 1);
-        if (dist == NULL)
-            return hops * phases * node->opts.gossip.period;
-        hops = 0;
-        for (size_t i = 0; i < n * n; i++)
-            dist[i] = i % (n + 1) == 0 ? 0 : UINT32_MAX / 2;
-        for (size_t ph = 0; ph < phases; ph++)
-            for (uint32_t i = 0; i < n; i++) {
-                size_t count = 0;
-                const uint32_t *nb =
-                    rumor_topology_neighbors(node->topo, ph, i, &count, NULL);
-                for (size_t k = 0; k < count; k++)
-                    dist[i * n + nb[k]] = dist[nb[k] * n + i] = 1;
-            }
-        for (size_t k = 0; k < n; k++) /* Floyd-Warshall: n is small */
-            for (size_t i = 0; i < n; i++)
-                for (size_t j = 0; j < n; j++)
-                    if (dist[i * n + k] + dist[k * n + j] < dist[i * n + j])
-                        dist[i * n + j] = dist[i * n + k] + dist[k * n + j];
-        for (size_t i = 0; i < n * n; i++) /* unreachable pairs: never */
-            hops = dist[i] > hops && dist[i] < n ? dist[i] : hops;
-        free(dist);
-    }
-    return hops * phases * node->opts.gossip.period;
-}
-
-/* Before step t: a stop request of this process becomes a plan. */
-static void
-s_stop_plan(rumor_node *node, uint64_t t)
-{
-    if (!atomic_load(&node->stop) || node->stop_at != UINT64_MAX)
-        return;
-    node->stop_at = t + node->stop_margin;
-    rumor_log(RUMOR_LOG_INFO,
-              "stop requested before step %llu: stopping after step %llu "
-              "with the neighbours",
-              (unsigned long long)t + 1,
-              (unsigned long long)node->stop_at);
-}
-
 /* The runtime's parts a checkpoint holds (node/checkpoint_state.c). */
 static void
 s_ckpt_parts(rumor_node *node,
@@ -642,214 +433,6 @@ s_resume(rumor_node *node, struct rumor_diag *diag)
     return RUMOR_OK;
 }
 
-/* One round: emit and send, receive every expected sender, absorb. */
-static rumor_err
-s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
-{
-    uint64_t t0 = rumor_clock_ns();
-    const struct rumor_gossip_msg *msgs = NULL;
-    size_t count = 0, expected = 0, got = 0;
-    rumor_err rc = rumor_gossip_emit(node->g, step, round, &msgs, &count);
-    uint64_t t1 = rumor_clock_ns();
-    node->t_gossip += (double)(t1 - t0) * 1e-9;
-    for (size_t m = 0; m < count && rc == RUMOR_OK; m++) {
-        struct rumor_net_header h = {.type = RUMOR_NET_TYPE_DATA,
-                                     .step = step,
-                                     .round = round,
-                                     .tensor = s_stop_field(node, step),
-                                     .count = msgs[m].len};
-        rc = rumor_net_send(node->net,
-                            msgs[m].peer,
-                            &h,
-                            msgs[m].data,
-                            msgs[m].len,
-                            deadline);
-        if (rc != RUMOR_OK) {
-            rumor_log(RUMOR_LOG_ERROR,
-                      "step %llu: sending to node %u: %s",
-                      (unsigned long long)step + 1,
-                      msgs[m].peer,
-                      rumor_strerror(rc));
-            break;
-        }
-        uint64_t wire = rumor_gossip_wire_bytes(msgs[m].len);
-        node->sum.gossip_bytes_sent += wire;
-        node->gossip_frames_sent +=
-            (wire - msgs[m].len) / RUMOR_NET_HEADER_BYTES;
-    }
-    if (rc == RUMOR_OK)
-        rc = rumor_gossip_expected(node->g,
-                                   step,
-                                   round,
-                                   node->expect,
-                                   node->n,
-                                   &expected);
-    for (size_t k = 0; k < expected && rc == RUMOR_OK; k++) {
-        rc = s_recv(node,
-                    node->expect[k],
-                    step,
-                    round,
-                    deadline,
-                    &node->got[got]);
-        if (rc != RUMOR_OK)
-            break;
-        node->inbox[got] = (struct rumor_gossip_msg){node->expect[k],
-                                                     node->got[got].payload,
-                                                     node->got[got].len};
-        s_stop_heard(node, step, node->got[got].hdr.tensor);
-        /* adaptive compression measures the links on this traffic */
-        rumor_gossip_link_observe(node->g,
-                                  node->expect[k],
-                                  node->got[got].len,
-                                  rumor_clock_ns() - t1);
-        node->sum.gossip_bytes_recv +=
-            rumor_gossip_wire_bytes(node->got[got].len);
-        got++;
-    }
-    uint64_t t2 = rumor_clock_ns();
-    node->t_wait += (double)(t2 - t1) * 1e-9;
-    if (rc == RUMOR_OK) {
-        rc = rumor_gossip_absorb(node->g, step, round, node->inbox, got);
-        if (rc != RUMOR_OK)
-            rumor_log(RUMOR_LOG_ERROR,
-                      "step %llu round %u: absorb: %s",
-                      (unsigned long long)step + 1,
-                      round,
-                      rumor_strerror(rc));
-    }
-    for (size_t k = 0; k < got; k++)
-        rumor_net_msg_free(&node->got[k]);
-    node->t_gossip += s_since(t2);
-    return rc;
-}
-
-static void
-s_faults_heard(void *arg, uint64_t step, uint32_t tensor)
-{
-    s_stop_heard(arg, step, tensor);
-}
-
-/* A round that skips neighbours who miss the deadline (node/faults.c). */
-static rumor_err
-s_round_faults(rumor_node *node,
-               uint64_t step,
-               uint32_t round,
-               uint64_t deadline)
-{
-    struct node_faults_io io = {.tensor = s_stop_field(node, step),
-                                .heard = s_faults_heard,
-                                .arg = node};
-    rumor_err rc = node_faults_round(node->faults,
-                                     node->net,
-                                     node->g,
-                                     step,
-                                     round,
-                                     deadline,
-                                     &io);
-    node->sum.gossip_bytes_sent += io.bytes_sent;
-    node->sum.gossip_bytes_recv += io.bytes_recv;
-    node->gossip_frames_sent += io.frames_sent;
-    node->t_gossip += io.seconds_gossip;
-    node->t_wait += io.seconds_wait;
-    return rc;
-}
-
-static rumor_err
-s_faults_new(rumor_node *node)
-{
-    const struct rumor_node_opts *o = &node->opts;
-    struct node_faults_opts fo = {.topo = node->topo,
-                                  .self = o->id,
-                                  .n = node->n,
-                                  .down_after = o->down_after,
-                                  .deadline_ms = o->deadline_ms,
-                                  .deadline_factor = o->deadline_factor,
-                                  .join = o->join,
-                                  .optim = node->optim,
-                                  .stop_by = &node->stop_by};
-    rumor_err rc = node_faults_new(&fo, &node->faults);
-    /* a lone restart re-synchronises with its neighbours; after a stop
-     * agreed by all, every node resumes the same step together */
-    if (rc == RUMOR_OK && o->resume && !node->resumed_together)
-        node_faults_restarted(node->faults);
-    return rc;
-}
-
-static void s_copy_model(struct rumor_model *dst,
-                         const struct rumor_model *src);
-
-/* Before step *t: handshakes with returning neighbours; *t moves forward
- * when they are ahead (after a stall), and steps in between are skipped
- * (they will not be gossiped by anyone). */
-static rumor_err
-s_faults_between(rumor_node *node, uint64_t *t)
-{
-    uint64_t next = *t;
-    /* with overlap the gossip works on node->mix: terms settled between
-     * steps must land in the model, not in a copy the next step drops */
-    if (node->mix != NULL)
-        s_copy_model(node->mix, node->model);
-    rumor_err rc = node_faults_between(node->faults,
-                                       node->net,
-                                       node->g,
-                                       node->model,
-                                       &next);
-    if (node->mix != NULL)
-        s_copy_model(node->model, node->mix);
-    if (rc == RUMOR_OK && next > *t) {
-        *t = next;
-        rumor_net_close_steps_before(node->net, next);
-    }
-    return rc;
-}
-
-/* --join: the model and step of a live neighbour, before any step. */
-static rumor_err
-s_faults_join(rumor_node *node, uint64_t *t)
-{
-    uint64_t next = *t;
-    uint64_t deadline = rumor_clock_ns() + node->opts.connect_ms * NODE_MS;
-    rumor_err rc = node_faults_join(node->faults,
-                                    node->net,
-                                    node->g,
-                                    node->model,
-                                    deadline,
-                                    &next);
-    if (rc == RUMOR_OK && next > *t) {
-        *t = next;
-        node->first_step = next;
-        rumor_net_close_steps_before(node->net, next);
-    }
-    if (rc != RUMOR_OK)
-        rumor_log(RUMOR_LOG_ERROR,
-                  "--join: no neighbour sent its model within %u ms",
-                  node->opts.connect_ms);
-    return rc;
-}
-
-/* The deadline span of step t: the connect time for the first step. */
-static uint64_t
-s_span(const rumor_node *node, uint64_t t)
-{
-    if (t == node->first_step && !node->opts.join)
-        return node->opts.connect_ms * NODE_MS;
-    if (node->faults != NULL)
-        return node_faults_span_ns(node->faults);
-    return node->opts.deadline_ms * NODE_MS;
-}
-
-static rumor_err
-s_gossip_step(rumor_node *node, uint64_t step, uint64_t deadline)
-{
-    uint32_t rounds = rumor_gossip_rounds(node->g, step);
-    rumor_err rc = RUMOR_OK;
-    for (uint32_t r = 0; r < rounds && rc == RUMOR_OK; r++)
-        rc = node->faults != NULL ? s_round_faults(node, step, r, deadline)
-                                  : s_round(node, step, r, deadline);
-    rumor_net_close_steps_before(node->net, step);
-    return rc;
-}
-
 /* The consensus probe after step t: the whole model to every neighbour of
  * t's phase and back; sum.consensus = mean_j ||x_i - x_j||^2. Its bytes
  * are counted apart from the algorithm's. */
@@ -902,7 +485,7 @@ s_probe(rumor_node *node, uint64_t t, uint64_t deadline)
                 continue;
             }
         } else {
-            rc = s_recv(node, nbrs[k], t, NODE_PROBE_ROUND, deadline, &msg);
+            rc = node_recv(node, nbrs[k], t, NODE_PROBE_ROUND, deadline, &msg);
         }
         if (rc != RUMOR_OK)
             break;
@@ -927,87 +510,6 @@ s_probe(rumor_node *node, uint64_t t, uint64_t deadline)
     }
     node->sum.consensus = heard > 0 ? sum / (double)heard : 0;
     return rc;
-}
-
-/* A refusal before the first step is a misconfiguration (another
- * model, algorithm or protocol version), which waiting cannot cure: it
- * ends the run at once, on both nodes of the link, with the refusal's
- * text. Later refusals (a wrong node joining) only keep that node out. */
-static rumor_err
-s_check_refusals(rumor_node *node, struct rumor_diag *diag)
-{
-    char why[RUMOR_NET_REFUSE_TEXT_MAX + 1];
-    for (uint32_t peer = 0; peer < node->n; peer++) {
-        if (peer == node->opts.id || !rumor_net_refused(node->net, peer, why))
-            continue;
-        rumor_log(RUMOR_LOG_ERROR, "cannot gossip with node %u: %s", peer, why);
-        node->sum.refused = true;
-        rumor_diag_set(diag,
-                       "",
-                       0,
-                       0,
-                       "cannot gossip with node %u: %s",
-                       peer,
-                       why);
-        return RUMOR_EPROTO;
-    }
-    return RUMOR_OK;
-}
-
-static rumor_err
-s_wait_links(rumor_node *node, uint64_t deadline, struct rumor_diag *diag)
-{
-    rumor_err rc = s_check_refusals(node, diag);
-    for (size_t k = 0; k < node->nlinked && rc == RUMOR_OK; k++) {
-        uint32_t peer = node->linked[k];
-        rc = RUMOR_ETIMEDOUT;
-        /* in slices, so a stop request (Ctrl-C) or a refusal is seen
-         * while waiting */
-        while (rc == RUMOR_ETIMEDOUT && !atomic_load(&node->stop)) {
-            uint64_t until = rumor_clock_ns() + NODE_RECV_SLICE_MS * NODE_MS;
-            rc = rumor_net_wait_ready(node->net,
-                                      peer,
-                                      until < deadline ? until : deadline);
-            rumor_err refused = s_check_refusals(node, diag);
-            if (refused != RUMOR_OK)
-                return refused;
-            if (rc == RUMOR_ETIMEDOUT && rumor_clock_ns() >= deadline)
-                break;
-        }
-        if (atomic_load(&node->stop))
-            return RUMOR_OK; /* the run loop stops before step 1 */
-        if (rc != RUMOR_OK) {
-            rumor_log(RUMOR_LOG_ERROR,
-                      "link to node %u (%s) not up within %u ms: %s",
-                      peer,
-                      rumor_topology_endpoint(node->topo, peer),
-                      node->opts.connect_ms,
-                      rumor_strerror(rc));
-            return rc;
-        }
-    }
-    return RUMOR_OK;
-}
-
-/* Sends queued for neighbours go out before the run reports its bytes
- * and closes the transport. This is the end of the run (its last step, or
- * a peer closing): from now on, neighbours that finish and go quiet are
- * no news. */
-static void
-s_flush(rumor_node *node)
-{
-    rumor_net_set_quiet(node->net, true);
-    uint64_t deadline = rumor_clock_ns() + NODE_FLUSH_MS * NODE_MS;
-    uint64_t stop_by = atomic_load(&node->stop_by);
-    deadline = deadline < stop_by ? deadline : stop_by;
-    struct rumor_net_stats st;
-    for (;;) {
-        rumor_net_stats(node->net, RUMOR_NET_ALL, &st);
-        if (st.queued_bytes == 0 || rumor_clock_ns() >= deadline)
-            return;
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
 }
 
 static void
@@ -1126,7 +628,7 @@ static void *
 s_worker_main(void *arg)
 {
     rumor_node *node = arg;
-    struct s_worker *wk = &node->worker;
+    struct node_worker *wk = &node->worker;
     pthread_mutex_lock(&wk->mu);
     for (;;) {
         while (!wk->job && !wk->quit)
@@ -1154,7 +656,7 @@ s_worker_main(void *arg)
 static rumor_err
 s_worker_start(rumor_node *node)
 {
-    struct s_worker *wk = &node->worker;
+    struct node_worker *wk = &node->worker;
     if (pthread_mutex_init(&wk->mu, NULL) != 0)
         return RUMOR_ENOMEM;
     if (pthread_cond_init(&wk->cv, NULL) != 0) {
@@ -1173,7 +675,7 @@ s_worker_start(rumor_node *node)
 static void
 s_worker_stop(rumor_node *node)
 {
-    struct s_worker *wk = &node->worker;
+    struct node_worker *wk = &node->worker;
     if (!wk->started)
         return;
     pthread_mutex_lock(&wk->mu);
@@ -1186,8 +688,8 @@ s_worker_stop(rumor_node *node)
     wk->started = false;
 }
 
-static void
-s_copy_model(struct rumor_model *dst, const struct rumor_model *src)
+void
+node_copy_model(struct rumor_model *dst, const struct rumor_model *src)
 {
     for (size_t k = 0; k < src->count; k++)
         memcpy(dst->tensors[k].data,
@@ -1202,15 +704,15 @@ s_copy_model(struct rumor_model *dst, const struct rumor_model *src)
 static rumor_err
 s_grad_and_gossip_overlapped(rumor_node *node, uint64_t t, double *loss)
 {
-    struct s_worker *wk = &node->worker;
+    struct node_worker *wk = &node->worker;
     uint64_t c0 = rumor_clock_ns();
-    s_copy_model(node->mix, node->model);
+    node_copy_model(node->mix, node->model);
     /* SAEF look-ahead moves the gossiped copy: the gradient is taken there */
     rumor_err rc = rumor_gossip_step_ahead(node->g);
     if (rc != RUMOR_OK)
         return rc;
     if (node->opts.gossip.ef_alpha > 0)
-        s_copy_model(node->model, node->mix);
+        node_copy_model(node->model, node->mix);
     node->t_compute += s_since(c0);
     pthread_mutex_lock(&wk->mu);
     wk->t = t;
@@ -1218,8 +720,8 @@ s_grad_and_gossip_overlapped(rumor_node *node, uint64_t t, double *loss)
     wk->done = false;
     pthread_cond_broadcast(&wk->cv);
     pthread_mutex_unlock(&wk->mu);
-    uint64_t span = s_span(node, t);
-    rumor_err grc = s_gossip_step(node, t, rumor_clock_ns() + span);
+    uint64_t span = node_step_span(node, t);
+    rumor_err grc = node_gossip_step(node, NULL, t, rumor_clock_ns() + span);
     pthread_mutex_lock(&wk->mu);
     while (!wk->done)
         pthread_cond_wait(&wk->cv, &wk->mu);
@@ -1230,7 +732,7 @@ s_grad_and_gossip_overlapped(rumor_node *node, uint64_t t, double *loss)
     if (rc == RUMOR_OK)
         rc = grc;
     if (rc == RUMOR_OK)
-        s_copy_model(node->model, node->mix);
+        node_copy_model(node->model, node->mix);
     return rc;
 }
 
@@ -1246,8 +748,8 @@ s_grad_then_gossip(rumor_node *node, uint64_t t, double *loss)
     node->t_compute += s_since(c0);
     if (rc != RUMOR_OK || !isfinite(*loss))
         return rc;
-    uint64_t span = s_span(node, t);
-    return s_gossip_step(node, t, rumor_clock_ns() + span);
+    uint64_t span = node_step_span(node, t);
+    return node_gossip_step(node, NULL, t, rumor_clock_ns() + span);
 }
 
 static rumor_err
@@ -1292,14 +794,14 @@ s_step(rumor_node *node, uint64_t t)
         (uint64_t)((node->t_compute - compute0) * 1e9));
     if (rc == RUMOR_OK && probe) {
         uint64_t c2 = rumor_clock_ns();
-        rc = s_probe(node, t, c2 + s_span(node, t + 1));
+        rc = s_probe(node, t, c2 + node_step_span(node, t + 1));
         node->t_wait += s_since(c2);
     }
     if (rc != RUMOR_OK)
         return rc;
     node->sum.steps = t + 1;
     if (last)
-        s_flush(node);
+        node_flush(node);
     return s_report(node,
                     t + 1,
                     rumor_optim_lr(node->optim, t),
@@ -1369,9 +871,7 @@ node_new_model(const struct rumor_node_opts *opts,
         rc = s_start_net(node, diag);
     node->dtypes = NULL; /* borrowed during _new only */
     if (rc == RUMOR_OK)
-        node->stop_margin = s_stop_margin(node);
-    if (rc == RUMOR_OK && rumor_gossip_can_skip(node->g) && !node->external)
-        rc = s_faults_new(node);
+        rc = node_exchange_init(node);
     if (rc == RUMOR_OK && opts->metrics_dir[0] != '\0')
         rc = node_metrics_open_mode(opts->metrics_dir,
                                     opts->id,
@@ -1441,27 +941,17 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
               o->insecure ? "INSECURE (no CURVE)" : "CURVE");
     node->start_ns = rumor_clock_ns();
     rumor_err rc =
-        s_wait_links(node, node->start_ns + o->connect_ms * NODE_MS, diag);
+        node_wait_links(node, node->start_ns + o->connect_ms * NODE_MS, diag);
     if (atomic_load(&node->stop)) /* before any step: nothing to agree on */
         node->stop_at = node->first_step;
     uint64_t t0 = node->first_step;
-    if (rc == RUMOR_OK && node->faults != NULL && o->join)
-        rc = s_faults_join(node, &t0);
+    if (rc == RUMOR_OK)
+        rc = node_join(node, &t0, diag);
     for (uint64_t t = t0; t < o->steps && rc == RUMOR_OK; t++) {
-        if (node->faults != NULL) {
-            rc = s_faults_between(node, &t);
-            if (rc != RUMOR_OK || t >= o->steps)
-                break;
-        }
-        s_stop_plan(node, t);
-        if (t >= node->stop_at) {
-            node->sum.stopped = true;
-            rumor_log(RUMOR_LOG_WARN,
-                      "stopped after step %llu of %llu",
-                      (unsigned long long)t,
-                      (unsigned long long)o->steps);
+        bool stop = false;
+        rc = node_step_begin(node, &t, &stop);
+        if (rc != RUMOR_OK || stop || t >= o->steps)
             break;
-        }
         rc = s_step(node, t);
         bool due = o->checkpoint_every > 0 &&
                    node->sum.steps % o->checkpoint_every == 0;
@@ -1498,16 +988,6 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
 }
 
 void
-rumor_node_stop(rumor_node *node)
-{
-    /* async-signal-safe: lock-free atomics and clock_gettime only */
-    uint64_t none = UINT64_MAX;
-    uint64_t by = rumor_clock_ns() + node->opts.deadline_ms * NODE_MS;
-    atomic_compare_exchange_strong(&node->stop_by, &none, by);
-    atomic_store(&node->stop, true);
-}
-
-void
 rumor_node_summary(const rumor_node *node, struct rumor_node_summary *out)
 {
     *out = node->sum;
@@ -1520,26 +1000,6 @@ rumor_node_model(rumor_node *node)
 }
 
 /* --- for the peer API (node/peer.c; contracts in runtime_impl.h) ------ */
-
-rumor_err
-node_wait_links(rumor_node *node, uint64_t deadline, struct rumor_diag *diag)
-{
-    return s_wait_links(node, deadline, diag);
-}
-
-rumor_err
-node_gossip_step(rumor_node *node,
-                 rumor_gossip *g,
-                 uint64_t step,
-                 uint64_t deadline)
-{
-    /* the round code works on node->g: lend it the other instance */
-    rumor_gossip *own = node->g;
-    node->g = g != NULL ? g : own;
-    rumor_err rc = s_gossip_step(node, step, deadline);
-    node->g = own;
-    return rc;
-}
 
 rumor_err
 node_report_step(rumor_node *node, uint64_t steps, const struct node_report *r)
@@ -1580,12 +1040,6 @@ const rumor_topology *
 node_topology(const rumor_node *node)
 {
     return node->topo;
-}
-
-void
-node_flush(rumor_node *node)
-{
-    s_flush(node);
 }
 
 void

@@ -148,8 +148,33 @@ node_wait_links(rumor_node *node, uint64_t deadline, struct rumor_diag *diag);
 /* Starts the clock of the metrics' "seconds". */
 void node_start_clock(rumor_node *node);
 
+/* Before the first step, with opts.join on an algorithm that can skip:
+ * the model (and optimizer state) and step of a live neighbour
+ * (node/faults.c); *t is raised to that step. A no-op otherwise.
+ * RUMOR_ETIMEDOUT with diag when no neighbour answers within connect_ms. */
+rumor_err node_join(rumor_node *node, uint64_t *t, struct rumor_diag *diag);
+
+/* Before step *t, as rumor_node_run does it: the fault path's handshakes
+ * with returning neighbours (*t moves forward when they are ahead; the
+ * steps in between are gossiped by no one), then the stop plan. *stop:
+ * the run's agreed stop is reached, step *t is not to run. */
+rumor_err node_step_begin(rumor_node *node, uint64_t *t, bool *stop);
+
+/* The deadline span of step t in ns (connect_ms for the first step). */
+uint64_t node_step_span(const rumor_node *node, uint64_t t);
+
+/* The caller restored a state of step t (from a checkpoint): the run
+ * continues at t. With opts.join on the fault path this is a lone restart
+ * into a running run, as `rumor node --resume` without an agreed stop:
+ * the node meets its neighbours as a restarted process
+ * (node_faults_restarted) with its own model, and node_join fetches
+ * nothing. Without join every node is taken to resume together. */
+void node_restarted(rumor_node *node, uint64_t t);
+
 /* One gossip step of g (NULL: the node's own algorithm) over the node's
- * transport, with the runtime's rounds, deadlines and byte counters. */
+ * transport, with the runtime's rounds, deadlines and byte counters: the
+ * fault path's round for the node's own algorithm when it can skip, the
+ * plain round for another instance (the peer's average()). */
 rumor_err node_gossip_step(rumor_node *node,
                            rumor_gossip *g,
                            uint64_t step,

@@ -657,12 +657,26 @@ RUMOR_API rumor_err rumor_peer_new(const struct rumor_node_opts *opts,
 RUMOR_API void rumor_peer_destroy(rumor_peer **self_p);
 
 /* One step of the configured algorithm over the network on the tensors,
- * in place. The first step also waits for the links (connect_ms) and has
- * connect_ms as its deadline; later ones deadline_ms. A neighbour that
- * misses the deadline gives RUMOR_ETIMEDOUT with the tensors unchanged;
- * diag says which step failed and why. */
+ * in place, as a step of `rumor node`. The first step also waits for the
+ * links (connect_ms) and has connect_ms as its deadline (with opts.join it
+ * first takes a live neighbour's model and step instead). For algorithms
+ * that can skip (rumor_gossip_can_skip) a neighbour that misses the
+ * deadline is skipped, marked down after down_after steps and re-admitted
+ * when it returns, and the step may jump ahead to meet neighbours
+ * (rumor_peer_stats' steps tells where the peer is); for the others it
+ * gives RUMOR_ETIMEDOUT with the tensors unchanged. diag says which step
+ * failed and why. Once the run's agreed stop is reached (rumor_peer_stop)
+ * it does nothing and rumor_peer_stopped is true. */
 RUMOR_API rumor_err rumor_peer_gossip(rumor_peer *peer,
                                       struct rumor_diag *diag);
+
+/* Asks the run to stop as SIGTERM asks `rumor node`: the request travels
+ * with the gossip and every node stops after the same step. Safe in a
+ * signal handler. */
+RUMOR_API void rumor_peer_stop(rumor_peer *peer);
+
+/* True once the agreed stop is reached (rumor_peer_gossip did nothing). */
+RUMOR_API bool rumor_peer_stopped(const rumor_peer *peer);
 
 /* The exact average of the tensors over all nodes (a ring all-reduce,
  * whatever the algorithm), in place: the synchronisation of local SGD.
@@ -698,7 +712,13 @@ RUMOR_API rumor_err rumor_peer_state_save(const rumor_peer *peer,
 
 /* Restores a state written by rumor_peer_state_save (bounds-checked; the
  * peer is unchanged on error): RUMOR_EPROTO with diag for bytes that are
- * not such a state or do not fit this peer's algorithm and shapes. */
+ * not such a state or do not fit this peer's algorithm and shapes.
+ * Without opts.join every node is taken to resume together, and the run
+ * continues exactly. With opts.join (and an algorithm that can skip) the
+ * peer is one restarted worker coming back into a running run, as
+ * `rumor node --resume` after a crash: it keeps its restored model,
+ * fetches none, and a handshake before its next step settles the edges
+ * and jumps to the neighbours' step. */
 RUMOR_API rumor_err rumor_peer_state_load(rumor_peer *peer,
                                           const uint8_t *data,
                                           size_t len,

@@ -142,6 +142,8 @@ _PROTOS = [
                                _DIAG]),
     ("rumor_peer_destroy", None, [_PP]),
     ("rumor_peer_gossip", c_int, [_P, _DIAG]),
+    ("rumor_peer_stop", None, [_P]),
+    ("rumor_peer_stopped", c_bool, [_P]),
     ("rumor_peer_average", c_int, [_P, _DIAG]),
     ("rumor_peer_report", c_int, [_P, c_double, c_double, c_double]),
     ("rumor_peer_stats", None, [_P, POINTER(PeerStats)]),

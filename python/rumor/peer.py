@@ -65,7 +65,12 @@ class Peer:
     metrics_dir, seed, log_level, rate, ...: every `rumor node` option, by
     name (algo defaults to powergossip, rank to 1; config: an INI file as
     `rumor node --config`, keyword options override it). Options that do
-    not apply to the algorithm are refused, as on the command line. The C peer is built at the first gossip() or
+    not apply to the algorithm are refused, as on the command line.
+    join=True: a restarted worker takes a live neighbour's model and step
+    at its first gossip() (`rumor node --join`; its own optimizer state
+    starts fresh), and its neighbours re-admit it; down_after,
+    deadline_ms and deadline_factor tune how a dead neighbour is skipped
+    (docs/reliability.md). The C peer is built at the first gossip() or
     average() (or register()), when the tensors are known; every node must
     pass the same shapes in the same order each time.
     """
@@ -130,8 +135,38 @@ class Peer:
 
     # --- training loop ------------------------------------------------
     def gossip(self, tensors=None):
-        """One step of the algorithm over the network, in place."""
+        """One step of the algorithm over the network, in place; as a
+        step of `rumor node`, with its fault handling: for algorithms that
+        can skip (dpsgd, choco, deepsqueeze, moniqua, powergossip) a dead
+        or late neighbour is skipped and re-admitted when it returns, and
+        the step number may jump ahead to meet the neighbours (see
+        `step`). Raises RumorError only when the run cannot go on (links
+        not up, a refused peer, no neighbour to join, a diverged model, or
+        a missing neighbour for an algorithm that cannot skip). Returns
+        False, doing nothing, once the run's agreed stop is reached (see
+        stop()), else True."""
+        if self._p is not None and lib.rumor_peer_stopped(self._p):
+            return False
         self._step(lib.rumor_peer_gossip, tensors)
+        return not lib.rumor_peer_stopped(self._p)
+
+    def stop(self):
+        """Asks the run to stop, as SIGTERM asks `rumor node`: the
+        request travels with the gossip and every node stops after the
+        same step, from which on gossip() returns False (`stopped`)."""
+        self._need()
+        lib.rumor_peer_stop(self._p)
+
+    @property
+    def stopped(self):
+        """True once the run's agreed stop is reached."""
+        return self._p is not None and bool(lib.rumor_peer_stopped(self._p))
+
+    @property
+    def step(self):
+        """The next step number: steps done so far, or the neighbours'
+        step after join=True or a re-admission that jumped ahead."""
+        return 0 if self._p is None else self.metrics()["steps"]
 
     def average(self, tensors=None):
         """The exact average over all nodes (ring all-reduce), in place:

@@ -20,8 +20,11 @@ struct t_peer_run {
     char dir[64];
     char topo[128];
     const char *algo;
-    bool average;    /* average() instead of gossip() */
-    float f32[2][N]; /* node i starts at k + 2 i */
+    bool average;            /* average() instead of gossip() */
+    const char *deadline_ms; /* NULL: the default */
+    uint32_t steps[2];       /* gossip()s of node i (0: one) */
+    uint64_t done[2];        /* steps the peer counted */
+    float f32[2][N];         /* node i starts at k + 2 i */
     double f64[2][N];
     uint16_t f16[2][N];  /* IEEE halves */
     uint16_t bf16[2][N]; /* bfloat16 */
@@ -73,6 +76,8 @@ t_opts(struct rumor_node_opts *o, const struct t_peer_run *run, uint32_t id)
     rumor_node_opts_default(o);
     for (size_t k = 0; k < 5 && rc == RUMOR_OK; k++)
         rc = rumor_node_opts_set(o, names[k], values[k], NULL);
+    if (rc == RUMOR_OK && run->deadline_ms != NULL)
+        rc = rumor_node_opts_set(o, "deadline-ms", run->deadline_ms, NULL);
     return rc;
 }
 
@@ -105,9 +110,14 @@ t_node(void *p)
     t_tensor(&ts[3], run->bf16[i], RUMOR_DTYPE_BF16);
     if (rc == RUMOR_OK)
         rc = rumor_peer_new(&o, ts, 4, &peer, &diag);
-    if (rc == RUMOR_OK)
+    uint32_t steps = run->steps[i] > 0 ? run->steps[i] : 1;
+    for (uint32_t s = 0; s < steps && rc == RUMOR_OK; s++)
         rc = run->average ? rumor_peer_average(peer, &diag)
                           : rumor_peer_gossip(peer, &diag);
+    struct rumor_peer_stats st = {0};
+    if (peer != NULL)
+        rumor_peer_stats(peer, &st);
+    run->done[i] = st.steps;
     run->rc[i] = rc;
     snprintf(run->msg[i], sizeof run->msg[i], "%s", diag.msg);
     rumor_peer_destroy(&peer);
@@ -206,6 +216,23 @@ test_peer__average_of_powergossip_peer__exact(void **state)
     t_check_means(run);
 }
 
+/* The runtime's fault path under the peer API: a D-PSGD neighbour that
+ * leaves after step 1 is skipped, not an error (the old peer failed its
+ * step 2 with RUMOR_ETIMEDOUT), and node 0's later steps keep the step-1
+ * average, since a skipped term leaves x_i where it is. */
+static void
+test_peer__dpsgd_neighbour_leaves__skipped_not_an_error(void **state)
+{
+    struct t_peer_run *run = *state;
+    run->algo = "dpsgd";
+    run->deadline_ms = "300";
+    run->steps[0] = 5;
+    t_run_pair(run);
+    t_check_means(run);
+    assert_int_equal(run->done[0], 5);
+    assert_int_equal(run->done[1], 1);
+}
+
 static void
 test_peer__bad_tensors__refused_before_anything_starts(void **state)
 {
@@ -280,6 +307,10 @@ main(int argc, char **argv)
             t_teardown),
         cmocka_unit_test_setup_teardown(
             test_peer__average_of_powergossip_peer__exact,
+            t_setup,
+            t_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_peer__dpsgd_neighbour_leaves__skipped_not_an_error,
             t_setup,
             t_teardown),
         cmocka_unit_test_setup_teardown(

@@ -30,8 +30,8 @@ def test_choco__model_turns_infinite__error_names_gamma_and_codec(local2):
                         **opts) as peer:
             w = [torch.ones(64)]
             peer.gossip(w)
-            with pytest.raises(rumor.RumorError):
-                peer.gossip(w)
+            # choco skips a neighbour that sends nothing: not an error here
+            assert peer.gossip(w)
 
     message, _ = run_nodes([diverges, neighbour])
     assert "step 2: the model is no longer finite: training diverged" \

@@ -84,10 +84,11 @@ def test_handshake__one_extra_tensor__both_refuse_naming_it(local2):
 
 def test_step_numbers__failed_step__same_in_exception_and_c_log(local2,
                                                                  capfd):
-    """Node 1 leaves after one step: node 0's second step fails, and the
-    exception and the C log both call it step 2 (steps count from 1)."""
+    """Node 1 leaves after one step: node 0's second step fails (all-reduce
+    cannot skip a neighbour), and the exception and the C log both call it
+    step 2 (steps count from 1)."""
     topo, keys = local2
-    opts = dict(algo="dpsgd", deadline_ms=800, connect_timeout_ms=20000)
+    opts = dict(algo="allreduce", deadline_ms=800, connect_timeout_ms=20000)
 
     def stays():
         with rumor.Peer(topology=topo, node_id=0, key=keys[0],

@@ -1,0 +1,541 @@
+/*
+ * The exchange of a node's steps with its neighbours: the one driver
+ * that `rumor node` (node/runtime.c, rumor_node_run) and the peer API
+ * (node/peer.c, under the Python Peer) both run, so the two cannot drift
+ * apart. For each step: the fault path's handshakes and the stop plan
+ * before it (node_step_begin), then the algorithm's rounds over the
+ * transport with the step's deadline (node_gossip_step); around the run,
+ * the links (node_wait_links), --join (node_join) and the final flush.
+ *
+ * Algorithms that can skip a neighbour (rumor_gossip_can_skip) take the
+ * fault path's round (node/faults.c: deadlines, acknowledgements,
+ * skipping, down and back, state transfer; docs/reliability.md). The
+ * others take the plain round: emit and send, receive every expected
+ * sender before the deadline, absorb; a neighbour that misses it, or was
+ * heard from and then goes silent for the transport's down time, ends the
+ * step early, logged with the peer's liveness, and the run returns an
+ * error in bounded time.
+ *
+ * The driver is written here rather than calling rumor_gossip_net_step,
+ * because the metrics need what that call hides: the time spent encoding
+ * and decoding (emit, absorb) apart from the time spent waiting for
+ * neighbours, and the exact wire bytes of the gossip messages this node
+ * sent and received (rumor_gossip_wire_bytes), which the tests compare
+ * with the simulator's count and with the transport's own counters. The
+ * plain round's structure is the one of gossip/netdrive.c.
+ */
+#include "node/runtime_node.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void
+s_log_missing(rumor_node *node, uint64_t step, uint32_t peer, const char *why)
+{
+    rumor_net_state st = rumor_net_peer_state(node->net, peer);
+    rumor_log(RUMOR_LOG_ERROR,
+              "step %llu: no message from node %u (%s, link %s); stopping",
+              (unsigned long long)step + 1,
+              peer,
+              why,
+              rumor_net_state_name(st));
+}
+
+/* Waits for peer's message of (step, round) until the deadline, checking
+ * every slice whether a peer heard before has gone down. */
+rumor_err
+node_recv(rumor_node *node,
+          uint32_t peer,
+          uint64_t step,
+          uint32_t round,
+          uint64_t deadline,
+          struct rumor_net_msg *out)
+{
+    for (;;) {
+        uint64_t stop_by = atomic_load(&node->stop_by);
+        deadline = deadline < stop_by ? deadline : stop_by;
+        uint64_t now = rumor_clock_ns();
+        uint64_t until = now + NODE_RECV_SLICE_MS * NODE_MS;
+        if (until > deadline)
+            until = deadline;
+        rumor_err rc = rumor_net_recv(node->net, peer, step, round, until, out);
+        if (rc != RUMOR_ETIMEDOUT)
+            return rc;
+        rumor_net_state st = rumor_net_peer_state(node->net, peer);
+        if (st != RUMOR_NET_PEER_DOWN)
+            node->heard[peer] = true;
+        if (rumor_clock_ns() >= deadline) {
+            s_log_missing(node, step, peer, "deadline passed");
+            return RUMOR_ETIMEDOUT;
+        }
+        if (node->heard[peer] && st == RUMOR_NET_PEER_DOWN) {
+            s_log_missing(node, step, peer, "peer went silent");
+            return RUMOR_ETIMEDOUT;
+        }
+    }
+}
+
+/* --- stopping together -------------------------------------------------
+ * A stop request (SIGTERM, Ctrl-C) must end every node after the same
+ * step, so that their final checkpoints match and `--resume` continues
+ * one consistent run. The request travels with the gossip: a node asked to
+ * stop before step t plans to run no step from stop_at = t + margin on,
+ * and every gossip message of step s carries stop_at - s in the header's
+ * `tensor` field (0: no stop planned; the field is opaque to net/); a
+ * node that hears a plan adopts the earliest. Messages of step s carry
+ * what the sender learned by the end of step s - 1, so a plan reaches a
+ * node k hops away within k steps of gossip; margin is the number of
+ * steps that bounds this for the topology and algorithm (s_stop_margin),
+ * so every node hears the plan before it reaches stop_at, and all stop
+ * there (docs/node.md, "Stopping and resuming"). */
+
+static uint32_t
+s_stop_field(const rumor_node *node, uint64_t step)
+{
+    if (node->stop_at == UINT64_MAX || node->stop_at <= step)
+        return 0;
+    uint64_t ahead = node->stop_at - step;
+    return ahead > UINT32_MAX ? UINT32_MAX : (uint32_t)ahead;
+}
+
+static void
+s_stop_heard(rumor_node *node, uint64_t step, uint32_t field)
+{
+    if (field == 0 || step + field >= node->stop_at)
+        return;
+    node->stop_at = step + field;
+    rumor_log(RUMOR_LOG_INFO,
+              "a neighbour stops the run: last step %llu",
+              (unsigned long long)node->stop_at);
+}
+
+/* Steps that bound how long a plan takes to reach every node: the hops
+ * it must travel (the directed ring for ring algorithms, else the
+ * diameter of all phases' edges together) times the phases (an edge may
+ * be used once per cycle) times local SGD's period (only its sync steps
+ * send anything). */
+static uint64_t
+s_stop_margin(const rumor_node *node)
+{
+    size_t n = node->n, phases = rumor_topology_phases(node->topo);
+    uint64_t hops = n > 1 ? n - 1 : 0;
+    if (!rumor_gossip_uses_ring(node->g)) {
+        uint32_t *dist = malloc(n * n * sizeof *dist + 1);
+        if (dist == NULL)
+            return hops * phases * node->opts.gossip.period;
+        hops = 0;
+        for (size_t i = 0; i < n * n; i++)
+            dist[i] = i % (n + 1) == 0 ? 0 : UINT32_MAX / 2;
+        for (size_t ph = 0; ph < phases; ph++)
+            for (uint32_t i = 0; i < n; i++) {
+                size_t count = 0;
+                const uint32_t *nb =
+                    rumor_topology_neighbors(node->topo, ph, i, &count, NULL);
+                for (size_t k = 0; k < count; k++)
+                    dist[i * n + nb[k]] = dist[nb[k] * n + i] = 1;
+            }
+        for (size_t k = 0; k < n; k++) /* Floyd-Warshall: n is small */
+            for (size_t i = 0; i < n; i++)
+                for (size_t j = 0; j < n; j++)
+                    if (dist[i * n + k] + dist[k * n + j] < dist[i * n + j])
+                        dist[i * n + j] = dist[i * n + k] + dist[k * n + j];
+        for (size_t i = 0; i < n * n; i++) /* unreachable pairs: never */
+            hops = dist[i] > hops && dist[i] < n ? dist[i] : hops;
+        free(dist);
+    }
+    return hops * phases * node->opts.gossip.period;
+}
+
+/* Before step t: a stop request of this process becomes a plan. */
+static void
+s_stop_plan(rumor_node *node, uint64_t t)
+{
+    if (!atomic_load(&node->stop) || node->stop_at != UINT64_MAX)
+        return;
+    node->stop_at = t + node->stop_margin;
+    rumor_log(RUMOR_LOG_INFO,
+              "stop requested before step %llu: stopping after step %llu "
+              "with the neighbours",
+              (unsigned long long)t + 1,
+              (unsigned long long)node->stop_at);
+}
+
+/* One round: emit and send, receive every expected sender, absorb. */
+static rumor_err
+s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
+{
+    uint64_t t0 = rumor_clock_ns();
+    const struct rumor_gossip_msg *msgs = NULL;
+    size_t count = 0, expected = 0, got = 0;
+    rumor_err rc = rumor_gossip_emit(node->g, step, round, &msgs, &count);
+    uint64_t t1 = rumor_clock_ns();
+    node->t_gossip += (double)(t1 - t0) * 1e-9;
+    for (size_t m = 0; m < count && rc == RUMOR_OK; m++) {
+        struct rumor_net_header h = {.type = RUMOR_NET_TYPE_DATA,
+                                     .step = step,
+                                     .round = round,
+                                     .tensor = s_stop_field(node, step),
+                                     .count = msgs[m].len};
+        rc = rumor_net_send(node->net,
+                            msgs[m].peer,
+                            &h,
+                            msgs[m].data,
+                            msgs[m].len,
+                            deadline);
+        if (rc != RUMOR_OK) {
+            rumor_log(RUMOR_LOG_ERROR,
+                      "step %llu: sending to node %u: %s",
+                      (unsigned long long)step + 1,
+                      msgs[m].peer,
+                      rumor_strerror(rc));
+            break;
+        }
+        uint64_t wire = rumor_gossip_wire_bytes(msgs[m].len);
+        node->sum.gossip_bytes_sent += wire;
+        node->gossip_frames_sent +=
+            (wire - msgs[m].len) / RUMOR_NET_HEADER_BYTES;
+    }
+    if (rc == RUMOR_OK)
+        rc = rumor_gossip_expected(node->g,
+                                   step,
+                                   round,
+                                   node->expect,
+                                   node->n,
+                                   &expected);
+    for (size_t k = 0; k < expected && rc == RUMOR_OK; k++) {
+        rc = node_recv(node,
+                       node->expect[k],
+                       step,
+                       round,
+                       deadline,
+                       &node->got[got]);
+        if (rc != RUMOR_OK)
+            break;
+        node->inbox[got] = (struct rumor_gossip_msg){node->expect[k],
+                                                     node->got[got].payload,
+                                                     node->got[got].len};
+        s_stop_heard(node, step, node->got[got].hdr.tensor);
+        /* adaptive compression measures the links on this traffic */
+        rumor_gossip_link_observe(node->g,
+                                  node->expect[k],
+                                  node->got[got].len,
+                                  rumor_clock_ns() - t1);
+        node->sum.gossip_bytes_recv +=
+            rumor_gossip_wire_bytes(node->got[got].len);
+        got++;
+    }
+    uint64_t t2 = rumor_clock_ns();
+    node->t_wait += (double)(t2 - t1) * 1e-9;
+    if (rc == RUMOR_OK) {
+        rc = rumor_gossip_absorb(node->g, step, round, node->inbox, got);
+        if (rc != RUMOR_OK)
+            rumor_log(RUMOR_LOG_ERROR,
+                      "step %llu round %u: absorb: %s",
+                      (unsigned long long)step + 1,
+                      round,
+                      rumor_strerror(rc));
+    }
+    for (size_t k = 0; k < got; k++)
+        rumor_net_msg_free(&node->got[k]);
+    node->t_gossip += (double)(rumor_clock_ns() - t2) * 1e-9;
+    return rc;
+}
+
+static void
+s_faults_heard(void *arg, uint64_t step, uint32_t tensor)
+{
+    s_stop_heard(arg, step, tensor);
+}
+
+/* A round that skips neighbours who miss the deadline (node/faults.c). */
+static rumor_err
+s_round_faults(rumor_node *node,
+               uint64_t step,
+               uint32_t round,
+               uint64_t deadline)
+{
+    struct node_faults_io io = {.tensor = s_stop_field(node, step),
+                                .heard = s_faults_heard,
+                                .arg = node};
+    rumor_err rc = node_faults_round(node->faults,
+                                     node->net,
+                                     node->g,
+                                     step,
+                                     round,
+                                     deadline,
+                                     &io);
+    node->sum.gossip_bytes_sent += io.bytes_sent;
+    node->sum.gossip_bytes_recv += io.bytes_recv;
+    node->gossip_frames_sent += io.frames_sent;
+    node->t_gossip += io.seconds_gossip;
+    node->t_wait += io.seconds_wait;
+    return rc;
+}
+
+static rumor_err
+s_faults_new(rumor_node *node)
+{
+    const struct rumor_node_opts *o = &node->opts;
+    struct node_faults_opts fo = {.topo = node->topo,
+                                  .self = o->id,
+                                  .n = node->n,
+                                  .down_after = o->down_after,
+                                  .deadline_ms = o->deadline_ms,
+                                  .deadline_factor = o->deadline_factor,
+                                  .join = o->join,
+                                  .optim = node->optim,
+                                  .stop_by = &node->stop_by};
+    rumor_err rc = node_faults_new(&fo, &node->faults);
+    /* a lone restart re-synchronises with its neighbours; after a stop
+     * agreed by all, every node resumes the same step together */
+    if (rc == RUMOR_OK && o->resume && !node->resumed_together)
+        node_faults_restarted(node->faults);
+    return rc;
+}
+
+/* Before step *t: handshakes with returning neighbours; *t moves forward
+ * when they are ahead (after a stall), and steps in between are skipped
+ * (they will not be gossiped by anyone). */
+static rumor_err
+s_faults_between(rumor_node *node, uint64_t *t)
+{
+    uint64_t next = *t;
+    /* with overlap the gossip works on node->mix: terms settled between
+     * steps must land in the model, not in a copy the next step drops */
+    if (node->mix != NULL)
+        node_copy_model(node->mix, node->model);
+    rumor_err rc = node_faults_between(node->faults,
+                                       node->net,
+                                       node->g,
+                                       node->model,
+                                       &next);
+    if (node->mix != NULL)
+        node_copy_model(node->model, node->mix);
+    if (rc == RUMOR_OK && next > *t) {
+        *t = next;
+        rumor_net_close_steps_before(node->net, next);
+    }
+    return rc;
+}
+
+/* --join: the model and step of a live neighbour, before any step. */
+static rumor_err
+s_faults_join(rumor_node *node, uint64_t *t, struct rumor_diag *diag)
+{
+    uint64_t next = *t;
+    uint64_t deadline = rumor_clock_ns() + node->opts.connect_ms * NODE_MS;
+    rumor_err rc = node_faults_join(node->faults,
+                                    node->net,
+                                    node->g,
+                                    node->model,
+                                    deadline,
+                                    &next);
+    if (rc == RUMOR_OK && next > *t) {
+        *t = next;
+        node->first_step = next;
+        rumor_net_close_steps_before(node->net, next);
+    }
+    if (rc != RUMOR_OK) {
+        rumor_log(RUMOR_LOG_ERROR,
+                  "--join: no neighbour sent its model within %u ms",
+                  node->opts.connect_ms);
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "join: no neighbour sent its model within %u ms (%s)",
+                       node->opts.connect_ms,
+                       rumor_strerror(rc));
+    }
+    return rc;
+}
+
+/* The deadline span of step t: the connect time for the first step. */
+uint64_t
+node_step_span(const rumor_node *node, uint64_t t)
+{
+    if (t == node->first_step && !node->opts.join)
+        return node->opts.connect_ms * NODE_MS;
+    if (node->faults != NULL)
+        return node_faults_span_ns(node->faults);
+    return node->opts.deadline_ms * NODE_MS;
+}
+
+static rumor_err
+s_gossip_step(rumor_node *node, uint64_t step, uint64_t deadline)
+{
+    uint32_t rounds = rumor_gossip_rounds(node->g, step);
+    rumor_err rc = RUMOR_OK;
+    for (uint32_t r = 0; r < rounds && rc == RUMOR_OK; r++)
+        rc = node->faults != NULL ? s_round_faults(node, step, r, deadline)
+                                  : s_round(node, step, r, deadline);
+    rumor_net_close_steps_before(node->net, step);
+    return rc;
+}
+
+/* A refusal before the first step is a misconfiguration (another
+ * model, algorithm or protocol version), which waiting cannot cure: it
+ * ends the run at once, on both nodes of the link, with the refusal's
+ * text. Later refusals (a wrong node joining) only keep that node out. */
+static rumor_err
+s_check_refusals(rumor_node *node, struct rumor_diag *diag)
+{
+    char why[RUMOR_NET_REFUSE_TEXT_MAX + 1];
+    for (uint32_t peer = 0; peer < node->n; peer++) {
+        if (peer == node->opts.id || !rumor_net_refused(node->net, peer, why))
+            continue;
+        rumor_log(RUMOR_LOG_ERROR, "cannot gossip with node %u: %s", peer, why);
+        node->sum.refused = true;
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "cannot gossip with node %u: %s",
+                       peer,
+                       why);
+        return RUMOR_EPROTO;
+    }
+    return RUMOR_OK;
+}
+
+rumor_err
+node_wait_links(rumor_node *node, uint64_t deadline, struct rumor_diag *diag)
+{
+    rumor_err rc = s_check_refusals(node, diag);
+    for (size_t k = 0; k < node->nlinked && rc == RUMOR_OK; k++) {
+        uint32_t peer = node->linked[k];
+        rc = RUMOR_ETIMEDOUT;
+        /* in slices, so a stop request (Ctrl-C) or a refusal is seen
+         * while waiting */
+        while (rc == RUMOR_ETIMEDOUT && !atomic_load(&node->stop)) {
+            uint64_t until = rumor_clock_ns() + NODE_RECV_SLICE_MS * NODE_MS;
+            rc = rumor_net_wait_ready(node->net,
+                                      peer,
+                                      until < deadline ? until : deadline);
+            rumor_err refused = s_check_refusals(node, diag);
+            if (refused != RUMOR_OK)
+                return refused;
+            if (rc == RUMOR_ETIMEDOUT && rumor_clock_ns() >= deadline)
+                break;
+        }
+        if (atomic_load(&node->stop))
+            return RUMOR_OK; /* the run loop stops before step 1 */
+        if (rc != RUMOR_OK) {
+            rumor_log(RUMOR_LOG_ERROR,
+                      "link to node %u (%s) not up within %u ms: %s",
+                      peer,
+                      rumor_topology_endpoint(node->topo, peer),
+                      node->opts.connect_ms,
+                      rumor_strerror(rc));
+            return rc;
+        }
+    }
+    return RUMOR_OK;
+}
+
+/* Sends queued for neighbours go out before the run reports its bytes
+ * and closes the transport. This is the end of the run (its last step, or
+ * a peer closing): from now on, neighbours that finish and go quiet are
+ * no news. */
+void
+node_flush(rumor_node *node)
+{
+    rumor_net_set_quiet(node->net, true);
+    uint64_t deadline = rumor_clock_ns() + NODE_FLUSH_MS * NODE_MS;
+    uint64_t stop_by = atomic_load(&node->stop_by);
+    deadline = deadline < stop_by ? deadline : stop_by;
+    struct rumor_net_stats st;
+    for (;;) {
+        rumor_net_stats(node->net, RUMOR_NET_ALL, &st);
+        if (st.queued_bytes == 0 || rumor_clock_ns() >= deadline)
+            return;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+void
+rumor_node_stop(rumor_node *node)
+{
+    /* async-signal-safe: lock-free atomics and clock_gettime only */
+    uint64_t none = UINT64_MAX;
+    uint64_t by = rumor_clock_ns() + node->opts.deadline_ms * NODE_MS;
+    atomic_compare_exchange_strong(&node->stop_by, &none, by);
+    atomic_store(&node->stop, true);
+}
+
+rumor_err
+node_join(rumor_node *node, uint64_t *t, struct rumor_diag *diag)
+{
+    if (node->faults == NULL || !node->opts.join || node->rejoining)
+        return RUMOR_OK;
+    return s_faults_join(node, t, diag);
+}
+
+rumor_err
+node_step_begin(rumor_node *node, uint64_t *t, bool *stop)
+{
+    *stop = false;
+    if (node->faults != NULL) {
+        rumor_err rc = s_faults_between(node, t);
+        if (rc != RUMOR_OK || (!node->external && *t >= node->opts.steps))
+            return rc;
+    }
+    s_stop_plan(node, *t);
+    if (*t < node->stop_at)
+        return RUMOR_OK;
+    *stop = true;
+    node->sum.stopped = true;
+    if (node->external)
+        rumor_log(RUMOR_LOG_WARN,
+                  "stopped after step %llu",
+                  (unsigned long long)*t);
+    else
+        rumor_log(RUMOR_LOG_WARN,
+                  "stopped after step %llu of %llu",
+                  (unsigned long long)*t,
+                  (unsigned long long)node->opts.steps);
+    return RUMOR_OK;
+}
+
+void
+node_restarted(rumor_node *node, uint64_t t)
+{
+    node->first_step = t;
+    if (node->faults == NULL || !node->opts.join)
+        return;
+    node_faults_restarted(node->faults);
+    node->rejoining = true;
+}
+
+rumor_err
+node_gossip_step(rumor_node *node,
+                 rumor_gossip *g,
+                 uint64_t step,
+                 uint64_t deadline)
+{
+    /* the round code works on node->g: lend it the other instance, which
+     * takes the plain round (the fault path's acknowledgements and
+     * handshakes settle the node's own algorithm's edges) */
+    rumor_gossip *own = node->g;
+    node_faults *faults = node->faults;
+    if (g != NULL && g != own) {
+        node->g = g;
+        node->faults = NULL;
+    }
+    rumor_err rc = s_gossip_step(node, step, deadline);
+    node->g = own;
+    node->faults = faults;
+    return rc;
+}
+
+rumor_err
+node_exchange_init(rumor_node *node)
+{
+    node->stop_margin = s_stop_margin(node);
+    if (!rumor_gossip_can_skip(node->g))
+        return RUMOR_OK;
+    return s_faults_new(node);
+}

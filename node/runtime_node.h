@@ -1,0 +1,105 @@
+/*
+ * Private to node/runtime.c and node/exchange.c: the node runtime's
+ * state, which the training loop (runtime.c) and the step exchange
+ * (exchange.c) share, and the calls between the two.
+ */
+#ifndef RUMOR_NODE_RUNTIME_NODE_H
+#define RUMOR_NODE_RUNTIME_NODE_H
+
+#include "rumor/node.h"
+
+#include "node/faults.h"
+#include "node/runtime_impl.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define NODE_MS            1000000ull
+#define NODE_RECV_SLICE_MS 100  /* how often a wait checks liveness */
+#define NODE_FLUSH_MS      5000 /* waiting for queued sends at the end */
+
+/* The gradient worker of an overlapped step: computes the gradient of
+ * step t at the model while the main thread gossips a copy of it. */
+struct node_worker {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool started, job, done, quit; /* under mu */
+    uint64_t t;                    /* the job's step */
+    rumor_err rc;                  /* the job's result */
+    double loss, seconds;
+};
+
+struct rumor_node {
+    struct rumor_node_opts opts;
+    rumor_topology *topo;
+    uint32_t n;
+    rumor_net_keypair *keys;
+    struct rumor_dataset *data;
+    rumor_workload *w;
+    struct rumor_model *model;         /* borrowed from w */
+    struct rumor_model *grad;          /* owned */
+    struct rumor_model *mix;           /* overlap: the copy being gossiped */
+    struct node_worker worker;         /* overlap: the gradient thread */
+    const struct rumor_model *optimum; /* lsq only, borrowed from w */
+    rumor_optim *optim;
+    rumor_gossip *g;
+    rumor_net *net;
+    node_metrics *metrics;
+    node_faults *faults; /* skipping algorithms: node/faults.c */
+    uint32_t *linked;    /* peers this node opens links to */
+    size_t nlinked;
+    bool *heard;      /* per node: seen alive once (death detection) */
+    uint32_t *expect; /* per round scratch: expected senders */
+    struct rumor_net_msg *got;
+    struct rumor_gossip_msg *inbox;
+    atomic_bool stop;
+    _Atomic uint64_t stop_by; /* see node_faults_opts.stop_by */
+    bool progress;
+    uint64_t start_ns, progress_ns;
+    double t_compute, t_gossip, t_wait;
+    uint64_t gossip_frames_sent;
+    float *probe; /* the model packed for the consensus probe */
+    size_t probe_floats;
+    uint64_t consensus_bytes_sent, consensus_frames_sent;
+    struct rumor_node_summary sum;
+    double first_loss; /* this process's first step (0: none yet) */
+    /* the peer API's node (node/peer.c): caller-owned tensors, no
+     * workload, optimizer or training loop */
+    bool external;
+    uint64_t first_step;       /* 0, or the step a resumed run continues at */
+    uint64_t stop_at;          /* first step not to run once a stop is agreed
+                                  (UINT64_MAX: none; see s_stop_plan) */
+    uint64_t stop_margin;      /* steps a stop request needs to reach every
+                                  node (s_stop_margin) */
+    uint64_t saved_step;       /* step of the last checkpoint written */
+    bool resumed_together;     /* resumed from the checkpoint of a stop agreed
+                                  by every node (not a lone restart) */
+    bool rejoining;            /* the peer API: restarted alone from its own
+                                  state (node_restarted): no --join fetch */
+    const rumor_dtype *dtypes; /* the peer API's dtypes, during _new only */
+    uint8_t *desc;             /* what HELLO says of this node (layout.h) */
+    size_t desc_len;
+};
+
+/* --- exchange.c, for runtime.c --- */
+
+/* The exchange's part of node_new_model, once the algorithm and the
+ * transport exist: the stop margin, and the fault path for algorithms
+ * that can skip. */
+rumor_err node_exchange_init(rumor_node *node);
+
+/* Waits for peer's message of (step, round) until the deadline, ending
+ * early when a peer heard before goes down (logged as missing). */
+rumor_err node_recv(rumor_node *node,
+                    uint32_t peer,
+                    uint64_t step,
+                    uint32_t round,
+                    uint64_t deadline,
+                    struct rumor_net_msg *out);
+
+/* --- runtime.c, for exchange.c --- */
+
+void node_copy_model(struct rumor_model *dst, const struct rumor_model *src);
+
+#endif
