@@ -32,10 +32,13 @@ t_dir_new(struct t_dir *d, const char *nodes)
 {
     snprintf(d->dir, sizeof d->dir, "/tmp/rumor-errors-test-XXXXXX");
     assert_non_null(mkdtemp(d->dir));
-    snprintf(d->topo, sizeof d->topo, "%s/ring.topo", d->dir);
+    /* a copy: gcc -O1 (make asan) cannot tell d->key[i] from d->dir */
+    char dir[sizeof d->dir];
+    memcpy(dir, d->dir, sizeof dir);
+    snprintf(d->topo, sizeof d->topo, "%s/ring.topo", dir);
     for (int i = 0; i < 2; i++) {
-        snprintf(d->key[i], sizeof d->key[i], "%s/keys/node-%d", d->dir, i);
-        snprintf(d->out[i], sizeof d->out[i], "%s/node-%d.out", d->dir, i);
+        snprintf(d->key[i], sizeof d->key[i], "%s/keys/node-%d", dir, i);
+        snprintf(d->out[i], sizeof d->out[i], "%s/node-%d.out", dir, i);
     }
     const char *args[] =
         {"topo", "gen", "ring", nodes, "--local", "--out", d->topo, NULL};
