@@ -288,23 +288,10 @@ s_until_step(const struct run *r, int id, double step, bool want_ckpt)
     }
 }
 
-static bool
-s_contains(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    char line[1024];
-    bool found = false;
-    while (f != NULL && !found && fgets(line, sizeof line, f) != NULL)
-        found = strstr(line, needle) != NULL;
-    if (f != NULL)
-        fclose(f);
-    return found;
-}
-
 static void
 s_expect(const struct run *r, const char *needle)
 {
-    if (!s_contains(r->out, needle)) {
+    if (!tnc_contains(r->out, needle)) {
         tnc_show(r->out);
         fail_msg("the launcher did not say \"%s\"", needle);
     }
@@ -408,7 +395,7 @@ static void
 s_until_said(const struct run *r, const char *needle)
 {
     uint64_t end = rumor_clock_ns() + LIMIT_MS * 1000000ull;
-    while (!s_contains(r->out, needle)) {
+    while (!tnc_contains(r->out, needle)) {
         if (rumor_clock_ns() > end) {
             tnc_show(r->out);
             fail_msg("the launcher never said \"%s\"", needle);
@@ -473,7 +460,7 @@ test_launch__restart_0__kill9_stops_every_node(void **state)
     s_expect(r, "node 2 killed by signal 9");
     s_expect(r, "node 2 failed: stopping the others");
     s_expect(r, "a node failed");
-    if (status != 1 || s_contains(r->out, "restarting")) {
+    if (status != 1 || tnc_contains(r->out, "restarting")) {
         tnc_show(r->out);
         fail_msg("launch exited %d", status);
     }
@@ -490,7 +477,7 @@ test_launch__allreduce_kill9__cannot_skip_message_and_every_node_stops(
     int status = s_kill_one(r, extra);
     s_expect(r, "--algo allreduce cannot continue without node 2");
     s_expect(r, "issue 23");
-    if (status != 1 || s_contains(r->out, "restarting")) {
+    if (status != 1 || tnc_contains(r->out, "restarting")) {
         tnc_show(r->out);
         fail_msg("launch exited %d", status);
     }
@@ -511,7 +498,7 @@ test_launch__diverging_run__not_restarted_every_node_stops(void **state)
     s_expect(r, "training diverged");
     s_expect(r, "exited with status 3");
     s_expect(r, "restarting it would not help");
-    if (status != 1 || s_contains(r->out, "restarting it with")) {
+    if (status != 1 || tnc_contains(r->out, "restarting it with")) {
         tnc_show(r->out);
         fail_msg("launch exited %d", status);
     }
@@ -527,7 +514,7 @@ s_interrupt(struct run *r, int sig)
     int status = s_wait_launch(r);
     double took = (double)(rumor_clock_ns() - t0) / 1e9;
     s_expect(r, "forwarding to the nodes");
-    if (status != 130 || s_contains(r->out, "killing them")) {
+    if (status != 130 || tnc_contains(r->out, "killing them")) {
         tnc_show(r->out);
         fail_msg("launch exited %d after signal %d", status, sig);
     }

@@ -849,19 +849,6 @@ s_start_long_run(const struct cluster *c, const char *deadline_ms, pid_t *kids)
     }
 }
 
-static bool
-s_contains(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    char line[1024];
-    bool found = false;
-    while (f != NULL && !found && fgets(line, sizeof line, f) != NULL)
-        found = strstr(line, needle) != NULL;
-    if (f != NULL)
-        fclose(f);
-    return found;
-}
-
 static void
 s_expect_gone(const pid_t *kids, size_t n)
 {
@@ -881,8 +868,8 @@ test_launch__sigint__forwarded_and_no_node_left(void **state)
     assert_int_equal(kill(launch, SIGINT), 0);
     int status = tnc_wait(launch, RUN_LIMIT_MS);
     s_expect_gone(kids, NODES);
-    if (status != 130 || !s_contains(c.out, "forwarding to the nodes") ||
-        !s_contains(c.out, "exited with status 130")) {
+    if (status != 130 || !tnc_contains(c.out, "forwarding to the nodes") ||
+        !tnc_contains(c.out, "exited with status 130")) {
         tnc_show(c.out);
         fail_msg("launch exited %d after SIGINT", status);
     }

@@ -16,8 +16,10 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -116,6 +118,20 @@ tnc_show(const char *path)
         fprintf(stderr, "  | %s", line);
     if (f != NULL)
         fclose(f);
+}
+
+/* Whether a line of the file at path contains needle. */
+static inline bool
+tnc_contains(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    bool found = false;
+    while (f != NULL && !found && fgets(line, sizeof line, f) != NULL)
+        found = strstr(line, needle) != NULL;
+    if (f != NULL)
+        fclose(f);
+    return found;
 }
 
 #endif
