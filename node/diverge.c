@@ -4,7 +4,8 @@
  * "numeric error"). Shared by the node runtime and `rumor sim train`.
  *
  * Diverged: a non-finite loss, or one above NODE_DIVERGE_FACTOR times the
- * first step's. A run whose steps are too large grows geometrically and
+ * first step's (for a node, the initial model's at step 0, also after
+ * --resume or --join). A run whose steps are too large grows geometrically and
  * passes that a few steps before it overflows; a run that recovers stays
  * far below it: a poisoned neighbour clipped by --clip-norm 50 lifts a
  * least-squares loss to 180 times its first value for a few steps

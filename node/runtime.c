@@ -245,6 +245,12 @@ s_build_training(rumor_node *node, struct rumor_diag *diag)
     if (o->workload.kind == RUMOR_WORKLOAD_LSQ)
         (void)rumor_workload_optimum(node->w, &node->optimum);
     rc = rumor_model_clone(node->model, &node->grad);
+    /* The divergence reference: the initial model's loss on step 0's
+     * batch, what a fresh run's first step sees. A resumed or joined node
+     * starts near the optimum, where its own first loss can be 10^4 times
+     * below the noise of the steps that follow. */
+    if (rc == RUMOR_OK)
+        rc = rumor_workload_grad(node->w, 0, node->grad, &node->first_loss);
     if (rc != RUMOR_OK)
         return rc;
     rc = rumor_optim_new(&o->optim, node->model, &node->optim);
@@ -778,8 +784,6 @@ s_step(rumor_node *node, uint64_t t)
     }
     if (rc != RUMOR_OK)
         return rc;
-    if (node->first_loss == 0)
-        node->first_loss = loss;
     node->sum.loss = loss;
     uint64_t c1 = rumor_clock_ns();
     rc = rumor_optim_step(node->optim, t, node->model, node->grad);

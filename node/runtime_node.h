@@ -63,7 +63,7 @@ struct rumor_node {
     size_t probe_floats;
     uint64_t consensus_bytes_sent, consensus_frames_sent;
     struct rumor_node_summary sum;
-    double first_loss; /* this process's first step (0: none yet) */
+    double first_loss; /* the initial model's, on step 0's batch */
     /* the peer API's node (node/peer.c): caller-owned tensors, no
      * workload, optimizer or training loop */
     bool external;
