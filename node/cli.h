@@ -6,6 +6,8 @@
 #ifndef RUMOR_NODE_CLI_H
 #define RUMOR_NODE_CLI_H
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* `rumor node`'s exit status for a run that diverged (2 is a refused
@@ -21,6 +23,15 @@ struct cli_command {
 
 int cli_topo_main(int argc, char **argv);
 void cli_topo_help(FILE *out);
+/* `rumor topo gen KIND ARGS [--local] [--out FILE]`: the generated graph
+ * to out_path (NULL: stdout); local: free 127.0.0.1 ports and fresh keys
+ * in keys/ next to out_path. 0, or an exit status after a message. */
+int cli_topo_gen_write(const char *kind,
+                       const char *const *args,
+                       size_t nargs,
+                       uint64_t seed,
+                       bool local,
+                       const char *out_path);
 int cli_keygen_main(int argc, char **argv);
 void cli_keygen_help(FILE *out);
 int cli_ping_main(int argc, char **argv);
@@ -57,6 +68,18 @@ int cli_node_parse(int argc,
                    char **argv,
                    struct rumor_node_opts *opts,
                    struct rumor_diag *diag);
+/* Calls fn(ctx, NAME, VALUE) for each `rumor node` argument of
+ * argv[1..argc), as cli_node_parse reads them ("--flag": "", "--no-flag":
+ * "false", --config FILE included); stops at fn's first non-zero. 0, or
+ * -1 with diag. */
+int cli_node_each_option(int argc,
+                         char **argv,
+                         int (*fn)(void *ctx,
+                                   const char *name,
+                                   const char *value,
+                                   struct rumor_diag *diag),
+                         void *ctx,
+                         struct rumor_diag *diag);
 
 /* Parses a whole decimal number into [min, max]; returns 0 or -1 after
  * printing "rumor: WHAT: ..." to stderr. */

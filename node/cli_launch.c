@@ -47,6 +47,7 @@
 #include "rumor/topology.h"
 
 #include "node/cli.h"
+#include "node/cli_launch.h"
 #include "node/runtime_impl.h"
 
 #include <errno.h>
@@ -78,6 +79,7 @@ struct s_child {
     int fd;            /* read end of its output pipe, -1 at EOF */
     int in_fd;         /* ssh: write end of its stdin (the lifeline), else -1 */
     bool remote;       /* an ssh child */
+    size_t local;      /* its index among its host's children */
     FILE *log;         /* DIR/node-N.log */
     int status;        /* wait status */
     unsigned restarts; /* restarts so far */
@@ -96,6 +98,10 @@ cli_launch_help(FILE *out)
             "usage: rumor launch --topology FILE [--steps N] "
             "[--metrics-dir DIR] [--restart N]\n"
             "                    [node options]\n"
+            "       rumor launch --nodes N [...]  (a ring of N local "
+            "nodes, in DIR/ring.topo)\n"
+            "       rumor launch [...] -- PROG [ARGS]  (a worker per node, "
+            "e.g. python3 train.py)\n"
             "       rumor launch --hosts HOSTFILE --topology FILE "
             "[--base-port P]\n"
             "                    [--remote-dir DIR] [--rumor-path PATH] "
@@ -119,6 +125,16 @@ cli_launch_help(FILE *out)
             "algorithm that cannot\n"
             "skip a node (allreduce, powersgd, exact localsgd): a failure "
             "stops the run.\n\n"
+            "-- PROG ARGS: each node is a worker running PROG (a "
+            "training script with\n"
+            "rumor.Peer.from_env()) instead of `rumor node`; it finds "
+            "its identity in\n"
+            "RUMOR_TOPOLOGY, RUMOR_NODE_ID, RUMOR_NODES, RUMOR_LOCAL_ID, "
+            "RUMOR_KEY,\n"
+            "RUMOR_METRICS_DIR and the node options given here in "
+            "RUMOR_OPTIONS; a\n"
+            "restarted worker gets RUMOR_RESTART=K and RUMOR_JOIN=1 "
+            "(docs/python.md).\n\n"
             "--hosts: every node runs over ssh on the hosts of HOSTFILE "
             "(lines\n"
             "'[USER@]HOST [slots=N] [addr=ADDRESS]', # comments), filled in "
@@ -268,13 +284,15 @@ cli_topology_write(const rumor_topology *t,
     return failed ? -1 : 0;
 }
 
-/* Starts prog (NULL: this binary) with stdout and stderr on out_fd and,
+/* Starts prog (NULL: this binary) with stdout and stderr on out_fd, env
+ * ("NAME=VALUE", NULL-terminated, or NULL) added to the environment and,
  * when in_fd >= 0, stdin on in_fd in a process group of its own, so a
  * Ctrl-C at the terminal reaches only the launcher, which stops an ssh
  * child by closing its stdin. */
 static pid_t
 s_spawn(const char *prog,
         char *const *argv,
+        char *const *env,
         int out_fd,
         int in_fd,
         pid_t parent)
@@ -300,6 +318,8 @@ s_spawn(const char *prog,
     dup2(out_fd, STDOUT_FILENO);
     dup2(out_fd, STDERR_FILENO);
     close(out_fd);
+    for (size_t k = 0; env != NULL && env[k] != NULL; k++)
+        putenv(env[k]);
     if (prog == NULL)
         execv("/proc/self/exe", argv);
     else
@@ -399,6 +419,11 @@ struct s_args {
     size_t nhosts;
     size_t *host_of; /* node -> index in hosts */
     rumor_buf topo;  /* the derived topology sent to every host */
+    /* --nodes N: a generated ring of N local nodes */
+    unsigned long long nodes;
+    /* -- PROG ARGS: workers instead of `rumor node` */
+    bool workers;
+    struct launch_worker w;
 };
 
 /* Every node ran here: evaluate the average of their final models. */
@@ -447,7 +472,8 @@ s_take_own(int argc, char **argv, struct s_args *a)
                                         "--hosts",
                                         "--base-port",
                                         "--remote-dir",
-                                        "--rumor-path"};
+                                        "--rumor-path",
+                                        "--nodes"};
     const size_t count = sizeof names / sizeof names[0];
     int out = 1, hosts_opts = 0;
     a->base_port = LAUNCH_BASE_PORT;
@@ -465,7 +491,7 @@ s_take_own(int argc, char **argv, struct s_args *a)
             return -1;
         }
         const char *v = argv[++i];
-        hosts_opts += k > 1;
+        hosts_opts += k > 1 && k < 5;
         if (k == 0 && cli_parse_u64(v, "--restart", 0, 1000, &a->restart))
             return -1;
         else if (k == 1)
@@ -474,6 +500,9 @@ s_take_own(int argc, char **argv, struct s_args *a)
             a->remote_dir = v;
         else if (k == 4)
             a->remote_bin = v;
+        else if (k == 5 &&
+                 cli_parse_u64(v, "--nodes", 2, LAUNCH_MAX_NODES, &a->nodes))
+            return -1;
         else if (k == 2 &&
                  cli_parse_u64(v, "--base-port", 1, 65535, &a->base_port))
             return -1;
@@ -485,6 +514,69 @@ s_take_own(int argc, char **argv, struct s_args *a)
         return -1;
     }
     return out;
+}
+
+/* --nodes N: a ring of N nodes on free local ports, with fresh keys, in
+ * DIR/ring.topo (DIR/keys). */
+static int
+s_generate_topology(struct s_args *a,
+                    struct rumor_node_opts *opts,
+                    struct rumor_diag *diag)
+{
+    if (a->nodes == 0)
+        return 0;
+    if (a->topology[0] != '\0') {
+        fprintf(stderr,
+                "rumor launch: --nodes and --topology exclude each "
+                "other\n");
+        return 2;
+    }
+    if (a->hosts_file != NULL) {
+        fprintf(stderr, "rumor launch: --hosts needs --topology FILE\n");
+        return 2;
+    }
+    if (node_mkdirs(a->metrics_dir) != 0) {
+        fprintf(stderr, "rumor launch: cannot create %s\n", a->metrics_dir);
+        return 1;
+    }
+    char count[24];
+    snprintf(count, sizeof count, "%llu", a->nodes);
+    int len = snprintf(a->topology,
+                       sizeof a->topology,
+                       "%s/ring.topo",
+                       a->metrics_dir);
+    if (len < 0 || (size_t)len >= sizeof a->topology) {
+        fprintf(stderr, "rumor launch: %s: too long\n", a->metrics_dir);
+        return 2;
+    }
+    const char *args[] = {count};
+    int status = cli_topo_gen_write("ring", args, 1, 1, true, a->topology);
+    if (status == 0 &&
+        rumor_node_opts_set(opts, "topology", a->topology, diag) != RUMOR_OK) {
+        s_print_diag(diag);
+        status = 2;
+    }
+    if (status == 0)
+        printf("[launch] %s: a ring of %llu local nodes, keys in %s/keys\n",
+               a->topology,
+               a->nodes,
+               a->metrics_dir);
+    return status;
+}
+
+/* A worker's algorithm is the Peer's default (powergossip) unless launch
+ * names one: what the restart policy asks about (s_can_skip). */
+static int
+s_worker_algo(struct s_args *a,
+              struct rumor_node_opts *opts,
+              struct rumor_diag *diag)
+{
+    if (a->w.algo_given)
+        return 0;
+    if (rumor_node_opts_set(opts, "algo", "powergossip", diag) == RUMOR_OK)
+        return 0;
+    s_print_diag(diag);
+    return 2;
 }
 
 static int
@@ -526,10 +618,18 @@ s_parse(int argc, char **argv, struct s_args *a)
     }
     a->insecure = opts.insecure;
     snprintf(a->topology, sizeof a->topology, "%s", opts.topology);
+    int status = s_generate_topology(a, &opts, &diag);
+    if (status != 0)
+        return status;
     if (a->topology[0] == '\0') {
-        fprintf(stderr, "rumor launch: --topology FILE is required\n");
+        fprintf(stderr,
+                "rumor launch: --topology FILE or --nodes N is required\n");
         return 2;
     }
+    a->w.insecure = a->insecure;
+    if (a->workers && (launch_worker_options(&a->w, a->pass, a->npass) != 0 ||
+                       s_worker_algo(a, &opts, &diag) != 0))
+        return 2;
     /* check the node options as node 0 would, before starting anything */
     if (rumor_node_opts_set(&opts, "id", "0", &diag) != RUMOR_OK ||
         (!opts.insecure &&
@@ -692,20 +792,29 @@ s_remote_paths(struct s_args *a, char *dir, char *bin)
 }
 
 /* Runs on each host under `sh -c`: $1 run directory, $2 node id, $3 the
- * binary, then node options. stdin brings the secret key line (empty with
+ * binary, then node options (a worker: $3 is unused, then `env
+ * NAME=VALUE... PROG ARGS`). stdin brings the secret key line (empty with
  * --insecure), the topology's size and the topology, then stays open: its
  * end (fd 3, as an asynchronous list's stdin is /dev/null) stops the
  * node. */
-static const char s_remote_script[] =
-    "set -e; d=$1; id=$2; bin=$3; shift 3; umask 077; mkdir -p \"$d\"; "
-    "IFS= read -r key; IFS= read -r size; "
-    "if [ -n \"$key\" ]; then printf '%s\\n' \"$key\" >\"$d/node-$id.key\"; "
-    "set -- --key \"$d/node-$id\" \"$@\"; fi; "
+#define REMOTE_SETUP                                                          \
+    "set -e; d=$1; id=$2; bin=$3; shift 3; umask 077; mkdir -p \"$d\"; "      \
+    "IFS= read -r key; IFS= read -r size; k=; "                               \
+    "if [ -n \"$key\" ]; then printf '%s\\n' \"$key\" >\"$d/node-$id.key\"; " \
+    "k=\"$d/node-$id\"; fi; "                                                 \
     "head -c \"$size\" >\"$d/topology-$id\"; exec 3<&0; "
-    "\"$bin\" node --topology \"$d/topology-$id\" --id \"$id\" "
-    "--metrics-dir \"$d\" \"$@\" </dev/null & pid=$!; "
-    "{ cat <&3; kill -TERM \"$pid\"; } >/dev/null 2>&1 & "
-    "exec 3<&-; set +e; wait \"$pid\"; exit $?";
+#define REMOTE_WAIT                                        \
+    "</dev/null & pid=$!; "                                \
+    "{ cat <&3; kill -TERM \"$pid\"; } >/dev/null 2>&1 & " \
+    "exec 3<&-; set +e; wait \"$pid\"; exit $?"
+
+static const char s_remote_script[] =
+    REMOTE_SETUP "\"$bin\" node --topology \"$d/topology-$id\" --id \"$id\" "
+                 "--metrics-dir \"$d\" ${k:+--key \"$k\"} \"$@\" " REMOTE_WAIT;
+
+static const char s_remote_worker_script[] = REMOTE_SETUP
+    "RUMOR_TOPOLOGY=\"$d/topology-$id\" RUMOR_NODE_ID=\"$id\" "
+    "RUMOR_METRICS_DIR=\"$d\" RUMOR_KEY=\"$k\" \"$@\" " REMOTE_WAIT;
 
 /* Appends text quoted for a POSIX shell ('...', with ' as '\''). */
 static void
@@ -721,6 +830,37 @@ s_shell_quote(FILE *out, const char *text)
     fputc('\'', out);
 }
 
+/* Which of its host's slots node i takes. */
+static size_t
+s_host_slot(const struct s_args *a, size_t i)
+{
+    size_t slot = 0;
+    for (size_t j = 0; j < i; j++)
+        slot += a->host_of[j] == a->host_of[i];
+    return slot;
+}
+
+/* `env NAME=VALUE... PROG ARGS` of a remote worker (not restarted: ssh
+ * nodes never are). */
+static int
+s_remote_worker_args(FILE *out, const struct s_args *a, size_t node)
+{
+    char **env = launch_worker_env(&a->w, node, s_host_slot(a, node), 0, true);
+    if (env == NULL)
+        return -1;
+    fputs(" env", out);
+    for (size_t k = 0; env != NULL && env[k] != NULL; k++) {
+        fputc(' ', out);
+        s_shell_quote(out, env[k]);
+    }
+    for (size_t k = 0; a->w.argv[k] != NULL; k++) {
+        fputc(' ', out);
+        s_shell_quote(out, a->w.argv[k]);
+    }
+    launch_worker_env_free(env);
+    return 0;
+}
+
 /* The command line ssh hands to the remote login shell. */
 static char *
 s_remote_command(const struct s_args *a, size_t node)
@@ -731,16 +871,17 @@ s_remote_command(const struct s_args *a, size_t node)
     if (out == NULL)
         return NULL;
     fputs("sh -c ", out);
-    s_shell_quote(out, s_remote_script);
+    s_shell_quote(out, a->workers ? s_remote_worker_script : s_remote_script);
     fputs(" rumor-launch ", out);
     s_shell_quote(out, a->remote_dir);
     fprintf(out, " %zu ", node);
     s_shell_quote(out, a->remote_bin);
-    for (size_t k = 0; k < a->npass; k++) {
+    int failed = a->workers && s_remote_worker_args(out, a, node) != 0;
+    for (size_t k = 0; !a->workers && k < a->npass; k++) {
         fputc(' ', out);
         s_shell_quote(out, a->pass[k]);
     }
-    if (fclose(out) != 0) {
+    if (fclose(out) != 0 || failed) {
         free(text);
         return NULL;
     }
@@ -812,7 +953,7 @@ s_start_remote(const struct s_args *a,
     char *argv[] =
         {"ssh", "-o", "BatchMode=yes", "-T", (char *)h->dest, cmd, NULL};
     fflush(stdout);
-    c->pid = s_spawn("ssh", argv, out[1], in[0], self);
+    c->pid = s_spawn("ssh", argv, NULL, out[1], in[0], self);
     close(out[1]);
     close(in[0]);
     free(cmd);
@@ -839,6 +980,37 @@ s_start_remote(const struct s_args *a,
 /* Starts local node i; a restart (mode "--resume" or "--join") comes
  * last on the command line, so it overrides a --resume or --join the
  * node options (or their config file) may hold. */
+/* A worker of -- PROG ARGS, with its identity in the environment. */
+static int
+s_start_worker(const struct s_args *a, struct s_child *c, pid_t self)
+{
+    char **env = launch_worker_env(&a->w, c->id, c->local, c->restarts, false);
+    int fds[2];
+    if (env == NULL || pipe(fds) != 0) {
+        launch_worker_env_free(env);
+        return 1;
+    }
+    fflush(stdout);
+    fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+    fcntl(fds[1], F_SETFD, FD_CLOEXEC);
+    c->pid = s_spawn(a->w.argv[0], a->w.argv, env, fds[1], -1, self);
+    close(fds[1]);
+    c->fd = fds[0];
+    launch_worker_env_free(env);
+    if (c->pid < 0)
+        return 1;
+    if (c->restarts == 0)
+        printf("[launch] node %u: %s, pid %d\n",
+               c->id,
+               a->w.argv[0],
+               (int)c->pid);
+    else
+        printf("[launch] node %u restarted with RUMOR_JOIN=1: pid %d\n",
+               c->id,
+               (int)c->pid);
+    return 0;
+}
+
 static int
 s_start_local(const struct s_args *a,
               struct s_child *c,
@@ -847,10 +1019,12 @@ s_start_local(const struct s_args *a,
               pid_t self,
               const char *mode)
 {
+    if (a->workers)
+        return s_start_worker(a, c, self);
     char id[24], key[RUMOR_NODE_PATH_MAX + 64];
     snprintf(id, sizeof id, "%zu", i);
     snprintf(key, sizeof key, "%s/node-%zu", keydir, i);
-    char **argv2 = calloc(a->npass + 14, sizeof *argv2);
+    char **argv2 = calloc(a->npass + 16, sizeof *argv2);
     int fds[2];
     if (argv2 == NULL || pipe(fds) != 0) {
         free(argv2);
@@ -871,6 +1045,13 @@ s_start_local(const struct s_args *a,
     argv2[k++] = (char *)a->metrics_dir;
     for (size_t p = 0; p < a->npass; p++)
         argv2[k++] = a->pass[p];
+    char listen[RUMOR_NODE_LISTEN_BYTES + 32];
+    if (a->opts.metrics_listen[0] != '\0' &&
+        launch_listen_shift(a->opts.metrics_listen, i, listen, sizeof listen) ==
+            0) {
+        argv2[k++] = "--metrics-listen";
+        argv2[k++] = listen;
+    }
     bool resume = mode != NULL && strcmp(mode, "--resume") == 0;
     if (mode != NULL)
         argv2[k++] = resume ? "--no-join" : "--join";
@@ -880,7 +1061,7 @@ s_start_local(const struct s_args *a,
     fflush(stdout);
     fcntl(fds[0], F_SETFD, FD_CLOEXEC);
     fcntl(fds[1], F_SETFD, FD_CLOEXEC);
-    c->pid = s_spawn(NULL, argv2, fds[1], -1, self);
+    c->pid = s_spawn(NULL, argv2, NULL, fds[1], -1, self);
     close(fds[1]);
     c->fd = fds[0];
     free(argv2);
@@ -971,7 +1152,9 @@ s_restart_mode(const struct s_sup *s, const struct s_child *c, uint64_t *step)
 {
     const char *dir = s->a->opts.checkpoint_dir;
     *step = 0;
-    if (dir[0] == '\0')
+    /* a worker's checkpoints are its script's: it resumes from them
+     * itself (RUMOR_RESTART), or joins */
+    if (dir[0] == '\0' || s->a->workers)
         return "--join";
     rumor_buf buf;
     rumor_buf_init(&buf, SIZE_MAX);
@@ -1313,6 +1496,7 @@ s_run(struct s_args *a,
         char logp[RUMOR_NODE_PATH_MAX + 64];
         snprintf(logp, sizeof logp, "%s/node-%zu.log", a->metrics_dir, i);
         c->id = (uint32_t)i;
+        c->local = a->hosts_file != NULL ? s_host_slot(a, i) : started;
         c->log = fopen(logp, "we");
         status = a->hosts_file != NULL
                      ? s_start_remote(a, c, keydir, i, self)
@@ -1344,7 +1528,7 @@ s_run(struct s_args *a,
     int run_status = s_supervise(&sup);
     if (status == 0)
         status = run_status;
-    if (status == 0 && count == n && a->hosts_file == NULL)
+    if (status == 0 && count == n && a->hosts_file == NULL && !a->workers)
         s_average(a, (uint32_t)n);
     for (size_t k = 0; k < n; k++) {
         if (kids[k].log != NULL)
@@ -1363,7 +1547,22 @@ cli_launch_main(int argc, char **argv)
     a.pass = calloc((size_t)argc + 1, sizeof *a.pass);
     if (a.pass == NULL)
         return 1;
-    int status = s_parse(argc, argv, &a);
+    /* -- PROG ARGS: the workers' command line */
+    for (int i = 1; i < argc && !a.workers; i++)
+        if (strcmp(argv[i], "--") == 0) {
+            a.workers = true;
+            a.w.argv = argv + i + 1;
+            argc = i;
+        }
+    int status = 0;
+    if (a.workers && a.w.argv[0] == NULL) {
+        fprintf(stderr,
+                "rumor launch: nothing after --: give the worker's "
+                "command, e.g. -- python3 train.py\n");
+        status = 2;
+    }
+    if (status == 0)
+        status = s_parse(argc, argv, &a);
     rumor_topology *t = NULL;
     bool start[LAUNCH_MAX_NODES] = {false};
     char keydir[RUMOR_NODE_PATH_MAX + 8];
@@ -1374,6 +1573,10 @@ cli_launch_main(int argc, char **argv)
         status = s_load_topology(&a, &t);
     if (status == 0)
         status = s_setup(&a, t, start, keydir);
+    if (status == 0 && a.workers) {
+        a.w.nodes = rumor_topology_nodes(t);
+        status = launch_worker_paths(&a.w, a.topology, a.metrics_dir, keydir);
+    }
     if (status == 0) {
         status = s_run(&a, t, start, keydir);
         printf("[launch] %s (exit %d)\n",
@@ -1383,6 +1586,7 @@ cli_launch_main(int argc, char **argv)
                status);
     }
     rumor_topology_destroy(&t);
+    launch_worker_free(&a.w);
     rumor_buf_free(&a.topo);
     free(a.host_of);
     free(a.hosts);

@@ -82,21 +82,15 @@ s_fail(const char *what, const struct rumor_diag *diag, rumor_err rc)
 }
 
 int
-cli_node_parse(int argc,
-               char **argv,
-               struct rumor_node_opts *opts,
-               struct rumor_diag *diag)
+cli_node_each_option(int argc,
+                     char **argv,
+                     int (*fn)(void *ctx,
+                               const char *name,
+                               const char *value,
+                               struct rumor_diag *diag),
+                     void *ctx,
+                     struct rumor_diag *diag)
 {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--config") == 0) {
-            if (i + 1 >= argc) {
-                rumor_diag_set(diag, "", 0, 0, "--config needs a FILE");
-                return -1;
-            }
-            rumor_err rc = rumor_node_opts_load(opts, argv[i + 1], diag);
-            if (rc != RUMOR_OK)
-                return -1;
-        }
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strncmp(arg, "--", 2) != 0) {
@@ -113,10 +107,6 @@ cli_node_parse(int argc,
         memcpy(name, arg + 2, len);
         name[len] = '\0';
         const char *value = eq != NULL ? eq + 1 : NULL;
-        if (strcmp(name, "config") == 0) {
-            i++;
-            continue;
-        }
         if (value == NULL && strncmp(name, "no-", 3) == 0 &&
             rumor_node_opts_is_flag(name + 3)) {
             /* --no-overlap: a flag turned off */
@@ -124,7 +114,8 @@ cli_node_parse(int argc,
             value = "false";
         } else if (value == NULL && rumor_node_opts_is_flag(name))
             value = "";
-        else if (value == NULL && rumor_node_opts_known(name)) {
+        else if (value == NULL &&
+                 (rumor_node_opts_known(name) || strcmp(name, "config") == 0)) {
             if (i + 1 >= argc) {
                 rumor_diag_set(diag, "", 0, 0, "--%s needs a value", name);
                 return -1;
@@ -133,10 +124,40 @@ cli_node_parse(int argc,
         } else if (value == NULL) {
             value = "";
         }
-        if (rumor_node_opts_set(opts, name, value, diag) != RUMOR_OK)
+        if (fn(ctx, name, value, diag) != 0)
             return -1;
     }
     return 0;
+}
+
+static int
+s_set_option(void *ctx,
+             const char *name,
+             const char *value,
+             struct rumor_diag *diag)
+{
+    if (strcmp(name, "config") == 0)
+        return 0;
+    return rumor_node_opts_set(ctx, name, value, diag) == RUMOR_OK ? 0 : -1;
+}
+
+int
+cli_node_parse(int argc,
+               char **argv,
+               struct rumor_node_opts *opts,
+               struct rumor_diag *diag)
+{
+    /* the file first, so the command line overrides it */
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--config") == 0) {
+            if (i + 1 >= argc) {
+                rumor_diag_set(diag, "", 0, 0, "--config needs a FILE");
+                return -1;
+            }
+            if (rumor_node_opts_load(opts, argv[i + 1], diag) != RUMOR_OK)
+                return -1;
+        }
+    return cli_node_each_option(argc, argv, s_set_option, opts, diag);
 }
 
 int

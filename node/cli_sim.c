@@ -701,7 +701,7 @@ s_train_setup(struct sim_args *a, struct train_run *r, struct rumor_diag *diag)
     struct rumor_node_opts no;
     rumor_node_opts_default(&no);
     no.gossip = a->gossip;
-    r->grad_x = node_exchange_gradient(&no);
+    r->grad_x = rumor_node_opts_gradient_exchange(&no);
     if (a->dataset != NULL)
         rc = rumor_dataset_open(a->dataset, a->seed, &r->data, diag);
     r->work = calloc(r->n, sizeof *r->work);

@@ -191,19 +191,28 @@ s_gen(int argc, char **argv)
         cli_topo_help(stderr);
         return 2;
     }
-    rumor_topology *t = NULL;
-    struct rumor_diag diag = {0};
-    rumor_err rc =
-        rumor_topology_generate(argv[1], args, nargs, seed, &t, &diag);
-    if (rc != RUMOR_OK) {
-        fprintf(stderr, "rumor topo gen: %s\n", diag.msg);
-        return 2;
-    }
     if (local && out_path == NULL) {
         fprintf(stderr,
                 "rumor topo gen: --local needs --out FILE (the keys "
                 "go in keys/ next to it)\n");
-        rumor_topology_destroy(&t);
+        return 2;
+    }
+    return cli_topo_gen_write(argv[1], args, nargs, seed, local, out_path);
+}
+
+int
+cli_topo_gen_write(const char *kind,
+                   const char *const *args,
+                   size_t nargs,
+                   uint64_t seed,
+                   bool local,
+                   const char *out_path)
+{
+    rumor_topology *t = NULL;
+    struct rumor_diag diag = {0};
+    rumor_err rc = rumor_topology_generate(kind, args, nargs, seed, &t, &diag);
+    if (rc != RUMOR_OK) {
+        fprintf(stderr, "rumor topo gen: %s\n", diag.msg);
         return 2;
     }
     if (local && s_make_local(t, out_path) != 0) {
@@ -213,7 +222,7 @@ s_gen(int argc, char **argv)
     rumor_buf buf;
     rumor_buf_init(&buf, SIZE_MAX);
     char header[160];
-    int n = snprintf(header, sizeof header, "# rumor topo gen %s", argv[1]);
+    int n = snprintf(header, sizeof header, "# rumor topo gen %s", kind);
     for (size_t i = 0; i < nargs && n > 0 && (size_t)n < sizeof header; i++)
         n += snprintf(header + n, sizeof header - (size_t)n, " %s", args[i]);
     rc = rumor_buf_append(&buf, header, strlen(header));

@@ -124,6 +124,7 @@ static const struct s_opt s_opts[] = {
     {"eval-every", S_U64, F(eval_every), 0, 0, 1e12},
     {"consensus-every", S_U64, F(consensus_every), 0, 0, 1e12},
     {"metrics-dir", S_STR, F(metrics_dir), A(metrics_dir), 0, 0},
+    {"metrics-listen", S_STR, F(metrics_listen), A(metrics_listen), 0, 0},
     {"log-level", S_LOGLEVEL, F(log_level), 0, 0, 0},
     {"rate", S_RATE, F(rate_bits), 0, 0, 0},
     {"delay-ms", S_U32, F(delay_ms), 0, 0, 60000},
@@ -778,7 +779,7 @@ rumor_node_opts_check(const struct rumor_node_opts *o, struct rumor_diag *diag)
 }
 
 bool
-node_exchange_gradient(const struct rumor_node_opts *o)
+rumor_node_opts_gradient_exchange(const struct rumor_node_opts *o)
 {
     if (o->exchange == RUMOR_NODE_EXCHANGE_AUTO)
         return s_algo_is(o, "powersgd", "allreduce");

@@ -55,23 +55,24 @@ static size_t
 s_settings(const struct rumor_node_opts *o, char *text, size_t cap)
 {
     const struct rumor_gossip_opts *g = &o->gossip;
-    int len = snprintf(text,
-                       cap,
-                       "algo=%s codec=%s gamma=%g rank=%zu iterations=%u "
-                       "period=%u gossip-rounds=%u delta-codec=%s "
-                       "outer-lr=%g outer-momentum=%g theta=%g exchange=%s",
-                       g->algo,
-                       g->codec,
-                       g->gamma,
-                       g->rank,
-                       g->iterations,
-                       g->period,
-                       g->gossip_rounds,
-                       g->delta_codec,
-                       g->outer_lr,
-                       g->outer_momentum,
-                       g->theta,
-                       node_exchange_gradient(o) ? "gradient" : "model");
+    int len =
+        snprintf(text,
+                 cap,
+                 "algo=%s codec=%s gamma=%g rank=%zu iterations=%u "
+                 "period=%u gossip-rounds=%u delta-codec=%s "
+                 "outer-lr=%g outer-momentum=%g theta=%g exchange=%s",
+                 g->algo,
+                 g->codec,
+                 g->gamma,
+                 g->rank,
+                 g->iterations,
+                 g->period,
+                 g->gossip_rounds,
+                 g->delta_codec,
+                 g->outer_lr,
+                 g->outer_momentum,
+                 g->theta,
+                 rumor_node_opts_gradient_exchange(o) ? "gradient" : "model");
     /* PowerSGD: the schedule (start, sides), which tensors travel as
      * factors, and what makes every node's Q and orthogonal P the same
      * (batching changes no number and may differ) */
@@ -259,8 +260,8 @@ s_build_training(rumor_node *node, struct rumor_diag *diag)
         return rc;
     }
     const struct rumor_model *mixed =
-        node_exchange_gradient(o) ? node->grad : node->model;
-    if (!node_exchange_gradient(o) && o->overlap) {
+        rumor_node_opts_gradient_exchange(o) ? node->grad : node->model;
+    if (!rumor_node_opts_gradient_exchange(o) && o->overlap) {
         rc = rumor_model_clone(node->model, &node->mix);
         if (rc != RUMOR_OK)
             return rc;
@@ -341,6 +342,8 @@ s_start_net(rumor_node *node, struct rumor_diag *diag)
     no.delay_ms = o->delay_ms;
     if (rc == RUMOR_OK)
         rc = rumor_net_new(&no, &node->net);
+    if (rc == RUMOR_OK && o->metrics_listen[0] != '\0')
+        rc = node_prom_start(o->metrics_listen, o->id, &node->prom, diag);
     if (rc != RUMOR_OK && diag->msg[0] == '\0')
         rumor_diag_set(diag,
                        "",
@@ -557,18 +560,43 @@ s_faults_row(const rumor_node *node, struct node_metrics_row *row)
     row->control_frames_sent = fs.control_frames_sent;
 }
 
-static rumor_err
-s_report(rumor_node *node,
-         uint64_t step,
-         double lr,
-         bool evaluated,
-         bool probed)
+/* The step's numbers for --metrics-listen, with every linked neighbour's
+ * bytes and state. */
+static void
+s_publish(rumor_node *node, const struct node_metrics_row *row)
+{
+    if (node->prom == NULL)
+        return;
+    struct node_prom_peer *peers = calloc(node->nlinked + 1, sizeof *peers);
+    size_t n = 0;
+    for (size_t k = 0; peers != NULL && k < node->nlinked; k++, n++) {
+        struct rumor_net_stats st;
+        rumor_net_stats(node->net, node->linked[k], &st);
+        peers[n] = (struct node_prom_peer){
+            node->linked[k],
+            st.bytes_sent,
+            st.bytes_recv,
+            rumor_net_state_name(
+                rumor_net_peer_state(node->net, node->linked[k]))};
+    }
+    node_prom_publish(node->prom, row, peers, n);
+    free(peers);
+}
+
+/* The metrics line of a step (and the summary's byte counts). */
+static void
+s_row(rumor_node *node,
+      uint64_t step,
+      double lr,
+      bool evaluated,
+      bool probed,
+      struct node_metrics_row *out)
 {
     struct rumor_net_stats st;
     rumor_net_stats(node->net, RUMOR_NET_ALL, &st);
     node->sum.bytes_sent = st.bytes_sent;
     node->sum.bytes_recv = st.bytes_recv;
-    struct node_metrics_row row = {
+    *out = (struct node_metrics_row){
         .step = step,
         .loss = node->sum.loss,
         .lr = lr,
@@ -592,7 +620,18 @@ s_report(rumor_node *node,
         .seconds_wait = node->t_wait,
         .gossip = node->g,
     };
-    s_faults_row(node, &row);
+    s_faults_row(node, out);
+}
+
+static rumor_err
+s_report(rumor_node *node,
+         uint64_t step,
+         double lr,
+         bool evaluated,
+         bool probed)
+{
+    struct node_metrics_row row;
+    s_row(node, step, lr, evaluated, probed, &row);
     uint64_t now = rumor_clock_ns();
     bool last = step == node->opts.steps;
     if (node->progress &&
@@ -605,7 +644,7 @@ s_report(rumor_node *node,
                (unsigned long long)node->opts.steps,
                node->sum.loss,
                100 * node->sum.accuracy,
-               (double)st.bytes_sent / 1e6,
+               (double)row.bytes_sent / 1e6,
                row.seconds,
                last ? "\n" : "");
         fflush(stdout);
@@ -619,10 +658,11 @@ s_report(rumor_node *node,
                node->sum.loss,
                node->sum.test_loss,
                100 * node->sum.accuracy,
-               (double)st.bytes_sent / 1e3,
+               (double)row.bytes_sent / 1e3,
                row.seconds);
         fflush(stdout);
     }
+    s_publish(node, &row);
     if (node->metrics == NULL)
         return RUMOR_OK;
     return node_metrics_write(node->metrics, &row);
@@ -908,6 +948,7 @@ rumor_node_destroy(rumor_node **self_p)
     if (node == NULL)
         return;
     s_worker_stop(node);
+    node_prom_stop(&node->prom);
     rumor_net_destroy(&node->net);
     node_faults_destroy(&node->faults);
     rumor_gossip_destroy(&node->g);
@@ -940,7 +981,7 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
               rumor_topology_endpoint(node->topo, o->id),
               node->n,
               o->gossip.algo,
-              node_exchange_gradient(o) ? "gradient" : "model",
+              rumor_node_opts_gradient_exchange(o) ? "gradient" : "model",
               (unsigned long long)o->steps,
               o->insecure ? "INSECURE (no CURVE)" : "CURVE");
     node->start_ns = rumor_clock_ns();
@@ -1016,10 +1057,9 @@ node_report_step(rumor_node *node, uint64_t steps, const struct node_report *r)
         bool evaluated = !isnan(r->test_loss) || !isnan(r->accuracy);
         return s_report(node, steps, NAN, evaluated, false);
     }
-    struct rumor_net_stats st;
-    rumor_net_stats(node->net, RUMOR_NET_ALL, &st);
-    node->sum.bytes_sent = st.bytes_sent;
-    node->sum.bytes_recv = st.bytes_recv;
+    struct node_metrics_row row;
+    s_row(node, steps, NAN, false, false, &row);
+    s_publish(node, &row);
     return RUMOR_OK;
 }
 

@@ -10,10 +10,6 @@
 
 #include <stdio.h>
 
-/* True when the run averages gradients instead of gossiping the model
- * (--exchange, with auto resolved by the algorithm). */
-bool node_exchange_gradient(const struct rumor_node_opts *o);
-
 /* --- divergence (diverge.c) --- */
 
 /* True for a non-finite loss or one far above the first step's. */
@@ -69,6 +65,29 @@ struct node_metrics_row {
     uint64_t control_bytes_sent; /* acks, syncs, states: wire bytes */
     uint64_t control_frames_sent;
 };
+
+/* --metrics-listen (node/prometheus.c): the snapshot a scrape sees. */
+typedef struct node_prom node_prom;
+
+struct node_prom_peer {
+    uint32_t id;
+    uint64_t bytes_sent, bytes_recv;
+    const char *state; /* rumor_net_state_name: a static string */
+};
+
+/* Serves http://SPEC/metrics (SPEC: PORT, :PORT or ADDR:PORT; loopback
+ * unless ADDR is given) from a thread; RUMOR_EINVAL with diag when the
+ * address cannot be bound. */
+rumor_err node_prom_start(const char *spec,
+                          uint32_t id,
+                          node_prom **out,
+                          struct rumor_diag *diag);
+/* The step's numbers, for the scrapes until the next call. */
+void node_prom_publish(node_prom *p,
+                       const struct node_metrics_row *row,
+                       const struct node_prom_peer *peers,
+                       size_t npeers);
+void node_prom_stop(node_prom **self_p);
 
 typedef struct node_metrics node_metrics;
 

@@ -47,6 +47,7 @@ struct rumor_node {
     rumor_net *net;
     node_metrics *metrics;
     node_faults *faults; /* skipping algorithms: node/faults.c */
+    node_prom *prom;     /* --metrics-listen, or NULL */
     uint32_t *linked;    /* peers this node opens links to */
     size_t nlinked;
     bool *heard;      /* per node: seen alive once (death detection) */

@@ -19,7 +19,13 @@
 #     graph plus those lines: every task builds the same file from the same
 #     inputs, each into its own copy, so no task waits on another's write;
 #   - execs `rumor node` (signals from srun reach it directly), metrics in
-#     DIR/JOB.STEP/metrics.
+#     DIR/JOB.STEP/metrics; with --worker, execs the command after -- (a
+#     training script with rumor.Peer.from_env()) with the environment of
+#     `rumor launch ... -- PROG` (RUMOR_TOPOLOGY, RUMOR_NODE_ID,
+#     RUMOR_NODES, RUMOR_LOCAL_ID from SLURM_LOCALID, RUMOR_KEY,
+#     RUMOR_METRICS_DIR; docs/python.md):
+#       srun --ntasks=8 scripts/rumor-slurm.sh --dir /shared/run1 --worker \
+#           -- python3 train.py --epochs 3
 # Host list fallbacks when scontrol is not on PATH: RUMOR_HOSTFILE (one host
 # per line, # comments), else SLURM_JOB_NODELIST (or SLURM_NODELIST) in
 # plain comma form ("a,b,c"; bracket ranges need scontrol).
@@ -31,6 +37,7 @@ usage() {
 usage: rumor-slurm.sh --dir SHARED_DIR [--topology KIND[:ARGS]|FILE]
                       [--port-base P] [--rumor PATH] [--seed S] [--wait SEC]
                       [--] [rumor node options...]
+       rumor-slurm.sh --dir SHARED_DIR [...] --worker -- PROG [ARGS...]
   --topology  ring (default), complete, star, hypercube, exponential,
               one-peer-exp, torus:RxC, random-regular:D, watts-strogatz:K,P
               (N = the number of tasks comes first), or a topology FILE
@@ -38,6 +45,8 @@ usage: rumor-slurm.sh --dir SHARED_DIR [--topology KIND[:ARGS]|FILE]
   --port-base node ID listens on PORT_BASE+ID (default 7000)
   --rumor     the rumor binary (default: rumor on PATH)
   --wait      seconds to wait for the other tasks (default 300)
+  --worker    run PROG (a script with rumor.Peer.from_env()) instead of
+              rumor node, its identity in RUMOR_* variables
 EOF
 }
 
@@ -46,7 +55,7 @@ die() {
     exit 2
 }
 
-dir="" topology="ring" port_base=7000 rumor=rumor seed=1 wait_s=300
+dir="" topology="ring" port_base=7000 rumor=rumor seed=1 wait_s=300 worker=0
 while [ $# -gt 0 ]; do
     case $1 in
     --dir) dir=${2:?--dir needs a value}; shift 2 ;;
@@ -55,12 +64,15 @@ while [ $# -gt 0 ]; do
     --rumor) rumor=${2:?--rumor needs a value}; shift 2 ;;
     --seed) seed=${2:?--seed needs a value}; shift 2 ;;
     --wait) wait_s=${2:?--wait needs a value}; shift 2 ;;
+    --worker) worker=1; shift ;;
     --help | -h) usage; exit 0 ;;
     --) shift; break ;;
     *) break ;;
     esac
 done
 [ -n "$dir" ] || { usage >&2; exit 2; }
+[ "$worker" = 0 ] || [ $# -gt 0 ] ||
+    die "--worker needs the worker's command after --, e.g. -- python3 train.py"
 
 is_count() { case $1 in '' | *[!0-9]*) return 1 ;; *) return 0 ;; esac; }
 
@@ -182,5 +194,14 @@ mv -f "$topo.tmp" "$topo"
 "$rumor" topo check "$topo" >/dev/null || die "the topology $topo does not check"
 
 echo "rumor-slurm[$id]: node $id of $ntasks on $host ($endpoint), topology $topo" >&2
+if [ "$worker" = 1 ]; then
+    # a requeued job restarts every task: none has a neighbour to join
+    RUMOR_TOPOLOGY=$topo RUMOR_NODE_ID=$id RUMOR_NODES=$ntasks
+    RUMOR_LOCAL_ID=${SLURM_LOCALID:-0} RUMOR_KEY=$key
+    RUMOR_METRICS_DIR=$run/metrics RUMOR_OPTIONS= RUMOR_RESTART=0 RUMOR_JOIN=0
+    export RUMOR_TOPOLOGY RUMOR_NODE_ID RUMOR_NODES RUMOR_LOCAL_ID RUMOR_KEY \
+        RUMOR_METRICS_DIR RUMOR_OPTIONS RUMOR_RESTART RUMOR_JOIN
+    exec "$@"
+fi
 exec "$rumor" node --topology "$topo" --id "$id" --key "$key" \
     --metrics-dir "$run/metrics" "$@"

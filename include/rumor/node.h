@@ -428,7 +428,8 @@ RUMOR_API rumor_err rumor_optim_load(rumor_optim *o,
  * section 4 the loop.
  */
 
-#define RUMOR_NODE_PATH_MAX 1024 /* topology, key and metrics paths */
+#define RUMOR_NODE_PATH_MAX     1024 /* topology, key and metrics paths */
+#define RUMOR_NODE_LISTEN_BYTES 280  /* --metrics-listen: host and port */
 
 typedef enum rumor_node_exchange {
     RUMOR_NODE_EXCHANGE_AUTO = 0,    /* gradient for powersgd and allreduce,
@@ -460,6 +461,9 @@ struct rumor_node_opts {
                                  exchanged with the neighbours, counted
                                  apart from the gossip bytes); 0 = off */
     char metrics_dir[RUMOR_NODE_PATH_MAX]; /* "" = no metrics file */
+    /* "" (off), or PORT, :PORT or ADDR:PORT: the counters for Prometheus
+     * at http://ADDR:PORT/metrics, on loopback unless ADDR is given */
+    char metrics_listen[RUMOR_NODE_LISTEN_BYTES];
     rumor_log_level log_level;
     uint64_t rate_bits; /* link shaping: bit/s per link, 0 = none */
     uint32_t delay_ms;  /* link shaping: one-way delay */
@@ -523,6 +527,12 @@ RUMOR_API rumor_err rumor_node_opts_parse_ini(struct rumor_node_opts *opts,
  * required ones). RUMOR_EINVAL with diag naming the options. */
 RUMOR_API rumor_err rumor_node_opts_check(const struct rumor_node_opts *opts,
                                           struct rumor_diag *diag);
+
+/* True when the run averages gradients instead of gossiping the model
+ * (--exchange, with auto resolved by the algorithm: powersgd and
+ * allreduce): what a training loop hands the peer. */
+RUMOR_API bool
+rumor_node_opts_gradient_exchange(const struct rumor_node_opts *opts);
 
 typedef struct rumor_node rumor_node;
 

@@ -9,7 +9,7 @@ from ._lib import RumorError, cuda_built, version
 from ._lib import path as library_path
 from .codec import Codec
 from .keys import keygen, public_key
-from .peer import Options, Peer, Workload
+from .peer import Options, Peer, Workload, launch_env
 from . import checkpoint, topology
 
 __all__ = ["Peer", "Workload", "Options", "Codec", "RumorError", "keygen",

@@ -135,6 +135,7 @@ _PROTOS = [
     ("rumor_node_opts_destroy", None, [_PP]),
     ("rumor_node_opts_set", c_int, [_P, c_char_p, c_char_p, _DIAG]),
     ("rumor_node_opts_check", c_int, [_P, _DIAG]),
+    ("rumor_node_opts_gradient_exchange", c_bool, [_P]),
     ("rumor_node_opts_known", c_bool, [c_char_p]),
     ("rumor_node_opts_load", c_int, [_P, c_char_p, _DIAG]),
     # peer

@@ -11,6 +11,7 @@ caller's tensors: the same options, transport, deadlines and byte counts.
 """
 import ctypes
 import math
+import os
 
 from . import _lib, _tensors
 from ._lib import check, enc, lib
@@ -55,6 +56,69 @@ class Options:
             lib.rumor_node_opts_destroy(ctypes.byref(self._p))
 
 
+def _same_value(a, b):
+    if str(a) == str(b):
+        return True
+    try:
+        return float(a) == float(b)
+    except ValueError:
+        return str(a).lower() in ("", "true", "1") and \
+            str(b).lower() in ("", "true", "1")
+
+
+def launch_env(environ=None, **options):
+    """The Peer options of a worker of `rumor launch ... -- PROG`:
+
+        RUMOR_TOPOLOGY, RUMOR_NODE_ID     topology= and node_id=
+        RUMOR_KEY                          key= (absent with --insecure)
+        RUMOR_METRICS_DIR                  metrics_dir=
+        RUMOR_OPTIONS                      the node options given to launch,
+                                           NAME=VALUE lines
+        RUMOR_JOIN                         join=True on a restart
+        RUMOR_METRICS_LISTEN               metrics_listen= (launch's, its
+                                           port plus the node id)
+        RUMOR_NODES, RUMOR_LOCAL_ID,       the node count, the worker's index
+        RUMOR_RESTART                      on its host (a GPU), its restarts
+
+    options (None: not given) add to them; one given both ways with another
+    value is an error, as the script and the launch line disagree. Returns
+    a dict of `rumor node` option names (with '-') plus topology, id, key,
+    algo, rank, config and insecure."""
+    env = os.environ if environ is None else environ
+    if "RUMOR_TOPOLOGY" not in env or "RUMOR_NODE_ID" not in env:
+        raise RuntimeError(
+            "rumor.Peer: no RUMOR_TOPOLOGY/RUMOR_NODE_ID in the environment: "
+            "start the script with `rumor launch --nodes N -- python3 "
+            "script.py` (or --topology FILE), or pass topology= and node_id=")
+    out = {"topology": env["RUMOR_TOPOLOGY"], "id": int(env["RUMOR_NODE_ID"]),
+           "key": env.get("RUMOR_KEY") or None}
+    if env.get("RUMOR_METRICS_DIR"):
+        out["metrics-dir"] = env["RUMOR_METRICS_DIR"]
+    if env.get("RUMOR_JOIN") == "1":
+        out["join"] = True
+    if env.get("RUMOR_METRICS_LISTEN"):
+        out["metrics-listen"] = env["RUMOR_METRICS_LISTEN"]
+    for line in env.get("RUMOR_OPTIONS", "").splitlines():
+        name, _, value = line.partition("=")
+        out[name] = value
+    for name, value in options.items():
+        if value is None:
+            continue
+        key = _ALIASES.get(name, name.replace("_", "-"))
+        if key == "join":  # the script knows whether it restored a model
+            out[key] = value
+            continue
+        if key in out and out[key] is not None and \
+                not _same_value(out[key], value):
+            raise ValueError(
+                f"rumor.Peer: {name}={value!r} in the script, but `rumor "
+                f"launch` gave --{key} {out[key]}: drop one of them")
+        out[key] = value
+    for name in ("algo", "rank", "config", "insecure"):
+        out.setdefault(name, None)
+    return out
+
+
 class Peer:
     """One node of a decentralized run, gossiping the caller's tensors.
 
@@ -75,8 +139,23 @@ class Peer:
     pass the same shapes in the same order each time.
     """
 
-    def __init__(self, topology, node_id, key=None, algo=None, rank=None,
-                 insecure=False, config=None, **options):
+    def __init__(self, topology=None, node_id=None, key=None, algo=None,
+                 rank=None, insecure=False, config=None, **options):
+        if topology is None and node_id is None:
+            launched = launch_env(algo=algo, rank=rank, config=config,
+                                  insecure=insecure or None, key=key,
+                                  **options)
+            topology, node_id = launched.pop("topology"), launched.pop("id")
+            key, algo, rank = (launched.pop(k) for k in ("key", "algo",
+                                                          "rank"))
+            config = launched.pop("config")
+            insecure = str(launched.pop("insecure")).lower() in (
+                "", "true", "1")
+            options = launched
+        elif topology is None or node_id is None:
+            raise TypeError("rumor.Peer: give topology and node_id, or "
+                            "neither (then the environment of `rumor "
+                            "launch ... -- python3 script.py` gives them)")
         # the default algorithm, unless a config file names one; rank 1 is
         # the C default (powergossip, powersgd)
         if algo is None and config is None:
@@ -90,6 +169,14 @@ class Peer:
         self._sig = None
         self._keep = None
         self._cuda = False
+
+    @classmethod
+    def from_env(cls, **options):
+        """The Peer of a worker started by `rumor launch ... -- python3
+        script.py`: its topology, node id, key, metrics directory and the
+        node options given to launch come from the environment (see
+        launch_env); keyword options add to them."""
+        return cls(**options)
 
     # --- registration -------------------------------------------------
     def register(self, tensors):
