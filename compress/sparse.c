@@ -408,7 +408,8 @@ compress_sparse_encode_k(const rumor_codec *c,
                          uint8_t *out,
                          size_t cap,
                          size_t *written,
-                         float *approx)
+                         float *approx,
+                         uint8_t *selected)
 {
     rumor_err rc = RUMOR_OK;
     uint32_t *idx = NULL;
@@ -459,9 +460,20 @@ compress_sparse_encode_k(const rumor_codec *c,
                               cap,
                               written,
                               approx);
+    if (rc == RUMOR_OK && selected != NULL) {
+        memset(selected, 0, n);
+        for (size_t j = 0; j < count; j++)
+            selected[idx[j]] = 1;
+    }
     free(idx);
     free(vals);
     return rc;
+}
+
+size_t
+compress_sparse_k(const rumor_codec *c, size_t n)
+{
+    return s_k_of(c, n);
 }
 
 static rumor_err
@@ -484,7 +496,8 @@ s_encode(const rumor_codec *c,
                                     out,
                                     cap,
                                     written,
-                                    approx);
+                                    approx,
+                                    NULL);
 }
 
 /* --- decode ------------------------------------------------------------------
