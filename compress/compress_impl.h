@@ -213,6 +213,8 @@ rumor_err compress_sparse_encode_k(const rumor_codec *c,
 
 /* The count a topk, randk or dgc codec keeps of n elements. */
 size_t compress_sparse_k(const rumor_codec *c, size_t n);
+/* A bound on compress_sparse_encode_k's payload for any k <= n. */
+size_t compress_sparse_size_any(const rumor_codec *c, size_t n);
 
 /* --- kernels (kernels.c: dispatching fast paths; ref.c: plain C) ------- */
 

@@ -330,6 +330,22 @@ s_dgc_encode(rumor_ef *ef,
     return RUMOR_OK;
 }
 
+rumor_err
+rumor_ef_encoded_size(const rumor_ef *ef,
+                      const rumor_codec *codec,
+                      size_t n,
+                      size_t *bytes)
+{
+    bool exact = false;
+    if (ef->kind != S_DGC)
+        return rumor_codec_encoded_size(codec, n, bytes, &exact);
+    if (n > RUMOR_COMPRESS_MAX_ELEMS)
+        return RUMOR_ETOOBIG;
+    /* the warm-up sends more than the codec's count */
+    *bytes = compress_sparse_size_any(codec != NULL ? codec : ef->sparse, n);
+    return RUMOR_OK;
+}
+
 bool
 rumor_ef_codec_fits(const rumor_ef *ef, const rumor_codec *codec)
 {

@@ -476,6 +476,16 @@ compress_sparse_k(const rumor_codec *c, size_t n)
     return s_k_of(c, n);
 }
 
+size_t
+compress_sparse_size_any(const rumor_codec *c, size_t n)
+{
+    size_t inner = 0;
+    bool exact = false;
+    c->inner->ops->size(c->inner, n, &inner, &exact);
+    /* a Rice stream of any count is <= 2n bits (see s_size) */
+    return RUMOR_COMPRESS_HEADER_BYTES + 16 + (2 * n + 7) / 8 + inner;
+}
+
 static rumor_err
 s_encode(const rumor_codec *c,
          const float *x,

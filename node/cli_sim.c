@@ -58,7 +58,7 @@ cli_sim_help(FILE *out)
             "usage: rumor sim consensus --topology SPEC|FILE [--algo NAME]\n"
             "           [--size RxC] [--steps N] [--every K] [--seed S] "
             "[--json]\n"
-            "           [--codec SPEC] [--gamma G|auto] [--rank R] "
+            "           [--codec SPEC] [--ef SPEC] [--gamma G|auto] [--rank R] "
             "[--iterations I] [--theta T]\n"
             "           [--period H] [--gossip-rounds K] [--delta-codec "
             "SPEC]\n"
@@ -97,6 +97,10 @@ cli_sim_help(FILE *out)
             "--outer-momentum). --gamma auto (the default) chooses it per\n"
             "algorithm from the topology and the codec (docs/gossip.md,\n"
             "\"Defaults\"); the value goes to stderr.\n"
+            "allreduce --codec SPEC: compressed data-parallel SGD (each node's\n"
+            "gradient as SPEC's message, all-gathered and averaged).\n"
+            "--ef ef|ef-decay:BETA|dgc:MU[,CLIP][,WARMUP]|saef: the error\n"
+            "feedback memory of allreduce --codec and localsgd --delta-codec.\n"
             "--ef-alpha: localsgd with --delta-codec, step-ahead error\n"
             "feedback (0 plain EF, 1 SAEF); --saef-scope self|neighbourhood\n"
             "[:CODEC]: look ahead by the own error or by the W-weighted\n"
@@ -363,8 +367,11 @@ s_parse_args(int argc, char **argv, struct sim_args *a)
             a->topology = val;
         else if (strcmp(opt, "--algo") == 0)
             snprintf(a->gossip.algo, sizeof a->gossip.algo, "%s", val);
-        else if (strcmp(opt, "--codec") == 0)
+        else if (strcmp(opt, "--codec") == 0) {
             snprintf(a->gossip.codec, sizeof a->gossip.codec, "%s", val);
+            a->gossip.compressed = true;
+        } else if (strcmp(opt, "--ef") == 0)
+            snprintf(a->gossip.ef, sizeof a->gossip.ef, "%s", val);
         else if (strcmp(opt, "--gamma") == 0 && strcmp(val, "auto") == 0)
             a->gossip.gamma = RUMOR_GOSSIP_GAMMA_AUTO;
         else if (strcmp(opt, "--gamma") == 0)
