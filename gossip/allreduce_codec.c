@@ -137,21 +137,25 @@ s_encode(rumor_gossip *g, uint64_t step)
         uint64_t seed = rumor_seed_derive(g->opts.seed, g->self, t);
         uint8_t *dst = out + at + 4;
         size_t cap = s->payload_cap - at - 4;
-        rumor_err rc =
-            s->ef != NULL
-                ? rumor_ef_encode(s->ef[t],
-                                  s->pack.codec,
-                                  s->x + base,
-                                  n,
-                                  seed,
-                                  step,
-                                  dst,
-                                  cap,
-                                  &written,
-                                  NULL)
-                : rumor_codec_encode(
-                      s->pack.codec, s->x + base, n, seed, step, dst, cap,
-                      &written, NULL);
+        rumor_err rc = s->ef != NULL ? rumor_ef_encode(s->ef[t],
+                                                       s->pack.codec,
+                                                       s->x + base,
+                                                       n,
+                                                       seed,
+                                                       step,
+                                                       dst,
+                                                       cap,
+                                                       &written,
+                                                       NULL)
+                                     : rumor_codec_encode(s->pack.codec,
+                                                          s->x + base,
+                                                          n,
+                                                          seed,
+                                                          step,
+                                                          dst,
+                                                          cap,
+                                                          &written,
+                                                          NULL);
         if (rc != RUMOR_OK)
             return rc;
         for (int b = 0; b < 4; b++)

@@ -249,8 +249,9 @@ s_encode_delta(rumor_gossip *g, uint64_t step)
     for (size_t e = 0; s->ahead_nbr && e < g->numel; e++)
         s->acc[e] -= s->shift[e];
     float own = s->ahead_nbr ? 1.0f : 1.0f - s->ahead;
-    rumor_err rc = s_saef(g) ? rumor_ef_apply_error(s->ef, own, s->acc, g->numel)
-                             : RUMOR_OK;
+    rumor_err rc = s_saef(g)
+                       ? rumor_ef_apply_error(s->ef, own, s->acc, g->numel)
+                       : RUMOR_OK;
     if (rc != RUMOR_OK)
         return rc;
     uint64_t seed = rumor_seed_derive(g->opts.seed, g->self, 0x10ca1);
