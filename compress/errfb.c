@@ -350,6 +350,10 @@ bool
 rumor_ef_codec_fits(const rumor_ef *ef, const rumor_codec *codec)
 {
     rumor_codec_id id = codec->id;
+    /* topk and randk messages hold exactly the codec's count: the
+     * warm-up's larger counts need dgc's, which carry any */
+    if (ef->kind == S_DGC && ef->warmup > 0)
+        return id == RUMOR_CODEC_DGC;
     return ef->kind != S_DGC || id == RUMOR_CODEC_TOPK ||
            id == RUMOR_CODEC_RANDK || id == RUMOR_CODEC_DGC;
 }

@@ -46,14 +46,15 @@ s_make_memories(rumor_gossip *g, struct rumor_diag *diag)
         size_t n = rumor_tensor_numel(&g->tensors[t]), bytes = 0;
         rumor_err rc = rumor_ef_new(g->opts.ef, n, &s->ef[t], diag);
         if (rc == RUMOR_OK && !rumor_ef_codec_fits(s->ef[t], s->pack.codec)) {
-            rumor_diag_set(diag,
-                           "",
-                           0,
-                           0,
-                           "allreduce: ef %s selects by count: it needs a "
-                           "topk, randk or dgc codec, not %s",
-                           g->opts.ef,
-                           g->opts.codec);
+            rumor_diag_set(
+                diag,
+                "",
+                0,
+                0,
+                "allreduce: ef %s selects by count: it needs a topk, randk or "
+                "dgc codec (dgc with a warm-up), not %s",
+                g->opts.ef,
+                g->opts.codec);
             return RUMOR_EINVAL;
         }
         if (rc == RUMOR_OK)

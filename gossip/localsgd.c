@@ -131,14 +131,15 @@ s_make_codec(rumor_gossip *g, struct rumor_diag *diag)
     if (rc == RUMOR_OK)
         rc = rumor_ef_new(s_ef_spec(g), g->numel, &s->ef, diag);
     if (rc == RUMOR_OK && !rumor_ef_codec_fits(s->ef, s->codec)) {
-        rumor_diag_set(diag,
-                       "",
-                       0,
-                       0,
-                       "localsgd: ef %s selects by count: it needs a topk, "
-                       "randk or dgc delta codec, not %s",
-                       g->opts.ef,
-                       g->opts.delta_codec);
+        rumor_diag_set(
+            diag,
+            "",
+            0,
+            0,
+            "localsgd: ef %s selects by count: it needs a topk, randk or "
+            "dgc delta codec (dgc with a warm-up), not %s",
+            g->opts.ef,
+            g->opts.delta_codec);
         return RUMOR_EINVAL;
     }
     if (rc == RUMOR_OK)

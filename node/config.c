@@ -758,6 +758,17 @@ rumor_node_opts_check(const struct rumor_node_opts *o, struct rumor_diag *diag)
         return RUMOR_EINVAL;
     if (rumor_gossip_ef_check(&o->gossip, diag) != RUMOR_OK)
         return RUMOR_EINVAL;
+    if (strncmp(o->gossip.ef, "dgc", 3) == 0 &&
+        o->optim.kind != RUMOR_OPTIM_SGD) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "--ef %s carries the momentum (DGC's momentum "
+                       "correction): use --optimizer sgd",
+                       o->gossip.ef);
+        return RUMOR_EINVAL;
+    }
     if (s_given(o, "ef-alpha") && o->gossip.delta_codec[0] == '\0') {
         rumor_diag_set(diag, "", 0, 0, "--ef-alpha needs --delta-codec");
         return RUMOR_EINVAL;

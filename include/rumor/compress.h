@@ -206,7 +206,8 @@ RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_set_nodes(rumor_ef *ef,
                                                        size_t nodes);
 
 /* Whether encode takes codec: every codec but for dgc, which needs a
- * selection by count (topk, randk or dgc). */
+ * selection by count (topk, randk or dgc; with a warm-up only dgc, whose
+ * messages carry any count). */
 RUMOR_API bool rumor_ef_codec_fits(const rumor_ef *ef,
                                    const rumor_codec *codec);
 

@@ -42,6 +42,10 @@ test_ef_options__command_line_and_ini__reach_the_gossip_options(void **s)
     s_set(&o, "codec", "topk:ratio=0.01");
     s_set(&o, "ef", "dgc:0.9");
     struct rumor_diag diag = {0};
+    /* the default optimizer's momentum on top of DGC's: refused */
+    assert_int_equal(rumor_node_opts_check(&o, &diag), RUMOR_EINVAL);
+    assert_non_null(strstr(diag.msg, "use --optimizer sgd"));
+    s_set(&o, "optimizer", "sgd");
     if (rumor_node_opts_check(&o, &diag) != RUMOR_OK)
         fail_msg("check: %s", diag.msg);
     assert_true(o.gossip.compressed);
