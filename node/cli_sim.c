@@ -705,6 +705,9 @@ s_train_setup(struct sim_args *a, struct train_run *r, struct rumor_diag *diag)
     if (rc != RUMOR_OK)
         return rc;
     r->n = rumor_topology_nodes(r->topo);
+    rc = node_ef_optim_check(&a->gossip, a->optim.kind, diag);
+    if (rc != RUMOR_OK)
+        return rc;
     /* powersgd and allreduce average gradients, as `rumor node` does */
     struct rumor_node_opts no;
     rumor_node_opts_default(&no);

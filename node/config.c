@@ -758,17 +758,8 @@ rumor_node_opts_check(const struct rumor_node_opts *o, struct rumor_diag *diag)
         return RUMOR_EINVAL;
     if (rumor_gossip_ef_check(&o->gossip, diag) != RUMOR_OK)
         return RUMOR_EINVAL;
-    if (strncmp(o->gossip.ef, "dgc", 3) == 0 &&
-        o->optim.kind != RUMOR_OPTIM_SGD) {
-        rumor_diag_set(diag,
-                       "",
-                       0,
-                       0,
-                       "--ef %s carries the momentum (DGC's momentum "
-                       "correction): use --optimizer sgd",
-                       o->gossip.ef);
+    if (node_ef_optim_check(&o->gossip, o->optim.kind, diag) != RUMOR_OK)
         return RUMOR_EINVAL;
-    }
     if (s_given(o, "ef-alpha") && o->gossip.delta_codec[0] == '\0') {
         rumor_diag_set(diag, "", 0, 0, "--ef-alpha needs --delta-codec");
         return RUMOR_EINVAL;
@@ -794,6 +785,23 @@ rumor_node_opts_check(const struct rumor_node_opts *o, struct rumor_diag *diag)
         return RUMOR_EINVAL;
     }
     return RUMOR_OK;
+}
+
+rumor_err
+node_ef_optim_check(const struct rumor_gossip_opts *g,
+                    rumor_optim_kind kind,
+                    struct rumor_diag *diag)
+{
+    if (strncmp(g->ef, "dgc", 3) != 0 || kind == RUMOR_OPTIM_SGD)
+        return RUMOR_OK;
+    rumor_diag_set(diag,
+                   "",
+                   0,
+                   0,
+                   "--ef %s carries the momentum (DGC's momentum "
+                   "correction): use --optimizer sgd",
+                   g->ef);
+    return RUMOR_EINVAL;
 }
 
 bool

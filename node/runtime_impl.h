@@ -13,6 +13,11 @@
 /* True when the run averages gradients instead of gossiping the model
  * (--exchange, with auto resolved by the algorithm). */
 bool node_exchange_gradient(const struct rumor_node_opts *o);
+/* DGC's memory carries the momentum: RUMOR_EINVAL (diag naming
+ * --optimizer) for --ef dgc with a momentum optimizer. */
+rumor_err node_ef_optim_check(const struct rumor_gossip_opts *g,
+                              rumor_optim_kind kind,
+                              struct rumor_diag *diag);
 
 /* --- divergence (diverge.c) --- */
 
