@@ -213,8 +213,11 @@ RUMOR_API bool rumor_ef_codec_fits(const rumor_ef *ef,
 
 /* The largest payload rumor_ef_encode writes for n elements through
  * codec (dgc: whatever its warm-up count). */
-RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_encoded_size(
-    const rumor_ef *ef, const rumor_codec *codec, size_t n, size_t *bytes);
+RUMOR_API RUMOR_NODISCARD rumor_err
+rumor_ef_encoded_size(const rumor_ef *ef,
+                      const rumor_codec *codec,
+                      size_t n,
+                      size_t *bytes);
 
 /* One compression step of g[0..n) with the memory's correction, sending
  * through codec (for dgc, NULL selects with the memory's own sparsifier,

@@ -134,17 +134,17 @@ test_handshake__other_algorithm__both_name_the_setting(void **state)
                    "algo=dpsgd");
 }
 
-/* Compressed all-reduce: a node with DGC's memory beside one with plain
- * error feedback would average gradients of two different methods. */
+/* Compressed all-reduce: a node with CO3's decayed memory beside one
+ * with plain error feedback would average gradients of two methods. */
 static void
 test_handshake__error_feedback_differs__both_name_the_setting(void **s)
 {
     (void)s;
     const char *const extra[2][3] = {
-        {"--algo=allreduce", "--codec=topk:ratio=0.1", "--ef=dgc:0.9"},
+        {"--algo=allreduce", "--codec=topk:ratio=0.1", "--ef=ef-decay:0.5"},
         {"--algo=allreduce", "--codec=topk:ratio=0.1", "--ef=ef"}};
     t_refused_pair(extra,
-                   "settings differ: node 0 has ef=dgc:0.9, node 1 has "
+                   "settings differ: node 0 has ef=ef-decay:0.5, node 1 has "
                    "ef=ef");
 }
 
