@@ -196,7 +196,9 @@ double compress_gennorm_cdf(const struct compress_gennorm *g, double x);
 double compress_gennorm_paper_bias(unsigned mantissa_bits, double beta);
 
 /* Sparse codecs (topk, randk, threshold, dgc) with an explicit count,
- * used by the dgc memory's warm-up; k <= n. */
+ * used by the dgc memory's warm-up; k <= n. selected (n bytes, may be
+ * NULL) receives 1 where an element was sent, whatever its value decodes
+ * to (a kept value may quantize to 0), else 0. */
 rumor_err compress_sparse_encode_k(const rumor_codec *c,
                                    const float *x,
                                    size_t n,
@@ -206,7 +208,13 @@ rumor_err compress_sparse_encode_k(const rumor_codec *c,
                                    uint8_t *out,
                                    size_t cap,
                                    size_t *written,
-                                   float *approx);
+                                   float *approx,
+                                   uint8_t *selected);
+
+/* The count a topk, randk or dgc codec keeps of n elements. */
+size_t compress_sparse_k(const rumor_codec *c, size_t n);
+/* A bound on compress_sparse_encode_k's payload for any k <= n. */
+size_t compress_sparse_size_any(const rumor_codec *c, size_t n);
 
 /* --- kernels (kernels.c: dispatching fast paths; ref.c: plain C) ------- */
 

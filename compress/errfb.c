@@ -7,13 +7,18 @@
  *   ef-decay  (CO3, Chen et al., eqs. 13-14) v = g + gamma m; q = C(v);
  *             m = gamma m + g - q. gamma < 1 forgets old error.
  *   dgc       (Lin et al. 2018, sections 3.2-3.4) local clipping of g to
- *             norm clip; momentum correction u = mu u + g, v = v + u;
- *             send the top of v (DGC sampled threshold); factor masking:
- *             where a coordinate was sent, u = 0 and v = v - C(v) (0 with
+ *             norm clip N^-1/2 (N the number of nodes summing their
+ *             gradients, rumor_ef_set_nodes: the paper clips the sum at
+ *             clip, so each of N independent parts gets clip / sqrt N);
+ *             momentum correction u = mu u + g, v = v + u; send the top
+ *             of v (the caller's topk, randk or dgc codec, or the
+ *             memory's own DGC sampled threshold); factor masking: where
+ *             a coordinate was selected, u = 0 and v = v - C(v) (0 with
  *             fp32 values, the quantization residual with a quantizing
- *             values codec, which error feedback then carries); warm-up:
- *             density 25 % decaying geometrically to ratio over warmup
- *             steps.
+ *             values codec, which error feedback then carries). The mask
+ *             is the selection itself, not C(v) != 0: a selected value
+ *             that quantizes to 0 was still sent. Warm-up: density 25 %
+ *             decaying geometrically to the final one over warmup steps.
  *   saef      (Xu, Huo, Huang 2021) the caller forms Delta (which already
  *             holds e-bar); send C(Delta); e = Delta - C(Delta).
  *             rumor_ef_apply_error(ef, -alpha, x) gives the look-ahead.
@@ -47,7 +52,9 @@ struct rumor_ef {
     float ratio;         /* dgc: final density */
     float clip;          /* dgc: max norm of g, 0 = off */
     uint64_t warmup;     /* dgc: warm-up steps, 0 = none */
+    size_t nodes;        /* dgc: N of the clip's N^-1/2 */
     rumor_codec *sparse; /* dgc: owned sparsifier (dgc|values) */
+    uint8_t *selected;   /* dgc: the last selection (n bytes) */
     float *e;            /* residual: e, m or v (n floats) */
     float *u;            /* dgc momentum (n floats) */
     float *scratch;      /* n floats: p, v or v' */
@@ -104,18 +111,32 @@ s_parse(rumor_ef *ef, const char *spec, char *values, struct rumor_diag *diag)
     }
     if (colon == NULL)
         return RUMOR_OK;
+    /* Values without a key fill these in order: "dgc:0.9,5,100",
+     * "ef-decay:0.7". */
+    static const char *const positional[][3] =
+        {[S_EF_DECAY] = {"gamma"}, [S_DGC] = {"momentum", "clip", "warmup"}};
+    size_t pos = 0;
     const char *q = colon + 1, *end = spec + len;
     while (q <= end) {
         const char *comma = memchr(q, ',', (size_t)(end - q));
         const char *stop = comma ? comma : end;
         const char *eq = memchr(q, '=', (size_t)(stop - q));
         int col = 1 + (int)(q - spec);
+        const char *key = q;
         size_t klen = eq ? (size_t)(eq - q) : (size_t)(stop - q);
-        const char *v = eq ? eq + 1 : stop;
+        const char *v = eq ? eq + 1 : q;
         size_t vlen = (size_t)(stop - v);
+        if (eq == NULL && ef->kind <= S_DGC && pos < 3 &&
+            positional[ef->kind][pos] != NULL) {
+            key = positional[ef->kind][pos++];
+            klen = strlen(key);
+        } else if (eq == NULL) {
+            key = "";
+            klen = 0;
+        }
         double d = 0;
-        bool known = true, ok = eq != NULL;
-#define S_KEY(s) (klen == strlen(s) && memcmp(q, s, klen) == 0)
+        bool known = true, ok = vlen > 0;
+#define S_KEY(s) (klen == strlen(s) && memcmp(key, s, klen) == 0)
         if (ef->kind == S_EF_DECAY && S_KEY("gamma")) {
             ok = ok && s_num(v, vlen, 0, 1, &d);
             ef->gamma = (float)d;
@@ -184,6 +205,7 @@ rumor_ef_new(const char *spec,
     ef->gamma = 0.9f;
     ef->momentum = 0.9f;
     ef->ratio = 0.001f;
+    ef->nodes = 1;
     rc = s_parse(ef, spec, values, diag);
     if (rc != RUMOR_OK)
         goto done;
@@ -201,9 +223,11 @@ rumor_ef_new(const char *spec,
     if (ef->kind == S_DGC) {
         ef->u = calloc(1, bytes);
         ef->scratch3 = malloc(bytes);
+        ef->selected = malloc(n ? n : 1);
     }
     if (ef->e == NULL || ef->scratch == NULL || ef->scratch2 == NULL ||
-        (ef->kind == S_DGC && (ef->u == NULL || ef->scratch3 == NULL)))
+        (ef->kind == S_DGC &&
+         (ef->u == NULL || ef->scratch3 == NULL || ef->selected == NULL)))
         rc = RUMOR_ENOMEM;
 done:
     if (rc != RUMOR_OK)
@@ -224,6 +248,7 @@ rumor_ef_destroy(rumor_ef **ef_p)
     free(ef->scratch);
     free(ef->scratch2);
     free(ef->scratch3);
+    free(ef->selected);
     free(ef);
     *ef_p = NULL;
 }
@@ -231,18 +256,31 @@ rumor_ef_destroy(rumor_ef **ef_p)
 /* --- step ------------------------------------------------------------------
  */
 
-/* DGC warm-up: density 0.25 at step 0, geometric to ratio at warmup. */
-static double
-s_dgc_density(const rumor_ef *ef)
+rumor_err
+rumor_ef_set_nodes(rumor_ef *ef, size_t nodes)
 {
-    if (ef->steps >= ef->warmup || ef->ratio >= 0.25f)
-        return ef->ratio;
+    if (nodes == 0)
+        return RUMOR_EINVAL;
+    ef->nodes = nodes;
+    return RUMOR_OK;
+}
+
+/* DGC warm-up: density 0.25 at step 0, geometric to the final count k of
+ * the selector at warmup. */
+static size_t
+s_dgc_count(const rumor_ef *ef, size_t k, size_t n)
+{
+    double ratio = n == 0 ? 1 : (double)k / (double)n;
+    if (ef->steps >= ef->warmup || ratio >= 0.25)
+        return k;
     double f = (double)ef->steps / (double)ef->warmup;
-    return 0.25 * pow(ef->ratio / 0.25, f);
+    size_t warm = (size_t)ceil(0.25 * pow(ratio / 0.25, f) * (double)n);
+    return warm > n ? n : warm;
 }
 
 static rumor_err
 s_dgc_encode(rumor_ef *ef,
+             const rumor_codec *sel,
              const float *g,
              size_t n,
              uint64_t seed,
@@ -258,9 +296,9 @@ s_dgc_encode(rumor_ef *ef,
         double sq = 0;
         for (size_t i = 0; i < n; i++)
             sq += (double)g[i] * g[i];
-        double norm = sqrt(sq);
-        if (norm > ef->clip)
-            scale = (float)(ef->clip / norm);
+        double norm = sqrt(sq), clip = ef->clip / sqrt((double)ef->nodes);
+        if (norm > clip)
+            scale = (float)(clip / norm);
     }
     for (size_t i = 0; i < n; i++) {
         u[i] = ef->momentum * ef->u[i] + scale * g[i];
@@ -268,9 +306,8 @@ s_dgc_encode(rumor_ef *ef,
     }
     if (!compress_all_finite(v, n))
         return RUMOR_ENUMERIC;
-    size_t k = n == 0 ? 0 : (size_t)ceil(s_dgc_density(ef) * (double)n);
-    k = k > n ? n : k;
-    rumor_err rc = compress_sparse_encode_k(ef->sparse,
+    size_t k = s_dgc_count(ef, compress_sparse_k(sel, n), n);
+    rumor_err rc = compress_sparse_encode_k(sel,
                                             v,
                                             n,
                                             k,
@@ -279,17 +316,46 @@ s_dgc_encode(rumor_ef *ef,
                                             out,
                                             cap,
                                             written,
-                                            approx);
+                                            approx,
+                                            ef->selected);
     if (rc != RUMOR_OK)
         return rc;
     for (size_t i = 0; i < n; i++) {
-        bool was_sent = approx[i] != 0;
+        bool was_sent = ef->selected[i] != 0;
         ef->u[i] = was_sent ? 0.0f : u[i];
         ef->e[i] = was_sent ? v[i] - approx[i] : v[i];
     }
     if (sent != NULL && n > 0)
         memcpy(sent, approx, n * sizeof *sent);
     return RUMOR_OK;
+}
+
+rumor_err
+rumor_ef_encoded_size(const rumor_ef *ef,
+                      const rumor_codec *codec,
+                      size_t n,
+                      size_t *bytes)
+{
+    bool exact = false;
+    if (ef->kind != S_DGC)
+        return rumor_codec_encoded_size(codec, n, bytes, &exact);
+    if (n > RUMOR_COMPRESS_MAX_ELEMS)
+        return RUMOR_ETOOBIG;
+    /* the warm-up sends more than the codec's count */
+    *bytes = compress_sparse_size_any(codec != NULL ? codec : ef->sparse, n);
+    return RUMOR_OK;
+}
+
+bool
+rumor_ef_codec_fits(const rumor_ef *ef, const rumor_codec *codec)
+{
+    rumor_codec_id id = codec->id;
+    /* topk and randk messages hold exactly the codec's count: the
+     * warm-up's larger counts need dgc's, which carry any */
+    if (ef->kind == S_DGC && ef->warmup > 0)
+        return id == RUMOR_CODEC_DGC;
+    return ef->kind != S_DGC || id == RUMOR_CODEC_TOPK ||
+           id == RUMOR_CODEC_RANDK || id == RUMOR_CODEC_DGC;
 }
 
 rumor_err
@@ -305,13 +371,16 @@ rumor_ef_encode(rumor_ef *ef,
                 float *sent)
 {
     *written = 0;
-    if (n != ef->n || (ef->kind == S_DGC) != (codec == NULL))
+    if (n != ef->n || (ef->kind != S_DGC && codec == NULL) ||
+        (ef->kind == S_DGC && codec != NULL && !rumor_ef_codec_fits(ef, codec)))
         return RUMOR_EINVAL;
     if (!compress_all_finite(g, n))
         return RUMOR_ENUMERIC;
     rumor_err rc = RUMOR_OK;
     if (ef->kind == S_DGC) {
-        rc = s_dgc_encode(ef, g, n, seed, counter, out, cap, written, sent);
+        const rumor_codec *sel = codec != NULL ? codec : ef->sparse;
+        rc =
+            s_dgc_encode(ef, sel, g, n, seed, counter, out, cap, written, sent);
         if (rc == RUMOR_OK)
             ef->steps++;
         return rc;

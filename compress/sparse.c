@@ -408,7 +408,8 @@ compress_sparse_encode_k(const rumor_codec *c,
                          uint8_t *out,
                          size_t cap,
                          size_t *written,
-                         float *approx)
+                         float *approx,
+                         uint8_t *selected)
 {
     rumor_err rc = RUMOR_OK;
     uint32_t *idx = NULL;
@@ -459,9 +460,30 @@ compress_sparse_encode_k(const rumor_codec *c,
                               cap,
                               written,
                               approx);
+    if (rc == RUMOR_OK && selected != NULL) {
+        memset(selected, 0, n);
+        for (size_t j = 0; j < count; j++)
+            selected[idx[j]] = 1;
+    }
     free(idx);
     free(vals);
     return rc;
+}
+
+size_t
+compress_sparse_k(const rumor_codec *c, size_t n)
+{
+    return s_k_of(c, n);
+}
+
+size_t
+compress_sparse_size_any(const rumor_codec *c, size_t n)
+{
+    size_t inner = 0;
+    bool exact = false;
+    c->inner->ops->size(c->inner, n, &inner, &exact);
+    /* a Rice stream of any count is <= 2n bits (see s_size) */
+    return RUMOR_COMPRESS_HEADER_BYTES + 16 + (2 * n + 7) / 8 + inner;
 }
 
 static rumor_err
@@ -484,7 +506,8 @@ s_encode(const rumor_codec *c,
                                     out,
                                     cap,
                                     written,
-                                    approx);
+                                    approx,
+                                    NULL);
 }
 
 /* --- decode ------------------------------------------------------------------

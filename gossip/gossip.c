@@ -67,6 +67,48 @@ rumor_gossip_opts_default(struct rumor_gossip_opts *opts)
     opts->batch_same_shape = true;
 }
 
+rumor_err
+rumor_gossip_ef_check(const struct rumor_gossip_opts *opts,
+                      struct rumor_diag *diag)
+{
+    static const struct {
+        const char *algo, *why;
+    } refuse[] = {
+        {"allreduce-f64", "it averages exactly (nothing is dropped)"},
+        {"dpsgd", "it sends models uncompressed"},
+        {"choco",
+         "its public copies x_hat are its error compensation (the "
+         "difference x - x_hat carries what was not sent)"},
+        {"deepsqueeze", "it keeps its own error compensation"},
+        {"powergossip",
+         "its warm-started power iteration carries the rest of the "
+         "difference (no error feedback in the reference)"},
+        {"powersgd", "it keeps its own memory (use_error_feedback)"},
+        {"moniqua", "it quantizes x modulo theta, bounded without memory"},
+    };
+    const char *why = NULL;
+    if (opts->ef[0] == '\0')
+        return RUMOR_OK;
+    for (size_t i = 0; i < sizeof refuse / sizeof refuse[0]; i++)
+        if (strcmp(opts->algo, refuse[i].algo) == 0)
+            why = refuse[i].why;
+    if (strcmp(opts->algo, "allreduce") == 0 && !opts->compressed)
+        why = "it needs a codec (--codec) to compress with";
+    if (strcmp(opts->algo, "localsgd") == 0 && opts->delta_codec[0] == '\0')
+        why = "it needs a delta codec (--delta-codec) to compress with";
+    if (why == NULL)
+        return RUMOR_OK;
+    rumor_diag_set(diag,
+                   "",
+                   0,
+                   0,
+                   "--ef %s does not apply to --algo %s: %s",
+                   opts->ef,
+                   opts->algo,
+                   why);
+    return RUMOR_EINVAL;
+}
+
 static rumor_err
 s_copy_model(rumor_gossip *g,
              const struct rumor_model *model,
@@ -123,6 +165,10 @@ rumor_gossip_new(const struct rumor_gossip_opts *opts,
             opts->algo);
         return RUMOR_EINVAL;
     }
+    if (algo == &gossip_allreduce && opts->compressed)
+        algo = &gossip_allreduce_codec;
+    if (rumor_gossip_ef_check(opts, diag) != RUMOR_OK)
+        return RUMOR_EINVAL;
     if (self >= rumor_topology_nodes(t)) {
         rumor_diag_set(diag, "", 0, 0, "node %u is not in the topology", self);
         return RUMOR_EINVAL;

@@ -120,6 +120,7 @@ rumor_err gossip_gamma_resolve(rumor_gossip *g, struct rumor_diag *diag);
 
 extern const struct gossip_algo_i gossip_allreduce;
 extern const struct gossip_algo_i gossip_allreduce_f64;
+extern const struct gossip_algo_i gossip_allreduce_codec; /* compressed */
 extern const struct gossip_algo_i gossip_dpsgd;
 extern const struct gossip_algo_i gossip_choco;
 extern const struct gossip_algo_i gossip_choco_edge; /* adapt_choco.c */

@@ -22,6 +22,9 @@
  * Delta = (anchor - x) + (1 - alpha) e = e + (local update), the same
  * Delta for every alpha (alpha 0: plain EF; 1: SAEF's x_{t+1/2}). The
  * memory is compress/'s "saef" kind, which keeps e = Delta - C(Delta).
+ * opts.ef picks another memory for the delta (ef, ef-decay, dgc: the
+ * memory adds its own residual, so nothing is added here; look-ahead
+ * needs saef, whose e is what the network still owes).
  * The paper's e_bar is the average error of all nodes. With saef_scope
  * "neighbourhood" (saef.c) each sync ends with an extra round sending
  * C(e) to the topology's neighbours, and the look-ahead is
@@ -64,6 +67,20 @@ s_outer(const rumor_gossip *g)
     return g->opts.outer_lr != 1.0 || g->opts.outer_momentum != 0.0;
 }
 
+/* The memory of the delta: opts.ef, saef by default. */
+static const char *
+s_ef_spec(const rumor_gossip *g)
+{
+    return g->opts.ef[0] != '\0' ? g->opts.ef : "saef";
+}
+
+/* saef leaves it to the caller to add the error into Delta. */
+static bool
+s_saef(const rumor_gossip *g)
+{
+    return strcmp(s_ef_spec(g), "saef") == 0;
+}
+
 static rumor_err
 s_check_opts(const rumor_gossip *g, struct rumor_diag *diag)
 {
@@ -78,6 +95,8 @@ s_check_opts(const rumor_gossip *g, struct rumor_diag *diag)
         why = "ef_alpha must be in [0, 1]";
     else if (o->ef_alpha > 0 && o->delta_codec[0] == '\0')
         why = "ef_alpha needs a delta_codec (error feedback)";
+    else if (o->ef_alpha > 0 && !s_saef(g))
+        why = "ef_alpha (the look-ahead) needs ef saef";
     else if (!(o->outer_lr > 0 && o->outer_lr <= 10) ||
              !(o->outer_momentum >= 0 && o->outer_momentum < 1))
         why = "needs 0 < outer_lr <= 10 and 0 <= outer_momentum < 1";
@@ -108,15 +127,25 @@ static rumor_err
 s_make_codec(rumor_gossip *g, struct rumor_diag *diag)
 {
     struct localsgd *s = g->state;
-    bool exact = false;
     rumor_err rc = rumor_codec_new(g->opts.delta_codec, &s->codec, diag);
     if (rc == RUMOR_OK)
-        rc = rumor_ef_new("saef", g->numel, &s->ef, diag);
+        rc = rumor_ef_new(s_ef_spec(g), g->numel, &s->ef, diag);
+    if (rc == RUMOR_OK && !rumor_ef_codec_fits(s->ef, s->codec)) {
+        rumor_diag_set(
+            diag,
+            "",
+            0,
+            0,
+            "localsgd: ef %s selects by count: it needs a topk, randk or "
+            "dgc delta codec (dgc with a warm-up), not %s",
+            g->opts.ef,
+            g->opts.delta_codec);
+        return RUMOR_EINVAL;
+    }
     if (rc == RUMOR_OK)
-        rc = rumor_codec_encoded_size(s->codec,
-                                      g->numel,
-                                      &s->payload_cap,
-                                      &exact);
+        rc = rumor_ef_set_nodes(s->ef, g->nodes);
+    if (rc == RUMOR_OK)
+        rc = rumor_ef_encoded_size(s->ef, s->codec, g->numel, &s->payload_cap);
     if (rc != RUMOR_OK)
         return rc;
     s->payload = calloc(g->nodes, sizeof *s->payload);
@@ -221,7 +250,9 @@ s_encode_delta(rumor_gossip *g, uint64_t step)
     for (size_t e = 0; s->ahead_nbr && e < g->numel; e++)
         s->acc[e] -= s->shift[e];
     float own = s->ahead_nbr ? 1.0f : 1.0f - s->ahead;
-    rumor_err rc = rumor_ef_apply_error(s->ef, own, s->acc, g->numel);
+    rumor_err rc = s_saef(g)
+                       ? rumor_ef_apply_error(s->ef, own, s->acc, g->numel)
+                       : RUMOR_OK;
     if (rc != RUMOR_OK)
         return rc;
     uint64_t seed = rumor_seed_derive(g->opts.seed, g->self, 0x10ca1);
@@ -508,7 +539,7 @@ s_state_ef(rumor_gossip *g, const uint8_t *p, size_t len, bool apply)
     if (apply)
         return rumor_ef_restore(s->ef, p, len);
     rumor_ef *scratch = NULL;
-    rumor_err rc = rumor_ef_new("saef", g->numel, &scratch, NULL);
+    rumor_err rc = rumor_ef_new(s_ef_spec(g), g->numel, &scratch, NULL);
     if (rc == RUMOR_OK)
         rc = rumor_ef_restore(scratch, p, len);
     rumor_ef_destroy(&scratch);

@@ -81,7 +81,8 @@ launch_worker_options(struct launch_worker *w, char **pass, size_t npass)
     memcpy(argv + 1, pass, npass * sizeof *pass);
     struct rumor_diag diag = {0};
     void *ctx[2] = {w, out};
-    int rc = cli_node_each_option((int)npass + 1, argv, s_add_option, ctx, &diag);
+    int rc =
+        cli_node_each_option((int)npass + 1, argv, s_add_option, ctx, &diag);
     if (rc == 0)
         rc = cli_node_each_option((int)npass + 1,
                                   argv,

@@ -54,70 +54,75 @@ struct sim_args {
 void
 cli_sim_help(FILE *out)
 {
-    fprintf(out,
-            "usage: rumor sim consensus --topology SPEC|FILE [--algo NAME]\n"
-            "           [--size RxC] [--steps N] [--every K] [--seed S] "
-            "[--json]\n"
-            "           [--codec SPEC] [--gamma G|auto] [--rank R] "
-            "[--iterations I] [--theta T]\n"
-            "           [--period H] [--gossip-rounds K] [--delta-codec "
-            "SPEC]\n"
-            "           [--outer-lr LR] [--outer-momentum MU] [--ef-alpha A]\n"
-            "           [--saef-scope self|neighbourhood[:CODEC]]\n"
-            "           [--edge-bytes PATH] [--gamma-grid]\n"
-            "       rumor sim train --topology SPEC|FILE [the options above]\n"
-            "           [--workload lsq|logreg|mlp] [--hidden W] [--batch B]\n"
-            "           [--dataset SPEC] [--shard iid|dirichlet] "
-            "[--dirichlet-alpha A]\n"
-            "           [--optim sgd|momentum|nesterov] [--lr LR] "
-            "[--momentum MU]\n"
-            "           [--weight-decay WD] [--lsq-features D] "
-            "[--lsq-outputs K]\n"
-            "           [--lsq-samples N] [--lsq-noise S]\n"
-            "           [--adapt fixed|rule|learned] [--comm-share S]\n"
-            "           [--adapt-density D] [--adapt-error E] "
-            "[--adapt-lambda L]\n"
-            "           [--adapt-rank-min R] [--adapt-rank-max R]\n"
-            "           [--link-rate RATE[,RATE...]] [--link-latency-ms MS]\n"
-            "           [--compute-ms MS] [--rate-drop STEP:FACTOR] "
-            "[--adapt-trace PATH]\n"
-            "           powersgd: [--start-powersgd-iter N] "
-            "[--min-compression-rate X]\n"
-            "           [--use-error-feedback B] [--warm-start B] "
-            "[--one-sided B]\n"
-            "           [--orthogonalization-epsilon E] "
-            "[--batch-tensors-with-same-shape B]\n\n"
-            "SPEC is a generator (ring:8, torus:4x4, complete:8, ...) or a\n"
-            "topology file. Algorithms: dpsgd (default; --gamma), allreduce,\n"
-            "allreduce-f64, choco and deepsqueeze (--codec, e.g. "
-            "topk:ratio=0.01 or\n"
-            "qsgd:bits=4; --gamma), moniqua (--theta, --gamma), powergossip\n"
-            "(--rank, --iterations, --gamma), powersgd (--rank), localsgd\n"
-            "(--period, --gossip-rounds, --delta-codec, --outer-lr,\n"
-            "--outer-momentum). --gamma auto (the default) chooses it per\n"
-            "algorithm from the topology and the codec (docs/gossip.md,\n"
-            "\"Defaults\"); the value goes to stderr.\n"
-            "--ef-alpha: localsgd with --delta-codec, step-ahead error\n"
-            "feedback (0 plain EF, 1 SAEF); --saef-scope self|neighbourhood\n"
-            "[:CODEC]: look ahead by the own error or by the W-weighted\n"
-            "average of the neighbours' errors (default; sent compressed).\n"
-            "consensus prints CSV 'step,bits_per_node,rel_error,\n"
-            "rel_error_current_mean' (or JSON lines with the same keys) every\n"
-            "K steps (default 1) and at the last one: mean_i ||x_i - m||^2\n"
-            "relative to step 0, m the starting mean (the reference's) or\n"
-            "the current one. --gamma-grid runs --steps steps at each of the\n"
-            "reference's 20 gammas (1e-4 to 1.308, log-spaced) and prints\n"
-            "'gamma,bits_per_node,rel_error,rel_error_current_mean,best',\n"
-            "best = 1 on the lowest final rel_error.\n"
-            "train prints 'step,bits_per_node,loss,dist_opt' for lsq\n"
-            "(relative RMS distance of the nodes to the optimum) or\n"
-            "'step,bits_per_node,loss,test_accuracy' (of the nodes' average\n"
-            "model) for the classifiers. --edge-bytes writes\n"
-            "'from,to,bytes,messages' per directed edge at the end.\n"
-            "Adaptive compression (choco; powersgd: the rank, fixed|rule;\n"
-            "docs/adaptive.md): --link-rate\n"
-            "models the links (bit/s, k/M/G; edge {i,j} takes rate (i+j) mod\n"
-            "count) and adds a 'seconds' column (modelled wall clock).\n");
+    fprintf(
+        out,
+        "usage: rumor sim consensus --topology SPEC|FILE [--algo NAME]\n"
+        "           [--size RxC] [--steps N] [--every K] [--seed S] "
+        "[--json]\n"
+        "           [--codec SPEC] [--ef SPEC] [--gamma G|auto] [--rank R] "
+        "[--iterations I] [--theta T]\n"
+        "           [--period H] [--gossip-rounds K] [--delta-codec "
+        "SPEC]\n"
+        "           [--outer-lr LR] [--outer-momentum MU] [--ef-alpha A]\n"
+        "           [--saef-scope self|neighbourhood[:CODEC]]\n"
+        "           [--edge-bytes PATH] [--gamma-grid]\n"
+        "       rumor sim train --topology SPEC|FILE [the options above]\n"
+        "           [--workload lsq|logreg|mlp] [--hidden W] [--batch B]\n"
+        "           [--dataset SPEC] [--shard iid|dirichlet] "
+        "[--dirichlet-alpha A]\n"
+        "           [--optim sgd|momentum|nesterov] [--lr LR] "
+        "[--momentum MU]\n"
+        "           [--weight-decay WD] [--lsq-features D] "
+        "[--lsq-outputs K]\n"
+        "           [--lsq-samples N] [--lsq-noise S]\n"
+        "           [--adapt fixed|rule|learned] [--comm-share S]\n"
+        "           [--adapt-density D] [--adapt-error E] "
+        "[--adapt-lambda L]\n"
+        "           [--adapt-rank-min R] [--adapt-rank-max R]\n"
+        "           [--link-rate RATE[,RATE...]] [--link-latency-ms MS]\n"
+        "           [--compute-ms MS] [--rate-drop STEP:FACTOR] "
+        "[--adapt-trace PATH]\n"
+        "           powersgd: [--start-powersgd-iter N] "
+        "[--min-compression-rate X]\n"
+        "           [--use-error-feedback B] [--warm-start B] "
+        "[--one-sided B]\n"
+        "           [--orthogonalization-epsilon E] "
+        "[--batch-tensors-with-same-shape B]\n\n"
+        "SPEC is a generator (ring:8, torus:4x4, complete:8, ...) or a\n"
+        "topology file. Algorithms: dpsgd (default; --gamma), allreduce,\n"
+        "allreduce-f64, choco and deepsqueeze (--codec, e.g. "
+        "topk:ratio=0.01 or\n"
+        "qsgd:bits=4; --gamma), moniqua (--theta, --gamma), powergossip\n"
+        "(--rank, --iterations, --gamma), powersgd (--rank), localsgd\n"
+        "(--period, --gossip-rounds, --delta-codec, --outer-lr,\n"
+        "--outer-momentum). --gamma auto (the default) chooses it per\n"
+        "algorithm from the topology and the codec (docs/gossip.md,\n"
+        "\"Defaults\"); the value goes to stderr.\n"
+        "allreduce --codec SPEC: compressed data-parallel SGD (each node's\n"
+        "gradient as SPEC's message, all-gathered and averaged).\n"
+        "--ef ef|ef-decay:BETA|dgc:MU[,CLIP][,WARMUP]|saef: the error\n"
+        "feedback memory of allreduce --codec and localsgd --delta-codec.\n"
+        "--ef-alpha: localsgd with --delta-codec, step-ahead error\n"
+        "feedback (0 plain EF, 1 SAEF); --saef-scope self|neighbourhood\n"
+        "[:CODEC]: look ahead by the own error or by the W-weighted\n"
+        "average of the neighbours' errors (default; sent compressed).\n"
+        "consensus prints CSV 'step,bits_per_node,rel_error,\n"
+        "rel_error_current_mean' (or JSON lines with the same keys) every\n"
+        "K steps (default 1) and at the last one: mean_i ||x_i - m||^2\n"
+        "relative to step 0, m the starting mean (the reference's) or\n"
+        "the current one. --gamma-grid runs --steps steps at each of the\n"
+        "reference's 20 gammas (1e-4 to 1.308, log-spaced) and prints\n"
+        "'gamma,bits_per_node,rel_error,rel_error_current_mean,best',\n"
+        "best = 1 on the lowest final rel_error.\n"
+        "train prints 'step,bits_per_node,loss,dist_opt' for lsq\n"
+        "(relative RMS distance of the nodes to the optimum) or\n"
+        "'step,bits_per_node,loss,test_accuracy' (of the nodes' average\n"
+        "model) for the classifiers. --edge-bytes writes\n"
+        "'from,to,bytes,messages' per directed edge at the end.\n"
+        "Adaptive compression (choco; powersgd: the rank, fixed|rule;\n"
+        "docs/adaptive.md): --link-rate\n"
+        "models the links (bit/s, k/M/G; edge {i,j} takes rate (i+j) mod\n"
+        "count) and adds a 'seconds' column (modelled wall clock).\n");
 }
 
 static int
@@ -363,8 +368,11 @@ s_parse_args(int argc, char **argv, struct sim_args *a)
             a->topology = val;
         else if (strcmp(opt, "--algo") == 0)
             snprintf(a->gossip.algo, sizeof a->gossip.algo, "%s", val);
-        else if (strcmp(opt, "--codec") == 0)
+        else if (strcmp(opt, "--codec") == 0) {
             snprintf(a->gossip.codec, sizeof a->gossip.codec, "%s", val);
+            a->gossip.compressed = true;
+        } else if (strcmp(opt, "--ef") == 0)
+            snprintf(a->gossip.ef, sizeof a->gossip.ef, "%s", val);
         else if (strcmp(opt, "--gamma") == 0 && strcmp(val, "auto") == 0)
             a->gossip.gamma = RUMOR_GOSSIP_GAMMA_AUTO;
         else if (strcmp(opt, "--gamma") == 0)
@@ -697,6 +705,9 @@ s_train_setup(struct sim_args *a, struct train_run *r, struct rumor_diag *diag)
     if (rc != RUMOR_OK)
         return rc;
     r->n = rumor_topology_nodes(r->topo);
+    rc = node_ef_optim_check(&a->gossip, a->optim.kind, diag);
+    if (rc != RUMOR_OK)
+        return rc;
     /* powersgd and allreduce average gradients, as `rumor node` does */
     struct rumor_node_opts no;
     rumor_node_opts_default(&no);

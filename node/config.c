@@ -42,7 +42,9 @@ typedef enum s_kind {
     S_LOGLEVEL, /* error | warn | info | debug */
     S_RATE,     /* bits per second with an optional k, M or G suffix */
     S_PROGRESS, /* auto | on | off */
-    S_GAMMA     /* auto | a double in [lo, hi] */
+    S_GAMMA,    /* auto | a double in [lo, hi] */
+    S_CODEC     /* as S_STR; a given codec also sets gossip.compressed (the
+                   compressed all-reduce) */
 } s_kind;
 
 struct s_opt {
@@ -80,7 +82,8 @@ static const struct s_opt s_opts[] = {
     {"decay-every", S_U64, F(optim.decay_every), 0, 0, 1e15},
     {"decay-factor", S_DBL, F(optim.decay_factor), 0, 1e-12, 1},
     {"algo", S_STR, F(gossip.algo), A(gossip.algo), 0, 0},
-    {"codec", S_STR, F(gossip.codec), A(gossip.codec), 0, 0},
+    {"codec", S_CODEC, F(gossip.codec), A(gossip.codec), 0, 0},
+    {"ef", S_STR, F(gossip.ef), A(gossip.ef), 0, 0},
     {"gamma", S_GAMMA, F(gossip.gamma), 0, 1e-9, RUMOR_GOSSIP_GAMMA_MAX},
     {"rank", S_SIZE, F(gossip.rank), 0, 1, 4096},
     {"iterations", S_U32, F(gossip.iterations), 0, 1, 1000},
@@ -319,6 +322,9 @@ s_apply(struct rumor_node_opts *o,
     double x = 0;
     rumor_err rc = RUMOR_OK;
     switch (d->kind) {
+    case S_CODEC:
+        o->gossip.compressed = true;
+        /* fall through */
     case S_STR:
         if (strlen(v) >= d->size)
             return s_bad(diag, d->name, v, "a shorter value");
@@ -418,7 +424,7 @@ struct s_applies {
 };
 
 static const struct s_applies s_algo_opts[] = {
-    {"codec", {"choco", "deepsqueeze", NULL, NULL}},
+    {"codec", {"choco", "deepsqueeze", "allreduce", NULL}},
     {"gamma", {"dpsgd", "choco", "powergossip", "deepsqueeze", "moniqua"}},
     {"rank", {"powergossip", "powersgd", NULL, NULL}},
     {"iterations", {"powergossip", "powersgd", NULL, NULL}},
@@ -751,6 +757,10 @@ rumor_node_opts_check(const struct rumor_node_opts *o, struct rumor_diag *diag)
         }
     if (s_psgd_check(o, diag) != RUMOR_OK)
         return RUMOR_EINVAL;
+    if (rumor_gossip_ef_check(&o->gossip, diag) != RUMOR_OK)
+        return RUMOR_EINVAL;
+    if (node_ef_optim_check(&o->gossip, o->optim.kind, diag) != RUMOR_OK)
+        return RUMOR_EINVAL;
     if (s_given(o, "ef-alpha") && o->gossip.delta_codec[0] == '\0') {
         rumor_diag_set(diag, "", 0, 0, "--ef-alpha needs --delta-codec");
         return RUMOR_EINVAL;
@@ -776,6 +786,23 @@ rumor_node_opts_check(const struct rumor_node_opts *o, struct rumor_diag *diag)
         return RUMOR_EINVAL;
     }
     return RUMOR_OK;
+}
+
+rumor_err
+node_ef_optim_check(const struct rumor_gossip_opts *g,
+                    rumor_optim_kind kind,
+                    struct rumor_diag *diag)
+{
+    if (strncmp(g->ef, "dgc", 3) != 0 || kind == RUMOR_OPTIM_SGD)
+        return RUMOR_OK;
+    rumor_diag_set(diag,
+                   "",
+                   0,
+                   0,
+                   "--ef %s carries the momentum (DGC's momentum "
+                   "correction): use --optimizer sgd",
+                   g->ef);
+    return RUMOR_EINVAL;
 }
 
 bool

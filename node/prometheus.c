@@ -332,8 +332,7 @@ s_serve(struct node_prom *p, int fd)
                      body != NULL ? "200 OK"
                      : get        ? "404 Not Found"
                                   : "400 Bad Request",
-                     body != NULL ? "text/plain; version=0.0.4"
-                                  : "text/plain",
+                     body != NULL ? "text/plain; version=0.0.4" : "text/plain",
                      body != NULL ? len : 0);
     s_send_all(fd, head, (size_t)n);
     if (body != NULL)

@@ -58,11 +58,14 @@ s_settings(const struct rumor_node_opts *o, char *text, size_t cap)
     int len =
         snprintf(text,
                  cap,
-                 "algo=%s codec=%s gamma=%g rank=%zu iterations=%u "
+                 "algo=%s codec=%s compressed=%d ef=%s gamma=%g "
+                 "rank=%zu iterations=%u "
                  "period=%u gossip-rounds=%u delta-codec=%s "
                  "outer-lr=%g outer-momentum=%g theta=%g exchange=%s",
                  g->algo,
                  g->codec,
+                 g->compressed,
+                 g->ef[0] != '\0' ? g->ef : "none",
                  g->gamma,
                  g->rank,
                  g->iterations,

@@ -10,6 +10,12 @@
 
 #include <stdio.h>
 
+/* DGC's memory carries the momentum: RUMOR_EINVAL (diag naming
+ * --optimizer) for --ef dgc with a momentum optimizer. */
+rumor_err node_ef_optim_check(const struct rumor_gossip_opts *g,
+                              rumor_optim_kind kind,
+                              struct rumor_diag *diag);
+
 /* --- divergence (diverge.c) --- */
 
 /* True for a non-finite loss or one far above the first step's. */

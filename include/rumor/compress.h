@@ -168,14 +168,17 @@ RUMOR_API RUMOR_NODISCARD rumor_err rumor_huffman_decode(const uint8_t *in,
 /* --- error-feedback memories ------------------------------------------- */
 
 /*
- * Kinds (spec "KIND[:KEY=VALUE,...]"):
+ * Kinds (spec "KIND[:KEY=VALUE,...]"; values without a key fill the
+ * positional ones: "ef-decay:BETA", "dgc:MOMENTUM[,CLIP][,WARMUP]"):
  *   ef        p = g + e; send C(p); e = p - C(p)       (Karimireddy 2019)
  *   ef-decay  v = g + gamma m; q = C(v); m = gamma m + g - q   (CO3)
  *             key gamma (default 0.9)
- *   dgc       clip g to norm clip (0: off); u = mu u + g; v += u;
- *             send the top ratio of v (a warm-up schedule starts from 25 %
- *             density and decays geometrically to ratio over warmup
- *             steps); clear u and v where sent (Lin et al. 2018)
+ *   dgc       clip g to norm clip / sqrt(N) (0: off; N from
+ *             rumor_ef_set_nodes); u = mu u + g; v += u; send the top of v
+ *             (the codec's count; without a codec the memory's own DGC
+ *             sparsifier keeps ratio; a warm-up schedule starts from 25 %
+ *             density and decays geometrically to it over warmup steps);
+ *             clear u and v where selected (Lin et al. 2018)
  *             keys momentum (0.9), ratio (0.001), clip (0), warmup (0),
  *             values (dense codec name for the kept values, fp32)
  *   saef      step-ahead EF pieces (Xu et al. 2021): the caller forms
@@ -196,9 +199,30 @@ RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_new(const char *spec,
 /* Frees *ef_p and sets it to NULL; safe on NULL and twice. */
 RUMOR_API void rumor_ef_destroy(rumor_ef **ef_p);
 
+/* DGC's clip applies to the sum of nodes gradients: each node clips its
+ * own at clip / sqrt(nodes) (Lin et al. 2018, section 3.4). Default 1;
+ * RUMOR_EINVAL for 0. */
+RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_set_nodes(rumor_ef *ef,
+                                                       size_t nodes);
+
+/* Whether encode takes codec: every codec but for dgc, which needs a
+ * selection by count (topk, randk or dgc; with a warm-up only dgc, whose
+ * messages carry any count). */
+RUMOR_API bool rumor_ef_codec_fits(const rumor_ef *ef,
+                                   const rumor_codec *codec);
+
+/* The largest payload rumor_ef_encode writes for n elements through
+ * codec (dgc: whatever its warm-up count). */
+RUMOR_API RUMOR_NODISCARD rumor_err
+rumor_ef_encoded_size(const rumor_ef *ef,
+                      const rumor_codec *codec,
+                      size_t n,
+                      size_t *bytes);
+
 /* One compression step of g[0..n) with the memory's correction, sending
- * through codec (for dgc, codec must be NULL: the memory owns its
- * sparsifier). The payload goes to out as with rumor_codec_encode; sent
+ * through codec (for dgc, NULL selects with the memory's own sparsifier,
+ * or a topk, randk or dgc codec whose count the memory keeps). The
+ * payload goes to out as with rumor_codec_encode; sent
  * (n floats, may be NULL) receives what the receiver will decode. The
  * state is updated only on success. RUMOR_EINVAL (n mismatch, codec
  * missing or given wrongly), RUMOR_ENUMERIC, RUMOR_ETOOBIG, RUMOR_ENOMEM. */

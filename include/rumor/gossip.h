@@ -53,7 +53,19 @@ struct rumor_gossip_opts {
     char algo[RUMOR_GOSSIP_ALGO_BYTES];  /* allreduce allreduce-f64 dpsgd
                                choco powergossip powersgd localsgd
                                deepsqueeze moniqua */
-    char codec[RUMOR_COMPRESS_SPEC_MAX]; /* choco, deepsqueeze: a codec */
+    char codec[RUMOR_COMPRESS_SPEC_MAX]; /* choco, deepsqueeze, and
+                               allreduce with compressed: a codec */
+    bool compressed; /* allreduce: each node's vector goes as codec's
+                        message (with ef), all-gathered and averaged
+                        (compressed data-parallel SGD), not exactly; the
+                        node sets it when --codec is given; choco and
+                        deepsqueeze always compress */
+    /* error feedback memory of the compressing sender (rumor_ef_new's
+     * spec: ef, ef-decay:BETA, dgc:MOMENTUM[,CLIP][,WARMUP], saef) or ""
+     * (none): allreduce with compressed, localsgd with a delta_codec
+     * ("" there: saef); rumor_gossip_ef_check says why other algorithms
+     * refuse it */
+    char ef[RUMOR_COMPRESS_SPEC_MAX];
     double gamma;        /* consensus step size, the reference's diffusion rate
                             (dpsgd, choco, powergossip, deepsqueeze, moniqua),
                             in (0, 2], or RUMOR_GOSSIP_GAMMA_AUTO: chosen by
@@ -113,7 +125,14 @@ struct rumor_gossip_opts {
                                     each (false) */
 };
 
-/* Defaults: algo "dpsgd", codec "qsgd:bits=4", gamma
+/* RUMOR_OK when opts.ef applies to opts.algo (see ef above), else
+ * RUMOR_EINVAL with a diag naming the option and why: an algorithm that
+ * compresses nothing, or one with its own error compensation (CHOCO's
+ * public copies, DeepSqueeze's error, PowerSGD's memory). */
+RUMOR_API rumor_err rumor_gossip_ef_check(const struct rumor_gossip_opts *opts,
+                                          struct rumor_diag *diag);
+
+/* Defaults: algo "dpsgd", codec "qsgd:bits=4", compressed false, ef "", gamma
  * RUMOR_GOSSIP_GAMMA_AUTO, rank 1, iterations 1, period 1, gossip_rounds 0,
  * delta_codec "", outer_lr 1, outer_momentum 0, theta 0.1, seed 1,
  * ef_alpha 0, saef_scope "neighbourhood", start_iter 0,

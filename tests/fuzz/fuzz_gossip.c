@@ -3,7 +3,8 @@
  * from the network: node 1 of a 3-ring (model: a 4x3 matrix and a bias of
  * 2) emits round 0 of a step, then absorbs two messages built from the
  * input as if its neighbours 0 and 2 had sent them. Input: byte 0 picks
- * the algorithm, byte 1 the step (0..3), bytes 2-3 the length of the
+ * the algorithm, byte 1 the step (0..3; bit 0x80: allreduce compressed
+ * with top-k and error feedback), bytes 2-3 the length of the
  * message from node 0 (little-endian, capped by what is left), the rest
  * of the input is that message followed by the message from node 2.
  * Invariant (R8.4): absorb never crashes, and when it fails the model is
@@ -43,6 +44,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     const struct fuzz_algo *a = &s_algos[data[0] % ALGOS];
     uint64_t step = data[1] % 4;
+    bool compressed = (data[1] & 0x80) != 0;
     size_t len_a = (size_t)data[2] | (size_t)data[3] << 8;
     data += 4;
     size -= 4;
@@ -62,6 +64,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (a->codec[0])
         snprintf(opts.codec, sizeof opts.codec, "%s", a->codec);
     snprintf(opts.delta_codec, sizeof opts.delta_codec, "%s", a->delta_codec);
+    if (strcmp(a->algo, "allreduce") == 0 && compressed) {
+        snprintf(opts.codec, sizeof opts.codec, "topk:ratio=0.25");
+        snprintf(opts.ef, sizeof opts.ef, "ef");
+        opts.compressed = true;
+    }
     rumor_gossip *g = NULL;
     if (rumor_gossip_new(&opts, topo, 1, &model, &g, NULL) != RUMOR_OK)
         __builtin_trap();

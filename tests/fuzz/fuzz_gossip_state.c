@@ -2,7 +2,8 @@
  * Fuzz target: rumor_gossip_state_load, the decoder of an algorithm's
  * state (from a checkpoint, one day from a peer). The first byte picks the
  * algorithm (bit 0x40: choco and powersgd with the adaptive "rule"
- * controller), the rest is the state, loaded into node 1 of a 4-node ring
+ * controller; bit 0x80: localsgd with SAEF, allreduce compressed with
+ * DGC's memory), the rest is the state, loaded into node 1 of a 4-node ring
  * with a small two-tensor model. A refused state must leave the instance
  * as it was; an accepted one must save back to bytes that load again and
  * save to the same bytes (a load is exact).
@@ -50,6 +51,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (pick == 4 && (data[0] & 0x80) != 0) /* localsgd with SAEF */
         snprintf(o.delta_codec, sizeof o.delta_codec, "topk:ratio=0.3");
     o.ef_alpha = o.delta_codec[0] != '\0' ? 1.0 : 0.0;
+    if (pick == 6 && (data[0] & 0x80) != 0) { /* compressed, with DGC */
+        snprintf(o.codec, sizeof o.codec, "dgc:ratio=0.3");
+        snprintf(o.ef, sizeof o.ef, "dgc:0.9,1,3");
+        o.compressed = true;
+    }
     o.gamma = 0.5;
     if ((pick == 0 || pick == 3) && (data[0] & 0x40) != 0) /* adaptive */
         snprintf(o.adapt, sizeof o.adapt, "rule");

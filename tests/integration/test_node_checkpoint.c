@@ -588,6 +588,31 @@ test_ring__localsgd_saef_sigterm_then_resume__same_step_bit_identical(
     s_ring_case("localsgd+saef+diloco", common, 13);
 }
 
+/* Compressed data-parallel SGD with DGC: every node's error memory
+ * (momentum u and residual v per tensor, and the warm-up's step count)
+ * travels in the checkpoint. DGC's own sampled-threshold codec, whose
+ * messages carry the warm-up's larger counts. */
+static void
+test_ring__allreduce_dgc_sigterm_then_resume__same_step_bit_identical(
+    void **state)
+{
+    (void)state;
+    const char *common[] = {"--algo",
+                            "allreduce",
+                            "--codec",
+                            "dgc:ratio=0.05",
+                            "--ef",
+                            "dgc:0.9,5,20",
+                            "--optimizer",
+                            "sgd",
+                            "--hidden",
+                            "16",
+                            "--batch",
+                            "16",
+                            NULL};
+    s_ring_case("allreduce+dgc", common, 15);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -603,6 +628,9 @@ main(int argc, char **argv)
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring__powergossip_sigterm_then_resume__same_step_bit_identical,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring__allreduce_dgc_sigterm_then_resume__same_step_bit_identical,
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring__choco_sigterm_then_resume__same_step_bit_identical,

@@ -63,12 +63,12 @@ t_read(const char *path, char *buf, size_t cap)
         fclose(f);
 }
 
-/* Two nodes, node i with its extra options (two words); both must fail
+/* Two nodes, node i with its extra options (two or three words); both must fail
  * at the handshake with `cannot gossip with node J: want`, and exit 2, the
  * status of a configuration that cannot run (the launcher does not
  * restart it). */
 static void
-t_refused_pair(const char *const extra[2][2], const char *want)
+t_refused_pair(const char *const extra[2][3], const char *want)
 {
     struct t_dir d;
     t_dir_new(&d, "2");
@@ -86,6 +86,7 @@ t_refused_pair(const char *const extra[2][2], const char *want)
                               "20",
                               extra[i][0],
                               extra[i][1],
+                              extra[i][2],
                               NULL};
         pid[i] = tnc_start(args, d.out[i]);
     }
@@ -117,7 +118,7 @@ static void
 test_handshake__other_hidden_width__both_name_the_tensor(void **state)
 {
     (void)state;
-    const char *const extra[2][2] = {{"--hidden", "32"}, {"--hidden", "48"}};
+    const char *const extra[2][3] = {{"--hidden", "32"}, {"--hidden", "48"}};
     t_refused_pair(extra,
                    "models differ at tensor 0: node 0 has float32 [32, 64], "
                    "node 1 has float32 [48, 64]");
@@ -127,10 +128,24 @@ static void
 test_handshake__other_algorithm__both_name_the_setting(void **state)
 {
     (void)state;
-    const char *const extra[2][2] = {{"--algo", "choco"}, {"--algo", "dpsgd"}};
+    const char *const extra[2][3] = {{"--algo", "choco"}, {"--algo", "dpsgd"}};
     t_refused_pair(extra,
                    "settings differ: node 0 has algo=choco, node 1 has "
                    "algo=dpsgd");
+}
+
+/* Compressed all-reduce: a node with CO3's decayed memory beside one
+ * with plain error feedback would average gradients of two methods. */
+static void
+test_handshake__error_feedback_differs__both_name_the_setting(void **s)
+{
+    (void)s;
+    const char *const extra[2][3] = {
+        {"--algo=allreduce", "--codec=topk:ratio=0.1", "--ef=ef-decay:0.5"},
+        {"--algo=allreduce", "--codec=topk:ratio=0.1", "--ef=ef"}};
+    t_refused_pair(extra,
+                   "settings differ: node 0 has ef=ef-decay:0.5, node 1 has "
+                   "ef=ef");
 }
 
 /* PowerSGD sums P over the nodes: a node drawing a fresh Q every step
@@ -139,7 +154,7 @@ static void
 test_handshake__powersgd_warm_start_differs__both_name_the_setting(void **s)
 {
     (void)s;
-    const char *const extra[2][2] = {{"--algo=powersgd", "--no-warm-start"},
+    const char *const extra[2][3] = {{"--algo=powersgd", "--no-warm-start"},
                                      {"--algo=powersgd", "--warm-start"}};
     t_refused_pair(extra,
                    "settings differ: node 0 has warm-start=0, node 1 has "
@@ -196,6 +211,8 @@ main(void)
             test_handshake__other_algorithm__both_name_the_setting),
         cmocka_unit_test(
             test_handshake__powersgd_warm_start_differs__both_name_the_setting),
+        cmocka_unit_test(
+            test_handshake__error_feedback_differs__both_name_the_setting),
         cmocka_unit_test(test_launch__clean_run__only_progress_and_result),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

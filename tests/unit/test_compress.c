@@ -2115,6 +2115,101 @@ test_dgc_memory__masking_momentum_clipping_warmup__as_specified(void **state)
     rumor_ef_destroy(&ef);
 }
 
+/* DGC's factor masking clears u and v where a value was selected, even
+ * when the selected value decodes to 0 (here 1e-9, below fp16's
+ * smallest subnormal): masking by approx != 0 would keep u = 1e-9 and
+ * send 1.9e-9 worth of error at the next step. */
+static void
+test_dgc_memory__selected_value_decoding_to_zero__is_masked(void **state)
+{
+    (void)state;
+    rumor_ef *ef = s_ef("dgc:momentum=0.9,ratio=1,values=fp16", 2);
+    float g[2] = {1.0f, 1e-9f}, zero[2] = {0, 0}, sent[2];
+    uint8_t buf[256];
+    size_t len = 0;
+    assert_int_equal(
+        rumor_ef_encode(ef, NULL, g, 2, 0, 0, buf, sizeof buf, &len, sent),
+        RUMOR_OK);
+    assert_true(sent[0] == 1.0f && sent[1] == 0.0f);
+    assert_int_equal(
+        rumor_ef_encode(ef, NULL, zero, 2, 0, 1, buf, sizeof buf, &len, sent),
+        RUMOR_OK);
+    /* u was cleared: v = e = 1e-9 (selected again, decoded to 0 again) */
+    assert_true(rumor_ef_error(ef, NULL)[1] == 1e-9f);
+    rumor_ef_destroy(&ef);
+}
+
+/* Section 3.4: the clip applies to the sum over N nodes, so each clips
+ * at clip N^-1/2: N = 4, clip 1 -> norm 0.5. */
+static void
+test_dgc_memory__clip__scaled_by_inverse_sqrt_nodes(void **state)
+{
+    (void)state;
+    rumor_ef *ef = s_ef("dgc:momentum=0,ratio=1,clip=1", 4);
+    assert_int_equal(rumor_ef_set_nodes(ef, 0), RUMOR_EINVAL);
+    assert_int_equal(rumor_ef_set_nodes(ef, 4), RUMOR_OK);
+    float g[4] = {300, 400, 0, 0}, s4[4];
+    uint8_t buf[256];
+    size_t len = 0;
+    assert_int_equal(
+        rumor_ef_encode(ef, NULL, g, 4, 0, 0, buf, sizeof buf, &len, s4),
+        RUMOR_OK);
+    assert_true(fabsf(s4[0] - 0.3f) < 1e-6f && fabsf(s4[1] - 0.4f) < 1e-6f);
+    rumor_ef_destroy(&ef);
+}
+
+/* "dgc:MOMENTUM[,CLIP][,WARMUP]" and "ef-decay:BETA" are the keyed specs
+ * (the saved state holds every parameter); a dgc memory takes a topk
+ * codec's count and refuses a codec that does not select by count. */
+static void
+test_ef_spec__positional_values_and_dgc_codec(void **state)
+{
+    (void)state;
+    const char *pairs[][2] = {
+        {"dgc:0.5,2,10", "dgc:momentum=0.5,clip=2,warmup=10"},
+        {"dgc:0.5", "dgc:momentum=0.5"},
+        {"dgc:0.5,ratio=0.01", "dgc:momentum=0.5,ratio=0.01"},
+        {"ef-decay:0.7", "ef-decay:gamma=0.7"}};
+    for (size_t i = 0; i < 4; i++) {
+        rumor_ef *a = s_ef(pairs[i][0], 8), *b = s_ef(pairs[i][1], 8);
+        uint8_t sa[256], sb[256];
+        size_t la = 0, lb = 0;
+        assert_int_equal(rumor_ef_save(a, sa, sizeof sa, &la), RUMOR_OK);
+        assert_int_equal(rumor_ef_save(b, sb, sizeof sb, &lb), RUMOR_OK);
+        assert_int_equal(la, lb);
+        assert_memory_equal(sa, sb, la);
+        rumor_ef_destroy(&a);
+        rumor_ef_destroy(&b);
+    }
+    rumor_ef *bad = NULL;
+    struct rumor_diag diag = {0};
+    assert_int_equal(rumor_ef_new("dgc:0.5,1,2,3", 8, &bad, &diag),
+                     RUMOR_EINVAL);
+    assert_int_equal(rumor_ef_new("ef:0.5", 8, &bad, &diag), RUMOR_EINVAL);
+    assert_non_null(strstr(diag.msg, "unknown key '0.5'"));
+    rumor_ef *ef = s_ef("dgc:0", 100);
+    rumor_codec *topk = s_codec("topk:k=3"), *q = s_codec("qsgd:bits=4");
+    assert_false(rumor_ef_codec_fits(ef, q));
+    float g[100], sent[100];
+    for (size_t i = 0; i < 100; i++)
+        g[i] = (float)i;
+    uint8_t buf[2048];
+    size_t len = 0, kept = 0;
+    assert_int_equal(
+        rumor_ef_encode(ef, q, g, 100, 0, 0, buf, sizeof buf, &len, sent),
+        RUMOR_EINVAL);
+    assert_int_equal(
+        rumor_ef_encode(ef, topk, g, 100, 0, 0, buf, sizeof buf, &len, sent),
+        RUMOR_OK);
+    for (size_t i = 0; i < 100; i++)
+        kept += sent[i] != 0;
+    assert_int_equal(kept, 3);
+    assert_true(sent[99] == 99.0f && sent[98] == 98.0f && sent[97] == 97.0f);
+    rumor_codec_destroy(&topk);
+    rumor_codec_destroy(&q);
+    rumor_ef_destroy(&ef);
+}
+
 static void
 test_ef_save_restore__continues_identically_and_rejects_bad_state(void **state)
 {
@@ -2280,6 +2375,10 @@ main(int argc, char **argv)
         cmocka_unit_test(test_ef_decay__one_step__matches_co3_recurrence),
         cmocka_unit_test(
             test_dgc_memory__masking_momentum_clipping_warmup__as_specified),
+        cmocka_unit_test(
+            test_dgc_memory__selected_value_decoding_to_zero__is_masked),
+        cmocka_unit_test(test_dgc_memory__clip__scaled_by_inverse_sqrt_nodes),
+        cmocka_unit_test(test_ef_spec__positional_values_and_dgc_codec),
         cmocka_unit_test(
             test_ef_save_restore__continues_identically_and_rejects_bad_state),
         cmocka_unit_test(test_saef__lookahead_and_error__as_in_xu_et_al),

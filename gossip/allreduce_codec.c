@@ -1,0 +1,305 @@
+/*
+ * Synchronous data-parallel SGD with compressed gradients, the exchange
+ * of the top-k, DGC, QSGD and CO3 papers ("allreduce" with
+ * opts.compressed): every node encodes its vector (the gradient, under
+ * `rumor node`) tensor by tensor with opts.codec, through its error
+ * feedback memory (opts.ef: ef, ef-decay, dgc; none when ""), the
+ * payloads travel the ring in an all-gather (n - 1 rounds, each node
+ * forwarding what it got the round before), and every node decodes all n
+ * of them in node order and writes their mean: the same bits on every
+ * node, so the models that the averaged gradient updates stay identical.
+ *
+ * All-gather rather than a ring all-reduce of the messages: the sum of two
+ * top-k or QSGD messages is not a message of the same codec (supports and
+ * scales differ), and re-encoding partial sums at each hop would compound
+ * the error. The codecs that are linear (fp32, where this is the plain
+ * all-reduce) gain nothing from it here.
+ *
+ * Payload: for each tensor, a little-endian u32 length and the codec's
+ * bytes (gossip/payload.c's format). Per tensor, as DGC and QSGD select
+ * and scale per layer.
+ */
+#include "gossip/gossip_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cdp {
+    struct gossip_packer pack; /* codec, decode scratch */
+    rumor_ef **ef;             /* one memory per tensor; NULL without */
+    uint8_t **payload;         /* node j's payload */
+    size_t *payload_len;
+    size_t payload_cap;
+    double *sum; /* numel */
+    float *x;    /* numel: the vector to encode */
+};
+
+static rumor_err
+s_make_memories(rumor_gossip *g, struct rumor_diag *diag)
+{
+    struct cdp *s = g->state;
+    s->ef = calloc(g->tensor_count, sizeof *s->ef);
+    if (s->ef == NULL)
+        return RUMOR_ENOMEM;
+    for (size_t t = 0; t < g->tensor_count; t++) {
+        size_t n = rumor_tensor_numel(&g->tensors[t]), bytes = 0;
+        rumor_err rc = rumor_ef_new(g->opts.ef, n, &s->ef[t], diag);
+        if (rc == RUMOR_OK && !rumor_ef_codec_fits(s->ef[t], s->pack.codec)) {
+            rumor_diag_set(
+                diag,
+                "",
+                0,
+                0,
+                "allreduce: ef %s selects by count: it needs a topk, randk or "
+                "dgc codec (dgc with a warm-up), not %s",
+                g->opts.ef,
+                g->opts.codec);
+            return RUMOR_EINVAL;
+        }
+        if (rc == RUMOR_OK)
+            rc = rumor_ef_set_nodes(s->ef[t], g->nodes);
+        if (rc == RUMOR_OK)
+            rc = rumor_ef_encoded_size(s->ef[t], s->pack.codec, n, &bytes);
+        if (rc != RUMOR_OK)
+            return rc;
+        s->payload_cap += 4 + bytes;
+    }
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_init(rumor_gossip *g, struct rumor_diag *diag)
+{
+    struct cdp *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return RUMOR_ENOMEM;
+    g->state = s;
+    if (g->nodes < 2) {
+        rumor_diag_set(diag, "", 0, 0, "allreduce: needs 2 or more nodes");
+        return RUMOR_EINVAL;
+    }
+    rumor_err rc = gossip_packer_init(&s->pack, g, g->opts.codec, diag);
+    if (rc == RUMOR_OK && g->opts.ef[0] != '\0')
+        rc = s_make_memories(g, diag);
+    else
+        s->payload_cap = s->pack.cap;
+    if (rc != RUMOR_OK)
+        return rc;
+    s->payload = calloc(g->nodes, sizeof *s->payload);
+    s->payload_len = calloc(g->nodes, sizeof *s->payload_len);
+    s->sum = malloc(g->numel * sizeof *s->sum);
+    s->x = malloc(g->numel * sizeof *s->x);
+    if (!s->payload || !s->payload_len || !s->sum || !s->x)
+        return RUMOR_ENOMEM;
+    for (size_t j = 0; j < g->nodes; j++)
+        if ((s->payload[j] = malloc(s->payload_cap)) == NULL)
+            return RUMOR_ENOMEM;
+    return RUMOR_OK;
+}
+
+static void
+s_free(rumor_gossip *g)
+{
+    struct cdp *s = g->state;
+    if (s == NULL)
+        return;
+    gossip_packer_free(&s->pack);
+    for (size_t t = 0; s->ef != NULL && t < g->tensor_count; t++)
+        rumor_ef_destroy(&s->ef[t]);
+    for (size_t j = 0; s->payload != NULL && j < g->nodes; j++)
+        free(s->payload[j]);
+    free(s->ef);
+    free(s->payload);
+    free(s->payload_len);
+    free(s->sum);
+    free(s->x);
+    free(s);
+    g->state = NULL;
+}
+
+static uint32_t
+s_rounds(const rumor_gossip *g, uint64_t step)
+{
+    (void)step;
+    return (uint32_t)(g->nodes - 1);
+}
+
+/* This node's payload: each tensor through its memory (or the codec). */
+static rumor_err
+s_encode(rumor_gossip *g, uint64_t step)
+{
+    struct cdp *s = g->state;
+    uint8_t *out = s->payload[g->self];
+    size_t at = 0, base = 0;
+    gossip_flat_get(g, 0, g->numel, s->x);
+    for (size_t t = 0; t < g->tensor_count; t++) {
+        size_t n = rumor_tensor_numel(&g->tensors[t]), written = 0;
+        uint64_t seed = rumor_seed_derive(g->opts.seed, g->self, t);
+        uint8_t *dst = out + at + 4;
+        size_t cap = s->payload_cap - at - 4;
+        rumor_err rc = s->ef != NULL ? rumor_ef_encode(s->ef[t],
+                                                       s->pack.codec,
+                                                       s->x + base,
+                                                       n,
+                                                       seed,
+                                                       step,
+                                                       dst,
+                                                       cap,
+                                                       &written,
+                                                       NULL)
+                                     : rumor_codec_encode(s->pack.codec,
+                                                          s->x + base,
+                                                          n,
+                                                          seed,
+                                                          step,
+                                                          dst,
+                                                          cap,
+                                                          &written,
+                                                          NULL);
+        if (rc != RUMOR_OK)
+            return rc;
+        for (int b = 0; b < 4; b++)
+            out[at + (size_t)b] = (uint8_t)(written >> (8 * b));
+        at += 4 + written;
+        base += n;
+    }
+    s->payload_len[g->self] = at;
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
+{
+    struct cdp *s = g->state;
+    rumor_err rc = round == 0 ? s_encode(g, step) : RUMOR_OK;
+    if (rc == RUMOR_OK)
+        rc = gossip_out_reserve(g, 1);
+    if (rc != RUMOR_OK)
+        return rc;
+    size_t n = g->nodes, from = (g->self + n - round % n) % n;
+    g->out[0] = (struct rumor_gossip_msg){(uint32_t)((g->self + 1) % n),
+                                          s->payload[from],
+                                          s->payload_len[from]};
+    return RUMOR_OK;
+}
+
+/* Every payload decoded in node order: the same bits on every node. The
+ * model is written only when all decode. */
+static rumor_err
+s_average(rumor_gossip *g)
+{
+    struct cdp *s = g->state;
+    memset(s->sum, 0, g->numel * sizeof *s->sum);
+    for (size_t j = 0; j < g->nodes; j++) {
+        rumor_err rc = gossip_packer_stage(&s->pack,
+                                           g,
+                                           s->payload[j],
+                                           s->payload_len[j],
+                                           1.0,
+                                           s->sum);
+        if (rc != RUMOR_OK) {
+            rumor_log(RUMOR_LOG_WARN,
+                      "gossip allreduce: node %u: the payload of node %zu "
+                      "does not decode: %s",
+                      g->self,
+                      j,
+                      rumor_strerror(rc));
+            return rc;
+        }
+    }
+    for (size_t e = 0; e < g->numel; e++)
+        s->x[e] = (float)(s->sum[e] / (double)g->nodes);
+    gossip_flat_put(g, 0, g->numel, s->x);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_absorb(rumor_gossip *g,
+         uint64_t step,
+         uint32_t round,
+         const struct rumor_gossip_msg *msgs,
+         size_t count)
+{
+    (void)step;
+    struct cdp *s = g->state;
+    size_t n = g->nodes;
+    uint32_t prev = (uint32_t)((g->self + n - 1) % n);
+    const struct rumor_gossip_msg *slot = NULL;
+    rumor_err rc = gossip_match_peers(g, &prev, 1, msgs, count, &slot);
+    if (rc != RUMOR_OK)
+        return rc;
+    if (slot->len == 0 || slot->len > s->payload_cap) {
+        rumor_log(RUMOR_LOG_WARN,
+                  "gossip allreduce: node %u rejected %zu bytes from %u",
+                  g->self,
+                  slot->len,
+                  prev);
+        return RUMOR_EPROTO;
+    }
+    size_t from = (prev + n - round % n) % n;
+    memcpy(s->payload[from], slot->data, slot->len);
+    s->payload_len[from] = slot->len;
+    return round + 2 == n ? s_average(g) : RUMOR_OK;
+}
+
+/* Between steps: the error memories, each as a u64-length blob
+ * (rumor_ef_save), after a u32 count (0 without opts.ef). */
+static rumor_err
+s_state_save(const rumor_gossip *g, struct rumor_buf *out)
+{
+    const struct cdp *s = g->state;
+    size_t count = s->ef != NULL ? g->tensor_count : 0;
+    rumor_err rc = gossip_write_u32(out, (uint32_t)count);
+    for (size_t t = 0; t < count && rc == RUMOR_OK; t++) {
+        size_t len = rumor_ef_state_size(s->ef[t]), written = 0;
+        rc = gossip_write_u64(out, len);
+        if (rc == RUMOR_OK)
+            rc = rumor_buf_reserve(out, len);
+        if (rc == RUMOR_OK)
+            rc = rumor_ef_save(s->ef[t], out->data + out->len, len, &written);
+        out->len += rc == RUMOR_OK ? written : 0;
+    }
+    return rc;
+}
+
+/* Checks each memory's bytes on a scratch memory of the same spec first,
+ * so a bad state changes nothing. */
+static rumor_err
+s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
+{
+    struct cdp *s = g->state;
+    size_t count = s->ef != NULL ? g->tensor_count : 0;
+    if (gossip_read_u32(r) != count && r->err == RUMOR_OK)
+        gossip_reader_fail(r, RUMOR_EPROTO, "error memories that do not fit");
+    for (size_t t = 0; t < count && r->err == RUMOR_OK; t++) {
+        size_t len = 0;
+        const uint8_t *p = gossip_read_blob(r, &len);
+        rumor_ef *check = NULL;
+        rumor_err rc = r->err;
+        if (rc == RUMOR_OK)
+            rc = rumor_ef_new(g->opts.ef,
+                              rumor_tensor_numel(&g->tensors[t]),
+                              &check,
+                              NULL);
+        if (rc == RUMOR_OK)
+            rc = rumor_ef_restore(apply ? s->ef[t] : check, p, len);
+        rumor_ef_destroy(&check);
+        if (rc != RUMOR_OK)
+            gossip_reader_fail(r, rc, "an error memory that does not fit");
+    }
+    return r->err;
+}
+
+const struct gossip_algo_i gossip_allreduce_codec = {
+    .name = "allreduce",
+    .init = s_init,
+    .free = s_free,
+    .rounds = s_rounds,
+    .emit = s_emit,
+    .expected = gossip_expected_prev,
+    .uses_ring = gossip_always_ring,
+    .absorb = s_absorb,
+    .state_save = s_state_save,
+    .state_load = s_state_load,
+};
