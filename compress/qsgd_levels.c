@@ -126,7 +126,11 @@ compress_qsgd_levels_size(const rumor_codec *c,
  * the vector generator a window at a time (the reference would spend
  * 30x the quantizer's time on them). */
 static void
-s_fill_draws(uint64_t seed, uint64_t counter, size_t first, uint16_t *r, size_t m)
+s_fill_draws(uint64_t seed,
+             uint64_t counter,
+             size_t first,
+             uint16_t *r,
+             size_t m)
 {
     enum { W = 4096 };
     uint8_t hi[W + 16], lo[(W + 16) / 16 + 1];
@@ -245,7 +249,12 @@ compress_qsgd_levels_encode(const rumor_codec *c,
 
 /* y[i] (= or +=) alpha * (+-l scale), unless dry. */
 static void
-s_put_value(float *y, uint32_t l, uint32_t neg, float scale, bool add, float alpha)
+s_put_value(float *y,
+            uint32_t l,
+            uint32_t neg,
+            float scale,
+            bool add,
+            float alpha)
 {
     float q = (float)l * scale;
     q = neg ? -q : q;
@@ -329,16 +338,10 @@ s_levels_pass(const uint8_t *in,
             (float)s;
         if (!isfinite((float)s * scale))
             return RUMOR_ENUMERIC;
-        bool ok = in[3] == COMPRESS_QCODE_ELIAS
-                      ? s_gap_bucket(&rd, s, scale, dry, add, alpha, y + start, m)
-                      : s_fixed_bucket(&rd,
-                                       s,
-                                       scale,
-                                       dry,
-                                       add,
-                                       alpha,
-                                       y + start,
-                                       m);
+        bool ok =
+            in[3] == COMPRESS_QCODE_ELIAS
+                ? s_gap_bucket(&rd, s, scale, dry, add, alpha, y + start, m)
+                : s_fixed_bucket(&rd, s, scale, dry, add, alpha, y + start, m);
         if (!ok)
             return RUMOR_EPROTO;
     }
@@ -375,8 +378,8 @@ compress_qsgd_levels_decode(const uint8_t *in,
             return RUMOR_EPROTO;
     }
     /* Validate first when adding, so y is unchanged on error. */
-    rumor_err rc = add ? s_levels_pass(in, len, true, add, alpha, y, n)
-                       : RUMOR_OK;
+    rumor_err rc =
+        add ? s_levels_pass(in, len, true, add, alpha, y, n) : RUMOR_OK;
     if (rc == RUMOR_OK)
         rc = s_levels_pass(in, len, false, add, alpha, y, n);
     return rc;

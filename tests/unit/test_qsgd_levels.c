@@ -39,9 +39,9 @@ s_encode(const rumor_codec *c,
     assert_int_equal(rumor_codec_encoded_size(c, n, &cap, &exact), RUMOR_OK);
     uint8_t *buf = malloc(cap);
     assert_non_null(buf);
-    assert_int_equal(rumor_codec_encode(c, x, n, 5, counter, buf, cap, len,
-                                        approx),
-                     RUMOR_OK);
+    assert_int_equal(
+        rumor_codec_encode(c, x, n, 5, counter, buf, cap, len, approx),
+        RUMOR_OK);
     assert_true(*len <= cap);
     return buf;
 }
