@@ -131,6 +131,8 @@ s_key_is(const char *key, size_t klen, const char *want)
 /* fp8/fp4 option words, indexed by enum compress_fp_bias / _code. */
 static const char *const s_bias_names[] = {"real", "int", "fit"};
 static const char *const s_code_names[] = {"message", "gennorm"};
+/* qsgd code words, indexed by enum compress_qsgd_code. */
+static const char *const s_qcode_names[] = {"fixed", "gamma", "elias"};
 
 /* Index of value text [v, v + len) in names, -1 when absent. */
 static int
@@ -160,13 +162,21 @@ s_apply_kv(rumor_codec *c,
     case RUMOR_CODEC_QSGD:
         if (s_key_is(key, klen, "bits")) {
             ok = s_parse_uint(val, vlen, 8, &u) && u >= 1;
-            c->bits = (unsigned)u;
+            c->levels = (1u << u) - 1;
+        } else if (s_key_is(key, klen, "levels")) {
+            ok =
+                s_parse_uint(val, vlen, COMPRESS_QSGD_MAX_LEVELS, &u) && u >= 1;
+            c->levels = (uint32_t)u;
+        } else if (s_key_is(key, klen, "code")) {
+            int v = s_pick(val, vlen, s_qcode_names, 3);
+            ok = v >= 0;
+            c->qcode = (enum compress_qsgd_code)(ok ? v : 0);
         } else if (s_key_is(key, klen, "bucket")) {
             ok = s_parse_uint(val, vlen, 1u << 24, &u) && u >= 1;
             c->bucket = u;
         } else if (s_key_is(key, klen, "elias")) {
             ok = s_parse_uint(val, vlen, 1, &u);
-            c->elias = u == 1;
+            c->qcode = u == 1 ? COMPRESS_QCODE_GAMMA : COMPRESS_QCODE_FIXED;
         } else if (s_key_is(key, klen, "biased")) {
             ok = s_parse_uint(val, vlen, 1, &u);
             c->biased = u == 1;
@@ -179,6 +189,10 @@ s_apply_kv(rumor_codec *c,
         if (s_key_is(key, klen, "bucket")) {
             ok = s_parse_uint(val, vlen, 1u << 24, &u) && u >= 1;
             c->bucket = u;
+        } else if (s_key_is(key, klen, "clip") &&
+                   c->id == RUMOR_CODEC_TERNGRAD) {
+            ok = s_parse_double(val, vlen, &d) && d >= 0 && d <= 1e6;
+            c->clip = d;
         } else {
             known = false;
         }
@@ -254,13 +268,40 @@ s_apply_kv(rumor_codec *c,
     return RUMOR_OK;
 }
 
+/* Picks the qsgd payload format: levels 2^b - 1 (b <= 8) without gap
+ * coding keep the vector kernels and the bytes of bits=b (bits = b);
+ * anything else takes the levels format (bits = 0), which has no gamma
+ * code. */
+static rumor_err
+s_qsgd_format(rumor_codec *c, int col, struct rumor_diag *diag)
+{
+    uint32_t s1 = c->levels + 1;
+    bool pow2 = (s1 & (s1 - 1)) == 0 && c->levels <= 255;
+    c->bits = pow2 && c->qcode != COMPRESS_QCODE_ELIAS
+                  ? (unsigned)__builtin_ctz(s1)
+                  : 0;
+    if (c->bits == 0 && c->qcode == COMPRESS_QCODE_GAMMA) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       col,
+                       "qsgd: code=gamma (elias=1) needs levels 2^b - 1 <= "
+                       "255 (got %u): use code=elias or code=fixed",
+                       c->levels);
+        return RUMOR_EINVAL;
+    }
+    return RUMOR_OK;
+}
+
 static void
 s_set_defaults(rumor_codec *c)
 {
     c->bits = 4;
-    c->elias = false;
+    c->levels = 15;
+    c->qcode = COMPRESS_QCODE_FIXED;
     c->biased = false;
     c->bucket = 512;
+    c->clip = 0;
     c->ratio = c->id == RUMOR_CODEC_DGC ? 0.001 : 0.01;
     c->k = 0;
     c->threshold = 0;
@@ -276,18 +317,37 @@ s_format_spec(rumor_codec *c)
     char own[RUMOR_COMPRESS_SPEC_MAX];
     switch (c->id) {
     case RUMOR_CODEC_QSGD:
-        snprintf(own,
-                 sizeof own,
-                 "%s:bits=%u,bucket=%zu,elias=%d,biased=%d",
-                 name,
-                 c->bits,
-                 c->bucket,
-                 c->elias ? 1 : 0,
-                 c->biased ? 1 : 0);
+        if (c->bits > 0) /* the spec of every codec before levels= */
+            snprintf(own,
+                     sizeof own,
+                     "%s:bits=%u,bucket=%zu,elias=%d,biased=%d",
+                     name,
+                     c->bits,
+                     c->bucket,
+                     c->qcode == COMPRESS_QCODE_GAMMA,
+                     c->biased ? 1 : 0);
+        else
+            snprintf(own,
+                     sizeof own,
+                     "%s:levels=%u,bucket=%zu,code=%s,biased=%d",
+                     name,
+                     c->levels,
+                     c->bucket,
+                     s_qcode_names[c->qcode],
+                     c->biased ? 1 : 0);
         break;
     case RUMOR_CODEC_TERNGRAD:
     case RUMOR_CODEC_SIGN:
-        snprintf(own, sizeof own, "%s:bucket=%zu", name, c->bucket);
+        /* clip only when on: the spec of every earlier codec is kept. */
+        if (c->clip > 0)
+            snprintf(own,
+                     sizeof own,
+                     "%s:bucket=%zu,clip=%.9g",
+                     name,
+                     c->bucket,
+                     c->clip);
+        else
+            snprintf(own, sizeof own, "%s:bucket=%zu", name, c->bucket);
         break;
     case RUMOR_CODEC_TOPK:
     case RUMOR_CODEC_RANDK:
@@ -391,6 +451,8 @@ s_parse_part(const char *p,
             q = stop + 1;
         }
     }
+    if (c->id == RUMOR_CODEC_QSGD)
+        rc = s_qsgd_format(c, col0, diag);
 done:
     if (rc != RUMOR_OK) {
         free(c);

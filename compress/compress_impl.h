@@ -54,13 +54,27 @@ enum compress_fp_bias {
  * model of the layer (CO3 section IV-A). */
 enum compress_fp_code { COMPRESS_CODE_MESSAGE, COMPRESS_CODE_GENNORM };
 
+/* qsgd level coding, the payload's p1: fixed width, Elias-gamma levels
+ * (elias=1), or the paper's Elias-omega gaps between non-zeros. */
+enum compress_qsgd_code {
+    COMPRESS_QCODE_FIXED,
+    COMPRESS_QCODE_GAMMA,
+    COMPRESS_QCODE_ELIAS
+};
+
+/* Most qsgd levels s (omega codes of levels stay below 2^25). */
+#define COMPRESS_QSGD_MAX_LEVELS (1u << 24)
+
 struct rumor_codec {
     const struct compress_ops *ops;
     rumor_codec_id id;
-    unsigned bits;   /* qsgd: level bits (levels 0..2^bits-1) */
-    bool elias;      /* qsgd: Elias-gamma coded levels */
+    unsigned bits;   /* qsgd: level bits (levels 0..2^bits-1); 0: the levels
+                        format of qsgd_levels.c */
+    uint32_t levels; /* qsgd: s, levels 0..s */
+    enum compress_qsgd_code qcode; /* qsgd: how levels are coded */
     bool biased;     /* qsgd: decoded values scaled by 1/tau (ChocoSGD) */
     size_t bucket;   /* qsgd, terngrad, sign: values per bucket */
+    double clip;     /* terngrad: clip to +-clip sigma first (0: off) */
     double ratio;    /* topk, randk, dgc: kept fraction of n */
     size_t k;        /* topk, randk: fixed count when > 0 (overrides) */
     float threshold; /* threshold: keep |v| >= threshold */
@@ -176,6 +190,35 @@ extern const struct compress_ops compress_natural_ops;
 extern const struct compress_ops compress_fp8_ops;
 extern const struct compress_ops compress_huffman_ops;
 extern const struct compress_ops compress_sparse_ops;
+
+/* --- qsgd with any levels (qsgd_levels.c) -------------------------------- */
+
+/* Bits of the Elias omega code of k >= 1. */
+unsigned compress_omega_len(uint32_t k);
+
+/* The levels format (p0 = 0, p1 = fixed or elias, p2 = bucket): nb
+ * float32 norms, uint32 s, then the bit stream (docs/protocol.md). Used
+ * for codecs with bits == 0. */
+void compress_qsgd_levels_size(const rumor_codec *c,
+                               size_t n,
+                               size_t *bytes,
+                               bool *exact);
+rumor_err compress_qsgd_levels_encode(const rumor_codec *c,
+                                      const float *x,
+                                      size_t n,
+                                      uint64_t seed,
+                                      uint64_t counter,
+                                      uint8_t *out,
+                                      size_t cap,
+                                      size_t *written,
+                                      float *approx);
+/* The header was checked for id and n; p0 == 0. */
+rumor_err compress_qsgd_levels_decode(const uint8_t *in,
+                                      size_t len,
+                                      bool add,
+                                      float alpha,
+                                      float *y,
+                                      size_t n);
 
 /* --- GenNorm model (gennorm.c) ------------------------------------------ */
 

@@ -6,8 +6,10 @@
  * and per value the sign and a level l in 0..s (s = 2^bits - 1) drawn by
  * stochastic rounding of |v| s / ||v||, so E[l] ||v|| / s = |v| (unbiased).
  * Levels are packed at bits+1 bits (sign above the level) or, with
- * elias=1, Elias-gamma coded (l + 1) followed by a sign bit when l > 0
- * (the "Elias coding" of the paper's section 3.2: small levels dominate).
+ * elias=1 (code=gamma), Elias-gamma coded (l + 1) followed by a sign bit
+ * when l > 0 (small levels dominate; the paper's own Elias code of the gaps
+ * between non-zeros, and any s, are code=elias and levels= in
+ * qsgd_levels.c).
  * TernGrad (Wen et al. 2017): the same rounding with s = 1 and the bucket's
  * max |v| as scale, 2 bits per value (00 zero, 01 +1, 11 -1; a sign bit
  * with level 0 is rejected as non-canonical, in QSGD too).
@@ -40,6 +42,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdlib.h>
 
 #define S_CHUNK 4096
 
@@ -166,7 +169,11 @@ s_qsgd_size(const rumor_codec *c, size_t n, size_t *bytes, bool *exact)
     size_t nb = compress_buckets(n, c->bucket);
     size_t bits_per = s_qsgd_width(c);
     *exact = true;
-    if (c->id == RUMOR_CODEC_QSGD && c->elias) {
+    if (c->id == RUMOR_CODEC_QSGD && c->bits == 0) {
+        compress_qsgd_levels_size(c, n, bytes, exact);
+        return;
+    }
+    if (c->id == RUMOR_CODEC_QSGD && c->qcode == COMPRESS_QCODE_GAMMA) {
         bits_per = 2 * c->bits + 2; /* gamma(l+1) <= 2 bits + 1, sign */
         *exact = false;
     }
@@ -291,7 +298,7 @@ s_qsgd_encode(const rumor_codec *c,
               float *approx)
 {
     bool tern = c->id == RUMOR_CODEC_TERNGRAD;
-    bool elias = c->elias && !tern;
+    bool elias = c->qcode == COMPRESS_QCODE_GAMMA && !tern;
     uint32_t s = tern ? 1u : (1u << c->bits) - 1;
     unsigned b = tern ? 1 : c->bits;
     unsigned w = b + 1;
@@ -623,6 +630,8 @@ s_qsgd_decode(const rumor_codec *c,
               size_t n)
 {
     bool tern = c->id == RUMOR_CODEC_TERNGRAD;
+    if (!tern && in[2] == 0)
+        return compress_qsgd_levels_decode(in, len, add, alpha, y, n);
     uint32_t bucket = compress_get_u32(in + 8);
     if (!s_check_bucket(bucket) || in[3] > (tern ? 0 : 1) ||
         (tern ? in[2] != 0 : (in[2] < 1 || in[2] > 8)))
@@ -678,7 +687,7 @@ s_qsgd_rescale(const rumor_codec *c,
                size_t n,
                float *approx)
 {
-    double s = (double)((1u << c->bits) - 1);
+    double s = (double)c->levels;
     size_t nb = compress_buckets(n, c->bucket);
     for (size_t k = 0; k < nb; k++) {
         size_t start = k * c->bucket;
@@ -704,7 +713,17 @@ s_qsgd_encode_scaled(const rumor_codec *c,
                      float *approx)
 {
     rumor_err rc =
-        s_qsgd_encode(c, x, n, seed, counter, out, cap, written, approx);
+        c->bits == 0
+            ? compress_qsgd_levels_encode(c,
+                                          x,
+                                          n,
+                                          seed,
+                                          counter,
+                                          out,
+                                          cap,
+                                          written,
+                                          approx)
+            : s_qsgd_encode(c, x, n, seed, counter, out, cap, written, approx);
     if (rc != RUMOR_OK || !c->biased)
         return rc;
     return s_qsgd_rescale(c, out, *written, n, approx);
@@ -714,8 +733,48 @@ const struct compress_ops compress_qsgd_ops = {s_qsgd_size,
                                                s_qsgd_encode_scaled,
                                                true,
                                                s_qsgd_decode};
+/* TernGrad's gradient clipping (Wen et al. 2017, section 3.3; the
+ * reference's clip_gradients_by_stddev): every value clipped to [-c sigma,
+ * c sigma], sigma the population standard deviation about the mean of the
+ * whole vector (the layer), before the per-bucket ternarization. The
+ * decoder is unchanged: the payload is a TernGrad payload of the clipped
+ * vector, unbiased for it (not for x: clipping is the bias the paper
+ * trades for a smaller scaler). */
+static rumor_err
+s_terngrad_encode(const rumor_codec *c,
+                  const float *x,
+                  size_t n,
+                  uint64_t seed,
+                  uint64_t counter,
+                  uint8_t *out,
+                  size_t cap,
+                  size_t *written,
+                  float *approx)
+{
+    if (c->clip == 0 || n == 0)
+        return s_qsgd_encode(c, x, n, seed, counter, out, cap, written, approx);
+    double sum = 0, dev = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += x[i];
+    if (!isfinite(sum)) /* finite floats cannot overflow a double sum */
+        return RUMOR_ENUMERIC;
+    double mean = sum / (double)n;
+    for (size_t i = 0; i < n; i++)
+        dev += ((double)x[i] - mean) * ((double)x[i] - mean);
+    float t = (float)(c->clip * sqrt(dev / (double)n));
+    float *v = malloc(n * sizeof *v);
+    if (v == NULL)
+        return RUMOR_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        v[i] = fminf(fmaxf(x[i], -t), t);
+    rumor_err rc =
+        s_qsgd_encode(c, v, n, seed, counter, out, cap, written, approx);
+    free(v);
+    return rc;
+}
+
 const struct compress_ops compress_terngrad_ops = {s_qsgd_size,
-                                                   s_qsgd_encode,
+                                                   s_terngrad_encode,
                                                    true,
                                                    s_qsgd_decode};
 
