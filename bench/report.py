@@ -518,7 +518,12 @@ def section_e2e(data):
         return ("## End-to-end tier\n\nFailed: %s\n\nCommand: `%s`\n" %
                 (e["error"], e["command"]))
     hidden = e["hidden"]
-    out = ["## End-to-end tier: Rumor against PyTorch DDP over shaped links",
+    out = ["## End-to-end tier: `rumor node`'s C MLP against a PyTorch MLP "
+           "under DDP, over shaped links",
+           "",
+           "Two different training programs (Rumor's C workload, PyTorch's "
+           "loop): compute differs between the contenders. The same-loop "
+           "comparison below runs one PyTorch script for all.",
            "",
            "Command: `%s` (%.0f s). The same script is issue 9's "
            "side-by-side (`bench/torch_compare.py --help`)." % (
@@ -604,6 +609,62 @@ def section_e2e(data):
     return "\n".join(out)
 
 
+def section_torch(data):
+    t = data.get("torch")
+    title = "## Same loop: PyTorch DDP against rumor.torch over shaped links"
+    if t is None:
+        return title + "\n\nNot run yet (`bench/run_bench.py --only torch`).\n"
+    if "skipped" in t or "error" in t:
+        return "%s\n\n%s: %s\n\nCommand: `%s`\n" % (
+            title, "Not measured" if "skipped" in t else "Failed",
+            t.get("skipped", t.get("error")), t["command"])
+    a = t["args"]
+    out = [title, "",
+           "Command: `%s` (%.0f s; the script's docstring has the method). "
+           "One training script for every contender (`bench/torch_e2e.py "
+           "--worker`): the CNN of `examples/fashion_mnist_cnn.py` on "
+           "Fashion-MNIST, the same shards, minibatch indices, initial "
+           "model and `torch.optim.SGD` (lr %s, momentum %s; 0 for DGC, "
+           "whose memory carries it), batch %d per node, %d nodes in network "
+           "namespaces on one bridge, every veth shaped both ways by tc "
+           "tbf. Only the line that makes the model distributed differs: "
+           "DDP (gloo) with no hook, the fp16 hook or the PowerSGD hook, "
+           "or `rumor.torch.GossipModel(model, algo=...)`. Held-out "
+           "accuracy on the first %d test images every %d steps (not "
+           "timed), mean over nodes; bytes from the veth counters. Target "
+           "%.2f; \"x DDP fp32\" is DDP fp32's time to the target over the "
+           "contender's." % (t["command"], t.get("wall_seconds", 0),
+                             a["lr"], a["momentum"], a["batch"], a["nodes"],
+                             a["test_images"], a["eval_every"], a["target"]),
+           "", "```", t["stdout"].strip(), "```", ""]
+    for png in t.get("plots", []):
+        name = png.split("/")[-1]
+        out.append("![%s](%s)" % (name, name))
+    out.append("")
+    return "\n".join(out)
+
+
+QSGD_LEVELS = """### qsgd levels and the paper's Elias code: bits per value
+
+`./build/bin/rumor bench compress --n 1048576 --reps 3 qsgd:levels=1
+qsgd:levels=1,code=elias ... qsgd:levels=16,code=elias` (and the same
+with `bucket=1048576`), 2^20 Gaussian values, 2026-11-25, this 2-core host
+while a clang build ran (speeds indicative only; the bits are exact):
+
+| s | plain (fixed width), bucket 512 | Elias gaps, bucket 512 | plain, one bucket | Elias gaps, one bucket |
+|---|---|---|---|---|
+| 1 | 2.063 | 0.471 | 2.000 | 0.015 |
+| 2 | 3.063 | 0.731 | 3.000 | 0.028 |
+| 4 | 4.063 | 1.111 | 4.000 | 0.052 |
+| 16 | 6.063 | 2.386 | 6.000 | 0.168 |
+
+Encode 0.2-2.8 GB/s, decode 0.4-42 GB/s for the levels format (plain C,
+one value at a time; the gap decoder skips runs of zeros with memset),
+against 11 GB/s encode for `qsgd:levels=1` (= `bits=1`, the vector
+kernels). Details: docs/internals/compress.md.
+"""
+
+
 GPU = """## GPU
 
 No GPU was lent to the session that generated this report (the `device`
@@ -636,12 +697,14 @@ def render(data):
         HOW_TO_READ,
         section_core(data),
         section_compress(data),
+        QSGD_LEVELS,
         section_compress_ef(data),
         section_lowrank(data),
         section_net(data),
         section_gossip(data),
         section_scaling(data),
         section_e2e(data),
+        section_torch(data),
         GPU,
     ]
     return "\n".join(parts)

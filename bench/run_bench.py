@@ -12,7 +12,8 @@ docs/benchmarks.md, docs/benchmarks.json and docs/bench-e2e-*.png.
 
 Usage (from the repository root, as root for the end-to-end tier):
   /usr/bin/python3 bench/run_bench.py [--rumor build/bin/rumor] [--quick]
-      [--only core,compress,lowrank,net,gossip,scaling,e2e] [--out docs]
+      [--only core,compress,lowrank,net,gossip,scaling,e2e,torch]
+      [--out docs]
 --only measures the parts named and keeps the others' figures from the
 existing docs/benchmarks.json; the report lists what was measured again.
 """
@@ -445,6 +446,46 @@ def e2e(quick, out_dir, rumor):
     return rep
 
 
+# ---------------------------------------------------------------- same loop
+
+
+def torch_loop(quick, out_dir):
+    """bench/torch_e2e.py: one PyTorch loop, DDP against rumor.torch."""
+    path = os.path.join(REPO, "build", "bench-torch", "torch_e2e.json")
+    cmd = [sys.executable, os.path.join("bench", "torch_e2e.py"), "--json",
+           path]
+    if quick:
+        cmd += ["--nodes", "4", "--rates", "100M", "--steps", "100",
+                "--cap", "60"]
+    else:
+        cmd += ["--nodes", "4", "--rates", "10M,100M,1G", "--steps", "400",
+                "--cap", "240"]
+    log("same loop: " + " ".join(cmd[1:]))
+    t0 = time.time()
+    p = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    print(p.stdout, flush=True)
+    command = ("/usr/bin/python3 " + " ".join(cmd[1:])).replace(REPO + "/",
+                                                                "")
+    if p.returncode == 3:
+        return {"skipped": p.stdout.strip().splitlines()[-1],
+                "command": command}
+    if p.returncode != 0:
+        return {"error": "torch_e2e.py exited %d" % p.returncode,
+                "command": command}
+    with open(path) as f:
+        rep = json.load(f)
+    rep.update(wall_seconds=time.time() - t0, stdout=p.stdout,
+               command=command, plots=[])
+    for rate in rep["results"]:
+        png = os.path.join(REPO, "build", "bench-torch",
+                           "bench-torch-%s-seconds.png" % rate)
+        if os.path.exists(png):
+            dst = os.path.join(out_dir, os.path.basename(png))
+            shutil.copyfile(png, dst)
+            rep["plots"].append(os.path.relpath(dst, REPO))
+    return rep
+
+
 # -------------------------------------------------------------------- report
 # Lives in bench/report.py so the Markdown can be regenerated from the JSON.
 
@@ -512,6 +553,8 @@ def main():
         data["scaling"] = {"nodes_proc": process_scaling(rumor, a.quick)}
     if want("e2e"):
         data["e2e"] = e2e(a.quick, a.out, rumor)
+    if want("torch"):
+        data["torch"] = torch_loop(a.quick, a.out)
     if "reruns" in data and only:
         data["reruns"][-1]["machine"]["load_end"] = os.getloadavg()
         data["reruns"][-1]["wall_seconds"] = time.time() - t_start
