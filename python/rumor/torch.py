@@ -74,7 +74,7 @@ class GossipModel(torch.nn.Module):
         for name, b in self.module.named_buffers():
             (floats if b.is_floating_point() else ints).append((name, b))
         if ints:
-            log.info("rumor.torch: integer buffers stay local to each "
+            log.warning("rumor.torch: integer buffers stay local to each "
                      "node: %s", ", ".join(n for n, _ in ints))
         if mode == "local" or self.gradient_exchange:
             return []

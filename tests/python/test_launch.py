@@ -151,6 +151,35 @@ def test_cifar10_example__not_cifar__says_what_is_wrong(tmp_path):
     assert "not whole records of 3073 bytes" in p.stderr
 
 
+@pytest.mark.parametrize("buffers", ["average", "local"])
+def test_gossip_model_workers__batchnorm_buffers__as_documented(tmp_path,
+                                                                buffers):
+    """rumor.torch.GossipModel in real processes: averaged running
+    statistics agree across nodes, local ones keep each node's data shift;
+    num_batches_tracked stays local either way."""
+    worker = os.path.join(ROOT, "tests", "data", "launch", "bn_worker.py")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    if env.get("RUMOR_LIB"):
+        env["RUMOR_LIB"] = os.path.abspath(env["RUMOR_LIB"])
+    p = subprocess.run([RUMOR_BIN, "launch", "--nodes", "3", "--",
+                        sys.executable, worker, buffers, "60"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    results = [json.loads(line.split("] RESULT ", 1)[1])
+               for line in p.stdout.splitlines() if "] RESULT " in line]
+    assert len(results) == 3
+    means = np.array([r["mean"] for r in results])
+    spread = (means.max(0) - means.min(0)).max()
+    if buffers == "average":
+        assert spread < 0.3, spread
+    else:
+        assert spread > 1.0, spread
+    assert all(r["tracked"] == 60 for r in results)
+    assert "integer buffers stay local to each node: 1.num_batches_tracked" \
+        in p.stdout
+
+
 def test_launch_workers__nothing_after_dashes__refused(tmp_path):
     p = subprocess.run([RUMOR_BIN, "launch", "--nodes", "2", "--"],
                        cwd=tmp_path, capture_output=True, text=True)

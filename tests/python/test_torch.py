@@ -144,7 +144,7 @@ def train_batchnorm(topo, keys, i, buffers):
 def test_gossip_model__batchnorm__buffers_as_documented(ring, buffers,
                                                         caplog):
     topo, keys = ring
-    with caplog.at_level(logging.INFO, logger="rumor"):
+    with caplog.at_level(logging.WARNING, logger="rumor"):
         got = run_nodes([lambda i=i: train_batchnorm(topo, keys, i, buffers)
                          for i in range(NODES)])
     means = torch.stack([m for m, _ in got])
