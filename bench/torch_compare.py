@@ -478,14 +478,22 @@ def run_ddp(a, net, label, hook, work):
     for log in logs:
         log.close()
     final = [net.tx_bytes(i) - base[i] for i in range(net.nodes)]
-    per_rank = []
-    for i in range(net.nodes):
-        path = os.path.join(work, "rank-%d.jsonl" % i)
-        per_rank.append([json.loads(l) for l in open(path)]
-                        if os.path.exists(path) else [])
+    result = lockstep_result(
+        [os.path.join(work, "rank-%d.jsonl" % i) for i in range(net.nodes)],
+        sampler, base, final, codes)
+    result["payload_bytes_per_node"] = None
+    return result
+
+
+def lockstep_result(paths, sampler, base, final, codes):
+    """The result of workers that log their evaluations at the same steps
+    (JSON lines with step, time, seconds, accuracy): the mean curve over
+    nodes, bytes from the veth samples."""
+    per = [[json.loads(line) for line in open(p)] if os.path.exists(p)
+           else [] for p in paths]
     curve = []
-    for k in range(min(len(r) for r in per_rank)):
-        v = [r[k] for r in per_rank]
+    for k in range(min(len(r) for r in per)):
+        v = [r[k] for r in per]
         curve.append({
             "step": v[0]["step"],
             "seconds": sum(d["seconds"] for d in v) / len(v),
@@ -495,7 +503,6 @@ def run_ddp(a, net, label, hook, work):
     return {"codes": codes, "curve": curve,
             "steps": curve[-1]["step"] if curve else 0,
             "bytes_per_node": sum(final) / len(final),
-            "payload_bytes_per_node": None,
             "seconds": curve[-1]["seconds"] if curve else 0}
 
 

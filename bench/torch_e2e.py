@@ -210,28 +210,9 @@ def _start(a, net, work, label, mode, arg, momentum):
     for log in logs:
         log.close()
     final = [net.tx_bytes(i) - base[i] for i in range(net.nodes)]
-    return _result(net, work, sampler, base, final, codes)
-
-
-def _result(net, work, sampler, base, final, codes):
-    per = []
-    for i in range(net.nodes):
-        path = os.path.join(work, "node-%d.jsonl" % i)
-        per.append([json.loads(line) for line in open(path)]
-                   if os.path.exists(path) else [])
-    curve = []
-    for k in range(min(len(r) for r in per)):
-        v = [r[k] for r in per]
-        curve.append({
-            "step": v[0]["step"],
-            "seconds": sum(d["seconds"] for d in v) / len(v),
-            "bytes": sum(sampler.at(i, d["time"]) - base[i]
-                         for i, d in enumerate(v)) / len(v),
-            "accuracy": sum(d["accuracy"] for d in v) / len(v)})
-    return {"codes": codes, "curve": curve,
-            "steps": curve[-1]["step"] if curve else 0,
-            "bytes_per_node": sum(final) / len(final),
-            "seconds": curve[-1]["seconds"] if curve else 0}
+    return tc.lockstep_result(
+        [os.path.join(work, "node-%d.jsonl" % i) for i in range(net.nodes)],
+        sampler, base, final, codes)
 
 
 def _table(rate, results, a):
