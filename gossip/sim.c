@@ -30,8 +30,9 @@ uint64_t
 rumor_gossip_wire_bytes(size_t len)
 {
     uint64_t chunks =
-        len == 0 ? 1 : (len + RUMOR_NET_CHUNK_MAX - 1) / RUMOR_NET_CHUNK_MAX;
-    return (uint64_t)len + chunks * RUMOR_NET_HEADER_BYTES;
+        len == 0 ? 1
+                 : (len + RUMOR_FRAME_CHUNK_MAX - 1) / RUMOR_FRAME_CHUNK_MAX;
+    return (uint64_t)len + chunks * RUMOR_FRAME_HEADER_BYTES;
 }
 
 rumor_err

@@ -16,13 +16,15 @@
  * step early, logged with the peer's liveness, and the run returns an
  * error in bounded time.
  *
- * The driver is written here rather than calling rumor_gossip_net_step,
- * because the metrics need what that call hides: the time spent encoding
- * and decoding (emit, absorb) apart from the time spent waiting for
- * neighbours, and the exact wire bytes of the gossip messages this node
- * sent and received (rumor_gossip_wire_bytes), which the tests compare
- * with the simulator's count and with the transport's own counters. The
- * plain round's structure is the one of gossip/netdrive.c.
+ * This is the only code that turns an algorithm's rounds into messages
+ * and back: `rumor node`, the peer API (Python) and the simulator-vs-
+ * network tests (tests/integration/test_gossip_net.c, test_saef_net.c)
+ * all run it, and gossip/ knows nothing of the network. It also keeps
+ * what the metrics need: the time spent encoding and decoding (emit,
+ * absorb) apart from the time spent waiting for neighbours, and the exact
+ * wire bytes of the gossip messages this node sent and received
+ * (rumor_gossip_wire_bytes), which the tests compare with the simulator's
+ * count and with the transport's own counters.
  */
 #include "node/runtime_node.h"
 

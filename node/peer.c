@@ -71,7 +71,7 @@ struct rumor_peer {
     uint32_t id;       /* this node */
     uint32_t connect_ms;
     double t_copy;
-    struct rumor_gossip_opts gossip; /* for the divergence error */
+    struct rumor_gossip_opts gossip; /* the divergence error, the look-ahead */
 };
 
 /* --- conversions ------------------------------------------------------- */
@@ -503,6 +503,35 @@ rumor_err
 rumor_peer_gossip(rumor_peer *peer, struct rumor_diag *diag)
 {
     return s_step(peer, NULL, diag);
+}
+
+rumor_err
+rumor_peer_step_ahead(rumor_peer *peer, struct rumor_diag *diag)
+{
+    if (!rumor_peer_looks_ahead(peer))
+        return RUMOR_OK;
+    rumor_err rc = s_stage_all(peer, true);
+    if (rc == RUMOR_OK)
+        rc = rumor_gossip_step_ahead(node_gossip(peer->node));
+    if (rc == RUMOR_OK)
+        rc = s_stage_all(peer, false);
+    if (rc != RUMOR_OK)
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "step %llu: step ahead: %s",
+                       (unsigned long long)peer->step + 1,
+                       rumor_strerror(rc));
+    return rc;
+}
+
+bool
+rumor_peer_looks_ahead(const rumor_peer *peer)
+{
+    const struct rumor_gossip_opts *g = &peer->gossip;
+    return strcmp(g->algo, "localsgd") == 0 && g->delta_codec[0] != '\0' &&
+           g->ef_alpha > 0;
 }
 
 rumor_err

@@ -63,6 +63,14 @@ RUMOR_API const char *rumor_errname(rumor_err err);
 
 #define RUMOR_DIAG_TEXT_BYTES 256
 
+/* The transport's framing (net/, docs/protocol.md): every chunk of at most
+ * RUMOR_FRAME_CHUNK_MAX payload bytes travels behind one header of
+ * RUMOR_FRAME_HEADER_BYTES. Here, below both, so that the simulator
+ * (gossip/) counts the bytes net/ puts on the wire without depending on
+ * it. */
+#define RUMOR_FRAME_HEADER_BYTES 64
+#define RUMOR_FRAME_CHUNK_MAX    (1u << 20)
+
 struct rumor_diag {
     char file[RUMOR_DIAG_TEXT_BYTES]; /* source name, "" when not a file */
     int line;                         /* 1-based, 0 when not applicable */

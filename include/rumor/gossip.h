@@ -23,7 +23,6 @@
 #include "rumor/compress.h"
 #include "rumor/core.h"
 #include "rumor/lowrank.h"
-#include "rumor/net.h"
 #include "rumor/topology.h"
 
 #define RUMOR_GOSSIP_MAX_DIMS    8
@@ -415,27 +414,13 @@ struct rumor_gossip_screen_stats {
 RUMOR_API void rumor_gossip_screen_stats(const rumor_gossip *g,
                                          struct rumor_gossip_screen_stats *out);
 
-/* --- over the network ------------------------------------------------- */
-
-/* Runs every round of one gossip step over a started transport (borrowed;
- * it must link every peer the algorithm sends to: the step's neighbours,
- * and node self + 1 when rumor_gossip_uses_ring). Each round sends, then
- * waits for the expected senders until deadline_ns (rumor_clock_ns time).
- * A sender that misses the deadline yields RUMOR_ETIMEDOUT from the
- * algorithm, with the model unchanged; transport errors come back as
- * they are. */
-RUMOR_API rumor_err rumor_gossip_net_step(rumor_gossip *g,
-                                          rumor_net *net,
-                                          uint64_t step,
-                                          uint64_t deadline_ns);
-
 /* --- in-process simulator ---------------------------------------------- */
 
 /* Runs one instance per node of a topology in one process, round by
  * round: every node emits (in node order), the messages are routed, every
  * node absorbs (in node order). Deterministic: the same inputs give the
  * same bits. Bytes are counted as net/ puts them on the wire: payload plus
- * one RUMOR_NET_HEADER_BYTES header per chunk of RUMOR_NET_CHUNK_MAX. */
+ * one RUMOR_FRAME_HEADER_BYTES header per chunk of RUMOR_FRAME_CHUNK_MAX. */
 
 typedef struct rumor_sim rumor_sim;
 

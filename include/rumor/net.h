@@ -24,12 +24,12 @@
 
 #define RUMOR_NET_MAGIC           0x524d5552u /* "RUMR" as little-endian bytes */
 #define RUMOR_NET_VERSION         2
-#define RUMOR_NET_HEADER_BYTES    64
+#define RUMOR_NET_HEADER_BYTES    RUMOR_FRAME_HEADER_BYTES
 #define RUMOR_NET_HELLO_BYTES     24    /* the fixed part of a HELLO payload */
 #define RUMOR_NET_HELLO_DESC_MAX  65536 /* cap on the description after it */
 #define RUMOR_NET_REFUSE_TEXT_MAX 200
 #define RUMOR_NET_CHUNK_MIN       (64u << 10) /* smallest chunk option */
-#define RUMOR_NET_CHUNK_MAX       (1u << 20) /* largest chunk, and frame payload */
+#define RUMOR_NET_CHUNK_MAX       RUMOR_FRAME_CHUNK_MAX /* and frame payload */
 #define RUMOR_NET_MESSAGE_MAX     (1u << 30) /* hard cap on a whole message */
 #define RUMOR_NET_KEY_TEXT_BYTES  40         /* Z85 of a 32-byte CURVE key */
 

@@ -680,6 +680,18 @@ RUMOR_API void rumor_peer_destroy(rumor_peer **self_p);
 RUMOR_API rumor_err rumor_peer_gossip(rumor_peer *peer,
                                       struct rumor_diag *diag);
 
+/* Step-ahead error feedback (localsgd with delta_codec and ef_alpha > 0,
+ * rumor_gossip_step_ahead): moves the tensors to the look-ahead point
+ * where the caller then computes its gradient, as `rumor node` does before
+ * each gradient. Call once per step, before the gradient; a no-op for
+ * every other configuration (rumor_peer_looks_ahead says which).
+ * RUMOR_ENUMERIC with diag for a non-finite model. */
+RUMOR_API rumor_err rumor_peer_step_ahead(rumor_peer *peer,
+                                          struct rumor_diag *diag);
+
+/* True when rumor_peer_step_ahead moves the tensors. */
+RUMOR_API bool rumor_peer_looks_ahead(const rumor_peer *peer);
+
 /* Asks the run to stop as SIGTERM asks `rumor node`: the request travels
  * with the gossip and every node stops after the same step. Safe in a
  * signal handler. */

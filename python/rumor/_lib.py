@@ -143,6 +143,8 @@ _PROTOS = [
                                _DIAG]),
     ("rumor_peer_destroy", None, [_PP]),
     ("rumor_peer_gossip", c_int, [_P, _DIAG]),
+    ("rumor_peer_step_ahead", c_int, [_P, _DIAG]),
+    ("rumor_peer_looks_ahead", c_bool, [_P]),
     ("rumor_peer_stop", None, [_P]),
     ("rumor_peer_stopped", c_bool, [_P]),
     ("rumor_peer_average", c_int, [_P, _DIAG]),

@@ -237,6 +237,19 @@ class Peer:
         self._step(lib.rumor_peer_gossip, tensors)
         return not lib.rumor_peer_stopped(self._p)
 
+    def step_ahead(self, tensors=None):
+        """Step-ahead error feedback (algo="localsgd" with delta_codec and
+        ef_alpha > 0): moves the tensors to the look-ahead point; call it
+        once per step before computing the gradient, as `rumor node` does.
+        Does nothing for every other configuration (see looks_ahead)."""
+        self._step(lib.rumor_peer_step_ahead, tensors)
+
+    @property
+    def looks_ahead(self):
+        """True when step_ahead() moves the tensors."""
+        self._need()
+        return bool(lib.rumor_peer_looks_ahead(self._p))
+
     def stop(self):
         """Asks the run to stop, as SIGTERM asks `rumor node`: the
         request travels with the gossip and every node stops after the

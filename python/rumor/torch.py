@@ -103,9 +103,11 @@ class GossipModel(torch.nn.Module):
                 self._send = [t.detach().clone().contiguous()
                               for t in self._live]
                 self._before = [t.clone() for t in self._send]
-            for s, b, t in zip(self._send, self._before, self._live):
+            for s, t in zip(self._send, self._live):
                 s.copy_(t)
-                b.copy_(t)
+            self._look_ahead()
+            for b, s in zip(self._before, self._send):
+                b.copy_(s)
         if self.overlap:
             self._thread = threading.Thread(target=self._exchange,
                                             name="rumor-gossip", daemon=True)
@@ -113,6 +115,17 @@ class GossipModel(torch.nn.Module):
         else:
             self._exchange()
             self._pending = True
+
+    def _look_ahead(self):
+        """Step-ahead error feedback (localsgd, delta_codec, ef_alpha):
+        the gradient of this step is taken at the look-ahead point."""
+        if self.peer._p is None:
+            self.peer.register(self._send)
+        if not self.peer.looks_ahead:
+            return
+        self.peer.step_ahead(self._send)
+        for t, s in zip(self._live, self._send):
+            t.copy_(s)
 
     def _exchange(self):
         try:

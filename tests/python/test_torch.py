@@ -64,21 +64,26 @@ def train_wrapped(topo, keys, i, algo, overlap=True, **options):
     return out
 
 
-def train_reference(topo, keys, i, algo):
-    """The reference loop with a plain Peer: gradient at x_t, gossip a copy
-    of x_t, then x_{t+1} = W x_t - lr g(x_t)."""
+def train_reference(topo, keys, i, algo, **options):
+    """The reference loop with a plain Peer: the look-ahead (a no-op but
+    for step-ahead EF), gradient at x_t, gossip a copy of x_t, then
+    x_{t+1} = W x_t - lr g(x_t)."""
     model = make_model()
     params = list(model.parameters())
     copy = [p.detach().clone() for p in params]
     peer = rumor.Peer(topology=topo, node_id=i, key=keys[i], algo=algo,
-                      seed=1)
+                      seed=1, **options)
     for t in range(STEPS):
+        with torch.no_grad():
+            for c, p in zip(copy, params):
+                c.copy_(p)
+            peer.step_ahead(copy)
+            for c, p in zip(copy, params):
+                p.copy_(c)
         x, y = batch(i, t)
         loss = torch.nn.functional.cross_entropy(model(x), y)
         grads = torch.autograd.grad(loss, params)
         with torch.no_grad():
-            for c, p in zip(copy, params):
-                c.copy_(p)
             peer.gossip(copy)
             for p, c, g in zip(params, copy, grads):
                 p.copy_(c - LR * g)
@@ -101,6 +106,41 @@ def test_gossip_model__dpsgd__reference_loop_numbers(ring, overlap):
                       for i in range(NODES)])
     for g, w in zip(got, want):
         assert torch.allclose(g, w, rtol=0, atol=1e-10), (g - w).abs().max()
+
+
+SAEF = {"delta_codec": "qsgd:bits=4", "ef_alpha": 1, "period": 2}
+
+
+def test_gossip_model__step_ahead_ef__reference_loop_numbers(ring):
+    """Local SGD with compressed deltas and step-ahead error feedback: the
+    gradient is taken at the look-ahead point, in the wrapper as in the
+    reference loop (rumor.Peer.step_ahead), which `rumor node` runs."""
+    topo, keys = ring
+    got = run_nodes([lambda i=i: train_wrapped(topo, keys, i, "localsgd",
+                                               **SAEF)
+                     for i in range(NODES)])
+    want = run_nodes([lambda i=i: train_reference(topo, keys, i, "localsgd",
+                                                  **SAEF)
+                      for i in range(NODES)])
+    plain = run_nodes([lambda i=i: train_reference(
+        topo, keys, i, "localsgd", delta_codec="qsgd:bits=4", period=2)
+        for i in range(NODES)])
+    for g, w, p in zip(got, want, plain):
+        assert torch.allclose(g, w, rtol=0, atol=1e-10), (g - w).abs().max()
+        assert not torch.allclose(w, p, rtol=0, atol=1e-6)  # it looked ahead
+
+
+def test_peer_looks_ahead__only_step_ahead_ef(local2):
+    topo, keys = local2
+    x = torch.zeros(8)
+    saef = rumor.Peer(topology=topo, node_id=0, key=keys[0], algo="localsgd",
+                      **SAEF)
+    saef.register([x])
+    plain = rumor.Peer(topology=topo, node_id=1, key=keys[1], algo="dpsgd")
+    plain.register([torch.zeros(8)])
+    assert saef.looks_ahead and not plain.looks_ahead
+    saef.close()
+    plain.close()
 
 
 def test_gossip_model__allreduce__every_node_same_model(ring):

@@ -374,11 +374,11 @@ static void
 test_wire_bytes__chunks__one_header_each(void **state)
 {
     (void)state;
-    assert_int_equal(rumor_gossip_wire_bytes(0), RUMOR_NET_HEADER_BYTES);
+    assert_int_equal(rumor_gossip_wire_bytes(0), RUMOR_FRAME_HEADER_BYTES);
     assert_int_equal(rumor_gossip_wire_bytes(100),
-                     100 + RUMOR_NET_HEADER_BYTES);
-    assert_int_equal(rumor_gossip_wire_bytes(RUMOR_NET_CHUNK_MAX + 1),
-                     RUMOR_NET_CHUNK_MAX + 1 + 2 * RUMOR_NET_HEADER_BYTES);
+                     100 + RUMOR_FRAME_HEADER_BYTES);
+    assert_int_equal(rumor_gossip_wire_bytes(RUMOR_FRAME_CHUNK_MAX + 1),
+                     RUMOR_FRAME_CHUNK_MAX + 1 + 2 * RUMOR_FRAME_HEADER_BYTES);
 }
 
 /* Runs `steps` steps; returns the relative drift of the network average
