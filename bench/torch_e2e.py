@@ -63,7 +63,7 @@ RUMOR = [("Rumor PowerGossip r1", "algo=powergossip;rank=1", 0.9),
          ("Rumor CHOCO top-k 1%", "algo=choco;codec=topk:ratio=0.01", 0.9),
          ("Rumor PowerSGD r1", "algo=powersgd;rank=1", 0.9),
          ("Rumor top-k 1% + DGC",
-          "algo=allreduce;codec=topk:ratio=0.01;ef=dgc:0.9;optimizer=sgd",
+          "algo=allreduce;codec=topk:ratio=0.01;ef=dgc:0.9",
           0.0),
          ("Rumor all-reduce", "algo=allreduce", 0.9)]
 

@@ -45,6 +45,7 @@ struct sim_args {
     bool train;
     struct rumor_workload_opts work;
     struct rumor_optim_opts optim;
+    bool optim_given;    /* --optim: else sgd with --ef dgc */
     const char *dataset; /* a dataset spec, or NULL */
     /* adaptive compression: modelled links (docs/adaptive.md) */
     struct rumor_simlink_opts link;
@@ -292,6 +293,7 @@ s_parse_train_opt(const char *opt, const char *val, struct sim_args *a)
             rc = -1;
         }
     } else if (strcmp(opt, "--optim") == 0) {
+        a->optim_given = true;
         if (rumor_optim_kind_parse(val, &o->kind) != RUMOR_OK) {
             fprintf(stderr, "rumor sim: unknown optimizer '%s'\n", val);
             rc = -1;
@@ -705,7 +707,9 @@ s_train_setup(struct sim_args *a, struct train_run *r, struct rumor_diag *diag)
     if (rc != RUMOR_OK)
         return rc;
     r->n = rumor_topology_nodes(r->topo);
-    rc = node_ef_optim_check(&a->gossip, a->optim.kind, diag);
+    if (strncmp(a->gossip.ef, "dgc", 3) == 0 && !a->optim_given)
+        a->optim.kind = RUMOR_OPTIM_SGD; /* as rumor node: DGC's momentum */
+    rc = node_ef_optim_check(&a->gossip, a->optim.kind, "--optim", diag);
     if (rc != RUMOR_OK)
         return rc;
     /* powersgd and allreduce average gradients, as `rumor node` does */

@@ -570,6 +570,11 @@ rumor_node_opts_set(struct rumor_node_opts *opts,
     if (rc != RUMOR_OK)
         return rc;
     scratch.given[k / 64] |= 1ull << (k % 64);
+    /* DGC's memory carries the momentum (its momentum correction): with
+     * --ef dgc the optimizer is plain SGD unless one is named */
+    if (strcmp(name, "ef") == 0 && strncmp(scratch.gossip.ef, "dgc", 3) == 0 &&
+        !s_given(&scratch, "optimizer"))
+        scratch.optim.kind = RUMOR_OPTIM_SGD;
     *opts = scratch;
     return RUMOR_OK;
 }
@@ -759,7 +764,8 @@ rumor_node_opts_check(const struct rumor_node_opts *o, struct rumor_diag *diag)
         return RUMOR_EINVAL;
     if (rumor_gossip_ef_check(&o->gossip, diag) != RUMOR_OK)
         return RUMOR_EINVAL;
-    if (node_ef_optim_check(&o->gossip, o->optim.kind, diag) != RUMOR_OK)
+    if (node_ef_optim_check(&o->gossip, o->optim.kind, "--optimizer", diag) !=
+        RUMOR_OK)
         return RUMOR_EINVAL;
     if (s_given(o, "ef-alpha") && o->gossip.delta_codec[0] == '\0') {
         rumor_diag_set(diag, "", 0, 0, "--ef-alpha needs --delta-codec");
@@ -791,6 +797,7 @@ rumor_node_opts_check(const struct rumor_node_opts *o, struct rumor_diag *diag)
 rumor_err
 node_ef_optim_check(const struct rumor_gossip_opts *g,
                     rumor_optim_kind kind,
+                    const char *flag,
                     struct rumor_diag *diag)
 {
     if (strncmp(g->ef, "dgc", 3) != 0 || kind == RUMOR_OPTIM_SGD)
@@ -800,8 +807,9 @@ node_ef_optim_check(const struct rumor_gossip_opts *g,
                    0,
                    0,
                    "--ef %s carries the momentum (DGC's momentum "
-                   "correction): use --optimizer sgd",
-                   g->ef);
+                   "correction): use %s sgd (the default with --ef dgc)",
+                   g->ef,
+                   flag);
     return RUMOR_EINVAL;
 }
 

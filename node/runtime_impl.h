@@ -10,10 +10,11 @@
 
 #include <stdio.h>
 
-/* DGC's memory carries the momentum: RUMOR_EINVAL (diag naming
- * --optimizer) for --ef dgc with a momentum optimizer. */
+/* DGC's memory carries the momentum: RUMOR_EINVAL (diag naming flag, the
+ * caller's optimizer option) for --ef dgc with a momentum optimizer. */
 rumor_err node_ef_optim_check(const struct rumor_gossip_opts *g,
                               rumor_optim_kind kind,
+                              const char *flag,
                               struct rumor_diag *diag);
 
 /* --- divergence (diverge.c) --- */

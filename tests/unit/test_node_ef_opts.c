@@ -42,14 +42,22 @@ test_ef_options__command_line_and_ini__reach_the_gossip_options(void **s)
     s_set(&o, "codec", "topk:ratio=0.01");
     s_set(&o, "ef", "dgc:0.9");
     struct rumor_diag diag = {0};
-    /* the default optimizer's momentum on top of DGC's: refused */
-    assert_int_equal(rumor_node_opts_check(&o, &diag), RUMOR_EINVAL);
-    assert_non_null(strstr(diag.msg, "use --optimizer sgd"));
-    s_set(&o, "optimizer", "sgd");
+    /* DGC's memory carries the momentum: plain SGD unless one is named */
     if (rumor_node_opts_check(&o, &diag) != RUMOR_OK)
         fail_msg("check: %s", diag.msg);
+    assert_int_equal(o.optim.kind, RUMOR_OPTIM_SGD);
     assert_true(o.gossip.compressed);
     assert_string_equal(o.gossip.ef, "dgc:0.9");
+    /* a momentum optimizer named on top of DGC's: refused */
+    s_set(&o, "optimizer", "momentum");
+    assert_int_equal(rumor_node_opts_check(&o, &diag), RUMOR_EINVAL);
+    assert_non_null(strstr(diag.msg, "use --optimizer sgd"));
+    s_base(&o);
+    s_set(&o, "algo", "allreduce");
+    s_set(&o, "codec", "topk:ratio=0.01");
+    s_set(&o, "optimizer", "nesterov");
+    s_set(&o, "ef", "dgc:0.9");
+    assert_int_equal(rumor_node_opts_check(&o, &diag), RUMOR_EINVAL);
     static const char ini[] = "algo = localsgd\n"
                               "delta-codec = qsgd:bits=4\n"
                               "ef = ef-decay:0.7\n";
