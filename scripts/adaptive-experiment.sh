@@ -11,7 +11,8 @@
 #   link shaping at 100 Mbit/s): wall-clock time to a target accuracy.
 #   Part 3, a modelled link whose rate drops 10x mid-run: the budget trace.
 #   Part 4 ("rank"), PowerSGD with fixed ranks and with the rank rule
-#   (`--adapt rule`) on digits in the simulator: bits and final accuracy.
+#   (`--adapt rule`) against all-reduce in the simulator, on digits and
+#   Fashion-MNIST: bits, final accuracy, steps to a target accuracy.
 # usage: nice -n 10 scripts/adaptive-experiment.sh [RUMOR_BIN] [OUT_DIR]
 # defaults: build/bin/rumor and docs/. Writes OUT_DIR/adaptive-*.png and
 # prints the tables of docs/adaptive.md (also left in $WORK, with the raw
@@ -102,36 +103,63 @@ has drop && "$BIN" sim train --topology ring:8 --steps 200 --every 10 --link-rat
     --adapt-trace "$WORK/drop-trace.csv" >"$WORK/drop.csv"
 
 echo "part 4: PowerSGD's rank" >&2
-RANK_METHODS='rank 1|--rank 1
-rank 2|--rank 2
-rank 4|--rank 4
-rank 8|--rank 8
-rule, adapt-error 0.5|--rank 1 --adapt rule --adapt-error 0.5 --adapt-rank-max 8
-rule, adapt-error 0.9|--rank 1 --adapt rule --adapt-error 0.9 --adapt-rank-max 8'
-has rank && {
-    printf '| method | total bits (8 nodes) | final accuracy |\n|---|---|---|\n'
+# label|options; all-reduce is the uncompressed reference
+RANK_METHODS='all-reduce (uncompressed)|--algo allreduce
+rank 1|--algo powersgd --rank 1
+rank 2|--algo powersgd --rank 2
+rank 4|--algo powersgd --rank 4
+rank 8|--algo powersgd --rank 8
+rule, adapt-error 0.5|--algo powersgd --rank 1 --adapt rule --adapt-error 0.5 --adapt-rank-max 8
+rule, adapt-error 0.9|--algo powersgd --rank 1 --adapt rule --adapt-error 0.9 --adapt-rank-max 8'
+# dataset|target accuracy (%): digits, where every rank ends alike, and
+# Fashion-MNIST, where the rank shows in the final accuracy
+RANK_DATASETS='digits|90
+fashion-mnist|75'
+rank_table() { # dataset target
+    printf '\n%s, %s steps:\n\n' "$1" "$STEPS_DIGITS"
+    printf '| method | total bits (8 nodes) | final accuracy | steps to %s %% |\n' "$2"
+    printf '|---|---|---|---|\n'
     echo "$RANK_METHODS" | while IFS='|' read -r label mopts; do
         for seed in $SEEDS; do
+            # last bits and accuracy, first step at the target (0: never)
             # shellcheck disable=SC2086 # option list
-            "$BIN" sim train --topology ring:8 --workload mlp --dataset digits \
-                --algo powersgd --steps "$STEPS_DIGITS" --lr 0.1 \
-                --optim momentum --seed "$seed" $mopts | tail -n 1
+            "$BIN" sim train --topology ring:8 --workload mlp --dataset "$1" \
+                --steps "$STEPS_DIGITS" --every 10 --lr 0.1 --optim momentum \
+                --seed "$seed" $mopts | awk -F, -v t="$2" '
+                NR > 1 { b = $2; a = $4; if (!hit && 100 * a >= t) hit = $1 }
+                END { print b "," a "," hit + 0 }'
         done | awk -F, -v label="$label" '
-            { b[NR] = $2 / 1e6; a[NR] = 100 * $4; n = NR }  # bits per node
+            { b[NR] = $1 / 1e6; a[NR] = 100 * $2; n = NR }  # bits per node
+            $3 > 0 { s[++k] = $3 }
             END {
                 for (i = 1; i <= n; i++) { mb += b[i] / n; ma += a[i] / n }
+                for (i = 1; i <= k; i++) ms += s[i] / k
                 for (i = 1; i <= n; i++) {
                     sb += (b[i] - mb) ^ 2; sa += (a[i] - ma) ^ 2
                 }
+                for (i = 1; i <= k; i++) ss += (s[i] - ms) ^ 2
                 d = n > 1 ? n - 1 : 1
-                printf "| %s | %.1f ± %.1f Mbit | %.1f ± %.1f %% |\n",
-                    label, 8 * mb, 8 * sqrt(sb / d), ma, sqrt(sa / d)
+                steps = "not reached"
+                if (k > 0) steps = sprintf("%.0f ± %.0f", ms, sqrt(ss / (k > 1 ? k - 1 : 1)))
+                if (k > 0 && k < n) steps = steps sprintf(" (%d of %d seeds)", k, n)
+                printf "| %s | %.1f ± %.1f Mbit | %.1f ± %.1f %% | %s |\n",
+                    label, 8 * mb, 8 * sqrt(sb / d), ma, sqrt(sa / d), steps
             }'
     done
-} >"$WORK/rank.md"
+}
+has rank && echo "$RANK_DATASETS" | while IFS='|' read -r dataset target; do
+    rank_table "$dataset" "$target"
+done >"$WORK/rank.md"
 if has rank; then cat "$WORK/rank.md"; fi
 
-"$PY" bench/adaptive/summarize.py "$WORK" "$WORK"
-sh bench/adaptive/plots.sh "$WORK" "$OUT"
-cat "$WORK/adaptive-results.md"
-echo "wrote $OUT/adaptive-*.png (the tables above go into docs/adaptive.md)" >&2
+# the tables and plots of parts 1-3 need all their files (from this run
+# or, with the same WORK, an earlier one)
+if [ -f "$WORK/digits.labels" ] && [ -f "$WORK/synth.labels" ] &&
+    [ -f "$WORK/real.labels" ] && [ -f "$WORK/drop-trace.csv" ]; then
+    "$PY" bench/adaptive/summarize.py "$WORK" "$WORK"
+    sh bench/adaptive/plots.sh "$WORK" "$OUT"
+    cat "$WORK/adaptive-results.md"
+    echo "wrote $OUT/adaptive-*.png (the tables above go into docs/adaptive.md)" >&2
+else
+    echo "parts 1-3 incomplete in $WORK: no tables or plots" >&2
+fi
