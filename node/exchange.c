@@ -377,12 +377,13 @@ s_gossip_step(rumor_node *node, uint64_t step, uint64_t deadline)
     return rc;
 }
 
-/* A refusal before the first step is a misconfiguration (another
- * model, algorithm or protocol version), which waiting cannot cure: it
- * ends the run at once, on both nodes of the link, with the refusal's
- * text. Later refusals (a wrong node joining) only keep that node out. */
-static rumor_err
-s_check_refusals(rumor_node *node, struct rumor_diag *diag)
+/* A refusal before the end of the first step is a misconfiguration
+ * (another model, algorithm or protocol version), which waiting cannot
+ * cure: it ends the run at once, on both nodes of the link, with the
+ * refusal's text. Later refusals (a wrong node joining) only keep that
+ * node out. */
+rumor_err
+node_check_refusals(rumor_node *node, struct rumor_diag *diag)
 {
     char why[RUMOR_NET_REFUSE_TEXT_MAX + 1];
     for (uint32_t peer = 0; peer < node->n; peer++) {
@@ -405,7 +406,7 @@ s_check_refusals(rumor_node *node, struct rumor_diag *diag)
 rumor_err
 node_wait_links(rumor_node *node, uint64_t deadline, struct rumor_diag *diag)
 {
-    rumor_err rc = s_check_refusals(node, diag);
+    rumor_err rc = node_check_refusals(node, diag);
     for (size_t k = 0; k < node->nlinked && rc == RUMOR_OK; k++) {
         uint32_t peer = node->linked[k];
         rc = RUMOR_ETIMEDOUT;
@@ -416,7 +417,7 @@ node_wait_links(rumor_node *node, uint64_t deadline, struct rumor_diag *diag)
             rc = rumor_net_wait_ready(node->net,
                                       peer,
                                       until < deadline ? until : deadline);
-            rumor_err refused = s_check_refusals(node, diag);
+            rumor_err refused = node_check_refusals(node, diag);
             if (refused != RUMOR_OK)
                 return refused;
             if (rc == RUMOR_ETIMEDOUT && rumor_clock_ns() >= deadline)

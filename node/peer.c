@@ -364,7 +364,8 @@ s_step(rumor_peer *peer, rumor_gossip *g, struct rumor_diag *diag)
         rumor_gossip_compute_observe(node_gossip(peer->node),
                                      rumor_clock_ns() - peer->last_end);
     rumor_err rc = s_stage_all(peer, true);
-    if (rc == RUMOR_OK && !peer->started)
+    bool first = !peer->started;
+    if (rc == RUMOR_OK && first)
         rc = s_start(peer, &step, diag);
     if (rc == RUMOR_OK)
         rc = node_step_begin(peer->node, &step, &stop);
@@ -374,6 +375,8 @@ s_step(rumor_peer *peer, rumor_gossip *g, struct rumor_diag *diag)
                               step,
                               rumor_clock_ns() +
                                   node_step_span(peer->node, step));
+    if (rc == RUMOR_OK && first)
+        rc = node_check_refusals(peer->node, diag);
     if (rc == RUMOR_OK)
         rc = s_stage_all(peer, false);
     if (rc == RUMOR_OK) {

@@ -995,12 +995,16 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
     uint64_t t0 = node->first_step;
     if (rc == RUMOR_OK)
         rc = node_join(node, &t0, diag);
+    bool first = true;
     for (uint64_t t = t0; t < o->steps && rc == RUMOR_OK; t++) {
         bool stop = false;
         rc = node_step_begin(node, &t, &stop);
         if (rc != RUMOR_OK || stop || t >= o->steps)
             break;
         rc = s_step(node, t);
+        if (rc == RUMOR_OK && first)
+            rc = node_check_refusals(node, diag);
+        first = false;
         bool due = o->checkpoint_every > 0 &&
                    node->sum.steps % o->checkpoint_every == 0;
         struct rumor_diag why = {0};

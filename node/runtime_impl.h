@@ -170,6 +170,12 @@ rumor_err node_new_model(const struct rumor_node_opts *opts,
  * naming the first difference. RUMOR_ETIMEDOUT at the deadline. */
 rumor_err
 node_wait_links(rumor_node *node, uint64_t deadline, struct rumor_diag *diag);
+/* RUMOR_EPROTO with diag when a neighbour was refused at HELLO (or
+ * refused this node). Checked while the links come up and again after the
+ * first step: a neighbour that links to this node (rather than the other
+ * way) is refused during that step, and may have gone before this node
+ * waits for it, which the fault path would take for a dead neighbour. */
+rumor_err node_check_refusals(rumor_node *node, struct rumor_diag *diag);
 
 /* Starts the clock of the metrics' "seconds". */
 void node_start_clock(rumor_node *node);

@@ -82,6 +82,35 @@ def test_handshake__one_extra_tensor__both_refuse_naming_it(local2):
         print(f"node {i}: refused after {seconds:.3f} s: {text}")
 
 
+@pytest.mark.parametrize("first", [0, 1])
+def test_handshake__one_node_already_stepping__both_refuse(local2, first):
+    """One node is already in its first step, waiting, when the other one
+    starts: the refusal comes during that step (the HELLO goes one way
+    only), and the other node may be gone before it is missed, which
+    without a check after the first step looked like a dead neighbour that
+    a dpsgd step skips ("gossiped" under load)."""
+    topo, keys = local2
+    procs = [_spawn([topo, str(first), keys[first]])]
+    try:
+        assert procs[0].stdout.readline() == "ready\n", procs[0].stderr.read()
+        procs[0].stdin.write("go\n")
+        procs[0].stdin.flush()
+        other = 1 - first
+        procs.append(_spawn([topo, str(other), keys[other]]))
+        assert procs[1].stdout.readline() == "ready\n", procs[1].stderr.read()
+        procs[1].stdin.write("go\n")
+        procs[1].stdin.flush()
+        outs = [p.communicate(timeout=60) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for out, err in outs:
+        assert out.startswith("error "), (out, err)
+        assert "RUMOR_EPROTO" in out and "models differ at tensor 4" in out
+
+
 def test_step_numbers__failed_step__same_in_exception_and_c_log(local2,
                                                                  capfd):
     """Node 1 leaves after one step: node 0's second step fails (all-reduce
