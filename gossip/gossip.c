@@ -81,8 +81,8 @@ rumor_gossip_ef_check(const struct rumor_gossip_opts *opts,
          "difference x - x_hat carries what was not sent)"},
         {"deepsqueeze", "it keeps its own error compensation"},
         {"powergossip",
-         "its warm-started power iteration carries the rest of the "
-         "difference (no error feedback in the reference)"},
+         "its power iteration carries the rest of the difference (no "
+         "error feedback in the reference)"},
         {"powersgd", "it keeps its own memory (use_error_feedback)"},
         {"moniqua", "it quantizes x modulo theta, bounded without memory"},
     };

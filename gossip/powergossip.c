@@ -2,7 +2,7 @@
  * PowerGossip (Vogels, Karimireddy and Jaggi, NeurIPS 2020; reference code
  * epfml/powergossip algorithms.py, class PowerGossip). For every edge and
  * matrix both ends keep rank-r factors from the pair's shared seed and run
- * warm-started power iteration on the *difference* of their two models:
+ * power iteration on the *difference* of their two models:
  * each iteration one end's product M^T p (even t) or M q (odd t) is sent,
  * the difference of the two products is formed, and both ends apply
  * x_i += sign w_ij gamma p q^T with opposite signs, so a symmetric W keeps
@@ -12,7 +12,10 @@
  * One round per power iteration (opts.iterations per step). Which side
  * of the factorization moves follows the edge's own iteration count, not
  * the step: iteration t = (iterations the edge has taken) + 1 computes
- * M q on odd t and M^T p on even t. Both ends count the same iterations
+ * M q on odd t and M^T p on even t, from the q or p iteration t - 1 left
+ * (opts.warm_start, the default) or from one drawn afresh from the pair's
+ * seed and t (the reference's warm_start=False; lowrank/ draws it, the
+ * same at both ends because t is). Both ends count the same iterations
  * (the ones both applied), so they agree without sending the count. The
  * reference (algorithms.py) takes the parity from its global iteration
  * number, which is the same on its static graphs, where every edge moves
@@ -185,6 +188,7 @@ s_peer(rumor_gossip *g, uint32_t id, struct pg_peer **out)
     opts.peer_id = id;
     opts.seed = g->opts.seed;
     opts.rank = g->opts.rank;
+    opts.warm_start = g->opts.warm_start;
     rumor_err rc =
         rumor_lowrank_edge_new(&p->edge, s->shapes, g->tensor_count, &opts);
     if (rc != RUMOR_OK)
@@ -444,8 +448,10 @@ s_absorb(rumor_gossip *g,
     return RUMOR_OK;
 }
 
-/* Between steps each edge carries its factors p and q (the warm start)
- * and its iteration count (the parity of its next iteration). Edges
+/* Between steps each edge carries its factors p and q (the warm start;
+ * kept without it too, where the next iteration draws its own) and its
+ * iteration count (the parity and, without warm start, the fresh
+ * factor's stream of its next iteration). Edges
  * appear the first time a peer does, so the state lists the ones that
  * exist: u32 magic, u32 version, u32 count, then per edge u32 peer
  * (ascending), u64 iterations, u64 floats, floats. Version 1 had neither

@@ -25,9 +25,11 @@
  * PowerGossip (Vogels et al., NeurIPS 2020; epfml/powergossip
  * algorithms.py, class PowerGossip) keeps p and q per edge and matrix,
  * filled from a seed both ends derive from (run seed, min id, max id).
- * Iteration t alternates sides; the exchanged products become the product
- * of x_hi - x_lo, and both ends apply the same rank-r matrix with opposite
- * signs, which preserves the network average exactly.
+ * Iteration t alternates sides, starting from the factor iteration t - 1
+ * left (warm start) or from one drawn afresh from that seed and t (the
+ * reference's warm_start=False); the exchanged products become the
+ * product of x_hi - x_lo, and both ends apply the same rank-r matrix with
+ * opposite signs, which preserves the network average exactly.
  *
  * Random factors are standard normals from the counter-based Philox
  * stream (core), so identical on every node, but not the same numbers as
@@ -1434,7 +1436,8 @@ s_zero_column(const float *f, size_t n, size_t r)
  * drawn afresh from the pair's seed and t; both ends hold the same factor
  * at the same t, so they draw the same columns. The product of this
  * iteration's apply is not touched: a zero difference still moves
- * nothing. */
+ * nothing. Without warm start (all) every column is drawn so: t is the
+ * edge's own iteration count, which both ends keep equal. */
 static rumor_err
 s_edge_redraw(rumor_lowrank_edge *self,
               struct edge_mat *mt,
@@ -1443,14 +1446,16 @@ s_edge_redraw(rumor_lowrank_edge *self,
               float *f,
               size_t rows)
 {
+    bool all = !self->opts.warm_start;
     size_t bytes = rows * mt->r * sizeof(float);
-    rumor_err rc = self->be.download(self->ctx, self->host, f, bytes);
+    rumor_err rc =
+        all ? RUMOR_OK : self->be.download(self->ctx, self->host, f, bytes);
     uint64_t lo = self->higher ? self->opts.peer_id : self->opts.self_id;
     uint64_t hi = self->higher ? self->opts.self_id : self->opts.peer_id;
     uint64_t seed = rumor_seed_derive(self->opts.seed, lo, hi);
     for (size_t c = 0; c < mt->r && rc == RUMOR_OK; c++) {
         bool zero = true;
-        for (size_t k = 0; k < rows && zero; k++)
+        for (size_t k = 0; k < rows && zero && !all; k++)
             zero = self->host[k * mt->r + c] == 0.0f;
         struct rumor_rng rng;
         rumor_rng_init(&rng, seed, (t << 24) | (i * mt->r + c));
@@ -1470,6 +1475,7 @@ rumor_lowrank_edge_opts_default(struct rumor_lowrank_edge_opts *opts)
     opts->rank = 1;
     opts->eps = 1e-8f;
     opts->peer_id = 1;
+    opts->warm_start = true;
 }
 
 rumor_err
@@ -1595,8 +1601,9 @@ rumor_lowrank_edge_product(rumor_lowrank_edge *self,
         float *mat = params[mt->tensor];
         if (mat == NULL)
             return RUMOR_EINVAL;
-        rumor_err rc = !mt->redraw ? RUMOR_OK
-                       : odd       ? s_edge_redraw(self, mt, i, t, mt->q, mt->m)
+        bool draw = mt->redraw || !self->opts.warm_start;
+        rumor_err rc = !draw ? RUMOR_OK
+                       : odd ? s_edge_redraw(self, mt, i, t, mt->q, mt->m)
                              : s_edge_redraw(self, mt, i, t, mt->p, mt->n);
         if (rc != RUMOR_OK)
             return rc;

@@ -41,6 +41,7 @@ struct sim_args {
     bool json;
     bool gamma_grid;        /* consensus: the reference's grid of gamma */
     const char *edge_bytes; /* a path, or NULL */
+    bool warm_start_given;  /* --warm-start: powergossip or powersgd only */
     /* train */
     bool train;
     struct rumor_workload_opts work;
@@ -66,7 +67,7 @@ cli_sim_help(FILE *out)
         "SPEC]\n"
         "           [--outer-lr LR] [--outer-momentum MU] [--ef-alpha A]\n"
         "           [--saef-scope self|neighbourhood[:CODEC]]\n"
-        "           [--edge-bytes PATH] [--gamma-grid]\n"
+        "           [--edge-bytes PATH] [--gamma-grid] [--warm-start B]\n"
         "       rumor sim train --topology SPEC|FILE [the options above]\n"
         "           [--workload lsq|logreg|mlp] [--hidden W] [--batch B]\n"
         "           [--dataset SPEC] [--shard iid|dirichlet] "
@@ -85,8 +86,7 @@ cli_sim_help(FILE *out)
         "[--adapt-trace PATH]\n"
         "           powersgd: [--start-powersgd-iter N] "
         "[--min-compression-rate X]\n"
-        "           [--use-error-feedback B] [--warm-start B] "
-        "[--one-sided B]\n"
+        "           [--use-error-feedback B] [--one-sided B]\n"
         "           [--orthogonalization-epsilon E] "
         "[--batch-tensors-with-same-shape B]\n\n"
         "SPEC is a generator (ring:8, torus:4x4, complete:8, ...) or a\n"
@@ -107,6 +107,9 @@ cli_sim_help(FILE *out)
         "feedback (0 plain EF, 1 SAEF); --saef-scope self|neighbourhood\n"
         "[:CODEC]: look ahead by the own error or by the W-weighted\n"
         "average of the neighbours' errors (default; sent compressed).\n"
+        "--warm-start true|false: powergossip and powersgd start each\n"
+        "power iteration from the last factor (default) or from one\n"
+        "drawn afresh from the seed.\n"
         "consensus prints CSV 'step,bits_per_node,rel_error,\n"
         "rel_error_current_mean' (or JSON lines with the same keys) every\n"
         "K steps (default 1) and at the last one: mean_i ||x_i - m||^2\n"
@@ -271,8 +274,6 @@ s_parse_psgd_opt(const char *opt, const char *val, struct sim_args *a)
         return cli_parse_double(val, opt, 0, 1, &g->orth_eps);
     if (strcmp(opt, "--use-error-feedback") == 0)
         return s_parse_switch(val, opt, &g->use_error_feedback);
-    if (strcmp(opt, "--warm-start") == 0)
-        return s_parse_switch(val, opt, &g->warm_start);
     if (strcmp(opt, "--batch-tensors-with-same-shape") == 0)
         return s_parse_switch(val, opt, &g->batch_same_shape);
     if (strcmp(opt, "--one-sided") == 0)
@@ -412,7 +413,10 @@ s_parse_args(int argc, char **argv, struct sim_args *a)
                      val);
         else if (strcmp(opt, "--edge-bytes") == 0)
             a->edge_bytes = val;
-        else if (strcmp(opt, "--size") == 0)
+        else if (strcmp(opt, "--warm-start") == 0) {
+            rc = s_parse_switch(val, opt, &a->gossip.warm_start);
+            a->warm_start_given = true;
+        } else if (strcmp(opt, "--size") == 0)
             rc = s_parse_size(val, a);
         else if (strcmp(opt, "--steps") == 0)
             rc = cli_parse_u64(val, opt, 0, 1ull << 40, &a->steps);
@@ -429,6 +433,14 @@ s_parse_args(int argc, char **argv, struct sim_args *a)
     }
     if (a->topology == NULL) {
         fprintf(stderr, "rumor sim: --topology is required\n");
+        return -1;
+    }
+    if (a->warm_start_given && strcmp(a->gossip.algo, "powergossip") != 0 &&
+        strcmp(a->gossip.algo, "powersgd") != 0) {
+        fprintf(stderr,
+                "rumor sim: --warm-start applies to --algo powergossip or "
+                "powersgd, not %s\n",
+                a->gossip.algo);
         return -1;
     }
     a->gossip.seed = a->seed;

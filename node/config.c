@@ -440,7 +440,7 @@ static const struct s_applies s_algo_opts[] = {
     {"start-powersgd-iter", {"powersgd", NULL, NULL, NULL}},
     {"min-compression-rate", {"powersgd", NULL, NULL, NULL}},
     {"use-error-feedback", {"powersgd", NULL, NULL, NULL}},
-    {"warm-start", {"powersgd", NULL, NULL, NULL}},
+    {"warm-start", {"powersgd", "powergossip", NULL, NULL}},
     {"orthogonalization-epsilon", {"powersgd", NULL, NULL, NULL}},
     {"batch-tensors-with-same-shape", {"powersgd", NULL, NULL, NULL}},
     {"one-sided", {"powersgd", NULL, NULL, NULL}},

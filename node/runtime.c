@@ -91,6 +91,13 @@ s_settings(const struct rumor_node_opts *o, char *text, size_t cap)
                         g->warm_start,
                         g->orth_eps,
                         g->one_sided);
+    /* PowerGossip: an edge's two ends must start each iteration from the
+     * same factor (both the last one, or both a fresh draw) */
+    if (len >= 0 && (size_t)len < cap && strcmp(g->algo, "powergossip") == 0)
+        len += snprintf(text + len,
+                        cap - (size_t)len,
+                        " warm-start=%d",
+                        g->warm_start);
     return len < 0 ? 0 : (size_t)len < cap ? (size_t)len : cap - 1;
 }
 

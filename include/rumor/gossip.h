@@ -116,7 +116,13 @@ struct rumor_gossip_opts {
                                     rate < n m, else all-reduce it (2) */
     bool use_error_feedback;     /* keep e = M - approx per node (true) */
     bool warm_start;             /* reuse Q between steps; false: fresh
-                                    from the seed every step (true) */
+                                    from the seed every step (true).
+                                    Shared with powergossip, as the same
+                                    switch of its reference: each power
+                                    iteration starts from the edge's last
+                                    factor; false: from one drawn from
+                                    the pair's seed and the edge's
+                                    iteration count */
     double orth_eps;             /* orthogonalization epsilon (0) */
     bool batch_same_shape;       /* batched kernels per shape group (true) */
     bool one_sided;              /* epfml/powersgd's variant: iterations

@@ -264,6 +264,10 @@ struct rumor_lowrank_edge_opts {
     uint64_t seed;    /* the run seed; the edge derives (seed, min, max) */
     size_t rank;      /* r (default 1) */
     float eps;        /* Gram-Schmidt epsilon (1e-8, as the reference) */
+    bool warm_start;  /* iteration t starts from the factor iteration t - 1
+                         left (true); false: that factor is drawn afresh
+                         from the pair's seed and t, the reference's
+                         warm_start=False */
     bool want_cuda;   /* (false) */
 };
 
@@ -291,7 +295,10 @@ RUMOR_API size_t rumor_lowrank_edge_msg_floats(const rumor_lowrank_edge *self,
 
 /* Iteration t >= 1 (t = 0 is the reference's no-op): on even t
  * orthogonalizes p and computes q = M^T p, on odd t orthogonalizes q and
- * computes p = M q, for every compressed tensor of params (device
+ * computes p = M q (without warm_start, p or q is first drawn afresh:
+ * column c of compressed tensor i from rumor_rng stream (t << 24) |
+ * (i r + c) of seed rumor_seed_derive(seed, min id, max id), so both ends
+ * draw the same), for every compressed tensor of params (device
  * memory), and copies the packed products to msg (host,
  * _msg_floats(t) floats) to send to the neighbour. */
 RUMOR_API rumor_err rumor_lowrank_edge_product(rumor_lowrank_edge *self,

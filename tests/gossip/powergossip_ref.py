@@ -20,13 +20,18 @@ nodes are simulated in one process, in float32 as the reference does:
     (Gram-Schmidt with eps 1e-8), computes q = M^T p (even k) or M q (odd),
     sends it, takes the difference oriented from the higher rank to the
     lower, and applies x += sign * w * diffusion_rate * p q^T (sign -1 when
-    self > neighbour); warm start: p and q carry over;
+    self > neighbour); warm start: p and q carry over; with
+    --no-warm-start (the reference's warm_start=False, gossip_run.py's
+    power_gossip_random) the factor to orthogonalize is first refilled
+    from the edge's RandomState, which each end keeps and advances in step
+    (one torch seed drawn per iteration k >= 1);
   - error: mean over nodes of ||x_i - mean of the starting x||^2, printed
     relative to step 0; bits: 32 per float sent per node, as the
     reference's num_bits counts (no headers).
 
 Usage: /usr/bin/python3 tests/gossip/powergossip_ref.py [--nodes 8]
        [--size 100] [--rank 1] [--gamma 1.308] [--steps 5000] [--every 100]
+       [--no-warm-start]
 Prints CSV: step,bits_per_node,rel_error.
 """
 import argparse
@@ -45,15 +50,16 @@ def gram_schmidt(m, eps=1e-8):
             rest -= torch.sum(col * rest, dim=0) * col
 
 
-def edge_factors(a, b, size, rank):
-    rng = np.random.RandomState(int("0" + str(a) + str(b)))
-    out = []
-    for _ in range(2):  # p's buffer, then q's
-        seed = rng.randint(1_000_000_000)
-        with torch.random.fork_rng():
-            torch.manual_seed(seed)
-            out.append(torch.randn(size * rank).view(size, rank))
-    return out
+def fill(rng, size, rank):
+    """fill_with_random_values: one torch seed from the edge's rng."""
+    seed = rng.randint(1_000_000_000)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return torch.randn(size * rank).view(size, rank)
+
+
+def edge_rng(a, b):
+    return np.random.RandomState(int("0" + str(a) + str(b)))
 
 
 def main():
@@ -64,6 +70,7 @@ def main():
     ap.add_argument("--gamma", type=float, default=1.308)
     ap.add_argument("--steps", type=int, default=5000)
     ap.add_argument("--every", type=int, default=100)
+    ap.add_argument("--no-warm-start", dest="warm", action="store_false")
     args = ap.parse_args()
     n, size, rank = args.nodes, args.size, args.rank
     x = []
@@ -79,11 +86,12 @@ def main():
     weight = 1.0 / 3.0
     # Both ends of an edge start from the same factors; each keeps its own
     # copy (they stay equal: both apply the same operations).
-    p, q = {}, {}
+    p, q, rngs = {}, {}, {}
     for i in range(n):
         for j in nbrs[i]:
-            pp, qq = edge_factors(min(i, j), max(i, j), size, rank)
-            p[i, j], q[i, j] = pp, qq
+            rngs[i, j] = edge_rng(min(i, j), max(i, j))
+            p[i, j] = fill(rngs[i, j], size, rank)  # p's buffer, then q's
+            q[i, j] = fill(rngs[i, j], size, rank)
     e0 = error()
     bits = 0
     print("step,bits_per_node,rel_error")
@@ -95,6 +103,8 @@ def main():
             for i in range(n):
                 for j in nbrs[i]:
                     left, right = (q[i, j], p[i, j]) if k % 2 else (p[i, j], q[i, j])
+                    if not args.warm:
+                        left[:] = fill(rngs[i, j], size, rank)
                     gram_schmidt(left)
                     mat = x[i] if k % 2 else x[i].t()
                     right[:] = mat @ left

@@ -7,7 +7,11 @@
  * re-implementation of epfml/powergossip's PowerGossip and consensus
  * problem (see that file and docs/gossip.md); when /usr/bin/python3 has
  * torch, the script is run again for 300 steps to check that it still
- * reproduces the recorded curve.
+ * reproduces the recorded curve. Without warm start (the reference's
+ * warm_start=False, the script's --no-warm-start) both sides draw their
+ * own random factors every iteration, so the curves can only agree
+ * statistically: within 10 % at every checkpoint (measured: 2 %), where
+ * the warm-started curve is 2 to 23 times lower.
  */
 #include "tests/cmocka_compat.h"
 
@@ -56,13 +60,14 @@ s_at(const struct curve *c, unsigned long long step)
 }
 
 static void
-s_load_reference(const char *gamma, struct curve *c)
+s_load_reference(const char *gamma, const char *variant, struct curve *c)
 {
     char path[256];
     snprintf(path,
              sizeof path,
-             "tests/data/gossip/powergossip_ref_ring8_100x100_gamma%s.csv",
-             gamma);
+             "tests/data/gossip/powergossip_ref_ring8_100x100_gamma%s%s.csv",
+             gamma,
+             variant);
     FILE *f = fopen(path, "r");
     if (f == NULL)
         fail_msg("cannot open %s (run from the repository root)", path);
@@ -71,18 +76,26 @@ s_load_reference(const char *gamma, struct curve *c)
     assert_true(c->count > 50);
 }
 
+/* Rumor's curve at gamma (warm: "true" or "false") against the recorded
+ * reference: at or below it (tolerance 1), or within the factor
+ * tolerance either way (> 1). */
 static void
-s_check_gamma(const char *bin, const char *gamma)
+s_check_gamma(const char *bin,
+              const char *gamma,
+              const char *warm,
+              double tolerance)
 {
     struct curve ref, ours;
-    s_load_reference(gamma, &ref);
+    s_load_reference(gamma, strcmp(warm, "true") == 0 ? "" : "_nowarm", &ref);
     char cmd[512];
     snprintf(cmd,
              sizeof cmd,
              "%s sim consensus --topology ring:8 --algo powergossip --rank 1 "
-             "--gamma %s --size 100x100 --steps 5000 --every 100",
+             "--gamma %s --size 100x100 --steps 5000 --every 100 "
+             "--warm-start %s",
              bin,
-             gamma);
+             gamma,
+             warm);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
     s_read_curve(p, &ours);
@@ -91,18 +104,22 @@ s_check_gamma(const char *bin, const char *gamma)
         {100, 500, 1000, 2000, 3000, 4000, 5000};
     for (size_t k = 0; k < sizeof checks / sizeof checks[0]; k++) {
         double r = s_at(&ref, checks[k]), o = s_at(&ours, checks[k]);
-        printf("gamma %s step %llu: reference %.4g, rumor %.4g\n",
+        printf("gamma %s warm start %s step %llu: reference %.4g, rumor "
+               "%.4g\n",
                gamma,
+               warm,
                checks[k],
                r,
                o);
-        if (!(o <= r))
-            fail_msg("gamma %s step %llu: rel_error %.4g above the "
-                     "reference's %.4g",
+        if (!(o <= r * tolerance && (tolerance == 1 || o >= r / tolerance)))
+            fail_msg("gamma %s warm start %s step %llu: rel_error %.4g, "
+                     "the reference's %.4g (tolerance %g)",
                      gamma,
+                     warm,
                      checks[k],
                      o,
-                     r);
+                     r,
+                     tolerance);
     }
 }
 
@@ -116,8 +133,22 @@ test_sim_consensus__powergossip_ring8__at_least_reference_reduction(
         printf("skipped: RUMOR_BIN is not set to the rumor binary\n");
         skip();
     }
-    s_check_gamma(bin, "1.308");
-    s_check_gamma(bin, "1.0");
+    s_check_gamma(bin, "1.308", "true", 1);
+    s_check_gamma(bin, "1.0", "true", 1);
+}
+
+static void
+test_sim_consensus__powergossip_no_warm_start__reference_curve_within_10pc(
+    void **state)
+{
+    (void)state;
+    const char *bin = getenv("RUMOR_BIN");
+    if (bin == NULL) {
+        printf("skipped: RUMOR_BIN is not set to the rumor binary\n");
+        skip();
+    }
+    s_check_gamma(bin, "1.308", "false", 1.1);
+    s_check_gamma(bin, "1.0", "false", 1.1);
 }
 
 static void
@@ -129,7 +160,7 @@ test_reference_script__torch__reproduces_recorded_curve(void **state)
         skip();
     }
     struct curve ref, run;
-    s_load_reference("1.308", &ref);
+    s_load_reference("1.308", "", &ref);
     FILE *p = popen("/usr/bin/python3 tests/gossip/powergossip_ref.py "
                     "--gamma 1.308 --steps 300 --every 100",
                     "r");
@@ -150,6 +181,8 @@ main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(
             test_sim_consensus__powergossip_ring8__at_least_reference_reduction),
+        cmocka_unit_test(
+            test_sim_consensus__powergossip_no_warm_start__reference_curve_within_10pc),
         cmocka_unit_test(
             test_reference_script__torch__reproduces_recorded_curve),
     };

@@ -161,6 +161,20 @@ test_handshake__powersgd_warm_start_differs__both_name_the_setting(void **s)
                    "warm-start=1");
 }
 
+/* PowerGossip: the two ends of an edge must start each power iteration
+ * from the same factor; one drawing a fresh one beside one that keeps the
+ * last would send products of two different vectors. */
+static void
+test_handshake__powergossip_warm_start_differs__both_name_the_setting(void **s)
+{
+    (void)s;
+    const char *const extra[2][3] = {{"--algo=powergossip", "--warm-start"},
+                                     {"--algo=powergossip", "--no-warm-start"}};
+    t_refused_pair(extra,
+                   "settings differ: node 0 has warm-start=1, node 1 has "
+                   "warm-start=0");
+}
+
 static void
 test_launch__clean_run__only_progress_and_result(void **state)
 {
@@ -211,6 +225,8 @@ main(void)
             test_handshake__other_algorithm__both_name_the_setting),
         cmocka_unit_test(
             test_handshake__powersgd_warm_start_differs__both_name_the_setting),
+        cmocka_unit_test(
+            test_handshake__powergossip_warm_start_differs__both_name_the_setting),
         cmocka_unit_test(
             test_handshake__error_feedback_differs__both_name_the_setting),
         cmocka_unit_test(test_launch__clean_run__only_progress_and_result),

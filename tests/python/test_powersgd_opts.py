@@ -1,14 +1,18 @@
 """PowerSGD's options (PyTorch PowerSGDState's names) and PowerGossip's
-iterations as rumor.Peer keywords and `rumor sim train` options: they
-reach the run, and misapplied ones are refused as by `rumor node`."""
+iterations and warm_start as rumor.Peer keywords and `rumor sim train`
+options: they reach the run, and misapplied ones are refused as by
+`rumor node`."""
+import ctypes
 import os
 import subprocess
 
+import numpy as np
 import pytest
 import torch
 
 import rumor
 from conftest import ROOT, run_nodes
+from rumor._lib import lib
 
 RUMOR_BIN = os.environ.get("RUMOR_BIN",
                            os.path.join(ROOT, "build", "bin", "rumor"))
@@ -82,6 +86,74 @@ def test_powergossip_iterations__that_many_messages_per_step(local2):
     b1 = one[0][1]["gossip_bytes_sent"]
     b3 = three[0][1]["gossip_bytes_sent"]
     assert b3 == 3 * b1
+
+
+class _Rng(ctypes.Structure):  # struct rumor_rng
+    _fields_ = [("seed", ctypes.c_uint64), ("stream", ctypes.c_uint64),
+                ("index", ctypes.c_uint64), ("block", ctypes.c_uint32 * 4),
+                ("block_at", ctypes.c_uint64)]
+
+
+def _normals(seed, stream, n):
+    """n standard normals of Rumor's stream (seed, stream), as float32."""
+    lib.rumor_rng_normal.restype = ctypes.c_double
+    rng = _Rng()
+    lib.rumor_rng_init(ctypes.byref(rng), ctypes.c_uint64(seed),
+                       ctypes.c_uint64(stream))
+    return np.array([lib.rumor_rng_normal(ctypes.byref(rng))
+                     for _ in range(n)], dtype=np.float32)
+
+
+def _powergossip_reference(x0, x1, steps, warm, seed):
+    """epfml/powergossip's PowerGossip.step on the edge 0-1 of ring:2
+    (weight 1/2, gamma 1, rank 1), in numpy float64: iteration t odd
+    orthogonalizes q and sends M q, even t the other side; the edge's
+    factors start from Rumor's draws of the pair's seed (streams 0 and 1
+    of the first matrix) and, without warm start, the factor to
+    orthogonalize is drawn afresh before each iteration (stream
+    (t << 24) | column, lowrank.h)."""
+    lib.rumor_seed_derive.restype = ctypes.c_uint64
+    pair = lib.rumor_seed_derive(ctypes.c_uint64(seed), ctypes.c_uint64(0),
+                                 ctypes.c_uint64(1))
+    n, m = x0.shape
+    p = _normals(pair, 0, n).astype(np.float64)
+    q = _normals(pair, 1, m).astype(np.float64)
+    x0, x1 = x0.astype(np.float64), x1.astype(np.float64)
+    for t in range(1, steps + 1):
+        d = x1 - x0  # from the higher id to the lower
+        if t % 2:
+            if not warm:
+                q = _normals(pair, t << 24, m).astype(np.float64)
+            q = q / (np.linalg.norm(q) + 1e-8)
+            p = d @ q
+        else:
+            if not warm:
+                p = _normals(pair, t << 24, n).astype(np.float64)
+            p = p / (np.linalg.norm(p) + 1e-8)
+            q = d.T @ p
+        move = 0.5 * np.outer(p, q)
+        x0, x1 = x0 + move, x1 - move
+    return x0, x1
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_powergossip_warm_start__both_ends_follow_the_reference(local2, warm):
+    topo, keys = local2
+    start = [_matrix(i)[0].numpy().copy() for i in range(2)]
+
+    def node(i):
+        x = [torch.from_numpy(start[i].copy())]
+        with rumor.Peer(topology=topo, node_id=i, key=keys[i],
+                        algo="powergossip", seed=5, warm_start=warm) as p:
+            for _ in range(3):
+                p.gossip(x)
+        return x[0].numpy()
+    got = run_nodes([lambda: node(0), lambda: node(1)])
+    want = _powergossip_reference(start[0], start[1], 3, warm, seed=5)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    other = _powergossip_reference(start[0], start[1], 3, not warm, seed=5)
+    assert not np.allclose(got[0], other[0], rtol=1e-3, atol=1e-3)
 
 
 def _sim_train(*extra):

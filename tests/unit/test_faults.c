@@ -34,8 +34,23 @@ struct net {
     rumor_gossip **g;
 };
 
+static struct rumor_gossip_opts
+s_opts(const char *algo, double clip)
+{
+    struct rumor_gossip_opts opts;
+    rumor_gossip_opts_default(&opts);
+    opts.clip_norm = clip;
+    snprintf(opts.algo, sizeof opts.algo, "%s", algo);
+    if (strcmp(algo, "choco") == 0 || strcmp(algo, "deepsqueeze") == 0)
+        opts.gamma = 0.5;
+    opts.theta = 30; /* moniqua: the models start up to 24 apart */
+    return opts;
+}
+
 static void
-s_net_new_algo(struct net *c, const char *spec, double clip, const char *algo)
+s_net_new_opts(struct net *c,
+               const char *spec,
+               const struct rumor_gossip_opts *opts)
 {
     memset(c, 0, sizeof *c);
     struct rumor_diag diag = {0};
@@ -44,13 +59,6 @@ s_net_new_algo(struct net *c, const char *spec, double clip, const char *algo)
     c->n = rumor_topology_nodes(c->topo);
     c->x = calloc(c->n, sizeof *c->x);
     c->g = calloc(c->n, sizeof *c->g);
-    struct rumor_gossip_opts opts;
-    rumor_gossip_opts_default(&opts);
-    opts.clip_norm = clip;
-    snprintf(opts.algo, sizeof opts.algo, "%s", algo);
-    if (strcmp(algo, "choco") == 0 || strcmp(algo, "deepsqueeze") == 0)
-        opts.gamma = 0.5;
-    opts.theta = 30; /* moniqua: the models start up to 24 apart */
     for (size_t i = 0; i < c->n; i++) {
         c->x[i] = malloc(DIM * sizeof(float));
         struct rumor_rng rng;
@@ -61,9 +69,16 @@ s_net_new_algo(struct net *c, const char *spec, double clip, const char *algo)
                                     {c->x[i] + ROWS * COLS, 1, {ROWS}}};
         struct rumor_model m = {t, 2};
         assert_int_equal(
-            rumor_gossip_new(&opts, c->topo, (uint32_t)i, &m, &c->g[i], &diag),
+            rumor_gossip_new(opts, c->topo, (uint32_t)i, &m, &c->g[i], &diag),
             RUMOR_OK);
     }
+}
+
+static void
+s_net_new_algo(struct net *c, const char *spec, double clip, const char *algo)
+{
+    struct rumor_gossip_opts opts = s_opts(algo, clip);
+    s_net_new_opts(c, spec, &opts);
 }
 
 static void
@@ -210,10 +225,14 @@ test_ack__round_trip_and_bad_inputs__rejected(void **state)
  * left staged, the average where it was (1e-6), the spread down by the
  * factor given. */
 static void
-s_drops_on(const char *algo, const char *spec, uint64_t seed, double shrink)
+s_drops_with(const struct rumor_gossip_opts *opts,
+             const char *spec,
+             uint64_t seed,
+             double shrink)
 {
+    const char *algo = opts->algo;
     struct net c;
-    s_net_new_algo(&c, spec, 0, algo);
+    s_net_new_opts(&c, spec, opts);
     double mean0[DIM];
     for (size_t e = 0; e < DIM; e++)
         mean0[e] = s_mean(&c, e);
@@ -242,6 +261,13 @@ s_drops_on(const char *algo, const char *spec, uint64_t seed, double shrink)
     if (!(s_spread(&c) < shrink * spread0))
         fail_msg("%s %s: spread %g from %g", algo, spec, s_spread(&c), spread0);
     s_net_free(&c);
+}
+
+static void
+s_drops_on(const char *algo, const char *spec, uint64_t seed, double shrink)
+{
+    struct rumor_gossip_opts opts = s_opts(algo, 0);
+    s_drops_with(&opts, spec, seed, shrink);
 }
 
 static void
@@ -278,6 +304,21 @@ test_skip_powergossip__one_peer_exp_drops__average_kept_models_meet(
     (void)state;
     s_drops_on("powergossip", "one-peer-exp:4", 0, 1e-3);
     s_drops_on("powergossip", "one-peer-exp:8", 1, 1e-3);
+}
+
+/* Without warm start each iteration draws its factor from the edge's
+ * seed and its own count: a skipped round must advance neither end's
+ * count, or the two ends draw different factors, their terms stop
+ * cancelling and the average moves. */
+static void
+test_skip_powergossip_no_warm_start__drops__average_kept_models_meet(
+    void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts opts = s_opts("powergossip", 0);
+    opts.warm_start = false;
+    s_drops_with(&opts, "one-peer-exp:4", 0, 1e-3);
+    s_drops_with(&opts, "ring:8", 2, 1e-3);
 }
 
 static void
@@ -585,6 +626,8 @@ main(int argc, char **argv)
             test_skip_powergossip__random_drops_600_steps__average_kept_to_1e6),
         cmocka_unit_test(
             test_skip_powergossip__one_peer_exp_drops__average_kept_models_meet),
+        cmocka_unit_test(
+            test_skip_powergossip_no_warm_start__drops__average_kept_models_meet),
         cmocka_unit_test(
             test_skip_choco__random_drops_600_steps__average_kept_to_1e6),
         cmocka_unit_test(

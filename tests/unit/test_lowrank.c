@@ -1244,18 +1244,45 @@ s_edge_pair(const struct rumor_lowrank_shape *shapes,
     assert_int_equal(rumor_lowrank_edge_new(hi, shapes, count, &o), 0);
 }
 
-/* One iteration by hand with the ref kernels, as algorithms.py writes it:
- * t odd: orthogonalize q, p = (x_hi - x_lo) q, x_lo += w p q^T,
- * x_hi -= w p q^T; t even: the same with p and q swapped. */
+/* The factor iteration t draws without warm start, as lowrank.h gives
+ * it: column c of the first compressed tensor from stream (t << 24) | c
+ * of the pair's seed (s_edge_pair's: 99, ids 2 and 5). */
 static void
-test_edge__iterations__follow_the_reference_update(void **s)
+s_fresh_factor(float *f, size_t rows, size_t r, uint64_t t)
 {
-    (void)s;
+    uint64_t seed = rumor_seed_derive(99, 2, 5);
+    for (size_t c = 0; c < r; c++) {
+        struct rumor_rng rng;
+        rumor_rng_init(&rng, seed, (t << 24) | c);
+        for (size_t k = 0; k < rows; k++)
+            f[k * r + c] = (float)rumor_rng_normal(&rng);
+    }
+}
+
+/* Four iterations by hand with the ref kernels, as algorithms.py writes
+ * them: t odd: orthogonalize q, p = (x_hi - x_lo) q, x_lo += w p q^T,
+ * x_hi -= w p q^T; t even: the same with p and q swapped; with warm start
+ * p and q carry over, without it (warm_start=False) the factor to
+ * orthogonalize is first drawn afresh. Both ends must hold the same
+ * factors as the reference after every iteration, and move as it does. */
+static void
+s_edge_reference_run(bool warm)
+{
     const size_t n = 12, m = 9, r = 2;
     const struct rumor_lowrank_shape shapes[] = {{.ndim = 1, .dims = {5}},
                                                  {.ndim = 2, .dims = {n, m}}};
+    struct rumor_lowrank_edge_opts o;
+    rumor_lowrank_edge_opts_default(&o);
+    o.rank = r;
+    o.seed = 99;
+    o.warm_start = warm;
     rumor_lowrank_edge *lo = NULL, *hi = NULL;
-    s_edge_pair(shapes, 2, r, &lo, &hi);
+    o.self_id = 2;
+    o.peer_id = 5;
+    assert_int_equal(rumor_lowrank_edge_new(&lo, shapes, 2, &o), 0);
+    o.self_id = 5;
+    o.peer_id = 2;
+    assert_int_equal(rumor_lowrank_edge_new(&hi, shapes, 2, &o), 0);
     float *xl = s_randn(n * m, 1), *xh = s_randn(n * m, 2);
     /* The shared initial factors, drawn as the edge draws them. */
     uint64_t seed = rumor_seed_derive(99, 2, 5);
@@ -1269,6 +1296,7 @@ test_edge__iterations__follow_the_reference_update(void **s)
         q[i] = (float)rumor_rng_normal(&rng);
     float *el = s_dup(xl, n * m), *eh = s_dup(xh, n * m);
     float *d = malloc(n * m * 4);
+    float *sl = malloc((n + m) * r * 4), *sh = malloc((n + m) * r * 4);
     const float w = 0.3f;
     for (uint64_t t = 1; t <= 4; t++) {
         float *pl[2] = {NULL, xl}, *ph[2] = {NULL, xh};
@@ -1285,22 +1313,46 @@ test_edge__iterations__follow_the_reference_update(void **s)
         for (size_t i = 0; i < n * m; i++)
             d[i] = eh[i] - el[i];
         if (t % 2) {
+            if (!warm)
+                s_fresh_factor(q, m, r, t);
             lowrank_ref_gram_schmidt(q, m, r, 1e-8f);
             lowrank_ref_project_right(d, NULL, n, m, q, r, p);
         } else {
+            if (!warm)
+                s_fresh_factor(p, n, r, t);
             lowrank_ref_gram_schmidt(p, n, r, 1e-8f);
             lowrank_ref_project_left(d, NULL, n, m, p, r, q);
         }
         lowrank_ref_reconstruct(n, m, r, p, q, w, NULL, el, 1.0f);
         lowrank_ref_reconstruct(n, m, r, p, q, -w, NULL, eh, 1.0f);
+        assert_int_equal(rumor_lowrank_edge_state_get(lo, sl), 0);
+        assert_int_equal(rumor_lowrank_edge_state_get(hi, sh), 0);
+        assert_memory_equal(sl, sh, (n + m) * r * 4); /* both ends agree */
+        s_assert_close(sl, p, n * r, 1e-5, "p");
+        s_assert_close(sl + n * r, q, m * r, 1e-5, "q");
         s_assert_close(xl, el, n * m, 1e-5, "low end");
         s_assert_close(xh, eh, n * m, 1e-5, "high end");
         free(ml), free(mh);
     }
     free(xl), free(xh), free(p), free(q), free(el), free(eh), free(d);
+    free(sl), free(sh);
     rumor_lowrank_edge_destroy(&lo);
     rumor_lowrank_edge_destroy(&hi);
     assert_null(lo);
+}
+
+static void
+test_edge__iterations__follow_the_reference_update(void **s)
+{
+    (void)s;
+    s_edge_reference_run(true);
+}
+
+static void
+test_edge__no_warm_start__each_iteration_from_a_fresh_factor(void **s)
+{
+    (void)s;
+    s_edge_reference_run(false);
 }
 
 static void
@@ -1974,6 +2026,8 @@ main(int argc, char **argv)
         cmocka_unit_test(
             test_psgd__two_nodes_reducing__agree_on_the_approximation),
         cmocka_unit_test(test_edge__iterations__follow_the_reference_update),
+        cmocka_unit_test(
+            test_edge__no_warm_start__each_iteration_from_a_fresh_factor),
         cmocka_unit_test(
             test_edge__ring_of_four__preserves_average_and_shrinks_differences),
         cmocka_unit_test(test_edge__equal_models_first__mixes_once_they_differ),

@@ -101,6 +101,35 @@ test_powersgd_options__ini_keys__same_as_the_command_line(void **s)
     s_check_fields(&o);
 }
 
+/* PowerGossip shares warm-start (its reference's warm_start), from the
+ * command line and the INI file; it is on by default. */
+static void
+test_powergossip_warm_start__command_line_and_ini__reach_the_option(void **s)
+{
+    (void)s;
+    struct rumor_node_opts o;
+    s_base(&o);
+    s_set(&o, "algo", "powergossip");
+    s_set(&o, "warm-start", "false");
+    struct rumor_diag diag = {0};
+    if (rumor_node_opts_check(&o, &diag) != RUMOR_OK)
+        fail_msg("check: %s", diag.msg);
+    assert_false(o.gossip.warm_start);
+    static const char ini[] = "[node]\n"
+                              "algo = powergossip\n"
+                              "warm-start = off\n";
+    s_base(&o);
+    assert_true(o.gossip.warm_start);
+    assert_int_equal(rumor_node_opts_parse_ini(&o,
+                                               "g.ini",
+                                               (const uint8_t *)ini,
+                                               strlen(ini),
+                                               &diag),
+                     RUMOR_OK);
+    assert_int_equal(rumor_node_opts_check(&o, &diag), RUMOR_OK);
+    assert_false(o.gossip.warm_start);
+}
+
 static void
 test_powersgd_options__misapplied__refused_naming_the_option(void **s)
 {
@@ -188,6 +217,8 @@ main(int argc, char **argv)
             test_powersgd_options__command_line_names__reach_the_gossip_options),
         cmocka_unit_test(
             test_powersgd_options__ini_keys__same_as_the_command_line),
+        cmocka_unit_test(
+            test_powergossip_warm_start__command_line_and_ini__reach_the_option),
         cmocka_unit_test(
             test_powersgd_options__misapplied__refused_naming_the_option),
     };
