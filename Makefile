@@ -50,8 +50,11 @@ ifneq ($(filter-out $(NO_DEPS_GOALS),$(or $(MAKECMDGOALS),all)),)
   include $(CONFIG_MK)
 endif
 
+# DEPS=no skips the install step where the caller provides the packages
+# (docker/Dockerfile's build stage).
+DEPS ?= yes
 $(CONFIG_MK): FORCE
-	@sh scripts/deps.sh
+	@$(if $(filter no,$(DEPS)),,sh scripts/deps.sh)
 	@mkdir -p $(dir $@)
 	@sh scripts/config-mk.sh "$(PKGS)" cmocka > $@.new
 	@if cmp -s $@.new $@; then rm -f $@.new; else mv $@.new $@; fi
@@ -107,7 +110,7 @@ else
 endif
 
 .PHONY: all demo test check asan fuzz bench lint format format-check \
-        headers-check deps install uninstall clean help FORCE
+        headers-check deps deploy-test install uninstall clean help FORCE
 
 all: $(RUMOR) $(SHLIB)
 	@echo "[build] CUDA backend: $(CUDA_LINE)"
@@ -117,6 +120,7 @@ help:
 	@echo "make test          install missing packages, build, run every test"
 	@echo "make asan          the whole test suite under ASan + UBSan"
 	@echo "make fuzz          build the libFuzzer harnesses with clang"
+	@echo "make deploy-test   docker/README.md end to end: image, 4 containers, a crash (root: own engine)"
 	@echo "make bench         run the benchmarks (docs/benchmarks.md); QUICK=1 short"
 	@echo "make install       rumor, librumor.so/.a, headers, rumor.pc (PREFIX, DESTDIR)"
 	@echo "make lint          banned functions, include direction, headers alone"
@@ -177,6 +181,11 @@ $(BUILD)/tests/fuzz/%: tests/fuzz/%.c tests/fuzz/replay_main.c $(LIB) $(BUILD)/.
 
 deps:
 	@sh scripts/deps.sh
+
+# docker/README.md end to end in real containers, with a Docker engine: the
+# reachable one, or (as root) a private dockerd for the test's time.
+deploy-test: $(RUMOR)
+	$(Q)RUMOR_BIN=$(RUMOR) sh scripts/with-docker.sh sh tests/integration/docker_e2e.sh
 
 # --- install (PREFIX, DESTDIR) ------------------------------------------------
 # The binary, both libraries (librumor.so.VERSION with its soname link), the

@@ -4,7 +4,8 @@
 # Debian 12, so this is the lint that `make test` runs
 # (tests/integration/test_deploy.c). Prints FILE:LINE: RULE: message per
 # problem and exits 1 when there is one.
-#   D1 every base image is pinned (a version tag or a digest, never latest)
+#   D1 every base image is pinned (a version tag or a digest, never latest;
+#      FROM ${ARG} is judged by the ARG's default)
 #   D2 the final stage runs as a non-root USER
 #   D3 nothing secret is copied in (no ADD; no COPY of keys, .key, .pem,
 #      .env, id_*; no ENV/ARG named like a secret)
@@ -54,6 +55,13 @@ check_lines() {
         rest = $2
         sub(/^[ \t]*[A-Za-z]+[ \t]*/, "", rest)
     }
+    # A global ARG with a default can name the base image (FROM ${BASE});
+    # D1 then holds for that default.
+    ins == "ARG" && last_from == "" && w[2] ~ /=/ {
+        name = w[2]; sub(/=.*/, "", name)
+        value = w[2]; sub(/^[^=]*=/, "", value)
+        args[name] = value
+    }
     ins == "FROM" {
         img = rest
         sub(/^--platform=[^ \t]+[ \t]+/, "", img)
@@ -61,6 +69,10 @@ check_lines() {
         if (match(img, /[ \t]+[Aa][Ss][ \t]+/)) {
             alias = substr(img, RSTART + RLENGTH)
             img = substr(img, 1, RSTART - 1)
+        }
+        for (name in args) {
+            gsub("\\$\\{" name "\\}", args[name], img)
+            if (img == "$" name) img = args[name]
         }
         if (!(img in stages) && img !~ /@sha256:[0-9a-f]+$/) {
             tag = img

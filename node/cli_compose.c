@@ -105,7 +105,9 @@ cli_compose_help(FILE *out)
             "  --link-delay D     one-way delay per link, e.g. 10ms, 1s "
             "(Rumor's --delay-ms)\n"
             "  --port P           port of every node (default 7000)\n"
-            "  --restart POLICY   unless-stopped (default), on-failure, "
+            "  --restart POLICY   on-failure (default: a crashed node comes "
+            "back, a\n"
+            "                     finished one stays down), unless-stopped, "
             "always or no\n"
             "Other options go to every node (see 'rumor help node').\n");
 }
@@ -190,9 +192,9 @@ s_parse_delay(const char *text, unsigned long long *out)
 static bool
 s_restart_ok(const char *policy)
 {
-    return strcmp(policy, "unless-stopped") == 0 ||
-           strcmp(policy, "on-failure") == 0 || strcmp(policy, "always") == 0 ||
-           strcmp(policy, "no") == 0;
+    return strcmp(policy, "on-failure") == 0 ||
+           strcmp(policy, "unless-stopped") == 0 ||
+           strcmp(policy, "always") == 0 || strcmp(policy, "no") == 0;
 }
 
 /* Options compose sets itself, per node or from its own flags. */
@@ -315,7 +317,9 @@ s_parse(int argc, char **argv, struct s_args *a)
     a->keys_dir = "keys";
     a->state_dir = "rumor-state";
     a->topo_out = "compose.topo";
-    a->restart = "unless-stopped";
+    /* a node that finished its steps exits 0: unless-stopped would start
+     * it again, resume it from its final checkpoint, and so on forever */
+    a->restart = "on-failure";
     a->port = COMPOSE_PORT;
     a->gpu_count = 1;
     for (int i = 1; i < argc; i++) {
@@ -337,8 +341,8 @@ s_parse(int argc, char **argv, struct s_args *a)
     }
     if (!s_restart_ok(a->restart)) {
         fprintf(stderr,
-                "rumor compose: --restart: expected unless-stopped, "
-                "on-failure, always or no, got '%s'\n",
+                "rumor compose: --restart: expected on-failure, "
+                "unless-stopped, always or no, got '%s'\n",
                 a->restart);
         return 2;
     }

@@ -1,6 +1,8 @@
 #!/bin/sh
 # Installs the Debian 12 packages Rumor needs, only those missing. Quick and
 # silent when everything is there; needs root (or sudo) to install.
+# usage: deps.sh [EXTRA_PACKAGE...]   (extra packages for one target only:
+# scripts/with-docker.sh asks for docker.io when it must start an engine)
 set -eu
 
 # Build and test: compiler, pkg-config, cmocka (unit tests), clang with its
@@ -22,7 +24,8 @@ set -eu
 PACKAGES="build-essential pkg-config libcmocka-dev clang libclang-rt-14-dev
 clang-format libopenblas-dev liblapacke-dev libzmq3-dev libsodium-dev
 libzstd-dev python3-torch python3-numpy gnuplot-nox libinih-dev libcjson-dev
-python3-pytest python3-venv docker-compose zlib1g-dev dataset-fashion-mnist"
+python3-pytest python3-venv docker-compose zlib1g-dev dataset-fashion-mnist
+$*"
 
 missing=""
 for pkg in $PACKAGES; do
