@@ -193,6 +193,10 @@ s_apply_kv(rumor_codec *c,
                    c->id == RUMOR_CODEC_TERNGRAD) {
             ok = s_parse_double(val, vlen, &d) && d >= 0 && d <= 1e6;
             c->clip = d;
+        } else if (s_key_is(key, klen, "share") &&
+                   c->id == RUMOR_CODEC_TERNGRAD) {
+            ok = s_parse_uint(val, vlen, 1, &u);
+            c->share = u == 1;
         } else {
             known = false;
         }
@@ -302,6 +306,7 @@ s_set_defaults(rumor_codec *c)
     c->biased = false;
     c->bucket = 512;
     c->clip = 0;
+    c->share = false;
     c->ratio = c->id == RUMOR_CODEC_DGC ? 0.001 : 0.01;
     c->k = 0;
     c->threshold = 0;
@@ -338,16 +343,17 @@ s_format_spec(rumor_codec *c)
         break;
     case RUMOR_CODEC_TERNGRAD:
     case RUMOR_CODEC_SIGN:
-        /* clip only when on: the spec of every earlier codec is kept. */
-        if (c->clip > 0)
-            snprintf(own,
-                     sizeof own,
-                     "%s:bucket=%zu,clip=%.9g",
-                     name,
-                     c->bucket,
-                     c->clip);
-        else
-            snprintf(own, sizeof own, "%s:bucket=%zu", name, c->bucket);
+        /* clip and share only when on: the spec of every earlier codec is
+         * kept. */
+        snprintf(own, sizeof own, "%s:bucket=%zu", name, c->bucket);
+        if (c->clip > 0) {
+            size_t len = strlen(own);
+            snprintf(own + len, sizeof own - len, ",clip=%.9g", c->clip);
+        }
+        if (c->share) {
+            size_t len = strlen(own);
+            snprintf(own + len, sizeof own - len, ",share=1");
+        }
         break;
     case RUMOR_CODEC_TOPK:
     case RUMOR_CODEC_RANDK:
@@ -508,6 +514,16 @@ rumor_codec_new(const char *spec, rumor_codec **out, struct rumor_diag *diag)
             rc = RUMOR_EINVAL;
             goto done;
         }
+        if (inner->share) { /* the scalers are agreed per message */
+            rumor_diag_set(diag,
+                           "",
+                           0,
+                           (int)first + 2,
+                           "terngrad: share=1 needs terngrad as the whole "
+                           "codec, not the values of a sparse one");
+            rc = RUMOR_EINVAL;
+            goto done;
+        }
     } else if (kind_outer == S_SPARSE) {
         int dummy = 0;
         rc = s_parse_part("fp32", 4, 1, &inner, &dummy, diag);
@@ -654,6 +670,72 @@ rumor_codec_encode(const rumor_codec *codec,
         return RUMOR_ETOOBIG;
     return codec->ops
         ->encode(codec, x, n, seed, counter, out, cap, written, approx);
+}
+
+size_t
+rumor_codec_scaler_count(const rumor_codec *codec, size_t n)
+{
+    return codec->share ? compress_buckets(n, codec->bucket) : 0;
+}
+
+rumor_err
+rumor_codec_scalers(const rumor_codec *codec,
+                    const float *x,
+                    size_t n,
+                    float *out)
+{
+    if (!codec->share || n > RUMOR_COMPRESS_MAX_ELEMS ||
+        (n > 0 && (x == NULL || out == NULL)))
+        return RUMOR_EINVAL;
+    if (!compress_all_finite(x, n))
+        return RUMOR_ENUMERIC;
+    compress_terngrad_scalers(codec, x, n, out);
+    return RUMOR_OK;
+}
+
+rumor_err
+rumor_codec_encode_shared(const rumor_codec *codec,
+                          const float *x,
+                          size_t n,
+                          const float *scalers,
+                          uint64_t seed,
+                          uint64_t counter,
+                          uint8_t *out,
+                          size_t cap,
+                          size_t *written,
+                          float *approx)
+{
+    if (scalers == NULL)
+        return rumor_codec_encode(codec,
+                                  x,
+                                  n,
+                                  seed,
+                                  counter,
+                                  out,
+                                  cap,
+                                  written,
+                                  approx);
+    *written = 0;
+    if (!codec->share || n > RUMOR_COMPRESS_MAX_ELEMS || (n > 0 && x == NULL))
+        return RUMOR_EINVAL;
+    for (size_t k = 0; k < rumor_codec_scaler_count(codec, n); k++)
+        if (!(scalers[k] >= 0 && scalers[k] <= FLT_MAX))
+            return RUMOR_EINVAL;
+    /* the scalers replace the buckets' max |x|, which checked x */
+    if (!compress_all_finite(x, n))
+        return RUMOR_ENUMERIC;
+    if (out == NULL || cap < RUMOR_COMPRESS_HEADER_BYTES)
+        return RUMOR_ETOOBIG;
+    return compress_terngrad_encode_shared(codec,
+                                           x,
+                                           n,
+                                           scalers,
+                                           seed,
+                                           counter,
+                                           out,
+                                           cap,
+                                           written,
+                                           approx);
 }
 
 static rumor_err

@@ -75,6 +75,7 @@ struct rumor_codec {
     bool biased;     /* qsgd: decoded values scaled by 1/tau (ChocoSGD) */
     size_t bucket;   /* qsgd, terngrad, sign: values per bucket */
     double clip;     /* terngrad: clip to +-clip sigma first (0: off) */
+    bool share;      /* terngrad: scalers agreed between nodes (share=1) */
     double ratio;    /* topk, randk, dgc: kept fraction of n */
     size_t k;        /* topk, randk: fixed count when > 0 (overrides) */
     float threshold; /* threshold: keep |v| >= threshold */
@@ -85,6 +86,26 @@ struct rumor_codec {
     rumor_codec *inner; /* sparse codecs: dense codec of kept values, owned */
     char spec[RUMOR_COMPRESS_SPEC_MAX];
 };
+
+/* TernGrad's scaler sharing (quant.c; x finite, checked by the caller):
+ * this node's scalers of x, one per bucket (max |v| after the clip, the
+ * scale its own encode would write), and the encode that uses the agreed
+ * scalers instead (no clip: values beyond a bucket's scaler saturate to
+ * +-scaler, as the reference's ternarizer does). */
+void compress_terngrad_scalers(const rumor_codec *c,
+                               const float *x,
+                               size_t n,
+                               float *out);
+rumor_err compress_terngrad_encode_shared(const rumor_codec *c,
+                                          const float *x,
+                                          size_t n,
+                                          const float *scalers,
+                                          uint64_t seed,
+                                          uint64_t counter,
+                                          uint8_t *out,
+                                          size_t cap,
+                                          size_t *written,
+                                          float *approx);
 
 /* --- header ------------------------------------------------------------ */
 

@@ -358,34 +358,10 @@ rumor_ef_codec_fits(const rumor_ef *ef, const rumor_codec *codec)
            id == RUMOR_CODEC_RANDK || id == RUMOR_CODEC_DGC;
 }
 
-rumor_err
-rumor_ef_encode(rumor_ef *ef,
-                const rumor_codec *codec,
-                const float *g,
-                size_t n,
-                uint64_t seed,
-                uint64_t counter,
-                uint8_t *out,
-                size_t cap,
-                size_t *written,
-                float *sent)
+/* p = what the codec gets this step (dgc aside). */
+static void
+s_corrected(const rumor_ef *ef, const float *g, size_t n, float *p)
 {
-    *written = 0;
-    if (n != ef->n || (ef->kind != S_DGC && codec == NULL) ||
-        (ef->kind == S_DGC && codec != NULL && !rumor_ef_codec_fits(ef, codec)))
-        return RUMOR_EINVAL;
-    if (!compress_all_finite(g, n))
-        return RUMOR_ENUMERIC;
-    rumor_err rc = RUMOR_OK;
-    if (ef->kind == S_DGC) {
-        const rumor_codec *sel = codec != NULL ? codec : ef->sparse;
-        rc =
-            s_dgc_encode(ef, sel, g, n, seed, counter, out, cap, written, sent);
-        if (rc == RUMOR_OK)
-            ef->steps++;
-        return rc;
-    }
-    float *p = ef->scratch, *approx = ef->scratch2;
     for (size_t i = 0; i < n; i++) {
         switch (ef->kind) {
         case S_EF:
@@ -399,15 +375,84 @@ rumor_ef_encode(rumor_ef *ef,
             break;
         }
     }
-    rc = rumor_codec_encode(codec,
-                            p,
-                            n,
-                            seed,
-                            counter,
-                            out,
-                            cap,
-                            written,
-                            approx);
+}
+
+rumor_err
+rumor_ef_corrected(const rumor_ef *ef, const float *g, size_t n, float *p)
+{
+    if (n != ef->n || ef->kind == S_DGC)
+        return RUMOR_EINVAL;
+    s_corrected(ef, g, n, p);
+    return RUMOR_OK;
+}
+
+rumor_err
+rumor_ef_encode(rumor_ef *ef,
+                const rumor_codec *codec,
+                const float *g,
+                size_t n,
+                uint64_t seed,
+                uint64_t counter,
+                uint8_t *out,
+                size_t cap,
+                size_t *written,
+                float *sent)
+{
+    return rumor_ef_encode_shared(ef,
+                                  codec,
+                                  g,
+                                  n,
+                                  NULL,
+                                  seed,
+                                  counter,
+                                  out,
+                                  cap,
+                                  written,
+                                  sent);
+}
+
+rumor_err
+rumor_ef_encode_shared(rumor_ef *ef,
+                       const rumor_codec *codec,
+                       const float *g,
+                       size_t n,
+                       const float *scalers,
+                       uint64_t seed,
+                       uint64_t counter,
+                       uint8_t *out,
+                       size_t cap,
+                       size_t *written,
+                       float *sent)
+{
+    *written = 0;
+    if (n != ef->n || (ef->kind != S_DGC && codec == NULL) ||
+        (ef->kind == S_DGC && codec != NULL &&
+         !rumor_ef_codec_fits(ef, codec)) ||
+        (ef->kind == S_DGC && scalers != NULL))
+        return RUMOR_EINVAL;
+    if (!compress_all_finite(g, n))
+        return RUMOR_ENUMERIC;
+    rumor_err rc = RUMOR_OK;
+    if (ef->kind == S_DGC) {
+        const rumor_codec *sel = codec != NULL ? codec : ef->sparse;
+        rc =
+            s_dgc_encode(ef, sel, g, n, seed, counter, out, cap, written, sent);
+        if (rc == RUMOR_OK)
+            ef->steps++;
+        return rc;
+    }
+    float *p = ef->scratch, *approx = ef->scratch2;
+    s_corrected(ef, g, n, p);
+    rc = rumor_codec_encode_shared(codec,
+                                   p,
+                                   n,
+                                   scalers,
+                                   seed,
+                                   counter,
+                                   out,
+                                   cap,
+                                   written,
+                                   approx);
     if (rc != RUMOR_OK)
         return rc;
     for (size_t i = 0; i < n; i++)

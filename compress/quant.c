@@ -286,10 +286,13 @@ s_fused_buckets(uint32_t bucket, size_t left)
     return whole < fit ? whole : fit;
 }
 
+/* shared: TernGrad's agreed scalers, one per bucket, in place of the
+ * buckets' own (NULL: their own). */
 static rumor_err
 s_qsgd_encode(const rumor_codec *c,
               const float *x,
               size_t n,
+              const float *shared,
               uint64_t seed,
               uint64_t counter,
               uint8_t *out,
@@ -340,7 +343,7 @@ s_qsgd_encode(const rumor_codec *c,
         bool aligned = wide ? compress_quant_buckets_wide(c->bucket) &&
                                   compress_bw_at_byte(&w9)
                             : pk.pending == 0;
-        size_t run = elias || !aligned || start % 16 != 0
+        size_t run = elias || !aligned || start % 16 != 0 || shared != NULL
                          ? 0
                          : s_fused_buckets(c->bucket, n - start);
         if (run > 0) {
@@ -370,8 +373,9 @@ s_qsgd_encode(const rumor_codec *c,
             s_prefetch(x, ahead > start + m ? ahead : start + m, want);
             ahead = want;
         }
-        double acc =
-            tern ? (double)compress_maxabs(v, m) : sqrt(compress_sumsq(v, m));
+        double acc = shared != NULL ? (double)shared[k]
+                     : tern         ? (double)compress_maxabs(v, m)
+                                    : sqrt(compress_sumsq(v, m));
         float norm = 0, inv = 0;
         if (!compress_bucket_scale(acc, s, &norm, &inv))
             return RUMOR_ENUMERIC;
@@ -712,18 +716,25 @@ s_qsgd_encode_scaled(const rumor_codec *c,
                      size_t *written,
                      float *approx)
 {
-    rumor_err rc =
-        c->bits == 0
-            ? compress_qsgd_levels_encode(c,
-                                          x,
-                                          n,
-                                          seed,
-                                          counter,
-                                          out,
-                                          cap,
-                                          written,
-                                          approx)
-            : s_qsgd_encode(c, x, n, seed, counter, out, cap, written, approx);
+    rumor_err rc = c->bits == 0 ? compress_qsgd_levels_encode(c,
+                                                              x,
+                                                              n,
+                                                              seed,
+                                                              counter,
+                                                              out,
+                                                              cap,
+                                                              written,
+                                                              approx)
+                                : s_qsgd_encode(c,
+                                                x,
+                                                n,
+                                                NULL,
+                                                seed,
+                                                counter,
+                                                out,
+                                                cap,
+                                                written,
+                                                approx);
     if (rc != RUMOR_OK || !c->biased)
         return rc;
     return s_qsgd_rescale(c, out, *written, n, approx);
@@ -739,7 +750,23 @@ const struct compress_ops compress_qsgd_ops = {s_qsgd_size,
  * whole vector (the layer), before the per-bucket ternarization. The
  * decoder is unchanged: the payload is a TernGrad payload of the clipped
  * vector, unbiased for it (not for x: clipping is the bias the paper
- * trades for a smaller scaler). */
+ * trades for a smaller scaler). *t receives c sigma; false when x holds
+ * NaN or Inf (finite floats cannot overflow a double sum). */
+static bool
+s_clip_at(const rumor_codec *c, const float *x, size_t n, float *t)
+{
+    double sum = 0, dev = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += x[i];
+    if (!isfinite(sum))
+        return false;
+    double mean = sum / (double)n;
+    for (size_t i = 0; i < n; i++)
+        dev += ((double)x[i] - mean) * ((double)x[i] - mean);
+    *t = (float)(c->clip * sqrt(dev / (double)n));
+    return true;
+}
+
 static rumor_err
 s_terngrad_encode(const rumor_codec *c,
                   const float *x,
@@ -751,26 +778,71 @@ s_terngrad_encode(const rumor_codec *c,
                   size_t *written,
                   float *approx)
 {
+    float t = 0;
     if (c->clip == 0 || n == 0)
-        return s_qsgd_encode(c, x, n, seed, counter, out, cap, written, approx);
-    double sum = 0, dev = 0;
-    for (size_t i = 0; i < n; i++)
-        sum += x[i];
-    if (!isfinite(sum)) /* finite floats cannot overflow a double sum */
+        return s_qsgd_encode(c,
+                             x,
+                             n,
+                             NULL,
+                             seed,
+                             counter,
+                             out,
+                             cap,
+                             written,
+                             approx);
+    if (!s_clip_at(c, x, n, &t))
         return RUMOR_ENUMERIC;
-    double mean = sum / (double)n;
-    for (size_t i = 0; i < n; i++)
-        dev += ((double)x[i] - mean) * ((double)x[i] - mean);
-    float t = (float)(c->clip * sqrt(dev / (double)n));
     float *v = malloc(n * sizeof *v);
     if (v == NULL)
         return RUMOR_ENOMEM;
     for (size_t i = 0; i < n; i++)
         v[i] = fminf(fmaxf(x[i], -t), t);
     rumor_err rc =
-        s_qsgd_encode(c, v, n, seed, counter, out, cap, written, approx);
+        s_qsgd_encode(c, v, n, NULL, seed, counter, out, cap, written, approx);
     free(v);
     return rc;
+}
+
+/* The bucket's max |clipped value| is min(max |x|, c sigma): clipping
+ * keeps order and is exact, so no clipped copy is needed. */
+void
+compress_terngrad_scalers(const rumor_codec *c,
+                          const float *x,
+                          size_t n,
+                          float *out)
+{
+    float t = INFINITY;
+    if (c->clip > 0 && n > 0)
+        (void)s_clip_at(c, x, n, &t); /* x is finite */
+    for (size_t k = 0; k < compress_buckets(n, c->bucket); k++) {
+        size_t start = k * c->bucket;
+        size_t m = n - start < c->bucket ? n - start : c->bucket;
+        out[k] = fminf(compress_maxabs(x + start, m), t);
+    }
+}
+
+rumor_err
+compress_terngrad_encode_shared(const rumor_codec *c,
+                                const float *x,
+                                size_t n,
+                                const float *scalers,
+                                uint64_t seed,
+                                uint64_t counter,
+                                uint8_t *out,
+                                size_t cap,
+                                size_t *written,
+                                float *approx)
+{
+    return s_qsgd_encode(c,
+                         x,
+                         n,
+                         scalers,
+                         seed,
+                         counter,
+                         out,
+                         cap,
+                         written,
+                         approx);
 }
 
 const struct compress_ops compress_terngrad_ops = {s_qsgd_size,

@@ -18,6 +18,17 @@
  * Payload: for each tensor, a little-endian u32 length and the codec's
  * bytes (gossip/payload.c's format). Per tensor, as DGC and QSGD select
  * and scale per layer.
+ *
+ * TernGrad's scaler sharing (terngrad:share=1; Wen et al. 2017, Algorithm
+ * 1, the reference's max_scalers): n - 1 rounds before the payloads carry
+ * a running max around the ring, the scalers of every bucket of every
+ * tensor as little-endian float32 (4 bytes each, nothing else), so that
+ * after them every node holds the max over nodes of each node's own
+ * scalers, of the vector it encodes (after its error memory's
+ * correction). Every node then ternarizes with those: its payload carries
+ * the shared scalers, and the memory keeps the error at the shared scale.
+ * A running max in n - 1 rounds rather than a reduce-scatter: the vector
+ * is one float per bucket, so rounds cost more than bytes.
  */
 #include "gossip/gossip_impl.h"
 
@@ -31,8 +42,11 @@ struct cdp {
     uint8_t **payload;         /* node j's payload */
     size_t *payload_len;
     size_t payload_cap;
-    double *sum; /* numel */
-    float *x;    /* numel: the vector to encode */
+    double *sum;         /* numel */
+    float *x;            /* numel: the vector to encode */
+    float *scalers;      /* share=1: the running max of the scalers */
+    size_t nscalers;     /* over every bucket of every tensor; 0: no sharing */
+    uint8_t *scaler_msg; /* 4 nscalers: the scalers on the wire */
 };
 
 static rumor_err
@@ -92,6 +106,16 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     s->x = malloc(g->numel * sizeof *s->x);
     if (!s->payload || !s->payload_len || !s->sum || !s->x)
         return RUMOR_ENOMEM;
+    for (size_t t = 0; t < g->tensor_count; t++)
+        s->nscalers +=
+            rumor_codec_scaler_count(s->pack.codec,
+                                     rumor_tensor_numel(&g->tensors[t]));
+    if (s->nscalers > 0) {
+        s->scalers = malloc(s->nscalers * sizeof *s->scalers);
+        s->scaler_msg = malloc(4 * s->nscalers);
+        if (s->scalers == NULL || s->scaler_msg == NULL)
+            return RUMOR_ENOMEM;
+    }
     for (size_t j = 0; j < g->nodes; j++)
         if ((s->payload[j] = malloc(s->payload_cap)) == NULL)
             return RUMOR_ENOMEM;
@@ -114,51 +138,89 @@ s_free(rumor_gossip *g)
     free(s->payload_len);
     free(s->sum);
     free(s->x);
+    free(s->scalers);
+    free(s->scaler_msg);
     free(s);
     g->state = NULL;
+}
+
+/* Rounds that agree on the scalers before the payloads' n - 1. */
+static uint32_t
+s_scaler_rounds(const rumor_gossip *g)
+{
+    const struct cdp *s = g->state;
+    return s->nscalers > 0 ? (uint32_t)(g->nodes - 1) : 0;
 }
 
 static uint32_t
 s_rounds(const rumor_gossip *g, uint64_t step)
 {
     (void)step;
-    return (uint32_t)(g->nodes - 1);
+    return s_scaler_rounds(g) + (uint32_t)(g->nodes - 1);
 }
 
-/* This node's payload: each tensor through its memory (or the codec). */
+/* This node's own scalers of what each tensor's encode will get. */
+static rumor_err
+s_own_scalers(rumor_gossip *g)
+{
+    struct cdp *s = g->state;
+    size_t base = 0, at = 0;
+    for (size_t t = 0; t < g->tensor_count; t++) {
+        size_t n = rumor_tensor_numel(&g->tensors[t]);
+        const float *v = s->x + base;
+        rumor_err rc = RUMOR_OK;
+        if (s->ef != NULL) {
+            rc = rumor_ef_corrected(s->ef[t], v, n, s->pack.scratch);
+            v = s->pack.scratch;
+        }
+        if (rc == RUMOR_OK)
+            rc = rumor_codec_scalers(s->pack.codec, v, n, s->scalers + at);
+        if (rc != RUMOR_OK)
+            return rc;
+        at += rumor_codec_scaler_count(s->pack.codec, n);
+        base += n;
+    }
+    return RUMOR_OK;
+}
+
+/* This node's payload: each tensor through its memory (or the codec),
+ * with the agreed scalers when they are shared. */
 static rumor_err
 s_encode(rumor_gossip *g, uint64_t step)
 {
     struct cdp *s = g->state;
     uint8_t *out = s->payload[g->self];
-    size_t at = 0, base = 0;
-    gossip_flat_get(g, 0, g->numel, s->x);
+    size_t at = 0, base = 0, sc = 0;
     for (size_t t = 0; t < g->tensor_count; t++) {
         size_t n = rumor_tensor_numel(&g->tensors[t]), written = 0;
         uint64_t seed = rumor_seed_derive(g->opts.seed, g->self, t);
         uint8_t *dst = out + at + 4;
         size_t cap = s->payload_cap - at - 4;
-        rumor_err rc = s->ef != NULL ? rumor_ef_encode(s->ef[t],
-                                                       s->pack.codec,
-                                                       s->x + base,
-                                                       n,
-                                                       seed,
-                                                       step,
-                                                       dst,
-                                                       cap,
-                                                       &written,
-                                                       NULL)
-                                     : rumor_codec_encode(s->pack.codec,
-                                                          s->x + base,
-                                                          n,
-                                                          seed,
-                                                          step,
-                                                          dst,
-                                                          cap,
-                                                          &written,
-                                                          NULL);
+        const float *shared = s->scalers != NULL ? s->scalers + sc : NULL;
+        rumor_err rc = s->ef != NULL ? rumor_ef_encode_shared(s->ef[t],
+                                                              s->pack.codec,
+                                                              s->x + base,
+                                                              n,
+                                                              shared,
+                                                              seed,
+                                                              step,
+                                                              dst,
+                                                              cap,
+                                                              &written,
+                                                              NULL)
+                                     : rumor_codec_encode_shared(s->pack.codec,
+                                                                 s->x + base,
+                                                                 n,
+                                                                 shared,
+                                                                 seed,
+                                                                 step,
+                                                                 dst,
+                                                                 cap,
+                                                                 &written,
+                                                                 NULL);
         if (rc != RUMOR_OK)
             return rc;
+        sc += rumor_codec_scaler_count(s->pack.codec, n);
         for (int b = 0; b < 4; b++)
             out[at + (size_t)b] = (uint8_t)(written >> (8 * b));
         at += 4 + written;
@@ -172,15 +234,27 @@ static rumor_err
 s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
 {
     struct cdp *s = g->state;
-    rumor_err rc = round == 0 ? s_encode(g, step) : RUMOR_OK;
+    uint32_t sr = s_scaler_rounds(g), to = (uint32_t)((g->self + 1) % g->nodes);
+    rumor_err rc = RUMOR_OK;
+    if (round == 0)
+        gossip_flat_get(g, 0, g->numel, s->x);
+    if (round == 0 && sr > 0)
+        rc = s_own_scalers(g);
+    if (rc == RUMOR_OK && round == sr)
+        rc = s_encode(g, step);
     if (rc == RUMOR_OK)
         rc = gossip_out_reserve(g, 1);
     if (rc != RUMOR_OK)
         return rc;
-    size_t n = g->nodes, from = (g->self + n - round % n) % n;
-    g->out[0] = (struct rumor_gossip_msg){(uint32_t)((g->self + 1) % n),
-                                          s->payload[from],
-                                          s->payload_len[from]};
+    if (round < sr) { /* a copy: absorb updates the max while it travels */
+        memcpy(s->scaler_msg, s->scalers, 4 * s->nscalers);
+        g->out[0] =
+            (struct rumor_gossip_msg){to, s->scaler_msg, 4 * s->nscalers};
+        return RUMOR_OK;
+    }
+    size_t n = g->nodes, from = (g->self + n - (round - sr) % n) % n;
+    g->out[0] =
+        (struct rumor_gossip_msg){to, s->payload[from], s->payload_len[from]};
     return RUMOR_OK;
 }
 
@@ -214,6 +288,40 @@ s_average(rumor_gossip *g)
     return RUMOR_OK;
 }
 
+/* The predecessor's running max: every scaler a float >= 0 (checked
+ * before any is taken), each kept where larger. */
+static rumor_err
+s_absorb_scalers(rumor_gossip *g,
+                 uint32_t prev,
+                 const struct rumor_gossip_msg *msgs,
+                 size_t count)
+{
+    struct cdp *s = g->state;
+    const struct rumor_gossip_msg *slot = NULL;
+    rumor_err rc =
+        gossip_match_inbox(g, &prev, 1, msgs, count, 4 * s->nscalers, &slot);
+    if (rc != RUMOR_OK) /* logged there */
+        return rc;
+    float v = 0;
+    for (size_t k = 0; k < s->nscalers && rc == RUMOR_OK; k++) {
+        memcpy(&v, slot->data + 4 * k, 4);
+        rc = !isfinite(v) ? RUMOR_ENUMERIC : v < 0 ? RUMOR_EPROTO : RUMOR_OK;
+    }
+    if (rc != RUMOR_OK) {
+        rumor_log(RUMOR_LOG_WARN,
+                  "gossip allreduce: node %u rejected the scalers of %u: %s",
+                  g->self,
+                  prev,
+                  rumor_strerror(rc));
+        return rc;
+    }
+    for (size_t k = 0; k < s->nscalers; k++) {
+        memcpy(&v, slot->data + 4 * k, 4);
+        s->scalers[k] = fmaxf(s->scalers[k], v);
+    }
+    return RUMOR_OK;
+}
+
 static rumor_err
 s_absorb(rumor_gossip *g,
          uint64_t step,
@@ -224,7 +332,10 @@ s_absorb(rumor_gossip *g,
     (void)step;
     struct cdp *s = g->state;
     size_t n = g->nodes;
-    uint32_t prev = (uint32_t)((g->self + n - 1) % n);
+    uint32_t prev = (uint32_t)((g->self + n - 1) % n), sr = s_scaler_rounds(g);
+    if (round < sr)
+        return s_absorb_scalers(g, prev, msgs, count);
+    round -= sr;
     const struct rumor_gossip_msg *slot = NULL;
     rumor_err rc = gossip_match_peers(g, &prev, 1, msgs, count, &slot);
     if (rc != RUMOR_OK)

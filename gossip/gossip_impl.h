@@ -205,6 +205,12 @@ rumor_err gossip_packer_init(struct gossip_packer *p,
                              struct rumor_diag *diag);
 void gossip_packer_free(struct gossip_packer *p);
 
+/* RUMOR_EINVAL (diag naming the algorithm) for a codec with share=1: only
+ * the compressed all-reduce agrees on scalers between nodes. */
+rumor_err gossip_codec_unshared(const rumor_gossip *g,
+                                const rumor_codec *codec,
+                                struct rumor_diag *diag);
+
 /* The setup CHOCO and DeepSqueeze share: gamma in (0,
  * RUMOR_GOSSIP_GAMMA_MAX] (else RUMOR_EINVAL, the diag naming the
  * algorithm), the packer for opts.codec, and one inbox slot per node. */

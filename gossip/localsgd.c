@@ -129,6 +129,8 @@ s_make_codec(rumor_gossip *g, struct rumor_diag *diag)
     struct localsgd *s = g->state;
     rumor_err rc = rumor_codec_new(g->opts.delta_codec, &s->codec, diag);
     if (rc == RUMOR_OK)
+        rc = gossip_codec_unshared(g, s->codec, diag);
+    if (rc == RUMOR_OK)
         rc = rumor_ef_new(s_ef_spec(g), g->numel, &s->ef, diag);
     if (rc == RUMOR_OK && !rumor_ef_codec_fits(s->ef, s->codec)) {
         rumor_diag_set(

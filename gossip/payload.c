@@ -33,6 +33,8 @@ gossip_packer_init(struct gossip_packer *p,
 {
     memset(p, 0, sizeof *p);
     rumor_err rc = rumor_codec_new(spec, &p->codec, diag);
+    if (rc == RUMOR_OK && g->algo != &gossip_allreduce_codec)
+        rc = gossip_codec_unshared(g, p->codec, diag);
     size_t largest = 0;
     for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
         size_t n = rumor_tensor_numel(&g->tensors[t]), bytes = 0;
@@ -46,6 +48,25 @@ gossip_packer_init(struct gossip_packer *p,
     p->buf = malloc(p->cap);
     p->scratch = malloc((largest + 1) * sizeof(float));
     return p->buf && p->scratch ? RUMOR_OK : RUMOR_ENOMEM;
+}
+
+rumor_err
+gossip_codec_unshared(const rumor_gossip *g,
+                      const rumor_codec *codec,
+                      struct rumor_diag *diag)
+{
+    if (rumor_codec_scaler_count(codec, 1) == 0)
+        return RUMOR_OK;
+    rumor_diag_set(diag,
+                   "",
+                   0,
+                   0,
+                   "%s: %s: share=1 (TernGrad's scaler sharing) needs the "
+                   "synchronous exchange --algo allreduce --codec; drop "
+                   "share=1 here",
+                   g->algo->name,
+                   rumor_codec_spec(codec));
+    return RUMOR_EINVAL;
 }
 
 void

@@ -111,6 +111,36 @@ RUMOR_API RUMOR_NODISCARD rumor_err rumor_codec_encode(const rumor_codec *codec,
                                                        size_t *written,
                                                        float *approx);
 
+/* TernGrad's scaler sharing (Wen et al. 2017, Algorithm 1; terngrad with
+ * share=1): the nodes of a synchronous exchange agree on one scaler per
+ * bucket, the max over nodes of each node's own, before they ternarize,
+ * so every message has the same scale. rumor_codec_scaler_count gives
+ * how many scalers n values need (0 for a codec without share=1);
+ * rumor_codec_scalers writes this node's own (the bucket's max |x| after
+ * the clip), RUMOR_EINVAL without share=1, RUMOR_ENUMERIC for NaN or Inf;
+ * rumor_codec_encode_shared encodes as rumor_codec_encode with the agreed
+ * scalers in place of the buckets' own (a value beyond its bucket's
+ * scaler goes to +-scaler; scalers NULL: rumor_codec_encode), RUMOR_EINVAL
+ * without share=1 or for a scaler that is negative or not finite. The
+ * payload is an ordinary terngrad payload carrying the agreed scalers. */
+RUMOR_API size_t rumor_codec_scaler_count(const rumor_codec *codec, size_t n);
+RUMOR_API RUMOR_NODISCARD rumor_err
+rumor_codec_scalers(const rumor_codec *codec,
+                    const float *x,
+                    size_t n,
+                    float *out);
+RUMOR_API RUMOR_NODISCARD rumor_err
+rumor_codec_encode_shared(const rumor_codec *codec,
+                          const float *x,
+                          size_t n,
+                          const float *scalers,
+                          uint64_t seed,
+                          uint64_t counter,
+                          uint8_t *out,
+                          size_t cap,
+                          size_t *written,
+                          float *approx);
+
 /* Decodes a payload of len bytes into y[0..n). A pure function: checks
  * every length against what is left before use and never asserts on
  * content. RUMOR_EPROTO for malformed bytes (wrong id for this codec,
@@ -236,6 +266,29 @@ RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_encode(rumor_ef *ef,
                                                     size_t cap,
                                                     size_t *written,
                                                     float *sent);
+
+/* Scaler sharing through a memory (rumor_codec_encode_shared): p gets the
+ * vector the next encode hands the codec (ef: g + e, ef-decay: g + gamma
+ * m, saef: g), whose own scalers a node contributes; encode_shared is
+ * rumor_ef_encode with the agreed scalers, so the memory keeps the error
+ * of the message sent at the shared scale. RUMOR_EINVAL for dgc (it
+ * selects by count: nothing to share) and an n mismatch. */
+RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_corrected(const rumor_ef *ef,
+                                                       const float *g,
+                                                       size_t n,
+                                                       float *p);
+RUMOR_API RUMOR_NODISCARD rumor_err
+rumor_ef_encode_shared(rumor_ef *ef,
+                       const rumor_codec *codec,
+                       const float *g,
+                       size_t n,
+                       const float *scalers,
+                       uint64_t seed,
+                       uint64_t counter,
+                       uint8_t *out,
+                       size_t cap,
+                       size_t *written,
+                       float *sent);
 
 /* The memory's current residual (e for ef and saef, m for ef-decay, v for
  * dgc): n floats, borrowed, valid until the next call on ef. */

@@ -7,6 +7,10 @@
  * with top-k and error feedback), bytes 2-3 the length of the
  * message from node 0 (little-endian, capped by what is left), the rest
  * of the input is that message followed by the message from node 2.
+ * Bit 0x40 with allreduce: TernGrad with scaler sharing and error
+ * feedback, driven through every round of a step (two of scalers, two of
+ * payloads), each from node 0, its ring predecessor: the first message
+ * in the scaler rounds, the second in the payload rounds.
  * Invariant (R8.4): absorb never crashes, and when it fails the model is
  * unchanged. Replayed from tests/fuzz/corpus/gossip/.
  */
@@ -35,6 +39,33 @@ static const struct fuzz_algo s_algos[] = {
 #define ALGOS (sizeof s_algos / sizeof s_algos[0])
 #define NUMEL 14
 
+/* Every round of a step of the shared-scaler all-reduce, node 0 sending
+ * a to node 1 while scalers travel, then b; a failed round must leave the
+ * model as it was (it is written only after the last). */
+static void
+s_shared_step(rumor_gossip *g,
+              uint64_t step,
+              struct rumor_gossip_msg a,
+              struct rumor_gossip_msg b,
+              const float *x)
+{
+    float before[NUMEL];
+    memcpy(before, x, sizeof before);
+    uint32_t rounds = rumor_gossip_rounds(g, step);
+    for (uint32_t r = 0; r < rounds; r++) {
+        const struct rumor_gossip_msg *out = NULL;
+        size_t count = 0;
+        if (rumor_gossip_emit(g, step, r, &out, &count) != RUMOR_OK)
+            __builtin_trap();
+        if (rumor_gossip_absorb(g, step, r, r < rounds / 2 ? &a : &b, 1) !=
+            RUMOR_OK) {
+            if (memcmp(before, x, sizeof before) != 0)
+                __builtin_trap(); /* a rejected round changed the model */
+            return;
+        }
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int
@@ -44,7 +75,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     const struct fuzz_algo *a = &s_algos[data[0] % ALGOS];
     uint64_t step = data[1] % 4;
-    bool compressed = (data[1] & 0x80) != 0;
+    bool compressed = (data[1] & 0x80) != 0, shared = (data[1] & 0x40) != 0;
     size_t len_a = (size_t)data[2] | (size_t)data[3] << 8;
     data += 4;
     size -= 4;
@@ -64,15 +95,25 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (a->codec[0])
         snprintf(opts.codec, sizeof opts.codec, "%s", a->codec);
     snprintf(opts.delta_codec, sizeof opts.delta_codec, "%s", a->delta_codec);
-    if (strcmp(a->algo, "allreduce") == 0 && compressed) {
-        snprintf(opts.codec, sizeof opts.codec, "topk:ratio=0.25");
+    shared = shared && strcmp(a->algo, "allreduce") == 0;
+    if (strcmp(a->algo, "allreduce") == 0 && (compressed || shared)) {
+        snprintf(opts.codec,
+                 sizeof opts.codec,
+                 "%s",
+                 shared ? "terngrad:bucket=4,share=1" : "topk:ratio=0.25");
         snprintf(opts.ef, sizeof opts.ef, "ef");
         opts.compressed = true;
     }
     rumor_gossip *g = NULL;
     if (rumor_gossip_new(&opts, topo, 1, &model, &g, NULL) != RUMOR_OK)
         __builtin_trap();
-    if (rumor_gossip_rounds(g, step) > 0) {
+    if (shared) {
+        s_shared_step(g,
+                      step,
+                      (struct rumor_gossip_msg){0, data, len_a},
+                      (struct rumor_gossip_msg){0, data + len_a, size - len_a},
+                      x);
+    } else if (rumor_gossip_rounds(g, step) > 0) {
         const struct rumor_gossip_msg *out = NULL;
         size_t count = 0;
         if (rumor_gossip_emit(g, step, 0, &out, &count) != RUMOR_OK)

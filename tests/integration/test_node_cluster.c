@@ -435,6 +435,22 @@ test_mlp_digits__allreduce_topk_dgc__reaches_90_percent(void **state)
     s_check_digits(algo, true, false);
 }
 
+/* TernGrad with scaler sharing (Wen et al. 2017, Algorithm 1): every
+ * node's gradient ternarized at the max over nodes of the buckets'
+ * scalers, in the band of the exact all-reduce, every node the same
+ * model. */
+static void
+test_mlp_digits__allreduce_terngrad_share__reaches_90_percent(void **state)
+{
+    (void)state;
+    const char *algo[] = {"--algo",
+                          "allreduce",
+                          "--codec",
+                          "terngrad:share=1",
+                          NULL};
+    s_check_digits(algo, true, false);
+}
+
 /* --- tests: bytes ------------------------------------------------------ */
 
 /* The same training in this process: the lsq workload of each node, its
@@ -936,6 +952,8 @@ main(int argc, char **argv)
         cmocka_unit_test(test_mlp_digits__powergossip_ring__reaches_90_percent),
         cmocka_unit_test(
             test_mlp_digits__allreduce_topk_dgc__reaches_90_percent),
+        cmocka_unit_test(
+            test_mlp_digits__allreduce_terngrad_share__reaches_90_percent),
         cmocka_unit_test(
             test_bytes__powergossip_and_choco__equal_simulator_and_transport),
         cmocka_unit_test(

@@ -148,6 +148,20 @@ test_handshake__error_feedback_differs__both_name_the_setting(void **s)
                    "ef=ef");
 }
 
+/* TernGrad's scaler sharing: a node that waits for scalers beside one
+ * that sends its payload at once would read a payload as scalers. */
+static void
+test_handshake__terngrad_share_differs__both_name_the_setting(void **s)
+{
+    (void)s;
+    const char *const extra[2][3] = {
+        {"--algo=allreduce", "--codec=terngrad:share=1"},
+        {"--algo=allreduce", "--codec=terngrad"}};
+    t_refused_pair(extra,
+                   "settings differ: node 0 has codec=terngrad:share=1, node "
+                   "1 has codec=terngrad");
+}
+
 /* PowerSGD sums P over the nodes: a node drawing a fresh Q every step
  * beside one that reuses its last Q would sum projections on two bases. */
 static void
@@ -229,6 +243,8 @@ main(void)
             test_handshake__powergossip_warm_start_differs__both_name_the_setting),
         cmocka_unit_test(
             test_handshake__error_feedback_differs__both_name_the_setting),
+        cmocka_unit_test(
+            test_handshake__terngrad_share_differs__both_name_the_setting),
         cmocka_unit_test(test_launch__clean_run__only_progress_and_result),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

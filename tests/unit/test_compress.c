@@ -153,6 +153,10 @@ test_codec_new__every_spec__canonical_text_round_trips(void **state)
     assert_int_equal(rumor_codec_id_of(c), RUMOR_CODEC_TOPK);
     assert_true(rumor_codec_is_stochastic(c)); /* through qsgd */
     rumor_codec_destroy(&c);
+    c = s_codec("terngrad:share=1,clip=2.5");
+    assert_string_equal(rumor_codec_spec(c),
+                        "terngrad:bucket=512,clip=2.5,share=1");
+    rumor_codec_destroy(&c);
     c = s_codec("sign");
     assert_false(rumor_codec_is_stochastic(c));
     rumor_codec_destroy(&c);
@@ -977,6 +981,245 @@ test_stochastic_quantizers__mean_of_draws__unbiased_within_5_sigma(void **state)
     s_check_unbiased("terngrad:bucket=16", x, N, s_step_tern_b16);
     s_check_unbiased("natural", x, N, s_step_natural);
     s_check_unbiased("randk:k=16,scale=1", x, N, s_step_randk);
+}
+
+/* --- TernGrad's scaler sharing (share=1) ---------------------------------- */
+
+#define TS_N 40 /* buckets of 16, 16 and 8 */
+
+/* Payload bucket k's scaler (header, then one float32 per bucket). */
+static float
+s_payload_scaler(const uint8_t *buf, size_t k)
+{
+    return compress_get_f32(buf + RUMOR_COMPRESS_HEADER_BYTES + 4 * k);
+}
+
+/* With scalers agreed between nodes (each >= the bucket's own max, as the
+ * max over nodes is), every decoded value is 0 or +-S of its bucket, the
+ * payload carries S, and the mean of T draws is x within 5 sigma, sigma^2
+ * = |x| (S - |x|) / T (value S with probability |x| / S). A value beyond
+ * its scaler (clipped at another node's smaller one) goes to +-S. */
+static void
+test_terngrad_shared_scalers__unbiased_at_one_scale_per_bucket(void **state)
+{
+    (void)state;
+    enum { T = 4000 };
+    rumor_codec *c = s_codec("terngrad:bucket=16,share=1");
+    float x[TS_N], S[3], q[TS_N];
+    double sum[TS_N] = {0};
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, 8, 8);
+    for (size_t i = 0; i < TS_N; i++)
+        x[i] = (float)rumor_rng_normal(&rng);
+    assert_int_equal(rumor_codec_scaler_count(c, TS_N), 3);
+    assert_int_equal(rumor_codec_scalers(c, x, TS_N, S), RUMOR_OK);
+    S[0] *= 1.5f; /* another node's larger gradients */
+    S[1] *= 3.0f;
+    uint8_t buf[128];
+    size_t len = 0;
+    for (uint64_t t = 0; t < T; t++) {
+        assert_int_equal(rumor_codec_encode_shared(c,
+                                                   x,
+                                                   TS_N,
+                                                   S,
+                                                   11,
+                                                   t,
+                                                   buf,
+                                                   sizeof buf,
+                                                   &len,
+                                                   q),
+                         RUMOR_OK);
+        for (size_t i = 0; i < TS_N; i++) {
+            float s = S[i / 16];
+            assert_true(q[i] == 0.0f || q[i] == copysignf(s, x[i]));
+            sum[i] += q[i];
+        }
+    }
+    for (size_t k = 0; k < 3; k++)
+        assert_true(s_payload_scaler(buf, k) == S[k]);
+    for (size_t i = 0; i < TS_N; i++) {
+        double a = fabs(x[i]), s = S[i / 16];
+        double tol = 5.0 * sqrt(a * (s - a) / T) + 1e-7;
+        if (fabs(sum[i] / T - x[i]) > tol)
+            fail_msg("value %zu = %g: mean of %d draws %g, bound %g",
+                     i,
+                     (double)x[i],
+                     T,
+                     sum[i] / T,
+                     tol);
+    }
+    S[2] = fabsf(x[33]) / 2; /* bucket 2 clipped below |x[33]| */
+    assert_int_equal(rumor_codec_encode_shared(c,
+                                               x,
+                                               TS_N,
+                                               S,
+                                               11,
+                                               0,
+                                               buf,
+                                               sizeof buf,
+                                               &len,
+                                               q),
+                     RUMOR_OK);
+    assert_true(q[33] == copysignf(S[2], x[33]));
+    rumor_codec_destroy(&c);
+}
+
+/* A node's own scalers are what its own encode writes: the bucket's max
+ * |x|, after TernGrad's clip at C sigma (computed here in double); the
+ * share=1 codec alone writes the bytes of the codec without it. */
+static void
+test_terngrad_scalers__own_encode_scale_with_and_without_clip(void **state)
+{
+    (void)state;
+    static const char *const specs[][2] = {
+        {"terngrad:bucket=16,share=1", "terngrad:bucket=16"},
+        {"terngrad:bucket=16,clip=1.5,share=1", "terngrad:bucket=16,clip=1.5"},
+    };
+    float *x = s_data(TS_N, 5), S[3];
+    for (size_t r = 0; r < 2; r++) {
+        rumor_codec *c = s_codec(specs[r][0]), *plain = s_codec(specs[r][1]);
+        double mean = 0, dev = 0, t = INFINITY;
+        for (size_t i = 0; i < TS_N; i++)
+            mean += x[i] / (double)TS_N;
+        for (size_t i = 0; i < TS_N; i++)
+            dev += (x[i] - mean) * (x[i] - mean) / TS_N;
+        t = r == 1 ? 1.5 * sqrt(dev) : t;
+        assert_int_equal(rumor_codec_scalers(c, x, TS_N, S), RUMOR_OK);
+        size_t len = 0, len2 = 0;
+        uint8_t *own = s_encode(c, x, TS_N, 3, 4, &len, NULL);
+        uint8_t *old = s_encode(plain, x, TS_N, 3, 4, &len2, NULL);
+        assert_int_equal(len, len2);
+        assert_memory_equal(own, old, len);
+        bool clipped = false;
+        for (size_t k = 0; k < 3; k++) {
+            double m = 0;
+            for (size_t i = 16 * k; i < TS_N && i < 16 * k + 16; i++) {
+                m = fmax(m, fmin(fabs(x[i]), t));
+                clipped |= fabs(x[i]) > t;
+            }
+            assert_true(S[k] == s_payload_scaler(own, k));
+            assert_true(fabs(S[k] - m) <= 1e-6 * m);
+        }
+        assert_true(clipped == (r == 1)); /* the clip bites */
+        free(own);
+        free(old);
+        rumor_codec_destroy(&c);
+        rumor_codec_destroy(&plain);
+    }
+    free(x);
+}
+
+/* The shared path (no fused kernel) gives the same bytes on every tier,
+ * over several draw windows and a last partial bucket. */
+static void
+test_terngrad_shared_scalers__same_bytes_on_every_tier(void **state)
+{
+    (void)state;
+    const size_t n = 3 * 4096 + 1003;
+    rumor_codec *c = s_codec("terngrad:share=1");
+    float *x = s_data(n, 78);
+    size_t ns = rumor_codec_scaler_count(c, n), bound = 0, len0 = 0;
+    bool exact = false;
+    float *S = malloc(ns * sizeof *S);
+    assert_int_equal(rumor_codec_scalers(c, x, n, S), RUMOR_OK);
+    for (size_t k = 0; k < ns; k += 2)
+        S[k] *= 1.25f;
+    assert_int_equal(rumor_codec_encoded_size(c, n, &bound, &exact), RUMOR_OK);
+    uint8_t *plain = malloc(bound), *fast = malloc(bound);
+    compress_set_simd(0);
+    assert_int_equal(
+        rumor_codec_encode_shared(c, x, n, S, 9, 4, plain, bound, &len0, NULL),
+        RUMOR_OK);
+    for (int simd = 1; simd < 3; simd++) {
+        if (compress_set_simd(simd) != simd)
+            continue; /* a tier this CPU lacks */
+        size_t len = 0;
+        assert_int_equal(rumor_codec_encode_shared(c,
+                                                   x,
+                                                   n,
+                                                   S,
+                                                   9,
+                                                   4,
+                                                   fast,
+                                                   bound,
+                                                   &len,
+                                                   NULL),
+                         RUMOR_OK);
+        assert_int_equal(len, len0);
+        if (memcmp(fast, plain, len) != 0)
+            fail_msg("tier %d bytes differ from plain C", simd);
+    }
+    compress_set_simd(2);
+    free(plain);
+    free(fast);
+    free(S);
+    free(x);
+    rumor_codec_destroy(&c);
+}
+
+/* Refusals: no scalers without share=1, bad scalers, NaN input. */
+static void
+test_terngrad_shared_scalers__refusals(void **state)
+{
+    (void)state;
+    rumor_codec *plain = s_codec("terngrad:bucket=16");
+    rumor_codec *c = s_codec("terngrad:bucket=16,share=1");
+    float x[TS_N] = {1.0f}, S[3] = {1.0f, 1.0f, 1.0f};
+    uint8_t buf[128];
+    size_t len = 0;
+    assert_int_equal(rumor_codec_scaler_count(plain, TS_N), 0);
+    assert_int_equal(rumor_codec_scalers(plain, x, TS_N, S), RUMOR_EINVAL);
+    assert_int_equal(rumor_codec_encode_shared(plain,
+                                               x,
+                                               TS_N,
+                                               S,
+                                               1,
+                                               1,
+                                               buf,
+                                               sizeof buf,
+                                               &len,
+                                               NULL),
+                     RUMOR_EINVAL);
+    S[1] = -1.0f;
+    assert_int_equal(rumor_codec_encode_shared(c,
+                                               x,
+                                               TS_N,
+                                               S,
+                                               1,
+                                               1,
+                                               buf,
+                                               sizeof buf,
+                                               &len,
+                                               NULL),
+                     RUMOR_EINVAL);
+    S[1] = NAN;
+    assert_int_equal(rumor_codec_encode_shared(c,
+                                               x,
+                                               TS_N,
+                                               S,
+                                               1,
+                                               1,
+                                               buf,
+                                               sizeof buf,
+                                               &len,
+                                               NULL),
+                     RUMOR_EINVAL);
+    S[1] = 1.0f;
+    x[5] = NAN;
+    assert_int_equal(rumor_codec_encode_shared(c,
+                                               x,
+                                               TS_N,
+                                               S,
+                                               1,
+                                               1,
+                                               buf,
+                                               sizeof buf,
+                                               &len,
+                                               NULL),
+                     RUMOR_ENUMERIC);
+    assert_int_equal(rumor_codec_scalers(c, x, TS_N, S), RUMOR_ENUMERIC);
+    rumor_codec_destroy(&c);
+    rumor_codec_destroy(&plain);
 }
 
 static void
@@ -2346,6 +2589,13 @@ main(int argc, char **argv)
             test_fp16_bf16__fast_paths__bit_equal_to_reference_incl_subnormals),
         cmocka_unit_test(
             test_stochastic_quantizers__mean_of_draws__unbiased_within_5_sigma),
+        cmocka_unit_test(
+            test_terngrad_shared_scalers__unbiased_at_one_scale_per_bucket),
+        cmocka_unit_test(
+            test_terngrad_scalers__own_encode_scale_with_and_without_clip),
+        cmocka_unit_test(
+            test_terngrad_shared_scalers__same_bytes_on_every_tier),
+        cmocka_unit_test(test_terngrad_shared_scalers__refusals),
         cmocka_unit_test(test_quantizers__one_draw__within_one_level_of_input),
         cmocka_unit_test(test_fp8_fp4__values_in_range__within_half_a_step),
         cmocka_unit_test(test_fp8__exponent_bias__minimises_l2_error),
