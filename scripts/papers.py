@@ -189,8 +189,11 @@ def plot_p001(args, best):
                             f"{s['loss_sd']} \"{label}\"\n")
             f.write("\n\n")
     base = best[P001[0][0]][1]
+    # random-k's two points (with and without EF) share one compression
     plots = ", ".join(
-        f"'{data}' index {k} using 1:2:3 with yerrorlines title '{title}'"
+        f"'{data}' index {k} using 1:2:3 with "
+        f"{'yerrorbars' if title == 'random-k' else 'yerrorlines'} "
+        f"title '{title}'"
         for k, (_, title) in enumerate(groups))
     gnuplot(f"""set terminal pngcairo size 900,560
 set output '{args.out}/papers-001-loss.png'
