@@ -217,7 +217,6 @@ def ddp_worker(a):
     """One DDP rank (runs inside its namespace). Writes JSON lines."""
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.set_num_threads(1)
     os.environ["GLOO_SOCKET_IFNAME"] = a.ifname
@@ -235,23 +234,7 @@ def ddp_worker(a):
     torch.manual_seed(a.seed)  # same initial model on every rank
     hidden = [int(h) for h in a.hidden.split(",")]
     model = make_mlp(64, hidden, 10)
-    # One gradient bucket: with several, gloo runs the PowerSGD hook's
-    # per-bucket callbacks in concurrent threads whose collectives then
-    # pair up differently on different ranks (a gloo size mismatch abort).
-    # The same for every hook; at this model size nothing is lost.
-    dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 30
-    ddp = DDP(model, bucket_cap_mb=1024)
-    if a.hook == "fp16":
-        from torch.distributed.algorithms.ddp_comm_hooks import \
-            default_hooks
-        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
-    elif a.hook.startswith("powersgd"):
-        from torch.distributed.algorithms.ddp_comm_hooks import \
-            powerSGD_hook as ps
-        state = ps.PowerSGDState(process_group=None,
-                                 matrix_approximation_rank=int(a.hook[8:]),
-                                 start_powerSGD_iter=2)
-        ddp.register_comm_hook(state, ps.powerSGD_hook)
+    ddp = wrap_ddp(model, a.hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=a.momentum)
     loss_fn = torch.nn.CrossEntropyLoss()
     bg = torch.Generator().manual_seed(a.seed * 1000 + a.rank)
@@ -281,6 +264,30 @@ def ddp_worker(a):
     out.close()
     dist.barrier()
     dist.destroy_process_group()
+
+
+def wrap_ddp(model, hook):
+    """DistributedDataParallel with hook "none", "fp16" or "powersgdR"."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    # One gradient bucket: with several, gloo runs the PowerSGD hook's
+    # per-bucket callbacks in concurrent threads whose collectives then
+    # pair up differently on different ranks (a gloo size mismatch abort).
+    # The same for every hook; at this model size nothing is lost.
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 30
+    ddp = DDP(model, bucket_cap_mb=1024)
+    if hook == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import \
+            default_hooks
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif hook.startswith("powersgd"):
+        from torch.distributed.algorithms.ddp_comm_hooks import \
+            powerSGD_hook as ps
+        state = ps.PowerSGDState(process_group=None,
+                                 matrix_approximation_rank=int(hook[8:]),
+                                 start_powerSGD_iter=2)
+        ddp.register_comm_hook(state, ps.powerSGD_hook)
+    return ddp
 
 
 def load_digits():

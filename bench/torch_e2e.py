@@ -122,25 +122,11 @@ def worker(a):
 def _ddp(a, model):
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
     os.environ["GLOO_SOCKET_IFNAME"] = a.ifname
     dist.init_process_group("gloo", init_method="tcp://%s" % a.master,
                             rank=a.rank, world_size=a.world)
     flags = dist.new_group(backend="gloo")
-    # one bucket: torch_compare.py says why (gloo and the PowerSGD hook)
-    dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 30
-    ddp = DistributedDataParallel(model, bucket_cap_mb=1024)
-    if a.hook == "fp16":
-        from torch.distributed.algorithms.ddp_comm_hooks import \
-            default_hooks
-        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
-    elif a.hook.startswith("powersgd"):
-        from torch.distributed.algorithms.ddp_comm_hooks import \
-            powerSGD_hook as ps
-        state = ps.PowerSGDState(process_group=None,
-                                 matrix_approximation_rank=int(a.hook[8:]),
-                                 start_powerSGD_iter=2)
-        ddp.register_comm_hook(state, ps.powerSGD_hook)
+    ddp = tc.wrap_ddp(model, a.hook)
     stop = torch.zeros(1)
 
     def stopper(over_cap):
