@@ -65,6 +65,11 @@ node_recv(rumor_node *node,
         rumor_err rc = rumor_net_recv(node->net, peer, step, round, until, out);
         if (rc != RUMOR_ETIMEDOUT)
             return rc;
+        /* these algorithms cannot skip: a refused neighbour ends the run
+         * now, not at the deadline (the caller says why) */
+        char why[RUMOR_NET_REFUSE_TEXT_MAX + 1];
+        if (rumor_net_refused(node->net, peer, why))
+            return RUMOR_EPROTO;
         rumor_net_state st = rumor_net_peer_state(node->net, peer);
         if (st != RUMOR_NET_PEER_DOWN)
             node->heard[peer] = true;

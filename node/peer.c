@@ -375,8 +375,9 @@ s_step(rumor_peer *peer, rumor_gossip *g, struct rumor_diag *diag)
                               step,
                               rumor_clock_ns() +
                                   node_step_span(peer->node, step));
-    if (rc == RUMOR_OK && first)
-        rc = node_check_refusals(peer->node, diag);
+    if (first && (rc == RUMOR_OK || rc == RUMOR_EPROTO) &&
+        node_check_refusals(peer->node, diag) != RUMOR_OK)
+        rc = RUMOR_EPROTO;
     if (rc == RUMOR_OK)
         rc = s_stage_all(peer, false);
     if (rc == RUMOR_OK) {

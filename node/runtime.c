@@ -1009,8 +1009,9 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
         if (rc != RUMOR_OK || stop || t >= o->steps)
             break;
         rc = s_step(node, t);
-        if (rc == RUMOR_OK && first)
-            rc = node_check_refusals(node, diag);
+        if (first && (rc == RUMOR_OK || rc == RUMOR_EPROTO) &&
+            node_check_refusals(node, diag) != RUMOR_OK)
+            rc = RUMOR_EPROTO;
         first = false;
         bool due = o->checkpoint_every > 0 &&
                    node->sum.steps % o->checkpoint_every == 0;

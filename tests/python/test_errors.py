@@ -21,13 +21,14 @@ import sys, time
 import torch
 import rumor
 topo, node, key = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+algo = sys.argv[4] if len(sys.argv) > 4 else "dpsgd"
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(),
                             torch.nn.Linear(3, 2))
 tensors = [p.data for p in model.parameters()]
 if node == 1:
     tensors.append(torch.zeros(5, 2, dtype=torch.float64))
-peer = rumor.Peer(topology=topo, node_id=node, key=key, algo="dpsgd")
+peer = rumor.Peer(topology=topo, node_id=node, key=key, algo=algo)
 peer.register(tensors)
 print("ready", flush=True)
 sys.stdin.readline()
@@ -82,21 +83,23 @@ def test_handshake__one_extra_tensor__both_refuse_naming_it(local2):
         print(f"node {i}: refused after {seconds:.3f} s: {text}")
 
 
+@pytest.mark.parametrize("algo", ["dpsgd", "allreduce"])
 @pytest.mark.parametrize("first", [0, 1])
-def test_handshake__one_node_already_stepping__both_refuse(local2, first):
+def test_handshake__one_node_already_stepping__both_refuse(local2, first,
+                                                           algo):
     """One node is already in its first step, waiting, when the other one
     starts: the refusal comes during that step (the HELLO goes one way
     only), and the other node may be gone before it is missed, which
     without a check after the first step looked like a dead neighbour that
     a dpsgd step skips ("gossiped" under load)."""
     topo, keys = local2
-    procs = [_spawn([topo, str(first), keys[first]])]
+    procs = [_spawn([topo, str(first), keys[first], algo])]
     try:
         assert procs[0].stdout.readline() == "ready\n", procs[0].stderr.read()
         procs[0].stdin.write("go\n")
         procs[0].stdin.flush()
         other = 1 - first
-        procs.append(_spawn([topo, str(other), keys[other]]))
+        procs.append(_spawn([topo, str(other), keys[other], algo]))
         assert procs[1].stdout.readline() == "ready\n", procs[1].stderr.read()
         procs[1].stdin.write("go\n")
         procs[1].stdin.flush()
@@ -109,6 +112,8 @@ def test_handshake__one_node_already_stepping__both_refuse(local2, first):
     for out, err in outs:
         assert out.startswith("error "), (out, err)
         assert "RUMOR_EPROTO" in out and "models differ at tensor 4" in out
+        # at once, not at the first step's 30 s connect deadline
+        assert float(out.split()[1]) < 10.0, out
 
 
 def test_step_numbers__failed_step__same_in_exception_and_c_log(local2,
