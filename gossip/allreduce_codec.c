@@ -37,10 +37,9 @@
 #include <string.h>
 
 struct cdp {
-    struct gossip_packer pack; /* codec, decode scratch */
-    rumor_ef **ef;             /* one memory per tensor; NULL without */
-    uint8_t **payload;         /* node j's payload */
-    size_t *payload_len;
+    struct gossip_packer pack;   /* codec, decode scratch */
+    rumor_ef **ef;               /* one memory per tensor; NULL without */
+    struct gossip_gather gather; /* every node's payload */
     size_t payload_cap;
     double *sum;         /* numel */
     float *x;            /* numel: the vector to encode */
@@ -100,11 +99,12 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
         s->payload_cap = s->pack.cap;
     if (rc != RUMOR_OK)
         return rc;
-    s->payload = calloc(g->nodes, sizeof *s->payload);
-    s->payload_len = calloc(g->nodes, sizeof *s->payload_len);
+    rc = gossip_gather_init(&s->gather, g->self, g->nodes, s->payload_cap);
+    if (rc != RUMOR_OK)
+        return rc;
     s->sum = malloc(g->numel * sizeof *s->sum);
     s->x = malloc(g->numel * sizeof *s->x);
-    if (!s->payload || !s->payload_len || !s->sum || !s->x)
+    if (!s->sum || !s->x)
         return RUMOR_ENOMEM;
     for (size_t t = 0; t < g->tensor_count; t++)
         s->nscalers +=
@@ -116,9 +116,6 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
         if (s->scalers == NULL || s->scaler_msg == NULL)
             return RUMOR_ENOMEM;
     }
-    for (size_t j = 0; j < g->nodes; j++)
-        if ((s->payload[j] = malloc(s->payload_cap)) == NULL)
-            return RUMOR_ENOMEM;
     return RUMOR_OK;
 }
 
@@ -131,11 +128,8 @@ s_free(rumor_gossip *g)
     gossip_packer_free(&s->pack);
     for (size_t t = 0; s->ef != NULL && t < g->tensor_count; t++)
         rumor_ef_destroy(&s->ef[t]);
-    for (size_t j = 0; s->payload != NULL && j < g->nodes; j++)
-        free(s->payload[j]);
+    gossip_gather_free(&s->gather);
     free(s->ef);
-    free(s->payload);
-    free(s->payload_len);
     free(s->sum);
     free(s->x);
     free(s->scalers);
@@ -189,7 +183,7 @@ static rumor_err
 s_encode(rumor_gossip *g, uint64_t step)
 {
     struct cdp *s = g->state;
-    uint8_t *out = s->payload[g->self];
+    uint8_t *out = s->gather.payload[g->self];
     size_t at = 0, base = 0, sc = 0;
     for (size_t t = 0; t < g->tensor_count; t++) {
         size_t n = rumor_tensor_numel(&g->tensors[t]), written = 0;
@@ -226,7 +220,7 @@ s_encode(rumor_gossip *g, uint64_t step)
         at += 4 + written;
         base += n;
     }
-    s->payload_len[g->self] = at;
+    s->gather.len[g->self] = at;
     return RUMOR_OK;
 }
 
@@ -252,9 +246,7 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
             (struct rumor_gossip_msg){to, s->scaler_msg, 4 * s->nscalers};
         return RUMOR_OK;
     }
-    size_t n = g->nodes, from = (g->self + n - (round - sr) % n) % n;
-    g->out[0] =
-        (struct rumor_gossip_msg){to, s->payload[from], s->payload_len[from]};
+    gossip_gather_emit(&s->gather, round - sr, &g->out[0]);
     return RUMOR_OK;
 }
 
@@ -268,8 +260,8 @@ s_average(rumor_gossip *g)
     for (size_t j = 0; j < g->nodes; j++) {
         rumor_err rc = gossip_packer_stage(&s->pack,
                                            g,
-                                           s->payload[j],
-                                           s->payload_len[j],
+                                           s->gather.payload[j],
+                                           s->gather.len[j],
                                            1.0,
                                            s->sum);
         if (rc != RUMOR_OK) {
@@ -335,23 +327,10 @@ s_absorb(rumor_gossip *g,
     uint32_t prev = (uint32_t)((g->self + n - 1) % n), sr = s_scaler_rounds(g);
     if (round < sr)
         return s_absorb_scalers(g, prev, msgs, count);
-    round -= sr;
-    const struct rumor_gossip_msg *slot = NULL;
-    rumor_err rc = gossip_match_peers(g, &prev, 1, msgs, count, &slot);
-    if (rc != RUMOR_OK)
-        return rc;
-    if (slot->len == 0 || slot->len > s->payload_cap) {
-        rumor_log(RUMOR_LOG_WARN,
-                  "gossip allreduce: node %u rejected %zu bytes from %u",
-                  g->self,
-                  slot->len,
-                  prev);
-        return RUMOR_EPROTO;
-    }
-    size_t from = (prev + n - round % n) % n;
-    memcpy(s->payload[from], slot->data, slot->len);
-    s->payload_len[from] = slot->len;
-    return round + 2 == n ? s_average(g) : RUMOR_OK;
+    bool complete = false;
+    rumor_err rc =
+        gossip_gather_absorb(g, &s->gather, round - sr, msgs, count, &complete);
+    return rc == RUMOR_OK && complete ? s_average(g) : rc;
 }
 
 /* Between steps: the error memories, each as a u64-length blob

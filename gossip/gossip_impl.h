@@ -291,4 +291,38 @@ rumor_err gossip_ring_absorb(const rumor_gossip *g,
                              const struct rumor_gossip_msg *msgs,
                              size_t count);
 
+/* --- the payload all-gather (ring.c) ------------------------------------ */
+
+/* Every node's payload (its own length, at most cap bytes) passes round the
+ * ring: in round r node i forwards to i + 1 the payload of node i - r, so
+ * after n - 1 rounds every node holds all n. For codecs whose payloads
+ * cannot be summed on the way (not linear, not the same length): decoded
+ * in node order, they give the same bits on every node. */
+struct gossip_gather {
+    uint32_t self;
+    size_t n;
+    size_t cap;
+    uint8_t **payload; /* node j's; the caller writes payload[self] */
+    size_t *len;       /* and len[self] */
+};
+
+rumor_err gossip_gather_init(struct gossip_gather *a,
+                             uint32_t self,
+                             size_t n,
+                             size_t cap);
+void gossip_gather_free(struct gossip_gather *a);
+
+/* The single message of a round, to node self + 1. */
+void gossip_gather_emit(const struct gossip_gather *a,
+                        uint32_t round,
+                        struct rumor_gossip_msg *out);
+
+/* Takes node self - 1's payload; *complete after the last round. */
+rumor_err gossip_gather_absorb(const rumor_gossip *g,
+                               struct gossip_gather *a,
+                               uint32_t round,
+                               const struct rumor_gossip_msg *msgs,
+                               size_t count,
+                               bool *complete);
+
 #endif

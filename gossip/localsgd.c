@@ -47,12 +47,10 @@ struct localsgd {
     rumor_ef *ef;
     float *anchor, *x, *velocity, *acc; /* flat, numel floats each */
     bool have_anchor;
-    uint8_t **payload; /* codec path: node j's payload */
-    size_t *payload_len;
-    size_t payload_cap;
-    bool compressed_sync; /* this sync uses the codec path */
-    float ahead;          /* alpha of the look-ahead applied since the
-                             last sync (0: none) */
+    struct gossip_gather gather; /* codec path: every node's payload */
+    bool compressed_sync;        /* this sync uses the codec path */
+    float ahead;                 /* alpha of the look-ahead applied since the
+                                    last sync (0: none) */
     /* the neighbourhood form (saef.c): the exchange of the errors, the
      * look-ahead alpha e_bar applied since the last sync (shift), and
      * whether it is applied (instead of ahead) */
@@ -146,20 +144,12 @@ s_make_codec(rumor_gossip *g, struct rumor_diag *diag)
     }
     if (rc == RUMOR_OK)
         rc = rumor_ef_set_nodes(s->ef, g->nodes);
+    size_t cap = 0;
     if (rc == RUMOR_OK)
-        rc = rumor_ef_encoded_size(s->ef, s->codec, g->numel, &s->payload_cap);
-    if (rc != RUMOR_OK)
-        return rc;
-    s->payload = calloc(g->nodes, sizeof *s->payload);
-    s->payload_len = calloc(g->nodes, sizeof *s->payload_len);
-    if (s->payload == NULL || s->payload_len == NULL)
-        return RUMOR_ENOMEM;
-    for (size_t j = 0; j < g->nodes; j++) {
-        s->payload[j] = malloc(s->payload_cap);
-        if (s->payload[j] == NULL)
-            return RUMOR_ENOMEM;
-    }
-    return RUMOR_OK;
+        rc = rumor_ef_encoded_size(s->ef, s->codec, g->numel, &cap);
+    if (rc == RUMOR_OK)
+        rc = gossip_gather_init(&s->gather, g->self, g->nodes, cap);
+    return rc;
 }
 
 static rumor_err
@@ -199,10 +189,7 @@ s_free(rumor_gossip *g)
     rumor_ef_destroy(&s->ef);
     gossip_saef_free(&s->saef);
     free(s->shift);
-    for (size_t j = 0; s->payload != NULL && j < g->nodes; j++)
-        free(s->payload[j]);
-    free(s->payload);
-    free(s->payload_len);
+    gossip_gather_free(&s->gather);
     free(s->anchor);
     free(s->x);
     free(s->velocity);
@@ -264,9 +251,9 @@ s_encode_delta(rumor_gossip *g, uint64_t step)
                          g->numel,
                          seed,
                          step,
-                         s->payload[g->self],
-                         s->payload_cap,
-                         &s->payload_len[g->self],
+                         s->gather.payload[g->self],
+                         s->gather.cap,
+                         &s->gather.len[g->self],
                          NULL);
     if (rc == RUMOR_OK) { /* e_bar belonged to the errors just resent */
         s->ahead = 0;
@@ -316,10 +303,7 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
         rc = gossip_out_reserve(g, 1);
     if (rc != RUMOR_OK)
         return rc;
-    size_t n = g->nodes, from = (g->self + n - round % n) % n;
-    g->out[0] = (struct rumor_gossip_msg){(uint32_t)((g->self + 1) % n),
-                                          s->payload[from],
-                                          s->payload_len[from]};
+    gossip_gather_emit(&s->gather, round, &g->out[0]);
     return RUMOR_OK;
 }
 
@@ -363,8 +347,8 @@ s_after_gather(rumor_gossip *g)
     float inv = 1.0f / (float)g->nodes;
     for (size_t j = 0; j < g->nodes; j++) {
         rumor_err rc = rumor_codec_decode_add(s->codec,
-                                              s->payload[j],
-                                              s->payload_len[j],
+                                              s->gather.payload[j],
+                                              s->gather.len[j],
                                               inv,
                                               s->acc,
                                               g->numel);
@@ -383,37 +367,6 @@ s_after_gather(rumor_gossip *g)
 }
 
 static rumor_err
-s_absorb_gathered(rumor_gossip *g,
-                  uint32_t round,
-                  const struct rumor_gossip_msg *msgs,
-                  size_t count)
-{
-    struct localsgd *s = g->state;
-    size_t n = g->nodes;
-    uint32_t prev = (uint32_t)((g->self + n - 1) % n);
-    size_t from = (prev + n - round % n) % n;
-    const struct rumor_gossip_msg *slot = NULL;
-    for (size_t m = 0; m < count; m++) {
-        if (msgs[m].peer != prev || slot != NULL || msgs[m].len == 0 ||
-            msgs[m].len > s->payload_cap) {
-            rumor_log(RUMOR_LOG_WARN,
-                      "gossip localsgd: node %u rejected a message from %u "
-                      "(%zu bytes)",
-                      g->self,
-                      msgs[m].peer,
-                      msgs[m].len);
-            return RUMOR_EPROTO;
-        }
-        slot = &msgs[m];
-    }
-    if (slot == NULL)
-        return RUMOR_ETIMEDOUT;
-    memcpy(s->payload[from], slot->data, slot->len);
-    s->payload_len[from] = slot->len;
-    return round + 2 == n ? s_after_gather(g) : RUMOR_OK;
-}
-
-static rumor_err
 s_absorb(rumor_gossip *g,
          uint64_t step,
          uint32_t round,
@@ -423,8 +376,12 @@ s_absorb(rumor_gossip *g,
     struct localsgd *s = g->state;
     if (s->compressed_sync && s_error_round(g, round))
         return gossip_saef_absorb(&s->saef, g, step, s_error(g), msgs, count);
-    if (s->compressed_sync)
-        return s_absorb_gathered(g, round, msgs, count);
+    if (s->compressed_sync) {
+        bool complete = false;
+        rumor_err rc =
+            gossip_gather_absorb(g, &s->gather, round, msgs, count, &complete);
+        return rc == RUMOR_OK && complete ? s_after_gather(g) : rc;
+    }
     rumor_err rc = rumor_gossip_absorb(s->mixer, step, round, msgs, count);
     if (rc == RUMOR_OK && round + 1 == s_mixer_rounds(g, step))
         s_after_mix(g);

@@ -13,6 +13,8 @@
  * float32 inputs are then exact in practice, so the result is the
  * correctly rounded mean, independent of the order of additions (the
  * allreduce-f64 algorithm, and the exactness test of the schedule).
+ * Here too: the all-gather of payloads that cannot be summed on the way,
+ * shared by compressed local SGD and compressed data-parallel SGD.
  */
 #include "gossip/gossip_impl.h"
 
@@ -196,5 +198,72 @@ gossip_ring_absorb(const rumor_gossip *g,
     } else {
         memcpy(chunk, slot->data, slot->len);
     }
+    return RUMOR_OK;
+}
+
+rumor_err
+gossip_gather_init(struct gossip_gather *a, uint32_t self, size_t n, size_t cap)
+{
+    *a = (struct gossip_gather){.self = self, .n = n, .cap = cap};
+    a->payload = calloc(n, sizeof *a->payload);
+    a->len = calloc(n, sizeof *a->len);
+    if (a->payload == NULL || a->len == NULL)
+        return RUMOR_ENOMEM;
+    for (size_t j = 0; j < n; j++)
+        if ((a->payload[j] = malloc(cap)) == NULL)
+            return RUMOR_ENOMEM;
+    return RUMOR_OK;
+}
+
+void
+gossip_gather_free(struct gossip_gather *a)
+{
+    for (size_t j = 0; a->payload != NULL && j < a->n; j++)
+        free(a->payload[j]);
+    free(a->payload);
+    free(a->len);
+    memset(a, 0, sizeof *a);
+}
+
+void
+gossip_gather_emit(const struct gossip_gather *a,
+                   uint32_t round,
+                   struct rumor_gossip_msg *out)
+{
+    size_t n = a->n, from = (a->self + n - round % n) % n;
+    *out = (struct rumor_gossip_msg){(uint32_t)((a->self + 1) % n),
+                                     a->payload[from],
+                                     a->len[from]};
+}
+
+rumor_err
+gossip_gather_absorb(const rumor_gossip *g,
+                     struct gossip_gather *a,
+                     uint32_t round,
+                     const struct rumor_gossip_msg *msgs,
+                     size_t count,
+                     bool *complete)
+{
+    size_t n = a->n;
+    uint32_t prev = (uint32_t)((a->self + n - 1) % n);
+    const struct rumor_gossip_msg *slot = NULL;
+    rumor_err rc = gossip_match_peers(g, &prev, 1, msgs, count, &slot);
+    if (rc != RUMOR_OK)
+        return rc;
+    if (slot->len == 0 || slot->len > a->cap) {
+        rumor_log(RUMOR_LOG_WARN,
+                  "gossip %s: node %u rejected %zu bytes from %u (at most "
+                  "%zu)",
+                  g->algo->name,
+                  a->self,
+                  slot->len,
+                  prev,
+                  a->cap);
+        return RUMOR_EPROTO;
+    }
+    size_t from = (prev + n - round % n) % n;
+    memcpy(a->payload[from], slot->data, slot->len);
+    a->len[from] = slot->len;
+    *complete = round + 2 == n;
     return RUMOR_OK;
 }
