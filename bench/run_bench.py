@@ -13,9 +13,12 @@ docs/benchmarks.md, docs/benchmarks.json and docs/bench-e2e-*.png.
 Usage (from the repository root, as root for the end-to-end tier):
   /usr/bin/python3 bench/run_bench.py [--rumor build/bin/rumor] [--quick]
       [--only core,compress,lowrank,net,gossip,scaling,e2e,torch]
-      [--out docs]
+      [--out docs] [--torch-json PATH,...]
 --only measures the parts named and keeps the others' figures from the
 existing docs/benchmarks.json; the report lists what was measured again.
+--torch-json records runs of bench/torch_e2e.py made by hand (its --json
+files, e.g. one rate at a time on a quiet host) as the same-loop tier;
+rates measured before and not again are kept.
 """
 
 import argparse
@@ -449,17 +452,71 @@ def e2e(quick, out_dir, rumor):
 # ---------------------------------------------------------------- same loop
 
 
-def torch_loop(quick, out_dir):
-    """bench/torch_e2e.py: one PyTorch loop, DDP against rumor.torch."""
-    path = os.path.join(REPO, "build", "bench-torch", "torch_e2e.json")
+def torch_loop(quick, out_dir, imported, kept):
+    """bench/torch_e2e.py: one PyTorch loop, DDP against rumor.torch.
+
+    imported: torch_e2e.json files measured by hand (`bench/torch_e2e.py
+    --json PATH`, e.g. one rate at a time on a quiet host), recorded
+    instead of a run. kept: the tier's earlier record; its rates that
+    were not measured again stay."""
+    runs = [_torch_import(p, out_dir) for p in imported] if imported else [
+        _torch_run(quick, out_dir)]
+    for run in runs:
+        if "results" not in run:
+            return run
+    rep = {"runs": [], "results": {}, "plots": []}
+    if kept and "runs" in kept:
+        rep = kept
+    for run in runs:
+        for old in rep["runs"]:
+            old["rates"] = [r for r in old["rates"]
+                            if r not in run["results"]]
+        rep["runs"] = [r for r in rep["runs"] if r["rates"]] + [run]
+        rep["results"].update(run.pop("results"))
+        rep["plots"] = sorted(set(rep["plots"]) | set(run.pop("plots")))
+    return rep
+
+
+def _torch_command(args):
+    return ("/usr/bin/python3 bench/torch_e2e.py --nodes %d --rates %s "
+            "--steps %d --cap %g" % (args["nodes"], args["rates"],
+                                     args["steps"], args["cap"]))
+
+
+def _torch_plots(results, png_dir, out_dir):
+    plots = []
+    for rate in results:
+        png = os.path.join(png_dir, "bench-torch-%s-seconds.png" % rate)
+        if os.path.exists(png):
+            dst = os.path.join(out_dir, os.path.basename(png))
+            shutil.copyfile(png, dst)
+            plots.append(os.path.relpath(dst, REPO))
+    return plots
+
+
+def _torch_import(path, out_dir):
+    with open(path) as f:
+        rep = json.load(f)
+    a = rep["args"]
+    log("same loop: recording %s (%s)" % (path, _torch_command(a)))
+    return {"command": _torch_command(a), "args": a,
+            "rates": sorted(rep["results"]), "results": rep["results"],
+            "stdout": rep.get("stdout", ""),
+            "plots": _torch_plots(rep["results"], os.path.dirname(path),
+                                  out_dir)}
+
+
+def _torch_run(quick, out_dir):
+    work = os.path.join(REPO, "build", "bench-torch")
+    path = os.path.join(work, "torch_e2e.json")
     cmd = [sys.executable, os.path.join("bench", "torch_e2e.py"), "--json",
-           path]
+           path, "--out", work]
     if quick:
         cmd += ["--nodes", "4", "--rates", "100M", "--steps", "100",
                 "--cap", "60"]
     else:
-        cmd += ["--nodes", "4", "--rates", "10M,100M,1G", "--steps", "400",
-                "--cap", "240"]
+        cmd += ["--nodes", "8", "--rates", "10M,100M,1G", "--steps", "600",
+                "--cap", "300"]
     log("same loop: " + " ".join(cmd[1:]))
     t0 = time.time()
     p = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True)
@@ -474,16 +531,10 @@ def torch_loop(quick, out_dir):
                 "command": command}
     with open(path) as f:
         rep = json.load(f)
-    rep.update(wall_seconds=time.time() - t0, stdout=p.stdout,
-               command=command, plots=[])
-    for rate in rep["results"]:
-        png = os.path.join(REPO, "build", "bench-torch",
-                           "bench-torch-%s-seconds.png" % rate)
-        if os.path.exists(png):
-            dst = os.path.join(out_dir, os.path.basename(png))
-            shutil.copyfile(png, dst)
-            rep["plots"].append(os.path.relpath(dst, REPO))
-    return rep
+    return {"command": command, "args": rep["args"],
+            "rates": sorted(rep["results"]), "results": rep["results"],
+            "wall_seconds": time.time() - t0, "stdout": p.stdout,
+            "plots": _torch_plots(rep["results"], work, out_dir)}
 
 
 # -------------------------------------------------------------------- report
@@ -497,6 +548,9 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="")
     ap.add_argument("--out", default=os.path.join(REPO, "docs"))
+    ap.add_argument("--torch-json", default="",
+                    help="record these torch_e2e.json files (comma-"
+                    "separated) as the same-loop tier instead of running it")
     a = ap.parse_args()
     rumor = os.path.abspath(a.rumor)
     only = set(x for x in a.only.split(",") if x)
@@ -554,7 +608,9 @@ def main():
     if want("e2e"):
         data["e2e"] = e2e(a.quick, a.out, rumor)
     if want("torch"):
-        data["torch"] = torch_loop(a.quick, a.out)
+        data["torch"] = torch_loop(a.quick, a.out,
+                                   [p for p in a.torch_json.split(",") if p],
+                                   data.get("torch"))
     if "reruns" in data and only:
         data["reruns"][-1]["machine"]["load_end"] = os.getloadavg()
         data["reruns"][-1]["wall_seconds"] = time.time() - t_start
