@@ -40,7 +40,7 @@ compress_bw_put(struct compress_bw *w, uint64_t v, unsigned nbits)
             w->overflow = true;
             w->p = w->end;
         } else {
-            compress_put_u32(w->p, (uint32_t)w->acc);
+            core_put_u32(w->p, (uint32_t)w->acc);
             w->p += 4;
         }
         w->acc >>= 32;
@@ -101,7 +101,7 @@ static inline void
 compress_br_refill(struct compress_br *r)
 {
     if (r->end - r->p >= 8) {
-        r->acc |= compress_get_u64(r->p) << r->nacc;
+        r->acc |= core_get_u64(r->p) << r->nacc;
         r->p += (63 - r->nacc) >> 3;
         r->nacc |= 56;
         return;

@@ -585,8 +585,8 @@ compress_header_write(uint8_t *out, const struct compress_header *h)
     out[1] = h->version;
     out[2] = h->p0;
     out[3] = h->p1;
-    compress_put_u32(out + 4, h->n);
-    compress_put_u32(out + 8, h->p2);
+    core_put_u32(out + 4, h->n);
+    core_put_u32(out + 8, h->p2);
 }
 
 rumor_err
@@ -603,8 +603,8 @@ compress_header_read(const uint8_t *in,
     h->version = in[1];
     h->p0 = in[2];
     h->p1 = in[3];
-    h->n = compress_get_u32(in + 4);
-    h->p2 = compress_get_u32(in + 8);
+    h->n = core_get_u32(in + 4);
+    h->p2 = core_get_u32(in + 8);
     if (h->version != RUMOR_COMPRESS_VERSION || h->id != (uint8_t)want)
         return RUMOR_EPROTO;
     if (h->n > RUMOR_COMPRESS_MAX_ELEMS)
@@ -623,7 +623,7 @@ rumor_codec_peek(const uint8_t *in, size_t len, rumor_codec_id *id, size_t *n)
         return RUMOR_EPROTO;
     if (in[1] != RUMOR_COMPRESS_VERSION || s_find_id(in[0]) < 0)
         return RUMOR_EPROTO;
-    uint32_t count = compress_get_u32(in + 4);
+    uint32_t count = core_get_u32(in + 4);
     if (count > RUMOR_COMPRESS_MAX_ELEMS)
         return RUMOR_EPROTO;
     *id = (rumor_codec_id)in[0];

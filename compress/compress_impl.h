@@ -8,6 +8,7 @@
 #ifndef RUMOR_COMPRESS_IMPL_H
 #define RUMOR_COMPRESS_IMPL_H
 
+#include "core/le.h"
 #include "rumor/compress.h"
 
 #include <float.h>
@@ -119,47 +120,17 @@ struct compress_header {
 };
 
 static inline void
-compress_put_u32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
-static inline uint32_t
-compress_get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
-
-static inline void
-compress_put_u64(uint8_t *p, uint64_t v)
-{
-    compress_put_u32(p, (uint32_t)v);
-    compress_put_u32(p + 4, (uint32_t)(v >> 32));
-}
-
-static inline uint64_t
-compress_get_u64(const uint8_t *p)
-{
-    return (uint64_t)compress_get_u32(p) | (uint64_t)compress_get_u32(p + 4)
-                                               << 32;
-}
-
-static inline void
 compress_put_f32(uint8_t *p, float v)
 {
     uint32_t u;
     memcpy(&u, &v, 4);
-    compress_put_u32(p, u);
+    core_put_u32(p, u);
 }
 
 static inline float
 compress_get_f32(const uint8_t *p)
 {
-    uint32_t u = compress_get_u32(p);
+    uint32_t u = core_get_u32(p);
     float v;
     memcpy(&v, &u, 4);
     return v;

@@ -40,7 +40,7 @@ s_header(const rumor_codec *c, size_t n, uint8_t *out)
 static rumor_err
 s_check_fixed(const uint8_t *in, size_t len, size_t n, size_t width)
 {
-    if (in[2] != 0 || in[3] != 0 || compress_get_u32(in + 8) != 0)
+    if (in[2] != 0 || in[3] != 0 || core_get_u32(in + 8) != 0)
         return RUMOR_EPROTO;
     if (len - RUMOR_COMPRESS_HEADER_BYTES != width * n)
         return RUMOR_EPROTO;

@@ -507,13 +507,13 @@ s_head(const rumor_ef *ef, uint8_t *h)
     h[5] = (uint8_t)ef->kind;
     h[6] = 0;
     h[7] = 0;
-    compress_put_u64(h + 8, ef->n);
-    compress_put_u64(h + 16, ef->steps);
+    core_put_u64(h + 8, ef->n);
+    core_put_u64(h + 16, ef->steps);
     compress_put_f32(h + 24, ef->gamma);
     compress_put_f32(h + 28, ef->momentum);
     compress_put_f32(h + 32, ef->ratio);
     compress_put_f32(h + 36, ef->clip);
-    compress_put_u64(h + 40, ef->warmup);
+    core_put_u64(h + 40, ef->warmup);
 }
 
 rumor_err
@@ -548,9 +548,9 @@ rumor_ef_restore(rumor_ef *ef, const uint8_t *in, size_t len)
     size_t count = (len - S_STATE_HEAD) / 4;
     const uint8_t *p = in + S_STATE_HEAD;
     for (size_t i = 0; i < count; i++)
-        if ((compress_get_u32(p + 4 * i) & 0x7f800000u) == 0x7f800000u)
+        if ((core_get_u32(p + 4 * i) & 0x7f800000u) == 0x7f800000u)
             return RUMOR_ENUMERIC;
-    ef->steps = compress_get_u64(in + 16);
+    ef->steps = core_get_u64(in + 16);
     for (size_t i = 0; i < ef->n; i++)
         ef->e[i] = compress_get_f32(p + 4 * i);
     if (ef->kind == S_DGC)

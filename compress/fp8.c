@@ -432,7 +432,7 @@ s_decode(const rumor_codec *c,
          size_t n)
 {
     struct s_fmt f = s_format(c->id);
-    int32_t k = (int32_t)compress_get_u32(in + 8);
+    int32_t k = (int32_t)core_get_u32(in + 8);
     if (in[2] != f.S || in[3] > 1 || k < -S_BIAS_MAX || k > S_BIAS_MAX)
         return RUMOR_EPROTO;
     size_t head = RUMOR_COMPRESS_HEADER_BYTES + (in[3] ? 4 : 0);

@@ -282,7 +282,7 @@ huffman_encode_lengths(const uint8_t *sym,
         if (body == SIZE_MAX)
             return RUMOR_ETOOBIG;
         if (j < HUFFMAN_STREAMS - 1)
-            compress_put_u32(out + alphabet / 2 + 4 * j, (uint32_t)body);
+            core_put_u32(out + alphabet / 2 + 4 * j, (uint32_t)body);
         at += body;
     }
     *written = at;
@@ -336,7 +336,7 @@ huffman_decode(const uint8_t *in,
     size_t at = head;
     for (unsigned j = 0; j < HUFFMAN_STREAMS; j++) {
         size_t sz = j < HUFFMAN_STREAMS - 1
-                        ? compress_get_u32(in + alphabet / 2 + 4 * j)
+                        ? core_get_u32(in + alphabet / 2 + 4 * j)
                         : len - at;
         if (sz > len - at)
             return RUMOR_EPROTO;
@@ -365,10 +365,10 @@ huffman_decode(const uint8_t *in,
     unsigned bad = 0;
     while (i + 4 <= lock && q0 / 8 + 8 <= size[0] && q1 / 8 + 8 <= size[1] &&
            q2 / 8 + 8 <= size[2] && q3 / 8 + 8 <= size[3]) {
-        uint64_t a0 = compress_get_u64(start[0] + q0 / 8) >> (q0 & 7);
-        uint64_t a1 = compress_get_u64(start[1] + q1 / 8) >> (q1 & 7);
-        uint64_t a2 = compress_get_u64(start[2] + q2 / 8) >> (q2 & 7);
-        uint64_t a3 = compress_get_u64(start[3] + q3 / 8) >> (q3 & 7);
+        uint64_t a0 = core_get_u64(start[0] + q0 / 8) >> (q0 & 7);
+        uint64_t a1 = core_get_u64(start[1] + q1 / 8) >> (q1 & 7);
+        uint64_t a2 = core_get_u64(start[2] + q2 / 8) >> (q2 & 7);
+        uint64_t a3 = core_get_u64(start[3] + q3 / 8) >> (q3 & 7);
         for (int t = 0; t < 4; t++, i++) {
             /* At least 57 fresh bits, 4 codes of <= 12 bits: no refill. */
             uint16_t e0 = table[a0 & mask], e1 = table[a1 & mask];
@@ -472,7 +472,7 @@ s_codec_encode(const rumor_codec *c,
         rc = huffman_encode(plane, n, 256, out + at + 4, cap - at - 4, &got);
         if (rc != RUMOR_OK)
             goto done;
-        compress_put_u32(out + at, (uint32_t)got);
+        core_put_u32(out + at, (uint32_t)got);
         at += 4 + got;
     }
     struct compress_header h =
@@ -499,7 +499,7 @@ s_codec_decode(const rumor_codec *c,
     rumor_err rc = RUMOR_OK;
     uint8_t *plane = NULL;
     uint32_t *word = NULL;
-    if (in[2] != 0 || in[3] != 0 || compress_get_u32(in + 8) != 0)
+    if (in[2] != 0 || in[3] != 0 || core_get_u32(in + 8) != 0)
         return RUMOR_EPROTO;
     /* Every plane needs at least its length word and table: check the
      * total before allocating anything sized by n. */
@@ -518,7 +518,7 @@ s_codec_decode(const rumor_codec *c,
             rc = RUMOR_EPROTO;
             goto done;
         }
-        uint32_t plen = compress_get_u32(in + at);
+        uint32_t plen = core_get_u32(in + at);
         if (plen > len - at - 4) {
             rc = RUMOR_EPROTO;
             goto done;

@@ -235,7 +235,7 @@ compress_qsgd_levels_encode(const rumor_codec *c,
     size_t body = compress_bw_finish(&w, out + head);
     if (body == SIZE_MAX)
         return RUMOR_ETOOBIG;
-    compress_put_u32(out + head - 4, c->levels);
+    core_put_u32(out + head - 4, c->levels);
     struct compress_header h = {(uint8_t)c->id,
                                 RUMOR_COMPRESS_VERSION,
                                 0,
@@ -325,9 +325,9 @@ s_levels_pass(const uint8_t *in,
               float *y,
               size_t n)
 {
-    uint32_t bucket = compress_get_u32(in + 8);
+    uint32_t bucket = core_get_u32(in + 8);
     size_t nb = compress_buckets(n, bucket), head = s_head(n, bucket);
-    uint32_t s = compress_get_u32(in + head - 4);
+    uint32_t s = core_get_u32(in + head - 4);
     struct s_reader rd = {.used = 0};
     compress_br_init(&rd.br, in + head, len - head);
     for (size_t k = 0; k < nb; k++) {
@@ -360,14 +360,14 @@ compress_qsgd_levels_decode(const uint8_t *in,
                             float *y,
                             size_t n)
 {
-    uint32_t bucket = compress_get_u32(in + 8);
+    uint32_t bucket = core_get_u32(in + 8);
     if (bucket < 1 || bucket > (1u << 24) ||
         (in[3] != COMPRESS_QCODE_FIXED && in[3] != COMPRESS_QCODE_ELIAS))
         return RUMOR_EPROTO;
     size_t nb = compress_buckets(n, bucket);
     if ((len - RUMOR_COMPRESS_HEADER_BYTES) / 4 < nb + 1)
         return RUMOR_EPROTO;
-    uint32_t s = compress_get_u32(in + s_head(n, bucket) - 4);
+    uint32_t s = core_get_u32(in + s_head(n, bucket) - 4);
     if (s < 1 || s > COMPRESS_QSGD_MAX_LEVELS)
         return RUMOR_EPROTO;
     for (size_t k = 0; k < nb; k++) {

@@ -636,7 +636,7 @@ s_qsgd_decode(const rumor_codec *c,
     bool tern = c->id == RUMOR_CODEC_TERNGRAD;
     if (!tern && in[2] == 0)
         return compress_qsgd_levels_decode(in, len, add, alpha, y, n);
-    uint32_t bucket = compress_get_u32(in + 8);
+    uint32_t bucket = core_get_u32(in + 8);
     if (!s_check_bucket(bucket) || in[3] > (tern ? 0 : 1) ||
         (tern ? in[2] != 0 : (in[2] < 1 || in[2] > 8)))
         return RUMOR_EPROTO;
@@ -966,7 +966,7 @@ s_sign_decode(const rumor_codec *c,
               size_t n)
 {
     (void)c;
-    uint32_t bucket = compress_get_u32(in + 8);
+    uint32_t bucket = core_get_u32(in + 8);
     if (!s_check_bucket(bucket) || in[2] != 0 || in[3] != 0)
         return RUMOR_EPROTO;
     size_t nb = compress_buckets(n, bucket);
@@ -1077,7 +1077,7 @@ s_natural_decode(const rumor_codec *c,
                  size_t n)
 {
     (void)c;
-    if (in[2] != 0 || in[3] != 0 || compress_get_u32(in + 8) != 0 ||
+    if (in[2] != 0 || in[3] != 0 || core_get_u32(in + 8) != 0 ||
         len - RUMOR_COMPRESS_HEADER_BYTES != n + (n + 7) / 8)
         return RUMOR_EPROTO;
     const uint8_t *expo = in + RUMOR_COMPRESS_HEADER_BYTES;

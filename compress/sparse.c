@@ -264,7 +264,7 @@ s_rice_fast(struct compress_bw *w,
         last = idx[j];
         acc |= ((1ull << q) | low << (q + 1)) << nacc;
         nacc += (unsigned)(q + 1 + r);
-        compress_put_u64(p, acc);
+        core_put_u64(p, acc);
         p += nacc / 8;
         acc >>= nacc & ~7u;
         nacc &= 7u;
@@ -324,8 +324,8 @@ s_encode_indices(const rumor_codec *c,
             rc = RUMOR_ETOOBIG;
             goto done;
         }
-        compress_put_u64(out + at, seed);
-        compress_put_u64(out + at + 8, counter);
+        core_put_u64(out + at, seed);
+        core_put_u64(out + at + 8, counter);
         at += 16;
         r = 0;
     } else {
@@ -360,7 +360,7 @@ s_encode_indices(const rumor_codec *c,
             rc = RUMOR_ETOOBIG;
             goto done;
         }
-        compress_put_u32(out + at, (uint32_t)body);
+        core_put_u32(out + at, (uint32_t)body);
         at += 4 + body;
     }
     if (cap - at < RUMOR_COMPRESS_HEADER_BYTES) {
@@ -570,7 +570,7 @@ s_decode(const rumor_codec *c,
     uint32_t *idx = NULL;
     float *vals = NULL;
     unsigned r = in[2];
-    size_t k = compress_get_u32(in + 8);
+    size_t k = core_get_u32(in + 8);
     bool randk = c->id == RUMOR_CODEC_RANDK;
     if (k > n || r > 30 || in[3] > (randk ? 1 : 0) || (randk && r != 0))
         return RUMOR_EPROTO;
@@ -585,7 +585,7 @@ s_decode(const rumor_codec *c,
     } else {
         if (len - at < 4)
             return RUMOR_EPROTO;
-        ilen = compress_get_u32(in + at);
+        ilen = core_get_u32(in + at);
         at += 4;
         /* Each index takes at least r + 1 bits. */
         if (ilen > len - at || (uint64_t)ilen * 8 < (uint64_t)k * (r + 1))
@@ -606,8 +606,8 @@ s_decode(const rumor_codec *c,
         goto done;
     }
     if (randk)
-        s_randk_indices(compress_get_u64(in + RUMOR_COMPRESS_HEADER_BYTES),
-                        compress_get_u64(in + RUMOR_COMPRESS_HEADER_BYTES + 8),
+        s_randk_indices(core_get_u64(in + RUMOR_COMPRESS_HEADER_BYTES),
+                        core_get_u64(in + RUMOR_COMPRESS_HEADER_BYTES + 8),
                         n,
                         k,
                         idx);

@@ -34,6 +34,7 @@
  * codec per layer, so decoding never depends on the receiver's options.
  */
 #include "gossip/adapt.h"
+#include "core/le.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -251,22 +252,6 @@ gossip_adapt_budget(const struct gossip_adapt *a, const struct gossip_link *l)
     return bytes / secs * fmax(t_comm, floor);
 }
 
-/* --- the message codec ------------------------------------------------ */
-
-static void
-s_put_u32(uint8_t *p, uint32_t v)
-{
-    for (int b = 0; b < 4; b++)
-        p[b] = (uint8_t)(v >> (8 * b));
-}
-
-static uint32_t
-s_get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
-
 /* --- link measurements ---------------------------------------------------- */
 
 static void
@@ -290,9 +275,9 @@ s_link_header(const struct gossip_link *k, uint8_t *out)
         us = t >= UINT32_MAX ? UINT32_MAX : (uint32_t)t;
         bytes = k->mine[k->sent % 4].bytes;
     }
-    s_put_u32(out, tag);
-    s_put_u32(out + 4, us);
-    s_put_u32(out + 8, bytes);
+    core_put_u32(out, tag);
+    core_put_u32(out + 4, us);
+    core_put_u32(out + 8, bytes);
 }
 
 static void
@@ -414,7 +399,7 @@ s_encode_layers(struct gossip_adapt *a,
                                        a->approx + base,
                                        y->n,
                                        &y->q_err);
-        s_put_u32(l->buf + at, (uint32_t)written);
+        core_put_u32(l->buf + at, (uint32_t)written);
         at += 4 + written;
         base += y->n;
     }
@@ -555,7 +540,7 @@ gossip_adapt_stage(struct gossip_adapt *a,
         size_t n = rumor_tensor_numel(&g->tensors[t]);
         if (len - at < 4)
             return RUMOR_EPROTO;
-        uint32_t plen = s_get_u32(data + at);
+        uint32_t plen = core_get_u32(data + at);
         at += 4;
         if (plen > len - at)
             return RUMOR_EPROTO;
@@ -595,8 +580,8 @@ gossip_adapt_peer_report(struct gossip_adapt *a,
     if (link >= a->nlinks || len < GOSSIP_ADAPT_LINK_HEADER)
         return;
     struct gossip_link *k = &a->links[link];
-    uint32_t tag = s_get_u32(data), us = s_get_u32(data + 4);
-    uint32_t bytes = s_get_u32(data + 8);
+    uint32_t tag = core_get_u32(data), us = core_get_u32(data + 4);
+    uint32_t bytes = core_get_u32(data + 8);
     if (tag == 0 || us == 0 || k->mine[tag % 4].tag != tag)
         return; /* nothing measured yet, or a pair this node lost */
     k->sym = true;

@@ -29,6 +29,7 @@
  * sum (step, then peer order) to the model, rounded once, which is the
  * bits of the loss-free absorb when every term of a step commits at once.
  */
+#include "core/le.h"
 #include "gossip/gossip_impl.h"
 
 #include <math.h>
@@ -60,38 +61,6 @@ struct gossip_ledger {
 
 /* --- wire format (pure) ------------------------------------------------- */
 
-static void
-s_put_u32(uint8_t *p, uint32_t v)
-{
-    for (int b = 0; b < 4; b++)
-        p[b] = (uint8_t)(v >> (8 * b));
-}
-
-static void
-s_put_u64(uint8_t *p, uint64_t v)
-{
-    for (int b = 0; b < 8; b++)
-        p[b] = (uint8_t)(v >> (8 * b));
-}
-
-static uint32_t
-s_get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int b = 3; b >= 0; b--)
-        v = v << 8 | p[b];
-    return v;
-}
-
-static uint64_t
-s_get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int b = 7; b >= 0; b--)
-        v = v << 8 | p[b];
-    return v;
-}
-
 size_t
 rumor_gossip_ack_encode(const struct rumor_gossip_ack *a,
                         uint8_t *out,
@@ -100,11 +69,11 @@ rumor_gossip_ack_encode(const struct rumor_gossip_ack *a,
     size_t need = RUMOR_GOSSIP_ACK_HEADER_BYTES + 8 * (size_t)a->count;
     if (a->count > RUMOR_GOSSIP_ACK_MAX_STEPS || cap < need)
         return 0;
-    s_put_u32(out, GOSSIP_ACK_MAGIC);
-    s_put_u32(out + 4, a->count);
-    s_put_u64(out + 8, a->upto);
+    core_put_u32(out, GOSSIP_ACK_MAGIC);
+    core_put_u32(out + 4, a->count);
+    core_put_u64(out + 8, a->upto);
     for (uint32_t k = 0; k < a->count; k++)
-        s_put_u64(out + RUMOR_GOSSIP_ACK_HEADER_BYTES + 8 * k, a->held[k]);
+        core_put_u64(out + RUMOR_GOSSIP_ACK_HEADER_BYTES + 8 * k, a->held[k]);
     return need;
 }
 
@@ -115,15 +84,15 @@ rumor_gossip_ack_decode(const uint8_t *buf,
 {
     memset(out, 0, sizeof *out);
     if (len < RUMOR_GOSSIP_ACK_HEADER_BYTES ||
-        s_get_u32(buf) != GOSSIP_ACK_MAGIC)
+        core_get_u32(buf) != GOSSIP_ACK_MAGIC)
         return RUMOR_EPROTO;
-    uint32_t count = s_get_u32(buf + 4);
+    uint32_t count = core_get_u32(buf + 4);
     if (count > RUMOR_GOSSIP_ACK_MAX_STEPS ||
         len != RUMOR_GOSSIP_ACK_HEADER_BYTES + 8 * (size_t)count)
         return RUMOR_EPROTO;
-    uint64_t upto = s_get_u64(buf + 8);
+    uint64_t upto = core_get_u64(buf + 8);
     for (uint32_t k = 0; k < count; k++) {
-        uint64_t s = s_get_u64(buf + RUMOR_GOSSIP_ACK_HEADER_BYTES + 8 * k);
+        uint64_t s = core_get_u64(buf + RUMOR_GOSSIP_ACK_HEADER_BYTES + 8 * k);
         /* strictly ascending and decided: anything else is not an ack */
         bool ordered = k == 0 || s > out->held[k - 1];
         if (!ordered || s >= upto) {

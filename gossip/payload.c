@@ -6,24 +6,11 @@
  * tensors differ in scale. Decoding checks each length against what is
  * left before handing the bytes to the codec's own checked decoder.
  */
+#include "core/le.h"
 #include "gossip/gossip_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-static void
-s_put_u32(uint8_t *p, uint32_t v)
-{
-    for (int b = 0; b < 4; b++)
-        p[b] = (uint8_t)(v >> (8 * b));
-}
-
-static uint32_t
-s_get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
 
 rumor_err
 gossip_packer_init(struct gossip_packer *p,
@@ -132,7 +119,7 @@ gossip_packer_encode(struct gossip_packer *p,
                                           NULL);
         if (rc != RUMOR_OK)
             return rc;
-        s_put_u32(p->buf + at, (uint32_t)written);
+        core_put_u32(p->buf + at, (uint32_t)written);
         at += 4 + written;
         base += n;
     }
@@ -153,7 +140,7 @@ gossip_packer_stage(struct gossip_packer *p,
         size_t n = rumor_tensor_numel(&g->tensors[t]);
         if (len - at < 4)
             return RUMOR_EPROTO;
-        uint32_t plen = s_get_u32(data + at);
+        uint32_t plen = core_get_u32(data + at);
         at += 4;
         if (plen > len - at)
             return RUMOR_EPROTO;

@@ -1269,7 +1269,7 @@ test_fp8_fp4__values_in_range__within_half_a_step(void **state)
         size_t len = 0;
         uint8_t *buf = s_encode(c, x, n, 1, 1, &len, q);
         /* b = k + log2 f: f after the header when p1 = 1, else 1. */
-        int b = (int32_t)compress_get_u32(buf + 8);
+        int b = (int32_t)core_get_u32(buf + 8);
         double f = buf[3] ? (double)compress_get_f32(buf + 12) : 1.0;
         assert_int_equal(buf[3], s < 2 ? 1 : 0);
         /* Largest magnitude: (2 - 2^-M) 2^(2^E - 1 + b). */
@@ -1310,7 +1310,7 @@ test_fp8__exponent_bias__minimises_l2_error(void **state)
     rumor_codec *c = s_codec("fp8");
     size_t len = 0;
     uint8_t *buf = s_encode(c, x, n, 1, 1, &len, q);
-    int b = (int32_t)compress_get_u32(buf + 8);
+    int b = (int32_t)core_get_u32(buf + 8);
     double best = 0;
     for (size_t i = 0; i < n; i++)
         best += ((double)q[i] - x[i]) * ((double)q[i] - x[i]);
@@ -1531,7 +1531,7 @@ test_threshold_and_dgc__selection__counts_as_specified(void **state)
     c = s_codec("dgc:ratio=0.01");
     for (uint64_t ctr = 0; ctr < 5; ctr++) {
         buf = s_encode(c, x, n, 1, ctr, &len, y);
-        size_t count = compress_get_u32(buf + 8), nz = 0;
+        size_t count = core_get_u32(buf + 8), nz = 0;
         assert_true(count >= 700 && count <= 1300);
         float smallest = INFINITY;
         for (size_t i = 0; i < n; i++)
@@ -2333,7 +2333,7 @@ test_dgc_memory__masking_momentum_clipping_warmup__as_specified(void **state)
                                          &len,
                                          sent),
                          RUMOR_OK);
-        size_t count = compress_get_u32(buf + 8);
+        size_t count = core_get_u32(buf + 8);
         density[t] = (double)count / (double)n;
         const float *v = rumor_ef_error(ef, NULL);
         for (size_t i = 0; i < n; i++)

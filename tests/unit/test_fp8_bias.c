@@ -146,7 +146,7 @@ s_run(const char *spec, const float *x, size_t n)
     struct s_run r = {0, 8.0 * (double)len / (double)(n ? n : 1), 0};
     for (size_t i = 0; i < n; i++)
         r.err += ((double)q[i] - x[i]) * ((double)q[i] - x[i]);
-    int32_t k = (int32_t)compress_get_u32(buf + 8);
+    int32_t k = (int32_t)core_get_u32(buf + 8);
     r.b = k + (buf[3] ? log2((double)compress_get_f32(buf + 12)) : 0);
     free(buf);
     free(q);

@@ -80,7 +80,7 @@ test_qsgd_elias__hand_sparse_vector__bit_count_and_bytes(void **state)
         assert_int_equal(len, 23);
         assert_int_equal(buf[2], 0); /* p0: the levels format */
         assert_int_equal(buf[3], 2); /* p1: gap coding */
-        assert_int_equal(compress_get_u32(buf + 16), 5);
+        assert_int_equal(core_get_u32(buf + 16), 5);
         assert_memory_equal(buf + 20, body, 3);
         assert_int_equal(rumor_codec_decode(c, buf, len, y, 8), RUMOR_OK);
         assert_memory_equal(x, y, sizeof x);
@@ -201,10 +201,10 @@ test_qsgd_elias__hostile_payloads__refused(void **state)
     assert_int_equal(rumor_codec_decode_add(c, bad, len, 1.0f, y, 8),
                      RUMOR_EPROTO);
     memcpy(bad, good, len);
-    compress_put_u32(bad + 16, 3); /* s = 3 < level 4 */
+    core_put_u32(bad + 16, 3); /* s = 3 < level 4 */
     assert_int_equal(rumor_codec_decode_add(c, bad, len, 1.0f, y, 8),
                      RUMOR_EPROTO);
-    compress_put_u32(bad + 16, 0);
+    core_put_u32(bad + 16, 0);
     assert_int_equal(rumor_codec_decode_add(c, bad, len, 1.0f, y, 8),
                      RUMOR_EPROTO);
     memcpy(bad, good, 20);
