@@ -4,7 +4,7 @@
  *
  * The build uses plain -O2 without -march, so fast paths are compiled per
  * function with target attributes and chosen at run time
- * (__builtin_cpu_supports and cpuid, checked once, cached) in two tiers:
+ * (core/cpu.h's probe, made once per process) in two tiers:
  * AVX2 (+FMA, F16C, BMI2) on every x86-64 host we target, and AVX-512
  * (F, VL, BW, DQ) where a kernel gains from it: Philox (16 lanes, vpmulld,
  * vpternlogd), the stochastic levels and natural compression (decisions
@@ -41,8 +41,8 @@
  * every host).
  */
 #include "compress/compress_impl.h"
+#include "core/cpu.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
 
@@ -72,21 +72,10 @@ static int s_simd = -1;
 static int
 s_probe(void)
 {
-    /* AVX2, FMA and AVX-512 (with the OS saving their state) from the
-     * builtin; F16C (CPUID 1, ECX bit 29) and BMI2 (CPUID 7, EBX bit 8)
-     * from cpuid, which clang's builtin does not name. */
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    __builtin_cpu_init();
-    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u);
-    bool bmi2 = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b >> 8 & 1u);
-    bool avx512 = __builtin_cpu_supports("avx512f") &&
-                  __builtin_cpu_supports("avx512vl") &&
-                  __builtin_cpu_supports("avx512bw") &&
-                  __builtin_cpu_supports("avx512dq");
-    if (!(avx2 && f16c && bmi2))
+    const struct core_cpu *cpu = core_cpu();
+    if (!(cpu->avx2_fma && cpu->f16c && cpu->bmi2))
         return 0;
-    return avx512 ? 2 : 1;
+    return cpu->avx512 ? 2 : 1;
 }
 
 int
@@ -527,7 +516,7 @@ static const uint64_t s_pack_lanes[256] = {
 /* clang-format on */
 
 /* The AVX-512 tier plus VBMI2 (vpcompressw), for the threshold scan only:
- * it checks for VBMI2 itself (s_have_vbmi2). */
+ * it checks for VBMI2 itself (core/cpu.h). */
 #define S_TARGET512V                                                      \
     __attribute__((target("avx2,fma,f16c,bmi2,avx512f,avx512vl,avx512bw," \
                           "avx512dq,avx512vbmi2")))
@@ -671,27 +660,10 @@ s_select_ge_avx2(const float *x,
                            top_key);
 }
 
-/* AVX-512 with VBMI2 (vpcompressw, CPUID 7 ECX bit 6), probed once and
- * cached like s_simd. AVX-512 hosts without it (Skylake-SP, Cascade Lake)
- * take the AVX2 scan, so every scan that runs is one the tests run here. */
-static int s_vbmi2 = -1;
-
 /* The 16-bit positions of the 32 lanes of the first step of a chunk. */
 static const uint16_t s_lane16[32] = {
     0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
     16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
-
-static bool
-s_have_vbmi2(void)
-{
-    int cached = s_vbmi2;
-    if (cached < 0) {
-        unsigned a = 0, b = 0, c = 0, d = 0;
-        cached = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c >> 6 & 1u);
-        s_vbmi2 = cached;
-    }
-    return cached == 1;
-}
 
 /* The positions (from 0) of the keys >= tk among the len values at x (len
  * a multiple of 32, at most S_SCAN_CHUNK) into pos: two 16-lane compares
@@ -813,7 +785,9 @@ compress_select_ge_top(const float *x,
     uint32_t tkey = compress_f2u(t);
     int level = compress_simd_level();
     *top = 0;
-    if (level >= 2 && s_have_vbmi2())
+    /* AVX-512 hosts without VBMI2 (Skylake-SP, Cascade Lake) take the AVX2
+     * scan, so every scan that runs is one the tests run here. */
+    if (level >= 2 && core_cpu()->vbmi2)
         return s_select_ge_avx512(x, n, tkey, idx, bits, cap, top);
     if (level >= 1)
         return s_select_ge_avx2(x, n, tkey, idx, bits, cap, top);

@@ -5,6 +5,7 @@
  * tables. Both paths are tested against the standard check value
  * crc32c("123456789") = 0xE3069283 and against each other.
  */
+#include "core/cpu.h"
 #include "rumor/core.h"
 
 #include <string.h>
@@ -81,7 +82,7 @@ uint32_t
 rumor_crc32c(uint32_t crc, const void *data, size_t len)
 {
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("sse4.2"))
+    if (core_cpu()->sse42)
         return s_crc32c_sse42(crc, data, len);
 #endif
     return s_crc32c_table(crc, data, len);

@@ -30,7 +30,7 @@
  * the reconstruction from 21 to 27 GB/s (4096 x 4096, rank 2, against a
  * 31-34 GB/s read floor). The same pragma on the right products measured
  * slower, so they have none. The AVX2 path is
- * chosen with __builtin_cpu_supports at run time; without AVX2/FMA, or
+ * chosen at run time (core/cpu.h's probe); without AVX2/FMA, or
  * above rank 8, cblas_sgemm does the work. Orthogonalization: modified
  * Gram-Schmidt (the PyTorch hook's algorithm, dots in double), LAPACK
  * sgeqrf + sorgqr, or CholeskyQR2 (ssyrk, spotrf, strsm, twice; falls back
@@ -40,6 +40,7 @@
  * Single-threaded by design: gossip overlaps compression with the network
  * and the backward pass, and one core already saturates memory here.
  */
+#include "core/cpu.h"
 #include "lowrank/backend.h"
 
 #include <cblas.h>
@@ -1141,7 +1142,7 @@ lowrank_cpu_init(struct lowrank_backend_i *iface, void **ctx)
     if (c == NULL)
         return RUMOR_ENOMEM;
     __builtin_cpu_init();
-    c->avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    c->avx2 = core_cpu()->avx2_fma;
     /* RUMOR_LOWRANK_NO_AVX2=1 forces the BLAS path (tests, comparisons). */
     const char *no_avx2 = getenv("RUMOR_LOWRANK_NO_AVX2");
     if (no_avx2 != NULL && no_avx2[0] == '1')
