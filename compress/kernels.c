@@ -42,6 +42,7 @@
  */
 #include "compress/compress_impl.h"
 #include "core/cpu.h"
+#include "core/philox.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -153,8 +154,8 @@ s_philox16(const __m256i *kk,
            uint64_t group,
            uint8_t *out)
 {
-    const __m256i m0 = _mm256_set1_epi32((int)0xD2511F53u);
-    const __m256i m1 = _mm256_set1_epi32((int)0xCD9E8D57u);
+    const __m256i m0 = _mm256_set1_epi32((int)PHILOX_M0);
+    const __m256i m1 = _mm256_set1_epi32((int)PHILOX_M1);
     __m256i a0, a1, b0, b1;
     s_counters(16 * group, &a0, &a1);
     s_counters(16 * group + 8, &b0, &b1);
@@ -192,8 +193,8 @@ s_stream_avx2(uint64_t seed,
     for (int round = 0; round < 10; round++) {
         kk[2 * round] = _mm256_set1_epi32((int)k0);
         kk[2 * round + 1] = _mm256_set1_epi32((int)k1);
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
+        k0 += PHILOX_W0;
+        k1 += PHILOX_W1;
     }
     __m256i c2 = _mm256_set1_epi32((int)(uint32_t)stream);
     __m256i c3 = _mm256_set1_epi32((int)(uint32_t)(stream >> 32));
@@ -243,8 +244,8 @@ s_philox32_512(const __m512i *kk,
                uint64_t group,
                uint8_t *out)
 {
-    const __m512i m0 = _mm512_set1_epi32((int)0xD2511F53u);
-    const __m512i m1 = _mm512_set1_epi32((int)0xCD9E8D57u);
+    const __m512i m0 = _mm512_set1_epi32((int)PHILOX_M0);
+    const __m512i m1 = _mm512_set1_epi32((int)PHILOX_M1);
     __m512i a0, a1, b0, b1;
     s_counters512(16 * group, &a0, &a1);
     s_counters512(16 * group + 16, &b0, &b1);
@@ -283,8 +284,8 @@ s_stream_avx512(uint64_t seed,
     for (int round = 0; round < 10; round++) {
         kk[2 * round] = _mm512_set1_epi32((int)k0);
         kk[2 * round + 1] = _mm512_set1_epi32((int)k1);
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
+        k0 += PHILOX_W0;
+        k1 += PHILOX_W1;
     }
     __m512i c2 = _mm512_set1_epi32((int)(uint32_t)stream);
     __m512i c3 = _mm512_set1_epi32((int)(uint32_t)(stream >> 32));

@@ -11,14 +11,10 @@
  * Alternatives rejected: xorshift/PCG need sequential state; a hash per
  * element (splitmix) is fast but has no published test vectors.
  */
+#include "core/philox.h"
 #include "rumor/core.h"
 
 #include <math.h>
-
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
 
 static inline void
 s_philox_round(uint32_t ctr[4], const uint32_t key[2])
