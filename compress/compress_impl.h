@@ -356,6 +356,27 @@ size_t compress_select_range(const uint32_t *bits,
                              uint32_t *out_tag,
                              float *out_vals,
                              size_t cap);
+/* The references of the two scans, also their tails: they continue a scan
+ * that has count entries so far (base: the index of x[0]; *top: the
+ * largest key so far). */
+size_t compress_select_ge_ref(const float *x,
+                              size_t n,
+                              uint32_t tkey,
+                              uint32_t *idx,
+                              uint32_t *bits,
+                              size_t cap,
+                              size_t count,
+                              size_t base,
+                              uint32_t *top);
+size_t compress_select_range_ref(const uint32_t *bits,
+                                 const uint32_t *tag,
+                                 size_t m,
+                                 uint32_t lo,
+                                 uint32_t span,
+                                 uint32_t *out_tag,
+                                 float *out_vals,
+                                 size_t cap,
+                                 size_t count);
 
 /* Scaled sign of one bucket: sum of |x| (double) and sign bits (bit i of
  * bits = x[i] < 0, or -0.0) for n <= 512 values; bits has (n + 7) / 8
@@ -383,6 +404,9 @@ bool
 compress_f32_to_half_bytes(const float *x, size_t n, bool bf16, uint8_t *out);
 bool
 compress_half_bytes_to_f32(const uint8_t *in, size_t n, bool bf16, float *y);
+bool
+compress_to_half_bytes_ref(const float *x, size_t n, bool bf16, uint8_t *out);
+bool compress_half_bytes_ref(const uint8_t *in, size_t n, bool bf16, float *y);
 
 /* Sum of x[i]^2 in a fixed order, so that the fast paths and the
  * reference agree bit for bit on every machine: in float, 64 lane sums

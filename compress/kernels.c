@@ -442,32 +442,6 @@ compress_all_finite(const float *x, size_t n)
 
 /* --- threshold scan ------------------------------------------------------- */
 
-static size_t
-s_select_ge_ref(const float *x,
-                size_t n,
-                uint32_t tkey,
-                uint32_t *idx,
-                uint32_t *bits,
-                size_t cap,
-                size_t count,
-                size_t base,
-                uint32_t *top)
-{
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = compress_f2u(x[i]), key = u & 0x7fffffffu;
-        *top = key > *top ? key : *top;
-        if (key >= tkey) {
-            if (count < cap) {
-                idx[count] = (uint32_t)(base + i);
-                if (bits != NULL)
-                    bits[count] = u;
-            }
-            count++;
-        }
-    }
-    return count;
-}
-
 /* Byte j of s_pack_lanes[m] is the lane of the j-th set bit of m (zero
  * past the last): the vpermd indices that left-pack the selected lanes of
  * a vector, so the scan emits without a branch per hit. */
@@ -650,15 +624,15 @@ s_select_ge_avx2(const float *x,
     for (int j = 0; j < 8; j++)
         worst = lanes[j] > worst ? lanes[j] : worst;
     *top_key = worst;
-    return s_select_ge_ref(x + i,
-                           n - i,
-                           tkey,
-                           idx,
-                           bits,
-                           cap,
-                           count,
-                           i,
-                           top_key);
+    return compress_select_ge_ref(x + i,
+                                  n - i,
+                                  tkey,
+                                  idx,
+                                  bits,
+                                  cap,
+                                  count,
+                                  i,
+                                  top_key);
 }
 
 /* The 16-bit positions of the 32 lanes of the first step of a chunk. */
@@ -763,15 +737,15 @@ s_select_ge_avx512(const float *x,
         i += len;
     }
     *top_key = _mm512_reduce_max_epu32(top);
-    return s_select_ge_ref(x + i,
-                           n - i,
-                           tkey,
-                           idx,
-                           bits,
-                           cap,
-                           count,
-                           i,
-                           top_key);
+    return compress_select_ge_ref(x + i,
+                                  n - i,
+                                  tkey,
+                                  idx,
+                                  bits,
+                                  cap,
+                                  count,
+                                  i,
+                                  top_key);
 }
 
 size_t
@@ -792,7 +766,7 @@ compress_select_ge_top(const float *x,
         return s_select_ge_avx512(x, n, tkey, idx, bits, cap, top);
     if (level >= 1)
         return s_select_ge_avx2(x, n, tkey, idx, bits, cap, top);
-    return s_select_ge_ref(x, n, tkey, idx, bits, cap, 0, 0, top);
+    return compress_select_ge_ref(x, n, tkey, idx, bits, cap, 0, 0, top);
 }
 
 size_t
@@ -813,31 +787,6 @@ compress_select_ge(const float *x,
 
 /* --- selection by key range ------------------------------------------------
  */
-
-static size_t
-s_select_range_ref(const uint32_t *bits,
-                   const uint32_t *tag,
-                   size_t m,
-                   uint32_t lo,
-                   uint32_t span,
-                   uint32_t *out_tag,
-                   float *out_vals,
-                   size_t cap,
-                   size_t count)
-{
-    for (size_t i = 0; i < m; i++) {
-        uint32_t u = bits[i];
-        if ((u & 0x7fffffffu) - lo < span) {
-            if (count < cap) {
-                out_tag[count] = tag[i];
-                if (out_vals != NULL)
-                    out_vals[count] = compress_u2f(u);
-            }
-            count++;
-        }
-    }
-    return count;
-}
 
 /* 8 lanes per step, left-packed by the vpermd table of the scan; the
  * unsigned compare is a signed one on both sides flipped by 2^31. */
@@ -862,15 +811,15 @@ s_select_range_avx2(const uint32_t *bits,
         __m256i sel = _mm256_cmpgt_epi32(vspan, _mm256_xor_si256(d, flip));
         unsigned s = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(sel));
         if (cap < 8 || count > cap - 8) { /* near cap: one at a time */
-            count = s_select_range_ref(bits + i,
-                                       tag + i,
-                                       8,
-                                       lo,
-                                       span,
-                                       out_tag,
-                                       out_vals,
-                                       cap,
-                                       count);
+            count = compress_select_range_ref(bits + i,
+                                              tag + i,
+                                              8,
+                                              lo,
+                                              span,
+                                              out_tag,
+                                              out_vals,
+                                              cap,
+                                              count);
             continue;
         }
         __m256i lanes =
@@ -883,15 +832,15 @@ s_select_range_avx2(const uint32_t *bits,
                                 _mm256_permutevar8x32_epi32(b, lanes));
         count += (size_t)__builtin_popcount(s);
     }
-    return s_select_range_ref(bits + i,
-                              tag + i,
-                              m - i,
-                              lo,
-                              span,
-                              out_tag,
-                              out_vals,
-                              cap,
-                              count);
+    return compress_select_range_ref(bits + i,
+                                     tag + i,
+                                     m - i,
+                                     lo,
+                                     span,
+                                     out_tag,
+                                     out_vals,
+                                     cap,
+                                     count);
 }
 
 /* 16 lanes per step: a compare into a mask, vpcompressd (register form),
@@ -933,15 +882,15 @@ s_select_range_avx512(const uint32_t *bits,
         }
         count += (size_t)__builtin_popcount(sel);
     }
-    return s_select_range_ref(bits + i,
-                              tag + i,
-                              m - i,
-                              lo,
-                              span,
-                              out_tag,
-                              out_vals,
-                              cap,
-                              count);
+    return compress_select_range_ref(bits + i,
+                                     tag + i,
+                                     m - i,
+                                     lo,
+                                     span,
+                                     out_tag,
+                                     out_vals,
+                                     cap,
+                                     count);
 }
 
 size_t
@@ -973,15 +922,15 @@ compress_select_range(const uint32_t *bits,
                                    out_tag,
                                    out_vals,
                                    cap);
-    return s_select_range_ref(bits,
-                              tag,
-                              m,
-                              lo,
-                              span,
-                              out_tag,
-                              out_vals,
-                              cap,
-                              0);
+    return compress_select_range_ref(bits,
+                                     tag,
+                                     m,
+                                     lo,
+                                     span,
+                                     out_tag,
+                                     out_vals,
+                                     cap,
+                                     0);
 }
 
 /* --- scaled sign ------------------------------------------------------------
@@ -1051,39 +1000,6 @@ compress_f32_to_f16(const float *x, size_t n, uint16_t *h)
     return compress_f32_to_f16_ref(x, n, h);
 }
 
-/* Scalar conversions of n < 8 (or any n) values to and from bytes. */
-static bool
-s_to_half_bytes_ref(const float *x, size_t n, bool bf16, uint8_t *out)
-{
-    bool finite = true;
-    uint16_t h[256];
-    for (size_t i = 0; i < n; i += 256) {
-        size_t m = n - i < 256 ? n - i : 256;
-        finite = (bf16 ? compress_f32_to_bf16_ref(x + i, m, h)
-                       : compress_f32_to_f16_ref(x + i, m, h)) &&
-                 finite;
-        for (size_t j = 0; j < m; j++) {
-            out[2 * (i + j)] = (uint8_t)h[j];
-            out[2 * (i + j) + 1] = (uint8_t)(h[j] >> 8);
-        }
-    }
-    return finite;
-}
-
-static bool
-s_half_bytes_ref(const uint8_t *in, size_t n, bool bf16, float *y)
-{
-    bool finite = true;
-    uint16_t expo = bf16 ? 0x7f80u : 0x7c00u;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t h = (uint16_t)(in[2 * i] | in[2 * i + 1] << 8);
-        finite = finite && (h & expo) != expo;
-        y[i] =
-            bf16 ? compress_u2f((uint32_t)h << 16) : compress_f16_to_f32_ref(h);
-    }
-    return finite;
-}
-
 /* Eight floats to eight halves: F16C for fp16 (clamped to +-65504 first:
  * saturation), the reference's integer rounding for bf16. */
 static S_TARGET inline __m128i
@@ -1130,7 +1046,7 @@ s_f32_to_half_bytes_avx2(const float *x, size_t n, bool bf16, uint8_t *out)
      * which is a third of the memory traffic of this kernel). */
     bool stream = n >= S_STREAM_MIN && ((uintptr_t)out & 1u) == 0;
     size_t lead = stream ? ((16 - ((uintptr_t)out & 15u)) & 15u) / 2 : 0;
-    bool head = s_to_half_bytes_ref(x, lead, bf16, out);
+    bool head = compress_to_half_bytes_ref(x, lead, bf16, out);
     for (i = lead; i + 8 <= n; i += 8) {
         __m256 v = _mm256_loadu_ps(x + i);
         __m256i e = _mm256_and_si256(_mm256_castps_si256(v), expo);
@@ -1143,7 +1059,8 @@ s_f32_to_half_bytes_avx2(const float *x, size_t n, bool bf16, uint8_t *out)
     }
     if (stream)
         _mm_sfence();
-    bool tail = s_to_half_bytes_ref(x + i, n - i, bf16, out + 2 * i) && head;
+    bool tail =
+        compress_to_half_bytes_ref(x + i, n - i, bf16, out + 2 * i) && head;
     return tail && _mm256_testz_si256(bad, bad);
 }
 
@@ -1165,7 +1082,7 @@ compress_f32_to_half_bytes(const float *x, size_t n, bool bf16, uint8_t *out)
     if (compress_have_avx2())
         return bf16 ? s_f32_to_bf16_bytes_avx2(x, n, out)
                     : s_f32_to_f16_bytes_avx2(x, n, out);
-    return s_to_half_bytes_ref(x, n, bf16, out);
+    return compress_to_half_bytes_ref(x, n, bf16, out);
 }
 
 __attribute__((target("avx2,fma,f16c,bmi2"), always_inline)) static inline bool
@@ -1178,7 +1095,7 @@ s_half_bytes_to_f32_avx2(const uint8_t *in, size_t n, bool bf16, float *y)
     bool stream = n >= S_STREAM_MIN && ((uintptr_t)y & 3u) == 0;
     size_t i = stream ? ((32 - ((uintptr_t)y & 31u)) & 31u) / 4 : 0;
     i = i < n ? i : n;
-    bool ok = s_half_bytes_ref(in, i, bf16, y);
+    bool ok = compress_half_bytes_ref(in, i, bf16, y);
     for (; i + 8 <= n; i += 8) {
         __m128i h = _mm_loadu_si128((const __m128i *)(in + 2 * i));
         bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, expo), expo));
@@ -1190,7 +1107,7 @@ s_half_bytes_to_f32_avx2(const uint8_t *in, size_t n, bool bf16, float *y)
     }
     if (stream)
         _mm_sfence();
-    ok = s_half_bytes_ref(in + 2 * i, n - i, bf16, y + i) && ok;
+    ok = compress_half_bytes_ref(in + 2 * i, n - i, bf16, y + i) && ok;
     return ok && _mm_testz_si128(bad, bad);
 }
 
@@ -1212,7 +1129,7 @@ compress_half_bytes_to_f32(const uint8_t *in, size_t n, bool bf16, float *y)
     if (compress_have_avx2())
         return bf16 ? s_bf16_bytes_to_f32_avx2(in, n, y)
                     : s_f16_bytes_to_f32_avx2(in, n, y);
-    return s_half_bytes_ref(in, n, bf16, y);
+    return compress_half_bytes_ref(in, n, bf16, y);
 }
 
 static S_TARGET void

@@ -305,3 +305,89 @@ compress_f16_to_f32_ref(uint16_t h)
         return compress_u2f(sign | 0x7f800000u | m << 13);
     return compress_u2f(sign | (e + 112u) << 23 | m << 13);
 }
+
+/* Tails and fallbacks of kernels.c's scans and half conversions. */
+
+size_t
+compress_select_ge_ref(const float *x,
+                       size_t n,
+                       uint32_t tkey,
+                       uint32_t *idx,
+                       uint32_t *bits,
+                       size_t cap,
+                       size_t count,
+                       size_t base,
+                       uint32_t *top)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = compress_f2u(x[i]), key = u & 0x7fffffffu;
+        *top = key > *top ? key : *top;
+        if (key >= tkey) {
+            if (count < cap) {
+                idx[count] = (uint32_t)(base + i);
+                if (bits != NULL)
+                    bits[count] = u;
+            }
+            count++;
+        }
+    }
+    return count;
+}
+
+size_t
+compress_select_range_ref(const uint32_t *bits,
+                          const uint32_t *tag,
+                          size_t m,
+                          uint32_t lo,
+                          uint32_t span,
+                          uint32_t *out_tag,
+                          float *out_vals,
+                          size_t cap,
+                          size_t count)
+{
+    for (size_t i = 0; i < m; i++) {
+        uint32_t u = bits[i];
+        if ((u & 0x7fffffffu) - lo < span) {
+            if (count < cap) {
+                out_tag[count] = tag[i];
+                if (out_vals != NULL)
+                    out_vals[count] = compress_u2f(u);
+            }
+            count++;
+        }
+    }
+    return count;
+}
+
+/* Scalar conversions of n < 8 (or any n) values to and from bytes. */
+bool
+compress_to_half_bytes_ref(const float *x, size_t n, bool bf16, uint8_t *out)
+{
+    bool finite = true;
+    uint16_t h[256];
+    for (size_t i = 0; i < n; i += 256) {
+        size_t m = n - i < 256 ? n - i : 256;
+        finite = (bf16 ? compress_f32_to_bf16_ref(x + i, m, h)
+                       : compress_f32_to_f16_ref(x + i, m, h)) &&
+                 finite;
+        for (size_t j = 0; j < m; j++) {
+            out[2 * (i + j)] = (uint8_t)h[j];
+            out[2 * (i + j) + 1] = (uint8_t)(h[j] >> 8);
+        }
+    }
+    return finite;
+}
+
+bool
+compress_half_bytes_ref(const uint8_t *in, size_t n, bool bf16, float *y)
+{
+    bool finite = true;
+    uint16_t expo = bf16 ? 0x7f80u : 0x7c00u;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h = (uint16_t)(in[2 * i] | in[2 * i + 1] << 8);
+        finite = finite && (h & expo) != expo;
+        y[i] =
+            bf16 ? compress_u2f((uint32_t)h << 16) : compress_f16_to_f32_ref(h);
+    }
+    return finite;
+}
