@@ -616,16 +616,18 @@ def _to_target(curve, target):
 def _torch_table(rate, results, target):
     ref = _to_target(results.get("DDP fp32", {}).get("curve", []), target)
     rows = ["| contender | to target (s) | steps | final acc | MB/node | "
-            "ms/step | x DDP fp32 | exit codes |", "|---|---|---|---|---|---|---|---|"]
+            "ms/step | x DDP fp32 | exit codes | host load |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for label, r in results.items():
         hit = _to_target(r["curve"], target)
         speed = ("%.1fx" % (ref["seconds"] / hit["seconds"])
                  if hit and ref else "-")
-        rows.append("| %s | %s | %s | %.4f | %.2f | %.0f | %s | %s |" % (
+        rows.append("| %s | %s | %s | %.4f | %.2f | %.0f | %s | %s | %s |" % (
             label, "%.1f" % hit["seconds"] if hit else "not reached",
             hit["step"] if hit else "-", r["curve"][-1]["accuracy"],
             r["bytes_per_node"] / 1e6, 1e3 * r["seconds"] / r["steps"], speed,
-            ",".join(str(c) for c in sorted(set(r["codes"])))))
+            ",".join(str(c) for c in sorted(set(r["codes"]))),
+            "%.1f" % r["load"] if "load" in r else "not recorded"))
     return "\n".join(["### %s links" % rate, ""] + rows + [""])
 
 
@@ -686,9 +688,10 @@ def section_torch(data):
            "algo=...)`. Held-out accuracy on the first %d test images every "
            "%d steps (not timed), mean over nodes; bytes from the veth "
            "counters. Target %.2f; \"x DDP fp32\" is DDP fp32's time to "
-           "the target over the contender's. The host has 2 cores for the "
-           "%d processes: compute is shared, so ms/step is slower than on "
-           "one machine per node, the same for every contender." % (
+           "the target over the contender's; host load: the 1-minute load "
+           "average when the contender ended (the %d processes share the "
+           "host's cores, so ms/step is slower than on one machine per "
+           "node; a load above the process count means other jobs ran)." % (
                commands, a["lr"], a["momentum"], a["batch"], a["nodes"],
                a["test_images"], a["eval_every"], a["target"], a["nodes"]),
            ""]

@@ -196,9 +196,12 @@ def _start(a, net, work, label, mode, arg, momentum):
     for log in logs:
         log.close()
     final = [net.tx_bytes(i) - base[i] for i in range(net.nodes)]
-    return tc.lockstep_result(
+    result = tc.lockstep_result(
         [os.path.join(work, "node-%d.jsonl" % i) for i in range(net.nodes)],
         sampler, base, final, codes)
+    # what else ran on the host: the contenders share its cores
+    result["load"] = os.getloadavg()[0]
+    return result
 
 
 def _table(rate, results, a):
