@@ -82,6 +82,22 @@ struct run {
 };
 
 /* Runs one algorithm on one graph; CSV step,bits,loss,test_accuracy. */
+/* step,bits,loss,accuracy: four numbers and nothing else (the header and
+ * log lines are not). */
+static bool
+s_csv_row(const char *line, double row[4])
+{
+    const char *at = line;
+    for (int k = 0; k < 4; k++) {
+        char *end = NULL;
+        row[k] = strtod(at, &end);
+        if (end == at || *end != (k < 3 ? ',' : '\n'))
+            return false;
+        at = end + 1;
+    }
+    return true;
+}
+
 static struct run
 s_train(const char *bin, const char *algo, const char *graph)
 {
@@ -98,10 +114,10 @@ s_train(const char *bin, const char *algo, const char *graph)
     assert_non_null(p);
     struct run r = {.loss50 = NAN, .loss = NAN, .finite = true};
     while (fgets(line, sizeof line, p) != NULL) {
-        unsigned long long step = 0;
-        double bits = 0, loss = 0, acc = 0;
-        if (sscanf(line, "%llu,%lf,%lf,%lf", &step, &bits, &loss, &acc) != 4)
+        double row[4];
+        if (!s_csv_row(line, row))
             continue;
+        double step = row[0], loss = row[2], acc = row[3];
         r.finite &= isfinite(loss) && isfinite(acc);
         if (step == 50)
             r.loss50 = loss;
