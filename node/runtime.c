@@ -354,6 +354,10 @@ s_start_net(rumor_node *node, struct rumor_diag *diag)
         rc = rumor_net_new(&no, &node->net);
     if (rc == RUMOR_OK && o->metrics_listen[0] != '\0')
         rc = node_prom_start(o->metrics_listen, o->id, &node->prom, diag);
+    if (rc == RUMOR_OK && node->prom != NULL) {
+        node->prom_peers = calloc(node->nlinked + 1, sizeof *node->prom_peers);
+        rc = node->prom_peers != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+    }
     if (rc != RUMOR_OK && diag->msg[0] == '\0')
         rumor_diag_set(diag,
                        "",
@@ -577,9 +581,9 @@ s_publish(rumor_node *node, const struct node_metrics_row *row)
 {
     if (node->prom == NULL)
         return;
-    struct node_prom_peer *peers = calloc(node->nlinked + 1, sizeof *peers);
+    struct node_prom_peer *peers = node->prom_peers;
     size_t n = 0;
-    for (size_t k = 0; peers != NULL && k < node->nlinked; k++, n++) {
+    for (size_t k = 0; k < node->nlinked; k++, n++) {
         struct rumor_net_stats st;
         rumor_net_stats(node->net, node->linked[k], &st);
         peers[n] = (struct node_prom_peer){
@@ -590,7 +594,6 @@ s_publish(rumor_node *node, const struct node_metrics_row *row)
                 rumor_net_peer_state(node->net, node->linked[k]))};
     }
     node_prom_publish(node->prom, row, peers, n);
-    free(peers);
 }
 
 /* The metrics line of a step (and the summary's byte counts). */
@@ -959,6 +962,7 @@ rumor_node_destroy(rumor_node **self_p)
         return;
     s_worker_stop(node);
     node_prom_stop(&node->prom);
+    free(node->prom_peers);
     rumor_net_destroy(&node->net);
     node_faults_destroy(&node->faults);
     rumor_gossip_destroy(&node->g);

@@ -46,9 +46,10 @@ struct rumor_node {
     rumor_gossip *g;
     rumor_net *net;
     node_metrics *metrics;
-    node_faults *faults; /* skipping algorithms: node/faults.c */
-    node_prom *prom;     /* --metrics-listen, or NULL */
-    uint32_t *linked;    /* peers this node opens links to */
+    node_faults *faults;               /* skipping algorithms: node/faults.c */
+    node_prom *prom;                   /* --metrics-listen, or NULL */
+    struct node_prom_peer *prom_peers; /* with prom: nlinked slots */
+    uint32_t *linked;                  /* peers this node opens links to */
     size_t nlinked;
     bool *heard;      /* per node: seen alive once (death detection) */
     uint32_t *expect; /* per round scratch: expected senders */
