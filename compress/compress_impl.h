@@ -530,7 +530,7 @@ bool compress_quant_buckets_wide(size_t m);
 bool compress_quant_buckets_ref(const struct compress_bucket_run *run);
 
 /* Packs groups of eight w-bit codes (w <= 8, bytes < 2^w) into w bytes
- * each, LSB-first (the bit order of rumor_bitw); end bounds the output. */
+ * each, LSB-first (the bit order of core/bits.h); end bounds the output. */
 void compress_pack(const uint8_t *codes,
                    size_t groups,
                    unsigned w,

@@ -25,8 +25,8 @@
  * does.
  */
 #include "compress/huffman.h"
-#include "compress/bits.h"
 #include "compress/compress_impl.h"
+#include "core/bits.h"
 
 #include <stdlib.h>
 
@@ -266,19 +266,19 @@ huffman_encode_lengths(const uint8_t *sym,
         size_t first = 0, m = 0;
         s_segment(n, j, &first, &m);
         const uint8_t *seg = sym + first;
-        struct compress_bw w;
-        compress_bw_init(&w, out + at, cap - at);
+        struct core_bw w;
+        core_bw_init(&w, out + at, cap - at);
         /* Two codes per write: 2 x 12 bits fit the writer's 32. */
         size_t i = 0;
         for (; i + 2 <= m; i += 2) {
             unsigned a = seg[i], b = seg[i + 1];
-            compress_bw_put(&w,
-                            code[a] | (uint32_t)code[b] << len[a],
-                            len[a] + len[b]);
+            core_bw_put(&w,
+                        code[a] | (uint32_t)code[b] << len[a],
+                        len[a] + len[b]);
         }
         for (; i < m; i++)
-            compress_bw_put(&w, code[seg[i]], len[seg[i]]);
-        size_t body = compress_bw_finish(&w, out + at);
+            core_bw_put(&w, code[seg[i]], len[seg[i]]);
+        size_t body = core_bw_finish(&w, out + at);
         if (body == SIZE_MAX)
             return RUMOR_ETOOBIG;
         if (j < HUFFMAN_STREAMS - 1)
@@ -291,18 +291,18 @@ huffman_encode_lengths(const uint8_t *sym,
 
 /* Finishes one stream symbol by symbol, checking every read. */
 static rumor_err
-s_decode_tail(struct compress_br *r,
+s_decode_tail(struct core_br *r,
               const uint16_t *table,
               uint8_t *sym,
               size_t from,
               size_t count)
 {
     for (size_t i = from; i < count; i++) {
-        uint16_t e = table[compress_br_peek(r, HUFFMAN_MAX_BITS)];
+        uint16_t e = table[core_br_peek(r, HUFFMAN_MAX_BITS)];
         unsigned l = e & 15u;
         if (l == 0)
             return RUMOR_EPROTO;
-        compress_br_skip(r, l);
+        core_br_skip(r, l);
         if (r->overrun)
             return RUMOR_EPROTO;
         sym[i] = (uint8_t)(e >> 4);
@@ -330,7 +330,7 @@ huffman_decode(const uint8_t *in,
     if (rc != RUMOR_OK)
         return rc;
     /* Stream boundaries: three sizes, the last stream takes the rest. */
-    struct compress_br r[HUFFMAN_STREAMS];
+    struct core_br r[HUFFMAN_STREAMS];
     const uint8_t *start[HUFFMAN_STREAMS];
     size_t size[HUFFMAN_STREAMS], first[HUFFMAN_STREAMS], cnt[HUFFMAN_STREAMS];
     size_t at = head;
@@ -345,7 +345,7 @@ huffman_decode(const uint8_t *in,
             return RUMOR_EPROTO;
         start[j] = in + at;
         size[j] = sz;
-        compress_br_init(&r[j], in + at, sz);
+        core_br_init(&r[j], in + at, sz);
         at += sz;
     }
     /* Fast loop: the four streams in lockstep (independent dependency
@@ -393,14 +393,14 @@ huffman_decode(const uint8_t *in,
     }
     const size_t used[HUFFMAN_STREAMS] = {q0, q1, q2, q3};
     for (unsigned j = 0; j < HUFFMAN_STREAMS; j++) {
-        compress_br_init(&r[j], start[j] + used[j] / 8, size[j] - used[j] / 8);
-        compress_br_skip(&r[j], (unsigned)(used[j] & 7));
+        core_br_init(&r[j], start[j] + used[j] / 8, size[j] - used[j] / 8);
+        core_br_skip(&r[j], (unsigned)(used[j] & 7));
     }
     for (unsigned j = 0; j < HUFFMAN_STREAMS; j++) {
         rc = s_decode_tail(&r[j], table, sym + first[j], i, cnt[j]);
         if (rc != RUMOR_OK)
             return rc;
-        if (compress_br_used(&r[j], start[j]) != size[j])
+        if (core_br_used(&r[j], start[j]) != size[j])
             return RUMOR_EPROTO;
     }
     return RUMOR_OK;

@@ -15,8 +15,8 @@
  * the draw's 16 bits of resolution (float's 24 bits would leave 24 -
  * log2 s).
  */
-#include "compress/bits.h"
 #include "compress/compress_impl.h"
+#include "core/bits.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -32,12 +32,12 @@ s_bitlen(uint32_t v)
 
 /* The len bits of v, most significant first into the LSB-first stream. */
 static void
-s_put_msb(struct compress_bw *w, uint32_t v, unsigned len)
+s_put_msb(struct core_bw *w, uint32_t v, unsigned len)
 {
     uint32_t rev = 0;
     for (unsigned i = 0; i < len; i++)
         rev |= ((v >> i) & 1u) << (len - 1 - i);
-    compress_bw_put(w, rev, len);
+    core_bw_put(w, rev, len);
 }
 
 unsigned
@@ -52,7 +52,7 @@ compress_omega_len(uint32_t k)
 /* Elias omega of k >= 1: the groups k, bitlen(k) - 1, ... down to a group
  * for 2 or 3, each in binary, written outermost last, then a 0. */
 static void
-s_put_omega(struct compress_bw *w, uint32_t k)
+s_put_omega(struct core_bw *w, uint32_t k)
 {
     uint32_t groups[8];
     unsigned ng = 0;
@@ -62,12 +62,12 @@ s_put_omega(struct compress_bw *w, uint32_t k)
         ng--;
         s_put_msb(w, groups[ng], s_bitlen(groups[ng]));
     }
-    compress_bw_put(w, 0, 1);
+    core_bw_put(w, 0, 1);
 }
 
 /* Bit reader that counts what it consumed (for the canonical-end check). */
 struct s_reader {
-    struct compress_br br;
+    struct core_br br;
     size_t used;
 };
 
@@ -76,7 +76,7 @@ s_get_msb(struct s_reader *r, unsigned len)
 {
     uint32_t v = 0;
     for (unsigned i = 0; i < len; i++)
-        v = v << 1 | (uint32_t)compress_br_get(&r->br, 1);
+        v = v << 1 | (uint32_t)core_br_get(&r->br, 1);
     r->used += len;
     return v;
 }
@@ -157,7 +157,7 @@ s_encode_bucket(const rumor_codec *c,
                 size_t m,
                 float norm,
                 const uint16_t *r,
-                struct compress_bw *w,
+                struct core_bw *w,
                 float *approx)
 {
     uint32_t s = c->levels;
@@ -173,10 +173,10 @@ s_encode_bucket(const rumor_codec *c,
             approx[i] = neg ? -q : q;
         }
         if (c->qcode != COMPRESS_QCODE_ELIAS) {
-            compress_bw_put(w, l | neg << width, width + 1);
+            core_bw_put(w, l | neg << width, width + 1);
         } else if (l > 0) {
             s_put_omega(w, (uint32_t)(i + 1 - prev));
-            compress_bw_put(w, neg, 1);
+            core_bw_put(w, neg, 1);
             s_put_omega(w, l);
             prev = i + 1;
         }
@@ -205,8 +205,8 @@ compress_qsgd_levels_encode(const rumor_codec *c,
     uint16_t *r = malloc((c->bucket < n ? c->bucket : n) * sizeof *r + 1);
     if (r == NULL)
         return RUMOR_ENOMEM;
-    struct compress_bw w;
-    compress_bw_init(&w, out + head, cap - head);
+    struct core_bw w;
+    core_bw_init(&w, out + head, cap - head);
     rumor_err rc = RUMOR_OK;
     for (size_t k = 0; k < nb && rc == RUMOR_OK; k++) {
         size_t start = k * c->bucket;
@@ -232,7 +232,7 @@ compress_qsgd_levels_encode(const rumor_codec *c,
     free(r);
     if (rc != RUMOR_OK)
         return rc;
-    size_t body = compress_bw_finish(&w, out + head);
+    size_t body = core_bw_finish(&w, out + head);
     if (body == SIZE_MAX)
         return RUMOR_ETOOBIG;
     core_put_u32(out + head - 4, c->levels);
@@ -274,8 +274,8 @@ s_fixed_bucket(struct s_reader *rd,
 {
     unsigned width = s_bitlen(s);
     for (size_t i = 0; i < m; i++) {
-        uint32_t l = (uint32_t)compress_br_get(&rd->br, width);
-        uint32_t neg = (uint32_t)compress_br_get(&rd->br, 1);
+        uint32_t l = (uint32_t)core_br_get(&rd->br, width);
+        uint32_t neg = (uint32_t)core_br_get(&rd->br, 1);
         rd->used += width + 1;
         if (l > s || (l == 0 && neg))
             return false;
@@ -329,7 +329,7 @@ s_levels_pass(const uint8_t *in,
     size_t nb = compress_buckets(n, bucket), head = s_head(n, bucket);
     uint32_t s = core_get_u32(in + head - 4);
     struct s_reader rd = {.used = 0};
-    compress_br_init(&rd.br, in + head, len - head);
+    core_br_init(&rd.br, in + head, len - head);
     for (size_t k = 0; k < nb; k++) {
         size_t start = k * bucket;
         size_t m = n - start < bucket ? n - start : bucket;

@@ -37,8 +37,8 @@
  * look-up per code of up to 12 bits, the general rule for longer and for
  * invalid ones), built once per process (4-6x the bit-by-bit coder).
  */
-#include "compress/bits.h"
 #include "compress/compress_impl.h"
+#include "core/bits.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -226,11 +226,11 @@ s_elias_bits(uint32_t l, uint32_t neg, unsigned *len)
 }
 
 static void
-s_put_elias(struct compress_bw *w, uint32_t l, uint32_t neg)
+s_put_elias(struct core_bw *w, uint32_t l, uint32_t neg)
 {
     unsigned len = 0;
     uint32_t v = s_elias_bits(l, neg, &len);
-    compress_bw_put(w, v, len);
+    core_bw_put(w, v, len);
 }
 
 /* The Elias codes of every code byte (level | sign << b, b <= 7). */
@@ -254,7 +254,7 @@ s_elias_table(unsigned b, struct s_elias_table *t)
  * of the pending bits (no branch on how many bits are pending: that
  * branch follows the data and mispredicts); the rest bit by bit. */
 static void
-s_put_elias_codes(struct compress_bw *w,
+s_put_elias_codes(struct core_bw *w,
                   const struct s_elias_table *t,
                   const uint8_t *codes,
                   size_t n)
@@ -270,7 +270,7 @@ s_put_elias_codes(struct compress_bw *w,
         w->nacc -= whole;
     }
     for (; i < n; i++)
-        compress_bw_put(w, t->bits[codes[i]], t->len[codes[i]]);
+        core_bw_put(w, t->bits[codes[i]], t->len[codes[i]]);
 }
 
 /* Whole buckets of `bucket` values among the `left` values from a
@@ -326,8 +326,8 @@ s_qsgd_encode(const rumor_codec *c,
     pk.out = out + head;
     pk.end = out + cap;
     pk.w = w;
-    struct compress_bw w9;
-    compress_bw_init(&w9, out + head, cap - head);
+    struct core_bw w9;
+    core_bw_init(&w9, out + head, cap - head);
     struct s_drawbuf draws;
     s_drawbuf_init(&draws, seed, counter);
     struct s_elias_table etab;
@@ -341,7 +341,7 @@ s_qsgd_encode(const rumor_codec *c,
         /* Runs of whole buckets with packed output: the fused kernel. */
         bool wide = b == 8; /* 9-bit codes: written by w9 */
         bool aligned = wide ? compress_quant_buckets_wide(c->bucket) &&
-                                  compress_bw_at_byte(&w9)
+                                  core_bw_at_byte(&w9)
                             : pk.pending == 0;
         size_t run = elias || !aligned || start % 16 != 0 || shared != NULL
                          ? 0
@@ -393,7 +393,7 @@ s_qsgd_encode(const rumor_codec *c,
                     if (elias)
                         s_put_elias(&w9, l, neg);
                     else
-                        compress_bw_put(&w9, l | neg << 8, 9);
+                        core_bw_put(&w9, l | neg << 8, 9);
                     if (ap != NULL) {
                         float q = (float)l * scale;
                         ap[i] = neg ? -q : q;
@@ -440,7 +440,7 @@ s_qsgd_encode(const rumor_codec *c,
     }
     size_t body = 0;
     if (elias || w == 9) {
-        body = compress_bw_finish(&w9, out + head);
+        body = core_bw_finish(&w9, out + head);
         if (body == SIZE_MAX)
             return RUMOR_ETOOBIG;
     } else {
@@ -495,17 +495,17 @@ s_elias_tables_init(void)
 
 /* One code by the general rule: false on an invalid code or overrun. */
 static bool
-s_elias_get(struct compress_br *r, unsigned b, uint16_t *code)
+s_elias_get(struct core_br *r, unsigned b, uint16_t *code)
 {
-    uint64_t win = compress_br_peek(r, 32);
+    uint64_t win = core_br_peek(r, 32);
     unsigned L = win == 0 ? 32u : (unsigned)__builtin_ctzll(win);
     if (L > b)
         return false;
-    compress_br_skip(r, L + 1);
-    uint32_t l = ((1u << L) | (uint32_t)compress_br_get(r, L)) - 1;
+    core_br_skip(r, L + 1);
+    uint32_t l = ((1u << L) | (uint32_t)core_br_get(r, L)) - 1;
     if (l > (1u << b) - 1)
         return false;
-    uint32_t neg = l > 0 ? (uint32_t)compress_br_get(r, 1) : 0;
+    uint32_t neg = l > 0 ? (uint32_t)core_br_get(r, 1) : 0;
     *code = (uint16_t)(l | neg << 8);
     return !r->overrun;
 }
@@ -513,16 +513,16 @@ s_elias_get(struct compress_br *r, unsigned b, uint16_t *code)
 /* Codes (level | sign << 8) of m values: by table, the general rule where
  * the table has no entry. */
 static bool
-s_elias_codes(struct compress_br *r,
+s_elias_codes(struct core_br *r,
               unsigned b,
               const struct s_elias_dec *d,
               size_t m,
               uint16_t *codes)
 {
     for (size_t i = 0; i < m; i++) {
-        uint32_t e = d->e[compress_br_peek(r, d->t)];
+        uint32_t e = d->e[core_br_peek(r, d->t)];
         if (e != 0) {
-            compress_br_skip(r, e >> 9);
+            core_br_skip(r, e >> 9);
             codes[i] = (uint16_t)(e & 0x1ffu);
         } else if (!s_elias_get(r, b, &codes[i])) {
             return false;
@@ -546,8 +546,8 @@ s_elias_pass(const uint8_t *in,
 {
     uint32_t s = (1u << b) - 1;
     size_t nb = compress_buckets(n, bucket);
-    struct compress_br r;
-    compress_br_init(&r, in + head, len - head);
+    struct core_br r;
+    core_br_init(&r, in + head, len - head);
     (void)pthread_once(&s_elias_once, s_elias_tables_init);
     const struct s_elias_dec *table = &s_elias_tables[b];
     uint16_t codes[S_CHUNK];
@@ -569,7 +569,7 @@ s_elias_pass(const uint8_t *in,
                 compress_dequant9(codes, mm, scale, add, alpha, y + start + i0);
         }
     }
-    if (compress_br_used(&r, in + head) != len - head)
+    if (core_br_used(&r, in + head) != len - head)
         return RUMOR_EPROTO;
     return RUMOR_OK;
 }

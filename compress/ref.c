@@ -206,7 +206,7 @@ compress_quant_buckets_ref(const struct compress_bucket_run *run)
         for (size_t i = 0; i < m; i++, t++) {
             uint16_t r = (uint16_t)(run->hi[t] << 8 | run->lo[t / 16]);
             uint32_t code = compress_level_code(x[i], inv, r, s, b);
-            for (unsigned j = 0; j < w; j++) /* LSB-first, as rumor_bitw */
+            for (unsigned j = 0; j < w; j++) /* LSB-first, as core/bits.h */
                 run->out[(t * w + j) / 8] |=
                     (uint8_t)(((code >> j) & 1u) << ((t * w + j) % 8));
             float q = (float)(code & s) * scale;

@@ -26,8 +26,8 @@
  * validates the whole index list and the inner payload into temporaries
  * before y is touched.
  */
-#include "compress/bits.h"
 #include "compress/compress_impl.h"
+#include "core/bits.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -242,10 +242,10 @@ s_size(const rumor_codec *c, size_t n, size_t *bytes, bool *exact)
  * 32 bits and 8 bytes of room are left: every code is or-ed in and 8
  * bytes stored, the whole bytes then skipped, so there is no branch on
  * "the accumulator is full" (data-dependent, it mispredicts). The same
- * bits as compress_bw_put's; returns the count done, w and *prev ready
+ * bits as core_bw_put's; returns the count done, w and *prev ready
  * for the general loop. */
 static size_t
-s_rice_fast(struct compress_bw *w,
+s_rice_fast(struct core_bw *w,
             const uint32_t *idx,
             size_t k,
             unsigned r,
@@ -333,8 +333,8 @@ s_encode_indices(const rumor_codec *c,
             rc = RUMOR_ETOOBIG;
             goto done;
         }
-        struct compress_bw w;
-        compress_bw_init(&w, out + at + 4, cap - at - 4);
+        struct core_bw w;
+        core_bw_init(&w, out + at + 4, cap - at - 4);
         uint64_t prev = 0;
         size_t j = s_rice_fast(&w, idx, k, r, &prev);
         for (; j < k; j++) {
@@ -342,20 +342,20 @@ s_encode_indices(const rumor_codec *c,
             prev = idx[j];
             uint64_t q = gap >> r, low = gap & ((1ull << r) - 1);
             if (q + 1 + r <= 32) { /* the usual case: one write */
-                compress_bw_put(&w,
-                                (1ull << q) | low << (q + 1),
-                                (unsigned)(q + 1 + r));
+                core_bw_put(&w,
+                            (1ull << q) | low << (q + 1),
+                            (unsigned)(q + 1 + r));
                 continue;
             }
             for (; q > 0;) {
                 unsigned z = q > 31 ? 31 : (unsigned)q;
-                compress_bw_put(&w, 0, z);
+                core_bw_put(&w, 0, z);
                 q -= z;
             }
-            compress_bw_put(&w, 1, 1);
-            compress_bw_put(&w, low, r);
+            core_bw_put(&w, 1, 1);
+            core_bw_put(&w, low, r);
         }
-        size_t body = compress_bw_finish(&w, out + at + 4);
+        size_t body = core_bw_finish(&w, out + at + 4);
         if (body == SIZE_MAX) {
             rc = RUMOR_ETOOBIG;
             goto done;
@@ -522,28 +522,28 @@ s_read_indices(const uint8_t *in,
                size_t k,
                uint32_t *idx)
 {
-    struct compress_br br;
-    compress_br_init(&br, in, len);
+    struct core_br br;
+    core_br_init(&br, in, len);
     uint64_t prev = 0;
     uint64_t qmax = n >> r;
     for (size_t j = 0; j < k; j++) {
         uint64_t q = 0;
         for (;;) {
-            uint64_t win = compress_br_peek(&br, 32);
+            uint64_t win = core_br_peek(&br, 32);
             if (win != 0) {
                 unsigned z = (unsigned)__builtin_ctzll(win);
                 q += z;
-                compress_br_skip(&br, z + 1);
+                core_br_skip(&br, z + 1);
                 break;
             }
-            compress_br_skip(&br, 32);
+            core_br_skip(&br, 32);
             q += 32;
             if (br.overrun || q > qmax)
                 return RUMOR_EPROTO;
         }
         if (q > qmax)
             return RUMOR_EPROTO;
-        uint64_t gap = q << r | compress_br_get(&br, r);
+        uint64_t gap = q << r | core_br_get(&br, r);
         if (br.overrun)
             return RUMOR_EPROTO;
         uint64_t at = j == 0 ? gap : prev + 1 + gap;
@@ -552,7 +552,7 @@ s_read_indices(const uint8_t *in,
         idx[j] = (uint32_t)at;
         prev = at;
     }
-    if (compress_br_used(&br, in) != len)
+    if (core_br_used(&br, in) != len)
         return RUMOR_EPROTO;
     return RUMOR_OK;
 }

@@ -1,14 +1,14 @@
 /*
  * core: errors, logging, diagnostics, the counter-based random generator,
- * capped buffers, crc32c, bit I/O, the monotonic clock and the compute
- * device probe. Every other module builds on these.
+ * capped buffers, crc32c, the monotonic clock and the compute device
+ * probe. Every other module builds on these.
  *
  * Thread safety: everything here is safe to call from any thread on
  * distinct objects; rumor_log may be called concurrently (one write(2) per
  * line). rumor_log_set_level is meant for start-up.
  * Ownership: objects are owned by the caller; nothing here keeps pointers
- * to caller memory beyond a call, except rumor_buf and rumor_bitw/rumor_bitr,
- * which borrow their storage for their lifetime.
+ * to caller memory beyond a call, except rumor_buf, which borrows its
+ * storage for its lifetime.
  */
 #ifndef RUMOR_CORE_H
 #define RUMOR_CORE_H
@@ -213,43 +213,6 @@ RUMOR_API void *rumor_mem_alloc_large(size_t bytes);
 /* Continues crc over data; start with crc = 0. Uses SSE4.2 when the CPU
  * has it, a table otherwise; both give the same value. */
 RUMOR_API uint32_t rumor_crc32c(uint32_t crc, const void *data, size_t len);
-
-/* --- bit I/O (LSB-first within little-endian 64-bit words) ------------- */
-
-struct rumor_bitw {
-    uint8_t *out;  /* borrowed */
-    size_t cap;    /* bytes available at out */
-    size_t pos;    /* bytes written so far */
-    uint64_t acc;  /* pending bits */
-    unsigned nacc; /* how many bits of acc are pending (< 64) */
-    bool overflow; /* set once a write did not fit; later writes do nothing */
-};
-
-RUMOR_API void rumor_bitw_init(struct rumor_bitw *w, uint8_t *out, size_t cap);
-
-/* Writes the low nbits (0..57) of value. */
-RUMOR_API void
-rumor_bitw_put(struct rumor_bitw *w, uint64_t value, unsigned nbits);
-
-/* Flushes pending bits (zero-padded to a byte). Returns the number of
- * bytes written, or RUMOR_ETOOBIG through *err when anything overflowed. */
-RUMOR_API size_t rumor_bitw_finish(struct rumor_bitw *w, rumor_err *err);
-
-struct rumor_bitr {
-    const uint8_t *in; /* borrowed */
-    size_t len;        /* bytes available at in */
-    size_t pos;        /* next byte to load into acc */
-    uint64_t acc;
-    unsigned nacc;
-    bool overrun; /* set once a read asked for bits past the end */
-};
-
-RUMOR_API void
-rumor_bitr_init(struct rumor_bitr *r, const uint8_t *in, size_t len);
-
-/* Reads nbits (0..57). Past the end it returns 0 and sets overrun, so a
- * decoder checks overrun once at the end instead of after every read. */
-RUMOR_API uint64_t rumor_bitr_get(struct rumor_bitr *r, unsigned nbits);
 
 /* --- clock ------------------------------------------------------------- */
 

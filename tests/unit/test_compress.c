@@ -12,6 +12,7 @@
 
 #include "compress/compress_impl.h"
 #include "compress/huffman.h"
+#include "core/bits.h"
 
 #include <float.h>
 #include <math.h>
@@ -1905,12 +1906,11 @@ s_kernels__levels_pack_natural_sums__bit_equal_to_references_once(void)
         free(fused);
         /* Same bits as the generic bit writer. */
         uint8_t *ref = malloc(bytes + 8);
-        struct rumor_bitw w;
-        rumor_bitw_init(&w, ref, bytes + 8);
+        struct core_bw w;
+        core_bw_init(&w, ref, bytes + 8);
         for (size_t i = 0; i < groups * 8; i++)
-            rumor_bitw_put(&w, ca[i], b + 1);
-        rumor_err err;
-        assert_int_equal(rumor_bitw_finish(&w, &err), bytes);
+            core_bw_put(&w, ca[i], b + 1);
+        assert_int_equal(core_bw_finish(&w, ref), bytes);
         assert_memory_equal(packed, ref, bytes);
         float *ya = malloc(n * sizeof *ya), *yb = malloc(n * sizeof *yb);
         compress_dequant(ca, n, b, 0.25f, false, 1, ya);

@@ -1,17 +1,23 @@
 /*
- * compress module-private inline bit writer and reader (LSB-first, the
- * same bit order as core's rumor_bitw/rumor_bitr, so payloads can be read
- * by either), specialised for the hot loops of the codecs: 32-bit stores
- * instead of byte-at-a-time draining, and a 64-bit window refilled eight
- * bytes at a time when that many are left. Writes past the end set a
- * sticky overflow flag; reads past the end return zeros and set overrun.
+ * The bit writer and reader of every packed payload: bits go LSB-first
+ * into a 64-bit accumulator stored little-endian, so the byte stream is the
+ * same on every host. Inline, for the hot loops of the codecs: 32-bit
+ * stores instead of byte-at-a-time draining, and a 64-bit window refilled
+ * eight bytes at a time when that many are left. Writes past the end set a
+ * sticky overflow flag and reads past the end return zeros and set
+ * overrun: decoders check one flag at the end instead of a branch per
+ * field, and never touch memory outside the buffer.
  */
-#ifndef RUMOR_COMPRESS_BITS_H
-#define RUMOR_COMPRESS_BITS_H
+#ifndef RUMOR_CORE_BITS_H
+#define RUMOR_CORE_BITS_H
 
-#include "compress/compress_impl.h"
+#include "core/le.h"
 
-struct compress_bw {
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct core_bw {
     uint8_t *p;    /* next byte to store */
     uint8_t *end;  /* one past the last writable byte */
     uint64_t acc;  /* pending bits */
@@ -20,7 +26,7 @@ struct compress_bw {
 };
 
 static inline void
-compress_bw_init(struct compress_bw *w, uint8_t *out, size_t cap)
+core_bw_init(struct core_bw *w, uint8_t *out, size_t cap)
 {
     w->p = out;
     w->end = out + cap;
@@ -31,7 +37,7 @@ compress_bw_init(struct compress_bw *w, uint8_t *out, size_t cap)
 
 /* Appends the low nbits (<= 32) of v; v has no bits above nbits. */
 static inline void
-compress_bw_put(struct compress_bw *w, uint64_t v, unsigned nbits)
+core_bw_put(struct core_bw *w, uint64_t v, unsigned nbits)
 {
     w->acc |= v << w->nacc;
     w->nacc += nbits;
@@ -51,7 +57,7 @@ compress_bw_put(struct compress_bw *w, uint64_t v, unsigned nbits)
 /* Stores the whole pending bytes; true when no bit is left pending, so
  * that whole bytes may be written at w->p directly. */
 static inline bool
-compress_bw_at_byte(struct compress_bw *w)
+core_bw_at_byte(struct core_bw *w)
 {
     while (w->nacc >= 8 && w->p < w->end) {
         *w->p++ = (uint8_t)w->acc;
@@ -64,7 +70,7 @@ compress_bw_at_byte(struct compress_bw *w)
 /* Flushes the pending bits, zero-padded to a byte; returns the bytes
  * written since out, or SIZE_MAX after an overflow. */
 static inline size_t
-compress_bw_finish(struct compress_bw *w, const uint8_t *out)
+core_bw_finish(struct core_bw *w, const uint8_t *out)
 {
     while (w->nacc > 0 && !w->overflow) {
         if (w->p == w->end) {
@@ -78,7 +84,7 @@ compress_bw_finish(struct compress_bw *w, const uint8_t *out)
     return w->overflow ? SIZE_MAX : (size_t)(w->p - out);
 }
 
-struct compress_br {
+struct core_br {
     const uint8_t *p;   /* next byte to load */
     const uint8_t *end; /* one past the last byte */
     uint64_t acc;       /* window, next bit in bit 0 */
@@ -87,7 +93,7 @@ struct compress_br {
 };
 
 static inline void
-compress_br_init(struct compress_br *r, const uint8_t *in, size_t len)
+core_br_init(struct core_br *r, const uint8_t *in, size_t len)
 {
     r->p = in;
     r->end = in + len;
@@ -98,7 +104,7 @@ compress_br_init(struct compress_br *r, const uint8_t *in, size_t len)
 
 /* Tops the window up to at least 57 bits when the input has them. */
 static inline void
-compress_br_refill(struct compress_br *r)
+core_br_refill(struct core_br *r)
 {
     if (r->end - r->p >= 8) {
         r->acc |= core_get_u64(r->p) << r->nacc;
@@ -115,19 +121,19 @@ compress_br_refill(struct compress_br *r)
 /* Returns the next nbits (<= 32) without consuming them (zeros past the
  * end). */
 static inline uint64_t
-compress_br_peek(struct compress_br *r, unsigned nbits)
+core_br_peek(struct core_br *r, unsigned nbits)
 {
     if (r->nacc < nbits)
-        compress_br_refill(r);
+        core_br_refill(r);
     return r->acc & ((1ull << nbits) - 1);
 }
 
 /* Consumes nbits; sets overrun when fewer were left. */
 static inline void
-compress_br_skip(struct compress_br *r, unsigned nbits)
+core_br_skip(struct core_br *r, unsigned nbits)
 {
     if (r->nacc < nbits) {
-        compress_br_refill(r);
+        core_br_refill(r);
         if (r->nacc < nbits) {
             r->overrun = true;
             r->acc = 0;
@@ -140,18 +146,18 @@ compress_br_skip(struct compress_br *r, unsigned nbits)
 }
 
 static inline uint64_t
-compress_br_get(struct compress_br *r, unsigned nbits)
+core_br_get(struct core_br *r, unsigned nbits)
 {
-    uint64_t v = compress_br_peek(r, nbits);
-    compress_br_skip(r, nbits);
+    uint64_t v = core_br_peek(r, nbits);
+    core_br_skip(r, nbits);
     return r->overrun ? 0 : v;
 }
 
 /* Bytes consumed so far, counting a partly used byte as consumed. */
 static inline size_t
-compress_br_used(const struct compress_br *r, const uint8_t *in)
+core_br_used(const struct core_br *r, const uint8_t *in)
 {
     return (size_t)(r->p - in) - r->nacc / 8;
 }
 
-#endif /* RUMOR_COMPRESS_BITS_H */
+#endif /* RUMOR_CORE_BITS_H */
