@@ -24,6 +24,7 @@
  */
 #include "rumor/node.h"
 
+#include "core/le.h"
 #include "node/runtime_impl.h"
 
 #include <dirent.h>
@@ -70,34 +71,6 @@ rumor_checkpoint_find(const struct rumor_checkpoint *c, uint32_t id)
 
 /* --- encoding ------------------------------------------------------------ */
 
-static void
-s_put32(uint8_t *p, uint32_t v)
-{
-    memcpy(p, &v, 4);
-}
-
-static void
-s_put64(uint8_t *p, uint64_t v)
-{
-    memcpy(p, &v, 8);
-}
-
-static uint32_t
-s_get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-static uint64_t
-s_get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
 rumor_err
 rumor_checkpoint_encode(const struct rumor_checkpoint *c, rumor_buf *out)
 {
@@ -105,20 +78,20 @@ rumor_checkpoint_encode(const struct rumor_checkpoint *c, rumor_buf *out)
         return RUMOR_EINVAL;
     uint8_t h[RUMOR_CHECKPOINT_HEADER_BYTES];
     memcpy(h, s_magic, 8);
-    s_put32(h + 8, RUMOR_CHECKPOINT_VERSION);
-    s_put32(h + 12, (uint32_t)c->count);
-    s_put64(h + 16, c->step);
-    s_put32(h + 24, c->node);
-    s_put32(h + 28, rumor_crc32c(0, h, 28));
+    core_put_u32(h + 8, RUMOR_CHECKPOINT_VERSION);
+    core_put_u32(h + 12, (uint32_t)c->count);
+    core_put_u64(h + 16, c->step);
+    core_put_u32(h + 24, c->node);
+    core_put_u32(h + 28, rumor_crc32c(0, h, 28));
     rumor_err rc = rumor_buf_append(out, h, sizeof h);
     for (size_t i = 0; i < c->count && rc == RUMOR_OK; i++) {
         const struct rumor_checkpoint_section *s = &c->sections[i];
         uint8_t sh[RUMOR_CHECKPOINT_SECTION_BYTES];
-        s_put32(sh, s->id);
-        s_put32(sh + 4, 0);
-        s_put64(sh + 8, s->len);
-        s_put32(sh + 16, rumor_crc32c(0, s->data, s->len));
-        s_put32(sh + 20, rumor_crc32c(0, sh, 20));
+        core_put_u32(sh, s->id);
+        core_put_u32(sh + 4, 0);
+        core_put_u64(sh + 8, s->len);
+        core_put_u32(sh + 16, rumor_crc32c(0, s->data, s->len));
+        core_put_u32(sh + 20, rumor_crc32c(0, sh, 20));
         rc = rumor_buf_append(out, sh, sizeof sh);
         if (rc == RUMOR_OK)
             rc = rumor_buf_append(out, s->data, s->len);
@@ -161,16 +134,16 @@ s_decode_header(const uint8_t *d,
         return s_bad(diag, "header: truncated");
     if (memcmp(d, s_magic, 8) != 0)
         return s_bad(diag, "header: not a checkpoint (magic)");
-    if (s_get32(d + 28) != rumor_crc32c(0, d, 28))
+    if (core_get_u32(d + 28) != rumor_crc32c(0, d, 28))
         return s_bad(diag, "header: crc32c mismatch");
-    if (s_get32(d + 8) != RUMOR_CHECKPOINT_VERSION)
+    if (core_get_u32(d + 8) != RUMOR_CHECKPOINT_VERSION)
         return s_bad(diag, "header: unknown version");
-    uint32_t count = s_get32(d + 12);
+    uint32_t count = core_get_u32(d + 12);
     if (count == 0 || count > RUMOR_CHECKPOINT_MAX_SECTIONS)
         return s_bad(diag, "header: bad section count");
     out->count = count;
-    out->step = s_get64(d + 16);
-    out->node = s_get32(d + 24);
+    out->step = core_get_u64(d + 16);
+    out->node = core_get_u32(d + 24);
     return RUMOR_OK;
 }
 
@@ -189,16 +162,16 @@ rumor_checkpoint_decode(const uint8_t *data,
         const uint8_t *sh = data + at;
         if (len - at < RUMOR_CHECKPOINT_SECTION_BYTES)
             return s_bad_section(diag, k, 0, "truncated header");
-        uint32_t id = s_get32(sh);
-        if (s_get32(sh + 20) != rumor_crc32c(0, sh, 20))
+        uint32_t id = core_get_u32(sh);
+        if (core_get_u32(sh + 20) != rumor_crc32c(0, sh, 20))
             return s_bad_section(diag, k, 0, "header crc32c mismatch");
-        if (s_get32(sh + 4) != 0)
+        if (core_get_u32(sh + 4) != 0)
             return s_bad_section(diag, k, id, "reserved field not 0");
         at += RUMOR_CHECKPOINT_SECTION_BYTES;
-        uint64_t n = s_get64(sh + 8);
+        uint64_t n = core_get_u64(sh + 8);
         if (n > len - at)
             return s_bad_section(diag, k, id, "truncated payload");
-        if (s_get32(sh + 16) != rumor_crc32c(0, data + at, (size_t)n))
+        if (core_get_u32(sh + 16) != rumor_crc32c(0, data + at, (size_t)n))
             return s_bad_section(diag, k, id, "payload crc32c mismatch");
         out->sections[k] =
             (struct rumor_checkpoint_section){id, data + at, (size_t)n};

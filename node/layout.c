@@ -14,6 +14,7 @@
  * one, and the fingerprint (node/runtime.c) covers shapes only.
  */
 #include "node/layout.h"
+#include "core/le.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -37,20 +38,6 @@ struct s_tensor {
     uint32_t dims[RUMOR_GOSSIP_MAX_DIMS];
 };
 
-static uint32_t
-s_get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
-
-static void
-s_put32(uint8_t *p, uint32_t v)
-{
-    for (int b = 0; b < 4; b++)
-        p[b] = (uint8_t)(v >> (8 * b));
-}
-
 static bool
 s_printable(const char *s, size_t n)
 {
@@ -68,7 +55,7 @@ s_tensor_next(const struct s_view *v, size_t *off, struct s_tensor *t)
     t->dtype = p[0];
     t->ndim = p[1];
     for (uint8_t d = 0; d < t->ndim; d++)
-        t->dims[d] = s_get32(p + 2 + 4 * (size_t)d);
+        t->dims[d] = core_get_u32(p + 2 + 4 * (size_t)d);
     *off += 2 + 4 * (size_t)t->ndim;
 }
 
@@ -88,8 +75,8 @@ s_parse(const uint8_t *buf, size_t len, struct s_view *v)
     if (!s_printable(v->settings, slen))
         return RUMOR_EPROTO;
     const uint8_t *p = buf + LAYOUT_HEAD + slen;
-    v->count = s_get32(p);
-    v->listed = s_get32(p + 4);
+    v->count = core_get_u32(p);
+    v->listed = core_get_u32(p + 4);
     if (v->count > RUMOR_GOSSIP_MAX_TENSORS || v->listed > v->count)
         return RUMOR_EPROTO;
     v->tensors = p + LAYOUT_COUNT;
@@ -137,14 +124,14 @@ node_layout_encode(const char *settings,
         out[off] = (uint8_t)(dtypes != NULL ? dtypes[k] : RUMOR_DTYPE_F32);
         out[off + 1] = (uint8_t)ndim;
         for (size_t d = 0; d < ndim; d++)
-            s_put32(out + off + 2 + 4 * d,
-                    t->shape[d] > UINT32_MAX ? UINT32_MAX
-                                             : (uint32_t)t->shape[d]);
+            core_put_u32(out + off + 2 + 4 * d,
+                         t->shape[d] > UINT32_MAX ? UINT32_MAX
+                                                  : (uint32_t)t->shape[d]);
         off += need;
         listed++;
     }
-    s_put32(out + counts, (uint32_t)m->count);
-    s_put32(out + counts + 4, listed);
+    core_put_u32(out + counts, (uint32_t)m->count);
+    core_put_u32(out + counts + 4, listed);
     return off;
 }
 
