@@ -542,6 +542,60 @@ test_reject__wrong_version__refused_with_reason_to_the_peer(void **state)
     t_cluster_stop(&c);
 }
 
+/* This node connects to a node of version 2, which answers its HELLO with
+ * a REFUSE of version 2: this node cannot decode it, and takes it as a
+ * refusal in the words the other side would use. */
+static void
+test_reject__older_version_answers__refused_naming_both_versions(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    /* node 1: a bare CURVE ROUTER with node 1's key, as an old node */
+    void *ctx = zmq_ctx_new();
+    void *router = zmq_socket(ctx, ZMQ_ROUTER);
+    int one = 1, zero = 0;
+    zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(router, ZMQ_CURVE_SERVER, &one, sizeof one);
+    zmq_setsockopt(router,
+                   ZMQ_CURVE_SECRETKEY,
+                   net_keypair_secret(c.kp[1]),
+                   40);
+    assert_int_equal(zmq_bind(router, c.endpoint[1]), 0);
+    t_cluster_start(&c, 0, LINK_TO_1, 7, NULL, NULL);
+    uint8_t rid[256], frame[512];
+    zmq_setsockopt(router, ZMQ_RCVTIMEO, &(int){T_DEADLINE_MS}, sizeof(int));
+    int rid_len = zmq_recv(router, rid, sizeof rid, 0);
+    int n = zmq_recv(router, frame, sizeof frame, 0);
+    assert_true(rid_len > 0 && n >= 64);
+    assert_int_equal(frame[4], RUMOR_NET_VERSION);
+    assert_int_equal(frame[5], RUMOR_NET_KIND_HELLO);
+    uint8_t body[64];
+    const char *why = "protocol version 3, this node speaks 2";
+    size_t blen = rumor_net_refuse_encode(RUMOR_EPROTO, why, body, sizeof body);
+    size_t w = t_frame(frame,
+                       sizeof frame,
+                       2,
+                       RUMOR_NET_KIND_REFUSE,
+                       1,
+                       1,
+                       0,
+                       body,
+                       (uint32_t)blen);
+    zmq_send(router, rid, (size_t)rid_len, ZMQ_SNDMORE);
+    zmq_send(router, frame, w, 0);
+    char text[RUMOR_NET_REFUSE_TEXT_MAX + 1];
+    uint64_t deadline = t_deadline(T_DEADLINE_MS);
+    while (!rumor_net_refused(c.net[0], 1, text) && rumor_clock_ns() < deadline)
+        t_pause_1ms();
+    assert_string_equal(text, "protocol version 2, this node speaks 3");
+    assert_int_equal(rumor_net_wait_ready(c.net[0], 1, t_deadline(1)),
+                     RUMOR_ETIMEDOUT);
+    zmq_close(router);
+    zmq_ctx_term(ctx);
+    t_cluster_stop(&c);
+}
+
 static void
 test_reject__wrong_fingerprint__refused_on_both_sides(void **state)
 {
@@ -1285,6 +1339,8 @@ main(int argc, char **argv)
         cmocka_unit_test(test_reject__listed_key_claiming_another_id__dropped),
         cmocka_unit_test(
             test_reject__wrong_version__refused_with_reason_to_the_peer),
+        cmocka_unit_test(
+            test_reject__older_version_answers__refused_naming_both_versions),
         cmocka_unit_test(test_kinds__taken_by_kind__unknown_kind_rejected),
         cmocka_unit_test(test_reject__wrong_fingerprint__refused_on_both_sides),
         cmocka_unit_test(
