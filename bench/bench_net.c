@@ -499,7 +499,7 @@ s_net_source(void *arg)
 {
     struct s_net_src *s = arg;
     for (size_t i = 0; i < s->count; i++) {
-        struct rumor_net_header h = {.step = i};
+        struct rumor_net_header h = {.kind = RUMOR_NET_KIND_GOSSIP, .step = i};
         rumor_net_send(s->net,
                        1,
                        &h,
@@ -526,6 +526,7 @@ s_net_gbps(size_t msg, bool secure)
             struct rumor_net_msg m;
             if (rumor_net_recv(p.net[1],
                                0,
+                               RUMOR_NET_KIND_GOSSIP,
                                i,
                                0,
                                rumor_clock_ns() + 10000000000ull,
@@ -555,14 +556,27 @@ s_net_rtt_us(void)
                 t0 = rumor_clock_ns();
             uint64_t step = (uint64_t)(i + 1);
             uint64_t deadline = rumor_clock_ns() + 10000000000ull;
-            struct rumor_net_header h = {.step = step};
+            struct rumor_net_header h = {.kind = RUMOR_NET_KIND_GOSSIP,
+                                         .step = step};
             struct rumor_net_msg m;
             rumor_net_send(p.net[0], 1, &h, buf, 64, deadline);
-            if (rumor_net_recv(p.net[1], 0, step, 0, deadline, &m) != RUMOR_OK)
+            if (rumor_net_recv(p.net[1],
+                               0,
+                               RUMOR_NET_KIND_GOSSIP,
+                               step,
+                               0,
+                               deadline,
+                               &m) != RUMOR_OK)
                 break;
             rumor_net_msg_free(&m);
             rumor_net_send(p.net[1], 0, &h, buf, 64, deadline);
-            if (rumor_net_recv(p.net[0], 1, step, 0, deadline, &m) != RUMOR_OK)
+            if (rumor_net_recv(p.net[0],
+                               1,
+                               RUMOR_NET_KIND_GOSSIP,
+                               step,
+                               0,
+                               deadline,
+                               &m) != RUMOR_OK)
                 break;
             rumor_net_msg_free(&m);
         }
@@ -593,7 +607,13 @@ s_shaped_mbit(uint64_t rate_bits)
         for (size_t i = 0; i < count; i++) {
             struct rumor_net_msg m;
             uint64_t deadline = rumor_clock_ns() + 10000000000ull;
-            if (rumor_net_recv(p.net[1], 0, i, 0, deadline, &m) != RUMOR_OK)
+            if (rumor_net_recv(p.net[1],
+                               0,
+                               RUMOR_NET_KIND_GOSSIP,
+                               i,
+                               0,
+                               deadline,
+                               &m) != RUMOR_OK)
                 break;
             if (i == skip)
                 t0 = rumor_clock_ns();
@@ -621,12 +641,18 @@ s_shaped_delay_ms(uint32_t delay_ms)
         uint64_t total = 0;
         for (int i = 0; i < n; i++) {
             uint64_t deadline = rumor_clock_ns() + 10000000000ull;
-            struct rumor_net_header h = {.step = (uint64_t)i};
+            struct rumor_net_header h = {.kind = RUMOR_NET_KIND_GOSSIP,
+                                         .step = (uint64_t)i};
             struct rumor_net_msg m;
             uint64_t t0 = rumor_clock_ns();
             rumor_net_send(p.net[0], 1, &h, buf, 64, deadline);
-            if (rumor_net_recv(p.net[1], 0, (uint64_t)i, 0, deadline, &m) !=
-                RUMOR_OK)
+            if (rumor_net_recv(p.net[1],
+                               0,
+                               RUMOR_NET_KIND_GOSSIP,
+                               (uint64_t)i,
+                               0,
+                               deadline,
+                               &m) != RUMOR_OK)
                 break;
             total += rumor_clock_ns() - t0;
             rumor_net_msg_free(&m);

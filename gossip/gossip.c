@@ -140,6 +140,27 @@ s_copy_model(rumor_gossip *g,
     return RUMOR_OK;
 }
 
+/* The codec the algorithm compresses its messages with: opts.codec for
+ * the algorithms that send codec payloads, localsgd's delta codec. */
+static rumor_err
+s_codec_id(rumor_gossip *g, struct rumor_diag *diag)
+{
+    const char *spec = "";
+    if (g->algo == &gossip_choco || g->algo == &gossip_choco_edge ||
+        g->algo == &gossip_deepsqueeze || g->algo == &gossip_allreduce_codec)
+        spec = g->opts.codec;
+    else if (g->algo == &gossip_localsgd)
+        spec = g->opts.delta_codec;
+    if (spec[0] == '\0')
+        return RUMOR_OK;
+    rumor_codec *c = NULL;
+    rumor_err rc = rumor_codec_new(spec, &c, diag);
+    if (rc == RUMOR_OK)
+        g->codec = (uint8_t)rumor_codec_id_of(c);
+    rumor_codec_destroy(&c);
+    return rc;
+}
+
 rumor_err
 rumor_gossip_new(const struct rumor_gossip_opts *opts,
                  const rumor_topology *t,
@@ -188,12 +209,20 @@ rumor_gossip_new(const struct rumor_gossip_opts *opts,
         rc = gossip_adapt_attach(g, diag);
     if (rc == RUMOR_OK)
         rc = g->algo->init(g, diag);
+    if (rc == RUMOR_OK)
+        rc = s_codec_id(g, diag);
     if (rc != RUMOR_OK) {
         rumor_gossip_destroy(&g);
         return rc;
     }
     *out = g;
     return RUMOR_OK;
+}
+
+uint8_t
+rumor_gossip_codec(const rumor_gossip *g)
+{
+    return g->codec;
 }
 
 void

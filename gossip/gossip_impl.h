@@ -105,6 +105,7 @@ struct rumor_gossip {
     void *state;                  /* the algorithm's */
     struct gossip_ledger *ledger; /* edges.c: staged terms, made on use */
     struct gossip_adapt *adapt;   /* adapt.c: opts.adapt's controller */
+    uint8_t codec;                /* rumor_gossip_codec */
 };
 
 /* Frees g->ledger (edges.c); NULL-safe. */

@@ -27,7 +27,13 @@
  * HELLO, and is accepted only from the connection (routing id) that sent
  * the accepted HELLO.
  *
- * Counting: a DATA message is counted in bytes_sent when rumor_net_send
+ * Kinds: a frame's kind says what it is (docs/protocol.md "## Frames");
+ * the message kinds (GOSSIP .. PING) go to one inbox per peer, from which
+ * rumor_net_recv takes them by kind, so a control message never answers
+ * a wait for gossip. Closing a step drops the kinds that have one; the
+ * handshake kinds (SYNC, SYNC_ANSWER, STATE) outlive it.
+ *
+ * Counting: a message is counted in bytes_sent when rumor_net_send
  * takes it, so the caller's own count of what it sent never runs ahead of
  * the transport's; control frames are counted when handed to ZeroMQ.
  *
@@ -67,6 +73,8 @@
 #define NET_CURVE_OVERHEAD 256 /* >= CURVE MESSAGE overhead (33 bytes) */
 #define NET_DRAIN_BATCH    256 /* frames read from one socket per loop */
 #define NET_HELLO_FRAME    (RUMOR_NET_HEADER_BYTES + RUMOR_NET_HELLO_BYTES)
+/* the oldest version whose REFUSE frame has this version's layout */
+#define NET_REFUSE_VERSION_MIN 2
 #define NET_REFUSE_FRAME \
     (RUMOR_NET_HEADER_BYTES + 4 + RUMOR_NET_REFUSE_TEXT_MAX)
 #define NET_MON_EVENTS                                        \
@@ -295,11 +303,11 @@ s_stat_add(rumor_net *net, struct s_peer *p, size_t field_off, uint64_t v)
 #define STAT(net, p, field, v) \
     s_stat_add((net), (p), offsetof(struct rumor_net_stats, field), (v))
 
-/* Builds one control frame (no chunks) of type with payload into buf. */
+/* Builds one control frame (no chunks) of kind with payload into buf. */
 static size_t
 s_control_frame(rumor_net *net,
                 struct s_peer *p,
-                uint8_t type,
+                uint8_t kind,
                 uint8_t version,
                 const void *payload,
                 uint32_t len,
@@ -308,7 +316,7 @@ s_control_frame(rumor_net *net,
 {
     struct rumor_net_header h = {0};
     h.version = version;
-    h.type = type;
+    h.kind = kind;
     h.sender = net->o.self;
     h.seq = ++p->seq_out;
     h.chunks = 1;
@@ -483,7 +491,7 @@ s_send_hello(rumor_net *net, struct s_peer *p)
             memcpy(body + RUMOR_NET_HELLO_BYTES, net->desc, net->o.desc_len);
         n = s_control_frame(net,
                             p,
-                            RUMOR_NET_TYPE_HELLO,
+                            RUMOR_NET_KIND_HELLO,
                             RUMOR_NET_VERSION,
                             body,
                             (uint32_t)blen,
@@ -505,7 +513,7 @@ s_send_heartbeat(rumor_net *net, struct s_peer *p)
     uint8_t frame[RUMOR_NET_HEADER_BYTES];
     size_t n = s_control_frame(net,
                                p,
-                               RUMOR_NET_TYPE_HEARTBEAT,
+                               RUMOR_NET_KIND_HEARTBEAT,
                                RUMOR_NET_VERSION,
                                NULL,
                                0,
@@ -594,11 +602,14 @@ s_router_reply(rumor_net *net,
         s_count_sent(net, p, n, true);
 }
 
+/* version: the frame's; a node of version 2 reads a REFUSE of its own
+ * version (its layout is the same), so it can tell its user why. */
 static void
 s_refuse(rumor_net *net,
          struct s_peer *p,
          const uint8_t *rid,
          size_t rid_len,
+         uint8_t version,
          rumor_err reason,
          const char *text)
 {
@@ -608,15 +619,17 @@ s_refuse(rumor_net *net,
         rumor_net_refuse_encode((uint32_t)reason, text, body, sizeof body);
     size_t n = s_control_frame(net,
                                p,
-                               RUMOR_NET_TYPE_REFUSE,
-                               RUMOR_NET_VERSION,
+                               RUMOR_NET_KIND_REFUSE,
+                               version,
                                body,
                                (uint32_t)blen,
                                frame,
                                sizeof frame);
-    s_router_reply(net, p, rid, rid_len, frame, n);
-    STAT(net, p, refused, 1);
+    /* kept before the reply goes: once the peer reads why, so can this
+     * node's user (rumor_net_refused) */
     s_set_refusal(net, p, text);
+    STAT(net, p, refused, 1);
+    s_router_reply(net, p, rid, rid_len, frame, n);
 }
 
 /* Queues a whole message for the caller. It owns payload (malloc'd) or,
@@ -644,7 +657,7 @@ s_deliver(rumor_net *net,
     m->msg.len = len;
     bool full = false, closed = false;
     pthread_mutex_lock(&net->mu);
-    if (h->step < net->closed_before) {
+    if (net_kind_has_step(h->kind) && h->step < net->closed_before) {
         closed = true;
     } else if (p->in_bytes > 0 && p->in_bytes + len > net->o.inbox_bytes) {
         /* (a message larger than the whole inbox may wait alone) */
@@ -693,7 +706,7 @@ s_on_data(rumor_net *net,
           zmq_msg_t *frame)
 {
     pthread_mutex_lock(&net->mu);
-    bool closed = h->step < net->closed_before;
+    bool closed = net_kind_has_step(h->kind) && h->step < net->closed_before;
     pthread_mutex_unlock(&net->mu);
     if (closed) {
         STAT(net, p, dropped, 1);
@@ -745,9 +758,9 @@ s_on_data(rumor_net *net,
     }
     const struct rumor_net_header *a = &p->asm_h;
     if (!p->asm_active || h->chunk != p->asm_next || h->step != a->step ||
-        h->round != a->round || h->tensor != a->tensor ||
+        h->round != a->round || h->kind != a->kind || h->stop != a->stop ||
         h->chunks != a->chunks || h->total_len != a->total_len ||
-        h->count != a->count || h->codec != a->codec) {
+        h->codec != a->codec) {
         /* a chunk lost to a reconnect: the message is lost */
         s_asm_drop(net, p);
         STAT(net, p, dropped, 1);
@@ -827,7 +840,19 @@ s_on_router_frame(rumor_net *net,
                      buf[4],
                      RUMOR_NET_VERSION);
             rumor_log(RUMOR_LOG_WARN, "net: peer %u refused: %s", p->id, text);
-            s_refuse(net, p, rid, rid_len, RUMOR_EPROTO, text);
+            uint8_t theirs =
+                buf[4] >= NET_REFUSE_VERSION_MIN && buf[4] < RUMOR_NET_VERSION
+                    ? buf[4]
+                    : RUMOR_NET_VERSION;
+            s_refuse(net, p, rid, rid_len, theirs, RUMOR_EPROTO, text);
+            return;
+        }
+        if (magic && len >= RUMOR_NET_HEADER_BYTES &&
+            (buf[5] < RUMOR_NET_KIND_HELLO || buf[5] > RUMOR_NET_KIND_MAX)) {
+            rumor_log(RUMOR_LOG_WARN,
+                      "net: peer %u: frame of unknown kind %u rejected",
+                      p->id,
+                      buf[5]);
             return;
         }
         rumor_log(RUMOR_LOG_WARN,
@@ -845,13 +870,19 @@ s_on_router_frame(rumor_net *net,
                   h.sender);
         return;
     }
-    if (h.type == RUMOR_NET_TYPE_HELLO) {
+    if (h.kind == RUMOR_NET_KIND_HELLO) {
         struct rumor_net_hello hello;
         if (rumor_net_hello_decode(payload, h.payload_len, &hello) !=
             RUMOR_OK) {
             STAT(net, p, rejected_proto, 1);
             rumor_log(RUMOR_LOG_WARN, "net: peer %u: malformed HELLO", p->id);
-            s_refuse(net, p, rid, rid_len, RUMOR_EPROTO, "malformed HELLO");
+            s_refuse(net,
+                     p,
+                     rid,
+                     rid_len,
+                     RUMOR_NET_VERSION,
+                     RUMOR_EPROTO,
+                     "malformed HELLO");
             return;
         }
         if (hello.fingerprint != net->o.fingerprint) {
@@ -870,7 +901,13 @@ s_on_router_frame(rumor_net *net,
                          (unsigned long long)hello.fingerprint,
                          (unsigned long long)net->o.fingerprint);
             rumor_log(RUMOR_LOG_WARN, "net: peer %u refused: %s", p->id, text);
-            s_refuse(net, p, rid, rid_len, RUMOR_EPROTO, text);
+            s_refuse(net,
+                     p,
+                     rid,
+                     rid_len,
+                     RUMOR_NET_VERSION,
+                     RUMOR_EPROTO,
+                     text);
             return;
         }
         if (!p->has_epoch || hello.epoch != p->epoch) {
@@ -893,7 +930,7 @@ s_on_router_frame(rumor_net *net,
         s_hello_body(net, body);
         size_t n = s_control_frame(net,
                                    p,
-                                   RUMOR_NET_TYPE_HELLO_OK,
+                                   RUMOR_NET_KIND_HELLO_OK,
                                    RUMOR_NET_VERSION,
                                    body,
                                    sizeof body,
@@ -909,19 +946,19 @@ s_on_router_frame(rumor_net *net,
                   p->id,
                   (unsigned long long)h.seq);
         return;
-    } else if (h.type == RUMOR_NET_TYPE_DATA) {
+    } else if (net_kind_is_message(h.kind)) {
         if (p->rid_len != rid_len || memcmp(p->rid, rid, rid_len) != 0) {
             STAT(net, p, dropped, 1);
             rumor_log(RUMOR_LOG_WARN, "net: peer %u: data before HELLO", p->id);
             return;
         }
         s_on_data(net, p, &h, payload, frame);
-    } else if (h.type != RUMOR_NET_TYPE_HEARTBEAT) {
+    } else if (h.kind != RUMOR_NET_KIND_HEARTBEAT) {
         STAT(net, p, rejected_proto, 1);
         rumor_log(RUMOR_LOG_WARN,
-                  "net: peer %u: unexpected frame type %u",
+                  "net: peer %u: unexpected %s frame",
                   p->id,
-                  h.type);
+                  rumor_net_kind_name(h.kind));
         return;
     }
     pthread_mutex_lock(&net->mu);
@@ -975,6 +1012,21 @@ s_drain_router(rumor_net *net)
 /* --- receiving on a DEALER (replies from the peer's ROUTER) --------------- */
 
 static void
+s_refused_by(rumor_net *net, struct s_peer *p, uint64_t now, const char *text)
+{
+    rumor_log(RUMOR_LOG_WARN,
+              "net: node %u refused this node: %s",
+              p->id,
+              text);
+    STAT(net, p, refused, 1);
+    s_set_refusal(net, p, text);
+    /* retry at the slowest pace: the peer may be restarted with the
+     * right settings */
+    p->attempt = 31;
+    s_link_close(net, p, now, true);
+}
+
+static void
 s_on_dealer_frame(rumor_net *net,
                   struct s_peer *p,
                   uint64_t now,
@@ -985,6 +1037,20 @@ s_on_dealer_frame(rumor_net *net,
     const uint8_t *payload = NULL;
     rumor_err rc =
         rumor_net_frame_decode(buf, len, RUMOR_NET_CHUNK_MAX, &h, &payload);
+    if (rc != RUMOR_OK && len >= RUMOR_NET_HEADER_BYTES && buf[0] == 'R' &&
+        buf[1] == 'U' && buf[2] == 'M' && buf[3] == 'R' &&
+        buf[4] != RUMOR_NET_VERSION) {
+        /* a node of another version answers in its own (its REFUSE) */
+        char text[RUMOR_NET_REFUSE_TEXT_MAX + 1];
+        snprintf(text,
+                 sizeof text,
+                 "protocol version %u, this node speaks %u",
+                 buf[4],
+                 RUMOR_NET_VERSION);
+        STAT(net, p, rejected_proto, 1);
+        s_refused_by(net, p, now, text);
+        return;
+    }
     if (rc != RUMOR_OK || h.sender != p->id) {
         STAT(net, p, rejected_proto, 1);
         rumor_log(RUMOR_LOG_WARN,
@@ -993,7 +1059,7 @@ s_on_dealer_frame(rumor_net *net,
                   rc != RUMOR_OK ? rumor_strerror(rc) : "wrong sender");
         return;
     }
-    if (h.type == RUMOR_NET_TYPE_HELLO_OK) {
+    if (h.kind == RUMOR_NET_KIND_HELLO_OK) {
         struct rumor_net_hello hello;
         if (rumor_net_hello_decode(payload, h.payload_len, &hello) !=
                 RUMOR_OK ||
@@ -1018,22 +1084,13 @@ s_on_dealer_frame(rumor_net *net,
                       p->id,
                       p->ups > 1 ? " again" : "");
         }
-    } else if (h.type == RUMOR_NET_TYPE_REFUSE) {
+    } else if (h.kind == RUMOR_NET_KIND_REFUSE) {
         uint32_t reason = 0;
         char text[RUMOR_NET_REFUSE_TEXT_MAX + 1];
         if (rumor_net_refuse_decode(payload, h.payload_len, &reason, text) !=
             RUMOR_OK)
             snprintf(text, sizeof text, "(unreadable reason)");
-        rumor_log(RUMOR_LOG_WARN,
-                  "net: node %u refused this node: %s",
-                  p->id,
-                  text);
-        STAT(net, p, refused, 1);
-        s_set_refusal(net, p, text);
-        /* retry at the slowest pace: the peer may be restarted with the
-         * right settings */
-        p->attempt = 31;
-        s_link_close(net, p, now, true);
+        s_refused_by(net, p, now, text);
     }
 }
 
@@ -1737,7 +1794,9 @@ rumor_net_send(rumor_net *net,
     assert(net != NULL);
     assert(h != NULL);
     struct s_peer *p = s_peer_find(net, peer);
-    if (p == NULL || !p->link || (len > 0 && payload == NULL))
+    if (p == NULL || !p->link || (len > 0 && payload == NULL) ||
+        !net_kind_is_message(h->kind) ||
+        !net_kind_fields_fit(h->kind, h->round, h->stop, h->codec))
         return RUMOR_EINVAL;
     if (len > net->o.max_message_bytes)
         return RUMOR_ETOOBIG;
@@ -1757,7 +1816,6 @@ rumor_net_send(rumor_net *net,
         size_t n = len - off < chunk ? len - off : chunk;
         struct rumor_net_header fh = *h;
         fh.version = RUMOR_NET_VERSION;
-        fh.type = RUMOR_NET_TYPE_DATA;
         fh.sender = net->o.self;
         fh.seq = 0; /* numbered by the I/O thread */
         fh.chunk = i;
@@ -1820,6 +1878,7 @@ rumor_net_send(rumor_net *net,
 rumor_err
 rumor_net_recv(rumor_net *net,
                uint32_t peer,
+               uint8_t kind,
                uint64_t step,
                uint32_t round,
                uint64_t deadline_ns,
@@ -1832,11 +1891,13 @@ rumor_net_recv(rumor_net *net,
     if (p == NULL)
         return RUMOR_EINVAL;
     rumor_err rc = RUMOR_ETIMEDOUT;
+    bool any_step = !net_kind_has_step(kind);
     pthread_mutex_lock(&net->mu);
     for (;;) {
         struct s_inmsg *prev = NULL, *m = p->in_head;
-        while (m != NULL &&
-               (m->msg.hdr.step != step || m->msg.hdr.round != round)) {
+        while (m != NULL && (m->msg.hdr.kind != kind ||
+                             (!any_step && (m->msg.hdr.step != step ||
+                                            m->msg.hdr.round != round)))) {
             prev = m;
             m = m->next;
         }
@@ -1867,8 +1928,8 @@ rumor_net_recv(rumor_net *net,
 bool
 rumor_net_peek_later(rumor_net *net,
                      uint32_t peer,
+                     uint8_t kind,
                      uint64_t step,
-                     uint64_t below,
                      uint32_t round,
                      uint64_t *later)
 {
@@ -1881,7 +1942,8 @@ rumor_net_peek_later(rumor_net *net,
     pthread_mutex_lock(&net->mu);
     for (const struct s_inmsg *m = p->in_head; m != NULL; m = m->next) {
         uint64_t s = m->msg.hdr.step;
-        if (m->msg.hdr.round == round && s > *later && s < below) {
+        if (m->msg.hdr.kind == kind && m->msg.hdr.round == round &&
+            s > *later) {
             *later = s;
             found = true;
         }
@@ -1917,7 +1979,7 @@ rumor_net_close_steps_before(rumor_net *net, uint64_t step)
         p->in_tail = NULL;
         while (*link != NULL) {
             struct s_inmsg *m = *link;
-            if (m->msg.hdr.step < step) {
+            if (net_kind_has_step(m->msg.hdr.kind) && m->msg.hdr.step < step) {
                 *link = m->next;
                 p->in_bytes -= m->msg.len;
                 p->st.dropped++;

@@ -8,6 +8,22 @@
 
 #include "rumor/net.h"
 
+/* --- message kinds (wire.c) ------------------------------------------------
+ */
+
+/* True for the kinds a caller sends and receives (GOSSIP .. PING). */
+bool net_kind_is_message(uint8_t kind);
+
+/* True for the message kinds that belong to a step (GOSSIP, PROBE, ACK,
+ * PING): taken by (step, round), dropped once their step is closed. */
+bool net_kind_has_step(uint8_t kind);
+
+/* True when kind is known and round, stop and codec are zero unless it is
+ * GOSSIP: those fields belong to GOSSIP alone, so that none can carry a
+ * second meaning in another kind. */
+bool
+net_kind_fields_fit(uint8_t kind, uint32_t round, uint32_t stop, uint8_t codec);
+
 /* --- frames built ahead of time ------------------------------------------- */
 
 /* rumor_net_frame_encode that also returns the payload's crc32c. */

@@ -61,25 +61,59 @@ s_get64(const uint8_t *p)
 
 #define OFF_MAGIC       0
 #define OFF_VERSION     4
-#define OFF_TYPE        5
+#define OFF_KIND        5
 #define OFF_CODEC       6
 #define OFF_FLAGS       7
 #define OFF_SENDER      8
 #define OFF_ROUND       12
 #define OFF_STEP        16
 #define OFF_SEQ         24
-#define OFF_TENSOR      32
+#define OFF_STOP        32
 #define OFF_CHUNK       36
 #define OFF_CHUNKS      40
 #define OFF_PAYLOAD_LEN 44
-#define OFF_COUNT       48
+#define OFF_RESERVED    48 /* 8 bytes, zero (version 2's count) */
 #define OFF_TOTAL_LEN   56
 #define OFF_CRC         60
 
-static bool
-s_type_known(uint8_t type)
+bool
+net_kind_is_message(uint8_t kind)
 {
-    return type >= RUMOR_NET_TYPE_HELLO && type <= RUMOR_NET_TYPE_DATA;
+    return kind >= RUMOR_NET_KIND_GOSSIP && kind <= RUMOR_NET_KIND_MAX;
+}
+
+bool
+net_kind_has_step(uint8_t kind)
+{
+    return kind == RUMOR_NET_KIND_GOSSIP || kind == RUMOR_NET_KIND_PROBE ||
+           kind == RUMOR_NET_KIND_ACK || kind == RUMOR_NET_KIND_PING;
+}
+
+const char *
+rumor_net_kind_name(uint8_t kind)
+{
+    static const char *const names[] = {"unknown",
+                                        "hello",
+                                        "hello-ok",
+                                        "refuse",
+                                        "heartbeat",
+                                        "gossip",
+                                        "probe",
+                                        "ack",
+                                        "sync",
+                                        "sync-answer",
+                                        "state",
+                                        "ping"};
+    return kind <= RUMOR_NET_KIND_MAX ? names[kind] : names[0];
+}
+
+bool
+net_kind_fields_fit(uint8_t kind, uint32_t round, uint32_t stop, uint8_t codec)
+{
+    if (kind < RUMOR_NET_KIND_HELLO || kind > RUMOR_NET_KIND_MAX)
+        return false;
+    return kind == RUMOR_NET_KIND_GOSSIP ||
+           (round == 0 && stop == 0 && codec == 0);
 }
 
 rumor_err
@@ -97,7 +131,8 @@ net_frame_build(const struct rumor_net_header *h,
     *written = 0;
     *payload_crc = 0;
     if (h->chunks == 0 || h->chunk >= h->chunks ||
-        h->payload_len > h->total_len || h->payload_len > RUMOR_NET_CHUNK_MAX)
+        h->payload_len > h->total_len || h->payload_len > RUMOR_NET_CHUNK_MAX ||
+        !net_kind_fields_fit(h->kind, h->round, h->stop, h->codec))
         return RUMOR_EINVAL;
     if (h->payload_len > 0 && payload == NULL)
         return RUMOR_EINVAL;
@@ -106,18 +141,18 @@ net_frame_build(const struct rumor_net_header *h,
         return RUMOR_ETOOBIG;
     s_put32(out + OFF_MAGIC, RUMOR_NET_MAGIC);
     out[OFF_VERSION] = h->version;
-    out[OFF_TYPE] = h->type;
+    out[OFF_KIND] = h->kind;
     out[OFF_CODEC] = h->codec;
     out[OFF_FLAGS] = 0;
     s_put32(out + OFF_SENDER, h->sender);
     s_put32(out + OFF_ROUND, h->round);
     s_put64(out + OFF_STEP, h->step);
     s_put64(out + OFF_SEQ, h->seq);
-    s_put32(out + OFF_TENSOR, h->tensor);
+    s_put32(out + OFF_STOP, h->stop);
     s_put32(out + OFF_CHUNK, h->chunk);
     s_put32(out + OFF_CHUNKS, h->chunks);
     s_put32(out + OFF_PAYLOAD_LEN, h->payload_len);
-    s_put64(out + OFF_COUNT, h->count);
+    s_put64(out + OFF_RESERVED, 0);
     s_put32(out + OFF_TOTAL_LEN, h->total_len);
     if (h->payload_len > 0)
         memcpy(out + RUMOR_NET_HEADER_BYTES, payload, h->payload_len);
@@ -167,7 +202,10 @@ rumor_net_frame_decode(const uint8_t *buf,
         return RUMOR_EPROTO;
     if (buf[OFF_VERSION] != RUMOR_NET_VERSION)
         return RUMOR_EPROTO;
-    if (!s_type_known(buf[OFF_TYPE]) || buf[OFF_FLAGS] != 0)
+    uint32_t round = s_get32(buf + OFF_ROUND);
+    uint32_t stop = s_get32(buf + OFF_STOP);
+    if (!net_kind_fields_fit(buf[OFF_KIND], round, stop, buf[OFF_CODEC]) ||
+        buf[OFF_FLAGS] != 0 || s_get64(buf + OFF_RESERVED) != 0)
         return RUMOR_EPROTO;
     uint32_t chunk = s_get32(buf + OFF_CHUNK);
     uint32_t chunks = s_get32(buf + OFF_CHUNKS);
@@ -185,17 +223,16 @@ rumor_net_frame_decode(const uint8_t *buf,
     if (crc != s_get32(buf + OFF_CRC))
         return RUMOR_EPROTO;
     out->version = buf[OFF_VERSION];
-    out->type = buf[OFF_TYPE];
+    out->kind = buf[OFF_KIND];
     out->codec = buf[OFF_CODEC];
     out->sender = s_get32(buf + OFF_SENDER);
-    out->round = s_get32(buf + OFF_ROUND);
+    out->round = round;
     out->step = s_get64(buf + OFF_STEP);
     out->seq = s_get64(buf + OFF_SEQ);
-    out->tensor = s_get32(buf + OFF_TENSOR);
+    out->stop = stop;
     out->chunk = chunk;
     out->chunks = chunks;
     out->payload_len = payload_len;
-    out->count = s_get64(buf + OFF_COUNT);
     out->total_len = total_len;
     out->crc = crc;
     *payload = buf + RUMOR_NET_HEADER_BYTES;

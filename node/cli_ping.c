@@ -137,7 +137,7 @@ s_round(rumor_net *net,
         if (!peers[i].link)
             continue;
         s_fill(out, a->size, step, self, peers[i].id);
-        struct rumor_net_header h = {.step = step, .count = a->size};
+        struct rumor_net_header h = {.kind = RUMOR_NET_KIND_PING, .step = step};
         rumor_err rc =
             rumor_net_send(net, peers[i].id, &h, out, a->size, deadline);
         if (rc != RUMOR_OK)
@@ -152,8 +152,13 @@ s_round(rumor_net *net,
         if (!peers[i].link)
             continue;
         struct rumor_net_msg msg;
-        rumor_err rc =
-            rumor_net_recv(net, peers[i].id, step, 0, deadline, &msg);
+        rumor_err rc = rumor_net_recv(net,
+                                      peers[i].id,
+                                      RUMOR_NET_KIND_PING,
+                                      step,
+                                      0,
+                                      deadline,
+                                      &msg);
         if (rc != RUMOR_OK) {
             fprintf(stderr,
                     "rumor ping: step %llu: from %u: %s\n",

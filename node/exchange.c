@@ -45,11 +45,13 @@ s_log_missing(rumor_node *node, uint64_t step, uint32_t peer, const char *why)
               rumor_net_state_name(st));
 }
 
-/* Waits for peer's message of (step, round) until the deadline, checking
- * every slice whether a peer heard before has gone down. */
+/* Waits for peer's message of kind (GOSSIP or PROBE) of (step, round)
+ * until the deadline, checking every slice whether a peer heard before
+ * has gone down. */
 rumor_err
 node_recv(rumor_node *node,
           uint32_t peer,
+          uint8_t kind,
           uint64_t step,
           uint32_t round,
           uint64_t deadline,
@@ -62,7 +64,8 @@ node_recv(rumor_node *node,
         uint64_t until = now + NODE_RECV_SLICE_MS * NODE_MS;
         if (until > deadline)
             until = deadline;
-        rumor_err rc = rumor_net_recv(node->net, peer, step, round, until, out);
+        rumor_err rc =
+            rumor_net_recv(node->net, peer, kind, step, round, until, out);
         if (rc != RUMOR_ETIMEDOUT)
             return rc;
         /* these algorithms cannot skip: a refused neighbour ends the run
@@ -90,8 +93,8 @@ node_recv(rumor_node *node,
  * one consistent run. The request travels with the gossip: a node asked to
  * stop before step t plans to run no step from stop_at = t + margin on,
  * and every gossip message of step s carries stop_at - s in the header's
- * `tensor` field (0: no stop planned; the field is opaque to net/); a
- * node that hears a plan adopts the earliest. Messages of step s carry
+ * `stop` field (0: no stop planned); a node that hears a plan adopts the
+ * earliest. Messages of step s carry
  * what the sender learned by the end of step s - 1, so a plan reaches a
  * node k hops away within k steps of gossip; margin is the number of
  * steps that bounds this for the topology and algorithm (s_stop_margin),
@@ -180,11 +183,11 @@ s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
     uint64_t t1 = rumor_clock_ns();
     node->t_gossip += (double)(t1 - t0) * 1e-9;
     for (size_t m = 0; m < count && rc == RUMOR_OK; m++) {
-        struct rumor_net_header h = {.type = RUMOR_NET_TYPE_DATA,
+        struct rumor_net_header h = {.kind = RUMOR_NET_KIND_GOSSIP,
+                                     .codec = rumor_gossip_codec(node->g),
                                      .step = step,
                                      .round = round,
-                                     .tensor = s_stop_field(node, step),
-                                     .count = msgs[m].len};
+                                     .stop = s_stop_field(node, step)};
         rc = rumor_net_send(node->net,
                             msgs[m].peer,
                             &h,
@@ -214,16 +217,22 @@ s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
     for (size_t k = 0; k < expected && rc == RUMOR_OK; k++) {
         rc = node_recv(node,
                        node->expect[k],
+                       RUMOR_NET_KIND_GOSSIP,
                        step,
                        round,
                        deadline,
                        &node->got[got]);
         if (rc != RUMOR_OK)
             break;
+        rc = node_gossip_codec_check(node->g, &node->got[got], node->expect[k]);
+        if (rc != RUMOR_OK) {
+            rumor_net_msg_free(&node->got[got]);
+            break;
+        }
         node->inbox[got] = (struct rumor_gossip_msg){node->expect[k],
                                                      node->got[got].payload,
                                                      node->got[got].len};
-        s_stop_heard(node, step, node->got[got].hdr.tensor);
+        s_stop_heard(node, step, node->got[got].hdr.stop);
         /* adaptive compression measures the links on this traffic */
         rumor_gossip_link_observe(node->g,
                                   node->expect[k],
@@ -251,9 +260,9 @@ s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
 }
 
 static void
-s_faults_heard(void *arg, uint64_t step, uint32_t tensor)
+s_faults_heard(void *arg, uint64_t step, uint32_t stop)
 {
-    s_stop_heard(arg, step, tensor);
+    s_stop_heard(arg, step, stop);
 }
 
 /* A round that skips neighbours who miss the deadline (node/faults.c). */
@@ -263,7 +272,7 @@ s_round_faults(rumor_node *node,
                uint32_t round,
                uint64_t deadline)
 {
-    struct node_faults_io io = {.tensor = s_stop_field(node, step),
+    struct node_faults_io io = {.stop = s_stop_field(node, step),
                                 .heard = s_faults_heard,
                                 .arg = node};
     rumor_err rc = node_faults_round(node->faults,

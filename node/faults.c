@@ -52,14 +52,6 @@
 #define NODE_FAULTS_POLL_MS      5 /* alone: how often to look for a SYNC */
 #define NODE_FAULTS_PROBE_MS     100
 #define NODE_FAULTS_PROBE_MAX_MS 2000
-/* Control messages travel as DATA frames on rounds no algorithm uses;
- * those of the handshake on a step no node reaches, which no node ever
- * closes (they are drained every step instead). */
-#define NODE_ROUND_ACK      0x7ffe0000u
-#define NODE_ROUND_SYNC_REQ 0x7ffe0001u
-#define NODE_ROUND_SYNC_RSP 0x7ffe0002u
-#define NODE_ROUND_STATE    0x7ffe0003u
-#define NODE_CTRL_STEP      (UINT64_MAX - 1)
 
 struct s_peer {
     bool neighbour; /* in some phase */
@@ -248,20 +240,39 @@ node_faults_span_ns(const node_faults *f)
 
 /* --- messages ------------------------------------------------------------ */
 
+rumor_err
+node_gossip_codec_check(const rumor_gossip *g,
+                        const struct rumor_net_msg *m,
+                        uint32_t peer)
+{
+    uint8_t own = rumor_gossip_codec(g);
+    if (m->hdr.codec == own)
+        return RUMOR_OK;
+    rumor_log(RUMOR_LOG_ERROR,
+              "step %llu: node %u sends gossip in codec %s (%u), this node "
+              "in %s (%u)",
+              (unsigned long long)m->hdr.step + 1,
+              peer,
+              m->hdr.codec ? rumor_codec_name(m->hdr.codec) : "none",
+              m->hdr.codec,
+              own ? rumor_codec_name(own) : "none",
+              own);
+    return RUMOR_EPROTO;
+}
+
+/* A control message: ACK (of step) or a handshake kind (step: the
+ * sender's next step). */
 static rumor_err
 s_send(node_faults *f,
        rumor_net *net,
        uint32_t peer,
+       uint8_t kind,
        uint64_t step,
-       uint32_t round,
        const void *data,
        size_t len,
        uint64_t deadline)
 {
-    struct rumor_net_header h = {.type = RUMOR_NET_TYPE_DATA,
-                                 .step = step,
-                                 .round = round,
-                                 .count = len};
+    struct rumor_net_header h = {.kind = kind, .step = step};
     rumor_err rc = rumor_net_send(net, peer, &h, data, len, deadline);
     if (rc == RUMOR_OK) {
         uint64_t wire = rumor_gossip_wire_bytes(len);
@@ -273,26 +284,29 @@ s_send(node_faults *f,
 
 static rumor_err
 s_send_data_msg(rumor_net *net,
+                const rumor_gossip *g,
                 const struct rumor_gossip_msg *m,
                 uint64_t step,
                 uint32_t round,
-                uint32_t tensor,
+                uint32_t stop,
                 uint64_t deadline)
 {
-    struct rumor_net_header h = {.type = RUMOR_NET_TYPE_DATA,
+    struct rumor_net_header h = {.kind = RUMOR_NET_KIND_GOSSIP,
+                                 .codec = rumor_gossip_codec(g),
                                  .step = step,
                                  .round = round,
-                                 .tensor = tensor,
-                                 .count = m->len};
+                                 .stop = stop};
     return rumor_net_send(net, m->peer, &h, m->data, m->len, deadline);
 }
 
-/* Waits for peer's message of (step, round) until deadline, giving up
- * early when the transport says a peer heard before is down. */
+/* Waits for peer's message of kind (GOSSIP or ACK) of (step, round) until
+ * deadline, giving up early when the transport says a peer heard before
+ * is down. */
 static rumor_err
 s_recv(node_faults *f,
        rumor_net *net,
        uint32_t peer,
+       uint8_t kind,
        uint64_t step,
        uint32_t round,
        uint64_t deadline,
@@ -306,22 +320,17 @@ s_recv(node_faults *f,
         uint64_t until =
             rumor_clock_ns() + NODE_FAULTS_SLICE_MS * NODE_FAULTS_MS;
         until = until < deadline ? until : deadline;
-        rumor_err rc = rumor_net_recv(net, peer, step, round, until, out);
+        rumor_err rc = rumor_net_recv(net, peer, kind, step, round, until, out);
         if (rc != RUMOR_ETIMEDOUT)
             return rc;
         rumor_net_state st = rumor_net_peer_state(net, peer);
         if (st != RUMOR_NET_PEER_DOWN)
             f->peer[peer].heard = true;
         uint64_t later = 0;
-        if (rumor_net_peek_later(net,
-                                 peer,
-                                 step,
-                                 NODE_CTRL_STEP,
-                                 round,
-                                 &later)) {
+        if (rumor_net_peek_later(net, peer, kind, step, round, &later)) {
             /* the peer went past this step without us (unless this
              * step's message came in the meantime): catch up */
-            rc = rumor_net_recv(net, peer, step, round, 0, out);
+            rc = rumor_net_recv(net, peer, kind, step, round, 0, out);
             if (rc != RUMOR_ETIMEDOUT)
                 return rc;
             f->ahead = later > f->ahead ? later : f->ahead;
@@ -372,7 +381,7 @@ s_send_data(node_faults *f,
         if (!f->peer[msgs[m].peer].up)
             continue;
         struct rumor_gossip_msg sent = s_poisoned(f, &msgs[m], step);
-        rc = s_send_data_msg(net, &sent, step, round, io->tensor, deadline);
+        rc = s_send_data_msg(net, g, &sent, step, round, io->stop, deadline);
         if (rc == RUMOR_ETIMEDOUT) {
             /* a full queue: the peer does not read; skip it */
             rc = RUMOR_OK;
@@ -411,7 +420,8 @@ s_acks(node_faults *f,
         rc = rumor_gossip_ack_make(g, j, &a);
         size_t len = rumor_gossip_ack_encode(&a, buf, sizeof buf);
         if (rc == RUMOR_OK)
-            rc = s_send(f, net, j, step, NODE_ROUND_ACK, buf, len, deadline);
+            rc =
+                s_send(f, net, j, RUMOR_NET_KIND_ACK, step, buf, len, deadline);
         if (rc == RUMOR_ETIMEDOUT)
             rc = RUMOR_OK;
     }
@@ -422,7 +432,8 @@ s_acks(node_faults *f,
         if (!f->peer[j].up ||
             (!f->have[k] && rumor_gossip_pending(g, j, &oldest) == 0))
             continue;
-        rumor_err r = s_recv(f, net, j, step, NODE_ROUND_ACK, deadline, &msg);
+        rumor_err r =
+            s_recv(f, net, j, RUMOR_NET_KIND_ACK, step, 0, deadline, &msg);
         if (r == RUMOR_ETIMEDOUT) {
             f->st.acks_late++;
             continue;
@@ -490,9 +501,23 @@ node_faults_round(node_faults *f,
         f->peer[j].neighbour = true;
         if (!f->peer[j].up)
             continue;
-        rumor_err r = s_recv(f, net, j, step, round, deadline, &f->got[got]);
+        rumor_err r = s_recv(f,
+                             net,
+                             j,
+                             RUMOR_NET_KIND_GOSSIP,
+                             step,
+                             round,
+                             deadline,
+                             &f->got[got]);
         if (r == RUMOR_ETIMEDOUT)
             continue;
+        if (r == RUMOR_OK &&
+            node_gossip_codec_check(g, &f->got[got], j) != RUMOR_OK) {
+            /* refused like any malformed message: the step goes on
+             * without it */
+            rumor_net_msg_free(&f->got[got]);
+            continue;
+        }
         if (r != RUMOR_OK) {
             rc = r;
             break;
@@ -500,7 +525,7 @@ node_faults_round(node_faults *f,
         t_last = rumor_clock_ns();
         have[k] = true;
         if (io->heard != NULL)
-            io->heard(io->arg, step, f->got[got].hdr.tensor);
+            io->heard(io->arg, step, f->got[got].hdr.stop);
         f->inbox[got] =
             (struct rumor_gossip_msg){j, f->got[got].payload, f->got[got].len};
         io->bytes_recv += rumor_gossip_wire_bytes(f->got[got].len);
@@ -541,7 +566,7 @@ s_send_sync(node_faults *f,
             rumor_net *net,
             rumor_gossip *g,
             uint32_t peer,
-            uint32_t round,
+            uint8_t kind,
             uint32_t flags,
             uint64_t next)
 {
@@ -552,14 +577,7 @@ s_send_sync(node_faults *f,
     if (rc == RUMOR_OK && len == 0)
         rc = RUMOR_EINVAL;
     if (rc == RUMOR_OK)
-        rc = s_send(f,
-                    net,
-                    peer,
-                    NODE_CTRL_STEP,
-                    round,
-                    buf,
-                    len,
-                    rumor_clock_ns());
+        rc = s_send(f, net, peer, kind, next, buf, len, rumor_clock_ns());
     return rc == RUMOR_ETIMEDOUT ? RUMOR_OK : rc;
 }
 
@@ -606,8 +624,8 @@ s_send_state(node_faults *f,
     rc = s_send(f,
                 net,
                 peer,
-                NODE_CTRL_STEP,
-                NODE_ROUND_STATE,
+                RUMOR_NET_KIND_STATE,
+                next,
                 f->state_buf,
                 len,
                 rumor_clock_ns() + 1000 * NODE_FAULTS_MS);
@@ -667,7 +685,8 @@ s_on_sync(node_faults *f,
      * for its old incarnation */
     uint32_t flags = p->rejoin ? NODE_SYNC_JOIN : 0;
     if (rc == RUMOR_OK && request)
-        rc = s_send_sync(f, net, g, j, NODE_ROUND_SYNC_RSP, flags, *next);
+        rc =
+            s_send_sync(f, net, g, j, RUMOR_NET_KIND_SYNC_ANSWER, flags, *next);
     if (rc == RUMOR_OK && request && (s->flags & NODE_SYNC_WANT_STATE))
         rc = s_send_state(f, net, j, model, *next);
     if (!p->up || request) {
@@ -686,8 +705,8 @@ s_on_sync(node_faults *f,
     return rc;
 }
 
-/* Takes every pending control message of one kind from peer j; only the
- * newest SYNC counts (older probes queued while this node was stalled
+/* Takes every pending handshake message of one kind from peer j; only
+ * the newest SYNC counts (older probes queued while this node was stalled
  * say the same with an older step). */
 static rumor_err
 s_drain(node_faults *f,
@@ -695,15 +714,15 @@ s_drain(node_faults *f,
         rumor_gossip *g,
         const struct rumor_model *model,
         uint32_t j,
-        uint32_t round,
+        uint8_t kind,
         uint64_t *next)
 {
     struct rumor_net_msg msg;
     struct node_sync s, newest;
     bool have = false;
-    while (rumor_net_recv(net, j, NODE_CTRL_STEP, round, 0, &msg) == RUMOR_OK) {
+    while (rumor_net_recv(net, j, kind, 0, 0, 0, &msg) == RUMOR_OK) {
         /* STATE: a late answer to our join (the model is taken): dropped */
-        if (round != NODE_ROUND_STATE) {
+        if (kind != RUMOR_NET_KIND_STATE) {
             if (node_sync_decode(msg.payload, msg.len, &s) == RUMOR_OK) {
                 newest = s;
                 have = true;
@@ -720,7 +739,7 @@ s_drain(node_faults *f,
                      g,
                      model,
                      j,
-                     round == NODE_ROUND_SYNC_REQ,
+                     kind == RUMOR_NET_KIND_SYNC,
                      &newest,
                      next);
 }
@@ -738,15 +757,15 @@ s_handshakes(node_faults *f,
     for (uint32_t j = 0; j < f->o.n && rc == RUMOR_OK; j++) {
         if (j == f->o.self || !f->peer[j].neighbour)
             continue;
-        rc = s_drain(f, net, g, model, j, NODE_ROUND_SYNC_REQ, next);
+        rc = s_drain(f, net, g, model, j, RUMOR_NET_KIND_SYNC, next);
         if (rc == RUMOR_OK)
-            rc = s_drain(f, net, g, model, j, NODE_ROUND_SYNC_RSP, next);
+            rc = s_drain(f, net, g, model, j, RUMOR_NET_KIND_SYNC_ANSWER, next);
         if (rc == RUMOR_OK)
-            rc = s_drain(f, net, g, model, j, NODE_ROUND_STATE, next);
+            rc = s_drain(f, net, g, model, j, RUMOR_NET_KIND_STATE, next);
         struct s_peer *p = &f->peer[j];
         if (rc == RUMOR_OK && !p->up && now >= p->probe_ns) {
             uint32_t flags = p->rejoin ? NODE_SYNC_JOIN : 0;
-            rc = s_send_sync(f, net, g, j, NODE_ROUND_SYNC_REQ, flags, *next);
+            rc = s_send_sync(f, net, g, j, RUMOR_NET_KIND_SYNC, flags, *next);
             p->probe_ns = now + p->backoff_ms * NODE_FAULTS_MS;
             p->backoff_ms = p->backoff_ms * 2 < NODE_FAULTS_PROBE_MAX_MS
                                 ? p->backoff_ms * 2
@@ -853,7 +872,7 @@ node_faults_join(node_faults *f,
                          net,
                          g,
                          f->expect[k],
-                         NODE_ROUND_SYNC_REQ,
+                         RUMOR_NET_KIND_SYNC,
                          NODE_SYNC_JOIN | NODE_SYNC_WANT_STATE,
                          0);
     }
@@ -861,12 +880,8 @@ node_faults_join(node_faults *f,
         for (size_t k = 0; k < count; k++) {
             struct rumor_net_msg msg;
             uint32_t j = f->expect[k];
-            if (rumor_net_recv(net,
-                               j,
-                               NODE_CTRL_STEP,
-                               NODE_ROUND_STATE,
-                               0,
-                               &msg) != RUMOR_OK)
+            if (rumor_net_recv(net, j, RUMOR_NET_KIND_STATE, 0, 0, 0, &msg) !=
+                RUMOR_OK)
                 continue;
             uint64_t step = 0;
             struct node_state_optim optim;
@@ -897,8 +912,9 @@ node_faults_join(node_faults *f,
         /* wait a little on the first neighbour's answer */
         if (count > 0 && rumor_net_recv(net,
                                         f->expect[0],
-                                        NODE_CTRL_STEP,
-                                        NODE_ROUND_SYNC_RSP,
+                                        RUMOR_NET_KIND_SYNC_ANSWER,
+                                        0,
+                                        0,
                                         rumor_clock_ns() + 10 * NODE_FAULTS_MS,
                                         &any) == RUMOR_OK) {
             struct node_sync s;

@@ -34,11 +34,20 @@ struct node_faults_opts {
 struct node_faults_io {
     uint64_t bytes_sent, bytes_recv, frames_sent; /* gossip messages */
     double seconds_gossip, seconds_wait;
-    uint32_t tensor; /* in: the header's tensor field of DATA sent */
-    /* in: called with the tensor field of every DATA received */
-    void (*heard)(void *arg, uint64_t step, uint32_t tensor);
+    uint32_t stop; /* in: the stop plan of the gossip frames sent */
+    /* in: called with the stop plan of every gossip frame received */
+    void (*heard)(void *arg, uint64_t step, uint32_t stop);
     void *arg;
 };
+
+/* RUMOR_EPROTO, logged, when a gossip message from peer is not in the
+ * codec g compresses with (rumor_gossip_codec): a peer of other settings
+ * that passed HELLO, or a bug. Both rounds check it before absorbing: the
+ * plain round stops, the fault path refuses the message and goes on
+ * without it, as with any malformed message. */
+rumor_err node_gossip_codec_check(const rumor_gossip *g,
+                                  const struct rumor_net_msg *m,
+                                  uint32_t peer);
 
 struct node_faults_stats {
     uint64_t skipped;    /* (peer, step) pairs skipped */

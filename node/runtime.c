@@ -36,9 +36,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The consensus probe travels as round NODE_PROBE_ROUND of its step: no
- * algorithm has that many rounds, so it never meets a gossip message. */
-#define NODE_PROBE_ROUND       0x7fff0000u
 #define NODE_PROGRESS_EVERY_NS 100000000ull /* terminal refresh: 10 Hz */
 
 /* --- static helpers --------------------------------------------------- */
@@ -480,10 +477,7 @@ s_probe(rumor_node *node, uint64_t t, uint64_t deadline)
     rumor_err rc = RUMOR_OK;
     size_t heard = 0;
     for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
-        struct rumor_net_header h = {.type = RUMOR_NET_TYPE_DATA,
-                                     .step = t,
-                                     .round = NODE_PROBE_ROUND,
-                                     .count = node->probe_floats};
+        struct rumor_net_header h = {.kind = RUMOR_NET_KIND_PROBE, .step = t};
         if (node->faults != NULL && !node_faults_up(node->faults, nbrs[k]))
             continue; /* down: the probe skips it as the gossip does */
         rc = rumor_net_send(node->net, nbrs[k], &h, node->probe, len, deadline);
@@ -499,8 +493,9 @@ s_probe(rumor_node *node, uint64_t t, uint64_t deadline)
                 continue;
             rc = rumor_net_recv(node->net,
                                 nbrs[k],
+                                RUMOR_NET_KIND_PROBE,
                                 t,
-                                NODE_PROBE_ROUND,
+                                0,
                                 deadline,
                                 &msg);
             if (rc == RUMOR_ETIMEDOUT) {
@@ -508,7 +503,13 @@ s_probe(rumor_node *node, uint64_t t, uint64_t deadline)
                 continue;
             }
         } else {
-            rc = node_recv(node, nbrs[k], t, NODE_PROBE_ROUND, deadline, &msg);
+            rc = node_recv(node,
+                           nbrs[k],
+                           RUMOR_NET_KIND_PROBE,
+                           t,
+                           0,
+                           deadline,
+                           &msg);
         }
         if (rc != RUMOR_OK)
             break;

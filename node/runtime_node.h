@@ -91,10 +91,11 @@ struct rumor_node {
  * that can skip. */
 rumor_err node_exchange_init(rumor_node *node);
 
-/* Waits for peer's message of (step, round) until the deadline, ending
- * early when a peer heard before goes down (logged as missing). */
+/* Waits for peer's message of kind of (step, round) until the deadline,
+ * ending early when a peer heard before goes down (logged as missing). */
 rumor_err node_recv(rumor_node *node,
                     uint32_t peer,
+                    uint8_t kind,
                     uint64_t step,
                     uint32_t round,
                     uint64_t deadline,

@@ -364,6 +364,13 @@ RUMOR_API rumor_err rumor_gossip_ack_decode(const uint8_t *buf,
                                             size_t len,
                                             struct rumor_gossip_ack *out);
 
+/* The id of the codec the algorithm compresses its messages with (its
+ * codec, or localsgd's delta codec), 0 when it sends no codec payloads;
+ * the exchange puts it in the header of every gossip frame (a message may
+ * still hold raw parts: terngrad's shared scalers; an adaptive controller
+ * names its choice in each part). */
+RUMOR_API uint8_t rumor_gossip_codec(const rumor_gossip *g);
+
 /* True when the algorithm can skip a neighbour for a step. */
 RUMOR_API bool rumor_gossip_can_skip(const rumor_gossip *g);
 

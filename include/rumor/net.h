@@ -23,7 +23,7 @@
 /* --- frame codec (pure; docs/protocol.md "## Frames") ------------------ */
 
 #define RUMOR_NET_MAGIC           0x524d5552u /* "RUMR" as little-endian bytes */
-#define RUMOR_NET_VERSION         2
+#define RUMOR_NET_VERSION         3
 #define RUMOR_NET_HEADER_BYTES    RUMOR_FRAME_HEADER_BYTES
 #define RUMOR_NET_HELLO_BYTES     24    /* the fixed part of a HELLO payload */
 #define RUMOR_NET_HELLO_DESC_MAX  65536 /* cap on the description after it */
@@ -33,30 +33,48 @@
 #define RUMOR_NET_MESSAGE_MAX     (1u << 30) /* hard cap on a whole message */
 #define RUMOR_NET_KEY_TEXT_BYTES  40         /* Z85 of a 32-byte CURVE key */
 
-typedef enum rumor_net_type {
-    RUMOR_NET_TYPE_HELLO = 1,     /* DEALER -> ROUTER: version, fingerprint */
-    RUMOR_NET_TYPE_HELLO_OK = 2,  /* ROUTER -> DEALER: accepted */
-    RUMOR_NET_TYPE_REFUSE = 3,    /* ROUTER -> DEALER: refused, with reason */
-    RUMOR_NET_TYPE_HEARTBEAT = 4, /* DEALER -> ROUTER: liveness */
-    RUMOR_NET_TYPE_DATA = 5       /* DEALER -> ROUTER: a chunk of a message */
-} rumor_net_type;
+/* What a frame is. The transport's own kinds (HELLO .. HEARTBEAT) never
+ * reach the caller; the others are messages: chunked, reassembled and
+ * handed to rumor_net_recv, which takes them by kind. */
+typedef enum rumor_net_kind {
+    RUMOR_NET_KIND_HELLO = 1,     /* DEALER -> ROUTER: version, fingerprint */
+    RUMOR_NET_KIND_HELLO_OK = 2,  /* ROUTER -> DEALER: accepted */
+    RUMOR_NET_KIND_REFUSE = 3,    /* ROUTER -> DEALER: refused, with reason */
+    RUMOR_NET_KIND_HEARTBEAT = 4, /* DEALER -> ROUTER: liveness */
+    RUMOR_NET_KIND_GOSSIP = 5,    /* an algorithm's message of (step, round) */
+    RUMOR_NET_KIND_PROBE = 6,     /* the consensus probe of a step */
+    RUMOR_NET_KIND_ACK = 7,       /* edge acknowledgement after a step */
+    RUMOR_NET_KIND_SYNC = 8,      /* handshake request (probe of a peer) */
+    RUMOR_NET_KIND_SYNC_ANSWER = 9, /* handshake answer */
+    RUMOR_NET_KIND_STATE = 10,      /* model and optimizer for a joiner */
+    RUMOR_NET_KIND_PING = 11        /* `rumor ping` test traffic */
+} rumor_net_kind;
+
+#define RUMOR_NET_KIND_MAX RUMOR_NET_KIND_PING
+
+/* Static lower-case name of a kind ("gossip"), "unknown" for others. */
+RUMOR_API const char *rumor_net_kind_name(uint8_t kind);
 
 /* A decoded frame header. Encoded as 64 little-endian bytes, see
  * docs/protocol.md; crc is crc32c of the payload continued over header
- * bytes 0..59. */
+ * bytes 0..59. Each field means one thing in every kind; a field a kind
+ * does not use is zero (checked by decode). */
 struct rumor_net_header {
     uint8_t version;      /* RUMOR_NET_VERSION */
-    uint8_t type;         /* rumor_net_type */
-    uint8_t codec;        /* payload codec id, opaque to net */
+    uint8_t kind;         /* rumor_net_kind */
+    uint8_t codec;        /* GOSSIP: id of the codec the sender's algorithm
+                             compresses with (rumor_codec_id), 0: none;
+                             other kinds: 0 (the kind fixes the payload) */
     uint32_t sender;      /* node id of the sender */
-    uint32_t round;       /* exchange round inside a step */
-    uint64_t step;        /* training step */
+    uint32_t round;       /* GOSSIP: exchange round inside the step */
+    uint64_t step;        /* training step (handshake kinds: the sender's
+                             next step) */
     uint64_t seq;         /* per (sender, receiver) frame number, from 1 */
-    uint32_t tensor;      /* tensor index, opaque to net */
+    uint32_t stop;        /* GOSSIP: the sender's stop plan, 0: none, k:
+                             it runs no step from step + k on */
     uint32_t chunk;       /* index of this chunk, < chunks */
     uint32_t chunks;      /* chunks in the whole message, >= 1 */
     uint32_t payload_len; /* bytes of payload in this frame */
-    uint64_t count;       /* elements in the whole tensor, opaque to net */
     uint32_t total_len;   /* bytes of the whole message (all chunks) */
     uint32_t crc;         /* crc32c, filled by encode, checked by decode */
 };
@@ -75,7 +93,8 @@ RUMOR_API rumor_err rumor_net_frame_encode(const struct rumor_net_header *h,
 /* Decodes one frame of len bytes. Pure: no allocation, no assert on input.
  * On success fills *out and sets *payload to the payload inside buf
  * (borrowed). On error *out is zeroed and *payload NULL. Errors:
- * RUMOR_EPROTO (short, bad magic, unknown version or type, nonzero flags,
+ * RUMOR_EPROTO (short, bad magic, unknown version or kind, nonzero flags
+ * or reserved bytes, a round, stop or codec in a kind that has none,
  * chunk >= chunks, lengths that disagree with len, bad crc),
  * RUMOR_ETOOBIG (payload_len > RUMOR_NET_CHUNK_MAX or total_len >
  * max_message). */
@@ -241,10 +260,11 @@ RUMOR_API void rumor_net_destroy(rumor_net **self_p);
 /* The bound endpoint with the real port, borrowed for the net's life. */
 RUMOR_API const char *rumor_net_endpoint(const rumor_net *net);
 
-/* Queues a message for peer (a linked peer). h gives type (DATA), codec,
- * step, round, tensor and count; the rest is filled in. payload is copied.
- * Waits while the link's queue is full, until deadline_ns (rumor_clock_ns
- * time). Errors: RUMOR_EINVAL (unknown or unlinked peer), RUMOR_ETOOBIG
+/* Queues a message for peer (a linked peer). h gives kind (a message
+ * kind), codec, step, round and stop; the rest is filled in. payload is
+ * copied. Waits while the link's queue is full, until deadline_ns
+ * (rumor_clock_ns time). Errors: RUMOR_EINVAL (unknown or unlinked peer,
+ * not a message kind, a field the kind does not use), RUMOR_ETOOBIG
  * (len > max_message_bytes), RUMOR_ETIMEDOUT, RUMOR_EAUTH (transport
  * failed closed), RUMOR_ENOMEM. */
 RUMOR_API rumor_err rumor_net_send(rumor_net *net,
@@ -266,11 +286,16 @@ struct rumor_net_msg {
     void *hold; /* internal: what payload lives in (NULL: malloc'd) */
 };
 
-/* Takes the oldest message from peer for (step, round), waiting until
- * deadline_ns. Errors: RUMOR_ETIMEDOUT (nothing arrived in time: never
- * hangs), RUMOR_EINVAL (unknown peer), RUMOR_EAUTH (failed closed). */
+/* Takes the oldest message of kind (GOSSIP .. PING) from peer for (step,
+ * round), waiting until deadline_ns. The handshake kinds (SYNC,
+ * SYNC_ANSWER, STATE) belong to no step: step and round are ignored and
+ * the oldest of the kind comes; they are never closed
+ * (rumor_net_close_steps_before). Errors: RUMOR_ETIMEDOUT (nothing arrived in
+ * time: never hangs), RUMOR_EINVAL (unknown peer), RUMOR_EAUTH (failed closed).
+ */
 RUMOR_API rumor_err rumor_net_recv(rumor_net *net,
                                    uint32_t peer,
+                                   uint8_t kind,
                                    uint64_t step,
                                    uint32_t round,
                                    uint64_t deadline_ns,
@@ -278,21 +303,22 @@ RUMOR_API rumor_err rumor_net_recv(rumor_net *net,
 
 RUMOR_API void rumor_net_msg_free(struct rumor_net_msg *msg);
 
-/* True when a message from peer for round and a step in (step, below) is
- * waiting (the peer is ahead: it has gone past step without sending for
- * it); *later receives the highest such step. Does not take it. */
+/* True when a message of kind (one with a step) from peer for round and a
+ * step after step is waiting (the peer is ahead: it has gone past step
+ * without sending for it); *later receives the highest such step. Does
+ * not take it. */
 RUMOR_API bool rumor_net_peek_later(rumor_net *net,
                                     uint32_t peer,
+                                    uint8_t kind,
                                     uint64_t step,
-                                    uint64_t below,
                                     uint32_t round,
                                     uint64_t *later);
 
-/* Closes every step below step: received messages for them are freed and
- * later arrivals for them are dropped. Unsent messages stay queued (a
- * neighbour may still be waiting for them); a send to a neighbour that is
- * down waits for queue room until its deadline, so callers skip
- * neighbours that rumor_net_peer_state reports down. */
+/* Closes every step below step: received messages of the kinds with a
+ * step for them are freed and later arrivals for them are dropped. Unsent
+ * messages stay queued (a neighbour may still be waiting for them); a send to a
+ * neighbour that is down waits for queue room until its deadline, so callers
+ * skip neighbours that rumor_net_peer_state reports down. */
 RUMOR_API void rumor_net_close_steps_before(rumor_net *net, uint64_t step);
 
 /* Liveness of peer from what this node received (unknown peer: DOWN). */
@@ -317,7 +343,7 @@ RUMOR_API bool rumor_net_refused(rumor_net *net,
                                  char text[RUMOR_NET_REFUSE_TEXT_MAX + 1]);
 
 struct rumor_net_stats {
-    /* frame bytes, 64-byte headers in: DATA frames when rumor_net_send
+    /* frame bytes, 64-byte headers in: messages when rumor_net_send
      * accepts the message (so a message and its bytes are counted
      * together, whatever is still queued), control frames (HELLO,
      * heartbeats, HELLO_OK and REFUSE replies) when handed to ZeroMQ */

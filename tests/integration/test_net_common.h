@@ -170,7 +170,7 @@ static inline size_t
 t_frame(uint8_t *buf,
         size_t cap,
         uint8_t version,
-        uint8_t type,
+        uint8_t kind,
         uint32_t sender,
         uint64_t seq,
         uint64_t step,
@@ -178,14 +178,13 @@ t_frame(uint8_t *buf,
         uint32_t len)
 {
     struct rumor_net_header h = {.version = version,
-                                 .type = type,
+                                 .kind = kind,
                                  .sender = sender,
                                  .seq = seq,
                                  .step = step,
                                  .chunks = 1,
                                  .payload_len = len,
-                                 .total_len = len,
-                                 .count = len};
+                                 .total_len = len};
     size_t w = 0;
     rumor_net_frame_encode(&h, payload, buf, cap, &w);
     return w;
@@ -209,7 +208,7 @@ t_raw_hello(struct t_raw *r, uint8_t version, uint32_t sender, uint64_t fp)
     size_t n = t_frame(frame,
                        sizeof frame,
                        version,
-                       RUMOR_NET_TYPE_HELLO,
+                       RUMOR_NET_KIND_HELLO,
                        sender,
                        1,
                        0,

@@ -391,7 +391,7 @@ test_memory__receiver_stops_reading__sender_queue_stays_bounded(void **state)
     size_t len = 1u << 20;
     uint8_t *buf = calloc(1, len);
     assert_non_null(buf);
-    struct rumor_net_header h = {.step = 1};
+    struct rumor_net_header h = {.kind = RUMOR_NET_KIND_GOSSIP, .step = 1};
     rumor_err rc = RUMOR_OK;
     int sent = 0;
     /* 1 GiB would be sent if nothing pushed back */

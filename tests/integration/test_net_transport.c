@@ -112,17 +112,22 @@ t_send_and_check(rumor_net *a,
     uint8_t *buf = malloc(len ? len : 1);
     assert_non_null(buf);
     t_pattern(buf, len, (uint32_t)(step * 31 + len));
-    struct rumor_net_header h = {.codec = 3,
+    struct rumor_net_header h = {.kind = RUMOR_NET_KIND_GOSSIP,
+                                 .codec = 3,
                                  .step = step,
                                  .round = 1,
-                                 .tensor = 9,
-                                 .count = len / 4};
+                                 .stop = 9};
     assert_int_equal(
         rumor_net_send(a, b_id, &h, buf, len, t_deadline(T_DEADLINE_MS)),
         RUMOR_OK);
     struct rumor_net_msg m;
-    rumor_err rc =
-        rumor_net_recv(b, a_id, step, 1, t_deadline(T_DEADLINE_MS), &m);
+    rumor_err rc = rumor_net_recv(b,
+                                  a_id,
+                                  RUMOR_NET_KIND_GOSSIP,
+                                  step,
+                                  1,
+                                  t_deadline(T_DEADLINE_MS),
+                                  &m);
     if (rc != RUMOR_OK)
         fail_msg("message of %zu bytes at step %llu: %s",
                  len,
@@ -130,9 +135,9 @@ t_send_and_check(rumor_net *a,
                  rumor_strerror(rc));
     assert_int_equal(m.len, len);
     assert_int_equal(m.hdr.sender, a_id);
-    assert_int_equal(m.hdr.tensor, 9);
+    assert_int_equal(m.hdr.kind, RUMOR_NET_KIND_GOSSIP);
+    assert_int_equal(m.hdr.stop, 9);
     assert_int_equal(m.hdr.codec, 3);
-    assert_int_equal(m.hdr.count, len / 4);
     if (len > 0)
         assert_memory_equal(m.payload, buf, len);
     rumor_net_msg_free(&m);
@@ -182,13 +187,27 @@ test_exchange__tensors_of_several_sizes__arrive_intact_both_ways(void **state)
                          64 * beats);
     /* counted when rumor_net_send takes the message, not when it leaves */
     uint64_t before = st.bytes_sent;
-    struct rumor_net_header h = {.type = RUMOR_NET_TYPE_DATA, .step = 40};
+    struct rumor_net_header h = {.kind = RUMOR_NET_KIND_GOSSIP, .step = 40};
     uint8_t one[1000] = {0};
     assert_int_equal(
         rumor_net_send(c.net[0], 1, &h, one, sizeof one, t_deadline(1000)),
         RUMOR_OK);
     rumor_net_stats(c.net[0], 1, &st);
     assert_true(st.bytes_sent >= before + 64 + sizeof one);
+    /* not a message kind, or a field its kind does not have: refused */
+    struct rumor_net_header bad[] = {{.kind = RUMOR_NET_KIND_HELLO},
+                                     {.kind = RUMOR_NET_KIND_MAX + 1},
+                                     {.kind = RUMOR_NET_KIND_PROBE, .round = 1},
+                                     {.kind = RUMOR_NET_KIND_ACK, .stop = 2},
+                                     {.kind = RUMOR_NET_KIND_PING, .codec = 4}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
+        assert_int_equal(rumor_net_send(c.net[0],
+                                        1,
+                                        &bad[k],
+                                        one,
+                                        sizeof one,
+                                        t_deadline(1000)),
+                         RUMOR_EINVAL);
     t_cluster_stop(&c);
 }
 
@@ -225,12 +244,14 @@ test_recv__nothing_sent__returns_etimedout_at_deadline(void **state)
     t_cluster_start(&c, 0, LINK_NONE, 7, NULL, NULL);
     struct rumor_net_msg m;
     uint64_t deadline = t_deadline(50);
-    assert_int_equal(rumor_net_recv(c.net[0], 1, 0, 0, deadline, &m),
-                     RUMOR_ETIMEDOUT);
+    assert_int_equal(
+        rumor_net_recv(c.net[0], 1, RUMOR_NET_KIND_GOSSIP, 0, 0, deadline, &m),
+        RUMOR_ETIMEDOUT);
     assert_true(rumor_clock_ns() >= deadline);
     assert_null(m.payload);
-    assert_int_equal(rumor_net_recv(c.net[0], 99, 0, 0, deadline, &m),
-                     RUMOR_EINVAL);
+    assert_int_equal(
+        rumor_net_recv(c.net[0], 99, RUMOR_NET_KIND_GOSSIP, 0, 0, deadline, &m),
+        RUMOR_EINVAL);
     t_cluster_stop(&c);
 }
 
@@ -317,6 +338,11 @@ t_dropped(const struct rumor_net_stats *st)
     return st->dropped;
 }
 static uint64_t
+t_messages_recv(const struct rumor_net_stats *st)
+{
+    return st->messages_recv;
+}
+static uint64_t
 t_recreated(const struct rumor_net_stats *st)
 {
     return st->links_recreated;
@@ -328,7 +354,13 @@ static void
 t_node1_still_works(struct t_cluster *c, uint64_t step)
 {
     struct rumor_net_msg m;
-    assert_int_equal(rumor_net_recv(c->net[1], 0, 0, 0, t_deadline(1), &m),
+    assert_int_equal(rumor_net_recv(c->net[1],
+                                    0,
+                                    RUMOR_NET_KIND_GOSSIP,
+                                    0,
+                                    0,
+                                    t_deadline(1),
+                                    &m),
                      RUMOR_ETIMEDOUT);
     if (c->net[0] == NULL)
         t_cluster_start(c, 0, LINK_TO_1, 7, NULL, NULL);
@@ -360,7 +392,7 @@ test_reject__unlisted_key__nothing_delivered_node_keeps_working(void **state)
                t_frame(f,
                        sizeof f,
                        RUMOR_NET_VERSION,
-                       RUMOR_NET_TYPE_DATA,
+                       RUMOR_NET_KIND_GOSSIP,
                        0,
                        2,
                        0,
@@ -428,7 +460,7 @@ test_reject__listed_key_claiming_another_id__dropped(void **state)
                t_frame(f,
                        sizeof f,
                        RUMOR_NET_VERSION,
-                       RUMOR_NET_TYPE_DATA,
+                       RUMOR_NET_KIND_GOSSIP,
                        2,
                        2,
                        0,
@@ -439,7 +471,13 @@ test_reject__listed_key_claiming_another_id__dropped(void **state)
     rumor_net_stats(c.net[1], 2, &st);
     assert_int_equal(st.frames_recv, 0);
     struct rumor_net_msg m;
-    assert_int_equal(rumor_net_recv(c.net[1], 2, 0, 0, t_deadline(1), &m),
+    assert_int_equal(rumor_net_recv(c.net[1],
+                                    2,
+                                    RUMOR_NET_KIND_GOSSIP,
+                                    0,
+                                    0,
+                                    t_deadline(1),
+                                    &m),
                      RUMOR_ETIMEDOUT);
     t_raw_close(&r);
     t_node1_still_works(&c, 7);
@@ -459,25 +497,102 @@ test_reject__wrong_version__refused_with_reason_to_the_peer(void **state)
                rumor_net_keypair_public(c.kp[1]),
                rumor_net_keypair_public(c.kp[0]),
                net_keypair_secret(c.kp[0]));
-    t_raw_hello(&r, RUMOR_NET_VERSION - 1, 0, 7); /* a node of version 1 */
+    /* a HELLO as a node of version 2 sends it: type 1 at offset 5, the
+     * payload's length in its count field (offset 48), sealed */
+    struct rumor_net_hello hello = {.fingerprint = 7,
+                                    .epoch = 12345,
+                                    .max_message = 1 << 20,
+                                    .chunk_bytes = 256 << 10};
+    uint8_t body[RUMOR_NET_HELLO_BYTES], old[128];
+    rumor_net_hello_encode(&hello, body);
+    size_t len =
+        t_frame(old, sizeof old, 2, RUMOR_NET_KIND_HELLO, 0, 1, 0, body, 24);
+    assert_int_equal(len, 64 + 24);
+    old[48] = 24;
+    uint32_t seal = rumor_crc32c(rumor_crc32c(0, old + 64, 24), old, 60);
+    for (int b = 0; b < 4; b++)
+        old[60 + b] = (uint8_t)(seal >> (8 * b));
+    t_raw_send(&r, old, len);
+    /* the REFUSE comes in version 2, which that node reads: same layout */
     uint8_t buf[512];
     int n = t_raw_recv(&r, buf, sizeof buf, t_deadline(T_DEADLINE_MS));
-    assert_true(n > 0);
-    struct rumor_net_header h;
-    const uint8_t *p = NULL;
-    assert_int_equal(rumor_net_frame_decode(buf, (size_t)n, 1 << 20, &h, &p),
-                     RUMOR_OK);
-    assert_int_equal(h.type, RUMOR_NET_TYPE_REFUSE);
-    assert_int_equal(h.sender, 1);
+    assert_true(n > 64);
+    assert_memory_equal(buf, "RUMR", 4);
+    assert_int_equal(buf[4], 2);
+    assert_int_equal(buf[5], RUMOR_NET_KIND_REFUSE);
+    uint32_t crc =
+        rumor_crc32c(rumor_crc32c(0, buf + 64, (size_t)n - 64), buf, 60);
+    assert_int_equal(crc,
+                     (uint32_t)buf[60] | (uint32_t)buf[61] << 8 |
+                         (uint32_t)buf[62] << 16 | (uint32_t)buf[63] << 24);
     uint32_t reason;
     char text[RUMOR_NET_REFUSE_TEXT_MAX + 1];
-    assert_int_equal(rumor_net_refuse_decode(p, h.payload_len, &reason, text),
-                     RUMOR_OK);
+    assert_int_equal(
+        rumor_net_refuse_decode(buf + 64, (size_t)n - 64, &reason, text),
+        RUMOR_OK);
     assert_int_equal(reason, RUMOR_EPROTO);
-    assert_non_null(strstr(text, "protocol version 1, this node speaks 2"));
+    assert_string_equal(text, "protocol version 2, this node speaks 3");
+    /* this node keeps the same words for its user */
+    char kept[RUMOR_NET_REFUSE_TEXT_MAX + 1];
+    assert_true(rumor_net_refused(c.net[1], 0, kept));
+    assert_string_equal(kept, text);
     t_wait_counter(c.net[1], 0, t_refused, 1, "refused");
     t_raw_close(&r);
     t_node1_still_works(&c, 8);
+    t_cluster_stop(&c);
+}
+
+/* This node connects to a node of version 2, which answers its HELLO with
+ * a REFUSE of version 2: this node cannot decode it, and takes it as a
+ * refusal in the words the other side would use. */
+static void
+test_reject__older_version_answers__refused_naming_both_versions(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    /* node 1: a bare CURVE ROUTER with node 1's key, as an old node */
+    void *ctx = zmq_ctx_new();
+    void *router = zmq_socket(ctx, ZMQ_ROUTER);
+    int one = 1, zero = 0;
+    zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(router, ZMQ_CURVE_SERVER, &one, sizeof one);
+    zmq_setsockopt(router,
+                   ZMQ_CURVE_SECRETKEY,
+                   net_keypair_secret(c.kp[1]),
+                   40);
+    assert_int_equal(zmq_bind(router, c.endpoint[1]), 0);
+    t_cluster_start(&c, 0, LINK_TO_1, 7, NULL, NULL);
+    uint8_t rid[256], frame[512];
+    zmq_setsockopt(router, ZMQ_RCVTIMEO, &(int){T_DEADLINE_MS}, sizeof(int));
+    int rid_len = zmq_recv(router, rid, sizeof rid, 0);
+    int n = zmq_recv(router, frame, sizeof frame, 0);
+    assert_true(rid_len > 0 && n >= 64);
+    assert_int_equal(frame[4], RUMOR_NET_VERSION);
+    assert_int_equal(frame[5], RUMOR_NET_KIND_HELLO);
+    uint8_t body[64];
+    const char *why = "protocol version 3, this node speaks 2";
+    size_t blen = rumor_net_refuse_encode(RUMOR_EPROTO, why, body, sizeof body);
+    size_t w = t_frame(frame,
+                       sizeof frame,
+                       2,
+                       RUMOR_NET_KIND_REFUSE,
+                       1,
+                       1,
+                       0,
+                       body,
+                       (uint32_t)blen);
+    zmq_send(router, rid, (size_t)rid_len, ZMQ_SNDMORE);
+    zmq_send(router, frame, w, 0);
+    char text[RUMOR_NET_REFUSE_TEXT_MAX + 1];
+    uint64_t deadline = t_deadline(T_DEADLINE_MS);
+    while (!rumor_net_refused(c.net[0], 1, text) && rumor_clock_ns() < deadline)
+        t_pause_1ms();
+    assert_string_equal(text, "protocol version 2, this node speaks 3");
+    assert_int_equal(rumor_net_wait_ready(c.net[0], 1, t_deadline(1)),
+                     RUMOR_ETIMEDOUT);
+    zmq_close(router);
+    zmq_ctx_term(ctx);
     t_cluster_stop(&c);
 }
 
@@ -555,6 +670,110 @@ test_reject__other_description__same_explanation_on_both_sides(void **state)
     t_cluster_stop(&c);
 }
 
+/* Messages are taken by kind: a control message never answers a wait for
+ * gossip of the same step and round, the handshake kinds outlive closed
+ * steps, and a frame of a kind this version does not know is rejected and
+ * counted, not delivered. */
+static void
+test_kinds__taken_by_kind__unknown_kind_rejected(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    t_cluster_start(&c, 1, LINK_NONE, 7, NULL, NULL);
+    struct t_raw r;
+    t_raw_open(&r,
+               c.endpoint[1],
+               rumor_net_keypair_public(c.kp[1]),
+               rumor_net_keypair_public(c.kp[0]),
+               net_keypair_secret(c.kp[0]));
+    t_raw_hello(&r, RUMOR_NET_VERSION, 0, 7);
+    uint8_t buf[512];
+    assert_true(t_raw_recv(&r, buf, sizeof buf, t_deadline(T_DEADLINE_MS)) >
+                0); /* HELLO_OK */
+    size_t n = t_frame(buf,
+                       sizeof buf,
+                       RUMOR_NET_VERSION,
+                       RUMOR_NET_KIND_GOSSIP,
+                       0,
+                       2,
+                       5,
+                       "what",
+                       4);
+    buf[5] = RUMOR_NET_KIND_MAX + 1; /* a kind of a later version, sealed */
+    uint32_t seal = rumor_crc32c(rumor_crc32c(0, buf + 64, 4), buf, 60);
+    for (int b = 0; b < 4; b++)
+        buf[60 + b] = (uint8_t)(seal >> (8 * b));
+    t_raw_send(&r, buf, n);
+    t_wait_counter(c.net[1], 0, t_rejected_proto, 1, "rejected_proto");
+    static const struct {
+        uint8_t kind;
+        uint64_t step;
+        const char *text;
+    } sent[] = {{RUMOR_NET_KIND_ACK, 5, "ack!"},
+                {RUMOR_NET_KIND_GOSSIP, 5, "gsp!"},
+                {RUMOR_NET_KIND_SYNC, 9, "syn!"},
+                {RUMOR_NET_KIND_PROBE, 6, "prb!"}};
+    for (size_t k = 0; k < 4; k++) {
+        n = t_frame(buf,
+                    sizeof buf,
+                    RUMOR_NET_VERSION,
+                    sent[k].kind,
+                    0,
+                    3 + k,
+                    sent[k].step,
+                    sent[k].text,
+                    4);
+        t_raw_send(&r, buf, n);
+    }
+    struct rumor_net_msg m;
+    assert_int_equal(rumor_net_recv(c.net[1],
+                                    0,
+                                    RUMOR_NET_KIND_GOSSIP,
+                                    5,
+                                    0,
+                                    t_deadline(T_DEADLINE_MS),
+                                    &m),
+                     RUMOR_OK);
+    assert_memory_equal(m.payload, "gsp!", 4);
+    rumor_net_msg_free(&m);
+    assert_int_equal(rumor_net_recv(c.net[1],
+                                    0,
+                                    RUMOR_NET_KIND_ACK,
+                                    5,
+                                    0,
+                                    t_deadline(T_DEADLINE_MS),
+                                    &m),
+                     RUMOR_OK);
+    assert_memory_equal(m.payload, "ack!", 4);
+    rumor_net_msg_free(&m);
+    t_wait_counter(c.net[1], 0, t_messages_recv, 4, "messages");
+    rumor_net_close_steps_before(c.net[1], 100);
+    assert_int_equal(rumor_net_recv(c.net[1],
+                                    0,
+                                    RUMOR_NET_KIND_PROBE,
+                                    6,
+                                    0,
+                                    t_deadline(1),
+                                    &m),
+                     RUMOR_ETIMEDOUT);
+    /* the handshake kind came through the close, whatever step is asked */
+    assert_int_equal(rumor_net_recv(c.net[1],
+                                    0,
+                                    RUMOR_NET_KIND_SYNC,
+                                    0,
+                                    0,
+                                    t_deadline(1),
+                                    &m),
+                     RUMOR_OK);
+    assert_memory_equal(m.payload, "syn!", 4);
+    assert_int_equal(m.hdr.step, 9);
+    rumor_net_msg_free(&m);
+    t_raw_close(&r);
+    t_node1_still_works(&c, 100);
+    t_cluster_stop(&c);
+}
+
 static void
 test_reject__bad_frames__rejected_logged_node_keeps_working(void **state)
 {
@@ -579,7 +798,7 @@ test_reject__bad_frames__rejected_logged_node_keeps_working(void **state)
     size_t n = t_frame(buf,
                        sizeof buf,
                        RUMOR_NET_VERSION,
-                       RUMOR_NET_TYPE_DATA,
+                       RUMOR_NET_KIND_GOSSIP,
                        0,
                        2,
                        0,
@@ -595,7 +814,7 @@ test_reject__bad_frames__rejected_logged_node_keeps_working(void **state)
     t_raw_send(&r, buf, n);
     /* a header announcing more than max_message_bytes */
     struct rumor_net_header h = {.version = RUMOR_NET_VERSION,
-                                 .type = RUMOR_NET_TYPE_DATA,
+                                 .kind = RUMOR_NET_KIND_GOSSIP,
                                  .sender = 0,
                                  .seq = 3,
                                  .chunks = 2,
@@ -617,7 +836,7 @@ test_reject__bad_frames__rejected_logged_node_keeps_working(void **state)
     n = t_frame(buf,
                 sizeof buf,
                 RUMOR_NET_VERSION,
-                RUMOR_NET_TYPE_DATA,
+                RUMOR_NET_KIND_GOSSIP,
                 0,
                 10,
                 3,
@@ -627,19 +846,30 @@ test_reject__bad_frames__rejected_logged_node_keeps_working(void **state)
     t_raw_send(&r, buf, n);
     t_wait_counter(c.net[1], 0, t_replays, 1, "replays");
     struct rumor_net_msg m;
-    assert_int_equal(
-        rumor_net_recv(c.net[1], 0, 3, 0, t_deadline(T_DEADLINE_MS), &m),
-        RUMOR_OK);
+    assert_int_equal(rumor_net_recv(c.net[1],
+                                    0,
+                                    RUMOR_NET_KIND_GOSSIP,
+                                    3,
+                                    0,
+                                    t_deadline(T_DEADLINE_MS),
+                                    &m),
+                     RUMOR_OK);
     assert_memory_equal(m.payload, "once", 4);
     rumor_net_msg_free(&m);
-    assert_int_equal(rumor_net_recv(c.net[1], 0, 3, 0, t_deadline(1), &m),
+    assert_int_equal(rumor_net_recv(c.net[1],
+                                    0,
+                                    RUMOR_NET_KIND_GOSSIP,
+                                    3,
+                                    0,
+                                    t_deadline(1),
+                                    &m),
                      RUMOR_ETIMEDOUT);
     /* a message for a closed step is dropped */
     rumor_net_close_steps_before(c.net[1], 100);
     n = t_frame(buf,
                 sizeof buf,
                 RUMOR_NET_VERSION,
-                RUMOR_NET_TYPE_DATA,
+                RUMOR_NET_KIND_GOSSIP,
                 0,
                 11,
                 50,
@@ -647,12 +877,18 @@ test_reject__bad_frames__rejected_logged_node_keeps_working(void **state)
                 4);
     t_raw_send(&r, buf, n);
     t_wait_counter(c.net[1], 0, t_dropped, 1, "dropped");
-    assert_int_equal(rumor_net_recv(c.net[1], 0, 50, 0, t_deadline(1), &m),
+    assert_int_equal(rumor_net_recv(c.net[1],
+                                    0,
+                                    RUMOR_NET_KIND_GOSSIP,
+                                    50,
+                                    0,
+                                    t_deadline(1),
+                                    &m),
                      RUMOR_ETIMEDOUT);
     /* a chunk without its predecessors is dropped, and so is a message
      * whose chunks stop (the next message's chunk 0 replaces it) */
     struct rumor_net_header part = {.version = RUMOR_NET_VERSION,
-                                    .type = RUMOR_NET_TYPE_DATA,
+                                    .kind = RUMOR_NET_KIND_GOSSIP,
                                     .sender = 0,
                                     .seq = 20,
                                     .step = 160,
@@ -671,19 +907,30 @@ test_reject__bad_frames__rejected_logged_node_keeps_working(void **state)
     n = t_frame(buf,
                 sizeof buf,
                 RUMOR_NET_VERSION,
-                RUMOR_NET_TYPE_DATA,
+                RUMOR_NET_KIND_GOSSIP,
                 0,
                 22,
                 161,
                 "next",
                 4);
     t_raw_send(&r, buf, n);
-    assert_int_equal(
-        rumor_net_recv(c.net[1], 0, 161, 0, t_deadline(T_DEADLINE_MS), &m),
-        RUMOR_OK);
+    assert_int_equal(rumor_net_recv(c.net[1],
+                                    0,
+                                    RUMOR_NET_KIND_GOSSIP,
+                                    161,
+                                    0,
+                                    t_deadline(T_DEADLINE_MS),
+                                    &m),
+                     RUMOR_OK);
     assert_memory_equal(m.payload, "next", 4);
     rumor_net_msg_free(&m);
-    assert_int_equal(rumor_net_recv(c.net[1], 0, 160, 0, t_deadline(1), &m),
+    assert_int_equal(rumor_net_recv(c.net[1],
+                                    0,
+                                    RUMOR_NET_KIND_GOSSIP,
+                                    160,
+                                    0,
+                                    t_deadline(1),
+                                    &m),
                      RUMOR_ETIMEDOUT);
     /* 1 closed step + the orphan chunk + the cut message */
     t_wait_counter(c.net[1], 0, t_dropped, 3, "dropped");
@@ -721,7 +968,8 @@ test_inbox__full__later_messages_dropped_until_read(void **state)
         RUMOR_OK);
     uint8_t buf[6000] = {0};
     for (uint64_t step = 1; step <= 3; step++) {
-        struct rumor_net_header h = {.step = step};
+        struct rumor_net_header h = {.kind = RUMOR_NET_KIND_GOSSIP,
+                                     .step = step};
         assert_int_equal(rumor_net_send(c.net[0],
                                         1,
                                         &h,
@@ -733,11 +981,22 @@ test_inbox__full__later_messages_dropped_until_read(void **state)
     /* 6000 fits, 12000 would not: steps 2 and 3 are dropped */
     t_wait_counter(c.net[1], 0, t_dropped, 2, "dropped");
     struct rumor_net_msg m;
-    assert_int_equal(
-        rumor_net_recv(c.net[1], 0, 1, 0, t_deadline(T_DEADLINE_MS), &m),
-        RUMOR_OK);
+    assert_int_equal(rumor_net_recv(c.net[1],
+                                    0,
+                                    RUMOR_NET_KIND_GOSSIP,
+                                    1,
+                                    0,
+                                    t_deadline(T_DEADLINE_MS),
+                                    &m),
+                     RUMOR_OK);
     rumor_net_msg_free(&m);
-    assert_int_equal(rumor_net_recv(c.net[1], 0, 2, 0, t_deadline(1), &m),
+    assert_int_equal(rumor_net_recv(c.net[1],
+                                    0,
+                                    RUMOR_NET_KIND_GOSSIP,
+                                    2,
+                                    0,
+                                    t_deadline(1),
+                                    &m),
                      RUMOR_ETIMEDOUT);
     /* read, so there is room again */
     t_send_and_check(c.net[0], 1, c.net[1], 0, 4, 6000);
@@ -755,9 +1014,14 @@ test_zap__handler_stopped__listener_closed_and_error_reported(void **state)
                      RUMOR_OK);
     assert_int_equal(rumor_net_status(c.net[1]), RUMOR_EAUTH);
     struct rumor_net_msg m;
-    assert_int_equal(
-        rumor_net_recv(c.net[1], 0, 0, 0, t_deadline(T_DEADLINE_MS), &m),
-        RUMOR_EAUTH);
+    assert_int_equal(rumor_net_recv(c.net[1],
+                                    0,
+                                    RUMOR_NET_KIND_GOSSIP,
+                                    0,
+                                    0,
+                                    t_deadline(T_DEADLINE_MS),
+                                    &m),
+                     RUMOR_EAUTH);
     /* nobody can even connect: the listener is gone */
     rumor_net_keypair *stranger = NULL;
     assert_int_equal(rumor_net_keypair_generate(&stranger), RUMOR_OK);
@@ -810,7 +1074,7 @@ test_zap__handler_silent__libzmq_admits_but_nothing_delivered(void **state)
                t_frame(f,
                        sizeof f,
                        RUMOR_NET_VERSION,
-                       RUMOR_NET_TYPE_DATA,
+                       RUMOR_NET_KIND_GOSSIP,
                        0,
                        2,
                        0,
@@ -1075,6 +1339,9 @@ main(int argc, char **argv)
         cmocka_unit_test(test_reject__listed_key_claiming_another_id__dropped),
         cmocka_unit_test(
             test_reject__wrong_version__refused_with_reason_to_the_peer),
+        cmocka_unit_test(
+            test_reject__older_version_answers__refused_naming_both_versions),
+        cmocka_unit_test(test_kinds__taken_by_kind__unknown_kind_rejected),
         cmocka_unit_test(test_reject__wrong_fingerprint__refused_on_both_sides),
         cmocka_unit_test(
             test_reject__other_description__same_explanation_on_both_sides),

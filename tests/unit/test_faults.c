@@ -16,6 +16,7 @@
 #include "rumor/gossip.h"
 #include "rumor/node.h"
 
+#include "node/faults.h"
 #include "node/statesync.h"
 
 #include <math.h>
@@ -615,11 +616,59 @@ test_sync__round_trip_and_bad_flags_or_lengths__rejected(void **state)
     assert_int_equal(back.step, 0);
 }
 
+/* The codec a GOSSIP frame names (rumor_gossip_codec): the algorithm's
+ * codec, localsgd's delta codec, none for raw vectors; a receiver refuses
+ * a message in another (node_gossip_codec_check). */
+static void
+test_codec__per_algorithm__other_codec_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *algo, *codec, *delta;
+        bool compressed;
+        uint8_t want;
+    } rows[] = {
+        {"dpsgd", "", "", false, 0},
+        {"choco", "qsgd:bits=4", "", false, 4},
+        {"deepsqueeze", "sign", "", false, 6},
+        {"allreduce", "terngrad", "", true, 5},
+        {"allreduce", "terngrad", "", false, 0},
+        {"localsgd", "", "natural", false, 7},
+        {"powergossip", "", "", false, 0},
+    };
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        struct rumor_gossip_opts opts = s_opts(rows[r].algo, 0);
+        if (rows[r].codec[0] != '\0')
+            snprintf(opts.codec, sizeof opts.codec, "%s", rows[r].codec);
+        snprintf(opts.delta_codec,
+                 sizeof opts.delta_codec,
+                 "%s",
+                 rows[r].delta);
+        opts.compressed = rows[r].compressed;
+        struct net c;
+        s_net_new_opts(&c, "ring:3", &opts);
+        uint8_t got = rumor_gossip_codec(c.g[0]);
+        if (got != rows[r].want)
+            fail_msg("%s %s: codec %u, want %u",
+                     rows[r].algo,
+                     rows[r].codec,
+                     got,
+                     rows[r].want);
+        struct rumor_net_msg m = {
+            .hdr = {.kind = RUMOR_NET_KIND_GOSSIP, .codec = rows[r].want}};
+        assert_int_equal(node_gossip_codec_check(c.g[0], &m, 1), RUMOR_OK);
+        m.hdr.codec = rows[r].want == 4 ? 6 : 4;
+        assert_int_equal(node_gossip_codec_check(c.g[0], &m, 1), RUMOR_EPROTO);
+        s_net_free(&c);
+    }
+}
+
 int
 main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ack__round_trip_and_bad_inputs__rejected),
+        cmocka_unit_test(test_codec__per_algorithm__other_codec_refused),
         cmocka_unit_test(
             test_skip__random_drops_600_steps__average_kept_to_1e6),
         cmocka_unit_test(

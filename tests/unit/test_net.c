@@ -27,17 +27,16 @@ s_valid_frame(uint8_t *buf, size_t cap, const uint8_t *payload, uint32_t n)
 {
     struct rumor_net_header h = {
         .version = RUMOR_NET_VERSION,
-        .type = RUMOR_NET_TYPE_DATA,
+        .kind = RUMOR_NET_KIND_GOSSIP,
         .codec = 7,
         .sender = 0x01020304,
         .round = 2,
         .step = 0x1122334455667788ull,
         .seq = 9,
-        .tensor = 5,
+        .stop = 5,
         .chunk = 1,
         .chunks = 3,
         .payload_len = n,
-        .count = 1000,
         .total_len = 3 * n,
     };
     size_t w = 0;
@@ -56,13 +55,13 @@ test_frame_encode__known_fields__at_documented_offsets(void **state)
     assert_int_equal(n, 68);
     /* hand-written little-endian expectations (docs/protocol.md) */
     static const uint8_t want[60] = {
-        'R',  'U',  'M',  'R',  2,    5,    7,    0,    /* magic ver type */
+        'R',  'U',  'M',  'R',  3,    5,    7,    0,    /* magic ver kind */
         0x04, 0x03, 0x02, 0x01, 2,    0,    0,    0,    /* sender round */
         0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, /* step */
         9,    0,    0,    0,    0,    0,    0,    0,    /* seq */
-        5,    0,    0,    0,    1,    0,    0,    0,    /* tensor chunk */
+        5,    0,    0,    0,    1,    0,    0,    0,    /* stop chunk */
         3,    0,    0,    0,    4,    0,    0,    0,    /* chunks len */
-        0xe8, 0x03, 0,    0,    0,    0,    0,    0,    /* count */
+        0,    0,    0,    0,    0,    0,    0,    0,    /* reserved */
         12,   0,    0,    0,                            /* total_len */
     };
     assert_memory_equal(buf, want, sizeof want);
@@ -92,7 +91,9 @@ test_frame_decode__valid_frame__round_trips(void **state)
     assert_int_equal(h.chunks, 3);
     assert_int_equal(h.payload_len, 4);
     assert_int_equal(h.total_len, 12);
-    assert_int_equal(h.count, 1000);
+    assert_int_equal(h.stop, 5);
+    assert_int_equal(h.round, 2);
+    assert_int_equal(h.kind, RUMOR_NET_KIND_GOSSIP);
     assert_int_equal(h.codec, 7);
 }
 
@@ -137,11 +138,16 @@ test_frame_decode__table_of_bad_frames__rejected(void **state)
         {"trailing byte", SIZE_MAX, 0, false, 1, false, 1 << 20, RUMOR_EPROTO},
         {"bad magic", 0, 0x524d5553, false, 0, true, 1 << 20, RUMOR_EPROTO},
         {"version 1", 4, 1, true, 0, true, 1 << 20, RUMOR_EPROTO},
-        {"version 3", 4, 3, true, 0, true, 1 << 20, RUMOR_EPROTO},
+        {"version 2", 4, 2, true, 0, true, 1 << 20, RUMOR_EPROTO},
+        {"version 4", 4, 4, true, 0, true, 1 << 20, RUMOR_EPROTO},
         {"version 0", 4, 0, true, 0, true, 1 << 20, RUMOR_EPROTO},
-        {"type 0", 5, 0, true, 0, true, 1 << 20, RUMOR_EPROTO},
-        {"type 6", 5, 6, true, 0, true, 1 << 20, RUMOR_EPROTO},
+        {"kind 0", 5, 0, true, 0, true, 1 << 20, RUMOR_EPROTO},
+        {"kind 12 (unknown)", 5, 12, true, 0, true, 1 << 20, RUMOR_EPROTO},
+        {"kind 255", 5, 255, true, 0, true, 1 << 20, RUMOR_EPROTO},
+        {"ack with a round", 5, 7, true, 0, true, 1 << 20, RUMOR_EPROTO},
         {"flags set", 7, 1, true, 0, true, 1 << 20, RUMOR_EPROTO},
+        {"reserved low", 48, 1, false, 0, true, 1 << 20, RUMOR_EPROTO},
+        {"reserved high", 52, 1u << 31, false, 0, true, 1 << 20, RUMOR_EPROTO},
         {"chunk == chunks", 36, 3, false, 0, true, 1 << 20, RUMOR_EPROTO},
         {"chunks 0", 40, 0, false, 0, true, 1 << 20, RUMOR_EPROTO},
         {"payload_len says 5", 44, 5, false, 0, true, 1 << 20, RUMOR_EPROTO},
@@ -196,22 +202,82 @@ test_frame_decode__table_of_bad_frames__rejected(void **state)
     }
 }
 
+/* round, stop and codec exist only in GOSSIP: in every other kind each of
+ * them alone makes the frame invalid, both ways, and the kind round-trips */
+static void
+test_frame_kinds__fields_only_where_the_kind_has_them(void **state)
+{
+    (void)state;
+    for (uint8_t kind = RUMOR_NET_KIND_HELLO; kind <= RUMOR_NET_KIND_MAX;
+         kind++) {
+        for (int field = 0; field < 4; field++) {
+            struct rumor_net_header h = {.version = RUMOR_NET_VERSION,
+                                         .kind = kind,
+                                         .sender = 3,
+                                         .step = 11,
+                                         .seq = 1,
+                                         .chunks = 1};
+            h.round = field == 1 ? 2 : 0;
+            h.stop = field == 2 ? 4 : 0;
+            h.codec = field == 3 ? 4 : 0; /* qsgd */
+            bool fits = field == 0 || kind == RUMOR_NET_KIND_GOSSIP;
+            uint8_t buf[64];
+            size_t w = 0;
+            rumor_err rc = rumor_net_frame_encode(&h, NULL, buf, 64, &w);
+            if (rc != (fits ? RUMOR_OK : RUMOR_EINVAL))
+                fail_msg("encode kind %u field %d: %s",
+                         kind,
+                         field,
+                         rumor_errname(rc));
+            if (!fits) {
+                /* the same frame forged: the decoder refuses it too */
+                h.kind = RUMOR_NET_KIND_GOSSIP;
+                assert_int_equal(rumor_net_frame_encode(&h, NULL, buf, 64, &w),
+                                 RUMOR_OK);
+                buf[5] = kind;
+                s_fix_crc(buf, 64);
+            }
+            struct rumor_net_header d;
+            const uint8_t *p = NULL;
+            rc = rumor_net_frame_decode(buf, 64, 1 << 20, &d, &p);
+            if (rc != (fits ? RUMOR_OK : RUMOR_EPROTO))
+                fail_msg("decode kind %u field %d: %s",
+                         kind,
+                         field,
+                         rumor_errname(rc));
+            if (fits) {
+                assert_int_equal(d.kind, kind);
+                assert_int_equal(d.round, h.round);
+                assert_int_equal(d.stop, h.stop);
+                assert_int_equal(d.codec, h.codec);
+            }
+        }
+    }
+    assert_string_equal(rumor_net_kind_name(RUMOR_NET_KIND_SYNC_ANSWER),
+                        "sync-answer");
+    assert_string_equal(rumor_net_kind_name(RUMOR_NET_KIND_MAX + 1), "unknown");
+}
+
 static void
 test_frame_encode__inconsistent_header__refused(void **state)
 {
     (void)state;
     uint8_t buf[128];
     size_t w = 99;
-    struct rumor_net_header h = {.chunks = 1, .chunk = 1};
+    struct rumor_net_header h = {.kind = RUMOR_NET_KIND_GOSSIP,
+                                 .chunks = 1,
+                                 .chunk = 1};
     assert_int_equal(rumor_net_frame_encode(&h, NULL, buf, sizeof buf, &w),
                      RUMOR_EINVAL);
     assert_int_equal(w, 0);
-    h = (struct rumor_net_header){.chunks = 1,
+    h = (struct rumor_net_header){.kind = RUMOR_NET_KIND_GOSSIP,
+                                  .chunks = 1,
                                   .payload_len = 8,
                                   .total_len = 4};
     assert_int_equal(rumor_net_frame_encode(&h, buf, buf, sizeof buf, &w),
                      RUMOR_EINVAL);
-    h = (struct rumor_net_header){.chunks = 1,
+    h = (struct rumor_net_header){.kind = RUMOR_NET_KIND_GOSSIP,
+                                  .chunks = 1,
                                   .payload_len = 8,
                                   .total_len = 8};
     uint8_t small[70];
@@ -594,6 +660,7 @@ main(int argc, char **argv)
             test_frame_encode__known_fields__at_documented_offsets),
         cmocka_unit_test(test_frame_decode__valid_frame__round_trips),
         cmocka_unit_test(test_frame_decode__table_of_bad_frames__rejected),
+        cmocka_unit_test(test_frame_kinds__fields_only_where_the_kind_has_them),
         cmocka_unit_test(test_frame_encode__inconsistent_header__refused),
         cmocka_unit_test(test_hello__round_trip_and_bad_sizes),
         cmocka_unit_test(test_refuse__round_trip_and_unprintable__rejected),
