@@ -182,7 +182,7 @@ s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
     for (size_t m = 0; m < count && rc == RUMOR_OK; m++) {
         struct rumor_net_header h = {.type = RUMOR_NET_TYPE_DATA,
                                      .step = step,
-                                     .round = round,
+                                     .round = node->round_base + round,
                                      .tensor = s_stop_field(node, step),
                                      .count = msgs[m].len};
         rc = rumor_net_send(node->net,
@@ -215,7 +215,7 @@ s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
         rc = node_recv(node,
                        node->expect[k],
                        step,
-                       round,
+                       node->round_base + round,
                        deadline,
                        &node->got[got]);
         if (rc != RUMOR_OK)
@@ -536,6 +536,19 @@ node_gossip_step(rumor_node *node,
     rumor_err rc = s_gossip_step(node, step, deadline);
     node->g = own;
     node->faults = faults;
+    return rc;
+}
+
+rumor_err
+node_gossip_bucket(rumor_node *node,
+                   rumor_gossip *g,
+                   uint64_t step,
+                   uint32_t round_base,
+                   uint64_t deadline)
+{
+    node->round_base = round_base;
+    rumor_err rc = node_gossip_step(node, g, step, deadline);
+    node->round_base = 0;
     return rc;
 }
 

@@ -212,6 +212,21 @@ rumor_err node_gossip_step(rumor_node *node,
                            uint64_t step,
                            uint64_t deadline);
 
+/* node_gossip_step of another instance g whose rounds travel as rounds
+ * round_base, round_base + 1, ... of the step: the peer API's buckets
+ * (node/peer.c), several exchanges in one step that must never take each
+ * other's messages. round_base + rumor_gossip_rounds(g, step) must stay
+ * below NODE_ROUNDS_USER. */
+rumor_err node_gossip_bucket(rumor_node *node,
+                             rumor_gossip *g,
+                             uint64_t step,
+                             uint32_t round_base,
+                             uint64_t deadline);
+
+/* Rounds from here on are the runtime's own messages (node/faults.c's
+ * acknowledgements and state transfer, runtime.c's consensus probe). */
+#define NODE_ROUNDS_USER 0x7ffe0000u
+
 /* What the caller of the peer API measured (NAN: not measured). */
 struct node_report {
     double loss;      /* minibatch loss */
