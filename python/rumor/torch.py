@@ -86,11 +86,12 @@ class GossipModel(torch.nn.Module):
         self._pending = False
         self._done = 0
         self._buckets = None
+        self._hooks = []  # removed by close(): the module may be rewrapped
         if self.gradient_exchange and overlap:
             self._hook_buckets(bucket_cap_mb)
         elif self.gradient_exchange:
-            for p in self._params:
-                p.register_hook(self._on_grad)
+            self._hooks = [p.register_hook(self._on_grad)
+                           for p in self._params]
 
     def _float_buffers(self, mode):
         floats, ints = [], []
@@ -204,7 +205,8 @@ class GossipModel(torch.nn.Module):
         for k, p in enumerate(self._params):
             with torch.enable_grad():
                 acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            acc.register_hook(lambda *_, k=k: self._on_ready(k))
+            self._hooks.append(
+                acc.register_hook(lambda *_, k=k: self._on_ready(k)))
             self._accumulators.append(acc)
 
     def _on_ready(self, k):
@@ -357,8 +359,12 @@ class GossipModel(torch.nn.Module):
             self.peer.load_state_dict(state)
 
     def close(self):
-        """Finishes the pending exchange and closes the peer."""
+        """Finishes the pending exchange and closes the peer; the
+        gradient hooks go, so the module may be wrapped again."""
         try:
             self.finish()
         finally:
+            for hook in self._hooks:
+                hook.remove()
+            self._hooks = []
             self.peer.close()

@@ -6,6 +6,7 @@ in state_dict (nodes as threads of this process, each with its own
 transport on loopback; the launcher test runs it in real processes)."""
 import copy
 import logging
+import shutil
 
 import pytest
 
@@ -402,3 +403,24 @@ def test_gossip_model__buckets__state_dict_round_trip(local2):
     with pytest.raises(rumor.RumorError, match="saved with buckets"):
         whole.load_state_dict(copy.copy(state))
     whole.peer.close()
+
+
+def test_gossip_model__closed__module_wrapped_again(tmp_path):
+    """close() removes the gradient hooks (both kinds): a module wrapped
+    again trains under its new wrapper alone, while the old wrappers'
+    hooks would restart their closed peers on a topology now gone."""
+    mods = [make_model() for _ in range(2)]
+    for overlap in (True, False):
+        d = tmp_path / str(overlap)
+        topo = rumor.topology.local("ring:2", str(d))
+        keys = [str(d / "keys" / f"node-{i}") for i in range(2)]
+        run_nodes([lambda i=i: train_wrapped(
+            topo, keys, i, "allreduce", module=mods[i], overlap=overlap,
+            bucket_cap_mb=TINY_MB) for i in range(2)])
+        shutil.rmtree(d)
+    topo = rumor.topology.local("ring:2", str(tmp_path / "again"))
+    keys = [str(tmp_path / "again" / "keys" / f"node-{i}") for i in range(2)]
+    got = run_nodes([lambda i=i: train_wrapped(
+        topo, keys, i, "allreduce", module=mods[i], bucket_cap_mb=TINY_MB)
+        for i in range(2)])
+    assert torch.equal(got[0], got[1])
