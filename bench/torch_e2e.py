@@ -18,7 +18,11 @@ makes the model distributed differs:
          measure what the overlap saves), PowerSGD rank 1, compressed data-parallel
          SGD (top-k 1 % with DGC's memory; SGD without momentum, which
          DGC's memory carries) and the plain all-reduce (gradients averaged
-         at the end of backward)
+         in buckets during backward, bucket_cap_mb=0.1: the CNN's 0.3 MB of
+         gradients in two buckets, the fully connected layers' travelling
+         while backward computes the convolutions' (DDP's 1 MB first bucket
+         holds them all); each also with overlap=False, one exchange at
+         the end of backward, to measure what the buckets save)
 
 N processes, each in its own network namespace on a bridge, every veth
 shaped both ways by tc tbf to the rate (bench/torch_compare.py's Netns;
@@ -61,11 +65,18 @@ RUMOR = [("Rumor PowerGossip r1", "algo=powergossip;rank=1", 0.9),
          ("Rumor PowerGossip r2 no overlap",
           "algo=powergossip;rank=2;overlap=0", 0.9),
          ("Rumor CHOCO top-k 1%", "algo=choco;codec=topk:ratio=0.01", 0.9),
-         ("Rumor PowerSGD r1", "algo=powersgd;rank=1", 0.9),
+         ("Rumor PowerSGD r1", "algo=powersgd;rank=1;bucket_cap_mb=0.1",
+          0.9),
+         ("Rumor PowerSGD r1 no overlap", "algo=powersgd;rank=1;overlap=0",
+          0.9),
          ("Rumor top-k 1% + DGC",
-          "algo=allreduce;codec=topk:ratio=0.01;ef=dgc:0.9",
+          "algo=allreduce;codec=topk:ratio=0.01;ef=dgc:0.9;bucket_cap_mb=0.1",
           0.0),
-         ("Rumor all-reduce", "algo=allreduce", 0.9)]
+         ("Rumor top-k 1% + DGC no overlap",
+          "algo=allreduce;codec=topk:ratio=0.01;ef=dgc:0.9;overlap=0",
+          0.0),
+         ("Rumor all-reduce", "algo=allreduce;bucket_cap_mb=0.1", 0.9),
+         ("Rumor all-reduce no overlap", "algo=allreduce;overlap=0", 0.9)]
 
 
 # --------------------------------------------------------------- the worker
@@ -141,6 +152,8 @@ def _rumor(a, model):
     import rumor.torch
     opts = dict(kv.split("=", 1) for kv in a.opts.split(";") if kv)
     overlap = opts.pop("overlap", "1") != "0"
+    if "bucket_cap_mb" in opts:
+        opts["bucket_cap_mb"] = float(opts["bucket_cap_mb"])
     gm = rumor.torch.GossipModel(model, topology=a.topology, node_id=a.rank,
                                  overlap=overlap,
                                  insecure=True, seed=a.seed,

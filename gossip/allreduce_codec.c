@@ -187,7 +187,8 @@ s_encode(rumor_gossip *g, uint64_t step)
     size_t at = 0, base = 0, sc = 0;
     for (size_t t = 0; t < g->tensor_count; t++) {
         size_t n = rumor_tensor_numel(&g->tensors[t]), written = 0;
-        uint64_t seed = rumor_seed_derive(g->opts.seed, g->self, t);
+        uint64_t seed =
+            rumor_seed_derive(g->opts.seed, g->self, g->opts.tensor_base + t);
         uint8_t *dst = out + at + 4;
         size_t cap = s->payload_cap - at - 4;
         const float *shared = s->scalers != NULL ? s->scalers + sc : NULL;

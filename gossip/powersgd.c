@@ -200,6 +200,7 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     s->popts.batch = g->opts.batch_same_shape;
     s->popts.one_sided = g->opts.one_sided;
     s->popts.iters = g->opts.one_sided ? g->opts.iterations : 1;
+    s->popts.tensor_base = g->opts.tensor_base;
     rc =
         rumor_lowrank_psgd_new(&s->psgd, s->shapes, g->tensor_count, &s->popts);
     if (rc != RUMOR_OK) {
@@ -407,7 +408,7 @@ s_move_q_one(const struct powersgd *s,
         old_r = 0;
     rumor_err rc = rumor_lowrank_matricize(&s->shapes[t], &rows, &cols);
     struct rumor_rng rng;
-    rumor_rng_init(&rng, seed, t);
+    rumor_rng_init(&rng, seed, s->popts.tensor_base + t);
     for (size_t j = 0; rc == RUMOR_OK && j < cols; j++)
         for (size_t c = 0; c < r; c++)
             q[off + j * r + c] = c < old_r ? old[old_off + j * old_r + c]

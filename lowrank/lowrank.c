@@ -1025,14 +1025,9 @@ s_psgd_randomize(rumor_lowrank_psgd *self)
     uint64_t seed = rumor_seed_derive(self->opts.seed, self->step, 0x505347);
     for (size_t i = 0; i < self->nmats; i++) {
         const struct psgd_mat *mt = &self->mats[i];
-        s_fill_normal(self->q_host + mt->q_off,
-                      mt->m * mt->r,
-                      seed,
-                      2 * mt->tensor);
-        s_fill_normal(self->p_host + mt->p_off,
-                      mt->n * mt->r,
-                      seed,
-                      2 * mt->tensor + 1);
+        uint64_t t = self->opts.tensor_base + mt->tensor;
+        s_fill_normal(self->q_host + mt->q_off, mt->m * mt->r, seed, 2 * t);
+        s_fill_normal(self->p_host + mt->p_off, mt->n * mt->r, seed, 2 * t + 1);
     }
     rumor_err rc = s_psgd_upload(self, false);
     if (rc == RUMOR_OK && self->opts.one_sided)

@@ -186,7 +186,7 @@ s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
         struct rumor_net_header h = {.kind = RUMOR_NET_KIND_GOSSIP,
                                      .codec = rumor_gossip_codec(node->g),
                                      .step = step,
-                                     .round = round,
+                                     .round = node->round_base + round,
                                      .stop = s_stop_field(node, step)};
         rc = rumor_net_send(node->net,
                             msgs[m].peer,
@@ -219,7 +219,7 @@ s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
                        node->expect[k],
                        RUMOR_NET_KIND_GOSSIP,
                        step,
-                       round,
+                       node->round_base + round,
                        deadline,
                        &node->got[got]);
         if (rc != RUMOR_OK)
@@ -545,6 +545,19 @@ node_gossip_step(rumor_node *node,
     rumor_err rc = s_gossip_step(node, step, deadline);
     node->g = own;
     node->faults = faults;
+    return rc;
+}
+
+rumor_err
+node_gossip_bucket(rumor_node *node,
+                   rumor_gossip *g,
+                   uint64_t step,
+                   uint32_t round_base,
+                   uint64_t deadline)
+{
+    node->round_base = round_base;
+    rumor_err rc = node_gossip_step(node, g, step, deadline);
+    node->round_base = 0;
     return rc;
 }
 

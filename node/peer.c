@@ -34,6 +34,23 @@
  * average() is an exact ring all-reduce over the same transport (the
  * runtime links the ring successor for peers), the synchronisation step of
  * local SGD whatever gossip algorithm the peer runs otherwise.
+ *
+ * Buckets (rumor_peer_buckets_set) cut a gradient exchange into
+ * exchanges of consecutive tensors, one after another within a step, so
+ * that a caller can start the first while its backward pass still
+ * computes the others' gradients (rumor.torch, as DDP's buckets). Each
+ * bucket is the algorithm on its own tensors (its own instance, so
+ * PowerSGD's P and Q all-reduces, warm-start Q and error memories, and
+ * the codecs' error memories stay per tensor, as whole), with the random
+ * streams of the whole model's tensors (gossip opts tensor_base), and its
+ * rounds travel after the earlier buckets' (node_gossip_bucket): a
+ * neighbour a bucket ahead never meets the wrong message. What differs
+ * from the whole exchange is the ring's chunking: a chunk is cut from the
+ * bucket's floats, so an element's n partial sums are added in another
+ * order for n >= 3 (the same bits for 2 nodes, where a + b = b + a, and
+ * for allreduce-f64 and the codecs, whose sums are exact or per element
+ * in node order). The first bucket begins the step (links, stop plan),
+ * the last one ends it.
  */
 #include "rumor/node.h"
 
@@ -49,12 +66,22 @@
 /* state: "RUMORPS1", then the next step (u64 LE), then the gossip state */
 #define PEER_STATE_MAGIC "RUMORPS1"
 #define PEER_STATE_HEAD  16
+/* with buckets: "RUMORPB1", the next step, u64 buckets, then per bucket
+ * u64 first, u64 count, u64 length and its gossip state */
+#define PEER_BUCKETS_MAGIC "RUMORPB1"
 
 struct s_slot {
     struct rumor_peer_tensor t; /* the caller's */
     size_t numel;
     float *stage; /* float32 host copy; NULL when gossiped in place */
     void *raw;    /* CUDA, not float32: host copy of the device bytes */
+};
+
+/* Tensors [first, first + count) as one exchange of their own. */
+struct s_bucket {
+    size_t first, count;
+    struct rumor_model model; /* those tensors */
+    rumor_gossip *g;          /* the algorithm on them */
 };
 
 struct rumor_peer {
@@ -72,6 +99,14 @@ struct rumor_peer {
     uint32_t connect_ms;
     double t_copy;
     struct rumor_gossip_opts gossip; /* the divergence error, the look-ahead */
+    uint64_t seed;                   /* the run seed of the algorithm */
+    struct s_bucket *buckets;        /* NULL: every tensor in one exchange */
+    size_t nbuckets;
+    size_t bucket_next;   /* the bucket the step in flight exchanges next */
+    uint32_t round_next;  /* its first round on the wire */
+    uint64_t bucket_step; /* the step in flight */
+    bool bucket_stop;     /* it is the agreed stop: buckets do nothing */
+    bool bucket_first;    /* it is the peer's first step */
 };
 
 /* --- conversions ------------------------------------------------------- */
@@ -230,15 +265,22 @@ s_stage_out(const struct s_slot *s)
     return node_peer_cuda_copy(s->t.data, host, bytes, true);
 }
 
+/* Tensors [first, first + count) into (in) or out of their staging. */
 static rumor_err
-s_stage_all(rumor_peer *peer, bool in)
+s_stage_range(rumor_peer *peer, size_t first, size_t count, bool in)
 {
     uint64_t t0 = rumor_clock_ns();
     rumor_err rc = RUMOR_OK;
-    for (size_t k = 0; k < peer->count && rc == RUMOR_OK; k++)
+    for (size_t k = first; k < first + count && rc == RUMOR_OK; k++)
         rc = in ? s_stage_in(&peer->slots[k]) : s_stage_out(&peer->slots[k]);
     peer->t_copy += (double)(rumor_clock_ns() - t0) * 1e-9;
     return rc;
+}
+
+static rumor_err
+s_stage_all(rumor_peer *peer, bool in)
+{
+    return s_stage_range(peer, 0, peer->count, in);
 }
 
 /* --- building ---------------------------------------------------------- */
@@ -347,39 +389,48 @@ s_step_error(rumor_peer *peer,
                    rumor_strerror(rc));
 }
 
-/* One step as rumor_node_run makes it (node/runtime.c): the fault path's
- * handshakes and the stop plan before it (node_step_begin), then the
- * rounds. Staged tensors are written back only when the whole step
- * succeeded. */
+/* The start of a step as rumor_node_run makes it (node/runtime.c): the
+ * links at the first, then the fault path's handshakes and the stop plan
+ * (node_step_begin), which may move *step on or set *stop. */
 static rumor_err
-s_step(rumor_peer *peer, rumor_gossip *g, struct rumor_diag *diag)
+s_step_begin(rumor_peer *peer,
+             uint64_t *step,
+             bool *stop,
+             struct rumor_diag *diag)
 {
-    if (peer->stopped)
-        return RUMOR_OK;
-    uint64_t step = peer->step;
-    bool stop = false;
+    *step = peer->step;
+    *stop = false;
     /* the caller's training between two steps is the compute time the
      * adaptive link budgets aim at (a no-op without --adapt) */
     if (peer->last_end != 0)
         rumor_gossip_compute_observe(node_gossip(peer->node),
                                      rumor_clock_ns() - peer->last_end);
-    rumor_err rc = s_stage_all(peer, true);
-    bool first = !peer->started;
-    if (rc == RUMOR_OK && first)
-        rc = s_start(peer, &step, diag);
+    rumor_err rc = peer->started ? RUMOR_OK : s_start(peer, step, diag);
     if (rc == RUMOR_OK)
-        rc = node_step_begin(peer->node, &step, &stop);
-    if (rc == RUMOR_OK && !stop)
-        rc = node_gossip_step(peer->node,
-                              g,
-                              step,
-                              rumor_clock_ns() +
-                                  node_step_span(peer->node, step));
+        rc = node_step_begin(peer->node, step, stop);
+    return rc;
+}
+
+/* rc, or RUMOR_EPROTO when a neighbour refused this node during its
+ * first step (node_check_refusals says why in diag). */
+static rumor_err
+s_refusals(rumor_peer *peer, bool first, rumor_err rc, struct rumor_diag *diag)
+{
     if (first && (rc == RUMOR_OK || rc == RUMOR_EPROTO) &&
         node_check_refusals(peer->node, diag) != RUMOR_OK)
-        rc = RUMOR_EPROTO;
-    if (rc == RUMOR_OK)
-        rc = s_stage_all(peer, false);
+        return RUMOR_EPROTO;
+    return rc;
+}
+
+/* The end of a step whose exchange gave rc: a step that succeeded
+ * counts; diag says why one failed. */
+static rumor_err
+s_step_end(rumor_peer *peer,
+           uint64_t step,
+           bool stop,
+           rumor_err rc,
+           struct rumor_diag *diag)
+{
     if (rc == RUMOR_OK) {
         peer->stopped = stop;
         peer->step = stop ? step : step + 1;
@@ -388,6 +439,297 @@ s_step(rumor_peer *peer, rumor_gossip *g, struct rumor_diag *diag)
     peer->last_end = rumor_clock_ns();
     if (rc != RUMOR_OK)
         s_step_error(peer, step, rc, diag);
+    return rc;
+}
+
+/* One step of g (NULL: the node's algorithm) on every tensor. Staged
+ * tensors are staged before the links (a join writes into them) and
+ * written back only when the whole step succeeded. */
+static rumor_err
+s_step(rumor_peer *peer, rumor_gossip *g, struct rumor_diag *diag)
+{
+    if (peer->stopped)
+        return RUMOR_OK;
+    uint64_t step = peer->step;
+    bool stop = false, first = !peer->started;
+    rumor_err rc = s_stage_all(peer, true);
+    if (rc == RUMOR_OK)
+        rc = s_step_begin(peer, &step, &stop, diag);
+    if (rc == RUMOR_OK && !stop)
+        rc = node_gossip_step(peer->node,
+                              g,
+                              step,
+                              rumor_clock_ns() +
+                                  node_step_span(peer->node, step));
+    rc = s_refusals(peer, first, rc, diag);
+    if (rc == RUMOR_OK)
+        rc = s_stage_all(peer, false);
+    return s_step_end(peer, step, stop, rc, diag);
+}
+
+/* --- buckets ------------------------------------------------------------ */
+
+/* The bucket's exchange in the step in flight, its rounds after those of
+ * the buckets before it. Its staged tensors are written back when it
+ * succeeded. */
+static rumor_err
+s_bucket_exchange(rumor_peer *peer,
+                  const struct s_bucket *b,
+                  struct rumor_diag *diag)
+{
+    uint64_t step = peer->bucket_step;
+    uint32_t rounds = rumor_gossip_rounds(b->g, step);
+    if (rounds > UINT32_MAX - peer->round_next) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "step %llu: the buckets need more than %u rounds: use "
+                       "fewer buckets (a larger bucket_cap_mb)",
+                       (unsigned long long)step + 1,
+                       UINT32_MAX);
+        return RUMOR_EINVAL;
+    }
+    rumor_err rc = s_stage_range(peer, b->first, b->count, true);
+    if (rc == RUMOR_OK)
+        rc = node_gossip_bucket(peer->node,
+                                b->g,
+                                step,
+                                peer->round_next,
+                                rumor_clock_ns() +
+                                    node_step_span(peer->node, step));
+    peer->round_next += rounds;
+    if (rc == RUMOR_OK)
+        rc = s_stage_range(peer, b->first, b->count, false);
+    return rc;
+}
+
+/* Bucket k of the step in flight: the first begins the step, the last
+ * ends it, a failure ends it at once (the next call is bucket 0 of the
+ * same step). */
+static rumor_err
+s_bucket(rumor_peer *peer, size_t k, struct rumor_diag *diag)
+{
+    rumor_err rc = RUMOR_OK;
+    if (k == 0) {
+        peer->bucket_first = !peer->started;
+        peer->round_next = 0;
+        rc = s_step_begin(peer, &peer->bucket_step, &peer->bucket_stop, diag);
+    }
+    if (rc == RUMOR_OK && !peer->bucket_stop)
+        rc = s_bucket_exchange(peer, &peer->buckets[k], diag);
+    rc = s_refusals(peer, peer->bucket_first, rc, diag);
+    bool last = k + 1 == peer->nbuckets;
+    peer->bucket_next = rc == RUMOR_OK && !last ? k + 1 : 0;
+    if (rc == RUMOR_OK && !last)
+        return RUMOR_OK;
+    return s_step_end(peer, peer->bucket_step, peer->bucket_stop, rc, diag);
+}
+
+static void
+s_buckets_free(rumor_peer *peer)
+{
+    for (size_t k = 0; k < peer->nbuckets; k++)
+        rumor_gossip_destroy(&peer->buckets[k].g);
+    free(peer->buckets);
+    peer->buckets = NULL;
+    peer->nbuckets = 0;
+}
+
+/* Why the node's algorithm cannot be cut into buckets, or NULL. */
+static const char *
+s_buckets_refused(rumor_peer *peer)
+{
+    if (rumor_gossip_can_skip(node_gossip(peer->node)))
+        return "it gossips the model through the fault path (it can skip "
+               "a late neighbour); buckets are for a gradient exchange "
+               "(allreduce, powersgd): exchange it whole";
+    if (strcmp(peer->gossip.algo, "powersgd") == 0 &&
+        peer->gossip.adapt[0] != '\0')
+        return "adapt measures the whole model's approximation error: "
+               "exchange it whole (rumor.torch: overlap=False)";
+    return NULL;
+}
+
+/* The ranges cover every tensor exactly once, none empty. */
+static rumor_err
+s_buckets_check(const rumor_peer *peer,
+                const struct rumor_peer_bucket *ranges,
+                size_t count,
+                struct rumor_diag *diag)
+{
+    bool *seen = calloc(peer->count, sizeof *seen);
+    if (seen == NULL)
+        return RUMOR_ENOMEM;
+    size_t covered = 0, bad = count;
+    for (size_t k = 0; k < count && bad == count; k++) {
+        size_t first = ranges[k].first, n = ranges[k].count;
+        if (n == 0 || first >= peer->count || n > peer->count - first)
+            bad = k;
+        for (size_t t = first; bad == count && t < first + n; t++) {
+            bad = seen[t] ? k : bad;
+            seen[t] = true;
+        }
+        covered += n;
+    }
+    free(seen);
+    if (bad == count && covered == peer->count)
+        return RUMOR_OK;
+    char where[64];
+    if (bad < count)
+        snprintf(where, sizeof where, "bucket %zu does not fit", bad);
+    else
+        snprintf(where, sizeof where, "they hold %zu", covered);
+    rumor_diag_set(diag,
+                   "",
+                   0,
+                   0,
+                   "buckets: each must be a non-empty range of the %zu "
+                   "tensors, and together they must hold every tensor once "
+                   "(%s)",
+                   peer->count,
+                   where);
+    return RUMOR_EINVAL;
+}
+
+static rumor_err
+s_bucket_new(rumor_peer *peer,
+             struct s_bucket *b,
+             const struct rumor_peer_bucket *range,
+             struct rumor_diag *diag)
+{
+    struct rumor_gossip_opts go = peer->gossip;
+    go.seed = peer->seed;
+    go.tensor_base = range->first;
+    b->first = range->first;
+    b->count = range->count;
+    b->model = (struct rumor_model){peer->tensors + b->first, b->count};
+    return rumor_gossip_new(&go,
+                            node_topology(peer->node),
+                            peer->id,
+                            &b->model,
+                            &b->g,
+                            diag);
+}
+
+static void
+s_put_u64(uint8_t *p, uint64_t v)
+{
+    for (int b = 0; b < 8; b++)
+        p[b] = (uint8_t)(v >> (8 * b));
+}
+
+static uint64_t
+s_get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int b = 0; b < 8; b++)
+        v |= (uint64_t)p[b] << (8 * b);
+    return v;
+}
+
+/* After the head: the buckets' ranges and states. */
+static rumor_err
+s_buckets_save(const rumor_peer *peer, rumor_buf *out)
+{
+    uint8_t word[8];
+    s_put_u64(word, peer->nbuckets);
+    rumor_err rc = rumor_buf_append(out, word, sizeof word);
+    for (size_t k = 0; k < peer->nbuckets && rc == RUMOR_OK; k++) {
+        const struct s_bucket *b = &peer->buckets[k];
+        uint8_t head[24];
+        s_put_u64(head, b->first);
+        s_put_u64(head + 8, b->count);
+        size_t at = out->len;
+        rc = rumor_buf_append(out, head, sizeof head);
+        if (rc == RUMOR_OK)
+            rc = rumor_gossip_state_save(b->g, out);
+        if (rc == RUMOR_OK)
+            s_put_u64(out->data + at + 16, out->len - at - sizeof head);
+    }
+    return rc;
+}
+
+/* Where bucket k's state lies in a state's body (after the head), or
+ * RUMOR_EPROTO with diag when the body does not hold this peer's buckets. */
+static rumor_err
+s_buckets_find(const rumor_peer *peer,
+               const uint8_t *p,
+               size_t len,
+               const uint8_t **at,
+               size_t *at_len,
+               struct rumor_diag *diag)
+{
+    const char *why = len < 8 || s_get_u64(p) != peer->nbuckets
+                          ? "another number of buckets"
+                          : NULL;
+    size_t off = 8;
+    for (size_t k = 0; k < peer->nbuckets && why == NULL; k++) {
+        const struct s_bucket *b = &peer->buckets[k];
+        if (len - off < 24) {
+            why = "truncated";
+            break;
+        }
+        uint64_t n = s_get_u64(p + off + 16);
+        if (s_get_u64(p + off) != b->first ||
+            s_get_u64(p + off + 8) != b->count)
+            why = "other buckets";
+        else if (n > len - off - 24)
+            why = "truncated";
+        at[k] = p + off + 24;
+        at_len[k] = (size_t)n;
+        off += why == NULL ? 24 + (size_t)n : 0;
+    }
+    if (why == NULL && off != len)
+        why = "bytes after the buckets";
+    if (why == NULL)
+        return RUMOR_OK;
+    rumor_diag_set(diag,
+                   "",
+                   0,
+                   0,
+                   "peer state with buckets: %s (give the peer the buckets "
+                   "it was saved with: rumor.torch's bucket_cap_mb)",
+                   why);
+    return RUMOR_EPROTO;
+}
+
+/* Loads every bucket's state, or none: the states before a failing one
+ * are put back from a copy taken first. */
+static rumor_err
+s_buckets_load(rumor_peer *peer,
+               const uint8_t *p,
+               size_t len,
+               struct rumor_diag *diag)
+{
+    const uint8_t **at = calloc(peer->nbuckets, sizeof *at);
+    size_t *at_len = calloc(peer->nbuckets, sizeof *at_len);
+    rumor_buf old;
+    rumor_buf_init(&old, RUMOR_GOSSIP_STATE_MAX);
+    rumor_err rc = at != NULL && at_len != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+    if (rc == RUMOR_OK)
+        rc = s_buckets_find(peer, p, len, at, at_len, diag);
+    if (rc == RUMOR_OK)
+        rc = s_buckets_save(peer, &old);
+    size_t done = 0;
+    for (; done < peer->nbuckets && rc == RUMOR_OK; done++)
+        rc = rumor_gossip_state_load(peer->buckets[done].g,
+                                     at[done],
+                                     at_len[done],
+                                     diag);
+    if (rc != RUMOR_OK && done > 1) {
+        const uint8_t **back = at;
+        if (s_buckets_find(peer, old.data, old.len, back, at_len, NULL) ==
+            RUMOR_OK)
+            for (size_t k = 0; k + 1 < done; k++)
+                (void)rumor_gossip_state_load(peer->buckets[k].g,
+                                              back[k],
+                                              at_len[k],
+                                              NULL);
+    }
+    rumor_buf_free(&old);
+    free(at);
+    free(at_len);
     return rc;
 }
 
@@ -462,6 +804,7 @@ rumor_peer_new(const struct rumor_node_opts *opts,
     peer->id = opts->id;
     peer->connect_ms = opts->connect_ms;
     peer->gossip = opts->gossip;
+    peer->seed = opts->workload.seed; /* as the node's algorithm */
     /* the algorithm's state starts from the caller's numbers */
     if (rc == RUMOR_OK)
         rc = s_stage_all(peer, true);
@@ -492,6 +835,7 @@ rumor_peer_destroy(rumor_peer **self_p)
     if (peer->node != NULL && peer->started)
         node_flush(peer->node);
     rumor_gossip_destroy(&peer->avg);
+    s_buckets_free(peer);
     rumor_node_destroy(&peer->node);
     for (size_t k = 0; k < peer->count; k++) {
         free(peer->slots[k].stage);
@@ -503,10 +847,94 @@ rumor_peer_destroy(rumor_peer **self_p)
     *self_p = NULL;
 }
 
+/* RUMOR_EINVAL with diag when a step of buckets is in flight. */
+static rumor_err
+s_between_steps(const rumor_peer *peer, struct rumor_diag *diag)
+{
+    if (peer->bucket_next == 0)
+        return RUMOR_OK;
+    rumor_diag_set(diag,
+                   "",
+                   0,
+                   0,
+                   "step %llu: bucket %zu of %zu is next; a step of buckets "
+                   "must end before another exchange",
+                   (unsigned long long)peer->bucket_step + 1,
+                   peer->bucket_next,
+                   peer->nbuckets);
+    return RUMOR_EINVAL;
+}
+
 rumor_err
 rumor_peer_gossip(rumor_peer *peer, struct rumor_diag *diag)
 {
-    return s_step(peer, NULL, diag);
+    rumor_err rc = s_between_steps(peer, diag);
+    if (rc != RUMOR_OK || peer->buckets == NULL)
+        return rc == RUMOR_OK ? s_step(peer, NULL, diag) : rc;
+    for (size_t k = 0; k < peer->nbuckets && rc == RUMOR_OK; k++)
+        rc = peer->stopped ? RUMOR_OK : s_bucket(peer, k, diag);
+    return rc;
+}
+
+rumor_err
+rumor_peer_buckets_set(rumor_peer *peer,
+                       const struct rumor_peer_bucket *buckets,
+                       size_t count,
+                       struct rumor_diag *diag)
+{
+    const char *why = s_buckets_refused(peer);
+    if (why == NULL && (peer->started || peer->step != 0))
+        why = "set them before the first step (a new bucket starts with no "
+              "state)";
+    if (why != NULL) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "buckets with %s: %s",
+                       peer->gossip.algo,
+                       why);
+        return RUMOR_EINVAL;
+    }
+    rumor_err rc = s_buckets_check(peer, buckets, count, diag);
+    if (rc != RUMOR_OK)
+        return rc;
+    s_buckets_free(peer);
+    peer->buckets = calloc(count, sizeof *peer->buckets);
+    if (peer->buckets == NULL)
+        return RUMOR_ENOMEM;
+    peer->nbuckets = count;
+    for (size_t k = 0; k < count && rc == RUMOR_OK; k++)
+        rc = s_bucket_new(peer, &peer->buckets[k], &buckets[k], diag);
+    if (rc != RUMOR_OK)
+        s_buckets_free(peer);
+    return rc;
+}
+
+size_t
+rumor_peer_buckets(const rumor_peer *peer)
+{
+    return peer->nbuckets;
+}
+
+rumor_err
+rumor_peer_gossip_bucket(rumor_peer *peer,
+                         size_t bucket,
+                         struct rumor_diag *diag)
+{
+    if (peer->buckets == NULL || bucket != peer->bucket_next) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "bucket %zu: %s",
+                       bucket,
+                       peer->buckets == NULL
+                           ? "the peer has no buckets (rumor_peer_buckets_set)"
+                           : "buckets go in order, each once per step");
+        return RUMOR_EINVAL;
+    }
+    return peer->stopped ? RUMOR_OK : s_bucket(peer, bucket, diag);
 }
 
 rumor_err
@@ -554,7 +982,8 @@ rumor_peer_average(rumor_peer *peer, struct rumor_diag *diag)
         if (rc != RUMOR_OK)
             return rc;
     }
-    return s_step(peer, peer->avg, diag);
+    rumor_err rc = s_between_steps(peer, diag);
+    return rc == RUMOR_OK ? s_step(peer, peer->avg, diag) : rc;
 }
 
 rumor_err
@@ -598,11 +1027,12 @@ rumor_err
 rumor_peer_state_save(const rumor_peer *peer, rumor_buf *out)
 {
     uint8_t head[PEER_STATE_HEAD];
-    memcpy(head, PEER_STATE_MAGIC, 8);
-    for (int b = 0; b < 8; b++)
-        head[8 + b] = (uint8_t)(peer->step >> (8 * b));
+    memcpy(head, peer->buckets ? PEER_BUCKETS_MAGIC : PEER_STATE_MAGIC, 8);
+    s_put_u64(head + 8, peer->step);
     rumor_err rc = rumor_buf_append(out, head, sizeof head);
-    if (rc == RUMOR_OK)
+    if (rc == RUMOR_OK && peer->buckets != NULL)
+        rc = s_buckets_save(peer, out);
+    else if (rc == RUMOR_OK)
         rc = rumor_gossip_state_save(node_gossip(peer->node), out);
     return rc;
 }
@@ -613,7 +1043,11 @@ rumor_peer_state_load(rumor_peer *peer,
                       size_t len,
                       struct rumor_diag *diag)
 {
-    if (len < PEER_STATE_HEAD || memcmp(data, PEER_STATE_MAGIC, 8) != 0) {
+    bool plain =
+        len >= PEER_STATE_HEAD && memcmp(data, PEER_STATE_MAGIC, 8) == 0;
+    bool bucketed =
+        len >= PEER_STATE_HEAD && memcmp(data, PEER_BUCKETS_MAGIC, 8) == 0;
+    if (!plain && !bucketed) {
         rumor_diag_set(diag,
                        "",
                        0,
@@ -622,13 +1056,27 @@ rumor_peer_state_load(rumor_peer *peer,
                        len);
         return RUMOR_EPROTO;
     }
-    uint64_t step = 0;
-    for (int b = 0; b < 8; b++)
-        step |= (uint64_t)data[8 + b] << (8 * b);
-    rumor_err rc = rumor_gossip_state_load(node_gossip(peer->node),
-                                           data + PEER_STATE_HEAD,
-                                           len - PEER_STATE_HEAD,
-                                           diag);
+    if (bucketed != (peer->buckets != NULL)) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "a peer state saved %s buckets, loaded into a peer "
+                       "%s: both need the same buckets (rumor.torch: the "
+                       "same overlap and bucket_cap_mb)",
+                       bucketed ? "with" : "without",
+                       bucketed ? "without" : "with");
+        return RUMOR_EPROTO;
+    }
+    uint64_t step = s_get_u64(data + 8);
+    rumor_err rc = bucketed ? s_buckets_load(peer,
+                                             data + PEER_STATE_HEAD,
+                                             len - PEER_STATE_HEAD,
+                                             diag)
+                            : rumor_gossip_state_load(node_gossip(peer->node),
+                                                      data + PEER_STATE_HEAD,
+                                                      len - PEER_STATE_HEAD,
+                                                      diag);
     if (rc == RUMOR_OK) {
         peer->step = step;
         node_restarted(peer->node, step);

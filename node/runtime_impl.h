@@ -212,6 +212,17 @@ rumor_err node_gossip_step(rumor_node *node,
                            uint64_t step,
                            uint64_t deadline);
 
+/* node_gossip_step of another instance g whose rounds travel as rounds
+ * round_base, round_base + 1, ... of the step: the peer API's buckets
+ * (node/peer.c), several exchanges in one step that must never take each
+ * other's messages. round_base + rumor_gossip_rounds(g, step) must fit
+ * in the header's 32-bit round (control messages have their own kinds). */
+rumor_err node_gossip_bucket(rumor_node *node,
+                             rumor_gossip *g,
+                             uint64_t step,
+                             uint32_t round_base,
+                             uint64_t deadline);
+
 /* What the caller of the peer API measured (NAN: not measured). */
 struct node_report {
     double loss;      /* minibatch loss */

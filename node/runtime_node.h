@@ -81,6 +81,8 @@ struct rumor_node {
                                   state (node_restarted): no --join fetch */
     const rumor_dtype *dtypes; /* the peer API's dtypes, during _new only */
     uint8_t *desc;             /* what HELLO says of this node (layout.h) */
+    uint32_t round_base;       /* added to the rounds of the plain round on
+                                  the wire (node_gossip_bucket) */
     size_t desc_len;
 };
 

@@ -128,6 +128,13 @@ struct rumor_gossip_opts {
     bool one_sided;              /* epfml/powersgd's variant: iterations
                                     averaged products per step, one side
                                     each (false) */
+    size_t tensor_base;          /* the model is tensors tensor_base, ... of a
+                                    larger one (a bucket of the peer API's tensors,
+                                    node/peer.c): per-tensor random streams (the
+                                    codecs' seeds of allreduce with compressed,
+                                    PowerSGD's Q) are those of the larger model's
+                                    tensors, so a bucket's exchange draws what the
+                                    whole model's would (0) */
 };
 
 /* RUMOR_OK when opts.ef applies to opts.algo (see ef above), else

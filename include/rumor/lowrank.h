@@ -121,6 +121,9 @@ struct rumor_lowrank_psgd_opts {
                                 kernels; false: one call per matrix, the
                                 hook's batch_tensors_with_same_shape (true) */
     bool want_cuda;          /* use the CUDA backend when usable (false) */
+    size_t tensor_base;      /* stream of tensor t's random factors:
+                                tensor_base + t, for a compressor on a part
+                                of a model (0) */
 };
 
 /* Fills opts with the defaults written above. */

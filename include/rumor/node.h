@@ -680,6 +680,57 @@ RUMOR_API void rumor_peer_destroy(rumor_peer **self_p);
 RUMOR_API rumor_err rumor_peer_gossip(rumor_peer *peer,
                                       struct rumor_diag *diag);
 
+/* Tensors [first, first + count) of the peer's, exchanged as one bucket. */
+struct rumor_peer_bucket {
+    size_t first;
+    size_t count;
+};
+
+/* Cuts the exchange into buckets, exchanged in the order given (e.g. the
+ * reverse of the tensors', as a backward pass produces gradients), each
+ * as the algorithm's own exchange of its tensors: PowerSGD's P and Q
+ * all-reduces per bucket, its warm-start Q and the error memories per
+ * tensor as before; the random streams are those of the whole model. The
+ * result is the whole exchange's bit for bit where the sums do not depend
+ * on where the ring cuts its chunks: 2 nodes (a + b = b + a),
+ * allreduce-f64 (exact sums) and allreduce with a codec (per element, in
+ * node order). With 3 or more nodes the float ring of allreduce and of
+ * PowerSGD's P and Q cuts its chunks from the bucket instead of the
+ * model, so an element's n terms may be added in another order: a
+ * difference of a few float32 roundings, at most about (n - 1) 2^-24
+ * times the sum of the terms' magnitudes. Every node must set the same
+ * buckets.
+ * Call before the first step; then rumor_peer_gossip exchanges every
+ * bucket in turn, and rumor_peer_gossip_bucket one at a time. Errors:
+ * RUMOR_EINVAL with diag for ranges that do not cover every tensor once,
+ * after the first step, and for algorithms that gossip the model through
+ * the fault path (rumor_gossip_can_skip) or PowerSGD with adapt (its
+ * error is the whole model's); rumor_gossip_new's errors. */
+RUMOR_API rumor_err
+rumor_peer_buckets_set(rumor_peer *peer,
+                       const struct rumor_peer_bucket *buckets,
+                       size_t count,
+                       struct rumor_diag *diag);
+
+/* The number of buckets (0: none set). */
+RUMOR_API size_t rumor_peer_buckets(const rumor_peer *peer);
+
+/* The exchange of bucket `bucket` of the step, in place: every step
+ * exchanges buckets 0, 1, ... in order, each once (RUMOR_EINVAL with diag
+ * otherwise). Bucket 0 begins the step as rumor_peer_gossip does (the
+ * links at the first step, the stop plan; after the agreed stop every
+ * bucket does nothing); the last ends it (the step count, metrics). Its
+ * messages carry rounds after the earlier buckets' of the step, so a
+ * neighbour a bucket ahead is never mistaken for this one. The caller's
+ * other tensors are not touched: a thread may exchange bucket k while
+ * the caller computes the gradients of the next buckets' tensors (no two
+ * calls on one peer may overlap). A failed bucket fails the step (errors
+ * as rumor_peer_gossip; the buckets already done keep their result), and
+ * the next call is bucket 0 of the same step. */
+RUMOR_API rumor_err rumor_peer_gossip_bucket(rumor_peer *peer,
+                                             size_t bucket,
+                                             struct rumor_diag *diag);
+
 /* Step-ahead error feedback (localsgd with delta_codec and ef_alpha > 0,
  * rumor_gossip_step_ahead): moves the tensors to the look-ahead point
  * where the caller then computes its gradient, as `rumor node` does before
@@ -725,7 +776,8 @@ RUMOR_API void rumor_peer_stats(const rumor_peer *peer,
 RUMOR_API uint32_t rumor_peer_nodes(const rumor_peer *peer);
 
 /* Appends the peer's state to out: a magic, the next step number and the
- * algorithm's state (rumor_gossip_state_save), little-endian. With the
+ * algorithm's state (rumor_gossip_state_save; with buckets, each
+ * bucket's range and state), little-endian. With the
  * caller's tensors saved beside it (e.g. a PyTorch state_dict), a new
  * peer made with the same options and shapes continues exactly. Call
  * between steps. RUMOR_ETOOBIG / RUMOR_ENOMEM from the buffer. */
@@ -734,7 +786,8 @@ RUMOR_API rumor_err rumor_peer_state_save(const rumor_peer *peer,
 
 /* Restores a state written by rumor_peer_state_save (bounds-checked; the
  * peer is unchanged on error): RUMOR_EPROTO with diag for bytes that are
- * not such a state or do not fit this peer's algorithm and shapes.
+ * not such a state or do not fit this peer's algorithm, shapes and
+ * buckets.
  * Without opts.join every node is taken to resume together, and the run
  * continues exactly. With opts.join (and an algorithm that can skip) the
  * peer is one restarted worker coming back into a running run, as

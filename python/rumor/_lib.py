@@ -57,6 +57,10 @@ class PeerTensor(Structure):  # struct rumor_peer_tensor
                 ("ndim", c_size_t), ("shape", c_size_t * MAX_DIMS)]
 
 
+class PeerBucket(Structure):  # struct rumor_peer_bucket
+    _fields_ = [("first", c_size_t), ("count", c_size_t)]
+
+
 class PeerStats(Structure):  # struct rumor_peer_stats
     _fields_ = [(n, c_uint64) for n in (
         "steps", "bytes_sent", "bytes_recv", "gossip_bytes_sent",
@@ -143,6 +147,10 @@ _PROTOS = [
                                _DIAG]),
     ("rumor_peer_destroy", None, [_PP]),
     ("rumor_peer_gossip", c_int, [_P, _DIAG]),
+    ("rumor_peer_buckets_set", c_int, [_P, POINTER(PeerBucket), c_size_t,
+                                       _DIAG]),
+    ("rumor_peer_buckets", c_size_t, [_P]),
+    ("rumor_peer_gossip_bucket", c_int, [_P, c_size_t, _DIAG]),
     ("rumor_peer_step_ahead", c_int, [_P, _DIAG]),
     ("rumor_peer_looks_ahead", c_bool, [_P]),
     ("rumor_peer_stop", None, [_P]),

@@ -237,6 +237,42 @@ class Peer:
         self._step(lib.rumor_peer_gossip, tensors)
         return not lib.rumor_peer_stopped(self._p)
 
+    def set_buckets(self, buckets):
+        """Cuts the exchange into buckets: a list of (first, count)
+        ranges of the registered tensors, in the order they are exchanged,
+        together holding every tensor once (rumor_peer_buckets_set; for a
+        gradient exchange: allreduce, powersgd). Before the first step;
+        every node sets the same. gossip() then exchanges them all in
+        turn; gossip_bucket(k) one at a time, so that bucket k travels
+        while the caller computes the gradients of the next ones."""
+        self._need()
+        arr = (_lib.PeerBucket * len(buckets))(*[
+            _lib.PeerBucket(first, count) for first, count in buckets])
+        diag = _lib.Diag()
+        check(lib.rumor_peer_buckets_set(self._p, arr, len(buckets),
+                                         ctypes.byref(diag)), diag,
+              f"node {self.node_id}")
+
+    @property
+    def buckets(self):
+        """The number of buckets (0: one exchange of every tensor)."""
+        return 0 if self._p is None else int(lib.rumor_peer_buckets(self._p))
+
+    def gossip_bucket(self, k):
+        """The exchange of bucket k of the step, in place: buckets 0, 1,
+        ... in order, each once per step; bucket 0 begins the step, the
+        last one ends it. Another thread may run it (the C call releases
+        the GIL) while the caller computes; calls on one peer must not
+        overlap. CUDA tensors must be written when it starts (synchronize
+        the stream that wrote them; this call may run on another thread,
+        whose stream is not theirs). Returns False once the run's agreed
+        stop is reached, as gossip()."""
+        self._need()
+        diag = _lib.Diag()
+        check(lib.rumor_peer_gossip_bucket(self._p, k, ctypes.byref(diag)),
+              diag, f"node {self.node_id}")
+        return not lib.rumor_peer_stopped(self._p)
+
     def step_ahead(self, tensors=None):
         """Step-ahead error feedback (algo="localsgd" with delta_codec and
         ef_alpha > 0): moves the tensors to the look-ahead point; call it

@@ -18,9 +18,23 @@ GIL) while the caller computes the gradient at x_t; the next forward()
 parameters. So a step is x_{t+1} = W x_t - lr g(x_t), the reference loop
 of epfml/powergossip, with the exchange hidden behind the compute; the
 update is added, not assigned, so it holds whether the optimizer stepped
-before or after. Gradient-exchange algorithms (allreduce, powersgd):
-the gradients are averaged over the nodes when the backward pass ends
-(a callback of the autograd engine, as DDP queues), before opt.step().
+before or after.
+
+Gradient-exchange algorithms (allreduce, with or without a codec, and
+powersgd): the gradients are averaged over the nodes before opt.step().
+With overlap (the default) they travel in buckets, as DDP's: the
+parameters in reverse order (the order backward produces their
+gradients) cut into buckets of about bucket_cap_mb megabytes; a hook on
+each parameter's gradient accumulator counts the gradients that are
+ready, and a bucket whose gradients are all ready is handed, in bucket
+order, to a background thread that exchanges it (rumor.Peer.gossip_bucket,
+the C exchange without the GIL) while backward computes the next ones.
+When backward ends (a callback of the autograd engine, as DDP queues) the
+buckets not yet started go (a parameter that got no gradient in this
+step, an unused one, counts as its .grad, or zero when it has none, as
+overlap=False does), and the callback waits for every bucket and writes
+the averages into the .grad fields. overlap=False exchanges every
+gradient in that callback instead, in one exchange.
 
 Buffers: floating-point buffers (BatchNorm's running statistics) are
 gossiped with the parameters by default (buffers="average"; "local" keeps
@@ -28,6 +42,7 @@ them per node); integer buffers (num_batches_tracked) stay local, said
 once in the log.
 """
 import logging
+import queue
 import threading
 
 import torch
@@ -42,14 +57,19 @@ class GossipModel(torch.nn.Module):
     """module, trained decentrally with a rumor.Peer (peer=, or one made
     from the options: Peer(**options), which reads `rumor launch`'s
     environment when no topology is given). overlap=False runs the same
-    exchange in the caller's thread."""
+    exchange in the caller's thread; for a gradient exchange, at the end
+    of backward in one piece instead of in buckets of bucket_cap_mb
+    megabytes (every node must use the same) during backward."""
 
     def __init__(self, module, peer=None, buffers="average", overlap=True,
-                 **options):
+                 bucket_cap_mb=25, **options):
         super().__init__()
         if buffers not in ("average", "local"):
             raise ValueError(f"rumor.torch.GossipModel: buffers={buffers!r}:"
                              f" use 'average' or 'local'")
+        if not bucket_cap_mb > 0:
+            raise ValueError(f"rumor.torch.GossipModel: bucket_cap_mb="
+                             f"{bucket_cap_mb!r}: use a size in MB above 0")
         self.module = module
         self.peer = peer if peer is not None else _peer.Peer(**options)
         self.overlap = overlap
@@ -65,9 +85,13 @@ class GossipModel(torch.nn.Module):
         self._queued = False
         self._pending = False
         self._done = 0
-        if self.gradient_exchange:
-            for p in self._params:
-                p.register_hook(self._on_grad)
+        self._buckets = None
+        self._hooks = []  # removed by close(): the module may be rewrapped
+        if self.gradient_exchange and overlap:
+            self._hook_buckets(bucket_cap_mb)
+        elif self.gradient_exchange:
+            self._hooks = [p.register_hook(self._on_grad)
+                           for p in self._params]
 
     def _float_buffers(self, mode):
         floats, ints = [], []
@@ -157,6 +181,126 @@ class GossipModel(torch.nn.Module):
         return not self._more or self.peer.stopped
 
     # --- gradient exchange ---------------------------------------------
+    def _hook_buckets(self, cap_mb):
+        """Buckets of about cap_mb MB over the parameters in reverse
+        order, as (first, count) ranges of self._params, and a hook on
+        each parameter's gradient accumulator (the AccumulateGrad node,
+        as DDP finds it; torch 1.13 has no post-accumulate tensor hook):
+        it runs once the parameter's .grad holds this backward's
+        gradient."""
+        cap = cap_mb * 2**20
+        self._buckets, self._bucket_of = [], [0] * len(self._params)
+        size, last = 0, len(self._params)
+        for k in reversed(range(len(self._params))):
+            p = self._params[k]
+            self._bucket_of[k] = len(self._buckets)
+            size += p.numel() * p.element_size()
+            if size >= cap or k == 0:
+                self._buckets.append((k, last - k))
+                size, last = 0, k
+        self._ready = [0] * len(self._buckets)
+        self._started = 0  # buckets of this backward handed to the thread
+        self._work = self._bucket_thread = None
+        self._accumulators = []  # the hooks live as long as these
+        for k, p in enumerate(self._params):
+            with torch.enable_grad():
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            self._hooks.append(
+                acc.register_hook(lambda *_, k=k: self._on_ready(k)))
+            self._accumulators.append(acc)
+
+    def _on_ready(self, k):
+        if not self._queued:
+            self._queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(
+                self._end_buckets)
+        self._ready[self._bucket_of[k]] += 1
+        try:
+            while self._started < len(self._buckets) and self._ready[
+                    self._started] == self._buckets[self._started][1]:
+                self._start_bucket()
+        except BaseException:  # backward fails: its callback never runs
+            self._stop_buckets()
+            raise
+
+    def _start_bucket(self):
+        """Copies the next bucket's gradients into the peer's tensors and
+        hands it to the exchange thread (started with the first)."""
+        b = self._started
+        first, count = self._buckets[b]
+        if b == 0:
+            self._buckets_registered()
+        with torch.no_grad():
+            for k in range(first, first + count):
+                g = self._params[k].grad
+                if g is None:
+                    self._grads[k].zero_()
+                else:
+                    self._grads[k].copy_(g)
+        if self.peer._cuda:
+            torch.cuda.current_stream().synchronize()
+        if self._bucket_thread is None:
+            self._work = queue.SimpleQueue()
+            self._bucket_thread = threading.Thread(
+                target=self._exchange_buckets, args=(self._work,),
+                name="rumor-buckets", daemon=True)
+            self._bucket_thread.start()
+        self._work.put(b)
+        self._started += 1
+
+    def _exchange_buckets(self, work):
+        """The exchange thread of one backward: buckets in order until
+        None; after an error it only drains (the callback re-raises)."""
+        for b in iter(work.get, None):
+            if self._error is not None:
+                continue
+            try:
+                self._more = self.peer.gossip_bucket(b)
+            except BaseException as e:  # re-raised in the caller's thread
+                self._error = e
+
+    def _end_buckets(self):
+        """The end of backward: the buckets not started go (unused
+        parameters count as their .grad or zero), then every bucket is
+        waited for and its average written into .grad."""
+        try:
+            while self._started < len(self._buckets):
+                self._start_bucket()
+        finally:
+            self._stop_buckets()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        self._write_grads()
+
+    def _stop_buckets(self):
+        """Waits for the exchange thread and resets the backward's
+        counts."""
+        self._queued = False
+        self._started = 0
+        self._ready = [0] * len(self._buckets)
+        if self._bucket_thread is not None:
+            self._work.put(None)
+            self._bucket_thread.join()
+            self._bucket_thread = None
+
+    def _buckets_registered(self):
+        if self._grads is None:
+            self._grads = [p.detach().clone().contiguous()
+                           for p in self._params]
+        if self.peer._p is None:
+            self.peer.register(self._grads)
+        if self.peer.buckets == 0:
+            self.peer.set_buckets(self._buckets)
+
+    def _write_grads(self):
+        with torch.no_grad():
+            for p, s in zip(self._params, self._grads):
+                if p.grad is None:
+                    p.grad = s.clone()
+                else:
+                    p.grad.copy_(s)
+
     def _on_grad(self, grad):
         if not self._queued:
             self._queued = True
@@ -175,14 +319,13 @@ class GossipModel(torch.nn.Module):
             for s, g in zip(self._grads, grads):
                 s.copy_(g)
             self._more = self.peer.gossip(self._grads)
-            for p, s in zip(self._params, self._grads):
-                if p.grad is None:
-                    p.grad = s.clone()
-                else:
-                    p.grad.copy_(s)
+        self._write_grads()
 
     # --- checkpoints ---------------------------------------------------
     def _register(self):
+        if self._buckets is not None:
+            self._buckets_registered()
+            return
         tensors = self._grads if self.gradient_exchange else self._send
         if tensors is None:
             with torch.no_grad():
@@ -216,8 +359,12 @@ class GossipModel(torch.nn.Module):
             self.peer.load_state_dict(state)
 
     def close(self):
-        """Finishes the pending exchange and closes the peer."""
+        """Finishes the pending exchange and closes the peer; the
+        gradient hooks go, so the module may be wrapped again."""
         try:
             self.finish()
         finally:
+            for hook in self._hooks:
+                hook.remove()
+            self._hooks = []
             self.peer.close()

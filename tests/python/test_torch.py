@@ -1,10 +1,12 @@
 """rumor.torch.GossipModel: the exchange overlapped with the gradient
 gives the reference loop's numbers, buffers are handled as documented,
-gradient algorithms average gradients at the end of backward, and the
-peer's state travels in state_dict (nodes as threads of this process; the
-launcher test runs it in real processes)."""
+gradient algorithms average gradients in buckets during backward (the
+same numbers as one exchange at its end), and the peer's state travels
+in state_dict (nodes as threads of this process, each with its own
+transport on loopback; the launcher test runs it in real processes)."""
 import copy
 import logging
+import shutil
 
 import pytest
 
@@ -47,10 +49,12 @@ def flat(model):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
-def train_wrapped(topo, keys, i, algo, overlap=True, **options):
-    model = rumor.torch.GossipModel(make_model(), topology=topo, node_id=i,
-                                    key=keys[i], algo=algo, seed=1,
-                                    overlap=overlap, **options)
+def train_wrapped(topo, keys, i, algo, overlap=True, module=None,
+                  stats=None, **options):
+    module = make_model() if module is None else module
+    model = rumor.torch.GossipModel(module, topology=topo,
+                                    node_id=i, key=keys[i], algo=algo,
+                                    seed=1, overlap=overlap, **options)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     for t in range(STEPS):
         x, y = batch(i, t)
@@ -60,6 +64,8 @@ def train_wrapped(topo, keys, i, algo, overlap=True, **options):
         opt.step()
     model.finish()
     out = flat(model.module)
+    if stats is not None:
+        stats[i] = (model.peer.buckets, model.peer.metrics())
     model.close()
     return out
 
@@ -143,24 +149,38 @@ def test_peer_looks_ahead__only_step_ahead_ef(local2):
     plain.close()
 
 
-def test_gossip_model__allreduce__every_node_same_model(ring):
-    """Gradient exchange: the gradients are averaged at the end of
-    backward, so every node takes the same step from the same model."""
+def sgd_reference(module, nodes, uses=None):
+    """Single-process SGD on the union of the nodes' batches: what
+    data-parallel SGD with exactly averaged gradients computes."""
+    opt = torch.optim.SGD(module.parameters(), lr=LR)
+    for t in range(STEPS):
+        opt.zero_grad()
+        for i in range(nodes):
+            x, y = batch(i, t)
+            out = module(x) if uses is None else module(x, uses(i))
+            (torch.nn.functional.cross_entropy(out, y) / nodes).backward()
+        opt.step()
+    return flat(module)
+
+
+# a bucket per parameter: 4 buckets
+TINY_MB = 1e-6
+
+
+@pytest.mark.parametrize("cap_mb", [25, TINY_MB])
+def test_gossip_model__allreduce__every_node_same_model(ring, cap_mb):
+    """Gradient exchange: the gradients are averaged (in one bucket, or
+    one per parameter), so every node takes the same step from the same
+    model."""
     topo, keys = ring
-    got = run_nodes([lambda i=i: train_wrapped(topo, keys, i, "allreduce")
+    got = run_nodes([lambda i=i: train_wrapped(topo, keys, i, "allreduce",
+                                               bucket_cap_mb=cap_mb)
                      for i in range(NODES)])
     for g in got[1:]:
         assert torch.equal(g, got[0])
     # and that step is the full-batch SGD step on the union of the data
-    model = make_model()
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    for t in range(STEPS):
-        opt.zero_grad()
-        for i in range(NODES):
-            x, y = batch(i, t)
-            (torch.nn.functional.cross_entropy(model(x), y) / NODES).backward()
-        opt.step()
-    assert torch.allclose(got[0], flat(model), rtol=0, atol=1e-5)
+    want = sgd_reference(make_model(), NODES)
+    assert torch.allclose(got[0], want, rtol=0, atol=1e-5)
 
 
 def train_batchnorm(topo, keys, i, buffers):
@@ -228,3 +248,179 @@ def test_gossip_model__state_dict__carries_peer_state(ring):
     assert fresh.peer.step == 5
     assert torch.equal(fresh.module[0].weight, state["module.0.weight"])
     fresh.peer.close()
+
+
+GRADIENT_ALGOS = [("allreduce", {}),
+                  ("powersgd", {"rank": 1}),
+                  ("allreduce", {"codec": "topk:ratio=0.25", "ef": "ef"}),
+                  ("allreduce", {"codec": "qsgd:bits=4"})]
+
+
+@pytest.mark.parametrize("algo,options", GRADIENT_ALGOS,
+                         ids=["allreduce", "powersgd", "topk-ef", "qsgd"])
+def test_gossip_model__buckets__same_bits_as_one_exchange(local2, algo,
+                                                          options):
+    """A bucket per parameter, exchanged during backward, gives the bits
+    of one exchange at its end (2 nodes: the ring's sums do not depend on
+    its chunks; PowerSGD's Q and the error memories are per tensor, and
+    PowerSGD's Q and QSGD's rounding are drawn from the whole model's
+    streams), and the buckets really travel apart: a step sends 4 times
+    the frames."""
+    topo, keys = local2
+    stats = {True: {}, False: {}}
+    got = [run_nodes([lambda i=i: train_wrapped(
+        topo, keys, i, algo, overlap=overlap, bucket_cap_mb=TINY_MB,
+        stats=stats[overlap], **options) for i in range(2)])
+        for overlap in (True, False)]
+    for g, w in zip(*got):
+        assert torch.equal(g, w), (g - w).abs().max()
+    assert torch.equal(got[0][0], got[0][1])
+    assert [stats[True][i][0] for i in range(2)] == [4, 4]
+    assert [stats[False][i][0] for i in range(2)] == [0, 0]
+    frames = [stats[o][0][1]["gossip_frames_sent"] for o in (True, False)]
+    assert frames[0] == 4 * frames[1] > 0, frames
+
+
+@pytest.mark.parametrize("algo,options", GRADIENT_ALGOS[:2],
+                         ids=["allreduce", "powersgd"])
+def test_gossip_model__buckets_4_nodes__one_exchange_within_rounding(
+        ring, algo, options):
+    """With 4 nodes the ring cuts its chunks from each bucket, so an
+    element's 4 terms may be summed in another order: after 30 steps the
+    models differ by float32 roundings (measured: 3e-9 all-reduce, 2e-7
+    PowerSGD, whose orthogonalization and error memory carry them on),
+    and every node still holds the same bits."""
+    topo, keys = ring
+    got = [run_nodes([lambda i=i: train_wrapped(
+        topo, keys, i, algo, overlap=overlap, bucket_cap_mb=TINY_MB,
+        **options) for i in range(NODES)]) for overlap in (True, False)]
+    assert all(torch.equal(g, got[0][0]) for g in got[0])
+    assert torch.allclose(got[0][0], got[1][0], rtol=0, atol=1e-6), \
+        (got[0][0] - got[1][0]).abs().max()
+
+
+class Branches(torch.nn.Module):
+    """A parameter (extra) that some nodes use and others do not."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.first = torch.nn.Linear(6, 8).double()
+        self.extra = torch.nn.Linear(8, 8).double()
+        self.last = torch.nn.Linear(8, 3).double()
+        self.use_extra = False
+
+    def forward(self, x, use_extra=None):
+        h = torch.tanh(self.first(x))
+        if self.use_extra if use_extra is None else use_extra:
+            h = h + self.extra(h)
+        return self.last(h)
+
+
+def test_gossip_model__unused_parameter__buckets_complete(local2):
+    """Node 1 never uses `extra`: its hooks never run there, so its
+    buckets go at the end of backward with zero gradients, while node 0
+    exchanges them during backward; both get the average of the two
+    nodes' gradients, as single-process SGD on both batches computes."""
+    topo, keys = local2
+
+    mods = [Branches() for _ in range(4)]  # here: torch's seed is global
+    mods[0].use_extra = True
+    got = run_nodes([lambda i=i: train_wrapped(
+        topo, keys, i, "allreduce", module=mods[i], bucket_cap_mb=TINY_MB)
+        for i in range(2)])
+    assert torch.equal(got[0], got[1])
+    want = sgd_reference(Branches(), 2, uses=lambda i: i == 0)
+    assert torch.allclose(got[0], want, rtol=0, atol=1e-5), \
+        (got[0] - want).abs().max()
+    unused = run_nodes([lambda i=i: train_wrapped(
+        topo, keys, i, "allreduce", module=mods[2 + i],
+        bucket_cap_mb=TINY_MB) for i in range(2)])
+    start = flat(Branches())
+    n_first = sum(p.numel() for p in Branches().first.parameters())
+    n_extra = sum(p.numel() for p in Branches().extra.parameters())
+    extra = slice(n_first, n_first + n_extra)  # used by no node: unmoved
+    assert torch.equal(unused[0][extra], start[extra])
+
+
+def test_peer_buckets__out_of_order_or_bad_ranges__refused(local2):
+    topo, keys = local2
+    peer = rumor.Peer(topology=topo, node_id=0, key=keys[0],
+                      algo="allreduce")
+    peer.register([torch.zeros(3), torch.zeros(4), torch.zeros(5)])
+    for bad in ([(0, 2)], [(0, 2), (1, 2)], [(0, 1), (1, 0), (1, 2)],
+                [(0, 3), (3, 1)]):
+        with pytest.raises(rumor.RumorError, match="every tensor once"):
+            peer.set_buckets(bad)
+    peer.set_buckets([(2, 1), (0, 2)])
+    assert peer.buckets == 2
+    with pytest.raises(rumor.RumorError, match="in order"):
+        peer.gossip_bucket(1)
+    peer.close()
+    gossip = rumor.Peer(topology=topo, node_id=1, key=keys[1], algo="dpsgd")
+    gossip.register([torch.zeros(3)])
+    with pytest.raises(rumor.RumorError, match="exchange it whole"):
+        gossip.set_buckets([(0, 1)])
+    gossip.close()
+
+
+def test_gossip_model__buckets__state_dict_round_trip(local2):
+    """PowerSGD's state (warm-start Q, error memories) per bucket travels
+    in state_dict; a wrapper without buckets is told why it cannot load
+    it."""
+    topo, keys = local2
+
+    def node(i):
+        model = rumor.torch.GossipModel(make_model(), topology=topo,
+                                        node_id=i, key=keys[i],
+                                        algo="powersgd", seed=1,
+                                        bucket_cap_mb=TINY_MB)
+        opt = torch.optim.SGD(model.parameters(), lr=LR)
+        for t in range(3):
+            x, y = batch(i, t)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        state = model.state_dict()
+        model.close()
+        return state
+
+    state = run_nodes([lambda i=i: node(i) for i in range(2)])[1]
+
+    def fresh(**options):
+        return rumor.torch.GossipModel(make_model(), topology=topo,
+                                       node_id=1, key=keys[1],
+                                       algo="powersgd", seed=1, **options)
+
+    same = fresh(bucket_cap_mb=TINY_MB)
+    same.load_state_dict(copy.copy(state))
+    assert same.peer.step == 3 and same.peer.buckets == 4
+    again = {}
+    same._save_to_state_dict(again, "", False)
+    assert again["rumor_peer"]["state"] == state["rumor_peer"]["state"]
+    same.peer.close()
+    whole = fresh(overlap=False)
+    with pytest.raises(rumor.RumorError, match="saved with buckets"):
+        whole.load_state_dict(copy.copy(state))
+    whole.peer.close()
+
+
+def test_gossip_model__closed__module_wrapped_again(tmp_path):
+    """close() removes the gradient hooks (both kinds): a module wrapped
+    again trains under its new wrapper alone, while the old wrappers'
+    hooks would restart their closed peers on a topology now gone."""
+    mods = [make_model() for _ in range(2)]
+    for overlap in (True, False):
+        d = tmp_path / str(overlap)
+        topo = rumor.topology.local("ring:2", str(d))
+        keys = [str(d / "keys" / f"node-{i}") for i in range(2)]
+        run_nodes([lambda i=i: train_wrapped(
+            topo, keys, i, "allreduce", module=mods[i], overlap=overlap,
+            bucket_cap_mb=TINY_MB) for i in range(2)])
+        shutil.rmtree(d)
+    topo = rumor.topology.local("ring:2", str(tmp_path / "again"))
+    keys = [str(tmp_path / "again" / "keys" / f"node-{i}") for i in range(2)]
+    got = run_nodes([lambda i=i: train_wrapped(
+        topo, keys, i, "allreduce", module=mods[i], bucket_cap_mb=TINY_MB)
+        for i in range(2)])
+    assert torch.equal(got[0], got[1])
