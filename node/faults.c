@@ -323,6 +323,12 @@ s_recv(node_faults *f,
         rumor_err rc = rumor_net_recv(net, peer, kind, step, round, until, out);
         if (rc != RUMOR_ETIMEDOUT)
             return rc;
+        /* a refused peer sends nothing: skipped at once, not at the
+         * deadline (in the first step the caller then ends the run with
+         * the refusal's text, node_check_refusals) */
+        char why[RUMOR_NET_REFUSE_TEXT_MAX + 1];
+        if (rumor_net_refused(net, peer, why))
+            return RUMOR_ETIMEDOUT;
         rumor_net_state st = rumor_net_peer_state(net, peer);
         if (st != RUMOR_NET_PEER_DOWN)
             f->peer[peer].heard = true;
