@@ -13,8 +13,10 @@ parts:
              torch.sort / torch.topk (the paper's implementation) on the
              same sizes
   p003       paper 003 (CO3): fp4 [1,2,1] and fp8 [1,5,2] with Huffman
-             coding and decayed error feedback, gamma 0, 0.7, 0.9, 1;
-             prints the table, draws DIR/papers-003-fp4.png, -fp8.png
+             coding (per message, and the paper's GenNorm code) and
+             decayed error feedback, gamma 0, 0.7, 0.9, 1; prints the
+             table, draws DIR/papers-003-fp4.png, -fp8.png and the
+             -gennorm twins
   ratio      the PowerSGD paper's compression ratios (`rumor lowrank ratio`)
 Each training run's CSV is kept in WORK (default build/papers), so a part
 interrupted resumes where it stopped. STEPS and SEEDS (environment)
@@ -69,7 +71,12 @@ P001_BASE_LR = 0.1
 
 # paper 003: SGD at a constant rate, no momentum (its Table I); the fp
 # formats with the real exponent bias of eq. 12
-P003_CODECS = [("fp4 [1,2,1]", "fp4:bias=real"), ("fp8 [1,5,2]", "fp8:bias=real")]
+# each format with the per-message Huffman code and with the paper's
+# per-layer code from the GenNorm model (code=gennorm)
+P003_CODECS = [("fp4 [1,2,1]", "fp4:bias=real"),
+               ("fp4 [1,2,1], GenNorm code", "fp4:bias=real,code=gennorm"),
+               ("fp8 [1,5,2]", "fp8:bias=real"),
+               ("fp8 [1,5,2], GenNorm code", "fp8:bias=real,code=gennorm")]
 P003_GAMMAS = [0, 0.7, 0.9, 1]
 P003_LR = 0.1
 
@@ -247,7 +254,7 @@ def mean_curve(runs):
 
 
 def plot_p003(args, label, codec, curves, base_runs):
-    name = codec.split(":")[0]
+    name = codec.split(":")[0] + ("-gennorm" if "gennorm" in codec else "")
     data = os.path.join(args.work, f"p003-{name}.dat")
     titles = ["none (fp32)"]
     with open(data, "w") as f:
