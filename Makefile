@@ -15,7 +15,7 @@ SAN       ?=
 OPT       ?= -O2
 V         ?= 0
 
-MODULES := core compress lowrank topology net gossip node
+MODULES := core compress lowrank topology net gossip train node
 VERSION := 0.1.0
 SONAME  := librumor.so.0
 

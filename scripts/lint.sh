@@ -9,7 +9,7 @@ cc=$1
 cflags=$2
 only=${3:-all}
 status=0
-order="core compress lowrank topology net gossip node"
+order="core compress lowrank topology net gossip train node"
 # pairs MODULE:HEADER a module must not include although it is below: the
 # algorithms meet the network only through the node's exchange driver
 apart="gossip:net"

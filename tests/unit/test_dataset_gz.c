@@ -10,7 +10,7 @@
  */
 #include "tests/cmocka_compat.h"
 
-#include "rumor/node.h"
+#include "rumor/train.h"
 
 #include <dirent.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * node/dataset_shard.c: how the training split is shared among nodes.
+ * train/dataset_shard.c: how the training split is shared among nodes.
  *
  * iid: a seeded permutation of [0, n) cut into `nodes` contiguous parts
  * whose sizes differ by at most one. Dirichlet (Hsu, Qi & Brown 2019,
@@ -19,9 +19,9 @@
  * with an empty shard could not train); this is deterministic and rare
  * unless alpha is tiny and nodes many.
  */
-#include "rumor/node.h"
+#include "rumor/train.h"
 
-#include "node/workload_impl.h"
+#include "train/train_impl.h"
 
 #include <assert.h>
 #include <math.h>
@@ -124,10 +124,10 @@ s_dirichlet_owners(const struct rumor_dataset *data,
             p[k] = rumor_rng_gamma(&rng, alpha);
             sum += p[k];
         }
-        node_permutation(seed,
-                         stream * (2 * data->classes + 2) + 2 * c + 1,
-                         perm,
-                         m);
+        train_permutation(seed,
+                          stream * (2 * data->classes + 2) + 2 * c + 1,
+                          perm,
+                          m);
         /* Cut points round(m * cumulative share); when every draw
          * underflowed to 0, give the class to one node. */
         double acc = 0;
@@ -176,7 +176,7 @@ rumor_shard_indices(const struct rumor_dataset *data,
         size_t *perm = malloc(data->n * sizeof *perm);
         if (perm == NULL)
             return RUMOR_ENOMEM;
-        node_permutation(s, 0, perm, data->n);
+        train_permutation(s, 0, perm, data->n);
         size_t lo = data->n * node / nodes;
         size_t hi = data->n * ((size_t)node + 1) / nodes;
         n_out = hi - lo;

@@ -1,5 +1,5 @@
 /*
- * node: datasets (embedded digits, IDX, CIFAR-10, CSV, synthetic), the
+ * train: datasets (embedded digits, IDX, CIFAR-10, CSV, synthetic), the
  * held-out split, iid and Dirichlet sharding, workload gradients against
  * central finite differences of an independent double-precision forward
  * pass, least squares trained to its known optimum, the MLP on the digits,
@@ -8,7 +8,7 @@
  */
 #include "tests/cmocka_compat.h"
 
-#include "rumor/node.h"
+#include "rumor/train.h"
 
 #include <math.h>
 #include <stdio.h>
