@@ -46,14 +46,14 @@ rumor_shard_mode_parse(const char *name, rumor_shard_mode *out)
 }
 
 double
-rumor_rng_gamma(struct rumor_rng *rng, double shape)
+train_rng_gamma(struct rumor_rng *rng, double shape)
 {
     assert(rng != NULL);
     assert(shape > 0);
     if (shape < 1) {
         double u = rumor_rng_uniform_double(rng);
         /* u may be 0: then the draw is 0, which the caller tolerates. */
-        return rumor_rng_gamma(rng, shape + 1) * pow(u, 1.0 / shape);
+        return train_rng_gamma(rng, shape + 1) * pow(u, 1.0 / shape);
     }
     double d = shape - 1.0 / 3.0;
     double c = 1.0 / sqrt(9.0 * d);
@@ -121,7 +121,7 @@ s_dirichlet_owners(const struct rumor_dataset *data,
         rumor_rng_init(&rng, seed, stream * (2 * data->classes + 2) + 2 * c);
         double sum = 0;
         for (uint32_t k = 0; k < nodes; k++) {
-            p[k] = rumor_rng_gamma(&rng, alpha);
+            p[k] = train_rng_gamma(&rng, alpha);
             sum += p[k];
         }
         train_permutation(seed,

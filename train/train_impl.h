@@ -72,4 +72,18 @@ rumor_err train_cuda_pass(train_cuda *cu,
                           double *loss_sum,
                           size_t *correct);
 
+/* --- for the tests (tests/unit/test_train.c, test_dataset_gz.c) --- */
+
+/* One Gamma(shape, 1) draw (Marsaglia & Tsang 2000; shape < 1 by the
+ * U^(1/shape) boost); shape > 0. The Dirichlet shards' proportions. */
+double train_rng_gamma(struct rumor_rng *rng, double shape);
+
+/* The device chosen at creation. */
+rumor_device train_workload_device(const rumor_workload *w);
+
+/* This node's training shard and the held-out split (owned by w, valid
+ * for its life). */
+const struct rumor_dataset *train_workload_shard(const rumor_workload *w);
+const struct rumor_dataset *train_workload_heldout(const rumor_workload *w);
+
 #endif /* RUMOR_TRAIN_IMPL_H */

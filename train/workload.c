@@ -110,8 +110,8 @@ rumor_workload_opts_default(struct rumor_workload_opts *opts)
 
 /* --- models -------------------------------------------------------------- */
 
-bool
-rumor_model_same_shape(const struct rumor_model *a, const struct rumor_model *b)
+static bool
+s_same_shape(const struct rumor_model *a, const struct rumor_model *b)
 {
     assert(a != NULL);
     assert(b != NULL);
@@ -522,7 +522,7 @@ rumor_workload_model(rumor_workload *w)
 }
 
 rumor_device
-rumor_workload_device(const rumor_workload *w)
+train_workload_device(const rumor_workload *w)
 {
     assert(w != NULL);
     return w->device;
@@ -543,14 +543,14 @@ rumor_workload_test_size(const rumor_workload *w)
 }
 
 const struct rumor_dataset *
-rumor_workload_train(const rumor_workload *w)
+train_workload_shard(const rumor_workload *w)
 {
     assert(w != NULL);
     return w->train;
 }
 
 const struct rumor_dataset *
-rumor_workload_test(const rumor_workload *w)
+train_workload_heldout(const rumor_workload *w)
 {
     assert(w != NULL);
     return w->test;
@@ -630,7 +630,7 @@ rumor_workload_grad(rumor_workload *w,
 {
     assert(w != NULL);
     assert(grad != NULL);
-    if (!rumor_model_same_shape(&w->model, grad))
+    if (!s_same_shape(&w->model, grad))
         return RUMOR_EINVAL;
     const struct rumor_dataset *d = w->train;
     size_t b = w->batch == 0 || w->batch >= d->n ? d->n : w->batch;
@@ -666,7 +666,7 @@ rumor_workload_eval(rumor_workload *w,
     memset(out, 0, sizeof *out);
     if (params == NULL)
         params = &w->model;
-    if (!rumor_model_same_shape(&w->model, params))
+    if (!s_same_shape(&w->model, params))
         return RUMOR_EINVAL;
     if (split != RUMOR_EVAL_TEST && split != RUMOR_EVAL_TRAIN)
         return RUMOR_EINVAL;

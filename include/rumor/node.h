@@ -198,9 +198,6 @@ struct rumor_node_summary {
 RUMOR_API void rumor_node_summary(const rumor_node *node,
                                   struct rumor_node_summary *out);
 
-/* The model (borrowed, valid for the node's life). */
-RUMOR_API struct rumor_model *rumor_node_model(rumor_node *node);
-
 /* ======================================================================
  * 2. peer: Rumor under the caller's own training loop (node/peer.c; the
  *    python/rumor package is built on it, see docs/python.md)

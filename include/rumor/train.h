@@ -84,8 +84,9 @@ RUMOR_API rumor_err rumor_dataset_load_idx(const char *images_path,
                                            struct rumor_dataset **out,
                                            struct rumor_diag *diag);
 
-/* The same from memory (pure: used by the fuzz harness). The names are
- * used in diagnostics only. */
+/* The same from memory, for bytes the caller already holds: a pure
+ * function of them (rumor_dataset_load_idx reads the files and calls it).
+ * The names are used in diagnostics only. */
 RUMOR_API rumor_err rumor_dataset_parse_idx(const uint8_t *images,
                                             size_t images_len,
                                             const char *images_name,
@@ -221,10 +222,6 @@ RUMOR_API rumor_err rumor_shard_indices(const struct rumor_dataset *data,
                                         size_t **idx,
                                         size_t *count);
 
-/* One Gamma(shape, 1) draw (Marsaglia & Tsang 2000; shape < 1 by the
- * U^(1/shape) boost); shape > 0. Exposed for tests. */
-RUMOR_API double rumor_rng_gamma(struct rumor_rng *rng, double shape);
-
 /* ======================================================================
  * 2. workloads
  * ====================================================================== */
@@ -290,19 +287,9 @@ RUMOR_API void rumor_workload_destroy(rumor_workload **self_p);
  * optimizer or gossip may change the numbers in place). */
 RUMOR_API struct rumor_model *rumor_workload_model(rumor_workload *w);
 
-/* The device chosen at creation. */
-RUMOR_API rumor_device rumor_workload_device(const rumor_workload *w);
-
 /* Samples in this node's shard and in the held-out split. */
 RUMOR_API size_t rumor_workload_train_size(const rumor_workload *w);
 RUMOR_API size_t rumor_workload_test_size(const rumor_workload *w);
-
-/* This node's training shard and the held-out split (owned by w, valid
- * for its life; for inspection: label histograms, sizes). */
-RUMOR_API const struct rumor_dataset *
-rumor_workload_train(const rumor_workload *w);
-RUMOR_API const struct rumor_dataset *
-rumor_workload_test(const rumor_workload *w);
 
 /* The known optimum W* of a generated lsq problem (a model of one
  * tensor, owned by w); RUMOR_ENOTSUP for other workloads or lsq on a
@@ -348,10 +335,6 @@ RUMOR_API rumor_err rumor_model_clone(const struct rumor_model *src,
 
 /* Frees a model made by rumor_model_clone and sets *self_p to NULL. */
 RUMOR_API void rumor_model_free(struct rumor_model **self_p);
-
-/* True when a and b have the same count and shapes. */
-RUMOR_API bool rumor_model_same_shape(const struct rumor_model *a,
-                                      const struct rumor_model *b);
 
 /* ======================================================================
  * 3. optimizers (PyTorch torch.optim.SGD update rules, dampening 0)
