@@ -3,7 +3,8 @@
 # Sources are found by wildcard: every .c under a module directory goes into
 # build/lib/librumor.a; a module's X.cu is built with nvcc in CUDA builds and
 # its X_stub.c in CPU-only builds, so each symbol exists exactly once.
-# node/main.c and bench/*.c make the `rumor` binary.
+# cli/*.c (the subcommands) and bench/*.c make the `rumor` binary; they are
+# not in the library (as curl keeps src/ apart from lib/).
 
 CC        ?= cc
 AR        ?= ar
@@ -14,7 +15,7 @@ SAN       ?=
 OPT       ?= -O2
 V         ?= 0
 
-MODULES := core compress lowrank topology net gossip node
+MODULES := core compress lowrank topology net gossip train node
 VERSION := 0.1.0
 SONAME  := librumor.so.0
 
@@ -76,8 +77,7 @@ ALL_NVCCFLAGS := $(NVCCFLAGS) -Iinclude -I. -Xcompiler -fPIC,-fvisibility=hidden
 # --- sources ---------------------------------------------------------------
 CU_SRC   := $(foreach m,$(MODULES),$(wildcard $(m)/*.cu))
 STUB_SRC := $(patsubst %.cu,%_stub.c,$(CU_SRC))
-MAIN_SRC := node/main.c
-LIB_C    := $(filter-out $(MAIN_SRC),$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
+LIB_C    := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
 ifeq ($(HAVE_CUDA),1)
   LIB_C   := $(filter-out $(STUB_SRC),$(LIB_C))
   LIB_CU  := $(CU_SRC)
@@ -88,7 +88,7 @@ else
   LIB_CU  :=
   CUDA_LINE := no, $(CUDA_WHY)
 endif
-BIN_C := $(MAIN_SRC) $(wildcard bench/*.c)
+BIN_C := $(wildcard cli/*.c bench/*.c)
 
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.cu.o)
 BIN_OBJ := $(BIN_C:%.c=$(BUILD)/%.o)

@@ -1,5 +1,5 @@
 /*
- * Private to the CUDA sources (lowrank/cuda.cu, node/workload_cuda.cu):
+ * Private to the CUDA sources (lowrank/cuda.cu, train/workload_cuda.cu):
  * the checks around CUDA runtime, cuBLAS and cuSOLVER calls, written
  * once. Each one runs `call`; on failure it logs the call's text and the
  * status under the prefix `what` ("lowrank cuda", ...), sets the

@@ -1058,12 +1058,6 @@ rumor_node_summary(const rumor_node *node, struct rumor_node_summary *out)
     *out = node->sum;
 }
 
-struct rumor_model *
-rumor_node_model(rumor_node *node)
-{
-    return node->model;
-}
-
 /* --- for the peer API (node/peer.c; contracts in runtime_impl.h) ------ */
 
 rumor_err

@@ -1,14 +1,15 @@
 #!/bin/sh
 # make lint: banned functions (R1.4), include direction (a module includes
-# only the public headers of modules before it, and not those of $apart),
-# and every public header
-# compiling on its own (R3.3). usage: lint.sh CC CFLAGS [headers]
+# only the public headers of modules before it, and not those of $apart;
+# a library file includes no private header of a module after it, nor of
+# cli/, bench/ or tests/), and every public header compiling on its own
+# (R3.3). usage: lint.sh CC CFLAGS [headers]
 set -u
 cc=$1
 cflags=$2
 only=${3:-all}
 status=0
-order="core compress lowrank topology net gossip node"
+order="core compress lowrank topology net gossip train node"
 # pairs MODULE:HEADER a module must not include although it is below: the
 # algorithms meet the network only through the node's exchange driver
 apart="gossip:net"
@@ -19,7 +20,7 @@ rank_of() {
         [ "$m" = "$1" ] && { echo $i; return; }
         i=$((i + 1))
     done
-    echo 99 # python, bench, tests: may include everything
+    echo 99 # cli, bench, tests, python: outside the library, may include everything
 }
 
 check_headers() {
@@ -66,10 +67,27 @@ check_include_direction() {
     done
 }
 
+# "DIR/x.h": cli/ is linked into the `rumor` binary only (as curl keeps
+# src/ apart from lib/), so the library never reaches into it
+check_private_includes() {
+    for f in $(git ls-files -- $order | grep -E '\.(c|h|cu)$'); do
+        mod=${f%%/*}
+        own=$(rank_of "$mod")
+        for dir in $(sed -n 's/^#include "\([a-z_]*\)\/[a-z_0-9]*\.h".*/\1/p' "$f"); do
+            [ "$dir" = rumor ] && continue
+            if [ "$(rank_of "$dir")" -gt "$own" ]; then
+                echo "lint: $f includes a private header of $dir/, above $mod"
+                status=1
+            fi
+        done
+    done
+}
+
 check_headers
 if [ "$only" = all ]; then
     check_banned
     check_include_direction
+    check_private_includes
 fi
 [ $status -eq 0 ] && echo "lint: ok"
 exit $status

@@ -7,7 +7,7 @@
  * is checked for the invariants workloads rely on: every label in
  * [0, classes), every feature finite, shapes within the caps.
  */
-#include "rumor/node.h"
+#include "rumor/train.h"
 
 #include <math.h>
 #include <stdlib.h>

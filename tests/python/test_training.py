@@ -83,7 +83,7 @@ def _rumor_node_run(tmp_path):
 def _python_run(tmp_path):
     """The same training driven from Python: the built-in workload's
     gradients, peer.gossip on its parameters, then the SGD step in numpy
-    (p -= lr g in float32, as node/optim.c)."""
+    (p -= lr g in float32, as train/optim.c)."""
     d = tmp_path / "py"
     topo = rumor.topology.local(f"ring:{NODES}", str(d))
     lr = np.float32(CONFIG["lr"])

@@ -10,7 +10,9 @@
  */
 #include "tests/cmocka_compat.h"
 
-#include "rumor/node.h"
+#include "rumor/train.h"
+
+#include "train/train_impl.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -258,7 +260,7 @@ test_idx_dir__t10k_pair__is_the_held_out_set(void **state)
     assert_int_equal(rumor_workload_new(&o, &w, &diag), RUMOR_OK);
     assert_int_equal(rumor_workload_test_size(w), 7);
     assert_int_equal(rumor_workload_train_size(w), 5);
-    s_check_sample(rumor_workload_test(w), 6, 6, 2);
+    s_check_sample(train_workload_heldout(w), 6, 6, 2);
     rumor_workload_destroy(&w);
     rumor_dataset_destroy(&d);
     s_rmdir(dir);

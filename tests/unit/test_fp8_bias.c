@@ -11,7 +11,7 @@
 
 #include "rumor/compress.h"
 #include "rumor/gossip.h"
-#include "rumor/node.h"
+#include "rumor/train.h"
 
 #include "compress/compress_impl.h"
 

@@ -1,5 +1,5 @@
 /*
- * node/dataset.c: datasets in memory, the embedded digits, seeded
+ * train/dataset.c: datasets in memory, the embedded digits, seeded
  * generators (Gaussian clusters, least squares with a known optimum), the
  * held-out split and subsets.
  *
@@ -20,9 +20,9 @@
  * Limit: make does not track data/digits.csv as a dependency of this
  * object; touch this file after editing the data.
  */
-#include "rumor/node.h"
+#include "rumor/train.h"
 
-#include "node/workload_impl.h"
+#include "train/train_impl.h"
 
 #include <assert.h>
 #include <math.h>
@@ -34,16 +34,16 @@
  * root, where make runs the compiler). */
 __asm__(".section .rodata\n"
         ".balign 16\n"
-        ".globl node_digits_csv_begin\n"
-        ".hidden node_digits_csv_begin\n"
-        "node_digits_csv_begin:\n"
+        ".globl train_digits_csv_begin\n"
+        ".hidden train_digits_csv_begin\n"
+        "train_digits_csv_begin:\n"
         ".incbin \"data/digits.csv\"\n"
-        ".globl node_digits_csv_end\n"
-        ".hidden node_digits_csv_end\n"
-        "node_digits_csv_end:\n"
+        ".globl train_digits_csv_end\n"
+        ".hidden train_digits_csv_end\n"
+        "train_digits_csv_end:\n"
         ".previous\n");
-extern const uint8_t node_digits_csv_begin[];
-extern const uint8_t node_digits_csv_end[];
+extern const uint8_t train_digits_csv_begin[];
+extern const uint8_t train_digits_csv_end[];
 
 #define DIGITS_SAMPLES  1797
 #define DIGITS_FEATURES 64
@@ -114,11 +114,11 @@ rumor_dataset_load_digits(struct rumor_dataset **out)
 {
     assert(out != NULL);
     *out = NULL;
-    size_t len = (size_t)(node_digits_csv_end - node_digits_csv_begin);
+    size_t len = (size_t)(train_digits_csv_end - train_digits_csv_begin);
     struct rumor_diag diag;
     memset(&diag, 0, sizeof diag);
     struct rumor_dataset *d = NULL;
-    rumor_err rc = rumor_dataset_parse_csv(node_digits_csv_begin,
+    rumor_err rc = rumor_dataset_parse_csv(train_digits_csv_begin,
                                            len,
                                            "digits",
                                            &d,
@@ -285,7 +285,7 @@ rumor_dataset_subset(const struct rumor_dataset *src,
 }
 
 void
-node_permutation(uint64_t seed, uint64_t stream, size_t *perm, size_t n)
+train_permutation(uint64_t seed, uint64_t stream, size_t *perm, size_t n)
 {
     /* Fisher-Yates with unbiased draws (rumor_rng_below). */
     struct rumor_rng rng;
@@ -336,10 +336,10 @@ rumor_dataset_split(const struct rumor_dataset *all,
         for (size_t i = 0; i < all->n; i++)
             perm[i] = (all->n - n_test + i) % all->n;
     } else {
-        node_permutation(rumor_seed_derive(seed, SEED_SPLIT, 0),
-                         0,
-                         perm,
-                         all->n);
+        train_permutation(rumor_seed_derive(seed, SEED_SPLIT, 0),
+                          0,
+                          perm,
+                          all->n);
         /* Keep the original order inside each part (readable, fast). */
         qsort(perm, n_test, sizeof *perm, s_cmp_size);
         qsort(perm + n_test, all->n - n_test, sizeof *perm, s_cmp_size);

@@ -1,5 +1,5 @@
 /*
- * node: datasets (embedded digits, IDX, CIFAR-10, CSV, synthetic), the
+ * train: datasets (embedded digits, IDX, CIFAR-10, CSV, synthetic), the
  * held-out split, iid and Dirichlet sharding, workload gradients against
  * central finite differences of an independent double-precision forward
  * pass, least squares trained to its known optimum, the MLP on the digits,
@@ -8,7 +8,9 @@
  */
 #include "tests/cmocka_compat.h"
 
-#include "rumor/node.h"
+#include "rumor/train.h"
+
+#include "train/train_impl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -143,7 +145,7 @@ test_gamma__marsaglia_tsang__mean_and_variance_match(void **state)
         double k = shapes[s], sum = 0, sq = 0;
         const int n = 200000;
         for (int i = 0; i < n; i++) {
-            double g = rumor_rng_gamma(&rng, k);
+            double g = train_rng_gamma(&rng, k);
             assert_true(g >= 0);
             sum += g;
             sq += g * g;
@@ -633,7 +635,7 @@ s_check_gradient(rumor_workload_kind kind,
             ga[at] = g->tensors[t].data[j];
             p[at++] = m->tensors[t].data[j];
         }
-    const struct rumor_dataset *train = rumor_workload_train(w);
+    const struct rumor_dataset *train = train_workload_shard(w);
     double ref = s_ref_loss(train, width, layers, bias, p);
     assert_true(fabs(loss - ref) <= 1e-5 * fmax(1, fabs(ref)));
     const double h = 1e-6;
@@ -919,7 +921,7 @@ test_cuda__gradients__match_cpu(void **state)
         assert_int_equal(rumor_workload_new(&o, &cpu, NULL), RUMOR_OK);
         o.want_cuda = true;
         assert_int_equal(rumor_workload_new(&o, &gpu, NULL), RUMOR_OK);
-        assert_int_equal(rumor_workload_device(gpu), RUMOR_DEVICE_CUDA);
+        assert_int_equal(train_workload_device(gpu), RUMOR_DEVICE_CUDA);
         struct rumor_model *gc = NULL, *gg = NULL;
         assert_int_equal(rumor_model_clone(rumor_workload_model(cpu), &gc),
                          RUMOR_OK);

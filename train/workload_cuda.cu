@@ -1,5 +1,5 @@
-// node/workload_cuda.cu: the CUDA forward and backward pass of the
-// built-in workloads, the same contract as node_cpu_pass (workload_cpu.c).
+// train/workload_cuda.cu: the CUDA forward and backward pass of the
+// built-in workloads, the same contract as train_cpu_pass (workload_cpu.c).
 //
 // The model stays in host memory (gossip and the optimizer work there), so
 // each pass copies the parameters and the batch to the device, runs the
@@ -21,7 +21,7 @@
 // Limit: tested against the CPU pass by test_cuda__gradients__match_cpu,
 // which has not yet run on a GPU (none on the development machine).
 extern "C" {
-#include "node/workload_impl.h"
+#include "train/train_impl.h"
 }
 
 #include "core/cuda_check.h"
@@ -36,8 +36,8 @@ extern "C" {
 
 #define THREADS 256
 
-struct node_cuda {
-    struct node_net net;
+struct train_cuda {
+    struct train_net net;
     size_t max_batch;
     size_t param_floats;
     cublasHandle_t blas;
@@ -140,16 +140,16 @@ s_blocks(size_t n)
 // --- entry points ------------------------------------------------------------
 
 extern "C" rumor_err
-node_cuda_new(const struct node_net *net, size_t max_batch, node_cuda **out)
+train_cuda_new(const struct train_net *net, size_t max_batch, train_cuda **out)
 {
     rumor_err rc = RUMOR_OK;
     const char *why = NULL;
     size_t acts = 0, widest = net->width[0], pf = 0;
-    node_cuda *cu = NULL;
+    train_cuda *cu = NULL;
     *out = NULL;
     if (rumor_cuda_device_count(&why) == 0)
         return RUMOR_ENOTSUP;
-    cu = (node_cuda *)calloc(1, sizeof *cu);
+    cu = (train_cuda *)calloc(1, sizeof *cu);
     if (cu == NULL)
         return RUMOR_ENOMEM;
     cu->net = *net;
@@ -182,16 +182,16 @@ node_cuda_new(const struct node_net *net, size_t max_batch, node_cuda **out)
     *out = cu;
     return RUMOR_OK;
 fail:
-    node_cuda_destroy(&cu);
+    train_cuda_destroy(&cu);
     return rc;
 }
 
 extern "C" void
-node_cuda_destroy(node_cuda **self_p)
+train_cuda_destroy(train_cuda **self_p)
 {
     if (self_p == NULL || *self_p == NULL)
         return;
-    node_cuda *cu = *self_p;
+    train_cuda *cu = *self_p;
     if (cu->blas != NULL)
         cublasDestroy(cu->blas);
     cudaFree(cu->params);
@@ -208,27 +208,27 @@ node_cuda_destroy(node_cuda **self_p)
 }
 
 extern "C" rumor_err
-node_cuda_pass(node_cuda *cu,
-               const struct rumor_model *params,
-               const float *x,
-               const int32_t *y,
-               const float *t,
-               size_t b,
-               size_t denom,
-               const struct rumor_model *grad,
-               double *loss_sum,
-               size_t *correct)
+train_cuda_pass(train_cuda *cu,
+                const struct rumor_model *params,
+                const float *x,
+                const int32_t *y,
+                const float *t,
+                size_t b,
+                size_t denom,
+                const struct rumor_model *grad,
+                double *loss_sum,
+                size_t *correct)
 {
     rumor_err rc = RUMOR_OK;
-    const struct node_net *net = &cu->net;
+    const struct train_net *net = &cu->net;
     size_t step = net->bias ? 2 : 1;
     size_t k = net->width[net->layers];
     const float one = 1.0f, zero = 0.0f;
-    const float *act[NODE_MAX_LAYERS + 1];
-    const float *w[NODE_MAX_LAYERS];
-    const float *bias[NODE_MAX_LAYERS];
-    float *gw[NODE_MAX_LAYERS];
-    float *gb[NODE_MAX_LAYERS];
+    const float *act[TRAIN_MAX_LAYERS + 1];
+    const float *w[TRAIN_MAX_LAYERS];
+    const float *bias[TRAIN_MAX_LAYERS];
+    float *gw[TRAIN_MAX_LAYERS];
+    float *gb[TRAIN_MAX_LAYERS];
     float *s = cu->act, *dz = NULL;
     double h_loss = 0;
     unsigned long long h_correct = 0;

@@ -1,5 +1,5 @@
 /*
- * node/workload.c: the built-in training workloads as seen by the node
+ * train/workload.c: the built-in training workloads as seen by the node
  * runtime: a model (struct rumor_model of parameter tensors), the loss and
  * gradient of a minibatch, and evaluation on the held-out split.
  *
@@ -18,13 +18,13 @@
  * Rejected: per-epoch permutations (state across steps, and batches that
  * straddle epochs).
  *
- * Compute: node_cpu_pass (OpenBLAS) or, when want_cuda and a GPU is
- * usable, node_cuda_pass (cuBLAS); the model itself stays in host memory,
+ * Compute: train_cpu_pass (OpenBLAS) or, when want_cuda and a GPU is
+ * usable, train_cuda_pass (cuBLAS); the model itself stays in host memory,
  * where gossip and the optimizer work on it.
  */
-#include "rumor/node.h"
+#include "rumor/train.h"
 
-#include "node/workload_impl.h"
+#include "train/train_impl.h"
 
 #include <assert.h>
 #include <math.h>
@@ -37,24 +37,24 @@
 #define EVAL_CHUNK 256         /* rows per evaluation pass */
 
 struct rumor_workload {
-    struct node_net net;
+    struct train_net net;
     uint64_t seed;
     uint32_t node;
     size_t batch;                /* 0 = whole shard */
     struct rumor_dataset *train; /* this node's shard */
     struct rumor_dataset *test;  /* held-out split */
-    struct rumor_tensor tensors[2 * NODE_MAX_LAYERS];
+    struct rumor_tensor tensors[2 * TRAIN_MAX_LAYERS];
     struct rumor_model model;
     float *params;               /* one block for all tensors */
     struct rumor_model *optimum; /* lsq W*, or NULL */
     rumor_device device;
-    node_cuda *cuda; /* when device is CUDA */
-    size_t rows_max; /* rows per pass (batch buffers) */
-    float *xb;       /* rows_max x width[0] */
-    int32_t *yb;     /* rows_max labels */
-    float *tb;       /* rows_max x outputs (lsq) */
-    float *scratch;  /* node_cpu_scratch_floats(rows_max) */
-    size_t *idx;     /* rows_max minibatch indices */
+    train_cuda *cuda; /* when device is CUDA */
+    size_t rows_max;  /* rows per pass (batch buffers) */
+    float *xb;        /* rows_max x width[0] */
+    int32_t *yb;      /* rows_max labels */
+    float *tb;        /* rows_max x outputs (lsq) */
+    float *scratch;   /* train_cpu_scratch_floats(rows_max) */
+    size_t *idx;      /* rows_max minibatch indices */
 };
 
 /* --- names ---------------------------------------------------------------- */
@@ -110,8 +110,8 @@ rumor_workload_opts_default(struct rumor_workload_opts *opts)
 
 /* --- models -------------------------------------------------------------- */
 
-bool
-rumor_model_same_shape(const struct rumor_model *a, const struct rumor_model *b)
+static bool
+s_same_shape(const struct rumor_model *a, const struct rumor_model *b)
 {
     assert(a != NULL);
     assert(b != NULL);
@@ -341,7 +341,7 @@ s_dataset(const struct rumor_workload_opts *o,
 static rumor_err
 s_build_model(rumor_workload *w)
 {
-    struct node_net *net = &w->net;
+    struct train_net *net = &w->net;
     size_t count = 0, floats = 0;
     for (size_t l = 0; l < net->layers; l++) {
         size_t in = net->width[l], o = net->width[l + 1];
@@ -387,7 +387,7 @@ s_buffers(rumor_workload *w)
     w->yb = malloc(rows * sizeof *w->yb);
     w->tb = malloc(rows * k * sizeof *w->tb);
     w->scratch =
-        malloc(node_cpu_scratch_floats(&w->net, rows) * sizeof *w->scratch);
+        malloc(train_cpu_scratch_floats(&w->net, rows) * sizeof *w->scratch);
     w->idx = malloc(rows * sizeof *w->idx);
     if (w->xb == NULL || w->yb == NULL || w->tb == NULL || w->scratch == NULL ||
         w->idx == NULL)
@@ -454,7 +454,7 @@ rumor_workload_new(const struct rumor_workload_opts *opts,
                        rumor_strerror(rc));
         goto done;
     }
-    struct node_net *net = &w->net;
+    struct train_net *net = &w->net;
     net->kind = opts->kind;
     net->bias = opts->kind != RUMOR_WORKLOAD_LSQ;
     net->width[0] = all->dim;
@@ -473,7 +473,7 @@ rumor_workload_new(const struct rumor_workload_opts *opts,
         goto done;
     w->device = rumor_device_select(opts->want_cuda);
     if (w->device == RUMOR_DEVICE_CUDA) {
-        rc = node_cuda_new(net, w->rows_max, &w->cuda);
+        rc = train_cuda_new(net, w->rows_max, &w->cuda);
         if (rc != RUMOR_OK) {
             rumor_log(RUMOR_LOG_WARN,
                       "workload: CUDA unavailable (%s), CPU",
@@ -498,7 +498,7 @@ rumor_workload_destroy(rumor_workload **self_p)
     if (self_p == NULL || *self_p == NULL)
         return;
     rumor_workload *w = *self_p;
-    node_cuda_destroy(&w->cuda);
+    train_cuda_destroy(&w->cuda);
     rumor_dataset_destroy(&w->train);
     rumor_dataset_destroy(&w->test);
     rumor_model_free(&w->optimum);
@@ -522,7 +522,7 @@ rumor_workload_model(rumor_workload *w)
 }
 
 rumor_device
-rumor_workload_device(const rumor_workload *w)
+train_workload_device(const rumor_workload *w)
 {
     assert(w != NULL);
     return w->device;
@@ -543,14 +543,14 @@ rumor_workload_test_size(const rumor_workload *w)
 }
 
 const struct rumor_dataset *
-rumor_workload_train(const rumor_workload *w)
+train_workload_shard(const rumor_workload *w)
 {
     assert(w != NULL);
     return w->train;
 }
 
 const struct rumor_dataset *
-rumor_workload_test(const rumor_workload *w)
+train_workload_heldout(const rumor_workload *w)
 {
     assert(w != NULL);
     return w->test;
@@ -598,27 +598,27 @@ s_pass(rumor_workload *w,
        size_t *correct)
 {
     if (w->device == RUMOR_DEVICE_CUDA)
-        return node_cuda_pass(w->cuda,
-                              params,
-                              w->xb,
-                              w->yb,
-                              w->tb,
-                              b,
-                              denom,
-                              grad,
-                              loss_sum,
-                              correct);
-    node_cpu_pass(&w->net,
-                  params,
-                  w->xb,
-                  w->yb,
-                  w->tb,
-                  b,
-                  denom,
-                  grad,
-                  w->scratch,
-                  loss_sum,
-                  correct);
+        return train_cuda_pass(w->cuda,
+                               params,
+                               w->xb,
+                               w->yb,
+                               w->tb,
+                               b,
+                               denom,
+                               grad,
+                               loss_sum,
+                               correct);
+    train_cpu_pass(&w->net,
+                   params,
+                   w->xb,
+                   w->yb,
+                   w->tb,
+                   b,
+                   denom,
+                   grad,
+                   w->scratch,
+                   loss_sum,
+                   correct);
     return RUMOR_OK;
 }
 
@@ -630,7 +630,7 @@ rumor_workload_grad(rumor_workload *w,
 {
     assert(w != NULL);
     assert(grad != NULL);
-    if (!rumor_model_same_shape(&w->model, grad))
+    if (!s_same_shape(&w->model, grad))
         return RUMOR_EINVAL;
     const struct rumor_dataset *d = w->train;
     size_t b = w->batch == 0 || w->batch >= d->n ? d->n : w->batch;
@@ -666,7 +666,7 @@ rumor_workload_eval(rumor_workload *w,
     memset(out, 0, sizeof *out);
     if (params == NULL)
         params = &w->model;
-    if (!rumor_model_same_shape(&w->model, params))
+    if (!s_same_shape(&w->model, params))
         return RUMOR_EINVAL;
     if (split != RUMOR_EVAL_TEST && split != RUMOR_EVAL_TRAIN)
         return RUMOR_EINVAL;

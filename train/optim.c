@@ -1,5 +1,5 @@
 /*
- * node/optim.c: the local optimizer applied after the gradient (and gossip)
+ * train/optim.c: the local optimizer applied after the gradient (and gossip)
  * of each step: SGD, heavy-ball momentum (Polyak 1964) and Nesterov
  * momentum, with L2 weight decay and a learning-rate schedule.
  *
@@ -21,7 +21,7 @@
  * momentum buffer as little-endian float32; loading checks every field
  * against this optimizer before touching its state.
  */
-#include "rumor/node.h"
+#include "rumor/train.h"
 
 #include <assert.h>
 #include <math.h>

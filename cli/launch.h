@@ -1,10 +1,10 @@
 /*
  * `rumor launch ... -- PROG ARGS`: one worker process (a training script
  * that makes a rumor.Peer) per node, where a plain launch starts `rumor
- * node`. Private to the `rumor` binary (cli_launch.c, cli_launch_worker.c).
+ * node`. Private to the `rumor` binary (cli/launch.c, cli/launch_worker.c).
  */
-#ifndef RUMOR_NODE_CLI_LAUNCH_H
-#define RUMOR_NODE_CLI_LAUNCH_H
+#ifndef RUMOR_CLI_LAUNCH_H
+#define RUMOR_CLI_LAUNCH_H
 
 #include <limits.h>
 #include <stdbool.h>

@@ -27,7 +27,7 @@
 #include "rumor/node.h"
 #include "rumor/topology.h"
 
-#include "node/cli.h"
+#include "cli/cli.h"
 #include "node/runtime_impl.h"
 
 #include <errno.h>

@@ -10,7 +10,7 @@
  * counter-based rng, so the receiver recomputes what it must have got
  * without any side channel. --count 0 serves until SIGTERM/SIGINT.
  */
-#include "node/cli.h"
+#include "cli/cli.h"
 
 #include "rumor/net.h"
 #include "rumor/topology.h"

@@ -1,5 +1,5 @@
 /*
- * node/dataset_shard.c: how the training split is shared among nodes.
+ * train/dataset_shard.c: how the training split is shared among nodes.
  *
  * iid: a seeded permutation of [0, n) cut into `nodes` contiguous parts
  * whose sizes differ by at most one. Dirichlet (Hsu, Qi & Brown 2019,
@@ -19,9 +19,9 @@
  * with an empty shard could not train); this is deterministic and rare
  * unless alpha is tiny and nodes many.
  */
-#include "rumor/node.h"
+#include "rumor/train.h"
 
-#include "node/workload_impl.h"
+#include "train/train_impl.h"
 
 #include <assert.h>
 #include <math.h>
@@ -46,14 +46,14 @@ rumor_shard_mode_parse(const char *name, rumor_shard_mode *out)
 }
 
 double
-rumor_rng_gamma(struct rumor_rng *rng, double shape)
+train_rng_gamma(struct rumor_rng *rng, double shape)
 {
     assert(rng != NULL);
     assert(shape > 0);
     if (shape < 1) {
         double u = rumor_rng_uniform_double(rng);
         /* u may be 0: then the draw is 0, which the caller tolerates. */
-        return rumor_rng_gamma(rng, shape + 1) * pow(u, 1.0 / shape);
+        return train_rng_gamma(rng, shape + 1) * pow(u, 1.0 / shape);
     }
     double d = shape - 1.0 / 3.0;
     double c = 1.0 / sqrt(9.0 * d);
@@ -121,13 +121,13 @@ s_dirichlet_owners(const struct rumor_dataset *data,
         rumor_rng_init(&rng, seed, stream * (2 * data->classes + 2) + 2 * c);
         double sum = 0;
         for (uint32_t k = 0; k < nodes; k++) {
-            p[k] = rumor_rng_gamma(&rng, alpha);
+            p[k] = train_rng_gamma(&rng, alpha);
             sum += p[k];
         }
-        node_permutation(seed,
-                         stream * (2 * data->classes + 2) + 2 * c + 1,
-                         perm,
-                         m);
+        train_permutation(seed,
+                          stream * (2 * data->classes + 2) + 2 * c + 1,
+                          perm,
+                          m);
         /* Cut points round(m * cumulative share); when every draw
          * underflowed to 0, give the class to one node. */
         double acc = 0;
@@ -176,7 +176,7 @@ rumor_shard_indices(const struct rumor_dataset *data,
         size_t *perm = malloc(data->n * sizeof *perm);
         if (perm == NULL)
             return RUMOR_ENOMEM;
-        node_permutation(s, 0, perm, data->n);
+        train_permutation(s, 0, perm, data->n);
         size_t lo = data->n * node / nodes;
         size_t hi = data->n * ((size_t)node + 1) / nodes;
         n_out = hi - lo;

@@ -1,7 +1,7 @@
 /* Number parsing shared by subcommands: whole-token, range-checked, with
  * a message naming the option, since atoi-style parsing (banned, R1.4)
  * silently turns "8x" into 8. */
-#include "node/cli.h"
+#include "cli/cli.h"
 
 #include <errno.h>
 #include <math.h>

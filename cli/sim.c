@@ -26,7 +26,7 @@
 #include "rumor/gossip.h"
 #include "rumor/node.h"
 
-#include "node/cli.h"
+#include "cli/cli.h"
 #include "node/runtime_impl.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
 /*
- * node/workload_cpu.c: the CPU forward and backward pass shared by all
+ * train/workload_cpu.c: the CPU forward and backward pass shared by all
  * built-in workloads (least squares, softmax regression, ReLU MLP).
  *
  * Every workload is a stack of affine maps z = a W^T + b with ReLU between
@@ -17,16 +17,16 @@
  * of the mean over `denom` rows so evaluation and large batches can be
  * processed in chunks with the same result.
  */
-#include "rumor/node.h"
+#include "rumor/train.h"
 
-#include "node/workload_impl.h"
+#include "train/train_impl.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
 
 size_t
-node_cpu_scratch_floats(const struct node_net *net, size_t b)
+train_cpu_scratch_floats(const struct train_net *net, size_t b)
 {
     size_t total = 0, widest = 0;
     for (size_t l = 1; l <= net->layers; l++) {
@@ -43,7 +43,7 @@ node_cpu_scratch_floats(const struct node_net *net, size_t b)
 /* Loss of the head on z (b x k) into *loss_sum / *correct; z becomes the
  * gradient of the summed loss with respect to z, divided by denom. */
 static void
-s_head(const struct node_net *net,
+s_head(const struct train_net *net,
        float *z,
        const int32_t *y,
        const float *t,
@@ -90,21 +90,21 @@ s_head(const struct node_net *net,
 }
 
 void
-node_cpu_pass(const struct node_net *net,
-              const struct rumor_model *params,
-              const float *x,
-              const int32_t *y,
-              const float *t,
-              size_t b,
-              size_t denom,
-              const struct rumor_model *grad,
-              float *scratch,
-              double *loss_sum,
-              size_t *correct)
+train_cpu_pass(const struct train_net *net,
+               const struct rumor_model *params,
+               const float *x,
+               const int32_t *y,
+               const float *t,
+               size_t b,
+               size_t denom,
+               const struct rumor_model *grad,
+               float *scratch,
+               double *loss_sum,
+               size_t *correct)
 {
     size_t step = net->bias ? 2 : 1;
-    const float *act[NODE_MAX_LAYERS + 1];
-    float *out[NODE_MAX_LAYERS + 1] = {NULL};
+    const float *act[TRAIN_MAX_LAYERS + 1];
+    float *out[TRAIN_MAX_LAYERS + 1] = {NULL};
     act[0] = x;
     float *s = scratch;
     for (size_t l = 0; l < net->layers; l++) {

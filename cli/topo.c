@@ -8,7 +8,7 @@
 #include "rumor/net.h"
 #include "rumor/topology.h"
 
-#include "node/cli.h"
+#include "cli/cli.h"
 #include "node/runtime_impl.h"
 
 #include <arpa/inet.h>

@@ -5,7 +5,7 @@
  * `node ID ENDPOINT key=...`. The secret lives in sodium_malloc'd memory
  * and is wiped when the keypair is destroyed (net/keys.c).
  */
-#include "node/cli.h"
+#include "cli/cli.h"
 
 #include "rumor/net.h"
 

@@ -6,7 +6,7 @@
 #include "rumor/core.h"
 
 #include "bench/bench.h"
-#include "node/cli.h"
+#include "cli/cli.h"
 
 #include <cblas.h>
 #include <stdio.h>

@@ -14,7 +14,7 @@
  */
 #include "rumor/lowrank.h"
 
-#include "node/cli.h"
+#include "cli/cli.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,8 +3,8 @@
  * usual argc/argv (argv[0] is the subcommand name) returning the process
  * exit status; `help` text lives next to each implementation.
  */
-#ifndef RUMOR_NODE_CLI_H
-#define RUMOR_NODE_CLI_H
+#ifndef RUMOR_CLI_H
+#define RUMOR_CLI_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -51,7 +51,7 @@ struct rumor_topology;
 struct rumor_buf;
 /* Writes header (may be NULL) and t in file format to path; hands the text
  * to *keep when keep is not NULL (caller frees). 0, or -1 after a message
- * (cli_launch.c; used by launch and compose). */
+ * (cli/launch.c; used by launch and compose). */
 int cli_topology_write(const struct rumor_topology *t,
                        const char *header,
                        const char *path,

@@ -12,7 +12,7 @@
  */
 #include "rumor/node.h"
 
-#include "node/cli.h"
+#include "cli/cli.h"
 #include "node/runtime_impl.h"
 
 #include <cjson/cJSON.h>

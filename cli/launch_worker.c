@@ -14,11 +14,11 @@
  *   RUMOR_JOIN         1 on a restart: take a live neighbour's model
  *   RUMOR_METRICS_LISTEN  launch's --metrics-listen, its port plus the id
  */
-#include "node/cli_launch.h"
+#include "cli/launch.h"
 
 #include "rumor/core.h"
 
-#include "node/cli.h"
+#include "cli/cli.h"
 
 #include <stdint.h>
 #include <stdio.h>

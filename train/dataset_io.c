@@ -1,5 +1,5 @@
 /*
- * node/dataset_io.c: loaders for the dataset files users give us: MNIST
+ * train/dataset_io.c: loaders for the dataset files users give us: MNIST
  * IDX pairs, CIFAR-10 binary batches and CSV (label first, then features).
  *
  * These read untrusted bytes, so they follow the decoder rules (R8.2,
@@ -31,7 +31,7 @@
  * t10k pair, the official test set, which rumor_dataset_split then keeps
  * as the held-out set (test_n) instead of drawing one.
  */
-#include "rumor/node.h"
+#include "rumor/train.h"
 
 #include <assert.h>
 #include <errno.h>

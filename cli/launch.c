@@ -46,8 +46,8 @@
 #include "rumor/node.h"
 #include "rumor/topology.h"
 
-#include "node/cli.h"
-#include "node/cli_launch.h"
+#include "cli/cli.h"
+#include "cli/launch.h"
 #include "node/runtime_impl.h"
 
 #include <errno.h>
