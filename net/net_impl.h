@@ -1,7 +1,9 @@
 /*
- * Private to net/: the pure pieces of the transport (token bucket, replay
- * window, liveness, backoff) with an injected clock, so that unit tests
- * drive them without sockets or sleeps, and the ZAP handler thread.
+ * Private to net/: the pure pieces of the transport with an injected
+ * clock, so that unit tests drive them without sockets or sleeps (message
+ * kinds and prepared frames: wire.c; token bucket and replay window: io.c;
+ * liveness and backoff: link.c), and the ZAP handler thread (zap.c). The
+ * transport's own state and its parts: transport.h.
  */
 #ifndef RUMOR_NET_IMPL_H
 #define RUMOR_NET_IMPL_H

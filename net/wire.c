@@ -15,47 +15,15 @@
  * authenticates every byte on secure links; the crc catches bugs in our
  * own chunking and the insecure mode, where nothing else would.
  *
- * Also here: HELLO and REFUSE payloads, and the pure helpers of the
- * transport (token bucket, replay window after OpenVPN's packet_id,
- * liveness states after zyre's evasive/expired, reconnect backoff), all
- * with the time passed in so that unit tests need no clock.
+ * Also here: the payloads of HELLO and REFUSE, the other frames of the
+ * handshake's wire format.
  */
 #include "rumor/net.h"
 
+#include "core/le.h"
 #include "net/net_impl.h"
 
 #include <string.h>
-
-/* --- little-endian helpers ------------------------------------------------ */
-
-static void
-s_put32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
-static void
-s_put64(uint8_t *p, uint64_t v)
-{
-    s_put32(p, (uint32_t)v);
-    s_put32(p + 4, (uint32_t)(v >> 32));
-}
-
-static uint32_t
-s_get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
-
-static uint64_t
-s_get64(const uint8_t *p)
-{
-    return (uint64_t)s_get32(p) | (uint64_t)s_get32(p + 4) << 32;
-}
 
 /* --- frames --------------------------------------------------------------- */
 
@@ -139,21 +107,21 @@ net_frame_build(const struct rumor_net_header *h,
     if (out_cap < RUMOR_NET_HEADER_BYTES ||
         out_cap - RUMOR_NET_HEADER_BYTES < h->payload_len)
         return RUMOR_ETOOBIG;
-    s_put32(out + OFF_MAGIC, RUMOR_NET_MAGIC);
+    core_put_u32(out + OFF_MAGIC, RUMOR_NET_MAGIC);
     out[OFF_VERSION] = h->version;
     out[OFF_KIND] = h->kind;
     out[OFF_CODEC] = h->codec;
     out[OFF_FLAGS] = 0;
-    s_put32(out + OFF_SENDER, h->sender);
-    s_put32(out + OFF_ROUND, h->round);
-    s_put64(out + OFF_STEP, h->step);
-    s_put64(out + OFF_SEQ, h->seq);
-    s_put32(out + OFF_STOP, h->stop);
-    s_put32(out + OFF_CHUNK, h->chunk);
-    s_put32(out + OFF_CHUNKS, h->chunks);
-    s_put32(out + OFF_PAYLOAD_LEN, h->payload_len);
-    s_put64(out + OFF_RESERVED, 0);
-    s_put32(out + OFF_TOTAL_LEN, h->total_len);
+    core_put_u32(out + OFF_SENDER, h->sender);
+    core_put_u32(out + OFF_ROUND, h->round);
+    core_put_u64(out + OFF_STEP, h->step);
+    core_put_u64(out + OFF_SEQ, h->seq);
+    core_put_u32(out + OFF_STOP, h->stop);
+    core_put_u32(out + OFF_CHUNK, h->chunk);
+    core_put_u32(out + OFF_CHUNKS, h->chunks);
+    core_put_u32(out + OFF_PAYLOAD_LEN, h->payload_len);
+    core_put_u64(out + OFF_RESERVED, 0);
+    core_put_u32(out + OFF_TOTAL_LEN, h->total_len);
     if (h->payload_len > 0)
         memcpy(out + RUMOR_NET_HEADER_BYTES, payload, h->payload_len);
     *payload_crc =
@@ -167,11 +135,11 @@ void
 net_frame_seal(uint8_t *frame, uint64_t seq, uint32_t payload_crc)
 {
     assert(frame != NULL);
-    s_put64(frame + OFF_SEQ, seq);
+    core_put_u64(frame + OFF_SEQ, seq);
     /* payload first, then the header: the sending thread computes the
      * payload's part once, and the I/O thread only re-seals 60 bytes when
      * it numbers the frame */
-    s_put32(frame + OFF_CRC, rumor_crc32c(payload_crc, frame, OFF_CRC));
+    core_put_u32(frame + OFF_CRC, rumor_crc32c(payload_crc, frame, OFF_CRC));
 }
 
 rumor_err
@@ -198,19 +166,19 @@ rumor_net_frame_decode(const uint8_t *buf,
     *payload = NULL;
     if (buf == NULL || len < RUMOR_NET_HEADER_BYTES)
         return RUMOR_EPROTO;
-    if (s_get32(buf + OFF_MAGIC) != RUMOR_NET_MAGIC)
+    if (core_get_u32(buf + OFF_MAGIC) != RUMOR_NET_MAGIC)
         return RUMOR_EPROTO;
     if (buf[OFF_VERSION] != RUMOR_NET_VERSION)
         return RUMOR_EPROTO;
-    uint32_t round = s_get32(buf + OFF_ROUND);
-    uint32_t stop = s_get32(buf + OFF_STOP);
+    uint32_t round = core_get_u32(buf + OFF_ROUND);
+    uint32_t stop = core_get_u32(buf + OFF_STOP);
     if (!net_kind_fields_fit(buf[OFF_KIND], round, stop, buf[OFF_CODEC]) ||
-        buf[OFF_FLAGS] != 0 || s_get64(buf + OFF_RESERVED) != 0)
+        buf[OFF_FLAGS] != 0 || core_get_u64(buf + OFF_RESERVED) != 0)
         return RUMOR_EPROTO;
-    uint32_t chunk = s_get32(buf + OFF_CHUNK);
-    uint32_t chunks = s_get32(buf + OFF_CHUNKS);
-    uint32_t payload_len = s_get32(buf + OFF_PAYLOAD_LEN);
-    uint32_t total_len = s_get32(buf + OFF_TOTAL_LEN);
+    uint32_t chunk = core_get_u32(buf + OFF_CHUNK);
+    uint32_t chunks = core_get_u32(buf + OFF_CHUNKS);
+    uint32_t payload_len = core_get_u32(buf + OFF_PAYLOAD_LEN);
+    uint32_t total_len = core_get_u32(buf + OFF_TOTAL_LEN);
     if (chunks == 0 || chunk >= chunks)
         return RUMOR_EPROTO;
     if (payload_len > RUMOR_NET_CHUNK_MAX || total_len > max_message)
@@ -220,15 +188,15 @@ rumor_net_frame_decode(const uint8_t *buf,
         return RUMOR_EPROTO;
     uint32_t crc = rumor_crc32c(0, buf + RUMOR_NET_HEADER_BYTES, payload_len);
     crc = rumor_crc32c(crc, buf, OFF_CRC);
-    if (crc != s_get32(buf + OFF_CRC))
+    if (crc != core_get_u32(buf + OFF_CRC))
         return RUMOR_EPROTO;
     out->version = buf[OFF_VERSION];
     out->kind = buf[OFF_KIND];
     out->codec = buf[OFF_CODEC];
-    out->sender = s_get32(buf + OFF_SENDER);
+    out->sender = core_get_u32(buf + OFF_SENDER);
     out->round = round;
-    out->step = s_get64(buf + OFF_STEP);
-    out->seq = s_get64(buf + OFF_SEQ);
+    out->step = core_get_u64(buf + OFF_STEP);
+    out->seq = core_get_u64(buf + OFF_SEQ);
     out->stop = stop;
     out->chunk = chunk;
     out->chunks = chunks;
@@ -246,10 +214,10 @@ rumor_net_hello_encode(const struct rumor_net_hello *h,
                        uint8_t out[RUMOR_NET_HELLO_BYTES])
 {
     assert(h != NULL);
-    s_put64(out, h->fingerprint);
-    s_put64(out + 8, h->epoch);
-    s_put32(out + 16, h->max_message);
-    s_put32(out + 20, h->chunk_bytes);
+    core_put_u64(out, h->fingerprint);
+    core_put_u64(out + 8, h->epoch);
+    core_put_u32(out + 16, h->max_message);
+    core_put_u32(out + 20, h->chunk_bytes);
 }
 
 rumor_err
@@ -262,12 +230,12 @@ rumor_net_hello_decode(const uint8_t *buf,
     if (buf == NULL || len < RUMOR_NET_HELLO_BYTES ||
         len - RUMOR_NET_HELLO_BYTES > RUMOR_NET_HELLO_DESC_MAX)
         return RUMOR_EPROTO;
-    uint32_t chunk = s_get32(buf + 20);
+    uint32_t chunk = core_get_u32(buf + 20);
     if (chunk < RUMOR_NET_CHUNK_MIN || chunk > RUMOR_NET_CHUNK_MAX)
         return RUMOR_EPROTO;
-    out->fingerprint = s_get64(buf);
-    out->epoch = s_get64(buf + 8);
-    out->max_message = s_get32(buf + 16);
+    out->fingerprint = core_get_u64(buf);
+    out->epoch = core_get_u64(buf + 8);
+    out->max_message = core_get_u32(buf + 16);
     out->chunk_bytes = chunk;
     out->desc = buf + RUMOR_NET_HELLO_BYTES;
     out->desc_len = len - RUMOR_NET_HELLO_BYTES;
@@ -289,7 +257,7 @@ rumor_net_refuse_encode(uint32_t reason,
         n = RUMOR_NET_REFUSE_TEXT_MAX;
     if (n > out_cap - 4)
         n = out_cap - 4;
-    s_put32(out, reason);
+    core_put_u32(out, reason);
     for (size_t i = 0; i < n; i++) {
         char c = text[i];
         out[4 + i] = (uint8_t)((c >= 0x20 && c < 0x7f) ? c : '?');
@@ -312,154 +280,8 @@ rumor_net_refuse_decode(const uint8_t *buf,
     for (size_t i = 4; i < len; i++)
         if (buf[i] < 0x20 || buf[i] >= 0x7f)
             return RUMOR_EPROTO;
-    *reason = s_get32(buf);
+    *reason = core_get_u32(buf);
     memcpy(text, buf + 4, len - 4);
     text[len - 4] = '\0';
     return RUMOR_OK;
-}
-
-/* --- token bucket --------------------------------------------------------- */
-
-void
-net_bucket_init(struct net_bucket *b,
-                uint64_t rate_bits,
-                double burst_bytes,
-                uint64_t now_ns)
-{
-    assert(b != NULL);
-    b->rate = (double)rate_bits / 8.0;
-    b->burst = burst_bytes;
-    b->tokens = burst_bytes;
-    b->last_ns = now_ns;
-}
-
-uint64_t
-net_bucket_take(struct net_bucket *b, size_t bytes, uint64_t now_ns)
-{
-    assert(b != NULL);
-    if (b->rate <= 0.0)
-        return 0;
-    if (now_ns > b->last_ns) {
-        b->tokens += b->rate * (double)(now_ns - b->last_ns) * 1e-9;
-        if (b->tokens > b->burst)
-            b->tokens = b->burst;
-        b->last_ns = now_ns;
-    }
-    if (b->tokens < 0.0) {
-        double wait = -b->tokens / b->rate * 1e9;
-        return wait < 1.0 ? 1 : (uint64_t)wait;
-    }
-    /* Debt instead of refusal: a frame larger than the burst still goes,
-     * and the next one waits until the debt is paid, so the long-run rate
-     * is exact whatever the frame size. */
-    b->tokens -= (double)bytes;
-    return 0;
-}
-
-/* --- replay window -------------------------------------------------------- */
-
-void
-net_replay_reset(struct net_replay *r)
-{
-    assert(r != NULL);
-    r->top = 0;
-    r->mask = 0;
-}
-
-bool
-net_replay_accept(struct net_replay *r, uint64_t seq)
-{
-    assert(r != NULL);
-    if (seq == 0)
-        return false;
-    if (seq > r->top) {
-        uint64_t shift = seq - r->top;
-        r->mask = shift >= NET_REPLAY_WINDOW ? 0 : r->mask << shift;
-        r->mask |= 1;
-        r->top = seq;
-        return true;
-    }
-    uint64_t back = r->top - seq;
-    if (back >= NET_REPLAY_WINDOW)
-        return false;
-    uint64_t bit = (uint64_t)1 << back;
-    if (r->mask & bit)
-        return false;
-    r->mask |= bit;
-    return true;
-}
-
-/* --- liveness ------------------------------------------------------------- */
-
-rumor_net_state
-net_liveness_state(const struct net_liveness *l,
-                   uint64_t now_ns,
-                   uint32_t late_ms,
-                   uint32_t down_ms)
-{
-    assert(l != NULL);
-    if (l->last_ns == 0)
-        return RUMOR_NET_PEER_DOWN;
-    uint64_t quiet = now_ns > l->last_ns ? now_ns - l->last_ns : 0;
-    if (quiet >= (uint64_t)down_ms * 1000000u)
-        return RUMOR_NET_PEER_DOWN;
-    if (quiet >= (uint64_t)late_ms * 1000000u)
-        return RUMOR_NET_PEER_LATE;
-    return RUMOR_NET_PEER_ALIVE;
-}
-
-void
-net_liveness_heard(struct net_liveness *l, uint64_t now_ns)
-{
-    assert(l != NULL);
-    /* 0 means "never"; a clock reading of exactly 0 is nudged to 1 ns */
-    l->last_ns = now_ns == 0 ? 1 : now_ns;
-}
-
-bool
-net_liveness_update(struct net_liveness *l,
-                    uint64_t now_ns,
-                    uint32_t late_ms,
-                    uint32_t down_ms)
-{
-    assert(l != NULL);
-    rumor_net_state s = net_liveness_state(l, now_ns, late_ms, down_ms);
-    bool changed = s != l->state;
-    l->state = s;
-    return changed;
-}
-
-uint64_t
-net_liveness_next(const struct net_liveness *l,
-                  uint32_t late_ms,
-                  uint32_t down_ms)
-{
-    assert(l != NULL);
-    if (l->last_ns == 0 || l->state == RUMOR_NET_PEER_DOWN)
-        return UINT64_MAX;
-    if (l->state == RUMOR_NET_PEER_ALIVE)
-        return l->last_ns + (uint64_t)late_ms * 1000000u;
-    return l->last_ns + (uint64_t)down_ms * 1000000u;
-}
-
-uint32_t
-net_backoff_ms(uint32_t base_ms, uint32_t max_ms, uint32_t attempt)
-{
-    uint64_t v = base_ms;
-    for (uint32_t i = 0; i < attempt && v < max_ms; i++)
-        v *= 2;
-    return v > max_ms ? max_ms : (uint32_t)v;
-}
-
-const char *
-rumor_net_state_name(rumor_net_state state)
-{
-    switch (state) {
-    case RUMOR_NET_PEER_ALIVE:
-        return "alive";
-    case RUMOR_NET_PEER_LATE:
-        return "late";
-    default:
-        return "down";
-    }
 }

@@ -23,6 +23,8 @@
  */
 #include "rumor/train.h"
 
+#include "core/le.h"
+
 #include <assert.h>
 #include <math.h>
 #include <stdlib.h>
@@ -195,20 +197,6 @@ rumor_optim_step(rumor_optim *o,
 
 /* --- state bytes ------------------------------------------------------ */
 
-static void
-s_put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t
-s_get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-           ((uint32_t)p[3] << 24);
-}
-
 size_t
 rumor_optim_state_bytes(const rumor_optim *o)
 {
@@ -226,16 +214,16 @@ rumor_optim_save(const rumor_optim *o, uint8_t *out, size_t cap, size_t *len)
     if (out == NULL || cap < need)
         return RUMOR_ETOOBIG;
     size_t floats = o->buf != NULL ? o->floats : 0;
-    s_put32(out, OPTIM_MAGIC);
-    s_put32(out + 4, OPTIM_VERSION);
-    s_put32(out + 8, (uint32_t)o->opts.kind);
-    s_put32(out + 12, (uint32_t)floats);
-    s_put32(out + 16, (uint32_t)((uint64_t)floats >> 32));
-    s_put32(out + 20, 0);
+    core_put_u32(out, OPTIM_MAGIC);
+    core_put_u32(out + 4, OPTIM_VERSION);
+    core_put_u32(out + 8, (uint32_t)o->opts.kind);
+    core_put_u32(out + 12, (uint32_t)floats);
+    core_put_u32(out + 16, (uint32_t)((uint64_t)floats >> 32));
+    core_put_u32(out + 20, 0);
     for (size_t i = 0; i < floats; i++) {
         uint32_t bits;
         memcpy(&bits, &o->buf[i], 4);
-        s_put32(out + OPTIM_HEADER + 4 * i, bits);
+        core_put_u32(out + OPTIM_HEADER + 4 * i, bits);
     }
     *len = need;
     return RUMOR_OK;
@@ -247,22 +235,24 @@ rumor_optim_load(rumor_optim *o, const uint8_t *in, size_t len)
     assert(o != NULL);
     if (in == NULL || len < OPTIM_HEADER)
         return RUMOR_EPROTO;
-    uint64_t floats =
-        (uint64_t)s_get32(in + 12) | ((uint64_t)s_get32(in + 16) << 32);
+    uint64_t floats = (uint64_t)core_get_u32(in + 12) |
+                      ((uint64_t)core_get_u32(in + 16) << 32);
     uint64_t want = o->buf != NULL ? o->floats : 0;
-    if (s_get32(in) != OPTIM_MAGIC || s_get32(in + 4) != OPTIM_VERSION ||
-        s_get32(in + 8) != (uint32_t)o->opts.kind || s_get32(in + 20) != 0 ||
-        floats != want || len - OPTIM_HEADER != want * 4)
+    if (core_get_u32(in) != OPTIM_MAGIC ||
+        core_get_u32(in + 4) != OPTIM_VERSION ||
+        core_get_u32(in + 8) != (uint32_t)o->opts.kind ||
+        core_get_u32(in + 20) != 0 || floats != want ||
+        len - OPTIM_HEADER != want * 4)
         return RUMOR_EPROTO;
     for (size_t i = 0; i < want; i++) {
-        uint32_t bits = s_get32(in + OPTIM_HEADER + 4 * i);
+        uint32_t bits = core_get_u32(in + OPTIM_HEADER + 4 * i);
         float v;
         memcpy(&v, &bits, 4);
         if (!isfinite(v))
             return RUMOR_ENUMERIC;
     }
     for (size_t i = 0; i < want; i++) {
-        uint32_t bits = s_get32(in + OPTIM_HEADER + 4 * i);
+        uint32_t bits = core_get_u32(in + OPTIM_HEADER + 4 * i);
         memcpy(&o->buf[i], &bits, 4);
     }
     return RUMOR_OK;
