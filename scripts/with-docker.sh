@@ -75,8 +75,8 @@ trap 'exit 130' INT TERM
 export DOCKER_HOST="$sock"
 until docker info >/dev/null 2>&1; do
     if ! kill -0 "$pid" 2>/dev/null || [ $(($(date +%s) - start)) -ge 60 ]; then
-        tail -n 5 "$dir/dockerd.log"
-        cannot "dockerd did not start (log above)"
+        why=$(grep -m 1 "failed to start daemon" "$dir/dockerd.log" || tail -n 1 "$dir/dockerd.log")
+        cannot "dockerd did not start: $why"
     fi
     sleep 1
 done
