@@ -9,8 +9,13 @@
 # containerd, runc) is installed through scripts/deps.sh when dockerd is
 # missing. Nothing else on the machine is touched.
 #
+# An engine that answers may still be unable to run a container (a chroot
+# without cgroups, say): before COMMAND, a one-file image of this machine's
+# /usr/bin/true must run, which takes seconds and no registry.
+#
 # usage: with-docker.sh COMMAND...   (DOCKER_HOST is exported to COMMAND)
-# Exit status: COMMAND's; 3 when no engine can be had (the reason printed).
+# Exit status: COMMAND's; 3 when no engine can be had or it cannot run a
+# container (the reason printed in one line).
 set -eu
 [ $# -gt 0 ] || { echo "usage: with-docker.sh COMMAND..." >&2; exit 2; }
 cannot() {
@@ -19,7 +24,24 @@ cannot() {
 }
 here=$(dirname "$0")
 
-why=$(docker info 2>&1 >/dev/null) && exec "$@"
+# Runs /usr/bin/true in a container (with its libraries, from ldd) or
+# prints why it could not; a minute at most, so that it cannot hang CI.
+runs_containers() {
+    probe=rumor-probe:$$
+    # shellcheck disable=SC2046 # one argument per library path
+    out=$(tar -chf - /usr/bin/true $(ldd /usr/bin/true | grep -o '/[^ ]*') 2>/dev/null |
+        timeout 60 docker import - "$probe" 2>&1 >/dev/null &&
+        timeout 60 docker run --rm --network none "$probe" /usr/bin/true 2>&1)
+    status=$?
+    docker image rm "$probe" >/dev/null 2>&1 || true
+    [ $status -eq 0 ] || echo "$out" | grep . | tail -n 1
+    return $status
+}
+
+if why=$(docker info 2>&1 >/dev/null); then
+    why=$(runs_containers) || cannot "the engine that answers cannot run a container: $why"
+    exec "$@"
+fi
 why=$(echo "$why" | grep . | tail -n 1)
 [ "$(id -u)" -eq 0 ] || cannot "none reachable (${why:-no docker client}), and starting dockerd needs root"
 if ! command -v dockerd >/dev/null 2>&1; then
@@ -53,10 +75,11 @@ trap 'exit 130' INT TERM
 export DOCKER_HOST="$sock"
 until docker info >/dev/null 2>&1; do
     if ! kill -0 "$pid" 2>/dev/null || [ $(($(date +%s) - start)) -ge 60 ]; then
-        tail -n 5 "$dir/dockerd.log"
-        cannot "dockerd did not start (log above)"
+        why=$(grep -m 1 "failed to start daemon" "$dir/dockerd.log" || tail -n 1 "$dir/dockerd.log")
+        cannot "dockerd did not start: $why"
     fi
     sleep 1
 done
-echo "[docker] private engine at $sock, ready in $(($(date +%s) - start)) s"
+why=$(runs_containers) || cannot "dockerd started but cannot run a container: $why"
+echo "[docker] private engine at $sock ($(docker info -f '{{.Driver}}') storage), ready in $(($(date +%s) - start)) s"
 "$@"

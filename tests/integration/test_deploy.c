@@ -20,6 +20,11 @@
  *   - `rumor launch --hosts` through a FAKE ssh (tests/data/deploy/fake-ssh
  *     runs the remote command on this machine) trains a 4-node cluster and
  *     stops every process on SIGINT;
+ *   - tests/integration/docker_crash_check.sh, the crash checks of `make
+ *     deploy-test`, on hand-made cluster directories: a neighbour that
+ *     marked the crashed node down and re-admitted it and one that never
+ *     had to both pass; no gossip after the restart, a node left down, a
+ *     missing handshake and a restarted survivor are each reported;
  *   (real containers: `make deploy-test`, tests/integration/docker_e2e.sh,
  *   which needs a Docker engine and minutes.)
  * Every process started here is waited for with a deadline; waits poll.
@@ -1310,6 +1315,190 @@ test_launch_hosts__too_few_slots__refused(void **state)
     s_tmp_free(&t);
 }
 
+/* --- tests: the crash checks of make deploy-test ------------------------- */
+
+#define CRASH_STEPS  300
+#define CRASH_KILLED 160 /* node 2's step when its rumor was killed */
+#define CRASH_CKPT   100 /* the checkpoint it resumed from */
+
+/* What the cluster did after node 2's crash. */
+enum s_crash {
+    CRASH_MARKED_DOWN_READMITTED, /* down after 3 misses, back */
+    CRASH_BACK_IN_TIME,           /* back before a neighbour marked it down */
+    CRASH_NOT_GOSSIPED,           /* handshakes, then nothing received */
+    CRASH_NEVER_READMITTED,       /* marked down and left down */
+    CRASH_NO_HANDSHAKE,           /* node 3 never answered its SYNC */
+    CRASH_SURVIVOR_RESTARTED,     /* node 0 was restarted at step 200 */
+};
+
+/* node N's log, as `compose logs` prints it, with the given lines. */
+static void
+s_crash_log(const struct s_tmp *t, unsigned node, const char *const *lines)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/node-%u.log", t->dir, node);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "node-%u_1  | [rumor] node %u: 4 nodes\n", node, node);
+    for (size_t k = 0; lines[k] != NULL; k++)
+        fprintf(f, "node-%u_1  | [rumor] %s\n", node, lines[k]);
+    fclose(f);
+}
+
+/* Node i's metrics: every node receives 1000 gossip bytes a step; node 2's
+ * file holds its first run's steps up to the checkpoint (the rest is
+ * trimmed when it resumes) and then its second run's, `seconds` from 0. */
+static void
+s_crash_metrics(const struct s_tmp *t, unsigned i, enum s_crash c)
+{
+    char path[PATH_MAX];
+    snprintf(path,
+             sizeof path,
+             "%s/rumor-state/metrics/node-%u.jsonl",
+             t->dir,
+             i);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    bool neighbour = i == 1 || i == 3;
+    for (unsigned s = 1; s <= CRASH_STEPS; s++) {
+        double recv = 1000.0 * s, sec = 0.05 * s;
+        if (i == 2 && s > CRASH_CKPT) {
+            sec = 0.05 * (s - CRASH_CKPT);
+            if (c == CRASH_NOT_GOSSIPED)
+                recv = 1000.0 * CRASH_CKPT + 40.0 * (s - CRASH_CKPT);
+        }
+        if (i == 0 && c == CRASH_SURVIVOR_RESTARTED && s > 200)
+            sec = 0.05 * (s - 200);
+        bool was_down =
+            neighbour && s > CRASH_KILLED + 3 &&
+            (c == CRASH_MARKED_DOWN_READMITTED || c == CRASH_NEVER_READMITTED);
+        bool is_down =
+            was_down && (c == CRASH_NEVER_READMITTED || s <= CRASH_KILLED + 6);
+        fprintf(f,
+                "{\"step\":%u,\"loss\":0.5,\"gossip_bytes_recv\":%.0f,"
+                "\"seconds\":%.2f,\"seconds_wait\":0.01,\"peers_down\":%d,"
+                "\"readmitted\":%d}\n",
+                s,
+                recv,
+                sec,
+                is_down,
+                was_down && c == CRASH_MARKED_DOWN_READMITTED);
+    }
+    fclose(f);
+}
+
+/* The directory docker_e2e.sh leaves after a crash of node 2 at
+ * CRASH_KILLED on a 4-node ring. */
+static void
+s_crash_cluster(const struct s_tmp *t, enum s_crash c)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/rumor-state", t->dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/rumor-state/metrics", t->dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    for (unsigned i = 0; i < NODES; i++)
+        s_crash_metrics(t, i, c);
+    const char *victim[] = {
+        "resumed from /var/lib/rumor/checkpoints/node-2.step-000100.ckpt "
+        "(step 100)",
+        "node 1 is back (handshake done); gossiping from step 101",
+        c == CRASH_NO_HANDSHAKE
+            ? "node 1 is at step 170: jumping from step 101"
+            : "node 3 is back (handshake done); gossiping from step 101",
+        "node 1 is at step 170: jumping from step 101",
+        NULL};
+    const char *down_back[] = {
+        "step 164: node 2 is down (missed its deadlines); skipping it and "
+        "probing",
+        c == CRASH_NEVER_READMITTED
+            ? NULL
+            : "node 2 is back (handshake done); gossiping from step 167",
+        NULL};
+    const char *plain[] = {"step 300/300 loss 0.1 accuracy 0.97", NULL};
+    bool down =
+        c == CRASH_MARKED_DOWN_READMITTED || c == CRASH_NEVER_READMITTED;
+    s_crash_log(t, 0, plain);
+    s_crash_log(t, 1, down ? down_back : plain);
+    s_crash_log(t, 2, victim);
+    s_crash_log(t, 3, down ? down_back : plain);
+}
+
+/* tests/integration/docker_crash_check.sh on case c: its exit status, and
+ * its output in *out (caller frees). */
+static int
+s_crash_check(enum s_crash c, char **out)
+{
+    struct s_tmp t;
+    s_tmp_new(&t);
+    s_crash_cluster(&t, c);
+    char steps[16], killed[16];
+    snprintf(steps, sizeof steps, "%d", CRASH_STEPS);
+    snprintf(killed, sizeof killed, "%d", CRASH_KILLED);
+    const char *argv[] = {"sh",
+                          "tests/integration/docker_crash_check.sh",
+                          t.dir,
+                          steps,
+                          killed,
+                          "2",
+                          "0",
+                          "1",
+                          "3",
+                          NULL};
+    int status = s_run(argv, NULL, &t);
+    *out = s_read(t.out);
+    assert_non_null(*out);
+    s_tmp_free(&t);
+    return status;
+}
+
+static void
+test_crash_check__readmitted_or_back_in_time__both_pass(void **state)
+{
+    (void)state;
+    char *out = NULL;
+    assert_int_equal(s_crash_check(CRASH_MARKED_DOWN_READMITTED, &out), 0);
+    assert_non_null(strstr(out, "node-1 marked it down and re-admitted it"));
+    assert_non_null(strstr(out, "node-3 marked it down and re-admitted it"));
+    free(out);
+    /* the path the first check (a `readmitted` count >= 1) refused */
+    assert_int_equal(s_crash_check(CRASH_BACK_IN_TIME, &out), 0);
+    assert_non_null(strstr(out, "node-1 never marked it down"));
+    assert_non_null(strstr(out, "received 100000 -> 300000 gossip bytes"));
+    free(out);
+}
+
+static void
+test_crash_check__each_defect__reported(void **state)
+{
+    (void)state;
+    static const struct {
+        enum s_crash c;
+        const char *says;
+    } cases[] = {
+        {CRASH_NOT_GOSSIPED,
+         "node-2 received 100000 -> 108000 gossip bytes from step 100 to "
+         "300, want at least half of node 0's rate"},
+        {CRASH_NEVER_READMITTED,
+         "node-1 marked node-2 down and never re-admitted it"},
+        {CRASH_NEVER_READMITTED, "node-3: 1 peers down at its last step"},
+        {CRASH_NO_HANDSHAKE, "node-2: no handshake with node 3"},
+        {CRASH_SURVIVOR_RESTARTED,
+         "node-0: its metrics show a stop or a restart"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char *out = NULL;
+        int status = s_crash_check(cases[k].c, &out);
+        if (status != 1 || strstr(out, cases[k].says) == NULL)
+            fail_msg("case %zu: status %d, want 1 and '%s':\n%s",
+                     k,
+                     status,
+                     cases[k].says,
+                     out);
+        free(out);
+    }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1336,6 +1525,9 @@ main(int argc, char **argv)
         cmocka_unit_test(test_launch_hosts__fake_ssh__cluster_trains),
         cmocka_unit_test(test_launch_hosts__sigint__every_process_stopped),
         cmocka_unit_test(test_launch_hosts__too_few_slots__refused),
+        cmocka_unit_test(
+            test_crash_check__readmitted_or_back_in_time__both_pass),
+        cmocka_unit_test(test_crash_check__each_defect__reported),
     };
     if (argc == 2)
         cmocka_set_test_filter(argv[1]);
