@@ -180,6 +180,43 @@ def test_gossip_model_workers__batchnorm_buffers__as_documented(tmp_path,
         in p.stdout
 
 
+def _bucket_run(tmp_path, overlap):
+    worker = os.path.join(ROOT, "tests", "data", "launch", "bucket_worker.py")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    if env.get("RUMOR_LIB"):
+        env["RUMOR_LIB"] = os.path.abspath(env["RUMOR_LIB"])
+    run = tmp_path / overlap
+    run.mkdir()
+    p = subprocess.run([RUMOR_BIN, "launch", "--nodes", "3", "--",
+                        sys.executable, worker, overlap, "30"],
+                       cwd=run, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return [json.loads((run / f"result-{i}.json").read_text())
+            for i in range(3)]
+
+
+def test_gradient_buckets__real_processes__same_model_as_end_of_backward(
+        tmp_path):
+    """All-reduce under rumor launch, 3 processes: with the gradients in
+    buckets during backward every node ends with the same bits, and the
+    model is the one the end-of-backward exchange gives (to float32
+    roundings: a 3-node ring cuts its chunks per bucket)."""
+    on, off = _bucket_run(tmp_path, "on"), _bucket_run(tmp_path, "off")
+    assert all(r["buckets"] > 1 for r in on), [r["buckets"] for r in on]
+    assert all(r["buckets"] == 0 for r in off)
+    models = np.array([r["params"] for r in on])
+    assert (models == models[0]).all()
+    reference = np.array(off[0]["params"])
+    assert np.abs(models[0] - reference).max() < 1e-5
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)  # the worker's initial model, built the same way
+    init = torch.cat([q.detach().reshape(-1) for q in torch.nn.Sequential(
+        torch.nn.Linear(20, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
+        torch.nn.Tanh(), torch.nn.Linear(64, 5)).parameters()]).numpy()
+    assert np.abs(models[0] - init).max() > 1e-2  # it trained
+
+
 def test_launch_workers__nothing_after_dashes__refused(tmp_path):
     p = subprocess.run([RUMOR_BIN, "launch", "--nodes", "2", "--"],
                        cwd=tmp_path, capture_output=True, text=True)
