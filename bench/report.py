@@ -689,9 +689,10 @@ def section_torch(data):
            "%d steps (not timed), mean over nodes; bytes from the veth "
            "counters. Target %.2f; \"x DDP fp32\" is DDP fp32's time to "
            "the target over the contender's; host load: the 1-minute load "
-           "average when the contender ended (the %d processes share the "
-           "host's cores, so ms/step is slower than on one machine per "
-           "node; a load above the process count means other jobs ran)." % (
+           "average when the contender ended (its %d processes and their "
+           "communication threads share the host's cores: loads up to "
+           "about twice the process count are the contenders themselves; "
+           "ms/step is slower than on one machine per node)." % (
                commands, a["lr"], a["momentum"], a["batch"], a["nodes"],
                a["test_images"], a["eval_every"], a["target"], a["nodes"]),
            ""]
