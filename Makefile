@@ -47,8 +47,12 @@ endif
 PKGS := libzmq libsodium openblas lapacke libzstd inih libcjson zlib
 CONFIG_MK := $(BUILD)/config.mk
 NO_DEPS_GOALS := help clean deps
+# A caller that gives PKG_LIBS on the command line (bench/gpu/run.sh, on a
+# GPU machine with the packages unpacked beside pkg-config's view) skips it.
 ifneq ($(filter-out $(NO_DEPS_GOALS),$(or $(MAKECMDGOALS),all)),)
-  include $(CONFIG_MK)
+  ifneq ($(origin PKG_LIBS),command line)
+    include $(CONFIG_MK)
+  endif
 endif
 
 # DEPS=no skips the install step where the caller provides the packages

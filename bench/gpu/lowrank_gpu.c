@@ -13,7 +13,8 @@
  * Q) must give approximations within a relative Frobenius distance of
  * 1e-3 (fp32, different summation orders); the program exits 1 otherwise.
  *
- * usage: lowrank_gpu [STEPS]   (from the repository root)
+ * usage: lowrank_gpu [STEPS [SHAPES...]]   (from the repository root; the
+ * shapes files default to ResNet-18's)
  */
 #include "rumor/core.h"
 #include "rumor/lowrank.h"
@@ -243,6 +244,28 @@ s_model(struct gpu_model *m)
     return 0;
 }
 
+/* Reads a shapes file (docs/internals/lowrank.md) into m->shapes. */
+static int
+s_shapes_load(const char *path, struct gpu_model *m)
+{
+    rumor_buf text;
+    rumor_buf_init(&text, 1 << 20);
+    struct rumor_diag diag = {0};
+    rumor_err rc = rumor_buf_read_file(&text, path);
+    if (rc == RUMOR_OK)
+        rc = rumor_lowrank_shapes_parse((const char *)text.data,
+                                        text.len,
+                                        path,
+                                        &m->shapes,
+                                        &m->count,
+                                        &diag);
+    rumor_buf_free(&text);
+    if (rc != RUMOR_OK)
+        fprintf(stderr, "lowrank_gpu: %s: %s %s\n", path, rumor_strerror(rc),
+                diag.msg);
+    return rc == RUMOR_OK ? 0 : 1;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -260,30 +283,18 @@ main(int argc, char **argv)
            prop.multiProcessorCount,
            copy);
     struct rumor_lowrank_shape big = {.ndim = 2, .dims = {4096, 4096}};
-    struct gpu_model models[2] = {{"4096 x 4096", &big, 1, 0, NULL}, {0}};
-    rumor_buf text;
-    rumor_buf_init(&text, 1 << 20);
-    struct rumor_diag diag = {0};
-    rumor_err rc = rumor_buf_read_file(&text, GPU_SHAPES);
-    if (rc == RUMOR_OK)
-        rc = rumor_lowrank_shapes_parse((const char *)text.data,
-                                        text.len,
-                                        GPU_SHAPES,
-                                        &models[1].shapes,
-                                        &models[1].count,
-                                        &diag);
-    rumor_buf_free(&text);
-    if (rc != RUMOR_OK) {
-        fprintf(stderr,
-                "lowrank_gpu: %s: %s\n",
-                GPU_SHAPES,
-                rumor_strerror(rc));
-        return 1;
-    }
-    models[1].label = "ResNet-18 (CIFAR-10)";
-    int status = 0;
-    for (int i = 0; i < 2; i++)
-        if (s_model(&models[i]) != 0 || s_bench(&models[i], steps, copy) != 0)
+    struct gpu_model square = {"4096 x 4096", &big, 1, 0, NULL};
+    int status = s_model(&square) != 0 || s_bench(&square, steps, copy) != 0;
+    free(square.offs);
+    int files = argc > 2 ? argc - 2 : 1;
+    for (int f = 0; f < files; f++) {
+        const char *path = argc > 2 ? argv[2 + f] : GPU_SHAPES;
+        struct gpu_model m = {path, NULL, 0, 0, NULL};
+        if (s_shapes_load(path, &m) != 0 || s_model(&m) != 0 ||
+            s_bench(&m, steps, copy) != 0)
             status = 1;
+        free(m.shapes);
+        free(m.offs);
+    }
     return status;
 }

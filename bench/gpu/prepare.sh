@@ -20,12 +20,12 @@ pkgs="libzmq3-dev libzmq5 libsodium-dev libsodium23 libopenblas-dev
 libopenblas-pthread-dev libopenblas0-pthread libopenblas0 liblapacke-dev
 liblapacke libtmglib3 libgfortran5 libzstd-dev libzstd1 libinih-dev libinih1
 libinireader0 libcjson-dev libcjson1 libcmocka-dev libcmocka0 libnorm1
-libpgm-5.3-0 libbsd0 libmd0"
+libpgm-5.3-0 libbsd0 libmd0 zlib1g-dev zlib1g"
 # shellcheck disable=SC2086
 (cd "$dir" && apt-get download $pkgs >/dev/null)
 # Compiler and linker flags as this machine's pkg-config gives them; run.sh
 # replaces @D@ by the unpack folder.
-libs="libzmq libsodium openblas lapacke libzstd inih libcjson"
+libs="libzmq libsodium openblas lapacke libzstd inih libcjson zlib"
 # shellcheck disable=SC2086
 pkg-config --cflags $libs | sed 's|-I/usr|-I@D@/usr|g' >"$dir/cflags"
 # shellcheck disable=SC2086

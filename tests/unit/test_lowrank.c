@@ -1720,7 +1720,10 @@ test_cuda_kernels__against_cpu__within_1e5(void **s)
                              0);
             assert_int_equal(cu.download(cctx, p1, dp, n * rr * 4), 0);
             memcpy(p2, p1, n * rr * 4);
-            assert_true(s_orth_defect(p1, n, rr) < 1e-4 || n < rr);
+            /* P = M Q has rank at most m: Gram-Schmidt (rank <= 2) cannot
+             * make its dependent columns orthonormal, on either backend
+             * (PyTorch's hook neither) */
+            assert_true(s_orth_defect(p1, n, rr) < 1e-4 || m < rr);
             assert_int_equal(cu.project_left(cctx, dm, NULL, n, m, dp, rr, dq2),
                              0);
             assert_int_equal(
