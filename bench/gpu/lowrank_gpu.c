@@ -261,7 +261,10 @@ s_shapes_load(const char *path, struct gpu_model *m)
                                         &diag);
     rumor_buf_free(&text);
     if (rc != RUMOR_OK)
-        fprintf(stderr, "lowrank_gpu: %s: %s %s\n", path, rumor_strerror(rc),
+        fprintf(stderr,
+                "lowrank_gpu: %s: %s %s\n",
+                path,
+                rumor_strerror(rc),
                 diag.msg);
     return rc == RUMOR_OK ? 0 : 1;
 }
