@@ -484,7 +484,7 @@ rumor_ef_apply_error(const rumor_ef *ef, float alpha, float *x, size_t n)
 }
 
 uint64_t
-rumor_ef_steps(const rumor_ef *ef)
+compress_ef_steps(const rumor_ef *ef)
 {
     return ef->steps;
 }

@@ -27,12 +27,6 @@ rumor_log_set_level(rumor_log_level level)
     atomic_store(&s_level, (int)level);
 }
 
-rumor_log_level
-rumor_log_get_level(void)
-{
-    return (rumor_log_level)atomic_load(&s_level);
-}
-
 rumor_err
 rumor_log_parse_level(const char *name, rumor_log_level *out)
 {

@@ -67,12 +67,6 @@ rumor_rng_init(struct rumor_rng *rng, uint64_t seed, uint64_t stream)
     rng->block_at = UINT64_MAX;
 }
 
-void
-rumor_rng_seek(struct rumor_rng *rng, uint64_t index)
-{
-    rng->index = index;
-}
-
 uint32_t
 rumor_rng_u32(struct rumor_rng *rng)
 {

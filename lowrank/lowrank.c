@@ -257,27 +257,6 @@ done:
 
 /* --- orthogonalization ---------------------------------------------------- */
 
-rumor_err
-rumor_lowrank_orthogonalize(float *p,
-                            size_t rows,
-                            size_t rank,
-                            rumor_lowrank_orth method,
-                            float eps)
-{
-    if (p == NULL || rank == 0 || rank > rows ||
-        rank > RUMOR_LOWRANK_MAX_RANK || method > RUMOR_LOWRANK_ORTH_CHOLQR2 ||
-        !(eps >= 0))
-        return RUMOR_EINVAL;
-    struct lowrank_backend_i be;
-    void *ctx = NULL;
-    rumor_err rc = lowrank_cpu_init(&be, &ctx);
-    if (rc != RUMOR_OK)
-        return rc;
-    rc = be.orthogonalize(ctx, p, rows, rank, method, eps);
-    be.free(ctx);
-    return rc;
-}
-
 /* --- backend choice ------------------------------------------------------- */
 
 static rumor_err

@@ -764,16 +764,15 @@ rumor_net_status(rumor_net *net)
 }
 
 rumor_err
-rumor_net_fault_inject(rumor_net *net, rumor_net_fault fault)
+net_fault_inject(rumor_net *net, net_fault fault)
 {
     assert(net != NULL);
     if (net->zap == NULL)
         return RUMOR_ENOTSUP; /* insecure: there is no handler */
-    if (fault != RUMOR_NET_FAULT_ZAP_STOP &&
-        fault != RUMOR_NET_FAULT_ZAP_SILENT)
+    if (fault != NET_FAULT_ZAP_STOP && fault != NET_FAULT_ZAP_SILENT)
         return RUMOR_EINVAL;
-    net_zap_stop(net->zap, fault == RUMOR_NET_FAULT_ZAP_SILENT);
-    if (fault == RUMOR_NET_FAULT_ZAP_SILENT)
+    net_zap_stop(net->zap, fault == NET_FAULT_ZAP_SILENT);
+    if (fault == NET_FAULT_ZAP_SILENT)
         return RUMOR_OK;
     /* wait for the I/O thread to close the listener */
     uint64_t deadline = rumor_clock_ns() + 5000000000u;

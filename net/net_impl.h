@@ -132,4 +132,18 @@ void net_zap_stop(struct net_zap *zap, bool silent);
 /* Joins the thread and frees; safe on NULL and twice. */
 void net_zap_destroy(struct net_zap **self_p);
 
+/* --- fault injection (net.c), for the tests of the fail-closed ZAP path -- */
+
+typedef enum net_fault {
+    /* The ZAP handler stops as if it died: the node must close its
+     * listener and report RUMOR_EAUTH. */
+    NET_FAULT_ZAP_STOP = 1,
+    /* The ZAP handler closes its socket without telling anyone: only the
+     * User-Id check stands between a client and the node. */
+    NET_FAULT_ZAP_SILENT = 2
+} net_fault;
+
+/* Injects a fault; returns once the fault has taken effect. */
+rumor_err net_fault_inject(rumor_net *net, net_fault fault);
+
 #endif /* RUMOR_NET_IMPL_H */

@@ -482,6 +482,9 @@ rumor_workload_new(const struct rumor_workload_opts *opts,
             rc = RUMOR_OK;
         }
     }
+    rumor_log(RUMOR_LOG_DEBUG,
+              "workload: forward and backward on the %s",
+              rumor_device_name(w->device));
 done:
     free(idx);
     rumor_dataset_destroy(&train_all);

@@ -301,9 +301,6 @@ RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_apply_error(const rumor_ef *ef,
                                                          float *x,
                                                          size_t n);
 
-/* Steps taken so far (drives the dgc warm-up schedule). */
-RUMOR_API uint64_t rumor_ef_steps(const rumor_ef *ef);
-
 /* Bytes rumor_ef_save writes. */
 RUMOR_API size_t rumor_ef_state_size(const rumor_ef *ef);
 

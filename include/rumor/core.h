@@ -102,7 +102,6 @@ typedef enum rumor_log_level {
 
 /* Lines at or below level are written to stderr (default: INFO). */
 RUMOR_API void rumor_log_set_level(rumor_log_level level);
-RUMOR_API rumor_log_level rumor_log_get_level(void);
 
 /* Parses "error", "warn", "info" or "debug"; RUMOR_EINVAL otherwise. */
 RUMOR_API rumor_err rumor_log_parse_level(const char *name,
@@ -138,9 +137,6 @@ struct rumor_rng {
 /* Starts the stream (seed, stream) at element 0. */
 RUMOR_API void
 rumor_rng_init(struct rumor_rng *rng, uint64_t seed, uint64_t stream);
-
-/* Moves to element index (for resuming from a checkpointed counter). */
-RUMOR_API void rumor_rng_seek(struct rumor_rng *rng, uint64_t index);
 
 RUMOR_API uint32_t rumor_rng_u32(struct rumor_rng *rng);
 RUMOR_API uint64_t rumor_rng_u64(struct rumor_rng *rng);

@@ -84,19 +84,6 @@ RUMOR_API rumor_err rumor_lowrank_shapes_parse(const char *text,
                                                size_t *count_out,
                                                struct rumor_diag *diag);
 
-/* --- orthogonalization ---------------------------------------------------- */
-
-/* Orthonormalizes the columns of the row-major rows x rank host matrix p
- * in place on the CPU. Gram-Schmidt divides each column by (norm + eps);
- * a zero column stays zero (never NaN), also with eps = 0. Needs
- * rank <= rows. RUMOR_EINVAL on bad sizes, RUMOR_EBACKEND on a LAPACK
- * failure, RUMOR_ENOMEM. */
-RUMOR_API rumor_err rumor_lowrank_orthogonalize(float *p,
-                                                size_t rows,
-                                                size_t rank,
-                                                rumor_lowrank_orth method,
-                                                float eps);
-
 /* --- PowerSGD ----------------------------------------------------------------
  */
 

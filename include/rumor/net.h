@@ -384,18 +384,4 @@ RUMOR_API void rumor_net_set_quiet(rumor_net *net, bool quiet);
  * (the ZAP handler died and the listener was closed). */
 RUMOR_API rumor_err rumor_net_status(rumor_net *net);
 
-/* Fault injection for tests and experiments. */
-typedef enum rumor_net_fault {
-    /* The ZAP handler stops as if it died: the node must close its
-     * listener and report RUMOR_EAUTH. */
-    RUMOR_NET_FAULT_ZAP_STOP = 1,
-    /* The ZAP handler closes its socket without telling anyone: only the
-     * User-Id check stands between a client and the node. */
-    RUMOR_NET_FAULT_ZAP_SILENT = 2
-} rumor_net_fault;
-
-/* Injects a fault; returns once the fault has taken effect. */
-RUMOR_API rumor_err rumor_net_fault_inject(rumor_net *net,
-                                           rumor_net_fault fault);
-
 #endif /* RUMOR_NET_H */

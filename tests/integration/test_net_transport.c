@@ -1010,8 +1010,7 @@ test_zap__handler_stopped__listener_closed_and_error_reported(void **state)
     struct t_cluster c;
     t_cluster_keys(&c);
     t_cluster_start(&c, 1, LINK_NONE, 7, NULL, NULL);
-    assert_int_equal(rumor_net_fault_inject(c.net[1], RUMOR_NET_FAULT_ZAP_STOP),
-                     RUMOR_OK);
+    assert_int_equal(net_fault_inject(c.net[1], NET_FAULT_ZAP_STOP), RUMOR_OK);
     assert_int_equal(rumor_net_status(c.net[1]), RUMOR_EAUTH);
     struct rumor_net_msg m;
     assert_int_equal(rumor_net_recv(c.net[1],
@@ -1051,9 +1050,8 @@ test_zap__handler_silent__libzmq_admits_but_nothing_delivered(void **state)
     struct t_cluster c;
     t_cluster_keys(&c);
     t_cluster_start(&c, 1, LINK_NONE, 7, NULL, NULL);
-    assert_int_equal(
-        rumor_net_fault_inject(c.net[1], RUMOR_NET_FAULT_ZAP_SILENT),
-        RUMOR_OK);
+    assert_int_equal(net_fault_inject(c.net[1], NET_FAULT_ZAP_SILENT),
+                     RUMOR_OK);
     rumor_net_keypair *stranger = NULL;
     assert_int_equal(rumor_net_keypair_generate(&stranger), RUMOR_OK);
     struct t_raw r;
