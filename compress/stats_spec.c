@@ -18,14 +18,9 @@
  */
 #include "rumor/compress.h"
 
-#include <stdio.h>
+#include "core/le.h"
 
-static uint32_t
-s_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
+#include <stdio.h>
 
 static bool
 s_fits(int w, size_t cap)
@@ -37,7 +32,7 @@ s_fits(int w, size_t cap)
 static rumor_err
 s_dense(const uint8_t *in, char *spec, size_t cap)
 {
-    uint32_t p2 = s_u32(in + 8);
+    uint32_t p2 = core_get_u32(in + 8);
     const char *name = rumor_codec_name((rumor_codec_id)in[0]);
     int w = -1;
     switch ((rumor_codec_id)in[0]) {
@@ -90,10 +85,10 @@ rumor_codec_spec_of_payload(const uint8_t *in,
         return s_dense(in, spec, cap);
     /* Sparse: header, u32 L, L index bytes, then the values payload. */
     size_t at = RUMOR_COMPRESS_HEADER_BYTES;
-    uint32_t k = s_u32(in + 8);
+    uint32_t k = core_get_u32(in + 8);
     if (len - at < 4 || k > n)
         return RUMOR_EPROTO;
-    uint32_t ilen = s_u32(in + at);
+    uint32_t ilen = core_get_u32(in + at);
     at += 4;
     if (ilen > len - at || len - at - ilen < RUMOR_COMPRESS_HEADER_BYTES)
         return RUMOR_EPROTO;
