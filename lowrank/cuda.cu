@@ -40,23 +40,41 @@
 #include <cuda_runtime.h>
 #include <cusolverDn.h>
 
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define CUDA_TRY(call, label)     CORE_CUDA_TRY("lowrank cuda", call, label)
 #define CUBLAS_TRY(call, label)   CORE_CUBLAS_TRY("lowrank cuda", call, label)
 #define CUSOLVER_TRY(call, label) CORE_CUSOLVER_TRY("lowrank cuda", call, label)
 
 #define GS_THREADS      512
-#define CUDA_PTR_ARRAYS 6 // pointer arrays of one batched call, at most
+#define CUDA_PTR_ARRAYS 6   // pointer arrays of one batched call, at most
+#define CUDA_PTR_CACHE  256 // pointer lists kept on the device
+
+// A batched call needs its matrices' addresses in device memory. PowerSGD
+// passes the same lists every step, so they are uploaded once and found
+// again by content: a synchronous upload per call cost more than the
+// kernels on ResNet-sized models (45x the copy floor at rank 1 on an
+// H100, docs/benchmarks.md).
+struct cuda_ptrs {
+    size_t len;    // pointers in the list (0: slot unused)
+    uint64_t hash; // of the list, to skip most comparisons
+    uint64_t used; // the call count when last used (least recent goes)
+    void **host;   // the list
+    void **dev;    // its device copy
+};
 
 struct cuda_ctx {
     cublasHandle_t blas;
     cusolverDnHandle_t solver;
-    float *scratch;   // device, QR transpose + workspace + tau
-    size_t cap;       // floats at scratch
-    int *info;        // device, cuSOLVER status
-    void **dptrs;     // device, pointer arrays of batched calls
-    size_t dptrs_cap; // pointers at dptrs
+    float *scratch; // device, QR transpose + workspace + tau
+    size_t cap;     // floats at scratch
+    int *info;      // device, cuSOLVER status
+    void **key;     // host, the list being looked up
+    size_t key_cap; // pointers at key
+    uint64_t calls;
+    struct cuda_ptrs ptrs[CUDA_PTR_CACHE];
 };
 
 // --- kernels -----------------------------------------------------------
@@ -245,9 +263,64 @@ s_blocks(size_t count)
     return b > 65535 ? 65535u : (unsigned)b;
 }
 
-// Copies up to CUDA_PTR_ARRAYS host arrays of count device pointers to
-// the device (into ctx->dptrs, grown as needed); out[a] receives the
-// device copy of hs[a], NULL where hs[a] is NULL.
+static uint64_t
+s_hash_ptrs(void *const *list, size_t len)
+{
+    uint64_t h = 1469598103934665603ull; // FNV-1a over the addresses
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (uint64_t)(uintptr_t)list[i]) * 1099511628211ull;
+    return h;
+}
+
+// The cached device copy of key[0..len), uploaded on a miss into the
+// least recently used slot (cudaFree of its old copy waits for the kernels
+// that may still read it).
+static rumor_err
+s_ptrs_lookup(struct cuda_ctx *c, size_t len, void ***dev)
+{
+    rumor_err rc = RUMOR_OK;
+    uint64_t hash = s_hash_ptrs(c->key, len);
+    struct cuda_ptrs *slot = &c->ptrs[0];
+    c->calls++;
+    for (int i = 0; i < CUDA_PTR_CACHE; i++) {
+        struct cuda_ptrs *e = &c->ptrs[i];
+        if (e->len == len && e->hash == hash &&
+            memcmp(e->host, c->key, len * sizeof *c->key) == 0) {
+            e->used = c->calls;
+            *dev = e->dev;
+            return RUMOR_OK;
+        }
+        if (e->used < slot->used)
+            slot = e;
+    }
+    free(slot->host);
+    cudaFree(slot->dev);
+    *slot = (struct cuda_ptrs){0};
+    slot->host = (void **)malloc(len * sizeof *slot->host);
+    if (slot->host == NULL)
+        return RUMOR_ENOMEM;
+    CUDA_TRY(cudaMalloc((void **)&slot->dev, len * sizeof *slot->dev), done);
+    CUDA_TRY(cudaMemcpy(slot->dev,
+                        c->key,
+                        len * sizeof *c->key,
+                        cudaMemcpyHostToDevice),
+             done);
+    memcpy(slot->host, c->key, len * sizeof *c->key);
+    slot->len = len;
+    slot->hash = hash;
+    slot->used = c->calls;
+    *dev = slot->dev;
+done:
+    if (rc != RUMOR_OK) {
+        free(slot->host);
+        cudaFree(slot->dev);
+        *slot = (struct cuda_ptrs){0};
+    }
+    return rc;
+}
+
+// The device copies of up to CUDA_PTR_ARRAYS host arrays of count device
+// pointers (one cached list for the call); out[a] is NULL where hs[a] is.
 static rumor_err
 s_ptrs(struct cuda_ctx *c,
        const void *const *const *hs,
@@ -255,27 +328,21 @@ s_ptrs(struct cuda_ctx *c,
        size_t count,
        void **out[CUDA_PTR_ARRAYS])
 {
-    rumor_err rc = RUMOR_OK;
-    if (CUDA_PTR_ARRAYS * count > c->dptrs_cap) {
-        void *grown = NULL;
-        CUDA_TRY(cudaMalloc(&grown, CUDA_PTR_ARRAYS * count * sizeof(void *)),
-                 done);
-        cudaFree(c->dptrs);
-        c->dptrs = (void **)grown;
-        c->dptrs_cap = CUDA_PTR_ARRAYS * count;
+    size_t len = (size_t)arrays * count;
+    if (len > c->key_cap) {
+        void **grown = (void **)realloc(c->key, len * sizeof *grown);
+        if (grown == NULL)
+            return RUMOR_ENOMEM;
+        c->key = grown;
+        c->key_cap = len;
     }
-    for (int a = 0; a < arrays; a++) {
-        out[a] = NULL;
-        if (hs[a] == NULL)
-            continue;
-        out[a] = c->dptrs + a * count;
-        CUDA_TRY(cudaMemcpy(out[a],
-                            hs[a],
-                            count * sizeof(void *),
-                            cudaMemcpyHostToDevice),
-                 done);
-    }
-done:
+    for (int a = 0; a < arrays; a++)
+        for (size_t i = 0; i < count; i++)
+            c->key[a * count + i] = hs[a] != NULL ? (void *)hs[a][i] : NULL;
+    void **dev = NULL;
+    rumor_err rc = s_ptrs_lookup(c, len, &dev);
+    for (int a = 0; a < arrays; a++)
+        out[a] = rc == RUMOR_OK && hs[a] != NULL ? dev + a * count : NULL;
     return rc;
 }
 
@@ -879,7 +946,11 @@ s_free(void *ctx)
         cusolverDnDestroy(c->solver);
     cudaFree(c->scratch);
     cudaFree(c->info);
-    cudaFree(c->dptrs);
+    for (int i = 0; i < CUDA_PTR_CACHE; i++) {
+        free(c->ptrs[i].host);
+        cudaFree(c->ptrs[i].dev);
+    }
+    free(c->key);
     free(c);
 }
 
