@@ -60,13 +60,13 @@ int cli_topology_write(const struct rumor_topology *t,
 int cli_plot_main(int argc, char **argv);
 void cli_plot_help(FILE *out);
 
-struct rumor_node_opts;
 struct rumor_diag;
+typedef struct rumor_node_config rumor_node_config;
 /* Applies `rumor node` arguments argv[1..argc) (after --config FILE, when
- * given) to opts; returns 0, or -1 with diag. */
+ * given) to cfg; returns 0, or -1 with diag. */
 int cli_node_parse(int argc,
                    char **argv,
-                   struct rumor_node_opts *opts,
+                   rumor_node_config *cfg,
                    struct rumor_diag *diag);
 /* Calls fn(ctx, NAME, VALUE) for each `rumor node` argument of
  * argv[1..argc), as cli_node_parse reads them ("--flag": "", "--no-flag":

@@ -278,31 +278,42 @@ s_own_option(int argc, char **argv, int *i, struct s_args *a)
                                                                         : -1;
 }
 
+/* The node options as node 0 gets them, checked: 0, or -1 with diag. */
+static int
+s_node0_opts(struct s_args *a, rumor_node_config *cfg, struct rumor_diag *diag)
+{
+    char **argv = a->pass - 1; /* cli_node_parse skips argv[0] */
+    if (cli_node_parse((int)a->npass + 1, argv, cfg, diag) != 0)
+        return -1;
+    if (!rumor_node_config_opts(cfg)->insecure &&
+        rumor_node_config_set(cfg, "key", "/run/secrets/node-0", diag) !=
+            RUMOR_OK)
+        return -1;
+    int bad = rumor_node_config_set(cfg, "id", "0", diag) != RUMOR_OK ||
+              rumor_node_config_set(cfg, "topology", COMPOSE_TOPOLOGY, diag) !=
+                  RUMOR_OK ||
+              (rumor_node_opts_known("checkpoint-dir") &&
+               rumor_node_config_set(cfg,
+                                     "checkpoint-dir",
+                                     COMPOSE_CHECKPOINTS,
+                                     diag) != RUMOR_OK) ||
+              rumor_node_config_check(cfg, diag) != RUMOR_OK;
+    return bad ? -1 : 0;
+}
+
 /* Checks the node options as node 0 would get them. */
 static int
 s_check_node_opts(struct s_args *a)
 {
     struct rumor_diag diag = {0};
-    char **argv = a->pass - 1; /* cli_node_parse skips argv[0] */
-    rumor_node_opts_default(&a->opts);
-    int bad = cli_node_parse((int)a->npass + 1, argv, &a->opts, &diag) != 0;
-    if (!bad && !a->opts.insecure)
-        bad = rumor_node_opts_set(&a->opts,
-                                  "key",
-                                  "/run/secrets/node-0",
-                                  &diag) != RUMOR_OK;
+    rumor_node_config *cfg = NULL;
+    rumor_err rc = rumor_node_config_new(&cfg);
+    if (rc != RUMOR_OK)
+        rumor_diag_set(&diag, "", 0, 0, "%s", rumor_strerror(rc));
+    int bad = rc != RUMOR_OK || s_node0_opts(a, cfg, &diag) != 0;
     if (!bad)
-        bad = rumor_node_opts_set(&a->opts, "id", "0", &diag) != RUMOR_OK ||
-              rumor_node_opts_set(&a->opts,
-                                  "topology",
-                                  COMPOSE_TOPOLOGY,
-                                  &diag) != RUMOR_OK ||
-              (rumor_node_opts_known("checkpoint-dir") &&
-               rumor_node_opts_set(&a->opts,
-                                   "checkpoint-dir",
-                                   COMPOSE_CHECKPOINTS,
-                                   &diag) != RUMOR_OK) ||
-              rumor_node_opts_check(&a->opts, &diag) != RUMOR_OK;
+        a->opts = *rumor_node_config_opts(cfg);
+    rumor_node_config_destroy(&cfg);
     if (bad) {
         char text[2 * RUMOR_DIAG_TEXT_BYTES + 32];
         rumor_diag_format(&diag, text, sizeof text);

@@ -520,7 +520,7 @@ s_take_own(int argc, char **argv, struct s_args *a)
  * DIR/ring.topo (DIR/keys). */
 static int
 s_generate_topology(struct s_args *a,
-                    struct rumor_node_opts *opts,
+                    rumor_node_config *cfg,
                     struct rumor_diag *diag)
 {
     if (a->nodes == 0)
@@ -552,7 +552,7 @@ s_generate_topology(struct s_args *a,
     const char *args[] = {count};
     int status = cli_topo_gen_write("ring", args, 1, 1, true, a->topology);
     if (status == 0 &&
-        rumor_node_opts_set(opts, "topology", a->topology, diag) != RUMOR_OK) {
+        rumor_node_config_set(cfg, "topology", a->topology, diag) != RUMOR_OK) {
         s_print_diag(diag);
         status = 2;
     }
@@ -567,34 +567,32 @@ s_generate_topology(struct s_args *a,
 /* A worker's algorithm is the Peer's default (powergossip) unless launch
  * names one: what the restart policy asks about (s_can_skip). */
 static int
-s_worker_algo(struct s_args *a,
-              struct rumor_node_opts *opts,
-              struct rumor_diag *diag)
+s_worker_algo(struct s_args *a, rumor_node_config *cfg, struct rumor_diag *diag)
 {
     if (a->w.algo_given)
         return 0;
-    if (rumor_node_opts_set(opts, "algo", "powergossip", diag) == RUMOR_OK)
+    if (rumor_node_config_set(cfg, "algo", "powergossip", diag) == RUMOR_OK)
         return 0;
     s_print_diag(diag);
     return 2;
 }
 
+/* The node options of launch's command line into a->opts, checked as
+ * node 0 would check them: 0, or an exit status. */
 static int
-s_parse(int argc, char **argv, struct s_args *a)
+s_parse_node(int argc, char **argv, struct s_args *a, rumor_node_config *cfg)
 {
-    argc = s_take_own(argc, argv, a);
-    if (argc < 0)
-        return 2;
-    snprintf(a->metrics_dir, sizeof a->metrics_dir, "%s", LAUNCH_DEFAULT_DIR);
-    struct rumor_node_opts opts;
-    rumor_node_opts_default(&opts);
+    const struct rumor_node_opts *opts = rumor_node_config_opts(cfg);
     struct rumor_diag diag = {0};
-    if (cli_node_parse(argc, argv, &opts, &diag) != 0) {
+    if (cli_node_parse(argc, argv, cfg, &diag) != 0) {
         s_print_diag(&diag);
         return 2;
     }
-    if (opts.metrics_dir[0] != '\0')
-        snprintf(a->metrics_dir, sizeof a->metrics_dir, "%s", opts.metrics_dir);
+    if (opts->metrics_dir[0] != '\0')
+        snprintf(a->metrics_dir,
+                 sizeof a->metrics_dir,
+                 "%s",
+                 opts->metrics_dir);
     for (int i = 1; i < argc; i++) {
         if ((strcmp(argv[i], "--topology") == 0 ||
              strcmp(argv[i], "--metrics-dir") == 0) &&
@@ -616,9 +614,9 @@ s_parse(int argc, char **argv, struct s_args *a)
         }
         a->pass[a->npass++] = argv[i];
     }
-    a->insecure = opts.insecure;
-    snprintf(a->topology, sizeof a->topology, "%s", opts.topology);
-    int status = s_generate_topology(a, &opts, &diag);
+    a->insecure = opts->insecure;
+    snprintf(a->topology, sizeof a->topology, "%s", opts->topology);
+    int status = s_generate_topology(a, cfg, &diag);
     if (status != 0)
         return status;
     if (a->topology[0] == '\0') {
@@ -628,18 +626,35 @@ s_parse(int argc, char **argv, struct s_args *a)
     }
     a->w.insecure = a->insecure;
     if (a->workers && (launch_worker_options(&a->w, a->pass, a->npass) != 0 ||
-                       s_worker_algo(a, &opts, &diag) != 0))
+                       s_worker_algo(a, cfg, &diag) != 0))
         return 2;
     /* check the node options as node 0 would, before starting anything */
-    if (rumor_node_opts_set(&opts, "id", "0", &diag) != RUMOR_OK ||
-        (!opts.insecure &&
-         rumor_node_opts_set(&opts, "key", "keys/node-0", &diag) != RUMOR_OK) ||
-        rumor_node_opts_check(&opts, &diag) != RUMOR_OK) {
+    if (rumor_node_config_set(cfg, "id", "0", &diag) != RUMOR_OK ||
+        (!opts->insecure &&
+         rumor_node_config_set(cfg, "key", "keys/node-0", &diag) != RUMOR_OK) ||
+        rumor_node_config_check(cfg, &diag) != RUMOR_OK) {
         s_print_diag(&diag);
         return 2;
     }
-    a->opts = opts;
+    a->opts = *opts;
     return 0;
+}
+
+static int
+s_parse(int argc, char **argv, struct s_args *a)
+{
+    argc = s_take_own(argc, argv, a);
+    if (argc < 0)
+        return 2;
+    snprintf(a->metrics_dir, sizeof a->metrics_dir, "%s", LAUNCH_DEFAULT_DIR);
+    rumor_node_config *cfg = NULL;
+    if (rumor_node_config_new(&cfg) != RUMOR_OK) {
+        fprintf(stderr, "rumor launch: %s\n", rumor_strerror(RUMOR_ENOMEM));
+        return 1;
+    }
+    int status = s_parse_node(argc, argv, a, cfg);
+    rumor_node_config_destroy(&cfg);
+    return status;
 }
 
 /* --- --hosts ------------------------------------------------------------ */

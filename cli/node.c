@@ -1,7 +1,7 @@
 /*
  * `rumor node`: one node process. Options come from an optional INI file
  * (--config FILE, applied first) and the command line (applied after, so
- * the command line wins); both go through rumor_node_opts_set, so a key in
+ * the command line wins); both go through rumor_node_config_set, so a key in
  * the file and a long option are the same thing. SIGINT and SIGTERM ask
  * the run to stop (the handler only stores an atomic flag, which is
  * async-signal-safe): every node of the run stops after the same step,
@@ -143,13 +143,13 @@ s_set_option(void *ctx,
 {
     if (strcmp(name, "config") == 0)
         return 0;
-    return rumor_node_opts_set(ctx, name, value, diag) == RUMOR_OK ? 0 : -1;
+    return rumor_node_config_set(ctx, name, value, diag) == RUMOR_OK ? 0 : -1;
 }
 
 int
 cli_node_parse(int argc,
                char **argv,
-               struct rumor_node_opts *opts,
+               rumor_node_config *cfg,
                struct rumor_diag *diag)
 {
     /* the file first, so the command line overrides it */
@@ -159,20 +159,42 @@ cli_node_parse(int argc,
                 rumor_diag_set(diag, "", 0, 0, "--config needs a FILE");
                 return -1;
             }
-            if (rumor_node_opts_load(opts, argv[i + 1], diag) != RUMOR_OK)
+            if (rumor_node_config_load(cfg, argv[i + 1], diag) != RUMOR_OK)
                 return -1;
         }
-    return cli_node_each_option(argc, argv, s_set_option, opts, diag);
+    return cli_node_each_option(argc, argv, s_set_option, cfg, diag);
+}
+
+/* The options of the command line, checked; *opts is only set on
+ * success. */
+static rumor_err
+s_node_opts(int argc,
+            char **argv,
+            struct rumor_node_opts *opts,
+            struct rumor_diag *diag)
+{
+    rumor_node_config *cfg = NULL;
+    rumor_err rc = rumor_node_config_new(&cfg);
+    if (rc != RUMOR_OK)
+        return rc;
+    if (cli_node_parse(argc, argv, cfg, diag) != 0)
+        rc = RUMOR_EINVAL;
+    else
+        rc = rumor_node_config_check(cfg, diag);
+    if (rc == RUMOR_OK)
+        *opts = *rumor_node_config_opts(cfg);
+    rumor_node_config_destroy(&cfg);
+    return rc;
 }
 
 int
 cli_node_main(int argc, char **argv)
 {
     struct rumor_node_opts opts;
-    rumor_node_opts_default(&opts);
     struct rumor_diag diag = {0};
-    if (cli_node_parse(argc, argv, &opts, &diag) != 0)
-        return s_fail("node", &diag, RUMOR_EINVAL);
+    rumor_err rc = s_node_opts(argc, argv, &opts, &diag);
+    if (rc != RUMOR_OK)
+        return s_fail("node", &diag, rc);
     /* before the node exists, so a signal during its set-up is kept */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -181,7 +203,7 @@ cli_node_main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     rumor_node *node = NULL;
-    rumor_err rc = rumor_node_new(&opts, &node, &diag);
+    rc = rumor_node_new(&opts, &node, &diag);
     if (rc != RUMOR_OK)
         return s_fail("node", &diag, rc);
     s_running = node;

@@ -2,11 +2,14 @@
  * The node's options: one table maps every long option name to a field of
  * struct rumor_node_opts and a parser, so the command line (`--lr 0.1`),
  * the INI config file (`lr = 0.1`, read with Debian's libinih) and the
- * Python binding of a later issue all go through rumor_node_opts_set and
- * spell options the same way. A bit per option records what was given, so
- * rumor_node_opts_check can refuse options that do not apply to the chosen
- * workload, optimizer or algorithm instead of ignoring them silently (a
- * `--rank 4` with `--algo choco` is a user's mistake worth reporting).
+ * Python binding all go through rumor_node_config_set and spell options the
+ * same way. The config handle keeps a bit per option that was given, so
+ * rumor_node_config_check can refuse options that do not apply to the
+ * chosen workload, optimizer or algorithm instead of ignoring them silently
+ * (a `--rank 4` with `--algo choco` is a user's mistake worth reporting).
+ * The bits stay in the handle rather than in struct rumor_node_opts: a
+ * caller who fills the struct directly has given nothing by name, and
+ * rumor_node_opts_check checks only what the values say.
  *
  * Alternatives rejected: getopt_long (no shared table with the config file
  * and the binding, and its error messages cannot name the file line);
@@ -142,10 +145,12 @@ static const struct s_opt s_opts[] = {
 #undef A
 
 #define S_OPT_COUNT (sizeof s_opts / sizeof s_opts[0])
-_Static_assert(sizeof s_opts / sizeof s_opts[0] <=
-                   64 * sizeof((struct rumor_node_opts *)0)->given /
-                       sizeof(uint64_t),
-               "the given mask has a bit per option");
+
+struct rumor_node_config {
+    struct rumor_node_opts opts;
+    uint64_t given[(S_OPT_COUNT + 63) / 64]; /* bit k % 64 of word k / 64
+                                                set when option k was set */
+};
 
 /* --- static helpers --------------------------------------------------- */
 
@@ -403,11 +408,12 @@ s_apply(struct rumor_node_opts *o,
     return RUMOR_EINVAL;
 }
 
+/* given == NULL (options filled in directly): nothing was given by name. */
 static bool
-s_given(const struct rumor_node_opts *o, const char *name)
+s_given(const uint64_t *given, const char *name)
 {
     int k = s_find(name);
-    return k >= 0 && (o->given[k / 64] >> (k % 64) & 1u) != 0;
+    return given != NULL && k >= 0 && (given[k / 64] >> (k % 64) & 1u) != 0;
 }
 
 static bool
@@ -450,13 +456,15 @@ static const struct s_applies s_algo_opts[] = {
  * gossip/powersgd.c, says the same at run time; this one names the
  * options as the user spelled them). */
 static rumor_err
-s_psgd_check(const struct rumor_node_opts *o, struct rumor_diag *diag)
+s_psgd_check(const struct rumor_node_opts *o,
+             const uint64_t *given,
+             struct rumor_diag *diag)
 {
     const struct rumor_gossip_opts *g = &o->gossip;
     const char *why = NULL;
     if (!s_algo_is(o, "powersgd", NULL))
         return RUMOR_OK;
-    if (s_given(o, "iterations") && !g->one_sided)
+    if (s_given(given, "iterations") && !g->one_sided)
         why = "--iterations applies to --algo powersgd with --one-sided "
               "(the hook's step is one P and one Q)";
     else if (g->one_sided && !g->use_error_feedback)
@@ -470,10 +478,181 @@ s_psgd_check(const struct rumor_node_opts *o, struct rumor_diag *diag)
     return RUMOR_EINVAL;
 }
 
+/* Options of the wrong workload, optimizer, algorithm or feature: given
+ * by name but unused by what was chosen. */
+static rumor_err
+s_check_applies(const struct rumor_node_opts *o,
+                const uint64_t *given,
+                struct rumor_diag *diag)
+{
+    bool lsq = o->workload.kind == RUMOR_WORKLOAD_LSQ;
+    static const char *const lsq_only[] = {"lsq-samples",
+                                           "lsq-features",
+                                           "lsq-outputs",
+                                           "lsq-noise"};
+    for (size_t i = 0; i < sizeof lsq_only / sizeof lsq_only[0]; i++)
+        if (!lsq && s_given(given, lsq_only[i])) {
+            rumor_diag_set(diag,
+                           "",
+                           0,
+                           0,
+                           "--%s applies to --workload lsq only",
+                           lsq_only[i]);
+            return RUMOR_EINVAL;
+        }
+    if (lsq && (s_given(given, "dataset") || s_given(given, "shard"))) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "--workload lsq trains on a generated problem with a "
+                       "known optimum: --dataset and --shard do not apply");
+        return RUMOR_EINVAL;
+    }
+    if (o->workload.kind != RUMOR_WORKLOAD_MLP && s_given(given, "hidden")) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "--hidden applies to --workload mlp only");
+        return RUMOR_EINVAL;
+    }
+    if (o->optim.kind == RUMOR_OPTIM_SGD && s_given(given, "momentum")) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "--momentum needs --optimizer momentum or nesterov");
+        return RUMOR_EINVAL;
+    }
+    if (o->optim.decay_every == 0 && s_given(given, "decay-factor")) {
+        rumor_diag_set(diag, "", 0, 0, "--decay-factor needs --decay-every");
+        return RUMOR_EINVAL;
+    }
+    for (size_t i = 0; i < sizeof s_algo_opts / sizeof s_algo_opts[0]; i++) {
+        const struct s_applies *a = &s_algo_opts[i];
+        if (!s_given(given, a->name))
+            continue;
+        bool fits = false;
+        for (size_t k = 0;
+             k < sizeof a->algos / sizeof a->algos[0] && a->algos[k] != NULL;
+             k++)
+            fits |= strcmp(o->gossip.algo, a->algos[k]) == 0;
+        if (!fits) {
+            rumor_diag_set(diag,
+                           "",
+                           0,
+                           0,
+                           "--%s does not apply to --algo %s",
+                           a->name,
+                           o->gossip.algo);
+            return RUMOR_EINVAL;
+        }
+    }
+    static const char *const ckpt_opts[] = {"checkpoint-every",
+                                            "checkpoint-keep",
+                                            "resume"};
+    for (size_t i = 0; i < 3; i++)
+        if (o->checkpoint_dir[0] == '\0' && s_given(given, ckpt_opts[i])) {
+            rumor_diag_set(diag,
+                           "",
+                           0,
+                           0,
+                           "--%s needs --checkpoint-dir DIR",
+                           ckpt_opts[i]);
+            return RUMOR_EINVAL;
+        }
+    static const char *const adapt_opts[] = {"comm-share",
+                                             "adapt-density",
+                                             "adapt-error",
+                                             "adapt-lambda",
+                                             "adapt-rank-min",
+                                             "adapt-rank-max"};
+    for (size_t i = 0; i < sizeof adapt_opts / sizeof adapt_opts[0]; i++)
+        if (o->gossip.adapt[0] == '\0' && s_given(given, adapt_opts[i])) {
+            rumor_diag_set(diag,
+                           "",
+                           0,
+                           0,
+                           "--%s needs --adapt fixed|rule|learned",
+                           adapt_opts[i]);
+            return RUMOR_EINVAL;
+        }
+    return RUMOR_OK;
+}
+
+/* The checks behind rumor_node_opts_check (given == NULL) and
+ * rumor_node_config_check, in one order so each reports the same first
+ * problem. */
+static rumor_err
+s_check(const struct rumor_node_opts *o,
+        const uint64_t *given,
+        struct rumor_diag *diag)
+{
+    if (o->topology[0] == '\0') {
+        rumor_diag_set(diag, "", 0, 0, "--topology is required");
+        return RUMOR_EINVAL;
+    }
+    if (given != NULL && !s_given(given, "id")) {
+        rumor_diag_set(diag, "", 0, 0, "--id is required");
+        return RUMOR_EINVAL;
+    }
+    if (o->insecure && o->key[0] != '\0') {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "--key and --insecure contradict each other");
+        return RUMOR_EINVAL;
+    }
+    if (!o->insecure && o->key[0] == '\0') {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "--key DIR/NAME is required (or --insecure)");
+        return RUMOR_EINVAL;
+    }
+    if (s_check_applies(o, given, diag) != RUMOR_OK)
+        return RUMOR_EINVAL;
+    if (s_psgd_check(o, given, diag) != RUMOR_OK)
+        return RUMOR_EINVAL;
+    if (rumor_gossip_ef_check(&o->gossip, diag) != RUMOR_OK)
+        return RUMOR_EINVAL;
+    if (node_ef_optim_check(&o->gossip, o->optim.kind, "--optimizer", diag) !=
+        RUMOR_OK)
+        return RUMOR_EINVAL;
+    if (s_given(given, "ef-alpha") && o->gossip.delta_codec[0] == '\0') {
+        rumor_diag_set(diag, "", 0, 0, "--ef-alpha needs --delta-codec");
+        return RUMOR_EINVAL;
+    }
+    if (o->exchange == RUMOR_NODE_EXCHANGE_GRADIENT &&
+        !s_algo_is(o, "powersgd", "allreduce")) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "--exchange gradient needs --algo powersgd or allreduce "
+                       "(exact averages keep the models identical)");
+        return RUMOR_EINVAL;
+    }
+    if (o->exchange == RUMOR_NODE_EXCHANGE_MODEL &&
+        s_algo_is(o, "powersgd", NULL)) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "--algo powersgd compresses gradients: --exchange model "
+                       "does not apply");
+        return RUMOR_EINVAL;
+    }
+    return RUMOR_OK;
+}
+
 /* --- INI -------------------------------------------------------------- */
 
 struct s_ini {
-    struct rumor_node_opts *opts;
+    rumor_node_config *cfg;
     struct rumor_diag *diag;
     rumor_err rc;
 };
@@ -506,7 +685,7 @@ s_ini_handler(void *user,
         ini->rc = RUMOR_EINVAL;
         return 0;
     }
-    ini->rc = rumor_node_opts_set(ini->opts, name, value, ini->diag);
+    ini->rc = rumor_node_config_set(ini->cfg, name, value, ini->diag);
     return ini->rc == RUMOR_OK;
 }
 
@@ -550,10 +729,40 @@ rumor_node_opts_is_flag(const char *name)
 }
 
 rumor_err
-rumor_node_opts_set(struct rumor_node_opts *opts,
-                    const char *name,
-                    const char *value,
-                    struct rumor_diag *diag)
+rumor_node_opts_check(const struct rumor_node_opts *opts,
+                      struct rumor_diag *diag)
+{
+    return s_check(opts, NULL, diag);
+}
+
+rumor_err
+rumor_node_config_new(rumor_node_config **out)
+{
+    *out = calloc(1, sizeof **out);
+    if (*out == NULL)
+        return RUMOR_ENOMEM;
+    rumor_node_opts_default(&(*out)->opts);
+    return RUMOR_OK;
+}
+
+void
+rumor_node_config_destroy(rumor_node_config **self_p)
+{
+    free(*self_p);
+    *self_p = NULL;
+}
+
+struct rumor_node_opts *
+rumor_node_config_opts(rumor_node_config *cfg)
+{
+    return &cfg->opts;
+}
+
+rumor_err
+rumor_node_config_set(rumor_node_config *cfg,
+                      const char *name,
+                      const char *value,
+                      struct rumor_diag *diag)
 {
     int k = s_find(name);
     if (k < 0) {
@@ -565,26 +774,26 @@ rumor_node_opts_set(struct rumor_node_opts *opts,
                        name);
         return RUMOR_EINVAL;
     }
-    struct rumor_node_opts scratch = *opts;
+    struct rumor_node_opts scratch = cfg->opts;
     rumor_err rc = s_apply(&scratch, &s_opts[k], value, diag);
     if (rc != RUMOR_OK)
         return rc;
-    scratch.given[k / 64] |= 1ull << (k % 64);
     /* DGC's memory carries the momentum (its momentum correction): with
      * --ef dgc the optimizer is plain SGD unless one is named */
     if (strcmp(name, "ef") == 0 && strncmp(scratch.gossip.ef, "dgc", 3) == 0 &&
-        !s_given(&scratch, "optimizer"))
+        !s_given(cfg->given, "optimizer"))
         scratch.optim.kind = RUMOR_OPTIM_SGD;
-    *opts = scratch;
+    cfg->opts = scratch;
+    cfg->given[k / 64] |= 1ull << (k % 64);
     return RUMOR_OK;
 }
 
 rumor_err
-rumor_node_opts_parse_ini(struct rumor_node_opts *opts,
-                          const char *name,
-                          const uint8_t *text,
-                          size_t len,
-                          struct rumor_diag *diag)
+rumor_node_config_parse_ini(rumor_node_config *cfg,
+                            const char *name,
+                            const uint8_t *text,
+                            size_t len,
+                            struct rumor_diag *diag)
 {
     if (len > RUMOR_NODE_CONFIG_MAX || memchr(text, '\0', len) != NULL) {
         rumor_diag_set(diag,
@@ -602,13 +811,13 @@ rumor_node_opts_parse_ini(struct rumor_node_opts *opts,
         return RUMOR_ENOMEM;
     memcpy(copy, text, len);
     copy[len] = '\0';
-    struct rumor_node_opts scratch = *opts;
+    rumor_node_config scratch = *cfg;
     struct rumor_diag inner = {0};
     struct s_ini ini = {&scratch, &inner, RUMOR_OK};
     int line = ini_parse_string(copy, s_ini_handler, &ini);
     free(copy);
     if (line == 0 && ini.rc == RUMOR_OK) {
-        *opts = scratch;
+        *cfg = scratch;
         return RUMOR_OK;
     }
     if (ini.rc == RUMOR_OK)
@@ -618,15 +827,15 @@ rumor_node_opts_parse_ini(struct rumor_node_opts *opts,
 }
 
 rumor_err
-rumor_node_opts_load(struct rumor_node_opts *opts,
-                     const char *path,
-                     struct rumor_diag *diag)
+rumor_node_config_load(rumor_node_config *cfg,
+                       const char *path,
+                       struct rumor_diag *diag)
 {
     rumor_buf buf;
     rumor_buf_init(&buf, RUMOR_NODE_CONFIG_MAX + 1);
     rumor_err rc = rumor_buf_read_file(&buf, path);
     if (rc == RUMOR_OK)
-        rc = rumor_node_opts_parse_ini(opts, path, buf.data, buf.len, diag);
+        rc = rumor_node_config_parse_ini(cfg, path, buf.data, buf.len, diag);
     else if (rc == RUMOR_ETOOBIG)
         rumor_diag_set(diag,
                        path,
@@ -641,157 +850,9 @@ rumor_node_opts_load(struct rumor_node_opts *opts,
 }
 
 rumor_err
-rumor_node_opts_check(const struct rumor_node_opts *o, struct rumor_diag *diag)
+rumor_node_config_check(const rumor_node_config *cfg, struct rumor_diag *diag)
 {
-    if (o->topology[0] == '\0') {
-        rumor_diag_set(diag, "", 0, 0, "--topology is required");
-        return RUMOR_EINVAL;
-    }
-    if (!s_given(o, "id")) {
-        rumor_diag_set(diag, "", 0, 0, "--id is required");
-        return RUMOR_EINVAL;
-    }
-    if (o->insecure && o->key[0] != '\0') {
-        rumor_diag_set(diag,
-                       "",
-                       0,
-                       0,
-                       "--key and --insecure contradict each other");
-        return RUMOR_EINVAL;
-    }
-    if (!o->insecure && o->key[0] == '\0') {
-        rumor_diag_set(diag,
-                       "",
-                       0,
-                       0,
-                       "--key DIR/NAME is required (or --insecure)");
-        return RUMOR_EINVAL;
-    }
-    bool lsq = o->workload.kind == RUMOR_WORKLOAD_LSQ;
-    static const char *const lsq_only[] = {"lsq-samples",
-                                           "lsq-features",
-                                           "lsq-outputs",
-                                           "lsq-noise"};
-    for (size_t i = 0; i < sizeof lsq_only / sizeof lsq_only[0]; i++)
-        if (!lsq && s_given(o, lsq_only[i])) {
-            rumor_diag_set(diag,
-                           "",
-                           0,
-                           0,
-                           "--%s applies to --workload lsq only",
-                           lsq_only[i]);
-            return RUMOR_EINVAL;
-        }
-    if (lsq && (s_given(o, "dataset") || s_given(o, "shard"))) {
-        rumor_diag_set(diag,
-                       "",
-                       0,
-                       0,
-                       "--workload lsq trains on a generated problem with a "
-                       "known optimum: --dataset and --shard do not apply");
-        return RUMOR_EINVAL;
-    }
-    if (o->workload.kind != RUMOR_WORKLOAD_MLP && s_given(o, "hidden")) {
-        rumor_diag_set(diag,
-                       "",
-                       0,
-                       0,
-                       "--hidden applies to --workload mlp only");
-        return RUMOR_EINVAL;
-    }
-    if (o->optim.kind == RUMOR_OPTIM_SGD && s_given(o, "momentum")) {
-        rumor_diag_set(diag,
-                       "",
-                       0,
-                       0,
-                       "--momentum needs --optimizer momentum or nesterov");
-        return RUMOR_EINVAL;
-    }
-    if (o->optim.decay_every == 0 && s_given(o, "decay-factor")) {
-        rumor_diag_set(diag, "", 0, 0, "--decay-factor needs --decay-every");
-        return RUMOR_EINVAL;
-    }
-    for (size_t i = 0; i < sizeof s_algo_opts / sizeof s_algo_opts[0]; i++) {
-        const struct s_applies *a = &s_algo_opts[i];
-        if (!s_given(o, a->name))
-            continue;
-        bool fits = false;
-        for (size_t k = 0;
-             k < sizeof a->algos / sizeof a->algos[0] && a->algos[k] != NULL;
-             k++)
-            fits |= strcmp(o->gossip.algo, a->algos[k]) == 0;
-        if (!fits) {
-            rumor_diag_set(diag,
-                           "",
-                           0,
-                           0,
-                           "--%s does not apply to --algo %s",
-                           a->name,
-                           o->gossip.algo);
-            return RUMOR_EINVAL;
-        }
-    }
-    static const char *const ckpt_opts[] = {"checkpoint-every",
-                                            "checkpoint-keep",
-                                            "resume"};
-    for (size_t i = 0; i < 3; i++)
-        if (o->checkpoint_dir[0] == '\0' && s_given(o, ckpt_opts[i])) {
-            rumor_diag_set(diag,
-                           "",
-                           0,
-                           0,
-                           "--%s needs --checkpoint-dir DIR",
-                           ckpt_opts[i]);
-            return RUMOR_EINVAL;
-        }
-    static const char *const adapt_opts[] = {"comm-share",
-                                             "adapt-density",
-                                             "adapt-error",
-                                             "adapt-lambda",
-                                             "adapt-rank-min",
-                                             "adapt-rank-max"};
-    for (size_t i = 0; i < sizeof adapt_opts / sizeof adapt_opts[0]; i++)
-        if (o->gossip.adapt[0] == '\0' && s_given(o, adapt_opts[i])) {
-            rumor_diag_set(diag,
-                           "",
-                           0,
-                           0,
-                           "--%s needs --adapt fixed|rule|learned",
-                           adapt_opts[i]);
-            return RUMOR_EINVAL;
-        }
-    if (s_psgd_check(o, diag) != RUMOR_OK)
-        return RUMOR_EINVAL;
-    if (rumor_gossip_ef_check(&o->gossip, diag) != RUMOR_OK)
-        return RUMOR_EINVAL;
-    if (node_ef_optim_check(&o->gossip, o->optim.kind, "--optimizer", diag) !=
-        RUMOR_OK)
-        return RUMOR_EINVAL;
-    if (s_given(o, "ef-alpha") && o->gossip.delta_codec[0] == '\0') {
-        rumor_diag_set(diag, "", 0, 0, "--ef-alpha needs --delta-codec");
-        return RUMOR_EINVAL;
-    }
-    if (o->exchange == RUMOR_NODE_EXCHANGE_GRADIENT &&
-        !s_algo_is(o, "powersgd", "allreduce")) {
-        rumor_diag_set(diag,
-                       "",
-                       0,
-                       0,
-                       "--exchange gradient needs --algo powersgd or allreduce "
-                       "(exact averages keep the models identical)");
-        return RUMOR_EINVAL;
-    }
-    if (o->exchange == RUMOR_NODE_EXCHANGE_MODEL &&
-        s_algo_is(o, "powersgd", NULL)) {
-        rumor_diag_set(diag,
-                       "",
-                       0,
-                       0,
-                       "--algo powersgd compresses gradients: --exchange model "
-                       "does not apply");
-        return RUMOR_EINVAL;
-    }
-    return RUMOR_OK;
+    return s_check(&cfg->opts, cfg->given, diag);
 }
 
 rumor_err

@@ -751,23 +751,6 @@ rumor_dtype_size(rumor_dtype dtype)
 }
 
 rumor_err
-rumor_node_opts_new(struct rumor_node_opts **out)
-{
-    *out = malloc(sizeof **out);
-    if (*out == NULL)
-        return RUMOR_ENOMEM;
-    rumor_node_opts_default(*out);
-    return RUMOR_OK;
-}
-
-void
-rumor_node_opts_destroy(struct rumor_node_opts **self_p)
-{
-    free(*self_p);
-    *self_p = NULL;
-}
-
-rumor_err
 rumor_peer_new(const struct rumor_node_opts *opts,
                const struct rumor_peer_tensor *tensors,
                size_t count,

@@ -91,54 +91,87 @@ struct rumor_node_opts {
                                   max(2 s, factor * longest recent wait));
                                   0 = always deadline_ms (default 8) */
     bool join; /* fetch the model and step from a live neighbour first */
-    uint64_t given[2]; /* internal: bit k % 64 of word k / 64 set when
-                          option k was given */
 };
 
 /* Defaults: see docs/node.md (mlp 64-32-10 on the digits, momentum SGD
  * lr 0.05, dpsgd, 300 steps, deadline 10 s, connect 30 s, eval every 50). */
 RUMOR_API void rumor_node_opts_default(struct rumor_node_opts *opts);
 
-/* Sets one option by its long name without the dashes ("lr", "algo",
- * "hidden", ...) from its text value (booleans: "true"/"false"/"1"/"0";
- * "" for a flag means true). RUMOR_EINVAL with diag for an unknown name
- * or a bad value; opts is unchanged then. */
-RUMOR_API rumor_err rumor_node_opts_set(struct rumor_node_opts *opts,
-                                        const char *name,
-                                        const char *value,
-                                        struct rumor_diag *diag);
+/* Checks that the values fit together: --topology, --key or --insecure,
+ * PowerSGD's and error feedback's combinations, --exchange against the
+ * algorithm. For callers that fill the struct themselves, so nothing was
+ * given by name: the refusals of options that do not apply (and of a
+ * missing --id) are rumor_node_config_check's. rumor_node_new and
+ * rumor_peer_new run this check. RUMOR_EINVAL with diag naming the
+ * options. */
+RUMOR_API rumor_err rumor_node_opts_check(const struct rumor_node_opts *opts,
+                                          struct rumor_diag *diag);
 
-/* True when name is an option rumor_node_opts_set knows. */
+/* True when name is an option rumor_node_config_set knows. */
 RUMOR_API bool rumor_node_opts_known(const char *name);
 
 /* True when name is a flag (an option that takes no value on a command
  * line: insecure, cuda). */
 RUMOR_API bool rumor_node_opts_is_flag(const char *name);
 
+/*
+ * Options set by name, as the command line, the INI file and the Python
+ * binding spell them: a struct rumor_node_opts and which options were
+ * given, so an option that does not apply to the chosen workload,
+ * optimizer or algorithm is refused rather than ignored.
+ */
+typedef struct rumor_node_config rumor_node_config;
+
+/* A config with the defaults of rumor_node_opts_default and nothing
+ * given. RUMOR_ENOMEM. */
+RUMOR_API rumor_err rumor_node_config_new(rumor_node_config **out);
+
+/* Frees the config and sets *self_p to NULL; safe on NULL and twice. */
+RUMOR_API void rumor_node_config_destroy(rumor_node_config **self_p);
+
+/* The options, borrowed for the config's life: for rumor_node_new,
+ * rumor_peer_new and callers that read them. A field written through the
+ * pointer counts as not given. */
+RUMOR_API struct rumor_node_opts *
+rumor_node_config_opts(rumor_node_config *cfg);
+
+/* Sets one option by its long name without the dashes ("lr", "algo",
+ * "hidden", ...) from its text value (booleans: "true"/"false"/"1"/"0";
+ * "" for a flag means true) and records it as given. "ef" with a dgc
+ * value also makes the optimizer plain SGD unless "optimizer" was given
+ * (DGC's memory carries the momentum). RUMOR_EINVAL with diag for an
+ * unknown name or a bad value; cfg is unchanged then. */
+RUMOR_API rumor_err rumor_node_config_set(rumor_node_config *cfg,
+                                          const char *name,
+                                          const char *value,
+                                          struct rumor_diag *diag);
+
 /* Applies an INI file (keys = long option names, an optional [node]
  * section; other sections are refused). Errors: RUMOR_ENOTFOUND /
  * RUMOR_EIO, RUMOR_EINVAL with diag at file:line. */
-RUMOR_API rumor_err rumor_node_opts_load(struct rumor_node_opts *opts,
-                                         const char *path,
-                                         struct rumor_diag *diag);
+RUMOR_API rumor_err rumor_node_config_load(rumor_node_config *cfg,
+                                           const char *path,
+                                           struct rumor_diag *diag);
 
 #define RUMOR_NODE_CONFIG_MAX (1 << 20) /* bytes of a config file */
 
-/* The parse behind rumor_node_opts_load, a pure function of the bytes
+/* The parse behind rumor_node_config_load, a pure function of the bytes
  * text[0..len) (name is only used in diag): all options applied, or none
- * (opts unchanged) and RUMOR_EINVAL with diag at name:line. Text with a
+ * (cfg unchanged) and RUMOR_EINVAL with diag at name:line. Text with a
  * NUL byte or longer than RUMOR_NODE_CONFIG_MAX is refused. */
-RUMOR_API rumor_err rumor_node_opts_parse_ini(struct rumor_node_opts *opts,
-                                              const char *name,
-                                              const uint8_t *text,
-                                              size_t len,
-                                              struct rumor_diag *diag);
+RUMOR_API rumor_err rumor_node_config_parse_ini(rumor_node_config *cfg,
+                                                const char *name,
+                                                const uint8_t *text,
+                                                size_t len,
+                                                struct rumor_diag *diag);
 
-/* Checks that the options fit together (an option that does not apply to
- * the chosen workload, optimizer or algorithm is refused, as are missing
- * required ones). RUMOR_EINVAL with diag naming the options. */
-RUMOR_API rumor_err rumor_node_opts_check(const struct rumor_node_opts *opts,
-                                          struct rumor_diag *diag);
+/* rumor_node_opts_check, and before its checks of the values the
+ * refusals that need to know what was given: a missing --id, and an
+ * option given that does not apply to the chosen workload, optimizer or
+ * algorithm ("--rank does not apply to --algo dpsgd"). RUMOR_EINVAL with
+ * diag naming the options of the first problem found. */
+RUMOR_API rumor_err rumor_node_config_check(const rumor_node_config *cfg,
+                                            struct rumor_diag *diag);
 
 /* True when the run averages gradients instead of gossiping the model
  * (--exchange, with auto resolved by the algorithm: powersgd and
@@ -207,8 +240,8 @@ RUMOR_API void rumor_node_summary(const rumor_node *node,
  * A peer is a node runtime without workload, optimizer or loop: the
  * caller owns the model (e.g. a PyTorch module's parameters) and calls
  * rumor_peer_gossip after each optimizer step. Its options are those of
- * `rumor node` (struct rumor_node_opts, set by name with
- * rumor_node_opts_set; the workload, optimizer and step options are
+ * `rumor node` (struct rumor_node_opts, set by name through a
+ * rumor_node_config; the workload, optimizer and step options are
  * unused), its transport, rounds, deadlines and byte counters are the
  * runtime's. Float32 tensors in host memory are gossiped in place
  * (zero-copy); float64, float16 and bfloat16 tensors, and tensors in CUDA
@@ -248,11 +281,6 @@ struct rumor_peer_stats {
     double seconds_wait;   /* sending and waiting for neighbours */
     double seconds_copy;   /* staging copies and conversions */
 };
-
-/* Options with the defaults of rumor_node_opts_default on the heap, for
- * callers that cannot hold the struct (a foreign-function binding). */
-RUMOR_API rumor_err rumor_node_opts_new(struct rumor_node_opts **out);
-RUMOR_API void rumor_node_opts_destroy(struct rumor_node_opts **self_p);
 
 typedef struct rumor_peer rumor_peer;
 

@@ -22,16 +22,18 @@ _ALIASES = {"node_id": "id", "start_powerSGD_iter": "start-powersgd-iter"}
 
 
 class Options:
-    """struct rumor_node_opts on the C heap, set by option name exactly as
-    `rumor node --NAME VALUE` (python names may use '_' for '-')."""
+    """A rumor_node_config on the C heap, set by option name exactly as
+    `rumor node --NAME VALUE` (python names may use '_' for '-'); _p is its
+    struct rumor_node_opts, what rumor_peer_new takes."""
 
     def __init__(self, config=None, **options):
-        self._p = ctypes.c_void_p()
-        check(lib.rumor_node_opts_new(ctypes.byref(self._p)))
+        self._cfg = ctypes.c_void_p()
+        check(lib.rumor_node_config_new(ctypes.byref(self._cfg)))
+        self._p = ctypes.c_void_p(lib.rumor_node_config_opts(self._cfg))
         if config is not None:
             diag = _lib.Diag()
-            check(lib.rumor_node_opts_load(self._p, enc(config),
-                                           ctypes.byref(diag)), diag)
+            check(lib.rumor_node_config_load(self._cfg, enc(config),
+                                             ctypes.byref(diag)), diag)
         for name, value in options.items():
             if value is not None:
                 self.set(name, value)
@@ -43,17 +45,18 @@ class Options:
         else:
             text = str(value)
         diag = _lib.Diag()
-        check(lib.rumor_node_opts_set(self._p, enc(key), enc(text),
-                                      ctypes.byref(diag)), diag,
+        check(lib.rumor_node_config_set(self._cfg, enc(key), enc(text),
+                                        ctypes.byref(diag)), diag,
               f"option {key}={text}")
 
     def check(self):
         diag = _lib.Diag()
-        check(lib.rumor_node_opts_check(self._p, ctypes.byref(diag)), diag)
+        check(lib.rumor_node_config_check(self._cfg, ctypes.byref(diag)),
+              diag)
 
     def __del__(self):
-        if getattr(self, "_p", None):
-            lib.rumor_node_opts_destroy(ctypes.byref(self._p))
+        if getattr(self, "_cfg", None):
+            lib.rumor_node_config_destroy(ctypes.byref(self._cfg))
 
 
 def _same_value(a, b):

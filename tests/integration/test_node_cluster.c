@@ -662,7 +662,7 @@ s_expect_refused(const char *const *args, const char *needle)
         fail_msg("expected exit 2 and '%s', got %d: %s", needle, status, text);
 }
 
-/* rumor_node_opts_set / _check in this process, table-driven: each row
+/* rumor_node_config_set / _check in this process, table-driven: each row
  * is "name=value" settings applied in order (after topology, id and
  * insecure), the expected result, and a piece of the message. */
 struct opts_case {
@@ -706,12 +706,13 @@ test_node_opts__table__accepted_or_refused_with_reason(void **state)
     (void)state;
     for (size_t r = 0; r < sizeof s_opts_cases / sizeof s_opts_cases[0]; r++) {
         const struct opts_case *c = &s_opts_cases[r];
-        struct rumor_node_opts o;
+        rumor_node_config *cfg = NULL;
         struct rumor_diag diag = {0};
-        rumor_node_opts_default(&o);
-        assert_int_equal(rumor_node_opts_set(&o, "topology", "t", &diag), 0);
-        assert_int_equal(rumor_node_opts_set(&o, "id", "1", &diag), 0);
-        assert_int_equal(rumor_node_opts_set(&o, "insecure", "", &diag), 0);
+        assert_int_equal(rumor_node_config_new(&cfg), RUMOR_OK);
+        const struct rumor_node_opts *o = rumor_node_config_opts(cfg);
+        assert_int_equal(rumor_node_config_set(cfg, "topology", "t", &diag), 0);
+        assert_int_equal(rumor_node_config_set(cfg, "id", "1", &diag), 0);
+        assert_int_equal(rumor_node_config_set(cfg, "insecure", "", &diag), 0);
         rumor_err rc = RUMOR_OK;
         for (size_t k = 0; k < 4 && c->set[k] != NULL && rc == RUMOR_OK; k++) {
             char name[64];
@@ -721,13 +722,14 @@ test_node_opts__table__accepted_or_refused_with_reason(void **state)
                      "%.*s",
                      (int)(eq - c->set[k]),
                      c->set[k]);
-            struct rumor_node_opts before = o;
-            rc = rumor_node_opts_set(&o, name, eq + 1, &diag);
-            if (rc != RUMOR_OK && memcmp(&before, &o, sizeof o) != 0)
+            struct rumor_node_opts before = *o;
+            rc = rumor_node_config_set(cfg, name, eq + 1, &diag);
+            if (rc != RUMOR_OK && memcmp(&before, o, sizeof *o) != 0)
                 fail_msg("row %zu: a refused value changed the options", r);
         }
         if (rc == RUMOR_OK)
-            rc = rumor_node_opts_check(&o, &diag);
+            rc = rumor_node_config_check(cfg, &diag);
+        rumor_node_config_destroy(&cfg);
         if (rc != c->want || strstr(diag.msg, c->msg) == NULL)
             fail_msg("row %zu (%s): got %s '%s'",
                      r,
@@ -748,22 +750,24 @@ test_node_opts__config_file_bad_key__file_and_line(void **state)
     const char ini[] = "[node]\nlr = 0.1\n\nlearning-rate = 0.1\n";
     assert_int_equal(write(fd, ini, sizeof ini - 1), (ssize_t)sizeof ini - 1);
     close(fd);
-    struct rumor_node_opts o;
-    rumor_node_opts_default(&o);
+    rumor_node_config *cfg = NULL;
+    assert_int_equal(rumor_node_config_new(&cfg), RUMOR_OK);
     struct rumor_diag diag = {0};
-    assert_int_equal(rumor_node_opts_load(&o, path, &diag), RUMOR_EINVAL);
+    assert_int_equal(rumor_node_config_load(cfg, path, &diag), RUMOR_EINVAL);
     assert_int_equal(diag.line, 4);
     assert_non_null(strstr(diag.msg, "unknown option --learning-rate"));
-    assert_true(o.optim.lr == 0.05); /* unchanged: the file is refused whole */
+    /* unchanged: the file is refused whole */
+    assert_true(rumor_node_config_opts(cfg)->optim.lr == 0.05);
     const char sect[] = "[training]\nlr = 0.1\n";
     fd = open(path, O_WRONLY | O_TRUNC);
     assert_int_equal(write(fd, sect, sizeof sect - 1),
                      (ssize_t)sizeof sect - 1);
     close(fd);
-    assert_int_equal(rumor_node_opts_load(&o, path, &diag), RUMOR_EINVAL);
+    assert_int_equal(rumor_node_config_load(cfg, path, &diag), RUMOR_EINVAL);
     assert_non_null(strstr(diag.msg, "unknown section [training]"));
     unlink(path);
-    assert_int_equal(rumor_node_opts_load(&o, path, &diag), RUMOR_ENOTFOUND);
+    assert_int_equal(rumor_node_config_load(cfg, path, &diag), RUMOR_ENOTFOUND);
+    rumor_node_config_destroy(&cfg);
 }
 
 static void

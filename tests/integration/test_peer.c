@@ -72,12 +72,17 @@ t_opts(struct rumor_node_opts *o, const struct t_peer_run *run, uint32_t id)
     char idtext[16];
     snprintf(idtext, sizeof idtext, "%u", id);
     const char *values[] = {run->topo, idtext, "", run->algo, "warn"};
-    rumor_err rc = RUMOR_OK;
-    rumor_node_opts_default(o);
+    rumor_node_config *cfg = NULL;
+    rumor_err rc = rumor_node_config_new(&cfg);
     for (size_t k = 0; k < 5 && rc == RUMOR_OK; k++)
-        rc = rumor_node_opts_set(o, names[k], values[k], NULL);
+        rc = rumor_node_config_set(cfg, names[k], values[k], NULL);
     if (rc == RUMOR_OK && run->deadline_ms != NULL)
-        rc = rumor_node_opts_set(o, "deadline-ms", run->deadline_ms, NULL);
+        rc = rumor_node_config_set(cfg, "deadline-ms", run->deadline_ms, NULL);
+    if (rc == RUMOR_OK)
+        rc = rumor_node_config_check(cfg, NULL);
+    if (rc == RUMOR_OK)
+        *o = *rumor_node_config_opts(cfg);
+    rumor_node_config_destroy(&cfg);
     return rc;
 }
 

@@ -66,7 +66,8 @@ tpc_setup(struct tpc *c, const char *spec)
 }
 
 /* Node id's options: the cluster's topology and key, then extra NAME,
- * VALUE pairs (NULL-terminated) as `rumor node --NAME VALUE`. */
+ * VALUE pairs (NULL-terminated) as `rumor node --NAME VALUE`, checked as
+ * `rumor node` checks them. */
 static inline void
 tpc_opts(const struct tpc *c,
          uint32_t id,
@@ -77,14 +78,20 @@ tpc_opts(const struct tpc *c,
     snprintf(text, sizeof text, "%u", id);
     snprintf(key, sizeof key, "%s/node-%u", c->dir, id);
     struct rumor_diag diag = {0};
-    rumor_node_opts_default(o);
-    assert_int_equal(rumor_node_opts_set(o, "topology", c->topo, &diag),
+    rumor_node_config *cfg = NULL;
+    assert_int_equal(rumor_node_config_new(&cfg), RUMOR_OK);
+    assert_int_equal(rumor_node_config_set(cfg, "topology", c->topo, &diag),
                      RUMOR_OK);
-    assert_int_equal(rumor_node_opts_set(o, "id", text, &diag), RUMOR_OK);
-    assert_int_equal(rumor_node_opts_set(o, "key", key, &diag), RUMOR_OK);
+    assert_int_equal(rumor_node_config_set(cfg, "id", text, &diag), RUMOR_OK);
+    assert_int_equal(rumor_node_config_set(cfg, "key", key, &diag), RUMOR_OK);
     for (size_t k = 0; extra != NULL && extra[k] != NULL; k += 2)
-        if (rumor_node_opts_set(o, extra[k], extra[k + 1], &diag) != RUMOR_OK)
+        if (rumor_node_config_set(cfg, extra[k], extra[k + 1], &diag) !=
+            RUMOR_OK)
             fail_msg("--%s %s: %s", extra[k], extra[k + 1], diag.msg);
+    if (rumor_node_config_check(cfg, &diag) != RUMOR_OK)
+        fail_msg("check: %s", diag.msg);
+    *o = *rumor_node_config_opts(cfg);
+    rumor_node_config_destroy(&cfg);
 }
 
 /* A float32 CPU tensor of the caller's memory. */

@@ -575,53 +575,64 @@ test_gossip_state__powergossip_edge_counts__kept_version_1_refused(void **state)
 
 /* --- options ------------------------------------------------------------- */
 
+/* A new config in *c (the old one freed), its options in *o. */
+static void
+s_config_new(rumor_node_config **c, struct rumor_node_opts **o)
+{
+    rumor_node_config_destroy(c);
+    assert_int_equal(rumor_node_config_new(c), RUMOR_OK);
+    *o = rumor_node_config_opts(*c);
+}
+
 static void
 test_options__checkpoint_keys__parsed_and_checked(void **state)
 {
     (void)state;
-    struct rumor_node_opts o;
-    rumor_node_opts_default(&o);
-    assert_int_equal(o.checkpoint_keep, 3);
+    rumor_node_config *c = NULL;
+    struct rumor_node_opts *o = NULL;
+    s_config_new(&c, &o);
+    assert_int_equal(o->checkpoint_keep, 3);
     const char ini[] = "topology = t.txt\nid = 1\ninsecure = true\n"
                        "[node]\ncheckpoint-dir = /tmp/x\ncheckpoint-every = "
                        "25\ncheckpoint-keep = 2\nresume = true\n";
     struct rumor_diag diag = {0};
-    assert_int_equal(rumor_node_opts_parse_ini(&o,
-                                               "t.ini",
-                                               (const uint8_t *)ini,
-                                               sizeof ini - 1,
-                                               &diag),
+    assert_int_equal(rumor_node_config_parse_ini(c,
+                                                 "t.ini",
+                                                 (const uint8_t *)ini,
+                                                 sizeof ini - 1,
+                                                 &diag),
                      RUMOR_OK);
-    assert_string_equal(o.checkpoint_dir, "/tmp/x");
-    assert_true(o.checkpoint_every == 25 && o.checkpoint_keep == 2);
-    assert_true(o.resume);
-    assert_int_equal(rumor_node_opts_check(&o, &diag), RUMOR_OK);
-    assert_int_equal(rumor_node_opts_set(&o, "checkpoint-keep", "0", &diag),
+    assert_string_equal(o->checkpoint_dir, "/tmp/x");
+    assert_true(o->checkpoint_every == 25 && o->checkpoint_keep == 2);
+    assert_true(o->resume);
+    assert_int_equal(rumor_node_config_check(c, &diag), RUMOR_OK);
+    assert_int_equal(rumor_node_config_set(c, "checkpoint-keep", "0", &diag),
                      RUMOR_EINVAL);
-    rumor_node_opts_default(&o);
-    assert_int_equal(rumor_node_opts_set(&o, "topology", "t.txt", NULL), 0);
-    assert_int_equal(rumor_node_opts_set(&o, "id", "0", NULL), 0);
-    assert_int_equal(rumor_node_opts_set(&o, "insecure", "", NULL), 0);
-    assert_int_equal(rumor_node_opts_set(&o, "resume", "", NULL), 0);
-    assert_int_equal(rumor_node_opts_check(&o, &diag), RUMOR_EINVAL);
+    s_config_new(&c, &o);
+    assert_int_equal(rumor_node_config_set(c, "topology", "t.txt", NULL), 0);
+    assert_int_equal(rumor_node_config_set(c, "id", "0", NULL), 0);
+    assert_int_equal(rumor_node_config_set(c, "insecure", "", NULL), 0);
+    assert_int_equal(rumor_node_config_set(c, "resume", "", NULL), 0);
+    assert_int_equal(rumor_node_config_check(c, &diag), RUMOR_EINVAL);
     assert_non_null(strstr(diag.msg, "--resume needs --checkpoint-dir"));
     /* the INI parse is all or nothing, and refuses NUL bytes */
-    rumor_node_opts_default(&o);
+    s_config_new(&c, &o);
     const char bad[] = "checkpoint-every = 5\nlr = fast\n";
-    assert_int_equal(rumor_node_opts_parse_ini(&o,
-                                               "b.ini",
-                                               (const uint8_t *)bad,
-                                               sizeof bad - 1,
-                                               &diag),
+    assert_int_equal(rumor_node_config_parse_ini(c,
+                                                 "b.ini",
+                                                 (const uint8_t *)bad,
+                                                 sizeof bad - 1,
+                                                 &diag),
                      RUMOR_EINVAL);
     assert_int_equal(diag.line, 2);
-    assert_true(o.checkpoint_every == 0);
-    assert_int_equal(rumor_node_opts_parse_ini(&o,
-                                               "n.ini",
-                                               (const uint8_t *)"a\0b",
-                                               3,
-                                               &diag),
+    assert_true(o->checkpoint_every == 0);
+    assert_int_equal(rumor_node_config_parse_ini(c,
+                                                 "n.ini",
+                                                 (const uint8_t *)"a\0b",
+                                                 3,
+                                                 &diag),
                      RUMOR_EINVAL);
+    rumor_node_config_destroy(&c);
 }
 
 int

@@ -12,21 +12,23 @@
 #include <stdio.h>
 #include <string.h>
 
+/* A fresh config in *c (the old one freed) with the required options. */
 static void
-s_base(struct rumor_node_opts *o)
+s_base(rumor_node_config **c)
 {
     struct rumor_diag diag = {0};
-    rumor_node_opts_default(o);
-    assert_int_equal(rumor_node_opts_set(o, "topology", "t.topo", &diag), 0);
-    assert_int_equal(rumor_node_opts_set(o, "id", "0", &diag), 0);
-    assert_int_equal(rumor_node_opts_set(o, "insecure", "", &diag), 0);
+    rumor_node_config_destroy(c);
+    assert_int_equal(rumor_node_config_new(c), RUMOR_OK);
+    assert_int_equal(rumor_node_config_set(*c, "topology", "t.topo", &diag), 0);
+    assert_int_equal(rumor_node_config_set(*c, "id", "0", &diag), 0);
+    assert_int_equal(rumor_node_config_set(*c, "insecure", "", &diag), 0);
 }
 
 static void
-s_set(struct rumor_node_opts *o, const char *name, const char *value)
+s_set(rumor_node_config *c, const char *name, const char *value)
 {
     struct rumor_diag diag = {0};
-    if (rumor_node_opts_set(o, name, value, &diag) != RUMOR_OK)
+    if (rumor_node_config_set(c, name, value, &diag) != RUMOR_OK)
         fail_msg("--%s %s: %s", name, value, diag.msg);
 }
 
@@ -34,44 +36,47 @@ static void
 test_ef_options__command_line_and_ini__reach_the_gossip_options(void **s)
 {
     (void)s;
-    struct rumor_node_opts o;
-    s_base(&o);
-    assert_false(o.gossip.compressed);
-    assert_string_equal(o.gossip.ef, "");
-    s_set(&o, "algo", "allreduce");
-    s_set(&o, "codec", "topk:ratio=0.01");
-    s_set(&o, "ef", "dgc:0.9");
+    rumor_node_config *c = NULL;
+    s_base(&c);
+    const struct rumor_node_opts *o = rumor_node_config_opts(c);
+    assert_false(o->gossip.compressed);
+    assert_string_equal(o->gossip.ef, "");
+    s_set(c, "algo", "allreduce");
+    s_set(c, "codec", "topk:ratio=0.01");
+    s_set(c, "ef", "dgc:0.9");
     struct rumor_diag diag = {0};
     /* DGC's memory carries the momentum: plain SGD unless one is named */
-    if (rumor_node_opts_check(&o, &diag) != RUMOR_OK)
+    if (rumor_node_config_check(c, &diag) != RUMOR_OK)
         fail_msg("check: %s", diag.msg);
-    assert_int_equal(o.optim.kind, RUMOR_OPTIM_SGD);
-    assert_true(o.gossip.compressed);
-    assert_string_equal(o.gossip.ef, "dgc:0.9");
+    assert_int_equal(o->optim.kind, RUMOR_OPTIM_SGD);
+    assert_true(o->gossip.compressed);
+    assert_string_equal(o->gossip.ef, "dgc:0.9");
     /* a momentum optimizer named on top of DGC's: refused */
-    s_set(&o, "optimizer", "momentum");
-    assert_int_equal(rumor_node_opts_check(&o, &diag), RUMOR_EINVAL);
+    s_set(c, "optimizer", "momentum");
+    assert_int_equal(rumor_node_config_check(c, &diag), RUMOR_EINVAL);
     assert_non_null(strstr(diag.msg, "use --optimizer sgd"));
-    s_base(&o);
-    s_set(&o, "algo", "allreduce");
-    s_set(&o, "codec", "topk:ratio=0.01");
-    s_set(&o, "optimizer", "nesterov");
-    s_set(&o, "ef", "dgc:0.9");
-    assert_int_equal(rumor_node_opts_check(&o, &diag), RUMOR_EINVAL);
+    s_base(&c);
+    s_set(c, "algo", "allreduce");
+    s_set(c, "codec", "topk:ratio=0.01");
+    s_set(c, "optimizer", "nesterov");
+    s_set(c, "ef", "dgc:0.9");
+    assert_int_equal(rumor_node_config_check(c, &diag), RUMOR_EINVAL);
     static const char ini[] = "algo = localsgd\n"
                               "delta-codec = qsgd:bits=4\n"
                               "ef = ef-decay:0.7\n";
-    s_base(&o);
-    if (rumor_node_opts_parse_ini(&o,
-                                  "e.ini",
-                                  (const uint8_t *)ini,
-                                  strlen(ini),
-                                  &diag))
+    s_base(&c);
+    o = rumor_node_config_opts(c);
+    if (rumor_node_config_parse_ini(c,
+                                    "e.ini",
+                                    (const uint8_t *)ini,
+                                    strlen(ini),
+                                    &diag))
         fail_msg("ini: %s", diag.msg);
-    if (rumor_node_opts_check(&o, &diag) != RUMOR_OK)
+    if (rumor_node_config_check(c, &diag) != RUMOR_OK)
         fail_msg("check: %s", diag.msg);
-    assert_string_equal(o.gossip.ef, "ef-decay:0.7");
-    assert_false(o.gossip.compressed);
+    assert_string_equal(o->gossip.ef, "ef-decay:0.7");
+    assert_false(o->gossip.compressed);
+    rumor_node_config_destroy(&c);
 }
 
 static void
@@ -95,21 +100,22 @@ test_ef_options__misapplied__refused_naming_the_option(void **s)
         {"powersgd", NULL, NULL, "its own memory (use_error_feedback)"},
         {"dpsgd", NULL, NULL, "--ef ef does not apply to --algo dpsgd"},
     };
+    rumor_node_config *c = NULL;
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
-        struct rumor_node_opts o;
-        s_base(&o);
-        s_set(&o, "algo", rows[k].algo);
+        s_base(&c);
+        s_set(c, "algo", rows[k].algo);
         if (rows[k].name != NULL)
-            s_set(&o, rows[k].name, rows[k].value);
-        s_set(&o, "ef", "ef");
+            s_set(c, rows[k].name, rows[k].value);
+        s_set(c, "ef", "ef");
         struct rumor_diag diag = {0};
-        assert_int_equal(rumor_node_opts_check(&o, &diag), RUMOR_EINVAL);
+        assert_int_equal(rumor_node_config_check(c, &diag), RUMOR_EINVAL);
         if (strstr(diag.msg, rows[k].says) == NULL)
             fail_msg("row %zu: '%s' does not say '%s'",
                      k,
                      diag.msg,
                      rows[k].says);
     }
+    rumor_node_config_destroy(&c);
 }
 
 int

@@ -11,31 +11,33 @@
 #include <stdio.h>
 #include <string.h>
 
+/* A fresh config in *c (the old one freed) with the required options. */
 static void
-s_base(struct rumor_node_opts *o)
+s_base(rumor_node_config **c)
 {
     struct rumor_diag diag = {0};
-    rumor_node_opts_default(o);
-    assert_int_equal(rumor_node_opts_set(o, "topology", "t.topo", &diag), 0);
-    assert_int_equal(rumor_node_opts_set(o, "id", "0", &diag), 0);
-    assert_int_equal(rumor_node_opts_set(o, "insecure", "", &diag), 0);
+    rumor_node_config_destroy(c);
+    assert_int_equal(rumor_node_config_new(c), RUMOR_OK);
+    assert_int_equal(rumor_node_config_set(*c, "topology", "t.topo", &diag), 0);
+    assert_int_equal(rumor_node_config_set(*c, "id", "0", &diag), 0);
+    assert_int_equal(rumor_node_config_set(*c, "insecure", "", &diag), 0);
 }
 
 static void
-s_set(struct rumor_node_opts *o, const char *name, const char *value)
+s_set(rumor_node_config *c, const char *name, const char *value)
 {
     struct rumor_diag diag = {0};
-    if (rumor_node_opts_set(o, name, value, &diag) != RUMOR_OK)
+    if (rumor_node_config_set(c, name, value, &diag) != RUMOR_OK)
         fail_msg("--%s %s: %s", name, value, diag.msg);
 }
 
 static void
-s_check_fields(const struct rumor_node_opts *o)
+s_check_fields(rumor_node_config *c)
 {
     struct rumor_diag diag = {0};
-    if (rumor_node_opts_check(o, &diag) != RUMOR_OK)
+    if (rumor_node_config_check(c, &diag) != RUMOR_OK)
         fail_msg("check: %s", diag.msg);
-    const struct rumor_gossip_opts *g = &o->gossip;
+    const struct rumor_gossip_opts *g = &rumor_node_config_opts(c)->gossip;
     assert_int_equal(g->start_iter, 100);
     assert_float_equal(g->min_compression_rate, 1.5, 0);
     assert_false(g->use_error_feedback);
@@ -49,32 +51,33 @@ static void
 test_powersgd_options__command_line_names__reach_the_gossip_options(void **s)
 {
     (void)s;
-    struct rumor_node_opts o;
-    s_base(&o);
-    const struct rumor_gossip_opts *g = &o.gossip;
+    rumor_node_config *c = NULL;
+    s_base(&c);
+    const struct rumor_gossip_opts *g = &rumor_node_config_opts(c)->gossip;
     /* the defaults: PyTorch's, but start 0 (docs/gossip.md) */
     assert_int_equal(g->start_iter, 0);
     assert_float_equal(g->min_compression_rate, 2, 0);
     assert_true(g->use_error_feedback && g->warm_start);
     assert_true(g->batch_same_shape);
     assert_false(g->one_sided);
-    s_set(&o, "algo", "powersgd");
-    s_set(&o, "start-powersgd-iter", "100");
-    s_set(&o, "min-compression-rate", "1.5");
-    s_set(&o, "use-error-feedback", "false");
-    s_set(&o, "warm-start", "false");
-    s_set(&o, "orthogonalization-epsilon", "1e-8");
-    s_set(&o, "batch-tensors-with-same-shape", "false");
-    s_check_fields(&o);
+    s_set(c, "algo", "powersgd");
+    s_set(c, "start-powersgd-iter", "100");
+    s_set(c, "min-compression-rate", "1.5");
+    s_set(c, "use-error-feedback", "false");
+    s_set(c, "warm-start", "false");
+    s_set(c, "orthogonalization-epsilon", "1e-8");
+    s_set(c, "batch-tensors-with-same-shape", "false");
+    s_check_fields(c);
 
-    s_base(&o);
-    s_set(&o, "algo", "powersgd");
-    s_set(&o, "one-sided", "");
-    s_set(&o, "iterations", "4");
+    s_base(&c);
+    s_set(c, "algo", "powersgd");
+    s_set(c, "one-sided", "");
+    s_set(c, "iterations", "4");
     struct rumor_diag diag = {0};
-    assert_int_equal(rumor_node_opts_check(&o, &diag), RUMOR_OK);
-    assert_true(o.gossip.one_sided);
-    assert_int_equal(o.gossip.iterations, 4);
+    assert_int_equal(rumor_node_config_check(c, &diag), RUMOR_OK);
+    assert_true(rumor_node_config_opts(c)->gossip.one_sided);
+    assert_int_equal(rumor_node_config_opts(c)->gossip.iterations, 4);
+    rumor_node_config_destroy(&c);
 }
 
 static void
@@ -89,16 +92,17 @@ test_powersgd_options__ini_keys__same_as_the_command_line(void **s)
                               "warm-start = no\n"
                               "orthogonalization-epsilon = 1e-8\n"
                               "batch-tensors-with-same-shape = off\n";
-    struct rumor_node_opts o;
-    s_base(&o);
+    rumor_node_config *c = NULL;
+    s_base(&c);
     struct rumor_diag diag = {0};
-    if (rumor_node_opts_parse_ini(&o,
-                                  "p.ini",
-                                  (const uint8_t *)ini,
-                                  strlen(ini),
-                                  &diag) != RUMOR_OK)
+    if (rumor_node_config_parse_ini(c,
+                                    "p.ini",
+                                    (const uint8_t *)ini,
+                                    strlen(ini),
+                                    &diag) != RUMOR_OK)
         fail_msg("ini: %s", diag.msg);
-    s_check_fields(&o);
+    s_check_fields(c);
+    rumor_node_config_destroy(&c);
 }
 
 /* PowerGossip shares warm-start (its reference's warm_start), from the
@@ -107,27 +111,28 @@ static void
 test_powergossip_warm_start__command_line_and_ini__reach_the_option(void **s)
 {
     (void)s;
-    struct rumor_node_opts o;
-    s_base(&o);
-    s_set(&o, "algo", "powergossip");
-    s_set(&o, "warm-start", "false");
+    rumor_node_config *c = NULL;
+    s_base(&c);
+    s_set(c, "algo", "powergossip");
+    s_set(c, "warm-start", "false");
     struct rumor_diag diag = {0};
-    if (rumor_node_opts_check(&o, &diag) != RUMOR_OK)
+    if (rumor_node_config_check(c, &diag) != RUMOR_OK)
         fail_msg("check: %s", diag.msg);
-    assert_false(o.gossip.warm_start);
+    assert_false(rumor_node_config_opts(c)->gossip.warm_start);
     static const char ini[] = "[node]\n"
                               "algo = powergossip\n"
                               "warm-start = off\n";
-    s_base(&o);
-    assert_true(o.gossip.warm_start);
-    assert_int_equal(rumor_node_opts_parse_ini(&o,
-                                               "g.ini",
-                                               (const uint8_t *)ini,
-                                               strlen(ini),
-                                               &diag),
+    s_base(&c);
+    assert_true(rumor_node_config_opts(c)->gossip.warm_start);
+    assert_int_equal(rumor_node_config_parse_ini(c,
+                                                 "g.ini",
+                                                 (const uint8_t *)ini,
+                                                 strlen(ini),
+                                                 &diag),
                      RUMOR_OK);
-    assert_int_equal(rumor_node_opts_check(&o, &diag), RUMOR_OK);
-    assert_false(o.gossip.warm_start);
+    assert_int_equal(rumor_node_config_check(c, &diag), RUMOR_OK);
+    assert_false(rumor_node_config_opts(c)->gossip.warm_start);
+    rumor_node_config_destroy(&c);
 }
 
 static void
@@ -180,15 +185,15 @@ test_powersgd_options__misapplied__refused_naming_the_option(void **s)
          "fixed",
          "--adapt needs the hook variant"},
     };
+    rumor_node_config *c = NULL;
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
-        struct rumor_node_opts o;
-        s_base(&o);
-        s_set(&o, "algo", rows[k].algo);
-        s_set(&o, rows[k].name, rows[k].value);
+        s_base(&c);
+        s_set(c, "algo", rows[k].algo);
+        s_set(c, rows[k].name, rows[k].value);
         if (rows[k].name2 != NULL)
-            s_set(&o, rows[k].name2, rows[k].value2);
+            s_set(c, rows[k].name2, rows[k].value2);
         struct rumor_diag diag = {0};
-        assert_int_equal(rumor_node_opts_check(&o, &diag), RUMOR_EINVAL);
+        assert_int_equal(rumor_node_config_check(c, &diag), RUMOR_EINVAL);
         if (strstr(diag.msg, rows[k].says) == NULL)
             fail_msg("row %zu: '%s' does not say '%s'",
                      k,
@@ -196,15 +201,15 @@ test_powersgd_options__misapplied__refused_naming_the_option(void **s)
                      rows[k].says);
     }
     /* out of range values, at once */
-    struct rumor_node_opts o;
-    s_base(&o);
+    s_base(&c);
     struct rumor_diag diag = {0};
     assert_int_equal(
-        rumor_node_opts_set(&o, "orthogonalization-epsilon", "-1", &diag),
+        rumor_node_config_set(c, "orthogonalization-epsilon", "-1", &diag),
         RUMOR_EINVAL);
     assert_int_equal(
-        rumor_node_opts_set(&o, "min-compression-rate", "x", &diag),
+        rumor_node_config_set(c, "min-compression-rate", "x", &diag),
         RUMOR_EINVAL);
+    rumor_node_config_destroy(&c);
 }
 
 int

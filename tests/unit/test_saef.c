@@ -605,38 +605,41 @@ static void
 test_node_opts__saef_scope__ini_option_and_check(void **state)
 {
     (void)state;
-    struct rumor_node_opts o;
+    rumor_node_config *c = NULL;
     struct rumor_diag diag = {0};
-    rumor_node_opts_default(&o);
-    assert_string_equal(o.gossip.saef_scope, "neighbourhood");
+    assert_int_equal(rumor_node_config_new(&c), RUMOR_OK);
+    const struct rumor_node_opts *o = rumor_node_config_opts(c);
+    assert_string_equal(o->gossip.saef_scope, "neighbourhood");
     const char ini[] = "[node]\ntopology = ring.topo\nid = 0\ninsecure = 1\n"
                        "algo = localsgd\ndelta-codec = sign\n"
                        "ef-alpha = 1\nsaef-scope = self\n";
-    assert_int_equal(rumor_node_opts_parse_ini(&o,
-                                               "test.ini",
-                                               (const uint8_t *)ini,
-                                               sizeof ini - 1,
-                                               &diag),
+    assert_int_equal(rumor_node_config_parse_ini(c,
+                                                 "test.ini",
+                                                 (const uint8_t *)ini,
+                                                 sizeof ini - 1,
+                                                 &diag),
                      RUMOR_OK);
-    assert_string_equal(o.gossip.saef_scope, "self");
-    if (rumor_node_opts_check(&o, &diag) != RUMOR_OK)
+    assert_string_equal(o->gossip.saef_scope, "self");
+    if (rumor_node_config_check(c, &diag) != RUMOR_OK)
         fail_msg("check: %s", diag.msg);
     assert_int_equal(
-        rumor_node_opts_set(&o, "saef-scope", "neighbourhood:sign", &diag),
+        rumor_node_config_set(c, "saef-scope", "neighbourhood:sign", &diag),
         RUMOR_OK);
-    assert_string_equal(o.gossip.saef_scope, "neighbourhood:sign");
-    struct rumor_node_opts p;
-    rumor_node_opts_default(&p);
+    assert_string_equal(o->gossip.saef_scope, "neighbourhood:sign");
+    rumor_node_config *p = NULL;
+    assert_int_equal(rumor_node_config_new(&p), RUMOR_OK);
     const char *set[5][2] = {{"topology", "ring.topo"},
                              {"id", "0"},
                              {"insecure", "1"},
                              {"algo", "dpsgd"},
                              {"saef-scope", "self"}};
     for (int k = 0; k < 5; k++)
-        assert_int_equal(rumor_node_opts_set(&p, set[k][0], set[k][1], &diag),
+        assert_int_equal(rumor_node_config_set(p, set[k][0], set[k][1], &diag),
                          RUMOR_OK);
-    assert_int_equal(rumor_node_opts_check(&p, &diag), RUMOR_EINVAL);
+    assert_int_equal(rumor_node_config_check(p, &diag), RUMOR_EINVAL);
     assert_non_null(strstr(diag.msg, "saef-scope"));
+    rumor_node_config_destroy(&p);
+    rumor_node_config_destroy(&c);
 }
 
 int
