@@ -7,14 +7,19 @@
  * transport with the step's deadline (node_gossip_step); around the run,
  * the links (node_wait_links), --join (node_join) and the final flush.
  *
- * Algorithms that can skip a neighbour (rumor_gossip_can_skip) take the
- * fault path's round (node/faults.c: deadlines, acknowledgements,
- * skipping, down and back, state transfer; docs/reliability.md). The
- * others take the plain round: emit and send, receive every expected
- * sender before the deadline, absorb; a neighbour that misses it, or was
- * heard from and then goes silent for the transport's down time, ends the
- * step early, logged with the peer's liveness, and the run returns an
- * error in bounded time.
+ * One round serves every algorithm (s_round): emit and send, receive
+ * every expected sender before the deadline (node_recv), check the codec,
+ * take the stop plan, absorb. It runs in one of two modes. Strict, for
+ * algorithms that cannot skip a neighbour: a neighbour that misses the
+ * deadline, was heard from and then goes silent for the transport's down
+ * time, or is refused ends the step early, logged with the peer's
+ * liveness, and the run returns an error in bounded time. Skipping, for
+ * those that can (rumor_gossip_can_skip), with the fault path of
+ * node/faults.c: such a neighbour is left out of the round, what came is
+ * staged (rumor_gossip_absorb_partial), and the fault path's ACKs,
+ * commit and liveness settle the edges; its handshakes run between steps
+ * (deadlines, skipping, down and back, state transfer;
+ * docs/reliability.md).
  *
  * This is the only code that turns an algorithm's rounds into messages
  * and back: `rumor node`, the peer API (Python) and the simulator-vs-
@@ -32,60 +37,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static void
-s_log_missing(rumor_node *node, uint64_t step, uint32_t peer, const char *why)
-{
-    rumor_net_state st = rumor_net_peer_state(node->net, peer);
-    rumor_log(RUMOR_LOG_ERROR,
-              "step %llu: no message from node %u (%s, link %s); stopping",
-              (unsigned long long)step + 1,
-              peer,
-              why,
-              rumor_net_state_name(st));
-}
-
-/* Waits for peer's message of kind (GOSSIP or PROBE) of (step, round)
- * until the deadline, checking every slice whether a peer heard before
- * has gone down. */
-rumor_err
-node_recv(rumor_node *node,
-          uint32_t peer,
-          uint8_t kind,
-          uint64_t step,
-          uint32_t round,
-          uint64_t deadline,
-          struct rumor_net_msg *out)
-{
-    for (;;) {
-        uint64_t stop_by = atomic_load(&node->stop_by);
-        deadline = deadline < stop_by ? deadline : stop_by;
-        uint64_t now = rumor_clock_ns();
-        uint64_t until = now + NODE_RECV_SLICE_MS * NODE_MS;
-        if (until > deadline)
-            until = deadline;
-        rumor_err rc =
-            rumor_net_recv(node->net, peer, kind, step, round, until, out);
-        if (rc != RUMOR_ETIMEDOUT)
-            return rc;
-        /* these algorithms cannot skip: a refused neighbour ends the run
-         * now, not at the deadline (the caller says why) */
-        char why[RUMOR_NET_REFUSE_TEXT_MAX + 1];
-        if (rumor_net_refused(node->net, peer, why))
-            return RUMOR_EPROTO;
-        rumor_net_state st = rumor_net_peer_state(node->net, peer);
-        if (st != RUMOR_NET_PEER_DOWN)
-            node->heard[peer] = true;
-        if (rumor_clock_ns() >= deadline) {
-            s_log_missing(node, step, peer, "deadline passed");
-            return RUMOR_ETIMEDOUT;
-        }
-        if (node->heard[peer] && st == RUMOR_NET_PEER_DOWN) {
-            s_log_missing(node, step, peer, "peer went silent");
-            return RUMOR_ETIMEDOUT;
-        }
-    }
-}
 
 /* --- stopping together -------------------------------------------------
  * A stop request (SIGTERM, Ctrl-C) must end every node after the same
@@ -172,80 +123,148 @@ s_stop_plan(rumor_node *node, uint64_t t)
               (unsigned long long)node->stop_at);
 }
 
-/* One round: emit and send, receive every expected sender, absorb. */
+/* Sends one of the round's messages. Skipping, a peer that is down gets
+ * nothing and one whose queue is full (it does not read) is skipped. */
+static rumor_err
+s_send(rumor_node *node,
+       const struct rumor_gossip_msg *m,
+       uint64_t step,
+       uint32_t round,
+       uint64_t deadline)
+{
+    node_faults *f = node->faults;
+    if (f != NULL && !node_faults_admit(f, m->peer))
+        return RUMOR_OK;
+    struct rumor_gossip_msg sent =
+        f != NULL ? node_faults_outgoing(f, m, step) : *m;
+    struct rumor_net_header h = {.kind = RUMOR_NET_KIND_GOSSIP,
+                                 .codec = rumor_gossip_codec(node->g),
+                                 .step = step,
+                                 .round = node->round_base + round,
+                                 .stop = s_stop_field(node, step)};
+    rumor_err rc =
+        rumor_net_send(node->net, m->peer, &h, sent.data, sent.len, deadline);
+    if (rc == RUMOR_ETIMEDOUT && f != NULL)
+        return RUMOR_OK;
+    if (rc != RUMOR_OK) {
+        rumor_log(RUMOR_LOG_ERROR,
+                  "step %llu: sending to node %u: %s",
+                  (unsigned long long)step + 1,
+                  m->peer,
+                  rumor_strerror(rc));
+        return rc;
+    }
+    uint64_t wire = rumor_gossip_wire_bytes(m->len);
+    node->sum.gossip_bytes_sent += wire;
+    node->gossip_frames_sent += (wire - m->len) / RUMOR_NET_HEADER_BYTES;
+    return RUMOR_OK;
+}
+
+/* Receives the message of the round's expected sender k into the inbox
+ * (*got messages so far). Skipping, a sender that is down, misses the
+ * deadline or sends another codec is left out (r->have[k] false). sent:
+ * when this node's messages had been emitted. */
+static rumor_err
+s_recv(rumor_node *node,
+       uint32_t round,
+       size_t k,
+       uint64_t sent,
+       struct node_faults_round *r,
+       size_t *got)
+{
+    node_faults *f = node->faults;
+    uint32_t j = r->expect[k];
+    struct rumor_net_msg *m = &node->got[*got];
+    struct node_wait w = {node->net, node->heard, &node->stop_by, f};
+    node->have[k] = false;
+    if (f != NULL && !node_faults_admit(f, j))
+        return RUMOR_OK;
+    rumor_err rc = node_recv(&w,
+                             j,
+                             RUMOR_NET_KIND_GOSSIP,
+                             r->step,
+                             node->round_base + round,
+                             r->deadline,
+                             m);
+    if (rc == RUMOR_OK) {
+        rc = node_gossip_codec_check(node->g, m, j);
+        if (rc != RUMOR_OK)
+            rumor_net_msg_free(m);
+    }
+    /* skipping, a sender that sends nothing in time, or in another codec
+     * (refused like any malformed message), is left out */
+    if (rc != RUMOR_OK)
+        return f != NULL && (rc == RUMOR_ETIMEDOUT || rc == RUMOR_EPROTO)
+                   ? RUMOR_OK
+                   : rc;
+    uint64_t now = rumor_clock_ns();
+    node->have[k] = true;
+    r->waited_ns = now - r->started;
+    s_stop_heard(node, r->step, m->hdr.stop);
+    /* adaptive compression measures the links on this traffic (an
+     * adaptive instance never skips: rumor_gossip_can_skip) */
+    rumor_gossip_link_observe(node->g, j, m->len, now - sent);
+    node->inbox[*got] = (struct rumor_gossip_msg){j, m->payload, m->len};
+    node->sum.gossip_bytes_recv += rumor_gossip_wire_bytes(m->len);
+    (*got)++;
+    return RUMOR_OK;
+}
+
+/* The fault path's end of a round: ACKs (waiting), then commit and
+ * liveness. */
+static rumor_err
+s_settle(rumor_node *node, const struct node_faults_round *r)
+{
+    uint64_t t0 = rumor_clock_ns();
+    rumor_err rc = node_faults_acks(node->faults, node->net, node->g, r);
+    uint64_t t1 = rumor_clock_ns();
+    node->t_wait += (double)(t1 - t0) * 1e-9;
+    if (rc == RUMOR_OK)
+        rc = node_faults_commit(node->faults, node->g, r);
+    node->t_gossip += (double)(rumor_clock_ns() - t1) * 1e-9;
+    return rc;
+}
+
+/* One round: emit and send, receive from every expected sender, absorb.
+ * Strict (no fault path: the algorithm cannot skip), a sender that fails
+ * to come fails the round; skipping, the round goes on without it, its
+ * term is staged (rumor_gossip_absorb_partial) and the fault path settles
+ * the edges (node/faults.c). */
 static rumor_err
 s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
 {
     uint64_t t0 = rumor_clock_ns();
     const struct rumor_gossip_msg *msgs = NULL;
-    size_t count = 0, expected = 0, got = 0;
+    size_t count = 0, got = 0;
+    struct node_faults_round r = {.step = step,
+                                  .expect = node->expect,
+                                  .have = node->have,
+                                  .started = t0,
+                                  .deadline = deadline};
     rumor_err rc = rumor_gossip_emit(node->g, step, round, &msgs, &count);
     uint64_t t1 = rumor_clock_ns();
     node->t_gossip += (double)(t1 - t0) * 1e-9;
-    for (size_t m = 0; m < count && rc == RUMOR_OK; m++) {
-        struct rumor_net_header h = {.kind = RUMOR_NET_KIND_GOSSIP,
-                                     .codec = rumor_gossip_codec(node->g),
-                                     .step = step,
-                                     .round = node->round_base + round,
-                                     .stop = s_stop_field(node, step)};
-        rc = rumor_net_send(node->net,
-                            msgs[m].peer,
-                            &h,
-                            msgs[m].data,
-                            msgs[m].len,
-                            deadline);
-        if (rc != RUMOR_OK) {
-            rumor_log(RUMOR_LOG_ERROR,
-                      "step %llu: sending to node %u: %s",
-                      (unsigned long long)step + 1,
-                      msgs[m].peer,
-                      rumor_strerror(rc));
-            break;
-        }
-        uint64_t wire = rumor_gossip_wire_bytes(msgs[m].len);
-        node->sum.gossip_bytes_sent += wire;
-        node->gossip_frames_sent +=
-            (wire - msgs[m].len) / RUMOR_NET_HEADER_BYTES;
-    }
+    for (size_t m = 0; m < count && rc == RUMOR_OK; m++)
+        rc = s_send(node, &msgs[m], step, round, deadline);
     if (rc == RUMOR_OK)
         rc = rumor_gossip_expected(node->g,
                                    step,
                                    round,
                                    node->expect,
                                    node->n,
-                                   &expected);
-    for (size_t k = 0; k < expected && rc == RUMOR_OK; k++) {
-        rc = node_recv(node,
-                       node->expect[k],
-                       RUMOR_NET_KIND_GOSSIP,
-                       step,
-                       node->round_base + round,
-                       deadline,
-                       &node->got[got]);
-        if (rc != RUMOR_OK)
-            break;
-        rc = node_gossip_codec_check(node->g, &node->got[got], node->expect[k]);
-        if (rc != RUMOR_OK) {
-            rumor_net_msg_free(&node->got[got]);
-            break;
-        }
-        node->inbox[got] = (struct rumor_gossip_msg){node->expect[k],
-                                                     node->got[got].payload,
-                                                     node->got[got].len};
-        s_stop_heard(node, step, node->got[got].hdr.stop);
-        /* adaptive compression measures the links on this traffic */
-        rumor_gossip_link_observe(node->g,
-                                  node->expect[k],
-                                  node->got[got].len,
-                                  rumor_clock_ns() - t1);
-        node->sum.gossip_bytes_recv +=
-            rumor_gossip_wire_bytes(node->got[got].len);
-        got++;
-    }
+                                   &r.expected);
+    for (size_t k = 0; k < r.expected && rc == RUMOR_OK; k++)
+        rc = s_recv(node, round, k, t1, &r, &got);
     uint64_t t2 = rumor_clock_ns();
     node->t_wait += (double)(t2 - t1) * 1e-9;
     if (rc == RUMOR_OK) {
-        rc = rumor_gossip_absorb(node->g, step, round, node->inbox, got);
+        rc = node->faults != NULL
+                 ? rumor_gossip_absorb_partial(node->g,
+                                               step,
+                                               round,
+                                               node->inbox,
+                                               got)
+                 : rumor_gossip_absorb(node->g, step, round, node->inbox, got);
         if (rc != RUMOR_OK)
             rumor_log(RUMOR_LOG_ERROR,
                       "step %llu round %u: absorb: %s",
@@ -256,37 +275,8 @@ s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
     for (size_t k = 0; k < got; k++)
         rumor_net_msg_free(&node->got[k]);
     node->t_gossip += (double)(rumor_clock_ns() - t2) * 1e-9;
-    return rc;
-}
-
-static void
-s_faults_heard(void *arg, uint64_t step, uint32_t stop)
-{
-    s_stop_heard(arg, step, stop);
-}
-
-/* A round that skips neighbours who miss the deadline (node/faults.c). */
-static rumor_err
-s_round_faults(rumor_node *node,
-               uint64_t step,
-               uint32_t round,
-               uint64_t deadline)
-{
-    struct node_faults_io io = {.stop = s_stop_field(node, step),
-                                .heard = s_faults_heard,
-                                .arg = node};
-    rumor_err rc = node_faults_round(node->faults,
-                                     node->net,
-                                     node->g,
-                                     step,
-                                     round,
-                                     deadline,
-                                     &io);
-    node->sum.gossip_bytes_sent += io.bytes_sent;
-    node->sum.gossip_bytes_recv += io.bytes_recv;
-    node->gossip_frames_sent += io.frames_sent;
-    node->t_gossip += io.seconds_gossip;
-    node->t_wait += io.seconds_wait;
+    if (rc == RUMOR_OK && node->faults != NULL)
+        rc = s_settle(node, &r);
     return rc;
 }
 
@@ -302,7 +292,8 @@ s_faults_new(rumor_node *node)
                                   .deadline_factor = o->deadline_factor,
                                   .join = o->join,
                                   .optim = node->optim,
-                                  .stop_by = &node->stop_by};
+                                  .stop_by = &node->stop_by,
+                                  .heard = node->heard};
     rumor_err rc = node_faults_new(&fo, &node->faults);
     /* a lone restart re-synchronises with its neighbours; after a stop
      * agreed by all, every node resumes the same step together */
@@ -385,8 +376,7 @@ s_gossip_step(rumor_node *node, uint64_t step, uint64_t deadline)
     uint32_t rounds = rumor_gossip_rounds(node->g, step);
     rumor_err rc = RUMOR_OK;
     for (uint32_t r = 0; r < rounds && rc == RUMOR_OK; r++)
-        rc = node->faults != NULL ? s_round_faults(node, step, r, deadline)
-                                  : s_round(node, step, r, deadline);
+        rc = s_round(node, step, r, deadline);
     rumor_net_close_steps_before(node->net, step);
     return rc;
 }
@@ -533,9 +523,9 @@ node_gossip_step(rumor_node *node,
                  uint64_t step,
                  uint64_t deadline)
 {
-    /* the round code works on node->g: lend it the other instance, which
-     * takes the plain round (the fault path's acknowledgements and
-     * handshakes settle the node's own algorithm's edges) */
+    /* the round code works on node->g: lend it the other instance, whose
+     * round is strict (the fault path's acknowledgements and handshakes
+     * settle the node's own algorithm's edges) */
     rumor_gossip *own = node->g;
     node_faults *faults = node->faults;
     if (g != NULL && g != own) {

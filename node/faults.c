@@ -56,7 +56,6 @@
 struct s_peer {
     bool neighbour; /* in some phase */
     bool up;
-    bool heard;          /* the transport saw it alive once */
     uint32_t misses;     /* consecutive steps with nothing from it */
     uint64_t probe_ns;   /* next SYNC while down */
     uint32_t backoff_ms; /* current probe interval */
@@ -75,11 +74,8 @@ struct s_poison {
 struct node_faults {
     struct node_faults_opts o;
     struct s_peer *peer;
-    uint32_t *expect;
-    struct rumor_net_msg *got;
-    struct rumor_gossip_msg *inbox;
-    bool *acked;
-    bool *have; /* per expected sender of the round: its message came */
+    uint32_t *expect; /* --join: the senders asked for the model */
+    bool *acked;      /* per node: its ACK came in the last round */
     uint64_t wait_ns[NODE_FAULTS_WINDOW];
     size_t waits;
     uint64_t ahead;     /* a neighbour's message of this later step came */
@@ -123,9 +119,10 @@ s_poison_parse(node_faults *f, const char *spec)
     }
 }
 
-/* m, or a corrupted copy of it when the hook says so for this step. */
-static struct rumor_gossip_msg
-s_poisoned(node_faults *f, const struct rumor_gossip_msg *m, uint64_t step)
+struct rumor_gossip_msg
+node_faults_outgoing(node_faults *f,
+                     const struct rumor_gossip_msg *m,
+                     uint64_t step)
 {
     const struct s_poison *p = NULL;
     for (size_t k = 0; k < f->npoison; k++)
@@ -164,12 +161,8 @@ node_faults_new(const struct node_faults_opts *o, node_faults **out)
     f->o = *o;
     f->peer = calloc(o->n, sizeof *f->peer);
     f->expect = calloc(o->n, sizeof *f->expect);
-    f->got = calloc(o->n, sizeof *f->got);
-    f->inbox = calloc(o->n, sizeof *f->inbox);
     f->acked = calloc(o->n, sizeof *f->acked);
-    f->have = calloc(o->n, sizeof *f->have);
-    if (!f->peer || !f->expect || !f->got || !f->inbox || !f->acked ||
-        !f->have) {
+    if (!f->peer || !f->expect || !f->acked) {
         node_faults_destroy(&f);
         return RUMOR_ENOMEM;
     }
@@ -195,10 +188,7 @@ node_faults_destroy(node_faults **self_p)
         return;
     free(f->peer);
     free(f->expect);
-    free(f->got);
-    free(f->inbox);
     free(f->acked);
-    free(f->have);
     free(f->state_buf);
     free(f->optim_buf);
     free(f->bad);
@@ -282,69 +272,64 @@ s_send(node_faults *f,
     return rc;
 }
 
-static rumor_err
-s_send_data_msg(rumor_net *net,
-                const rumor_gossip *g,
-                const struct rumor_gossip_msg *m,
-                uint64_t step,
-                uint32_t round,
-                uint32_t stop,
-                uint64_t deadline)
+static void
+s_log_missing(uint64_t step, uint32_t peer, const char *why, rumor_net_state st)
 {
-    struct rumor_net_header h = {.kind = RUMOR_NET_KIND_GOSSIP,
-                                 .codec = rumor_gossip_codec(g),
-                                 .step = step,
-                                 .round = round,
-                                 .stop = stop};
-    return rumor_net_send(net, m->peer, &h, m->data, m->len, deadline);
+    rumor_log(RUMOR_LOG_ERROR,
+              "step %llu: no message from node %u (%s, link %s); stopping",
+              (unsigned long long)step + 1,
+              peer,
+              why,
+              rumor_net_state_name(st));
 }
 
-/* Waits for peer's message of kind (GOSSIP or ACK) of (step, round) until
- * deadline, giving up early when the transport says a peer heard before
- * is down. */
-static rumor_err
-s_recv(node_faults *f,
-       rumor_net *net,
-       uint32_t peer,
-       uint8_t kind,
-       uint64_t step,
-       uint32_t round,
-       uint64_t deadline,
-       struct rumor_net_msg *out)
+rumor_err
+node_recv(const struct node_wait *w,
+          uint32_t peer,
+          uint8_t kind,
+          uint64_t step,
+          uint32_t round,
+          uint64_t deadline,
+          struct rumor_net_msg *out)
 {
     for (;;) {
-        if (f->o.stop_by != NULL) {
-            uint64_t stop_by = atomic_load(f->o.stop_by);
-            deadline = deadline < stop_by ? deadline : stop_by;
-        }
+        uint64_t stop_by = atomic_load(w->stop_by);
+        deadline = deadline < stop_by ? deadline : stop_by;
         uint64_t until =
             rumor_clock_ns() + NODE_FAULTS_SLICE_MS * NODE_FAULTS_MS;
         until = until < deadline ? until : deadline;
-        rumor_err rc = rumor_net_recv(net, peer, kind, step, round, until, out);
+        rumor_err rc =
+            rumor_net_recv(w->net, peer, kind, step, round, until, out);
         if (rc != RUMOR_ETIMEDOUT)
             return rc;
-        /* a refused peer sends nothing: skipped at once, not at the
-         * deadline (in the first step the caller then ends the run with
-         * the refusal's text, node_check_refusals) */
+        /* a refused peer sends nothing: it fails or is skipped at once,
+         * not at the deadline (in the first step the caller then ends the
+         * run with the refusal's text, node_check_refusals) */
         char why[RUMOR_NET_REFUSE_TEXT_MAX + 1];
-        if (rumor_net_refused(net, peer, why))
-            return RUMOR_ETIMEDOUT;
-        rumor_net_state st = rumor_net_peer_state(net, peer);
+        if (rumor_net_refused(w->net, peer, why))
+            return w->skip != NULL ? RUMOR_ETIMEDOUT : RUMOR_EPROTO;
+        rumor_net_state st = rumor_net_peer_state(w->net, peer);
         if (st != RUMOR_NET_PEER_DOWN)
-            f->peer[peer].heard = true;
+            w->heard[peer] = true;
         uint64_t later = 0;
-        if (rumor_net_peek_later(net, peer, kind, step, round, &later)) {
+        if (w->skip != NULL &&
+            rumor_net_peek_later(w->net, peer, kind, step, round, &later)) {
             /* the peer went past this step without us (unless this
              * step's message came in the meantime): catch up */
-            rc = rumor_net_recv(net, peer, kind, step, round, 0, out);
-            if (rc != RUMOR_ETIMEDOUT)
-                return rc;
-            f->ahead = later > f->ahead ? later : f->ahead;
-            return RUMOR_ETIMEDOUT;
+            rc = rumor_net_recv(w->net, peer, kind, step, round, 0, out);
+            if (rc == RUMOR_ETIMEDOUT && later > w->skip->ahead)
+                w->skip->ahead = later;
+            return rc;
         }
-        if (rumor_clock_ns() >= deadline ||
-            (f->peer[peer].heard && st == RUMOR_NET_PEER_DOWN))
-            return RUMOR_ETIMEDOUT;
+        const char *gone = rumor_clock_ns() >= deadline ? "deadline passed"
+                           : w->heard[peer] && st == RUMOR_NET_PEER_DOWN
+                               ? "peer went silent"
+                               : NULL;
+        if (gone == NULL)
+            continue;
+        if (w->skip == NULL)
+            s_log_missing(step, peer, gone, st);
+        return RUMOR_ETIMEDOUT;
     }
 }
 
@@ -366,38 +351,13 @@ s_mark_down(node_faults *f, uint32_t peer, uint64_t step, const char *why)
               why);
 }
 
-/* --- a round ------------------------------------------------------------- */
+/* --- settling a round ---------------------------------------------------- */
 
-static rumor_err
-s_send_data(node_faults *f,
-            rumor_net *net,
-            rumor_gossip *g,
-            uint64_t step,
-            uint32_t round,
-            uint64_t deadline,
-            struct node_faults_io *io)
+bool
+node_faults_admit(node_faults *f, uint32_t peer)
 {
-    const struct rumor_gossip_msg *msgs = NULL;
-    size_t count = 0;
-    uint64_t t0 = rumor_clock_ns();
-    rumor_err rc = rumor_gossip_emit(g, step, round, &msgs, &count);
-    io->seconds_gossip += (double)(rumor_clock_ns() - t0) * 1e-9;
-    for (size_t m = 0; m < count && rc == RUMOR_OK; m++) {
-        f->peer[msgs[m].peer].neighbour = true;
-        if (!f->peer[msgs[m].peer].up)
-            continue;
-        struct rumor_gossip_msg sent = s_poisoned(f, &msgs[m], step);
-        rc = s_send_data_msg(net, g, &sent, step, round, io->stop, deadline);
-        if (rc == RUMOR_ETIMEDOUT) {
-            /* a full queue: the peer does not read; skip it */
-            rc = RUMOR_OK;
-            continue;
-        }
-        uint64_t wire = rumor_gossip_wire_bytes(msgs[m].len);
-        io->bytes_sent += wire;
-        io->frames_sent += (wire - msgs[m].len) / RUMOR_NET_HEADER_BYTES;
-    }
-    return rc;
+    f->peer[peer].neighbour = true;
+    return f->peer[peer].up;
 }
 
 /* Sends every up neighbour this node's ACK, then takes theirs from those
@@ -406,18 +366,20 @@ s_send_data(node_faults *f,
  * too would make this node late for its other neighbours, which would
  * then skip it in turn (a dead node's neighbours would fall out of step
  * with the rest of the ring). A skipped ACK is not lost: the next one
- * lists the same steps. */
-static rumor_err
-s_acks(node_faults *f,
-       rumor_net *net,
-       rumor_gossip *g,
-       uint64_t step,
-       size_t expected,
-       uint64_t deadline)
+ * lists the same steps. The grace is a quarter of the round's span. */
+rumor_err
+node_faults_acks(node_faults *f,
+                 rumor_net *net,
+                 rumor_gossip *g,
+                 const struct node_faults_round *r)
 {
+    uint64_t now = rumor_clock_ns();
+    uint64_t span = r->deadline > r->started ? r->deadline - r->started : 0;
+    uint64_t deadline = (r->deadline > now ? r->deadline : now) + span / 4;
+    struct node_wait w = {net, f->o.heard, f->o.stop_by, f};
     rumor_err rc = RUMOR_OK;
-    for (size_t k = 0; k < expected && rc == RUMOR_OK; k++) {
-        uint32_t j = f->expect[k];
+    for (size_t k = 0; k < r->expected && rc == RUMOR_OK; k++) {
+        uint32_t j = r->expect[k];
         struct rumor_gossip_ack a;
         uint8_t buf[RUMOR_GOSSIP_ACK_BYTES_MAX];
         f->acked[j] = false;
@@ -426,26 +388,32 @@ s_acks(node_faults *f,
         rc = rumor_gossip_ack_make(g, j, &a);
         size_t len = rumor_gossip_ack_encode(&a, buf, sizeof buf);
         if (rc == RUMOR_OK)
-            rc =
-                s_send(f, net, j, RUMOR_NET_KIND_ACK, step, buf, len, deadline);
+            rc = s_send(f,
+                        net,
+                        j,
+                        RUMOR_NET_KIND_ACK,
+                        r->step,
+                        buf,
+                        len,
+                        deadline);
         if (rc == RUMOR_ETIMEDOUT)
             rc = RUMOR_OK;
     }
-    for (size_t k = 0; k < expected && rc == RUMOR_OK; k++) {
-        uint32_t j = f->expect[k];
+    for (size_t k = 0; k < r->expected && rc == RUMOR_OK; k++) {
+        uint32_t j = r->expect[k];
         struct rumor_net_msg msg;
         uint64_t oldest = 0;
         if (!f->peer[j].up ||
-            (!f->have[k] && rumor_gossip_pending(g, j, &oldest) == 0))
+            (!r->have[k] && rumor_gossip_pending(g, j, &oldest) == 0))
             continue;
-        rumor_err r =
-            s_recv(f, net, j, RUMOR_NET_KIND_ACK, step, 0, deadline, &msg);
-        if (r == RUMOR_ETIMEDOUT) {
+        rumor_err e =
+            node_recv(&w, j, RUMOR_NET_KIND_ACK, r->step, 0, deadline, &msg);
+        if (e == RUMOR_ETIMEDOUT) {
             f->st.acks_late++;
             continue;
         }
-        if (r != RUMOR_OK)
-            return r;
+        if (e != RUMOR_OK)
+            return e;
         struct rumor_gossip_ack a;
         if (rumor_gossip_ack_decode(msg.payload, msg.len, &a) == RUMOR_OK) {
             rc = rumor_gossip_ack_take(g, j, &a);
@@ -462,105 +430,39 @@ s_acks(node_faults *f,
 static void
 s_liveness(node_faults *f,
            const rumor_gossip *g,
-           uint64_t step,
-           size_t expected,
-           const bool *got)
+           const struct node_faults_round *r)
 {
-    for (size_t k = 0; k < expected; k++) {
-        uint32_t j = f->expect[k];
+    for (size_t k = 0; k < r->expected; k++) {
+        uint32_t j = r->expect[k];
         struct s_peer *p = &f->peer[j];
         if (!p->up)
             continue;
-        if (!got[k])
+        if (!r->have[k])
             f->st.skipped++;
-        p->misses = got[k] || f->acked[j] ? 0 : p->misses + 1;
+        p->misses = r->have[k] || f->acked[j] ? 0 : p->misses + 1;
         uint64_t oldest = 0;
         (void)rumor_gossip_pending(g, j, &oldest);
         if (p->misses >= f->o.down_after)
-            s_mark_down(f, j, step, "missed its deadlines");
-        else if (oldest != UINT64_MAX && oldest + f->o.down_after <= step)
-            s_mark_down(f, j, step, "no acknowledgement");
+            s_mark_down(f, j, r->step, "missed its deadlines");
+        else if (oldest != UINT64_MAX && oldest + f->o.down_after <= r->step)
+            s_mark_down(f, j, r->step, "no acknowledgement");
     }
 }
 
 rumor_err
-node_faults_round(node_faults *f,
-                  rumor_net *net,
-                  rumor_gossip *g,
-                  uint64_t step,
-                  uint32_t round,
-                  uint64_t deadline,
-                  struct node_faults_io *io)
+node_faults_commit(node_faults *f,
+                   rumor_gossip *g,
+                   const struct node_faults_round *r)
 {
-    uint64_t t1 = rumor_clock_ns(), span = deadline > t1 ? deadline - t1 : 0;
-    size_t expected = 0, got = 0;
-    bool *have = f->have;
-    rumor_err rc = s_send_data(f, net, g, step, round, deadline, io);
-    if (rc == RUMOR_OK)
-        rc =
-            rumor_gossip_expected(g, step, round, f->expect, f->o.n, &expected);
-    for (size_t k = 0; k < expected; k++)
-        have[k] = false;
-    uint64_t t_last = t1;
-    for (size_t k = 0; k < expected && rc == RUMOR_OK; k++) {
-        uint32_t j = f->expect[k];
-        f->peer[j].neighbour = true;
-        if (!f->peer[j].up)
-            continue;
-        rumor_err r = s_recv(f,
-                             net,
-                             j,
-                             RUMOR_NET_KIND_GOSSIP,
-                             step,
-                             round,
-                             deadline,
-                             &f->got[got]);
-        if (r == RUMOR_ETIMEDOUT)
-            continue;
-        if (r == RUMOR_OK &&
-            node_gossip_codec_check(g, &f->got[got], j) != RUMOR_OK) {
-            /* refused like any malformed message: the step goes on
-             * without it */
-            rumor_net_msg_free(&f->got[got]);
-            continue;
-        }
-        if (r != RUMOR_OK) {
-            rc = r;
-            break;
-        }
-        t_last = rumor_clock_ns();
-        have[k] = true;
-        if (io->heard != NULL)
-            io->heard(io->arg, step, f->got[got].hdr.stop);
-        f->inbox[got] =
-            (struct rumor_gossip_msg){j, f->got[got].payload, f->got[got].len};
-        io->bytes_recv += rumor_gossip_wire_bytes(f->got[got].len);
-        got++;
-    }
-    uint64_t t2 = rumor_clock_ns();
-    io->seconds_wait += (double)(t2 - t1) * 1e-9;
     bool all = true;
-    for (size_t k = 0; k < expected; k++)
-        all = all && (have[k] || !f->peer[f->expect[k]].up);
-    if (rc == RUMOR_OK && all)
-        f->wait_ns[f->waits++ % NODE_FAULTS_WINDOW] = t_last - t1;
-    if (rc == RUMOR_OK)
-        rc = rumor_gossip_absorb_partial(g, step, round, f->inbox, got);
-    for (size_t m = 0; m < got; m++)
-        rumor_net_msg_free(&f->got[m]);
-    uint64_t t3 = rumor_clock_ns();
-    io->seconds_gossip += (double)(t3 - t2) * 1e-9;
-    uint64_t ack_deadline = (deadline > t3 ? deadline : t3) + span / 4;
-    if (rc == RUMOR_OK)
-        rc = s_acks(f, net, g, step, expected, ack_deadline);
-    uint64_t t4 = rumor_clock_ns();
-    io->seconds_wait += (double)(t4 - t3) * 1e-9;
+    for (size_t k = 0; k < r->expected; k++)
+        all = all && (r->have[k] || !f->peer[r->expect[k]].up);
+    if (all)
+        f->wait_ns[f->waits++ % NODE_FAULTS_WINDOW] = r->waited_ns;
     size_t applied = 0;
+    rumor_err rc = rumor_gossip_commit(g, &applied);
     if (rc == RUMOR_OK)
-        rc = rumor_gossip_commit(g, &applied);
-    if (rc == RUMOR_OK)
-        s_liveness(f, g, step, expected, have);
-    io->seconds_gossip += (double)(rumor_clock_ns() - t4) * 1e-9;
+        s_liveness(f, g, r);
     return rc;
 }
 

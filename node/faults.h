@@ -1,8 +1,9 @@
 /*
  * Private to node/: riding over slow, dead, stopped and returning
- * neighbours (node/faults.c; docs/reliability.md). Used by the runtime's
- * step loop for algorithms that can skip a neighbour
- * (rumor_gossip_can_skip).
+ * neighbours (node/faults.c; docs/reliability.md). The round of
+ * node/exchange.c calls it for algorithms that can skip a neighbour
+ * (rumor_gossip_can_skip); the wait for one peer's message (node_recv)
+ * and the codec check serve every round, strict or skipping.
  */
 #ifndef RUMOR_NODE_FAULTS_H
 #define RUMOR_NODE_FAULTS_H
@@ -28,23 +29,41 @@ struct node_faults_opts {
      * every wait ends (UINT64_MAX until then), so that a stop is never held
      * up by neighbours that have already gone */
     const _Atomic uint64_t *stop_by;
+    bool *heard; /* borrowed: per node, the transport saw it alive once */
 };
 
-/* What a round did, for the metrics. */
-struct node_faults_io {
-    uint64_t bytes_sent, bytes_recv, frames_sent; /* gossip messages */
-    double seconds_gossip, seconds_wait;
-    uint32_t stop; /* in: the stop plan of the gossip frames sent */
-    /* in: called with the stop plan of every gossip frame received */
-    void (*heard)(void *arg, uint64_t step, uint32_t stop);
-    void *arg;
+/* Where a wait for one peer's message (node_recv) looks besides the
+ * transport. */
+struct node_wait {
+    rumor_net *net;
+    bool *heard;                     /* per node: the transport saw it alive */
+    const _Atomic uint64_t *stop_by; /* see node_faults_opts.stop_by */
+    /* NULL: strict, a peer that sends nothing fails the wait; else the
+     * fault path of an algorithm that can skip it */
+    node_faults *skip;
 };
+
+/* Waits for peer's message of kind of (step, round) until deadline (or
+ * *stop_by), in slices that watch the peer. Strict: RUMOR_EPROTO at once
+ * for a refused peer (the caller says why), RUMOR_ETIMEDOUT, logged, at
+ * the deadline or when a peer heard before goes down. Skipping: each of
+ * these is RUMOR_ETIMEDOUT, not logged (the peer is skipped), and so is
+ * a peer that has gone past this step, whose step the fault path keeps
+ * to catch up with (node_faults_between). Other transport errors as
+ * they come. */
+rumor_err node_recv(const struct node_wait *w,
+                    uint32_t peer,
+                    uint8_t kind,
+                    uint64_t step,
+                    uint32_t round,
+                    uint64_t deadline,
+                    struct rumor_net_msg *out);
 
 /* RUMOR_EPROTO, logged, when a gossip message from peer is not in the
  * codec g compresses with (rumor_gossip_codec): a peer of other settings
- * that passed HELLO, or a bug. Both rounds check it before absorbing: the
- * plain round stops, the fault path refuses the message and goes on
- * without it, as with any malformed message. */
+ * that passed HELLO, or a bug. The round checks it before absorbing:
+ * strict, the round fails; skipping, it goes on without the message, as
+ * with any malformed message. */
 rumor_err node_gossip_codec_check(const rumor_gossip *g,
                                   const struct rumor_net_msg *m,
                                   uint32_t peer);
@@ -67,17 +86,44 @@ void node_faults_destroy(node_faults **self_p);
  * recent steps)). */
 uint64_t node_faults_span_ns(const node_faults *f);
 
-/* One gossip round of a skipping algorithm: sends to the peers that are
- * up, waits for them until the deadline, stages what arrived, exchanges
- * acknowledgements and commits what both ends hold. Marks peers that
- * missed down_after steps down. */
-rumor_err node_faults_round(node_faults *f,
-                            rumor_net *net,
-                            rumor_gossip *g,
-                            uint64_t step,
-                            uint32_t round,
-                            uint64_t deadline,
-                            struct node_faults_io *io);
+/* One gossip round of a skipping algorithm, as node/exchange.c ran it
+ * (send to the peers that are up, wait for them until the deadline, absorb
+ * what came with rumor_gossip_absorb_partial): what the fault path needs
+ * to settle it. */
+struct node_faults_round {
+    uint64_t step;
+    const uint32_t *expect; /* the round's expected senders */
+    size_t expected;
+    const bool *have;   /* per expected sender: its message came */
+    uint64_t started;   /* rumor_clock_ns when the round began */
+    uint64_t deadline;  /* of the round's messages */
+    uint64_t waited_ns; /* from started to the last message that came */
+};
+
+/* The round gossips with peer: a neighbour from now on (probed while
+ * down). False while it is down: no message to or from it. */
+bool node_faults_admit(node_faults *f, uint32_t peer);
+
+/* m as this node sends it in step: m itself, or a corrupted copy in the
+ * steps the test hook names (RUMOR_FAULTS_POISON, docs/reliability.md);
+ * the copy is valid until the next call. */
+struct rumor_gossip_msg node_faults_outgoing(node_faults *f,
+                                             const struct rumor_gossip_msg *m,
+                                             uint64_t step);
+
+/* After absorbing: sends the up neighbours this node's ACKs and takes
+ * theirs until the round's deadline plus a grace. */
+rumor_err node_faults_acks(node_faults *f,
+                           rumor_net *net,
+                           rumor_gossip *g,
+                           const struct node_faults_round *r);
+
+/* After the ACKs: records the round's wait for the adaptive deadline
+ * when nobody up was missing, commits what both ends hold, and marks
+ * peers that missed down_after steps down. */
+rumor_err node_faults_commit(node_faults *f,
+                             rumor_gossip *g,
+                             const struct node_faults_round *r);
 
 /* Between steps: answers SYNC from returning peers, probes down peers
  * (exponential backoff), commits what the handshakes settled. *next is

@@ -503,7 +503,8 @@ s_probe(rumor_node *node, uint64_t t, uint64_t deadline)
                 continue;
             }
         } else {
-            rc = node_recv(node,
+            struct node_wait w = {node->net, node->heard, &node->stop_by, NULL};
+            rc = node_recv(&w,
                            nbrs[k],
                            RUMOR_NET_KIND_PROBE,
                            t,
@@ -905,10 +906,12 @@ node_new_model(const struct rumor_node_opts *opts,
         node->linked = calloc(node->n, sizeof *node->linked);
         node->heard = calloc(node->n, sizeof *node->heard);
         node->expect = calloc(node->n, sizeof *node->expect);
+        node->have = calloc(node->n, sizeof *node->have);
         node->got = calloc(node->n, sizeof *node->got);
         node->inbox = calloc(node->n, sizeof *node->inbox);
         if (node->linked == NULL || node->heard == NULL ||
-            node->expect == NULL || node->got == NULL || node->inbox == NULL)
+            node->expect == NULL || node->have == NULL || node->got == NULL ||
+            node->inbox == NULL)
             rc = RUMOR_ENOMEM;
     }
     if (rc == RUMOR_OK)
@@ -978,6 +981,7 @@ rumor_node_destroy(rumor_node **self_p)
     free(node->linked);
     free(node->heard);
     free(node->expect);
+    free(node->have);
     free(node->got);
     free(node->inbox);
     free(node->probe);

@@ -205,8 +205,8 @@ void node_restarted(rumor_node *node, uint64_t t);
 
 /* One gossip step of g (NULL: the node's own algorithm) over the node's
  * transport, with the runtime's rounds, deadlines and byte counters: the
- * fault path's round for the node's own algorithm when it can skip, the
- * plain round for another instance (the peer's average()). */
+ * round skips with the fault path for the node's own algorithm when it
+ * can skip, and is strict for another instance (the peer's average()). */
 rumor_err node_gossip_step(rumor_node *node,
                            rumor_gossip *g,
                            uint64_t step,

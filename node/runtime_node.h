@@ -15,7 +15,7 @@
 #include <stdatomic.h>
 
 #define NODE_MS            1000000ull
-#define NODE_RECV_SLICE_MS 100  /* how often a wait checks liveness */
+#define NODE_RECV_SLICE_MS 100  /* how often the link wait looks up */
 #define NODE_FLUSH_MS      5000 /* waiting for queued sends at the end */
 
 /* The gradient worker of an overlapped step: computes the gradient of
@@ -53,6 +53,7 @@ struct rumor_node {
     size_t nlinked;
     bool *heard;      /* per node: seen alive once (death detection) */
     uint32_t *expect; /* per round scratch: expected senders */
+    bool *have;       /* per expected sender: its message came */
     struct rumor_net_msg *got;
     struct rumor_gossip_msg *inbox;
     atomic_bool stop;
@@ -81,7 +82,7 @@ struct rumor_node {
                                   state (node_restarted): no --join fetch */
     const rumor_dtype *dtypes; /* the peer API's dtypes, during _new only */
     uint8_t *desc;             /* what HELLO says of this node (layout.h) */
-    uint32_t round_base;       /* added to the rounds of the plain round on
+    uint32_t round_base;       /* added to the round numbers on
                                   the wire (node_gossip_bucket) */
     size_t desc_len;
 };
@@ -92,16 +93,6 @@ struct rumor_node {
  * transport exist: the stop margin, and the fault path for algorithms
  * that can skip. */
 rumor_err node_exchange_init(rumor_node *node);
-
-/* Waits for peer's message of kind of (step, round) until the deadline,
- * ending early when a peer heard before goes down (logged as missing). */
-rumor_err node_recv(rumor_node *node,
-                    uint32_t peer,
-                    uint8_t kind,
-                    uint64_t step,
-                    uint32_t round,
-                    uint64_t deadline,
-                    struct rumor_net_msg *out);
 
 /* --- runtime.c, for exchange.c --- */
 
