@@ -754,7 +754,7 @@ rumor_net_set_quiet(rumor_net *net, bool quiet)
 }
 
 rumor_err
-rumor_net_status(rumor_net *net)
+net_status(rumor_net *net)
 {
     assert(net != NULL);
     pthread_mutex_lock(&net->mu);

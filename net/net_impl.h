@@ -143,6 +143,11 @@ typedef enum net_fault {
     NET_FAULT_ZAP_SILENT = 2
 } net_fault;
 
+/* RUMOR_OK while the transport works; RUMOR_EAUTH after it failed closed
+ * (the ZAP handler died and the listener was closed): what _recv, _send
+ * and _wait_ready then return. */
+rumor_err net_status(rumor_net *net);
+
 /* Injects a fault; returns once the fault has taken effect. */
 rumor_err net_fault_inject(rumor_net *net, net_fault fault);
 

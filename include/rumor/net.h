@@ -380,8 +380,4 @@ rumor_net_stats(rumor_net *net, uint32_t peer, struct rumor_net_stats *out);
  * their connections at their own pace. */
 RUMOR_API void rumor_net_set_quiet(rumor_net *net, bool quiet);
 
-/* RUMOR_OK while the transport works; RUMOR_EAUTH after it failed closed
- * (the ZAP handler died and the listener was closed). */
-RUMOR_API rumor_err rumor_net_status(rumor_net *net);
-
 #endif /* RUMOR_NET_H */

@@ -1011,7 +1011,7 @@ test_zap__handler_stopped__listener_closed_and_error_reported(void **state)
     t_cluster_keys(&c);
     t_cluster_start(&c, 1, LINK_NONE, 7, NULL, NULL);
     assert_int_equal(net_fault_inject(c.net[1], NET_FAULT_ZAP_STOP), RUMOR_OK);
-    assert_int_equal(rumor_net_status(c.net[1]), RUMOR_EAUTH);
+    assert_int_equal(net_status(c.net[1]), RUMOR_EAUTH);
     struct rumor_net_msg m;
     assert_int_equal(rumor_net_recv(c.net[1],
                                     0,
