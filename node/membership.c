@@ -390,8 +390,7 @@ s_ask(node_member *m, uint32_t to)
     s_emit1(m, to);
 }
 
-/* --- the proposer -----------------------------------------------------------
- */
+/* --- the proposer --------------------------------------------------------- */
 
 static void
 s_enter_changing(node_member *m, uint64_t now)
@@ -797,8 +796,7 @@ s_send_join(node_member *m)
     s_emit1(m, m->contacts[m->join_tries % m->ncontacts]);
 }
 
-/* --- the API ----------------------------------------------------------------
- */
+/* --- the API -------------------------------------------------------------- */
 
 void
 node_member_opts_default(struct node_member_opts *opts)
