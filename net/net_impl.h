@@ -13,7 +13,7 @@
 /* --- message kinds (wire.c) ------------------------------------------------
  */
 
-/* True for the kinds a caller sends and receives (GOSSIP .. PING). */
+/* True for the kinds a caller sends and receives (GOSSIP .. MEMBER). */
 bool net_kind_is_message(uint8_t kind);
 
 /* True for the message kinds that belong to a step (GOSSIP, PROBE, ACK,

@@ -33,7 +33,7 @@
  * the accepted HELLO.
  *
  * Kinds: a frame's kind says what it is (docs/protocol.md "## Frames");
- * the message kinds (GOSSIP .. PING) go to one inbox per peer, from which
+ * the message kinds (GOSSIP .. MEMBER) go to one inbox per peer, from which
  * rumor_net_recv takes them by kind, so a control message never answers
  * a wait for gossip. Closing a step drops the kinds that have one; the
  * handshake kinds (SYNC, SYNC_ANSWER, STATE) outlive it.

@@ -71,7 +71,8 @@ rumor_net_kind_name(uint8_t kind)
                                         "sync",
                                         "sync-answer",
                                         "state",
-                                        "ping"};
+                                        "ping",
+                                        "member"};
     return kind <= RUMOR_NET_KIND_MAX ? names[kind] : names[0];
 }
 

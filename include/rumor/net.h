@@ -47,10 +47,11 @@ typedef enum rumor_net_kind {
     RUMOR_NET_KIND_SYNC = 8,      /* handshake request (probe of a peer) */
     RUMOR_NET_KIND_SYNC_ANSWER = 9, /* handshake answer */
     RUMOR_NET_KIND_STATE = 10,      /* model and optimizer for a joiner */
-    RUMOR_NET_KIND_PING = 11        /* `rumor ping` test traffic */
+    RUMOR_NET_KIND_PING = 11,       /* `rumor ping` test traffic */
+    RUMOR_NET_KIND_MEMBER = 12      /* the view change of elastic rings */
 } rumor_net_kind;
 
-#define RUMOR_NET_KIND_MAX RUMOR_NET_KIND_PING
+#define RUMOR_NET_KIND_MAX RUMOR_NET_KIND_MEMBER
 
 /* Static lower-case name of a kind ("gossip"), "unknown" for others. */
 RUMOR_API const char *rumor_net_kind_name(uint8_t kind);
@@ -286,7 +287,7 @@ struct rumor_net_msg {
     void *hold; /* internal: what payload lives in (NULL: malloc'd) */
 };
 
-/* Takes the oldest message of kind (GOSSIP .. PING) from peer for (step,
+/* Takes the oldest message of kind (GOSSIP .. MEMBER) from peer for (step,
  * round), waiting until deadline_ns. The handshake kinds (SYNC,
  * SYNC_ANSWER, STATE) belong to no step: step and round are ignored and
  * the oldest of the kind comes; they are never closed

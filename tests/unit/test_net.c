@@ -142,7 +142,7 @@ test_frame_decode__table_of_bad_frames__rejected(void **state)
         {"version 4", 4, 4, true, 0, true, 1 << 20, RUMOR_EPROTO},
         {"version 0", 4, 0, true, 0, true, 1 << 20, RUMOR_EPROTO},
         {"kind 0", 5, 0, true, 0, true, 1 << 20, RUMOR_EPROTO},
-        {"kind 12 (unknown)", 5, 12, true, 0, true, 1 << 20, RUMOR_EPROTO},
+        {"kind 13 (unknown)", 5, 13, true, 0, true, 1 << 20, RUMOR_EPROTO},
         {"kind 255", 5, 255, true, 0, true, 1 << 20, RUMOR_EPROTO},
         {"ack with a round", 5, 7, true, 0, true, 1 << 20, RUMOR_EPROTO},
         {"flags set", 7, 1, true, 0, true, 1 << 20, RUMOR_EPROTO},
@@ -256,6 +256,11 @@ test_frame_kinds__fields_only_where_the_kind_has_them(void **state)
     assert_string_equal(rumor_net_kind_name(RUMOR_NET_KIND_SYNC_ANSWER),
                         "sync-answer");
     assert_string_equal(rumor_net_kind_name(RUMOR_NET_KIND_MAX + 1), "unknown");
+    /* MEMBER (the view change of elastic rings) is a message of no step:
+     * kept until taken, as the handshake kinds */
+    assert_string_equal(rumor_net_kind_name(RUMOR_NET_KIND_MEMBER), "member");
+    assert_true(net_kind_is_message(RUMOR_NET_KIND_MEMBER));
+    assert_false(net_kind_has_step(RUMOR_NET_KIND_MEMBER));
 }
 
 static void
