@@ -83,6 +83,10 @@ done
 step cuda_tests 180 env RUMOR_BIN=$B/bin/rumor RUMOR_LIB="$PWD/$B/lib/librumor.so" \
     python3 -m pytest -q -p no:cacheprovider -rs tests/python/test_binding.py
 
+# RUMOR_GPU_TESTS_ONLY=1: the tests above and no benchmark (a re-check
+# after a change, in less of the lease).
+[ "${RUMOR_GPU_TESTS_ONLY:-0}" = 1 ] && exit $status
+
 # shellcheck disable=SC2086
 gcc -std=c11 -D_DEFAULT_SOURCE -O2 -Iinclude -I. -I/usr/local/cuda/include \
     bench/gpu/lowrank_gpu.c $B/lib/librumor.a $LB \
