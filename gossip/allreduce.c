@@ -5,7 +5,8 @@
  * leaves it as it was. "allreduce-f64" runs the same schedule on float64
  * partial sums (twice the bytes): the sums of float32 models are then
  * exact, so every node gets the correctly rounded mean, bit for bit the
- * value a sequential float64 sum divided by n rounds to.
+ * value a sequential float64 sum divided by n rounds to. Over a ring of
+ * fewer members (gossip_ring_members_set) both average those members.
  */
 #include "gossip/gossip_impl.h"
 
@@ -19,7 +20,7 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
         return RUMOR_ENOMEM;
     (void)diag;
     g->state = r;
-    return gossip_ring_init(r, g->self, g->nodes, g->numel);
+    return gossip_ring_init(r, g->numel);
 }
 
 static rumor_err
@@ -29,7 +30,7 @@ s_init_f64(rumor_gossip *g, struct rumor_diag *diag)
     if (rc != RUMOR_OK)
         return rc;
     gossip_ring_free(g->state);
-    return gossip_ring_init_wide(g->state, g->self, g->nodes, g->numel);
+    return gossip_ring_init_wide(g->state, g->numel);
 }
 
 /* The flat model to and from a wide ring's float64 work buffer. */
@@ -66,7 +67,7 @@ static uint32_t
 s_rounds(const rumor_gossip *g, uint64_t step)
 {
     (void)step;
-    return gossip_ring_rounds(g->state);
+    return gossip_ring_rounds(g);
 }
 
 static rumor_err
@@ -75,18 +76,15 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
     (void)step;
     struct gossip_ring *r = g->state;
     rumor_err rc = RUMOR_OK;
-    if (round == 0) {
-        gossip_ring_start(r, g->numel, true);
+    if (round == 0)
+        rc = gossip_ring_start(r, g, g->numel, true);
+    if (round == 0 && rc == RUMOR_OK) {
         if (r->wide)
             rc = s_wide_io(g, r, false);
         else
             gossip_flat_get(g, 0, g->numel, r->work);
     }
-    if (rc == RUMOR_OK)
-        rc = gossip_out_reserve(g, 1);
-    if (rc == RUMOR_OK)
-        gossip_ring_emit(r, round, &g->out[0]);
-    return rc;
+    return rc == RUMOR_OK ? gossip_ring_emit(g, r, round) : rc;
 }
 
 static rumor_err
@@ -99,7 +97,7 @@ s_absorb(rumor_gossip *g,
     (void)step;
     struct gossip_ring *r = g->state;
     rumor_err rc = gossip_ring_absorb(g, r, round, msgs, count);
-    if (rc != RUMOR_OK || round + 1 != gossip_ring_rounds(r))
+    if (rc != RUMOR_OK || round + 1 != gossip_ring_rounds(g))
         return rc;
     if (r->wide)
         return s_wide_io(g, r, true);

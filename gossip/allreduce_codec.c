@@ -29,6 +29,10 @@
  * the shared scalers, and the memory keeps the error at the shared scale.
  * A running max in n - 1 rounds rather than a reduce-scatter: the vector
  * is one float per bucket, so rounds cost more than bytes.
+ *
+ * Over a ring of fewer members (gossip_ring_members_set) both all-gathers
+ * run over those members, the mean divides by their count and DGC's clip
+ * takes it as its N; the codecs' seeds stay those of the node ids.
  */
 #include "gossip/gossip_impl.h"
 
@@ -71,8 +75,6 @@ s_make_memories(rumor_gossip *g, struct rumor_diag *diag)
             return RUMOR_EINVAL;
         }
         if (rc == RUMOR_OK)
-            rc = rumor_ef_set_nodes(s->ef[t], g->nodes);
-        if (rc == RUMOR_OK)
             rc = rumor_ef_encoded_size(s->ef[t], s->pack.codec, n, &bytes);
         if (rc != RUMOR_OK)
             return rc;
@@ -99,7 +101,7 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
         s->payload_cap = s->pack.cap;
     if (rc != RUMOR_OK)
         return rc;
-    rc = gossip_gather_init(&s->gather, g->self, g->nodes, s->payload_cap);
+    rc = gossip_gather_init(&s->gather, g, s->payload_cap);
     if (rc != RUMOR_OK)
         return rc;
     s->sum = malloc(g->numel * sizeof *s->sum);
@@ -143,14 +145,27 @@ static uint32_t
 s_scaler_rounds(const rumor_gossip *g)
 {
     const struct cdp *s = g->state;
-    return s->nscalers > 0 ? (uint32_t)(g->nodes - 1) : 0;
+    return s->nscalers > 0 ? (uint32_t)(g->ring_n - 1) : 0;
 }
 
 static uint32_t
 s_rounds(const rumor_gossip *g, uint64_t step)
 {
     (void)step;
-    return s_scaler_rounds(g) + (uint32_t)(g->nodes - 1);
+    return s_scaler_rounds(g) + (uint32_t)(g->ring_n - 1);
+}
+
+/* DGC's clip is per member of the step's ring (its N): set at the step's
+ * start, before the scalers or the payload read the memory. */
+static rumor_err
+s_memories_nodes(rumor_gossip *g)
+{
+    struct cdp *s = g->state;
+    rumor_err rc = RUMOR_OK;
+    for (size_t t = 0; s->ef != NULL && t < g->tensor_count && rc == RUMOR_OK;
+         t++)
+        rc = rumor_ef_set_nodes(s->ef[t], g->ring_n);
+    return rc;
 }
 
 /* This node's own scalers of what each tensor's encode will get. */
@@ -183,7 +198,7 @@ static rumor_err
 s_encode(rumor_gossip *g, uint64_t step)
 {
     struct cdp *s = g->state;
-    uint8_t *out = s->gather.payload[g->self];
+    uint8_t *out = s->gather.payload[g->ring_pos];
     size_t at = 0, base = 0, sc = 0;
     for (size_t t = 0; t < g->tensor_count; t++) {
         size_t n = rumor_tensor_numel(&g->tensors[t]), written = 0;
@@ -221,7 +236,7 @@ s_encode(rumor_gossip *g, uint64_t step)
         at += 4 + written;
         base += n;
     }
-    s->gather.len[g->self] = at;
+    s->gather.len[g->ring_pos] = at;
     return RUMOR_OK;
 }
 
@@ -229,26 +244,26 @@ static rumor_err
 s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
 {
     struct cdp *s = g->state;
-    uint32_t sr = s_scaler_rounds(g), to = (uint32_t)((g->self + 1) % g->nodes);
+    uint32_t sr = s_scaler_rounds(g), to = gossip_ring_next(g);
     rumor_err rc = RUMOR_OK;
-    if (round == 0)
+    if (round == 0) {
         gossip_flat_get(g, 0, g->numel, s->x);
-    if (round == 0 && sr > 0)
+        rc = s_memories_nodes(g);
+    }
+    if (rc == RUMOR_OK && round == 0 && sr > 0)
         rc = s_own_scalers(g);
     if (rc == RUMOR_OK && round == sr)
         rc = s_encode(g, step);
-    if (rc == RUMOR_OK)
-        rc = gossip_out_reserve(g, 1);
-    if (rc != RUMOR_OK)
-        return rc;
-    if (round < sr) { /* a copy: absorb updates the max while it travels */
+    if (rc != RUMOR_OK || round >= sr)
+        return rc == RUMOR_OK ? gossip_gather_emit(g, &s->gather, round - sr)
+                              : rc;
+    rc = gossip_out_reserve(g, 1);
+    if (rc == RUMOR_OK) { /* a copy: absorb updates the max on the way */
         memcpy(s->scaler_msg, s->scalers, 4 * s->nscalers);
         g->out[0] =
             (struct rumor_gossip_msg){to, s->scaler_msg, 4 * s->nscalers};
-        return RUMOR_OK;
     }
-    gossip_gather_emit(&s->gather, round - sr, &g->out[0]);
-    return RUMOR_OK;
+    return rc;
 }
 
 /* Every payload decoded in node order: the same bits on every node. The
@@ -258,7 +273,7 @@ s_average(rumor_gossip *g)
 {
     struct cdp *s = g->state;
     memset(s->sum, 0, g->numel * sizeof *s->sum);
-    for (size_t j = 0; j < g->nodes; j++) {
+    for (size_t j = 0; j < g->ring_n; j++) {
         rumor_err rc = gossip_packer_stage(&s->pack,
                                            g,
                                            s->gather.payload[j],
@@ -267,16 +282,16 @@ s_average(rumor_gossip *g)
                                            s->sum);
         if (rc != RUMOR_OK) {
             rumor_log(RUMOR_LOG_WARN,
-                      "gossip allreduce: node %u: the payload of node %zu "
+                      "gossip allreduce: node %u: the payload of node %u "
                       "does not decode: %s",
                       g->self,
-                      j,
+                      g->ring[j],
                       rumor_strerror(rc));
             return rc;
         }
     }
     for (size_t e = 0; e < g->numel; e++)
-        s->x[e] = (float)(s->sum[e] / (double)g->nodes);
+        s->x[e] = (float)(s->sum[e] / (double)g->ring_n);
     gossip_flat_put(g, 0, g->numel, s->x);
     return RUMOR_OK;
 }
@@ -324,8 +339,7 @@ s_absorb(rumor_gossip *g,
 {
     (void)step;
     struct cdp *s = g->state;
-    size_t n = g->nodes;
-    uint32_t prev = (uint32_t)((g->self + n - 1) % n), sr = s_scaler_rounds(g);
+    uint32_t prev = gossip_ring_prev(g), sr = s_scaler_rounds(g);
     if (round < sr)
         return s_absorb_scalers(g, prev, msgs, count);
     bool complete = false;

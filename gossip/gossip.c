@@ -161,6 +161,20 @@ s_codec_id(rumor_gossip *g, struct rumor_diag *diag)
     return rc;
 }
 
+/* The default ring: every node of the topology. */
+static rumor_err
+s_ring_all(rumor_gossip *g)
+{
+    g->ring = malloc(g->nodes * sizeof *g->ring);
+    if (g->ring == NULL)
+        return RUMOR_ENOMEM;
+    for (size_t i = 0; i < g->nodes; i++)
+        g->ring[i] = (uint32_t)i;
+    g->ring_n = g->nodes;
+    g->ring_pos = g->self;
+    return RUMOR_OK;
+}
+
 rumor_err
 rumor_gossip_new(const struct rumor_gossip_opts *opts,
                  const rumor_topology *t,
@@ -202,7 +216,9 @@ rumor_gossip_new(const struct rumor_gossip_opts *opts,
     g->topo = t;
     g->self = self;
     g->nodes = rumor_topology_nodes(t);
-    rumor_err rc = s_copy_model(g, model, diag);
+    rumor_err rc = s_ring_all(g);
+    if (rc == RUMOR_OK)
+        rc = s_copy_model(g, model, diag);
     if (rc == RUMOR_OK)
         rc = gossip_gamma_resolve(g, diag);
     if (rc == RUMOR_OK && opts->adapt[0] != '\0')
@@ -236,6 +252,7 @@ rumor_gossip_destroy(rumor_gossip **self_p)
     gossip_adapt_destroy(&g->adapt);
     free(g->tensors);
     free(g->out);
+    free(g->ring);
     free(g);
     *self_p = NULL;
 }
@@ -257,6 +274,7 @@ rumor_gossip_emit(rumor_gossip *g,
     rumor_err rc = g->algo->emit(g, step, round);
     *msgs = g->out;
     *count = rc == RUMOR_OK ? g->out_count : 0;
+    g->in_step = rc == RUMOR_OK && (round == 0 || g->in_step);
     return rc;
 }
 
@@ -267,7 +285,11 @@ rumor_gossip_absorb(rumor_gossip *g,
                     const struct rumor_gossip_msg *msgs,
                     size_t count)
 {
-    return g->algo->absorb(g, step, round, msgs, count);
+    /* before absorb, which may move the algorithm to another schedule */
+    uint32_t rounds = g->algo->rounds(g, step);
+    rumor_err rc = g->algo->absorb(g, step, round, msgs, count);
+    g->in_step = rc == RUMOR_OK && round + 1 < rounds && g->in_step;
+    return rc;
 }
 
 rumor_err
@@ -329,7 +351,7 @@ gossip_expected_prev(const rumor_gossip *g,
     (void)step;
     (void)round;
     if (cap >= 1)
-        peers[0] = (uint32_t)((g->self + g->nodes - 1) % g->nodes);
+        peers[0] = gossip_ring_prev(g);
     return 1;
 }
 

@@ -54,8 +54,9 @@ struct gossip_algo_i {
                        uint32_t round,
                        uint32_t *peers,
                        size_t cap);
-    /* (optional, NULL: false) sends to node self + 1, whatever the
-     * topology */
+    /* (optional, NULL: false) sends to the next member of g's ring
+     * (node self + 1 unless gossip_ring_members_set chose fewer nodes),
+     * whatever the topology */
     bool (*uses_ring)(const rumor_gossip *g);
     rumor_err (*absorb)(rumor_gossip *g,
                         uint64_t step,
@@ -83,6 +84,14 @@ struct gossip_algo_i {
     void (*edge_reset)(rumor_gossip *g, uint32_t peer);
     /* (optional, NULL: no state between steps) appends the state */
     rumor_err (*state_save)(const rumor_gossip *g, struct rumor_buf *out);
+    /* (optional, NULL: nothing follows the ring) the ring's members change
+     * to members[0..count) (checked: sorted, unique, this node among
+     * them), between steps: what the algorithm keeps outside g (an inner
+     * instance) follows. Called before g's list changes; on an error
+     * nothing has. */
+    rumor_err (*members)(rumor_gossip *g,
+                         const uint32_t *members,
+                         size_t count);
     /* (optional, NULL: only an empty state fits) reads the state from r;
      * with apply false only checks it (a pure decode, nothing changes);
      * with apply true (after a successful check) writes it into g. */
@@ -106,6 +115,12 @@ struct rumor_gossip {
     struct gossip_ledger *ledger; /* edges.c: staged terms, made on use */
     struct gossip_adapt *adapt;   /* adapt.c: opts.adapt's controller */
     uint8_t codec;                /* rumor_gossip_codec */
+    /* the ring of the ring algorithms (gossip_ring_members_set) */
+    uint32_t *ring;    /* member node ids, sorted; nodes slots, all at first */
+    size_t ring_n;     /* members */
+    uint32_t ring_pos; /* self's index in ring */
+    bool in_step;      /* round 0 emitted, the last round not yet absorbed, and
+                          no call of the step failed */
 };
 
 /* Frees g->ledger (edges.c); NULL-safe. */
@@ -132,7 +147,7 @@ extern const struct gossip_algo_i gossip_deepsqueeze;
 extern const struct gossip_algo_i gossip_moniqua;
 
 /* expected() for algorithms that talk to the step's neighbours, and for
- * those that receive from the ring predecessor. */
+ * those that receive from the ring predecessor (the previous member). */
 size_t gossip_expected_neighbors(const rumor_gossip *g,
                                  uint64_t step,
                                  uint32_t round,
@@ -248,44 +263,74 @@ rumor_err gossip_match_peers(const rumor_gossip *g,
                              size_t count,
                              const struct rumor_gossip_msg **slot);
 
+/* --- the ring's members (ring.c) ---------------------------------------- */
+
+/* Makes the ring of g's next steps members[0..count), for an elastic ring
+ * re-formed over the live members of an epoch (docs/reliability.md,
+ * "Elastic rings: the design"). Internal for now: the node's exchange
+ * will call it once the membership agreement is wired in; until then no
+ * caller outside tests sets it, and the ring is every node of the
+ * topology, as without this function (the same messages and bits).
+ * members: node ids, sorted, unique, each < the topology's node count,
+ * g's own among them (copied). The ring algorithms (allreduce,
+ * allreduce-f64, powersgd, exact localsgd, the compressed all-reduce)
+ * then send to the next member and expect the previous one, cut their
+ * buffers into count chunks and divide their averages by count;
+ * per-node seeds stay those of the node id, and error memories clip for
+ * count nodes. With count 1 a step has no round and changes nothing (the
+ * node's own average). RUMOR_EINVAL, logged, nothing changed: a bad
+ * list, an algorithm without a ring, or a step in progress (its round 0
+ * emitted, its last round not absorbed, none of its calls failed). */
+rumor_err
+gossip_ring_members_set(rumor_gossip *g, const uint32_t *members, size_t count);
+
+/* The ring neighbours of g: the next member and the previous one. */
+uint32_t gossip_ring_next(const rumor_gossip *g);
+uint32_t gossip_ring_prev(const rumor_gossip *g);
+/* Whether node is a member of g's ring. */
+bool gossip_ring_has(const rumor_gossip *g, uint32_t node);
+
 /* --- the ring all-reduce engine (ring.c) -------------------------------- */
 
+/* Works in ring positions: self and n are g's position and member count,
+ * read when a reduction starts. */
 struct gossip_ring {
-    uint32_t self;
-    size_t n;       /* nodes on the ring */
-    size_t cap;     /* elements work can hold */
-    size_t len;     /* elements being reduced */
-    bool average;   /* divide the sums by n */
-    bool wide;      /* float64 elements: work64 instead of work */
-    float *work;    /* the caller fills work[0..len) before round 0 */
-    double *work64; /* the same, for a wide ring */
-    void *sendbuf;  /* the chunk emitted this round */
+    uint32_t self;   /* this node's position on the ring */
+    size_t n;        /* members on the ring */
+    size_t cap;      /* elements work can hold */
+    size_t len;      /* elements being reduced */
+    bool average;    /* divide the sums by n */
+    bool wide;       /* float64 elements: work64 instead of work */
+    float *work;     /* the caller fills work[0..len) before round 0 */
+    double *work64;  /* the same, for a wide ring */
+    void *sendbuf;   /* the chunk emitted this round */
+    size_t send_cap; /* elements sendbuf holds */
 };
 
-rumor_err
-gossip_ring_init(struct gossip_ring *r, uint32_t self, size_t n, size_t cap);
+rumor_err gossip_ring_init(struct gossip_ring *r, size_t cap);
 
 /* As gossip_ring_init, for float64 elements (work64; 8 bytes each on the
  * wire). Sums of up to 16 float32 inputs whose non-zero magnitudes lie
  * within a factor 2^24 of each other are exact in float64, so the result
  * is then the correctly rounded mean whatever the order of additions. */
-rumor_err gossip_ring_init_wide(struct gossip_ring *r,
-                                uint32_t self,
-                                size_t n,
-                                size_t cap);
+rumor_err gossip_ring_init_wide(struct gossip_ring *r, size_t cap);
 void gossip_ring_free(struct gossip_ring *r);
-uint32_t gossip_ring_rounds(const struct gossip_ring *r); /* 2 (n - 1) */
+/* Rounds of one reduction over g's ring: 2 (n - 1), 0 for a lone member. */
+uint32_t gossip_ring_rounds(const rumor_gossip *g);
 
-/* Starts a reduction of work[0..len) (len <= cap): a sum, or an average. */
-void gossip_ring_start(struct gossip_ring *r, size_t len, bool average);
+/* Starts a reduction of work[0..len) (len <= cap) over g's ring: a sum,
+ * or an average. RUMOR_ENOMEM when a smaller ring's chunks do not fit. */
+rumor_err gossip_ring_start(struct gossip_ring *r,
+                            const rumor_gossip *g,
+                            size_t len,
+                            bool average);
 
-/* The single message of a round, to node self + 1. */
-void gossip_ring_emit(struct gossip_ring *r,
-                      uint32_t round,
-                      struct rumor_gossip_msg *out);
+/* The single message of a round, to the next member, as g->out[0]. */
+rumor_err
+gossip_ring_emit(rumor_gossip *g, struct gossip_ring *r, uint32_t round);
 
-/* Takes node self - 1's chunk. After the last round work holds the result,
- * the same bits on every node. */
+/* Takes the previous member's chunk. After the last round work holds the
+ * result, the same bits on every member. */
 rumor_err gossip_ring_absorb(const rumor_gossip *g,
                              struct gossip_ring *r,
                              uint32_t round,
@@ -294,31 +339,29 @@ rumor_err gossip_ring_absorb(const rumor_gossip *g,
 
 /* --- the payload all-gather (ring.c) ------------------------------------ */
 
-/* Every node's payload (its own length, at most cap bytes) passes round the
- * ring: in round r node i forwards to i + 1 the payload of node i - r, so
- * after n - 1 rounds every node holds all n. For codecs whose payloads
- * cannot be summed on the way (not linear, not the same length): decoded
- * in node order, they give the same bits on every node. */
+/* Every member's payload (its own length, at most cap bytes) passes round
+ * g's ring: in round r position i forwards to i + 1 the payload of
+ * position i - r, so after n - 1 rounds every member holds all n. For
+ * codecs whose payloads cannot be summed on the way (not linear, not the
+ * same length): decoded in position order (the members' id order), they
+ * give the same bits on every member. */
 struct gossip_gather {
-    uint32_t self;
-    size_t n;
+    size_t slots; /* payloads allocated: one per topology node */
     size_t cap;
-    uint8_t **payload; /* node j's; the caller writes payload[self] */
-    size_t *len;       /* and len[self] */
+    uint8_t **payload; /* position j's; the caller writes its own */
+    size_t *len;       /* and its length, at g->ring_pos */
 };
 
-rumor_err gossip_gather_init(struct gossip_gather *a,
-                             uint32_t self,
-                             size_t n,
-                             size_t cap);
+rumor_err
+gossip_gather_init(struct gossip_gather *a, const rumor_gossip *g, size_t cap);
 void gossip_gather_free(struct gossip_gather *a);
 
-/* The single message of a round, to node self + 1. */
-void gossip_gather_emit(const struct gossip_gather *a,
-                        uint32_t round,
-                        struct rumor_gossip_msg *out);
+/* The single message of a round, to the next member, as g->out[0]. */
+rumor_err gossip_gather_emit(rumor_gossip *g,
+                             const struct gossip_gather *a,
+                             uint32_t round);
 
-/* Takes node self - 1's payload; *complete after the last round. */
+/* Takes the previous member's payload; *complete after the last round. */
 rumor_err gossip_gather_absorb(const rumor_gossip *g,
                                struct gossip_gather *a,
                                uint32_t round,

@@ -32,6 +32,12 @@
  * still e + the local update. With "self" each node uses its own e; the
  * mean of the nodes' look-ahead points is anchor - mean(e) either way
  * (W doubly stochastic), the neighbourhood form spreads them less.
+ *
+ * Exact averaging runs over the instance's ring (gossip_ring_members_set):
+ * the mixer and the all-gather use its members, the mean divides by their
+ * count, and the error round reaches only neighbours that are members. A
+ * lone member's sync has no round and changes nothing (anchor, memory and
+ * outer momentum stay as they were).
  */
 #include "gossip/gossip_impl.h"
 #include "gossip/saef.h"
@@ -142,13 +148,11 @@ s_make_codec(rumor_gossip *g, struct rumor_diag *diag)
             g->opts.delta_codec);
         return RUMOR_EINVAL;
     }
-    if (rc == RUMOR_OK)
-        rc = rumor_ef_set_nodes(s->ef, g->nodes);
     size_t cap = 0;
     if (rc == RUMOR_OK)
         rc = rumor_ef_encoded_size(s->ef, s->codec, g->numel, &cap);
     if (rc == RUMOR_OK)
-        rc = gossip_gather_init(&s->gather, g->self, g->nodes, cap);
+        rc = gossip_gather_init(&s->gather, g, cap);
     return rc;
 }
 
@@ -199,6 +203,12 @@ s_free(rumor_gossip *g)
 }
 
 static bool
+s_uses_ring(const rumor_gossip *g)
+{
+    return g->opts.gossip_rounds == 0;
+}
+
+static bool
 s_sync_step(const rumor_gossip *g, uint64_t step)
 {
     return step % g->opts.period == 0;
@@ -218,10 +228,10 @@ static uint32_t
 s_rounds(const rumor_gossip *g, uint64_t step)
 {
     const struct localsgd *s = g->state;
-    if (!s_sync_step(g, step))
+    if (!s_sync_step(g, step) || (g->ring_n < 2 && s_uses_ring(g)))
         return 0;
     if (s->codec != NULL && s->have_anchor)
-        return (uint32_t)(g->nodes - 1) +
+        return (uint32_t)(g->ring_n - 1) +
                (gossip_saef_exchanges(&s->saef, g) ? 1 : 0);
     return s_mixer_rounds(g, step);
 }
@@ -242,6 +252,8 @@ s_encode_delta(rumor_gossip *g, uint64_t step)
     rumor_err rc = s_saef(g)
                        ? rumor_ef_apply_error(s->ef, own, s->acc, g->numel)
                        : RUMOR_OK;
+    if (rc == RUMOR_OK) /* DGC's clip: N is the ring's */
+        rc = rumor_ef_set_nodes(s->ef, g->ring_n);
     if (rc != RUMOR_OK)
         return rc;
     uint64_t seed = rumor_seed_derive(g->opts.seed, g->self, 0x10ca1);
@@ -251,9 +263,9 @@ s_encode_delta(rumor_gossip *g, uint64_t step)
                          g->numel,
                          seed,
                          step,
-                         s->gather.payload[g->self],
+                         s->gather.payload[g->ring_pos],
                          s->gather.cap,
-                         &s->gather.len[g->self],
+                         &s->gather.len[g->ring_pos],
                          NULL);
     if (rc == RUMOR_OK) { /* e_bar belonged to the errors just resent */
         s->ahead = 0;
@@ -277,7 +289,7 @@ static bool
 s_error_round(const rumor_gossip *g, uint32_t round)
 {
     const struct localsgd *s = g->state;
-    return round + 1 == g->nodes && gossip_saef_exchanges(&s->saef, g);
+    return round + 1 == g->ring_n && gossip_saef_exchanges(&s->saef, g);
 }
 
 static rumor_err
@@ -299,12 +311,7 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
     if (s_error_round(g, round))
         return gossip_saef_emit(&s->saef, g, step, s_error(g));
     rumor_err rc = round == 0 ? s_encode_delta(g, step) : RUMOR_OK;
-    if (rc == RUMOR_OK)
-        rc = gossip_out_reserve(g, 1);
-    if (rc != RUMOR_OK)
-        return rc;
-    gossip_gather_emit(&s->gather, round, &g->out[0]);
-    return RUMOR_OK;
+    return rc == RUMOR_OK ? gossip_gather_emit(g, &s->gather, round) : rc;
 }
 
 /* x = anchor - lr (d + mu v) with v = mu v + d, d the averaged delta
@@ -338,14 +345,15 @@ s_after_mix(rumor_gossip *g)
     s->have_anchor = g->opts.gossip_rounds == 0;
 }
 
-/* Every payload decoded in node order: the same bits on every node. */
+/* Every payload decoded in node order (the members' positions): the same
+ * bits on every member. */
 static rumor_err
 s_after_gather(rumor_gossip *g)
 {
     struct localsgd *s = g->state;
     memset(s->acc, 0, g->numel * sizeof(float));
-    float inv = 1.0f / (float)g->nodes;
-    for (size_t j = 0; j < g->nodes; j++) {
+    float inv = 1.0f / (float)g->ring_n;
+    for (size_t j = 0; j < g->ring_n; j++) {
         rumor_err rc = rumor_codec_decode_add(s->codec,
                                               s->gather.payload[j],
                                               s->gather.len[j],
@@ -354,10 +362,10 @@ s_after_gather(rumor_gossip *g)
                                               g->numel);
         if (rc != RUMOR_OK) {
             rumor_log(RUMOR_LOG_WARN,
-                      "gossip localsgd: node %u: the delta of node %zu does "
+                      "gossip localsgd: node %u: the delta of node %u does "
                       "not decode: %s",
                       g->self,
-                      j,
+                      g->ring[j],
                       rumor_strerror(rc));
             return rc;
         }
@@ -388,12 +396,6 @@ s_absorb(rumor_gossip *g,
     return rc;
 }
 
-static bool
-s_uses_ring(const rumor_gossip *g)
-{
-    return g->opts.gossip_rounds == 0;
-}
-
 static size_t
 s_expected(const rumor_gossip *g,
            uint64_t step,
@@ -403,12 +405,20 @@ s_expected(const rumor_gossip *g,
 {
     const struct localsgd *s = g->state;
     if (s->codec != NULL && s->have_anchor && s_error_round(g, round))
-        return gossip_expected_neighbors(g, step, round, peers, cap);
+        return gossip_saef_expected(g, step, peers, cap);
     if (s->codec != NULL && s->have_anchor)
         return gossip_expected_prev(g, step, round, peers, cap);
     size_t count = 0;
     rumor_gossip_expected(s->mixer, step, round, peers, cap, &count);
     return count;
+}
+
+/* The mixer's ring is this instance's. */
+static rumor_err
+s_members(rumor_gossip *g, const uint32_t *members, size_t count)
+{
+    struct localsgd *s = g->state;
+    return gossip_ring_members_set(s->mixer, members, count);
 }
 
 static rumor_err
@@ -558,6 +568,7 @@ const struct gossip_algo_i gossip_localsgd = {
     .uses_ring = s_uses_ring,
     .absorb = s_absorb,
     .step_ahead = s_step_ahead,
+    .members = s_members,
     .state_save = s_state_save,
     .state_load = s_state_load,
 };

@@ -210,7 +210,7 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     rc = s_unc_setup(g);
     if (rc != RUMOR_OK)
         return rc;
-    return gossip_ring_init(&s->ring, g->self, g->nodes, g->numel);
+    return gossip_ring_init(&s->ring, g->numel);
 }
 
 static void
@@ -243,7 +243,7 @@ s_rounds(const rumor_gossip *g, uint64_t step)
 {
     (void)step;
     const struct powersgd *s = g->state;
-    uint32_t one = gossip_ring_rounds(&s->ring);
+    uint32_t one = gossip_ring_rounds(g);
     return rumor_lowrank_psgd_active(s->psgd) ? s_exchanges(s) * one : one;
 }
 
@@ -256,7 +256,7 @@ s_ring_fit(rumor_gossip *g, size_t len)
     if (len <= s->ring.cap)
         return RUMOR_OK;
     gossip_ring_free(&s->ring);
-    return gossip_ring_init(&s->ring, g->self, g->nodes, len);
+    return gossip_ring_init(&s->ring, len);
 }
 
 /* Copies the uncompressed tensors to or from a packed buffer. */
@@ -302,9 +302,8 @@ s_start_step(rumor_gossip *g)
     struct powersgd *s = g->state;
     s->active = rumor_lowrank_psgd_active(s->psgd);
     if (!s->active) {
-        gossip_ring_start(&s->ring, g->numel, true);
         gossip_flat_get(g, 0, g->numel, s->ring.work);
-        return RUMOR_OK;
+        return gossip_ring_start(&s->ring, g, g->numel, true);
     }
     rumor_err rc = rumor_lowrank_psgd_begin(s->psgd, s->data, &s->x);
     size_t stats = s->rule ? GOSSIP_PSGD_STATS : 0;
@@ -318,8 +317,10 @@ s_start_step(rumor_gossip *g)
     memcpy(s->ring.work + s->x.floats + s->unc_floats,
            s->pend,
            stats * sizeof(float));
-    gossip_ring_start(&s->ring, s->x.floats + s->unc_floats + stats, false);
-    return RUMOR_OK;
+    return gossip_ring_start(&s->ring,
+                             g,
+                             s->x.floats + s->unc_floats + stats,
+                             false);
 }
 
 static rumor_err
@@ -328,13 +329,9 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
     (void)step;
     struct powersgd *s = g->state;
     rumor_err rc = round == 0 ? s_start_step(g) : RUMOR_OK;
-    if (rc == RUMOR_OK)
-        rc = gossip_out_reserve(g, 1);
-    if (rc == RUMOR_OK)
-        gossip_ring_emit(&s->ring,
-                         round % gossip_ring_rounds(&s->ring),
-                         &g->out[0]);
-    return rc;
+    return rc == RUMOR_OK
+               ? gossip_ring_emit(g, &s->ring, round % gossip_ring_rounds(g))
+               : rc;
 }
 
 /* The rule, on the sums of every node's last error and norm (the same
@@ -545,8 +542,7 @@ s_exchange_done(rumor_gossip *g, uint32_t k)
     if (rc != RUMOR_OK)
         return rc;
     memcpy(s->ring.work, s->x.data, s->x.floats * sizeof(float));
-    gossip_ring_start(&s->ring, s->x.floats, s->x.average);
-    return RUMOR_OK;
+    return gossip_ring_start(&s->ring, g, s->x.floats, s->x.average);
 }
 
 /* Phase A (the first exchange, summed with the uncompressed tensors) is
@@ -555,7 +551,7 @@ static rumor_err
 s_phase_a_done(rumor_gossip *g)
 {
     struct powersgd *s = g->state;
-    float n = (float)g->nodes;
+    float n = (float)g->ring_n;
     float *work = s->ring.work;
     for (size_t e = 0; e < s->x.floats; e++)
         s->x.data[e] = s->x.average ? work[e] / n : work[e];
@@ -575,7 +571,7 @@ s_absorb(rumor_gossip *g,
 {
     (void)step;
     struct powersgd *s = g->state;
-    uint32_t one = gossip_ring_rounds(&s->ring);
+    uint32_t one = gossip_ring_rounds(g);
     rumor_err rc = gossip_ring_absorb(g, &s->ring, round % one, msgs, count);
     if (rc != RUMOR_OK || round % one != one - 1)
         return rc;

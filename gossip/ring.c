@@ -9,6 +9,12 @@
  * 2 (n - 1) / n of the buffer, the optimum for a ring, and every node ends
  * with the same bits. The ring is logical (i to i + 1 mod n), whatever the
  * topology's edges: a network driver connects ring neighbours for it.
+ * Positions are those of the instance's member list
+ * (gossip_ring_members_set, every node by default): position i is node
+ * members[i], so a ring re-formed over the live members of an epoch
+ * (docs/reliability.md, "Elastic rings") runs the same schedule over
+ * k = |members| positions, and its averages divide by k. The list is read
+ * when a reduction starts; it changes only between steps.
  * A wide ring carries float64 partial sums (twice the bytes): sums of
  * float32 inputs are then exact in practice, so the result is the
  * correctly rounded mean, independent of the order of additions (the
@@ -52,34 +58,28 @@ s_elem(const struct gossip_ring *r)
 }
 
 static rumor_err
-s_init(struct gossip_ring *r, uint32_t self, size_t n, size_t cap, bool wide)
+s_init(struct gossip_ring *r, size_t cap, bool wide)
 {
     memset(r, 0, sizeof *r);
-    r->self = self;
-    r->n = n;
     r->cap = cap;
     r->wide = wide;
     if (wide)
         r->work64 = malloc((cap + 1) * sizeof(double));
     else
         r->work = malloc((cap + 1) * sizeof(float));
-    r->sendbuf = malloc((cap / n + 2) * s_elem(r));
-    return (r->work || r->work64) && r->sendbuf ? RUMOR_OK : RUMOR_ENOMEM;
+    return r->work || r->work64 ? RUMOR_OK : RUMOR_ENOMEM;
 }
 
 rumor_err
-gossip_ring_init(struct gossip_ring *r, uint32_t self, size_t n, size_t cap)
+gossip_ring_init(struct gossip_ring *r, size_t cap)
 {
-    return s_init(r, self, n, cap, false);
+    return s_init(r, cap, false);
 }
 
 rumor_err
-gossip_ring_init_wide(struct gossip_ring *r,
-                      uint32_t self,
-                      size_t n,
-                      size_t cap)
+gossip_ring_init_wide(struct gossip_ring *r, size_t cap)
 {
-    return s_init(r, self, n, cap, true);
+    return s_init(r, cap, true);
 }
 
 void
@@ -92,23 +92,40 @@ gossip_ring_free(struct gossip_ring *r)
 }
 
 uint32_t
-gossip_ring_rounds(const struct gossip_ring *r)
+gossip_ring_rounds(const rumor_gossip *g)
 {
-    return (uint32_t)(2 * (r->n - 1));
+    return g->ring_n < 2 ? 0 : (uint32_t)(2 * (g->ring_n - 1));
 }
 
-void
-gossip_ring_start(struct gossip_ring *r, size_t len, bool average)
+rumor_err
+gossip_ring_start(struct gossip_ring *r,
+                  const rumor_gossip *g,
+                  size_t len,
+                  bool average)
 {
+    r->self = g->ring_pos;
+    r->n = g->ring_n;
     r->len = len;
     r->average = average;
+    /* a chunk is at most len / n + 1 elements; a smaller ring has larger
+     * chunks, so the buffer grows when the ring shrinks */
+    size_t want = r->cap / r->n + 2;
+    if (want <= r->send_cap)
+        return RUMOR_OK;
+    void *buf = realloc(r->sendbuf, want * s_elem(r));
+    if (buf == NULL)
+        return RUMOR_ENOMEM;
+    r->sendbuf = buf;
+    r->send_cap = want;
+    return RUMOR_OK;
 }
 
-void
-gossip_ring_emit(struct gossip_ring *r,
-                 uint32_t round,
-                 struct rumor_gossip_msg *out)
+rumor_err
+gossip_ring_emit(rumor_gossip *g, struct gossip_ring *r, uint32_t round)
 {
+    rumor_err rc = gossip_out_reserve(g, 1);
+    if (rc != RUMOR_OK)
+        return rc;
     size_t n = r->n;
     if (round == n - 1 && r->average) {
         size_t mine = (r->self + 1) % n, at = s_chunk_start(r, mine);
@@ -123,9 +140,10 @@ gossip_ring_emit(struct gossip_ring *r,
     const void *src = r->wide ? (const void *)(r->work64 + s_chunk_start(r, c))
                               : (const void *)(r->work + s_chunk_start(r, c));
     memcpy(r->sendbuf, src, len * s_elem(r));
-    *out = (struct rumor_gossip_msg){(uint32_t)((r->self + 1) % n),
-                                     (const uint8_t *)r->sendbuf,
-                                     len * s_elem(r)};
+    g->out[0] = (struct rumor_gossip_msg){gossip_ring_next(g),
+                                          (const uint8_t *)r->sendbuf,
+                                          len * s_elem(r)};
+    return RUMOR_OK;
 }
 
 static rumor_err
@@ -174,9 +192,9 @@ gossip_ring_absorb(const rumor_gossip *g,
                    const struct rumor_gossip_msg *msgs,
                    size_t count)
 {
-    size_t n = r->n;
-    uint32_t prev = (uint32_t)((r->self + n - 1) % n);
-    size_t c = s_chunk_sent(r, prev, round), len = s_chunk_len(r, c);
+    size_t n = r->n, from = (r->self + n - 1) % n;
+    uint32_t prev = gossip_ring_prev(g);
+    size_t c = s_chunk_sent(r, from, round), len = s_chunk_len(r, c);
     const struct rumor_gossip_msg *slot = NULL;
     rumor_err rc =
         gossip_match_inbox(g, &prev, 1, msgs, count, len * s_elem(r), &slot);
@@ -202,9 +220,10 @@ gossip_ring_absorb(const rumor_gossip *g,
 }
 
 rumor_err
-gossip_gather_init(struct gossip_gather *a, uint32_t self, size_t n, size_t cap)
+gossip_gather_init(struct gossip_gather *a, const rumor_gossip *g, size_t cap)
 {
-    *a = (struct gossip_gather){.self = self, .n = n, .cap = cap};
+    size_t n = g->nodes;
+    *a = (struct gossip_gather){.slots = n, .cap = cap};
     a->payload = calloc(n, sizeof *a->payload);
     a->len = calloc(n, sizeof *a->len);
     if (a->payload == NULL || a->len == NULL)
@@ -218,22 +237,26 @@ gossip_gather_init(struct gossip_gather *a, uint32_t self, size_t n, size_t cap)
 void
 gossip_gather_free(struct gossip_gather *a)
 {
-    for (size_t j = 0; a->payload != NULL && j < a->n; j++)
+    for (size_t j = 0; a->payload != NULL && j < a->slots; j++)
         free(a->payload[j]);
     free(a->payload);
     free(a->len);
     memset(a, 0, sizeof *a);
 }
 
-void
-gossip_gather_emit(const struct gossip_gather *a,
-                   uint32_t round,
-                   struct rumor_gossip_msg *out)
+rumor_err
+gossip_gather_emit(rumor_gossip *g,
+                   const struct gossip_gather *a,
+                   uint32_t round)
 {
-    size_t n = a->n, from = (a->self + n - round % n) % n;
-    *out = (struct rumor_gossip_msg){(uint32_t)((a->self + 1) % n),
-                                     a->payload[from],
-                                     a->len[from]};
+    rumor_err rc = gossip_out_reserve(g, 1);
+    if (rc != RUMOR_OK)
+        return rc;
+    size_t n = g->ring_n, from = (g->ring_pos + n - round % n) % n;
+    g->out[0] = (struct rumor_gossip_msg){gossip_ring_next(g),
+                                          a->payload[from],
+                                          a->len[from]};
+    return RUMOR_OK;
 }
 
 rumor_err
@@ -244,8 +267,8 @@ gossip_gather_absorb(const rumor_gossip *g,
                      size_t count,
                      bool *complete)
 {
-    size_t n = a->n;
-    uint32_t prev = (uint32_t)((a->self + n - 1) % n);
+    size_t n = g->ring_n;
+    uint32_t prev = gossip_ring_prev(g);
     const struct rumor_gossip_msg *slot = NULL;
     rumor_err rc = gossip_match_peers(g, &prev, 1, msgs, count, &slot);
     if (rc != RUMOR_OK)
@@ -255,15 +278,94 @@ gossip_gather_absorb(const rumor_gossip *g,
                   "gossip %s: node %u rejected %zu bytes from %u (at most "
                   "%zu)",
                   g->algo->name,
-                  a->self,
+                  g->self,
                   slot->len,
                   prev,
                   a->cap);
         return RUMOR_EPROTO;
     }
-    size_t from = (prev + n - round % n) % n;
+    size_t from = (g->ring_pos + 2 * n - 1 - round % n) % n;
     memcpy(a->payload[from], slot->data, slot->len);
     a->len[from] = slot->len;
     *complete = round + 2 == n;
+    return RUMOR_OK;
+}
+
+/* --- the ring's members --------------------------------------------------- */
+
+uint32_t
+gossip_ring_next(const rumor_gossip *g)
+{
+    return g->ring[(g->ring_pos + 1) % g->ring_n];
+}
+
+uint32_t
+gossip_ring_prev(const rumor_gossip *g)
+{
+    return g->ring[(g->ring_pos + g->ring_n - 1) % g->ring_n];
+}
+
+bool
+gossip_ring_has(const rumor_gossip *g, uint32_t node)
+{
+    size_t lo = 0, hi = g->ring_n;
+    while (lo < hi) { /* the list is sorted */
+        size_t mid = lo + (hi - lo) / 2;
+        if (g->ring[mid] < node)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < g->ring_n && g->ring[lo] == node;
+}
+
+/* Why members[0..count) cannot be g's ring (NULL: it can); *pos receives
+ * g's position in it. */
+static const char *
+s_members_check(const rumor_gossip *g,
+                const uint32_t *members,
+                size_t count,
+                size_t *pos)
+{
+    *pos = count;
+    if (!rumor_gossip_uses_ring(g))
+        return "the algorithm has no ring";
+    if (g->in_step)
+        return "a step is in progress";
+    if (members == NULL || count == 0)
+        return "no member";
+    for (size_t i = 0; i < count; i++) {
+        if (members[i] >= g->nodes)
+            return "a node outside the topology";
+        if (i > 0 && members[i] <= members[i - 1])
+            return "not sorted or not unique";
+        if (members[i] == g->self)
+            *pos = i;
+    }
+    return *pos == count ? "this node is not a member" : NULL;
+}
+
+rumor_err
+gossip_ring_members_set(rumor_gossip *g, const uint32_t *members, size_t count)
+{
+    size_t pos = 0;
+    const char *why = s_members_check(g, members, count, &pos);
+    if (why != NULL) {
+        rumor_log(RUMOR_LOG_WARN,
+                  "gossip %s: node %u refused a ring of %zu members: %s",
+                  g->algo->name,
+                  g->self,
+                  count,
+                  why);
+        return RUMOR_EINVAL;
+    }
+    rumor_err rc = g->algo->members != NULL
+                       ? g->algo->members(g, members, count)
+                       : RUMOR_OK;
+    if (rc != RUMOR_OK)
+        return rc;
+    memmove(g->ring, members, count * sizeof *members);
+    g->ring_n = count;
+    g->ring_pos = (uint32_t)pos;
     return RUMOR_OK;
 }

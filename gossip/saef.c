@@ -83,7 +83,8 @@ gossip_saef_init(struct gossip_saef *s,
     s->scratch = malloc(g->numel * sizeof *s->scratch);
     s->acc = malloc(g->numel * sizeof *s->acc);
     s->slot = malloc(g->nodes * sizeof *s->slot);
-    if (!s->buf || !s->ebar || !s->scratch || !s->acc || !s->slot)
+    s->peers = malloc(g->nodes * sizeof *s->peers);
+    if (!s->buf || !s->ebar || !s->scratch || !s->acc || !s->slot || !s->peers)
         return RUMOR_ENOMEM;
     return RUMOR_OK;
 }
@@ -97,6 +98,7 @@ gossip_saef_free(struct gossip_saef *s)
     free(s->scratch);
     free(s->acc);
     free(s->slot);
+    free(s->peers);
     memset(s, 0, sizeof *s);
 }
 
@@ -125,7 +127,30 @@ gossip_saef_emit(struct gossip_saef *s,
                                       NULL);
     if (rc != RUMOR_OK)
         return rc;
-    return gossip_out_to_neighbors(g, step, s->buf, s->len);
+    size_t peers = gossip_saef_expected(g, step, s->peers, g->nodes);
+    rc = gossip_out_reserve(g, peers);
+    for (size_t k = 0; k < peers && rc == RUMOR_OK; k++)
+        g->out[k] = (struct rumor_gossip_msg){s->peers[k], s->buf, s->len};
+    return rc;
+}
+
+size_t
+gossip_saef_expected(const rumor_gossip *g,
+                     uint64_t step,
+                     uint32_t *peers,
+                     size_t cap)
+{
+    size_t phase = rumor_topology_phase_at(g->topo, step), count = 0, kept = 0;
+    const uint32_t *nbr =
+        rumor_topology_neighbors(g->topo, phase, g->self, &count, NULL);
+    for (size_t k = 0; k < count; k++) {
+        if (!gossip_ring_has(g, nbr[k]))
+            continue;
+        if (kept < cap)
+            peers[kept] = nbr[k];
+        kept++;
+    }
+    return kept;
 }
 
 /* A neighbour's error that did not come: its weight w goes to the self
@@ -175,15 +200,22 @@ gossip_saef_absorb(struct gossip_saef *s,
     const double *w = NULL;
     const uint32_t *nbr =
         rumor_topology_neighbors(g->topo, phase, g->self, &peers, &w);
-    /* slot[k] = the message of nbr[k], NULL when it is missing (which
-     * gossip_match_peers reports as RUMOR_ETIMEDOUT) */
-    rumor_err rc = gossip_match_peers(g, nbr, peers, msgs, count, s->slot);
+    /* slot[j] = the message of the j-th member neighbour, NULL when it
+     * is missing (which gossip_match_peers reports as RUMOR_ETIMEDOUT) */
+    size_t members = gossip_saef_expected(g, step, s->peers, g->nodes);
+    rumor_err rc =
+        gossip_match_peers(g, s->peers, members, msgs, count, s->slot);
     rc = rc == RUMOR_ETIMEDOUT ? RUMOR_OK : rc;
     double self_w = rumor_topology_self_weight(g->topo, phase, g->self);
     memset(s->acc, 0, g->numel * sizeof *s->acc);
-    for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
-        if (s->slot[k] != NULL)
-            rc = s_add_neighbour(s, g, s->slot[k], w[k]);
+    for (size_t k = 0, j = 0; k < peers && rc == RUMOR_OK; k++) {
+        if (!gossip_ring_has(g, nbr[k])) {
+            self_w += w[k]; /* sent nothing, as a missing neighbour */
+            continue;
+        }
+        const struct rumor_gossip_msg *m = s->slot[j++];
+        if (m != NULL)
+            rc = s_add_neighbour(s, g, m, w[k]);
         else
             self_w += s_missing(g, nbr[k], w[k]);
     }

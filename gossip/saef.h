@@ -20,7 +20,8 @@ struct gossip_saef {
     float *scratch; /* one decoded error, numel */
     double *acc;    /* the weighted sum being formed, numel */
     const struct rumor_gossip_msg **slot;
-    bool have_ebar; /* ebar belongs to the last sync */
+    uint32_t *peers; /* the error round's, nodes slots */
+    bool have_ebar;  /* ebar belongs to the last sync */
 };
 
 /* Parses opts.saef_scope ("" or "self", "neighbourhood",
@@ -37,11 +38,19 @@ void gossip_saef_free(struct gossip_saef *s);
 bool gossip_saef_exchanges(const struct gossip_saef *s, const rumor_gossip *g);
 
 /* The error round's messages: C(e) of the own error e (numel floats) to
- * every neighbour of the step's phase. */
+ * every neighbour of the step's phase that is a member of g's ring. */
 rumor_err gossip_saef_emit(struct gossip_saef *s,
                            rumor_gossip *g,
                            uint64_t step,
                            const float *e);
+
+/* The error round's senders: the neighbours of the step's phase that are
+ * members of g's ring (all of them unless gossip_ring_members_set chose
+ * fewer), the first cap into peers; returns how many. */
+size_t gossip_saef_expected(const rumor_gossip *g,
+                            uint64_t step,
+                            uint32_t *peers,
+                            size_t cap);
 
 /* Forms e_bar from the own error e and the neighbours' messages. A
  * neighbour whose message is missing gives its weight to the self term
