@@ -442,6 +442,22 @@ node_wait_links(rumor_node *node, uint64_t deadline, struct rumor_diag *diag)
     return RUMOR_OK;
 }
 
+/* After the run's last step t: the neighbours hear that this node is
+ * done (node_faults_finish; best effort: a failure is only logged), then
+ * the queued sends go out. */
+void
+node_finish(rumor_node *node, uint64_t t)
+{
+    if (node->faults != NULL) {
+        rumor_err rc = node_faults_finish(node->faults, node->net, node->g, t);
+        if (rc != RUMOR_OK)
+            rumor_log(RUMOR_LOG_WARN,
+                      "telling down neighbours the run ended: %s",
+                      rumor_strerror(rc));
+    }
+    node_flush(node);
+}
+
 /* Sends queued for neighbours go out before the run reports its bytes
  * and closes the transport. This is the end of the run (its last step, or
  * a peer closing): from now on, neighbours that finish and go quiet are

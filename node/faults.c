@@ -29,7 +29,12 @@
  * the same way at both ends), the one behind jumps to the other's step,
  * and the edge is up again from the next step. A node with every neighbour
  * down waits up to a span for a handshake before each step, so it cannot
- * race ahead of the network it will rejoin. A SYNC with JOIN comes from
+ * race ahead of the network it will rejoin; a node that ran the run's
+ * last step sends its neighbours a SYNC with DONE, and a neighbour that
+ * hears it waits for it no more and, with nobody left to race ahead of,
+ * is no longer held back (without it, a node that its neighbours marked
+ * down before they finished trained on at one step per span). A SYNC
+ * with JOIN comes from
  * a restarted process: the old edge state is dropped first (staged terms,
  * and per-edge algorithm state, which both ends restart from what they
  * derive alone); the restarted process does the same on its side. A node
@@ -61,6 +66,7 @@ struct s_peer {
     uint32_t backoff_ms; /* current probe interval */
     bool rejoin;         /* the next probe says JOIN (we restarted) */
     bool joined;         /* its JOIN was taken since it was last down */
+    bool done;           /* it ran the run's last step (SYNC with DONE) */
 };
 
 /* The test hook (RUMOR_FAULTS_POISON, docs/reliability.md): this node
@@ -551,6 +557,25 @@ s_held_since(rumor_gossip *g, uint32_t j, uint64_t step)
 }
 
 /* Takes one SYNC (request or answer) from peer j. */
+/* A neighbour ran the run's last step: what both ends hold is settled,
+ * and it is neither waited for nor probed again (it has gone). */
+static rumor_err
+s_on_done(node_faults *f,
+          rumor_gossip *g,
+          uint32_t j,
+          const struct node_sync *s)
+{
+    struct s_peer *p = &f->peer[j];
+    if (!p->done)
+        rumor_log(RUMOR_LOG_INFO,
+                  "node %u ran the last step (%llu): no longer waited for",
+                  j,
+                  (unsigned long long)s->step);
+    p->done = true;
+    p->up = false;
+    return rumor_gossip_ack_take(g, j, &s->ack);
+}
+
 static rumor_err
 s_on_sync(node_faults *f,
           rumor_net *net,
@@ -562,6 +587,9 @@ s_on_sync(node_faults *f,
           uint64_t *next)
 {
     struct s_peer *p = &f->peer[j];
+    if (s->flags & NODE_SYNC_DONE)
+        return s_on_done(f, g, j, s);
+    p->done = false; /* restarted for more steps (--resume) */
     if (!request && p->up)
         return RUMOR_OK; /* an answer to a probe already settled */
     if (s->flags & NODE_SYNC_JOIN) {
@@ -671,7 +699,7 @@ s_handshakes(node_faults *f,
         if (rc == RUMOR_OK)
             rc = s_drain(f, net, g, model, j, RUMOR_NET_KIND_STATE, next);
         struct s_peer *p = &f->peer[j];
-        if (rc == RUMOR_OK && !p->up && now >= p->probe_ns) {
+        if (rc == RUMOR_OK && !p->up && !p->done && now >= p->probe_ns) {
             uint32_t flags = p->rejoin ? NODE_SYNC_JOIN : 0;
             rc = s_send_sync(f, net, g, j, RUMOR_NET_KIND_SYNC, flags, *next);
             p->probe_ns = now + p->backoff_ms * NODE_FAULTS_MS;
@@ -688,7 +716,9 @@ s_alone(const node_faults *f)
 {
     bool any = false;
     for (uint32_t j = 0; j < f->o.n; j++) {
-        if (f->peer[j].neighbour && f->peer[j].up)
+        /* a neighbour that ran the last step ended the run: there is no
+         * network left to race ahead of */
+        if (f->peer[j].neighbour && (f->peer[j].up || f->peer[j].done))
             return false;
         any = any || f->peer[j].neighbour;
     }
@@ -728,6 +758,25 @@ node_faults_between(node_faults *f,
     size_t applied = 0;
     if (rc == RUMOR_OK)
         rc = rumor_gossip_commit(g, &applied);
+    return rc;
+}
+
+rumor_err
+node_faults_finish(node_faults *f,
+                   rumor_net *net,
+                   rumor_gossip *g,
+                   uint64_t last)
+{
+    rumor_err rc = RUMOR_OK;
+    for (uint32_t j = 0; j < f->o.n && rc == RUMOR_OK; j++)
+        if (j != f->o.self && f->peer[j].neighbour && !f->peer[j].done)
+            rc = s_send_sync(f,
+                             net,
+                             g,
+                             j,
+                             RUMOR_NET_KIND_SYNC,
+                             NODE_SYNC_DONE,
+                             last + 1);
     return rc;
 }
 

@@ -135,6 +135,16 @@ rumor_err node_faults_between(node_faults *f,
                               const struct rumor_model *model,
                               uint64_t *next);
 
+/* After the run's last step (last, 0-based): a SYNC marked DONE to every
+ * neighbour. A neighbour that has not finished waits for this node no
+ * more, and one whose neighbours had all marked it down is no longer
+ * held to one step per span (nothing is left to race ahead of): it
+ * trains on to the end at its own pace. */
+rumor_err node_faults_finish(node_faults *f,
+                             rumor_net *net,
+                             rumor_gossip *g,
+                             uint64_t last);
+
 /* Before step 0 with opts.join: fetches a live neighbour's model into
  * model and sets *next to its step. RUMOR_ETIMEDOUT when none answers
  * before deadline. */

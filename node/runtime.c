@@ -860,7 +860,7 @@ s_step(rumor_node *node, uint64_t t)
         return rc;
     node->sum.steps = t + 1;
     if (last)
-        node_flush(node);
+        node_finish(node, t);
     return s_report(node,
                     t + 1,
                     rumor_optim_lr(node->optim, t),

@@ -239,6 +239,10 @@ node_report_step(rumor_node *node, uint64_t steps, const struct node_report *r);
 /* Waits (bounded) until queued sends have left. */
 void node_flush(rumor_node *node);
 
+/* The end of a run after its last step t (`rumor node`): the fault
+ * path's end-of-run notice to the neighbours, then node_flush. */
+void node_finish(rumor_node *node, uint64_t t);
+
 struct node_counters {
     uint64_t gossip_frames_sent;
     double seconds;        /* since node_start_clock */

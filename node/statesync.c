@@ -78,7 +78,8 @@ node_sync_decode(const uint8_t *buf, size_t len, struct node_sync *out)
         return RUMOR_EPROTO;
     uint64_t flags = s_get(buf + 4, 4);
     uint64_t ack = s_get(buf + 16, 8);
-    if ((flags & ~(uint64_t)(NODE_SYNC_JOIN | NODE_SYNC_WANT_STATE)) != 0 ||
+    if ((flags & ~(uint64_t)(NODE_SYNC_JOIN | NODE_SYNC_WANT_STATE |
+                             NODE_SYNC_DONE)) != 0 ||
         ack != len - NODE_SYNC_HEADER_BYTES)
         return RUMOR_EPROTO;
     rumor_err rc = rumor_gossip_ack_decode(buf + NODE_SYNC_HEADER_BYTES,

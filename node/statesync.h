@@ -16,6 +16,7 @@
     (NODE_SYNC_HEADER_BYTES + RUMOR_GOSSIP_ACK_BYTES_MAX)
 #define NODE_SYNC_JOIN          1u /* a new incarnation: forget the edge */
 #define NODE_SYNC_WANT_STATE    2u /* answer with a STATE message too */
+#define NODE_SYNC_DONE          4u /* the sender ran the last step: gone */
 #define NODE_STATE_HEADER_BYTES 24
 #define NODE_STATE_VERSION      1u /* 1: an optimizer part after the model */
 #define NODE_STATE_TENSORS_MAX  RUMOR_GOSSIP_MAX_TENSORS

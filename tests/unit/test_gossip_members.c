@@ -622,7 +622,9 @@ test_members__lone_member__no_round(void **state)
 {
     (void)state;
     static const uint32_t lone[] = {2};
-    const char *algos[] = {"allreduce", "allreduce-f64", "powersgd",
+    const char *algos[] = {"allreduce",
+                           "allreduce-f64",
+                           "powersgd",
                            "localsgd"};
     for (size_t a = 0; a < 4; a++) {
         struct rumor_gossip_opts o;
