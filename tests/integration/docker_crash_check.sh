@@ -65,9 +65,12 @@ for j in "$@"; do
     last=$(metrics "$j" | tail -n 1)
     down=$(field "$last" peers_down)
     [ "${down:-x}" = 0 ] || bad "node-$j: ${down:-no count of} peers down at its last step, want 0"
-    if grep -q "node $victim is down" "$dir/node-$j.log"; then
+    # the fault path's mark ("...; skipping it and probing"), not the
+    # transport's "net: node N is down (was late)"
+    marked="node $victim is down (.*skipping it"
+    if grep -q "$marked" "$dir/node-$j.log"; then
         n=$(field "$last" readmitted)
-        if ! sed -n "/node $victim is down/,\$p" "$dir/node-$j.log" | grep -q "node $victim is back" ||
+        if ! sed -n "/$marked/,\$p" "$dir/node-$j.log" | grep -q "node $victim is back" ||
             [ "${n:-0}" -lt 1 ]; then
             bad "node-$j marked node-$victim down and never re-admitted it (readmitted ${n:-none})"
         fi
