@@ -284,7 +284,8 @@ struct rumor_net_msg {
     struct rumor_net_header hdr;
     uint8_t *payload; /* owned; free with rumor_net_msg_free */
     size_t len;
-    void *hold; /* internal: what payload lives in (NULL: malloc'd) */
+    void *hold; /* opaque: the buffer payload lives in (NULL: its own
+                   allocation), released by rumor_net_msg_free */
 };
 
 /* Takes the oldest message of kind (GOSSIP .. MEMBER) from peer for (step,
