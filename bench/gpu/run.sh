@@ -47,14 +47,15 @@ LB="-L$ML -L$ML/openblas-pthread -L$D/lib/x86_64-linux-gnu -Wl,-rpath-link,$ML $
 status=0
 
 # step NAME SECONDS CMD...: runs CMD under a time limit, its output
-# appended to $OUT/NAME.log and its last lines printed.
+# appended to $OUT/NAME.log and the last lines of this step's printed.
 step() {
     name=$1 limit=$2
     shift 2
     echo "== $name: $*" | tee -a "$OUT/$name.log"
+    start=$(wc -l <"$OUT/$name.log")
     timeout "$limit" "$@" >>"$OUT/$name.log" 2>&1
     rc=$?
-    tail -n 12 "$OUT/$name.log"
+    tail -n +$((start + 1)) "$OUT/$name.log" | tail -n 12
     [ $rc -eq 0 ] || {
         echo "!! $name: exit $rc"
         status=1
