@@ -123,6 +123,21 @@ s_stop_plan(rumor_node *node, uint64_t t)
               (unsigned long long)node->stop_at);
 }
 
+/* The round number on the wire: an elastic ring's carries its epoch. */
+static uint32_t
+s_wire_round(const rumor_node *node, uint32_t round)
+{
+    uint32_t r = node->round_base + round;
+    return node->elastic != NULL ? node_elastic_wire_round(node->elastic, r)
+                                 : r;
+}
+
+static bool
+s_view_changing(void *arg)
+{
+    return node_elastic_pump(arg);
+}
+
 /* Sends one of the round's messages. Skipping, a peer that is down gets
  * nothing and one whose queue is full (it does not read) is skipped. */
 static rumor_err
@@ -140,12 +155,16 @@ s_send(rumor_node *node,
     struct rumor_net_header h = {.kind = RUMOR_NET_KIND_GOSSIP,
                                  .codec = rumor_gossip_codec(node->g),
                                  .step = step,
-                                 .round = node->round_base + round,
+                                 .round = s_wire_round(node, round),
                                  .stop = s_stop_field(node, step)};
     rumor_err rc =
         rumor_net_send(node->net, m->peer, &h, sent.data, sent.len, deadline);
     if (rc == RUMOR_ETIMEDOUT && f != NULL)
         return RUMOR_OK;
+    if (rc == RUMOR_ETIMEDOUT && node->elastic != NULL) {
+        node_elastic_suspect(node->elastic, m->peer);
+        return rc;
+    }
     if (rc != RUMOR_OK) {
         rumor_log(RUMOR_LOG_ERROR,
                   "step %llu: sending to node %u: %s",
@@ -175,7 +194,14 @@ s_recv(rumor_node *node,
     node_faults *f = node->faults;
     uint32_t j = r->expect[k];
     struct rumor_net_msg *m = &node->got[*got];
-    struct node_wait w = {node->net, node->heard, &node->stop_by, f};
+    struct node_wait w = {.net = node->net,
+                          .heard = node->heard,
+                          .stop_by = &node->stop_by,
+                          .skip = f};
+    if (node->elastic != NULL) {
+        w.interrupted = s_view_changing;
+        w.arg = node->elastic;
+    }
     node->have[k] = false;
     if (f != NULL && !node_faults_admit(f, j))
         return RUMOR_OK;
@@ -183,9 +209,11 @@ s_recv(rumor_node *node,
                              j,
                              RUMOR_NET_KIND_GOSSIP,
                              r->step,
-                             node->round_base + round,
+                             s_wire_round(node, round),
                              r->deadline,
                              m);
+    if (rc == RUMOR_ETIMEDOUT && node->elastic != NULL)
+        node_elastic_suspect(node->elastic, j);
     if (rc == RUMOR_OK) {
         rc = node_gossip_codec_check(node->g, m, j);
         if (rc != RUMOR_OK)
@@ -411,7 +439,11 @@ rumor_err
 node_wait_links(rumor_node *node, uint64_t deadline, struct rumor_diag *diag)
 {
     rumor_err rc = node_check_refusals(node, diag);
-    for (size_t k = 0; k < node->nlinked && rc == RUMOR_OK; k++) {
+    /* an elastic joiner talks to whoever of the ring is up */
+    size_t wait = node->elastic != NULL && node_elastic_joining(node->elastic)
+                      ? 0
+                      : node->nlinked;
+    for (size_t k = 0; k < wait && rc == RUMOR_OK; k++) {
         uint32_t peer = node->linked[k];
         rc = RUMOR_ETIMEDOUT;
         /* in slices, so a stop request (Ctrl-C) or a refusal is seen
@@ -489,20 +521,73 @@ rumor_node_stop(rumor_node *node)
     atomic_store(&node->stop, true);
 }
 
+/* An elastic ring's joiner: taken in by the ring, with its state. */
+static rumor_err
+s_elastic_join(rumor_node *node, uint64_t *t, struct rumor_diag *diag)
+{
+    rumor_err rc = node_elastic_join(node->elastic, t);
+    if (rc == RUMOR_OK) {
+        node->first_step = *t;
+        rumor_net_close_steps_before(node->net, *t);
+    } else {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "join: the ring did not take this node in (%s)",
+                       rumor_strerror(rc));
+    }
+    return rc;
+}
+
 rumor_err
 node_join(rumor_node *node, uint64_t *t, struct rumor_diag *diag)
 {
+    if (node->elastic != NULL && node_elastic_joining(node->elastic))
+        return s_elastic_join(node, t, diag);
     if (node->faults == NULL || !node->opts.join || node->rejoining)
         return RUMOR_OK;
     return s_faults_join(node, t, diag);
+}
+
+bool
+node_step_retry(rumor_node *node, rumor_err *rc, uint64_t *t)
+{
+    if (node->elastic == NULL || *rc != RUMOR_ETIMEDOUT ||
+        rumor_clock_ns() >= atomic_load(&node->stop_by))
+        return false;
+    *rc = node_elastic_recover(node->elastic, t);
+    if (*rc == RUMOR_OK)
+        rumor_net_close_steps_before(node->net, *t);
+    return true;
+}
+
+/* An elastic ring's step boundary; a view change under way is seen
+ * through before the step (which may then be another one). */
+static rumor_err
+s_elastic_begin(rumor_node *node, uint64_t *t)
+{
+    for (;;) {
+        bool change = false;
+        rumor_err rc = node_elastic_begin(node->elastic, *t, &change);
+        if (rc != RUMOR_OK || !change)
+            return rc;
+        rc = node_elastic_recover(node->elastic, t);
+        if (rc != RUMOR_OK)
+            return rc;
+        rumor_net_close_steps_before(node->net, *t);
+    }
 }
 
 rumor_err
 node_step_begin(rumor_node *node, uint64_t *t, bool *stop)
 {
     *stop = false;
+    rumor_err rc = node->elastic != NULL ? s_elastic_begin(node, t) : RUMOR_OK;
+    if (rc != RUMOR_OK)
+        return rc;
     if (node->faults != NULL) {
-        rumor_err rc = s_faults_between(node, t);
+        rc = s_faults_between(node, t);
         if (rc != RUMOR_OK || (!node->external && *t >= node->opts.steps))
             return rc;
     }
@@ -567,10 +652,39 @@ node_gossip_bucket(rumor_node *node,
     return rc;
 }
 
+bool
+node_elastic_wanted(const rumor_node *node)
+{
+    return rumor_gossip_uses_ring(node->g) && !node->external && node->n > 1;
+}
+
+/* A ring algorithm of `rumor node` re-forms its ring around a dead node
+ * (node/elastic.c). A node restarted alone (--join, or --resume from its
+ * own checkpoint) is not a member until the ring takes it in. */
+static rumor_err
+s_elastic_new(rumor_node *node)
+{
+    const struct rumor_node_opts *o = &node->opts;
+    bool alone = o->join || (o->resume && !node->resumed_together);
+    struct node_elastic_opts eo = {.self = o->id,
+                                   .n = node->n,
+                                   .deadline_ms = o->deadline_ms,
+                                   .net = node->net,
+                                   .g = node->g,
+                                   .model = node->model,
+                                   .optim = node->optim,
+                                   .stop_by = &node->stop_by,
+                                   .first_step = node->first_step,
+                                   .join = alone};
+    return node_elastic_new(&eo, &node->elastic);
+}
+
 rumor_err
 node_exchange_init(rumor_node *node)
 {
     node->stop_margin = s_stop_margin(node);
+    if (node_elastic_wanted(node))
+        return s_elastic_new(node);
     if (!rumor_gossip_can_skip(node->g))
         return RUMOR_OK;
     return s_faults_new(node);

@@ -314,6 +314,8 @@ node_recv(const struct node_wait *w,
         char why[RUMOR_NET_REFUSE_TEXT_MAX + 1];
         if (rumor_net_refused(w->net, peer, why))
             return w->skip != NULL ? RUMOR_ETIMEDOUT : RUMOR_EPROTO;
+        if (w->interrupted != NULL && w->interrupted(w->arg))
+            return RUMOR_ETIMEDOUT;
         rumor_net_state st = rumor_net_peer_state(w->net, peer);
         if (st != RUMOR_NET_PEER_DOWN)
             w->heard[peer] = true;
@@ -382,7 +384,10 @@ node_faults_acks(node_faults *f,
     uint64_t now = rumor_clock_ns();
     uint64_t span = r->deadline > r->started ? r->deadline - r->started : 0;
     uint64_t deadline = (r->deadline > now ? r->deadline : now) + span / 4;
-    struct node_wait w = {net, f->o.heard, f->o.stop_by, f};
+    struct node_wait w = {.net = net,
+                          .heard = f->o.heard,
+                          .stop_by = f->o.stop_by,
+                          .skip = f};
     rumor_err rc = RUMOR_OK;
     for (size_t k = 0; k < r->expected && rc == RUMOR_OK; k++) {
         uint32_t j = r->expect[k];

@@ -41,6 +41,10 @@ struct node_wait {
     /* NULL: strict, a peer that sends nothing fails the wait; else the
      * fault path of an algorithm that can skip it */
     node_faults *skip;
+    /* NULL, or asked after each slice: true ends the wait with
+     * RUMOR_ETIMEDOUT, not logged (an elastic ring's view change) */
+    bool (*interrupted)(void *arg);
+    void *arg;
 };
 
 /* Waits for peer's message of kind of (step, round) until deadline (or

@@ -179,6 +179,8 @@ node_metrics_write(node_metrics *m, const struct node_metrics_row *r)
     ok = ok && s_add_num(o, "seconds_gossip", r->seconds_gossip);
     ok = ok && s_add_num(o, "seconds_wait", r->seconds_wait);
     ok = ok && (!r->faults || s_add_faults(o, r));
+    ok = ok && (!r->elastic || (s_add_num(o, "epoch", (double)r->epoch) &&
+                                s_add_num(o, "members", r->members)));
     ok = ok && s_add_adapt(o, r->gossip);
     char *text = ok ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);

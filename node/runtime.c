@@ -314,6 +314,9 @@ s_start_net(rumor_node *node, struct rumor_diag *diag)
         if ((rumor_gossip_uses_ring(node->g) || node->external) &&
             peers[k].id == next)
             peers[k].link = true;
+        /* an elastic ring's view change talks to every member */
+        if (node_elastic_wanted(node))
+            peers[k].link = true;
         if (peers[k].link && peers[k].endpoint == NULL) {
             rumor_diag_set(diag,
                            o->topology,
@@ -453,6 +456,16 @@ s_resume(rumor_node *node, struct rumor_diag *diag)
     return RUMOR_OK;
 }
 
+/* Whether the probe goes to neighbour j: not to one the fault path marked
+ * down, nor to one outside an elastic ring's current members. */
+static bool
+s_probe_peer(const rumor_node *node, uint32_t j)
+{
+    if (node->faults != NULL)
+        return node_faults_up(node->faults, j);
+    return node->elastic == NULL || node_elastic_member(node->elastic, j);
+}
+
 /* The consensus probe after step t: the whole model to every neighbour of
  * t's phase and back; sum.consensus = mean_j ||x_i - x_j||^2. Its bytes
  * are counted apart from the algorithm's. */
@@ -478,7 +491,7 @@ s_probe(rumor_node *node, uint64_t t, uint64_t deadline)
     size_t heard = 0;
     for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
         struct rumor_net_header h = {.kind = RUMOR_NET_KIND_PROBE, .step = t};
-        if (node->faults != NULL && !node_faults_up(node->faults, nbrs[k]))
+        if (!s_probe_peer(node, nbrs[k]))
             continue; /* down: the probe skips it as the gossip does */
         rc = rumor_net_send(node->net, nbrs[k], &h, node->probe, len, deadline);
         uint64_t wire = rumor_gossip_wire_bytes(len);
@@ -488,8 +501,8 @@ s_probe(rumor_node *node, uint64_t t, uint64_t deadline)
     double sum = 0;
     for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
         struct rumor_net_msg msg;
-        if (node->faults != NULL) {
-            if (!node_faults_up(node->faults, nbrs[k]))
+        if (node->faults != NULL || node->elastic != NULL) {
+            if (!s_probe_peer(node, nbrs[k]))
                 continue;
             rc = rumor_net_recv(node->net,
                                 nbrs[k],
@@ -503,7 +516,10 @@ s_probe(rumor_node *node, uint64_t t, uint64_t deadline)
                 continue;
             }
         } else {
-            struct node_wait w = {node->net, node->heard, &node->stop_by, NULL};
+            struct node_wait w = {.net = node->net,
+                                  .heard = node->heard,
+                                  .stop_by = &node->stop_by,
+                                  .skip = NULL};
             rc = node_recv(&w,
                            nbrs[k],
                            RUMOR_NET_KIND_PROBE,
@@ -636,6 +652,9 @@ s_row(rumor_node *node,
         .gossip = node->g,
     };
     s_faults_row(node, out);
+    out->elastic = node->elastic != NULL;
+    if (out->elastic)
+        node_elastic_view(node->elastic, &out->epoch, &out->members);
 }
 
 static rumor_err
@@ -969,6 +988,7 @@ rumor_node_destroy(rumor_node **self_p)
     free(node->prom_peers);
     rumor_net_destroy(&node->net);
     node_faults_destroy(&node->faults);
+    node_elastic_destroy(&node->elastic);
     rumor_gossip_destroy(&node->g);
     rumor_model_free(&node->mix);
     rumor_optim_destroy(&node->optim);
@@ -1012,7 +1032,8 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
     if (rc == RUMOR_OK)
         rc = node_join(node, &t0, diag);
     bool first = true;
-    for (uint64_t t = t0; t < o->steps && rc == RUMOR_OK; t++) {
+    uint64_t t = t0;
+    while (t < o->steps && rc == RUMOR_OK) {
         bool stop = false;
         rc = node_step_begin(node, &t, &stop);
         if (rc != RUMOR_OK || stop || t >= o->steps)
@@ -1022,6 +1043,9 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
             node_check_refusals(node, diag) != RUMOR_OK)
             rc = RUMOR_EPROTO;
         first = false;
+        if (rc != RUMOR_OK && node_step_retry(node, &rc, &t))
+            continue;
+        t++;
         bool due = o->checkpoint_every > 0 &&
                    node->sum.steps % o->checkpoint_every == 0;
         struct rumor_diag why = {0};
@@ -1031,6 +1055,12 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
                       (unsigned long long)node->sum.steps,
                       why.file,
                       why.msg);
+    }
+    /* an elastic ring completed the last step for this node */
+    if (rc == RUMOR_OK && t >= o->steps && node->sum.steps < o->steps &&
+        node->elastic != NULL) {
+        node->sum.steps = o->steps;
+        node_finish(node, o->steps - 1);
     }
     /* the final checkpoint: of a stop, or of the end (to train on later
      * with --resume and more --steps) */

@@ -71,6 +71,9 @@ struct node_metrics_row {
     uint64_t readmitted;         /* handshakes with returning neighbours */
     uint64_t control_bytes_sent; /* acks, syncs, states: wire bytes */
     uint64_t control_frames_sent;
+    bool elastic;     /* an elastic ring (node/elastic.c): the two below */
+    uint64_t epoch;   /* the installed membership epoch */
+    uint32_t members; /* its member count */
 };
 
 /* --metrics-listen (node/prometheus.c): the snapshot a scrape sees. */

@@ -8,6 +8,7 @@
 
 #include "rumor/node.h"
 
+#include "node/elastic.h"
 #include "node/faults.h"
 #include "node/runtime_impl.h"
 
@@ -46,8 +47,9 @@ struct rumor_node {
     rumor_gossip *g;
     rumor_net *net;
     node_metrics *metrics;
-    node_faults *faults;               /* skipping algorithms: node/faults.c */
-    node_prom *prom;                   /* --metrics-listen, or NULL */
+    node_faults *faults;   /* skipping algorithms: node/faults.c */
+    node_elastic *elastic; /* ring algorithms of rumor node: node/elastic.c */
+    node_prom *prom;       /* --metrics-listen, or NULL */
     struct node_prom_peer *prom_peers; /* with prom: nlinked slots */
     uint32_t *linked;                  /* peers this node opens links to */
     size_t nlinked;
@@ -93,6 +95,14 @@ struct rumor_node {
  * transport exist: the stop margin, and the fault path for algorithms
  * that can skip. */
 rumor_err node_exchange_init(rumor_node *node);
+
+/* Whether step *t, which failed with *rc, is to be run again: in an
+ * elastic ring, after the view change (node_elastic_recover), with *t the
+ * step the new ring runs and *rc its outcome; false otherwise. */
+bool node_step_retry(rumor_node *node, rumor_err *rc, uint64_t *t);
+
+/* Elastic rings link every node (the view change talks to all members). */
+bool node_elastic_wanted(const rumor_node *node);
 
 /* --- runtime.c, for exchange.c --- */
 

@@ -23,7 +23,7 @@
 /* --- frame codec (pure; docs/protocol.md "## Frames") ------------------ */
 
 #define RUMOR_NET_MAGIC           0x524d5552u /* "RUMR" as little-endian bytes */
-#define RUMOR_NET_VERSION         3
+#define RUMOR_NET_VERSION         4
 #define RUMOR_NET_HEADER_BYTES    RUMOR_FRAME_HEADER_BYTES
 #define RUMOR_NET_HELLO_BYTES     24    /* the fixed part of a HELLO payload */
 #define RUMOR_NET_HELLO_DESC_MAX  65536 /* cap on the description after it */

@@ -1,0 +1,573 @@
+/*
+ * Elastic rings over the transport (node/elastic.h; docs/reliability.md,
+ * "Elastic rings"). node/membership.c decides; this file carries its
+ * messages, feeds it the deadlines, and makes its decisions true of the
+ * node: the ring of the new epoch, the failed step dropped (everyone
+ * goes back to the snapshot taken before it) or completed (a member
+ * without the result takes the holder's state), a joiner's state.
+ *
+ * Why a snapshot of the algorithm's state at every boundary: PowerSGD's
+ * compressor and the codecs update their memories while a step runs, so
+ * a step dropped half-way must go back to the state before it, and a
+ * member that serves its state to a joiner mid-step must serve the state
+ * of the step boundary, not one half-way through the step.
+ */
+#include "node/elastic.h"
+
+#include "node/membership.h"
+#include "node/statesync.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define ELASTIC_MS          1000000ull
+#define ELASTIC_SEND_MS     100 /* a control frame waits for queue room */
+#define ELASTIC_POLL_MS     5   /* the pace of a wait outside a round */
+#define ELASTIC_STALL_LOG_S 5   /* "waiting for a majority" that often */
+#define ELASTIC_ASK_MS      500 /* a state request is repeated */
+#define ELASTIC_WANT_NONE   UINT64_MAX
+
+struct node_elastic {
+    struct node_elastic_opts o;
+    node_member *m;
+    uint64_t epoch;        /* the epoch the ring runs in */
+    uint32_t members;      /* its member count */
+    struct rumor_buf snap; /* the algorithm's state before snap_step */
+    uint64_t snap_step;    /* ELASTIC_WANT_NONE: no snapshot yet */
+    uint64_t inc;          /* this node's incarnation, for JOIN */
+    uint64_t *want;        /* per node: the step whose state it asked for */
+    uint32_t *contacts;    /* every other node, for JOIN */
+    uint8_t *optim_buf, *state_buf;
+    size_t optim_cap, state_cap;
+};
+
+static uint64_t
+s_now_ms(void)
+{
+    return rumor_clock_ns() / ELASTIC_MS;
+}
+
+static bool
+s_stopped(const node_elastic *e)
+{
+    return rumor_clock_ns() >= atomic_load(e->o.stop_by);
+}
+
+static rumor_err
+s_send(node_elastic *e,
+       uint32_t to,
+       uint8_t kind,
+       uint64_t step,
+       const void *data,
+       size_t len)
+{
+    struct rumor_net_header h = {.kind = kind, .step = step};
+    uint64_t deadline = rumor_clock_ns() + ELASTIC_SEND_MS * ELASTIC_MS;
+    rumor_err rc = rumor_net_send(e->o.net, to, &h, data, len, deadline);
+    if (rc != RUMOR_OK)
+        rumor_log(RUMOR_LOG_DEBUG,
+                  "elastic: %s to node %u not sent: %s",
+                  rumor_net_kind_name(kind),
+                  to,
+                  rumor_strerror(rc));
+    return rc;
+}
+
+/* The view change's messages out: a lost one is the protocol's business
+ * (resends, timeouts), so a failure is only logged. */
+static void
+s_flush(node_elastic *e)
+{
+    uint32_t to = 0;
+    const uint8_t *bytes = NULL;
+    size_t len = 0;
+    while (node_member_pop(e->m, &to, &bytes, &len))
+        (void)s_send(e, to, RUMOR_NET_KIND_MEMBER, 0, bytes, len);
+}
+
+static void
+s_take_member(node_elastic *e, uint32_t from)
+{
+    struct rumor_net_msg msg;
+    while (
+        rumor_net_recv(e->o.net, from, RUMOR_NET_KIND_MEMBER, 0, 0, 0, &msg) ==
+        RUMOR_OK) {
+        rumor_err rc =
+            node_member_on_msg(e->m, from, msg.payload, msg.len, s_now_ms());
+        if (rc != RUMOR_OK)
+            rumor_log(RUMOR_LOG_WARN,
+                      "elastic: a membership message from node %u "
+                      "refused: %s",
+                      from,
+                      rumor_strerror(rc));
+        rumor_net_msg_free(&msg);
+    }
+}
+
+static void
+s_take_requests(node_elastic *e, uint32_t from)
+{
+    struct rumor_net_msg msg;
+    while (rumor_net_recv(e->o.net, from, RUMOR_NET_KIND_SYNC, 0, 0, 0, &msg) ==
+           RUMOR_OK) {
+        struct node_sync s;
+        if (node_sync_decode(msg.payload, msg.len, &s) == RUMOR_OK &&
+            (s.flags & NODE_SYNC_WANT_STATE) != 0)
+            e->want[from] = s.step;
+        else
+            rumor_log(RUMOR_LOG_WARN,
+                      "elastic: a malformed state request from node %u",
+                      from);
+        rumor_net_msg_free(&msg);
+    }
+}
+
+static const struct node_member_entry *
+s_entry(const struct node_member_view *v, uint32_t id)
+{
+    for (uint32_t i = 0; i < v->count; i++)
+        if (v->members[i].id == id)
+            return &v->members[i];
+    return NULL;
+}
+
+static rumor_err
+s_reserve(uint8_t **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return RUMOR_OK;
+    uint8_t *b = realloc(*buf, need);
+    if (b == NULL)
+        return RUMOR_ENOMEM;
+    *buf = b;
+    *cap = need;
+    return RUMOR_OK;
+}
+
+/* STATE to node j: the model and optimizer as they are at the boundary of
+ * snap_step (a round does not touch them before its step ends, and the
+ * step cannot end while j, a member of its ring, waits for this), and
+ * the algorithm's state of that boundary (the snapshot). */
+static rumor_err
+s_send_state(node_elastic *e, uint32_t j)
+{
+    size_t optim_len = 0;
+    rumor_err rc = RUMOR_OK;
+    if (e->o.optim != NULL) {
+        size_t n = rumor_optim_state_bytes(e->o.optim);
+        rc = s_reserve(&e->optim_buf, &e->optim_cap, n + 1);
+        if (rc == RUMOR_OK)
+            rc = rumor_optim_save(e->o.optim, e->optim_buf, n, &optim_len);
+    }
+    struct node_state_parts parts = {.step = e->snap_step,
+                                     .epoch = e->epoch,
+                                     .optim = e->optim_buf,
+                                     .optim_len = optim_len,
+                                     .gossip = e->snap.data,
+                                     .gossip_len = e->snap.len};
+    size_t need = node_state_bytes(e->o.model, &parts);
+    if (rc == RUMOR_OK)
+        rc = s_reserve(&e->state_buf, &e->state_cap, need);
+    if (rc != RUMOR_OK)
+        return rc;
+    size_t len =
+        node_state_encode(e->o.model, &parts, e->state_buf, e->state_cap);
+    rc = s_send(e, j, RUMOR_NET_KIND_STATE, e->snap_step, e->state_buf, len);
+    if (rc == RUMOR_OK)
+        rumor_log(RUMOR_LOG_INFO,
+                  "elastic: sent node %u the state of step %llu",
+                  j,
+                  (unsigned long long)e->snap_step + 1);
+    return rc;
+}
+
+/* Answers the state requests of members of the installed view for the
+ * boundary this node is at. */
+static void
+s_serve(node_elastic *e)
+{
+    if (node_member_state_of(e->m) != NODE_MEMBER_ACTIVE ||
+        node_member_done(e->m) != e->snap_step)
+        return;
+    const struct node_member_view *v = node_member_view_of(e->m);
+    for (uint32_t j = 0; j < e->o.n; j++) {
+        if (e->want[j] != e->snap_step || s_entry(v, j) == NULL)
+            continue;
+        if (s_send_state(e, j) == RUMOR_OK)
+            e->want[j] = ELASTIC_WANT_NONE;
+    }
+}
+
+static bool
+s_moved(const node_elastic *e)
+{
+    return node_member_state_of(e->m) != NODE_MEMBER_ACTIVE ||
+           node_member_view_of(e->m)->epoch != e->epoch;
+}
+
+bool
+node_elastic_pump(node_elastic *e)
+{
+    for (uint32_t j = 0; j < e->o.n; j++) {
+        if (j == e->o.self)
+            continue;
+        s_take_member(e, j);
+        s_take_requests(e, j);
+    }
+    node_member_tick(e->m, s_now_ms());
+    s_flush(e);
+    s_serve(e);
+    return s_moved(e);
+}
+
+uint32_t
+node_elastic_wire_round(const node_elastic *e, uint32_t round)
+{
+    return (uint32_t)(e->epoch & 0xff) << 24 | (round & 0xffffff);
+}
+
+rumor_err
+node_elastic_begin(node_elastic *e, uint64_t t, bool *change)
+{
+    /* the report comes before any message is read: a PREPARE that waits
+     * in the inbox is then promised with this step's result counted */
+    rumor_err rc = RUMOR_OK;
+    if (!s_moved(e))
+        rc = node_member_step_done(e->m, t, s_now_ms());
+    rumor_buf_reset(&e->snap);
+    if (rc == RUMOR_OK)
+        rc = rumor_gossip_state_save(e->o.g, &e->snap);
+    e->snap_step = rc == RUMOR_OK ? t : ELASTIC_WANT_NONE;
+    *change = node_elastic_pump(e);
+    return rc;
+}
+
+void
+node_elastic_suspect(node_elastic *e, uint32_t peer)
+{
+    if (s_moved(e))
+        return; /* the wait was cut by the view change, not missed */
+    rumor_log(RUMOR_LOG_WARN,
+              "elastic: node %u missed the deadline: asking the ring to go "
+              "on without it",
+              peer);
+    (void)node_member_suspect(e->m, &peer, 1, s_now_ms());
+    s_flush(e);
+}
+
+static void
+s_sleep_poll(void)
+{
+    struct timespec ts = {0, ELASTIC_POLL_MS * ELASTIC_MS};
+    nanosleep(&ts, NULL);
+}
+
+static void
+s_log_view(const node_elastic *e, const struct node_member_view *v)
+{
+    char ids[256];
+    size_t at = 0;
+    ids[0] = '\0';
+    for (uint32_t i = 0; i < v->count && at + 16 < sizeof ids; i++)
+        at += (size_t)snprintf(ids + at,
+                               sizeof ids - at,
+                               "%s%u%s",
+                               i > 0 ? " " : "",
+                               v->members[i].id,
+                               v->members[i].joining ? "+" : "");
+    if (at + 16 >= sizeof ids)
+        snprintf(ids + at, sizeof ids - at, " ...");
+    rumor_log(RUMOR_LOG_WARN,
+              "elastic: epoch %llu: %u members (%s); step %llu %s, the ring "
+              "runs from step %llu",
+              (unsigned long long)v->epoch,
+              v->count,
+              ids,
+              (unsigned long long)v->step + 1,
+              v->fate == NODE_MEMBER_COMPLETE ? "completed" : "dropped",
+              (unsigned long long)node_member_first_step(v) + 1);
+    (void)e;
+}
+
+static rumor_err
+s_ask_to_join(node_elastic *e)
+{
+    e->inc++;
+    return node_member_join_request(e->m,
+                                    e->contacts,
+                                    e->o.n - 1,
+                                    e->inc,
+                                    s_now_ms());
+}
+
+/* Pumps until this node is a member of an epoch after the one its ring
+ * runs in; a node the ring removed asks to join again. */
+static rumor_err
+s_await_view(node_elastic *e)
+{
+    uint64_t logged = rumor_clock_ns();
+    for (;;) {
+        struct node_member_event ev;
+        while (node_member_event(e->m, &ev)) {
+            if (ev.kind != NODE_MEMBER_REMOVED)
+                continue;
+            rumor_log(RUMOR_LOG_WARN,
+                      "elastic: removed from the ring at epoch %llu: asking "
+                      "to join again",
+                      (unsigned long long)ev.epoch);
+            rumor_err rc = s_ask_to_join(e);
+            if (rc != RUMOR_OK)
+                return rc;
+        }
+        bool active = node_member_state_of(e->m) == NODE_MEMBER_ACTIVE;
+        if (active && node_member_view_of(e->m)->epoch != e->epoch)
+            return RUMOR_OK;
+        if (s_stopped(e))
+            return RUMOR_ETIMEDOUT;
+        if (rumor_clock_ns() - logged >
+            ELASTIC_STALL_LOG_S * 1000 * ELASTIC_MS) {
+            logged = rumor_clock_ns();
+            rumor_log(RUMOR_LOG_WARN,
+                      "elastic: no new epoch yet (the ring of epoch %llu has "
+                      "%u members; a majority of them must answer): waiting",
+                      (unsigned long long)e->epoch,
+                      e->members);
+        }
+        (void)node_elastic_pump(e);
+        s_sleep_poll();
+    }
+}
+
+static rumor_err
+s_take_state(node_elastic *e, uint32_t holder, const struct rumor_net_msg *msg)
+{
+    struct node_state_parts parts;
+    rumor_err rc =
+        node_state_decode(msg->payload, msg->len, e->o.model, &parts);
+    if (rc == RUMOR_OK && e->o.optim != NULL && parts.optim_len > 0)
+        rc = rumor_optim_load(e->o.optim, parts.optim, parts.optim_len);
+    struct rumor_diag diag = {0};
+    if (rc == RUMOR_OK)
+        rc = rumor_gossip_state_adopt(e->o.g,
+                                      parts.gossip,
+                                      parts.gossip_len,
+                                      &diag);
+    if (rc != RUMOR_OK)
+        rumor_log(RUMOR_LOG_WARN,
+                  "elastic: node %u sent a state that does not fit: %s%s%s",
+                  holder,
+                  rumor_strerror(rc),
+                  diag.msg[0] != '\0' ? ": " : "",
+                  diag.msg);
+    return rc;
+}
+
+/* The state of the boundary before step s from the view's holder. It
+ * answers once it is at that boundary; a holder that does not answer
+ * within the deadlines is suspected (RUMOR_ETIMEDOUT: another view
+ * change), and so is one whose state does not fit. */
+static rumor_err
+s_fetch(node_elastic *e, uint32_t holder, uint64_t s)
+{
+    struct node_sync ask = {.flags = NODE_SYNC_WANT_STATE, .step = s};
+    uint8_t buf[NODE_SYNC_BYTES_MAX];
+    size_t len = node_sync_encode(&ask, buf, sizeof buf);
+    uint64_t give_up = rumor_clock_ns() + 4ull * e->o.deadline_ms * ELASTIC_MS;
+    uint64_t asked = 0;
+    while (rumor_clock_ns() < give_up && !s_stopped(e)) {
+        if (rumor_clock_ns() - asked > ELASTIC_ASK_MS * ELASTIC_MS) {
+            asked = rumor_clock_ns();
+            (void)s_send(e, holder, RUMOR_NET_KIND_SYNC, s, buf, len);
+        }
+        struct rumor_net_msg msg;
+        uint64_t until = rumor_clock_ns() + ELASTIC_POLL_MS * ELASTIC_MS;
+        rumor_err rc = rumor_net_recv(e->o.net,
+                                      holder,
+                                      RUMOR_NET_KIND_STATE,
+                                      0,
+                                      0,
+                                      until,
+                                      &msg);
+        if (rc == RUMOR_OK) {
+            bool ours = msg.hdr.step == s;
+            rc = ours ? s_take_state(e, holder, &msg) : RUMOR_OK;
+            rumor_net_msg_free(&msg);
+            if (ours && rc == RUMOR_OK)
+                return RUMOR_OK;
+            if (ours)
+                break;
+        }
+        if (node_elastic_pump(e))
+            return RUMOR_ETIMEDOUT; /* yet another view change */
+    }
+    if (s_stopped(e))
+        return RUMOR_ETIMEDOUT;
+    node_elastic_suspect(e, holder);
+    return RUMOR_ETIMEDOUT;
+}
+
+/* The decided view made true here: the state of its first step s (kept,
+ * gone back to, or fetched) and its ring. */
+static rumor_err
+s_enter(node_elastic *e, uint64_t *t)
+{
+    const struct node_member_view *v = node_member_view_of(e->m);
+    uint64_t s = node_member_first_step(v);
+    const struct node_member_entry *me = s_entry(v, e->o.self);
+    bool fetch = me->joining || e->snap_step != s;
+    rumor_err rc = RUMOR_OK;
+    /* dropped or not, a step under way goes back to its boundary; a
+     * member behind by the completed step keeps its own memories of the
+     * boundary before it and takes the rest from the holder */
+    if (e->snap_step != ELASTIC_WANT_NONE)
+        rc = rumor_gossip_state_load(e->o.g, e->snap.data, e->snap.len, NULL);
+    uint32_t ids[NODE_MEMBER_MAX];
+    for (uint32_t i = 0; i < v->count; i++)
+        ids[i] = v->members[i].id;
+    uint32_t holder = v->holder;
+    /* the epoch is this ring's from here on: the holder answers requests
+     * of this epoch's members only */
+    e->epoch = v->epoch;
+    e->members = v->count;
+    if (rc == RUMOR_OK)
+        rc = rumor_gossip_members_set(e->o.g, ids, v->count);
+    if (rc == RUMOR_OK && fetch)
+        rc = s_fetch(e, holder, s);
+    if (rc == RUMOR_OK && me->joining)
+        rumor_gossip_fast_forward(e->o.g, s);
+    if (rc == RUMOR_OK)
+        *t = s;
+    return rc;
+}
+
+rumor_err
+node_elastic_recover(node_elastic *e, uint64_t *t)
+{
+    rumor_gossip_step_abandon(e->o.g);
+    if (!s_moved(e)) {
+        /* the step failed without a missed message (a send that found
+         * no room): the predecessor it waited on is the one to doubt */
+        const struct node_member_view *v = node_member_view_of(e->m);
+        uint32_t pos = 0;
+        while (pos < v->count && v->members[pos].id != e->o.self)
+            pos++;
+        uint32_t prev = v->members[(pos + v->count - 1) % v->count].id;
+        node_elastic_suspect(e, prev);
+    }
+    for (;;) {
+        rumor_err rc = s_await_view(e);
+        if (rc != RUMOR_OK)
+            return rc;
+        s_log_view(e, node_member_view_of(e->m));
+        rc = s_enter(e, t);
+        if (rc != RUMOR_ETIMEDOUT || s_stopped(e))
+            return rc;
+    }
+}
+
+rumor_err
+node_elastic_join(node_elastic *e, uint64_t *t)
+{
+    rumor_log(RUMOR_LOG_WARN, "elastic: asking the ring to take this node in");
+    rumor_err rc = s_ask_to_join(e);
+    while (rc == RUMOR_OK) {
+        rc = s_await_view(e);
+        if (rc != RUMOR_OK)
+            break;
+        s_log_view(e, node_member_view_of(e->m));
+        rc = s_enter(e, t);
+        if (rc != RUMOR_ETIMEDOUT || s_stopped(e))
+            break;
+        rc = RUMOR_OK;
+    }
+    return rc;
+}
+
+bool
+node_elastic_member(const node_elastic *e, uint32_t id)
+{
+    return s_entry(node_member_view_of(e->m), id) != NULL;
+}
+
+bool
+node_elastic_joining(const node_elastic *e)
+{
+    return node_member_state_of(e->m) == NODE_MEMBER_OUT;
+}
+
+void
+node_elastic_view(const node_elastic *e, uint64_t *epoch, uint32_t *members)
+{
+    *epoch = e->epoch;
+    *members = e->members;
+}
+
+static rumor_err
+s_start(node_elastic *e)
+{
+    uint32_t *all = malloc(e->o.n * sizeof *all);
+    if (all == NULL)
+        return RUMOR_ENOMEM;
+    for (uint32_t i = 0; i < e->o.n; i++)
+        all[i] = i;
+    rumor_err rc = node_member_start(e->m, all, e->o.n, e->o.first_step);
+    free(all);
+    e->members = e->o.n;
+    return rc;
+}
+
+rumor_err
+node_elastic_new(const struct node_elastic_opts *o, node_elastic **out)
+{
+    *out = NULL;
+    node_elastic *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return RUMOR_ENOMEM;
+    e->o = *o;
+    e->snap_step = ELASTIC_WANT_NONE;
+    /* later than any incarnation an earlier process of this node had */
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    e->inc = (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
+    rumor_buf_init(&e->snap, 0);
+    e->want = malloc(o->n * sizeof *e->want);
+    e->contacts = malloc(o->n * sizeof *e->contacts);
+    struct node_member_opts mo = {.timeout = o->deadline_ms,
+                                  .timeout_max = 16ull * o->deadline_ms,
+                                  .resend = o->deadline_ms / 5 + 1,
+                                  .grace = o->deadline_ms / 10 + 1};
+    rumor_err rc = e->want != NULL && e->contacts != NULL
+                       ? node_member_new(&e->m, o->self, o->n, &mo)
+                       : RUMOR_ENOMEM;
+    for (uint32_t i = 0; e->want != NULL && i < o->n; i++)
+        e->want[i] = ELASTIC_WANT_NONE;
+    /* contacts from the successor on, so that joiners spread out */
+    for (uint32_t i = 1; e->contacts != NULL && i < o->n; i++)
+        e->contacts[i - 1] = (o->self + i) % o->n;
+    if (rc == RUMOR_OK && !o->join)
+        rc = s_start(e);
+    if (rc != RUMOR_OK) {
+        node_elastic_destroy(&e);
+        return rc;
+    }
+    *out = e;
+    return RUMOR_OK;
+}
+
+void
+node_elastic_destroy(node_elastic **self_p)
+{
+    node_elastic *e = *self_p;
+    if (e == NULL)
+        return;
+    node_member_destroy(&e->m);
+    rumor_buf_free(&e->snap);
+    free(e->want);
+    free(e->contacts);
+    free(e->optim_buf);
+    free(e->state_buf);
+    free(e);
+    *self_p = NULL;
+}

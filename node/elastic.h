@@ -1,0 +1,87 @@
+/*
+ * Private to node/: elastic rings (issue 23; docs/reliability.md,
+ * "Elastic rings"). The view change of node/membership.c carried over
+ * the transport for the ring algorithms (all-reduce, PowerSGD, exact
+ * local SGD, the compressed all-reduce): MEMBER frames to and from every
+ * node, a suspicion when a ring message misses its deadline, the failed
+ * step dropped or completed as the decided view says, the ring re-formed
+ * over the new members (rumor_gossip_members_set), and the state (model,
+ * optimizer, the algorithm's shared state) sent by the view's holder to
+ * a member that lacks it: one that missed the completed step, one that
+ * joins (a restart, --join, or a node that was removed and came back).
+ *
+ * node/exchange.c drives it: node_elastic_begin at each step boundary,
+ * node_elastic_pump from the waits of a round (node_recv), and
+ * node_elastic_recover when a step fails.
+ */
+#ifndef RUMOR_NODE_ELASTIC_H
+#define RUMOR_NODE_ELASTIC_H
+
+#include "rumor/gossip.h"
+#include "rumor/net.h"
+#include "rumor/train.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct node_elastic node_elastic;
+
+struct node_elastic_opts {
+    uint32_t self, n;
+    uint32_t deadline_ms; /* the step deadline: the view change's pace */
+    rumor_net *net;       /* borrowed, as are the three below */
+    rumor_gossip *g;
+    struct rumor_model *model; /* what a joiner takes (at a step boundary) */
+    rumor_optim *optim;        /* may be NULL */
+    const _Atomic uint64_t *stop_by; /* a stop ends every wait by then */
+    uint64_t first_step;
+    bool join; /* outside the ring at the start: ask to join */
+};
+
+rumor_err node_elastic_new(const struct node_elastic_opts *o,
+                           node_elastic **out);
+void node_elastic_destroy(node_elastic **self_p);
+
+/* The round number on the wire: the installed epoch's low byte on top,
+ * so that a message of an abandoned attempt at a step never answers the
+ * wait of the step's next attempt in a later epoch. */
+uint32_t node_elastic_wire_round(const node_elastic *e, uint32_t round);
+
+/* At the boundary before step t: reports the steps this node holds, takes
+ * the snapshot a dropped step goes back to, and handles what came. *change:
+ * a view change is under way, the step must not run
+ * (node_elastic_recover). */
+rumor_err node_elastic_begin(node_elastic *e, uint64_t t, bool *change);
+
+/* Handles what came (MEMBER frames, state requests) and the passing of
+ * time; true when the current step must end: a view change is under way
+ * or a new epoch was installed. Called by the waits of a round. */
+bool node_elastic_pump(node_elastic *e);
+
+/* The wait for peer's message of the current step ran past its
+ * deadline: starts (or feeds) the view change. */
+void node_elastic_suspect(node_elastic *e, uint32_t peer);
+
+/* After step *t failed: waits for the view change to end (or starts one,
+ * suspecting the ring predecessor, when nobody did), puts the new
+ * epoch's ring and this node's state in place, and sets *t to the step
+ * the new ring runs. A node removed from the ring asks to join again.
+ * RUMOR_ETIMEDOUT when a stop request's deadline passes first. */
+rumor_err node_elastic_recover(node_elastic *e, uint64_t *t);
+
+/* Before the first step of a joiner: asks to join, waits to be admitted
+ * and takes the state; *t receives the step it enters at. */
+rumor_err node_elastic_join(node_elastic *e, uint64_t *t);
+
+/* Whether node id is a member of the ring's epoch. */
+bool node_elastic_member(const node_elastic *e, uint32_t id);
+
+/* True until a node started outside the ring (opts.join) is taken in. */
+bool node_elastic_joining(const node_elastic *e);
+
+/* The installed epoch and its member count, for the metrics. */
+void
+node_elastic_view(const node_elastic *e, uint64_t *epoch, uint32_t *members);
+
+#endif
