@@ -529,17 +529,15 @@ s_send_state(node_faults *f,
         if (rc == RUMOR_OK)
             rc = rumor_optim_save(f->o.optim, f->optim_buf, n, &optim_len);
     }
-    size_t need = node_state_bytes(model, optim_len);
+    struct node_state_parts parts = {.step = next,
+                                     .optim = f->optim_buf,
+                                     .optim_len = optim_len};
+    size_t need = node_state_bytes(model, &parts);
     if (rc == RUMOR_OK)
         rc = s_reserve(&f->state_buf, &f->state_cap, need);
     if (rc != RUMOR_OK)
         return rc;
-    size_t len = node_state_encode(model,
-                                   next,
-                                   f->optim_buf,
-                                   optim_len,
-                                   f->state_buf,
-                                   f->state_cap);
+    size_t len = node_state_encode(model, &parts, f->state_buf, f->state_cap);
     rc = s_send(f,
                 net,
                 peer,
@@ -804,11 +802,11 @@ node_faults_restarted(node_faults *f)
  * optimizer (same kind and size, finite; true), else this node keeps its
  * own fresh state (the model is taken either way). */
 static bool
-s_take_optim(node_faults *f, uint32_t j, const struct node_state_optim *o)
+s_take_optim(node_faults *f, uint32_t j, const struct node_state_parts *p)
 {
-    if (f->o.optim == NULL || o->len == 0)
+    if (f->o.optim == NULL || p->optim_len == 0)
         return false;
-    rumor_err rc = rumor_optim_load(f->o.optim, o->data, o->len);
+    rumor_err rc = rumor_optim_load(f->o.optim, p->optim, p->optim_len);
     if (rc != RUMOR_OK)
         rumor_log(RUMOR_LOG_WARN,
                   "node %u sent an optimizer state that does not fit (%s): "
@@ -845,10 +843,9 @@ node_faults_join(node_faults *f,
             if (rumor_net_recv(net, j, RUMOR_NET_KIND_STATE, 0, 0, 0, &msg) !=
                 RUMOR_OK)
                 continue;
-            uint64_t step = 0;
-            struct node_state_optim optim;
+            struct node_state_parts parts;
             rumor_err r =
-                node_state_decode(msg.payload, msg.len, model, &step, &optim);
+                node_state_decode(msg.payload, msg.len, model, &parts);
             if (r != RUMOR_OK) {
                 rumor_net_msg_free(&msg);
                 rumor_log(RUMOR_LOG_WARN,
@@ -857,15 +854,15 @@ node_faults_join(node_faults *f,
                           rumor_strerror(r));
                 continue;
             }
-            bool took = s_take_optim(f, j, &optim);
-            rumor_net_msg_free(&msg);
+            bool took = s_take_optim(f, j, &parts);
+            rumor_net_msg_free(&msg); /* parts' bytes go with it */
             rumor_log(RUMOR_LOG_WARN,
                       "joined: model%s of node %u; continuing at step %llu",
                       took ? " and optimizer state" : "",
                       j,
-                      (unsigned long long)step + 1);
-            rumor_gossip_fast_forward(g, step);
-            *next = step;
+                      (unsigned long long)parts.step + 1);
+            rumor_gossip_fast_forward(g, parts.step);
+            *next = parts.step;
             return RUMOR_OK;
         }
         if (rumor_clock_ns() >= deadline)

@@ -12,19 +12,26 @@
  *
  * STATE carries a live neighbour's model to a node that joins late or
  * restarts without a checkpoint: the step, the tensor count, each tensor's
- * element count and its float32 values, then (version 1) the neighbour's
- * optimizer state as rumor_optim_save writes it. The joiner checks every
- * count against its own model (which it built from the same options, so
- * shapes agree unless the peer is misconfigured or hostile) and every
- * value for finiteness before it copies anything; the optimizer bytes are
- * only bounded here (exactly the rest of the message) and handed back
+ * element count and its float32 values, then (since version 1) the
+ * neighbour's optimizer state as rumor_optim_save writes it. The joiner
+ * checks every count against its own model (which it built from the same
+ * options, so shapes agree unless the peer is misconfigured or hostile) and
+ * every value for finiteness before it copies anything; the optimizer bytes are
+ * only bounded here (by the rest of the message) and handed back
  * borrowed, for rumor_optim_load, which checks kind, size and values. The
  * momentum buffer is worth taking although it comes from another data
  * shard: the models are close to consensus, so the smoothed gradients are
  * too, while a buffer restarted from zero makes the joiner's steps up to
  * 1 / (1 - beta) times (10x for beta 0.9) shorter than its neighbours'
  * until it rebuilds, about 1 / (1 - beta) steps, so it trails the network
- * it just joined. Version 0 (no optimizer part) is still accepted.
+ * it just joined. Version 2 adds what an elastic ring's joiner needs
+ * besides (docs/reliability.md, "Elastic rings: the design"): the
+ * sender's membership epoch in the header, and after the optimizer part,
+ * which now has a length of its own, the algorithm's state as
+ * rumor_gossip_state_save writes it (PowerSGD's warm-start Q, local SGD's
+ * anchor), bounded here and checked by rumor_gossip_state_load. Versions 0
+ * (no optimizer part) and 1 are still accepted, with epoch 0 and no gossip
+ * part.
  *
  * Everything is little-endian; decoders are pure (fuzzed by
  * tests/fuzz/fuzz_statesync.c) and never trust a length.
@@ -95,51 +102,59 @@ node_sync_decode(const uint8_t *buf, size_t len, struct node_sync *out)
 }
 
 size_t
-node_state_bytes(const struct rumor_model *m, size_t optim_len)
+node_state_bytes(const struct rumor_model *m, const struct node_state_parts *p)
 {
-    size_t n = NODE_STATE_HEADER_BYTES + 8 + optim_len;
+    size_t n = NODE_STATE_HEADER_BYTES + 8 + p->optim_len + 8 + p->gossip_len;
     for (size_t t = 0; t < m->count; t++)
         n += 8 + rumor_tensor_numel(&m->tensors[t]) * sizeof(float);
     return n;
 }
 
+/* Writes a u64 length and its bytes at out; returns the offset after. */
+static size_t
+s_put_part(uint8_t *out, const uint8_t *data, size_t len)
+{
+    s_put(out, len, 8);
+    if (len > 0)
+        memcpy(out + 8, data, len);
+    return 8 + len;
+}
+
 size_t
 node_state_encode(const struct rumor_model *m,
-                  uint64_t step,
-                  const uint8_t *optim,
-                  size_t optim_len,
+                  const struct node_state_parts *p,
                   uint8_t *out,
                   size_t cap)
 {
-    size_t need = node_state_bytes(m, optim_len), at = NODE_STATE_HEADER_BYTES;
+    size_t need = node_state_bytes(m, p), at = NODE_STATE_HEADER_BYTES;
     if (cap < need)
         return 0;
     s_put(out, STATE_MAGIC, 4);
     s_put(out + 4, NODE_STATE_VERSION, 4);
-    s_put(out + 8, step, 8);
+    s_put(out + 8, p->step, 8);
     s_put(out + 16, m->count, 8);
+    s_put(out + 24, p->epoch, 8);
     for (size_t t = 0; t < m->count; t++) {
         size_t n = rumor_tensor_numel(&m->tensors[t]);
         s_put(out + at, n, 8);
         memcpy(out + at + 8, m->tensors[t].data, n * sizeof(float));
         at += 8 + n * sizeof(float);
     }
-    s_put(out + at, optim_len, 8);
-    if (optim_len > 0)
-        memcpy(out + at + 8, optim, optim_len);
+    at += s_put_part(out + at, p->optim, p->optim_len);
+    s_put_part(out + at, p->gossip, p->gossip_len);
     return need;
 }
 
-/* Walks the tensors: checks (copy false) or copies (copy true); *end
- * receives the offset after the last one. */
+/* Walks the tensors from offset `at`: checks (copy false) or copies (copy
+ * true); *end receives the offset after the last one. */
 static rumor_err
 s_state_walk(const uint8_t *buf,
              size_t len,
+             size_t at,
              struct rumor_model *m,
              bool copy,
              size_t *end)
 {
-    size_t at = NODE_STATE_HEADER_BYTES;
     for (size_t t = 0; t < m->count; t++) {
         if (len - at < 8)
             return RUMOR_EPROTO;
@@ -162,50 +177,68 @@ s_state_walk(const uint8_t *buf,
     return RUMOR_OK;
 }
 
-/* Version 1's tail after the tensors at `at`: u64 length, then exactly
- * that many optimizer bytes to the end. */
+/* Reads a u64 length at `at` and borrows that many bytes after it, which
+ * must lie in the message; returns the offset after the part, 0 when it
+ * does not fit. */
+static size_t
+s_get_part(const uint8_t *buf,
+           size_t len,
+           size_t at,
+           const uint8_t **data,
+           size_t *n)
+{
+    if (len - at < 8)
+        return 0;
+    uint64_t k = s_get(buf + at, 8);
+    if (k > len - at - 8)
+        return 0;
+    *data = k > 0 ? buf + at + 8 : NULL;
+    *n = (size_t)k;
+    return at + 8 + (size_t)k;
+}
+
+/* The parts after the tensors, from `at`: none in version 0; the
+ * optimizer part in version 1, then in version 2 the gossip part, which
+ * must stay within its cap; the last part ends the message exactly. */
 static rumor_err
-s_state_optim(const uint8_t *buf,
+s_state_parts(const uint8_t *buf,
               size_t len,
               size_t at,
               uint64_t version,
-              struct node_state_optim *optim)
+              struct node_state_parts *p)
 {
-    if (version == 0)
-        return at == len ? RUMOR_OK : RUMOR_EPROTO;
-    if (len - at < 8)
-        return RUMOR_EPROTO;
-    uint64_t n = s_get(buf + at, 8);
-    if (n != len - at - 8)
-        return RUMOR_EPROTO;
-    optim->data = n > 0 ? buf + at + 8 : NULL;
-    optim->len = (size_t)n;
-    return RUMOR_OK;
+    if (version >= 1)
+        at = s_get_part(buf, len, at, &p->optim, &p->optim_len);
+    if (version >= 2 && at != 0)
+        at = s_get_part(buf, len, at, &p->gossip, &p->gossip_len);
+    return at == len && p->gossip_len <= RUMOR_GOSSIP_STATE_MAX ? RUMOR_OK
+                                                                : RUMOR_EPROTO;
 }
 
 rumor_err
 node_state_decode(const uint8_t *buf,
                   size_t len,
                   struct rumor_model *m,
-                  uint64_t *step,
-                  struct node_state_optim *optim)
+                  struct node_state_parts *out)
 {
-    *step = 0;
-    *optim = (struct node_state_optim){NULL, 0};
+    *out = (struct node_state_parts){0};
     uint64_t version = len >= 8 ? s_get(buf + 4, 4) : 0;
-    if (len < NODE_STATE_HEADER_BYTES || s_get(buf, 4) != STATE_MAGIC ||
+    size_t header =
+        version >= 2 ? NODE_STATE_HEADER_BYTES : NODE_STATE_HEADER_V1_BYTES;
+    if (len < header || s_get(buf, 4) != STATE_MAGIC ||
         version > NODE_STATE_VERSION || s_get(buf + 16, 8) != m->count ||
         m->count > NODE_STATE_TENSORS_MAX)
         return RUMOR_EPROTO;
     size_t end = 0;
-    rumor_err rc = s_state_walk(buf, len, m, false, &end);
+    rumor_err rc = s_state_walk(buf, len, header, m, false, &end);
     if (rc == RUMOR_OK)
-        rc = s_state_optim(buf, len, end, version, optim);
+        rc = s_state_parts(buf, len, end, version, out);
     if (rc != RUMOR_OK) {
-        *optim = (struct node_state_optim){NULL, 0};
+        *out = (struct node_state_parts){0};
         return rc;
     }
-    (void)s_state_walk(buf, len, m, true, &end);
-    *step = s_get(buf + 8, 8);
+    (void)s_state_walk(buf, len, header, m, true, &end);
+    out->step = s_get(buf + 8, 8);
+    out->epoch = version >= 2 ? s_get(buf + 24, 8) : 0;
     return RUMOR_OK;
 }

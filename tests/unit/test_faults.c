@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define DIM  24
 #define ROWS 4 /* the model: a ROWS x COLS matrix and a ROWS bias */
@@ -484,54 +485,326 @@ test_screen__huge_norm_with_clip__moves_at_most_gamma_w_tau(void **state)
     s_net_free(&c);
 }
 
+/* --- STATE messages ------------------------------------------------------ */
+
+/* The model every STATE test sends: a 2 x 3 matrix and a 3-vector. */
+static const float s_a[6] = {1, 2, 3, 4, 5, 6}, s_b[3] = {7, 8, 9};
+
+/* A receiver's model of the same shapes, zeroed. */
+struct into {
+    float c[6], d[3];
+    struct rumor_tensor u[2];
+    struct rumor_model m;
+};
+
+static void
+s_into_init(struct into *in)
+{
+    memset(in, 0, sizeof *in);
+    in->u[0] = (struct rumor_tensor){in->c, 2, {2, 3}};
+    in->u[1] = (struct rumor_tensor){in->d, 1, {3}};
+    in->m = (struct rumor_model){in->u, 2};
+}
+
+static void
+s_assert_untouched(const struct into *in, const struct node_state_parts *p)
+{
+    for (int k = 0; k < 6; k++)
+        assert_true(in->c[k] == 0);
+    for (int k = 0; k < 3; k++)
+        assert_true(in->d[k] == 0);
+    assert_int_equal(p->step, 0);
+    assert_int_equal(p->epoch, 0);
+    assert_null(p->optim);
+    assert_int_equal(p->optim_len, 0);
+    assert_null(p->gossip);
+    assert_int_equal(p->gossip_len, 0);
+}
+
+/* Encodes {s_a, s_b} with p into out (cap bytes); returns the length. */
+static size_t
+s_state_of(const struct node_state_parts *p, uint8_t *out, size_t cap)
+{
+    float a[6], b[3];
+    memcpy(a, s_a, sizeof a);
+    memcpy(b, s_b, sizeof b);
+    struct rumor_tensor t[2] = {{a, 2, {2, 3}}, {b, 1, {3}}};
+    struct rumor_model m = {t, 2};
+    size_t len = node_state_encode(&m, p, out, cap);
+    assert_int_equal(len, node_state_bytes(&m, p));
+    return len;
+}
+
+static size_t
+s_le(uint8_t *out, uint64_t v, int bytes)
+{
+    for (int b = 0; b < bytes; b++)
+        out[b] = (uint8_t)(v >> (8 * b));
+    return (size_t)bytes;
+}
+
+/* A version 0 or 1 STATE message of {s_a, s_b}, byte by byte as
+ * docs/protocol.md writes it (the optimizer part only in version 1). */
+static size_t
+s_state_v01(uint8_t *out,
+            uint32_t version,
+            uint64_t step,
+            const uint8_t *optim,
+            size_t optim_len)
+{
+    size_t at = 0;
+    at += s_le(out + at, 0x54535352u, 4); /* "RSST" */
+    at += s_le(out + at, version, 4);
+    at += s_le(out + at, step, 8);
+    at += s_le(out + at, 2, 8);
+    at += s_le(out + at, 6, 8);
+    memcpy(out + at, s_a, sizeof s_a);
+    at += sizeof s_a;
+    at += s_le(out + at, 3, 8);
+    memcpy(out + at, s_b, sizeof s_b);
+    at += sizeof s_b;
+    if (version == 1) {
+        at += s_le(out + at, optim_len, 8);
+        memcpy(out + at, optim, optim_len);
+        at += optim_len;
+    }
+    return at;
+}
+
 static void
 test_state__round_trip_then_bad_shapes_and_nan__rejected_unchanged(void **state)
 {
     (void)state;
-    float a[6] = {1, 2, 3, 4, 5, 6}, b[3] = {7, 8, 9};
+    uint8_t buf[256];
+    struct node_state_parts p = {.step = 41}, got;
+    size_t len = s_state_of(&p, buf, sizeof buf);
+    float a[6], b[3];
     struct rumor_tensor t[2] = {{a, 2, {2, 3}}, {b, 1, {3}}};
     struct rumor_model m = {t, 2};
-    uint8_t buf[256];
-    struct node_state_optim opt;
-    size_t len = node_state_encode(&m, 41, NULL, 0, buf, sizeof buf);
-    assert_int_equal(len, node_state_bytes(&m, 0));
-    assert_int_equal(node_state_encode(&m, 41, NULL, 0, buf, len - 1), 0);
-    float c[6] = {0}, d[3] = {0};
-    struct rumor_tensor u[2] = {{c, 2, {2, 3}}, {d, 1, {3}}};
-    struct rumor_model into = {u, 2};
-    uint64_t step = 0;
-    assert_int_equal(node_state_decode(buf, len, &into, &step, &opt), RUMOR_OK);
-    assert_int_equal(step, 41);
-    assert_null(opt.data);
-    assert_int_equal(opt.len, 0);
-    assert_memory_equal(c, a, sizeof a);
-    assert_memory_equal(d, b, sizeof b);
-    /* a model of another shape, a truncated message, a NaN: refused,
-     * nothing copied */
+    assert_int_equal(node_state_encode(&m, &p, buf, len - 1), 0);
+    struct into in;
+    s_into_init(&in);
+    assert_int_equal(node_state_decode(buf, len, &in.m, &got), RUMOR_OK);
+    assert_int_equal(got.step, 41);
+    assert_int_equal(got.epoch, 0);
+    assert_null(got.optim);
+    assert_int_equal(got.optim_len, 0);
+    assert_null(got.gossip);
+    assert_int_equal(got.gossip_len, 0);
+    assert_memory_equal(in.c, s_a, sizeof s_a);
+    assert_memory_equal(in.d, s_b, sizeof s_b);
+    /* a model of another shape, a truncated message, a NaN, an unknown
+     * version: refused, nothing copied */
     float e[5] = {0}, keep[5] = {0};
-    struct rumor_tensor v[2] = {{e, 1, {5}}, {d, 1, {3}}};
+    struct rumor_tensor v[2] = {{e, 1, {5}}, {in.d, 1, {3}}};
     struct rumor_model other = {v, 2};
-    assert_int_equal(node_state_decode(buf, len, &other, &step, &opt),
-                     RUMOR_EPROTO);
+    assert_int_equal(node_state_decode(buf, len, &other, &got), RUMOR_EPROTO);
     assert_memory_equal(e, keep, sizeof e);
-    memset(c, 0, sizeof c);
-    assert_int_equal(node_state_decode(buf, len - 4, &into, &step, &opt),
+    s_into_init(&in);
+    assert_int_equal(node_state_decode(buf, len - 4, &in.m, &got),
                      RUMOR_EPROTO);
+    s_assert_untouched(&in, &got);
     float nan = NAN;
-    memcpy(buf + len - 12, &nan, 4); /* the last float, before the u64 */
-    assert_int_equal(node_state_decode(buf, len, &into, &step, &opt),
-                     RUMOR_ENUMERIC);
-    for (int k = 0; k < 6; k++)
-        assert_true(c[k] == 0);
-    /* version 0 (no optimizer part) is still read */
-    memcpy(buf + len - 12, &a[5], 4);
-    buf[4] = 0;
-    assert_int_equal(node_state_decode(buf, len - 8, &into, &step, &opt),
-                     RUMOR_OK);
-    assert_memory_equal(c, a, sizeof a);
-    buf[4] = 2; /* an unknown version */
-    assert_int_equal(node_state_decode(buf, len, &into, &step, &opt),
+    memcpy(buf + len - 16 - 4, &nan, 4); /* the last float */
+    assert_int_equal(node_state_decode(buf, len, &in.m, &got), RUMOR_ENUMERIC);
+    s_assert_untouched(&in, &got);
+    memcpy(buf + len - 16 - 4, &s_b[2], 4);
+    buf[4] = 3;
+    assert_int_equal(node_state_decode(buf, len, &in.m, &got), RUMOR_EPROTO);
+    s_assert_untouched(&in, &got);
+}
+
+/* Version 2 carries the epoch and both parts, each possibly empty,
+ * borrowed from the message where they lie: the optimizer part after the
+ * model, the gossip part at the end. */
+static void
+test_state__v2_epoch_and_parts__round_trip_borrowed(void **state)
+{
+    (void)state;
+    const uint8_t optim[10] = "ROPT-bytes", gossip[13] = "RGST-q-anchor";
+    uint8_t buf[256];
+    struct node_state_parts p = {.step = 5,
+                                 .epoch = 9,
+                                 .optim = optim,
+                                 .optim_len = sizeof optim,
+                                 .gossip = gossip,
+                                 .gossip_len = sizeof gossip},
+                            got;
+    size_t len = s_state_of(&p, buf, sizeof buf);
+    struct into in;
+    s_into_init(&in);
+    assert_int_equal(node_state_decode(buf, len, &in.m, &got), RUMOR_OK);
+    assert_int_equal(got.step, 5);
+    assert_int_equal(got.epoch, 9);
+    assert_ptr_equal(got.optim, buf + len - 13 - 8 - 10);
+    assert_int_equal(got.optim_len, sizeof optim);
+    assert_memory_equal(got.optim, optim, sizeof optim);
+    assert_ptr_equal(got.gossip, buf + len - 13);
+    assert_int_equal(got.gossip_len, sizeof gossip);
+    assert_memory_equal(got.gossip, gossip, sizeof gossip);
+    assert_memory_equal(in.c, s_a, sizeof s_a);
+    assert_memory_equal(in.d, s_b, sizeof s_b);
+    /* a gossip part without an optimizer part, and the reverse */
+    p.optim_len = 0;
+    len = s_state_of(&p, buf, sizeof buf);
+    assert_int_equal(node_state_decode(buf, len, &in.m, &got), RUMOR_OK);
+    assert_null(got.optim);
+    assert_int_equal(got.optim_len, 0);
+    assert_int_equal(got.gossip_len, sizeof gossip);
+    assert_memory_equal(got.gossip, gossip, sizeof gossip);
+    p.optim_len = sizeof optim;
+    p.gossip_len = 0;
+    len = s_state_of(&p, buf, sizeof buf);
+    assert_int_equal(node_state_decode(buf, len, &in.m, &got), RUMOR_OK);
+    assert_int_equal(got.optim_len, sizeof optim);
+    assert_memory_equal(got.optim, optim, sizeof optim);
+    assert_null(got.gossip);
+    assert_int_equal(got.gossip_len, 0);
+}
+
+/* Messages of versions 0 and 1 (from nodes built before version 2) are
+ * read as they were, with epoch 0 and no gossip part; their lengths are
+ * still exact. */
+static void
+test_state__versions_0_and_1__still_read(void **state)
+{
+    (void)state;
+    const uint8_t optim[5] = "ROPT!";
+    uint8_t buf[256];
+    struct node_state_parts got;
+    struct into in;
+    s_into_init(&in);
+    size_t len = s_state_v01(buf, 0, 17, NULL, 0);
+    assert_int_equal(node_state_decode(buf, len, &in.m, &got), RUMOR_OK);
+    assert_int_equal(got.step, 17);
+    assert_int_equal(got.epoch, 0);
+    assert_null(got.optim);
+    assert_null(got.gossip);
+    assert_int_equal(got.gossip_len, 0);
+    assert_memory_equal(in.c, s_a, sizeof s_a);
+    assert_memory_equal(in.d, s_b, sizeof s_b);
+    s_into_init(&in);
+    assert_int_equal(node_state_decode(buf, len + 1, &in.m, &got),
                      RUMOR_EPROTO);
+    s_assert_untouched(&in, &got);
+
+    len = s_state_v01(buf, 1, 18, optim, sizeof optim);
+    assert_int_equal(node_state_decode(buf, len, &in.m, &got), RUMOR_OK);
+    assert_int_equal(got.step, 18);
+    assert_int_equal(got.epoch, 0);
+    assert_ptr_equal(got.optim, buf + len - sizeof optim);
+    assert_int_equal(got.optim_len, sizeof optim);
+    assert_null(got.gossip);
+    assert_int_equal(got.gossip_len, 0);
+    assert_memory_equal(in.c, s_a, sizeof s_a);
+    /* version 1's optimizer part runs to the end exactly */
+    s_into_init(&in);
+    assert_int_equal(node_state_decode(buf, len - 1, &in.m, &got),
+                     RUMOR_EPROTO);
+    s_assert_untouched(&in, &got);
+    assert_int_equal(node_state_decode(buf, len + 1, &in.m, &got),
+                     RUMOR_EPROTO);
+    s_assert_untouched(&in, &got);
+    len = s_state_v01(buf, 1, 18, NULL, 0);
+    assert_int_equal(node_state_decode(buf, len, &in.m, &got), RUMOR_OK);
+    assert_null(got.optim);
+    assert_int_equal(got.optim_len, 0);
+}
+
+/* Decodes a copy of msg[0..len) in a heap block of exactly len bytes, so
+ * that a read past the end is an error under the sanitizers; expects a
+ * refusal that leaves the model and *got untouched. */
+static void
+s_assert_refused(const uint8_t *msg, size_t len, struct into *in)
+{
+    uint8_t *copy = malloc(len > 0 ? len : 1);
+    assert_non_null(copy);
+    memcpy(copy, msg, len);
+    struct node_state_parts got;
+    assert_int_equal(node_state_decode(copy, len, &in->m, &got), RUMOR_EPROTO);
+    s_assert_untouched(in, &got);
+    free(copy);
+}
+
+/* Every length of a version 2 message that disagrees with the message is
+ * refused before anything is copied: each truncation, a byte too many,
+ * an optimizer length that runs into or past the gossip part's length, a
+ * gossip length short of or past the end. */
+static void
+test_state__v2_bad_lengths__refused_model_untouched(void **state)
+{
+    (void)state;
+    const uint8_t optim[10] = "ROPT-bytes", gossip[13] = "RGST-q-anchor";
+    uint8_t buf[256], bad[256];
+    struct node_state_parts p = {.step = 5,
+                                 .epoch = 9,
+                                 .optim = optim,
+                                 .optim_len = sizeof optim,
+                                 .gossip = gossip,
+                                 .gossip_len = sizeof gossip};
+    size_t len = s_state_of(&p, buf, sizeof buf);
+    size_t optlen_at = len - 13 - 8 - 10 - 8, gslen_at = len - 13 - 8;
+    struct into in;
+    s_into_init(&in);
+    for (size_t cut = 0; cut < len; cut++)
+        s_assert_refused(buf, cut, &in);
+    memcpy(bad, buf, len);
+    bad[len] = 0;
+    s_assert_refused(bad, len + 1, &in);
+    const struct {
+        size_t at;
+        uint64_t value;
+    } cases[] = {
+        {optlen_at, 11},              /* misplaces the gossip length */
+        {optlen_at, 10 + 8 + 13},     /* the rest, as version 1 */
+        {optlen_at, 10 + 8 + 13 + 1}, /* past the end */
+        {optlen_at, 8 + 10 + 8 + 13}, /* past it by its own length */
+        {optlen_at, UINT64_MAX},      /* wraps an unchecked sum */
+        {gslen_at, 12},               /* a byte left over */
+        {gslen_at, 14},               /* past the end */
+        {gslen_at, UINT64_MAX},       /* wraps an unchecked sum */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        memcpy(bad, buf, len);
+        s_le(bad + cases[k].at, cases[k].value, 8);
+        s_assert_refused(bad, len, &in);
+    }
+}
+
+/* The gossip part is bounded by RUMOR_GOSSIP_STATE_MAX, the cap of
+ * rumor_gossip_state_load, as well as by the message: a message that
+ * holds cap + 1 bytes is still refused. The 64 GiB message is a mapping
+ * nobody writes past its first page, so it costs no memory. */
+static void
+test_state__gossip_part_over_cap__refused(void **state)
+{
+    (void)state;
+    uint8_t head[256];
+    struct node_state_parts p = {.step = 3}, got;
+    size_t head_len = s_state_of(&p, head, sizeof head);
+    size_t map_len = head_len + RUMOR_GOSSIP_STATE_MAX + 1;
+    uint8_t *msg = mmap(NULL,
+                        map_len,
+                        PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                        -1,
+                        0);
+    if (msg == MAP_FAILED)
+        skip(); /* no 64 GiB of address space here */
+    memcpy(msg, head, head_len);
+    struct into in;
+    s_into_init(&in);
+    s_le(msg + head_len - 8, RUMOR_GOSSIP_STATE_MAX, 8);
+    assert_int_equal(node_state_decode(msg, map_len - 1, &in.m, &got),
+                     RUMOR_OK);
+    assert_ptr_equal(got.gossip, msg + head_len);
+    assert_int_equal(got.gossip_len, RUMOR_GOSSIP_STATE_MAX);
+    s_into_init(&in);
+    s_le(msg + head_len - 8, RUMOR_GOSSIP_STATE_MAX + 1, 8);
+    assert_int_equal(node_state_decode(msg, map_len, &in.m, &got),
+                     RUMOR_EPROTO);
+    s_assert_untouched(&in, &got);
+    munmap(msg, map_len);
 }
 
 /* --join takes the momentum buffer with the model: a STATE message from
@@ -556,16 +829,17 @@ test_state__momentum_buffer__carried_and_loaded_same_bytes(void **state)
     uint8_t ob[256], ob2[256], buf[512];
     size_t olen = 0, olen2 = 0;
     assert_int_equal(rumor_optim_save(sender, ob, sizeof ob, &olen), RUMOR_OK);
-    size_t len = node_state_encode(&m, 7, ob, olen, buf, sizeof buf);
-    assert_int_equal(len, node_state_bytes(&m, olen));
+    struct node_state_parts parts = {.step = 7, .optim = ob, .optim_len = olen};
+    size_t len = node_state_encode(&m, &parts, buf, sizeof buf);
+    assert_int_equal(len, node_state_bytes(&m, &parts));
     float c[6] = {0};
     struct rumor_tensor u = {c, 2, {2, 3}};
     struct rumor_model into = {&u, 1};
-    uint64_t step = 0;
-    struct node_state_optim opt;
-    assert_int_equal(node_state_decode(buf, len, &into, &step, &opt), RUMOR_OK);
-    assert_int_equal(opt.len, olen);
-    assert_int_equal(rumor_optim_load(joiner, opt.data, opt.len), RUMOR_OK);
+    struct node_state_parts opt;
+    assert_int_equal(node_state_decode(buf, len, &into, &opt), RUMOR_OK);
+    assert_int_equal(opt.optim_len, olen);
+    assert_int_equal(rumor_optim_load(joiner, opt.optim, opt.optim_len),
+                     RUMOR_OK);
     assert_int_equal(rumor_optim_save(joiner, ob2, sizeof ob2, &olen2),
                      RUMOR_OK);
     assert_int_equal(olen2, olen);
@@ -578,13 +852,14 @@ test_state__momentum_buffer__carried_and_loaded_same_bytes(void **state)
     assert_true(memcmp(ob2, ob, olen) != 0);
     oo.kind = RUMOR_OPTIM_SGD;
     assert_int_equal(rumor_optim_new(&oo, &m, &other), RUMOR_OK);
-    assert_int_equal(rumor_optim_load(other, opt.data, opt.len), RUMOR_EPROTO);
-    /* an optimizer length past the end: refused, nothing copied */
-    buf[len - olen - 8] = (uint8_t)(olen + 1);
-    memset(c, 0, sizeof c);
-    assert_int_equal(node_state_decode(buf, len, &into, &step, &opt),
+    assert_int_equal(rumor_optim_load(other, opt.optim, opt.optim_len),
                      RUMOR_EPROTO);
-    assert_null(opt.data);
+    /* an optimizer length into the gossip part's: refused, nothing
+     * copied */
+    buf[len - 8 - olen - 8] = (uint8_t)(olen + 1);
+    memset(c, 0, sizeof c);
+    assert_int_equal(node_state_decode(buf, len, &into, &opt), RUMOR_EPROTO);
+    assert_null(opt.optim);
     for (int k = 0; k < 6; k++)
         assert_true(c[k] == 0);
     rumor_optim_destroy(&sender);
@@ -691,6 +966,10 @@ main(int argc, char **argv)
             test_screen__huge_norm_with_clip__moves_at_most_gamma_w_tau),
         cmocka_unit_test(
             test_state__round_trip_then_bad_shapes_and_nan__rejected_unchanged),
+        cmocka_unit_test(test_state__v2_epoch_and_parts__round_trip_borrowed),
+        cmocka_unit_test(test_state__versions_0_and_1__still_read),
+        cmocka_unit_test(test_state__v2_bad_lengths__refused_model_untouched),
+        cmocka_unit_test(test_state__gossip_part_over_cap__refused),
         cmocka_unit_test(
             test_state__momentum_buffer__carried_and_loaded_same_bytes),
         cmocka_unit_test(
