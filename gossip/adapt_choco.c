@@ -190,8 +190,12 @@ s_state_save(const rumor_gossip *g, struct rumor_buf *out)
 /* The model part is read into place only after the controller's part
  * checked too (apply runs after a successful check pass). */
 static rumor_err
-s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
+s_state_load(rumor_gossip *g,
+             struct gossip_reader *r,
+             enum gossip_state_mode mode)
 {
+    /* no ring: rumor_gossip_state_adopt refuses it before */
+    bool apply = mode == GOSSIP_STATE_LOAD;
     struct choco_edge *s = g->state;
     size_t links = g->adapt->nlinks > 0 ? g->adapt->nlinks : 1;
     gossip_read_f64(r, apply ? s->xout : NULL, links * g->numel);

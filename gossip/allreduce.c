@@ -6,7 +6,7 @@
  * partial sums (twice the bytes): the sums of float32 models are then
  * exact, so every node gets the correctly rounded mean, bit for bit the
  * value a sequential float64 sum divided by n rounds to. Over a ring of
- * fewer members (gossip_ring_members_set) both average those members.
+ * fewer members (rumor_gossip_members_set) both average those members.
  */
 #include "gossip/gossip_impl.h"
 

@@ -30,7 +30,7 @@
  * A running max in n - 1 rounds rather than a reduce-scatter: the vector
  * is one float per bucket, so rounds cost more than bytes.
  *
- * Over a ring of fewer members (gossip_ring_members_set) both all-gathers
+ * Over a ring of fewer members (rumor_gossip_members_set) both all-gathers
  * run over those members, the mean divides by their count and DGC's clip
  * takes it as its N; the codecs' seeds stay those of the node ids.
  */
@@ -369,9 +369,12 @@ s_state_save(const rumor_gossip *g, struct rumor_buf *out)
 }
 
 /* Checks each memory's bytes on a scratch memory of the same spec first,
- * so a bad state changes nothing. */
+ * so a bad state changes nothing. The memories are each node's own: an
+ * adopt only checks them. */
 static rumor_err
-s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
+s_state_load(rumor_gossip *g,
+             struct gossip_reader *r,
+             enum gossip_state_mode mode)
 {
     struct cdp *s = g->state;
     size_t count = s->ef != NULL ? g->tensor_count : 0;
@@ -388,7 +391,9 @@ s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
                               &check,
                               NULL);
         if (rc == RUMOR_OK)
-            rc = rumor_ef_restore(apply ? s->ef[t] : check, p, len);
+            rc = rumor_ef_restore(mode == GOSSIP_STATE_LOAD ? s->ef[t] : check,
+                                  p,
+                                  len);
         rumor_ef_destroy(&check);
         if (rc != RUMOR_OK)
             gossip_reader_fail(r, rc, "an error memory that does not fit");

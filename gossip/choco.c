@@ -310,8 +310,12 @@ s_state_save(const rumor_gossip *g, struct rumor_buf *out)
 }
 
 static rumor_err
-s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
+s_state_load(rumor_gossip *g,
+             struct gossip_reader *r,
+             enum gossip_state_mode mode)
 {
+    /* no ring: rumor_gossip_state_adopt refuses it before */
+    bool apply = mode == GOSSIP_STATE_LOAD;
     struct choco *s = g->state;
     size_t peers = 0;
     const uint32_t *nbr =

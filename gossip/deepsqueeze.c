@@ -166,8 +166,12 @@ s_state_save(const rumor_gossip *g, struct rumor_buf *out)
 }
 
 static rumor_err
-s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
+s_state_load(rumor_gossip *g,
+             struct gossip_reader *r,
+             enum gossip_state_mode mode)
 {
+    /* no ring: rumor_gossip_state_adopt refuses it before */
+    bool apply = mode == GOSSIP_STATE_LOAD;
     struct deepsqueeze *s = g->state;
     gossip_read_f32(r, apply ? s->delta : NULL, g->numel);
     return r->err;

@@ -310,6 +310,14 @@ rumor_gossip_step_ahead(rumor_gossip *g)
     return g->algo->step_ahead != NULL ? g->algo->step_ahead(g) : RUMOR_OK;
 }
 
+void
+rumor_gossip_step_abandon(rumor_gossip *g)
+{
+    if (g->algo->abandon != NULL)
+        g->algo->abandon(g);
+    g->in_step = false;
+}
+
 bool
 rumor_gossip_uses_ring(const rumor_gossip *g)
 {

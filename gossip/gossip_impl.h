@@ -18,7 +18,28 @@ struct gossip_reader {
     size_t left;
     rumor_err err;
     const char *why; /* static text for the diag */
+    bool peer;       /* another member's state (adopt): its header names
+                        another node, and so may an inner state's */
 };
+
+/* What an algorithm's state_load does with the bytes. */
+enum gossip_state_mode {
+    GOSSIP_STATE_CHECK, /* a pure decode: nothing changes */
+    GOSSIP_STATE_LOAD,  /* all of it (rumor_gossip_state_load) */
+    GOSSIP_STATE_ADOPT, /* what the members share (rumor_gossip_state_adopt) */
+};
+
+/* Checks a whole state (header and body) against g, then, unless mode is
+ * GOSSIP_STATE_CHECK, abandons g's step and applies it: the public load
+ * and adopt, and an instance inside another (localsgd's mixer). With peer
+ * the header may name another node (r->peer). *why: static text on
+ * error. */
+rumor_err gossip_state_read(rumor_gossip *g,
+                            const uint8_t *data,
+                            size_t len,
+                            enum gossip_state_mode mode,
+                            bool peer,
+                            const char **why);
 
 void gossip_reader_init(struct gossip_reader *r, const uint8_t *p, size_t len);
 /* Marks the state bad (keeps the first reason). */
@@ -55,7 +76,7 @@ struct gossip_algo_i {
                        uint32_t *peers,
                        size_t cap);
     /* (optional, NULL: false) sends to the next member of g's ring
-     * (node self + 1 unless gossip_ring_members_set chose fewer nodes),
+     * (node self + 1 unless rumor_gossip_members_set chose fewer nodes),
      * whatever the topology */
     bool (*uses_ring)(const rumor_gossip *g);
     rumor_err (*absorb)(rumor_gossip *g,
@@ -92,12 +113,21 @@ struct gossip_algo_i {
     rumor_err (*members)(rumor_gossip *g,
                          const uint32_t *members,
                          size_t count);
-    /* (optional, NULL: only an empty state fits) reads the state from r;
-     * with apply false only checks it (a pure decode, nothing changes);
-     * with apply true (after a successful check) writes it into g. */
+    /* (optional, NULL: only an empty state fits) reads the state from r:
+     * GOSSIP_STATE_CHECK only checks it (a pure decode, nothing changes);
+     * after a successful check, GOSSIP_STATE_LOAD writes all of it into
+     * g and GOSSIP_STATE_ADOPT what the ring's members share (another
+     * member's state: g keeps its own memories). Both run after abandon,
+     * so nothing of a step in flight is left. */
     rumor_err (*state_load)(rumor_gossip *g,
                             struct gossip_reader *r,
-                            bool apply);
+                            enum gossip_state_mode mode);
+    /* (optional, NULL: nothing in flight outlives a step) the step in
+     * progress will not end: undoes what of it lies outside the state
+     * (an inner instance's step, a model written mid-step), so that a
+     * state_load that follows leaves g as before the step. Safe between
+     * steps (then a no-op). */
+    void (*abandon)(rumor_gossip *g);
 };
 
 struct rumor_gossip {
@@ -115,7 +145,7 @@ struct rumor_gossip {
     struct gossip_ledger *ledger; /* edges.c: staged terms, made on use */
     struct gossip_adapt *adapt;   /* adapt.c: opts.adapt's controller */
     uint8_t codec;                /* rumor_gossip_codec */
-    /* the ring of the ring algorithms (gossip_ring_members_set) */
+    /* the ring of the ring algorithms (rumor_gossip_members_set) */
     uint32_t *ring;    /* member node ids, sorted; nodes slots, all at first */
     size_t ring_n;     /* members */
     uint32_t ring_pos; /* self's index in ring */
@@ -264,25 +294,6 @@ rumor_err gossip_match_peers(const rumor_gossip *g,
                              const struct rumor_gossip_msg **slot);
 
 /* --- the ring's members (ring.c) ---------------------------------------- */
-
-/* Makes the ring of g's next steps members[0..count), for an elastic ring
- * re-formed over the live members of an epoch (docs/reliability.md,
- * "Elastic rings: the design"). Internal for now: the node's exchange
- * will call it once the membership agreement is wired in; until then no
- * caller outside tests sets it, and the ring is every node of the
- * topology, as without this function (the same messages and bits).
- * members: node ids, sorted, unique, each < the topology's node count,
- * g's own among them (copied). The ring algorithms (allreduce,
- * allreduce-f64, powersgd, exact localsgd, the compressed all-reduce)
- * then send to the next member and expect the previous one, cut their
- * buffers into count chunks and divide their averages by count;
- * per-node seeds stay those of the node id, and error memories clip for
- * count nodes. With count 1 a step has no round and changes nothing (the
- * node's own average). RUMOR_EINVAL, logged, nothing changed: a bad
- * list, an algorithm without a ring, or a step in progress (its round 0
- * emitted, its last round not absorbed, none of its calls failed). */
-rumor_err
-gossip_ring_members_set(rumor_gossip *g, const uint32_t *members, size_t count);
 
 /* The ring neighbours of g: the next member and the previous one. */
 uint32_t gossip_ring_next(const rumor_gossip *g);

@@ -33,7 +33,7 @@
  * mean of the nodes' look-ahead points is anchor - mean(e) either way
  * (W doubly stochastic), the neighbourhood form spreads them less.
  *
- * Exact averaging runs over the instance's ring (gossip_ring_members_set):
+ * Exact averaging runs over the instance's ring (rumor_gossip_members_set):
  * the mixer and the all-gather use its members, the mean divides by their
  * count, and the error round reaches only neighbours that are members. A
  * lone member's sync has no round and changes nothing (anchor, memory and
@@ -418,7 +418,7 @@ static rumor_err
 s_members(rumor_gossip *g, const uint32_t *members, size_t count)
 {
     struct localsgd *s = g->state;
-    return gossip_ring_members_set(s->mixer, members, count);
+    return rumor_gossip_members_set(s->mixer, members, count);
 }
 
 static rumor_err
@@ -496,16 +496,20 @@ s_state_save(const rumor_gossip *g, struct rumor_buf *out)
     return rc;
 }
 
-/* The error memory's bytes: checked on a scratch memory, or restored. */
+/* The error memory's bytes: checked on a scratch memory, or restored
+ * (a load; an adopt keeps the own memory). */
 static rumor_err
-s_state_ef(rumor_gossip *g, const uint8_t *p, size_t len, bool apply)
+s_state_ef(rumor_gossip *g,
+           const uint8_t *p,
+           size_t len,
+           enum gossip_state_mode mode)
 {
     struct localsgd *s = g->state;
     if ((s->ef == NULL) != (len == 0))
         return RUMOR_EPROTO;
-    if (len == 0)
+    if (len == 0 || mode == GOSSIP_STATE_ADOPT)
         return RUMOR_OK;
-    if (apply)
+    if (mode == GOSSIP_STATE_LOAD)
         return rumor_ef_restore(s->ef, p, len);
     rumor_ef *scratch = NULL;
     rumor_err rc = rumor_ef_new(s_ef_spec(g), g->numel, &scratch, NULL);
@@ -515,8 +519,13 @@ s_state_ef(rumor_gossip *g, const uint8_t *p, size_t len, bool apply)
     return rc;
 }
 
+/* An adopt takes what goes with the member's model (anchor, outer
+ * velocity, the look-ahead applied to it) and keeps the own error memory
+ * and e_bar (the neighbourhood's errors as this node weighs them). */
 static rumor_err
-s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
+s_state_load(rumor_gossip *g,
+             struct gossip_reader *r,
+             enum gossip_state_mode mode)
 {
     struct localsgd *s = g->state;
     uint32_t flags = gossip_read_u32(r);
@@ -539,23 +548,35 @@ s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
     const uint8_t *mix = gossip_read_blob(r, &mix_len);
     if (r->err != RUMOR_OK)
         return r->err;
-    rumor_err rc = s_state_ef(g, ef, ef_len, apply);
-    if (rc == RUMOR_OK) /* stateless mixers: a check, whatever apply is */
-        rc = rumor_gossip_state_load(s->mixer, mix, mix_len, NULL);
+    const char *why = "";
+    rumor_err rc = s_state_ef(g, ef, ef_len, mode);
+    if (rc == RUMOR_OK)
+        rc = gossip_state_read(s->mixer, mix, mix_len, mode, r->peer, &why);
     if (rc != RUMOR_OK)
         gossip_reader_fail(r, rc, "an error memory or mixer that does not fit");
-    if (rc != RUMOR_OK || !apply)
+    if (rc != RUMOR_OK || mode == GOSSIP_STATE_CHECK)
         return rc;
     gossip_read_f32(&vectors, s->anchor, g->numel);
     gossip_read_f32(&vectors, s->velocity, g->numel);
     gossip_read_f32(&vectors, s->shift, g->numel);
-    if (ebar)
-        gossip_read_f32(&ebar_at, s->saef.ebar, g->numel);
     s->have_anchor = (flags & 1u) != 0;
     s->ahead_nbr = (flags & 2u) != 0;
-    s->saef.have_ebar = ebar;
     s->ahead = ahead;
+    if (mode == GOSSIP_STATE_ADOPT)
+        return RUMOR_OK;
+    if (ebar)
+        gossip_read_f32(&ebar_at, s->saef.ebar, g->numel);
+    s->saef.have_ebar = ebar;
     return RUMOR_OK;
+}
+
+/* The mixer's step ends with this one's. */
+static void
+s_abandon(rumor_gossip *g)
+{
+    struct localsgd *s = g->state;
+    rumor_gossip_step_abandon(s->mixer);
+    s->compressed_sync = false;
 }
 
 const struct gossip_algo_i gossip_localsgd = {
@@ -571,4 +592,5 @@ const struct gossip_algo_i gossip_localsgd = {
     .members = s_members,
     .state_save = s_state_save,
     .state_load = s_state_load,
+    .abandon = s_abandon,
 };

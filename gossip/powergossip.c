@@ -559,8 +559,12 @@ s_state_edge(rumor_gossip *g, struct gossip_reader *r, bool apply, long *last)
 }
 
 static rumor_err
-s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
+s_state_load(rumor_gossip *g,
+             struct gossip_reader *r,
+             enum gossip_state_mode mode)
 {
+    /* no ring: rumor_gossip_state_adopt refuses it before */
+    bool apply = mode == GOSSIP_STATE_LOAD;
     struct powergossip *s = g->state;
     uint32_t magic = gossip_read_u32(r);
     if (r->err == RUMOR_OK && magic != PG_STATE_MAGIC)

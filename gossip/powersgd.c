@@ -11,7 +11,11 @@
  * Every node ends a step with the same model bits, as data-parallel
  * PowerSGD does; what the approximation misses stays in each node's error
  * memory. The model is written only at the end of phase B, so a failed
- * round leaves it unchanged. Needs at least 2 nodes.
+ * round leaves it unchanged (the one-sided variant's later iterations
+ * write into it mid-step: an abandoned step puts it back). A dropped step
+ * (rumor_gossip_step_abandon, then a load of the state saved before it)
+ * gets a new compressor from the state: its begin had already changed
+ * the memories and factors. Needs at least 2 nodes.
  *
  * The options are PyTorch PowerSGDState's (docs/gossip.md, "PowerSGD
  * options"): for the first start_iter steps one phase all-reduces the
@@ -58,6 +62,10 @@ struct powersgd {
     size_t unc_floats; /* floats in the uncompressed tensors */
     struct rumor_lowrank_xchg x; /* the exchange in flight */
     bool active;                 /* this step is compressed */
+    bool open;   /* the compressor's step begun, not ended (abandon) */
+    float *orig; /* one-sided with iterations > 1: the model at the step's
+                    start (its iterations write the approximation into the
+                    tensors mid-step); numel, made on use */
     /* adaptive rank (opts.adapt) */
     struct rumor_lowrank_shape *shapes;   /* the model's, for a new rank */
     struct rumor_lowrank_psgd_opts popts; /* rank: the current one */
@@ -126,8 +134,9 @@ s_adapt_init(rumor_gossip *g, struct rumor_diag *diag)
     for (size_t t = 0; t < g->tensor_count; t++)
         if (rumor_tensor_numel(&g->tensors[t]) > most)
             most = rumor_tensor_numel(&g->tensors[t]);
-    s->scratch = s->measure ? malloc(most * sizeof(float)) : NULL;
-    return s->measure && s->scratch == NULL ? RUMOR_ENOMEM : RUMOR_OK;
+    /* the error measure's, and an adopt's move of the own memories */
+    s->scratch = malloc(most * sizeof(float));
+    return s->scratch == NULL ? RUMOR_ENOMEM : RUMOR_OK;
 }
 
 /* The PowerSGD options (docs/gossip.md, "PowerSGD options"), refused
@@ -226,6 +235,7 @@ s_free(rumor_gossip *g)
     free(s->shapes);
     free(s->carry);
     free(s->scratch);
+    free(s->orig);
     free(s);
     g->state = NULL;
 }
@@ -296,6 +306,22 @@ s_carry_add(rumor_gossip *g, float *packed)
     }
 }
 
+/* The one-sided variant's later iterations write into the tensors before
+ * the step ends: a copy of the model lets an abandoned step restore it. */
+static rumor_err
+s_keep_model(rumor_gossip *g)
+{
+    struct powersgd *s = g->state;
+    if (!s->popts.one_sided || s->popts.iters < 2)
+        return RUMOR_OK;
+    if (s->orig == NULL)
+        s->orig = malloc(g->numel * sizeof *s->orig);
+    if (s->orig == NULL)
+        return RUMOR_ENOMEM;
+    gossip_flat_get(g, 0, g->numel, s->orig);
+    return RUMOR_OK;
+}
+
 static rumor_err
 s_start_step(rumor_gossip *g)
 {
@@ -305,7 +331,10 @@ s_start_step(rumor_gossip *g)
         gossip_flat_get(g, 0, g->numel, s->ring.work);
         return gossip_ring_start(&s->ring, g, g->numel, true);
     }
-    rumor_err rc = rumor_lowrank_psgd_begin(s->psgd, s->data, &s->x);
+    rumor_err rc = s_keep_model(g);
+    if (rc == RUMOR_OK)
+        rc = rumor_lowrank_psgd_begin(s->psgd, s->data, &s->x);
+    s->open = rc == RUMOR_OK;
     size_t stats = s->rule ? GOSSIP_PSGD_STATS : 0;
     if (rc == RUMOR_OK)
         rc = s_ring_fit(g, s->x.floats + s->unc_floats + stats);
@@ -468,11 +497,15 @@ s_move_errors(rumor_gossip *g, rumor_lowrank_psgd *next)
     return rc;
 }
 
-/* Replaces the compressor by one of the given rank. With keep, Q and the
- * error memories move over (a rank change); without, the new one starts
- * fresh (a checkpoint then fills it). */
+/* What s_rerank moves to the new compressor. */
+#define KEEP_Q      1u /* the warm-start Q */
+#define KEEP_ERRORS 2u /* the error memories */
+
+/* Replaces the compressor by one of the given rank, idle, at the same
+ * step. A rank change keeps Q and the error memories; a state load keeps
+ * nothing (it fills the new one), an adopt this node's memories. */
 static rumor_err
-s_rerank(rumor_gossip *g, size_t rank, bool keep)
+s_rerank(rumor_gossip *g, size_t rank, unsigned keep)
 {
     struct powersgd *s = g->state;
     struct rumor_lowrank_psgd_opts o = s->popts;
@@ -483,9 +516,9 @@ s_rerank(rumor_gossip *g, size_t rank, bool keep)
     if (rc == RUMOR_OK)
         rc =
             rumor_lowrank_psgd_step_set(next, rumor_lowrank_psgd_step(s->psgd));
-    if (rc == RUMOR_OK && keep)
+    if (rc == RUMOR_OK && (keep & KEEP_Q))
         rc = s_move_q(g, next);
-    if (rc == RUMOR_OK && keep)
+    if (rc == RUMOR_OK && (keep & KEEP_ERRORS))
         rc = s_move_errors(g, next);
     if (rc != RUMOR_OK) {
         rumor_lowrank_psgd_destroy(&next);
@@ -505,6 +538,7 @@ s_step_end(rumor_gossip *g)
     struct powersgd *s = g->state;
     rumor_err rc = rumor_lowrank_psgd_end(s->psgd, s->data);
     if (rc == RUMOR_OK) {
+        s->open = false;
         s_unc_copy(g, s->held, true);
         free(s->carry); /* sent with this step */
         s->carry = NULL;
@@ -512,7 +546,7 @@ s_step_end(rumor_gossip *g)
     if (rc == RUMOR_OK && s->measure)
         rc = s_measure(g);
     if (rc == RUMOR_OK && s->want != 0) {
-        rc = s_rerank(g, s->want, true);
+        rc = s_rerank(g, s->want, KEEP_Q | KEEP_ERRORS);
         s->changes += rc == RUMOR_OK;
         s->want = 0;
     }
@@ -716,11 +750,17 @@ s_comp_at(const struct powersgd *s, size_t t, size_t rank, size_t *q, size_t *p)
     return true;
 }
 
-/* The rank's block (s_adapt_save): *rank receives the rank, and with
- * apply the rest goes into s. A rank outside the instance's bounds (or,
+/* The rank's block (s_adapt_save): *rank receives the rank. A load takes
+ * the rest into s; an adopt only what every member has the same (the
+ * rank's hold and changes, and with "rule" the error read from the
+ * all-reduced sums): this node's sums to send, its carry and, with
+ * "fixed", its own error stay. A rank outside the instance's bounds (or,
  * with "fixed", another rank) is refused. */
 static void
-s_adapt_load(rumor_gossip *g, struct gossip_reader *r, bool apply, size_t *rank)
+s_adapt_load(rumor_gossip *g,
+             struct gossip_reader *r,
+             enum gossip_state_mode mode,
+             size_t *rank)
 {
     struct powersgd *s = g->state;
     uint64_t rk = gossip_read_u64(r);
@@ -738,35 +778,47 @@ s_adapt_load(rumor_gossip *g, struct gossip_reader *r, bool apply, size_t *rank)
     if (carry != 0 && carry != g->numel)
         gossip_reader_fail(r, RUMOR_EPROTO, "a carry of another size");
     float *c = NULL;
-    if (apply && carry != 0 && r->err == RUMOR_OK) {
+    bool load = mode == GOSSIP_STATE_LOAD;
+    if (load && carry != 0 && r->err == RUMOR_OK) {
         c = malloc(g->numel * sizeof *c);
         if (c == NULL)
             gossip_reader_fail(r, RUMOR_ENOMEM, "out of memory");
     }
     gossip_read_f32(r, c, r->err == RUMOR_OK ? carry : 0);
     *rank = (size_t)rk;
-    if (!apply || r->err != RUMOR_OK) {
+    if (mode == GOSSIP_STATE_CHECK || r->err != RUMOR_OK) {
         free(c);
         return;
     }
     s->hold = hold;
     s->changes = changes;
-    s->rel_error = rel;
+    if (load || s->rule)
+        s->rel_error = rel;
+    if (!load)
+        return;
     memcpy(s->pend, pend, sizeof pend);
     free(s->carry);
     s->carry = c;
 }
 
+/* A load or an adopt rebuilds the compressor (idle, whatever phase an
+ * abandoned step left it in; what a step's begin wrote into its memories
+ * and factors is gone), then fills it: step, Q and P from the state, the
+ * error memories from it too (load) or moved over from this node's
+ * compressor (adopt). */
 static rumor_err
-s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
+s_state_load(rumor_gossip *g,
+             struct gossip_reader *r,
+             enum gossip_state_mode mode)
 {
     struct powersgd *s = g->state;
+    bool apply = mode != GOSSIP_STATE_CHECK;
     size_t rank = s->popts.rank;
     if (s->measure)
-        s_adapt_load(g, r, apply, &rank);
+        s_adapt_load(g, r, mode, &rank);
     rumor_err rc = r->err;
-    if (rc == RUMOR_OK && apply && rank != s->popts.rank)
-        rc = s_rerank(g, rank, false);
+    if (rc == RUMOR_OK && apply)
+        rc = s_rerank(g, rank, mode == GOSSIP_STATE_ADOPT ? KEEP_ERRORS : 0);
     size_t qf = 0, pf = 0, unused = 0;
     for (size_t t = 0; t < g->tensor_count; t++)
         s_comp_at(s, t, rank, &qf, &pf);
@@ -789,12 +841,27 @@ s_state_load(rumor_gossip *g, struct gossip_reader *r, bool apply)
         if (comp)
             rc = s_state_block(r,
                                rumor_tensor_numel(&g->tensors[t]),
-                               apply,
+                               mode == GOSSIP_STATE_LOAD,
                                s->psgd,
                                t,
                                rumor_lowrank_psgd_error_set);
     }
     return rc;
+}
+
+/* The compressor's step stays open (state_load rebuilds it); what the
+ * step wrote outside the state goes: the model of one-sided iterations,
+ * a rank decided for its end, the exchange in flight. */
+static void
+s_abandon(rumor_gossip *g)
+{
+    struct powersgd *s = g->state;
+    if (s->open && s->orig != NULL)
+        gossip_flat_put(g, 0, g->numel, s->orig);
+    s->open = false;
+    s->active = false;
+    s->want = 0;
+    memset(&s->x, 0, sizeof s->x);
 }
 
 bool
@@ -824,4 +891,5 @@ const struct gossip_algo_i gossip_powersgd = {
     .absorb = s_absorb,
     .state_save = s_state_save,
     .state_load = s_state_load,
+    .abandon = s_abandon,
 };

@@ -10,7 +10,7 @@
  * with the same bits. The ring is logical (i to i + 1 mod n), whatever the
  * topology's edges: a network driver connects ring neighbours for it.
  * Positions are those of the instance's member list
- * (gossip_ring_members_set, every node by default): position i is node
+ * (rumor_gossip_members_set, every node by default): position i is node
  * members[i], so a ring re-formed over the live members of an epoch
  * (docs/reliability.md, "Elastic rings") runs the same schedule over
  * k = |members| positions, and its averages divide by k. The list is read
@@ -346,7 +346,7 @@ s_members_check(const rumor_gossip *g,
 }
 
 rumor_err
-gossip_ring_members_set(rumor_gossip *g, const uint32_t *members, size_t count)
+rumor_gossip_members_set(rumor_gossip *g, const uint32_t *members, size_t count)
 {
     size_t pos = 0;
     const char *why = s_members_check(g, members, count, &pos);

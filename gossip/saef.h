@@ -45,7 +45,7 @@ rumor_err gossip_saef_emit(struct gossip_saef *s,
                            const float *e);
 
 /* The error round's senders: the neighbours of the step's phase that are
- * members of g's ring (all of them unless gossip_ring_members_set chose
+ * members of g's ring (all of them unless rumor_gossip_members_set chose
  * fewer), the first cap into peers; returns how many. */
 size_t gossip_saef_expected(const rumor_gossip *g,
                             uint64_t step,

@@ -10,11 +10,15 @@
  * state_save / state_load in the vtable).
  *
  * Loading may see bytes from the network, so it is a pure decoder first:
- * the algorithm's state_load runs once with apply false, which walks the
- * bytes through a bounds-checked cursor (struct gossip_reader) checking
- * every length against what is left and against the instance, and every
- * number for finiteness, without touching the instance; only when that
- * pass succeeds does a second pass with apply true write the state. The
+ * the algorithm's state_load runs once with GOSSIP_STATE_CHECK, which
+ * walks the bytes through a bounds-checked cursor (struct gossip_reader)
+ * checking every length against what is left and against the instance,
+ * and every number for finiteness, without touching the instance; only
+ * when that pass succeeds does a second pass write the state: all of it
+ * (load), or what the ring's members share (adopt: another member's
+ * state, whose header names that member; the instance keeps its own
+ * memories). Before writing, the step in flight is abandoned, so a load
+ * of the state saved before a step undoes the step wholly. The
  * cursor records the first failure and makes later reads fail, so the
  * decoders need no check after every field (the pattern of a sticky error
  * flag, as in Go's bufio or curl's dynbuf).
@@ -40,6 +44,7 @@ gossip_reader_init(struct gossip_reader *r, const uint8_t *p, size_t len)
     r->left = len;
     r->err = RUMOR_OK;
     r->why = "";
+    r->peer = false;
 }
 
 void
@@ -210,7 +215,8 @@ rumor_gossip_state_save(const rumor_gossip *g, struct rumor_buf *out)
     return RUMOR_OK;
 }
 
-/* Checks the header against g; leaves r at the body. */
+/* Checks the header against g (with r->peer, it may name another node);
+ * leaves r at the body. */
 static void
 s_check_header(const rumor_gossip *g, struct gossip_reader *r)
 {
@@ -226,11 +232,66 @@ s_check_header(const rumor_gossip *g, struct gossip_reader *r)
     uint32_t self = gossip_read_u32(r);
     uint32_t nodes = gossip_read_u32(r);
     uint64_t numel = gossip_read_u64(r);
-    if (r->err == RUMOR_OK && (self != g->self || nodes != g->nodes))
+    if (r->err == RUMOR_OK && nodes != g->nodes)
+        gossip_reader_fail(r, RUMOR_EPROTO, "another topology's state");
+    if (r->err == RUMOR_OK && self != g->self && !r->peer)
         gossip_reader_fail(r, RUMOR_EPROTO, "another node's state");
     if (r->err == RUMOR_OK && numel != g->numel)
         gossip_reader_fail(r, RUMOR_EPROTO, "a model of another size");
     gossip_read_len(r, r->left >= 8 ? r->left - 8 : 0, "a wrong body length");
+}
+
+rumor_err
+gossip_state_read(rumor_gossip *g,
+                  const uint8_t *data,
+                  size_t len,
+                  enum gossip_state_mode mode,
+                  bool peer,
+                  const char **why)
+{
+    struct gossip_reader r;
+    gossip_reader_init(&r, data, len);
+    r.peer = peer;
+    if (len < STATE_HEADER)
+        gossip_reader_fail(&r, RUMOR_EPROTO, "truncated header");
+    s_check_header(g, &r);
+    struct gossip_reader body = r;
+    if (r.err == RUMOR_OK && g->algo->state_load != NULL)
+        r.err = g->algo->state_load(g, &r, GOSSIP_STATE_CHECK);
+    else if (r.err == RUMOR_OK && r.left != 0)
+        gossip_reader_fail(&r, RUMOR_EPROTO, "state for a stateless one");
+    if (r.err == RUMOR_OK && r.left != 0)
+        gossip_reader_fail(&r, RUMOR_EPROTO, "bytes after the state");
+    /* a step in flight would otherwise keep its half-made exchange */
+    if (r.err == RUMOR_OK && mode != GOSSIP_STATE_CHECK)
+        rumor_gossip_step_abandon(g);
+    if (r.err == RUMOR_OK && mode != GOSSIP_STATE_CHECK &&
+        g->algo->state_load != NULL)
+        r.err = g->algo->state_load(g, &body, mode);
+    *why = r.why[0] != '\0' ? r.why : rumor_strerror(r.err);
+    return r.err;
+}
+
+static rumor_err
+s_read(rumor_gossip *g,
+       const uint8_t *data,
+       size_t len,
+       enum gossip_state_mode mode,
+       struct rumor_diag *diag)
+{
+    const char *why = "";
+    rumor_err rc =
+        gossip_state_read(g, data, len, mode, mode == GOSSIP_STATE_ADOPT, &why);
+    if (rc != RUMOR_OK)
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "gossip %s state (%zu bytes): %s",
+                       g->algo->name,
+                       len,
+                       why);
+    return rc;
 }
 
 rumor_err
@@ -239,28 +300,25 @@ rumor_gossip_state_load(rumor_gossip *g,
                         size_t len,
                         struct rumor_diag *diag)
 {
-    struct gossip_reader r;
-    gossip_reader_init(&r, data, len);
-    if (len < STATE_HEADER)
-        gossip_reader_fail(&r, RUMOR_EPROTO, "truncated header");
-    s_check_header(g, &r);
-    struct gossip_reader body = r;
-    if (r.err == RUMOR_OK && g->algo->state_load != NULL)
-        r.err = g->algo->state_load(g, &r, false);
-    else if (r.err == RUMOR_OK && r.left != 0)
-        gossip_reader_fail(&r, RUMOR_EPROTO, "state for a stateless one");
-    if (r.err == RUMOR_OK && r.left != 0)
-        gossip_reader_fail(&r, RUMOR_EPROTO, "bytes after the state");
-    if (r.err == RUMOR_OK && g->algo->state_load != NULL)
-        r.err = g->algo->state_load(g, &body, true);
-    if (r.err != RUMOR_OK)
+    return s_read(g, data, len, GOSSIP_STATE_LOAD, diag);
+}
+
+rumor_err
+rumor_gossip_state_adopt(rumor_gossip *g,
+                         const uint8_t *data,
+                         size_t len,
+                         struct rumor_diag *diag)
+{
+    /* without a ring, a state is the node's own (its edges, its copies) */
+    if (!rumor_gossip_uses_ring(g)) {
         rumor_diag_set(diag,
                        "",
                        0,
                        0,
-                       "gossip %s state (%zu bytes): %s",
-                       g->algo->name,
-                       len,
-                       r.why[0] != '\0' ? r.why : rumor_strerror(r.err));
-    return r.err;
+                       "gossip %s: no ring, so no state to adopt from "
+                       "another node",
+                       g->algo->name);
+        return RUMOR_EINVAL;
+    }
+    return s_read(g, data, len, GOSSIP_STATE_ADOPT, diag);
 }

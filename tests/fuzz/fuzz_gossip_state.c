@@ -1,12 +1,14 @@
 /*
- * Fuzz target: rumor_gossip_state_load, the decoder of an algorithm's
- * state (from a checkpoint, one day from a peer). The first byte picks the
- * algorithm (bit 0x40: choco and powersgd with the adaptive "rule"
- * controller; bit 0x80: localsgd with SAEF, allreduce compressed with
- * DGC's memory), the rest is the state, loaded into node 1 of a 4-node ring
- * with a small two-tensor model. A refused state must leave the instance
- * as it was; an accepted one must save back to bytes that load again and
- * save to the same bytes (a load is exact).
+ * Fuzz target: rumor_gossip_state_load and rumor_gossip_state_adopt, the
+ * decoder of an algorithm's state (from a checkpoint, or from a peer). The
+ * first byte picks the algorithm (bit 0x40: choco and powersgd with the
+ * adaptive "rule" controller; bit 0x80: localsgd with SAEF, allreduce
+ * compressed with DGC's memory) and, with bit 0x20, an adopt instead of a
+ * load; the rest is the state, loaded into node 1 of a 4-node ring with a
+ * small two-tensor model. A refused state must leave the instance as it
+ * was; an accepted one must save back to bytes that load again and save
+ * to the same bytes (a load is exact), and adopting them changes nothing
+ * (what an adopt takes is what the instance has already).
  */
 #include "rumor/gossip.h"
 
@@ -71,18 +73,29 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     rumor_buf before, after;
     s_save(g, &before);
-    rumor_err rc = rumor_gossip_state_load(g, data + 1, size - 1, NULL);
+    bool adopt = (data[0] & 0x20) != 0;
+    rumor_err rc = adopt ? rumor_gossip_state_adopt(g, data + 1, size - 1, NULL)
+                         : rumor_gossip_state_load(g, data + 1, size - 1, NULL);
     s_save(g, &after);
     if (rc != RUMOR_OK && !s_same(&before, &after))
         abort(); /* a refused state changed the instance */
+    if (adopt && rc == RUMOR_OK && !rumor_gossip_uses_ring(g))
+        abort(); /* only a ring's members share a state */
     if (rc == RUMOR_OK) {
-        rumor_buf again;
+        rumor_buf again, kept;
         if (rumor_gossip_state_load(g, after.data, after.len, NULL) != RUMOR_OK)
             abort(); /* its own state refused */
         s_save(g, &again);
         if (!s_same(&after, &again))
             abort();
+        if (adopt && rumor_gossip_state_adopt(g, after.data, after.len, NULL) !=
+                         RUMOR_OK)
+            abort();
+        s_save(g, &kept);
+        if (!s_same(&after, &kept))
+            abort();
         rumor_buf_free(&again);
+        rumor_buf_free(&kept);
     }
     rumor_buf_free(&before);
     rumor_buf_free(&after);

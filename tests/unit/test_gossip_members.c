@@ -1,5 +1,5 @@
 /*
- * gossip_ring_members_set (gossip/ring.c): the ring algorithms over a
+ * rumor_gossip_members_set (gossip/ring.c): the ring algorithms over a
  * sorted subset of the topology's nodes, the ring of an elastic epoch
  * (docs/reliability.md, "Elastic rings: the design"). Every run here is
  * driven member by member (emit, then absorb what was addressed to each,
@@ -31,7 +31,6 @@
  */
 #include "tests/cmocka_compat.h"
 
-#include "gossip/gossip_impl.h"
 #include "rumor/gossip.h"
 
 #include <math.h>
@@ -144,7 +143,7 @@ static void
 s_members(struct cluster *c, const uint32_t *members, size_t k)
 {
     for (size_t i = 0; i < k; i++)
-        assert_int_equal(gossip_ring_members_set(c->g[members[i]], members, k),
+        assert_int_equal(rumor_gossip_members_set(c->g[members[i]], members, k),
                          RUMOR_OK);
 }
 
@@ -317,17 +316,11 @@ s_psgd_same_q(const struct cluster *c, const uint32_t *members, size_t k)
 static void
 s_psgd_take_q(rumor_gossip *to, const rumor_gossip *from)
 {
-    rumor_buf a, b;
-    s_state(to, &a);
+    rumor_buf b;
     s_state(from, &b);
-    uint64_t n = 0;
-    size_t span = s_memory_at(&b, &n) - 8 - STATE_HEADER;
-    assert_int_equal(s_memory_at(&a, &n) - 8 - STATE_HEADER, span);
-    memcpy(a.data + STATE_HEADER, b.data + STATE_HEADER, span);
     struct rumor_diag diag = {0};
-    assert_int_equal(rumor_gossip_state_load(to, a.data, a.len, &diag),
+    assert_int_equal(rumor_gossip_state_adopt(to, b.data, b.len, &diag),
                      RUMOR_OK);
-    rumor_buf_free(&a);
     rumor_buf_free(&b);
 }
 
@@ -632,9 +625,9 @@ test_members__lone_member__no_round(void **state)
         struct cluster c;
         s_cluster_new(&c, "ring:4", &o, 6, 4, 2);
         assert_true(rumor_gossip_rounds(c.g[2], 0) > 0);
-        assert_int_equal(gossip_ring_members_set(c.g[2], lone, 1), RUMOR_OK);
+        assert_int_equal(rumor_gossip_members_set(c.g[2], lone, 1), RUMOR_OK);
         assert_int_equal(rumor_gossip_rounds(c.g[2], 0), 0);
-        assert_int_equal(gossip_ring_members_set(c.g[2], s_all, 4), RUMOR_OK);
+        assert_int_equal(rumor_gossip_members_set(c.g[2], s_all, 4), RUMOR_OK);
         assert_true(rumor_gossip_rounds(c.g[2], 0) > 0);
         s_cluster_free(&c);
     }
@@ -665,21 +658,21 @@ test_members__bad_lists_no_ring_mid_step__refused(void **state)
     struct cluster c;
     s_cluster_new(&c, "ring:4", &o, 6, 4, 2);
     rumor_gossip *g = c.g[0];
-    assert_int_equal(gossip_ring_members_set(g, unsorted, 3), RUMOR_EINVAL);
-    assert_int_equal(gossip_ring_members_set(g, twice, 3), RUMOR_EINVAL);
-    assert_int_equal(gossip_ring_members_set(g, outside, 2), RUMOR_EINVAL);
-    assert_int_equal(gossip_ring_members_set(g, without, 2), RUMOR_EINVAL);
-    assert_int_equal(gossip_ring_members_set(g, three, 0), RUMOR_EINVAL);
-    assert_int_equal(gossip_ring_members_set(g, NULL, 1), RUMOR_EINVAL);
+    assert_int_equal(rumor_gossip_members_set(g, unsorted, 3), RUMOR_EINVAL);
+    assert_int_equal(rumor_gossip_members_set(g, twice, 3), RUMOR_EINVAL);
+    assert_int_equal(rumor_gossip_members_set(g, outside, 2), RUMOR_EINVAL);
+    assert_int_equal(rumor_gossip_members_set(g, without, 2), RUMOR_EINVAL);
+    assert_int_equal(rumor_gossip_members_set(g, three, 0), RUMOR_EINVAL);
+    assert_int_equal(rumor_gossip_members_set(g, NULL, 1), RUMOR_EINVAL);
     s_unchanged(g);
     /* in a step: refused until one of its calls fails */
     const struct rumor_gossip_msg *msgs = NULL;
     size_t count = 0;
     assert_int_equal(rumor_gossip_emit(g, 0, 0, &msgs, &count), RUMOR_OK);
-    assert_int_equal(gossip_ring_members_set(g, three, 3), RUMOR_EINVAL);
+    assert_int_equal(rumor_gossip_members_set(g, three, 3), RUMOR_EINVAL);
     s_unchanged(g);
     assert_int_equal(rumor_gossip_absorb(g, 0, 0, NULL, 0), RUMOR_ETIMEDOUT);
-    assert_int_equal(gossip_ring_members_set(g, three, 3), RUMOR_OK);
+    assert_int_equal(rumor_gossip_members_set(g, three, 3), RUMOR_OK);
     assert_int_equal(rumor_gossip_rounds(g, 0), 4);
     s_cluster_free(&c);
     /* algorithms without a ring */
@@ -688,7 +681,7 @@ test_members__bad_lists_no_ring_mid_step__refused(void **state)
         s_opts(&o, gossip[a]);
         o.gossip_rounds = 2; /* localsgd by plain gossip */
         s_cluster_new(&c, "ring:4", &o, 6, 4, 2);
-        assert_int_equal(gossip_ring_members_set(c.g[0], three, 3),
+        assert_int_equal(rumor_gossip_members_set(c.g[0], three, 3),
                          RUMOR_EINVAL);
         s_cluster_free(&c);
     }
