@@ -103,6 +103,27 @@ s_router_reply(rumor_net *net,
 
 /* version: the frame's; a node of version 2 reads a REFUSE of its own
  * version (its layout is the same), so it can tell its user why. */
+/* A peer that says HELLO is up: a link of ours to it that is closed for
+ * its reconnect backoff, or still connecting (libzmq retries a refused
+ * connect at its own, growing interval), opens again now, so that what
+ * waits in its queue (an elastic ring's answer to a joiner) goes out
+ * without waiting out seconds of backoff built while the peer was dead. */
+static void
+s_link_hurry(rumor_net *net, struct net_peer *p)
+{
+    pthread_mutex_lock(&net->mu);
+    bool ready = p->ready;
+    pthread_mutex_unlock(&net->mu);
+    if (!p->link || ready)
+        return;
+    uint64_t now = rumor_clock_ns();
+    if (p->dealer != NULL && p->hello_ns == 0)
+        net_link_close(net, p, now, false);
+    else if (p->dealer == NULL)
+        p->reopen_ns = now;
+    p->attempt = 0;
+}
+
 static void
 s_refuse(rumor_net *net,
          struct net_peer *p,
@@ -437,6 +458,7 @@ s_on_router_frame(rumor_net *net,
                                      sizeof reply);
         s_router_reply(net, p, rid, rid_len, reply, n);
         net_set_refusal(net, p, NULL);
+        s_link_hurry(net, p);
         rumor_log(RUMOR_LOG_DEBUG, "net: peer %u said HELLO", p->id);
     } else if (!net_replay_accept(&p->replay, h.seq)) {
         STAT(net, p, replays, 1);

@@ -531,7 +531,7 @@ node_elastic_new(const struct node_elastic_opts *o, node_elastic **out)
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     e->inc = (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
-    rumor_buf_init(&e->snap, 0);
+    rumor_buf_init(&e->snap, RUMOR_GOSSIP_STATE_MAX);
     e->want = malloc(o->n * sizeof *e->want);
     e->contacts = malloc(o->n * sizeof *e->contacts);
     struct node_member_opts mo = {.timeout = o->deadline_ms,

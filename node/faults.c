@@ -335,7 +335,7 @@ node_recv(const struct node_wait *w,
                                : NULL;
         if (gone == NULL)
             continue;
-        if (w->skip == NULL)
+        if (w->skip == NULL && w->interrupted == NULL)
             s_log_missing(step, peer, gone, st);
         return RUMOR_ETIMEDOUT;
     }

@@ -42,7 +42,8 @@ struct node_wait {
      * fault path of an algorithm that can skip it */
     node_faults *skip;
     /* NULL, or asked after each slice: true ends the wait with
-     * RUMOR_ETIMEDOUT, not logged (an elastic ring's view change) */
+     * RUMOR_ETIMEDOUT (an elastic ring's view change). Set, a missed
+     * message is not logged here: the elastic ring says what it does. */
     bool (*interrupted)(void *arg);
     void *arg;
 };
