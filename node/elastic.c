@@ -38,6 +38,7 @@ struct node_elastic {
     uint64_t snap_step;    /* ELASTIC_WANT_NONE: no snapshot yet */
     uint64_t inc;          /* this node's incarnation, for JOIN */
     uint64_t *want;        /* per node: the step whose state it asked for */
+    bool *finished;        /* per node: it ran the run's last step */
     uint32_t *contacts;    /* every other node, for JOIN */
     uint8_t *optim_buf, *state_buf;
     size_t optim_cap, state_cap;
@@ -113,12 +114,15 @@ s_take_requests(node_elastic *e, uint32_t from)
     while (rumor_net_recv(e->o.net, from, RUMOR_NET_KIND_SYNC, 0, 0, 0, &msg) ==
            RUMOR_OK) {
         struct node_sync s;
-        if (node_sync_decode(msg.payload, msg.len, &s) == RUMOR_OK &&
-            (s.flags & NODE_SYNC_WANT_STATE) != 0)
+        bool ok = node_sync_decode(msg.payload, msg.len, &s) == RUMOR_OK &&
+                  (s.flags & (NODE_SYNC_WANT_STATE | NODE_SYNC_DONE)) != 0;
+        if (ok && (s.flags & NODE_SYNC_WANT_STATE) != 0)
             e->want[from] = s.step;
-        else
+        if (ok && (s.flags & NODE_SYNC_DONE) != 0)
+            e->finished[from] = true;
+        if (!ok)
             rumor_log(RUMOR_LOG_WARN,
-                      "elastic: a malformed state request from node %u",
+                      "elastic: a malformed SYNC from node %u",
                       from);
         rumor_net_msg_free(&msg);
     }
@@ -303,11 +307,14 @@ s_ask_to_join(node_elastic *e)
 }
 
 /* Pumps until this node is a member of an epoch after the one its ring
- * runs in; a node the ring removed asks to join again. */
+ * runs in; a node the ring removed asks to join again. A node that no
+ * majority takes in within the wait gives up (RUMOR_ETIMEDOUT): the run
+ * may have ended, or a partition outlasted it; it never hangs. */
 static rumor_err
 s_await_view(node_elastic *e)
 {
     uint64_t logged = rumor_clock_ns();
+    uint64_t give_up = logged + (uint64_t)e->o.wait_ms * ELASTIC_MS;
     for (;;) {
         struct node_member_event ev;
         while (node_member_event(e->m, &ev)) {
@@ -326,6 +333,14 @@ s_await_view(node_elastic *e)
             return RUMOR_OK;
         if (s_stopped(e))
             return RUMOR_ETIMEDOUT;
+        if (rumor_clock_ns() >= give_up) {
+            rumor_log(RUMOR_LOG_ERROR,
+                      "elastic: no majority of the ring took this node in "
+                      "within %u ms (the run may have ended, or a "
+                      "partition lasts): giving up",
+                      e->o.wait_ms);
+            return RUMOR_ETIMEDOUT;
+        }
         if (rumor_clock_ns() - logged >
             ELASTIC_STALL_LOG_S * 1000 * ELASTIC_MS) {
             logged = rumor_clock_ns();
@@ -485,6 +500,50 @@ node_elastic_join(node_elastic *e, uint64_t *t)
     return rc;
 }
 
+/* Every other member of the epoch said it ran the last step. */
+static bool
+s_all_finished(const node_elastic *e)
+{
+    const struct node_member_view *v = node_member_view_of(e->m);
+    for (uint32_t i = 0; i < v->count; i++)
+        if (v->members[i].id != e->o.self && !e->finished[v->members[i].id])
+            return false;
+    return true;
+}
+
+void
+node_elastic_finish(node_elastic *e, uint64_t steps)
+{
+    bool change = false;
+    if (node_elastic_begin(e, steps, &change) != RUMOR_OK)
+        return;
+    struct node_sync done = {.flags = NODE_SYNC_DONE, .step = steps};
+    uint8_t buf[NODE_SYNC_BYTES_MAX];
+    size_t len = node_sync_encode(&done, buf, sizeof buf);
+    const struct node_member_view *v = node_member_view_of(e->m);
+    for (uint32_t i = 0; i < v->count; i++)
+        if (v->members[i].id != e->o.self)
+            (void)s_send(e,
+                         v->members[i].id,
+                         RUMOR_NET_KIND_SYNC,
+                         steps,
+                         buf,
+                         len);
+    uint64_t now = rumor_clock_ns();
+    uint64_t quiet = now + 2ull * e->o.deadline_ms * ELASTIC_MS;
+    uint64_t limit = now + (uint64_t)e->o.wait_ms * ELASTIC_MS;
+    /* while a view change is under way, it may need this node's promise
+     * and its state (the holder of the last step) */
+    while (!s_all_finished(e) && !s_stopped(e) &&
+           (rumor_clock_ns() < quiet || s_moved(e)) &&
+           rumor_clock_ns() < limit) {
+        if (node_elastic_pump(e) &&
+            node_member_state_of(e->m) == NODE_MEMBER_ACTIVE)
+            e->epoch = node_member_view_of(e->m)->epoch;
+        s_sleep_poll();
+    }
+}
+
 bool
 node_elastic_member(const node_elastic *e, uint32_t id)
 {
@@ -533,12 +592,13 @@ node_elastic_new(const struct node_elastic_opts *o, node_elastic **out)
     e->inc = (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
     rumor_buf_init(&e->snap, RUMOR_GOSSIP_STATE_MAX);
     e->want = malloc(o->n * sizeof *e->want);
+    e->finished = calloc(o->n, sizeof *e->finished);
     e->contacts = malloc(o->n * sizeof *e->contacts);
     struct node_member_opts mo = {.timeout = o->deadline_ms,
                                   .timeout_max = 16ull * o->deadline_ms,
                                   .resend = o->deadline_ms / 5 + 1,
                                   .grace = o->deadline_ms / 10 + 1};
-    rumor_err rc = e->want != NULL && e->contacts != NULL
+    rumor_err rc = e->want != NULL && e->finished != NULL && e->contacts != NULL
                        ? node_member_new(&e->m, o->self, o->n, &mo)
                        : RUMOR_ENOMEM;
     for (uint32_t i = 0; e->want != NULL && i < o->n; i++)
@@ -565,6 +625,7 @@ node_elastic_destroy(node_elastic **self_p)
     node_member_destroy(&e->m);
     rumor_buf_free(&e->snap);
     free(e->want);
+    free(e->finished);
     free(e->contacts);
     free(e->optim_buf);
     free(e->state_buf);

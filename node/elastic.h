@@ -36,7 +36,8 @@ struct node_elastic_opts {
     rumor_optim *optim;        /* may be NULL */
     const _Atomic uint64_t *stop_by; /* a stop ends every wait by then */
     uint64_t first_step;
-    bool join; /* outside the ring at the start: ask to join */
+    bool join;        /* outside the ring at the start: ask to join */
+    uint32_t wait_ms; /* the longest wait to be taken into a ring */
 };
 
 rumor_err node_elastic_new(const struct node_elastic_opts *o,
@@ -73,6 +74,12 @@ rumor_err node_elastic_recover(node_elastic *e, uint64_t *t);
 /* Before the first step of a joiner: asks to join, waits to be admitted
  * and takes the state; *t receives the step it enters at. */
 rumor_err node_elastic_join(node_elastic *e, uint64_t *t);
+
+/* After the run's last step (steps steps done): tells the members, and
+ * answers a view change still under way (its promise, and the final state
+ * to a member that lacks it) until every member has finished or, with
+ * none under way, for two deadlines. */
+void node_elastic_finish(node_elastic *e, uint64_t steps);
 
 /* Whether node id is a member of the ring's epoch. */
 bool node_elastic_member(const node_elastic *e, uint32_t id);

@@ -480,6 +480,8 @@ node_wait_links(rumor_node *node, uint64_t deadline, struct rumor_diag *diag)
 void
 node_finish(rumor_node *node, uint64_t t)
 {
+    if (node->elastic != NULL)
+        node_elastic_finish(node->elastic, t + 1);
     if (node->faults != NULL) {
         rumor_err rc = node_faults_finish(node->faults, node->net, node->g, t);
         if (rc != RUMOR_OK)
@@ -675,7 +677,8 @@ s_elastic_new(rumor_node *node)
                                    .optim = node->optim,
                                    .stop_by = &node->stop_by,
                                    .first_step = node->first_step,
-                                   .join = alone};
+                                   .join = alone,
+                                   .wait_ms = o->connect_ms};
     return node_elastic_new(&eo, &node->elastic);
 }
 
