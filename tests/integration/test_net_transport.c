@@ -531,7 +531,7 @@ test_reject__wrong_version__refused_with_reason_to_the_peer(void **state)
         rumor_net_refuse_decode(buf + 64, (size_t)n - 64, &reason, text),
         RUMOR_OK);
     assert_int_equal(reason, RUMOR_EPROTO);
-    assert_string_equal(text, "protocol version 2, this node speaks 3");
+    assert_string_equal(text, "protocol version 2, this node speaks 4");
     /* this node keeps the same words for its user */
     char kept[RUMOR_NET_REFUSE_TEXT_MAX + 1];
     assert_true(rumor_net_refused(c.net[1], 0, kept));
@@ -571,7 +571,7 @@ test_reject__older_version_answers__refused_naming_both_versions(void **state)
     assert_int_equal(frame[4], RUMOR_NET_VERSION);
     assert_int_equal(frame[5], RUMOR_NET_KIND_HELLO);
     uint8_t body[64];
-    const char *why = "protocol version 3, this node speaks 2";
+    const char *why = "protocol version 4, this node speaks 2";
     size_t blen = rumor_net_refuse_encode(RUMOR_EPROTO, why, body, sizeof body);
     size_t w = t_frame(frame,
                        sizeof frame,
@@ -588,7 +588,7 @@ test_reject__older_version_answers__refused_naming_both_versions(void **state)
     uint64_t deadline = t_deadline(T_DEADLINE_MS);
     while (!rumor_net_refused(c.net[0], 1, text) && rumor_clock_ns() < deadline)
         t_pause_1ms();
-    assert_string_equal(text, "protocol version 2, this node speaks 3");
+    assert_string_equal(text, "protocol version 2, this node speaks 4");
     assert_int_equal(rumor_net_wait_ready(c.net[0], 1, t_deadline(1)),
                      RUMOR_ETIMEDOUT);
     zmq_close(router);

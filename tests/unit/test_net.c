@@ -55,7 +55,7 @@ test_frame_encode__known_fields__at_documented_offsets(void **state)
     assert_int_equal(n, 68);
     /* hand-written little-endian expectations (docs/protocol.md) */
     static const uint8_t want[60] = {
-        'R',  'U',  'M',  'R',  3,    5,    7,    0,    /* magic ver kind */
+        'R',  'U',  'M',  'R',  4,    5,    7,    0,    /* magic ver kind */
         0x04, 0x03, 0x02, 0x01, 2,    0,    0,    0,    /* sender round */
         0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, /* step */
         9,    0,    0,    0,    0,    0,    0,    0,    /* seq */
@@ -139,7 +139,8 @@ test_frame_decode__table_of_bad_frames__rejected(void **state)
         {"bad magic", 0, 0x524d5553, false, 0, true, 1 << 20, RUMOR_EPROTO},
         {"version 1", 4, 1, true, 0, true, 1 << 20, RUMOR_EPROTO},
         {"version 2", 4, 2, true, 0, true, 1 << 20, RUMOR_EPROTO},
-        {"version 4", 4, 4, true, 0, true, 1 << 20, RUMOR_EPROTO},
+        {"version 3", 4, 3, true, 0, true, 1 << 20, RUMOR_EPROTO},
+        {"version 5", 4, 5, true, 0, true, 1 << 20, RUMOR_EPROTO},
         {"version 0", 4, 0, true, 0, true, 1 << 20, RUMOR_EPROTO},
         {"kind 0", 5, 0, true, 0, true, 1 << 20, RUMOR_EPROTO},
         {"kind 13 (unknown)", 5, 13, true, 0, true, 1 << 20, RUMOR_EPROTO},
