@@ -626,8 +626,8 @@ s_check_end(struct cluster *c,
         double e = tnc_num(s.last, "epoch"), m = tnc_num(s.last, "members");
         cJSON_Delete(s.last);
         if (m != NODES || (i > 0 && e != last_epoch))
-            fail_msg("%s: node %d ended at epoch %g with %g members, node 0 "
-                     "at epoch %g",
+            fail_msg("%s: node %d ended at epoch %g with %g members, the "
+                     "nodes before it at epoch %g",
                      a->name,
                      i,
                      e,
