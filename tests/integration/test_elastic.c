@@ -875,7 +875,8 @@ test_ring8_allreduce_netns_5_3__majority_goes_on_minority_waits_heals(
     const int major[] = {0, 1, 2, 3, 4}, minor[] = {5, 6, 7};
     /* longer than the others: the minority, backing off between its
      * attempts at a view change, may take a few seconds to hear of the
-     * healed link */
+     * healed link (the band stays the 400-step run's: looser, as more
+     * steps solve lsq further) */
     s_start(c, "run", "600");
     s_until(c, s_every, NODES, "step", KILL_STEP, INFINITY, "did not train");
     s_require_elastic(c);
