@@ -11,8 +11,9 @@
  *     others finish without it, exit 1;
  *   - --restart 0: fail-fast as before (every node stopped, exit 1);
  *   - --algo allreduce, a ring algorithm: the ring re-forms without node
- *     2 (issue 23), the launcher restarts it with --join, every node ends
- *     at the last step, exit 0;
+ *     2 (issue 23), the launcher restarts it with --join and no other
+ *     node, every node ends at the last step in a ring of all 6 (epoch 2
+ *     or more), exit 0;
  *   - PowerGossip with 2 iterations, which neither skips a node nor
  *     re-forms: a message that names the algorithm, every node stopped,
  *     exit 1;
@@ -494,6 +495,29 @@ test_launch__allreduce_kill9__restarted_with_join_all_finish(void **state)
     (void)state;
     const char *algo[] = {"--algo", "allreduce", NULL};
     s_kill_and_restart(false, "restarting it with --join (attempt 1/3)", algo);
+    /* the ring re-formed twice (without node 2, then with it again) and
+     * every node ends in it */
+    for (int i = 0; i < NODES; i++) {
+        char path[400];
+        snprintf(path, sizeof path, "%s/node-%d.jsonl", s_run.run, i);
+        FILE *f = fopen(path, "r");
+        static char line[1 << 16], last[1 << 16];
+        last[0] = '\0';
+        while (f != NULL && fgets(line, sizeof line, f) != NULL)
+            memcpy(last, line, strlen(line) + 1);
+        if (f != NULL)
+            fclose(f);
+        cJSON *o = cJSON_Parse(last);
+        double epoch = tnc_num(o, "epoch"), members = tnc_num(o, "members");
+        cJSON_Delete(o);
+        if (!(epoch >= 2 && members == NODES))
+            fail_msg("node %d ended at epoch %g with %g members (want >= 2 "
+                     "and %d)",
+                     i,
+                     epoch,
+                     members,
+                     NODES);
+    }
 }
 
 /* PowerGossip with several iterations per step neither skips a node nor
