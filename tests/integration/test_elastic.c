@@ -858,7 +858,6 @@ test_ring8_allreduce_netns_5_3__majority_goes_on_minority_waits_heals(
     (void)state;
     struct cluster *c = &s_c;
     s_cluster_new(c, &s_allreduce);
-    const struct base *b = s_baseline(c);
     snprintf(c->ns[0], sizeof c->ns[0], "rea%d", (int)getpid());
     snprintf(c->ns[1], sizeof c->ns[1], "reb%d", (int)getpid());
     int rc = tnc_netns_pair(c->ns[0], c->ns[1]);
@@ -868,6 +867,7 @@ test_ring8_allreduce_netns_5_3__majority_goes_on_minority_waits_heals(
         skip();
     }
     assert_int_equal(rc, 0);
+    const struct base *b = s_baseline(c); /* on loopback */
     /* nodes 0-4 on one side, 5-7 on the other: the ring's edges 4-5 and
      * 7-0 cross the cut */
     c->first_b = 5;
