@@ -173,58 +173,23 @@ s_node(struct cluster *c, int id, bool join)
     snprintf(key, sizeof key, "%s/keys/node-%d", c->dir, id);
     snprintf(out, sizeof out, "%s/node-%d.out", c->dir, id);
     const char *ns = c->first_b > 0 ? c->ns[id >= c->first_b] : NULL;
-    const char *argv[64] = {"ip", "netns", "exec", ns, tnc_bin()};
-    size_t n = ns != NULL ? 5 : 0;
-    const char *common[] = {"rumor",
-                            "node",
-                            "--topology",
-                            c->topo,
-                            "--id",
-                            sid,
-                            "--key",
-                            key,
-                            "--workload",
-                            "lsq",
-                            "--optimizer",
-                            "sgd",
-                            "--lr",
-                            "0.05",
-                            "--steps",
-                            c->steps,
-                            "--eval-every",
-                            "0",
-                            "--deadline-ms",
-                            DEADLINE,
-                            "--down-after",
-                            "2",
-                            "--delay-ms",
-                            DELAY_MS,
-                            "--metrics-dir",
-                            c->run,
-                            "--log-level",
-                            "warn",
-                            NULL};
-    for (size_t k = ns != NULL ? 1 : 0; common[k] != NULL; k++)
-        argv[n++] = common[k];
+    const char *argv[TNC_ARGS_MAX] = {
+        "node", "--topology",    c->topo,  "--id",
+        sid,    "--key",         key,      "--workload",
+        "lsq",  "--optimizer",   "sgd",    "--lr",
+        "0.05", "--steps",       c->steps, "--eval-every",
+        "0",    "--deadline-ms", DEADLINE, "--down-after",
+        "2",    "--delay-ms",    DELAY_MS, "--metrics-dir",
+        c->run, "--log-level",   "warn"};
+    size_t n = 0;
+    while (argv[n] != NULL)
+        n++;
     for (size_t k = 0; c->algo->args[k] != NULL; k++)
         argv[n++] = c->algo->args[k];
     if (join)
         argv[n++] = "--join";
     argv[n] = NULL;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, STDOUT_FILENO);
-            dup2(fd, STDERR_FILENO);
-            close(fd);
-        }
-        execv(ns != NULL ? "/usr/sbin/ip" : tnc_bin(), (char *const *)argv);
-        _exit(127);
-    }
-    assert_true(pid > 0);
-    c->pid[id] = pid;
+    c->pid[id] = tnc_start_ns(ns, argv, out, NULL);
 }
 
 /* Starts all nodes on a run of their own, in c->dir/NAME. */

@@ -48,10 +48,14 @@ tnc_pause_us(long us)
     nanosleep(&ts, NULL);
 }
 
-/* Runs RUMOR_BIN with argv (argv[0] included, NULL-terminated), stdout
- * and stderr appended to the file out. */
+/* Runs the program at path with argv (argv[0] included, NULL-terminated),
+ * stdout and stderr appended to the file out; env, when not NULL, is one
+ * "NAME=VALUE" set in the child. */
 static inline pid_t
-tnc_spawn(const char *const *argv, const char *out)
+tnc_spawn_path(const char *path,
+               const char *const *argv,
+               const char *out,
+               const char *env)
 {
     fflush(stdout);
     pid_t pid = fork();
@@ -62,11 +66,42 @@ tnc_spawn(const char *const *argv, const char *out)
             dup2(fd, STDERR_FILENO);
             close(fd);
         }
-        execv(tnc_bin(), (char *const *)argv);
+        if (env != NULL)
+            putenv((char *)env);
+        execv(path, (char *const *)argv);
         _exit(127);
     }
     assert_true(pid > 0);
     return pid;
+}
+
+/* Runs RUMOR_BIN with argv (argv[0] included, NULL-terminated), stdout
+ * and stderr appended to the file out. */
+static inline pid_t
+tnc_spawn(const char *const *argv, const char *out)
+{
+    return tnc_spawn_path(tnc_bin(), argv, out, NULL);
+}
+
+/* `rumor args...` (args NULL-terminated, "rumor" not included) in the
+ * network namespace ns (through `ip netns exec`; NULL: this one), with
+ * env as tnc_spawn_path's, output appended to out. */
+static inline pid_t
+tnc_start_ns(const char *ns,
+             const char *const *args,
+             const char *out,
+             const char *env)
+{
+    const char *argv[TNC_ARGS_MAX] = {"ip", "netns", "exec", ns};
+    size_t n = ns != NULL ? 4 : 0;
+    argv[n++] = ns != NULL ? tnc_bin() : "rumor";
+    for (size_t k = 0; args[k] != NULL && n < TNC_ARGS_MAX - 1; k++)
+        argv[n++] = args[k];
+    argv[n] = NULL;
+    return tnc_spawn_path(ns != NULL ? "/usr/sbin/ip" : tnc_bin(),
+                          argv,
+                          out,
+                          env);
 }
 
 /* `rumor args...` (args NULL-terminated), output appended to out. */

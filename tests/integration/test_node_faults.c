@@ -67,60 +67,29 @@ s_node_ex(struct ring *r,
           const char *ns,
           const char *poison)
 {
-    char sid[16], key[400], out[400];
+    char sid[16], key[400], out[400], env[128];
     snprintf(sid, sizeof sid, "%d", id);
     snprintf(key, sizeof key, "%s/keys/node-%d", r->dir, id);
     snprintf(out, sizeof out, "%s/node-%d.out", r->dir, id);
-    const char *argv[64] = {"ip", "netns", "exec", ns, tnc_bin()};
-    size_t n = ns != NULL ? 5 : 0;
-    const char *common[] = {"rumor",
-                            "node",
-                            "--topology",
-                            r->topo,
-                            "--id",
-                            sid,
-                            "--key",
-                            key,
-                            "--workload",
-                            "lsq",
-                            "--optimizer",
-                            "sgd",
-                            "--lr",
-                            "0.05",
-                            "--steps",
-                            steps,
-                            "--eval-every",
-                            "0",
-                            "--deadline-ms",
-                            "1000",
-                            "--down-after",
-                            "2",
-                            "--metrics-dir",
-                            run,
-                            "--log-level",
-                            "warn",
-                            NULL};
-    for (size_t k = ns != NULL ? 1 : 0; common[k] != NULL; k++)
-        argv[n++] = common[k];
-    for (size_t k = 0; extra != NULL && extra[k] != NULL && n < 62; k++)
+    snprintf(env,
+             sizeof env,
+             "RUMOR_FAULTS_POISON=%s",
+             poison != NULL ? poison : "");
+    const char *argv[TNC_ARGS_MAX] = {
+        "node", "--topology",    r->topo, "--id",
+        sid,    "--key",         key,     "--workload",
+        "lsq",  "--optimizer",   "sgd",   "--lr",
+        "0.05", "--steps",       steps,   "--eval-every",
+        "0",    "--deadline-ms", "1000",  "--down-after",
+        "2",    "--metrics-dir", run,     "--log-level",
+        "warn"};
+    size_t n = 0;
+    while (argv[n] != NULL)
+        n++;
+    for (size_t k = 0; extra != NULL && extra[k] != NULL && n < 50; k++)
         argv[n++] = extra[k];
     argv[n] = NULL;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, STDOUT_FILENO);
-            dup2(fd, STDERR_FILENO);
-            close(fd);
-        }
-        if (poison != NULL)
-            setenv("RUMOR_FAULTS_POISON", poison, 1);
-        execv(ns != NULL ? "/usr/sbin/ip" : tnc_bin(), (char *const *)argv);
-        _exit(127);
-    }
-    assert_true(pid > 0);
-    return pid;
+    return tnc_start_ns(ns, argv, out, poison != NULL ? env : NULL);
 }
 
 static void
