@@ -14,15 +14,19 @@
  * missing is an error before anything starts.
  *
  * A local node that fails (killed, or a non-zero exit) is restarted, up
- * to --restart times (default 3), while the others train on: the nodes
- * skip a dead neighbour and take it back when it returns
- * (docs/reliability.md). It restarts with --resume when it has a good
- * checkpoint in --checkpoint-dir, else with --join (a neighbour's model
- * and step). That needs an algorithm that skips a missing node
- * (rumor_gossip_can_skip, asked on node 0's model at the first failure);
- * with the others (ring all-reduce, PowerSGD, exact local SGD, ...) and
- * with --restart 0 a failure stops the whole run, as does a failure of an
- * ssh node. A node that exits 0 has finished and stays so.
+ * to --restart times (default 3), while the others train on: gossip
+ * nodes skip a dead neighbour and take it back when it returns, the ring
+ * algorithms (all-reduce, PowerSGD, exact local SGD, the compressed
+ * all-reduce) re-form their ring without it and admit it again
+ * (docs/reliability.md, "Elastic rings"). It restarts with --resume when
+ * it has a good checkpoint in --checkpoint-dir, else with --join (a
+ * neighbour's or a member's model and step). That needs an algorithm that
+ * skips a missing node or runs on the ring (rumor_gossip_can_skip,
+ * rumor_gossip_uses_ring, asked on node 0's model at the first failure);
+ * with the others (PowerGossip with several iterations, CHOCO with
+ * --adapt, local SGD averaging by gossip rounds) and with --restart 0 a
+ * failure stops the whole run, as does a failure of an ssh node. A node
+ * that exits 0 has finished and stays so.
  *
  * Children never outlive the launcher: SIGINT and SIGTERM are forwarded to
  * every child and cancel pending restarts; children still alive a grace
@@ -121,9 +125,12 @@ cli_launch_help(FILE *out)
             "times (default %d)\n"
             "while the others train on, with --resume when it has a "
             "checkpoint in\n"
-            "--checkpoint-dir, else --join. 0, an ssh node, or an "
-            "algorithm that cannot\n"
-            "skip a node (allreduce, powersgd, exact localsgd): a failure "
+            "--checkpoint-dir, else --join (ring algorithms re-form "
+            "without it and take\n"
+            "it back). 0, an ssh node, or an algorithm that neither skips "
+            "a node nor runs\n"
+            "on the ring (powergossip with --iterations > 1, choco "
+            "--adapt): a failure\n"
             "stops the run.\n\n"
             "-- PROG ARGS: each node is a worker running PROG (a "
             "training script with\n"
@@ -565,7 +572,7 @@ s_generate_topology(struct s_args *a,
 }
 
 /* A worker's algorithm is the Peer's default (powergossip) unless launch
- * names one: what the restart policy asks about (s_can_skip). */
+ * names one: what the restart policy asks about (s_can_continue). */
 static int
 s_worker_algo(struct s_args *a, rumor_node_config *cfg, struct rumor_diag *diag)
 {
@@ -1106,19 +1113,22 @@ struct s_sup {
     size_t open;    /* output pipes not at EOF */
     size_t pending; /* restarts not yet due */
     bool interrupted, failed;
-    int can_skip; /* the algorithm goes on without a node; -1: not asked */
+    int can_continue; /* the algorithm goes on without a node; -1: not
+                         asked */
     uint64_t kill_at;
 };
 
-/* Whether the nodes' algorithm goes on without a node: what their fault
- * path asks (rumor_gossip_can_skip), on the model node 0 trains. Asked
- * once, at the first failure. A model that cannot be built here counts
- * as an algorithm that cannot skip: the run stops as without restarts. */
+/* Whether the nodes' algorithm goes on without a node, on the model node
+ * 0 trains: a gossip algorithm that skips it (rumor_gossip_can_skip, what
+ * the fault path asks) or a ring algorithm, whose ring re-forms over the
+ * live members (issue 23). Asked once, at the first failure. A model that
+ * cannot be built here counts as an algorithm that cannot go on: the run
+ * stops as without restarts. */
 static bool
-s_can_skip(struct s_sup *s)
+s_can_continue(struct s_sup *s)
 {
-    if (s->can_skip >= 0)
-        return s->can_skip > 0;
+    if (s->can_continue >= 0)
+        return s->can_continue > 0;
     const struct rumor_node_opts *o = &s->a->opts;
     struct rumor_dataset *data = NULL;
     rumor_workload *w = NULL;
@@ -1138,11 +1148,12 @@ s_can_skip(struct s_sup *s)
     go.seed = o->workload.seed;
     if (rc == RUMOR_OK)
         rc = rumor_gossip_new(&go, s->t, 0, rumor_workload_model(w), &g, &diag);
-    s->can_skip = rc == RUMOR_OK && rumor_gossip_can_skip(g);
+    s->can_continue = rc == RUMOR_OK &&
+                      (rumor_gossip_can_skip(g) || rumor_gossip_uses_ring(g));
     rumor_gossip_destroy(&g);
     rumor_workload_destroy(&w);
     rumor_dataset_destroy(&data);
-    return s->can_skip > 0;
+    return s->can_continue > 0;
 }
 
 /* Ends the run: every child gets sig, pending restarts are dropped, and
@@ -1207,7 +1218,7 @@ s_schedule_restart(struct s_sup *s, struct s_child *c, const char *what)
     printf(" (attempt %u/%llu)\n", c->restarts, s->a->restart);
 }
 
-/* Node c failed (what: how) in a run whose algorithm skips a missing
+/* Node c failed (what: how) in a run whose algorithm goes on without a
  * node: restart it, unless it has had its restarts or nobody is left to
  * take it back; either way the others go on. */
 static void
@@ -1247,7 +1258,7 @@ s_on_exit(struct s_sup *s, struct s_child *c, int ws)
         WIFEXITED(ws) &&
         (WEXITSTATUS(ws) == 2 || WEXITSTATUS(ws) == CLI_EXIT_DIVERGED);
     if (!ok && !s->interrupted && !s->failed && restartable && !misconfigured &&
-        s_can_skip(s)) {
+        s_can_continue(s)) {
         s_retry(s, c, what);
         return;
     }
@@ -1261,9 +1272,9 @@ s_on_exit(struct s_sup *s, struct s_child *c, int ws)
                WEXITSTATUS(ws) == 2 ? "was refused its configuration"
                                     : "diverged");
     else if (restartable)
-        printf("[launch] --algo %s cannot continue without node %u (it does "
-               "not skip a missing node; elastic rings that re-form without "
-               "it are future work, issue 23): stopping the others\n",
+        printf("[launch] --algo %s cannot continue without node %u (it "
+               "neither skips a missing node nor re-forms a ring without "
+               "it): stopping the others\n",
                s->a->opts.gossip.algo,
                c->id);
     else
@@ -1536,7 +1547,7 @@ s_run(struct s_args *a,
                         .alive = started,
                         .open = started,
                         .failed = status != 0,
-                        .can_skip = -1,
+                        .can_continue = -1,
                         .kill_at = UINT64_MAX};
     if (status != 0)
         s_stop_all(&sup, SIGTERM);

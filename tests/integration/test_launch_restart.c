@@ -10,8 +10,13 @@
  *   - --restart 1 and node 2 killed twice: the launcher gives up on it, the
  *     others finish without it, exit 1;
  *   - --restart 0: fail-fast as before (every node stopped, exit 1);
- *   - --algo allreduce, which cannot skip a node: a message that names the
- *     algorithm and issue 23, every node stopped, exit 1;
+ *   - --algo allreduce, a ring algorithm: the ring re-forms without node
+ *     2 (issue 23), the launcher restarts it with --join and no other
+ *     node, every node ends at the last step in a ring of all 6 (epoch 2
+ *     or more), exit 0;
+ *   - PowerGossip with 2 iterations, which neither skips a node nor
+ *     re-forms: a message that names the algorithm, every node stopped,
+ *     exit 1;
  *   - SIGINT (Ctrl-C) to the launcher while node 2 is being restarted, and
  *     SIGTERM during a run: every node stops without being killed at the
  *     grace deadline, exit 130;
@@ -317,20 +322,42 @@ s_all_at_last_step(const struct run *r)
     return longest;
 }
 
-/* kill -9 of node 2 after KILL_STEP steps: the launcher restarts it (the
- * line it prints says how) and the run ends as if nothing had happened. */
+static size_t
+s_count(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    size_t n = 0;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        n += strstr(line, needle) != NULL;
+    if (f != NULL)
+        fclose(f);
+    return n;
+}
+
+/* kill -9 of node 2 after KILL_STEP steps of a run with the options algo
+ * (NULL-terminated, may be NULL): the launcher restarts it (the line it
+ * prints says how) and the run ends as if nothing had happened. */
 static void
-s_kill_and_restart(bool checkpoints, const char *restarting)
+s_kill_and_restart(bool checkpoints,
+                   const char *restarting,
+                   const char *const *algo)
 {
     struct run *r = &s_run;
     s_setup(r);
-    const char *extra[] = {"--checkpoint-dir",
-                           r->ckpt,
-                           "--checkpoint-every",
-                           "25",
-                           NULL};
+    const char *extra[16] = {NULL};
+    size_t n = 0;
+    for (size_t k = 0; algo != NULL && algo[k] != NULL; k++)
+        extra[n++] = algo[k];
+    if (checkpoints) {
+        extra[n++] = "--checkpoint-dir";
+        extra[n++] = r->ckpt;
+        extra[n++] = "--checkpoint-every";
+        extra[n++] = "25";
+    }
+    extra[n] = NULL;
     uint64_t t0 = rumor_clock_ns();
-    s_launch(r, STEPS, checkpoints ? extra : NULL);
+    s_launch(r, STEPS, extra);
     pid_t victim = s_until_node(r, VICTIM, 0);
     s_until_step(r, VICTIM, KILL_STEP, checkpoints);
     assert_int_equal(kill(victim, SIGKILL), 0);
@@ -346,6 +373,13 @@ s_kill_and_restart(bool checkpoints, const char *restarting)
     s_expect(r, restarting);
     s_expect(r, "node 2 restarted with");
     s_expect(r, "average model of the 6 nodes");
+    /* the others went on: restarting them all (as after a ring that
+     * could not re-form) would also end with every node at the last step,
+     * their metrics rewritten by the new processes */
+    if (s_count(r->out, "restarting it with") != 1) {
+        tnc_show(r->out);
+        fail_msg("a node other than node 2 failed and was restarted");
+    }
     double longest = s_all_at_last_step(r);
     printf("node 2 (pid %d) running again as pid %d %.2f s after the kill; "
            "run %.1f s; survivors' longest step %.3f s (deadline %.1f s)\n",
@@ -366,7 +400,7 @@ test_launch__kill9_with_checkpoint__restarted_with_resume_all_finish(
     void **state)
 {
     (void)state;
-    s_kill_and_restart(true, "restarting it with --resume from step");
+    s_kill_and_restart(true, "restarting it with --resume from step", NULL);
 }
 
 static void
@@ -374,20 +408,7 @@ test_launch__kill9_without_checkpoint__restarted_with_join_all_finish(
     void **state)
 {
     (void)state;
-    s_kill_and_restart(false, "restarting it with --join (attempt 1/3)");
-}
-
-static size_t
-s_count(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    char line[1024];
-    size_t n = 0;
-    while (f != NULL && fgets(line, sizeof line, f) != NULL)
-        n += strstr(line, needle) != NULL;
-    if (f != NULL)
-        fclose(f);
-    return n;
+    s_kill_and_restart(false, "restarting it with --join (attempt 1/3)", NULL);
 }
 
 /* Polls until the launcher has said needle. */
@@ -466,17 +487,51 @@ test_launch__restart_0__kill9_stops_every_node(void **state)
     }
 }
 
+/* A ring algorithm re-forms its ring without the dead node and admits it
+ * again (issue 23): the launcher restarts it as it does a gossip node. */
 static void
-test_launch__allreduce_kill9__cannot_skip_message_and_every_node_stops(
+test_launch__allreduce_kill9__restarted_with_join_all_finish(void **state)
+{
+    (void)state;
+    const char *algo[] = {"--algo", "allreduce", NULL};
+    s_kill_and_restart(false, "restarting it with --join (attempt 1/3)", algo);
+    /* the ring re-formed twice (without node 2, then with it again) and
+     * every node ends in it */
+    for (int i = 0; i < NODES; i++) {
+        char path[400];
+        snprintf(path, sizeof path, "%s/node-%d.jsonl", s_run.run, i);
+        FILE *f = fopen(path, "r");
+        static char line[1 << 16], last[1 << 16];
+        last[0] = '\0';
+        while (f != NULL && fgets(line, sizeof line, f) != NULL)
+            memcpy(last, line, strlen(line) + 1);
+        if (f != NULL)
+            fclose(f);
+        cJSON *o = cJSON_Parse(last);
+        double epoch = tnc_num(o, "epoch"), members = tnc_num(o, "members");
+        cJSON_Delete(o);
+        if (!(epoch >= 2 && members == NODES))
+            fail_msg("node %d ended at epoch %g with %g members (want >= 2 "
+                     "and %d)",
+                     i,
+                     epoch,
+                     members,
+                     NODES);
+    }
+}
+
+/* PowerGossip with several iterations per step neither skips a node nor
+ * runs on a ring: a restarted node could not be used, so the run stops. */
+static void
+test_launch__powergossip_2_iterations_kill9__cannot_continue_every_node_stops(
     void **state)
 {
     (void)state;
     struct run *r = &s_run;
     s_setup(r);
-    const char *extra[] = {"--algo", "allreduce", NULL};
+    const char *extra[] = {"--algo", "powergossip", "--iterations", "2", NULL};
     int status = s_kill_one(r, extra);
-    s_expect(r, "--algo allreduce cannot continue without node 2");
-    s_expect(r, "issue 23");
+    s_expect(r, "--algo powergossip cannot continue without node 2");
     if (status != 1 || tnc_contains(r->out, "restarting")) {
         tnc_show(r->out);
         fail_msg("launch exited %d", status);
@@ -623,7 +678,10 @@ main(int argc, char **argv)
             test_launch__restart_0__kill9_stops_every_node,
             s_teardown),
         cmocka_unit_test_teardown(
-            test_launch__allreduce_kill9__cannot_skip_message_and_every_node_stops,
+            test_launch__allreduce_kill9__restarted_with_join_all_finish,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_launch__powergossip_2_iterations_kill9__cannot_continue_every_node_stops,
             s_teardown),
         cmocka_unit_test_teardown(
             test_launch__diverging_run__not_restarted_every_node_stops,

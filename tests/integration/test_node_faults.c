@@ -67,60 +67,29 @@ s_node_ex(struct ring *r,
           const char *ns,
           const char *poison)
 {
-    char sid[16], key[400], out[400];
+    char sid[16], key[400], out[400], env[128];
     snprintf(sid, sizeof sid, "%d", id);
     snprintf(key, sizeof key, "%s/keys/node-%d", r->dir, id);
     snprintf(out, sizeof out, "%s/node-%d.out", r->dir, id);
-    const char *argv[64] = {"ip", "netns", "exec", ns, tnc_bin()};
-    size_t n = ns != NULL ? 5 : 0;
-    const char *common[] = {"rumor",
-                            "node",
-                            "--topology",
-                            r->topo,
-                            "--id",
-                            sid,
-                            "--key",
-                            key,
-                            "--workload",
-                            "lsq",
-                            "--optimizer",
-                            "sgd",
-                            "--lr",
-                            "0.05",
-                            "--steps",
-                            steps,
-                            "--eval-every",
-                            "0",
-                            "--deadline-ms",
-                            "1000",
-                            "--down-after",
-                            "2",
-                            "--metrics-dir",
-                            run,
-                            "--log-level",
-                            "warn",
-                            NULL};
-    for (size_t k = ns != NULL ? 1 : 0; common[k] != NULL; k++)
-        argv[n++] = common[k];
-    for (size_t k = 0; extra != NULL && extra[k] != NULL && n < 62; k++)
+    snprintf(env,
+             sizeof env,
+             "RUMOR_FAULTS_POISON=%s",
+             poison != NULL ? poison : "");
+    const char *argv[TNC_ARGS_MAX] = {
+        "node", "--topology",    r->topo, "--id",
+        sid,    "--key",         key,     "--workload",
+        "lsq",  "--optimizer",   "sgd",   "--lr",
+        "0.05", "--steps",       steps,   "--eval-every",
+        "0",    "--deadline-ms", "1000",  "--down-after",
+        "2",    "--metrics-dir", run,     "--log-level",
+        "warn"};
+    size_t n = 0;
+    while (argv[n] != NULL)
+        n++;
+    for (size_t k = 0; extra != NULL && extra[k] != NULL && n < 50; k++)
         argv[n++] = extra[k];
     argv[n] = NULL;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, STDOUT_FILENO);
-            dup2(fd, STDERR_FILENO);
-            close(fd);
-        }
-        if (poison != NULL)
-            setenv("RUMOR_FAULTS_POISON", poison, 1);
-        execv(ns != NULL ? "/usr/sbin/ip" : tnc_bin(), (char *const *)argv);
-        _exit(127);
-    }
-    assert_true(pid > 0);
-    return pid;
+    return tnc_start_ns(ns, argv, out, poison != NULL ? env : NULL);
 }
 
 static void
@@ -176,13 +145,6 @@ s_teardown(void **state)
     return 0;
 }
 
-static double
-s_num(const cJSON *o, const char *name)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
-}
-
 /* Reads RUN/node-ID.jsonl: the line count, the last line (caller frees,
  * may be NULL) and the longest gap in "seconds" between lines after
  * `from` seconds; fails on a NaN loss. */
@@ -205,9 +167,9 @@ s_read(const char *run, int id, size_t *lines, double from, double *gap)
             break; /* a line being written */
         }
         (*lines)++;
-        if (!isfinite(s_num(o, "loss")))
+        if (!isfinite(tnc_num(o, "loss")))
             fail_msg("%s:%zu: loss is not finite", path, *lines);
-        double t = s_num(o, "seconds");
+        double t = tnc_num(o, "seconds");
         if (gap != NULL && prev >= from)
             *gap = fmax(*gap, t - prev);
         prev = t;
@@ -231,7 +193,7 @@ s_until(const char *run,
     for (;;) {
         size_t lines = 0;
         cJSON *last = s_read(run, id, &lines, 0, NULL);
-        double v = last != NULL ? s_num(last, field) : NAN;
+        double v = last != NULL ? tnc_num(last, field) : NAN;
         cJSON_Delete(last);
         if (v >= at_least)
             return;
@@ -252,10 +214,10 @@ s_latest(const char *run, int id, const char *field, double *step)
     double v = NAN;
     while (f != NULL && fgets(line, sizeof line, f) != NULL) {
         cJSON *o = cJSON_Parse(line);
-        if (!isnan(s_num(o, field))) {
-            v = s_num(o, field);
+        if (!isnan(tnc_num(o, field))) {
+            v = tnc_num(o, field);
             if (step != NULL)
-                *step = s_num(o, "step");
+                *step = tnc_num(o, "step");
         }
         cJSON_Delete(o);
     }
@@ -298,9 +260,9 @@ s_finish(struct ring *r, const char *run, int steps)
         size_t lines = 0;
         cJSON *last = s_read(run, i, &lines, 0, NULL);
         assert_non_null(last);
-        assert_int_equal((int)s_num(last, "step"), steps);
-        assert_false(isnan(s_num(last, "optimum_error")));
-        worst = fmax(worst, s_num(last, "optimum_error"));
+        assert_int_equal((int)tnc_num(last, "step"), steps);
+        assert_false(isnan(tnc_num(last, "optimum_error")));
+        worst = fmax(worst, tnc_num(last, "optimum_error"));
         cJSON_Delete(last);
     }
     return worst;
@@ -332,7 +294,7 @@ test_ring6__kill9_two__resume_and_join__others_keep_stepping_same_band(
     s_until(run, 2, "step", 50, "did not start training");
     size_t lines = 0;
     cJSON *at = s_read(run, 1, &lines, 0, NULL);
-    double killed_at = s_num(at, "seconds");
+    double killed_at = tnc_num(at, "seconds");
     cJSON_Delete(at);
     /* two nodes that share no neighbour */
     int victim[2] = {2, 5};
@@ -374,8 +336,8 @@ test_ring6__kill9_two__resume_and_join__others_keep_stepping_same_band(
             fail_msg("node %d exited %d", i, st);
         cJSON *last = s_read(dir, i, &lines, 0, NULL);
         assert_non_null(last);
-        assert_int_equal((int)s_num(last, "step"), KILL_STEPS_N);
-        worst = fmax(worst, s_num(last, "optimum_error"));
+        assert_int_equal((int)tnc_num(last, "step"), KILL_STEPS_N);
+        worst = fmax(worst, tnc_num(last, "optimum_error"));
         cJSON_Delete(last);
     }
     /* node 5 joined mid-run: it has fewer lines than steps */
@@ -440,7 +402,7 @@ s_kill_resume(const char *const *algo, const char *name)
     s_until(run, 2, "step", 50, "did not start training");
     size_t lines = 0;
     cJSON *at = s_read(run, 1, &lines, 0, NULL);
-    double killed_at = s_num(at, "seconds");
+    double killed_at = tnc_num(at, "seconds");
     cJSON_Delete(at);
     assert_int_equal(kill(r->pid[2], SIGKILL), 0);
     assert_int_equal(tnc_wait(r->pid[2], LIMIT_MS), 128 + SIGKILL);
@@ -465,7 +427,7 @@ s_kill_resume(const char *const *algo, const char *name)
     for (int k = 0; k < 2; k++)
         s_until(run, nbr[k], "readmitted", 1, "never readmitted node 2");
     cJSON *now = s_read(run, 2, &lines, 0, NULL);
-    double rejoined = now != NULL ? s_num(now, "step") : 0;
+    double rejoined = now != NULL ? tnc_num(now, "step") : 0;
     cJSON_Delete(now);
     for (int i = 0; i < NODES; i++)
         s_until(run, i, "step", rejoined + KILL_STEPS_N, "stopped stepping");
@@ -534,7 +496,7 @@ test_ring6__sigstop_past_deadline__skipped_then_readmitted(void **state)
     s_until(run, 4, "peers_down", 1, "never skipped the stopped node 3");
     size_t lines = 0;
     cJSON *last = s_read(run, 3, &lines, 0, NULL);
-    double stopped_at = s_num(last, "step");
+    double stopped_at = tnc_num(last, "step");
     cJSON_Delete(last);
     assert_int_equal(kill(r->pid[3], SIGCONT), 0);
     s_until(run, 2, "readmitted", 1, "never readmitted node 3");
@@ -611,8 +573,8 @@ test_ring6__nan_inf_huge_neighbour__rejected_clipped_counted(void **state)
         size_t lines = 0;
         cJSON *last = s_read(run, nbr[k], &lines, 0, NULL);
         assert_non_null(last);
-        double rejected = s_num(last, "rejected_nonfinite");
-        double clipped = s_num(last, "clipped");
+        double rejected = tnc_num(last, "rejected_nonfinite");
+        double clipped = tnc_num(last, "clipped");
         printf("node %d: %g refused (NaN, Inf), %g clipped\n",
                nbr[k],
                rejected,
@@ -627,54 +589,10 @@ test_ring6__nan_inf_huge_neighbour__rejected_clipped_counted(void **state)
         assert_non_null(last);
         assert_int_equal(lines, STEPS_N);
         if (i != 1 && i != 5)
-            assert_true(s_num(last, "rejected_nonfinite") == 0);
-        assert_true(s_num(last, "optimum_error") <= 1e-4);
+            assert_true(tnc_num(last, "rejected_nonfinite") == 0);
+        assert_true(tnc_num(last, "optimum_error") <= 1e-4);
         cJSON_Delete(last);
     }
-}
-
-/* Runs a shell command of the test's own namespace set-up. */
-static int
-s_sh(const char *fmt, const char *a, const char *b)
-{
-    char cmd[2048];
-    int n = snprintf(cmd, sizeof cmd, fmt, a, b);
-    if (n < 0 || (size_t)n >= sizeof cmd)
-        return -1;
-    return system(cmd);
-}
-
-/* Rewrites node i's endpoint to the address of its half. */
-static void
-s_split_topology(const struct ring *r)
-{
-    FILE *f = fopen(r->topo, "r");
-    assert_non_null(f);
-    char out[1 << 14] = "", line[512];
-    size_t used = 0;
-    while (fgets(line, sizeof line, f) != NULL) {
-        int id = -1;
-        char *at = strstr(line, "tcp://127.0.0.1:");
-        if (strncmp(line, "node ", 5) == 0)
-            id = (int)strtol(line + 5, NULL, 10);
-        if (at != NULL && id >= 0) {
-            int n = snprintf(out + used,
-                             sizeof out - used,
-                             "%.*stcp://10.77.0.%d:%s",
-                             (int)(at - line),
-                             line,
-                             id < 3 ? 1 : 2,
-                             at + strlen("tcp://127.0.0.1:"));
-            used += (size_t)n;
-        } else {
-            used += (size_t)snprintf(out + used, sizeof out - used, "%s", line);
-        }
-    }
-    fclose(f);
-    f = fopen(r->topo, "w");
-    assert_non_null(f);
-    fputs(out, f);
-    fclose(f);
 }
 
 static void
@@ -685,9 +603,8 @@ test_ring6_two_netns__link_down_then_up__partition_heals(void **state)
     s_ring_new(r);
     snprintf(r->ns[0], sizeof r->ns[0], "rfa%d", (int)getpid());
     snprintf(r->ns[1], sizeof r->ns[1], "rfb%d", (int)getpid());
-    if (s_sh("ip netns add %s 2>/dev/null && ip netns add %s",
-             r->ns[0],
-             r->ns[1]) != 0) {
+    int rc = tnc_netns_pair(r->ns[0], r->ns[1]);
+    if (rc == 1) {
         printf("skipped: network namespaces are not allowed here "
                "(ip netns add failed; needs root or CAP_SYS_ADMIN)\n");
         skip();
@@ -695,20 +612,12 @@ test_ring6_two_netns__link_down_then_up__partition_heals(void **state)
     const char *a = r->ns[0], *b = r->ns[1];
     /* one veth pair joins the halves {0,1,2} and {3,4,5}: the ring's
      * edges 2-3 and 5-0 cross it; a tbf rate limit as on a real link */
-    int rc = s_sh("ip link add %s type veth peer name %s", a, b);
-    rc |= s_sh("ip link set %s netns %s", a, a);
-    rc |= s_sh("ip link set %s netns %s", b, b);
-    rc |= s_sh("ip -n %s addr add 10.77.0.1/24 dev %s", a, a);
-    rc |= s_sh("ip -n %s addr add 10.77.0.2/24 dev %s", b, b);
-    rc |= s_sh("ip -n %s link set lo up && ip -n %s link set lo up", a, b);
-    rc |= s_sh("ip -n %s link set %s up", a, a);
-    rc |= s_sh("ip -n %s link set %s up", b, b);
-    rc |= s_sh("tc -n %s qdisc add dev %s root tbf rate 200mbit burst 64kb "
-               "latency 50ms",
-               a,
-               a);
+    rc |= tnc_sh("tc -n %s qdisc add dev %s root tbf rate 200mbit burst 64kb "
+                 "latency 50ms",
+                 a,
+                 a);
     assert_int_equal(rc, 0);
-    s_split_topology(r);
+    tnc_split_topology(r->topo, 3);
     char run[1024];
     snprintf(run, sizeof run, "%s/run", r->dir);
     const char *eval[] = {"--eval-every",
@@ -724,12 +633,12 @@ test_ring6_two_netns__link_down_then_up__partition_heals(void **state)
         r->pid[i] = s_node_ex(r, i, run, "1000000", eval, i < 3 ? a : b, NULL);
     s_until(run, 2, "step", 30, "did not start training");
     s_until(run, 3, "step", 30, "did not start training");
-    assert_int_equal(s_sh("ip -n %s link set %s down", a, a), 0);
+    assert_int_equal(tnc_sh("ip -n %s link set %s down", a, a), 0);
     int cross[4] = {0, 2, 3, 5};
     for (int k = 0; k < 4; k++)
         s_until(run, cross[k], "peers_down", 1, "never saw the partition");
     s_until(run, 2, "step", 100, "half {0,1,2} stopped training");
-    assert_int_equal(s_sh("ip -n %s link set %s up", a, a), 0);
+    assert_int_equal(tnc_sh("ip -n %s link set %s up", a, a), 0);
     for (int k = 0; k < 4; k++)
         s_until(run, cross[k], "readmitted", 1, "never readmitted");
     /* consensus across the cut is back: the probes of nodes 2 and 3 (one
