@@ -19,10 +19,13 @@
  *   ACCEPT taken, so a live proposer is not preempted; a proposer that
  *   sees a higher ballot gives up its own. Ballots are (e + 1, round, id)
  *   with round = the highest round seen + 1.
- * - The value from a majority of promises with no accepted value: the
- *   promisers whose done is at least the highest done - 1 (a node further
- *   behind could not catch up by one result), plus pending joiners; step
- *   t completes when some included promiser holds it, else is dropped.
+ * - The value from a majority of promises with no accepted value: every
+ *   promiser, plus pending joiners; with hi the highest done, step hi - 1
+ *   completes when some promiser is behind hi (a member behind takes the
+ *   holder's whole state at hi, however far behind it is: local SGD's
+ *   members run several steps without a collective, so one that missed
+ *   a collective can be many steps behind the others), else step hi is
+ *   dropped.
  *   With a majority the proposer still waits opts.grace for members it
  *   does not suspect, so a slower live member is not removed.
  * - Incarnations: a JOIN names one (>= 1, growing per node id), each
@@ -468,7 +471,7 @@ s_build(node_member *m)
         j += b == a;
         const struct node_member_entry *e = &m->view.members[i++];
         uint64_t d = m->done_of[a];
-        if (!m->answered[a] || (hi > 0 && d < hi - 1))
+        if (!m->answered[a])
             continue;
         p->members[p->count++] = (struct node_member_entry){a, false, e->inc};
         if (d < lo)

@@ -247,8 +247,8 @@ s_fetch(struct sim *s, uint32_t i)
     if (!s->alive[h] || node_member_done(s->m[h]) != first || s->cut[h][i] ||
         s->cut[i][h])
         return;
-    if (joining)
-        s->hash[i] = s->hash[h];
+    if (joining || node_member_done(m) + 1 < first)
+        s->hash[i] = s->hash[h]; /* the whole state, as a joiner's */
     else
         s->hash[i] = s_mix(s->hash[i], first - 1, s->tag[h]);
     s->tag[i] = s->tag[h];
