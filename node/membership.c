@@ -719,8 +719,24 @@ s_on_commit(node_member *m, uint32_t from, const struct node_member_msg *msg)
 }
 
 /* A JOIN (forwarded or not) at a member: see the top of the file. */
+/* A suspicion starts (or feeds) the view change for e + 1. */
 static void
-s_on_join(node_member *m, uint32_t joiner, uint64_t inc, bool forwarded)
+s_start_change(node_member *m, uint64_t now)
+{
+    bool was_active = m->state == NODE_MEMBER_ACTIVE;
+    s_enter_changing(m, now);
+    if (was_active && s_candidate(m, 0) == m->self)
+        s_propose(m, now);
+    else
+        s_maybe_accept(m, now); /* fewer members to wait for */
+}
+
+static void
+s_on_join(node_member *m,
+          uint32_t joiner,
+          uint64_t inc,
+          bool forwarded,
+          uint64_t now)
 {
     if (!s_in_ring(m) || inc < m->inc_seen[joiner])
         return;
@@ -734,6 +750,13 @@ s_on_join(node_member *m, uint32_t joiner, uint64_t inc, bool forwarded)
     uint32_t lowest = m->view.members[0].id;
     if (lowest == m->self) {
         s_add_pending(m, joiner, inc);
+        /* a restart: the member's old incarnation is dead, and the ring
+         * may be waiting for it (its restart keeps the transport's link
+         * alive, so nothing else says so): replace it now */
+        if (at >= 0 && m->state == NODE_MEMBER_ACTIVE) {
+            m->suspected[joiner] = 1;
+            s_start_change(m, now);
+        }
     } else if (!forwarded) {
         s_tx(m, NODE_MEMBER_JOIN_FWD, 0);
         m->tx.joiner = joiner;
@@ -765,11 +788,11 @@ s_dispatch(node_member *m,
     case NODE_MEMBER_JOIN:
         if (msg->joiner != from)
             return RUMOR_EPROTO;
-        s_on_join(m, msg->joiner, msg->inc, false);
+        s_on_join(m, msg->joiner, msg->inc, false, now);
         return RUMOR_OK;
     case NODE_MEMBER_JOIN_FWD:
         if (s_is_member(m, from))
-            s_on_join(m, msg->joiner, msg->inc, true);
+            s_on_join(m, msg->joiner, msg->inc, true, now);
         return RUMOR_OK;
     default:
         return RUMOR_EPROTO;
@@ -931,12 +954,7 @@ node_member_suspect(node_member *m,
     }
     if (!any)
         return RUMOR_OK;
-    bool was_active = m->state == NODE_MEMBER_ACTIVE;
-    s_enter_changing(m, now);
-    if (was_active && s_candidate(m, 0) == m->self)
-        s_propose(m, now);
-    else
-        s_maybe_accept(m, now); /* fewer members to wait for */
+    s_start_change(m, now);
     s_loop(m, now);
     return RUMOR_OK;
 }
