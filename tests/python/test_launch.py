@@ -82,6 +82,19 @@ def test_launch_workers__kill9__restarted_with_join(tmp_path):
     assert max(values) - min(values) < 1e-3, values
 
 
+def test_launch_workers__allreduce_kill9__run_stops_saying_why(tmp_path):
+    """A Python worker's ring does not re-form (the peer API has no elastic
+    ring, unlike `rumor node`): the launcher stops the run and says so,
+    rather than restarting workers that would start over alone."""
+    p, results, _ = launch(tmp_path, ["--nodes", "4", "--algo", "allreduce"],
+                           ["600", "2"])
+    assert p.returncode != 0
+    assert "node 2 killed by signal 9" in p.stdout
+    assert "a Python worker's ring does not re-form" in p.stdout, p.stdout
+    assert "restarted with RUMOR_JOIN" not in p.stdout
+    assert not results  # nobody reached the end
+
+
 def test_fashion_mnist_example__under_launch__trains(tmp_path):
     """The README's command, shortened: rumor.torch.GossipModel in real
     processes, its background exchange, default options."""
