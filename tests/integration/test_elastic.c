@@ -98,6 +98,15 @@ static struct algo s_localsgd = {"localsgd",
                                  true,
                                  false,
                                  {0}};
+/* compressed data-parallel SGD: top-k with an error-feedback memory,
+ * which a dropped step must roll back and a joiner starts at zero */
+static struct algo s_codec = {
+    "allreduce-topk",
+    {"--algo", "allreduce", "--codec", "topk:ratio=0.25", "--ef", "ef", NULL},
+    "400",
+    true,
+    true,
+    {0}};
 static struct algo s_dpsgd =
     {"dpsgd", {"--algo", "dpsgd", NULL}, "600", false, false, {0}};
 
@@ -788,6 +797,24 @@ test_ring8_powersgd__kill9_two_apart_join__reformed_rejoined_same_model(
 }
 
 static void
+test_ring8_localsgd__kill9_two_apart_join__reformed_rejoined_same_band(
+    void **state)
+{
+    (void)state;
+    const int victims[] = {2, 5};
+    s_kill_join(&s_localsgd, victims, 2);
+}
+
+static void
+test_ring8_allreduce_topk_ef__kill9_one_join__reformed_rejoined_same_model(
+    void **state)
+{
+    (void)state;
+    const int victim[] = {2};
+    s_kill_join(&s_codec, victim, 1);
+}
+
+static void
 test_ring8_allreduce__sigstop_past_deadline__removed_readmitted_same_model(
     void **state)
 {
@@ -911,6 +938,12 @@ main(int argc, char **argv)
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring8_powersgd__kill9_two_apart_join__reformed_rejoined_same_model,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring8_localsgd__kill9_two_apart_join__reformed_rejoined_same_band,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring8_allreduce_topk_ef__kill9_one_join__reformed_rejoined_same_model,
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring8_allreduce__sigstop_past_deadline__removed_readmitted_same_model,
