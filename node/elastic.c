@@ -40,8 +40,7 @@ struct node_elastic {
     uint64_t *want;        /* per node: the step whose state it asked for */
     bool *finished;        /* per node: it ran the run's last step */
     uint32_t *contacts;    /* every other node, for JOIN */
-    uint8_t *optim_buf, *state_buf;
-    size_t optim_cap, state_cap;
+    struct node_state_buf state; /* STATE messages sent */
 };
 
 static uint64_t
@@ -137,19 +136,6 @@ s_entry(const struct node_member_view *v, uint32_t id)
     return NULL;
 }
 
-static rumor_err
-s_reserve(uint8_t **buf, size_t *cap, size_t need)
-{
-    if (need <= *cap)
-        return RUMOR_OK;
-    uint8_t *b = realloc(*buf, need);
-    if (b == NULL)
-        return RUMOR_ENOMEM;
-    *buf = b;
-    *cap = need;
-    return RUMOR_OK;
-}
-
 /* STATE to node j: the model and optimizer as they are at the boundary of
  * snap_step (a round does not touch them before its step ends, and the
  * step cannot end while j, a member of its ring, waits for this), and
@@ -157,28 +143,16 @@ s_reserve(uint8_t **buf, size_t *cap, size_t need)
 static rumor_err
 s_send_state(node_elastic *e, uint32_t j)
 {
-    size_t optim_len = 0;
-    rumor_err rc = RUMOR_OK;
-    if (e->o.optim != NULL) {
-        size_t n = rumor_optim_state_bytes(e->o.optim);
-        rc = s_reserve(&e->optim_buf, &e->optim_cap, n + 1);
-        if (rc == RUMOR_OK)
-            rc = rumor_optim_save(e->o.optim, e->optim_buf, n, &optim_len);
-    }
     struct node_state_parts parts = {.step = e->snap_step,
                                      .epoch = e->epoch,
-                                     .optim = e->optim_buf,
-                                     .optim_len = optim_len,
                                      .gossip = e->snap.data,
                                      .gossip_len = e->snap.len};
-    size_t need = node_state_bytes(e->o.model, &parts);
+    size_t len = 0;
+    rumor_err rc =
+        node_state_pack(e->o.model, e->o.optim, &parts, &e->state, &len);
     if (rc == RUMOR_OK)
-        rc = s_reserve(&e->state_buf, &e->state_cap, need);
-    if (rc != RUMOR_OK)
-        return rc;
-    size_t len =
-        node_state_encode(e->o.model, &parts, e->state_buf, e->state_cap);
-    rc = s_send(e, j, RUMOR_NET_KIND_STATE, e->snap_step, e->state_buf, len);
+        rc =
+            s_send(e, j, RUMOR_NET_KIND_STATE, e->snap_step, e->state.msg, len);
     if (rc == RUMOR_OK)
         rumor_log(RUMOR_LOG_INFO,
                   "elastic: sent node %u the state of step %llu",
@@ -627,8 +601,7 @@ node_elastic_destroy(node_elastic **self_p)
     free(e->want);
     free(e->finished);
     free(e->contacts);
-    free(e->optim_buf);
-    free(e->state_buf);
+    node_state_buf_free(&e->state);
     free(e);
     *self_p = NULL;
 }

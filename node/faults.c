@@ -84,11 +84,8 @@ struct node_faults {
     bool *acked;      /* per node: its ACK came in the last round */
     uint64_t wait_ns[NODE_FAULTS_WINDOW];
     size_t waits;
-    uint64_t ahead;     /* a neighbour's message of this later step came */
-    uint8_t *state_buf; /* STATE messages sent to joiners */
-    size_t state_cap;
-    uint8_t *optim_buf; /* the optimizer part of one */
-    size_t optim_cap;
+    uint64_t ahead; /* a neighbour's message of this later step came */
+    struct node_state_buf state; /* STATE messages sent to joiners */
     struct node_faults_stats st;
     struct s_poison poison[NODE_POISON_MAX];
     size_t npoison;
@@ -195,8 +192,7 @@ node_faults_destroy(node_faults **self_p)
     free(f->peer);
     free(f->expect);
     free(f->acked);
-    free(f->state_buf);
-    free(f->optim_buf);
+    node_state_buf_free(&f->state);
     free(f->bad);
     free(f);
     *self_p = NULL;
@@ -500,20 +496,6 @@ s_send_sync(node_faults *f,
     return rc == RUMOR_ETIMEDOUT ? RUMOR_OK : rc;
 }
 
-/* A buffer of at least need bytes in *buf (capacity *cap). */
-static rumor_err
-s_reserve(uint8_t **buf, size_t *cap, size_t need)
-{
-    if (need <= *cap)
-        return RUMOR_OK;
-    uint8_t *b = realloc(*buf, need);
-    if (b == NULL)
-        return RUMOR_ENOMEM;
-    *buf = b;
-    *cap = need;
-    return RUMOR_OK;
-}
-
 static rumor_err
 s_send_state(node_faults *f,
              rumor_net *net,
@@ -521,29 +503,17 @@ s_send_state(node_faults *f,
              const struct rumor_model *model,
              uint64_t next)
 {
-    size_t optim_len = 0;
-    rumor_err rc = RUMOR_OK;
-    if (f->o.optim != NULL) {
-        size_t n = rumor_optim_state_bytes(f->o.optim);
-        rc = s_reserve(&f->optim_buf, &f->optim_cap, n);
-        if (rc == RUMOR_OK)
-            rc = rumor_optim_save(f->o.optim, f->optim_buf, n, &optim_len);
-    }
-    struct node_state_parts parts = {.step = next,
-                                     .optim = f->optim_buf,
-                                     .optim_len = optim_len};
-    size_t need = node_state_bytes(model, &parts);
-    if (rc == RUMOR_OK)
-        rc = s_reserve(&f->state_buf, &f->state_cap, need);
+    struct node_state_parts parts = {.step = next};
+    size_t len = 0;
+    rumor_err rc = node_state_pack(model, f->o.optim, &parts, &f->state, &len);
     if (rc != RUMOR_OK)
         return rc;
-    size_t len = node_state_encode(model, &parts, f->state_buf, f->state_cap);
     rc = s_send(f,
                 net,
                 peer,
                 RUMOR_NET_KIND_STATE,
                 next,
-                f->state_buf,
+                f->state.msg,
                 len,
                 rumor_clock_ns() + 1000 * NODE_FAULTS_MS);
     return rc == RUMOR_ETIMEDOUT ? RUMOR_OK : rc;

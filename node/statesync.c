@@ -39,6 +39,7 @@
 #include "node/statesync.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SYNC_MAGIC  0x4e595352u /* "RSYN" */
@@ -241,4 +242,51 @@ node_state_decode(const uint8_t *buf,
     out->step = s_get(buf + 8, 8);
     out->epoch = version >= 2 ? s_get(buf + 24, 8) : 0;
     return RUMOR_OK;
+}
+
+/* A buffer of at least need bytes in *buf (capacity *cap). */
+static rumor_err
+s_reserve(uint8_t **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return RUMOR_OK;
+    uint8_t *b = realloc(*buf, need);
+    if (b == NULL)
+        return RUMOR_ENOMEM;
+    *buf = b;
+    *cap = need;
+    return RUMOR_OK;
+}
+
+rumor_err
+node_state_pack(const struct rumor_model *m,
+                const rumor_optim *o,
+                const struct node_state_parts *p,
+                struct node_state_buf *b,
+                size_t *len)
+{
+    struct node_state_parts parts = *p;
+    parts.optim_len = 0;
+    rumor_err rc = RUMOR_OK;
+    if (o != NULL) {
+        size_t n = rumor_optim_state_bytes(o);
+        rc = s_reserve(&b->optim, &b->optim_cap, n + 1);
+        if (rc == RUMOR_OK)
+            rc = rumor_optim_save(o, b->optim, n, &parts.optim_len);
+    }
+    parts.optim = b->optim;
+    size_t need = node_state_bytes(m, &parts);
+    if (rc == RUMOR_OK)
+        rc = s_reserve(&b->msg, &b->msg_cap, need);
+    *len =
+        rc == RUMOR_OK ? node_state_encode(m, &parts, b->msg, b->msg_cap) : 0;
+    return rc;
+}
+
+void
+node_state_buf_free(struct node_state_buf *b)
+{
+    free(b->optim);
+    free(b->msg);
+    *b = (struct node_state_buf){0};
 }

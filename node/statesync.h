@@ -10,6 +10,7 @@
 #define RUMOR_NODE_STATESYNC_H
 
 #include "rumor/gossip.h"
+#include "rumor/train.h"
 
 #define NODE_SYNC_HEADER_BYTES 24
 #define NODE_SYNC_BYTES_MAX \
@@ -77,5 +78,23 @@ rumor_err node_state_decode(const uint8_t *buf,
                             size_t len,
                             struct rumor_model *m,
                             struct node_state_parts *out);
+
+/* The buffers node_state_pack grows and reuses. */
+struct node_state_buf {
+    uint8_t *optim, *msg;
+    size_t optim_cap, msg_cap;
+};
+
+/* The STATE message of model m with the state of optimizer o (NULL: none)
+ * and p's step, epoch and gossip part (p's optimizer part is not read)
+ * into b->msg; *len receives its length. RUMOR_ENOMEM, or what
+ * rumor_optim_save returns. */
+rumor_err node_state_pack(const struct rumor_model *m,
+                          const rumor_optim *o,
+                          const struct node_state_parts *p,
+                          struct node_state_buf *b,
+                          size_t *len);
+
+void node_state_buf_free(struct node_state_buf *b);
 
 #endif
