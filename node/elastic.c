@@ -508,7 +508,9 @@ node_elastic_finish(node_elastic *e, uint64_t steps)
     uint64_t limit = now + (uint64_t)e->o.wait_ms * ELASTIC_MS;
     /* while a view change is under way, it may need this node's promise
      * and its state (the holder of the last step) */
+    /* a node the ring removed has nothing more to give it */
     while (!s_all_finished(e) && !s_stopped(e) &&
+           node_member_state_of(e->m) != NODE_MEMBER_OUT &&
            (rumor_clock_ns() < quiet || s_moved(e)) &&
            rumor_clock_ns() < limit) {
         if (node_elastic_pump(e) &&
