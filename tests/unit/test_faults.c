@@ -565,7 +565,8 @@ s_state_v01(uint8_t *out,
     at += sizeof s_b;
     if (version == 1) {
         at += s_le(out + at, optim_len, 8);
-        memcpy(out + at, optim, optim_len);
+        if (optim_len > 0) /* memcpy's source may not be NULL, even for 0 */
+            memcpy(out + at, optim, optim_len);
         at += optim_len;
     }
     return at;
