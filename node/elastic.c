@@ -242,8 +242,9 @@ s_sleep_poll(void)
     nanosleep(&ts, NULL);
 }
 
+/* The view, its joiners marked "+". */
 static void
-s_log_view(const node_elastic *e, const struct node_member_view *v)
+s_log_view(const struct node_member_view *v)
 {
     char ids[256];
     size_t at = 0;
@@ -266,7 +267,6 @@ s_log_view(const node_elastic *e, const struct node_member_view *v)
               (unsigned long long)v->step + 1,
               v->fate == NODE_MEMBER_COMPLETE ? "completed" : "dropped",
               (unsigned long long)node_member_first_step(v) + 1);
-    (void)e;
 }
 
 static rumor_err
@@ -449,7 +449,7 @@ node_elastic_recover(node_elastic *e, uint64_t *t)
         rumor_err rc = s_await_view(e);
         if (rc != RUMOR_OK)
             return rc;
-        s_log_view(e, node_member_view_of(e->m));
+        s_log_view(node_member_view_of(e->m));
         rc = s_enter(e, t);
         if (rc != RUMOR_ETIMEDOUT || s_stopped(e))
             return rc;
@@ -465,7 +465,7 @@ node_elastic_join(node_elastic *e, uint64_t *t)
         rc = s_await_view(e);
         if (rc != RUMOR_OK)
             break;
-        s_log_view(e, node_member_view_of(e->m));
+        s_log_view(node_member_view_of(e->m));
         rc = s_enter(e, t);
         if (rc != RUMOR_ETIMEDOUT || s_stopped(e))
             break;
