@@ -101,8 +101,6 @@ s_router_reply(rumor_net *net,
         net_count_sent(net, p, n, true);
 }
 
-/* version: the frame's; a node of version 2 reads a REFUSE of its own
- * version (its layout is the same), so it can tell its user why. */
 /* A peer that says HELLO is up: a link of ours to it that is closed for
  * its reconnect backoff, or still connecting (libzmq retries a refused
  * connect at its own, growing interval), opens again now, so that what
@@ -124,6 +122,8 @@ s_link_hurry(rumor_net *net, struct net_peer *p)
     p->attempt = 0;
 }
 
+/* version: the frame's; a node of version 2 reads a REFUSE of its own
+ * version (its layout is the same), so it can tell its user why. */
 static void
 s_refuse(rumor_net *net,
          struct net_peer *p,

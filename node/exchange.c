@@ -475,8 +475,9 @@ node_wait_links(rumor_node *node, uint64_t deadline, struct rumor_diag *diag)
 }
 
 /* After the run's last step t: the neighbours hear that this node is
- * done (node_faults_finish; best effort: a failure is only logged), then
- * the queued sends go out. */
+ * done (an elastic ring's members, who may still need its state, or the
+ * fault path's neighbours: node_faults_finish, best effort, a failure is
+ * only logged), then the queued sends go out. */
 void
 node_finish(rumor_node *node, uint64_t t)
 {
@@ -552,15 +553,23 @@ node_join(rumor_node *node, uint64_t *t, struct rumor_diag *diag)
     return s_faults_join(node, t, diag);
 }
 
+/* The view change seen through; *t: the step the new ring runs. */
+static rumor_err
+s_elastic_recover(rumor_node *node, uint64_t *t)
+{
+    rumor_err rc = node_elastic_recover(node->elastic, t);
+    if (rc == RUMOR_OK)
+        rumor_net_close_steps_before(node->net, *t);
+    return rc;
+}
+
 bool
 node_step_retry(rumor_node *node, rumor_err *rc, uint64_t *t)
 {
     if (node->elastic == NULL || *rc != RUMOR_ETIMEDOUT ||
         rumor_clock_ns() >= atomic_load(&node->stop_by))
         return false;
-    *rc = node_elastic_recover(node->elastic, t);
-    if (*rc == RUMOR_OK)
-        rumor_net_close_steps_before(node->net, *t);
+    *rc = s_elastic_recover(node, t);
     return true;
 }
 
@@ -569,16 +578,14 @@ node_step_retry(rumor_node *node, rumor_err *rc, uint64_t *t)
 static rumor_err
 s_elastic_begin(rumor_node *node, uint64_t *t)
 {
-    for (;;) {
-        bool change = false;
-        rumor_err rc = node_elastic_begin(node->elastic, *t, &change);
-        if (rc != RUMOR_OK || !change)
-            return rc;
-        rc = node_elastic_recover(node->elastic, t);
-        if (rc != RUMOR_OK)
-            return rc;
-        rumor_net_close_steps_before(node->net, *t);
+    bool change = true;
+    rumor_err rc = RUMOR_OK;
+    while (rc == RUMOR_OK && change) {
+        rc = node_elastic_begin(node->elastic, *t, &change);
+        if (rc == RUMOR_OK && change)
+            rc = s_elastic_recover(node, t);
     }
+    return rc;
 }
 
 rumor_err

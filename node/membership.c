@@ -32,6 +32,10 @@
  *   member entry keeps it, so a late copy of an old JOIN is told from a
  *   restart, and a restarted node (whose acceptor memory is gone) never
  *   answers as the old member: it is a joiner until a COMMIT admits it.
+ *   A JOIN that names a member with a newer incarnation starts the view
+ *   change at once: the old process is dead, and the ring may be waiting
+ *   for it in a step that its restart's live link hides from every
+ *   deadline and down-detection.
  * - Decided views are kept (NODE_MEMBER_HISTORY) to answer a member that
  *   lost its COMMIT; one asking for an epoch older than that gets the
  *   newest, which tells it that it was removed.
@@ -44,10 +48,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define QUEUE_BYTES_MAX                                   \
-    (64u << 20) /* cap on output the caller has not taken \
-                 */
-#define EVENTS_MAX 8
+/* cap on output the caller has not taken */
+#define QUEUE_BYTES_MAX (64u << 20)
+#define EVENTS_MAX      8
 
 enum { PHASE_NONE, PHASE_PREPARE, PHASE_ACCEPT };
 

@@ -144,6 +144,47 @@ t_send_and_check(rumor_net *a,
     free(buf);
 }
 
+/* A peer that was dead long enough for our link's reconnect backoff to
+ * grow comes back: its HELLO hurries our link, so a message queued for it
+ * goes out at once, not after the rest of the backoff (an elastic ring's
+ * COMMIT to a restarted node waits in such a queue). */
+static void
+test_peer_back__its_hello__our_queued_message_goes_out_at_once(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    struct rumor_net_opts o;
+    t_test_opts(&o);
+    o.reconnect_max_ms = 20000; /* the backoff keeps growing */
+    t_cluster_start(&c, 0, LINK_TO_1, 7, &o, NULL);
+    /* node 1 absent for 4 s: retries after 50, 100, ..., 1600 ms, the
+     * next one due 3.2 s after that */
+    struct timespec absent = {4, 0};
+    nanosleep(&absent, NULL);
+    struct rumor_net_header h = {.kind = RUMOR_NET_KIND_GOSSIP, .step = 1};
+    uint8_t one[100] = {1};
+    assert_int_equal(
+        rumor_net_send(c.net[0], 1, &h, one, sizeof one, t_deadline(1000)),
+        RUMOR_OK);
+    uint64_t back = rumor_clock_ns();
+    t_cluster_start(&c, 1, LINK_TO_0, 7, &o, NULL);
+    struct rumor_net_msg m;
+    assert_int_equal(rumor_net_recv(c.net[1],
+                                    0,
+                                    RUMOR_NET_KIND_GOSSIP,
+                                    1,
+                                    0,
+                                    t_deadline(T_DEADLINE_MS),
+                                    &m),
+                     RUMOR_OK);
+    double took = (double)(rumor_clock_ns() - back) * 1e-9;
+    printf("queued message arrived %.2f s after the peer came back\n", took);
+    assert_true(took < 1.5);
+    rumor_net_msg_free(&m);
+    t_cluster_stop(&c);
+}
+
 static void
 test_exchange__tensors_of_several_sizes__arrive_intact_both_ways(void **state)
 {
@@ -1324,6 +1365,8 @@ main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(
             test_exchange__tensors_of_several_sizes__arrive_intact_both_ways),
+        cmocka_unit_test(
+            test_peer_back__its_hello__our_queued_message_goes_out_at_once),
         cmocka_unit_test(
             test_exchange__largest_chunks_over_curve__arrive_intact),
         cmocka_unit_test(

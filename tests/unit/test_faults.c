@@ -790,8 +790,11 @@ test_state__gossip_part_over_cap__refused(void **state)
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                         -1,
                         0);
-    if (msg == MAP_FAILED)
-        skip(); /* no 64 GiB of address space here */
+    if (msg == MAP_FAILED) {
+        printf("skipped: no 64 GiB of address space to map here (mmap "
+               "with MAP_NORESERVE failed)\n");
+        skip();
+    }
     memcpy(msg, head, head_len);
     struct into in;
     s_into_init(&in);
