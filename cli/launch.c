@@ -130,8 +130,8 @@ cli_launch_help(FILE *out)
             "it back). 0, an ssh node, or an algorithm that neither skips "
             "a node nor runs\n"
             "on the ring (powergossip with --iterations > 1, choco "
-            "--adapt; a ring\n"
-            "algorithm's Python workers): a failure stops the run.\n\n"
+            "--adapt): a failure\n"
+            "stops the run.\n\n"
             "-- PROG ARGS: each node is a worker running PROG (a "
             "training script with\n"
             "rumor.Peer.from_env()) instead of `rumor node`; it finds "
@@ -1120,11 +1120,10 @@ struct s_sup {
 
 /* Whether the nodes' algorithm goes on without a node, on the model node
  * 0 trains: a gossip algorithm that skips it (rumor_gossip_can_skip, what
- * the fault path asks) or a ring algorithm of `rumor node`, whose ring
- * re-forms over the live members (issue 23; not a worker's: the peer API
- * has no elastic ring). Asked once, at the first failure. A model that
- * cannot be built here counts as an algorithm that cannot go on: the run
- * stops as without restarts. */
+ * the fault path asks) or a ring algorithm, whose ring re-forms over the
+ * live members (issue 23; a Python worker's too). Asked once, at the first
+ * failure. A model that cannot be built here counts as an algorithm that cannot
+ * go on: the run stops as without restarts. */
 static bool
 s_can_continue(struct s_sup *s)
 {
@@ -1149,11 +1148,8 @@ s_can_continue(struct s_sup *s)
     go.seed = o->workload.seed;
     if (rc == RUMOR_OK)
         rc = rumor_gossip_new(&go, s->t, 0, rumor_workload_model(w), &g, &diag);
-    /* a Python worker's ring is not elastic (the peer API stops on a
-     * missed deadline): its run stops, as before issue 23 */
-    bool ring_goes_on = rumor_gossip_uses_ring(g) && !s->a->workers;
-    s->can_continue =
-        rc == RUMOR_OK && (rumor_gossip_can_skip(g) || ring_goes_on);
+    s->can_continue = rc == RUMOR_OK &&
+                      (rumor_gossip_can_skip(g) || rumor_gossip_uses_ring(g));
     rumor_gossip_destroy(&g);
     rumor_workload_destroy(&w);
     rumor_dataset_destroy(&data);
@@ -1278,11 +1274,9 @@ s_on_exit(struct s_sup *s, struct s_child *c, int ws)
     else if (restartable)
         printf("[launch] --algo %s cannot continue without node %u (it "
                "neither skips a missing node nor re-forms a ring without "
-               "it%s): stopping the others\n",
+               "it): stopping the others\n",
                s->a->opts.gossip.algo,
-               c->id,
-               s->a->workers ? "; a Python worker's ring does not re-form"
-                             : "");
+               c->id);
     else
         printf("[launch] node %u failed: stopping the others\n", c->id);
     s->failed = true;

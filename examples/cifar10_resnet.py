@@ -137,8 +137,11 @@ def main():
     xs, ys = xtr[shard], ytr[shard]
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9,
                           weight_decay=5e-4, nesterov=True)
+    model.optimizer = opt  # a worker that joins a ring takes its state too
+    # by the run's step, which a joiner takes from the ring
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda t: 0.5 * (1 + np.cos(np.pi * min(t / a.steps, 1.0))))
+        opt, lambda _: 0.5 * (1 + np.cos(np.pi * min(model.step / a.steps,
+                                                     1.0))))
     rng = np.random.default_rng(1000 + me)
     start = time.perf_counter()
     while model.step < a.steps and not model.stopped:

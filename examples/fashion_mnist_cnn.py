@@ -89,6 +89,7 @@ def main():
         len(ytr)), nodes)[me]
     xs, ys = xtr[shard], ytr[shard]
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
+    model.optimizer = opt  # a worker that joins a ring takes its state too
     rng = np.random.default_rng(1000 + me)
     start = time.perf_counter()
     while model.step < a.steps and not model.stopped:

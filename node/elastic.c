@@ -31,6 +31,10 @@
 
 struct node_elastic {
     struct node_elastic_opts o;
+    struct node_elastic_algo own;      /* o.g and o.optim's, by default */
+    const struct node_elastic_algo *a; /* o.algo or &own */
+    unsigned took;          /* NODE_ELASTIC_TOOK_* since node_elastic_taken */
+    struct rumor_buf extra; /* the STATE's optimizer part, sent */
     node_member *m;
     uint64_t epoch;        /* the epoch the ring runs in */
     uint32_t members;      /* its member count */
@@ -136,20 +140,25 @@ s_entry(const struct node_member_view *v, uint32_t id)
     return NULL;
 }
 
-/* STATE to node j: the model and optimizer as they are at the boundary of
- * snap_step (a round does not touch them before its step ends, and the
- * step cannot end while j, a member of its ring, waits for this), and
- * the algorithm's state of that boundary (the snapshot). */
+/* STATE to node j: the model and the extra part (rumor node's
+ * optimizer) as they are at the boundary of snap_step (a round does not
+ * touch them before its step ends, and the step cannot end while j, a
+ * member of its ring, waits for this), and the algorithm's state of that
+ * boundary (the snapshot). */
 static rumor_err
-s_send_state(node_elastic *e, uint32_t j)
+s_send_state(node_elastic *e, uint32_t j, bool joiner)
 {
+    rumor_buf_reset(&e->extra);
+    rumor_err rc = e->a->extra_save(e->a->arg, joiner, &e->extra);
     struct node_state_parts parts = {.step = e->snap_step,
                                      .epoch = e->epoch,
+                                     .optim = e->extra.data,
+                                     .optim_len = e->extra.len,
                                      .gossip = e->snap.data,
                                      .gossip_len = e->snap.len};
     size_t len = 0;
-    rumor_err rc =
-        node_state_pack(e->o.model, e->o.optim, &parts, &e->state, &len);
+    if (rc == RUMOR_OK)
+        rc = node_state_pack(e->o.model, NULL, &parts, &e->state, &len);
     if (rc == RUMOR_OK)
         rc =
             s_send(e, j, RUMOR_NET_KIND_STATE, e->snap_step, e->state.msg, len);
@@ -171,9 +180,10 @@ s_serve(node_elastic *e)
         return;
     const struct node_member_view *v = node_member_view_of(e->m);
     for (uint32_t j = 0; j < e->o.n; j++) {
-        if (e->want[j] != e->snap_step || s_entry(v, j) == NULL)
+        const struct node_member_entry *entry = s_entry(v, j);
+        if (e->want[j] != e->snap_step || entry == NULL)
             continue;
-        if (s_send_state(e, j) == RUMOR_OK)
+        if (s_send_state(e, j, entry->joining) == RUMOR_OK)
             e->want[j] = ELASTIC_WANT_NONE;
     }
 }
@@ -216,7 +226,7 @@ node_elastic_begin(node_elastic *e, uint64_t t, bool *change)
         rc = node_member_step_done(e->m, t, s_now_ms());
     rumor_buf_reset(&e->snap);
     if (rc == RUMOR_OK)
-        rc = rumor_gossip_state_save(e->o.g, &e->snap);
+        rc = e->a->save(e->a->arg, &e->snap);
     e->snap_step = rc == RUMOR_OK ? t : ELASTIC_WANT_NONE;
     *change = node_elastic_pump(e);
     return rc;
@@ -228,8 +238,9 @@ node_elastic_suspect(node_elastic *e, uint32_t peer)
     if (s_moved(e))
         return; /* the wait was cut by the view change, not missed */
     rumor_log(RUMOR_LOG_WARN,
-              "elastic: node %u missed the deadline: asking the ring to go "
-              "on without it",
+              "elastic: step %llu: node %u missed the deadline: asking the "
+              "ring to go on without it",
+              (unsigned long long)e->snap_step + 1,
               peer);
     (void)node_member_suspect(e->m, &peer, 1, s_now_ms());
     s_flush(e);
@@ -335,14 +346,11 @@ s_take_state(node_elastic *e, uint32_t holder, const struct rumor_net_msg *msg)
     struct node_state_parts parts;
     rumor_err rc =
         node_state_decode(msg->payload, msg->len, e->o.model, &parts);
-    if (rc == RUMOR_OK && e->o.optim != NULL && parts.optim_len > 0)
-        rc = rumor_optim_load(e->o.optim, parts.optim, parts.optim_len);
+    if (rc == RUMOR_OK)
+        rc = e->a->extra_load(e->a->arg, parts.optim, parts.optim_len);
     struct rumor_diag diag = {0};
     if (rc == RUMOR_OK)
-        rc = rumor_gossip_state_adopt(e->o.g,
-                                      parts.gossip,
-                                      parts.gossip_len,
-                                      &diag);
+        rc = e->a->adopt(e->a->arg, parts.gossip, parts.gossip_len, &diag);
     if (rc != RUMOR_OK)
         rumor_log(RUMOR_LOG_WARN,
                   "elastic: node %u sent a state that does not fit: %s%s%s",
@@ -411,7 +419,7 @@ s_enter(node_elastic *e, uint64_t *t)
      * member behind by the completed step keeps its own memories of the
      * boundary before it and takes the rest from the holder */
     if (e->snap_step != ELASTIC_WANT_NONE)
-        rc = rumor_gossip_state_load(e->o.g, e->snap.data, e->snap.len, NULL);
+        rc = e->a->load(e->a->arg, e->snap.data, e->snap.len);
     uint32_t ids[NODE_MEMBER_MAX];
     for (uint32_t i = 0; i < v->count; i++)
         ids[i] = v->members[i].id;
@@ -420,21 +428,47 @@ s_enter(node_elastic *e, uint64_t *t)
      * of this epoch's members only */
     e->epoch = v->epoch;
     e->members = v->count;
+    bool joining = me->joining;
     if (rc == RUMOR_OK)
-        rc = rumor_gossip_members_set(e->o.g, ids, v->count);
+        rc = e->a->members_set(e->a->arg, ids, v->count);
     if (rc == RUMOR_OK && fetch)
         rc = s_fetch(e, holder, s);
-    if (rc == RUMOR_OK && me->joining)
-        rumor_gossip_fast_forward(e->o.g, s);
-    if (rc == RUMOR_OK)
+    if (rc == RUMOR_OK && joining)
+        e->a->fast_forward(e->a->arg, s);
+    if (rc == RUMOR_OK) {
         *t = s;
+        e->took |= joining ? NODE_ELASTIC_TOOK_JOINED
+                   : fetch ? NODE_ELASTIC_TOOK_RESULT
+                           : 0u;
+    }
     return rc;
+}
+
+/* Members that finished the run answer no view change: without a
+ * majority of others, one cannot succeed. */
+static bool
+s_majority_running(const node_elastic *e)
+{
+    const struct node_member_view *v = node_member_view_of(e->m);
+    uint32_t running = 0;
+    for (uint32_t i = 0; i < v->count; i++)
+        running += !e->finished[v->members[i].id];
+    if (running > v->count / 2)
+        return true;
+    rumor_log(RUMOR_LOG_ERROR,
+              "elastic: %u of the ring's %u members finished the run: too "
+              "few are left to re-form it",
+              v->count - running,
+              v->count);
+    return false;
 }
 
 rumor_err
 node_elastic_recover(node_elastic *e, uint64_t *t)
 {
-    rumor_gossip_step_abandon(e->o.g);
+    e->a->abandon(e->a->arg);
+    if (!s_majority_running(e))
+        return RUMOR_ETIMEDOUT;
     if (!s_moved(e)) {
         /* the step failed without a missed message (a send that found
          * no room): the predecessor it waited on is the one to doubt */
@@ -520,6 +554,14 @@ node_elastic_finish(node_elastic *e, uint64_t steps)
     }
 }
 
+unsigned
+node_elastic_taken(node_elastic *e)
+{
+    unsigned took = e->took;
+    e->took = 0;
+    return took;
+}
+
 bool
 node_elastic_member(const node_elastic *e, uint32_t id)
 {
@@ -538,6 +580,87 @@ node_elastic_view(const node_elastic *e, uint64_t *epoch, uint32_t *members)
     *epoch = e->epoch;
     *members = e->members;
 }
+
+/* --- rumor node's algorithm: one instance and its optimizer --- */
+
+static rumor_err
+s_gossip_save(void *arg, rumor_buf *out)
+{
+    const node_elastic *e = arg;
+    return rumor_gossip_state_save(e->o.g, out);
+}
+
+static rumor_err
+s_gossip_load(void *arg, const uint8_t *p, size_t len)
+{
+    node_elastic *e = arg;
+    return rumor_gossip_state_load(e->o.g, p, len, NULL);
+}
+
+static rumor_err
+s_gossip_adopt(void *arg, const uint8_t *p, size_t len, struct rumor_diag *diag)
+{
+    node_elastic *e = arg;
+    return rumor_gossip_state_adopt(e->o.g, p, len, diag);
+}
+
+static rumor_err
+s_gossip_members_set(void *arg, const uint32_t *ids, size_t count)
+{
+    node_elastic *e = arg;
+    return rumor_gossip_members_set(e->o.g, ids, count);
+}
+
+static void
+s_gossip_abandon(void *arg)
+{
+    node_elastic *e = arg;
+    rumor_gossip_step_abandon(e->o.g);
+}
+
+static void
+s_gossip_fast_forward(void *arg, uint64_t step)
+{
+    node_elastic *e = arg;
+    rumor_gossip_fast_forward(e->o.g, step);
+}
+
+/* The model alone does not make a member that missed a step whole: its
+ * optimizer state moved with the step too. */
+static rumor_err
+s_optim_save(void *arg, bool joiner, rumor_buf *out)
+{
+    (void)joiner;
+    const node_elastic *e = arg;
+    if (e->o.optim == NULL)
+        return RUMOR_OK;
+    size_t n = rumor_optim_state_bytes(e->o.optim), len = 0;
+    rumor_err rc = rumor_buf_reserve(out, n);
+    if (rc == RUMOR_OK)
+        rc = rumor_optim_save(e->o.optim, out->data, n, &len);
+    out->len = rc == RUMOR_OK ? len : 0;
+    return rc;
+}
+
+static rumor_err
+s_optim_load(void *arg, const uint8_t *p, size_t len)
+{
+    node_elastic *e = arg;
+    if (e->o.optim == NULL || len == 0)
+        return RUMOR_OK;
+    return rumor_optim_load(e->o.optim, p, len);
+}
+
+static const struct node_elastic_algo s_gossip_algo = {
+    .save = s_gossip_save,
+    .load = s_gossip_load,
+    .adopt = s_gossip_adopt,
+    .members_set = s_gossip_members_set,
+    .abandon = s_gossip_abandon,
+    .fast_forward = s_gossip_fast_forward,
+    .extra_save = s_optim_save,
+    .extra_load = s_optim_load,
+};
 
 static rumor_err
 s_start(node_elastic *e)
@@ -561,12 +684,16 @@ node_elastic_new(const struct node_elastic_opts *o, node_elastic **out)
     if (e == NULL)
         return RUMOR_ENOMEM;
     e->o = *o;
+    e->own = s_gossip_algo;
+    e->own.arg = e;
+    e->a = o->algo != NULL ? o->algo : &e->own;
     e->snap_step = ELASTIC_WANT_NONE;
     /* later than any incarnation an earlier process of this node had */
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     e->inc = (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
     rumor_buf_init(&e->snap, RUMOR_GOSSIP_STATE_MAX);
+    rumor_buf_init(&e->extra, RUMOR_GOSSIP_STATE_MAX);
     e->want = malloc(o->n * sizeof *e->want);
     e->finished = calloc(o->n, sizeof *e->finished);
     e->contacts = malloc(o->n * sizeof *e->contacts);
@@ -600,6 +727,7 @@ node_elastic_destroy(node_elastic **self_p)
         return;
     node_member_destroy(&e->m);
     rumor_buf_free(&e->snap);
+    rumor_buf_free(&e->extra);
     free(e->want);
     free(e->finished);
     free(e->contacts);

@@ -27,13 +27,44 @@
 
 typedef struct node_elastic node_elastic;
 
+/* What a view change does to a node's algorithms besides the model: for
+ * `rumor node` its one instance and optimizer (node_elastic_opts g and
+ * optim), for a peer its buckets and its caller's state (node/peer.c). */
+struct node_elastic_algo {
+    void *arg;
+    /* the shared state at a step boundary (the snapshot), and back to it */
+    rumor_err (*save)(void *arg, rumor_buf *out);
+    rumor_err (*load)(void *arg, const uint8_t *p, size_t len);
+    /* a member's saved state, this node's own memories kept */
+    rumor_err (*adopt)(void *arg,
+                       const uint8_t *p,
+                       size_t len,
+                       struct rumor_diag *diag);
+    rumor_err (*members_set)(void *arg, const uint32_t *ids, size_t count);
+    void (*abandon)(void *arg);
+    void (*fast_forward)(void *arg, uint64_t step);
+    /* what a STATE carries besides the model and the algorithm (the
+     * optimizer part): for a member that missed a step, or for a joiner */
+    rumor_err (*extra_save)(void *arg, bool joiner, rumor_buf *out);
+    rumor_err (*extra_load)(void *arg, const uint8_t *p, size_t len);
+};
+
+/* What view changes handed this node (node_elastic_taken), as flags. */
+enum {
+    NODE_ELASTIC_TOOK_RESULT = 1, /* a member's model after steps it missed */
+    NODE_ELASTIC_TOOK_JOINED =
+        2, /* taken into the ring with a member's state */
+};
+
 struct node_elastic_opts {
     uint32_t self, n;
     uint32_t deadline_ms; /* the step deadline: the view change's pace */
-    rumor_net *net;       /* borrowed, as are the three below */
+    rumor_net *net;       /* borrowed, as are the pointers below */
+    /* what a member that lacks it takes, as it is at a step boundary */
+    struct rumor_model *model;
+    const struct node_elastic_algo *algo; /* NULL: g and optim */
     rumor_gossip *g;
-    struct rumor_model *model; /* what a joiner takes (at a step boundary) */
-    rumor_optim *optim;        /* may be NULL */
+    rumor_optim *optim;              /* may be NULL */
     const _Atomic uint64_t *stop_by; /* a stop ends every wait by then */
     uint64_t first_step;
     bool join;        /* outside the ring at the start: ask to join */
@@ -80,6 +111,10 @@ rumor_err node_elastic_join(node_elastic *e, uint64_t *t);
  * to a member that lacks it) until every member has finished or, with
  * none under way, for two deadlines. */
 void node_elastic_finish(node_elastic *e, uint64_t steps);
+
+/* NODE_ELASTIC_TOOK_* of the view changes seen through (by
+ * node_elastic_begin, _recover and _join) since the last call. */
+unsigned node_elastic_taken(node_elastic *e);
 
 /* Whether node id is a member of the ring's epoch. */
 bool node_elastic_member(const node_elastic *e, uint32_t id);

@@ -664,14 +664,16 @@ node_gossip_bucket(rumor_node *node,
 bool
 node_elastic_wanted(const rumor_node *node)
 {
-    return rumor_gossip_uses_ring(node->g) && !node->external && node->n > 1;
+    return rumor_gossip_uses_ring(node->g) && node->n > 1;
 }
 
-/* A ring algorithm of `rumor node` re-forms its ring around a dead node
- * (node/elastic.c). A node restarted alone (--join, or --resume from its
- * own checkpoint) is not a member until the ring takes it in. */
+/* A ring algorithm re-forms its ring around a dead node (node/elastic.c).
+ * A node restarted alone (--join, or --resume from its own checkpoint) is
+ * not a member until the ring takes it in. */
 static rumor_err
-s_elastic_new(rumor_node *node)
+s_elastic_new(rumor_node *node,
+              struct rumor_model *model,
+              const struct node_elastic_algo *algo)
 {
     const struct rumor_node_opts *o = &node->opts;
     bool alone = o->join || (o->resume && !node->resumed_together);
@@ -679,8 +681,9 @@ s_elastic_new(rumor_node *node)
                                    .n = node->n,
                                    .deadline_ms = o->deadline_ms,
                                    .net = node->net,
+                                   .model = model,
+                                   .algo = algo,
                                    .g = node->g,
-                                   .model = node->model,
                                    .optim = node->optim,
                                    .stop_by = &node->stop_by,
                                    .first_step = node->first_step,
@@ -693,9 +696,25 @@ rumor_err
 node_exchange_init(rumor_node *node)
 {
     node->stop_margin = s_stop_margin(node);
+    /* a peer's ring waits for the peer's algorithms (node_elastic_attach) */
     if (node_elastic_wanted(node))
-        return s_elastic_new(node);
+        return node->external ? RUMOR_OK
+                              : s_elastic_new(node, node->model, NULL);
     if (!rumor_gossip_can_skip(node->g))
         return RUMOR_OK;
     return s_faults_new(node);
+}
+
+rumor_err
+node_elastic_attach(rumor_node *node,
+                    struct rumor_model *model,
+                    const struct node_elastic_algo *algo)
+{
+    return s_elastic_new(node, model, algo);
+}
+
+node_elastic *
+node_elastic_of(rumor_node *node)
+{
+    return node->elastic;
 }

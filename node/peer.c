@@ -17,8 +17,12 @@
  * returning one is re-admitted, opts.join fetches a neighbour's model and
  * step at the first step, a state loaded from a checkpoint meets its
  * neighbours as a restarted node, and a stop request ends every node
- * after the same step (docs/reliability.md). This file only stages
- * tensors and counts steps.
+ * after the same step (docs/reliability.md). This file stages tensors
+ * and counts steps, and for a ring algorithm's elastic ring (node/elastic.c)
+ * keeps what the runtime's own loop need not: the tensors after each step
+ * (what a member that missed the step takes), the inputs of the step in
+ * flight (what a dropped step runs again from) and the caller's state for
+ * a joiner (docs/reliability.md, "Elastic rings under the peer API").
  *
  * Zero-copy: gossip algorithms work on float32 host memory, so float32
  * CPU tensors are gossiped where they lie (PyTorch parameters and numpy
@@ -107,6 +111,21 @@ struct rumor_peer {
     uint64_t bucket_step; /* the step in flight */
     bool bucket_stop;     /* it is the agreed stop: buckets do nothing */
     bool bucket_first;    /* it is the peer's first step */
+    /* an elastic ring (node/elastic.c) */
+    node_elastic *elastic;         /* the node's; NULL: none */
+    struct node_elastic_algo ring; /* what a view change does here */
+    struct rumor_model *held;      /* the tensors after the last step */
+    struct rumor_model *kept;      /* the inputs of the step in flight */
+    bool *is_kept;                 /* per tensor: kept holds its input */
+    uint32_t *members;             /* the ring's, for an instance made later */
+    size_t nmembers;               /* 0: every node */
+    bool settled;                  /* the step in flight is the held result */
+    bool failed;    /* the last step failed: no longer a member */
+    bool gradients; /* the tensors are gradients, not the model */
+    rumor_peer_state_fn state_source; /* the caller's state, for a joiner */
+    void *state_arg;
+    rumor_buf joined_state; /* a member's caller state, taken at a join */
+    bool joined;            /* a join since rumor_peer_joined */
 };
 
 /* --- conversions ------------------------------------------------------- */
@@ -283,6 +302,79 @@ s_stage_all(rumor_peer *peer, bool in)
     return s_stage_range(peer, 0, peer->count, in);
 }
 
+/* --- an elastic ring ----------------------------------------------------- */
+
+/* Tensors [first, first + count) of src into dst (same shapes). */
+static void
+s_copy(struct rumor_model *dst,
+       const struct rumor_model *src,
+       size_t first,
+       size_t count)
+{
+    for (size_t k = first; k < first + count; k++)
+        memcpy(dst->tensors[k].data,
+               src->tensors[k].data,
+               rumor_tensor_numel(&src->tensors[k]) * sizeof(float));
+}
+
+/* The inputs of tensors [first, first + count) for an attempt at the step
+ * in flight: kept at the first attempt, put back at a redo (the exchange
+ * works in place). */
+static void
+s_inputs(rumor_peer *peer, size_t first, size_t count)
+{
+    if (peer->kept == NULL)
+        return;
+    for (size_t k = first; k < first + count; k++) {
+        if (peer->is_kept[k])
+            s_copy(&peer->model, peer->kept, k, 1);
+        else
+            s_copy(peer->kept, &peer->model, k, 1);
+        peer->is_kept[k] = true;
+    }
+}
+
+/* What view changes handed this node. The ring's result of the steps it
+ * missed settles the step in flight (*step becomes the last of them); a
+ * joiner takes the member's caller state and, when the tensors are the
+ * model, the member's model, from which the step in flight runs. */
+static void
+s_after_view(rumor_peer *peer, uint64_t *step)
+{
+    unsigned took =
+        peer->elastic != NULL ? node_elastic_taken(peer->elastic) : 0;
+    if ((took & NODE_ELASTIC_TOOK_JOINED) != 0) {
+        peer->joined = true;
+        if (!peer->gradients)
+            for (size_t k = 0; k < peer->count; k++) {
+                s_copy(peer->kept, peer->held, k, 1);
+                peer->is_kept[k] = true;
+            }
+    } else if ((took & NODE_ELASTIC_TOOK_RESULT) != 0) {
+        peer->settled = true;
+        *step -= 1; /* a member completed it, so it is not step 0 */
+    }
+}
+
+/* After the exchange of step *step failed with *rc: in an elastic ring,
+ * the view change seen through (node_step_retry) and the new ring's step
+ * begun; true when the step in flight goes on (run again, unless the view
+ * change settled it or reached the agreed stop). */
+static bool
+s_retry(rumor_peer *peer, rumor_err *rc, uint64_t *step, bool *stop)
+{
+    if (!node_step_retry(peer->node, rc, step))
+        return false;
+    if (*rc == RUMOR_OK)
+        s_after_view(peer, step);
+    if (*rc == RUMOR_OK && !peer->settled) {
+        *rc = node_step_begin(peer->node, step, stop);
+        if (*rc == RUMOR_OK)
+            s_after_view(peer, step);
+    }
+    return *rc == RUMOR_OK;
+}
+
 /* --- building ---------------------------------------------------------- */
 
 static rumor_err
@@ -408,6 +500,8 @@ s_step_begin(rumor_peer *peer,
     rumor_err rc = peer->started ? RUMOR_OK : s_start(peer, step, diag);
     if (rc == RUMOR_OK)
         rc = node_step_begin(peer->node, step, stop);
+    if (rc == RUMOR_OK)
+        s_after_view(peer, step);
     return rc;
 }
 
@@ -434,12 +528,39 @@ s_step_end(rumor_peer *peer,
     if (rc == RUMOR_OK) {
         peer->stopped = stop;
         peer->step = stop ? step : step + 1;
+        if (peer->held != NULL)
+            s_copy(peer->held, &peer->model, 0, peer->count);
         rc = node_report_step(peer->node, peer->step, NULL);
     }
+    peer->settled = false;
+    peer->failed = rc != RUMOR_OK;
+    for (size_t k = 0; peer->is_kept != NULL && k < peer->count; k++)
+        peer->is_kept[k] = false;
     peer->last_end = rumor_clock_ns();
     if (rc != RUMOR_OK)
         s_step_error(peer, step, rc, diag);
     return rc;
+}
+
+/* A joiner of a gradient exchange takes the ring's model before its next
+ * step: its own, which its gradients would come from, is not the ring's. */
+static rumor_err
+s_joined_unread(rumor_peer *peer, struct rumor_diag *diag)
+{
+    if (!peer->joined || !peer->gradients)
+        return RUMOR_OK;
+    rumor_diag_set(diag,
+                   "",
+                   0,
+                   0,
+                   "this node was taken into the ring at step %llu and its "
+                   "tensors are gradients: load the ring's model first (the "
+                   "state a member's save_state gave: Python's peer.join() "
+                   "or peer.joined_state(), C's rumor_peer_joined; "
+                   "rumor.torch.GossipModel does it)",
+                   (unsigned long long)peer->step + 1);
+    peer->failed = true;
+    return RUMOR_EINVAL;
 }
 
 /* One step of g (NULL: the node's algorithm) on every tensor. Staged
@@ -452,15 +573,23 @@ s_step(rumor_peer *peer, rumor_gossip *g, struct rumor_diag *diag)
         return RUMOR_OK;
     uint64_t step = peer->step;
     bool stop = false, first = !peer->started;
-    rumor_err rc = s_stage_all(peer, true);
+    rumor_err rc = s_joined_unread(peer, diag);
+    if (rc == RUMOR_OK)
+        rc = s_stage_all(peer, true);
     if (rc == RUMOR_OK)
         rc = s_step_begin(peer, &step, &stop, diag);
-    if (rc == RUMOR_OK && !stop)
+    while (rc == RUMOR_OK && !stop && !peer->settled) {
+        s_inputs(peer, 0, peer->count);
         rc = node_gossip_step(peer->node,
                               g,
                               step,
                               rumor_clock_ns() +
                                   node_step_span(peer->node, step));
+        if (rc == RUMOR_OK || !s_retry(peer, &rc, &step, &stop))
+            break;
+    }
+    if (rc == RUMOR_OK && peer->settled)
+        s_copy(&peer->model, peer->held, 0, peer->count);
     rc = s_refusals(peer, first, rc, diag);
     if (rc == RUMOR_OK)
         rc = s_stage_all(peer, false);
@@ -491,6 +620,7 @@ s_bucket_exchange(rumor_peer *peer,
         return RUMOR_EINVAL;
     }
     rumor_err rc = s_stage_range(peer, b->first, b->count, true);
+    s_inputs(peer, b->first, b->count);
     if (rc == RUMOR_OK)
         rc = node_gossip_bucket(peer->node,
                                 b->g,
@@ -504,6 +634,43 @@ s_bucket_exchange(rumor_peer *peer,
     return rc;
 }
 
+/* Buckets [first, last] of a step the ring settled: its result, as the
+ * exchange would have left it. */
+static rumor_err
+s_buckets_settle(rumor_peer *peer, size_t first, size_t last)
+{
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = first; k <= last && rc == RUMOR_OK; k++) {
+        const struct s_bucket *b = &peer->buckets[k];
+        s_copy(&peer->model, peer->held, b->first, b->count);
+        rc = s_stage_range(peer, b->first, b->count, false);
+    }
+    return rc;
+}
+
+/* Bucket k of the step in flight. In an elastic ring a view change that
+ * drops the step runs buckets 0 to k again in the new ring (the later
+ * ones follow as the caller hands them over, as every member's do); one
+ * that settles it writes the ring's result into them. */
+static rumor_err
+s_bucket_run(rumor_peer *peer, size_t k, struct rumor_diag *diag)
+{
+    size_t j = k;
+    rumor_err rc = RUMOR_OK;
+    while (rc == RUMOR_OK && j <= k && !peer->bucket_stop) {
+        if (peer->settled)
+            return s_buckets_settle(peer, j, k);
+        rc = s_bucket_exchange(peer, &peer->buckets[j], diag);
+        if (rc == RUMOR_OK) {
+            j++;
+        } else if (s_retry(peer, &rc, &peer->bucket_step, &peer->bucket_stop)) {
+            j = 0;
+            peer->round_next = 0;
+        }
+    }
+    return rc;
+}
+
 /* Bucket k of the step in flight: the first begins the step, the last
  * ends it, a failure ends it at once (the next call is bucket 0 of the
  * same step). */
@@ -512,12 +679,15 @@ s_bucket(rumor_peer *peer, size_t k, struct rumor_diag *diag)
 {
     rumor_err rc = RUMOR_OK;
     if (k == 0) {
+        rc = s_joined_unread(peer, diag);
+        if (rc != RUMOR_OK)
+            return rc;
         peer->bucket_first = !peer->started;
         peer->round_next = 0;
         rc = s_step_begin(peer, &peer->bucket_step, &peer->bucket_stop, diag);
     }
     if (rc == RUMOR_OK && !peer->bucket_stop)
-        rc = s_bucket_exchange(peer, &peer->buckets[k], diag);
+        rc = s_bucket_run(peer, k, diag);
     rc = s_refusals(peer, peer->bucket_first, rc, diag);
     bool last = k + 1 == peer->nbuckets;
     peer->bucket_next = rc == RUMOR_OK && !last ? k + 1 : 0;
@@ -733,6 +903,155 @@ s_buckets_load(rumor_peer *peer,
     return rc;
 }
 
+/* --- an elastic ring's algorithms -------------------------------------- */
+
+static rumor_err
+s_ring_save(void *arg, rumor_buf *out)
+{
+    rumor_peer *peer = arg;
+    return peer->buckets != NULL
+               ? s_buckets_save(peer, out)
+               : rumor_gossip_state_save(node_gossip(peer->node), out);
+}
+
+static rumor_err
+s_ring_load(void *arg, const uint8_t *p, size_t len)
+{
+    rumor_peer *peer = arg;
+    return peer->buckets != NULL
+               ? s_buckets_load(peer, p, len, NULL)
+               : rumor_gossip_state_load(node_gossip(peer->node), p, len, NULL);
+}
+
+static rumor_err
+s_ring_adopt(void *arg, const uint8_t *p, size_t len, struct rumor_diag *diag)
+{
+    rumor_peer *peer = arg;
+    if (peer->buckets == NULL)
+        return rumor_gossip_state_adopt(node_gossip(peer->node), p, len, diag);
+    const uint8_t **at = calloc(peer->nbuckets, sizeof *at);
+    size_t *at_len = calloc(peer->nbuckets, sizeof *at_len);
+    rumor_err rc = at != NULL && at_len != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+    if (rc == RUMOR_OK)
+        rc = s_buckets_find(peer, p, len, at, at_len, diag);
+    /* a failure half-way is undone by the view change after it, which
+     * loads the snapshot again */
+    for (size_t k = 0; k < peer->nbuckets && rc == RUMOR_OK; k++)
+        rc = rumor_gossip_state_adopt(peer->buckets[k].g,
+                                      at[k],
+                                      at_len[k],
+                                      diag);
+    free(at);
+    free(at_len);
+    return rc;
+}
+
+/* Every instance of the peer: its algorithm's, its buckets', average()'s. */
+static size_t
+s_instances(rumor_peer *peer, rumor_gossip **out)
+{
+    size_t n = 0;
+    out[n++] = node_gossip(peer->node);
+    for (size_t k = 0; k < peer->nbuckets; k++)
+        out[n++] = peer->buckets[k].g;
+    if (peer->avg != NULL)
+        out[n++] = peer->avg;
+    return n;
+}
+
+static rumor_err
+s_ring_members_set(void *arg, const uint32_t *ids, size_t count)
+{
+    rumor_peer *peer = arg;
+    memcpy(peer->members, ids, count * sizeof *ids);
+    peer->nmembers = count;
+    rumor_gossip *all[RUMOR_GOSSIP_MAX_TENSORS + 2];
+    size_t n = s_instances(peer, all);
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; k < n && rc == RUMOR_OK; k++)
+        rc = rumor_gossip_members_set(all[k], ids, count);
+    return rc;
+}
+
+static void
+s_ring_abandon(void *arg)
+{
+    rumor_gossip *all[RUMOR_GOSSIP_MAX_TENSORS + 2];
+    size_t n = s_instances(arg, all);
+    for (size_t k = 0; k < n; k++)
+        rumor_gossip_step_abandon(all[k]);
+}
+
+static void
+s_ring_fast_forward(void *arg, uint64_t step)
+{
+    rumor_gossip *all[RUMOR_GOSSIP_MAX_TENSORS + 2];
+    size_t n = s_instances(arg, all);
+    for (size_t k = 0; k < n; k++)
+        rumor_gossip_fast_forward(all[k], step);
+}
+
+/* For a joiner only: a member behind by a step takes the step's result,
+ * and its own caller state is that of the step's start, as the holder's. */
+static rumor_err
+s_ring_extra_save(void *arg, bool joiner, rumor_buf *out)
+{
+    rumor_peer *peer = arg;
+    if (!joiner || peer->state_source == NULL)
+        return RUMOR_OK;
+    rumor_err rc = peer->state_source(peer->state_arg, out);
+    if (rc != RUMOR_OK) {
+        rumor_log(RUMOR_LOG_WARN,
+                  "elastic: the caller's state for a joiner not saved (%s): "
+                  "it gets none",
+                  rumor_strerror(rc));
+        rumor_buf_reset(out);
+    }
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_ring_extra_load(void *arg, const uint8_t *p, size_t len)
+{
+    rumor_peer *peer = arg;
+    rumor_buf_reset(&peer->joined_state);
+    return rumor_buf_append(&peer->joined_state, p, len);
+}
+
+static const struct node_elastic_algo s_ring = {
+    .save = s_ring_save,
+    .load = s_ring_load,
+    .adopt = s_ring_adopt,
+    .members_set = s_ring_members_set,
+    .abandon = s_ring_abandon,
+    .fast_forward = s_ring_fast_forward,
+    .extra_save = s_ring_extra_save,
+    .extra_load = s_ring_extra_load,
+};
+
+/* The tensors after each step (what a member that missed one takes) and
+ * the inputs of the step in flight (what a dropped step runs again from)
+ * for the node's elastic ring. */
+static rumor_err
+s_elastic_new(rumor_peer *peer, const struct rumor_node_opts *opts)
+{
+    peer->gradients = rumor_node_opts_gradient_exchange(opts);
+    rumor_buf_init(&peer->joined_state, RUMOR_GOSSIP_STATE_MAX);
+    rumor_err rc = rumor_model_clone(&peer->model, &peer->held);
+    if (rc == RUMOR_OK)
+        rc = rumor_model_clone(&peer->model, &peer->kept);
+    peer->is_kept = calloc(peer->count, sizeof *peer->is_kept);
+    peer->members = calloc(rumor_peer_nodes(peer), sizeof *peer->members);
+    if (rc == RUMOR_OK && (peer->is_kept == NULL || peer->members == NULL))
+        rc = RUMOR_ENOMEM;
+    peer->ring = s_ring;
+    peer->ring.arg = peer;
+    if (rc == RUMOR_OK)
+        rc = node_elastic_attach(peer->node, peer->held, &peer->ring);
+    peer->elastic = node_elastic_of(peer->node);
+    return rc;
+}
+
 /* --- public API -------------------------------------------------------- */
 
 size_t
@@ -801,6 +1120,8 @@ rumor_peer_new(const struct rumor_node_opts *opts,
     if (rc == RUMOR_OK)
         rc = node_new_model(opts, &peer->model, dtypes, &peer->node, diag);
     free(dtypes);
+    if (rc == RUMOR_OK && node_elastic_wanted(peer->node))
+        rc = s_elastic_new(peer, opts);
     if (rc != RUMOR_OK) {
         rumor_peer_destroy(&peer);
         return rc;
@@ -815,11 +1136,22 @@ rumor_peer_destroy(rumor_peer **self_p)
     rumor_peer *peer = *self_p;
     if (peer == NULL)
         return;
-    if (peer->node != NULL && peer->started)
+    /* a ring's members may still need this node's last state; a node
+     * whose last step failed leaves without a word (they go on without
+     * it) */
+    if (peer->node != NULL && peer->started && peer->elastic != NULL &&
+        peer->step > 0 && !peer->failed)
+        node_finish(peer->node, peer->step - 1);
+    else if (peer->node != NULL && peer->started)
         node_flush(peer->node);
     rumor_gossip_destroy(&peer->avg);
     s_buckets_free(peer);
     rumor_node_destroy(&peer->node);
+    rumor_model_free(&peer->held);
+    rumor_model_free(&peer->kept);
+    free(peer->is_kept);
+    free(peer->members);
+    rumor_buf_free(&peer->joined_state);
     for (size_t k = 0; k < peer->count; k++) {
         free(peer->slots[k].stage);
         free(peer->slots[k].raw);
@@ -962,8 +1294,15 @@ rumor_peer_average(rumor_peer *peer, struct rumor_diag *diag)
                                         &peer->model,
                                         &peer->avg,
                                         diag);
-        if (rc != RUMOR_OK)
+        /* an elastic ring re-formed before: its members */
+        if (rc == RUMOR_OK && peer->nmembers > 0)
+            rc = rumor_gossip_members_set(peer->avg,
+                                          peer->members,
+                                          peer->nmembers);
+        if (rc != RUMOR_OK) {
+            rumor_gossip_destroy(&peer->avg);
             return rc;
+        }
     }
     rumor_err rc = s_between_steps(peer, diag);
     return rc == RUMOR_OK ? s_step(peer, peer->avg, diag) : rc;
@@ -1064,6 +1403,47 @@ rumor_peer_state_load(rumor_peer *peer,
         peer->step = step;
         node_restarted(peer->node, step);
     }
+    return rc;
+}
+
+void
+rumor_peer_state_source(rumor_peer *peer, rumor_peer_state_fn save, void *arg)
+{
+    peer->state_source = save;
+    peer->state_arg = arg;
+}
+
+bool
+rumor_peer_joined(rumor_peer *peer, const uint8_t **data, size_t *len)
+{
+    bool joined = peer->joined;
+    peer->joined = false;
+    *data = joined ? peer->joined_state.data : NULL;
+    *len = joined ? peer->joined_state.len : 0;
+    return joined;
+}
+
+rumor_err
+rumor_peer_join(rumor_peer *peer, struct rumor_diag *diag)
+{
+    rumor_err rc = s_between_steps(peer, diag);
+    if (rc != RUMOR_OK || peer->started)
+        return rc;
+    uint64_t step = peer->step;
+    rc = s_stage_all(peer, true);
+    if (rc == RUMOR_OK)
+        rc = s_start(peer, &step, diag);
+    if (rc == RUMOR_OK)
+        s_after_view(peer, &step);
+    /* no step in flight: a joiner's model goes to the caller now */
+    if (rc == RUMOR_OK && peer->joined && !peer->gradients)
+        s_copy(&peer->model, peer->held, 0, peer->count);
+    for (size_t k = 0; peer->is_kept != NULL && k < peer->count; k++)
+        peer->is_kept[k] = false;
+    if (rc == RUMOR_OK)
+        rc = s_stage_all(peer, false);
+    if (rc == RUMOR_OK)
+        peer->step = step;
     return rc;
 }
 

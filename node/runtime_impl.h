@@ -8,6 +8,8 @@
 
 #include "rumor/node.h"
 
+#include "node/elastic.h"
+
 #include <stdio.h>
 
 /* DGC's memory carries the momentum: RUMOR_EINVAL (diag naming flag, the
@@ -225,6 +227,27 @@ rumor_err node_gossip_bucket(rumor_node *node,
                              uint64_t step,
                              uint32_t round_base,
                              uint64_t deadline);
+
+/* Whether step *t, which failed with *rc, is to be run again: in an
+ * elastic ring, after the view change (node_elastic_recover), with *t the
+ * step the new ring runs and *rc its outcome; false otherwise. */
+bool node_step_retry(rumor_node *node, rumor_err *rc, uint64_t *t);
+
+/* Whether the node's algorithm re-forms its ring around a dead node: it
+ * uses a ring, over more than one node. Elastic rings link every node
+ * (the view change talks to all members). */
+bool node_elastic_wanted(const rumor_node *node);
+
+/* A peer's elastic ring (node_elastic_wanted): model is what a member that
+ * lacks it takes (the peer keeps its tensors of the last step there), algo the
+ * peer's instances and its caller's state (node/elastic.h). Once, before the
+ * first step. */
+rumor_err node_elastic_attach(rumor_node *node,
+                              struct rumor_model *model,
+                              const struct node_elastic_algo *algo);
+
+/* The node's elastic ring, or NULL. */
+node_elastic *node_elastic_of(rumor_node *node);
 
 /* What the caller of the peer API measured (NAN: not measured). */
 struct node_report {

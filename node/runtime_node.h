@@ -96,14 +96,6 @@ struct rumor_node {
  * that can skip. */
 rumor_err node_exchange_init(rumor_node *node);
 
-/* Whether step *t, which failed with *rc, is to be run again: in an
- * elastic ring, after the view change (node_elastic_recover), with *t the
- * step the new ring runs and *rc its outcome; false otherwise. */
-bool node_step_retry(rumor_node *node, rumor_err *rc, uint64_t *t);
-
-/* Elastic rings link every node (the view change talks to all members). */
-bool node_elastic_wanted(const rumor_node *node);
-
 /* --- runtime.c, for exchange.c --- */
 
 void node_copy_model(struct rumor_model *dst, const struct rumor_model *src);

@@ -266,15 +266,15 @@ node_state_pack(const struct rumor_model *m,
                 size_t *len)
 {
     struct node_state_parts parts = *p;
-    parts.optim_len = 0;
     rumor_err rc = RUMOR_OK;
     if (o != NULL) {
         size_t n = rumor_optim_state_bytes(o);
+        parts.optim_len = 0;
         rc = s_reserve(&b->optim, &b->optim_cap, n + 1);
         if (rc == RUMOR_OK)
             rc = rumor_optim_save(o, b->optim, n, &parts.optim_len);
+        parts.optim = b->optim;
     }
-    parts.optim = b->optim;
     size_t need = node_state_bytes(m, &parts);
     if (rc == RUMOR_OK)
         rc = s_reserve(&b->msg, &b->msg_cap, need);

@@ -85,8 +85,8 @@ struct node_state_buf {
     size_t optim_cap, msg_cap;
 };
 
-/* The STATE message of model m with the state of optimizer o (NULL: none)
- * and p's step, epoch and gossip part (p's optimizer part is not read)
+/* The STATE message of model m with the state of optimizer o (NULL: p's
+ * optimizer part, which may be empty) and p's step, epoch and gossip part
  * into b->msg; *len receives its length. RUMOR_ENOMEM, or what
  * rumor_optim_save returns. */
 rumor_err node_state_pack(const struct rumor_model *m,

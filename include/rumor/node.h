@@ -388,6 +388,38 @@ RUMOR_API void rumor_peer_stop(rumor_peer *peer);
 /* True once the agreed stop is reached (rumor_peer_gossip did nothing). */
 RUMOR_API bool rumor_peer_stopped(const rumor_peer *peer);
 
+/* --- elastic rings (docs/reliability.md, "Elastic rings") ----------------
+ * The ring algorithms (allreduce, allreduce-f64, powersgd, localsgd, a
+ * codec's all-reduce) go on without a dead node: the live members agree
+ * on a new ring, a step in flight is run again by all of them or settled
+ * with the result one of them holds, and a restarted worker (opts.join)
+ * or one the ring removed (stalled past the deadline) is taken back in
+ * with a member's tensors and algorithm state. The tensors of a gradient
+ * exchange are not the model, so a joiner also needs the caller's own
+ * state (the parameters and the optimizer's): */
+
+/* save appends the caller's state to out when a joiner asks this node for
+ * its state, called from within a step (the thread of rumor_peer_gossip,
+ * _gossip_bucket or _average), with the caller's state as it is at that
+ * step's start; an error sends none. NULL (the default): none. */
+typedef rumor_err (*rumor_peer_state_fn)(void *arg, rumor_buf *out);
+RUMOR_API void
+rumor_peer_state_source(rumor_peer *peer, rumor_peer_state_fn save, void *arg);
+
+/* Whether a call since the last one took this node into an elastic ring
+ * (a join or a re-admission; the step count moved to the ring's); *data
+ * and *len then hold what the member's state source wrote (len 0: none),
+ * valid until the next step. The caller loads it before its next step. */
+RUMOR_API bool
+rumor_peer_joined(rumor_peer *peer, const uint8_t **data, size_t *len);
+
+/* The first step's start without a step: the links, and with opts.join
+ * the ring's state (or, for an algorithm that skips, a neighbour's model
+ * and step) into the tensors. A worker of a gradient exchange joins so
+ * before it computes its first gradient (rumor_peer_joined then gives the
+ * member's state). A no-op once a step has run. */
+RUMOR_API rumor_err rumor_peer_join(rumor_peer *peer, struct rumor_diag *diag);
+
 /* The exact average of the tensors over all nodes (a ring all-reduce,
  * whatever the algorithm), in place: the synchronisation of local SGD.
  * Uses the next step number, like rumor_peer_gossip; every node must make

@@ -78,6 +78,9 @@ class Buf(Structure):  # rumor_buf
                 ("alloc", c_size_t), ("cap", c_size_t)]
 
 
+# rumor_peer_state_fn: appends the caller's state to a rumor_buf
+STATE_FN = ctypes.CFUNCTYPE(c_int, c_void_p, POINTER(Buf))
+
 SONAME = "librumor.so.0"
 
 
@@ -160,6 +163,11 @@ _PROTOS = [
     ("rumor_peer_report", c_int, [_P, c_double, c_double, c_double]),
     ("rumor_peer_stats", None, [_P, POINTER(PeerStats)]),
     ("rumor_peer_nodes", c_uint32, [_P]),
+    ("rumor_peer_state_source", None, [_P, STATE_FN, c_void_p]),
+    ("rumor_peer_joined", c_bool, [_P, POINTER(POINTER(ctypes.c_uint8)),
+                                   POINTER(c_size_t)]),
+    ("rumor_peer_join", c_int, [_P, _DIAG]),
+    ("rumor_buf_append", c_int, [POINTER(Buf), c_void_p, c_size_t]),
     # workloads
     ("rumor_node_workload_new", c_int, [_P, _PP, _DIAG]),
     ("rumor_workload_destroy", None, [_PP]),

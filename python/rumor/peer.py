@@ -10,11 +10,15 @@ The C side (rumor_peer_*, node/peer.c) is the `rumor node` runtime on the
 caller's tensors: the same options, transport, deadlines and byte counts.
 """
 import ctypes
+import logging
 import math
 import os
+import sys
 
 from . import _lib, _tensors
 from ._lib import check, enc, lib
+
+log = logging.getLogger("rumor")
 
 # Python names that are not `rumor node` names with '_' for '-' (PyTorch
 # PowerSGDState spells this one with capitals)
@@ -140,10 +144,19 @@ class Peer:
     (docs/reliability.md). The C peer is built at the first gossip() or
     average() (or register()), when the tensors are known; every node must
     pass the same shapes in the same order each time.
+
+    The ring algorithms (allreduce, powersgd, localsgd) re-form their ring
+    around a dead or stalled worker and take a restarted one back in
+    (docs/reliability.md, "Elastic rings"). When the tensors are gradients
+    (allreduce, powersgd), a joiner also needs the model and optimizer
+    state: save_state, a callable returning bytes, gives this worker's when
+    a joiner asks, and a joiner loads the bytes that join() or
+    joined_state() return before its next step (rumor.torch does both).
     """
 
     def __init__(self, topology=None, node_id=None, key=None, algo=None,
-                 rank=None, insecure=False, config=None, **options):
+                 rank=None, insecure=False, config=None, save_state=None,
+                 **options):
         if topology is None and node_id is None:
             launched = launch_env(algo=algo, rank=rank, config=config,
                                   insecure=insecure or None, key=key,
@@ -168,10 +181,12 @@ class Peer:
                              insecure=True if insecure else None, **options)
         self._opts.check()
         self.node_id = node_id
+        self.save_state = save_state
         self._p = None
         self._sig = None
         self._keep = None
         self._cuda = False
+        self._state_fn = _lib.STATE_FN(self._serve_state)
 
     @classmethod
     def from_env(cls, **options):
@@ -201,6 +216,19 @@ class Peer:
         self._sig = [d[1] for d in described]
         self._keep = tensors
         self._cuda = any(d[1][2] == _lib.DEVICE_CUDA for d in described)
+        lib.rumor_peer_state_source(p, self._state_fn, None)
+
+    def _serve_state(self, _arg, buf):
+        """The C peer asks for this worker's state for a joiner (from
+        within a step, on the thread that runs it)."""
+        if self.save_state is None:
+            return 0
+        try:
+            blob = bytes(self.save_state())
+        except Exception:  # the joiner is told it got none
+            log.exception("rumor.Peer: save_state failed")
+            return 1
+        return lib.rumor_buf_append(buf, blob, len(blob))
 
     def _same(self, tensors):
         tensors = _tensors.tensor_list(tensors)
@@ -223,6 +251,36 @@ class Peer:
         check(fn(self._p, ctypes.byref(diag)), diag,
               f"node {self.node_id}")
 
+    # --- joining a ring -----------------------------------------------
+    def join(self, tensors=None):
+        """The links, and with join=True (a restarted worker: `rumor
+        launch` sets it) the ring's state, before the first step: a worker
+        whose tensors are gradients joins so before computing its first
+        gradient. Returns the state a member's save_state gave when this
+        call took the worker into a ring (load it), else None. Does
+        nothing once a step has run."""
+        if self._p is None:
+            self.register(tensors)
+        diag = _lib.Diag()
+        check(lib.rumor_peer_join(self._p, ctypes.byref(diag)), diag,
+              f"node {self.node_id}")
+        return self.joined_state()
+
+    def joined_state(self):
+        """After a step that took this worker into a ring (a join, or a
+        re-admission after the ring removed it): the bytes a member's
+        save_state gave (b"" when it has none), once; else None. A worker
+        whose tensors are gradients must load them before its next step
+        (the step refuses to run until this was called)."""
+        if self._p is None:
+            return None
+        data = ctypes.POINTER(ctypes.c_uint8)()
+        n = ctypes.c_size_t()
+        if not lib.rumor_peer_joined(self._p, ctypes.byref(data),
+                                     ctypes.byref(n)):
+            return None
+        return ctypes.string_at(data, n.value) if n.value else b""
+
     # --- training loop ------------------------------------------------
     def gossip(self, tensors=None):
         """One step of the algorithm over the network, in place; as a
@@ -230,9 +288,12 @@ class Peer:
         can skip (dpsgd, choco, deepsqueeze, moniqua, powergossip) a dead
         or late neighbour is skipped and re-admitted when it returns, and
         the step number may jump ahead to meet the neighbours (see
-        `step`). Raises RumorError only when the run cannot go on (links
-        not up, a refused peer, no neighbour to join, a diverged model, or
-        a missing neighbour for an algorithm that cannot skip). Returns
+        `step`); a ring algorithm's ring re-forms around a dead or
+        stalled worker instead (see join()). Raises RumorError only when
+        the run cannot go on (links not up, a refused peer, no neighbour
+        to join, a diverged model, a ring without a majority of live
+        workers, or a missing neighbour for PowerGossip with several
+        iterations or CHOCO with adapt). Returns
         False, doing nothing, once the run's agreed stop is reached (see
         stop()), else True."""
         if self._p is not None and lib.rumor_peer_stopped(self._p):
@@ -356,6 +417,8 @@ class Peer:
         """Lets queued messages leave, stops the transport, frees the C
         peer. Safe twice; also done by `with` and at garbage collection."""
         if getattr(self, "_p", None) is not None:
+            if sys.is_finalizing():  # no Python left to serve a state
+                lib.rumor_peer_state_source(self._p, _lib.STATE_FN(), None)
             lib.rumor_peer_destroy(ctypes.byref(self._p))
             self._p = None
             self._keep = None

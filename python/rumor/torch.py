@@ -36,11 +36,24 @@ overlap=False does), and the callback waits for every bucket and writes
 the averages into the .grad fields. overlap=False exchanges every
 gradient in that callback instead, in one exchange.
 
+Elastic rings: with allreduce or powersgd a dead or stalled worker is
+left out of the ring and a restarted one (`rumor launch` restarts it with
+RUMOR_JOIN=1) is taken back in. Since the peer exchanges gradients, a
+joiner takes the module's state_dict and the optimizer's from a member
+(the tensors read back with weights_only=True: no code from a peer runs)
+before its first
+forward, and a worker the ring took back after a stall takes them at the
+end of that step's backward, before the optimizer steps: give the
+optimizer (optimizer=opt, or model.optimizer = opt) so that its state
+(momentum) comes too, or the joiner's models drift from the others'.
+
 Buffers: floating-point buffers (BatchNorm's running statistics) are
 gossiped with the parameters by default (buffers="average"; "local" keeps
 them per node); integer buffers (num_batches_tracked) stay local, said
 once in the log.
 """
+import io
+import json
 import logging
 import queue
 import threading
@@ -62,7 +75,7 @@ class GossipModel(torch.nn.Module):
     megabytes (every node must use the same) during backward."""
 
     def __init__(self, module, peer=None, buffers="average", overlap=True,
-                 bucket_cap_mb=25, **options):
+                 bucket_cap_mb=25, optimizer=None, **options):
         super().__init__()
         if buffers not in ("average", "local"):
             raise ValueError(f"rumor.torch.GossipModel: buffers={buffers!r}:"
@@ -71,10 +84,14 @@ class GossipModel(torch.nn.Module):
             raise ValueError(f"rumor.torch.GossipModel: bucket_cap_mb="
                              f"{bucket_cap_mb!r}: use a size in MB above 0")
         self.module = module
+        self.optimizer = optimizer
         self.peer = peer if peer is not None else _peer.Peer(**options)
         self.overlap = overlap
         self.gradient_exchange = bool(
             lib.rumor_node_opts_gradient_exchange(self.peer._opts._p))
+        self._joined = False  # join() asked, before the first gradient
+        if self.gradient_exchange and self.peer.save_state is None:
+            self.peer.save_state = self._state_bytes
         self._params = [p for p in module.parameters() if p.requires_grad]
         self._live = self._params + self._float_buffers(buffers)
         self._thread = None
@@ -109,6 +126,8 @@ class GossipModel(torch.nn.Module):
         if self.training and not self.gradient_exchange:
             self.finish()
             self._start()
+        elif self.training and not self._joined:
+            self._join()
         return self.module(*args, **kwargs)
 
     @property
@@ -271,6 +290,7 @@ class GossipModel(torch.nn.Module):
         if self._error is not None:
             error, self._error = self._error, None
             raise error
+        self._load_state(self.peer.joined_state())
         self._write_grads()
 
     def _stop_buckets(self):
@@ -319,7 +339,51 @@ class GossipModel(torch.nn.Module):
             for s, g in zip(self._grads, grads):
                 s.copy_(g)
             self._more = self.peer.gossip(self._grads)
+        self._load_state(self.peer.joined_state())
         self._write_grads()
+
+    # --- elastic rings ---------------------------------------------------
+    def _join(self):
+        """Before the first gradient: the links and, for a worker that
+        joins a running ring, the ring's model and optimizer state."""
+        self._joined = True
+        self._register()
+        self._load_state(self.peer.join())
+
+    def _state_bytes(self):
+        """This worker's state for a joiner: the peer calls it within a
+        step, where the parameters are those of the step's start."""
+        opt = self.optimizer
+        return _pack({"module": self.module.state_dict(),
+                      "optimizer": None if opt is None else
+                      opt.state_dict()})
+
+    def _load_state(self, blob):
+        """A member's state, when a step (or the join) took this worker
+        into the ring; None: nothing to load."""
+        if blob is None:
+            return
+        if not blob:
+            raise RuntimeError(
+                f"rumor.torch: node {self.peer.node_id} joined the ring at "
+                f"step {self.peer.step}, but the member it joined through "
+                f"gave no model state (its peer has no save_state: wrap "
+                f"every worker's model in rumor.torch.GossipModel)")
+        state = _unpack(blob)
+        with torch.no_grad():
+            self.module.load_state_dict(state["module"])
+        if self.optimizer is not None and state["optimizer"] is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+            log.warning("rumor.torch: node %s joined the ring: took a "
+                        "member's model and optimizer state",
+                        self.peer.node_id)
+            return
+        log.warning("rumor.torch: node %s joined the ring: took a member's "
+                    "model but not its optimizer state (%s): its momentum "
+                    "starts fresh and its model drifts from the others'",
+                    self.peer.node_id,
+                    "give GossipModel optimizer=" if self.optimizer is None
+                    else "the member's GossipModel has no optimizer=")
 
     # --- checkpoints ---------------------------------------------------
     def _register(self):
@@ -368,3 +432,51 @@ class GossipModel(torch.nn.Module):
                 hook.remove()
             self._hooks = []
             self.peer.close()
+
+
+def _pack(state):
+    """state (dicts, lists, tuples, tensors, numbers, strings) as bytes:
+    the structure as JSON, the tensors by torch.save, so that a joiner
+    reads them with weights_only=True (torch 1.13's weights-only reader
+    has no floats, which an optimizer's state_dict holds)."""
+    tensors = []
+
+    def enc(o):
+        if isinstance(o, torch.Tensor):
+            tensors.append(o.detach().cpu())
+            return {"t": len(tensors) - 1}
+        if isinstance(o, dict):
+            return {"d": [[enc(k), enc(v)] for k, v in o.items()]}
+        if isinstance(o, (list, tuple)):
+            return {"l" if isinstance(o, list) else "u": [enc(v) for v in o]}
+        if o is None or isinstance(o, (bool, int, float, str)):
+            return {"v": o}
+        raise TypeError(f"rumor.torch: a {type(o).__name__} in the state "
+                        f"for a joiner (only tensors, numbers, strings, "
+                        f"lists and dicts travel)")
+
+    head = json.dumps(enc(state)).encode()
+    out = io.BytesIO()
+    out.write(len(head).to_bytes(8, "little"))
+    out.write(head)
+    torch.save(tensors, out)
+    return out.getvalue()
+
+
+def _unpack(blob):
+    n = int.from_bytes(blob[:8], "little")
+    tensors = torch.load(io.BytesIO(blob[8 + n:]), map_location="cpu",
+                         weights_only=True)
+
+    def dec(o):
+        (kind, v), = o.items()
+        if kind == "t":
+            return tensors[v]
+        if kind == "d":
+            return {dec(k): dec(x) for k, x in v}
+        if kind in ("l", "u"):
+            items = [dec(x) for x in v]
+            return items if kind == "l" else tuple(items)
+        return v
+
+    return dec(json.loads(blob[8:8 + n]))

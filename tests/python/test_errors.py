@@ -118,9 +118,9 @@ def test_handshake__one_node_already_stepping__both_refuse(local2, first,
 
 def test_step_numbers__failed_step__same_in_exception_and_c_log(local2,
                                                                  capfd):
-    """Node 1 leaves after one step: node 0's second step fails (all-reduce
-    cannot skip a neighbour), and the exception and the C log both call it
-    step 2 (steps count from 1)."""
+    """Node 1 leaves after one step: node 0's second step fails (a ring of
+    two cannot re-form without one), and the exception and the C log both
+    call it step 2 (steps count from 1)."""
     topo, keys = local2
     opts = dict(algo="allreduce", deadline_ms=800, connect_timeout_ms=20000)
 
@@ -142,9 +142,10 @@ def test_step_numbers__failed_step__same_in_exception_and_c_log(local2,
     log = capfd.readouterr().err
     assert "step 2: timed out" in message, message
     # (both nodes share one process, so the log prefix is the last set)
-    assert "] step 2: no message from node 1" in log, log
+    assert "] elastic: step 2: node 1 missed the deadline" in log, log
+    assert "1 of the ring's 2 members finished the run" in log, log
     assert "step 1:" not in message
-    assert "] step 1: no message" not in log
+    assert "] elastic: step 1:" not in log
 
 
 def test_counters__every_step__transport_covers_the_gossip(local2):

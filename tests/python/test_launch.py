@@ -17,7 +17,8 @@ RUMOR_BIN = os.path.abspath(os.environ.get(
 WORKER = os.path.join(ROOT, "tests", "data", "launch", "worker.py")
 
 
-def launch(tmp_path, args, worker_args, path=None, timeout=120):
+def launch(tmp_path, args, worker_args, path=None, timeout=120,
+           worker=WORKER):
     if not os.access(RUMOR_BIN, os.X_OK):
         pytest.fail(f"no rumor binary at {RUMOR_BIN} (set RUMOR_BIN)")
     env = dict(os.environ)
@@ -30,7 +31,7 @@ def launch(tmp_path, args, worker_args, path=None, timeout=120):
         env["RUMOR_LIB"] = os.path.abspath(env["RUMOR_LIB"])
     run = tmp_path / "run"
     cmd = [RUMOR_BIN, "launch", "--metrics-dir", str(run)] + args + \
-        ["--", sys.executable, WORKER] + worker_args
+        ["--", sys.executable, worker] + worker_args
     p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True,
                        text=True, timeout=timeout)
     results = {}
@@ -82,17 +83,104 @@ def test_launch_workers__kill9__restarted_with_join(tmp_path):
     assert max(values) - min(values) < 1e-3, values
 
 
-def test_launch_workers__allreduce_kill9__run_stops_saying_why(tmp_path):
-    """A Python worker's ring does not re-form (the peer API has no elastic
-    ring, unlike `rumor node`): the launcher stops the run and says so,
-    rather than restarting workers that would start over alone."""
-    p, results, _ = launch(tmp_path, ["--nodes", "4", "--algo", "allreduce"],
+TORCH_WORKER = os.path.join(ROOT, "tests", "data", "launch",
+                            "torch_worker.py")
+
+
+def _torch_launch(tmp_path, algo, worker_args, steps=2000):
+    """rumor.torch workers of a 4-node ring (a deadline of 2 s); node 2
+    fails at step 30 as worker_args say (tests/data/launch/torch_worker.py)."""
+    pytest.importorskip("torch")
+    return launch(tmp_path, ["--nodes", "4", "--algo", algo,
+                             "--deadline-ms", "2000"],
+                  [str(steps), "2"] + worker_args, worker=TORCH_WORKER,
+                  timeout=300)
+
+
+def _same_model(p, results, steps):
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert sorted(results) == [0, 1, 2, 3], p.stdout
+    assert all(r["steps"] == steps for r in results.values())
+    hashes = {r["hash"] for r in results.values()}
+    assert len(hashes) == 1, results  # the joiner's parameters too
+
+
+@pytest.mark.parametrize("algo", ["allreduce", "powersgd"])
+def test_torch_workers__kill9_mid_run__restarted_into_the_ring(tmp_path,
+                                                               algo):
+    """The ring re-forms around a killed rumor.torch worker (gradient
+    buckets during backward) and takes its restart back in: the joiner
+    loads a member's model and optimizer state, and every worker ends with
+    the same parameters, bit for bit."""
+    p, results, _ = _torch_launch(tmp_path, algo, ["kill"])
+    _same_model(p, results, 2000)
+    assert "node 2 killed by signal 9: restarting it with --join" in p.stdout
+    assert "took a member's model and optimizer state" in p.stdout, p.stdout
+    assert results[2]["restart"] == "1" and results[2]["first_step"] >= 30
+    # the loss of an undisturbed run of the same length
+    (tmp_path / "u").mkdir()
+    q, undisturbed, _ = launch(tmp_path / "u", ["--nodes", "4", "--algo",
+                                                algo], ["2000", "-1"],
+                               worker=TORCH_WORKER, timeout=300)
+    _same_model(q, undisturbed, 2000)
+    base = undisturbed[0]["loss"]
+    print(f"{algo}: held-out loss undisturbed {base:.4f}, with the kill and "
+          f"the rejoin {results[0]['loss']:.4f}; the joiner entered at step "
+          f"{results[2]['first_step'] + 1}")
+    assert results[0]["loss"] < base * 1.25 + 0.02, (results[0], base)
+
+
+def test_torch_workers__restart_after_the_deadline__left_out_then_back(
+        tmp_path):
+    """A restart slower than the deadline: the survivors go on as a ring
+    of three, then take the restarted worker back (exchange at the end of
+    backward, powersgd)."""
+    p, results, _ = _torch_launch(tmp_path, "powersgd", ["kill", "0", "4"])
+    _same_model(p, results, 2000)
+    assert "3 members (0 1 3)" in p.stdout, p.stdout
+    assert "4 members (0 1 2+ 3)" in p.stdout, p.stdout
+    assert results[2]["first_step"] > 31
+
+
+def test_torch_workers__stalled_past_the_deadline__removed_and_readmitted(
+        tmp_path):
+    """SIGSTOP for 4 s (a 2 s deadline): the ring goes on without the
+    stalled worker; when it wakes it asks to join again, and the step it
+    wakes in gives it the ring's model and optimizer state."""
+    p, results, _ = _torch_launch(tmp_path, "allreduce", ["stop"])
+    _same_model(p, results, 2000)
+    assert "3 members (0 1 3)" in p.stdout, p.stdout
+    assert "removed from the ring at epoch 1: asking to join again" in \
+        p.stdout
+    assert results[2]["restart"] == "0"  # the same process throughout
+
+
+def test_launch_workers__localsgd_kill9__joiner_takes_the_model(tmp_path):
+    """rumor.Peer (numpy) with local SGD, whose tensors are the model: the
+    restarted worker takes a member's model and ends at the consensus."""
+    p, results, _ = launch(tmp_path, ["--nodes", "4", "--algo", "localsgd",
+                                      "--deadline-ms", "2000"],
                            ["600", "2"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "node 2 restarted with RUMOR_JOIN=1" in p.stdout
+    values = [r["value"] for r in results.values()]
+    assert sorted(results) == [0, 1, 2, 3]
+    assert max(values) - min(values) < 1e-6, values
+    assert values[0] == pytest.approx(1.5, abs=1e-5)  # the mean of 0..3
+
+
+def test_launch_workers__allreduce_joiner_without_state__says_what_to_do(
+        tmp_path):
+    """A plain rumor.Peer of a gradient exchange that never loads the
+    ring's model (no save_state, no joined_state) would train another
+    model: its next step refuses, saying what to do."""
+    p, results, _ = launch(tmp_path, ["--nodes", "4", "--algo", "allreduce",
+                                      "--deadline-ms", "2000", "--restart",
+                                      "1"], ["600", "2"])
     assert p.returncode != 0
-    assert "node 2 killed by signal 9" in p.stdout
-    assert "a Python worker's ring does not re-form" in p.stdout, p.stdout
-    assert "restarted with RUMOR_JOIN" not in p.stdout
-    assert not results  # nobody reached the end
+    assert "its tensors are gradients: load the ring's model first" in \
+        p.stdout, p.stdout
+    assert "peer.joined_state()" in p.stdout
 
 
 def test_fashion_mnist_example__under_launch__trains(tmp_path):
