@@ -126,8 +126,8 @@ class GossipModel(torch.nn.Module):
         if self.training and not self.gradient_exchange:
             self.finish()
             self._start()
-        elif self.training and not self._joined:
-            self._join()
+        elif self.training:
+            self.join()
         return self.module(*args, **kwargs)
 
     @property
@@ -343,12 +343,17 @@ class GossipModel(torch.nn.Module):
         self._write_grads()
 
     # --- elastic rings ---------------------------------------------------
-    def _join(self):
-        """Before the first gradient: the links and, for a worker that
-        joins a running ring, the ring's model and optimizer state."""
-        self._joined = True
-        self._register()
-        self._load_state(self.peer.join())
+    def join(self):
+        """Before the first step of a gradient exchange: the links and,
+        for a worker that joins a running ring (a restart), the ring's
+        model, optimizer state and step (model.step). The first training
+        forward() does it otherwise; call it first when the data order
+        follows model.step. Does nothing for a model exchange (its first
+        exchange joins) or once done."""
+        if self.gradient_exchange and not self._joined:
+            self._joined = True
+            self._register()
+            self._load_state(self.peer.join())
 
     def _state_bytes(self):
         """This worker's state for a joiner: the peer calls it within a

@@ -7,7 +7,8 @@ kill, the default) or stops itself for 4 s (MODE stop: SIGSTOP, then a
 child sends SIGCONT); a restarted incarnation waits DELAY seconds (0)
 before it starts. OVERLAP 0 exchanges the gradients at the end of
 backward, else in buckets during it. Prints one RESULT line of JSON with
-the held-out loss and a hash of the parameters' bytes."""
+the held-out loss, a hash of the parameters' bytes and the longest step
+(seconds, the exchange included)."""
 import hashlib
 import json
 import os
@@ -33,10 +34,13 @@ model = rumor.torch.GossipModel(net, overlap=overlap, bucket_cap_mb=0.002,
                                 seed=1)
 opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 model.optimizer = opt
+model.join()  # a restart: the ring's model and step before its first batch
 node = model.peer.node_id
 w = torch.randn(20, 4, generator=torch.Generator().manual_seed(7))
 first_step = None
+longest = 0.0
 while model.step < steps:
+    began = time.monotonic()
     if node == die and os.environ["RUMOR_RESTART"] == "0" and \
             model.step == 30 and mode == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
@@ -53,6 +57,7 @@ while model.step < steps:
     opt.zero_grad()
     loss.backward()
     opt.step()
+    longest = max(longest, time.monotonic() - began)
     time.sleep(0.005)  # a step of compute, so a restart finds the others
 x = torch.randn(512, 20, generator=torch.Generator().manual_seed(99))
 with torch.no_grad():
@@ -62,5 +67,6 @@ print("RESULT " + json.dumps({
     "id": node, "steps": model.step, "first_step": first_step,
     "loss": float(test_loss), "sum": float(flat.sum()),
     "hash": hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16],
+    "longest_step": longest,
     "restart": os.environ.get("RUMOR_RESTART")}), flush=True)
 model.close()
