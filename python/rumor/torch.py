@@ -41,11 +41,11 @@ left out of the ring and a restarted one (`rumor launch` restarts it with
 RUMOR_JOIN=1) is taken back in. Since the peer exchanges gradients, a
 joiner takes the module's state_dict and the optimizer's from a member
 (the tensors read back with weights_only=True: no code from a peer runs)
-before its first
-forward, and a worker the ring took back after a stall takes them at the
-end of that step's backward, before the optimizer steps: give the
-optimizer (optimizer=opt, or model.optimizer = opt) so that its state
-(momentum) comes too, or the joiner's models drift from the others'.
+before its first batch (join(), or its first training forward), and a
+worker the ring took back after a stall takes them at the end of that
+step's backward, before the optimizer steps: give the optimizer
+(optimizer=opt, or model.optimizer = opt) so that its state (momentum)
+comes too, or the joiner's model drifts from the others'.
 
 Buffers: floating-point buffers (BatchNorm's running statistics) are
 gossiped with the parameters by default (buffers="average"; "local" keeps
@@ -374,7 +374,12 @@ class GossipModel(torch.nn.Module):
                 f"step {self.peer.step}, but the member it joined through "
                 f"gave no model state (its peer has no save_state: wrap "
                 f"every worker's model in rumor.torch.GossipModel)")
-        state = _unpack(blob)
+        try:
+            state = _unpack(blob)
+        except Exception as e:  # bytes from the network
+            raise RuntimeError(
+                f"rumor.torch: node {self.peer.node_id}: the state a member "
+                f"sent for joining the ring does not read ({e})") from e
         with torch.no_grad():
             self.module.load_state_dict(state["module"])
         if self.optimizer is not None and state["optimizer"] is not None:

@@ -424,3 +424,39 @@ def test_gossip_model__closed__module_wrapped_again(tmp_path):
         topo, keys, i, "allreduce", module=mods[i], bucket_cap_mb=TINY_MB)
         for i in range(2)])
     assert torch.equal(got[0], got[1])
+
+
+def test_joiner_state__adam_state_dict__read_back_as_saved():
+    """The state a member sends a joiner (rumor.torch._pack) reads back
+    (with torch.load's weights_only reader) as the state_dicts it came
+    from: tuples, integer keys, floats, tensors; a joiner's Adam then
+    takes the same step as the member's."""
+    torch.manual_seed(3)
+    net = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3, betas=(0.9, 0.99))
+    net(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    blob = rumor.torch._pack({"module": net.state_dict(),
+                              "optimizer": opt.state_dict()})
+    got = rumor.torch._unpack(blob)
+    joiner = torch.nn.Linear(3, 2)
+    joiner.load_state_dict(got["module"])
+    joiner_opt = torch.optim.Adam(joiner.parameters())
+    joiner_opt.load_state_dict(got["optimizer"])
+    assert joiner_opt.state_dict()["param_groups"] == \
+        opt.state_dict()["param_groups"]
+    for net_, opt_ in ((net, opt), (joiner, joiner_opt)):
+        opt_.zero_grad()
+        net_(torch.ones(4, 3)).sum().backward()
+        opt_.step()
+    for a, b in zip(net.parameters(), joiner.parameters()):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("cut", [0, 8, 50, -1])
+def test_joiner_state__cut_or_garbage__raises(cut):
+    blob = rumor.torch._pack({"module": torch.nn.Linear(3, 2).state_dict(),
+                              "optimizer": None})
+    bad = blob[:cut] if cut >= 0 else b"\xff" * len(blob)
+    with pytest.raises(Exception):
+        rumor.torch._unpack(bad)
