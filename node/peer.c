@@ -946,17 +946,14 @@ s_ring_adopt(void *arg, const uint8_t *p, size_t len, struct rumor_diag *diag)
     return rc;
 }
 
-/* Every instance of the peer: its algorithm's, its buckets', average()'s. */
-static size_t
-s_instances(rumor_peer *peer, rumor_gossip **out)
+/* Instance k < nbuckets + 2 of the peer: its algorithm's (0), its
+ * buckets' (1 to nbuckets), average()'s (NULL before the first one). */
+static rumor_gossip *
+s_instance(rumor_peer *peer, size_t k)
 {
-    size_t n = 0;
-    out[n++] = node_gossip(peer->node);
-    for (size_t k = 0; k < peer->nbuckets; k++)
-        out[n++] = peer->buckets[k].g;
-    if (peer->avg != NULL)
-        out[n++] = peer->avg;
-    return n;
+    if (k == 0)
+        return node_gossip(peer->node);
+    return k <= peer->nbuckets ? peer->buckets[k - 1].g : peer->avg;
 }
 
 static rumor_err
@@ -965,30 +962,29 @@ s_ring_members_set(void *arg, const uint32_t *ids, size_t count)
     rumor_peer *peer = arg;
     memcpy(peer->members, ids, count * sizeof *ids);
     peer->nmembers = count;
-    rumor_gossip *all[RUMOR_GOSSIP_MAX_TENSORS + 2];
-    size_t n = s_instances(peer, all);
     rumor_err rc = RUMOR_OK;
-    for (size_t k = 0; k < n && rc == RUMOR_OK; k++)
-        rc = rumor_gossip_members_set(all[k], ids, count);
+    for (size_t k = 0; k < peer->nbuckets + 2 && rc == RUMOR_OK; k++)
+        if (s_instance(peer, k) != NULL)
+            rc = rumor_gossip_members_set(s_instance(peer, k), ids, count);
     return rc;
 }
 
 static void
 s_ring_abandon(void *arg)
 {
-    rumor_gossip *all[RUMOR_GOSSIP_MAX_TENSORS + 2];
-    size_t n = s_instances(arg, all);
-    for (size_t k = 0; k < n; k++)
-        rumor_gossip_step_abandon(all[k]);
+    rumor_peer *peer = arg;
+    for (size_t k = 0; k < peer->nbuckets + 2; k++)
+        if (s_instance(peer, k) != NULL)
+            rumor_gossip_step_abandon(s_instance(peer, k));
 }
 
 static void
 s_ring_fast_forward(void *arg, uint64_t step)
 {
-    rumor_gossip *all[RUMOR_GOSSIP_MAX_TENSORS + 2];
-    size_t n = s_instances(arg, all);
-    for (size_t k = 0; k < n; k++)
-        rumor_gossip_fast_forward(all[k], step);
+    rumor_peer *peer = arg;
+    for (size_t k = 0; k < peer->nbuckets + 2; k++)
+        if (s_instance(peer, k) != NULL)
+            rumor_gossip_fast_forward(s_instance(peer, k), step);
 }
 
 /* For a joiner only: a member behind by a step takes the step's result,
