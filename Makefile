@@ -16,6 +16,8 @@ OPT       ?= -O2
 V         ?= 0
 
 MODULES := core compress lowrank topology net gossip train node
+# The config rule below comes first in the file; a bare `make` still builds.
+.DEFAULT_GOAL := all
 VERSION := 0.1.0
 SONAME  := librumor.so.0
 
