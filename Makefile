@@ -213,6 +213,9 @@ BINDIR     ?= $(PREFIX)/bin
 LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 STAGE      := $(BUILD)/stage
+# a long module header's parts: include/rumor/MODULE/*.h (scripts/lint.sh)
+PUBLIC_HEADERS   := $(wildcard include/rumor/*.h include/rumor/*/*.h)
+PUBLIC_PART_DIRS := $(notdir $(patsubst %/,%,$(sort $(dir $(wildcard include/rumor/*/*.h)))))
 
 define install_tree
 	install -d $(1)$(BINDIR) $(1)$(LIBDIR)/pkgconfig $(1)$(INCLUDEDIR)/rumor
@@ -222,6 +225,10 @@ define install_tree
 	ln -sf librumor.so.$(VERSION) $(1)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(1)$(LIBDIR)/librumor.so
 	install -m 644 include/rumor/*.h $(1)$(INCLUDEDIR)/rumor/
+	for d in $(PUBLIC_PART_DIRS); do \
+	  install -d $(1)$(INCLUDEDIR)/rumor/$$d && \
+	  install -m 644 include/rumor/$$d/*.h $(1)$(INCLUDEDIR)/rumor/$$d/ || exit 1; \
+	done
 	sh scripts/rumor-pc.sh '$(VERSION)' '$(PREFIX)' '$(LIBDIR)' '$(INCLUDEDIR)' \
 	  '$(LDLIBS)' > $(1)$(LIBDIR)/pkgconfig/rumor.pc
 endef
@@ -236,7 +243,7 @@ uninstall:
 	  $(DESTDIR)$(LIBDIR)/pkgconfig/rumor.pc
 	rm -rf $(DESTDIR)$(INCLUDEDIR)/rumor
 
-$(STAGE)/.installed: $(RUMOR) $(SHLIB) $(LIB) $(wildcard include/rumor/*.h) scripts/rumor-pc.sh
+$(STAGE)/.installed: $(RUMOR) $(SHLIB) $(LIB) $(PUBLIC_HEADERS) scripts/rumor-pc.sh
 	@rm -rf $(STAGE)
 	@$(if $(Q),echo "  INSTALL $(STAGE)")
 	$(Q)$(MAKE) --no-print-directory install DESTDIR=$(abspath $(STAGE)) >/dev/null
