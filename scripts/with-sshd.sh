@@ -129,7 +129,7 @@ fi
 why=$(/usr/sbin/sshd -t -f "$dir/sshd_config" 2>&1) || cannot "sshd refuses its configuration: $why"
 /usr/sbin/sshd -D -e -f "$dir/sshd_config" >"$dir/sshd.log" 2>&1 &
 pid=$!
-until out=$("$dir/bin/ssh" "$alias" 'echo "$(id -un)"' 2>&1) && [ "$out" = "$user" ]; do
+until out=$("$dir/bin/ssh" "$alias" id -un 2>&1) && [ "$out" = "$user" ]; do
     kill -0 "$pid" 2>/dev/null || cannot "sshd did not start: $(tail -n 1 "$dir/sshd.log")"
     [ $(($(date +%s) - start)) -lt 30 ] ||
         cannot "no key login within 30 s: $(echo "$out" | tail -n 1) / $(tail -n 1 "$dir/sshd.log")"

@@ -13,13 +13,20 @@
  *     are refused with nothing printed;
  *   - docker/check-dockerfile.sh passes both Dockerfiles and reports every
  *     rule on files that break them all;
- *   - scripts/rumor-slurm.sh, with faked SLURM_* variables and a local
- *     host list (plain comma form, and a FAKE scontrol), starts 4 tasks
- *     that train and exit 0; a task that never comes ends the others by
- *     their deadline; a task placed on another host is refused;
- *   - `rumor launch --hosts` through a FAKE ssh (tests/data/deploy/fake-ssh
- *     runs the remote command on this machine) trains a 4-node cluster and
- *     stops every process on SIGINT;
+ *   - scripts/rumor-slurm.sh's parsing of the allocation, with faked
+ *     SLURM_* variables and a local host list (plain comma form, and a
+ *     FAKE scontrol for a two-host "2(x2)"), starts 4 tasks that train and
+ *     exit 0; a task that never comes ends the others by their deadline; a
+ *     task placed on another host is refused;
+ *   - with the private one-host cluster of scripts/with-slurm.sh
+ *     (SLURM_CONF; `make cluster-test`, as root; skipped, saying so,
+ *     without it), docker/README.md's job script through `sbatch --wait`:
+ *     its 8 tasks train to the accuracy of a local run and the job
+ *     completes with exit 0:0 (srun's exit is its tasks' highest);
+ *   - with the private sshd of scripts/with-sshd.sh (RUMOR_SSHD_*; the
+ *     same), `rumor launch --hosts` logs in by key as its test user: a
+ *     4-node ring trains, and Ctrl-C stops every process, remote ones
+ *     included; too few slots are refused (no ssh needed);
  *   - tests/integration/docker_crash_check.sh, the crash checks of `make
  *     deploy-test`, on hand-made cluster directories: a neighbour that
  *     marked the crashed node down and re-admitted it and one that never
@@ -1193,6 +1200,38 @@ test_slurm__task_on_another_host__refused(void **state)
 #define REAL_LIMIT_MS 300000 /* a job or a launch that hangs fails here */
 #define ACC_MIN       0.9    /* digits, 10 classes: chance is 0.1 */
 
+/* A real test's directory and the launcher it may leave running: the
+ * teardown removes and stops them, after a failure too. */
+struct s_real {
+    struct s_tmp t;
+    pid_t pid; /* 0: none left to wait for */
+};
+
+static int
+s_real_setup(void **state)
+{
+    struct s_real *x = calloc(1, sizeof *x);
+    if (x == NULL)
+        return -1;
+    s_tmp_new(&x->t);
+    *state = x;
+    return 0;
+}
+
+/* A killed launcher's closed lifelines stop its remote nodes. */
+static int
+s_real_teardown(void **state)
+{
+    struct s_real *x = *state;
+    if (x->pid > 0) {
+        kill(x->pid, SIGKILL);
+        waitpid(x->pid, NULL, 0);
+    }
+    s_tmp_free(&x->t);
+    free(x);
+    return 0;
+}
+
 /* The daemons of scripts/with-slurm.sh or with-sshd.sh, named by the
  * variable they export, or false after saying how to get them. */
 static bool
@@ -1248,16 +1287,15 @@ s_scontrol_job(const struct s_tmp *t, long job)
 static void
 test_slurm_real__readme_job__every_task_trains(void **state)
 {
-    (void)state;
     if (!s_have_daemons("SLURM_CONF", "scripts/with-slurm.sh")) {
         skip();
         return;
     }
-    struct s_tmp t;
-    s_tmp_new(&t);
+    struct s_real *x = *state;
+    struct s_tmp *t = &x->t;
     char runs[PATH_MAX], script[PATH_MAX + 64], cwd[PATH_MAX];
     unsigned port = s_free_ports(JOB_TASKS);
-    snprintf(runs, sizeof runs, "%s/runs", t.dir);
+    snprintf(runs, sizeof runs, "%s/runs", t->dir);
     snprintf(script,
              sizeof script,
              "scripts/rumor-slurm.sh --port-base %u",
@@ -1274,12 +1312,12 @@ test_slurm_real__readme_job__every_task_trains(void **state)
         fail_msg("docker/README.md's job script changed: update this test\n%s",
                  readme);
     char path[PATH_MAX + 32], output[PATH_MAX + 32], ids[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/job.sh", t.dir);
+    snprintf(path, sizeof path, "%s/job.sh", t->dir);
     s_write(path, job);
     free(job);
     free(readme);
-    snprintf(output, sizeof output, "--output=%s/job-%%j.out", t.dir);
-    snprintf(ids, sizeof ids, "%s/sbatch.txt", t.dir);
+    snprintf(output, sizeof output, "--output=%s/job-%%j.out", t->dir);
+    snprintf(ids, sizeof ids, "%s/sbatch.txt", t->dir);
     const char *argv[] = {"sbatch",
                           "--wait",
                           "--parsable",
@@ -1291,23 +1329,23 @@ test_slurm_real__readme_job__every_task_trains(void **state)
                           path,
                           NULL};
     uint64_t t0 = s_now_ms();
-    int status = s_wait(s_spawn(argv, NULL, NULL, t.out, ids), REAL_LIMIT_MS);
+    int status = s_wait(s_spawn(argv, NULL, NULL, t->out, ids), REAL_LIMIT_MS);
     printf("[time] sbatch --wait of the README's job: %.1f s\n",
            (double)(s_now_ms() - t0) / 1000.0);
     char *text = s_read(ids);
     long id = text != NULL ? strtol(text, NULL, 10) : 0;
     free(text);
-    snprintf(path, sizeof path, "%s/job-%ld.out", t.dir, id);
+    snprintf(path, sizeof path, "%s/job-%ld.out", t->dir, id);
     char *out = s_read(path);
     if (status != 0 || out == NULL || strstr(out, "srun: error") != NULL) {
-        s_show(&t);
+        s_show(t);
         fail_msg("sbatch exit %d, job %ld's output:\n%s",
                  status,
                  id,
                  out != NULL ? out : "(none)");
     }
     /* srun's exit is its tasks' highest; the job's is srun's */
-    char *shown = s_scontrol_job(&t, id);
+    char *shown = s_scontrol_job(t, id);
     assert_non_null(shown);
     if (strstr(shown, "JobState=COMPLETED") == NULL ||
         strstr(shown, " ExitCode=0:0") == NULL)
@@ -1337,14 +1375,14 @@ test_slurm_real__readme_job__every_task_trains(void **state)
         assert_true(acc >= ACC_MIN);
     }
     free(out);
-    s_tmp_free(&t);
 }
 
 /* --- tests: launch --hosts -------------------------------------------------
  */
 
-#define SSH_STEPS \
-    "200" /* digits: 0.97 accuracy at step 200 (launch --nodes 4) */
+/* digits: 0.97 accuracy at step 200 (rumor launch --nodes 4 --steps 200) */
+#define SSH_STEPS     "200"
+#define SSH_STEPS_NUM 200
 
 /* Where the ssh user of scripts/with-sshd.sh runs: a copy of the rumor
  * binary it can execute (--rumor-path) and the remote directory. */
@@ -1442,27 +1480,28 @@ s_sshd_hosts(char *out, size_t size)
 static void
 test_launch_hosts_real__sshd__cluster_trains(void **state)
 {
-    (void)state;
     if (!s_have_daemons("RUMOR_SSHD_HOST", "scripts/with-sshd.sh")) {
         skip();
         return;
     }
-    struct s_tmp t;
-    s_tmp_new(&t);
+    struct s_real *x = *state;
+    struct s_tmp *t = &x->t;
     struct s_remote r;
-    s_remote_new(&t, &r);
+    s_remote_new(t, &r);
     char hosts[512];
     s_sshd_hosts(hosts, sizeof hosts);
-    unsigned port = s_hosts_setup(&t, hosts);
+    unsigned port = s_hosts_setup(t, hosts);
     uint64_t t0 = s_now_ms();
-    int status = s_wait(s_hosts_launch(&t, port, SSH_STEPS, &r), REAL_LIMIT_MS);
+    x->pid = s_hosts_launch(t, port, SSH_STEPS, &r);
+    int status = s_wait(x->pid, REAL_LIMIT_MS);
+    x->pid = 0;
     printf("[time] rumor launch --hosts over sshd, 4 nodes: %.1f s\n",
            (double)(s_now_ms() - t0) / 1000.0);
     if (status != 0)
-        s_show(&t);
+        s_show(t);
     assert_int_equal(status, 0);
     char path[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/run/hosts.topo", t.dir);
+    snprintf(path, sizeof path, "%s/run/hosts.topo", t->dir);
     rumor_topology *g = NULL;
     struct rumor_diag diag = {0};
     assert_int_equal(rumor_topology_load_file(path, &g, &diag), RUMOR_OK);
@@ -1475,7 +1514,7 @@ test_launch_hosts_real__sshd__cluster_trains(void **state)
                  i < 2 ? "localhost" : "127.0.0.1",
                  port + i);
         assert_string_equal(rumor_topology_endpoint(g, i), want);
-        snprintf(path, sizeof path, "%s/keys/node-%u.pub", t.dir, i);
+        snprintf(path, sizeof path, "%s/keys/node-%u.pub", t->dir, i);
         char *pub = s_read(path);
         assert_non_null(pub);
         pub[strcspn(pub, "\n")] = '\0';
@@ -1488,21 +1527,20 @@ test_launch_hosts_real__sshd__cluster_trains(void **state)
         assert_int_equal(st.st_uid, user);
         double acc = s_last_field(path, "accuracy");
         printf("node %u: step %ld, accuracy %.3f\n", i, s_last_step(path), acc);
-        assert_int_equal(s_last_step(path), atoi(SSH_STEPS));
+        assert_int_equal(s_last_step(path), SSH_STEPS_NUM);
         assert_true(acc >= ACC_MIN);
-        snprintf(path, sizeof path, "%s/run/node-%u.log", t.dir, i);
+        snprintf(path, sizeof path, "%s/run/node-%u.log", t->dir, i);
         char *log = s_read(path);
         assert_non_null(log);
         assert_non_null(strstr(log, "step " SSH_STEPS "/" SSH_STEPS));
         free(log);
     }
     rumor_topology_destroy(&g);
-    char *out = s_read(t.out);
+    char *out = s_read(t->out);
     assert_non_null(strstr(out, "[node 3] "));
     assert_non_null(strstr(out, "all nodes finished (exit 0)"));
     free(out);
     s_remote_free(&r);
-    s_tmp_free(&t);
 }
 
 /* Ctrl-C: ssh forwards no signal; the closed lifeline must stop the remote
@@ -1510,19 +1548,18 @@ test_launch_hosts_real__sshd__cluster_trains(void **state)
 static void
 test_launch_hosts_real__sigint__every_process_stopped(void **state)
 {
-    (void)state;
     if (!s_have_daemons("RUMOR_SSHD_HOST", "scripts/with-sshd.sh")) {
         skip();
         return;
     }
-    struct s_tmp t;
-    s_tmp_new(&t);
+    struct s_real *x = *state;
+    struct s_tmp *t = &x->t;
     struct s_remote r;
-    s_remote_new(&t, &r);
+    s_remote_new(t, &r);
     char hosts[512];
     s_sshd_hosts(hosts, sizeof hosts);
-    unsigned port = s_hosts_setup(&t, hosts);
-    pid_t launch = s_hosts_launch(&t, port, "1000000", &r);
+    unsigned port = s_hosts_setup(t, hosts);
+    x->pid = s_hosts_launch(t, port, "1000000", &r);
     /* training: every node is past step 5 */
     uint64_t deadline = s_now_ms() + LIMIT_MS;
     for (unsigned i = 0; i < NODES; i++) {
@@ -1534,10 +1571,11 @@ test_launch_hosts_real__sigint__every_process_stopped(void **state)
     /* each node: its ssh, the remote shell and rumor name the directory */
     assert_true(s_procs_with(r.dir) >= 2 * NODES);
     uint64_t t0 = s_now_ms();
-    assert_int_equal(kill(launch, SIGINT), 0);
-    int status = s_wait_or_kill(launch, LIMIT_MS);
+    assert_int_equal(kill(x->pid, SIGINT), 0);
+    int status = s_wait_or_kill(x->pid, LIMIT_MS);
+    x->pid = 0;
     if (status != 130)
-        s_show(&t);
+        s_show(t);
     assert_int_equal(status, 130);
     deadline = s_now_ms() + 10000;
     while (s_procs_with(r.dir) > 0 && s_now_ms() < deadline)
@@ -1546,7 +1584,6 @@ test_launch_hosts_real__sigint__every_process_stopped(void **state)
     printf("[time] Ctrl-C to the last remote process gone: %.1f s\n",
            (double)(s_now_ms() - t0) / 1000.0);
     s_remote_free(&r);
-    s_tmp_free(&t);
 }
 
 static void
@@ -1775,9 +1812,18 @@ main(int argc, char **argv)
         cmocka_unit_test(test_slurm__scontrol_hostnames__cluster_trains),
         cmocka_unit_test(test_slurm__task_never_comes__others_stop_by_deadline),
         cmocka_unit_test(test_slurm__task_on_another_host__refused),
-        cmocka_unit_test(test_slurm_real__readme_job__every_task_trains),
-        cmocka_unit_test(test_launch_hosts_real__sshd__cluster_trains),
-        cmocka_unit_test(test_launch_hosts_real__sigint__every_process_stopped),
+        cmocka_unit_test_setup_teardown(
+            test_slurm_real__readme_job__every_task_trains,
+            s_real_setup,
+            s_real_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_launch_hosts_real__sshd__cluster_trains,
+            s_real_setup,
+            s_real_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_launch_hosts_real__sigint__every_process_stopped,
+            s_real_setup,
+            s_real_teardown),
         cmocka_unit_test(test_launch_hosts__too_few_slots__refused),
         cmocka_unit_test(
             test_crash_check__readmitted_or_back_in_time__both_pass),
