@@ -7,8 +7,10 @@
 # The node is `localhost` (its tasks' endpoints are tcp://localhost:PORT),
 # declared with CPUs=8 whatever this machine has (config_overrides), so an
 # 8-task job fits; the daemons' ports are free ones picked here, and every
-# client (sbatch, srun, scontrol) reaches them on 127.0.0.1. On exit the
-# jobs are cancelled, the daemons stopped and the directory removed.
+# client (sbatch, srun, scontrol) reaches them on 127.0.0.1. The daemons and
+# COMMAND run in a network namespace of their own (loopback only) where one
+# can be made. On exit the jobs are cancelled, the daemons stopped and the
+# directory removed.
 #
 # usage: with-slurm.sh COMMAND...   (SLURM_CONF is exported to COMMAND)
 # Exit status: COMMAND's; 3 when no cluster can be had (not root, the
@@ -39,6 +41,21 @@ if [ $missing = yes ]; then
     [ $made_policy = no ] || rm -f $policy
     [ $status -eq 0 ] || cannot "apt-get could not install munge slurmctld slurmd slurm-client"
 fi
+
+# slurmctld and slurmd listen on every address (Slurm has no setting for
+# one): in a network namespace of their own, with COMMAND, only loopback
+# exists. Slurm asks getaddrinfo for AI_ADDRCONFIG addresses, which counts
+# no 127.0.0.1, hence a second loopback address. Where no namespace can be
+# made (a container without the right), they run here, reached on
+# 127.0.0.1 and answering only munge's throwaway key.
+# shellcheck disable=SC2016 # $0 and $@ of the inner sh
+if [ -z "${RUMOR_SLURM_NETNS:-}" ] && command -v ip >/dev/null 2>&1 &&
+    unshare --net true 2>/dev/null; then
+    RUMOR_SLURM_NETNS=1 exec unshare --net sh -c \
+        'ip link set lo up && ip addr add 127.0.0.2/32 dev lo && exec sh "$0" "$@"' "$0" "$@"
+fi
+netns="its own network namespace"
+[ -n "${RUMOR_SLURM_NETNS:-}" ] || netns="this machine's network (no namespace could be made)"
 
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -138,5 +155,5 @@ until [ "$(sinfo -h -n localhost -o %t 2>/dev/null)" = idle ]; do
         cannot "node localhost not idle within 60 s: $(why "$dir/slurmctld.log" "$dir/slurmd.log")"
     sleep 0.5
 done
-echo "[slurm] cluster at $SLURM_CONF ($(sinfo -h -o '%P %D node(s) %c CPUs'), $(sinfo -V)), ready in $(($(date +%s) - start)) s"
+echo "[slurm] cluster at $SLURM_CONF ($(sinfo -h -o '%P %D node(s) %c CPUs'), $(sinfo -V)) in $netns, ready in $(($(date +%s) - start)) s"
 "$@"
