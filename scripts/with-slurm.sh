@@ -12,7 +12,8 @@
 # can be made. On exit the jobs are cancelled, the daemons stopped and the
 # directory removed.
 #
-# usage: with-slurm.sh COMMAND...   (SLURM_CONF is exported to COMMAND)
+# usage: with-slurm.sh COMMAND...   (SLURM_CONF, for the Slurm commands,
+# and RUMOR_SLURM_DIR, the directory, are exported to COMMAND)
 # Exit status: COMMAND's; 3 when no cluster can be had (not root, the
 # packages cannot be installed, a daemon does not start; the reason
 # printed in one line).
@@ -101,7 +102,7 @@ pids="$!"
 # would allow longer sleeps (2, 8, 32 s: a 9 s job returned after 42 s),
 # and a finished job stays visible to it and to scontrol for 5 s at least.
 : >"$dir/plugstack.conf"
-export SLURM_CONF="$dir/slurm.conf"
+export SLURM_CONF="$dir/slurm.conf" RUMOR_SLURM_DIR="$dir"
 cat >"$SLURM_CONF" <<EOF
 ClusterName=rumor
 SlurmctldHost=$(hostname -s)(127.0.0.1)
@@ -136,7 +137,8 @@ PartitionName=rumor Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
 
 # munged answers before the daemons that need it start
-until munge -n --socket="$dir/munge/munge.socket" 2>/dev/null | unmunge --socket="$dir/munge/munge.socket" >/dev/null 2>&1; do
+sock="$dir/munge/munge.socket"
+until munge -n --socket="$sock" 2>/dev/null | unmunge --socket="$sock" >/dev/null 2>&1; do
     kill -0 "$pids" 2>/dev/null || cannot "munged did not start: $(why "$dir/munged.log")"
     [ $(($(date +%s) - start)) -lt 30 ] || cannot "munged did not answer within 30 s"
     sleep 0.2

@@ -19,7 +19,7 @@
  *     exit 0; a task that never comes ends the others by their deadline; a
  *     task placed on another host is refused;
  *   - with the private one-host cluster of scripts/with-slurm.sh
- *     (SLURM_CONF; `make cluster-test`, as root; skipped, saying so,
+ *     (RUMOR_SLURM_DIR; `make cluster-test`, as root; skipped, saying so,
  *     without it), docker/README.md's job script through `sbatch --wait`:
  *     its 8 tasks train to the accuracy of a local run and the job
  *     completes with exit 0:0 (srun's exit is its tasks' highest);
@@ -1287,7 +1287,8 @@ s_scontrol_job(const struct s_tmp *t, long job)
 static void
 test_slurm_real__readme_job__every_task_trains(void **state)
 {
-    if (!s_have_daemons("SLURM_CONF", "scripts/with-slurm.sh")) {
+    /* not SLURM_CONF: a user's own cluster is not this test's */
+    if (!s_have_daemons("RUMOR_SLURM_DIR", "scripts/with-slurm.sh")) {
         skip();
         return;
     }
