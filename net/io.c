@@ -141,10 +141,10 @@ struct s_from {
     struct net_peer *p;
     const uint8_t *rid;
     size_t rid_len;
-    const char *addr;      /* Peer-Address: the IP, "?" when unknown */
-    char name[20];         /* the connection, for logs: its id's first bytes */
+    const char *addr; /* Peer-Address: the IP, "?" when unknown */
+    char name[20];    /* the connection, for logs: its id's first bytes */
     char who[NET_LOGLIMIT_KEY]; /* rate-limit key: "node N at ADDR" */
-    bool current;          /* it is p's current connection */
+    bool current;               /* it is p's current connection */
 };
 
 static void
@@ -219,20 +219,14 @@ s_may_take_over(rumor_net *net,
     }
     uint64_t quiet_ms = (now - p->conn.heard_ns) / 1000000u;
     if (quiet_ms >= net->o.down_ms) {
-        snprintf(why,
-                 cap,
-                 "silent for %llu ms",
-                 (unsigned long long)quiet_ms);
+        snprintf(why, cap, "silent for %llu ms", (unsigned long long)quiet_ms);
         return true;
     }
     if (!s_conn_present(net, p)) {
         snprintf(why, cap, "closed");
         return true;
     }
-    snprintf(why,
-             cap,
-             "live, heard %llu ms ago",
-             (unsigned long long)quiet_ms);
+    snprintf(why, cap, "live, heard %llu ms ago", (unsigned long long)quiet_ms);
     return false;
 }
 
@@ -486,8 +480,9 @@ s_on_bad_frame(rumor_net *net,
                 ? buf[4]
                 : RUMOR_NET_VERSION;
         char why[64];
-        bool record = f->current ||
-                      s_may_take_over(net, p, rumor_clock_ns(), why, sizeof why);
+        bool record =
+            f->current ||
+            s_may_take_over(net, p, rumor_clock_ns(), why, sizeof why);
         s_refuse(net, f, record, theirs, RUMOR_EPROTO, text);
         return;
     }

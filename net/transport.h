@@ -127,7 +127,7 @@ struct net_inmsg {
 /* A peer's connection to our ROUTER, bound at its accepted HELLO. */
 struct net_conn {
     uint8_t rid[NET_RID_BYTES];
-    size_t rid_len; /* 0: none yet */
+    size_t rid_len;            /* 0: none yet */
     char addr[NET_ADDR_BYTES]; /* the peer's IP (Peer-Address), for logs */
     uint64_t epoch;            /* of its HELLO */
     struct net_replay replay;
@@ -202,8 +202,8 @@ struct rumor_net {
     bool quiet; /* rumor_net_set_quiet */
     rumor_err status;
     uint64_t closed_before;
-    uint64_t handshake_failed; /* not tied to a peer: counted here */
-    uint64_t rejected_unbound; /* frames with no User-Id of a listed key */
+    uint64_t handshake_failed;    /* not tied to a peer: counted here */
+    uint64_t rejected_unbound;    /* frames with no User-Id of a listed key */
     struct net_loglimit drop_log; /* I/O thread only */
 };
 

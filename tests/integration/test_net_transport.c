@@ -1653,8 +1653,7 @@ main(int argc, char **argv)
             test_conn__second_connection_same_key__established_one_unmoved),
         cmocka_unit_test(
             test_conn__frames_before_hello__dropped_window_untouched),
-        cmocka_unit_test(
-            test_conn__restart_after_silence_or_close__takes_over),
+        cmocka_unit_test(test_conn__restart_after_silence_or_close__takes_over),
     };
     if (argc == 2)
         cmocka_set_test_filter(argv[1]);
