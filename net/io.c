@@ -202,32 +202,26 @@ s_conn_present(rumor_net *net, struct net_peer *p)
     return true;
 }
 
-/* Whether a HELLO on another connection may replace p's current one, and
- * why (written into why): there is none, it closed, or it has been silent
- * for down_ms. A live one is never displaced: a second holder of the key
- * cannot make it silent or close it. */
-static bool
-s_may_take_over(rumor_net *net,
-                struct net_peer *p,
-                uint64_t now,
-                char *why,
-                size_t cap)
+/* Whether a HELLO on another connection may replace p's current one:
+ * there is none, it closed, or it has been silent for down_ms. A live one
+ * is kept: a second holder of the key cannot make it silent or close it. */
+enum s_takeover {
+    S_KEEP,   /* the current connection is live */
+    S_FIRST,  /* there is none yet */
+    S_CLOSED, /* the ROUTER no longer has it */
+    S_SILENT  /* nothing accepted on it for down_ms */
+};
+
+/* *quiet_ms: how long the current connection has been silent. */
+static enum s_takeover
+s_takeover(rumor_net *net, struct net_peer *p, uint64_t now, uint64_t *quiet_ms)
 {
-    if (p->conn.rid_len == 0) {
-        snprintf(why, cap, "the first");
-        return true;
-    }
-    uint64_t quiet_ms = (now - p->conn.heard_ns) / 1000000u;
-    if (quiet_ms >= net->o.down_ms) {
-        snprintf(why, cap, "silent for %llu ms", (unsigned long long)quiet_ms);
-        return true;
-    }
-    if (!s_conn_present(net, p)) {
-        snprintf(why, cap, "closed");
-        return true;
-    }
-    snprintf(why, cap, "live, heard %llu ms ago", (unsigned long long)quiet_ms);
-    return false;
+    *quiet_ms = (now - p->conn.heard_ns) / 1000000u;
+    if (p->conn.rid_len == 0)
+        return S_FIRST;
+    if (*quiet_ms >= net->o.down_ms)
+        return S_SILENT;
+    return s_conn_present(net, p) ? S_KEEP : S_CLOSED;
 }
 
 /* A peer that says HELLO is up: a link of ours to it that is closed for
@@ -479,10 +473,9 @@ s_on_bad_frame(rumor_net *net,
             buf[4] >= NET_REFUSE_VERSION_MIN && buf[4] < RUMOR_NET_VERSION
                 ? buf[4]
                 : RUMOR_NET_VERSION;
-        char why[64];
-        bool record =
-            f->current ||
-            s_may_take_over(net, p, rumor_clock_ns(), why, sizeof why);
+        uint64_t quiet_ms = 0;
+        bool record = f->current ||
+                      s_takeover(net, p, rumor_clock_ns(), &quiet_ms) != S_KEEP;
         s_refuse(net, f, record, theirs, RUMOR_EPROTO, text);
         return;
     }
@@ -566,7 +559,7 @@ s_hello_ok(rumor_net *net, const struct s_from *f)
 }
 
 /* A HELLO on a connection that is not p's current one: it becomes the
- * current one when the old one is gone (s_may_take_over), with a fresh
+ * current one when the old one is gone (s_takeover), with a fresh
  * replay window; otherwise it is ignored (an honest node whose old
  * connection is still closing retries at its handshake timeout).
  * Returns true when it was accepted. */
@@ -578,8 +571,9 @@ s_on_new_hello(rumor_net *net,
                uint64_t now)
 {
     struct net_peer *p = f->p;
-    char why[64];
-    bool take = s_may_take_over(net, p, now, why, sizeof why);
+    uint64_t quiet_ms = 0;
+    enum s_takeover how = s_takeover(net, p, now, &quiet_ms);
+    bool take = how != S_KEEP;
     struct rumor_net_hello hello;
     if (!s_hello_fits(net, f, take, h, payload, &hello))
         return false;
@@ -591,30 +585,33 @@ s_on_new_hello(rumor_net *net,
                    S_DROP_HELLO,
                    f->who,
                    "net: node %u: HELLO on a second connection %s from %s "
-                   "ignored: its connection %s from %s is %s",
+                   "ignored: its connection %s from %s is live (heard %llu "
+                   "ms ago)",
                    p->id,
                    f->name,
                    f->addr,
                    old,
                    p->conn.addr,
-                   why);
+                   (unsigned long long)quiet_ms);
         return false;
     }
-    bool first = p->conn.rid_len == 0;
-    bool restart = !first && hello.epoch != p->conn.epoch;
-    if (!first)
-        rumor_log(why[0] == 's' ? RUMOR_LOG_WARN : RUMOR_LOG_INFO,
+    /* a connection that was only silent may be a live node's, stalled:
+     * worth a warning; a closed one is an ordinary reconnect */
+    if (how == S_FIRST)
+        rumor_log(RUMOR_LOG_DEBUG, "net: peer %u said HELLO", p->id);
+    else
+        rumor_log(how == S_SILENT ? RUMOR_LOG_WARN : RUMOR_LOG_INFO,
                   "net: node %u: connection %s from %s takes over from "
-                  "connection %s from %s (%s; %s)",
+                  "connection %s from %s (%s %llu ms ago; %s)",
                   p->id,
                   f->name,
                   f->addr,
                   old,
                   p->conn.addr,
-                  why,
-                  restart ? "a new epoch: a restart" : "the same epoch");
-    else
-        rumor_log(RUMOR_LOG_DEBUG, "net: peer %u said HELLO", p->id);
+                  how == S_SILENT ? "silent, last heard" : "closed, last heard",
+                  (unsigned long long)quiet_ms,
+                  hello.epoch != p->conn.epoch ? "a new epoch: a restart"
+                                               : "the same epoch");
     memcpy(p->conn.rid, f->rid, f->rid_len);
     p->conn.rid_len = f->rid_len;
     snprintf(p->conn.addr, sizeof p->conn.addr, "%s", f->addr);
