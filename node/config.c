@@ -847,6 +847,8 @@ rumor_node_config_load(rumor_node_config *cfg,
                        0,
                        "larger than %d bytes",
                        RUMOR_NODE_CONFIG_MAX);
+    else if (rc == RUMOR_EIO || rc == RUMOR_ENOTFOUND)
+        (void)rumor_diag_errno(diag, path, "cannot read");
     else
         rumor_diag_set(diag, path, 0, 0, "cannot read: %s", rumor_strerror(rc));
     rumor_buf_free(&buf);
