@@ -124,6 +124,20 @@ s_link_hurry(rumor_net *net, struct net_peer *p)
 
 /* version: the frame's; a node of version 2 reads a REFUSE of its own
  * version (its layout is the same), so it can tell its user why. */
+/* A peer's refused HELLO: one line per peer and reason per interval. */
+static void
+s_log_refusal(const struct net_peer *p, const char *reason, const char *text)
+{
+    char key[48];
+    snprintf(key, sizeof key, "net:refused:%u:%s", p->id, reason);
+    rumor_log_limited(RUMOR_LOG_WARN,
+                      key,
+                      NET_REFUSAL_LOG_MS,
+                      "net: peer %u refused: %s",
+                      p->id,
+                      text);
+}
+
 static void
 s_refuse(rumor_net *net,
          struct net_peer *p,
@@ -359,7 +373,7 @@ s_on_router_frame(rumor_net *net,
                      "protocol version %u, this node speaks %u",
                      buf[4],
                      RUMOR_NET_VERSION);
-            rumor_log(RUMOR_LOG_WARN, "net: peer %u refused: %s", p->id, text);
+            s_log_refusal(p, "version", text);
             uint8_t theirs =
                 buf[4] >= NET_REFUSE_VERSION_MIN && buf[4] < RUMOR_NET_VERSION
                     ? buf[4]
@@ -395,7 +409,7 @@ s_on_router_frame(rumor_net *net,
         if (rumor_net_hello_decode(payload, h.payload_len, &hello) !=
             RUMOR_OK) {
             STAT(net, p, rejected_proto, 1);
-            rumor_log(RUMOR_LOG_WARN, "net: peer %u: malformed HELLO", p->id);
+            s_log_refusal(p, "malformed", "malformed HELLO");
             s_refuse(net,
                      p,
                      rid,
@@ -420,7 +434,7 @@ s_on_router_frame(rumor_net *net,
                          "fingerprint %016llx, this node has %016llx",
                          (unsigned long long)hello.fingerprint,
                          (unsigned long long)net->o.fingerprint);
-            rumor_log(RUMOR_LOG_WARN, "net: peer %u refused: %s", p->id, text);
+            s_log_refusal(p, "fingerprint", text);
             s_refuse(net,
                      p,
                      rid,

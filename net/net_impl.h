@@ -10,6 +10,11 @@
 
 #include "rumor/net.h"
 
+/* A refusal is logged once per peer address (or peer) and reason in this
+ * many ms, with the count of the others (rumor_log_limited): a stranger
+ * can make one per connect, and a flood of them must not flood the log. */
+#define NET_REFUSAL_LOG_MS 10000
+
 /* --- message kinds (wire.c) ------------------------------------------------
  */
 
