@@ -113,8 +113,10 @@ static void
 test_config_file__empty_or_only_comments__sets_nothing(void **s)
 {
     (void)s;
-    static const char *const texts[] = {
-        "", "# nothing\n\n; nor here\n", "\n\n\n", "   \n\t\n"};
+    static const char *const texts[] = {"",
+                                        "# nothing\n\n; nor here\n",
+                                        "\n\n\n",
+                                        "   \n\t\n"};
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         char path[] = "/tmp/rumor-config-XXXXXX";
         int fd = mkstemp(path);
@@ -161,7 +163,8 @@ main(int argc, char **argv)
             test_opts_filled_directly__value_check__refuses_only_contradictions),
         cmocka_unit_test(test_config__given_but_inapplicable__refused),
         cmocka_unit_test(test_config__refused_set_or_file__marks_nothing_given),
-        cmocka_unit_test(test_config_file__empty_or_only_comments__sets_nothing),
+        cmocka_unit_test(
+            test_config_file__empty_or_only_comments__sets_nothing),
     };
     return cmocka_run_group_tests_name("node_config", tests, NULL, NULL);
 }
