@@ -173,6 +173,30 @@ test_topology_errors__garbage_or_no_endpoint__same_status_escaped(void **s)
     t_run_free(&r);
 }
 
+/* A key file that cannot be written names the reason and its errno. */
+static void
+test_keygen__existing_or_unwritable__names_errno(void **s)
+{
+    (void)s;
+    struct t_run r;
+    t_run_new(&r);
+    char out[128], nodir[128];
+    snprintf(out, sizeof out, "%s/keygen.out", r.dir);
+    snprintf(nodir, sizeof nodir, "%s/absent/node-9", r.dir);
+    const char *again[] = {"keygen", "--out", r.key[0], NULL};
+    const char *absent[] = {"keygen", "--out", nodir, NULL};
+    int st_again = tnc_wait(tnc_start(again, out), LIMIT_MS);
+    int st_absent = tnc_wait(tnc_start(absent, out), LIMIT_MS);
+    if (st_again != 1 || st_absent != 1 ||
+        !tnc_contains(out, "cannot write: File exists (EEXIST)") ||
+        !tnc_contains(out,
+                      "cannot write: No such file or directory (ENOENT)")) {
+        tnc_show(out);
+        fail_msg("exit %d and %d", st_again, st_absent);
+    }
+    t_run_free(&r);
+}
+
 /* --- a full file system ------------------------------------------------ */
 
 /* Every line of the metrics file ends with a newline and parses; returns
@@ -541,6 +565,7 @@ main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(
             test_topology_errors__garbage_or_no_endpoint__same_status_escaped),
+        cmocka_unit_test(test_keygen__existing_or_unwritable__names_errno),
         cmocka_unit_test(
             test_metrics_dir__file_system_full__names_file_enospc_whole_lines),
         cmocka_unit_test(
