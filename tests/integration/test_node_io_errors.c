@@ -241,7 +241,7 @@ test_metrics_dir__file_system_full__names_file_enospc_whole_lines(void **s)
     }
     pid_t pid[2];
     for (int i = 0; i < 2; i++) {
-        char id[4];
+        char id[12];
         snprintf(id, sizeof id, "%d", i);
         const char *args[] = {"node",
                               "--topology",
