@@ -443,6 +443,30 @@ s_checkpoint(rumor_node *node, struct rumor_diag *diag)
     return rc;
 }
 
+/* The final checkpoint (of a stop, or of the end, to train on later with
+ * --resume and more --steps) and, at the end of the training, the model
+ * for the average of a local run (rumor launch), written even when the
+ * checkpoint fails: the training is done, and the model needs no new
+ * descriptor. The first error is returned. */
+static rumor_err
+s_final_files(rumor_node *node, struct rumor_diag *diag)
+{
+    rumor_err rc = RUMOR_OK;
+    if (node->sum.stopped || node->sum.steps == node->opts.steps)
+        rc = s_checkpoint(node, diag);
+    if (node->sum.stopped || node->model_fd < 0)
+        return rc;
+    char tmp[RUMOR_NODE_PATH_MAX + 40], path[RUMOR_NODE_PATH_MAX + 32];
+    s_model_paths(node, tmp, sizeof tmp, path, sizeof path);
+    struct rumor_diag why = {0};
+    rumor_err saved =
+        node_model_save(node->model_fd, tmp, path, node->model, &why);
+    node->model_fd = -1;
+    if (rc == RUMOR_OK && saved != RUMOR_OK && diag != NULL)
+        *diag = why;
+    return rc != RUMOR_OK ? rc : saved;
+}
+
 static rumor_err
 s_resume(rumor_node *node, struct rumor_diag *diag)
 {
@@ -1093,17 +1117,8 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
         node->sum.steps = o->steps;
         node_finish(node, o->steps - 1);
     }
-    /* the final checkpoint: of a stop, or of the end (to train on later
-     * with --resume and more --steps) */
-    if (rc == RUMOR_OK && (node->sum.stopped || node->sum.steps == o->steps))
-        rc = s_checkpoint(node, diag);
-    if (rc == RUMOR_OK && !node->sum.stopped && node->model_fd >= 0) {
-        /* for the average model of a local run (rumor launch) */
-        char tmp[RUMOR_NODE_PATH_MAX + 40], path[RUMOR_NODE_PATH_MAX + 32];
-        s_model_paths(node, tmp, sizeof tmp, path, sizeof path);
-        rc = node_model_save(node->model_fd, tmp, path, node->model, diag);
-        node->model_fd = -1;
-    }
+    if (rc == RUMOR_OK)
+        rc = s_final_files(node, diag);
     if (rc != RUMOR_OK && diag != NULL && diag->msg[0] == '\0')
         rumor_diag_set(diag,
                        node->io_why.file,

@@ -10,7 +10,9 @@
  *     torn line before the last, naming it;
  *   - a node whose descriptors are used up by idle connections (RLIMIT
  *     NOFILE lowered by the shell that starts it) still writes its final
- *     model;
+ *     model, and its checkpoint error says EMFILE; with only the soft
+ *     limit lowered, `rumor node` raises it and the connections are
+ *     harmless;
  *   - a flood of handshakes with unlisted CURVE keys (plain ZeroMQ
  *     clients) gives a few log lines whose counts add up to the flood.
  * Every process started here is waited for with a deadline and killed if
@@ -25,6 +27,7 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <zmq.h>
 
@@ -357,97 +360,153 @@ t_fd_count(pid_t pid)
 #define T_NOFILE 48 /* the node needs about 22 descriptors */
 #define T_IDLE   80 /* connections: more than what is left */
 
+struct t_idle_run {
+    struct t_run r;
+    char metrics[128], ckpt[128];
+    pid_t pid[2];
+    int idle[T_IDLE];
+};
+
+/* Nodes 0 and 1 (lsq, 5000 steps; node 0 with --metrics-dir and
+ * --checkpoint-dir, started by sh after `ulimit`), then, once node 0
+ * trains, T_IDLE idle TCP connections to its port. */
+static void
+t_idle_start(struct t_idle_run *t, const char *ulimit)
+{
+    struct t_run *r = &t->r;
+    t_run_new(r);
+    snprintf(t->metrics, sizeof t->metrics, "%s/m", r->dir);
+    snprintf(t->ckpt, sizeof t->ckpt, "%s/c", r->dir);
+    const char *node1[] = {"node",
+                           "--topology",
+                           r->topo,
+                           "--id",
+                           "1",
+                           "--key",
+                           r->key[1],
+                           "--workload",
+                           "lsq",
+                           "--steps",
+                           "5000",
+                           NULL};
+    t->pid[1] = tnc_start(node1, r->out[1]);
+    char script[96];
+    snprintf(script, sizeof script, "%s && exec \"$0\" \"$@\"", ulimit);
+    const char *node0[] = {"sh",       "-c",
+                           script,     tnc_bin(),
+                           "node",     "--topology",
+                           r->topo,    "--id",
+                           "0",        "--key",
+                           r->key[0],  "--workload",
+                           "lsq",      "--steps",
+                           "5000",     "--metrics-dir",
+                           t->metrics, "--checkpoint-dir",
+                           t->ckpt,    NULL};
+    t->pid[0] = tnc_spawn_path("/bin/sh", node0, r->out[0], NULL);
+    char jsonl[160];
+    snprintf(jsonl, sizeof jsonl, "%s/node-0.jsonl", t->metrics);
+    if (!t_wait_for(jsonl, "{\"step\":1,", t->pid[0], LIMIT_MS)) {
+        tnc_show(r->out[0]);
+        fail_msg("node 0 did not start training");
+    }
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)t_port(r->topo, 0))};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < T_IDLE; i++) {
+        t->idle[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(t->idle[i] >= 0);
+        assert_int_equal(connect(t->idle[i], (struct sockaddr *)&sa, sizeof sa),
+                         0);
+    }
+}
+
+/* Waits for both nodes; node 0's exit status. */
+static int
+t_idle_finish(struct t_idle_run *t)
+{
+    int st0 = tnc_wait(t->pid[0], LIMIT_MS);
+    int st1 = tnc_wait(t->pid[1], LIMIT_MS);
+    for (int i = 0; i < T_IDLE; i++)
+        close(t->idle[i]);
+    assert_int_equal(st1, 0);
+    return st0;
+}
+
+/* A node limited to T_NOFILE descriptors (soft and hard) whose listener
+ * takes idle connections until none is left: its final model is written
+ * all the same (into the file opened at the start), and the final
+ * checkpoint, which needs new descriptors, fails naming EMFILE. */
 static void
 test_final_model__descriptors_used_up__still_written(void **s)
 {
     (void)s;
-    struct t_run r;
-    t_run_new(&r);
-    char metrics[128];
-    snprintf(metrics, sizeof metrics, "%s/m", r.dir);
-    const char *node1[] = {"node",
-                           "--topology",
-                           r.topo,
-                           "--id",
-                           "1",
-                           "--key",
-                           r.key[1],
-                           "--workload",
-                           "lsq",
-                           "--steps",
-                           "5000",
-                           NULL};
-    pid_t pid1 = tnc_start(node1, r.out[1]);
-    char script[64];
-    snprintf(script,
-             sizeof script,
-             "ulimit -n %d && exec \"$0\" \"$@\"",
-             T_NOFILE);
-    const char *node0[] = {"sh",
-                           "-c",
-                           script,
-                           tnc_bin(),
-                           "node",
-                           "--topology",
-                           r.topo,
-                           "--id",
-                           "0",
-                           "--key",
-                           r.key[0],
-                           "--workload",
-                           "lsq",
-                           "--steps",
-                           "5000",
-                           "--metrics-dir",
-                           metrics,
-                           NULL};
-    pid_t pid0 = tnc_spawn_path("/bin/sh", node0, r.out[0], NULL);
-    char jsonl[160];
-    snprintf(jsonl, sizeof jsonl, "%s/node-0.jsonl", metrics);
-    if (!t_wait_for(jsonl, "{\"step\":1,", pid0, LIMIT_MS)) {
-        tnc_show(r.out[0]);
-        fail_msg("node 0 did not start training");
-    }
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)t_port(r.topo, 0))};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int idle[T_IDLE];
-    for (int i = 0; i < T_IDLE; i++) {
-        idle[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        assert_true(idle[i] >= 0);
-        assert_int_equal(connect(idle[i], (struct sockaddr *)&sa, sizeof sa),
-                         0);
-    }
-    /* the node's listener takes connections until no descriptor is left */
+    struct t_idle_run t;
+    char ulimit[32];
+    snprintf(ulimit, sizeof ulimit, "ulimit -n %d", T_NOFILE);
+    t_idle_start(&t, ulimit);
     uint64_t deadline = rumor_clock_ns() + 10000000000ull;
     int used = 0;
     while (rumor_clock_ns() < deadline && used >= 0 && used < T_NOFILE)
-        if ((used = t_fd_count(pid0)) < T_NOFILE)
+        if ((used = t_fd_count(t.pid[0])) < T_NOFILE)
             tnc_pause_us(1000);
     if (used < T_NOFILE) {
-        tnc_show(r.out[0]);
+        tnc_show(t.r.out[0]);
         fail_msg("node 0 holds %d descriptors, never the %d of its limit "
                  "while it ran",
                  used,
                  T_NOFILE);
     }
-    int st0 = tnc_wait(pid0, LIMIT_MS);
-    int st1 = tnc_wait(pid1, LIMIT_MS);
-    for (int i = 0; i < T_IDLE; i++)
-        close(idle[i]);
+    int st0 = t_idle_finish(&t);
     char model[160], tmp[160];
-    snprintf(model, sizeof model, "%s/node-0.model", metrics);
-    snprintf(tmp, sizeof tmp, "%s/.node-0.model.tmp", metrics);
+    snprintf(model, sizeof model, "%s/node-0.model", t.metrics);
+    snprintf(tmp, sizeof tmp, "%s/.node-0.model.tmp", t.metrics);
     struct stat sb;
-    if (st0 != 0 || stat(model, &sb) != 0 || sb.st_size < 12) {
-        tnc_show(r.out[0]);
-        fail_msg("node 0: exit %d, model %s",
+    if (st0 != 1 || stat(model, &sb) != 0 || sb.st_size < 12 ||
+        !tnc_contains(t.r.out[0], "Too many open files (EMFILE)")) {
+        tnc_show(t.r.out[0]);
+        fail_msg("node 0: exit %d (want 1: the checkpoint), model %s",
                  st0,
                  stat(model, &sb) == 0 ? "short" : "missing");
     }
-    assert_int_equal(st1, 0);
     assert_int_equal(stat(tmp, &sb), -1);
-    t_run_free(&r);
+    t_run_free(&t.r);
+}
+
+/* The usual case: a low soft limit under a high hard one. `rumor node`
+ * raises the soft limit, so the same idle connections leave it every
+ * descriptor it needs, checkpoints included. */
+static void
+test_soft_descriptor_limit__raised__idle_connections_harmless(void **s)
+{
+    (void)s;
+    struct rlimit rl;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 4 * T_IDLE) {
+        printf("skipped: the hard descriptor limit here is %llu\n",
+               (unsigned long long)rl.rlim_max);
+        skip();
+    }
+    struct t_idle_run t;
+    char ulimit[32];
+    snprintf(ulimit, sizeof ulimit, "ulimit -S -n %d", T_NOFILE);
+    t_idle_start(&t, ulimit);
+    char limits[64];
+    snprintf(limits, sizeof limits, "/proc/%d/limits", (int)t.pid[0]);
+    char *text = t_slurp(limits, NULL);
+    const char *line = strstr(text, "Max open files");
+    unsigned long long soft =
+        line != NULL ? strtoull(line + strlen("Max open files"), NULL, 10) : 0;
+    free(text);
+    int st0 = t_idle_finish(&t);
+    if (st0 != 0 || soft <= T_NOFILE) {
+        tnc_show(t.r.out[0]);
+        fail_msg("node 0: exit %d, soft limit %llu", st0, soft);
+    }
+    char model[160];
+    snprintf(model, sizeof model, "%s/node-0.model", t.metrics);
+    struct stat sb;
+    assert_int_equal(stat(model, &sb), 0);
+    t_run_free(&t.r);
 }
 
 /* --- a flood of refused handshakes -------------------------------------- */
@@ -571,6 +630,8 @@ main(int argc, char **argv)
         cmocka_unit_test(
             test_plot__torn_last_line_skipped__torn_middle_line_refused),
         cmocka_unit_test(test_final_model__descriptors_used_up__still_written),
+        cmocka_unit_test(
+            test_soft_descriptor_limit__raised__idle_connections_harmless),
         cmocka_unit_test(
             test_refusals__flood_of_unlisted_keys__few_lines_exact_counts),
     };
