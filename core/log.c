@@ -117,8 +117,7 @@ rumor_log(rumor_log_level level, const char *fmt, ...)
     s_write_line(level, text, len, "");
 }
 
-/* --- rate-limited lines -----------------------------------------------------
- */
+/* --- rate-limited lines ---------------------------------------------- */
 
 #define LIMIT_KEYS      64
 #define LIMIT_KEY_BYTES 128

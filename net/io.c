@@ -122,8 +122,6 @@ s_link_hurry(rumor_net *net, struct net_peer *p)
     p->attempt = 0;
 }
 
-/* version: the frame's; a node of version 2 reads a REFUSE of its own
- * version (its layout is the same), so it can tell its user why. */
 /* A peer's refused HELLO: one line per peer and reason per interval. */
 static void
 s_log_refusal(const struct net_peer *p, const char *reason, const char *text)
@@ -138,6 +136,8 @@ s_log_refusal(const struct net_peer *p, const char *reason, const char *text)
                       text);
 }
 
+/* version: the frame's; a node of version 2 reads a REFUSE of its own
+ * version (its layout is the same), so it can tell its user why. */
 static void
 s_refuse(rumor_net *net,
          struct net_peer *p,
