@@ -1119,16 +1119,17 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
     }
     if (rc == RUMOR_OK)
         rc = s_final_files(node, diag);
+    /* a metrics line that failed says which file and why */
+    bool io = rc == RUMOR_EIO && node->io_why.msg[0] != '\0';
     if (rc != RUMOR_OK && diag != NULL && diag->msg[0] == '\0')
         rumor_diag_set(diag,
-                       node->io_why.file,
+                       io ? node->io_why.file : "",
                        0,
                        0,
                        "node %u: step %llu: %s",
                        o->id,
                        (unsigned long long)node->sum.steps + 1,
-                       node->io_why.msg[0] != '\0' ? node->io_why.msg
-                                                   : rumor_strerror(rc));
+                       io ? node->io_why.msg : rumor_strerror(rc));
     return rc;
 }
 

@@ -435,7 +435,8 @@ t_idle_finish(struct t_idle_run *t)
 /* A node limited to T_NOFILE descriptors (soft and hard) whose listener
  * takes idle connections until none is left: its final model is written
  * all the same (into the file opened at the start), and the final
- * checkpoint, which needs new descriptors, fails naming EMFILE. */
+ * checkpoint, which needs new descriptors, fails naming EMFILE (or, when
+ * a descriptor came free at the end, is written). */
 static void
 test_final_model__descriptors_used_up__still_written(void **s)
 {
@@ -461,12 +462,18 @@ test_final_model__descriptors_used_up__still_written(void **s)
     snprintf(model, sizeof model, "%s/node-0.model", t.metrics);
     snprintf(tmp, sizeof tmp, "%s/.node-0.model.tmp", t.metrics);
     struct stat sb;
-    if (st0 != 1 || stat(model, &sb) != 0 || sb.st_size < 12 ||
-        !tnc_contains(t.r.out[0], "Too many open files (EMFILE)")) {
+    bool written = stat(model, &sb) == 0 && sb.st_size >= 12;
+    /* the checkpoint fails unless a descriptor came free just then (node
+     * 1 closing its links at its end): either is right, but a failure
+     * must say EMFILE */
+    bool ckpt_ok =
+        st0 == 0 ||
+        (st0 == 1 && tnc_contains(t.r.out[0], "Too many open files (EMFILE)"));
+    if (!written || !ckpt_ok) {
         tnc_show(t.r.out[0]);
-        fail_msg("node 0: exit %d (want 1: the checkpoint), model %s",
+        fail_msg("node 0: exit %d, model %s",
                  st0,
-                 stat(model, &sb) == 0 ? "short" : "missing");
+                 written ? "written" : "missing or short");
     }
     assert_int_equal(stat(tmp, &sb), -1);
     t_run_free(&t.r);
