@@ -1534,6 +1534,8 @@ s_run(struct s_args *a,
         c->id = (uint32_t)i;
         c->local = a->hosts_file != NULL ? s_host_slot(a, i) : started;
         c->log = fopen(logp, "we");
+        if (c->log == NULL) /* the node's lines still reach the terminal */
+            cli_io_error("launch", logp, "cannot open for writing");
         status = a->hosts_file != NULL
                      ? s_start_remote(a, c, keydir, i, self)
                      : s_start_local(a, c, keydir, i, self, NULL);
