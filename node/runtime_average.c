@@ -91,6 +91,11 @@ s_add_file(const char *path, struct rumor_model *sum, struct rumor_diag *diag)
     rumor_buf buf;
     rumor_buf_init(&buf, want);
     rumor_err rc = rumor_buf_read_file(&buf, path);
+    if (rc == RUMOR_EIO || rc == RUMOR_ENOTFOUND) {
+        (void)rumor_diag_errno(diag, path, "cannot read");
+        rumor_buf_free(&buf);
+        return rc;
+    }
     const uint8_t *p = buf.data;
     uint32_t head[2] = {0, 0};
     if (rc == RUMOR_OK && buf.len == want) {

@@ -149,7 +149,8 @@ rumor_err node_model_save(int fd,
 /* Averages DIR/node-0..nodes-1.model (each checked against the model
  * shapes opts give) and evaluates the average on the run's held-out
  * split. RUMOR_EPROTO / RUMOR_ENUMERIC with diag for a file that does not
- * fit, loader errors as they come. */
+ * fit, RUMOR_ENOTFOUND / RUMOR_EIO with diag (the file, errno) for one
+ * that cannot be read, loader errors as they come. */
 rumor_err node_average_evaluate(const struct rumor_node_opts *opts,
                                 uint32_t nodes,
                                 const char *dir,

@@ -227,6 +227,42 @@ test_model_save__device_full__names_file_and_enospc(void **state)
     t_dir_free(&d);
 }
 
+/* The average of a local run with one node's model missing: the error
+ * names that file and ENOENT (not "not this run's model"). */
+static void
+test_average__model_file_missing__names_file_and_enoent(void **state)
+{
+    (void)state;
+    struct t_dir d;
+    t_dir_new(&d);
+    struct rumor_node_opts o;
+    rumor_node_opts_default(&o);
+    o.workload.kind = RUMOR_WORKLOAD_LSQ;
+    struct rumor_workload_opts wo = o.workload;
+    wo.nodes = 2;
+    rumor_workload *w = NULL;
+    struct rumor_diag diag = {0};
+    if (rumor_workload_new(&wo, &w, &diag) != RUMOR_OK)
+        fail_msg("workload: %s", diag.msg);
+    char tmp[128], path[128];
+    snprintf(tmp, sizeof tmp, "%s/.node-0.model.tmp", d.path);
+    snprintf(path, sizeof path, "%s/node-0.model", d.path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    assert_true(fd >= 0);
+    if (node_model_save(fd, tmp, path, rumor_workload_model(w), &diag) !=
+        RUMOR_OK)
+        fail_msg("save: %s", diag.msg);
+    rumor_workload_destroy(&w);
+    struct node_average avg;
+    assert_int_equal(node_average_evaluate(&o, 2, d.path, &avg, &diag),
+                     RUMOR_ENOTFOUND);
+    snprintf(path, sizeof path, "%s/node-1.model", d.path);
+    assert_string_equal(diag.file, path);
+    assert_string_equal(diag.msg,
+                        "cannot read: No such file or directory (ENOENT)");
+    t_dir_free(&d);
+}
+
 /* No descriptor left (in a child that used them all up): a checkpoint
  * cannot be written, and the error says EMFILE with the file. */
 static void
@@ -284,6 +320,8 @@ main(int argc, char **argv)
         cmocka_unit_test(test_metrics_write__stops_part_way__no_torn_line_left),
         cmocka_unit_test(test_trim_metrics__torn_last_line__dropped),
         cmocka_unit_test(test_model_save__device_full__names_file_and_enospc),
+        cmocka_unit_test(
+            test_average__model_file_missing__names_file_and_enoent),
         cmocka_unit_test(
             test_checkpoint_write__no_descriptor_left__names_emfile),
     };
