@@ -81,6 +81,10 @@ int cli_node_each_option(int argc,
                          void *ctx,
                          struct rumor_diag *diag);
 
+/* Prints "rumor CMD: PATH: WHAT: <strerror(errno)> (<ENAME>)" to stderr
+ * for a file operation that just failed; returns -1. */
+int cli_io_error(const char *cmd, const char *path, const char *what);
+
 /* Parses a whole decimal number into [min, max]; returns 0 or -1 after
  * printing "rumor: WHAT: ..." to stderr. */
 int cli_parse_u64(const char *text,

@@ -381,8 +381,7 @@ s_mkdir(const struct s_args *a, const char *path, bool mounted, bool secret)
 {
     if (node_mkdirs(path) != 0 ||
         ((mounted || secret) && chmod(path, 0700) != 0)) {
-        fprintf(stderr, "rumor compose: cannot create %s\n", path);
-        return -1;
+        return cli_io_error("compose", path, "cannot create the directory");
     }
     return mounted ? s_own(a, path) : 0;
 }

@@ -9,6 +9,8 @@
 
 #include "rumor/net.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 void
@@ -43,11 +45,18 @@ cli_keygen_main(int argc, char **argv)
     if (rc == RUMOR_OK)
         rc = rumor_net_keypair_save(kp, base);
     if (rc != RUMOR_OK) {
+        int err = errno;
+        char name[16], why[160];
+        snprintf(why,
+                 sizeof why,
+                 "%s (%s)",
+                 strerror(err),
+                 rumor_errno_name(err, name));
         fprintf(stderr,
-                "rumor keygen: %s.key: %s (an existing key is never "
-                "overwritten)\n",
+                "rumor keygen: %s.key or .pub: cannot write: %s (an existing "
+                "key is never overwritten)\n",
                 base,
-                rumor_strerror(rc));
+                rc == RUMOR_EIO ? why : rumor_strerror(rc));
         rumor_net_keypair_destroy(&kp);
         return 1;
     }

@@ -282,8 +282,15 @@ cli_topology_write(const rumor_topology *t,
         failed |= fwrite(buf.data, 1, buf.len, f) != buf.len;
         failed |= fclose(f) != 0;
     }
-    if (failed)
-        fprintf(stderr, "rumor: cannot write %s\n", path);
+    if (failed && rc == RUMOR_OK)
+        cli_io_error("launch",
+                     path,
+                     f ? "cannot write" : "cannot open for writing");
+    else if (failed)
+        fprintf(stderr,
+                "rumor: cannot write %s: %s\n",
+                path,
+                rumor_strerror(rc));
     if (keep != NULL && !failed)
         *keep = buf;
     else
@@ -543,7 +550,7 @@ s_generate_topology(struct s_args *a,
         return 2;
     }
     if (node_mkdirs(a->metrics_dir) != 0) {
-        fprintf(stderr, "rumor launch: cannot create %s\n", a->metrics_dir);
+        cli_io_error("launch", a->metrics_dir, "cannot create the directory");
         return 1;
     }
     char count[24];
@@ -722,11 +729,14 @@ static int
 s_load_hosts(struct s_args *a)
 {
     FILE *f = fopen(a->hosts_file, "r");
+    if (f == NULL) {
+        cli_io_error("launch", a->hosts_file, "cannot open");
+        return 2;
+    }
     a->hosts = calloc(LAUNCH_MAX_NODES, sizeof *a->hosts);
-    if (f == NULL || a->hosts == NULL) {
-        fprintf(stderr, "rumor launch: cannot read %s\n", a->hosts_file);
-        if (f != NULL)
-            fclose(f);
+    if (a->hosts == NULL) {
+        fprintf(stderr, "rumor launch: out of memory\n");
+        fclose(f);
         return 2;
     }
     char *line = NULL;
@@ -1460,7 +1470,7 @@ s_setup(struct s_args *a, rumor_topology *t, bool *start, const char *keydir)
     if (status == 0 && !a->insecure)
         status = s_prepare_keys(t, a->topology, keydir, start, !hosts);
     if (status == 0 && node_mkdirs(a->metrics_dir) != 0) {
-        fprintf(stderr, "rumor launch: cannot create %s\n", a->metrics_dir);
+        cli_io_error("launch", a->metrics_dir, "cannot create the directory");
         status = 1;
     }
     if (status == 0 && hosts)
@@ -1524,6 +1534,8 @@ s_run(struct s_args *a,
         c->id = (uint32_t)i;
         c->local = a->hosts_file != NULL ? s_host_slot(a, i) : started;
         c->log = fopen(logp, "we");
+        if (c->log == NULL) /* the node's lines still reach the terminal */
+            cli_io_error("launch", logp, "cannot open for writing");
         status = a->hosts_file != NULL
                      ? s_start_remote(a, c, keydir, i, self)
                      : s_start_local(a, c, keydir, i, self, NULL);

@@ -10,8 +10,12 @@
  * Kubernetes, rumor launch on a failure) end a job in order, so it exits
  * 0; SIGINT is a person's Ctrl-C and exits 130 as shells expect.
  * Exit status: 0 done or stopped by SIGTERM, 1 the run failed (a
- * neighbour missed a deadline, divergence, I/O), 2 bad options, 130
- * interrupted by SIGINT.
+ * neighbour missed a deadline, I/O, the topology file), 2 bad options or
+ * a refusal at the handshake, 3 divergence, 130 interrupted by SIGINT.
+ * The soft descriptor limit is raised to the hard one (at most 65536):
+ * libzmq accepts every connection to the node's port, idle ones too, and
+ * each holds a descriptor, so the usual soft limit of 1024 is a few
+ * hundred idle connections away from a node that cannot write its files.
  */
 #include "rumor/node.h"
 
@@ -21,6 +25,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+
+#define NODE_NOFILE_MAX 65536 /* a raised soft limit, at most */
 
 static rumor_node *volatile s_running;
 static volatile sig_atomic_t s_signal; /* the first stop signal */
@@ -62,6 +69,23 @@ cli_node_help(FILE *out)
             "Every option name (also the keys of the --config INI file):");
     node_opts_print(out);
     fprintf(out, "\nSee docs/node.md for defaults and the metrics format.\n");
+}
+
+/* As Go's runtime does at start (and for the reason in the comment at the
+ * top); a failure leaves the limit as it was. */
+static void
+s_raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > NODE_NOFILE_MAX
+                      ? NODE_NOFILE_MAX
+                      : rl.rlim_max;
+    if (want <= rl.rlim_cur)
+        return;
+    rl.rlim_cur = want;
+    (void)setrlimit(RLIMIT_NOFILE, &rl);
 }
 
 static void
@@ -195,6 +219,7 @@ cli_node_main(int argc, char **argv)
     rumor_err rc = s_node_opts(argc, argv, &opts, &diag);
     if (rc != RUMOR_OK)
         return s_fail("node", &diag, rc);
+    s_raise_nofile();
     /* before the node exists, so a signal during its set-up is kept */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

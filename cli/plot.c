@@ -73,66 +73,113 @@ s_base(const char *path)
     return p;
 }
 
-/* Converts one metrics file; returns 0 or -1 with a message. */
-static int
-s_convert(const char *jsonl, struct s_series *s, struct s_final *fin)
+/* Adds one metrics line (o, parsed) to the tables and to fin. */
+static void
+s_convert_line(const cJSON *o,
+               double step,
+               FILE *all,
+               FILE *ev,
+               struct s_series *s,
+               struct s_final *fin)
 {
-    FILE *in = fopen(jsonl, "r");
-    FILE *all = fopen(s->all, "w");
-    FILE *ev = fopen(s->eval, "w");
+    double loss = s_num(o, "loss"), sent = s_num(o, "bytes_sent"),
+           secs = s_num(o, "seconds");
+    fprintf(all, "%.0f %.9g %.0f %.6f\n", step, loss, sent, secs);
+    double acc = s_num(o, "accuracy"), tl = s_num(o, "test_loss"),
+           oe = s_num(o, "optimum_error");
+    if (!isnan(tl)) {
+        fprintf(ev,
+                "%.0f %.9g %.0f %.6f %.9g %.9g %.9g\n",
+                step,
+                loss,
+                sent,
+                secs,
+                tl,
+                isnan(acc) ? 0 : 100 * acc,
+                isnan(oe) ? 0 : oe);
+        s->has_accuracy |= !isnan(acc);
+        fin->accuracy = acc;
+        fin->test_loss = tl;
+        fin->optimum_error = oe;
+    }
+    fin->steps = step;
+    fin->bytes_sent = sent;
+    fin->bytes_recv = s_num(o, "bytes_recv");
+    fin->seconds = secs;
+}
+
+/* Reads jsonl into the open tables; 0, or 1 after a message. A line that
+ * is not a metrics line is an error naming it, except the last line of
+ * the file: a node cut off while writing it (killed, or a full disk on a
+ * build before whole-line writes) leaves it torn, and the steps before it
+ * are still good, so it is skipped with a warning. */
+static int
+s_convert_lines(const char *jsonl,
+                FILE *in,
+                FILE *all,
+                FILE *ev,
+                struct s_series *s,
+                struct s_final *fin)
+{
     char *line = malloc(PLOT_LINE_MAX);
-    int status = in == NULL || all == NULL || ev == NULL || line == NULL;
+    if (line == NULL) {
+        fprintf(stderr, "rumor plot: out of memory\n");
+        return 1;
+    }
+    int status = 0;
     size_t lineno = 0;
     while (status == 0 && fgets(line, PLOT_LINE_MAX, in) != NULL) {
         lineno++;
         cJSON *o = cJSON_Parse(line);
         double step = o != NULL ? s_num(o, "step") : NAN;
-        if (isnan(step)) {
-            fprintf(stderr,
-                    "rumor plot: %s:%zu: not a metrics line\n",
-                    jsonl,
-                    lineno);
-            cJSON_Delete(o);
-            status = 1;
-            break;
-        }
-        double loss = s_num(o, "loss"), sent = s_num(o, "bytes_sent"),
-               secs = s_num(o, "seconds");
-        fprintf(all, "%.0f %.9g %.0f %.6f\n", step, loss, sent, secs);
-        double acc = s_num(o, "accuracy"), tl = s_num(o, "test_loss"),
-               oe = s_num(o, "optimum_error");
-        if (!isnan(tl)) {
-            fprintf(ev,
-                    "%.0f %.9g %.0f %.6f %.9g %.9g %.9g\n",
-                    step,
-                    loss,
-                    sent,
-                    secs,
-                    tl,
-                    isnan(acc) ? 0 : 100 * acc,
-                    isnan(oe) ? 0 : oe);
-            s->has_accuracy |= !isnan(acc);
-            fin->accuracy = acc;
-            fin->test_loss = tl;
-            fin->optimum_error = oe;
-        }
-        fin->steps = step;
-        fin->bytes_sent = sent;
-        fin->bytes_recv = s_num(o, "bytes_recv");
-        fin->seconds = secs;
+        if (!isnan(step))
+            s_convert_line(o, step, all, ev, s, fin);
         cJSON_Delete(o);
+        if (!isnan(step))
+            continue;
+        int next = fgetc(in);
+        bool last = next == EOF && !ferror(in);
+        if (!last)
+            ungetc(next, in);
+        fprintf(stderr,
+                last ? "rumor plot: warning: %s:%zu: the last line is torn "
+                       "(not a whole metrics line); skipped\n"
+                     : "rumor plot: %s:%zu: not a metrics line\n",
+                jsonl,
+                lineno);
+        status = last ? 0 : 1;
+        break;
     }
-    if (status != 0 && in == NULL)
-        fprintf(stderr, "rumor plot: cannot read %s\n", jsonl);
-    else if (status != 0 && (all == NULL || ev == NULL))
-        fprintf(stderr, "rumor plot: cannot write %s\n", s->all);
+    if (status == 0 && ferror(in)) {
+        cli_io_error("plot", jsonl, "cannot read");
+        status = 1;
+    }
     free(line);
-    if (in != NULL)
+    return status;
+}
+
+/* Converts one metrics file; returns 0 or -1 with a message. */
+static int
+s_convert(const char *jsonl, struct s_series *s, struct s_final *fin)
+{
+    FILE *in = fopen(jsonl, "r");
+    if (in == NULL)
+        return cli_io_error("plot", jsonl, "cannot open");
+    FILE *all = fopen(s->all, "w");
+    if (all == NULL) {
+        cli_io_error("plot", s->all, "cannot open for writing");
         fclose(in);
-    if (all != NULL)
-        fclose(all);
-    if (ev != NULL)
-        fclose(ev);
+        return -1;
+    }
+    FILE *ev = fopen(s->eval, "w");
+    int status = ev == NULL
+                     ? cli_io_error("plot", s->eval, "cannot open for writing")
+                     : s_convert_lines(jsonl, in, all, ev, s, fin);
+    fclose(in);
+    if (fclose(all) != 0 && status == 0)
+        status = cli_io_error("plot", s->all, "cannot write");
+    if (ev != NULL && fclose(ev) != 0 && status == 0)
+        status = cli_io_error("plot", s->eval, "cannot write");
     return status == 0 ? 0 : -1;
 }
 
@@ -379,7 +426,7 @@ cli_plot_main(int argc, char **argv)
         out = outbuf;
     }
     if (status == 0 && node_mkdirs(out) != 0) {
-        fprintf(stderr, "rumor plot: cannot create %s\n", out);
+        cli_io_error("plot", out, "cannot create the directory");
         status = 1;
     }
     if (status == 0)

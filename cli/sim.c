@@ -617,10 +617,8 @@ static int
 s_write_edges(const char *path, const rumor_sim *sim, size_t n)
 {
     FILE *f = fopen(path, "w");
-    if (f == NULL) {
-        fprintf(stderr, "rumor sim: cannot write %s\n", path);
-        return -1;
-    }
+    if (f == NULL)
+        return cli_io_error("sim", path, "cannot open for writing");
     fprintf(f, "from,to,bytes,messages\n");
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < n; j++)
@@ -631,7 +629,7 @@ s_write_edges(const char *path, const rumor_sim *sim, size_t n)
                         j,
                         (unsigned long long)rumor_sim_bytes_edge(sim, i, j),
                         (unsigned long long)rumor_sim_messages_edge(sim, i, j));
-    return fclose(f) == 0 ? 0 : -1;
+    return fclose(f) == 0 ? 0 : cli_io_error("sim", path, "cannot write");
 }
 
 static double
@@ -748,7 +746,9 @@ s_train_setup(struct sim_args *a, struct train_run *r, struct rumor_diag *diag)
     if (rc == RUMOR_OK && a->adapt_trace != NULL) {
         r->trace = fopen(a->adapt_trace, "w");
         if (r->trace == NULL)
-            rc = RUMOR_EIO;
+            rc = rumor_diag_errno(diag,
+                                  a->adapt_trace,
+                                  "cannot open for writing");
         else if (strcmp(a->gossip.algo, "powersgd") == 0)
             fprintf(r->trace, "step,node,rank,rel_error,changes\n");
         else

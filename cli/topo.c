@@ -57,7 +57,7 @@ s_write(const rumor_buf *buf, const char *path)
 {
     FILE *f = path ? fopen(path, "w") : stdout;
     if (f == NULL) {
-        fprintf(stderr, "rumor topo: cannot write %s\n", path);
+        cli_io_error("topo", path, "cannot open for writing");
         return 1;
     }
     size_t wrote = fwrite(buf->data, 1, buf->len, f);
@@ -67,7 +67,7 @@ s_write(const rumor_buf *buf, const char *path)
     else
         failed |= fflush(f) != 0;
     if (failed)
-        fprintf(stderr, "rumor topo: write failed\n");
+        cli_io_error("topo", path ? path : "stdout", "cannot write");
     return failed;
 }
 
@@ -146,7 +146,7 @@ s_make_local(rumor_topology *t, const char *out_path)
                  (int)(slash - out_path),
                  out_path);
     if (node_mkdirs(keydir) != 0) {
-        fprintf(stderr, "rumor topo gen: cannot create %s\n", keydir);
+        cli_io_error("topo gen", keydir, "cannot create the directory");
         return 1;
     }
     size_t n = rumor_topology_nodes(t);

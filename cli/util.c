@@ -1,11 +1,25 @@
-/* Number parsing shared by subcommands: whole-token, range-checked, with
+/* Shared by subcommands: the message of a failed file operation (path,
+ * errno), and number parsing: whole-token, range-checked, with
  * a message naming the option, since atoi-style parsing (banned, R1.4)
  * silently turns "8x" into 8. */
 #include "cli/cli.h"
 
+#include "rumor/core.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+
+int
+cli_io_error(const char *cmd, const char *path, const char *what)
+{
+    struct rumor_diag diag = {0};
+    char text[2 * RUMOR_DIAG_TEXT_BYTES + 32];
+    (void)rumor_diag_errno(&diag, path, what);
+    rumor_diag_format(&diag, text, sizeof text);
+    fprintf(stderr, "rumor %s: %s\n", cmd, text);
+    return -1;
+}
 
 int
 cli_parse_u64(const char *text,

@@ -84,7 +84,9 @@ rumor_buf_read_file(rumor_buf *buf, const char *path)
     }
     if (ferror(f))
         rc = RUMOR_EIO;
-done:
+done:;
+    int err = errno; /* the reason, for rumor_diag_errno */
     fclose(f);
+    errno = err;
     return rc;
 }

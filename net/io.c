@@ -87,7 +87,7 @@ s_pump(rumor_net *net, struct net_peer *p, uint64_t now, uint64_t *wake_ns)
 /* --- drop logs ------------------------------------------------------ */
 
 /* What a dropped frame is logged as: one line per (reason, who) per
- * NET_LOG_EVERY_MS (net_loglimit_take). */
+ * NET_REFUSAL_LOG_MS (rumor_log_limited). */
 enum s_drop {
     S_DROP_UNBOUND = 1, /* no User-Id of a listed key */
     S_DROP_BAD,         /* does not decode */
@@ -112,25 +112,15 @@ s_drop_log(rumor_net *net,
            const char *fmt,
            ...)
 {
-    uint64_t held = 0;
-    if (!net_loglimit_take(&net->drop_log,
-                           (uint32_t)reason,
-                           who,
-                           rumor_clock_ns(),
-                           &held))
-        return;
+    (void)net;
+    char key[128];
+    snprintf(key, sizeof key, "net:drop:%d:%s", (int)reason, who);
     char line[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    if (held > 0)
-        rumor_log(RUMOR_LOG_WARN,
-                  "%s (and %llu more like it since the last such line)",
-                  line,
-                  (unsigned long long)held);
-    else
-        rumor_log(RUMOR_LOG_WARN, "%s", line);
+    rumor_log_limited(RUMOR_LOG_WARN, key, NET_REFUSAL_LOG_MS, "%s", line);
 }
 
 /* --- receiving on the ROUTER --------------------------------------- */
@@ -143,8 +133,8 @@ struct s_from {
     size_t rid_len;
     const char *addr; /* Peer-Address: the IP, "?" when unknown */
     char name[20];    /* the connection, for logs: its id's first bytes */
-    char who[NET_LOGLIMIT_KEY]; /* rate-limit key: "node N at ADDR" */
-    bool current;               /* it is p's current connection */
+    char who[96];     /* rate-limit key: "node N at ADDR" */
+    bool current;     /* it is p's current connection */
 };
 
 static void
@@ -1160,57 +1150,5 @@ net_replay_accept(struct net_replay *r, uint64_t seq)
     if (r->mask & bit)
         return false;
     r->mask |= bit;
-    return true;
-}
-
-/* --- rate limit of drop logs ---------------------------------------------- */
-
-void
-net_loglimit_init(struct net_loglimit *l, uint64_t every_ns)
-{
-    assert(l != NULL);
-    memset(l, 0, sizeof *l);
-    l->every_ns = every_ns;
-}
-
-bool
-net_loglimit_take(struct net_loglimit *l,
-                  uint32_t reason,
-                  const char *key,
-                  uint64_t now_ns,
-                  uint64_t *held)
-{
-    assert(l != NULL);
-    assert(key != NULL);
-    assert(held != NULL);
-    *held = 0;
-    struct net_loglimit_slot *s = NULL, *oldest = NULL;
-    for (size_t i = 0; i < NET_LOGLIMIT_SLOTS && s == NULL; i++) {
-        struct net_loglimit_slot *c = &l->slot[i];
-        if (c->used && c->reason == reason &&
-            strncmp(c->key, key, sizeof c->key - 1) == 0)
-            s = c;
-        else if (oldest == NULL || !c->used ||
-                 (oldest->used && c->last_ns < oldest->last_ns))
-            oldest = c;
-    }
-    if (s == NULL) {
-        /* a new pair: its first line goes (the slot logged longest ago,
-         * or a free one, is given to it) */
-        s = oldest;
-        s->used = true;
-        s->reason = reason;
-        snprintf(s->key, sizeof s->key, "%s", key);
-        s->last_ns = now_ns;
-        s->held = 0;
-        return true;
-    }
-    if (now_ns - s->last_ns < l->every_ns) {
-        s->held++;
-        return false;
-    }
-    *held = s->held;
-    s->held = 0;
-    s->last_ns = now_ns;
     return true;
 }

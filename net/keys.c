@@ -166,17 +166,19 @@ s_write_line(const char *path, const char *line, mode_t mode)
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
     if (fd < 0)
         return RUMOR_EIO;
-    rumor_err rc = RUMOR_OK;
+    int err = 0; /* the first failure's errno, kept for the caller */
     size_t n = strlen(line);
+    errno = 0;
     if (write(fd, line, n) != (ssize_t)n || write(fd, "\n", 1) != 1 ||
         fsync(fd) != 0)
-        rc = RUMOR_EIO;
+        err = errno != 0 ? errno : ENOSPC; /* a short write */
     /* the umask may have narrowed the mode; make it exact */
-    if (fchmod(fd, mode) != 0)
-        rc = RUMOR_EIO;
-    if (close(fd) != 0)
-        rc = RUMOR_EIO;
-    return rc;
+    if (fchmod(fd, mode) != 0 && err == 0)
+        err = errno;
+    if (close(fd) != 0 && err == 0)
+        err = errno;
+    errno = err;
+    return err == 0 ? RUMOR_OK : RUMOR_EIO;
 }
 
 rumor_err

@@ -363,12 +363,18 @@ net_drain_router_monitor(rumor_net *net)
         if (ev & (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
                   ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                   ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)) {
-            rumor_log(RUMOR_LOG_WARN,
-                      "net: refused a connection (handshake failed: %s)",
-                      ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? "authentication"
-                      : ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
-                          ? "protocol"
-                          : "no detail");
+            const char *why =
+                ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH       ? "authentication"
+                : ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ? "protocol"
+                                                            : "no detail";
+            char key[48];
+            snprintf(key, sizeof key, "net:handshake:%s", why);
+            rumor_log_limited(RUMOR_LOG_WARN,
+                              key,
+                              NET_REFUSAL_LOG_MS,
+                              "net: refused a connection (handshake failed: "
+                              "%s)",
+                              why);
             pthread_mutex_lock(&net->mu);
             net->handshake_failed++;
             pthread_mutex_unlock(&net->mu);
@@ -389,6 +395,7 @@ net_drain_router_monitor(rumor_net *net)
 void
 net_update_liveness(rumor_net *net, uint64_t now, uint64_t *wake_ns)
 {
+    rumor_log_limited_flush(); /* refusal counts (insecure: no ZAP thread) */
     pthread_mutex_lock(&net->mu);
     for (size_t i = 0; i < net->npeers; i++) {
         struct net_peer *p = &net->peers[i];

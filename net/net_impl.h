@@ -11,6 +11,11 @@
 
 #include "rumor/net.h"
 
+/* A refusal is logged once per peer address (or peer) and reason in this
+ * many ms, with the count of the others (rumor_log_limited): a stranger
+ * can make one per connect, and a flood of them must not flood the log. */
+#define NET_REFUSAL_LOG_MS 10000
+
 /* --- message kinds (wire.c) ------------------------------------------------
  */
 
@@ -75,40 +80,6 @@ void net_replay_reset(struct net_replay *r);
 /* True (and records seq) when seq is new and not older than the window;
  * false for 0, duplicates, and seq <= top - NET_REPLAY_WINDOW. */
 bool net_replay_accept(struct net_replay *r, uint64_t seq);
-
-/* --- rate limit of drop logs ------------------------------------------------
- *
- * An insider can send frames that are dropped as fast as it likes; the
- * node logs one line per (reason, who) per interval, and the next line
- * says how many were held back meanwhile. NET_LOGLIMIT_SLOTS pairs are
- * tracked; past that, the one logged longest ago is forgotten. */
-
-#define NET_LOGLIMIT_SLOTS 32
-#define NET_LOGLIMIT_KEY   96
-
-struct net_loglimit_slot {
-    bool used;
-    uint32_t reason;
-    char key[NET_LOGLIMIT_KEY];
-    uint64_t last_ns; /* when its last line went */
-    uint64_t held;    /* lines held back since */
-};
-
-struct net_loglimit {
-    uint64_t every_ns;
-    struct net_loglimit_slot slot[NET_LOGLIMIT_SLOTS];
-};
-
-void net_loglimit_init(struct net_loglimit *l, uint64_t every_ns);
-
-/* True when a line for (reason, key) may go at now_ns (the first one, or
- * the first every_ns after the last), with *held the lines held back since
- * the last one; false counts this one as held back. */
-bool net_loglimit_take(struct net_loglimit *l,
-                       uint32_t reason,
-                       const char *key,
-                       uint64_t now_ns,
-                       uint64_t *held);
 
 /* --- liveness ------------------------------------------------------------- */
 

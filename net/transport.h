@@ -83,8 +83,7 @@
 #define NET_ENDPOINT_BYTES 256
 #define NET_RID_BYTES      256
 #define NET_ADDR_BYTES     64
-#define NET_DEALER_RID     16    /* random bytes naming a DEALER's connection */
-#define NET_LOG_EVERY_MS   10000 /* one drop line per (reason, who) per this */
+#define NET_DEALER_RID     16  /* random bytes naming a DEALER's connection */
 #define NET_POLL_MAX_MS    100 /* upper bound on one poll, for stop requests */
 #define NET_CURVE_OVERHEAD 256 /* >= CURVE MESSAGE overhead (33 bytes) */
 #define NET_DRAIN_BATCH    256 /* frames read from one socket per loop */
@@ -202,9 +201,8 @@ struct rumor_net {
     bool quiet; /* rumor_net_set_quiet */
     rumor_err status;
     uint64_t closed_before;
-    uint64_t handshake_failed;    /* not tied to a peer: counted here */
-    uint64_t rejected_unbound;    /* frames with no User-Id of a listed key */
-    struct net_loglimit drop_log; /* I/O thread only */
+    uint64_t handshake_failed; /* not tied to a peer: counted here */
+    uint64_t rejected_unbound; /* frames with no User-Id of a listed key */
 };
 
 /* --- net.c --------------------------------------------------------- */

@@ -22,6 +22,7 @@
 
 #include <pthread.h>
 #include <sodium.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
@@ -120,12 +121,6 @@ s_handle(struct net_zap *z)
         s_reply(z->rep, frames[1], lens[1], "400", "bad version", "");
         return;
     }
-    bool curve = lens[5] == 5 && memcmp(frames[5], "CURVE", 5) == 0;
-    if (!curve || n != 7 || lens[6] != 32) {
-        rumor_log(RUMOR_LOG_WARN, "zap: refused a non-CURVE client");
-        s_reply(z->rep, frames[1], lens[1], "400", "CURVE required", "");
-        return;
-    }
     char addr[ZAP_FRAME_BYTES + 1];
     size_t alen = lens[3];
     for (size_t i = 0; i < alen; i++) {
@@ -133,6 +128,18 @@ s_handle(struct net_zap *z)
         addr[i] = (c >= 0x20 && c < 0x7f) ? c : '?';
     }
     addr[alen] = '\0';
+    char key[ZAP_FRAME_BYTES + 32];
+    bool curve = lens[5] == 5 && memcmp(frames[5], "CURVE", 5) == 0;
+    if (!curve || n != 7 || lens[6] != 32) {
+        snprintf(key, sizeof key, "zap:non-curve:%s", addr);
+        rumor_log_limited(RUMOR_LOG_WARN,
+                          key,
+                          NET_REFUSAL_LOG_MS,
+                          "zap: refused a non-CURVE client from %s",
+                          addr);
+        s_reply(z->rep, frames[1], lens[1], "400", "CURVE required", "");
+        return;
+    }
     for (size_t k = 0; k < z->nkeys; k++) {
         if (sodium_memcmp(z->keys[k], frames[6], 32) == 0) {
             char user[RUMOR_NET_KEY_TEXT_BYTES + 1];
@@ -143,10 +150,14 @@ s_handle(struct net_zap *z)
     }
     char z85[RUMOR_NET_KEY_TEXT_BYTES + 1];
     zmq_z85_encode(z85, frames[6], 32);
-    rumor_log(RUMOR_LOG_WARN,
-              "zap: refused unlisted key %s from %s",
-              z85,
-              addr);
+    /* by address, not key: a flood may bring a new key every time */
+    snprintf(key, sizeof key, "zap:unlisted:%s", addr);
+    rumor_log_limited(RUMOR_LOG_WARN,
+                      key,
+                      NET_REFUSAL_LOG_MS,
+                      "zap: refused unlisted key %s from %s",
+                      z85,
+                      addr);
     s_reply(z->rep, frames[1], lens[1], "400", "key not listed", "");
 }
 
@@ -181,6 +192,7 @@ s_thread(void *arg)
             break;
         if (r > 0 && (item.revents & ZMQ_POLLIN))
             s_handle(z);
+        rumor_log_limited_flush(); /* the counts of a flood that ended */
         stop = s_stop_flag(z);
     }
     zmq_close(rep);

@@ -299,20 +299,13 @@ s_fsync_dir(const char *dir)
     return rc;
 }
 
-static rumor_err
-s_io_fail(struct rumor_diag *diag, const char *path, const char *what)
-{
-    rumor_diag_set(diag, path, 0, 0, "%s: %s", what, strerror(errno));
-    return RUMOR_EIO;
-}
-
 /* The temporary file: written whole and fsync'ed, or removed. */
 static rumor_err
 s_write_tmp(const char *tmp, const rumor_buf *img, struct rumor_diag *diag)
 {
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
-        return s_io_fail(diag, tmp, "cannot create");
+        return rumor_diag_errno(diag, tmp, "cannot create");
     const char *what = NULL;
     if (s_write_all(fd, img->data, img->len) != 0)
         what = "cannot write";
@@ -327,7 +320,7 @@ s_write_tmp(const char *tmp, const rumor_buf *img, struct rumor_diag *diag)
         return RUMOR_OK;
     (void)unlink(tmp);
     errno = saved;
-    return s_io_fail(diag, tmp, what);
+    return rumor_diag_errno(diag, tmp, what);
 }
 
 static void
@@ -353,7 +346,7 @@ rumor_checkpoint_write(const char *dir,
     if (keep == 0)
         return RUMOR_EINVAL;
     if (node_mkdirs(dir) != 0)
-        return s_io_fail(diag, dir, "cannot create the directory");
+        return rumor_diag_errno(diag, dir, "cannot create the directory");
     uint64_t *stale = NULL;
     size_t nstale = 0;
     (void)s_list(dir, c->node, true, &stale, &nstale); /* drops old temps */
@@ -376,12 +369,12 @@ rumor_checkpoint_write(const char *dir,
     if (rc != RUMOR_OK)
         return rc;
     if (rename(tmp, path) != 0) {
-        rc = s_io_fail(diag, path, "cannot rename the temporary file");
+        rc = rumor_diag_errno(diag, path, "cannot rename the temporary file");
         (void)unlink(tmp);
         return rc;
     }
     if (s_fsync_dir(dir) != 0)
-        return s_io_fail(diag, dir, "cannot fsync the directory");
+        return rumor_diag_errno(diag, dir, "cannot fsync the directory");
     s_prune(dir, c->node, keep);
     return RUMOR_OK;
 }
@@ -397,6 +390,10 @@ s_read_one(const char *path,
 {
     rumor_buf_reset(buf);
     rumor_err rc = rumor_buf_read_file(buf, path);
+    if (rc == RUMOR_EIO || rc == RUMOR_ENOTFOUND) {
+        (void)rumor_diag_errno(diag, "", "cannot read");
+        return rc;
+    }
     if (rc != RUMOR_OK) {
         rumor_diag_set(diag, "", 0, 0, "cannot read: %s", rumor_strerror(rc));
         return rc;
@@ -427,6 +424,8 @@ rumor_checkpoint_read_newest(const char *dir,
     uint64_t *steps = NULL;
     size_t n = 0;
     rumor_err rc = s_list(dir, node, false, &steps, &n);
+    if (rc == RUMOR_EIO) /* a missing directory holds no checkpoint */
+        return rumor_diag_errno(diag, dir, "cannot open the directory");
     if (rc == RUMOR_ENOMEM) {
         free(steps);
         return rc;

@@ -58,8 +58,11 @@ rumor_err node_ckpt_apply(const struct rumor_checkpoint *c,
 /* A resumed run continues DIR/node-N.jsonl: lines of steps after the
  * checkpoint's (written before a crash) are dropped, so the file again
  * holds each step once, in order. The file is rewritten through a
- * temporary and a rename. RUMOR_EIO on a write failure; a missing file is
- * fine. */
-rumor_err node_ckpt_trim_metrics(const char *dir, uint32_t node, uint64_t step);
+ * temporary and a rename. RUMOR_EIO on a failure, with diag naming the
+ * file and errno; a missing file is fine. */
+rumor_err node_ckpt_trim_metrics(const char *dir,
+                                 uint32_t node,
+                                 uint64_t step,
+                                 struct rumor_diag *diag);
 
 #endif

@@ -22,6 +22,7 @@
 
 #include "node/checkpoint_impl.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -391,30 +392,46 @@ s_line_step(const char *line)
 }
 
 rumor_err
-node_ckpt_trim_metrics(const char *dir, uint32_t node, uint64_t step)
+node_ckpt_trim_metrics(const char *dir,
+                       uint32_t node,
+                       uint64_t step,
+                       struct rumor_diag *diag)
 {
     char path[RUMOR_NODE_PATH_MAX + 32], tmp[RUMOR_NODE_PATH_MAX + 40];
     snprintf(path, sizeof path, "%s/node-%u.jsonl", dir, node);
     snprintf(tmp, sizeof tmp, "%s/.node-%u.jsonl.tmp", dir, node);
     FILE *in = fopen(path, "r");
     if (in == NULL)
-        return RUMOR_OK;
+        return errno == ENOENT ? RUMOR_OK
+                               : rumor_diag_errno(diag, path, "cannot open");
     FILE *out = fopen(tmp, "w");
     if (out == NULL) {
+        rumor_err rc = rumor_diag_errno(diag, tmp, "cannot create");
         fclose(in);
-        return RUMOR_EIO;
+        return rc;
     }
     char *line = NULL;
     size_t cap = 0;
-    bool ok = true;
-    while (ok && getline(&line, &cap, in) > 0)
-        if (s_line_step(line) <= step)
-            ok = fputs(line, out) >= 0;
+    const char *what = NULL;
+    errno = 0;
+    ssize_t len = 0;
+    /* a line without its newline is torn (a run cut off while writing
+     * it): dropped, so the resumed run's first line starts a line */
+    while (what == NULL && (len = getline(&line, &cap, in)) > 0)
+        if (line[len - 1] == '\n' && s_line_step(line) <= step &&
+            fputs(line, out) < 0)
+            what = "cannot write";
+    if (what == NULL && ferror(in))
+        what = "cannot read";
     free(line);
     fclose(in);
-    ok = fclose(out) == 0 && ok;
-    if (ok && rename(tmp, path) == 0)
+    if (fclose(out) != 0 && what == NULL)
+        what = "cannot close";
+    if (what == NULL && rename(tmp, path) != 0)
+        what = "cannot rename into place";
+    if (what == NULL)
         return RUMOR_OK;
+    rumor_err rc = rumor_diag_errno(diag, tmp, what);
     (void)remove(tmp);
-    return RUMOR_EIO;
+    return rc;
 }

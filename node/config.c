@@ -795,7 +795,10 @@ rumor_node_config_parse_ini(rumor_node_config *cfg,
                             size_t len,
                             struct rumor_diag *diag)
 {
-    if (len > RUMOR_NODE_CONFIG_MAX || memchr(text, '\0', len) != NULL) {
+    /* an empty file (text may then be NULL: an empty rumor_buf) sets
+     * nothing, as one of only comments does */
+    if (len > RUMOR_NODE_CONFIG_MAX ||
+        (len > 0 && memchr(text, '\0', len) != NULL)) {
         rumor_diag_set(diag,
                        name,
                        0,
@@ -809,7 +812,8 @@ rumor_node_config_parse_ini(rumor_node_config *cfg,
     char *copy = malloc(len + 1); /* libinih wants a C string */
     if (copy == NULL)
         return RUMOR_ENOMEM;
-    memcpy(copy, text, len);
+    if (len > 0)
+        memcpy(copy, text, len);
     copy[len] = '\0';
     rumor_node_config scratch = *cfg;
     struct rumor_diag inner = {0};
@@ -843,6 +847,8 @@ rumor_node_config_load(rumor_node_config *cfg,
                        0,
                        "larger than %d bytes",
                        RUMOR_NODE_CONFIG_MAX);
+    else if (rc == RUMOR_EIO || rc == RUMOR_ENOTFOUND)
+        (void)rumor_diag_errno(diag, path, "cannot read");
     else
         rumor_diag_set(diag, path, 0, 0, "cannot read: %s", rumor_strerror(rc));
     rumor_buf_free(&buf);

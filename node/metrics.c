@@ -3,10 +3,13 @@
  * written with cJSON (Debian libcjson) so every line is valid JSON
  * whatever the numbers (cJSON writes non-finite values as null; fields
  * that are not known at a step, such as accuracy between evaluations, are
- * left out instead). Each line is flushed as it is written, so a run that
- * is killed keeps every completed step, and a reader (`rumor plot`, a
- * test) may follow the file while the run goes on. The format is listed in
- * docs/node.md "Metrics".
+ * left out instead). Each line goes to the file with one write(2) of the
+ * whole line (O_APPEND), so a run that is killed keeps every completed
+ * step, and a reader (`rumor plot`, a test) may follow the file while the
+ * run goes on. A write that fails part-way (a full disk, a file size
+ * limit) is cut back to the line before with ftruncate: no torn line
+ * stays, and the next line starts on a line of its own. The format is
+ * listed in docs/node.md "Metrics".
  */
 #include "rumor/node.h"
 
@@ -14,14 +17,17 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 struct node_metrics {
-    FILE *f;
+    int fd;                              /* O_APPEND */
+    char path[RUMOR_NODE_PATH_MAX + 32]; /* for the errors */
 };
 
 int
@@ -29,8 +35,10 @@ node_mkdirs(const char *path)
 {
     char buf[RUMOR_NODE_PATH_MAX];
     size_t len = strlen(path);
-    if (len == 0 || len >= sizeof buf)
+    if (len == 0 || len >= sizeof buf) {
+        errno = len == 0 ? ENOENT : ENAMETOOLONG;
         return -1;
+    }
     memcpy(buf, path, len + 1);
     for (size_t i = 1; i <= len; i++) {
         if (buf[i] != '/' && buf[i] != '\0')
@@ -61,20 +69,19 @@ node_metrics_open_mode(const char *dir,
                        struct rumor_diag *diag)
 {
     *out = NULL;
-    char path[RUMOR_NODE_PATH_MAX + 32];
-    if (node_mkdirs(dir) != 0) {
-        rumor_diag_set(diag, dir, 0, 0, "cannot create: %s", strerror(errno));
-        return RUMOR_EIO;
-    }
-    snprintf(path, sizeof path, "%s/node-%u.jsonl", dir, id);
+    if (node_mkdirs(dir) != 0)
+        return rumor_diag_errno(diag, dir, "cannot create the directory");
     node_metrics *m = calloc(1, sizeof *m);
     if (m == NULL)
         return RUMOR_ENOMEM;
-    m->f = fopen(path, append ? "a" : "w");
-    if (m->f == NULL) {
-        rumor_diag_set(diag, path, 0, 0, "cannot write: %s", strerror(errno));
+    snprintf(m->path, sizeof m->path, "%s/node-%u.jsonl", dir, id);
+    int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC;
+    m->fd = open(m->path, flags | (append ? 0 : O_TRUNC), 0644);
+    if (m->fd < 0) {
+        rumor_err rc =
+            rumor_diag_errno(diag, m->path, "cannot open for writing");
         free(m);
-        return RUMOR_EIO;
+        return rc;
     }
     *out = m;
     return RUMOR_OK;
@@ -144,8 +151,46 @@ s_add_faults(cJSON *o, const struct node_metrics_row *r)
            s_add_num(o, "control_frames_sent", (double)r->control_frames_sent);
 }
 
+/* text and a newline with one write(2) (text is cJSON's, with room for
+ * nothing more, hence the copy); a short write is finished if it can be,
+ * and otherwise cut back to where the line began. */
+static rumor_err
+s_append_line(node_metrics *m, const char *text, struct rumor_diag *diag)
+{
+    size_t len = strlen(text);
+    char *line = malloc(len + 1);
+    if (line == NULL)
+        return RUMOR_ENOMEM;
+    memcpy(line, text, len);
+    line[len++] = '\n';
+    off_t start = lseek(m->fd, 0, SEEK_END);
+    size_t done = 0;
+    errno = 0;
+    while (done < len) {
+        ssize_t w = write(m->fd, line + done, len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        done += (size_t)w;
+    }
+    free(line);
+    if (done == len)
+        return RUMOR_OK;
+    int err = done > 0 && errno == 0 ? EIO : errno;
+    if (done > 0 && (start < 0 || ftruncate(m->fd, start) != 0))
+        rumor_log(RUMOR_LOG_ERROR,
+                  "%s: cannot cut a torn line back: %s",
+                  m->path,
+                  strerror(errno));
+    errno = err;
+    return rumor_diag_errno(diag, m->path, "cannot write");
+}
+
 rumor_err
-node_metrics_write(node_metrics *m, const struct node_metrics_row *r)
+node_metrics_write(node_metrics *m,
+                   const struct node_metrics_row *r,
+                   struct rumor_diag *diag)
 {
     cJSON *o = cJSON_CreateObject();
     bool ok = o != NULL;
@@ -186,10 +231,9 @@ node_metrics_write(node_metrics *m, const struct node_metrics_row *r)
     cJSON_Delete(o);
     if (text == NULL)
         return RUMOR_ENOMEM;
-    int failed = fprintf(m->f, "%s\n", text) < 0;
-    failed |= fflush(m->f) != 0;
+    rumor_err rc = s_append_line(m, text, diag);
     free(text);
-    return failed ? RUMOR_EIO : RUMOR_OK;
+    return rc;
 }
 
 void
@@ -198,7 +242,7 @@ node_metrics_close(node_metrics **self_p)
     node_metrics *m = *self_p;
     if (m == NULL)
         return;
-    fclose(m->f);
+    close(m->fd);
     free(m);
     *self_p = NULL;
 }

@@ -27,6 +27,7 @@
 #include "node/layout.h"
 #include "node/runtime_node.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -180,7 +181,7 @@ s_load_topology(rumor_node *node, struct rumor_diag *diag)
                        0,
                        "node %u has no endpoint",
                        o->id);
-        return RUMOR_EINVAL;
+        return RUMOR_EPROTO; /* the file's fault, as its parse errors */
     }
     if (o->insecure)
         return RUMOR_OK;
@@ -325,7 +326,7 @@ s_start_net(rumor_node *node, struct rumor_diag *diag)
                            "node %u (a peer of node %u) has no endpoint",
                            peers[k].id,
                            o->id);
-            rc = RUMOR_EINVAL;
+            rc = RUMOR_EPROTO;
         }
         if (peers[k].link)
             node->linked[node->nlinked++] = peers[k].id;
@@ -400,6 +401,30 @@ s_ckpt_parts(rumor_node *node,
                                   .counters = k};
 }
 
+/* DIR/.node-N.model.tmp and DIR/node-N.model of --metrics-dir. */
+static void
+s_model_paths(const rumor_node *node,
+              char *tmp,
+              size_t tmp_cap,
+              char *path,
+              size_t path_cap)
+{
+    const struct rumor_node_opts *o = &node->opts;
+    snprintf(tmp, tmp_cap, "%s/.node-%u.model.tmp", o->metrics_dir, o->id);
+    snprintf(path, path_cap, "%s/node-%u.model", o->metrics_dir, o->id);
+}
+
+static rumor_err
+s_model_reserve(rumor_node *node, struct rumor_diag *diag)
+{
+    char tmp[RUMOR_NODE_PATH_MAX + 40], path[RUMOR_NODE_PATH_MAX + 32];
+    s_model_paths(node, tmp, sizeof tmp, path, sizeof path);
+    node->model_fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (node->model_fd < 0)
+        return rumor_diag_errno(diag, tmp, "cannot open for writing");
+    return RUMOR_OK;
+}
+
 static rumor_err
 s_checkpoint(rumor_node *node, struct rumor_diag *diag)
 {
@@ -418,6 +443,30 @@ s_checkpoint(rumor_node *node, struct rumor_diag *diag)
     return rc;
 }
 
+/* The final checkpoint (of a stop, or of the end, to train on later with
+ * --resume and more --steps) and, at the end of the training, the model
+ * for the average of a local run (rumor launch), written even when the
+ * checkpoint fails: the training is done, and the model needs no new
+ * descriptor. The first error is returned. */
+static rumor_err
+s_final_files(rumor_node *node, struct rumor_diag *diag)
+{
+    rumor_err rc = RUMOR_OK;
+    if (node->sum.stopped || node->sum.steps == node->opts.steps)
+        rc = s_checkpoint(node, diag);
+    if (node->sum.stopped || node->model_fd < 0)
+        return rc;
+    char tmp[RUMOR_NODE_PATH_MAX + 40], path[RUMOR_NODE_PATH_MAX + 32];
+    s_model_paths(node, tmp, sizeof tmp, path, sizeof path);
+    struct rumor_diag why = {0};
+    rumor_err saved =
+        node_model_save(node->model_fd, tmp, path, node->model, &why);
+    node->model_fd = -1;
+    if (rc == RUMOR_OK && saved != RUMOR_OK && diag != NULL)
+        *diag = why;
+    return rc != RUMOR_OK ? rc : saved;
+}
+
 static rumor_err
 s_resume(rumor_node *node, struct rumor_diag *diag)
 {
@@ -428,16 +477,13 @@ s_resume(rumor_node *node, struct rumor_diag *diag)
     rumor_err rc = node_ckpt_resume(node->opts.checkpoint_dir, &p, &why);
     if (rc != RUMOR_OK)
         rumor_diag_set(diag, why.file, why.line, 0, "--resume: %s", why.msg);
-    if (rc == RUMOR_OK && node->opts.metrics_dir[0] != '\0' &&
-        node_ckpt_trim_metrics(node->opts.metrics_dir, node->opts.id, k.step) !=
-            RUMOR_OK) {
-        rumor_diag_set(diag,
-                       node->opts.metrics_dir,
-                       0,
-                       0,
-                       "--resume: cannot rewrite node-%u.jsonl",
-                       node->opts.id);
-        rc = RUMOR_EIO;
+    if (rc == RUMOR_OK && node->opts.metrics_dir[0] != '\0') {
+        rc = node_ckpt_trim_metrics(node->opts.metrics_dir,
+                                    node->opts.id,
+                                    k.step,
+                                    &why);
+        if (rc != RUMOR_OK)
+            rumor_diag_set(diag, why.file, 0, 0, "--resume: %s", why.msg);
     }
     if (rc != RUMOR_OK)
         return rc;
@@ -699,7 +745,7 @@ s_report(rumor_node *node,
     s_publish(node, &row);
     if (node->metrics == NULL)
         return RUMOR_OK;
-    return node_metrics_write(node->metrics, &row);
+    return node_metrics_write(node->metrics, &row, &node->io_why);
 }
 
 /* --- overlap: the gradient in a worker thread --- */
@@ -906,6 +952,7 @@ node_new_model(const struct rumor_node_opts *opts,
     if (node == NULL)
         return RUMOR_ENOMEM;
     node->opts = *opts;
+    node->model_fd = -1;
     node->external = external != NULL;
     node->model = external;
     node->dtypes = dtypes;
@@ -958,6 +1005,8 @@ node_new_model(const struct rumor_node_opts *opts,
                                     opts->resume,
                                     &node->metrics,
                                     diag);
+    if (rc == RUMOR_OK && opts->metrics_dir[0] != '\0' && !node->external)
+        rc = s_model_reserve(node, diag);
     if (rc != RUMOR_OK) {
         rumor_node_destroy(&node);
         return rc;
@@ -998,6 +1047,12 @@ rumor_node_destroy(rumor_node **self_p)
     rumor_net_keypair_destroy(&node->keys);
     rumor_topology_destroy(&node->topo);
     node_metrics_close(&node->metrics);
+    if (node->model_fd >= 0) { /* not written: stopped, or failed before */
+        char tmp[RUMOR_NODE_PATH_MAX + 40], path[RUMOR_NODE_PATH_MAX + 32];
+        s_model_paths(node, tmp, sizeof tmp, path, sizeof path);
+        close(node->model_fd);
+        (void)unlink(tmp);
+    }
     free(node->linked);
     free(node->heard);
     free(node->expect);
@@ -1062,27 +1117,19 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
         node->sum.steps = o->steps;
         node_finish(node, o->steps - 1);
     }
-    /* the final checkpoint: of a stop, or of the end (to train on later
-     * with --resume and more --steps) */
-    if (rc == RUMOR_OK && (node->sum.stopped || node->sum.steps == o->steps))
-        rc = s_checkpoint(node, diag);
-    if (rc == RUMOR_OK && !node->sum.stopped && o->metrics_dir[0] != '\0') {
-        /* for the average model of a local run (rumor launch) */
-        char path[RUMOR_NODE_PATH_MAX + 32];
-        snprintf(path, sizeof path, "%s/node-%u.model", o->metrics_dir, o->id);
-        rc = node_model_save(path, node->model);
-        if (rc != RUMOR_OK)
-            rumor_diag_set(diag, path, 0, 0, "cannot write the model");
-    }
+    if (rc == RUMOR_OK)
+        rc = s_final_files(node, diag);
+    /* a metrics line that failed says which file and why */
+    bool io = rc == RUMOR_EIO && node->io_why.msg[0] != '\0';
     if (rc != RUMOR_OK && diag != NULL && diag->msg[0] == '\0')
         rumor_diag_set(diag,
-                       "",
+                       io ? node->io_why.file : "",
                        0,
                        0,
                        "node %u: step %llu: %s",
                        o->id,
                        (unsigned long long)node->sum.steps + 1,
-                       rumor_strerror(rc));
+                       io ? node->io_why.msg : rumor_strerror(rc));
     return rc;
 }
 

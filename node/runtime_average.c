@@ -8,6 +8,11 @@
  * evaluates x-bar on the same held-out split the nodes used (the split
  * depends on the seed only, so node 0's workload has the right one).
  *
+ * The node opens DIR/.node-N.model.tmp when it starts and writes it at
+ * the end, then renames it: a node that used up its descriptors during
+ * the run (idle connections count against RLIMIT_NOFILE too) still
+ * leaves its model, and a reader never sees half of one.
+ *
  * The model file is private to a run directory (written and read by the
  * same binary) but is still read as untrusted bytes: magic, version, the
  * tensor count and every tensor's element count must match the workload's
@@ -20,20 +25,31 @@
 #include "node/runtime_impl.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NODE_MODEL_MAGIC   "RMDL"
 #define NODE_MODEL_VERSION 1u
 
 rumor_err
-node_model_save(const char *path, const struct rumor_model *m)
+node_model_save(int fd,
+                const char *tmp,
+                const char *path,
+                const struct rumor_model *m,
+                struct rumor_diag *diag)
 {
-    FILE *f = fopen(path, "wb");
-    if (f == NULL)
-        return RUMOR_EIO;
+    /* the stream on the descriptor opened at the start: no new one */
+    FILE *f = fdopen(fd, "wb");
+    if (f == NULL) {
+        rumor_err rc = rumor_diag_errno(diag, tmp, "cannot open for writing");
+        close(fd);
+        (void)unlink(tmp);
+        return rc;
+    }
     uint32_t head[2] = {NODE_MODEL_VERSION, (uint32_t)m->count};
     bool ok = fwrite(NODE_MODEL_MAGIC, 1, 4, f) == 4 &&
               fwrite(head, sizeof head, 1, f) == 1;
@@ -42,8 +58,26 @@ node_model_save(const char *path, const struct rumor_model *m)
         ok = fwrite(&numel, sizeof numel, 1, f) == 1 &&
              fwrite(m->tensors[t].data, sizeof(float), numel, f) == numel;
     }
-    ok &= fclose(f) == 0;
-    return ok ? RUMOR_OK : RUMOR_EIO;
+    const char *what = ok ? NULL : "cannot write";
+    if (what == NULL && fflush(f) != 0)
+        what = "cannot write";
+    if (what == NULL && fsync(fd) != 0)
+        what = "cannot fsync";
+    int err = errno;
+    if (fclose(f) != 0 && what == NULL) {
+        what = "cannot close";
+        err = errno;
+    }
+    if (what == NULL && rename(tmp, path) != 0) {
+        what = "cannot rename into place";
+        err = errno;
+    }
+    if (what == NULL)
+        return RUMOR_OK;
+    errno = err;
+    rumor_err rc = rumor_diag_errno(diag, tmp, what);
+    (void)unlink(tmp);
+    return rc;
 }
 
 /* Adds the model in path (bytes checked against sum's shapes) to sum. */
@@ -57,6 +91,11 @@ s_add_file(const char *path, struct rumor_model *sum, struct rumor_diag *diag)
     rumor_buf buf;
     rumor_buf_init(&buf, want);
     rumor_err rc = rumor_buf_read_file(&buf, path);
+    if (rc == RUMOR_EIO || rc == RUMOR_ENOTFOUND) {
+        (void)rumor_diag_errno(diag, path, "cannot read");
+        rumor_buf_free(&buf);
+        return rc;
+    }
     const uint8_t *p = buf.data;
     uint32_t head[2] = {0, 0};
     if (rc == RUMOR_OK && buf.len == want) {

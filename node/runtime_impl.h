@@ -110,9 +110,13 @@ rumor_err node_metrics_open(const char *dir,
                             node_metrics **out,
                             struct rumor_diag *diag);
 
-/* Writes and flushes one line. RUMOR_EIO when the write fails. */
+/* Appends one line with one write(2), so a reader never sees half of it.
+ * RUMOR_EIO with diag (the file, errno) when the write fails; the file is
+ * then cut back to its last whole line (a full disk leaves no torn line).
+ * RUMOR_ENOMEM. */
 rumor_err node_metrics_write(node_metrics *m,
-                             const struct node_metrics_row *row);
+                             const struct node_metrics_row *row,
+                             struct rumor_diag *diag);
 
 void node_metrics_close(node_metrics **self_p);
 
@@ -132,14 +136,21 @@ struct node_average {
     double optimum_error; /* lsq: max |x-bar - W*|; NAN otherwise */
 };
 
-/* Writes a node's final model to path (format in runtime_average.c).
- * RUMOR_EIO when the write fails. */
-rumor_err node_model_save(const char *path, const struct rumor_model *m);
+/* Writes a node's final model (format in runtime_average.c) into fd,
+ * which is the open file tmp and is closed here on every path, fsyncs it
+ * and renames tmp to path. RUMOR_EIO with diag (the file, errno) when
+ * that fails; tmp is then removed. */
+rumor_err node_model_save(int fd,
+                          const char *tmp,
+                          const char *path,
+                          const struct rumor_model *m,
+                          struct rumor_diag *diag);
 
 /* Averages DIR/node-0..nodes-1.model (each checked against the model
  * shapes opts give) and evaluates the average on the run's held-out
  * split. RUMOR_EPROTO / RUMOR_ENUMERIC with diag for a file that does not
- * fit, loader errors as they come. */
+ * fit, RUMOR_ENOTFOUND / RUMOR_EIO with diag (the file, errno) for one
+ * that cannot be read, loader errors as they come. */
 rumor_err node_average_evaluate(const struct rumor_node_opts *opts,
                                 uint32_t nodes,
                                 const char *dir,

@@ -78,6 +78,11 @@ struct rumor_node {
     uint64_t stop_margin;      /* steps a stop request needs to reach every
                                   node (s_stop_margin) */
     uint64_t saved_step;       /* step of the last checkpoint written */
+    int model_fd;              /* the final model's temporary file, opened
+                                  at the start: descriptors used up later
+                                  (a flood of idle connections) cannot make
+                                  the last write fail; -1 when none */
+    struct rumor_diag io_why;  /* why the last metrics line failed */
     bool resumed_together;     /* resumed from the checkpoint of a stop agreed
                                   by every node (not a lone restart) */
     bool rejoining;            /* the peer API: restarted alone from its own

@@ -601,6 +601,8 @@ rumor_topology_load_file(const char *path,
                        0,
                        "file is larger than %u bytes",
                        RUMOR_TOPOLOGY_MAX_FILE_BYTES);
+    } else if (rc == RUMOR_EIO || rc == RUMOR_ENOTFOUND) {
+        (void)rumor_diag_errno(diag, path, "cannot read");
     } else {
         rumor_diag_set(diag, path, 0, 0, "cannot read: %s", rumor_strerror(rc));
     }

@@ -79,6 +79,8 @@ s_read_file(const char *path, rumor_buf *buf, struct rumor_diag *diag)
                        0,
                        "file larger than %llu bytes",
                        (unsigned long long)RUMOR_DATASET_MAX_FILE_BYTES);
+    else if (rc == RUMOR_EIO || rc == RUMOR_ENOTFOUND)
+        (void)rumor_diag_errno(diag, path, "cannot read");
     else if (rc != RUMOR_OK)
         rumor_diag_set(diag,
                        path,

@@ -91,6 +91,29 @@ RUMOR_API void rumor_diag_set(struct rumor_diag *diag,
 RUMOR_API void
 rumor_diag_format(const struct rumor_diag *diag, char *out, size_t cap);
 
+/* For a failed system call on a file: fills diag with file = path and
+ * msg = "<what>: <strerror(errno)> (<ENAME>)", e.g. "cannot open for
+ * writing: Too many open files (EMFILE)", and returns RUMOR_EIO. Reads
+ * errno first, so call it right after the failing call. */
+RUMOR_API rumor_err rumor_diag_errno(struct rumor_diag *diag,
+                                     const char *path,
+                                     const char *what);
+
+/* The symbolic name of an errno value ("ENOSPC"), or "errno N" in buf
+ * (which must hold 16 bytes) for one not in the table. */
+RUMOR_API const char *rumor_errno_name(int err, char buf[16]);
+
+/* Copies len bytes of in to out (cap bytes, always terminated, truncated
+ * at a whole escape) with every control byte, DEL, C1 control and byte
+ * that is not part of valid UTF-8 written as \xNN, so that text quoted
+ * from a file or a peer cannot drive a terminal. Returns the bytes
+ * written, the terminator excluded. rumor_diag_set and rumor_log pass
+ * everything they write through it. */
+RUMOR_API size_t rumor_escape(char *out,
+                              size_t cap,
+                              const char *in,
+                              size_t len);
+
 /* --- logging ----------------------------------------------------------- */
 
 typedef enum rumor_log_level {
@@ -113,6 +136,23 @@ RUMOR_API void rumor_log_set_prefix(const char *prefix);
 /* Writes one line "LEVEL [prefix] message" to stderr with one write(2). */
 RUMOR_API void rumor_log(rumor_log_level level, const char *fmt, ...)
     RUMOR_PRINTF(2, 3);
+
+/* As rumor_log, for lines a peer can provoke at will (a refused
+ * handshake): of the lines with the same key (e.g. reason and peer
+ * address) one is written per interval_ms, and the next one written says
+ * how many were held back: "... (and 1234 more like it in the last 10 s)".
+ * Lines held back when no further one comes are written by
+ * rumor_log_limited_flush once their interval has passed. A bounded table
+ * of keys (when it is full, the keys left over share one slot). */
+RUMOR_API void rumor_log_limited(rumor_log_level level,
+                                 const char *key,
+                                 uint32_t interval_ms,
+                                 const char *fmt,
+                                 ...) RUMOR_PRINTF(4, 5);
+
+/* Writes the held-back count of every key whose interval has passed; cheap
+ * when there is none (an event loop may call it on every wake-up). */
+RUMOR_API void rumor_log_limited_flush(void);
 
 /* --- counter-based random numbers -------------------------------------- */
 
@@ -192,7 +232,8 @@ RUMOR_API void rumor_buf_reset(rumor_buf *buf);
 RUMOR_API void rumor_buf_free(rumor_buf *buf);
 
 /* Reads a whole file into buf; RUMOR_ETOOBIG when it is larger than the
- * buffer's cap, RUMOR_ENOTFOUND / RUMOR_EIO on system errors. */
+ * buffer's cap, RUMOR_ENOTFOUND / RUMOR_EIO on system errors (errno then
+ * says which, for rumor_diag_errno). */
 RUMOR_API RUMOR_NODISCARD rumor_err rumor_buf_read_file(rumor_buf *buf,
                                                         const char *path);
 

@@ -161,7 +161,8 @@ RUMOR_API rumor_err rumor_net_keypair_load(const char *base,
                                            rumor_net_keypair **out);
 
 /* Writes BASE.key (mode 0600, created exclusively: an existing file is
- * RUMOR_EIO) and BASE.pub (the public key, one line). */
+ * RUMOR_EIO) and BASE.pub (the public key, one line). On RUMOR_EIO errno
+ * says why (EEXIST, ENOSPC, ...). */
 RUMOR_API rumor_err rumor_net_keypair_save(const rumor_net_keypair *kp,
                                            const char *base);
 

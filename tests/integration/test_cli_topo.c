@@ -109,7 +109,9 @@ test_topo_check__missing_file__names_it(void **state)
     static struct run r;
     s_run(&r, "topo check %s/absent.topo", s_dir);
     assert_int_equal(r.status, 1);
-    assert_non_null(strstr(r.out, "absent.topo: cannot read: not found"));
+    assert_non_null(
+        strstr(r.out,
+               "absent.topo: cannot read: No such file or directory (ENOENT)"));
 }
 
 static void

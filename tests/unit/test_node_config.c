@@ -9,7 +9,9 @@
 #include "rumor/node.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void
 s_set(rumor_node_config *c, const char *name, const char *value)
@@ -104,6 +106,53 @@ test_config__refused_set_or_file__marks_nothing_given(void **s)
     rumor_node_config_destroy(&c);
 }
 
+/* A --config file with no setting (empty: the read buffer is then NULL,
+ * which memchr must not see; or only comments and blank lines) sets
+ * nothing and is no error; one with bytes that are not text says so. */
+static void
+test_config_file__empty_or_only_comments__sets_nothing(void **s)
+{
+    (void)s;
+    static const char *const texts[] = {"",
+                                        "# nothing\n\n; nor here\n",
+                                        "\n\n\n",
+                                        "   \n\t\n"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        char path[] = "/tmp/rumor-config-XXXXXX";
+        int fd = mkstemp(path);
+        assert_true(fd >= 0);
+        size_t len = strlen(texts[i]);
+        assert_int_equal(write(fd, texts[i], len), (ssize_t)len);
+        close(fd);
+        rumor_node_config *c = NULL;
+        assert_int_equal(rumor_node_config_new(&c), RUMOR_OK);
+        struct rumor_node_opts before = *rumor_node_config_opts(c);
+        struct rumor_diag diag = {0};
+        rumor_err rc = rumor_node_config_load(c, path, &diag);
+        unlink(path);
+        if (rc != RUMOR_OK)
+            fail_msg("text %zu: %s", i, diag.msg);
+        assert_memory_equal(&before, rumor_node_config_opts(c), sizeof before);
+        s_set(c, "topology", "ring.topo");
+        s_set(c, "id", "0");
+        s_set(c, "insecure", "");
+        if (rumor_node_config_check(c, &diag) != RUMOR_OK)
+            fail_msg("text %zu: check: %s", i, diag.msg);
+        rumor_node_config_destroy(&c);
+    }
+    rumor_node_config *c = NULL;
+    assert_int_equal(rumor_node_config_new(&c), RUMOR_OK);
+    struct rumor_diag diag = {0};
+    assert_int_equal(rumor_node_config_parse_ini(c, "none", NULL, 0, &diag),
+                     RUMOR_OK);
+    static const uint8_t nul[] = {'r', 'a', 'n', 'k', '\0', '\n'};
+    assert_int_equal(
+        rumor_node_config_parse_ini(c, "bin", nul, sizeof nul, &diag),
+        RUMOR_EINVAL);
+    assert_string_equal(diag.msg, "not a text file (a NUL byte)");
+    rumor_node_config_destroy(&c);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -114,6 +163,8 @@ main(int argc, char **argv)
             test_opts_filled_directly__value_check__refuses_only_contradictions),
         cmocka_unit_test(test_config__given_but_inapplicable__refused),
         cmocka_unit_test(test_config__refused_set_or_file__marks_nothing_given),
+        cmocka_unit_test(
+            test_config_file__empty_or_only_comments__sets_nothing),
     };
     return cmocka_run_group_tests_name("node_config", tests, NULL, NULL);
 }
