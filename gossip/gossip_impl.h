@@ -143,8 +143,10 @@ struct rumor_gossip {
     size_t out_count, out_alloc;
     void *state;                  /* the algorithm's */
     struct gossip_ledger *ledger; /* edges.c: staged terms, made on use */
-    struct gossip_adapt *adapt;   /* adapt.c: opts.adapt's controller */
-    uint8_t codec;                /* rumor_gossip_codec */
+    struct gossip_robust *robust; /* robust.c: the radius, made on use */
+    struct rumor_gossip_screen_stats screen; /* rumor_gossip_screen_stats */
+    struct gossip_adapt *adapt; /* adapt.c: opts.adapt's controller */
+    uint8_t codec;              /* rumor_gossip_codec */
     /* the ring of the ring algorithms (rumor_gossip_members_set) */
     uint32_t *ring;    /* member node ids, sorted; nodes slots, all at first */
     size_t ring_n;     /* members */
@@ -152,6 +154,39 @@ struct rumor_gossip {
     bool in_step;      /* round 0 emitted, the last round not yet absorbed, and
                           no call of the step failed */
 };
+
+/* --- robust mixing (robust.c) ------------------------------------------ */
+
+/* RUMOR_EINVAL with a diag for robust, clip_quantile, clip_factor or
+ * clip_norm out of range. */
+rumor_err gossip_robust_check(const struct rumor_gossip_opts *o,
+                              struct rumor_diag *diag);
+/* True unless robust is "off" (and no clip_norm). */
+bool gossip_robust_on(const rumor_gossip *g);
+/* The step's radius from the finite norms of its neighbour differences
+ * (and the history, which it updates); INFINITY when off. */
+double gossip_robust_radius(rumor_gossip *g, const double *norm, size_t count);
+/* The factor min(1, tau / norm) for peer's difference, counted and (rate-
+ * limited) logged when below 1. */
+double
+gossip_robust_scale(rumor_gossip *g, uint32_t peer, double norm, double tau);
+/* Logs (rate-limited, with the sender) a clipped difference, or a rejected
+ * one when norm is not finite. */
+void
+gossip_robust_note(rumor_gossip *g, uint32_t peer, double norm, double tau);
+/* The Euclidean norm of n doubles. */
+double gossip_norm(const double *d, size_t n);
+/* The strict path's robust mix: acc = sum_k w[k] CLIP(d_k, tau), d_k the
+ * algorithm's edge_diff of slot[k], summed in k order in double (the
+ * ledger's doubles when nothing is clipped). An edge_diff error, or a non-
+ * finite difference (RUMOR_ENUMERIC), returns before acc is written. */
+rumor_err gossip_robust_mix(rumor_gossip *g,
+                            uint64_t step,
+                            const struct rumor_gossip_msg *const *slot,
+                            const double *w,
+                            size_t peers,
+                            double *acc);
+void gossip_robust_free(rumor_gossip *g);
 
 /* Frees g->ledger (edges.c); NULL-safe. */
 void gossip_ledger_free(rumor_gossip *g);

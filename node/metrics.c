@@ -137,6 +137,8 @@ s_add_faults(cJSON *o, const struct node_metrics_row *r)
     return s_add_num(o, "rejected_nonfinite", (double)r->rejected_nonfinite) &&
            s_add_num(o, "rejected_malformed", (double)r->rejected_malformed) &&
            s_add_num(o, "clipped", (double)r->clipped) &&
+           s_add_num(o, "screened", (double)r->screened) &&
+           s_add_num(o, "clip_radius", r->clip_radius) &&
            s_add_num(o, "skipped", (double)r->skipped) &&
            s_add_num(o, "peers_down", (double)r->peers_down) &&
            s_add_num(o, "readmitted", (double)r->readmitted) &&

@@ -246,7 +246,7 @@ s_render(struct node_prom *p, size_t *len)
         s_metric(out,
                  "rumor_clipped_total",
                  "counter",
-                 "Neighbour differences clipped (--clip-norm).",
+                 "Neighbour differences clipped (robust mixing).",
                  id,
                  r->clipped);
         s_metric(out,

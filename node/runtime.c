@@ -585,6 +585,8 @@ s_faults_row(const rumor_node *node, struct node_metrics_row *row)
     row->rejected_nonfinite = ss.nonfinite;
     row->rejected_malformed = ss.malformed;
     row->clipped = ss.clipped;
+    row->screened = ss.screened;
+    row->clip_radius = ss.clip_radius;
     row->skipped = fs.skipped;
     row->peers_down = fs.peers_down;
     row->readmitted = fs.readmitted;

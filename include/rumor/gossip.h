@@ -85,9 +85,8 @@ struct rumor_gossip_opts {
     double ef_alpha;  /* localsgd with delta_codec: step-ahead error feedback
                          coefficient in [0, 1]; 0 = plain EF, 1 = SAEF (see
                          rumor_gossip_step_ahead) */
-    double clip_norm; /* rumor_gossip_absorb_partial: clip each neighbour's
-                         difference x_j - x_i to this norm (ClippedGossip);
-                         0 = off */
+    double clip_norm; /* robust mixing with this fixed radius instead of
+                         the adaptive one (see robust below); 0: adaptive */
     /* localsgd with ef_alpha > 0: whose errors the look-ahead uses:
      * "self" (each node its own), "neighbourhood" (the W-weighted average
      * of the neighbours' errors, sent in one extra round, compressed with
@@ -135,6 +134,18 @@ struct rumor_gossip_opts {
                                     PowerSGD's Q) are those of the larger model's
                                     tensors, so a bucket's exchange draws what the
                                     whole model's would (0) */
+
+    /* Robust mixing (docs/gossip.md, "Robust mixing"): each gossip
+     * algorithm (dpsgd, choco, powergossip, deepsqueeze, moniqua) clips
+     * what one neighbour moves the model by in a step, x_i += gamma sum_j
+     * w_ij CLIP(x_j - x_i, tau) (the decoded difference for the
+     * compressed ones; ClippedGossip), tau adaptive: clip_factor times the
+     * clip_quantile of the step's neighbour distances, held back by their
+     * history; the ring algorithms reject a non-finite or outsized chunk.
+     * clip_norm > 0 fixes tau instead. */
+    char robust[8];       /* "clip" (or "": the default) or "off" */
+    double clip_quantile; /* in (0, 1]; 0: 0.5, the lower median */
+    double clip_factor;   /* >= 1; 0: 4 */
 };
 
 /* RUMOR_OK when opts.ef applies to opts.algo (see ef above), else
@@ -437,7 +448,7 @@ RUMOR_API bool rumor_gossip_can_skip(const rumor_gossip *g);
 
 /* As rumor_gossip_absorb for a round whose messages may be incomplete:
  * each expected neighbour whose message is present, of the right size and
- * finite, gets its term staged (and is clipped with opts.clip_norm);
+ * finite, gets its term staged (clipped by robust mixing: opts.robust);
  * the others are skipped (counted in rumor_gossip_screen_stats, logged
  * with the peer id). Nothing touches the model until rumor_gossip_commit.
  * Falls back to rumor_gossip_absorb when the algorithm cannot skip. */
@@ -482,7 +493,9 @@ RUMOR_API void rumor_gossip_fast_forward(rumor_gossip *g, uint64_t step);
 struct rumor_gossip_screen_stats {
     uint64_t nonfinite; /* messages refused for NaN or Inf */
     uint64_t malformed; /* messages refused for their size */
-    uint64_t clipped;   /* differences clipped to opts.clip_norm */
+    uint64_t clipped;   /* differences clipped (robust mixing) */
+    uint64_t screened;  /* differences measured against a radius */
+    double clip_radius; /* the last step's radius (0: none yet) */
 };
 
 RUMOR_API void rumor_gossip_screen_stats(const rumor_gossip *g,
