@@ -4,7 +4,8 @@
  * "Byzantine-robust decentralized learning via self-centered clipping",
  * 2022, ClippedGossip):
  *
- *     x_i += gamma sum_j w_ij CLIP(d_ij, tau_i),  CLIP(z, tau) = z min(1, tau/|z|)
+ *     x_i += gamma sum_j w_ij CLIP(d_ij, tau_i),  CLIP(z, tau) = z min(1,
+ * tau/|z|)
  *
  * d_ij is the step's difference neighbour j contributes (x_j - x_i for
  * D-PSGD, the decoded difference of the compressed algorithms), clipped
@@ -16,7 +17,7 @@
  *
  *     r_t   = the clip_quantile (default the lower median) of the step's
  *             finite distances, held to at most GROWTH times the EMA;
- *     tau_t = clip_factor (default 4) x max(r_t, ema_{t-1});
+ *     tau_t = clip_factor (default 3) x max(r_t, ema_{t-1});
  *     ema_t = BETA ema_{t-1} + (1 - BETA) r_t   (ema_t = r_t at first).
  *
  * The quantile keeps one outlier among several neighbours from setting the
@@ -35,17 +36,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ROBUST_BETA 0.9
-#define ROBUST_GROWTH 2.0
-#define ROBUST_QUANTILE 0.5
-#define ROBUST_FACTOR 4.0
-#define LOG_EVERY_NS 10000000000ull
+#define ROBUST_BETA          0.9
+#define ROBUST_GROWTH        1.1
+#define ROBUST_WARMUP        20 /* steps with history at the warm-up growth cap */
+#define ROBUST_GROWTH_WARMUP 2.0
+#define ROBUST_QUANTILE      0.5
+#define ROBUST_FACTOR        3.0
+#define LOG_EVERY_NS         10000000000ull
 
 struct gossip_robust {
-    double ema;       /* 0: no history yet */
-    double *norm;     /* cap: the step's distances */
-    double *sorted;   /* cap: scratch */
-    double **diff;    /* cap: the strict path's differences */
+    double ema;     /* 0: no history yet */
+    uint64_t steps; /* steps with history */
+    double *norm;   /* cap: the step's distances */
+    double *sorted; /* cap: scratch */
+    double **diff;  /* cap: the strict path's differences */
     size_t cap;
     uint64_t *counts; /* nodes: clips and rejections since the last line */
     double *worst;    /* nodes: the largest clipped norm since then */
@@ -58,13 +62,16 @@ gossip_robust_check(const struct rumor_gossip_opts *o, struct rumor_diag *diag)
 {
     if (o->robust[0] != '\0' && strcmp(o->robust, "clip") != 0 &&
         strcmp(o->robust, "off") != 0) {
-        rumor_diag_set(
-            diag, "", 0, 0, "robust must be clip or off, not '%s'", o->robust);
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "robust must be clip or off, not '%s'",
+                       o->robust);
         return RUMOR_EINVAL;
     }
     if (!(o->clip_quantile >= 0 && o->clip_quantile <= 1) ||
-        !(o->clip_factor == 0 || o->clip_factor >= 1) ||
-        !(o->clip_norm >= 0)) {
+        !(o->clip_factor == 0 || o->clip_factor >= 1) || !(o->clip_norm >= 0)) {
         rumor_diag_set(diag,
                        "",
                        0,
@@ -190,20 +197,23 @@ gossip_robust_radius(rumor_gossip *g, const double *norm, size_t count)
         return g->opts.clip_norm;
     }
     struct gossip_robust *r = NULL;
-    if (!gossip_robust_on(g) || count == 0 ||
-        s_get(g, count, &r) != RUMOR_OK)
+    if (!gossip_robust_on(g) || count == 0 || s_get(g, count, &r) != RUMOR_OK)
         return INFINITY;
     memcpy(r->sorted, norm, count * sizeof *norm);
     qsort(r->sorted, count, sizeof *r->sorted, s_cmp);
-    double q = g->opts.clip_quantile > 0 ? g->opts.clip_quantile
-                                         : ROBUST_QUANTILE;
+    double q =
+        g->opts.clip_quantile > 0 ? g->opts.clip_quantile : ROBUST_QUANTILE;
     double f = g->opts.clip_factor > 0 ? g->opts.clip_factor : ROBUST_FACTOR;
     double base = r->sorted[(size_t)floor(q * (double)(count - 1))];
-    if (r->ema > 0 && base > ROBUST_GROWTH * r->ema)
-        base = ROBUST_GROWTH * r->ema;
+    double grow =
+        r->steps < ROBUST_WARMUP ? ROBUST_GROWTH_WARMUP : ROBUST_GROWTH;
+    if (r->ema > 0 && base > grow * r->ema)
+        base = grow * r->ema;
+    if (r->ema > 0)
+        r->steps++;
     double tau = f * (base > r->ema ? base : r->ema);
-    r->ema = r->ema > 0 ? ROBUST_BETA * r->ema + (1 - ROBUST_BETA) * base
-                        : base;
+    r->ema =
+        r->ema > 0 ? ROBUST_BETA * r->ema + (1 - ROBUST_BETA) * base : base;
     g->screen.clip_radius = tau;
     return tau;
 }
@@ -243,8 +253,9 @@ gossip_robust_mix(rumor_gossip *g,
     for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
         if (r->diff[k] == NULL)
             r->diff[k] = malloc(g->numel * sizeof(double));
-        rc = r->diff[k] == NULL ? RUMOR_ENOMEM
-                                : g->algo->edge_diff(g, step, slot[k], r->diff[k]);
+        rc = r->diff[k] == NULL
+                 ? RUMOR_ENOMEM
+                 : g->algo->edge_diff(g, step, slot[k], r->diff[k]);
         if (rc == RUMOR_OK)
             r->norm[k] = gossip_norm(r->diff[k], g->numel);
         if (rc == RUMOR_OK && !isfinite(r->norm[k])) {
@@ -258,7 +269,8 @@ gossip_robust_mix(rumor_gossip *g,
     double tau = gossip_robust_radius(g, r->norm, peers);
     memset(acc, 0, g->numel * sizeof(double));
     for (size_t k = 0; k < peers; k++) {
-        double c = w[k] * gossip_robust_scale(g, slot[k]->peer, r->norm[k], tau);
+        double c =
+            w[k] * gossip_robust_scale(g, slot[k]->peer, r->norm[k], tau);
         const double *d = r->diff[k];
         for (size_t e = 0; e < g->numel; e++)
             acc[e] += d[e] * c;

@@ -145,7 +145,7 @@ struct rumor_gossip_opts {
      * clip_norm > 0 fixes tau instead. */
     char robust[8];       /* "clip" (or "": the default) or "off" */
     double clip_quantile; /* in (0, 1]; 0: 0.5, the lower median */
-    double clip_factor;   /* >= 1; 0: 4 */
+    double clip_factor;   /* >= 1; 0: 3 */
 };
 
 /* RUMOR_OK when opts.ef applies to opts.algo (see ef above), else
