@@ -351,6 +351,11 @@ struct gossip_ring {
     double *work64;  /* the same, for a wide ring */
     void *sendbuf;   /* the chunk emitted this round */
     size_t send_cap; /* elements sendbuf holds */
+    /* robust mixing's screen: the norms of this node's own chunks (and
+     * of all of them) when the reduction starts */
+    double *own;
+    size_t own_cap;
+    double own_total;
 };
 
 rumor_err gossip_ring_init(struct gossip_ring *r, size_t cap);
@@ -376,8 +381,10 @@ rumor_err
 gossip_ring_emit(rumor_gossip *g, struct gossip_ring *r, uint32_t round);
 
 /* Takes the previous member's chunk. After the last round work holds the
- * result, the same bits on every member. */
-rumor_err gossip_ring_absorb(const rumor_gossip *g,
+ * result, the same bits on every member. With robust mixing a chunk whose
+ * norm passes what its members could honestly sum to (RING_SCREEN_FACTOR
+ * times this node's own chunk per member) is refused, RUMOR_EPROTO. */
+rumor_err gossip_ring_absorb(rumor_gossip *g,
                              struct gossip_ring *r,
                              uint32_t round,
                              const struct rumor_gossip_msg *msgs,

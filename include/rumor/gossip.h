@@ -494,8 +494,9 @@ struct rumor_gossip_screen_stats {
     uint64_t nonfinite; /* messages refused for NaN or Inf */
     uint64_t malformed; /* messages refused for their size */
     uint64_t clipped;   /* differences clipped (robust mixing) */
-    uint64_t screened;  /* differences measured against a radius */
+    uint64_t screened;  /* differences (ring: chunks) measured */
     double clip_radius; /* the last step's radius (0: none yet) */
+    uint64_t outsized;  /* ring chunks refused as too large */
 };
 
 RUMOR_API void rumor_gossip_screen_stats(const rumor_gossip *g,

@@ -156,17 +156,17 @@ test_clip__options__quantile_factor_fixed_off(void **state)
 
 /* --- a ring of four with an attacker -------------------------------------- */
 
-#define N    4
-#define ROWS 4
-#define COLS 5
-#define DIM  (ROWS * COLS + ROWS)
-#define STEPS 200
-#define ATTACK_FROM 20
+#define N            4
+#define ROWS         4
+#define COLS         5
+#define DIM          (ROWS * COLS + ROWS)
+#define STEPS        200
+#define ATTACK_FROM  20
 #define ATTACK_STEPS 20
-#define LR 0.05
-#define BAND 1.0 /* of the spread of the optima, during the attack */
-#define END_BAND 0.01 /* and at the end */
-#define PG_END_BAND 0.15
+#define LR           0.05
+#define BAND         1.0  /* of the spread of the optima, during the attack */
+#define END_BAND     0.01 /* and at the end */
+#define PG_END_BAND  0.15
 #define MONIQUA_BAND 8.0
 
 enum attack { NONE, HUGE, NOT_A_NUMBER, GROWING };
@@ -282,8 +282,9 @@ s_ring_run(struct ring *r, enum attack a, bool skipping)
         const struct rumor_gossip_msg *out[N];
         size_t outn[N];
         for (size_t i = 0; i < N; i++)
-            assert_int_equal(rumor_gossip_emit(r->g[i], t, 0, &out[i], &outn[i]),
-                             RUMOR_OK);
+            assert_int_equal(
+                rumor_gossip_emit(r->g[i], t, 0, &out[i], &outn[i]),
+                RUMOR_OK);
         for (size_t i = 0; i < N; i++) {
             struct rumor_gossip_msg inbox[N];
             size_t got = 0;
@@ -335,8 +336,11 @@ s_scale(const struct ring *r)
     return sqrt(sq);
 }
 
-static const char *const s_algos[] = {
-    "dpsgd", "choco", "powergossip", "deepsqueeze", "moniqua"};
+static const char *const s_algos[] = {"dpsgd",
+                                      "choco",
+                                      "powergossip",
+                                      "deepsqueeze",
+                                      "moniqua"};
 
 /* The undisturbed run of algo, recorded into path. */
 static void
@@ -385,7 +389,8 @@ s_attack_case(const char *algo, bool skipping)
         /* NaN: a codec's encoder refuses it, so only raw float32 payloads
          * carry it; the strict path refuses the step, a node's skipping
          * path drops the term */
-        bool raw = strcmp(algo, "dpsgd") == 0 || strcmp(algo, "powergossip") == 0;
+        bool raw =
+            strcmp(algo, "dpsgd") == 0 || strcmp(algo, "powergossip") == 0;
         if (a == NOT_A_NUMBER && (!skipping || !raw))
             continue;
         double end = 0;
@@ -446,6 +451,64 @@ test_ring4_attacker__robust_off__honest_wrecked(void **state)
     s_ring_free(&ref);
 }
 
+/* --- the ring screen ------------------------------------------------------ */
+
+/* An all-reduce average of four 2 x 8 models over rumor_sim, node k's
+ * elements k + 1 + e / 10 and node 0's scaled by poison. */
+static rumor_err
+s_allreduce(const char *algo, const char *robust, float poison, float *got)
+{
+    struct rumor_diag diag = {0};
+    rumor_topology *t = NULL;
+    assert_int_equal(rumor_topology_from_spec("ring:4", 1, &t, &diag),
+                     RUMOR_OK);
+    struct rumor_gossip_opts opts;
+    rumor_gossip_opts_default(&opts);
+    snprintf(opts.algo, sizeof opts.algo, "%s", algo);
+    snprintf(opts.robust, sizeof opts.robust, "%s", robust);
+    float x[4][16];
+    rumor_gossip *g[4] = {0};
+    for (size_t k = 0; k < 4; k++) {
+        for (size_t e = 0; e < 16; e++)
+            x[k][e] = (float)k + 1 + (float)e / 10 * (k == 0 ? poison : 1);
+        struct rumor_tensor tt = {x[k], 2, {2, 8}};
+        struct rumor_model m = {&tt, 1};
+        assert_int_equal(
+            rumor_gossip_new(&opts, t, (uint32_t)k, &m, &g[k], &diag),
+            RUMOR_OK);
+    }
+    rumor_sim *sim = NULL;
+    assert_int_equal(rumor_sim_new(g, 4, &sim), RUMOR_OK);
+    rumor_err rc = rumor_sim_step(sim, 0);
+    memcpy(got, x[1], sizeof x[1]);
+    rumor_sim_destroy(&sim);
+    for (size_t k = 0; k < 4; k++)
+        rumor_gossip_destroy(&g[k]);
+    rumor_topology_destroy(&t);
+    return rc;
+}
+
+static void
+test_ring_screen__outsized_member_refused__honest_spread_passes(void **state)
+{
+    (void)state;
+    static const char *const algos[] = {"allreduce", "allreduce-f64"};
+    for (size_t a = 0; a < 2; a++) {
+        float on[16], off[16];
+        /* honest members 10x apart pass, with robust off's bits */
+        assert_int_equal(s_allreduce(algos[a], "", 10, on), RUMOR_OK);
+        assert_int_equal(s_allreduce(algos[a], "off", 10, off), RUMOR_OK);
+        assert_memory_equal(on, off, sizeof on);
+        /* mean of 1, 2, 3, 4 plus (10 + 3) e / 40 */
+        for (size_t e = 0; e < 16; e++)
+            assert_true(fabsf(on[e] - (2.5f + 13.0f * (float)e / 40)) < 1e-5f);
+        /* 1e30 is refused (the step fails); off, it is averaged in */
+        assert_int_equal(s_allreduce(algos[a], "", 1e30f, on), RUMOR_EPROTO);
+        assert_int_equal(s_allreduce(algos[a], "off", 1e30f, off), RUMOR_OK);
+        assert_true(off[15] > 1e28f);
+    }
+}
+
 int
 main(void)
 {
@@ -457,6 +520,8 @@ main(void)
         cmocka_unit_test(
             test_ring4_attacker__skipping__honest_finite_near_undisturbed),
         cmocka_unit_test(test_ring4_attacker__robust_off__honest_wrecked),
+        cmocka_unit_test(
+            test_ring_screen__outsized_member_refused__honest_spread_passes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
