@@ -1,5 +1,5 @@
 /*
- * net: the transport between nodes (GUIDE section 7). ZeroMQ sockets with
+ * net: the transport between nodes (docs/protocol.md). ZeroMQ sockets with
  * CURVE on every link, a ZAP allow-list of the topology's public keys,
  * sender binding (the id in a header must belong to the key that
  * authenticated the connection), a fixed little-endian frame header with
