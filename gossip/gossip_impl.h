@@ -188,6 +188,9 @@ rumor_err gossip_robust_mix(rumor_gossip *g,
                             size_t peers,
                             double *acc);
 void gossip_robust_free(rumor_gossip *g);
+/* localsgd's inner mixer (allreduce or dpsgd), NULL before it is made:
+ * its screen counts are localsgd's. */
+const rumor_gossip *gossip_localsgd_mixer(const rumor_gossip *g);
 
 /* Frees g->ledger (edges.c); NULL-safe. */
 void gossip_ledger_free(rumor_gossip *g);

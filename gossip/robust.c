@@ -4,8 +4,8 @@
  * "Byzantine-robust decentralized learning via self-centered clipping",
  * 2022, ClippedGossip):
  *
- *     x_i += gamma sum_j w_ij CLIP(d_ij, tau_i),  CLIP(z, tau) = z min(1,
- * tau/|z|)
+ *     x_i += gamma sum_j w_ij CLIP(d_ij, tau_i),
+ *     CLIP(z, tau) = z min(1, tau / |z|)
  *
  * d_ij is the step's difference neighbour j contributes (x_j - x_i for
  * D-PSGD, the decoded difference of the compressed algorithms), clipped
