@@ -387,7 +387,8 @@ gossip_ring_emit(rumor_gossip *g, struct gossip_ring *r, uint32_t round);
 /* Takes the previous member's chunk. After the last round work holds the
  * result, the same bits on every member. With robust mixing a chunk whose
  * norm passes what its members could honestly sum to (RING_SCREEN_FACTOR
- * times this node's own chunk per member) is refused, RUMOR_EPROTO. */
+ * times this node's own chunk per member, ring.c) is refused,
+ * RUMOR_EPROTO. */
 rumor_err gossip_ring_absorb(rumor_gossip *g,
                              struct gossip_ring *r,
                              uint32_t round,

@@ -29,11 +29,12 @@
 #include <string.h>
 
 /* How many times this node's own chunk one member's part of a sum may be
- * (robust mixing's ring screen): honest members' gradients, factors and
- * models are within a small factor of each other, so only the absurd is
- * refused (docs/gossip.md, "Robust mixing", says what this can and cannot
- * catch). */
-#define RING_SCREEN_FACTOR 100.0
+ * (robust mixing's ring screen). Honest members' gradients, factors and
+ * models are usually within a small factor of each other, but a refused
+ * chunk fails the step, and a node whose shard it has nearly learned has
+ * far smaller gradients than the others: only the absurd is refused
+ * (docs/gossip.md, "Robust mixing", says what this can and cannot catch). */
+#define RING_SCREEN_FACTOR 1e4
 
 static size_t
 s_chunk_start(const struct gossip_ring *r, size_t c)
