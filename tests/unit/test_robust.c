@@ -75,7 +75,7 @@ s_expect(const struct one *o, double a, double b, double tau, uint64_t clipped)
     struct rumor_gossip_screen_stats st;
     rumor_gossip_screen_stats(o->g, &st);
     if (fabs(o->x[0] - a) > 1e-5 || fabs(o->x[1] - b) > 1e-5 ||
-        fabs(st.clip_radius - tau) > 1e-9 || st.clipped != clipped)
+        fabs(st.clip_radius - tau) > 1e-6 * tau || st.clipped != clipped)
         print_message("got (%.7g, %.7g) radius %g clipped %llu; want (%.7g, "
                       "%.7g) radius %g clipped %llu\n",
                       o->x[0],
@@ -87,7 +87,7 @@ s_expect(const struct one *o, double a, double b, double tau, uint64_t clipped)
                       tau,
                       (unsigned long long)clipped);
     assert_true(fabs(o->x[0] - a) <= 1e-5 && fabs(o->x[1] - b) <= 1e-5);
-    assert_true(fabs(st.clip_radius - tau) <= 1e-9);
+    assert_true(fabs(st.clip_radius - tau) <= 1e-6 * tau);
     assert_int_equal(st.clipped, clipped);
 }
 
@@ -112,6 +112,28 @@ test_clip__three_steps__as_computed_by_hand(void **state)
     double x0 = o.x[0], x1 = o.x[1], c = 3.3 / sqrt(2);
     s_one_step(&o, 2, (double[]){1e30, 1e30}, (double[]){0, 1});
     s_expect(&o, x0 + c / 3, x1 + (c + 1) / 3, 3.3, 3);
+    s_one_free(&o);
+}
+
+/* After the 20-step warm-up the step's distance counts for at most 1.1x
+ * the history: a jump from 1 to 10 gives tau = 3 x 1.1, and both
+ * neighbours, 10 away, are clipped to it. */
+static void
+test_clip__after_warmup__radius_grows_10pc_a_step(void **state)
+{
+    (void)state;
+    struct one o;
+    s_one_new(&o, "", 0, 0);
+    uint64_t step = 0;
+    for (; step < 21; step++) /* ema = 1; 20 steps with a history */
+        s_one_step(&o, step, (double[]){0, 1}, (double[]){1, 0});
+    struct rumor_gossip_screen_stats st;
+    rumor_gossip_screen_stats(o.g, &st);
+    assert_true(fabs(st.clip_radius - 3) < 1e-6 && st.clipped == 0);
+    double x0 = o.x[0], x1 = o.x[1];
+    s_one_step(&o, step, (double[]){0, 10}, (double[]){10, 0});
+    /* each pull clipped to 3.3, weighted 1/3 */
+    s_expect(&o, x0 + 1.1, x1 + 1.1, 3.3, 2);
     s_one_free(&o);
 }
 
@@ -514,6 +536,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_clip__three_steps__as_computed_by_hand),
+        cmocka_unit_test(test_clip__after_warmup__radius_grows_10pc_a_step),
         cmocka_unit_test(test_clip__options__quantile_factor_fixed_off),
         cmocka_unit_test(
             test_ring4_attacker__strict__honest_finite_near_undisturbed),
