@@ -424,9 +424,10 @@ s_attack_case(const char *algo, bool skipping)
                       end,
                       scale);
         if (strcmp(algo, "moniqua") == 0) {
-            /* the pushes take honest neighbours further apart than theta,
-             * past which Moniqua's modular decoding is wrong for good:
-             * finite and bounded only (docs/gossip.md, "Robust mixing") */
+            /* its terms are bounded by its modulus whatever is sent, and
+             * its honest ones are as noisy (2-bit levels): the clip does
+             * not tell the attacker apart, so finite and bounded only
+             * (docs/reliability.md, "Robust mixing") */
             assert_true(worst < MONIQUA_BAND * scale);
             continue;
         }
