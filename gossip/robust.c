@@ -16,19 +16,22 @@
  * the largest is always clipped, however honest. Here the radius is
  *
  *     r_t   = the clip_quantile (default the lower median) of the step's
- *             finite distances, held to at most GROWTH times the EMA;
+ *             finite distances, held to at most GROWTH times the EMA
+ *             (GROWTH_WARMUP for the first WARMUP steps with a history);
  *     tau_t = clip_factor (default 3) x max(r_t, ema_{t-1});
  *     ema_t = BETA ema_{t-1} + (1 - BETA) r_t   (ema_t = r_t at first).
  *
  * The quantile keeps one outlier among several neighbours from setting the
- * radius (a ring's two neighbours: the smaller distance); the growth cap
- * limits how fast a neighbour can inflate it where it is the quantile
- * (one neighbour only); the factor leaves honest neighbours, which sit at
- * similar distances, unclipped (docs/gossip.md, "Robust mixing", measures
- * how often they are clipped).
+ * radius (a ring's two neighbours: the smaller distance); the factor
+ * leaves honest neighbours, which sit at comparable distances, unclipped;
+ * the growth cap limits how fast the radius follows honest distances an
+ * attacker's pull has widened (and a lone neighbour's own), while the
+ * warm-up lets distances grow from identical starting models
+ * (docs/gossip.md, "Robust mixing"; docs/reliability.md measures both).
  *
  * Clipped and rejected messages are logged with the sender: the first of
- * each sender at once, then counts per sender every LOG_EVERY_NS.
+ * each sender at once, then counts per sender, written at the first event
+ * LOG_EVERY_NS or more after the last line and when the instance ends.
  */
 #include "gossip/gossip_impl.h"
 
