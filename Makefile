@@ -120,7 +120,7 @@ else
 endif
 
 .PHONY: all demo test check asan fuzz bench lint format format-check \
-        headers-check deps deploy-test install uninstall clean help FORCE
+        headers-check deps deploy-test cluster-test install uninstall clean help FORCE
 
 all: $(RUMOR) $(SHLIB)
 	@echo "[build] CUDA backend: $(CUDA_LINE)"
@@ -131,6 +131,7 @@ help:
 	@echo "make asan          the whole test suite under ASan + UBSan"
 	@echo "make fuzz          build the libFuzzer harnesses with clang"
 	@echo "make deploy-test   docker/README.md end to end: image, 4 containers, a crash (root: own engine)"
+	@echo "make cluster-test  docker/README.md's Slurm job and launch --hosts on real slurmd, sshd (root)"
 	@echo "make bench         run the benchmarks (docs/benchmarks.md); QUICK=1 short"
 	@echo "make install       rumor, librumor.so/.a, headers, rumor.pc (PREFIX, DESTDIR)"
 	@echo "make lint          banned functions, include direction, headers alone"
@@ -201,6 +202,26 @@ deps:
 # reachable one, or (as root) a private dockerd for the test's time.
 deploy-test: $(RUMOR)
 	$(Q)RUMOR_BIN=$(RUMOR) sh scripts/with-docker.sh sh tests/integration/docker_e2e.sh
+
+# docker/README.md's Slurm job (sbatch --wait) and `rumor launch --hosts`
+# through real daemons: as root, a private one-host Slurm cluster
+# (scripts/with-slurm.sh) and a private sshd on 127.0.0.1
+# (scripts/with-sshd.sh), each around its own tests of test_deploy. A part
+# whose daemons cannot be had is SKIPPED, saying why (exit 3 and the
+# script's "[KIND] no ..." line); one that runs no test fails.
+CLUSTER_PARTS := slurm:test_slurm_real__ sshd:test_launch_hosts_real__
+cluster-test: $(RUMOR) $(BUILD)/tests/integration/test_deploy
+	$(Q)status=0; for part in $(CLUSTER_PARTS); do \
+	  kind=$${part%%:*}; log=$(BUILD)/cluster-test-$$kind.log; rc=0; \
+	  RUMOR_BIN=$(RUMOR) sh scripts/with-$$kind.sh \
+	    $(BUILD)/tests/integration/test_deploy "$${part#*:}*" >$$log 2>&1 || rc=$$?; \
+	  cat $$log; \
+	  if [ $$rc -eq 3 ] && grep -q "^\[$$kind\] no " $$log; then \
+	    echo "cluster-test: $$kind SKIPPED (reason above)"; \
+	  elif [ $$rc -ne 0 ] || ! grep -q '^\[  PASSED  \] [1-9]' $$log; then \
+	    echo "cluster-test: $$kind FAILED"; status=1; \
+	  fi; \
+	done; exit $$status
 
 # --- install (PREFIX, DESTDIR) ------------------------------------------------
 # The binary, both libraries (librumor.so.VERSION with its soname link), the

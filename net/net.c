@@ -353,8 +353,9 @@ rumor_net_new(const struct rumor_net_opts *opts, rumor_net **out)
             snprintf(p->key, sizeof p->key, "%s", src->key);
             p->has_key = true;
         }
-        net_replay_reset(&p->replay);
+        net_replay_reset(&p->conn.replay);
     }
+    net_loglimit_init(&net->drop_log, (uint64_t)NET_LOG_EVERY_MS * 1000000u);
     if (!opts->insecure) {
         net->secret = sodium_malloc(RUMOR_NET_KEY_TEXT_BYTES + 1);
         if (net->secret == NULL) {

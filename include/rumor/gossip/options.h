@@ -19,6 +19,7 @@
 #define RUMOR_GOSSIP_GAMMA_MAX   2.0 /* over-relaxation beyond 2 diverges */
 #define RUMOR_GOSSIP_GAMMA_AUTO  0.0 /* gamma chosen from topology and codec */
 #define RUMOR_GOSSIP_ADAPT_BYTES 16
+#define RUMOR_GOSSIP_PSGD_RANK   4 /* powersgd's rank when none is given */
 #define RUMOR_GOSSIP_SAEF_BYTES  (RUMOR_COMPRESS_SPEC_MAX + 16)
 
 /* One tensor of a model: data is borrowed (numel floats, row-major). */
@@ -57,7 +58,8 @@ struct rumor_gossip_opts {
                             (dpsgd, choco, powergossip, deepsqueeze, moniqua),
                             in (0, 2], or RUMOR_GOSSIP_GAMMA_AUTO: chosen by
                             rumor_gossip_new (rumor_gossip_gamma) */
-    size_t rank;         /* powergossip, powersgd: rank of the factors */
+    size_t rank;         /* powergossip, powersgd: rank of the factors;
+                            0: the algorithm's (rumor_gossip_rank) */
     unsigned iterations; /* powergossip: power iterations per step */
     unsigned period;     /* localsgd: synchronize every H steps */
     unsigned gossip_rounds; /* localsgd: 0 = exact average, k = k rounds of
@@ -144,12 +146,17 @@ RUMOR_API rumor_err rumor_gossip_ef_check(const struct rumor_gossip_opts *opts,
                                           struct rumor_diag *diag);
 
 /* Defaults: algo "dpsgd", codec "qsgd:bits=4", compressed false, ef "", gamma
- * RUMOR_GOSSIP_GAMMA_AUTO, rank 1, iterations 1, period 1, gossip_rounds 0,
- * delta_codec "", outer_lr 1, outer_momentum 0, theta 0.1, seed 1,
- * ef_alpha 0, saef_scope "neighbourhood", start_iter 0,
+ * RUMOR_GOSSIP_GAMMA_AUTO, rank 0 (the algorithm's), iterations 1, period 1,
+ * gossip_rounds 0, delta_codec "", outer_lr 1, outer_momentum 0, theta 0.1,
+ * seed 1, ef_alpha 0, saef_scope "neighbourhood", start_iter 0,
  * min_compression_rate 2, use_error_feedback, warm_start and
  * batch_same_shape true, orth_eps 0, one_sided false (docs/gossip.md,
  * "Defaults"). */
 RUMOR_API void rumor_gossip_opts_default(struct rumor_gossip_opts *opts);
+
+/* The rank opts.algo runs with: opts.rank, or when 0 the algorithm's
+ * default: RUMOR_GOSSIP_PSGD_RANK for powersgd (docs/gossip.md, "PowerSGD
+ * options": rank 1 trails all-reduce by points), 1 for powergossip. */
+RUMOR_API size_t rumor_gossip_rank(const struct rumor_gossip_opts *opts);
 
 #endif /* RUMOR_PUBLIC_GOSSIP_OPTIONS_H */
