@@ -135,28 +135,17 @@ s_start(struct ring *r, const char *run, bool attack, const char *robust)
         snprintf(key, sizeof key, "%s/keys/node-%d", r->dir, id);
         snprintf(out, sizeof out, "%s/%s-node-%d.out", r->dir, run, id);
         snprintf(dir, sizeof dir, "%s/%s", r->dir, run);
-        const char *argv[] = {"node",
-                              "--topology",
-                              r->topo,
-                              "--id",
-                              sid,
-                              "--key",
-                              key,
-                              "--algo",
-                              "dpsgd",
-                              "--steps",
-                              STEPS,
-                              "--eval-every",
-                              "0",
-                              "--deadline-ms",
-                              DEADLINE,
-                              "--metrics-dir",
-                              dir,
-                              "--log-level",
-                              "warn",
-                              "--robust",
-                              robust,
-                              NULL};
+        const char *argv[] = {"node",   "--topology",
+                              r->topo,  "--id",
+                              sid,      "--key",
+                              key,      "--algo",
+                              "dpsgd",  "--steps",
+                              STEPS,    "--eval-every",
+                              "0",      "--deadline-ms",
+                              DEADLINE, "--metrics-dir",
+                              dir,      "--log-level",
+                              "warn",   "--robust",
+                              robust,   NULL};
         r->pid[id] = tnc_start(argv, out);
     }
 }
