@@ -57,6 +57,7 @@ cli_node_help(FILE *out)
             "  --rate BITS/S  --delay-ms MS  --insecure  --progress "
             "auto|on|off\n"
             "  --deadline-factor F  --down-after K  --clip-norm X  --join\n"
+            "  --robust clip|off  --clip-quantile Q  --clip-factor F\n"
             "  powersgd: --start-powersgd-iter N  --min-compression-rate X\n"
             "  --no-use-error-feedback  --no-warm-start  --one-sided\n"
             "  --orthogonalization-epsilon E  "

@@ -68,6 +68,7 @@ cli_sim_help(FILE *out)
         "           [--outer-lr LR] [--outer-momentum MU] [--ef-alpha A]\n"
         "           [--saef-scope self|neighbourhood[:CODEC]]\n"
         "           [--edge-bytes PATH] [--gamma-grid] [--warm-start B]\n"
+        "           [--robust clip|off] [--clip-quantile Q] [--clip-factor F]\n"
         "       rumor sim train --topology SPEC|FILE [the options above]\n"
         "           [--workload lsq|logreg|mlp] [--hidden W] [--batch B]\n"
         "           [--dataset SPEC] [--shard iid|dirichlet] "
@@ -390,6 +391,12 @@ s_parse_args(int argc, char **argv, struct sim_args *a)
             rc = s_parse_unsigned(val, opt, &a->gossip.iterations);
         else if (strcmp(opt, "--theta") == 0)
             rc = cli_parse_double(val, opt, 1e-6, 1e5, &a->gossip.theta);
+        else if (strcmp(opt, "--robust") == 0)
+            snprintf(a->gossip.robust, sizeof a->gossip.robust, "%s", val);
+        else if (strcmp(opt, "--clip-quantile") == 0)
+            rc = cli_parse_double(val, opt, 0.01, 1, &a->gossip.clip_quantile);
+        else if (strcmp(opt, "--clip-factor") == 0)
+            rc = cli_parse_double(val, opt, 1, 1e6, &a->gossip.clip_factor);
         else if (strcmp(opt, "--period") == 0)
             rc = s_parse_unsigned(val, opt, &a->gossip.period);
         else if (strcmp(opt, "--gossip-rounds") == 0)

@@ -39,7 +39,7 @@ struct choco_edge {
 struct choco {
     struct gossip_packer pack;
     struct choco_edge *edge; /* by node id; neighbours only */
-    double *acc, *d;         /* absorb: sum_j w_ij d_j; one edge's term */
+    double *acc;             /* absorb: sum_j w_ij CLIP(d_j) */
     const struct rumor_gossip_msg **slot;
 };
 
@@ -63,8 +63,7 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
         return rc;
     s->edge = calloc(g->nodes, sizeof *s->edge);
     s->acc = calloc(g->numel + 1, sizeof(double));
-    s->d = calloc(g->numel + 1, sizeof(double));
-    if (!s->edge || !s->acc || !s->d)
+    if (!s->edge || !s->acc)
         return RUMOR_ENOMEM;
     size_t peers = 0;
     const uint32_t *nbr =
@@ -97,7 +96,6 @@ s_free(rumor_gossip *g)
     }
     free(s->edge);
     free(s->acc);
-    free(s->d);
     free(s);
     g->state = NULL;
 }
@@ -269,12 +267,8 @@ s_absorb(rumor_gossip *g,
     /* The same doubles, order and single rounding as the ledger's commit
      * of a loss-free step (gossip/edges.c); nothing changes before every
      * message decoded. */
-    memset(s->acc, 0, g->numel * sizeof(double));
-    for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
-        rc = s_edge_diff(g, step, s->slot[k], s->d);
-        for (size_t i = 0; i < g->numel && rc == RUMOR_OK; i++)
-            s->acc[i] += s->d[i] * w[k];
-    }
+    if (rc == RUMOR_OK) /* each x_hat difference clipped: robust mixing */
+        rc = gossip_robust_mix(g, step, s->slot, w, peers, s->acc);
     if (rc != RUMOR_OK)
         return rc;
     for (size_t k = 0; k < peers; k++)

@@ -21,8 +21,8 @@
 
 struct deepsqueeze {
     struct gossip_packer pack;
-    float *delta;        /* compression error, numel */
-    double *ds, *cv, *d; /* staged update; own C(v); one edge's term */
+    float *delta;    /* compression error, numel */
+    double *ds, *cv; /* staged update; own C(v) */
     const struct rumor_gossip_msg **slot;
 };
 
@@ -39,8 +39,7 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     s->delta = calloc(g->numel, sizeof(float));
     s->ds = calloc(g->numel, sizeof(double));
     s->cv = calloc(g->numel, sizeof(double));
-    s->d = calloc(g->numel + 1, sizeof(double));
-    if (!s->delta || !s->ds || !s->cv || !s->d)
+    if (!s->delta || !s->ds || !s->cv)
         return RUMOR_ENOMEM;
     return RUMOR_OK;
 }
@@ -55,7 +54,6 @@ s_free(rumor_gossip *g)
     free(s->delta);
     free(s->ds);
     free(s->cv);
-    free(s->d);
     free(s);
     g->state = NULL;
 }
@@ -138,12 +136,8 @@ s_absorb(rumor_gossip *g,
     rumor_err rc = gossip_match_peers(g, nbr, peers, msgs, count, s->slot);
     /* The same doubles, order and single rounding as the ledger's commit
      * of a loss-free step (gossip/edges.c). */
-    memset(s->ds, 0, g->numel * sizeof(double));
-    for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
-        rc = s_edge_diff(g, step, s->slot[k], s->d);
-        for (size_t i = 0; i < g->numel && rc == RUMOR_OK; i++)
-            s->ds[i] += s->d[i] * w[k];
-    }
+    if (rc == RUMOR_OK) /* each C(v_j) - C(v_i) clipped: robust mixing */
+        rc = gossip_robust_mix(g, step, s->slot, w, peers, s->ds);
     if (rc != RUMOR_OK)
         return rc;
     size_t base = 0;

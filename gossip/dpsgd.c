@@ -96,17 +96,10 @@ s_absorb(rumor_gossip *g,
                                       s->slot);
     for (size_t k = 0; k < peers && rc == RUMOR_OK; k++)
         rc = gossip_check_finite(g, s->slot[k]);
+    if (rc == RUMOR_OK) /* clipped per neighbour: robust mixing */
+        rc = gossip_robust_mix(g, step, s->slot, w, peers, s->acc);
     if (rc != RUMOR_OK)
         return rc;
-    memset(s->acc, 0, g->numel * sizeof(double));
-    for (size_t k = 0; k < peers; k++) {
-        const uint8_t *data = s->slot[k]->data;
-        for (size_t e = 0; e < g->numel; e++) {
-            float v;
-            memcpy(&v, data + e * sizeof v, sizeof v);
-            s->acc[e] += w[k] * ((double)v - s->snapshot[e]);
-        }
-    }
     for (size_t e = 0; e < g->numel; e++)
         s->mixed[e] = (float)(s->snapshot[e] + g->opts.gamma * s->acc[e]);
     gossip_flat_put(g, 0, g->numel, s->mixed);

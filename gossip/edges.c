@@ -56,7 +56,11 @@ struct gossip_ledger {
     uint64_t decided;         /* every step below is decided */
     double *acc;              /* commit: numel doubles */
     float *flat;              /* commit: the model, flat */
-    struct rumor_gossip_screen_stats screen;
+    /* absorb_partial: the round's staged terms (nodes slots), their
+     * neighbours' weights and norms, clipped once all are known */
+    struct gossip_term **round;
+    uint32_t *round_peer;
+    double *round_w, *round_norm;
 };
 
 /* --- wire format (pure) ------------------------------------------------- */
@@ -118,8 +122,13 @@ s_ledger(rumor_gossip *g, struct gossip_ledger **out)
         l->edge = calloc(g->nodes, sizeof *l->edge);
         l->acc = malloc(g->numel * sizeof(double));
         l->flat = malloc(g->numel * sizeof(float));
+        l->round = malloc(g->nodes * sizeof *l->round);
+        l->round_peer = malloc(g->nodes * sizeof *l->round_peer);
+        l->round_w = malloc(g->nodes * sizeof *l->round_w);
+        l->round_norm = malloc(g->nodes * sizeof *l->round_norm);
         g->ledger = l;
-        if (!l->edge || !l->acc || !l->flat)
+        if (!l->edge || !l->acc || !l->flat || !l->round || !l->round_peer ||
+            !l->round_w || !l->round_norm)
             return RUMOR_ENOMEM;
     }
     *out = g->ledger;
@@ -138,6 +147,10 @@ gossip_ledger_free(rumor_gossip *g)
     free(l->edge);
     free(l->acc);
     free(l->flat);
+    free(l->round);
+    free(l->round_peer);
+    free(l->round_w);
+    free(l->round_norm);
     free(l);
     g->ledger = NULL;
 }
@@ -166,50 +179,32 @@ s_slot(const rumor_gossip *g, struct gossip_edge *e)
     return NULL;
 }
 
-/* Counts and logs a message refused for NaN or Inf. */
+/* Counts and logs (rate-limited) a message refused for NaN or Inf. */
 static void
 s_refuse_nonfinite(rumor_gossip *g, uint32_t peer)
 {
-    g->ledger->screen.nonfinite++;
-    rumor_log(RUMOR_LOG_WARN,
-              "gossip %s: node %u rejected the message of %u: "
-              "non-finite values",
-              g->algo->name,
-              g->self,
-              peer);
+    g->screen.nonfinite++;
+    gossip_robust_note(g, peer, NAN, 0);
 }
 
-/* Screens a difference: finite, and clipped to norm tau when tau > 0
- * (ClippedGossip: He, Karimireddy and Jaggi 2022, "Byzantine-robust
- * decentralized learning via ClippedGossip"; the clip of x_j - x_i is
- * minus the clip of x_i - x_j, so the average is kept). */
-static rumor_err
-s_screen(rumor_gossip *g, uint32_t peer, double *d, double weight)
+/* Clips the round's staged terms to the step's radius and weights them
+ * (ClippedGossip: He, Karimireddy and Jaggi 2022; gossip/robust.c). With a
+ * fixed radius (clip_norm) clip(x_j - x_i) = -clip(x_i - x_j), so the
+ * average is kept; an adaptive radius differs between the two ends, so a
+ * clipped pair moves it (docs/gossip.md, "Robust mixing"). */
+static void
+s_screen_round(rumor_gossip *g, size_t count)
 {
     struct gossip_ledger *l = g->ledger;
-    double sq = 0;
-    for (size_t e = 0; e < g->numel; e++)
-        sq += d[e] * d[e];
-    if (!isfinite(sq)) {
-        s_refuse_nonfinite(g, peer);
-        return RUMOR_ENUMERIC;
+    double tau = gossip_robust_radius(g, l->round_norm, count);
+    for (size_t k = 0; k < count; k++) {
+        double c =
+            l->round_w[k] *
+            gossip_robust_scale(g, l->round_peer[k], l->round_norm[k], tau);
+        double *d = l->round[k]->delta;
+        for (size_t e = 0; e < g->numel; e++)
+            d[e] *= c;
     }
-    double tau = g->opts.clip_norm, scale = 1;
-    if (tau > 0 && sqrt(sq) > tau) {
-        scale = tau / sqrt(sq);
-        l->screen.clipped++;
-        rumor_log(RUMOR_LOG_INFO,
-                  "gossip %s: node %u clipped the difference to %u from "
-                  "norm %g to %g",
-                  g->algo->name,
-                  g->self,
-                  peer,
-                  sqrt(sq),
-                  tau);
-    }
-    for (size_t e = 0; e < g->numel; e++)
-        d[e] *= weight * scale;
-    return RUMOR_OK;
 }
 
 /* Stages peer k's term of step, or records that it is not held. */
@@ -218,7 +213,8 @@ s_stage_one(rumor_gossip *g,
             uint64_t step,
             uint32_t peer,
             double weight,
-            const struct rumor_gossip_msg *m)
+            const struct rumor_gossip_msg *m,
+            size_t *staged)
 {
     struct gossip_ledger *l = g->ledger;
     struct gossip_edge *e = &l->edge[peer];
@@ -240,7 +236,7 @@ s_stage_one(rumor_gossip *g,
     }
     rumor_err rc = g->algo->edge_diff(g, step, m, t->delta);
     if (rc == RUMOR_EPROTO) {
-        l->screen.malformed++;
+        g->screen.malformed++;
         rumor_log(RUMOR_LOG_WARN,
                   "gossip %s: node %u rejected the message of %u: %zu "
                   "bytes do not fit the model",
@@ -256,8 +252,15 @@ s_stage_one(rumor_gossip *g,
     }
     if (rc != RUMOR_OK)
         return rc;
-    if (s_screen(g, peer, t->delta, weight) != RUMOR_OK)
+    double norm = gossip_norm(t->delta, g->numel);
+    if (!isfinite(norm)) {
+        s_refuse_nonfinite(g, peer);
         return RUMOR_OK;
+    }
+    l->round[*staged] = t;
+    l->round_peer[*staged] = peer;
+    l->round_w[*staged] = weight;
+    l->round_norm[(*staged)++] = norm;
     t->step = step;
     t->staged = true;
     s_held_add(e, step);
@@ -300,6 +303,7 @@ rumor_gossip_absorb_partial(rumor_gossip *g,
     if (rc != RUMOR_OK)
         return rc;
     size_t phase = rumor_topology_phase_at(g->topo, step), peers = 0;
+    size_t staged = 0;
     const double *w = NULL;
     const uint32_t *nbr =
         rumor_topology_neighbors(g->topo, phase, g->self, &peers, &w);
@@ -308,8 +312,9 @@ rumor_gossip_absorb_partial(rumor_gossip *g,
         for (size_t i = 0; i < count; i++)
             if (msgs[i].peer == nbr[k] && m == NULL)
                 m = &msgs[i];
-        rc = s_stage_one(g, step, nbr[k], w[k], m);
+        rc = s_stage_one(g, step, nbr[k], w[k], m, &staged);
     }
+    s_screen_round(g, staged);
     if (rc == RUMOR_OK && step + 1 > l->decided)
         l->decided = step + 1;
     return rc;
@@ -467,7 +472,15 @@ void
 rumor_gossip_screen_stats(const rumor_gossip *g,
                           struct rumor_gossip_screen_stats *out)
 {
-    memset(out, 0, sizeof *out);
-    if (g->ledger != NULL)
-        *out = g->ledger->screen;
+    *out = g->screen;
+    const rumor_gossip *mixer =
+        g->algo == &gossip_localsgd ? gossip_localsgd_mixer(g) : NULL;
+    if (mixer != NULL) {
+        out->nonfinite += mixer->screen.nonfinite;
+        out->malformed += mixer->screen.malformed;
+        out->clipped += mixer->screen.clipped;
+        out->screened += mixer->screen.screened;
+        out->outsized += mixer->screen.outsized;
+        out->clip_radius = mixer->screen.clip_radius;
+    }
 }

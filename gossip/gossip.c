@@ -209,7 +209,8 @@ rumor_gossip_new(const struct rumor_gossip_opts *opts,
     }
     if (algo == &gossip_allreduce && opts->compressed)
         algo = &gossip_allreduce_codec;
-    if (rumor_gossip_ef_check(opts, diag) != RUMOR_OK)
+    if (rumor_gossip_ef_check(opts, diag) != RUMOR_OK ||
+        gossip_robust_check(opts, diag) != RUMOR_OK)
         return RUMOR_EINVAL;
     if (self >= rumor_topology_nodes(t)) {
         rumor_diag_set(diag, "", 0, 0, "node %u is not in the topology", self);
@@ -257,6 +258,7 @@ rumor_gossip_destroy(rumor_gossip **self_p)
         return;
     g->algo->free(g);
     gossip_ledger_free(g);
+    gossip_robust_free(g);
     gossip_adapt_destroy(&g->adapt);
     free(g->tensors);
     free(g->out);

@@ -144,8 +144,10 @@ struct rumor_gossip {
     size_t out_count, out_alloc;
     void *state;                  /* the algorithm's */
     struct gossip_ledger *ledger; /* edges.c: staged terms, made on use */
-    struct gossip_adapt *adapt;   /* adapt.c: opts.adapt's controller */
-    uint8_t codec;                /* rumor_gossip_codec */
+    struct gossip_robust *robust; /* robust.c: the radius, made on use */
+    struct rumor_gossip_screen_stats screen; /* rumor_gossip_screen_stats */
+    struct gossip_adapt *adapt; /* adapt.c: opts.adapt's controller */
+    uint8_t codec;              /* rumor_gossip_codec */
     /* the ring of the ring algorithms (rumor_gossip_members_set) */
     uint32_t *ring;    /* member node ids, sorted; nodes slots, all at first */
     size_t ring_n;     /* members */
@@ -153,6 +155,42 @@ struct rumor_gossip {
     bool in_step;      /* round 0 emitted, the last round not yet absorbed, and
                           no call of the step failed */
 };
+
+/* --- robust mixing (robust.c) ------------------------------------------ */
+
+/* RUMOR_EINVAL with a diag for robust, clip_quantile, clip_factor or
+ * clip_norm out of range. */
+rumor_err gossip_robust_check(const struct rumor_gossip_opts *o,
+                              struct rumor_diag *diag);
+/* True unless robust is "off" (and no clip_norm). */
+bool gossip_robust_on(const rumor_gossip *g);
+/* The step's radius from the finite norms of its neighbour differences
+ * (and the history, which it updates); INFINITY when off. */
+double gossip_robust_radius(rumor_gossip *g, const double *norm, size_t count);
+/* The factor min(1, tau / norm) for peer's difference, counted and (rate-
+ * limited) logged when below 1. */
+double
+gossip_robust_scale(rumor_gossip *g, uint32_t peer, double norm, double tau);
+/* Logs (rate-limited, with the sender) a clipped difference, or a rejected
+ * one when norm is not finite. */
+void
+gossip_robust_note(rumor_gossip *g, uint32_t peer, double norm, double tau);
+/* The Euclidean norm of n doubles. */
+double gossip_norm(const double *d, size_t n);
+/* The strict path's robust mix: acc = sum_k w[k] CLIP(d_k, tau), d_k the
+ * algorithm's edge_diff of slot[k], summed in k order in double (the
+ * ledger's doubles when nothing is clipped). An edge_diff error, or a non-
+ * finite difference (RUMOR_ENUMERIC), returns before acc is written. */
+rumor_err gossip_robust_mix(rumor_gossip *g,
+                            uint64_t step,
+                            const struct rumor_gossip_msg *const *slot,
+                            const double *w,
+                            size_t peers,
+                            double *acc);
+void gossip_robust_free(rumor_gossip *g);
+/* localsgd's inner mixer (allreduce or dpsgd), NULL before it is made:
+ * its screen counts are localsgd's. */
+const rumor_gossip *gossip_localsgd_mixer(const rumor_gossip *g);
 
 /* Frees g->ledger (edges.c); NULL-safe. */
 void gossip_ledger_free(rumor_gossip *g);
@@ -317,6 +355,11 @@ struct gossip_ring {
     double *work64;  /* the same, for a wide ring */
     void *sendbuf;   /* the chunk emitted this round */
     size_t send_cap; /* elements sendbuf holds */
+    /* robust mixing's screen: the norms of this node's own chunks (and
+     * of all of them) when the reduction starts */
+    double *own;
+    size_t own_cap;
+    double own_total;
 };
 
 rumor_err gossip_ring_init(struct gossip_ring *r, size_t cap);
@@ -342,8 +385,11 @@ rumor_err
 gossip_ring_emit(rumor_gossip *g, struct gossip_ring *r, uint32_t round);
 
 /* Takes the previous member's chunk. After the last round work holds the
- * result, the same bits on every member. */
-rumor_err gossip_ring_absorb(const rumor_gossip *g,
+ * result, the same bits on every member. With robust mixing a chunk whose
+ * norm passes what its members could honestly sum to (RING_SCREEN_FACTOR
+ * times this node's own chunk per member, ring.c) is refused,
+ * RUMOR_EPROTO. */
+rumor_err gossip_ring_absorb(rumor_gossip *g,
                              struct gossip_ring *r,
                              uint32_t round,
                              const struct rumor_gossip_msg *msgs,

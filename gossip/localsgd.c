@@ -119,6 +119,11 @@ s_make_mixer(rumor_gossip *g, struct rumor_diag *diag)
     struct rumor_gossip_opts inner;
     rumor_gossip_opts_default(&inner);
     inner.seed = g->opts.seed;
+    /* robust mixing screens the mixer's messages as g's own */
+    memcpy(inner.robust, g->opts.robust, sizeof inner.robust);
+    inner.clip_quantile = g->opts.clip_quantile;
+    inner.clip_factor = g->opts.clip_factor;
+    inner.clip_norm = g->opts.clip_norm;
     snprintf(inner.algo,
              sizeof inner.algo,
              "%s",
@@ -577,6 +582,13 @@ s_abandon(rumor_gossip *g)
     struct localsgd *s = g->state;
     rumor_gossip_step_abandon(s->mixer);
     s->compressed_sync = false;
+}
+
+const rumor_gossip *
+gossip_localsgd_mixer(const rumor_gossip *g)
+{
+    const struct localsgd *s = g->state;
+    return s != NULL ? s->mixer : NULL;
 }
 
 const struct gossip_algo_i gossip_localsgd = {

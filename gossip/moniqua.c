@@ -35,6 +35,7 @@ struct moniqua {
     float *x;     /* the flat model at the start of the step */
     float *xhat;  /* q_i B - mod(x_i, B) */
     float *noise;
+    double *acc;     /* sum_j w_ij term_j, the step's update */
     uint8_t *levels; /* the packed message */
     size_t bytes;    /* its length: ceil(numel / 4) */
     const struct rumor_gossip_msg **slot;
@@ -85,9 +86,10 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     s->x = malloc(g->numel * sizeof(float));
     s->xhat = malloc(g->numel * sizeof(float));
     s->noise = malloc(g->numel * sizeof(float));
+    s->acc = malloc(g->numel * sizeof(double));
     s->levels = malloc(s->bytes + 1);
     s->slot = malloc(g->nodes * sizeof *s->slot);
-    if (!s->x || !s->xhat || !s->noise || !s->levels || !s->slot)
+    if (!s->x || !s->xhat || !s->noise || !s->acc || !s->levels || !s->slot)
         return RUMOR_ENOMEM;
     return RUMOR_OK;
 }
@@ -101,6 +103,7 @@ s_free(rumor_gossip *g)
     free(s->x);
     free(s->xhat);
     free(s->noise);
+    free(s->acc);
     free(s->levels);
     free(s->slot);
     free(s);
@@ -155,17 +158,12 @@ s_absorb(rumor_gossip *g,
     /* Every byte is a valid set of levels: the length is the only check. */
     rumor_err rc =
         gossip_match_inbox(g, nbr, peers, msgs, count, s->bytes, s->slot);
+    if (rc == RUMOR_OK) /* each neighbour's term clipped: robust mixing */
+        rc = gossip_robust_mix(g, step, s->slot, w, peers, s->acc);
     if (rc != RUMOR_OK)
         return rc;
-    double b = s->bound, inv_b = 1.0 / b, gamma = g->opts.gamma;
-    for (size_t e = 0; e < g->numel; e++) {
-        double x = s->x[e], sum = 0;
-        for (size_t k = 0; k < peers; k++) {
-            double q = s_level(s->slot[k]->data, e) * MONIQUA_DELTA - 0.5;
-            sum += w[k] * (s_mod(q * b - x, b, inv_b) - s->xhat[e]);
-        }
-        s->x[e] = (float)(x + gamma * sum);
-    }
+    for (size_t e = 0; e < g->numel; e++)
+        s->x[e] = (float)(s->x[e] + g->opts.gamma * s->acc[e]);
     gossip_flat_put(g, 0, g->numel, s->x);
     return RUMOR_OK;
 }

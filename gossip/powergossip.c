@@ -72,7 +72,6 @@ struct powergossip {
     float *vec_snap;      /* own 1-D tensors as sent this round */
     size_t vec_floats;
     double *acc;   /* absorb: sum_j w_ij d_j, numel */
-    double *d;     /* absorb: one edge's term, numel */
     float *zero;   /* scratch: the model-sized target of an apply */
     float **zptr;  /* tensor pointers into zero */
     float *theirs; /* an aligned copy of a neighbour's message */
@@ -122,10 +121,9 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     }
     s->vec_snap = malloc((s->vec_floats + 1) * sizeof(float));
     s->acc = malloc((g->numel + 1) * sizeof(double));
-    s->d = malloc((g->numel + 1) * sizeof(double));
     s->zero = malloc((g->numel + 1) * sizeof(float));
     s->zptr = calloc(g->tensor_count + 1, sizeof *s->zptr);
-    if (!s->vec_snap || !s->acc || !s->d || !s->zero || !s->zptr)
+    if (!s->vec_snap || !s->acc || !s->zero || !s->zptr)
         return RUMOR_ENOMEM;
     size_t base = 0;
     for (size_t t = 0; t < g->tensor_count; t++) {
@@ -159,7 +157,6 @@ s_free(rumor_gossip *g)
     free(s->slot);
     free(s->vec_snap);
     free(s->acc);
-    free(s->d);
     free(s->zero);
     free(s->zptr);
     free(s->theirs);
@@ -428,14 +425,10 @@ s_absorb(rumor_gossip *g,
         return rc;
     /* The same doubles, order and single rounding as the ledger's commit
      * of a loss-free step (gossip/edges.c). */
-    memset(s->acc, 0, g->numel * sizeof(double));
-    for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
-        rc = s_edge_term(g, &s->peer[nbr[k]], s->slot[k], s->d);
-        for (size_t e = 0; e < g->numel && rc == RUMOR_OK; e++)
-            s->acc[e] += s->d[e] * w[k];
-        if (rc == RUMOR_OK)
-            s_edge_commit(g, nbr[k], step);
-    }
+    /* each low-rank difference clipped: robust mixing */
+    rc = gossip_robust_mix(g, step, s->slot, w, peers, s->acc);
+    for (size_t k = 0; k < peers && rc == RUMOR_OK; k++)
+        s_edge_commit(g, nbr[k], step);
     if (rc != RUMOR_OK)
         return rc;
     size_t base = 0;

@@ -28,6 +28,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* How many times this node's own chunk one member's part of a sum may be
+ * (robust mixing's ring screen). Honest members' gradients, factors and
+ * models are usually within a small factor of each other, but a refused
+ * chunk fails the step, and a node whose shard it has nearly learned has
+ * far smaller gradients than the others: only the absurd is refused
+ * (docs/gossip.md, "Robust mixing", says what this can and cannot catch). */
+#define RING_SCREEN_FACTOR 1e4
+
 static size_t
 s_chunk_start(const struct gossip_ring *r, size_t c)
 {
@@ -88,6 +96,7 @@ gossip_ring_free(struct gossip_ring *r)
     free(r->work);
     free(r->work64);
     free(r->sendbuf);
+    free(r->own);
     memset(r, 0, sizeof *r);
 }
 
@@ -120,10 +129,91 @@ gossip_ring_start(struct gossip_ring *r,
     return RUMOR_OK;
 }
 
+/* The norm of len elements at data (float or double, unaligned). */
+static double
+s_norm(const struct gossip_ring *r, const uint8_t *data, size_t len)
+{
+    double sq = 0;
+    for (size_t e = 0; e < len; e++) {
+        double v;
+        if (r->wide) {
+            memcpy(&v, data + e * sizeof v, sizeof v);
+        } else {
+            float f;
+            memcpy(&f, data + e * sizeof f, sizeof f);
+            v = f;
+        }
+        sq += v * v;
+    }
+    return sqrt(sq);
+}
+
+/* This node's chunks' norms, before any is summed: the screen's yardstick. */
+static rumor_err
+s_own_norms(struct gossip_ring *r)
+{
+    if (r->n > r->own_cap) {
+        double *own = realloc(r->own, r->n * sizeof *own);
+        if (own == NULL)
+            return RUMOR_ENOMEM;
+        r->own = own;
+        r->own_cap = r->n;
+    }
+    double sq = 0;
+    for (size_t c = 0; c < r->n; c++) {
+        const uint8_t *at =
+            r->wide ? (const uint8_t *)(r->work64 + s_chunk_start(r, c))
+                    : (const uint8_t *)(r->work + s_chunk_start(r, c));
+        r->own[c] = s_norm(r, at, s_chunk_len(r, c));
+        sq += r->own[c] * r->own[c];
+    }
+    r->own_total = sqrt(sq);
+    return RUMOR_OK;
+}
+
+/* Refuses a chunk larger than its members could honestly sum to: each at
+ * most RING_SCREEN_FACTOR times this node's own chunk (or, for a chunk
+ * this node holds little of, its share of this node's whole vector). */
+static rumor_err
+s_screen(rumor_gossip *g,
+         const struct gossip_ring *r,
+         uint32_t round,
+         size_t c,
+         const struct rumor_gossip_msg *m)
+{
+    size_t n = r->n, len = s_chunk_len(r, c);
+    if (!gossip_robust_on(g) || !(r->own_total > 0))
+        return RUMOR_OK; /* off, or nothing to measure against */
+    /* the members summed into it: round + 1 in the reduce-scatter, all n
+     * in the all-gather, then divided by n when averaging */
+    double members = round < n - 1 ? (double)round + 1
+                     : r->average  ? 1
+                                   : (double)n;
+    double mine = r->own_total * sqrt((double)len / (double)r->len);
+    double bound = members * RING_SCREEN_FACTOR * fmax(r->own[c], mine);
+    double norm = s_norm(r, m->data, len);
+    g->screen.screened++;
+    if (norm <= bound)
+        return RUMOR_OK;
+    g->screen.outsized++;
+    rumor_log(RUMOR_LOG_WARN,
+              "gossip %s: node %u rejected the chunk from %u: norm %g over "
+              "the bound %g of %.0f members' sum (the step fails)",
+              g->algo->name,
+              g->self,
+              m->peer,
+              norm,
+              bound,
+              members);
+    return RUMOR_EPROTO;
+}
+
 rumor_err
 gossip_ring_emit(rumor_gossip *g, struct gossip_ring *r, uint32_t round)
 {
     rumor_err rc = gossip_out_reserve(g, 1);
+    if (rc == RUMOR_OK && round == 0)
+        rc = s_own_norms(r);
     if (rc != RUMOR_OK)
         return rc;
     size_t n = r->n;
@@ -186,7 +276,7 @@ s_absorb_wide(struct gossip_ring *r,
 }
 
 rumor_err
-gossip_ring_absorb(const rumor_gossip *g,
+gossip_ring_absorb(rumor_gossip *g,
                    struct gossip_ring *r,
                    uint32_t round,
                    const struct rumor_gossip_msg *msgs,
@@ -200,6 +290,8 @@ gossip_ring_absorb(const rumor_gossip *g,
         gossip_match_inbox(g, &prev, 1, msgs, count, len * s_elem(r), &slot);
     if (rc == RUMOR_OK)
         rc = r->wide ? s_check_finite64(g, slot) : gossip_check_finite(g, slot);
+    if (rc == RUMOR_OK)
+        rc = s_screen(g, r, round, c, slot);
     if (rc != RUMOR_OK)
         return rc;
     if (r->wide) {

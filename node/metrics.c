@@ -137,13 +137,23 @@ s_add_adapt(cJSON *o, const rumor_gossip *g)
     return ok;
 }
 
+/* Robust mixing's counters (gossip/robust.c, docs/gossip.md), every
+ * gossip algorithm. */
+static bool
+s_add_screen(cJSON *o, const struct node_metrics_row *r)
+{
+    return s_add_num(o, "clipped", (double)r->clipped) &&
+           s_add_num(o, "screened", (double)r->screened) &&
+           s_add_num(o, "clip_radius", r->clip_radius) &&
+           s_add_num(o, "rejected_outsized", (double)r->rejected_outsized);
+}
+
 /* The fault-handling counters (node/faults.c, docs/reliability.md). */
 static bool
 s_add_faults(cJSON *o, const struct node_metrics_row *r)
 {
     return s_add_num(o, "rejected_nonfinite", (double)r->rejected_nonfinite) &&
            s_add_num(o, "rejected_malformed", (double)r->rejected_malformed) &&
-           s_add_num(o, "clipped", (double)r->clipped) &&
            s_add_num(o, "skipped", (double)r->skipped) &&
            s_add_num(o, "peers_down", (double)r->peers_down) &&
            s_add_num(o, "readmitted", (double)r->readmitted) &&
@@ -223,7 +233,7 @@ node_metrics_write(node_metrics *m,
     ok = ok && s_add_num(o, "seconds_compute", r->seconds_compute);
     ok = ok && s_add_num(o, "seconds_gossip", r->seconds_gossip);
     ok = ok && s_add_num(o, "seconds_wait", r->seconds_wait);
-    ok = ok && (!r->faults || s_add_faults(o, r));
+    ok = ok && s_add_screen(o, r) && (!r->faults || s_add_faults(o, r));
     ok = ok && (!r->elastic || (s_add_num(o, "epoch", (double)r->epoch) &&
                                 s_add_num(o, "members", r->members)));
     ok = ok && s_add_adapt(o, r->gossip);

@@ -230,6 +230,24 @@ s_render(struct node_prom *p, size_t *len)
              "Time sending and waiting for neighbours.",
              id,
              r->seconds_wait);
+    s_metric(out,
+             "rumor_clipped_total",
+             "counter",
+             "Neighbour differences clipped (robust mixing).",
+             id,
+             r->clipped);
+    s_metric(out,
+             "rumor_clip_radius",
+             "gauge",
+             "The last step's clipping radius (robust mixing).",
+             id,
+             r->clip_radius);
+    s_metric(out,
+             "rumor_rejected_outsized_total",
+             "counter",
+             "Ring chunks refused as too large (robust mixing).",
+             id,
+             r->rejected_outsized);
     if (r->faults) {
         s_metric(out,
                  "rumor_rejected_nonfinite_total",
@@ -243,12 +261,6 @@ s_render(struct node_prom *p, size_t *len)
                  "Neighbour messages refused for their size.",
                  id,
                  r->rejected_malformed);
-        s_metric(out,
-                 "rumor_clipped_total",
-                 "counter",
-                 "Neighbour differences clipped (--clip-norm).",
-                 id,
-                 r->clipped);
         s_metric(out,
                  "rumor_skipped_total",
                  "counter",

@@ -617,20 +617,24 @@ s_evaluate(rumor_node *node)
     node->sum.optimum_error = worst;
 }
 
-/* The fault counters of the metrics line (node/faults.c, screening). */
+/* Robust mixing's and the fault path's counters of the metrics line
+ * (gossip/robust.c; node/faults.c, screening). */
 static void
 s_faults_row(const rumor_node *node, struct node_metrics_row *row)
 {
-    if (node->faults == NULL)
-        return;
     struct node_faults_stats fs;
     struct rumor_gossip_screen_stats ss;
-    node_faults_stats(node->faults, &fs);
     rumor_gossip_screen_stats(node->g, &ss);
+    row->clipped = ss.clipped;
+    row->screened = ss.screened;
+    row->clip_radius = ss.clip_radius;
+    row->rejected_outsized = ss.outsized;
+    if (node->faults == NULL)
+        return;
+    node_faults_stats(node->faults, &fs);
     row->faults = true;
     row->rejected_nonfinite = ss.nonfinite;
     row->rejected_malformed = ss.malformed;
-    row->clipped = ss.clipped;
     row->skipped = fs.skipped;
     row->peers_down = fs.peers_down;
     row->readmitted = fs.readmitted;

@@ -67,7 +67,10 @@ struct node_metrics_row {
     bool faults; /* the fields below are written (node/faults.c) */
     uint64_t rejected_nonfinite; /* neighbour messages with NaN or Inf */
     uint64_t rejected_malformed; /* of the wrong size */
-    uint64_t clipped;            /* differences clipped (--clip-norm) */
+    uint64_t clipped;            /* differences clipped (robust mixing) */
+    uint64_t screened;           /* differences measured against a radius */
+    double clip_radius;          /* the last step's radius (0: none yet) */
+    uint64_t rejected_outsized;  /* ring chunks refused as too large */
     uint64_t skipped;            /* (neighbour, step) pairs skipped */
     uint64_t peers_down;         /* neighbours marked down now */
     uint64_t readmitted;         /* handshakes with returning neighbours */

@@ -454,6 +454,10 @@ test_gossip_state__every_algorithm__continues_bit_identically(void **state)
         o.warm_start = !cases[k].cold;
         o.gamma = strcmp(o.algo, "choco") == 0 ? 0.4 : 1.0;
         o.seed = 77;
+        /* robust mixing's radius history is not in the state (a restored
+         * node starts it over, docs/gossip.md "Robust mixing"), and these
+         * models start apart enough for it to clip */
+        snprintf(o.robust, sizeof o.robust, "off");
         s_state_round_trip(&o, cases[k].spec);
     }
 }

@@ -59,7 +59,7 @@ RUMOR_API bool rumor_gossip_can_skip(const rumor_gossip *g);
 
 /* As rumor_gossip_absorb for a round whose messages may be incomplete:
  * each expected neighbour whose message is present, of the right size and
- * finite, gets its term staged (and is clipped with opts.clip_norm);
+ * finite, gets its term staged (clipped by robust mixing: opts.robust);
  * the others are skipped (counted in rumor_gossip_screen_stats, logged
  * with the peer id). Nothing touches the model until rumor_gossip_commit.
  * Falls back to rumor_gossip_absorb when the algorithm cannot skip. */
@@ -104,7 +104,10 @@ RUMOR_API void rumor_gossip_fast_forward(rumor_gossip *g, uint64_t step);
 struct rumor_gossip_screen_stats {
     uint64_t nonfinite; /* messages refused for NaN or Inf */
     uint64_t malformed; /* messages refused for their size */
-    uint64_t clipped;   /* differences clipped to opts.clip_norm */
+    uint64_t clipped;   /* differences clipped (robust mixing) */
+    uint64_t screened;  /* differences (ring: chunks) measured */
+    double clip_radius; /* the last step's radius (0: none yet) */
+    uint64_t outsized;  /* ring chunks refused as too large */
 };
 
 RUMOR_API void rumor_gossip_screen_stats(const rumor_gossip *g,

@@ -75,9 +75,8 @@ struct rumor_gossip_opts {
     double ef_alpha;  /* localsgd with delta_codec: step-ahead error feedback
                          coefficient in [0, 1]; 0 = plain EF, 1 = SAEF (see
                          rumor_gossip_step_ahead) */
-    double clip_norm; /* rumor_gossip_absorb_partial: clip each neighbour's
-                         difference x_j - x_i to this norm (ClippedGossip);
-                         0 = off */
+    double clip_norm; /* robust mixing with this fixed radius instead of
+                         the adaptive one (see robust below); 0: adaptive */
     /* localsgd with ef_alpha > 0: whose errors the look-ahead uses:
      * "self" (each node its own), "neighbourhood" (the W-weighted average
      * of the neighbours' errors, sent in one extra round, compressed with
@@ -125,6 +124,18 @@ struct rumor_gossip_opts {
                                     PowerSGD's Q) are those of the larger model's
                                     tensors, so a bucket's exchange draws what the
                                     whole model's would (0) */
+
+    /* Robust mixing (docs/gossip.md, "Robust mixing"): each gossip
+     * algorithm (dpsgd, choco, powergossip, deepsqueeze, moniqua) clips
+     * what one neighbour moves the model by in a step, x_i += gamma sum_j
+     * w_ij CLIP(x_j - x_i, tau) (the decoded difference for the
+     * compressed ones; ClippedGossip), tau adaptive: clip_factor times the
+     * clip_quantile of the step's neighbour distances, held back by their
+     * history; the ring algorithms reject a non-finite or outsized chunk.
+     * clip_norm > 0 fixes tau instead. */
+    char robust[8];       /* "clip" (or "": the default) or "off" */
+    double clip_quantile; /* in (0, 1]; 0: 0.5, the lower median */
+    double clip_factor;   /* >= 1; 0: 3 */
 };
 
 /* RUMOR_OK when opts.ef applies to opts.algo (see ef above), else
