@@ -425,8 +425,8 @@ s_faults_new(rumor_node *node)
                                   .deadline_ms = o->deadline_ms,
                                   .deadline_factor = o->deadline_factor,
                                   .join = o->join,
-                                  .steps = node->external ? UINT64_MAX
-                                                          : o->steps,
+                                  .steps =
+                                      node->external ? UINT64_MAX : o->steps,
                                   .optim = node->optim,
                                   .stop_by = &node->stop_by,
                                   .heard = node->heard};
@@ -807,8 +807,10 @@ node_exchange_init(rumor_node *node)
     if (node->stop_seen == NULL)
         return RUMOR_ENOMEM;
     for (uint32_t k = 0; k < node->n; k++)
-        node->stop_seen[k] = (struct node_stop_seen){
-            UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
+        node->stop_seen[k] = (struct node_stop_seen){UINT64_MAX,
+                                                     UINT64_MAX,
+                                                     UINT64_MAX,
+                                                     UINT64_MAX};
     node->stop_hops = s_stop_hops(node);
     node->stop_margin = s_stop_margin(node);
     /* a peer's ring waits for the peer's algorithms (node_elastic_attach) */

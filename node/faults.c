@@ -301,8 +301,8 @@ s_log_missing(uint64_t step, uint32_t peer, const char *why, rumor_net_state st)
  * neighbours moves nobody. A claim that fails is logged, naming the
  * sender, at most once per NODE_FAULTS_DOUBT_MS per peer, and ignored. */
 
-static void
-s_doubt(node_faults *f, uint32_t j, const char *fmt, ...) RUMOR_PRINTF(3, 4);
+static void s_doubt(node_faults *f, uint32_t j, const char *fmt, ...)
+    RUMOR_PRINTF(3, 4);
 
 static void
 s_doubt(node_faults *f, uint32_t j, const char *fmt, ...)
