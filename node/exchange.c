@@ -331,6 +331,8 @@ s_recv(rumor_node *node,
                    : rc;
     uint64_t now = rumor_clock_ns();
     node->have[k] = true;
+    if (f != NULL)
+        node_faults_heard(f, j, r->step);
     r->waited_ns = now - r->started;
     s_stop_seen(node, j, r->step, m->hdr.stop);
     /* adaptive compression measures the links on this traffic (an

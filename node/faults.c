@@ -70,7 +70,10 @@ struct s_peer {
     bool rejoin;         /* the next probe says JOIN (we restarted) */
     bool joined;         /* its JOIN was taken since it was last down */
     bool done;           /* it ran the run's last step (SYNC with DONE) */
-    uint64_t claim;      /* the next step it says it is at (while up) */
+    uint64_t claim;      /* the furthest next step it says it is at */
+    uint64_t claim_at;   /* this node's step when it first said so */
+    bool said_done;      /* a DONE not yet believed: taken once it is down */
+    struct rumor_gossip_ack done_ack; /* that DONE's acknowledgement */
     uint64_t doubted_ns; /* when a claim of its was last logged as refused */
 };
 
@@ -88,6 +91,7 @@ struct node_faults {
     uint32_t *expect; /* --join: the senders asked for the model */
     bool *acked;      /* per node: its ACK came in the last round */
     uint64_t *votes;  /* scratch: the up neighbours' claims */
+    uint64_t now;     /* this node's next step, as of the last between */
     uint64_t wait_ns[NODE_FAULTS_WINDOW];
     size_t waits;
     struct node_state_buf state; /* STATE messages sent to joiners */
@@ -296,10 +300,13 @@ s_log_missing(uint64_t step, uint32_t peer, const char *why, rumor_net_state st)
  * A peer's step (a GOSSIP of a later step, a SYNC's next step) and its
  * DONE move this node only as far as it can check them (docs/reliability.md,
  * "Claims from peers"): a step at or past the run's --steps is never
- * believed, and a jump goes only to a step that a majority of the up
- * neighbours say they are at or past, so one liar among two honest
- * neighbours moves nobody. A claim that fails is logged, naming the
- * sender, at most once per NODE_FAULTS_DOUBT_MS per peer, and ignored. */
+ * believed; a jump goes to a step that a majority of the up neighbours
+ * say they are at or past, or that one neighbour has stood by for
+ * down_after of this node's steps without a message of an earlier step
+ * from it belying it (a neighbour that went on without this node sends
+ * nothing else; a liar whose honest node goes on gossiping with this one
+ * is caught by its next message). A claim that fails is logged, naming
+ * the sender, at most once per NODE_FAULTS_DOUBT_MS per peer. */
 
 static void s_doubt(node_faults *f, uint32_t j, const char *fmt, ...)
     RUMOR_PRINTF(3, 4);
@@ -334,8 +341,34 @@ s_claim(node_faults *f, uint32_t j, uint64_t next, const char *what)
                 (unsigned long long)f->o.steps);
         return;
     }
-    if (next > f->peer[j].claim)
-        f->peer[j].claim = next;
+    struct s_peer *p = &f->peer[j];
+    if (next > p->claim) {
+        p->claim_at = p->claim > f->now ? p->claim_at : f->now;
+        p->claim = next;
+    }
+}
+
+/* Peer j sent a message of step: it is not past it, whatever it said. */
+static void
+s_belied(node_faults *f, uint32_t j, uint64_t step)
+{
+    struct s_peer *p = &f->peer[j];
+    if (p->claim <= step)
+        return;
+    if (p->claim > step + 1)
+        s_doubt(f,
+                j,
+                "said it is at step %llu, then sent a message of step %llu: "
+                "its claim is",
+                (unsigned long long)p->claim + 1,
+                (unsigned long long)step + 1);
+    p->claim = 0;
+}
+
+void
+node_faults_heard(node_faults *f, uint32_t peer, uint64_t step)
+{
+    s_belied(f, peer, step);
 }
 
 static int
@@ -356,19 +389,32 @@ s_agreed(node_faults *f, uint64_t next, uint32_t *who)
         if (j != f->o.self && p->neighbour && p->up && !p->done)
             f->votes[v++] = p->claim > next ? p->claim : next;
     }
-    if (v == 0)
-        return next;
-    qsort(f->votes, v, sizeof *f->votes, s_descending);
-    uint64_t agreed = f->votes[v / 2];
+    uint64_t agreed = next;
+    if (v > 0) {
+        qsort(f->votes, v, sizeof *f->votes, s_descending);
+        agreed = f->votes[v / 2];
+    }
+    /* the least of the claims that stood, so no one of them goes further
+     * than another */
+    uint64_t stood = UINT64_MAX;
+    for (uint32_t j = 0; j < f->o.n; j++) {
+        const struct s_peer *p = &f->peer[j];
+        if (j != f->o.self && p->neighbour && !p->done && p->claim > next &&
+            next >= p->claim_at + f->o.down_after && p->claim < stood)
+            stood = p->claim;
+    }
+    if (stood != UINT64_MAX && stood > agreed)
+        agreed = stood;
     for (uint32_t j = 0; j < f->o.n; j++)
-        if (f->peer[j].up && f->peer[j].claim == agreed)
+        if (j != f->o.self && f->peer[j].claim == agreed)
             *who = j;
     return agreed;
 }
 
 /* After a jump (or none) to next: the up neighbours' claims further on
- * had no majority. One step ahead is no news: a neighbour that skipped
- * this node's message of the last step is there. */
+ * had no majority and have not stood yet. One step ahead is no news: a
+ * neighbour that skipped this node's message of the last step is
+ * there. */
 static void
 s_doubt_claims(node_faults *f, uint64_t next)
 {
@@ -378,7 +424,8 @@ s_doubt_claims(node_faults *f, uint64_t next)
             s_doubt(f,
                     j,
                     "claims to be at step %llu while this node is at step "
-                    "%llu, and no majority of the neighbours says so",
+                    "%llu, and no majority of the neighbours says so "
+                    "(yet)",
                     (unsigned long long)p->claim + 1,
                     (unsigned long long)next + 1);
     }
@@ -387,8 +434,8 @@ s_doubt_claims(node_faults *f, uint64_t next)
 /* A SYNC with DONE says its sender ran the run's last step. It is taken
  * when its step is the run's --steps (when known) and the sender is not
  * gossiping with this node far from the end (an up neighbour that ran on
- * without this node would have missed its deadlines and been marked down
- * first). */
+ * without this node misses its deadlines and is marked down: its DONE is
+ * then taken, s_done_gone). */
 static bool
 s_done_believed(node_faults *f, uint32_t j, uint64_t step, uint64_t next)
 {
@@ -447,11 +494,14 @@ node_recv(const struct node_wait *w,
         if (w->skip != NULL &&
             rumor_net_peek_later(w->net, peer, kind, step, round, &later)) {
             /* the peer went past this step without us (unless this
-             * step's message came in the meantime): catch up */
+             * step's message came in the meantime): catch up. A claim
+             * further on is waited out: the peer's message of this step,
+             * when it comes, belies it. */
             rc = rumor_net_recv(w->net, peer, kind, step, round, 0, out);
             if (rc == RUMOR_ETIMEDOUT)
                 s_claim(w->skip, peer, later, "gossip message");
-            return rc;
+            if (rc != RUMOR_ETIMEDOUT || later <= step + 1)
+                return rc;
         }
         const char *gone = rumor_clock_ns() >= deadline ? "deadline passed"
                            : w->heard[peer] && st == RUMOR_NET_PEER_DOWN
@@ -473,7 +523,6 @@ s_mark_down(node_faults *f, uint32_t peer, uint64_t step, const char *why)
         return;
     p->up = false;
     p->joined = false;
-    p->claim = 0; /* what it says from now on, after its handshake */
     p->backoff_ms = NODE_FAULTS_PROBE_MS;
     p->probe_ns = rumor_clock_ns();
     f->st.downs++;
@@ -554,6 +603,7 @@ node_faults_acks(node_faults *f,
         if (rumor_gossip_ack_decode(msg.payload, msg.len, &a) == RUMOR_OK) {
             rc = rumor_gossip_ack_take(g, j, &a);
             f->acked[j] = true;
+            s_belied(f, j, r->step);
         } else {
             rumor_log(RUMOR_LOG_WARN, "node %u sent a malformed ack", j);
         }
@@ -662,6 +712,28 @@ s_held_since(rumor_gossip *g, uint32_t j, uint64_t step)
 /* A neighbour ran the run's last step: what both ends hold is settled,
  * and it is neither waited for nor probed again (it has gone). */
 static rumor_err
+s_done(node_faults *f,
+       rumor_gossip *g,
+       uint32_t j,
+       uint64_t step,
+       const struct rumor_gossip_ack *ack)
+{
+    struct s_peer *p = &f->peer[j];
+    if (!p->done)
+        rumor_log(RUMOR_LOG_INFO,
+                  "node %u ran the last step (%llu): no longer waited for",
+                  j,
+                  (unsigned long long)step);
+    p->done = true;
+    p->up = false;
+    p->said_done = false;
+    return rumor_gossip_ack_take(g, j, ack);
+}
+
+/* A DONE that came while its sender still gossiped with this node far
+ * from the end is kept until the sender is marked down: one that really
+ * finished goes silent, and is then taken at its word. */
+static rumor_err
 s_on_done(node_faults *f,
           rumor_gossip *g,
           uint32_t j,
@@ -669,16 +741,26 @@ s_on_done(node_faults *f,
           uint64_t next)
 {
     struct s_peer *p = &f->peer[j];
-    if (!s_done_believed(f, j, s->step, next))
-        return RUMOR_OK;
-    if (!p->done)
-        rumor_log(RUMOR_LOG_INFO,
-                  "node %u ran the last step (%llu): no longer waited for",
-                  j,
-                  (unsigned long long)s->step);
-    p->done = true;
-    p->up = false;
-    return rumor_gossip_ack_take(g, j, &s->ack);
+    if (s_done_believed(f, j, s->step, next))
+        return s_done(f, g, j, s->step, &s->ack);
+    if (s->step == f->o.steps || f->o.steps == UINT64_MAX) {
+        p->said_done = true;
+        p->done_ack = s->ack;
+    }
+    return RUMOR_OK;
+}
+
+/* Neighbours that said DONE and have since been marked down. */
+static rumor_err
+s_done_gone(node_faults *f, rumor_gossip *g)
+{
+    rumor_err rc = RUMOR_OK;
+    for (uint32_t j = 0; j < f->o.n && rc == RUMOR_OK; j++) {
+        struct s_peer *p = &f->peer[j];
+        if (p->said_done && !p->up && !p->done)
+            rc = s_done(f, g, j, f->o.steps, &p->done_ack);
+    }
+    return rc;
 }
 
 static rumor_err
@@ -695,6 +777,7 @@ s_on_sync(node_faults *f,
     if (s->flags & NODE_SYNC_DONE)
         return s_on_done(f, g, j, s, *next);
     p->done = false; /* restarted for more steps (--resume) */
+    p->said_done = false;
     if (!request && p->up)
         return RUMOR_OK; /* an answer to a probe already settled */
     if (s->flags & NODE_SYNC_JOIN) {
@@ -713,8 +796,10 @@ s_on_sync(node_faults *f,
     rumor_err rc = rumor_gossip_ack_take(g, j, &s->ack);
     /* a requester has started its step without us: meet it on the next
      * (a claim: node_faults_between jumps when a majority agrees) */
-    if (!(s->flags & NODE_SYNC_JOIN))
+    if (!(s->flags & NODE_SYNC_JOIN)) {
+        s_belied(f, j, s->step);
         s_claim(f, j, request ? s->step + 1 : s->step, "sync");
+    }
     /* a restarted node answers with JOIN too: the probe it answers may be
      * for its old incarnation */
     uint32_t flags = p->rejoin ? NODE_SYNC_JOIN : 0;
@@ -830,7 +915,10 @@ node_faults_between(node_faults *f,
                     const struct rumor_model *model,
                     uint64_t *next)
 {
-    rumor_err rc = s_handshakes(f, net, g, model, next);
+    f->now = *next;
+    rumor_err rc = s_done_gone(f, g);
+    if (rc == RUMOR_OK)
+        rc = s_handshakes(f, net, g, model, next);
     /* With every neighbour down this node would train alone at full
      * speed and race ahead of the network, which would then jump to its
      * step when they meet again: it waits up to a span for a handshake
@@ -856,6 +944,7 @@ node_faults_between(node_faults *f,
         rumor_gossip_fast_forward(g, agreed);
         *next = agreed;
     }
+    f->now = *next;
     s_doubt_claims(f, *next);
     size_t applied = 0;
     if (rc == RUMOR_OK)

@@ -108,6 +108,10 @@ struct node_faults_round {
     uint64_t waited_ns; /* from started to the last message that came */
 };
 
+/* A message of step came from peer (its gossip, taken): it is not past
+ * that step, whatever it claimed before. */
+void node_faults_heard(node_faults *f, uint32_t peer, uint64_t step);
+
 /* The round gossips with peer: a neighbour from now on (probed while
  * down). False while it is down: no message to or from it. */
 bool node_faults_admit(node_faults *f, uint32_t peer);
@@ -136,9 +140,10 @@ rumor_err node_faults_commit(node_faults *f,
 /* Between steps: answers SYNC from returning peers, probes down peers
  * (exponential backoff), commits what the handshakes settled. *next is
  * the step about to run; it is raised to the furthest step that a
- * majority of the up neighbours say they are at (readmission after a
- * stall or a restart); claims beyond it, or past the run's steps, are
- * logged naming the sender and ignored. */
+ * majority of the up neighbours say they are at, or that a neighbour has
+ * stood by for down_after steps without belying it (readmission after a
+ * stall or a restart, two arcs of a ring that drifted apart); claims
+ * beyond it, or past the run's steps, are logged naming the sender. */
 rumor_err node_faults_between(node_faults *f,
                               rumor_net *net,
                               rumor_gossip *g,

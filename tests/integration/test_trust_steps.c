@@ -128,11 +128,18 @@ s_start(struct ring *r,
     snprintf(run, sizeof run, "%s/%s", r->dir, name);
     s_out(r, name, id, out, sizeof out);
     const char *opts[TNC_ARGS_MAX] = {
-        "topology",    r->topo, "id",         sid,      "key",         key,
-        "workload",    "logreg", "steps",     STEPS,    "eval-every",  "0",
-        "deadline-ms", "1000",  "down-after", "2",      "metrics-dir", run,
-        "log-level",   "info",  "delay-ms",
-        id == LIAR ? "0" : r->delay_ms, NULL};
+        "topology",    r->topo,
+        "id",          sid,
+        "key",         key,
+        "workload",    "logreg",
+        "steps",       STEPS,
+        "eval-every",  "0",
+        "deadline-ms", "1000",
+        "down-after",  "2",
+        "metrics-dir", run,
+        "log-level",   "info",
+        "delay-ms",    id == LIAR ? "0" : r->delay_ms,
+        NULL};
     if (id != LIAR) {
         static char flags[32][48];
         const char *argv[TNC_ARGS_MAX] = {"node"};
@@ -269,9 +276,7 @@ s_logged(const struct ring *r, const char *name, int id, const char *needle)
 /* The undisturbed run, then the attack; checks every honest node, the
  * time, and that node 3's neighbours named it in a line with needle. */
 static void
-s_attack_test(const char *attack,
-              const char *const *aopts,
-              const char *needle)
+s_attack_test(const char *attack, const char *const *aopts, const char *needle)
 {
     struct ring *r = &s_ring;
     s_ring_new(r);
@@ -453,11 +458,21 @@ test_launch_node_exits_0_early__failure_not_averaged(void **state)
     snprintf(run, sizeof run, "%s/launch", r->dir);
     snprintf(out, sizeof out, "%s/launch.out", r->dir);
     snprintf(avg, sizeof avg, "%s/average.json", run);
-    const char *args[] = {"launch",      "--topology",    r->topo,
-                          "--metrics-dir", run,           "--workload",
-                          "logreg",      "--steps",       "4000",
-                          "--eval-every", "0",            "--deadline-ms",
-                          "1000",        "--log-level",   "warn",
+    const char *args[] = {"launch",
+                          "--topology",
+                          r->topo,
+                          "--metrics-dir",
+                          run,
+                          "--workload",
+                          "logreg",
+                          "--steps",
+                          "4000",
+                          "--eval-every",
+                          "0",
+                          "--deadline-ms",
+                          "1000",
+                          "--log-level",
+                          "warn",
                           NULL};
     r->pid[NODES] = tnc_start(args, out);
     /* node 2 alone is asked to stop: every node stops with it a few
@@ -488,8 +503,9 @@ test_launch_node_exits_0_early__failure_not_averaged(void **state)
         if (!tnc_contains(out, line))
             fail_msg("the launcher never said '%s'", line);
     }
-    assert_true(tnc_contains(out, "average model: not evaluated: no node "
-                                  "ran every step"));
+    assert_true(tnc_contains(out,
+                             "average model: not evaluated: no node "
+                             "ran every step"));
     assert_true(tnc_contains(out, "a node failed (exit 1)"));
     assert_int_equal(access(avg, F_OK), -1);
 }
