@@ -71,7 +71,7 @@ struct s_peer {
     bool joined;         /* its JOIN was taken since it was last down */
     bool done;           /* it ran the run's last step (SYNC with DONE) */
     uint64_t claim;      /* the furthest next step it says it is at */
-    uint64_t claim_at;   /* this node's step when it first said so */
+    uint32_t raised;     /* times it said a further one, unbelied */
     bool said_done;      /* a DONE not yet believed: taken once it is down */
     struct rumor_gossip_ack done_ack; /* that DONE's acknowledgement */
     uint64_t doubted_ns; /* when a claim of its was last logged as refused */
@@ -91,7 +91,6 @@ struct node_faults {
     uint32_t *expect; /* --join: the senders asked for the model */
     bool *acked;      /* per node: its ACK came in the last round */
     uint64_t *votes;  /* scratch: the up neighbours' claims */
-    uint64_t now;     /* this node's next step, as of the last between */
     uint64_t wait_ns[NODE_FAULTS_WINDOW];
     size_t waits;
     struct node_state_buf state; /* STATE messages sent to joiners */
@@ -301,12 +300,14 @@ s_log_missing(uint64_t step, uint32_t peer, const char *why, rumor_net_state st)
  * DONE move this node only as far as it can check them (docs/reliability.md,
  * "Claims from peers"): a step at or past the run's --steps is never
  * believed; a jump goes to a step that a majority of the up neighbours
- * say they are at or past, or that one neighbour has stood by for
- * down_after of this node's steps without a message of an earlier step
- * from it belying it (a neighbour that went on without this node sends
- * nothing else; a liar whose honest node goes on gossiping with this one
- * is caught by its next message). A claim that fails is logged, naming
- * the sender, at most once per NODE_FAULTS_DOUBT_MS per peer. */
+ * say they are at or past, or that one neighbour has said, each time
+ * further on, down_after times without a message of an earlier step from
+ * it belying it (a neighbour that went on without this node sends ever
+ * later frames and probes and nothing else; one forged frame says one
+ * step, however often it is looked at, and a liar whose honest node goes
+ * on gossiping with this one is caught by its next message). A claim
+ * that fails is logged, naming the sender, at most once per
+ * NODE_FAULTS_DOUBT_MS per peer. */
 
 static void s_doubt(node_faults *f, uint32_t j, const char *fmt, ...)
     RUMOR_PRINTF(3, 4);
@@ -343,8 +344,8 @@ s_claim(node_faults *f, uint32_t j, uint64_t next, const char *what)
     }
     struct s_peer *p = &f->peer[j];
     if (next > p->claim) {
-        p->claim_at = p->claim > f->now ? p->claim_at : f->now;
         p->claim = next;
+        p->raised++;
     }
 }
 
@@ -363,6 +364,7 @@ s_belied(node_faults *f, uint32_t j, uint64_t step)
                 (unsigned long long)p->claim + 1,
                 (unsigned long long)step + 1);
     p->claim = 0;
+    p->raised = 0;
 }
 
 void
@@ -400,7 +402,7 @@ s_agreed(node_faults *f, uint64_t next, uint32_t *who)
     for (uint32_t j = 0; j < f->o.n; j++) {
         const struct s_peer *p = &f->peer[j];
         if (j != f->o.self && p->neighbour && !p->done && p->claim > next &&
-            next >= p->claim_at + f->o.down_after && p->claim < stood)
+            p->raised >= f->o.down_after && p->claim < stood)
             stood = p->claim;
     }
     if (stood != UINT64_MAX && stood > agreed)
@@ -494,14 +496,11 @@ node_recv(const struct node_wait *w,
         if (w->skip != NULL &&
             rumor_net_peek_later(w->net, peer, kind, step, round, &later)) {
             /* the peer went past this step without us (unless this
-             * step's message came in the meantime): catch up. A claim
-             * further on is waited out: the peer's message of this step,
-             * when it comes, belies it. */
+             * step's message came in the meantime): catch up */
             rc = rumor_net_recv(w->net, peer, kind, step, round, 0, out);
             if (rc == RUMOR_ETIMEDOUT)
                 s_claim(w->skip, peer, later, "gossip message");
-            if (rc != RUMOR_ETIMEDOUT || later <= step + 1)
-                return rc;
+            return rc;
         }
         const char *gone = rumor_clock_ns() >= deadline ? "deadline passed"
                            : w->heard[peer] && st == RUMOR_NET_PEER_DOWN
@@ -915,7 +914,6 @@ node_faults_between(node_faults *f,
                     const struct rumor_model *model,
                     uint64_t *next)
 {
-    f->now = *next;
     rumor_err rc = s_done_gone(f, g);
     if (rc == RUMOR_OK)
         rc = s_handshakes(f, net, g, model, next);
@@ -944,7 +942,6 @@ node_faults_between(node_faults *f,
         rumor_gossip_fast_forward(g, agreed);
         *next = agreed;
     }
-    f->now = *next;
     s_doubt_claims(f, *next);
     size_t applied = 0;
     if (rc == RUMOR_OK)

@@ -141,8 +141,9 @@ rumor_err node_faults_commit(node_faults *f,
  * (exponential backoff), commits what the handshakes settled. *next is
  * the step about to run; it is raised to the furthest step that a
  * majority of the up neighbours say they are at, or that a neighbour has
- * stood by for down_after steps without belying it (readmission after a
- * stall or a restart, two arcs of a ring that drifted apart); claims
+ * said, further on each time, down_after times without belying it
+ * (readmission after a stall or a restart, two arcs of a ring that
+ * drifted apart); claims
  * beyond it, or past the run's steps, are logged naming the sender. */
 rumor_err node_faults_between(node_faults *f,
                               rumor_net *net,
