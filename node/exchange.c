@@ -74,14 +74,14 @@ s_stop_hops(const rumor_node *node)
     uint32_t *dist = malloc(n * n * sizeof *dist + 1);
     if (dist == NULL)
         return NULL;
-    for (size_t i = 0; i < n * n; i++)
-        dist[i] = i % (n + 1) == 0 ? 0 : UINT32_MAX / 2;
     if (rumor_gossip_uses_ring(node->g)) {
         for (size_t k = 0; k < n; k++)
             for (size_t o = 0; o < n; o++)
                 dist[k * n + o] = (uint32_t)((k + n - o) % n);
         return dist;
     }
+    for (size_t i = 0; i < n * n; i++)
+        dist[i] = i % (n + 1) == 0 ? 0 : UINT32_MAX / 2;
     for (size_t ph = 0; ph < phases; ph++)
         for (uint32_t i = 0; i < n; i++) {
             size_t count = 0;
