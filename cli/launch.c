@@ -26,13 +26,16 @@
  * with the others (PowerGossip with several iterations, CHOCO with
  * --adapt, local SGD averaging by gossip rounds) and with --restart 0 a
  * failure stops the whole run, as does a failure of an ssh node. A node
- * that exits 0 has finished and stays so.
+ * that exits 0 stays so; it has finished only when its metrics' last step
+ * is the run's --steps: one that exits 0 sooner (stopped by a peer's
+ * plan, or misled by a peer's claims) is a failure, said so, and left out
+ * of the average model.
  *
  * Children never outlive the launcher: SIGINT and SIGTERM are forwarded to
  * every child and cancel pending restarts; children still alive a grace
  * period after a signal are killed; and each child asks the kernel for
  * SIGTERM should the launcher die (PR_SET_PDEATHSIG). The launcher exits
- * 0 when every node finished, 130 when interrupted, 1 otherwise.
+ * 0 when every node ran every step, 130 when interrupted, 1 otherwise.
  *
  * With --hosts FILE the nodes run on other machines over ssh (the same
  * rumor binary path on each): node i goes to the next free slot of the
@@ -54,6 +57,7 @@
 #include "cli/launch.h"
 #include "node/runtime_impl.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -86,6 +90,7 @@ struct s_child {
     size_t local;      /* its index among its host's children */
     FILE *log;         /* DIR/node-N.log */
     int status;        /* wait status */
+    bool short_run;    /* exited 0 before the run's last step */
     unsigned restarts; /* restarts so far */
     uint64_t restart_at; /* when the pending restart is due; 0: none */
     const char *mode;    /* of the pending restart: --resume or --join */
@@ -440,14 +445,38 @@ struct s_args {
     struct launch_worker w;
 };
 
-/* Every node ran here: evaluate the average of their final models. */
+/* Every node ran here: evaluate the average of the final models of
+ * those that exited 0 after the run's last step (a node that stopped
+ * sooner left a model of another run length, or none). */
 static void
-s_average(const struct s_args *a, uint32_t n)
+s_average(const struct s_args *a,
+          uint32_t n,
+          const struct s_child *kids,
+          size_t count)
 {
+    bool use[LAUNCH_MAX_NODES] = {false};
+    uint32_t used = 0;
+    for (size_t k = 0; k < count; k++) {
+        const struct s_child *c = &kids[k];
+        use[c->id] = WIFEXITED(c->status) && WEXITSTATUS(c->status) == 0 &&
+                     !c->short_run;
+        used += use[c->id];
+    }
+    if (used == 0) {
+        printf("[launch] average model: not evaluated: no node ran every "
+               "step\n");
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (!use[i])
+            printf("[launch] average model: node %u left out (it did not "
+                   "run every step)\n",
+                   i);
     struct node_average avg;
     struct rumor_diag diag = {0};
     rumor_err rc =
-        node_average_evaluate(&a->opts, n, a->metrics_dir, &avg, &diag);
+        node_average_evaluate(&a->opts, n, use, a->metrics_dir, &avg, &diag);
+    n = used;
     if (rc == RUMOR_OK)
         rc = node_average_write(a->metrics_dir, n, &avg);
     if (rc != RUMOR_OK) {
@@ -1250,6 +1279,55 @@ s_retry(struct s_sup *s, struct s_child *c, const char *what)
                c->restarts == 1 ? "" : "s");
 }
 
+/* The step of the last line of DIR/node-ID.jsonl (0 when none); *found:
+ * whether the file has a line with one. */
+static uint64_t
+s_last_step(const char *dir, uint32_t id, bool *found)
+{
+    char path[RUMOR_NODE_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/node-%u.jsonl", dir, id);
+    FILE *f = fopen(path, "re");
+    static char line[1 << 16];
+    uint64_t step = 0;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "step");
+        if (cJSON_IsNumber(v) && v->valuedouble >= 0) {
+            step = (uint64_t)v->valuedouble;
+            *found = true;
+        }
+        cJSON_Delete(o);
+    }
+    if (f != NULL)
+        fclose(f);
+    return step;
+}
+
+/* Whether child c, which exited 0, stopped before the run's last step
+ * by its metrics (a node without any did too; an ssh node's stay on its
+ * host; a worker's steps are its script's unless launch was given
+ * --steps, and a worker that writes no metrics says nothing); said,
+ * unless the launcher stopped it. */
+static bool
+s_ran_short(const struct s_sup *s, const struct s_child *c)
+{
+    const struct s_args *a = s->a;
+    if (c->remote || (a->workers && !a->w.steps_given))
+        return false;
+    bool found = false;
+    uint64_t last = s_last_step(a->metrics_dir, c->id, &found);
+    if (last >= a->opts.steps || (a->workers && !found))
+        return false;
+    if (!s->interrupted && !s->failed)
+        printf("[launch] node %u exited 0 after step %llu of %llu: it did "
+               "not run every step (a stop, or a peer's claim; see its "
+               "log): a failure, left out of the average model\n",
+               c->id,
+               (unsigned long long)last,
+               (unsigned long long)a->opts.steps);
+    return true;
+}
+
 /* What to do about child c that ended with wait status ws. */
 static void
 s_on_exit(struct s_sup *s, struct s_child *c, int ws)
@@ -1260,6 +1338,7 @@ s_on_exit(struct s_sup *s, struct s_child *c, int ws)
     else
         snprintf(what, sizeof what, "killed by signal %d", WTERMSIG(ws));
     bool ok = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+    c->short_run = ok && s_ran_short(s, c);
     bool restartable = !c->remote && s->a->restart > 0;
     /* rumor node's statuses for options it refused, a neighbour that
      * refused it at the handshake, and a diverged run: the same
@@ -1419,7 +1498,7 @@ s_supervise(struct s_sup *s)
     int status = 0;
     for (size_t k = 0; k < s->count; k++) {
         int st = s->kids[k].status;
-        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) || s->kids[k].short_run)
             status = 1;
     }
     return s->interrupted ? 130 : status;
@@ -1566,8 +1645,9 @@ s_run(struct s_args *a,
     int run_status = s_supervise(&sup);
     if (status == 0)
         status = run_status;
-    if (status == 0 && count == n && a->hosts_file == NULL && !a->workers)
-        s_average(a, (uint32_t)n);
+    if (status != 2 && !sup.interrupted && count == n &&
+        a->hosts_file == NULL && !a->workers)
+        s_average(a, (uint32_t)n, kids, started);
     for (size_t k = 0; k < n; k++) {
         if (kids[k].log != NULL)
             fclose(kids[k].log);

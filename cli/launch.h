@@ -14,6 +14,7 @@ struct launch_worker {
     char **argv;   /* PROG ARGS, NULL-terminated (borrowed) */
     char *options; /* RUMOR_OPTIONS: the node options, NAME=VALUE lines */
     bool algo_given;
+    bool steps_given; /* --steps: the launcher holds each worker to them */
     char topology[PATH_MAX]; /* absolute paths, for a script that cds */
     char metrics_dir[PATH_MAX];
     char keydir[PATH_MAX];

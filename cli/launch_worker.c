@@ -51,16 +51,21 @@ s_add_option(void *ctx,
     return 0;
 }
 
+/* What launch was given that changes how it runs the workers: an
+ * algorithm (else the Peer's default), --steps (each must run them). */
 static int
-s_note_algo(void *ctx,
-            const char *name,
-            const char *value,
-            struct rumor_diag *diag)
+s_note_given(void *ctx,
+             const char *name,
+             const char *value,
+             struct rumor_diag *diag)
 {
     (void)value;
     (void)diag;
+    struct launch_worker *w = ctx;
     if (strcmp(name, "algo") == 0)
-        *(bool *)ctx = true;
+        w->algo_given = true;
+    if (strcmp(name, "steps") == 0)
+        w->steps_given = true;
     return 0;
 }
 
@@ -84,11 +89,7 @@ launch_worker_options(struct launch_worker *w, char **pass, size_t npass)
     int rc =
         cli_node_each_option((int)npass + 1, argv, s_add_option, ctx, &diag);
     if (rc == 0)
-        rc = cli_node_each_option((int)npass + 1,
-                                  argv,
-                                  s_note_algo,
-                                  &w->algo_given,
-                                  &diag);
+        rc = cli_node_each_option((int)npass + 1, argv, s_note_given, w, &diag);
     if (fclose(out) != 0 && rc == 0)
         rc = -1;
     free(argv);

@@ -45,7 +45,9 @@
  * stop before step t plans to run no step from stop_at = t + margin on,
  * and every gossip message of step s carries stop_at - s in the header's
  * `stop` field (0: no stop planned); a node that hears a plan adopts the
- * earliest. Messages of step s carry
+ * earliest it can believe (s_stop_check: a neighbour's word alone cannot
+ * end the run sooner than its own messages and the other neighbours'
+ * allow). Messages of step s carry
  * what the sender learned by the end of step s - 1, so a plan reaches a
  * node k hops away within k steps of gossip; margin is the number of
  * steps that bounds this for the topology and algorithm (s_stop_margin),
@@ -61,15 +63,39 @@ s_stop_field(const rumor_node *node, uint64_t step)
     return ahead > UINT32_MAX ? UINT32_MAX : (uint32_t)ahead;
 }
 
-static void
-s_stop_heard(rumor_node *node, uint64_t step, uint32_t field)
+/* Hops a stop plan travels from node o to node k, hops[k * n + o]: the
+ * directed ring for ring algorithms, else the shortest paths over all
+ * phases' edges together (UINT32_MAX / 2: unreachable). NULL when n * n
+ * does not fit in memory. */
+static uint32_t *
+s_stop_hops(const rumor_node *node)
 {
-    if (field == 0 || step + field >= node->stop_at)
-        return;
-    node->stop_at = step + field;
-    rumor_log(RUMOR_LOG_INFO,
-              "a neighbour stops the run: last step %llu",
-              (unsigned long long)node->stop_at);
+    size_t n = node->n, phases = rumor_topology_phases(node->topo);
+    uint32_t *dist = malloc(n * n * sizeof *dist + 1);
+    if (dist == NULL)
+        return NULL;
+    if (rumor_gossip_uses_ring(node->g)) {
+        for (size_t k = 0; k < n; k++)
+            for (size_t o = 0; o < n; o++)
+                dist[k * n + o] = (uint32_t)((k + n - o) % n);
+        return dist;
+    }
+    for (size_t i = 0; i < n * n; i++)
+        dist[i] = i % (n + 1) == 0 ? 0 : UINT32_MAX / 2;
+    for (size_t ph = 0; ph < phases; ph++)
+        for (uint32_t i = 0; i < n; i++) {
+            size_t count = 0;
+            const uint32_t *nb =
+                rumor_topology_neighbors(node->topo, ph, i, &count, NULL);
+            for (size_t k = 0; k < count; k++)
+                dist[i * n + nb[k]] = dist[nb[k] * n + i] = 1;
+        }
+    for (size_t k = 0; k < n; k++) /* Floyd-Warshall: n is small */
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < n; j++)
+                if (dist[i * n + k] + dist[k * n + j] < dist[i * n + j])
+                    dist[i * n + j] = dist[i * n + k] + dist[k * n + j];
+    return dist;
 }
 
 /* Steps that bound how long a plan takes to reach every node: the hops
@@ -80,33 +106,111 @@ s_stop_heard(rumor_node *node, uint64_t step, uint32_t field)
 static uint64_t
 s_stop_margin(const rumor_node *node)
 {
-    size_t n = node->n, phases = rumor_topology_phases(node->topo);
+    size_t n = node->n;
     uint64_t hops = n > 1 ? n - 1 : 0;
-    if (!rumor_gossip_uses_ring(node->g)) {
-        uint32_t *dist = malloc(n * n * sizeof *dist + 1);
-        if (dist == NULL)
-            return hops * phases * node->opts.gossip.period;
-        hops = 0;
-        for (size_t i = 0; i < n * n; i++)
-            dist[i] = i % (n + 1) == 0 ? 0 : UINT32_MAX / 2;
-        for (size_t ph = 0; ph < phases; ph++)
-            for (uint32_t i = 0; i < n; i++) {
-                size_t count = 0;
-                const uint32_t *nb =
-                    rumor_topology_neighbors(node->topo, ph, i, &count, NULL);
-                for (size_t k = 0; k < count; k++)
-                    dist[i * n + nb[k]] = dist[nb[k] * n + i] = 1;
-            }
-        for (size_t k = 0; k < n; k++) /* Floyd-Warshall: n is small */
-            for (size_t i = 0; i < n; i++)
-                for (size_t j = 0; j < n; j++)
-                    if (dist[i * n + k] + dist[k * n + j] < dist[i * n + j])
-                        dist[i * n + j] = dist[i * n + k] + dist[k * n + j];
-        for (size_t i = 0; i < n * n; i++) /* unreachable pairs: never */
-            hops = dist[i] > hops && dist[i] < n ? dist[i] : hops;
-        free(dist);
+    uint64_t per_hop =
+        rumor_topology_phases(node->topo) * node->opts.gossip.period;
+    if (node->stop_hops == NULL || rumor_gossip_uses_ring(node->g))
+        return hops * per_hop;
+    hops = 0;
+    for (size_t i = 0; i < n * n; i++) /* unreachable pairs: never */
+        if (node->stop_hops[i] > hops && node->stop_hops[i] < n)
+            hops = node->stop_hops[i];
+    return hops * per_hop;
+}
+
+/* Neighbour k's gossip message of step carries the plan field. */
+static void
+s_stop_seen(rumor_node *node, uint32_t k, uint64_t step, uint32_t field)
+{
+    struct node_stop_seen *s = &node->stop_seen[k];
+    uint64_t plan = field != 0 ? step + field : UINT64_MAX;
+    if (s->last == UINT64_MAX || plan != s->plan) {
+        s->before = s->last;
+        s->since = step;
+        s->plan = plan;
     }
-    return hops * phases * node->opts.gossip.period;
+    s->last = step;
+}
+
+/* Whether plan could have come from node o: a plan made at t0 (stop_at
+ * minus the margin) reaches a node h hops away, when nothing was skipped,
+ * by t0 + h * per_hop, so every neighbour seen after that carries it (or
+ * an earlier one). */
+static bool
+s_stop_from(const rumor_node *node, uint64_t plan, uint64_t t0, uint32_t o)
+{
+    uint64_t per_hop =
+        rumor_topology_phases(node->topo) * node->opts.gossip.period;
+    for (uint32_t k = 0; k < node->n; k++) {
+        const struct node_stop_seen *s = &node->stop_seen[k];
+        uint64_t hops = node->stop_hops[k * node->n + o];
+        if (s->last == UINT64_MAX)
+            continue;
+        uint64_t without = s->plan <= plan ? s->before : s->last;
+        if (without != UINT64_MAX && without >= t0 &&
+            hops * per_hop <= without - t0)
+            return false; /* it should have had the plan then */
+    }
+    return true;
+}
+
+/* Whether plan is to be believed (docs/reliability.md, "Claims from
+ * peers"): a majority of the neighbours heard from carry it, or some
+ * other node could have made it given what every neighbour's messages
+ * carried. So a neighbour cannot end the run sooner by claiming to relay
+ * a plan that its own earlier messages, or the other neighbours', belie;
+ * the majority keeps a plan whose relay a skipped message delayed. */
+static bool
+s_stop_plausible(const rumor_node *node, uint64_t plan)
+{
+    size_t seen = 0, carry = 0;
+    for (uint32_t k = 0; k < node->n; k++) {
+        seen += node->stop_seen[k].last != UINT64_MAX;
+        carry += node->stop_seen[k].last != UINT64_MAX &&
+                 node->stop_seen[k].plan <= plan;
+    }
+    if (node->stop_hops == NULL || 2 * carry > seen)
+        return true;
+    if (plan < node->stop_margin)
+        return false;
+    uint64_t t0 = plan - node->stop_margin;
+    for (uint32_t o = 0; o < node->n; o++)
+        if (o != node->opts.id && s_stop_from(node, plan, t0, o))
+            return true;
+    return false;
+}
+
+/* After a round's messages: the earliest plan a neighbour carries that is
+ * plausible becomes this node's; one that is not is logged (once a
+ * second, naming a neighbour that carries it) and ignored. */
+static void
+s_stop_check(rumor_node *node)
+{
+    for (uint32_t k = 0; k < node->n; k++) {
+        uint64_t plan = node->stop_seen[k].plan;
+        if (node->stop_seen[k].last == UINT64_MAX || plan >= node->stop_at)
+            continue;
+        if (s_stop_plausible(node, plan)) {
+            node->stop_at = plan;
+            rumor_log(RUMOR_LOG_INFO,
+                      "node %u stops the run: last step %llu",
+                      k,
+                      (unsigned long long)plan);
+            continue;
+        }
+        uint64_t now = rumor_clock_ns();
+        if (node->stop_doubted_ns != 0 &&
+            now - node->stop_doubted_ns < 1000 * NODE_MS)
+            continue;
+        node->stop_doubted_ns = now;
+        rumor_log(RUMOR_LOG_WARN,
+                  "node %u says the run stops after step %llu, which no "
+                  "node could have planned given the neighbours' "
+                  "messages: ignored",
+                  k,
+                  (unsigned long long)plan);
+    }
 }
 
 /* Before step t: a stop request of this process becomes a plan. */
@@ -227,8 +331,10 @@ s_recv(rumor_node *node,
                    : rc;
     uint64_t now = rumor_clock_ns();
     node->have[k] = true;
+    if (f != NULL)
+        node_faults_heard(f, j, r->step);
     r->waited_ns = now - r->started;
-    s_stop_heard(node, r->step, m->hdr.stop);
+    s_stop_seen(node, j, r->step, m->hdr.stop);
     /* adaptive compression measures the links on this traffic (an
      * adaptive instance never skips: rumor_gossip_can_skip) */
     rumor_gossip_link_observe(node->g, j, m->len, now - sent);
@@ -283,6 +389,8 @@ s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
                                    &r.expected);
     for (size_t k = 0; k < r.expected && rc == RUMOR_OK; k++)
         rc = s_recv(node, round, k, t1, &r, &got);
+    if (got > 0)
+        s_stop_check(node);
     uint64_t t2 = rumor_clock_ns();
     node->t_wait += (double)(t2 - t1) * 1e-9;
     if (rc == RUMOR_OK) {
@@ -319,6 +427,8 @@ s_faults_new(rumor_node *node)
                                   .deadline_ms = o->deadline_ms,
                                   .deadline_factor = o->deadline_factor,
                                   .join = o->join,
+                                  .steps =
+                                      node->external ? UINT64_MAX : o->steps,
                                   .optim = node->optim,
                                   .stop_by = &node->stop_by,
                                   .heard = node->heard};
@@ -695,6 +805,15 @@ s_elastic_new(rumor_node *node,
 rumor_err
 node_exchange_init(rumor_node *node)
 {
+    node->stop_seen = malloc(node->n * sizeof *node->stop_seen);
+    if (node->stop_seen == NULL)
+        return RUMOR_ENOMEM;
+    for (uint32_t k = 0; k < node->n; k++)
+        node->stop_seen[k] = (struct node_stop_seen){UINT64_MAX,
+                                                     UINT64_MAX,
+                                                     UINT64_MAX,
+                                                     UINT64_MAX};
+    node->stop_hops = s_stop_hops(node);
     node->stop_margin = s_stop_margin(node);
     /* a peer's ring waits for the peer's algorithms (node_elastic_attach) */
     if (node_elastic_wanted(node))

@@ -46,6 +46,8 @@
 #include "node/statesync.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -57,6 +59,7 @@
 #define NODE_FAULTS_POLL_MS      5 /* alone: how often to look for a SYNC */
 #define NODE_FAULTS_PROBE_MS     100
 #define NODE_FAULTS_PROBE_MAX_MS 2000
+#define NODE_FAULTS_DOUBT_MS     1000 /* a peer's refused claims: one line */
 
 struct s_peer {
     bool neighbour; /* in some phase */
@@ -67,6 +70,11 @@ struct s_peer {
     bool rejoin;         /* the next probe says JOIN (we restarted) */
     bool joined;         /* its JOIN was taken since it was last down */
     bool done;           /* it ran the run's last step (SYNC with DONE) */
+    uint64_t claim;      /* the furthest next step it says it is at */
+    uint32_t raised;     /* times it said a further one, unbelied */
+    bool said_done;      /* a DONE not yet believed: taken once it is down */
+    struct rumor_gossip_ack done_ack; /* that DONE's acknowledgement */
+    uint64_t doubted_ns; /* when a claim of its was last logged as refused */
 };
 
 /* The test hook (RUMOR_FAULTS_POISON, docs/reliability.md): this node
@@ -82,9 +90,9 @@ struct node_faults {
     struct s_peer *peer;
     uint32_t *expect; /* --join: the senders asked for the model */
     bool *acked;      /* per node: its ACK came in the last round */
+    uint64_t *votes;  /* scratch: the up neighbours' claims */
     uint64_t wait_ns[NODE_FAULTS_WINDOW];
     size_t waits;
-    uint64_t ahead; /* a neighbour's message of this later step came */
     struct node_state_buf state; /* STATE messages sent to joiners */
     struct node_faults_stats st;
     struct s_poison poison[NODE_POISON_MAX];
@@ -165,7 +173,8 @@ node_faults_new(const struct node_faults_opts *o, node_faults **out)
     f->peer = calloc(o->n, sizeof *f->peer);
     f->expect = calloc(o->n, sizeof *f->expect);
     f->acked = calloc(o->n, sizeof *f->acked);
-    if (!f->peer || !f->expect || !f->acked) {
+    f->votes = calloc(o->n, sizeof *f->votes);
+    if (!f->peer || !f->expect || !f->acked || !f->votes) {
         node_faults_destroy(&f);
         return RUMOR_ENOMEM;
     }
@@ -192,6 +201,7 @@ node_faults_destroy(node_faults **self_p)
     free(f->peer);
     free(f->expect);
     free(f->acked);
+    free(f->votes);
     node_state_buf_free(&f->state);
     free(f->bad);
     free(f);
@@ -285,6 +295,173 @@ s_log_missing(uint64_t step, uint32_t peer, const char *why, rumor_net_state st)
               rumor_net_state_name(st));
 }
 
+/* --- claims: what a peer says about its own step ---------------------------
+ * A peer's step (a GOSSIP of a later step, a SYNC's next step) and its
+ * DONE move this node only as far as it can check them (docs/reliability.md,
+ * "Claims from peers"): a step at or past the run's --steps is never
+ * believed; a jump goes to a step that a majority of the up neighbours
+ * say they are at or past, or that one neighbour has said, each time
+ * further on, down_after times without a message of an earlier step from
+ * it belying it (a neighbour that went on without this node sends ever
+ * later frames and probes and nothing else; one forged frame says one
+ * step, however often it is looked at, and a liar whose honest node goes
+ * on gossiping with this one is caught by its next message). A claim
+ * that fails is logged, naming the sender, at most once per
+ * NODE_FAULTS_DOUBT_MS per peer. */
+
+static void s_doubt(node_faults *f, uint32_t j, const char *fmt, ...)
+    RUMOR_PRINTF(3, 4);
+
+static void
+s_doubt(node_faults *f, uint32_t j, const char *fmt, ...)
+{
+    struct s_peer *p = &f->peer[j];
+    uint64_t now = rumor_clock_ns();
+    if (p->doubted_ns != 0 &&
+        now - p->doubted_ns < NODE_FAULTS_DOUBT_MS * NODE_FAULTS_MS)
+        return;
+    p->doubted_ns = now;
+    char text[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    rumor_log(RUMOR_LOG_WARN, "node %u %s: ignored", j, text);
+}
+
+/* Peer j says its next step is next, in a message of kind what. */
+static void
+s_claim(node_faults *f, uint32_t j, uint64_t next, const char *what)
+{
+    if (next >= f->o.steps) {
+        s_doubt(f,
+                j,
+                "claims step %llu in a %s, past the run's %llu steps",
+                (unsigned long long)next + 1,
+                what,
+                (unsigned long long)f->o.steps);
+        return;
+    }
+    struct s_peer *p = &f->peer[j];
+    if (next > p->claim) {
+        p->claim = next;
+        p->raised++;
+    }
+}
+
+/* Peer j sent a message of step: it is not past it, whatever it said. */
+static void
+s_belied(node_faults *f, uint32_t j, uint64_t step)
+{
+    struct s_peer *p = &f->peer[j];
+    if (p->claim <= step)
+        return;
+    if (p->claim > step + 1)
+        s_doubt(f,
+                j,
+                "said it is at step %llu, then sent a message of step %llu: "
+                "its claim is",
+                (unsigned long long)p->claim + 1,
+                (unsigned long long)step + 1);
+    p->claim = 0;
+    p->raised = 0;
+}
+
+void
+node_faults_heard(node_faults *f, uint32_t peer, uint64_t step)
+{
+    s_belied(f, peer, step);
+}
+
+static int
+s_descending(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The furthest step that a majority of the up neighbours say they are
+ * at or past (next when none is ahead); *who: one that says it. */
+static uint64_t
+s_agreed(node_faults *f, uint64_t next, uint32_t *who)
+{
+    size_t v = 0;
+    for (uint32_t j = 0; j < f->o.n; j++) {
+        const struct s_peer *p = &f->peer[j];
+        if (j != f->o.self && p->neighbour && p->up && !p->done)
+            f->votes[v++] = p->claim > next ? p->claim : next;
+    }
+    uint64_t agreed = next;
+    if (v > 0) {
+        qsort(f->votes, v, sizeof *f->votes, s_descending);
+        agreed = f->votes[v / 2];
+    }
+    /* the least of the claims that stood, so no one of them goes further
+     * than another */
+    uint64_t stood = UINT64_MAX;
+    for (uint32_t j = 0; j < f->o.n; j++) {
+        const struct s_peer *p = &f->peer[j];
+        if (j != f->o.self && p->neighbour && !p->done && p->claim > next &&
+            p->raised >= f->o.down_after && p->claim < stood)
+            stood = p->claim;
+    }
+    if (stood != UINT64_MAX && stood > agreed)
+        agreed = stood;
+    for (uint32_t j = 0; j < f->o.n; j++)
+        if (j != f->o.self && f->peer[j].claim == agreed)
+            *who = j;
+    return agreed;
+}
+
+/* After a jump (or none) to next: the up neighbours' claims further on
+ * had no majority and have not stood yet. One step ahead is no news: a
+ * neighbour that skipped this node's message of the last step is
+ * there. */
+static void
+s_doubt_claims(node_faults *f, uint64_t next)
+{
+    for (uint32_t j = 0; j < f->o.n; j++) {
+        struct s_peer *p = &f->peer[j];
+        if (p->up && p->claim > next + 1)
+            s_doubt(f,
+                    j,
+                    "claims to be at step %llu while this node is at step "
+                    "%llu, and no majority of the neighbours says so "
+                    "(yet)",
+                    (unsigned long long)p->claim + 1,
+                    (unsigned long long)next + 1);
+    }
+}
+
+/* A SYNC with DONE says its sender ran the run's last step. It is taken
+ * when its step is the run's --steps (when known) and the sender is not
+ * gossiping with this node far from the end (an up neighbour that ran on
+ * without this node misses its deadlines and is marked down: its DONE is
+ * then taken, s_done_gone). */
+static bool
+s_done_believed(node_faults *f, uint32_t j, uint64_t step, uint64_t next)
+{
+    if (f->o.steps != UINT64_MAX && step != f->o.steps) {
+        s_doubt(f,
+                j,
+                "says it ran the last step of a %llu-step run, this run "
+                "has %llu steps",
+                (unsigned long long)step,
+                (unsigned long long)f->o.steps);
+        return false;
+    }
+    if (f->peer[j].up && next + f->o.down_after + 1 < step) {
+        s_doubt(f,
+                j,
+                "says it ran the last step (%llu) while it gossips with "
+                "this node at step %llu",
+                (unsigned long long)step,
+                (unsigned long long)next + 1);
+        return false;
+    }
+    return true;
+}
+
 rumor_err
 node_recv(const struct node_wait *w,
           uint32_t peer,
@@ -321,8 +498,8 @@ node_recv(const struct node_wait *w,
             /* the peer went past this step without us (unless this
              * step's message came in the meantime): catch up */
             rc = rumor_net_recv(w->net, peer, kind, step, round, 0, out);
-            if (rc == RUMOR_ETIMEDOUT && later > w->skip->ahead)
-                w->skip->ahead = later;
+            if (rc == RUMOR_ETIMEDOUT)
+                s_claim(w->skip, peer, later, "gossip message");
             return rc;
         }
         const char *gone = rumor_clock_ns() >= deadline ? "deadline passed"
@@ -425,6 +602,7 @@ node_faults_acks(node_faults *f,
         if (rumor_gossip_ack_decode(msg.payload, msg.len, &a) == RUMOR_OK) {
             rc = rumor_gossip_ack_take(g, j, &a);
             f->acked[j] = true;
+            s_belied(f, j, r->step);
         } else {
             rumor_log(RUMOR_LOG_WARN, "node %u sent a malformed ack", j);
         }
@@ -533,20 +711,55 @@ s_held_since(rumor_gossip *g, uint32_t j, uint64_t step)
 /* A neighbour ran the run's last step: what both ends hold is settled,
  * and it is neither waited for nor probed again (it has gone). */
 static rumor_err
-s_on_done(node_faults *f,
-          rumor_gossip *g,
-          uint32_t j,
-          const struct node_sync *s)
+s_done(node_faults *f,
+       rumor_gossip *g,
+       uint32_t j,
+       uint64_t step,
+       const struct rumor_gossip_ack *ack)
 {
     struct s_peer *p = &f->peer[j];
     if (!p->done)
         rumor_log(RUMOR_LOG_INFO,
                   "node %u ran the last step (%llu): no longer waited for",
                   j,
-                  (unsigned long long)s->step);
+                  (unsigned long long)step);
     p->done = true;
     p->up = false;
-    return rumor_gossip_ack_take(g, j, &s->ack);
+    p->said_done = false;
+    return rumor_gossip_ack_take(g, j, ack);
+}
+
+/* A DONE that came while its sender still gossiped with this node far
+ * from the end is kept until the sender is marked down: one that really
+ * finished goes silent, and is then taken at its word. */
+static rumor_err
+s_on_done(node_faults *f,
+          rumor_gossip *g,
+          uint32_t j,
+          const struct node_sync *s,
+          uint64_t next)
+{
+    struct s_peer *p = &f->peer[j];
+    if (s_done_believed(f, j, s->step, next))
+        return s_done(f, g, j, s->step, &s->ack);
+    if (s->step == f->o.steps || f->o.steps == UINT64_MAX) {
+        p->said_done = true;
+        p->done_ack = s->ack;
+    }
+    return RUMOR_OK;
+}
+
+/* Neighbours that said DONE and have since been marked down. */
+static rumor_err
+s_done_gone(node_faults *f, rumor_gossip *g)
+{
+    rumor_err rc = RUMOR_OK;
+    for (uint32_t j = 0; j < f->o.n && rc == RUMOR_OK; j++) {
+        struct s_peer *p = &f->peer[j];
+        if (p->said_done && !p->up && !p->done)
+            rc = s_done(f, g, j, f->o.steps, &p->done_ack);
+    }
+    return rc;
 }
 
 static rumor_err
@@ -561,8 +774,9 @@ s_on_sync(node_faults *f,
 {
     struct s_peer *p = &f->peer[j];
     if (s->flags & NODE_SYNC_DONE)
-        return s_on_done(f, g, j, s);
+        return s_on_done(f, g, j, s, *next);
     p->done = false; /* restarted for more steps (--resume) */
+    p->said_done = false;
     if (!request && p->up)
         return RUMOR_OK; /* an answer to a probe already settled */
     if (s->flags & NODE_SYNC_JOIN) {
@@ -579,16 +793,11 @@ s_on_sync(node_faults *f,
     if (p->rejoin)
         rumor_gossip_edge_forget(g, j);
     rumor_err rc = rumor_gossip_ack_take(g, j, &s->ack);
-    /* a requester has started its step without us: meet it on the next */
-    uint64_t theirs = request ? s->step + 1 : s->step;
-    if (theirs > *next && !(s->flags & NODE_SYNC_JOIN)) {
-        rumor_log(RUMOR_LOG_WARN,
-                  "node %u is at step %llu: jumping from step %llu",
-                  j,
-                  (unsigned long long)theirs + 1,
-                  (unsigned long long)*next + 1);
-        rumor_gossip_fast_forward(g, theirs);
-        *next = theirs;
+    /* a requester has started its step without us: meet it on the next
+     * (a claim: node_faults_between jumps when a majority agrees) */
+    if (!(s->flags & NODE_SYNC_JOIN)) {
+        s_belied(f, j, s->step);
+        s_claim(f, j, request ? s->step + 1 : s->step, "sync");
     }
     /* a restarted node answers with JOIN too: the probe it answers may be
      * for its old incarnation */
@@ -705,7 +914,9 @@ node_faults_between(node_faults *f,
                     const struct rumor_model *model,
                     uint64_t *next)
 {
-    rumor_err rc = s_handshakes(f, net, g, model, next);
+    rumor_err rc = s_done_gone(f, g);
+    if (rc == RUMOR_OK)
+        rc = s_handshakes(f, net, g, model, next);
     /* With every neighbour down this node would train alone at full
      * speed and race ahead of the network, which would then jump to its
      * step when they meet again: it waits up to a span for a handshake
@@ -720,14 +931,18 @@ node_faults_between(node_faults *f,
         nanosleep(&ts, NULL);
         rc = s_handshakes(f, net, g, model, next);
     }
-    if (f->ahead > *next) {
+    uint32_t who = 0;
+    uint64_t agreed = s_agreed(f, *next, &who);
+    if (agreed > *next) {
         rumor_log(RUMOR_LOG_WARN,
-                  "a neighbour is at step %llu: jumping from step %llu",
-                  (unsigned long long)f->ahead + 1,
+                  "node %u is at step %llu: jumping from step %llu",
+                  who,
+                  (unsigned long long)agreed + 1,
                   (unsigned long long)*next + 1);
-        rumor_gossip_fast_forward(g, f->ahead);
-        *next = f->ahead;
+        rumor_gossip_fast_forward(g, agreed);
+        *next = agreed;
     }
+    s_doubt_claims(f, *next);
     size_t applied = 0;
     if (rc == RUMOR_OK)
         rc = rumor_gossip_commit(g, &applied);
@@ -814,8 +1029,21 @@ node_faults_join(node_faults *f,
                 RUMOR_OK)
                 continue;
             struct node_state_parts parts;
+            uint64_t step = 0;
             rumor_err r =
-                node_state_decode(msg.payload, msg.len, model, &parts);
+                node_state_step_check(msg.payload, msg.len, f->o.steps, &step);
+            if (r != RUMOR_OK && step >= f->o.steps) {
+                s_doubt(f,
+                        j,
+                        "sent a state of step %llu, past the run's %llu "
+                        "steps",
+                        (unsigned long long)step + 1,
+                        (unsigned long long)f->o.steps);
+                rumor_net_msg_free(&msg);
+                continue;
+            }
+            if (r == RUMOR_OK)
+                r = node_state_decode(msg.payload, msg.len, model, &parts);
             if (r != RUMOR_OK) {
                 rumor_net_msg_free(&msg);
                 rumor_log(RUMOR_LOG_WARN,

@@ -22,6 +22,9 @@ struct node_faults_opts {
     uint32_t deadline_ms;   /* the configured step deadline (a cap) */
     double deadline_factor; /* adaptive: factor on the recent waits; 0 off */
     bool join;              /* ask a neighbour for the model before step 0 */
+    /* the run's --steps: no peer's step, DONE or STATE at or past it is
+     * believed (UINT64_MAX: unknown, the peer API) */
+    uint64_t steps;
     /* borrowed, may be NULL: the optimizer whose state a STATE message
      * carries (sent to joiners, taken when joining) */
     rumor_optim *optim;
@@ -105,6 +108,10 @@ struct node_faults_round {
     uint64_t waited_ns; /* from started to the last message that came */
 };
 
+/* A message of step came from peer (its gossip, taken): it is not past
+ * that step, whatever it claimed before. */
+void node_faults_heard(node_faults *f, uint32_t peer, uint64_t step);
+
 /* The round gossips with peer: a neighbour from now on (probed while
  * down). False while it is down: no message to or from it. */
 bool node_faults_admit(node_faults *f, uint32_t peer);
@@ -132,8 +139,12 @@ rumor_err node_faults_commit(node_faults *f,
 
 /* Between steps: answers SYNC from returning peers, probes down peers
  * (exponential backoff), commits what the handshakes settled. *next is
- * the step about to run; it is raised when a peer is ahead (readmission
- * after a stall). */
+ * the step about to run; it is raised to the furthest step that a
+ * majority of the up neighbours say they are at, or that a neighbour has
+ * said, further on each time, down_after times without belying it
+ * (readmission after a stall or a restart, two arcs of a ring that
+ * drifted apart); claims
+ * beyond it, or past the run's steps, are logged naming the sender. */
 rumor_err node_faults_between(node_faults *f,
                               rumor_net *net,
                               rumor_gossip *g,
@@ -151,8 +162,9 @@ rumor_err node_faults_finish(node_faults *f,
                              uint64_t last);
 
 /* Before step 0 with opts.join: fetches a live neighbour's model into
- * model and sets *next to its step. RUMOR_ETIMEDOUT when none answers
- * before deadline. */
+ * model and sets *next to its step; a STATE of a step past the run's
+ * steps is refused (logged) and another answer awaited. RUMOR_ETIMEDOUT
+ * when none answers before deadline. */
 rumor_err node_faults_join(node_faults *f,
                            rumor_net *net,
                            rumor_gossip *g,

@@ -1063,6 +1063,8 @@ rumor_node_destroy(rumor_node **self_p)
     free(node->have);
     free(node->got);
     free(node->inbox);
+    free(node->stop_hops);
+    free(node->stop_seen);
     free(node->probe);
     free(node->desc);
     free(node);

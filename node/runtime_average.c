@@ -138,6 +138,7 @@ s_add_file(const char *path, struct rumor_model *sum, struct rumor_diag *diag)
 rumor_err
 node_average_evaluate(const struct rumor_node_opts *opts,
                       uint32_t nodes,
+                      const bool *use,
                       const char *dir,
                       struct node_average *out,
                       struct rumor_diag *diag)
@@ -161,15 +162,21 @@ node_average_evaluate(const struct rumor_node_opts *opts,
         memset(avg->tensors[t].data,
                0,
                rumor_tensor_numel(&avg->tensors[t]) * sizeof(float));
+    uint32_t used = 0;
     for (uint32_t i = 0; i < nodes && rc == RUMOR_OK; i++) {
+        if (!use[i])
+            continue;
+        used++;
         char path[RUMOR_NODE_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/node-%u.model", dir, i);
         rc = s_add_file(path, avg, diag);
     }
+    if (rc == RUMOR_OK && used == 0)
+        rc = RUMOR_EINVAL;
     for (size_t t = 0; rc == RUMOR_OK && t < avg->count; t++) {
         float *x = avg->tensors[t].data;
         for (size_t e = 0; e < rumor_tensor_numel(&avg->tensors[t]); e++)
-            x[e] /= (float)nodes;
+            x[e] /= (float)used;
     }
     struct rumor_eval ev = {0};
     if (rc == RUMOR_OK)

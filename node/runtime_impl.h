@@ -149,19 +149,21 @@ rumor_err node_model_save(int fd,
                           const struct rumor_model *m,
                           struct rumor_diag *diag);
 
-/* Averages DIR/node-0..nodes-1.model (each checked against the model
- * shapes opts give) and evaluates the average on the run's held-out
- * split. RUMOR_EPROTO / RUMOR_ENUMERIC with diag for a file that does not
- * fit, RUMOR_ENOTFOUND / RUMOR_EIO with diag (the file, errno) for one
- * that cannot be read, loader errors as they come. */
+/* Averages DIR/node-I.model over the nodes I < nodes with use[I] (each
+ * checked against the model shapes opts give; at least one) and evaluates
+ * the average on the run's held-out split. RUMOR_EPROTO / RUMOR_ENUMERIC
+ * with diag for a file that does not fit, RUMOR_ENOTFOUND / RUMOR_EIO with
+ * diag (the file, errno) for one that cannot be read, loader errors as
+ * they come. */
 rumor_err node_average_evaluate(const struct rumor_node_opts *opts,
                                 uint32_t nodes,
+                                const bool *use,
                                 const char *dir,
                                 struct node_average *out,
                                 struct rumor_diag *diag);
 
-/* Writes DIR/average.json: {"nodes", "test_loss", "accuracy" or
- * "optimum_error"}. */
+/* Writes DIR/average.json: {"nodes" (those averaged), "test_loss",
+ * "accuracy" or "optimum_error"}. */
 rumor_err node_average_write(const char *dir,
                              uint32_t nodes,
                              const struct node_average *a);

@@ -31,6 +31,14 @@ struct node_worker {
     double loss, seconds;
 };
 
+/* The stop plans in one neighbour's gossip messages (UINT64_MAX: none). */
+struct node_stop_seen {
+    uint64_t last;   /* the step of its latest message */
+    uint64_t plan;   /* the plan that message carried */
+    uint64_t since;  /* its first message carrying that plan */
+    uint64_t before; /* its message before that one */
+};
+
 struct rumor_node {
     struct rumor_node_opts opts;
     rumor_topology *topo;
@@ -72,11 +80,18 @@ struct rumor_node {
     /* the peer API's node (node/peer.c): caller-owned tensors, no
      * workload, optimizer or training loop */
     bool external;
-    uint64_t first_step;       /* 0, or the step a resumed run continues at */
-    uint64_t stop_at;          /* first step not to run once a stop is agreed
-                                  (UINT64_MAX: none; see s_stop_plan) */
-    uint64_t stop_margin;      /* steps a stop request needs to reach every
-                                  node (s_stop_margin) */
+    uint64_t first_step;  /* 0, or the step a resumed run continues at */
+    uint64_t stop_at;     /* first step not to run once a stop is agreed
+                             (UINT64_MAX: none; see s_stop_plan) */
+    uint64_t stop_margin; /* steps a stop request needs to reach every
+                             node (s_stop_margin) */
+    /* a stop plan heard is checked against every neighbour's messages
+     * (exchange.c, s_stop_check): hops[k * n + o], the hops a plan of
+     * node o travels to node k (NULL: not checked, n too large); seen[k],
+     * the plans in k's gossip messages */
+    uint32_t *stop_hops;
+    struct node_stop_seen *stop_seen;
+    uint64_t stop_doubted_ns;  /* a refused plan was last logged then */
     uint64_t saved_step;       /* step of the last checkpoint written */
     int model_fd;              /* the final model's temporary file, opened
                                   at the start: descriptors used up later

@@ -244,6 +244,18 @@ node_state_decode(const uint8_t *buf,
     return RUMOR_OK;
 }
 
+rumor_err
+node_state_step_check(const uint8_t *buf,
+                      size_t len,
+                      uint64_t steps,
+                      uint64_t *step)
+{
+    if (len < NODE_STATE_HEADER_V1_BYTES || s_get(buf, 4) != STATE_MAGIC)
+        return RUMOR_EPROTO;
+    *step = s_get(buf + 8, 8);
+    return *step < steps ? RUMOR_OK : RUMOR_EPROTO;
+}
+
 /* A buffer of at least need bytes in *buf (capacity *cap). */
 static rumor_err
 s_reserve(uint8_t **buf, size_t *cap, size_t need)

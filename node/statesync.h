@@ -79,6 +79,15 @@ rumor_err node_state_decode(const uint8_t *buf,
                             struct rumor_model *m,
                             struct node_state_parts *out);
 
+/* The step of a STATE message (buf, len bytes, not yet decoded) into
+ * *step, when it is below steps, the run's --steps (UINT64_MAX: unknown):
+ * no sender can be at the start of a step the run does not have. Else
+ * RUMOR_EPROTO, and nothing is to be copied from it. */
+rumor_err node_state_step_check(const uint8_t *buf,
+                                size_t len,
+                                uint64_t steps,
+                                uint64_t *step);
+
 /* The buffers node_state_pack grows and reuses. */
 struct node_state_buf {
     uint8_t *optim, *msg;
