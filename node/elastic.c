@@ -45,7 +45,33 @@ struct node_elastic {
     bool *finished;        /* per node: it ran the run's last step */
     uint32_t *contacts;    /* every other node, for JOIN */
     struct node_state_buf state; /* STATE messages sent */
+    struct node_member_signer signer;
 };
+
+static void
+s_sign(void *arg,
+       const uint8_t *msg,
+       size_t len,
+       uint8_t sig[NODE_MEMBER_SIG_BYTES])
+{
+    const node_elastic *e = arg;
+    rumor_net_keypair_sign(e->o.keys, msg, len, sig);
+}
+
+static bool
+s_verify(void *arg,
+         uint32_t id,
+         const uint8_t *msg,
+         size_t len,
+         const uint8_t sig[NODE_MEMBER_SIG_BYTES])
+{
+    const node_elastic *e = arg;
+    return id < rumor_topology_nodes(e->o.topo) &&
+           rumor_net_key_verify(rumor_topology_key(e->o.topo, id),
+                                msg,
+                                len,
+                                sig);
+}
 
 static uint64_t
 s_now_ms(void)
@@ -103,8 +129,9 @@ s_take_member(node_elastic *e, uint32_t from)
         if (rc != RUMOR_OK)
             rumor_log(RUMOR_LOG_WARN,
                       "elastic: a membership message from node %u "
-                      "refused: %s",
+                      "refused: %s (%s)",
                       from,
+                      node_member_why(e->m),
                       rumor_strerror(rc));
         rumor_net_msg_free(&msg);
     }
@@ -697,7 +724,11 @@ node_elastic_new(const struct node_elastic_opts *o, node_elastic **out)
     e->want = malloc(o->n * sizeof *e->want);
     e->finished = calloc(o->n, sizeof *e->finished);
     e->contacts = malloc(o->n * sizeof *e->contacts);
-    struct node_member_opts mo = {.timeout = o->deadline_ms,
+    e->signer = (struct node_member_signer){e, s_sign, s_verify};
+    struct node_member_opts mo = {.signer = o->keys != NULL && o->topo != NULL
+                                                ? &e->signer
+                                                : NULL,
+                                  .timeout = o->deadline_ms,
                                   .timeout_max = 16ull * o->deadline_ms,
                                   .resend = o->deadline_ms / 5 + 1,
                                   .grace = o->deadline_ms / 10 + 1};
