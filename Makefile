@@ -16,6 +16,8 @@ OPT       ?= -O2
 V         ?= 0
 
 MODULES := core compress lowrank topology net gossip train node
+# The config rule below comes first in the file; a bare `make` still builds.
+.DEFAULT_GOAL := all
 VERSION := 0.1.0
 SONAME  := librumor.so.0
 
@@ -106,6 +108,10 @@ FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
 TEST_BINS := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%) \
              $(INTEG_SRC:tests/integration/%.c=$(BUILD)/tests/integration/%)
 REPLAY_BINS := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/tests/fuzz/%)
+# The insider of the trust tests (tests/tools/attack.h): every frame its
+# node sends passes through the tool's hook.
+ATTACK_SRC := $(wildcard tests/tools/*.c)
+ATTACK     := $(BUILD)/tests/tools/rumor-attack
 
 ifeq ($(V),1)
   Q :=
@@ -177,6 +183,11 @@ $(BUILD)/tests/integration/%: tests/integration/%.c $(LIB) $(BUILD)/.flags
 	@$(if $(Q),echo "  TEST    $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -MMD -MP $(ALL_LDFLAGS) $< $(LIB) $(CMOCKA_LIBS) $(LDLIBS) -o $@
 
+$(ATTACK): $(ATTACK_SRC) tests/tools/attack.h $(LIB) $(BUILD)/.flags
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  TOOL    $@")
+	$(Q)$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -Wl,--wrap=rumor_net_send $(ATTACK_SRC) $(LIB) $(LDLIBS) -o $@
+
 # R12.2: with gcc each harness links a replay driver that runs its corpus.
 $(BUILD)/tests/fuzz/%: tests/fuzz/%.c tests/fuzz/replay_main.c $(LIB) $(BUILD)/.flags
 	@mkdir -p $(dir $@)
@@ -241,9 +252,9 @@ test:
 SAN_PRELOAD := $(if $(findstring address,$(SAN)),$(shell $(CC) -print-file-name=libasan.so)) \
                $(if $(findstring undefined,$(SAN)),$(shell $(CC) -print-file-name=libubsan.so))
 
-check: $(RUMOR) $(SHLIB) $(TEST_BINS) $(REPLAY_BINS) $(STAGE)/.installed
+check: $(RUMOR) $(SHLIB) $(TEST_BINS) $(REPLAY_BINS) $(ATTACK) $(STAGE)/.installed
 	@echo "[build] CUDA backend: $(CUDA_LINE)"
-	$(Q)RUMOR_BIN=$(RUMOR) RUMOR_LIB=$(SHLIB) RUMOR_SAN='$(SAN)' \
+	$(Q)RUMOR_BIN=$(RUMOR) RUMOR_LIB=$(SHLIB) RUMOR_SAN='$(SAN)' RUMOR_ATTACK=$(ATTACK) \
 	  RUMOR_STAGE=$(STAGE) RUMOR_PREFIX=$(PREFIX) RUMOR_LIBDIR=$(LIBDIR) \
 	  RUMOR_PRELOAD='$(strip $(SAN_PRELOAD))' sh scripts/run-tests.sh $(BUILD) $(TEST_BINS) -- $(REPLAY_BINS)
 
