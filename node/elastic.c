@@ -368,11 +368,26 @@ s_await_view(node_elastic *e)
 }
 
 static rumor_err
-s_take_state(node_elastic *e, uint32_t holder, const struct rumor_net_msg *msg)
+s_take_state(node_elastic *e,
+             uint32_t holder,
+             uint64_t s,
+             const struct rumor_net_msg *msg)
 {
     struct node_state_parts parts;
-    rumor_err rc =
-        node_state_decode(msg->payload, msg->len, e->o.model, &parts);
+    rumor_err rc = node_state_check(msg->payload, msg->len, e->o.model, &parts);
+    /* the frame's step was s; the state's own must be too: it is where
+     * the joiner goes on (a STATE for step 2^62 would end its run) */
+    if (rc == RUMOR_OK && parts.step != s) {
+        rumor_log(RUMOR_LOG_WARN,
+                  "elastic: node %u sent a state of step %llu for step "
+                  "%llu: refused",
+                  holder,
+                  (unsigned long long)parts.step + 1,
+                  (unsigned long long)s + 1);
+        return RUMOR_EPROTO;
+    }
+    if (rc == RUMOR_OK)
+        rc = node_state_decode(msg->payload, msg->len, e->o.model, &parts);
     if (rc == RUMOR_OK)
         rc = e->a->extra_load(e->a->arg, parts.optim, parts.optim_len);
     struct rumor_diag diag = {0};
@@ -416,7 +431,7 @@ s_fetch(node_elastic *e, uint32_t holder, uint64_t s)
                                       &msg);
         if (rc == RUMOR_OK) {
             bool ours = msg.hdr.step == s;
-            rc = ours ? s_take_state(e, holder, &msg) : RUMOR_OK;
+            rc = ours ? s_take_state(e, holder, s, &msg) : RUMOR_OK;
             rumor_net_msg_free(&msg);
             if (ours && rc == RUMOR_OK)
                 return RUMOR_OK;
@@ -728,6 +743,7 @@ node_elastic_new(const struct node_elastic_opts *o, node_elastic **out)
     struct node_member_opts mo = {.signer = o->keys != NULL && o->topo != NULL
                                                 ? &e->signer
                                                 : NULL,
+                                  .done_max = o->steps,
                                   .timeout = o->deadline_ms,
                                   .timeout_max = 16ull * o->deadline_ms,
                                   .resend = o->deadline_ms / 5 + 1,

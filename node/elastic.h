@@ -67,6 +67,7 @@ struct node_elastic_opts {
     rumor_optim *optim;              /* may be NULL */
     const _Atomic uint64_t *stop_by; /* a stop ends every wait by then */
     uint64_t first_step;
+    uint64_t steps; /* the run's: bounds views and states; 0: none */
     /* the node's identity and the listed keys, which sign and check the
      * membership and state messages; NULL in an insecure ring */
     const rumor_net_keypair *keys;

@@ -22,6 +22,8 @@ struct node_faults_opts {
     uint32_t deadline_ms;   /* the configured step deadline (a cap) */
     double deadline_factor; /* adaptive: factor on the recent waits; 0 off */
     bool join;              /* ask a neighbour for the model before step 0 */
+    uint64_t steps;         /* the run's steps: a joiner refuses a STATE at
+                               or past them; 0: no bound */
     /* borrowed, may be NULL: the optimizer whose state a STATE message
      * carries (sent to joiners, taken when joining) */
     rumor_optim *optim;

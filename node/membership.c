@@ -732,6 +732,8 @@ s_on_promise(node_member *m,
 {
     if (!s_proposer_takes(m, from, msg, PHASE_PREPARE))
         return RUMOR_OK;
+    if (m->opts.done_max != 0 && msg->done > m->opts.done_max)
+        return s_refuse(m, RUMOR_EPROTO, "a PROMISE with steps past the run");
     if (msg->accepted.round != 0 && !s_value_fits(m, &msg->value))
         return s_refuse(m, RUMOR_EPROTO, "a PROMISE whose value does not "
                                          "follow the view");
@@ -901,6 +903,12 @@ s_dispatch(node_member *m,
            const struct node_member_msg *msg,
            uint64_t now)
 {
+    bool valued = msg->type == NODE_MEMBER_ACCEPT ||
+                  msg->type == NODE_MEMBER_COMMIT ||
+                  (msg->type == NODE_MEMBER_PROMISE && msg->accepted.round);
+    if (valued && m->opts.done_max != 0 &&
+        node_member_first_step(&msg->value) > m->opts.done_max)
+        return s_refuse(m, RUMOR_EPROTO, "a value with steps past the run");
     switch (msg->type) {
     case NODE_MEMBER_PREPARE:
         return s_on_prepare(m, from, msg, now);

@@ -200,6 +200,10 @@ struct node_member_opts {
     uint64_t grace;       /* with a majority of promises, a proposer waits
                              this long for the other members it does not
                              suspect, so a live but slower one stays in */
+    uint64_t done_max;    /* the run's steps: a PROMISE, ACCEPT or COMMIT
+                             that puts a member past them is refused (a
+                             forged "I hold step 2^62" would make its
+                             sender the holder); 0: no bound */
 };
 
 /* Defaults in milliseconds: 1000, 16000, 200, 100. */
