@@ -3,8 +3,8 @@
  * from which its CURVE keypair is derived (net/keys.c). The secret goes to
  * DIR/NAME.key (mode 0600, never overwritten), the listed public key to
  * DIR/NAME.pub and to stdout, ready to paste into a topology line
- * `node ID ENDPOINT key=ed25519:...`. The secret lives in sodium_malloc'd memory
- * and is wiped when the keypair is destroyed (net/keys.c).
+ * `node ID ENDPOINT key=ed25519:...`. The secret lives in sodium_malloc'd
+ * memory and is wiped when the keypair is destroyed (net/keys.c).
  */
 #include "cli/cli.h"
 

@@ -305,7 +305,8 @@ rumor_net_keypair_sign(const rumor_net_keypair *kp,
 }
 
 rumor_err
-rumor_net_key_check(const char *listed, char curve_z85[RUMOR_NET_KEY_TEXT_BYTES + 1])
+rumor_net_key_check(const char *listed,
+                    char curve_z85[RUMOR_NET_KEY_TEXT_BYTES + 1])
 {
     assert(listed != NULL);
     uint8_t pk[crypto_sign_PUBLICKEYBYTES];

@@ -740,14 +740,13 @@ node_elastic_new(const struct node_elastic_opts *o, node_elastic **out)
     e->finished = calloc(o->n, sizeof *e->finished);
     e->contacts = malloc(o->n * sizeof *e->contacts);
     e->signer = (struct node_member_signer){e, s_sign, s_verify};
-    struct node_member_opts mo = {.signer = o->keys != NULL && o->topo != NULL
-                                                ? &e->signer
-                                                : NULL,
-                                  .done_max = o->steps,
-                                  .timeout = o->deadline_ms,
-                                  .timeout_max = 16ull * o->deadline_ms,
-                                  .resend = o->deadline_ms / 5 + 1,
-                                  .grace = o->deadline_ms / 10 + 1};
+    struct node_member_opts mo = {
+        .signer = o->keys != NULL && o->topo != NULL ? &e->signer : NULL,
+        .done_max = o->steps,
+        .timeout = o->deadline_ms,
+        .timeout_max = 16ull * o->deadline_ms,
+        .resend = o->deadline_ms / 5 + 1,
+        .grace = o->deadline_ms / 10 + 1};
     rumor_err rc = e->want != NULL && e->finished != NULL && e->contacts != NULL
                        ? node_member_new(&e->m, o->self, o->n, &mo)
                        : RUMOR_ENOMEM;

@@ -839,7 +839,14 @@ s_agree(const node_faults *f,
     uint64_t gap = a > b ? a - b : b - a;
     double d = node_state_distance(o->msg[k].payload, o->msg[i].payload, count);
     bool ok = d <= NODE_FAULTS_VOUCH_DISTANCE && gap <= f->o.down_after + 1u;
-    if (!ok)
+    if (ok)
+        rumor_log(RUMOR_LOG_INFO,
+                  "the states of nodes %u and %u agree (relative distance "
+                  "%.3g): vouched for",
+                  f->expect[k],
+                  f->expect[i],
+                  d);
+    else
         rumor_log(RUMOR_LOG_WARN,
                   "the states of nodes %u and %u disagree (steps %llu and "
                   "%llu, relative distance %.3g; at most %.3g): neither is "
@@ -916,7 +923,9 @@ s_offer(node_faults *f,
  * neighbour may be down (restarting itself); the log says it was not
  * vouched for. */
 static bool
-s_lone_offer(const node_faults *f, const struct s_offers *o, size_t count,
+s_lone_offer(const node_faults *f,
+             const struct s_offers *o,
+             size_t count,
              size_t *pick)
 {
     size_t held = 0;
@@ -962,13 +971,18 @@ node_faults_join(node_faults *f,
     }
     size_t pick = 0;
     bool taken = false;
-    uint64_t lone_at = rumor_clock_ns() + 2ull * f->o.deadline_ms * NODE_FAULTS_MS;
+    uint64_t lone_at =
+        rumor_clock_ns() + 2ull * f->o.deadline_ms * NODE_FAULTS_MS;
     while (rc == RUMOR_OK && !taken) {
         for (size_t k = 0; k < count && !taken; k++) {
             struct rumor_net_msg msg;
-            if (rumor_net_recv(
-                    net, f->expect[k], RUMOR_NET_KIND_STATE, 0, 0, 0, &msg) !=
-                RUMOR_OK)
+            if (rumor_net_recv(net,
+                               f->expect[k],
+                               RUMOR_NET_KIND_STATE,
+                               0,
+                               0,
+                               0,
+                               &msg) != RUMOR_OK)
                 continue;
             if (o.msg[k].payload != NULL)
                 rumor_net_msg_free(&o.msg[k]); /* the newer one counts */

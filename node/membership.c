@@ -735,8 +735,10 @@ s_on_promise(node_member *m,
     if (m->opts.done_max != 0 && msg->done > m->opts.done_max)
         return s_refuse(m, RUMOR_EPROTO, "a PROMISE with steps past the run");
     if (msg->accepted.round != 0 && !s_value_fits(m, &msg->value))
-        return s_refuse(m, RUMOR_EPROTO, "a PROMISE whose value does not "
-                                         "follow the view");
+        return s_refuse(m,
+                        RUMOR_EPROTO,
+                        "a PROMISE whose value does not "
+                        "follow the view");
     m->answered[from] = 1;
     m->answers++;
     m->done_of[from] = msg->done;
@@ -755,15 +757,19 @@ s_on_accepted(node_member *m, uint32_t from, const struct node_member_msg *msg)
 {
     if (!s_proposer_takes(m, from, msg, PHASE_ACCEPT))
         return RUMOR_OK;
-    size_t len =
-        node_member_vote_statement(msg->epoch, m->ballot, &m->proposal, m->stmt);
+    size_t len = node_member_vote_statement(msg->epoch,
+                                            m->ballot,
+                                            &m->proposal,
+                                            m->stmt);
     if (!s_verify(m, from, len, msg->sig))
         return s_refuse(m, RUMOR_EAUTH, "a vote not signed by its sender");
     struct node_member_cert *c = &m->votes;
     uint32_t at = c->count;
     while (at > 0 && c->votes[at - 1].id > from)
         at--;
-    memmove(c->votes + at + 1, c->votes + at, (c->count - at) * sizeof *c->votes);
+    memmove(c->votes + at + 1,
+            c->votes + at,
+            (c->count - at) * sizeof *c->votes);
     c->votes[at].id = from;
     memcpy(c->votes[at].sig, msg->sig, NODE_MEMBER_SIG_BYTES);
     c->count++;
@@ -817,16 +823,20 @@ s_on_commit(node_member *m, uint32_t from, const struct node_member_msg *msg)
         if (!joining)
             return RUMOR_OK;
         if (!s_cert_proves(m, v, &msg->cert))
-            return s_refuse(m, RUMOR_EAUTH, "a COMMIT without a majority's "
-                                            "votes");
+            return s_refuse(m,
+                            RUMOR_EAUTH,
+                            "a COMMIT without a majority's "
+                            "votes");
         s_install(m, v, &msg->cert);
         return RUMOR_OK;
     }
     if (!s_in_ring(m) || v->epoch <= m->view.epoch)
         return RUMOR_OK;
     if (v->epoch == m->view.epoch + 1 && !s_value_fits(m, v))
-        return s_refuse(m, RUMOR_EPROTO, "a COMMIT that does not follow "
-                                         "the installed view");
+        return s_refuse(m,
+                        RUMOR_EPROTO,
+                        "a COMMIT that does not follow "
+                        "the installed view");
     bool next = v->epoch == m->view.epoch + 1;
     if ((next || joining || !in) && !s_cert_proves(m, v, &msg->cert))
         return s_refuse(m, RUMOR_EAUTH, "a COMMIT without a majority's votes");

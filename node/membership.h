@@ -34,8 +34,9 @@
 #define NODE_MEMBER_SIG_BYTES          64 /* Ed25519 */
 #define NODE_MEMBER_VOTE_BYTES         (8 + NODE_MEMBER_SIG_BYTES)
 /* the largest message: a COMMIT with every member's vote */
-#define NODE_MEMBER_MSG_MAX                                               \
-    (NODE_MEMBER_HEADER_BYTES + 16 + NODE_MEMBER_VALUE_BYTES(NODE_MEMBER_MAX) + \
+#define NODE_MEMBER_MSG_MAX                     \
+    (NODE_MEMBER_HEADER_BYTES + 16 +            \
+     NODE_MEMBER_VALUE_BYTES(NODE_MEMBER_MAX) + \
      NODE_MEMBER_VOTE_BYTES * (size_t)NODE_MEMBER_MAX)
 #define NODE_MEMBER_HISTORY       8  /* decided views kept to answer ASK */
 #define NODE_MEMBER_STATEMENT_MAX 96 /* the bytes a signature covers */

@@ -36,10 +36,11 @@
 #define ENTRY_FLAG_JOINING 1u
 #define BALLOT_BYTES       8
 #define PROMISE_FIXED      24 /* ballot, done, accepted ballot */
-#define JOIN_FIXED         (16 + NODE_MEMBER_SIG_BYTES) /* joiner, zero, inc,
-                                                           signature */
-#define ACCEPTED_FIXED     (BALLOT_BYTES + NODE_MEMBER_SIG_BYTES)
-#define COMMIT_FIXED       16 /* ballot, vote count, zero */
+#define JOIN_FIXED                                     \
+    (16 + NODE_MEMBER_SIG_BYTES) /* joiner, zero, inc, \
+                                    signature */
+#define ACCEPTED_FIXED (BALLOT_BYTES + NODE_MEMBER_SIG_BYTES)
+#define COMMIT_FIXED   16 /* ballot, vote count, zero */
 
 static bool
 s_has_ballot(uint32_t type)
@@ -328,8 +329,7 @@ s_decode(const uint8_t *buf,
             if (count == 0 || count > NODE_MEMBER_MAX)
                 return RUMOR_EPROTO;
             vlen = NODE_MEMBER_VALUE_BYTES(count);
-            if (vlen > left ||
-                !s_get_votes(p + vlen, left - vlen, &out->cert))
+            if (vlen > left || !s_get_votes(p + vlen, left - vlen, &out->cert))
                 return RUMOR_EPROTO;
         }
         if (!s_get_value(p, vlen, &out->value))

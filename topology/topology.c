@@ -26,11 +26,11 @@
 #include <cblas.h>
 #include <lapacke.h>
 #include <math.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sodium.h>
 #include <zmq.h>
 
 struct topo_phase {

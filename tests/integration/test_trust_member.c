@@ -79,8 +79,15 @@ s_cluster_new(struct cluster *c, const char *algo, const char *steps)
     snprintf(c->topo, sizeof c->topo, "%s/ring.topo", c->dir);
     char out[1200];
     snprintf(out, sizeof out, "%s/gen.out", c->dir);
-    const char *argv[] = {"rumor", "topo", "gen", "ring", "4", "--local",
-                          "--out", c->topo, NULL};
+    const char *argv[] = {"rumor",
+                          "topo",
+                          "gen",
+                          "ring",
+                          "4",
+                          "--local",
+                          "--out",
+                          c->topo,
+                          NULL};
     assert_int_equal(tnc_wait(tnc_spawn(argv, out), LIMIT_MS), 0);
 }
 
@@ -106,7 +113,7 @@ s_node_args(struct cluster *c, int id, bool join, const char **argv, size_t n)
                            "--deadline-ms=" DEADLINE,
                            "--down-after=2",
                            "--delay-ms=" DELAY_MS,
-                           "--connect-ms=8000",
+                           "--connect-timeout-ms=8000",
                            "--log-level=info",
                            NULL};
     for (int k = 0; fixed[k] != NULL; k++)
@@ -207,7 +214,10 @@ s_finish_node(struct cluster *c, int id, bool ring)
     double step = s_last(c, id, "step");
     double error = s_last(c, id, "optimum_error");
     if (step != strtod(c->steps, NULL) || isnan(error))
-        fail_msg("%s: node %d ended at step %g of %s", c->algo, id, step,
+        fail_msg("%s: node %d ended at step %g of %s",
+                 c->algo,
+                 id,
+                 step,
                  c->steps);
     if (ring && (s_last(c, id, "epoch") != 0 || s_last(c, id, "members") != 4))
         fail_msg("%s: node %d ended in epoch %g with %g members, not the "
@@ -254,8 +264,11 @@ test_ring4_allreduce__forged_commit__refused_ring_finishes(void **state)
     struct cluster *c = &s_c;
     s_cluster_new(c, "allreduce", "300");
     double base = s_baseline(c, true);
-    const char *attack[] = {"forged-commit", "--at=" STRIKE_STEP,
-                            "--members=0,3", "--to=0,3", NULL};
+    const char *attack[] = {"forged-commit",
+                            "--at=" STRIKE_STEP,
+                            "--members=0,3",
+                            "--to=0,3",
+                            NULL};
     s_start(c, "attacked", 1, attack);
     double worst = s_finish_all(c, true);
     const char *refused = "a membership message from node 1 refused: a "
@@ -278,13 +291,18 @@ test_ring4_allreduce__forged_join_for_live_node__refused(void **state)
     struct cluster *c = &s_c;
     s_cluster_new(c, "allreduce", "300");
     double base = s_baseline(c, true);
-    const char *attack[] = {"forged-join", "--at=" STRIKE_STEP, "--victim=1",
-                            "--to=0,1,2", NULL};
+    const char *attack[] = {"forged-join",
+                            "--at=" STRIKE_STEP,
+                            "--victim=1",
+                            "--to=0,1,2",
+                            NULL};
     s_start(c, "attacked", 3, attack);
     double worst = s_finish_all(c, true);
     s_log_says(c, 3, "sent a forged JOIN to node 0: success");
-    s_log_says(c, 0, "a membership message from node 3 refused: a forwarded "
-                     "JOIN not signed by its joiner");
+    s_log_says(c,
+               0,
+               "a membership message from node 3 refused: a forwarded "
+               "JOIN not signed by its joiner");
     printf("forged JOIN for node 1: refused; optimum error %.3g (undisturbed "
            "%.3g)\n",
            worst,
@@ -347,13 +365,14 @@ test_ring4_dpsgd__joiner_sent_step_2_62__refused_joins_from_3(void **state)
 {
     (void)state;
     struct cluster *c = &s_c;
-    const char *attack[] = {"state-poison", "--step=4611686018427387904",
-                            NULL};
+    const char *attack[] = {"state-poison", "--step=4611686018427387904", NULL};
     double base = 0;
     double worst = s_poisoned_join(c, attack, &base);
     double joiner = s_finish_node(c, 2, false);
-    s_log_says(c, 2, "node 1 sent a state of step 4611686018427387905, past "
-                     "the run's 400 steps: refused");
+    s_log_says(c,
+               2,
+               "node 1 sent a state of step 4611686018427387905, past "
+               "the run's 400 steps: refused");
     s_log_says(c, 2, "joined: model");
     s_log_says(c, 2, "of node 3");
     printf("STATE for step 2^62: refused, node 3's taken; optimum error %.3g, "

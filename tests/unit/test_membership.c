@@ -116,8 +116,8 @@ s_sim_identity(struct sim *s, uint32_t i)
     seed[31] = (uint8_t)i;
     assert_int_equal(crypto_sign_seed_keypair(s->pk[i], s->sk[i], seed), 0);
     s->key[i] = (struct sim_key){s, i};
-    s->signer[i] = (struct node_member_signer){&s->key[i], s_sim_sign,
-                                               s_sim_verify};
+    s->signer[i] =
+        (struct node_member_signer){&s->key[i], s_sim_sign, s_sim_verify};
     s->node_opts[i] = s->opts;
     s->node_opts[i].signer = &s->signer[i];
 }
@@ -1281,10 +1281,8 @@ s_forge_commit(struct sim *s, const struct forged *f, uint8_t *buf)
     msg.cert.ballot = (struct node_member_ballot){1, 3};
     msg.cert.count = f->nv;
     uint8_t stmt[NODE_MEMBER_STATEMENT_MAX];
-    size_t len = node_member_vote_statement(f->signed_epoch,
-                                            msg.cert.ballot,
-                                            v,
-                                            stmt);
+    size_t len =
+        node_member_vote_statement(f->signed_epoch, msg.cert.ballot, v, stmt);
     for (uint32_t k = 0; k < f->nv; k++) {
         msg.cert.votes[k].id = f->voters[k];
         crypto_sign_detached(msg.cert.votes[k].sig,
