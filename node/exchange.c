@@ -319,7 +319,8 @@ s_faults_new(rumor_node *node)
                                   .deadline_ms = o->deadline_ms,
                                   .deadline_factor = o->deadline_factor,
                                   .join = o->join,
-                                  .steps = o->steps,
+                                  /* a peer's caller decides its steps */
+                                  .steps = node->external ? 0 : o->steps,
                                   .optim = node->optim,
                                   .stop_by = &node->stop_by,
                                   .heard = node->heard};
@@ -688,7 +689,7 @@ s_elastic_new(rumor_node *node,
                                    .optim = node->optim,
                                    .stop_by = &node->stop_by,
                                    .first_step = node->first_step,
-                                   .steps = o->steps,
+                                   .steps = node->external ? 0 : o->steps,
                                    .keys = node->keys,
                                    .topo = node->topo,
                                    .join = alone,
