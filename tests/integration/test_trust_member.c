@@ -74,7 +74,7 @@ s_cluster_new(struct cluster *c, const char *algo, const char *steps)
     memset(c, 0, sizeof *c);
     c->algo = algo;
     c->steps = steps;
-    snprintf(c->dir, sizeof c->dir, "/tmp/rumor-trust-XXXXXX");
+    snprintf(c->dir, sizeof c->dir, "/tmp/rumor-member-attack-XXXXXX");
     assert_non_null(mkdtemp(c->dir));
     snprintf(c->topo, sizeof c->topo, "%s/ring.topo", c->dir);
     char out[1200];
@@ -311,15 +311,21 @@ test_ring4_allreduce__forged_join_for_live_node__refused(void **state)
     s_teardown(NULL);
 }
 
-/* D-PSGD on the ring with node 1 the attacker: node 2 is killed at the
- * strike step and restarted with --join; its neighbours 1 and 3 answer
- * with their states, node 1's rewritten by `attack`. */
+/* `algo` on the ring with node `attacker` the attacker: node 2 is
+ * killed at the strike step and restarted with --join; the state it is
+ * sent goes through `attack`. Returns the others' worst final error. */
 static double
-s_poisoned_join(struct cluster *c, const char *const *attack, double *base)
+s_poisoned_join(struct cluster *c,
+                const char *algo,
+                const char *steps,
+                int attacker,
+                const char *const *attack,
+                double *base)
 {
-    s_cluster_new(c, "dpsgd", "400");
-    *base = s_baseline(c, false);
-    s_start(c, "attacked", 1, attack);
+    bool ring = strcmp(algo, "allreduce") == 0;
+    s_cluster_new(c, algo, steps);
+    *base = s_baseline(c, ring);
+    s_start(c, "attacked", attacker, attack);
     s_until_step(c, 2, strtod(STRIKE_STEP, NULL));
     kill(c->pid[2], SIGKILL);
     waitpid(c->pid[2], NULL, 0);
@@ -338,7 +344,7 @@ test_ring4_dpsgd__joiner_sent_all_3__neither_state_taken(void **state)
     struct cluster *c = &s_c;
     const char *attack[] = {"state-poison", "--value=3.0", NULL};
     double base = 0;
-    double worst = s_poisoned_join(c, attack, &base);
+    double worst = s_poisoned_join(c, "dpsgd", "400", 1, attack, &base);
     /* the joiner waits its --connect-ms for two states that agree */
     int st = tnc_wait(c->pid[2], LIMIT_MS);
     c->pid[2] = 0;
@@ -367,7 +373,7 @@ test_ring4_dpsgd__joiner_sent_step_2_62__refused_joins_from_3(void **state)
     struct cluster *c = &s_c;
     const char *attack[] = {"state-poison", "--step=4611686018427387904", NULL};
     double base = 0;
-    double worst = s_poisoned_join(c, attack, &base);
+    double worst = s_poisoned_join(c, "dpsgd", "400", 1, attack, &base);
     double joiner = s_finish_node(c, 2, false);
     s_log_says(c,
                2,
@@ -382,6 +388,31 @@ test_ring4_dpsgd__joiner_sent_step_2_62__refused_joins_from_3(void **state)
            base);
     assert_true(worst <= BAND * base + 1e-9);
     assert_true(joiner <= BAND * base + 1e-9);
+    s_teardown(NULL);
+}
+
+/* All-reduce, an elastic ring: node 0, the attacker, is the holder of
+ * the view that takes node 2 back, and sends it a model of all 3.0; node
+ * 1's own state of that step does not vouch for it, so node 2 refuses it
+ * and gives up, and the ring goes on without it. */
+static void
+test_ring4_allreduce__holder_sends_joiner_all_3__not_vouched(void **state)
+{
+    (void)state;
+    struct cluster *c = &s_c;
+    const char *attack[] = {"state-poison", "--value=3.0", NULL};
+    double base = 0;
+    double worst = s_poisoned_join(c, "allreduce", "300", 0, attack, &base);
+    int st = tnc_wait(c->pid[2], LIMIT_MS);
+    c->pid[2] = 0;
+    s_log_says(c, 2, "refused: not vouched for by node 1");
+    assert_int_not_equal(st, 0);
+    printf("holder's STATE of all 3.0 to an elastic joiner: refused (joiner "
+           "exit %d); the others' optimum error %.3g (undisturbed %.3g)\n",
+           st,
+           worst,
+           base);
+    assert_true(worst <= BAND * base + 1e-9);
     s_teardown(NULL);
 }
 
@@ -400,6 +431,9 @@ main(void)
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring4_dpsgd__joiner_sent_step_2_62__refused_joins_from_3,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring4_allreduce__holder_sends_joiner_all_3__not_vouched,
             s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
