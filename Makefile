@@ -120,7 +120,7 @@ else
 endif
 
 .PHONY: all demo test check asan fuzz bench lint format format-check \
-        headers-check deps deploy-test install uninstall clean help FORCE
+        headers-check deps deploy-test cluster-test install uninstall clean help FORCE
 
 all: $(RUMOR) $(SHLIB)
 	@echo "[build] CUDA backend: $(CUDA_LINE)"
@@ -131,6 +131,7 @@ help:
 	@echo "make asan          the whole test suite under ASan + UBSan"
 	@echo "make fuzz          build the libFuzzer harnesses with clang"
 	@echo "make deploy-test   docker/README.md end to end: image, 4 containers, a crash (root: own engine)"
+	@echo "make cluster-test  docker/README.md's Slurm job and launch --hosts on real slurmd, sshd (root)"
 	@echo "make bench         run the benchmarks (docs/benchmarks.md); QUICK=1 short"
 	@echo "make install       rumor, librumor.so/.a, headers, rumor.pc (PREFIX, DESTDIR)"
 	@echo "make lint          banned functions, include direction, headers alone"
@@ -202,6 +203,26 @@ deps:
 deploy-test: $(RUMOR)
 	$(Q)RUMOR_BIN=$(RUMOR) sh scripts/with-docker.sh sh tests/integration/docker_e2e.sh
 
+# docker/README.md's Slurm job (sbatch --wait) and `rumor launch --hosts`
+# through real daemons: as root, a private one-host Slurm cluster
+# (scripts/with-slurm.sh) and a private sshd on 127.0.0.1
+# (scripts/with-sshd.sh), each around its own tests of test_deploy. A part
+# whose daemons cannot be had is SKIPPED, saying why (exit 3 and the
+# script's "[KIND] no ..." line); one that runs no test fails.
+CLUSTER_PARTS := slurm:test_slurm_real__ sshd:test_launch_hosts_real__
+cluster-test: $(RUMOR) $(BUILD)/tests/integration/test_deploy
+	$(Q)status=0; for part in $(CLUSTER_PARTS); do \
+	  kind=$${part%%:*}; log=$(BUILD)/cluster-test-$$kind.log; rc=0; \
+	  RUMOR_BIN=$(RUMOR) sh scripts/with-$$kind.sh \
+	    $(BUILD)/tests/integration/test_deploy "$${part#*:}*" >$$log 2>&1 || rc=$$?; \
+	  cat $$log; \
+	  if [ $$rc -eq 3 ] && grep -q "^\[$$kind\] no " $$log; then \
+	    echo "cluster-test: $$kind SKIPPED (reason above)"; \
+	  elif [ $$rc -ne 0 ] || ! grep -q '^\[  PASSED  \] [1-9]' $$log; then \
+	    echo "cluster-test: $$kind FAILED"; status=1; \
+	  fi; \
+	done; exit $$status
+
 # --- install (PREFIX, DESTDIR) ------------------------------------------------
 # The binary, both libraries (librumor.so.VERSION with its soname link), the
 # public headers and rumor.pc. Into the live tree (no DESTDIR, as root) it
@@ -213,6 +234,9 @@ BINDIR     ?= $(PREFIX)/bin
 LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 STAGE      := $(BUILD)/stage
+# a long module header's parts: include/rumor/MODULE/*.h (scripts/lint.sh)
+PUBLIC_HEADERS   := $(wildcard include/rumor/*.h include/rumor/*/*.h)
+PUBLIC_PART_DIRS := $(notdir $(patsubst %/,%,$(sort $(dir $(wildcard include/rumor/*/*.h)))))
 
 define install_tree
 	install -d $(1)$(BINDIR) $(1)$(LIBDIR)/pkgconfig $(1)$(INCLUDEDIR)/rumor
@@ -222,6 +246,10 @@ define install_tree
 	ln -sf librumor.so.$(VERSION) $(1)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(1)$(LIBDIR)/librumor.so
 	install -m 644 include/rumor/*.h $(1)$(INCLUDEDIR)/rumor/
+	for d in $(PUBLIC_PART_DIRS); do \
+	  install -d $(1)$(INCLUDEDIR)/rumor/$$d && \
+	  install -m 644 include/rumor/$$d/*.h $(1)$(INCLUDEDIR)/rumor/$$d/ || exit 1; \
+	done
 	sh scripts/rumor-pc.sh '$(VERSION)' '$(PREFIX)' '$(LIBDIR)' '$(INCLUDEDIR)' \
 	  '$(LDLIBS)' > $(1)$(LIBDIR)/pkgconfig/rumor.pc
 endef
@@ -236,7 +264,7 @@ uninstall:
 	  $(DESTDIR)$(LIBDIR)/pkgconfig/rumor.pc
 	rm -rf $(DESTDIR)$(INCLUDEDIR)/rumor
 
-$(STAGE)/.installed: $(RUMOR) $(SHLIB) $(LIB) $(wildcard include/rumor/*.h) scripts/rumor-pc.sh
+$(STAGE)/.installed: $(RUMOR) $(SHLIB) $(LIB) $(PUBLIC_HEADERS) scripts/rumor-pc.sh
 	@rm -rf $(STAGE)
 	@$(if $(Q),echo "  INSTALL $(STAGE)")
 	$(Q)$(MAKE) --no-print-directory install DESTDIR=$(abspath $(STAGE)) >/dev/null

@@ -54,6 +54,7 @@ bench_gossip_cost(const struct bench_algo *a,
     if (a->codec[0])
         snprintf(opts.codec, sizeof opts.codec, "%s", a->codec);
     opts.gamma = a->gamma;
+    opts.rank = 1; /* the rows' names (powersgd's default is 4) */
     rumor_err rc = tensors && data && nodes && times ? RUMOR_OK : RUMOR_ENOMEM;
     for (size_t i = 0; i < n && rc == RUMOR_OK; i++) {
         data[i] = malloc(m->numel * sizeof(float));

@@ -6,6 +6,7 @@
 #define RUMOR_BENCH_GOSSIP_H
 
 #include "rumor/gossip.h"
+#include "rumor/lowrank.h"
 
 struct bench_algo {
     const char *label, *algo, *codec;

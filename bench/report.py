@@ -182,10 +182,10 @@ HOW_TO_READ = """## How to read these numbers
   everything at 1 Gbit/s) are slower here than on eight machines; the
   links are real (veth + tc tbf in network namespaces) and the bytes are
   counted on the wire for every contender the same way.
-- **What only a GPU can show.** The CUDA backends (lowrank, codecs, the
-  MLP workload) compile here but cannot run: their speed against the
-  H200's copy bandwidth and against PyTorch on the same GPU is measured by
-  `bench/gpu/` when a GPU is lent (see the GPU section).
+- **What only a GPU can show.** The CUDA backends (lowrank, the MLP
+  workload; the codecs have none) compile here but cannot run: their speed
+  against the GPU's copy bandwidth and against PyTorch on the same GPU is
+  measured by `bench/gpu/` when a GPU is lent (see the GPU section).
 """
 
 
@@ -264,19 +264,16 @@ def section_compress(data):
 Notes from the codec work (issue 3): the top-k threshold scan packs the
 hits' positions per 4096-value chunk (one `vpcompressw` per 32 values
 where VBMI2 is present) and gathers their values while the chunk is in
-L1: about 60 GB/s in cache, about 1.08x a plain read of the 16 M vector;
-the rest of a top-k encode is the exact selection on the candidates, the
-Rice-coded indices and the value copy. Per qsgd encode with the data in
-L1: Philox4x32-10 at 8.5 random bits per value about 0.1 ns per value
-(bound by vector issue), the bucket norms 0.02 ns and the level kernel
-about 0.18 ns; on the 16 M vector the memory stalls that are not
-overlapped add about a fifth. These figures are memory-bound: on this
-shared VM host the floor itself moved between 17 and 31 GB/s from run to
-run in the same hour, and every codec with it. Not in the target row:
-qsgd with 8-bit levels (9-bit codes: the fused kernel on AVX-512, two
-`pext` per four codes; below 10 GB/s), Elias-gamma qsgd (an entropy
-coder: table-driven, 1.3-2 GB/s), bf16 (scalar), the lossless `huffman`
-codec (four byte planes).
+L1; the rest of a top-k encode is the exact selection on the candidates,
+the Rice-coded indices and the value copy. A qsgd encode draws
+Philox4x32-10 at 8.5 random bits per value, then computes the bucket
+norms and the levels. These figures are memory-bound: on this shared VM
+host the floor itself moves from run to run (the memory read rate of
+each run is in its table), and every codec with it. Not in the target
+row: qsgd with 8-bit levels (9-bit codes: the fused kernel on AVX-512,
+two `pext` per four codes), Elias-gamma qsgd (an entropy coder,
+table-driven), bf16 (scalar), the lossless `huffman` codec (four byte
+planes).
 """)
     return "\n".join(out)
 

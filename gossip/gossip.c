@@ -51,7 +51,6 @@ rumor_gossip_opts_default(struct rumor_gossip_opts *opts)
     snprintf(opts->algo, sizeof opts->algo, "dpsgd");
     snprintf(opts->codec, sizeof opts->codec, "qsgd:bits=4");
     opts->gamma = RUMOR_GOSSIP_GAMMA_AUTO;
-    opts->rank = 1;
     opts->iterations = 1;
     opts->period = 1;
     opts->outer_lr = 1.0;
@@ -65,6 +64,14 @@ rumor_gossip_opts_default(struct rumor_gossip_opts *opts)
     opts->use_error_feedback = true;
     opts->warm_start = true;
     opts->batch_same_shape = true;
+}
+
+size_t
+rumor_gossip_rank(const struct rumor_gossip_opts *opts)
+{
+    if (opts->rank > 0)
+        return opts->rank;
+    return strcmp(opts->algo, "powersgd") == 0 ? RUMOR_GOSSIP_PSGD_RANK : 1;
 }
 
 rumor_err
@@ -213,6 +220,7 @@ rumor_gossip_new(const struct rumor_gossip_opts *opts,
         return RUMOR_ENOMEM;
     g->algo = algo;
     g->opts = *opts;
+    g->opts.rank = rumor_gossip_rank(opts);
     g->topo = t;
     g->self = self;
     g->nodes = rumor_topology_nodes(t);

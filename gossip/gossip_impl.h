@@ -7,6 +7,7 @@
 #define RUMOR_GOSSIP_IMPL_H
 
 #include "rumor/gossip.h"
+#include "rumor/lowrank.h"
 
 /* --- state encoding helpers (state.c) ------------------------------------ */
 

@@ -1,6 +1,6 @@
 /*
  * Step-ahead error feedback with the neighbourhood's errors (SAEF, Xu, Huo
- * and Huang, AAAI 2021, arXiv 2008.05823; GUIDE section 5).
+ * and Huang, AAAI 2021, arXiv 2008.05823; docs/gossip.md).
  *
  * The paper looks ahead by e_bar, the average compression error of all
  * workers, which a parameter server knows. In gossip, e_bar_i is the

@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sodium.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,7 +84,79 @@ s_pump(rumor_net *net, struct net_peer *p, uint64_t now, uint64_t *wake_ns)
     }
 }
 
+/* --- drop logs ------------------------------------------------------ */
+
+/* What a dropped frame is logged as: one line per (reason, who) per
+ * NET_LOG_EVERY_MS (net_loglimit_take). */
+enum s_drop {
+    S_DROP_UNBOUND = 1, /* no User-Id of a listed key */
+    S_DROP_BAD,         /* does not decode */
+    S_DROP_SENDER,      /* a key speaking for another node */
+    S_DROP_REPLAY,      /* seq seen before on its connection */
+    S_DROP_FOREIGN,     /* from a connection that is not the current one */
+    S_DROP_HELLO,       /* a second connection's HELLO, ignored */
+    S_DROP_REFUSED,     /* a HELLO refused (version, fingerprint) */
+    S_DROP_UNEXPECTED   /* a kind that never goes DEALER -> ROUTER */
+};
+
+static void s_drop_log(rumor_net *net,
+                       enum s_drop reason,
+                       const char *who,
+                       const char *fmt,
+                       ...) RUMOR_PRINTF(4, 5);
+
+static void
+s_drop_log(rumor_net *net,
+           enum s_drop reason,
+           const char *who,
+           const char *fmt,
+           ...)
+{
+    uint64_t held = 0;
+    if (!net_loglimit_take(&net->drop_log,
+                           (uint32_t)reason,
+                           who,
+                           rumor_clock_ns(),
+                           &held))
+        return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (held > 0)
+        rumor_log(RUMOR_LOG_WARN,
+                  "%s (and %llu more like it since the last such line)",
+                  line,
+                  (unsigned long long)held);
+    else
+        rumor_log(RUMOR_LOG_WARN, "%s", line);
+}
+
 /* --- receiving on the ROUTER --------------------------------------- */
+
+/* Where a frame came from: the peer its key (or, insecure, its header)
+ * names, and the connection it came on. */
+struct s_from {
+    struct net_peer *p;
+    const uint8_t *rid;
+    size_t rid_len;
+    const char *addr; /* Peer-Address: the IP, "?" when unknown */
+    char name[20];    /* the connection, for logs: its id's first bytes */
+    char who[NET_LOGLIMIT_KEY]; /* rate-limit key: "node N at ADDR" */
+    bool current;               /* it is p's current connection */
+};
+
+static void
+s_rid_text(const uint8_t *rid, size_t len, char out[20])
+{
+    size_t n = len < 8 ? len : 8;
+    for (size_t i = 0; i < n; i++)
+        snprintf(out + 2 * i, 3, "%02x", rid[i]);
+    out[2 * n] = '\0';
+    if (n == 0)
+        snprintf(out, 20, "none");
+}
 
 static void
 s_router_reply(rumor_net *net,
@@ -99,6 +172,56 @@ s_router_reply(rumor_net *net,
         return;
     if (zmq_send(net->router, frame, n, ZMQ_DONTWAIT) == (int)n)
         net_count_sent(net, p, n, true);
+}
+
+/* True while the ROUTER still has p's current connection: a HEARTBEAT
+ * sent to it with ZMQ_ROUTER_MANDATORY goes (or finds it full), and fails
+ * with EHOSTUNREACH once the connection closed. The peer's DEALER takes
+ * no notice of it. */
+static bool
+s_conn_present(rumor_net *net, struct net_peer *p)
+{
+    if (net->router == NULL)
+        return false;
+    uint8_t frame[RUMOR_NET_HEADER_BYTES];
+    size_t n = net_control_frame(net,
+                                 p,
+                                 RUMOR_NET_KIND_HEARTBEAT,
+                                 RUMOR_NET_VERSION,
+                                 NULL,
+                                 0,
+                                 frame,
+                                 sizeof frame);
+    if (zmq_send(net->router,
+                 p->conn.rid,
+                 p->conn.rid_len,
+                 ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+        return zmq_errno() != EHOSTUNREACH;
+    if (zmq_send(net->router, frame, n, ZMQ_DONTWAIT) == (int)n)
+        net_count_sent(net, p, n, false);
+    return true;
+}
+
+/* Whether a HELLO on another connection may replace p's current one:
+ * there is none, it closed, or it has been silent for down_ms. A live one
+ * is kept: a second holder of the key cannot make it silent or close it. */
+enum s_takeover {
+    S_KEEP,   /* the current connection is live */
+    S_FIRST,  /* there is none yet */
+    S_CLOSED, /* the ROUTER no longer has it */
+    S_SILENT  /* nothing accepted on it for down_ms */
+};
+
+/* *quiet_ms: how long the current connection has been silent. */
+static enum s_takeover
+s_takeover(rumor_net *net, struct net_peer *p, uint64_t now, uint64_t *quiet_ms)
+{
+    *quiet_ms = (now - p->conn.heard_ns) / 1000000u;
+    if (p->conn.rid_len == 0)
+        return S_FIRST;
+    if (*quiet_ms >= net->o.down_ms)
+        return S_SILENT;
+    return s_conn_present(net, p) ? S_KEEP : S_CLOSED;
 }
 
 /* A peer that says HELLO is up: a link of ours to it that is closed for
@@ -123,12 +246,13 @@ s_link_hurry(rumor_net *net, struct net_peer *p)
 }
 
 /* version: the frame's; a node of version 2 reads a REFUSE of its own
- * version (its layout is the same), so it can tell its user why. */
+ * version (its layout is the same), so it can tell its user why. record:
+ * the refusal is the peer's news (rumor_net_refused); a refusal sent to a
+ * second connection while the current one is live is not. */
 static void
 s_refuse(rumor_net *net,
-         struct net_peer *p,
-         const uint8_t *rid,
-         size_t rid_len,
+         const struct s_from *f,
+         bool record,
          uint8_t version,
          rumor_err reason,
          const char *text)
@@ -138,18 +262,27 @@ s_refuse(rumor_net *net,
     size_t blen =
         rumor_net_refuse_encode((uint32_t)reason, text, body, sizeof body);
     size_t n = net_control_frame(net,
-                                 p,
+                                 f->p,
                                  RUMOR_NET_KIND_REFUSE,
                                  version,
                                  body,
                                  (uint32_t)blen,
                                  frame,
                                  sizeof frame);
+    s_drop_log(net,
+               S_DROP_REFUSED,
+               f->who,
+               "net: peer %u refused (connection %s from %s): %s",
+               f->p->id,
+               f->name,
+               f->addr,
+               text);
     /* kept before the reply goes: once the peer reads why, so can this
      * node's user (rumor_net_refused) */
-    net_set_refusal(net, p, text);
-    STAT(net, p, refused, 1);
-    s_router_reply(net, p, rid, rid_len, frame, n);
+    if (record)
+        net_set_refusal(net, f->p, text);
+    STAT(net, f->p, refused, 1);
+    s_router_reply(net, f->p, f->rid, f->rid_len, frame, n);
 }
 
 /* Queues a whole message for the caller. It owns payload (malloc'd) or,
@@ -307,6 +440,193 @@ s_on_data(rumor_net *net,
 }
 
 static void
+s_heard(rumor_net *net, struct net_peer *p, size_t len, uint64_t now)
+{
+    p->conn.heard_ns = now;
+    pthread_mutex_lock(&net->mu);
+    p->st.bytes_recv += len;
+    p->st.frames_recv++;
+    net_liveness_heard(&p->live, now);
+    pthread_mutex_unlock(&net->mu);
+}
+/* A frame that did not decode: a HELLO of another version is answered
+ * with a REFUSE the old node can read. */
+static void
+s_on_bad_frame(rumor_net *net,
+               const struct s_from *f,
+               const uint8_t *buf,
+               size_t len,
+               rumor_err rc)
+{
+    struct net_peer *p = f->p;
+    STAT(net, p, rejected_proto, 1);
+    bool magic = len >= 5 && buf[0] == 'R' && buf[1] == 'U' && buf[2] == 'M' &&
+                 buf[3] == 'R';
+    if (magic && buf[4] != RUMOR_NET_VERSION) {
+        char text[96];
+        snprintf(text,
+                 sizeof text,
+                 "protocol version %u, this node speaks %u",
+                 buf[4],
+                 RUMOR_NET_VERSION);
+        uint8_t theirs =
+            buf[4] >= NET_REFUSE_VERSION_MIN && buf[4] < RUMOR_NET_VERSION
+                ? buf[4]
+                : RUMOR_NET_VERSION;
+        uint64_t quiet_ms = 0;
+        bool record = f->current ||
+                      s_takeover(net, p, rumor_clock_ns(), &quiet_ms) != S_KEEP;
+        s_refuse(net, f, record, theirs, RUMOR_EPROTO, text);
+        return;
+    }
+    if (magic && len >= RUMOR_NET_HEADER_BYTES &&
+        (buf[5] < RUMOR_NET_KIND_HELLO || buf[5] > RUMOR_NET_KIND_MAX)) {
+        s_drop_log(net,
+                   S_DROP_BAD,
+                   f->who,
+                   "net: peer %u: frame of unknown kind %u rejected",
+                   p->id,
+                   buf[5]);
+        return;
+    }
+    s_drop_log(net,
+               S_DROP_BAD,
+               f->who,
+               "net: peer %u: bad frame (%zu bytes) from %s: %s",
+               p->id,
+               len,
+               f->addr,
+               rumor_strerror(rc));
+}
+
+/* Decodes a HELLO and checks its fingerprint; false after a REFUSE
+ * (recorded as the peer's news when record is true). */
+static bool
+s_hello_fits(rumor_net *net,
+             const struct s_from *f,
+             bool record,
+             const struct rumor_net_header *h,
+             const uint8_t *payload,
+             struct rumor_net_hello *hello)
+{
+    struct net_peer *p = f->p;
+    if (rumor_net_hello_decode(payload, h->payload_len, hello) != RUMOR_OK) {
+        STAT(net, p, rejected_proto, 1);
+        s_refuse(net,
+                 f,
+                 record,
+                 RUMOR_NET_VERSION,
+                 RUMOR_EPROTO,
+                 "malformed HELLO");
+        return false;
+    }
+    if (hello->fingerprint == net->o.fingerprint)
+        return true;
+    char text[RUMOR_NET_REFUSE_TEXT_MAX + 1];
+    bool told = net->o.explain != NULL && net->o.explain(net->o.explain_arg,
+                                                         p->id,
+                                                         hello->desc,
+                                                         hello->desc_len,
+                                                         text,
+                                                         sizeof text);
+    if (!told)
+        snprintf(text,
+                 sizeof text,
+                 "fingerprint %016llx, this node has %016llx",
+                 (unsigned long long)hello->fingerprint,
+                 (unsigned long long)net->o.fingerprint);
+    s_refuse(net, f, record, RUMOR_NET_VERSION, RUMOR_EPROTO, text);
+    return false;
+}
+
+static void
+s_hello_ok(rumor_net *net, const struct s_from *f)
+{
+    uint8_t body[RUMOR_NET_HELLO_BYTES];
+    uint8_t reply[NET_HELLO_FRAME];
+    net_hello_body(net, body);
+    size_t n = net_control_frame(net,
+                                 f->p,
+                                 RUMOR_NET_KIND_HELLO_OK,
+                                 RUMOR_NET_VERSION,
+                                 body,
+                                 sizeof body,
+                                 reply,
+                                 sizeof reply);
+    s_router_reply(net, f->p, f->rid, f->rid_len, reply, n);
+    net_set_refusal(net, f->p, NULL);
+    s_link_hurry(net, f->p);
+}
+
+/* A HELLO on a connection that is not p's current one: it becomes the
+ * current one when the old one is gone (s_takeover), with a fresh
+ * replay window; otherwise it is ignored (an honest node whose old
+ * connection is still closing retries at its handshake timeout).
+ * Returns true when it was accepted. */
+static bool
+s_on_new_hello(rumor_net *net,
+               const struct s_from *f,
+               const struct rumor_net_header *h,
+               const uint8_t *payload,
+               uint64_t now)
+{
+    struct net_peer *p = f->p;
+    uint64_t quiet_ms = 0;
+    enum s_takeover how = s_takeover(net, p, now, &quiet_ms);
+    bool take = how != S_KEEP;
+    struct rumor_net_hello hello;
+    if (!s_hello_fits(net, f, take, h, payload, &hello))
+        return false;
+    char old[20];
+    s_rid_text(p->conn.rid, p->conn.rid_len, old);
+    if (!take) {
+        STAT(net, p, foreign, 1);
+        s_drop_log(net,
+                   S_DROP_HELLO,
+                   f->who,
+                   "net: node %u: HELLO on a second connection %s from %s "
+                   "ignored: its connection %s from %s is live (heard %llu "
+                   "ms ago)",
+                   p->id,
+                   f->name,
+                   f->addr,
+                   old,
+                   p->conn.addr,
+                   (unsigned long long)quiet_ms);
+        return false;
+    }
+    /* a connection that was only silent may be a live node's, stalled:
+     * worth a warning; a closed one is an ordinary reconnect */
+    if (how == S_FIRST)
+        rumor_log(RUMOR_LOG_DEBUG, "net: peer %u said HELLO", p->id);
+    else
+        rumor_log(how == S_SILENT ? RUMOR_LOG_WARN : RUMOR_LOG_INFO,
+                  "net: node %u: connection %s from %s takes over from "
+                  "connection %s from %s (%s %llu ms ago; %s)",
+                  p->id,
+                  f->name,
+                  f->addr,
+                  old,
+                  p->conn.addr,
+                  how == S_SILENT ? "silent, last heard" : "closed, last heard",
+                  (unsigned long long)quiet_ms,
+                  hello.epoch != p->conn.epoch ? "a new epoch: a restart"
+                                               : "the same epoch");
+    memcpy(p->conn.rid, f->rid, f->rid_len);
+    p->conn.rid_len = f->rid_len;
+    snprintf(p->conn.addr, sizeof p->conn.addr, "%s", f->addr);
+    p->conn.epoch = hello.epoch;
+    net_replay_reset(&p->conn.replay);
+    s_asm_drop(net, p);
+    if (!net_replay_accept(&p->conn.replay, h->seq)) {
+        STAT(net, p, replays, 1); /* seq 0 */
+        return false;
+    }
+    s_hello_ok(net, f);
+    return true;
+}
+
+static void
 s_on_router_frame(rumor_net *net,
                   const uint8_t *rid,
                   size_t rid_len,
@@ -314,19 +634,25 @@ s_on_router_frame(rumor_net *net,
 {
     const uint8_t *buf = zmq_msg_data(frame);
     size_t len = zmq_msg_size(frame);
-    struct net_peer *p = NULL;
+    const char *addr = zmq_msg_gets(frame, "Peer-Address");
+    struct s_from f = {.rid = rid,
+                       .rid_len = rid_len,
+                       .addr = addr != NULL ? addr : "?"};
     if (!net->o.insecure) {
         /* fail closed: no User-Id means no ZAP handler vouched for this
          * connection */
         const char *user = zmq_msg_gets(frame, "User-Id");
-        p = net_peer_by_key(net, user);
-        if (p == NULL) {
+        f.p = net_peer_by_key(net, user);
+        if (f.p == NULL) {
             pthread_mutex_lock(&net->mu);
             net->rejected_unbound++;
             pthread_mutex_unlock(&net->mu);
-            rumor_log(RUMOR_LOG_WARN,
-                      "net: dropped a frame with %s User-Id",
-                      user == NULL ? "no" : "an unlisted");
+            s_drop_log(net,
+                       S_DROP_UNBOUND,
+                       f.addr,
+                       "net: dropped a frame from %s with %s User-Id",
+                       f.addr,
+                       user == NULL ? "no" : "an unlisted");
             return;
         }
     }
@@ -337,156 +663,96 @@ s_on_router_frame(rumor_net *net,
                                           net->o.max_message_bytes,
                                           &h,
                                           &payload);
-    if (p == NULL) {
+    if (f.p == NULL) {
         /* insecure mode: the header is all we have */
-        uint32_t sender = rc == RUMOR_OK ? h.sender : UINT32_MAX;
-        p = net_peer_find(net, sender);
-        if (p == NULL) {
-            rumor_log(RUMOR_LOG_WARN,
-                      "net: dropped a frame from an unknown "
-                      "sender (insecure mode)");
+        f.p = net_peer_find(net, rc == RUMOR_OK ? h.sender : UINT32_MAX);
+        if (f.p == NULL) {
+            s_drop_log(net,
+                       S_DROP_UNBOUND,
+                       f.addr,
+                       "net: dropped a frame from an unknown sender at %s "
+                       "(insecure mode)",
+                       f.addr);
             return;
         }
     }
+    struct net_peer *p = f.p;
+    s_rid_text(rid, rid_len, f.name);
+    snprintf(f.who, sizeof f.who, "node %u at %s", p->id, f.addr);
+    f.current = p->conn.rid_len == rid_len && rid_len > 0 &&
+                memcmp(p->conn.rid, rid, rid_len) == 0;
     if (rc != RUMOR_OK) {
-        STAT(net, p, rejected_proto, 1);
-        bool magic = len >= 5 && buf[0] == 'R' && buf[1] == 'U' &&
-                     buf[2] == 'M' && buf[3] == 'R';
-        if (magic && buf[4] != RUMOR_NET_VERSION) {
-            char text[96];
-            snprintf(text,
-                     sizeof text,
-                     "protocol version %u, this node speaks %u",
-                     buf[4],
-                     RUMOR_NET_VERSION);
-            rumor_log(RUMOR_LOG_WARN, "net: peer %u refused: %s", p->id, text);
-            uint8_t theirs =
-                buf[4] >= NET_REFUSE_VERSION_MIN && buf[4] < RUMOR_NET_VERSION
-                    ? buf[4]
-                    : RUMOR_NET_VERSION;
-            s_refuse(net, p, rid, rid_len, theirs, RUMOR_EPROTO, text);
-            return;
-        }
-        if (magic && len >= RUMOR_NET_HEADER_BYTES &&
-            (buf[5] < RUMOR_NET_KIND_HELLO || buf[5] > RUMOR_NET_KIND_MAX)) {
-            rumor_log(RUMOR_LOG_WARN,
-                      "net: peer %u: frame of unknown kind %u rejected",
-                      p->id,
-                      buf[5]);
-            return;
-        }
-        rumor_log(RUMOR_LOG_WARN,
-                  "net: peer %u: bad frame (%zu bytes): %s",
-                  p->id,
-                  len,
-                  rumor_strerror(rc));
+        s_on_bad_frame(net, &f, buf, len, rc);
         return;
     }
     if (h.sender != p->id) {
         STAT(net, p, rejected_auth, 1);
-        rumor_log(RUMOR_LOG_WARN,
-                  "net: the key of node %u claims to be node %u: dropped",
-                  p->id,
-                  h.sender);
+        s_drop_log(net,
+                   S_DROP_SENDER,
+                   f.who,
+                   "net: the key of node %u claims to be node %u "
+                   "(connection %s from %s): dropped",
+                   p->id,
+                   h.sender,
+                   f.name,
+                   f.addr);
+        return;
+    }
+    uint64_t now = rumor_clock_ns();
+    if (!f.current) {
+        if (h.kind == RUMOR_NET_KIND_HELLO) {
+            if (s_on_new_hello(net, &f, &h, payload, now))
+                s_heard(net, p, len, now);
+            return;
+        }
+        STAT(net, p, foreign, 1);
+        char cur[20];
+        s_rid_text(p->conn.rid, p->conn.rid_len, cur);
+        s_drop_log(net,
+                   S_DROP_FOREIGN,
+                   f.who,
+                   "net: node %u: %s frame (seq %llu) from connection %s "
+                   "from %s, which is not its current one (%s): dropped",
+                   p->id,
+                   rumor_net_kind_name(h.kind),
+                   (unsigned long long)h.seq,
+                   f.name,
+                   f.addr,
+                   cur);
+        return;
+    }
+    if (!net_replay_accept(&p->conn.replay, h.seq)) {
+        STAT(net, p, replays, 1);
+        s_drop_log(net,
+                   S_DROP_REPLAY,
+                   f.who,
+                   "net: peer %u: replayed frame seq %llu on connection %s",
+                   p->id,
+                   (unsigned long long)h.seq,
+                   f.name);
         return;
     }
     if (h.kind == RUMOR_NET_KIND_HELLO) {
+        /* again on its own connection (libzmq reconnected the same
+         * DEALER): its numbering goes on */
         struct rumor_net_hello hello;
-        if (rumor_net_hello_decode(payload, h.payload_len, &hello) !=
-            RUMOR_OK) {
-            STAT(net, p, rejected_proto, 1);
-            rumor_log(RUMOR_LOG_WARN, "net: peer %u: malformed HELLO", p->id);
-            s_refuse(net,
-                     p,
-                     rid,
-                     rid_len,
-                     RUMOR_NET_VERSION,
-                     RUMOR_EPROTO,
-                     "malformed HELLO");
+        if (!s_hello_fits(net, &f, true, &h, payload, &hello))
             return;
-        }
-        if (hello.fingerprint != net->o.fingerprint) {
-            char text[RUMOR_NET_REFUSE_TEXT_MAX + 1];
-            bool told =
-                net->o.explain != NULL && net->o.explain(net->o.explain_arg,
-                                                         p->id,
-                                                         hello.desc,
-                                                         hello.desc_len,
-                                                         text,
-                                                         sizeof text);
-            if (!told)
-                snprintf(text,
-                         sizeof text,
-                         "fingerprint %016llx, this node has %016llx",
-                         (unsigned long long)hello.fingerprint,
-                         (unsigned long long)net->o.fingerprint);
-            rumor_log(RUMOR_LOG_WARN, "net: peer %u refused: %s", p->id, text);
-            s_refuse(net,
-                     p,
-                     rid,
-                     rid_len,
-                     RUMOR_NET_VERSION,
-                     RUMOR_EPROTO,
-                     text);
-            return;
-        }
-        if (!p->has_epoch || hello.epoch != p->epoch) {
-            /* a new incarnation of the peer numbers its frames from 1 */
-            net_replay_reset(&p->replay);
-            p->epoch = hello.epoch;
-            p->has_epoch = true;
-            s_asm_drop(net, p);
-        }
-        if (!net_replay_accept(&p->replay, h.seq)) {
-            STAT(net, p, replays, 1);
-            return;
-        }
-        if (rid_len > sizeof p->rid)
-            return;
-        memcpy(p->rid, rid, rid_len);
-        p->rid_len = rid_len;
-        uint8_t body[RUMOR_NET_HELLO_BYTES];
-        uint8_t reply[NET_HELLO_FRAME];
-        net_hello_body(net, body);
-        size_t n = net_control_frame(net,
-                                     p,
-                                     RUMOR_NET_KIND_HELLO_OK,
-                                     RUMOR_NET_VERSION,
-                                     body,
-                                     sizeof body,
-                                     reply,
-                                     sizeof reply);
-        s_router_reply(net, p, rid, rid_len, reply, n);
-        net_set_refusal(net, p, NULL);
-        s_link_hurry(net, p);
-        rumor_log(RUMOR_LOG_DEBUG, "net: peer %u said HELLO", p->id);
-    } else if (!net_replay_accept(&p->replay, h.seq)) {
-        STAT(net, p, replays, 1);
-        rumor_log(RUMOR_LOG_WARN,
-                  "net: peer %u: replayed frame seq %llu",
-                  p->id,
-                  (unsigned long long)h.seq);
-        return;
+        p->conn.epoch = hello.epoch;
+        s_hello_ok(net, &f);
     } else if (net_kind_is_message(h.kind)) {
-        if (p->rid_len != rid_len || memcmp(p->rid, rid, rid_len) != 0) {
-            STAT(net, p, dropped, 1);
-            rumor_log(RUMOR_LOG_WARN, "net: peer %u: data before HELLO", p->id);
-            return;
-        }
         s_on_data(net, p, &h, payload, frame);
     } else if (h.kind != RUMOR_NET_KIND_HEARTBEAT) {
         STAT(net, p, rejected_proto, 1);
-        rumor_log(RUMOR_LOG_WARN,
-                  "net: peer %u: unexpected %s frame",
-                  p->id,
-                  rumor_net_kind_name(h.kind));
+        s_drop_log(net,
+                   S_DROP_UNEXPECTED,
+                   f.who,
+                   "net: peer %u: unexpected %s frame",
+                   p->id,
+                   rumor_net_kind_name(h.kind));
         return;
     }
-    pthread_mutex_lock(&net->mu);
-    p->st.bytes_recv += len;
-    p->st.frames_recv++;
-    net_liveness_heard(&p->live, rumor_clock_ns());
-    pthread_mutex_unlock(&net->mu);
+    s_heard(net, p, len, now);
 }
 
 static void
@@ -894,5 +1160,57 @@ net_replay_accept(struct net_replay *r, uint64_t seq)
     if (r->mask & bit)
         return false;
     r->mask |= bit;
+    return true;
+}
+
+/* --- rate limit of drop logs ---------------------------------------------- */
+
+void
+net_loglimit_init(struct net_loglimit *l, uint64_t every_ns)
+{
+    assert(l != NULL);
+    memset(l, 0, sizeof *l);
+    l->every_ns = every_ns;
+}
+
+bool
+net_loglimit_take(struct net_loglimit *l,
+                  uint32_t reason,
+                  const char *key,
+                  uint64_t now_ns,
+                  uint64_t *held)
+{
+    assert(l != NULL);
+    assert(key != NULL);
+    assert(held != NULL);
+    *held = 0;
+    struct net_loglimit_slot *s = NULL, *oldest = NULL;
+    for (size_t i = 0; i < NET_LOGLIMIT_SLOTS && s == NULL; i++) {
+        struct net_loglimit_slot *c = &l->slot[i];
+        if (c->used && c->reason == reason &&
+            strncmp(c->key, key, sizeof c->key - 1) == 0)
+            s = c;
+        else if (oldest == NULL || !c->used ||
+                 (oldest->used && c->last_ns < oldest->last_ns))
+            oldest = c;
+    }
+    if (s == NULL) {
+        /* a new pair: its first line goes (the slot logged longest ago,
+         * or a free one, is given to it) */
+        s = oldest;
+        s->used = true;
+        s->reason = reason;
+        snprintf(s->key, sizeof s->key, "%s", key);
+        s->last_ns = now_ns;
+        s->held = 0;
+        return true;
+    }
+    if (now_ns - s->last_ns < l->every_ns) {
+        s->held++;
+        return false;
+    }
+    *held = s->held;
+    s->held = 0;
+    s->last_ns = now_ns;
     return true;
 }

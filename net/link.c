@@ -76,6 +76,13 @@ net_link_open(rumor_net *net, struct net_peer *p)
     /* queue only on connections that finished their handshake, so nothing
      * is sent before HELLO on a connection we have not seen come up */
     net_set_int(d, ZMQ_IMMEDIATE, 1);
+    /* the connection's name at the peer's ROUTER: random, and seen only
+     * inside the CURVE session, so no other connection can take it (the
+     * ROUTER's own names count up from a guessable start) */
+    uint8_t rid[NET_DEALER_RID];
+    randombytes_buf(rid, sizeof rid);
+    rid[0] |= 1; /* names starting with a zero byte are libzmq's */
+    zmq_setsockopt(d, ZMQ_ROUTING_ID, rid, sizeof rid);
     if (!net->o.insecure) {
         zmq_setsockopt(d,
                        ZMQ_CURVE_SERVERKEY,

@@ -350,8 +350,9 @@ rumor_net_new(const struct rumor_net_opts *opts, rumor_net **out)
         /* checked by s_check_opts: CURVE and ZAP use the derived key */
         if (src->key != NULL)
             p->has_key = rumor_net_key_check(src->key, p->key) == RUMOR_OK;
-        net_replay_reset(&p->replay);
+        net_replay_reset(&p->conn.replay);
     }
+    net_loglimit_init(&net->drop_log, (uint64_t)NET_LOG_EVERY_MS * 1000000u);
     if (!opts->insecure) {
         net->secret = sodium_malloc(RUMOR_NET_KEY_TEXT_BYTES + 1);
         if (net->secret == NULL) {

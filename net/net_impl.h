@@ -2,8 +2,9 @@
  * Private to net/: the pure pieces of the transport with an injected
  * clock, so that unit tests drive them without sockets or sleeps (message
  * kinds and prepared frames: wire.c; token bucket and replay window: io.c;
- * liveness and backoff: link.c), and the ZAP handler thread (zap.c). The
- * transport's own state and its parts: transport.h.
+ * liveness and backoff: link.c; the rate limit of drop logs: io.c), and
+ * the ZAP handler thread (zap.c). The transport's own state and its parts:
+ * transport.h.
  */
 #ifndef RUMOR_NET_IMPL_H
 #define RUMOR_NET_IMPL_H
@@ -74,6 +75,40 @@ void net_replay_reset(struct net_replay *r);
 /* True (and records seq) when seq is new and not older than the window;
  * false for 0, duplicates, and seq <= top - NET_REPLAY_WINDOW. */
 bool net_replay_accept(struct net_replay *r, uint64_t seq);
+
+/* --- rate limit of drop logs ------------------------------------------------
+ *
+ * An insider can send frames that are dropped as fast as it likes; the
+ * node logs one line per (reason, who) per interval, and the next line
+ * says how many were held back meanwhile. NET_LOGLIMIT_SLOTS pairs are
+ * tracked; past that, the one logged longest ago is forgotten. */
+
+#define NET_LOGLIMIT_SLOTS 32
+#define NET_LOGLIMIT_KEY   96
+
+struct net_loglimit_slot {
+    bool used;
+    uint32_t reason;
+    char key[NET_LOGLIMIT_KEY];
+    uint64_t last_ns; /* when its last line went */
+    uint64_t held;    /* lines held back since */
+};
+
+struct net_loglimit {
+    uint64_t every_ns;
+    struct net_loglimit_slot slot[NET_LOGLIMIT_SLOTS];
+};
+
+void net_loglimit_init(struct net_loglimit *l, uint64_t every_ns);
+
+/* True when a line for (reason, key) may go at now_ns (the first one, or
+ * the first every_ns after the last), with *held the lines held back since
+ * the last one; false counts this one as held back. */
+bool net_loglimit_take(struct net_loglimit *l,
+                       uint32_t reason,
+                       const char *key,
+                       uint64_t now_ns,
+                       uint64_t *held);
 
 /* --- liveness ------------------------------------------------------------- */
 

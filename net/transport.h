@@ -29,8 +29,19 @@
  * a reason (for another fingerprint, the caller's explain function words
  * it from the two descriptions), and both sides log a refusal and keep its
  * text for rumor_net_refused. Data goes out only on links that passed
- * HELLO, and is accepted only from the connection (routing id) that sent
- * the accepted HELLO.
+ * HELLO.
+ *
+ * Connections: each DEALER names its connection with 16 random bytes
+ * (ZMQ_ROUTING_ID, inside the CURVE session, so no other party learns
+ * or reuses it). The ROUTER binds a peer to one connection, its current
+ * one, at the HELLO it accepts; every frame of any kind (HEARTBEAT
+ * included) from any other connection of the same key is dropped and
+ * counted (foreign), and the replay window belongs to the connection. A
+ * HELLO on another connection takes over only when the current one is
+ * gone: the ROUTER has no such connection any more (a HEARTBEAT sent to
+ * it with ZMQ_ROUTER_MANDATORY fails), or it has been silent for
+ * down_ms. Otherwise it is ignored, and an honest restarted node retries
+ * at its handshake timeout (docs/protocol.md "Connections").
  *
  * Kinds: a frame's kind says what it is (docs/protocol.md "## Frames");
  * the message kinds (GOSSIP .. MEMBER) go to one inbox per peer, from which
@@ -71,6 +82,9 @@
 
 #define NET_ENDPOINT_BYTES 256
 #define NET_RID_BYTES      256
+#define NET_ADDR_BYTES     64
+#define NET_DEALER_RID     16    /* random bytes naming a DEALER's connection */
+#define NET_LOG_EVERY_MS   10000 /* one drop line per (reason, who) per this */
 #define NET_POLL_MAX_MS    100 /* upper bound on one poll, for stop requests */
 #define NET_CURVE_OVERHEAD 256 /* >= CURVE MESSAGE overhead (33 bytes) */
 #define NET_DRAIN_BATCH    256 /* frames read from one socket per loop */
@@ -110,6 +124,16 @@ struct net_inmsg {
     struct rumor_net_msg msg;
 };
 
+/* A peer's connection to our ROUTER, bound at its accepted HELLO. */
+struct net_conn {
+    uint8_t rid[NET_RID_BYTES];
+    size_t rid_len;            /* 0: none yet */
+    char addr[NET_ADDR_BYTES]; /* the peer's IP (Peer-Address), for logs */
+    uint64_t epoch;            /* of its HELLO */
+    struct net_replay replay;
+    uint64_t heard_ns; /* last frame accepted on it */
+};
+
 struct net_peer {
     uint32_t id;
     bool has_key;
@@ -143,12 +167,8 @@ struct net_peer {
     struct net_bucket bucket;
 
     /* I/O thread only: receiving side */
-    uint8_t rid[NET_RID_BYTES];
-    size_t rid_len; /* 0: no accepted HELLO */
-    bool has_epoch;
-    uint64_t epoch;
-    struct net_replay replay;
-    bool asm_active;
+    struct net_conn conn; /* the current connection */
+    bool asm_active;      /* reassembly, on the current connection */
     struct rumor_net_header asm_h;
     uint32_t asm_next;
     rumor_buf asm_buf;
@@ -182,8 +202,9 @@ struct rumor_net {
     bool quiet; /* rumor_net_set_quiet */
     rumor_err status;
     uint64_t closed_before;
-    uint64_t handshake_failed; /* not tied to a peer: counted here */
-    uint64_t rejected_unbound; /* frames with no User-Id of a listed key */
+    uint64_t handshake_failed;    /* not tied to a peer: counted here */
+    uint64_t rejected_unbound;    /* frames with no User-Id of a listed key */
+    struct net_loglimit drop_log; /* I/O thread only */
 };
 
 /* --- net.c --------------------------------------------------------- */

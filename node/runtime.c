@@ -64,7 +64,7 @@ s_settings(const struct rumor_node_opts *o, char *text, size_t cap)
                  g->compressed,
                  g->ef[0] != '\0' ? g->ef : "none",
                  g->gamma,
-                 g->rank,
+                 rumor_gossip_rank(g),
                  g->iterations,
                  g->period,
                  g->gossip_rounds,

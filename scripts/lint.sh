@@ -3,7 +3,10 @@
 # only the public headers of modules before it, and not those of $apart;
 # a library file includes no private header of a module after it, nor of
 # cli/, bench/ or tests/), and every public header compiling on its own
-# (R3.3). usage: lint.sh CC CFLAGS [headers]
+# and staying under 500 lines (R3.3). A module's one public header is
+# include/rumor/MODULE.h; a long one keeps its declarations in parts,
+# include/rumor/MODULE/*.h, which that header includes and which nothing
+# outside include/rumor/MODULE* includes. usage: lint.sh CC CFLAGS [headers]
 set -u
 cc=$1
 cflags=$2
@@ -23,15 +26,32 @@ rank_of() {
     echo 99 # cli, bench, tests, python: outside the library, may include everything
 }
 
+header_lines_max=500
+
 check_headers() {
-    for h in include/rumor/*.h; do
+    for h in include/rumor/*.h include/rumor/*/*.h; do
+        [ -e "$h" ] || continue
         if ! $cc $cflags -fsyntax-only -x c "$h" 2>/tmp/rumor-lint.$$; then
             echo "lint: $h does not compile on its own:"
             cat /tmp/rumor-lint.$$
             status=1
         fi
+        if [ "$(wc -l <"$h")" -gt $header_lines_max ]; then
+            echo "lint: $h is over $header_lines_max lines: split it into parts"
+            status=1
+        fi
     done
     rm -f /tmp/rumor-lint.$$
+}
+
+# two headers under one include guard: the second one included is empty
+check_guards() {
+    dup=$(git ls-files '*.h' | xargs sed -s -n '1,/^#ifndef/s/^#ifndef \([A-Z0-9_]*_H\)$/\1/p' |
+        sort | uniq -d)
+    if [ -n "$dup" ]; then
+        echo "lint: include guards used by more than one header: $dup"
+        status=1
+    fi
 }
 
 check_banned() {
@@ -46,12 +66,29 @@ check_banned() {
     fi
 }
 
+# include/rumor/gossip.h and include/rumor/gossip/*.h are both gossip's
+module_of() {
+    case "$1" in
+    include/rumor/*/*) m=${1#include/rumor/} && echo "${m%%/*}" ;;
+    include/rumor/*) basename "$1" .h ;;
+    *) echo "${1%%/*}" ;;
+    esac
+}
+
 check_include_direction() {
     for f in $(git ls-files '*.c' '*.h' '*.cu'); do
-        mod=${f%%/*}
-        [ "$mod" = include ] && mod=$(basename "$f" .h)
+        mod=$(module_of "$f")
         own=$(rank_of "$mod")
-        for inc in $(sed -n 's/^#include "rumor\/\([a-z_]*\)\.h".*/\1/p' "$f"); do
+        for part in $(sed -n 's/^#include "rumor\/\([a-z_]*\)\/[a-z_0-9]*\.h".*/\1/p' "$f"); do
+            case "$f" in
+            include/rumor/"$part".h | include/rumor/"$part"/*) ;;
+            *)
+                echo "lint: $f includes a part of rumor/$part.h: include rumor/$part.h"
+                status=1
+                ;;
+            esac
+        done
+        for inc in $(sed -n 's/^#include "rumor\/\([a-z_]*\)[./].*/\1/p' "$f"); do
             [ "$inc" = rumor ] && continue
             if [ "$(rank_of "$inc")" -gt "$own" ]; then
                 echo "lint: $f includes rumor/$inc.h, a module above $mod"
@@ -84,6 +121,7 @@ check_private_includes() {
 }
 
 check_headers
+check_guards
 if [ "$only" = all ]; then
     check_banned
     check_include_direction

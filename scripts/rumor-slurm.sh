@@ -26,7 +26,8 @@
 #     RUMOR_METRICS_DIR; docs/python.md):
 #       srun --ntasks=8 scripts/rumor-slurm.sh --dir /shared/run1 --worker \
 #           -- python3 train.py --epochs 3
-# Host list fallbacks when scontrol is not on PATH: RUMOR_HOSTFILE (one host
+# Host list fallbacks when scontrol is not on PATH or fails (slurm-client
+# installed on a machine with no slurm.conf): RUMOR_HOSTFILE (one host
 # per line, # comments), else SLURM_JOB_NODELIST (or SLURM_NODELIST) in
 # plain comma form ("a,b,c"; bracket ranges need scontrol).
 # DIR must be on a file system every host sees.
@@ -91,8 +92,9 @@ done
 
 # The allocated hosts, one per line, in Slurm's order.
 hosts() {
-    if command -v scontrol >/dev/null 2>&1 && [ -n "$nodelist" ]; then
-        scontrol show hostnames "$nodelist"
+    if command -v scontrol >/dev/null 2>&1 && [ -n "$nodelist" ] &&
+        scontrol show hostnames "$nodelist" 2>/dev/null; then
+        return 0
     elif [ -n "${RUMOR_HOSTFILE:-}" ]; then
         sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$RUMOR_HOSTFILE"
     else

@@ -1,5 +1,5 @@
 /*
- * The topology object and its checks (GUIDE section 3).
+ * The topology object and its checks (docs/topology.md).
  *
  * Parser and generators both fill a struct topo_builder; topo_build turns it
  * into an immutable topology after checking, in this order: the node count,

@@ -1,10 +1,12 @@
 /*
- * net: the transport between nodes (GUIDE section 7). ZeroMQ sockets with
+ * net: the transport between nodes (docs/protocol.md). ZeroMQ sockets with
  * CURVE on every link, a ZAP allow-list of the topology's public keys,
  * sender binding (the id in a header must belong to the key that
  * authenticated the connection), a fixed little-endian frame header with
  * crc32c, chunking, HELLO (version + fingerprint), per-peer liveness,
- * replay window, and optional link shaping (rate, delay) for experiments.
+ * a replay window per connection, one connection per peer (a second one
+ * of the same key never displaces a live one), and optional link shaping
+ * (rate, delay) for experiments.
  *
  * Thread safety: the frame codec and the key functions are pure or work on
  * distinct objects. A rumor_net owns one I/O thread that alone touches its
@@ -112,7 +114,8 @@ RUMOR_API rumor_err rumor_net_frame_decode(const uint8_t *buf,
  * mismatch in words (rumor_net_opts.explain). */
 struct rumor_net_hello {
     uint64_t fingerprint; /* hash of model layout and algorithm settings */
-    uint64_t epoch;       /* random per transport; a new one resets replay */
+    uint64_t epoch;       /* random per transport (logs tell a restart from
+                             a reconnect by it; it proves nothing) */
     uint32_t max_message; /* the sender's max message bytes */
     uint32_t chunk_bytes; /* the sender's chunk size */
     const uint8_t *desc;  /* decode: the description, borrowed from buf */
@@ -394,6 +397,10 @@ struct rumor_net_stats {
                                   key, no CURVE); RUMOR_NET_ALL only */
     uint64_t replays;          /* frames rejected by the replay window */
     uint64_t dropped;          /* closed step, full inbox, broken reassembly */
+    uint64_t foreign; /* frames (HELLO included) from a connection of the
+                         peer's key that is not its current one: before
+                         that connection's HELLO, or a second connection
+                         while the current one is live; dropped */
     uint64_t links_recreated;  /* DEALERs rebuilt by the supervisor */
     uint64_t queued_bytes;     /* bytes waiting in send queues now */
     uint64_t queued_bytes_max; /* the most ever waiting */

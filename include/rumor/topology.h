@@ -1,6 +1,6 @@
 /*
  * topology: the graph of nodes, their endpoints and public keys, and the
- * symmetric doubly stochastic mixing matrix W (GUIDE section 3).
+ * symmetric doubly stochastic mixing matrix W (docs/topology.md).
  *
  * A topology has one or more phases. A static graph has one; a
  * time-varying graph (the one-peer exponential graph) has K, and step t

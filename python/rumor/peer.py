@@ -134,7 +134,8 @@ class Peer:
     (DIR/NAME of NAME.key) or insecure=True; algo and its options (rank,
     gamma, codec, period, ...), deadline_ms, connect_timeout_ms,
     metrics_dir, seed, log_level, rate, ...: every `rumor node` option, by
-    name (algo defaults to powergossip, rank to 1; config: an INI file as
+    name (algo defaults to powergossip, rank to the algorithm's: 1 for
+    powergossip, 4 for powersgd; config: an INI file as
     `rumor node --config`, keyword options override it). Options that do
     not apply to the algorithm are refused, as on the command line.
     join=True: a restarted worker takes a live neighbour's model and step
@@ -172,8 +173,8 @@ class Peer:
             raise TypeError("rumor.Peer: give topology and node_id, or "
                             "neither (then the environment of `rumor "
                             "launch ... -- python3 script.py` gives them)")
-        # the default algorithm, unless a config file names one; rank 1 is
-        # the C default (powergossip, powersgd)
+        # the default algorithm, unless a config file names one; no rank
+        # leaves the C default (powergossip 1, powersgd 4)
         if algo is None and config is None:
             algo = "powergossip"
         self._opts = Options(config=config, topology=topology, id=node_id,

@@ -13,13 +13,20 @@
  *     are refused with nothing printed;
  *   - docker/check-dockerfile.sh passes both Dockerfiles and reports every
  *     rule on files that break them all;
- *   - scripts/rumor-slurm.sh, with faked SLURM_* variables and a local
- *     host list (plain comma form, and a FAKE scontrol), starts 4 tasks
- *     that train and exit 0; a task that never comes ends the others by
- *     their deadline; a task placed on another host is refused;
- *   - `rumor launch --hosts` through a FAKE ssh (tests/data/deploy/fake-ssh
- *     runs the remote command on this machine) trains a 4-node cluster and
- *     stops every process on SIGINT;
+ *   - scripts/rumor-slurm.sh's parsing of the allocation, with faked
+ *     SLURM_* variables and a local host list (plain comma form, and a
+ *     FAKE scontrol for a two-host "2(x2)"), starts 4 tasks that train and
+ *     exit 0; a task that never comes ends the others by their deadline; a
+ *     task placed on another host is refused;
+ *   - with the private one-host cluster of scripts/with-slurm.sh
+ *     (RUMOR_SLURM_DIR; `make cluster-test`, as root; skipped, saying so,
+ *     without it), docker/README.md's job script through `sbatch --wait`:
+ *     its 8 tasks train to the accuracy of a local run and the job
+ *     completes with exit 0:0 (srun's exit is its tasks' highest);
+ *   - with the private sshd of scripts/with-sshd.sh (RUMOR_SSHD_*; the
+ *     same), `rumor launch --hosts` logs in by key as its test user: a
+ *     4-node ring trains, and Ctrl-C stops every process, remote ones
+ *     included; too few slots are refused (no ssh needed);
  *   - tests/integration/docker_crash_check.sh, the crash checks of `make
  *     deploy-test`, on hand-made cluster directories: a neighbour that
  *     marked the crashed node down and re-admitted it and one that never
@@ -44,6 +51,7 @@
 #include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -251,9 +259,9 @@ s_install_fake(const struct s_tmp *t, const char *src, const char *name)
     assert_int_equal(chmod(dst, 0755), 0);
 }
 
-/* The step of the last line of a metrics file, -1 when none. */
-static long
-s_last_step(const char *path)
+/* The number `key` of the last line of a metrics file, -1 when none. */
+static double
+s_last_field(const char *path, const char *key)
 {
     char *text = s_read(path);
     if (text == NULL)
@@ -264,10 +272,16 @@ s_last_step(const char *path)
     char *last = strrchr(text, '\n');
     cJSON *j = cJSON_Parse(last != NULL ? last + 1 : text);
     free(text);
-    const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step");
-    long out = cJSON_IsNumber(step) ? (long)step->valuedouble : -1;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    double out = cJSON_IsNumber(v) ? v->valuedouble : -1;
     cJSON_Delete(j);
     return out;
+}
+
+static long
+s_last_step(const char *path)
+{
+    return (long)s_last_field(path, "step");
 }
 
 /* n consecutive TCP ports free on 127.0.0.1 (bound together, then let go). */
@@ -1181,67 +1195,318 @@ test_slurm__task_on_another_host__refused(void **state)
     s_tmp_free(&t);
 }
 
+/* --- tests: a real Slurm cluster and a real sshd (make cluster-test) ------ */
+
+#define REAL_LIMIT_MS 300000 /* a job or a launch that hangs fails here */
+#define ACC_MIN       0.9    /* digits, 10 classes: chance is 0.1 */
+
+/* A real test's directory and the launcher it may leave running: the
+ * teardown removes and stops them, after a failure too. */
+struct s_real {
+    struct s_tmp t;
+    pid_t pid; /* 0: none left to wait for */
+};
+
+static int
+s_real_setup(void **state)
+{
+    struct s_real *x = calloc(1, sizeof *x);
+    if (x == NULL)
+        return -1;
+    s_tmp_new(&x->t);
+    *state = x;
+    return 0;
+}
+
+/* A killed launcher's closed lifelines stop its remote nodes. */
+static int
+s_real_teardown(void **state)
+{
+    struct s_real *x = *state;
+    if (x->pid > 0) {
+        kill(x->pid, SIGKILL);
+        waitpid(x->pid, NULL, 0);
+    }
+    s_tmp_free(&x->t);
+    free(x);
+    return 0;
+}
+
+/* The daemons of scripts/with-slurm.sh or with-sshd.sh, named by the
+ * variable they export, or false after saying how to get them. */
+static bool
+s_have_daemons(const char *var, const char *script)
+{
+    if (getenv(var) != NULL)
+        return true;
+    printf("skipped: no %s: needs the daemons of %s (make cluster-test, as "
+           "root)\n",
+           var,
+           script);
+    return false;
+}
+
+/* The job script of docker/README.md's section "Slurm" (caller frees). */
+static char *
+s_readme_job(void)
+{
+    char *md = s_read("docker/README.md");
+    assert_non_null(md);
+    const char *sec = strstr(md, "\n## Slurm\n");
+    const char *begin = sec != NULL ? strstr(sec, "```sh\n") : NULL;
+    const char *end = begin != NULL ? strstr(begin, "\n```\n") : NULL;
+    if (end == NULL)
+        fail_msg("docker/README.md: no ```sh block in the section Slurm");
+    begin += strlen("```sh\n");
+    char *job = strndup(begin, (size_t)(end + 1 - begin));
+    free(md);
+    assert_non_null(job);
+    return job;
+}
+
+/* `scontrol show job ID` as text (caller frees). */
+static char *
+s_scontrol_job(const struct s_tmp *t, long job)
+{
+    char id[32], path[PATH_MAX + 32];
+    snprintf(id, sizeof id, "%ld", job);
+    snprintf(path, sizeof path, "%s/scontrol.txt", t->dir);
+    const char *argv[] = {"scontrol", "show", "job", id, NULL};
+    assert_int_equal(s_wait(s_spawn(argv, NULL, NULL, t->out, path), LIMIT_MS),
+                     0);
+    return s_read(path);
+}
+
+/* The README's job (a torus:2x4 of 8 tasks, powergossip, 2000 steps), with
+ * this machine's run directory, binary and a free port base for the site's,
+ * on the one host of scripts/with-slurm.sh: its 4 nodes x 2 tasks become
+ * 1 x 8 (the node has CPUs=8). */
+#define JOB_TASKS 8
+#define JOB_STEPS 2000
+
+static void
+test_slurm_real__readme_job__every_task_trains(void **state)
+{
+    /* not SLURM_CONF: a user's own cluster is not this test's */
+    if (!s_have_daemons("RUMOR_SLURM_DIR", "scripts/with-slurm.sh")) {
+        skip();
+        return;
+    }
+    struct s_real *x = *state;
+    struct s_tmp *t = &x->t;
+    char runs[PATH_MAX], script[PATH_MAX + 64], cwd[PATH_MAX];
+    unsigned port = s_free_ports(JOB_TASKS);
+    snprintf(runs, sizeof runs, "%s/runs", t->dir);
+    snprintf(script,
+             sizeof script,
+             "scripts/rumor-slurm.sh --port-base %u",
+             port);
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    char *readme = s_readme_job();
+    const char *from[] = {"/shared/rumor-runs",
+                          "/opt/rumor/bin/rumor",
+                          "scripts/rumor-slurm.sh"};
+    const char *to[] = {runs, s_bin(), script};
+    char *job = s_subst(readme, from, to, 3);
+    if (strstr(job, runs) == NULL || strstr(job, s_bin()) == NULL ||
+        strstr(job, "torus:2x4") == NULL || strstr(job, "--steps 2000") == NULL)
+        fail_msg("docker/README.md's job script changed: update this test\n%s",
+                 readme);
+    char path[PATH_MAX + 32], output[PATH_MAX + 32], ids[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/job.sh", t->dir);
+    s_write(path, job);
+    free(job);
+    free(readme);
+    snprintf(output, sizeof output, "--output=%s/job-%%j.out", t->dir);
+    snprintf(ids, sizeof ids, "%s/sbatch.txt", t->dir);
+    const char *argv[] = {"sbatch",
+                          "--wait",
+                          "--parsable",
+                          "--nodes=1",
+                          "--ntasks-per-node=8",
+                          "--chdir",
+                          cwd,
+                          output,
+                          path,
+                          NULL};
+    uint64_t t0 = s_now_ms();
+    int status = s_wait(s_spawn(argv, NULL, NULL, t->out, ids), REAL_LIMIT_MS);
+    printf("[time] sbatch --wait of the README's job: %.1f s\n",
+           (double)(s_now_ms() - t0) / 1000.0);
+    char *text = s_read(ids);
+    long id = text != NULL ? strtol(text, NULL, 10) : 0;
+    free(text);
+    snprintf(path, sizeof path, "%s/job-%ld.out", t->dir, id);
+    char *out = s_read(path);
+    if (status != 0 || out == NULL || strstr(out, "srun: error") != NULL) {
+        s_show(t);
+        fail_msg("sbatch exit %d, job %ld's output:\n%s",
+                 status,
+                 id,
+                 out != NULL ? out : "(none)");
+    }
+    /* srun's exit is its tasks' highest; the job's is srun's */
+    char *shown = s_scontrol_job(t, id);
+    assert_non_null(shown);
+    if (strstr(shown, "JobState=COMPLETED") == NULL ||
+        strstr(shown, " ExitCode=0:0") == NULL)
+        fail_msg("job %ld did not end well:\n%s", id, shown);
+    free(shown);
+    for (unsigned i = 0; i < JOB_TASKS; i++) {
+        char want[96];
+        snprintf(want,
+                 sizeof want,
+                 "rumor-slurm[%u]: node %u of %d on localhost "
+                 "(tcp://localhost:%u)",
+                 i,
+                 i,
+                 JOB_TASKS,
+                 port + i);
+        if (strstr(out, want) == NULL)
+            fail_msg("no '%s' in the job's output:\n%s", want, out);
+        snprintf(path,
+                 sizeof path,
+                 "%s/%ld.0/metrics/node-%u.jsonl",
+                 runs,
+                 id,
+                 i);
+        double acc = s_last_field(path, "accuracy");
+        printf("task %u: step %ld, accuracy %.3f\n", i, s_last_step(path), acc);
+        assert_int_equal(s_last_step(path), JOB_STEPS);
+        assert_true(acc >= ACC_MIN);
+    }
+    free(out);
+}
+
 /* --- tests: launch --hosts -------------------------------------------------
  */
 
-/* A ring of 4, a host file of two hosts (both this machine), fake ssh. */
+/* digits: 0.97 accuracy at step 200 (rumor launch --nodes 4 --steps 200) */
+#define SSH_STEPS     "200"
+#define SSH_STEPS_NUM 200
+
+/* Where the ssh user of scripts/with-sshd.sh runs: a copy of the rumor
+ * binary it can execute (--rumor-path) and the remote directory. */
+struct s_remote {
+    char bin[PATH_MAX];
+    char dir[PATH_MAX];
+};
+
+static void
+s_remote_new(const struct s_tmp *t, struct s_remote *r)
+{
+    const char *home = getenv("RUMOR_SSHD_HOME");
+    snprintf(r->bin, sizeof r->bin, "%s/rumor-%d", home, (int)getpid());
+    snprintf(r->dir, sizeof r->dir, "%s/run-%d", home, (int)getpid());
+    const char *argv[] = {"cp", s_bin(), r->bin, NULL};
+    assert_int_equal(s_run(argv, NULL, t), 0);
+}
+
+static void
+s_remote_free(const struct s_remote *r)
+{
+    nftw(r->dir, s_rm, 16, FTW_DEPTH | FTW_PHYS);
+    remove(r->bin);
+}
+
+/* A ring of 4 and a host file; its hosts are the sshd's alias. */
 static unsigned
 s_hosts_setup(const struct s_tmp *t, const char *hosts)
 {
     s_gen(t, "ring.topo", (const char *[]){"ring", "4", NULL});
-    s_install_fake(t, "tests/data/deploy/fake-ssh", "ssh");
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/hosts", t->dir);
     s_write(path, hosts);
     return s_free_ports(NODES);
 }
 
+/* `rumor launch --hosts` with the ssh of scripts/with-sshd.sh first on
+ * PATH and r's binary and directory (r NULL: refused before any ssh). */
 static pid_t
-s_hosts_launch(const struct s_tmp *t, unsigned port, const char *steps)
+s_hosts_launch(const struct s_tmp *t,
+               unsigned port,
+               const char *steps,
+               const struct s_remote *r)
 {
     char base[16], path[PATH_MAX + 64];
     snprintf(base, sizeof base, "%u", port);
-    snprintf(path, sizeof path, "PATH=%s/bin:%s", t->dir, getenv("PATH"));
+    const char *ssh_dir = getenv("RUMOR_SSHD_PATH");
+    snprintf(path,
+             sizeof path,
+             "PATH=%s:%s",
+             ssh_dir != NULL ? ssh_dir : "",
+             getenv("PATH"));
     const char *env[] = {path, NULL};
-    const char *argv[] = {s_bin(),
-                          "launch",
-                          "--hosts",
-                          "hosts",
-                          "--topology",
-                          "ring.topo",
-                          "--base-port",
-                          base,
-                          "--metrics-dir",
-                          "run",
-                          "--workload",
-                          "lsq",
-                          "--steps",
-                          steps,
-                          "--progress",
-                          "off",
-                          NULL};
+    const char *argv[ARGS_MAX] = {s_bin(),
+                                  "launch",
+                                  "--hosts",
+                                  "hosts",
+                                  "--topology",
+                                  "ring.topo",
+                                  "--base-port",
+                                  base,
+                                  "--metrics-dir",
+                                  "run",
+                                  "--steps",
+                                  steps,
+                                  "--progress",
+                                  "off"};
+    size_t n = 14;
+    if (r != NULL) {
+        argv[n++] = "--rumor-path";
+        argv[n++] = r->bin;
+        argv[n++] = "--remote-dir";
+        argv[n++] = r->dir;
+    }
+    argv[n] = NULL;
     return s_spawn(argv, env, t->dir, t->out, NULL);
 }
 
+/* "ALIAS slots=2 addr=localhost" and "USER@ALIAS slots=2 addr=127.0.0.1":
+ * both log in through the sshd; peers connect to the address. */
 static void
-test_launch_hosts__fake_ssh__cluster_trains(void **state)
+s_sshd_hosts(char *out, size_t size)
 {
-    (void)state;
-    struct s_tmp t;
-    s_tmp_new(&t);
-    unsigned port = s_hosts_setup(&t,
-                                  "# two names of this machine\n"
-                                  "localhost slots=2\n"
-                                  "me@127.0.0.1 slots=2 addr=127.0.0.1\n");
-    int status = s_wait(s_hosts_launch(&t, port, STEPS), LIMIT_MS);
+    const char *host = getenv("RUMOR_SSHD_HOST");
+    snprintf(out,
+             size,
+             "# two entries for the one sshd\n"
+             "%s slots=2 addr=localhost\n"
+             "%s@%s slots=2 addr=127.0.0.1\n",
+             host,
+             getenv("RUMOR_SSHD_USER"),
+             host);
+}
+
+static void
+test_launch_hosts_real__sshd__cluster_trains(void **state)
+{
+    if (!s_have_daemons("RUMOR_SSHD_HOST", "scripts/with-sshd.sh")) {
+        skip();
+        return;
+    }
+    struct s_real *x = *state;
+    struct s_tmp *t = &x->t;
+    struct s_remote r;
+    s_remote_new(t, &r);
+    char hosts[512];
+    s_sshd_hosts(hosts, sizeof hosts);
+    unsigned port = s_hosts_setup(t, hosts);
+    uint64_t t0 = s_now_ms();
+    x->pid = s_hosts_launch(t, port, SSH_STEPS, &r);
+    int status = s_wait(x->pid, REAL_LIMIT_MS);
+    x->pid = 0;
+    printf("[time] rumor launch --hosts over sshd, 4 nodes: %.1f s\n",
+           (double)(s_now_ms() - t0) / 1000.0);
     if (status != 0)
-        s_show(&t);
+        s_show(t);
     assert_int_equal(status, 0);
     char path[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/run/hosts.topo", t.dir);
+    snprintf(path, sizeof path, "%s/run/hosts.topo", t->dir);
     rumor_topology *g = NULL;
     struct rumor_diag diag = {0};
     assert_int_equal(rumor_topology_load_file(path, &g, &diag), RUMOR_OK);
+    uid_t user = getpwnam(getenv("RUMOR_SSHD_USER"))->pw_uid;
     for (unsigned i = 0; i < NODES; i++) {
         char want[64];
         snprintf(want,
@@ -1250,55 +1515,76 @@ test_launch_hosts__fake_ssh__cluster_trains(void **state)
                  i < 2 ? "localhost" : "127.0.0.1",
                  port + i);
         assert_string_equal(rumor_topology_endpoint(g, i), want);
-        snprintf(path, sizeof path, "%s/keys/node-%u.pub", t.dir, i);
+        snprintf(path, sizeof path, "%s/keys/node-%u.pub", t->dir, i);
         char *pub = s_read(path);
         assert_non_null(pub);
         pub[strcspn(pub, "\n")] = '\0';
         assert_string_equal(rumor_topology_key(g, i), pub);
         free(pub);
-        snprintf(path, sizeof path, "%s/run/node-%u.jsonl", t.dir, i);
-        assert_int_equal(s_last_step(path), 20);
-        snprintf(path, sizeof path, "%s/run/node-%u.log", t.dir, i);
+        /* the node ran as the ssh user, where its metrics stay */
+        snprintf(path, sizeof path, "%s/node-%u.jsonl", r.dir, i);
+        struct stat st;
+        assert_int_equal(stat(path, &st), 0);
+        assert_int_equal(st.st_uid, user);
+        double acc = s_last_field(path, "accuracy");
+        printf("node %u: step %ld, accuracy %.3f\n", i, s_last_step(path), acc);
+        assert_int_equal(s_last_step(path), SSH_STEPS_NUM);
+        assert_true(acc >= ACC_MIN);
+        snprintf(path, sizeof path, "%s/run/node-%u.log", t->dir, i);
         char *log = s_read(path);
         assert_non_null(log);
-        assert_non_null(strstr(log, "step 20/20"));
+        assert_non_null(strstr(log, "step " SSH_STEPS "/" SSH_STEPS));
         free(log);
     }
     rumor_topology_destroy(&g);
-    char *out = s_read(t.out);
+    char *out = s_read(t->out);
     assert_non_null(strstr(out, "[node 3] "));
     assert_non_null(strstr(out, "all nodes finished (exit 0)"));
     free(out);
-    s_tmp_free(&t);
+    s_remote_free(&r);
 }
 
+/* Ctrl-C: ssh forwards no signal; the closed lifeline must stop the remote
+ * nodes, through the real sshd, and every ssh. */
 static void
-test_launch_hosts__sigint__every_process_stopped(void **state)
+test_launch_hosts_real__sigint__every_process_stopped(void **state)
 {
-    (void)state;
-    struct s_tmp t;
-    s_tmp_new(&t);
-    unsigned port = s_hosts_setup(&t, "localhost slots=4\n");
-    pid_t launch = s_hosts_launch(&t, port, "1000000");
+    if (!s_have_daemons("RUMOR_SSHD_HOST", "scripts/with-sshd.sh")) {
+        skip();
+        return;
+    }
+    struct s_real *x = *state;
+    struct s_tmp *t = &x->t;
+    struct s_remote r;
+    s_remote_new(t, &r);
+    char hosts[512];
+    s_sshd_hosts(hosts, sizeof hosts);
+    unsigned port = s_hosts_setup(t, hosts);
+    x->pid = s_hosts_launch(t, port, "1000000", &r);
     /* training: every node is past step 5 */
     uint64_t deadline = s_now_ms() + LIMIT_MS;
     for (unsigned i = 0; i < NODES; i++) {
         char path[PATH_MAX + 64];
-        snprintf(path, sizeof path, "%s/run/node-%u.jsonl", t.dir, i);
+        snprintf(path, sizeof path, "%s/node-%u.jsonl", r.dir, i);
         while (s_last_step(path) < 5 && s_now_ms() < deadline)
             s_pause_ms(10);
     }
-    assert_true(s_procs_with(t.dir) >= NODES);
-    assert_int_equal(kill(launch, SIGINT), 0);
-    int status = s_wait_or_kill(launch, LIMIT_MS);
+    /* each node: its ssh, the remote shell and rumor name the directory */
+    assert_true(s_procs_with(r.dir) >= 2 * NODES);
+    uint64_t t0 = s_now_ms();
+    assert_int_equal(kill(x->pid, SIGINT), 0);
+    int status = s_wait_or_kill(x->pid, LIMIT_MS);
+    x->pid = 0;
     if (status != 130)
-        s_show(&t);
+        s_show(t);
     assert_int_equal(status, 130);
     deadline = s_now_ms() + 10000;
-    while (s_procs_with(t.dir) > 0 && s_now_ms() < deadline)
+    while (s_procs_with(r.dir) > 0 && s_now_ms() < deadline)
         s_pause_ms(10);
-    assert_int_equal(s_procs_with(t.dir), 0);
-    s_tmp_free(&t);
+    assert_int_equal(s_procs_with(r.dir), 0);
+    printf("[time] Ctrl-C to the last remote process gone: %.1f s\n",
+           (double)(s_now_ms() - t0) / 1000.0);
+    s_remote_free(&r);
 }
 
 static void
@@ -1308,7 +1594,8 @@ test_launch_hosts__too_few_slots__refused(void **state)
     struct s_tmp t;
     s_tmp_new(&t);
     unsigned port = s_hosts_setup(&t, "localhost slots=3\n");
-    assert_int_equal(s_wait(s_hosts_launch(&t, port, STEPS), LIMIT_MS), 2);
+    assert_int_equal(s_wait(s_hosts_launch(&t, port, STEPS, NULL), LIMIT_MS),
+                     2);
     char *out = s_read(t.out);
     assert_non_null(strstr(out, "too few slots"));
     free(out);
@@ -1526,8 +1813,18 @@ main(int argc, char **argv)
         cmocka_unit_test(test_slurm__scontrol_hostnames__cluster_trains),
         cmocka_unit_test(test_slurm__task_never_comes__others_stop_by_deadline),
         cmocka_unit_test(test_slurm__task_on_another_host__refused),
-        cmocka_unit_test(test_launch_hosts__fake_ssh__cluster_trains),
-        cmocka_unit_test(test_launch_hosts__sigint__every_process_stopped),
+        cmocka_unit_test_setup_teardown(
+            test_slurm_real__readme_job__every_task_trains,
+            s_real_setup,
+            s_real_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_launch_hosts_real__sshd__cluster_trains,
+            s_real_setup,
+            s_real_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_launch_hosts_real__sigint__every_process_stopped,
+            s_real_setup,
+            s_real_teardown),
         cmocka_unit_test(test_launch_hosts__too_few_slots__refused),
         cmocka_unit_test(
             test_crash_check__readmitted_or_back_in_time__both_pass),

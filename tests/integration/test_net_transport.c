@@ -1136,6 +1136,258 @@ test_zap__handler_silent__libzmq_admits_but_nothing_delivered(void **state)
     t_cluster_stop(&c);
 }
 
+/* --- one connection per peer (issue 33) ----------------------------------- */
+
+static uint64_t
+t_foreign(const struct rumor_net_stats *st)
+{
+    return st->foreign;
+}
+
+/* A raw client with node 0's key, on node 1. */
+static void
+t_raw_as_0(struct t_raw *r, struct t_cluster *c)
+{
+    assert_int_equal(t_raw_open(r,
+                                c->endpoint[1],
+                                net_keypair_curve_public(c->kp[1]),
+                                net_keypair_curve_public(c->kp[0]),
+                                net_keypair_secret(c->kp[0])),
+                     0);
+}
+
+static void
+t_raw_frame(struct t_raw *r, uint8_t kind, uint64_t seq, uint64_t step)
+{
+    uint8_t f[128];
+    bool msg = kind != RUMOR_NET_KIND_HEARTBEAT;
+    t_raw_send(r,
+               f,
+               t_frame(f,
+                       sizeof f,
+                       RUMOR_NET_VERSION,
+                       kind,
+                       0,
+                       seq,
+                       step,
+                       msg ? "evil" : NULL,
+                       msg ? 4 : 0));
+}
+
+static void
+t_raw_hello_as(struct t_raw *r, uint64_t epoch, uint64_t seq, uint64_t fp)
+{
+    struct rumor_net_hello h = {.fingerprint = fp,
+                                .epoch = epoch,
+                                .max_message = 1 << 20,
+                                .chunk_bytes = 256 << 10};
+    uint8_t body[RUMOR_NET_HELLO_BYTES], frame[128];
+    rumor_net_hello_encode(&h, body);
+    t_raw_send(r,
+               frame,
+               t_frame(frame,
+                       sizeof frame,
+                       RUMOR_NET_VERSION,
+                       RUMOR_NET_KIND_HELLO,
+                       0,
+                       seq,
+                       0,
+                       body,
+                       sizeof body));
+}
+
+/* Waits for the node's answer to a HELLO; its kind, 0 at the deadline. */
+static int
+t_raw_answer(struct t_raw *r, uint64_t deadline)
+{
+    uint8_t buf[512];
+    for (;;) {
+        int n = t_raw_recv(r, buf, sizeof buf, deadline);
+        if (n < 64)
+            return 0;
+        if (buf[5] != RUMOR_NET_KIND_HEARTBEAT) /* a probe: not an answer */
+            return buf[5];
+    }
+}
+
+/* The attack of issue 33 against an established link: frames of node 0's
+ * key on a second connection, without HELLO (a HEARTBEAT with seq 2^62,
+ * gossip) and with a HELLO of a new epoch, are dropped and counted; the
+ * real node 0's link goes on as if nothing happened (no replays, nothing
+ * delivered from the intruder, not refused). */
+static void
+test_conn__second_connection_same_key__established_one_unmoved(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    t_cluster_start(&c, 1, LINK_NONE, 7, NULL, NULL);
+    t_cluster_start(&c, 0, LINK_TO_1, 7, NULL, NULL);
+    assert_int_equal(
+        rumor_net_wait_ready(c.net[0], 1, t_deadline(T_DEADLINE_MS)),
+        RUMOR_OK);
+    t_send_and_check(c.net[0], 1, c.net[1], 0, 1, 1000);
+    struct t_raw r;
+    t_raw_as_0(&r, &c);
+    const uint64_t huge = 1ull << 62;
+    t_raw_frame(&r, RUMOR_NET_KIND_HEARTBEAT, huge, 0);
+    t_raw_frame(&r, RUMOR_NET_KIND_GOSSIP, huge + 1, 2);
+    t_wait_counter(c.net[1], 0, t_foreign, 2, "foreign frames");
+    /* a HELLO of a fresh epoch: ignored while node 0's connection is live */
+    t_raw_hello_as(&r, 777, huge + 2, 7);
+    t_wait_counter(c.net[1], 0, t_foreign, 3, "foreign frames");
+    t_raw_frame(&r, RUMOR_NET_KIND_GOSSIP, huge + 3, 2);
+    t_wait_counter(c.net[1], 0, t_foreign, 4, "foreign frames");
+    /* a wrong fingerprint is refused to the intruder, not held against
+     * node 0 */
+    t_raw_hello_as(&r, 778, huge + 4, 8);
+    assert_int_equal(t_raw_answer(&r, t_deadline(T_DEADLINE_MS)),
+                     RUMOR_NET_KIND_REFUSE);
+    char why[RUMOR_NET_REFUSE_TEXT_MAX + 1];
+    assert_false(rumor_net_refused(c.net[1], 0, why));
+    for (uint64_t step = 2; step < 6; step++)
+        t_send_and_check(c.net[0], 1, c.net[1], 0, step, 3000);
+    struct rumor_net_msg m;
+    assert_int_equal(rumor_net_recv(c.net[1],
+                                    0,
+                                    RUMOR_NET_KIND_GOSSIP,
+                                    2,
+                                    0,
+                                    t_deadline(1),
+                                    &m),
+                     RUMOR_ETIMEDOUT);
+    struct rumor_net_stats st;
+    rumor_net_stats(c.net[1], 0, &st);
+    assert_int_equal(st.replays, 0);
+    assert_int_equal(st.messages_recv, 5);
+    assert_int_equal(rumor_net_peer_state(c.net[1], 0), RUMOR_NET_PEER_ALIVE);
+    t_raw_close(&r);
+    t_cluster_stop(&c);
+}
+
+/* No frame counts before its connection's HELLO: a HEARTBEAT alone does
+ * not make a peer alive, and seq 2^62 before HELLO leaves the window of
+ * the connection that then says HELLO untouched. */
+static void
+test_conn__frames_before_hello__dropped_window_untouched(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    t_cluster_start(&c, 1, LINK_NONE, 7, NULL, NULL);
+    struct t_raw r;
+    t_raw_as_0(&r, &c);
+    t_raw_frame(&r, RUMOR_NET_KIND_HEARTBEAT, 1ull << 62, 0);
+    t_wait_counter(c.net[1], 0, t_foreign, 1, "foreign frames");
+    assert_int_equal(rumor_net_peer_state(c.net[1], 0), RUMOR_NET_PEER_DOWN);
+    struct rumor_net_stats st;
+    rumor_net_stats(c.net[1], 0, &st);
+    assert_int_equal(st.frames_recv, 0);
+    /* the same connection says HELLO: from then on its frames count, from
+     * seq 2 on (the 2^62 before it was never taken) */
+    t_raw_hello_as(&r, 5, 1, 7);
+    assert_int_equal(t_raw_answer(&r, t_deadline(T_DEADLINE_MS)),
+                     RUMOR_NET_KIND_HELLO_OK);
+    t_raw_frame(&r, RUMOR_NET_KIND_GOSSIP, 2, 4);
+    struct rumor_net_msg m;
+    assert_int_equal(rumor_net_recv(c.net[1],
+                                    0,
+                                    RUMOR_NET_KIND_GOSSIP,
+                                    4,
+                                    0,
+                                    t_deadline(T_DEADLINE_MS),
+                                    &m),
+                     RUMOR_OK);
+    assert_memory_equal(m.payload, "evil", 4);
+    rumor_net_msg_free(&m);
+    rumor_net_stats(c.net[1], 0, &st);
+    assert_int_equal(st.replays, 0);
+    assert_int_equal(st.foreign, 1);
+    t_raw_close(&r);
+    t_cluster_stop(&c);
+}
+
+/* A restart: the old connection stays open but goes silent (a hung
+ * process); a new connection's HELLO is ignored until the old one has
+ * been silent for down_ms, then takes over, and the old one's frames are
+ * dropped from then on. A closed old connection is taken over at once. */
+static void
+test_conn__restart_after_silence_or_close__takes_over(void **state)
+{
+    (void)state;
+    struct t_cluster c;
+    t_cluster_keys(&c);
+    struct rumor_net_opts o;
+    t_test_opts(&o);
+    t_cluster_start(&c, 1, LINK_NONE, 7, &o, NULL);
+    struct t_raw old, fresh;
+    t_raw_as_0(&old, &c);
+    t_raw_hello_as(&old, 1, 1, 7);
+    assert_int_equal(t_raw_answer(&old, t_deadline(T_DEADLINE_MS)),
+                     RUMOR_NET_KIND_HELLO_OK);
+    uint64_t last = rumor_clock_ns(); /* old's last frame */
+    t_raw_as_0(&fresh, &c);
+    uint64_t seq = 1, took = 0;
+    uint64_t deadline = t_deadline(T_DEADLINE_MS);
+    while (took == 0 && rumor_clock_ns() < deadline) {
+        t_raw_hello_as(&fresh, 2, seq++, 7);
+        if (t_raw_answer(&fresh, t_deadline(100)) == RUMOR_NET_KIND_HELLO_OK)
+            took = rumor_clock_ns();
+    }
+    assert_true(took != 0);
+    printf("the new connection took over %.2f s after the old one's last "
+           "frame (down_ms %.2f s)\n",
+           (double)(took - last) * 1e-9,
+           o.down_ms * 1e-3);
+    assert_true(took - last >= (uint64_t)o.down_ms * T_MS);
+    struct rumor_net_stats st;
+    rumor_net_stats(c.net[1], 0, &st);
+    assert_true(st.foreign >= 1); /* the HELLOs ignored meanwhile */
+    uint64_t foreign = st.foreign;
+    t_raw_frame(&old, RUMOR_NET_KIND_GOSSIP, 2, 7);
+    t_wait_counter(c.net[1], 0, t_foreign, foreign + 1, "foreign frames");
+    t_raw_frame(&fresh, RUMOR_NET_KIND_GOSSIP, seq++, 8);
+    struct rumor_net_msg m;
+    assert_int_equal(rumor_net_recv(c.net[1],
+                                    0,
+                                    RUMOR_NET_KIND_GOSSIP,
+                                    8,
+                                    0,
+                                    t_deadline(T_DEADLINE_MS),
+                                    &m),
+                     RUMOR_OK);
+    rumor_net_msg_free(&m);
+    assert_int_equal(rumor_net_recv(c.net[1],
+                                    0,
+                                    RUMOR_NET_KIND_GOSSIP,
+                                    7,
+                                    0,
+                                    t_deadline(1),
+                                    &m),
+                     RUMOR_ETIMEDOUT);
+    t_raw_close(&old);
+    /* fresh is current and heard just now; closed, a third connection
+     * takes over well before down_ms */
+    t_raw_frame(&fresh, RUMOR_NET_KIND_HEARTBEAT, seq++, 0);
+    t_raw_close(&fresh);
+    uint64_t closed = rumor_clock_ns();
+    struct t_raw third;
+    t_raw_as_0(&third, &c);
+    took = 0;
+    seq = 1;
+    while (took == 0 && rumor_clock_ns() < deadline) {
+        t_raw_hello_as(&third, 3, seq++, 7);
+        if (t_raw_answer(&third, t_deadline(100)) == RUMOR_NET_KIND_HELLO_OK)
+            took = rumor_clock_ns();
+    }
+    assert_true(took != 0);
+    printf("after a close, the next connection took over in %.3f s\n",
+           (double)(took - closed) * 1e-9);
+    assert_true(took - closed < (uint64_t)o.down_ms * T_MS);
+    t_raw_close(&third);
+    t_cluster_stop(&c);
+}
+
 /* --- a TCP proxy that flips one byte on request (supervisor test) --------- */
 
 struct t_proxy {
@@ -1397,6 +1649,11 @@ main(int argc, char **argv)
             test_supervisor__corrupted_frame_ends_session__link_rebuilt),
         cmocka_unit_test(test_supervisor__hello_unanswered__link_rebuilt),
         cmocka_unit_test(test_shaping__rate_and_delay__message_never_faster),
+        cmocka_unit_test(
+            test_conn__second_connection_same_key__established_one_unmoved),
+        cmocka_unit_test(
+            test_conn__frames_before_hello__dropped_window_untouched),
+        cmocka_unit_test(test_conn__restart_after_silence_or_close__takes_over),
     };
     if (argc == 2)
         cmocka_set_test_filter(argv[1]);

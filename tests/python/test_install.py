@@ -77,13 +77,20 @@ def test_install__static_library__links_with_pkg_config_static(tmp_path):
     assert gap == pytest.approx(_ring_gap(8), abs=1e-12)
 
 
+def _tree(folder):
+    """Every file under folder, as paths relative to it."""
+    return sorted(os.path.relpath(os.path.join(d, f), folder)
+                  for d, _, files in os.walk(folder) for f in files)
+
+
 def test_install__headers_and_soname_links__all_installed():
     lib = _staged(LIBDIR)
     assert os.readlink(os.path.join(lib, "librumor.so")) == "librumor.so.0"
     assert os.path.exists(os.path.join(lib, "librumor.so.0"))
-    headers = sorted(os.listdir(os.path.join(ROOT, "include", "rumor")))
-    installed = sorted(os.listdir(_staged(PREFIX + "/include/rumor")))
+    headers = _tree(os.path.join(ROOT, "include", "rumor"))
+    installed = _tree(_staged(PREFIX + "/include/rumor"))
     assert installed == headers
+    assert any(os.sep in h for h in headers), "a module header's parts"
     assert os.access(_staged(PREFIX + "/bin/rumor"), os.X_OK)
 
 

@@ -39,10 +39,27 @@ def test_start_powerSGD_iter__first_step_is_the_exact_mean(local2):
                   start_powerSGD_iter=1)
     for (t,), _ in plain:
         assert torch.allclose(t, mean, rtol=1e-6, atol=1e-6)
-    compressed = _pair(topo, keys, _matrix, algo="powersgd")
+    compressed = _pair(topo, keys, _matrix, algo="powersgd", rank=1)
     for (t,), _ in compressed:  # rank 1: not the mean
         assert not torch.allclose(t, mean, rtol=1e-3, atol=1e-3)
         assert torch.linalg.matrix_rank(t).item() == 1
+
+
+def _matrix_32x24(i):
+    return [torch.randn(32, 24, generator=torch.Generator().manual_seed(i))]
+
+
+def test_no_rank__powersgd_runs_at_rank_4(local2):
+    """No rank: the C default for powersgd, 4 (docs/gossip.md, "PowerSGD
+    defaults"), as if given: a 32 x 24 matrix ((32 + 24) 4 x 2 < 768:
+    compressed) comes back as the same rank-4 approximation."""
+    topo, keys = local2
+    default = _pair(topo, keys, _matrix_32x24, algo="powersgd")
+    four = _pair(topo, keys, _matrix_32x24, algo="powersgd", rank=4)
+    for ((d,), md), ((f,), mf) in zip(default, four):
+        assert torch.equal(d, f)
+        assert md["gossip_bytes_sent"] == mf["gossip_bytes_sent"]
+        assert torch.linalg.matrix_rank(d).item() == 4
 
 
 def test_one_sided_and_the_rest__reach_the_run(local2):

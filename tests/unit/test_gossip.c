@@ -8,6 +8,7 @@
 #include "tests/cmocka_compat.h"
 
 #include "rumor/gossip.h"
+#include "rumor/lowrank.h"
 
 #include <math.h>
 #include <stdio.h>

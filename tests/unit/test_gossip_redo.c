@@ -90,6 +90,7 @@ s_opts(struct rumor_gossip_opts *o, const char *algo)
 {
     rumor_gossip_opts_default(o);
     snprintf(o->algo, sizeof o->algo, "%s", algo);
+    o->rank = 1; /* the layouts below are rank 1's (powersgd's default: 4) */
 }
 
 /* What a node does before a step's exchange: the look-ahead, then local

@@ -500,6 +500,38 @@ test_backoff__doubles_to_the_cap(void **state)
     assert_int_equal(net_backoff_ms(100, 5000, 1000), 5000);
 }
 
+/* One line per (reason, key) per interval, the next one counting those
+ * held back; other pairs keep their own clock; past the slots, the pair
+ * logged longest ago is forgotten (its next line goes at once). */
+static void
+test_loglimit__one_line_per_pair_per_interval__count_of_held(void **state)
+{
+    (void)state;
+    struct net_loglimit l;
+    net_loglimit_init(&l, 1000 * MS);
+    uint64_t held = 99;
+    assert_true(net_loglimit_take(&l, 1, "node 1 at a", 0, &held));
+    assert_int_equal(held, 0);
+    for (int i = 0; i < 5; i++)
+        assert_false(net_loglimit_take(&l, 1, "node 1 at a", 500 * MS, &held));
+    assert_true(net_loglimit_take(&l, 2, "node 1 at a", 500 * MS, &held));
+    assert_true(net_loglimit_take(&l, 1, "node 2 at a", 500 * MS, &held));
+    assert_false(net_loglimit_take(&l, 1, "node 1 at a", 999 * MS, &held));
+    assert_true(net_loglimit_take(&l, 1, "node 1 at a", 1000 * MS, &held));
+    assert_int_equal(held, 6);
+    assert_false(net_loglimit_take(&l, 1, "node 1 at a", 1500 * MS, &held));
+    assert_true(net_loglimit_take(&l, 1, "node 1 at a", 2100 * MS, &held));
+    assert_int_equal(held, 1);
+    /* fill every other slot after it: (1, node 1 at a) is the oldest */
+    for (int k = 0; k < NET_LOGLIMIT_SLOTS; k++) {
+        char key[32];
+        snprintf(key, sizeof key, "node %d at b", 100 + k);
+        assert_true(net_loglimit_take(&l, 1, key, (2200 + k) * MS, &held));
+    }
+    assert_true(net_loglimit_take(&l, 1, "node 1 at a", 2300 * MS, &held));
+    assert_int_equal(held, 0);
+}
+
 /* --- keys ----------------------------------------------------------------- */
 
 static void
@@ -677,6 +709,8 @@ main(int argc, char **argv)
         cmocka_unit_test(test_bucket__long_run__rate_within_one_frame),
         cmocka_unit_test(test_liveness__silence__alive_late_down_then_back),
         cmocka_unit_test(test_backoff__doubles_to_the_cap),
+        cmocka_unit_test(
+            test_loglimit__one_line_per_pair_per_interval__count_of_held),
         cmocka_unit_test(
             test_keypair__save_then_load__same_public_key_mode_0600),
         cmocka_unit_test(test_net_new__bad_options__refused_before_any_socket),

@@ -54,13 +54,17 @@ test_powersgd_options__command_line_names__reach_the_gossip_options(void **s)
     rumor_node_config *c = NULL;
     s_base(&c);
     const struct rumor_gossip_opts *g = &rumor_node_config_opts(c)->gossip;
-    /* the defaults: PyTorch's, but start 0 (docs/gossip.md) */
+    /* the defaults: PyTorch's, but start 0 and rank 4 (docs/gossip.md):
+     * the rank is left to the algorithm, so a --rank given equal to it
+     * makes the same HELLO settings */
     assert_int_equal(g->start_iter, 0);
+    assert_int_equal(g->rank, 0);
     assert_float_equal(g->min_compression_rate, 2, 0);
     assert_true(g->use_error_feedback && g->warm_start);
     assert_true(g->batch_same_shape);
     assert_false(g->one_sided);
     s_set(c, "algo", "powersgd");
+    assert_int_equal(rumor_gossip_rank(g), 4);
     s_set(c, "start-powersgd-iter", "100");
     s_set(c, "min-compression-rate", "1.5");
     s_set(c, "use-error-feedback", "false");

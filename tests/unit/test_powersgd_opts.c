@@ -220,6 +220,100 @@ test_start_iter__plain_all_reduce_first_then_compressed(void **s)
     s_cluster_free(&c);
 }
 
+/* Node i's values after step k's local work: a fresh draw, as a new
+ * gradient would be (the same in every cluster). */
+static void
+s_new_values(struct cluster *c, uint64_t step)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        struct rumor_rng rng;
+        rumor_rng_init(&rng, 1000 + step, i);
+        for (size_t e = 0; e < NUMEL; e++)
+            c->x[i][e] = (float)rumor_rng_normal(&rng) + (float)i;
+    }
+}
+
+/* Until start_iter PowerSGD is the allreduce algorithm on the same
+ * inputs, bit for bit and round for round; the step after, it
+ * compresses (the matrix is no longer the exact average). */
+static void
+test_start_iter__plain_steps_are_allreduce_bits_then_compressed(void **s)
+{
+    (void)s;
+    struct rumor_gossip_opts po, ao;
+    s_psgd_opts(&po);
+    po.start_iter = 3;
+    rumor_gossip_opts_default(&ao);
+    snprintf(ao.algo, sizeof ao.algo, "allreduce");
+    struct cluster p, a;
+    struct rumor_diag diag = {0};
+    assert_int_equal(s_cluster_new(&p, "ring:4", &po, &diag), RUMOR_OK);
+    assert_int_equal(s_cluster_new(&a, "ring:4", &ao, &diag), RUMOR_OK);
+    for (uint64_t step = 1; step <= po.start_iter + 1; step++) {
+        s_new_values(&p, step);
+        s_new_values(&a, step);
+        bool plain = step <= po.start_iter;
+        if (plain)
+            assert_int_equal(rumor_gossip_rounds(p.nodes[0], step),
+                             rumor_gossip_rounds(a.nodes[0], step));
+        assert_int_equal(rumor_sim_step(p.sim, step), RUMOR_OK);
+        assert_int_equal(rumor_sim_step(a.sim, step), RUMOR_OK);
+        for (size_t i = 0; i < p.n; i++) {
+            bool same = memcmp(p.x[i], a.x[i], NUMEL * sizeof(float)) == 0;
+            if (same != plain)
+                fail_msg("step %llu node %zu: %s the all-reduce",
+                         (unsigned long long)step,
+                         i,
+                         same ? "still" : "not");
+        }
+    }
+    /* the bias is all-reduced on a compressed step too */
+    for (size_t i = 0; i < p.n; i++)
+        assert_memory_equal(p.x[i] + ROWS * COLS,
+                            a.x[i] + ROWS * COLS,
+                            BIAS * sizeof(float));
+    s_cluster_free(&p);
+    s_cluster_free(&a);
+}
+
+/* No rank given: powersgd runs at RUMOR_GOSSIP_PSGD_RANK, powergossip at
+ * 1; a rank given is kept. */
+static void
+test_default_rank__powersgd_4__as_if_given(void **s)
+{
+    (void)s;
+    struct rumor_gossip_opts o;
+    rumor_gossip_opts_default(&o);
+    assert_int_equal(o.rank, 0);
+    snprintf(o.algo, sizeof o.algo, "powergossip");
+    assert_int_equal(rumor_gossip_rank(&o), 1);
+    snprintf(o.algo, sizeof o.algo, "powersgd");
+    assert_int_equal(rumor_gossip_rank(&o), 4);
+    o.rank = 2;
+    assert_int_equal(rumor_gossip_rank(&o), 2);
+    /* a 12 x 9 matrix at rank 4 is left to the all-reduce ((12 + 9) 4 x 2
+     * >= 108), at rank 1 or 2 compressed: the default runs as rank 4 */
+    struct cluster d, given, r1;
+    struct rumor_diag diag = {0};
+    o.rank = 0;
+    assert_int_equal(s_cluster_new(&d, "ring:4", &o, &diag), RUMOR_OK);
+    o.rank = 4;
+    assert_int_equal(s_cluster_new(&given, "ring:4", &o, &diag), RUMOR_OK);
+    o.rank = 1;
+    assert_int_equal(s_cluster_new(&r1, "ring:4", &o, &diag), RUMOR_OK);
+    float mean[NUMEL];
+    s_mean(&d, mean);
+    assert_int_equal(rumor_sim_step(d.sim, 1), RUMOR_OK);
+    assert_int_equal(rumor_sim_step(given.sim, 1), RUMOR_OK);
+    assert_int_equal(rumor_sim_step(r1.sim, 1), RUMOR_OK);
+    assert_memory_equal(d.x[0], given.x[0], NUMEL * sizeof(float));
+    assert_false(s_differs_from_mean(&d, mean));
+    assert_true(s_differs_from_mean(&r1, mean));
+    s_cluster_free(&d);
+    s_cluster_free(&given);
+    s_cluster_free(&r1);
+}
+
 static void
 test_one_sided__iterations_per_step__equal_one_compressor_on_the_mean(void **s)
 {
@@ -346,6 +440,9 @@ main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(
             test_start_iter__plain_all_reduce_first_then_compressed),
+        cmocka_unit_test(
+            test_start_iter__plain_steps_are_allreduce_bits_then_compressed),
+        cmocka_unit_test(test_default_rank__powersgd_4__as_if_given),
         cmocka_unit_test(
             test_one_sided__iterations_per_step__equal_one_compressor_on_the_mean),
         cmocka_unit_test(

@@ -4,6 +4,10 @@
  * librumor). */
 #include <rumor/core.h>
 #include <rumor/topology.h>
+/* not used: here so that the installed parts of these headers
+ * (rumor/gossip/, rumor/node/) are compiled from the installed tree */
+#include <rumor/gossip.h>
+#include <rumor/node.h>
 
 #include <stdio.h>
 

@@ -1,0 +1,104 @@
+/*
+ * gossip, part 2 of 6 (include rumor/gossip.h): an algorithm instance on
+ * one node and its rounds. One gossip step is a number of rounds; in each
+ * round the node first *emits* at most one message per peer, then
+ * *absorbs* the messages its peers emitted to it in the same round. A
+ * driver moves the bytes: the simulator (rumor/gossip/sim.h) by routing
+ * buffers between instances in node order, the node's exchange
+ * (node/exchange.c) over the network.
+ */
+#ifndef RUMOR_PUBLIC_GOSSIP_INSTANCE_H
+#define RUMOR_PUBLIC_GOSSIP_INSTANCE_H
+
+#include "rumor/core.h"
+#include "rumor/gossip/options.h"
+#include "rumor/topology.h"
+
+/* One message of a round. data is borrowed (see the header comment). */
+struct rumor_gossip_msg {
+    uint32_t peer; /* emit: the receiver; absorb: the sender */
+    const uint8_t *data;
+    size_t len;
+};
+
+typedef struct rumor_gossip rumor_gossip;
+
+/* Creates the algorithm on node self of topology t (borrowed: it must
+ * outlive the instance) for a model whose tensors stay valid as long as
+ * the instance. *out is set on success only. RUMOR_EINVAL with diag for an
+ * unknown algorithm or an invalid option. */
+RUMOR_API rumor_err rumor_gossip_new(const struct rumor_gossip_opts *opts,
+                                     const rumor_topology *t,
+                                     uint32_t self,
+                                     const struct rumor_model *model,
+                                     rumor_gossip **out,
+                                     struct rumor_diag *diag);
+
+/* Frees and sets *self_p to NULL; safe on NULL and twice. */
+RUMOR_API void rumor_gossip_destroy(rumor_gossip **self_p);
+
+/* Rounds in gossip step `step` (the same on every node). */
+RUMOR_API uint32_t rumor_gossip_rounds(const rumor_gossip *g, uint64_t step);
+
+/* Round `round` of step `step`: *msgs receives the messages to send (an
+ * array owned by g, valid until the next emit on g) and *count how many. */
+RUMOR_API rumor_err rumor_gossip_emit(rumor_gossip *g,
+                                      uint64_t step,
+                                      uint32_t round,
+                                      const struct rumor_gossip_msg **msgs,
+                                      size_t *count);
+
+/* Delivers the messages received in that round (any order). A message
+ * from a node that is not expected, a duplicate, or a payload of the wrong
+ * size is RUMOR_EPROTO; non-finite values are RUMOR_ENUMERIC; a missing
+ * one is RUMOR_ETIMEDOUT. On error the model is left unchanged. */
+RUMOR_API rumor_err rumor_gossip_absorb(rumor_gossip *g,
+                                        uint64_t step,
+                                        uint32_t round,
+                                        const struct rumor_gossip_msg *msgs,
+                                        size_t count);
+
+/* The senders whose messages absorb needs in that round (so a network
+ * driver knows whom to wait for): peers[0..*count). RUMOR_ETOOBIG when
+ * cap is too small (*count says how many are needed). */
+RUMOR_API rumor_err rumor_gossip_expected(const rumor_gossip *g,
+                                          uint64_t step,
+                                          uint32_t round,
+                                          uint32_t *peers,
+                                          size_t cap,
+                                          size_t *count);
+
+/* Step-ahead error feedback (SAEF, Xu, Huo and Huang, AAAI 2021;
+ * docs/gossip.md). Call it before computing the gradient of a training step:
+ * it moves the model to the look-ahead point x - alpha e_bar, where e_bar
+ * is the W-weighted average of the compression errors the neighbourhood
+ * still owes the network (opts.saef_scope "neighbourhood": each sync ends
+ * with one extra round that sends the errors to the neighbours; a
+ * neighbour whose error did not come gives its weight to the own term) or
+ * this node's own error e ("self", and the fallback when the error round
+ * failed), and alpha is opts.ef_alpha, so the gradient is taken where the
+ * model will be once those errors have been sent. The next
+ * synchronization accounts for the move: what is sent is the same
+ * Delta = e + (update since the sync) for any alpha; only where the
+ * gradient was taken changes. Applies once per synchronization (later
+ * calls before the next sync change nothing). A no-op returning RUMOR_OK
+ * for algorithms without an error memory (every one but localsgd with a
+ * delta_codec) and for alpha 0. */
+RUMOR_API rumor_err rumor_gossip_step_ahead(rumor_gossip *g);
+
+/* The consensus step size in use: opts.gamma, or what "auto" chose
+ * (docs/gossip.md, "Defaults"). */
+RUMOR_API double rumor_gossip_gamma(const rumor_gossip *g);
+
+/* True when the algorithm sends to node self + 1 mod n (ring all-reduce),
+ * whatever the topology: the transport must link that node too. */
+RUMOR_API bool rumor_gossip_uses_ring(const rumor_gossip *g);
+
+/* The id of the codec the algorithm compresses its messages with (its
+ * codec, or localsgd's delta codec), 0 when it sends no codec payloads;
+ * the exchange puts it in the header of every gossip frame (a message may
+ * still hold raw parts: terngrad's shared scalers; an adaptive controller
+ * names its choice in each part). */
+RUMOR_API uint8_t rumor_gossip_codec(const rumor_gossip *g);
+
+#endif /* RUMOR_PUBLIC_GOSSIP_INSTANCE_H */
