@@ -10,9 +10,10 @@
  *   forged-join --at=S --victim=V --to=LIST
  *       a JOIN_FWD naming live node V with a new incarnation, to each of
  *       --to (the lowest member acts on it);
- *   state-poison [--value=X] [--step=N]
- *       rewrites every STATE it sends: each model value X, or the state's
- *       step N (2^62, say), in the payload and the frame header.
+ *   state-poison [--value=X] [--step=N] [--to=LIST]
+ *       rewrites every STATE it sends (to the nodes of --to only, when
+ *       given): each model value X, or the state's step N (2^62, say), in
+ *       the payload and the frame header.
  *
  * The tool says on stderr what it sent, so a test can wait for it.
  */
@@ -206,7 +207,10 @@ s_join_hook(struct attack_frame *f)
 static bool
 s_state_hook(struct attack_frame *f)
 {
-    if (f->hdr.kind != RUMOR_NET_KIND_STATE || f->len < 32)
+    bool target = s_nto == 0;
+    for (size_t k = 0; k < s_nto; k++)
+        target |= s_to[k] == f->peer;
+    if (f->hdr.kind != RUMOR_NET_KIND_STATE || f->len < 32 || !target)
         return true;
     uint8_t *p = attack_payload_own(f->payload, f->len);
     if (p == NULL)
@@ -253,7 +257,8 @@ ATTACK_REGISTER(s_join)
 
 static const struct attack s_state = {
     .name = "state-poison",
-    .help = "[--value=X] [--step=N]: every STATE it sends rewritten",
+    .help = "[--value=X] [--step=N] [--to=LIST]: every STATE it sends (to "
+            "LIST) rewritten",
     .parse = s_parse,
     .on_send = s_state_hook,
     .run = s_run,
