@@ -1,9 +1,10 @@
 /*
- * `rumor keygen --out DIR/NAME`: makes a node's CURVE keypair. The secret
- * goes to DIR/NAME.key (mode 0600, never overwritten), the public key to
+ * `rumor keygen --out DIR/NAME`: makes a node's identity, an Ed25519 key
+ * from which its CURVE keypair is derived (net/keys.c). The secret goes to
+ * DIR/NAME.key (mode 0600, never overwritten), the listed public key to
  * DIR/NAME.pub and to stdout, ready to paste into a topology line
- * `node ID ENDPOINT key=...`. The secret lives in sodium_malloc'd memory
- * and is wiped when the keypair is destroyed (net/keys.c).
+ * `node ID ENDPOINT key=ed25519:...`. The secret lives in sodium_malloc'd
+ * memory and is wiped when the keypair is destroyed (net/keys.c).
  */
 #include "cli/cli.h"
 
@@ -18,9 +19,11 @@ cli_keygen_help(FILE *out)
 {
     fprintf(out,
             "usage: rumor keygen --out DIR/NAME\n\n"
-            "Makes a CURVE keypair: DIR/NAME.key (secret, mode 0600) and\n"
-            "DIR/NAME.pub; prints the public key (Z85) for the topology\n"
-            "file. Existing files are never overwritten.\n");
+            "Makes a node's signing identity (Ed25519; its CURVE keypair is\n"
+            "derived from it): DIR/NAME.key (secret, mode 0600) and\n"
+            "DIR/NAME.pub; prints the public key (ed25519:Z85) for the\n"
+            "topology file. Existing files are never overwritten: to\n"
+            "replace a CURVE key from before signing, move it aside first.\n");
 }
 
 int

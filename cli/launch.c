@@ -979,7 +979,7 @@ s_send_payload(const struct s_args *a, int fd, const char *keydir, size_t i)
         while (!failed && key.len > 0 &&
                (key.data[key.len - 1] == '\n' || key.data[key.len - 1] == '\r'))
             key.len--;
-        failed |= key.len != RUMOR_NET_KEY_TEXT_BYTES ||
+        failed |= key.len != RUMOR_NET_ID_TEXT_BYTES ||
                   memchr(key.data, '\n', key.len) != NULL;
         failed |= s_write_all(fd, key.data, key.len);
     }

@@ -285,11 +285,9 @@ s_check_opts(const struct rumor_net_opts *o)
             (p->endpoint == NULL || strlen(p->endpoint) >= NET_ENDPOINT_BYTES))
             return RUMOR_EINVAL;
         if (!o->insecure) {
-            uint8_t raw[32];
             if (p->key == NULL)
                 return RUMOR_EINVAL;
-            if (strlen(p->key) != RUMOR_NET_KEY_TEXT_BYTES ||
-                zmq_z85_decode(raw, p->key) == NULL)
+            if (rumor_net_key_check(p->key, NULL) != RUMOR_OK)
                 return RUMOR_EPROTO;
         }
     }
@@ -349,10 +347,9 @@ rumor_net_new(const struct rumor_net_opts *opts, rumor_net **out)
         p->link = src->link;
         if (src->endpoint != NULL)
             snprintf(p->endpoint, sizeof p->endpoint, "%s", src->endpoint);
-        if (src->key != NULL) {
-            snprintf(p->key, sizeof p->key, "%s", src->key);
-            p->has_key = true;
-        }
+        /* checked by s_check_opts: CURVE and ZAP use the derived key */
+        if (src->key != NULL)
+            p->has_key = rumor_net_key_check(src->key, p->key) == RUMOR_OK;
         net_replay_reset(&p->conn.replay);
     }
     if (!opts->insecure) {
@@ -367,7 +364,7 @@ rumor_net_new(const struct rumor_net_opts *opts, rumor_net **out)
         snprintf(net->public_key,
                  sizeof net->public_key,
                  "%s",
-                 rumor_net_keypair_public(opts->keys));
+                 net_keypair_curve_public(opts->keys));
     } else {
         rumor_log(RUMOR_LOG_WARN,
                   "net: INSECURE mode: plain TCP, no encryption, no "

@@ -115,8 +115,10 @@ uint32_t net_backoff_ms(uint32_t base_ms, uint32_t max_ms, uint32_t attempt);
 
 /* --- keys ----------------------------------------------------------------- */
 
-/* The 40-character Z85 secret key, borrowed (sodium_malloc'd memory). */
+/* The 40-character Z85 CURVE secret key, borrowed (sodium_malloc'd
+ * memory), and the CURVE public key, both derived from the identity. */
 const char *net_keypair_secret(const rumor_net_keypair *kp);
+const char *net_keypair_curve_public(const rumor_net_keypair *kp);
 
 /* --- ZAP handler (zap.c) -------------------------------------------------- */
 

@@ -28,6 +28,9 @@
 #define ELASTIC_STALL_LOG_S 5   /* "waiting for a majority" that often */
 #define ELASTIC_ASK_MS      500 /* a state request is repeated */
 #define ELASTIC_WANT_NONE   UINT64_MAX
+/* A joiner takes the holder's state only when a second member's is this
+ * close (relative L2, node_state_distance; as node/faults.c's joiner) */
+#define ELASTIC_VOUCH_DISTANCE 0.5
 
 struct node_elastic {
     struct node_elastic_opts o;
@@ -45,7 +48,33 @@ struct node_elastic {
     bool *finished;        /* per node: it ran the run's last step */
     uint32_t *contacts;    /* every other node, for JOIN */
     struct node_state_buf state; /* STATE messages sent */
+    struct node_member_signer signer;
 };
+
+static void
+s_sign(void *arg,
+       const uint8_t *msg,
+       size_t len,
+       uint8_t sig[NODE_MEMBER_SIG_BYTES])
+{
+    const node_elastic *e = arg;
+    rumor_net_keypair_sign(e->o.keys, msg, len, sig);
+}
+
+static bool
+s_verify(void *arg,
+         uint32_t id,
+         const uint8_t *msg,
+         size_t len,
+         const uint8_t sig[NODE_MEMBER_SIG_BYTES])
+{
+    const node_elastic *e = arg;
+    return id < rumor_topology_nodes(e->o.topo) &&
+           rumor_net_key_verify(rumor_topology_key(e->o.topo, id),
+                                msg,
+                                len,
+                                sig);
+}
 
 static uint64_t
 s_now_ms(void)
@@ -103,8 +132,9 @@ s_take_member(node_elastic *e, uint32_t from)
         if (rc != RUMOR_OK)
             rumor_log(RUMOR_LOG_WARN,
                       "elastic: a membership message from node %u "
-                      "refused: %s",
+                      "refused: %s (%s)",
                       from,
+                      node_member_why(e->m),
                       rumor_strerror(rc));
         rumor_net_msg_free(&msg);
     }
@@ -340,6 +370,34 @@ s_await_view(node_elastic *e)
     }
 }
 
+/* A STATE from `from` for step s: shapes and values fit the model, and
+ * its own step is s, where the joiner goes on (a STATE for step 2^62
+ * would end its run); nothing taken. */
+static rumor_err
+s_check_state(node_elastic *e,
+              uint32_t from,
+              uint64_t s,
+              const struct rumor_net_msg *msg)
+{
+    struct node_state_parts parts;
+    rumor_err rc = node_state_check(msg->payload, msg->len, e->o.model, &parts);
+    if (rc == RUMOR_OK && parts.step != s) {
+        rumor_log(RUMOR_LOG_WARN,
+                  "elastic: node %u sent a state of step %llu for step "
+                  "%llu: refused",
+                  from,
+                  (unsigned long long)parts.step + 1,
+                  (unsigned long long)s + 1);
+        return RUMOR_EPROTO;
+    }
+    if (rc != RUMOR_OK)
+        rumor_log(RUMOR_LOG_WARN,
+                  "elastic: node %u sent a state that does not fit: %s",
+                  from,
+                  rumor_strerror(rc));
+    return rc;
+}
+
 static rumor_err
 s_take_state(node_elastic *e, uint32_t holder, const struct rumor_net_msg *msg)
 {
@@ -361,12 +419,16 @@ s_take_state(node_elastic *e, uint32_t holder, const struct rumor_net_msg *msg)
     return rc;
 }
 
-/* The state of the boundary before step s from the view's holder. It
- * answers once it is at that boundary; a holder that does not answer
- * within the deadlines is suspected (RUMOR_ETIMEDOUT: another view
- * change), and so is one whose state does not fit. */
+/* The STATE of the boundary before step s from member `from`, checked
+ * (shapes, values, its step s) but not taken: into *out. It answers once
+ * it is at that boundary; one that does not answer within the deadlines
+ * is suspected (RUMOR_ETIMEDOUT: another view change), and so is one
+ * whose state does not fit. */
 static rumor_err
-s_fetch(node_elastic *e, uint32_t holder, uint64_t s)
+s_fetch_from(node_elastic *e,
+             uint32_t from,
+             uint64_t s,
+             struct rumor_net_msg *out)
 {
     struct node_sync ask = {.flags = NODE_SYNC_WANT_STATE, .step = s};
     uint8_t buf[NODE_SYNC_BYTES_MAX];
@@ -376,23 +438,22 @@ s_fetch(node_elastic *e, uint32_t holder, uint64_t s)
     while (rumor_clock_ns() < give_up && !s_stopped(e)) {
         if (rumor_clock_ns() - asked > ELASTIC_ASK_MS * ELASTIC_MS) {
             asked = rumor_clock_ns();
-            (void)s_send(e, holder, RUMOR_NET_KIND_SYNC, s, buf, len);
+            (void)s_send(e, from, RUMOR_NET_KIND_SYNC, s, buf, len);
         }
-        struct rumor_net_msg msg;
         uint64_t until = rumor_clock_ns() + ELASTIC_POLL_MS * ELASTIC_MS;
         rumor_err rc = rumor_net_recv(e->o.net,
-                                      holder,
+                                      from,
                                       RUMOR_NET_KIND_STATE,
                                       0,
                                       0,
                                       until,
-                                      &msg);
+                                      out);
         if (rc == RUMOR_OK) {
-            bool ours = msg.hdr.step == s;
-            rc = ours ? s_take_state(e, holder, &msg) : RUMOR_OK;
-            rumor_net_msg_free(&msg);
+            bool ours = out->hdr.step == s;
+            rc = ours ? s_check_state(e, from, s, out) : RUMOR_OK;
             if (ours && rc == RUMOR_OK)
                 return RUMOR_OK;
+            rumor_net_msg_free(out);
             if (ours)
                 break;
         }
@@ -401,8 +462,70 @@ s_fetch(node_elastic *e, uint32_t holder, uint64_t s)
     }
     if (s_stopped(e))
         return RUMOR_ETIMEDOUT;
-    node_elastic_suspect(e, holder);
+    node_elastic_suspect(e, from);
     return RUMOR_ETIMEDOUT;
+}
+
+/* Who vouches for the holder's state to a joiner: the lowest member that
+ * is neither joining, nor the holder, nor this node; NODE_MEMBER_NONE
+ * when there is none. */
+static uint32_t
+s_voucher(const node_elastic *e, const struct node_member_view *v)
+{
+    for (uint32_t i = 0; i < v->count; i++) {
+        const struct node_member_entry *m = &v->members[i];
+        if (!m->joining && m->id != v->holder && m->id != e->o.self)
+            return m->id;
+    }
+    return NODE_MEMBER_NONE;
+}
+
+/* The holder's state of the boundary before step s, taken. A joiner
+ * takes it only when a second member's own state of that boundary is
+ * close to it (issue 33): the members of all-reduce and PowerSGD hold one
+ * model there, local SGD's differ by their local steps, a forged one
+ * (all 3.0) by far more. A disagreement is RUMOR_EAUTH: the joiner gives
+ * up, and the ring removes it at its next deadline. */
+static rumor_err
+s_fetch(node_elastic *e,
+        uint32_t holder,
+        uint32_t voucher,
+        uint64_t s,
+        bool joining)
+{
+    struct rumor_net_msg got = {0}, vouch = {0};
+    rumor_err rc = s_fetch_from(e, holder, s, &got);
+    if (rc == RUMOR_OK && voucher != NODE_MEMBER_NONE)
+        rc = s_fetch_from(e, voucher, s, &vouch);
+    if (rc == RUMOR_OK && voucher != NODE_MEMBER_NONE) {
+        double d =
+            node_state_distance(got.payload, vouch.payload, e->o.model->count);
+        bool ok = d <= ELASTIC_VOUCH_DISTANCE;
+        rumor_log(ok ? RUMOR_LOG_INFO : RUMOR_LOG_ERROR,
+                  "elastic: node %u's state of step %llu %s by node %u "
+                  "(relative distance %.3g, at most %.3g)",
+                  holder,
+                  (unsigned long long)s + 1,
+                  ok ? "vouched for" : "refused: not vouched for",
+                  voucher,
+                  d,
+                  ELASTIC_VOUCH_DISTANCE);
+        rc = ok ? RUMOR_OK : RUMOR_EAUTH;
+    } else if (rc == RUMOR_OK && joining) {
+        rumor_log(RUMOR_LOG_WARN,
+                  "elastic: node %u's state taken with no other member to "
+                  "vouch for it",
+                  holder);
+    }
+    if (rc == RUMOR_OK)
+        rc = s_take_state(e, holder, &got);
+    if (rc != RUMOR_OK && rc != RUMOR_ETIMEDOUT && rc != RUMOR_EAUTH)
+        node_elastic_suspect(e, holder); /* a state that does not fit */
+    if (got.payload != NULL)
+        rumor_net_msg_free(&got);
+    if (vouch.payload != NULL)
+        rumor_net_msg_free(&vouch);
+    return rc == RUMOR_OK || rc == RUMOR_EAUTH ? rc : RUMOR_ETIMEDOUT;
 }
 
 /* The decided view made true here: the state of its first step s (kept,
@@ -423,7 +546,9 @@ s_enter(node_elastic *e, uint64_t *t)
     uint32_t ids[NODE_MEMBER_MAX];
     for (uint32_t i = 0; i < v->count; i++)
         ids[i] = v->members[i].id;
+    /* v may change while the state is fetched (another view change) */
     uint32_t holder = v->holder;
+    uint32_t voucher = me->joining ? s_voucher(e, v) : NODE_MEMBER_NONE;
     /* the epoch is this ring's from here on: the holder answers requests
      * of this epoch's members only */
     e->epoch = v->epoch;
@@ -432,7 +557,7 @@ s_enter(node_elastic *e, uint64_t *t)
     if (rc == RUMOR_OK)
         rc = e->a->members_set(e->a->arg, ids, v->count);
     if (rc == RUMOR_OK && fetch)
-        rc = s_fetch(e, holder, s);
+        rc = s_fetch(e, holder, voucher, s, joining);
     if (rc == RUMOR_OK && joining)
         e->a->fast_forward(e->a->arg, s);
     if (rc == RUMOR_OK) {
@@ -697,10 +822,14 @@ node_elastic_new(const struct node_elastic_opts *o, node_elastic **out)
     e->want = malloc(o->n * sizeof *e->want);
     e->finished = calloc(o->n, sizeof *e->finished);
     e->contacts = malloc(o->n * sizeof *e->contacts);
-    struct node_member_opts mo = {.timeout = o->deadline_ms,
-                                  .timeout_max = 16ull * o->deadline_ms,
-                                  .resend = o->deadline_ms / 5 + 1,
-                                  .grace = o->deadline_ms / 10 + 1};
+    e->signer = (struct node_member_signer){e, s_sign, s_verify};
+    struct node_member_opts mo = {
+        .signer = o->keys != NULL && o->topo != NULL ? &e->signer : NULL,
+        .done_max = o->steps,
+        .timeout = o->deadline_ms,
+        .timeout_max = 16ull * o->deadline_ms,
+        .resend = o->deadline_ms / 5 + 1,
+        .grace = o->deadline_ms / 10 + 1};
     rumor_err rc = e->want != NULL && e->finished != NULL && e->contacts != NULL
                        ? node_member_new(&e->m, o->self, o->n, &mo)
                        : RUMOR_ENOMEM;

@@ -67,6 +67,11 @@ struct node_elastic_opts {
     rumor_optim *optim;              /* may be NULL */
     const _Atomic uint64_t *stop_by; /* a stop ends every wait by then */
     uint64_t first_step;
+    uint64_t steps; /* the run's: bounds views and states; 0: none */
+    /* the node's identity and the listed keys, which sign and check the
+     * membership and state messages; NULL in an insecure ring */
+    const rumor_net_keypair *keys;
+    const rumor_topology *topo;
     bool join;        /* outside the ring at the start: ask to join */
     uint32_t wait_ms; /* the longest wait to be taken into a ring */
 };

@@ -797,6 +797,9 @@ s_elastic_new(rumor_node *node,
                                    .optim = node->optim,
                                    .stop_by = &node->stop_by,
                                    .first_step = node->first_step,
+                                   .steps = node->external ? 0 : o->steps,
+                                   .keys = node->keys,
+                                   .topo = node->topo,
                                    .join = alone,
                                    .wait_ms = o->connect_ms};
     return node_elastic_new(&eo, &node->elastic);

@@ -60,6 +60,10 @@
 #define NODE_FAULTS_PROBE_MS     100
 #define NODE_FAULTS_PROBE_MAX_MS 2000
 #define NODE_FAULTS_DOUBT_MS     1000 /* a peer's refused claims: one line */
+/* A joiner takes a neighbour's state only when a second neighbour's model
+ * is this close (relative L2): gossip neighbours sit near consensus, a
+ * forged model (all 3.0, say) does not (docs/reliability.md, "Trust"). */
+#define NODE_FAULTS_VOUCH_DISTANCE 0.5
 
 struct s_peer {
     bool neighbour; /* in some phase */
@@ -1001,6 +1005,160 @@ s_take_optim(node_faults *f, uint32_t j, const struct node_state_parts *p)
     return rc == RUMOR_OK;
 }
 
+/* The STATE messages a joiner holds until two neighbours agree. */
+struct s_offers {
+    struct rumor_net_msg *msg; /* per neighbour asked, .payload NULL: none */
+    struct node_state_parts *parts;
+    bool disputed; /* two offers disagreed: none is taken unvouched */
+};
+
+/* Checks a STATE from j: its shapes and values fit the model and its step
+ * lies within the run (a STATE for step 2^62 would end the run at once). */
+static bool
+s_offer_ok(const node_faults *f,
+           uint32_t j,
+           const struct rumor_model *model,
+           const struct rumor_net_msg *msg,
+           struct node_state_parts *parts)
+{
+    rumor_err r = node_state_check(msg->payload, msg->len, model, parts);
+    if (r != RUMOR_OK) {
+        rumor_log(RUMOR_LOG_WARN,
+                  "node %u sent a state that does not fit: %s",
+                  j,
+                  rumor_strerror(r));
+        return false;
+    }
+    if (parts->step >= f->o.steps) {
+        rumor_log(RUMOR_LOG_WARN,
+                  "node %u sent a state of step %llu, past the run's %llu "
+                  "steps: refused",
+                  j,
+                  (unsigned long long)parts->step + 1,
+                  (unsigned long long)f->o.steps);
+        return false;
+    }
+    return true;
+}
+
+/* Whether offers k and i vouch for each other: close models and steps
+ * (neighbours run at most down_after steps apart before one is down). */
+static bool
+s_agree(const node_faults *f,
+        const struct s_offers *o,
+        size_t k,
+        size_t i,
+        size_t count)
+{
+    uint64_t a = o->parts[k].step, b = o->parts[i].step;
+    uint64_t gap = a > b ? a - b : b - a;
+    double d = node_state_distance(o->msg[k].payload, o->msg[i].payload, count);
+    bool ok = d <= NODE_FAULTS_VOUCH_DISTANCE && gap <= f->o.down_after + 1u;
+    if (ok)
+        rumor_log(RUMOR_LOG_INFO,
+                  "the states of nodes %u and %u agree (relative distance "
+                  "%.3g): vouched for",
+                  f->expect[k],
+                  f->expect[i],
+                  d);
+    else
+        rumor_log(RUMOR_LOG_WARN,
+                  "the states of nodes %u and %u disagree (steps %llu and "
+                  "%llu, relative distance %.3g; at most %.3g): neither is "
+                  "vouched for",
+                  f->expect[k < i ? k : i],
+                  f->expect[k < i ? i : k],
+                  (unsigned long long)(k < i ? a : b) + 1,
+                  (unsigned long long)(k < i ? b : a) + 1,
+                  d,
+                  NODE_FAULTS_VOUCH_DISTANCE);
+    return ok;
+}
+
+/* Takes neighbour k's offer into the model and the optimizer. */
+static void
+s_take_offer(node_faults *f,
+             rumor_gossip *g,
+             struct rumor_model *model,
+             struct s_offers *o,
+             size_t k,
+             uint64_t *next)
+{
+    const struct rumor_net_msg *msg = &o->msg[k];
+    struct node_state_parts parts;
+    (void)node_state_decode(msg->payload, msg->len, model, &parts);
+    uint32_t j = f->expect[k];
+    bool took = s_take_optim(f, j, &parts);
+    rumor_log(RUMOR_LOG_WARN,
+              "joined: model%s of node %u; continuing at step %llu",
+              took ? " and optimizer state" : "",
+              j,
+              (unsigned long long)parts.step + 1);
+    rumor_gossip_fast_forward(g, parts.step);
+    *next = parts.step;
+}
+
+/* A STATE that came from neighbour k: kept when it fits; true when it
+ * and another kept one vouch for each other (*pick: the one to take).
+ * With a single neighbour there is nobody to vouch: its state is taken,
+ * and the log says so. */
+static bool
+s_offer(node_faults *f,
+        const struct rumor_model *model,
+        struct s_offers *o,
+        size_t k,
+        size_t count,
+        size_t *pick)
+{
+    uint32_t j = f->expect[k];
+    if (!s_offer_ok(f, j, model, &o->msg[k], &o->parts[k])) {
+        rumor_net_msg_free(&o->msg[k]);
+        o->msg[k].payload = NULL;
+        return false;
+    }
+    *pick = k;
+    if (count == 1) {
+        rumor_log(RUMOR_LOG_WARN,
+                  "node %u is this joiner's only neighbour: its state is "
+                  "taken without a second one to vouch for it",
+                  j);
+        return true;
+    }
+    for (size_t i = 0; i < count; i++) {
+        if (i == k || o->msg[i].payload == NULL)
+            continue;
+        if (s_agree(f, o, k, i, model->count))
+            return true;
+        o->disputed = true;
+    }
+    return false;
+}
+
+/* With one offer, undisputed, after the wait for a second: taken, since a
+ * neighbour may be down (restarting itself); the log says it was not
+ * vouched for. */
+static bool
+s_lone_offer(const node_faults *f,
+             const struct s_offers *o,
+             size_t count,
+             size_t *pick)
+{
+    size_t held = 0;
+    for (size_t k = 0; k < count; k++)
+        if (o->msg[k].payload != NULL) {
+            held++;
+            *pick = k;
+        }
+    if (held != 1 || o->disputed)
+        return false;
+    rumor_log(RUMOR_LOG_WARN,
+              "no second neighbour's state within %u ms: node %u's is taken "
+              "without one to vouch for it",
+              2 * f->o.deadline_ms,
+              f->expect[*pick]);
+    return true;
+}
+
 rumor_err
 node_faults_join(node_faults *f,
                  rumor_net *net,
@@ -1011,6 +1169,11 @@ node_faults_join(node_faults *f,
 {
     size_t count = 0;
     rumor_err rc = rumor_gossip_expected(g, 0, 0, f->expect, f->o.n, &count);
+    struct s_offers o = {calloc(f->o.n, sizeof *o.msg),
+                         calloc(f->o.n, sizeof *o.parts),
+                         false};
+    if (rc == RUMOR_OK && (o.msg == NULL || o.parts == NULL))
+        rc = RUMOR_ENOMEM;
     for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
         f->peer[f->expect[k]].neighbour = true;
         rc = s_send_sync(f,
@@ -1021,50 +1184,38 @@ node_faults_join(node_faults *f,
                          NODE_SYNC_JOIN | NODE_SYNC_WANT_STATE,
                          0);
     }
-    while (rc == RUMOR_OK) {
-        for (size_t k = 0; k < count; k++) {
+    size_t pick = 0;
+    bool taken = false;
+    uint64_t lone_at =
+        rumor_clock_ns() + 2ull * f->o.deadline_ms * NODE_FAULTS_MS;
+    while (rc == RUMOR_OK && !taken) {
+        for (size_t k = 0; k < count && !taken; k++) {
             struct rumor_net_msg msg;
-            uint32_t j = f->expect[k];
-            if (rumor_net_recv(net, j, RUMOR_NET_KIND_STATE, 0, 0, 0, &msg) !=
-                RUMOR_OK)
+            if (rumor_net_recv(net,
+                               f->expect[k],
+                               RUMOR_NET_KIND_STATE,
+                               0,
+                               0,
+                               0,
+                               &msg) != RUMOR_OK)
                 continue;
-            struct node_state_parts parts;
-            uint64_t step = 0;
-            rumor_err r =
-                node_state_step_check(msg.payload, msg.len, f->o.steps, &step);
-            if (r != RUMOR_OK && step >= f->o.steps) {
-                s_doubt(f,
-                        j,
-                        "sent a state of step %llu, past the run's %llu "
-                        "steps",
-                        (unsigned long long)step + 1,
-                        (unsigned long long)f->o.steps);
-                rumor_net_msg_free(&msg);
-                continue;
-            }
-            if (r == RUMOR_OK)
-                r = node_state_decode(msg.payload, msg.len, model, &parts);
-            if (r != RUMOR_OK) {
-                rumor_net_msg_free(&msg);
-                rumor_log(RUMOR_LOG_WARN,
-                          "node %u sent a state that does not fit: %s",
-                          j,
-                          rumor_strerror(r));
-                continue;
-            }
-            bool took = s_take_optim(f, j, &parts);
-            rumor_net_msg_free(&msg); /* parts' bytes go with it */
-            rumor_log(RUMOR_LOG_WARN,
-                      "joined: model%s of node %u; continuing at step %llu",
-                      took ? " and optimizer state" : "",
-                      j,
-                      (unsigned long long)parts.step + 1);
-            rumor_gossip_fast_forward(g, parts.step);
-            *next = parts.step;
-            return RUMOR_OK;
+            if (o.msg[k].payload != NULL)
+                rumor_net_msg_free(&o.msg[k]); /* the newer one counts */
+            o.msg[k] = msg;
+            taken = s_offer(f, model, &o, k, count, &pick);
         }
-        if (rumor_clock_ns() >= deadline)
-            return RUMOR_ETIMEDOUT;
+        if (taken || (rumor_clock_ns() >= lone_at &&
+                      (taken = s_lone_offer(f, &o, count, &pick))))
+            break;
+        if (rumor_clock_ns() >= deadline) {
+            rumor_log(RUMOR_LOG_ERROR,
+                      "%s",
+                      o.disputed ? "no two neighbours' states agree: none "
+                                   "taken"
+                                 : "no neighbour's state came");
+            rc = RUMOR_ETIMEDOUT;
+            break;
+        }
         struct rumor_net_msg any;
         /* wait a little on the first neighbour's answer */
         if (count > 0 && rumor_net_recv(net,
@@ -1080,5 +1231,12 @@ node_faults_join(node_faults *f,
             rumor_net_msg_free(&any);
         }
     }
+    if (taken)
+        s_take_offer(f, g, model, &o, pick, next);
+    for (size_t k = 0; o.msg != NULL && k < count; k++)
+        if (o.msg[k].payload != NULL)
+            rumor_net_msg_free(&o.msg[k]);
+    free(o.msg);
+    free(o.parts);
     return rc;
 }

@@ -39,6 +39,17 @@
  * - Decided views are kept (NODE_MEMBER_HISTORY) to answer a member that
  *   lost its COMMIT; one asking for an epoch older than that gets the
  *   newest, which tells it that it was removed.
+ * - Signatures (issue 33; opts.signer, none in an insecure ring): an
+ *   acceptor signs its vote, ACCEPTED, over (epoch, ballot, the value's
+ *   hash); the proposer checks each and a COMMIT carries a majority's
+ *   votes, so that one listed key alone cannot decide a view: a member
+ *   installs epoch e + 1 only with votes from a majority of M_e. A node
+ *   that does not hold M_e (a joiner, or a member more than one epoch
+ *   behind) checks them against the value's continuing members instead,
+ *   the ones that voted in every round this file runs. A JOIN carries its
+ *   joiner's signature of (joiner, inc), forwarded as is, so no member can
+ *   ask in another node's name. Votes are per acceptor and ballot, never
+ *   per proposer: that is what Paxos's "a majority accepted" means.
  * Messages to self go through an internal queue processed after each
  * call, so no handler runs inside another.
  */
@@ -92,6 +103,7 @@ struct node_member {
     uint64_t resend_at;
     struct node_member_ballot best;   /* highest accepted among promises */
     struct node_member_view proposal; /* its value, then what ACCEPT says */
+    struct node_member_cert votes;    /* the ACCEPTED taken, checked */
     /* joins */
     struct node_member_entry pending[NODE_MEMBER_MAX]; /* sorted by id */
     uint32_t npending;
@@ -100,6 +112,9 @@ struct node_member {
     uint32_t ncontacts, join_tries;
     uint64_t join_at;
     struct node_member_view history[NODE_MEMBER_HISTORY];
+    struct node_member_cert cert; /* the installed view's votes */
+    struct node_member_cert history_cert[NODE_MEMBER_HISTORY];
+    const char *why; /* the reason of the last refusal */
     /* outputs */
     struct s_queue out, loop;
     struct node_member_event events[EVENTS_MAX];
@@ -108,6 +123,7 @@ struct node_member {
     struct node_member_msg rx, tx;
     uint32_t to[2 * NODE_MEMBER_MAX];
     uint8_t buf[NODE_MEMBER_MSG_MAX];
+    uint8_t stmt[NODE_MEMBER_STATEMENT_MAX];
 };
 
 /* --- small helpers -------------------------------------------------------- */
@@ -155,6 +171,33 @@ static uint32_t
 s_majority(const node_member *m)
 {
     return m->view.count / 2 + 1;
+}
+
+/* Refuses a message: RUMOR_EAUTH or RUMOR_EPROTO, the reason kept for
+ * node_member_why. */
+static rumor_err
+s_refuse(node_member *m, rumor_err rc, const char *why)
+{
+    m->why = why;
+    return rc;
+}
+
+static void
+s_sign(node_member *m, size_t len, uint8_t sig[NODE_MEMBER_SIG_BYTES])
+{
+    const struct node_member_signer *sg = m->opts.signer;
+    if (sg != NULL)
+        sg->sign(sg->arg, m->stmt, len, sig);
+}
+
+static bool
+s_verify(node_member *m,
+         uint32_t id,
+         size_t len,
+         const uint8_t sig[NODE_MEMBER_SIG_BYTES])
+{
+    const struct node_member_signer *sg = m->opts.signer;
+    return sg == NULL || sg->verify(sg->arg, id, m->stmt, len, sig);
 }
 
 static uint64_t
@@ -331,11 +374,15 @@ s_prune_pending(node_member *m)
 }
 
 static void
-s_install(node_member *m, const struct node_member_view *v)
+s_install(node_member *m,
+          const struct node_member_view *v,
+          const struct node_member_cert *cert)
 {
     if (v != &m->view)
         m->view = *v;
+    m->cert = *cert;
     m->history[m->view.epoch % NODE_MEMBER_HISTORY] = m->view;
+    m->history_cert[m->view.epoch % NODE_MEMBER_HISTORY] = m->cert;
     m->promised = m->acc_ballot = (struct node_member_ballot){0, 0};
     m->phase = PHASE_NONE;
     m->attempt = 0;
@@ -379,13 +426,17 @@ s_send_commit(node_member *m, uint32_t to, uint64_t epoch)
         epoch > m->view.epoch)
         return;
     const struct node_member_view *v = &m->view;
-    const struct node_member_view *h = &m->history[epoch % NODE_MEMBER_HISTORY];
-    if (h->count > 0 && h->epoch == epoch)
-        v = h;
+    const struct node_member_cert *c = &m->cert;
+    size_t at = epoch % NODE_MEMBER_HISTORY;
+    if (m->history[at].count > 0 && m->history[at].epoch == epoch) {
+        v = &m->history[at];
+        c = &m->history_cert[at];
+    }
     if (v->epoch == 0) /* the start is no decision */
         return;
     s_tx(m, NODE_MEMBER_COMMIT, v->epoch);
     m->tx.value = *v;
+    m->tx.cert = *c;
     s_emit1(m, to);
 }
 
@@ -512,6 +563,8 @@ s_maybe_accept(node_member *m, uint64_t now)
     m->phase = PHASE_ACCEPT;
     memset(m->answered, 0, sizeof m->answered);
     m->answers = 0;
+    m->votes.ballot = m->ballot;
+    m->votes.count = 0;
     m->resend_at = now + m->opts.resend;
     s_tx(m, NODE_MEMBER_ACCEPT, m->view.epoch + 1);
     m->tx.ballot = m->ballot;
@@ -536,8 +589,9 @@ s_decide(node_member *m)
     }
     s_tx(m, NODE_MEMBER_COMMIT, v->epoch);
     m->tx.value = *v;
+    m->tx.cert = m->votes;
     s_emit(m, m->to, k);
-    s_install(m, v);
+    s_install(m, v, &m->votes);
 }
 
 static void
@@ -609,7 +663,7 @@ s_on_prepare(node_member *m,
              uint64_t now)
 {
     if (msg->ballot.id != from) /* a ballot names its proposer */
-        return RUMOR_EPROTO;
+        return s_refuse(m, RUMOR_EPROTO, "a ballot not its sender's");
     if (!s_acceptor_takes(m, from, msg))
         return RUMOR_OK;
     m->promised = msg->ballot;
@@ -633,7 +687,10 @@ s_on_accept(node_member *m,
     if (msg->ballot.id != from ||
         (msg->epoch == m->view.epoch + 1 && s_in_ring(m) &&
          !s_value_fits(m, &msg->value)))
-        return RUMOR_EPROTO;
+        return s_refuse(m,
+                        RUMOR_EPROTO,
+                        "an ACCEPT not its sender's or not following the "
+                        "view");
     if (!s_acceptor_takes(m, from, msg))
         return RUMOR_OK;
     m->promised = m->acc_ballot = msg->ballot;
@@ -641,6 +698,12 @@ s_on_accept(node_member *m,
     s_follow(m, from, msg->ballot, now);
     s_tx(m, NODE_MEMBER_ACCEPTED, msg->epoch);
     m->tx.ballot = msg->ballot;
+    s_sign(m,
+           node_member_vote_statement(msg->epoch,
+                                      msg->ballot,
+                                      &msg->value,
+                                      m->stmt),
+           m->tx.sig);
     s_emit1(m, from);
     return RUMOR_OK;
 }
@@ -669,8 +732,13 @@ s_on_promise(node_member *m,
 {
     if (!s_proposer_takes(m, from, msg, PHASE_PREPARE))
         return RUMOR_OK;
+    if (m->opts.done_max != 0 && msg->done > m->opts.done_max)
+        return s_refuse(m, RUMOR_EPROTO, "a PROMISE with steps past the run");
     if (msg->accepted.round != 0 && !s_value_fits(m, &msg->value))
-        return RUMOR_EPROTO;
+        return s_refuse(m,
+                        RUMOR_EPROTO,
+                        "a PROMISE whose value does not "
+                        "follow the view");
     m->answered[from] = 1;
     m->answers++;
     m->done_of[from] = msg->done;
@@ -689,10 +757,59 @@ s_on_accepted(node_member *m, uint32_t from, const struct node_member_msg *msg)
 {
     if (!s_proposer_takes(m, from, msg, PHASE_ACCEPT))
         return RUMOR_OK;
+    size_t len = node_member_vote_statement(msg->epoch,
+                                            m->ballot,
+                                            &m->proposal,
+                                            m->stmt);
+    if (!s_verify(m, from, len, msg->sig))
+        return s_refuse(m, RUMOR_EAUTH, "a vote not signed by its sender");
+    struct node_member_cert *c = &m->votes;
+    uint32_t at = c->count;
+    while (at > 0 && c->votes[at - 1].id > from)
+        at--;
+    memmove(c->votes + at + 1,
+            c->votes + at,
+            (c->count - at) * sizeof *c->votes);
+    c->votes[at].id = from;
+    memcpy(c->votes[at].sig, msg->sig, NODE_MEMBER_SIG_BYTES);
+    c->count++;
     m->answered[from] = 1;
     if (++m->answers >= s_majority(m))
         s_decide(m);
     return RUMOR_OK;
+}
+
+/* Whether a COMMIT's votes prove its value: valid votes from a majority
+ * of M_e when this node holds M_e (e + 1 is the value's epoch). A node
+ * without M_e (a joiner, one more than an epoch behind) counts every
+ * valid vote, since only a member of M_e votes for a value of e + 1, and
+ * wants at least a majority of the value's continuing members (a legal
+ * decision has that: they are part of M_e) and never fewer than two: no
+ * single key decides for a ring of two or more. */
+static bool
+s_cert_proves(node_member *m,
+              const struct node_member_view *v,
+              const struct node_member_cert *c)
+{
+    if (m->opts.signer == NULL)
+        return true;
+    bool prior = s_in_ring(m) && v->epoch == m->view.epoch + 1;
+    uint32_t need = 0;
+    if (prior) {
+        need = s_majority(m);
+    } else {
+        for (uint32_t i = 0; i < v->count; i++)
+            need += !v->members[i].joining;
+        need = need / 2 + 1 > 2 ? need / 2 + 1 : 2;
+    }
+    size_t len = node_member_vote_statement(v->epoch, c->ballot, v, m->stmt);
+    uint32_t good = 0;
+    for (uint32_t i = 0; i < c->count && good < need; i++) {
+        if (prior && !s_is_member(m, c->votes[i].id))
+            continue;
+        good += s_verify(m, c->votes[i].id, len, c->votes[i].sig);
+    }
+    return good >= need;
 }
 
 static rumor_err
@@ -703,18 +820,31 @@ s_on_commit(node_member *m, uint32_t from, const struct node_member_msg *msg)
     bool in = me >= 0 && v->members[me].inc == m->inc;
     bool joining = in && v->members[me].joining;
     if (m->state == NODE_MEMBER_JOINING) {
-        if (joining)
-            s_install(m, v);
+        if (!joining)
+            return RUMOR_OK;
+        if (!s_cert_proves(m, v, &msg->cert))
+            return s_refuse(m,
+                            RUMOR_EAUTH,
+                            "a COMMIT without a majority's "
+                            "votes");
+        s_install(m, v, &msg->cert);
         return RUMOR_OK;
     }
     if (!s_in_ring(m) || v->epoch <= m->view.epoch)
         return RUMOR_OK;
-    if (v->epoch == m->view.epoch + 1) {
-        if (!s_value_fits(m, v))
-            return RUMOR_EPROTO;
-        s_install(m, v);
+    if (v->epoch == m->view.epoch + 1 && !s_value_fits(m, v))
+        return s_refuse(m,
+                        RUMOR_EPROTO,
+                        "a COMMIT that does not follow "
+                        "the installed view");
+    bool next = v->epoch == m->view.epoch + 1;
+    if ((next || joining || !in) && !s_cert_proves(m, v, &msg->cert))
+        return s_refuse(m, RUMOR_EAUTH, "a COMMIT without a majority's votes");
+    if (next) {
+        s_install(m, v, &msg->cert);
     } else if (joining || !in) {
-        s_install(m, v); /* admitted afresh, or removed: no chain needed */
+        /* admitted afresh, or removed: no chain needed */
+        s_install(m, v, &msg->cert);
     } else {
         s_ask(m, from);
     }
@@ -736,11 +866,12 @@ s_start_change(node_member *m, uint64_t now)
 
 static void
 s_on_join(node_member *m,
-          uint32_t joiner,
-          uint64_t inc,
+          const struct node_member_msg *msg,
           bool forwarded,
           uint64_t now)
 {
+    uint32_t joiner = msg->joiner;
+    uint64_t inc = msg->inc;
     if (!s_in_ring(m) || inc < m->inc_seen[joiner])
         return;
     int at = s_find(&m->view, joiner);
@@ -764,8 +895,16 @@ s_on_join(node_member *m,
         s_tx(m, NODE_MEMBER_JOIN_FWD, 0);
         m->tx.joiner = joiner;
         m->tx.inc = inc;
+        memcpy(m->tx.sig, msg->sig, NODE_MEMBER_SIG_BYTES);
         s_emit1(m, lowest);
     }
+}
+
+static bool
+s_join_signed(node_member *m, const struct node_member_msg *msg)
+{
+    size_t len = node_member_join_statement(msg->joiner, msg->inc, m->stmt);
+    return s_verify(m, msg->joiner, len, msg->sig);
 }
 
 static rumor_err
@@ -774,6 +913,12 @@ s_dispatch(node_member *m,
            const struct node_member_msg *msg,
            uint64_t now)
 {
+    bool valued = msg->type == NODE_MEMBER_ACCEPT ||
+                  msg->type == NODE_MEMBER_COMMIT ||
+                  (msg->type == NODE_MEMBER_PROMISE && msg->accepted.round);
+    if (valued && m->opts.done_max != 0 &&
+        node_member_first_step(&msg->value) > m->opts.done_max)
+        return s_refuse(m, RUMOR_EPROTO, "a value with steps past the run");
     switch (msg->type) {
     case NODE_MEMBER_PREPARE:
         return s_on_prepare(m, from, msg, now);
@@ -790,15 +935,21 @@ s_dispatch(node_member *m,
         return RUMOR_OK;
     case NODE_MEMBER_JOIN:
         if (msg->joiner != from)
-            return RUMOR_EPROTO;
-        s_on_join(m, msg->joiner, msg->inc, false, now);
+            return s_refuse(m, RUMOR_EPROTO, "a JOIN for another node");
+        if (!s_join_signed(m, msg))
+            return s_refuse(m, RUMOR_EAUTH, "a JOIN not signed by its joiner");
+        s_on_join(m, msg, false, now);
         return RUMOR_OK;
     case NODE_MEMBER_JOIN_FWD:
+        if (!s_join_signed(m, msg))
+            return s_refuse(m,
+                            RUMOR_EAUTH,
+                            "a forwarded JOIN not signed by its joiner");
         if (s_is_member(m, from))
-            s_on_join(m, msg->joiner, msg->inc, true, now);
+            s_on_join(m, msg, true, now);
         return RUMOR_OK;
     default:
-        return RUMOR_EPROTO;
+        return s_refuse(m, RUMOR_EPROTO, "unknown type");
     }
 }
 
@@ -822,6 +973,7 @@ s_send_join(node_member *m)
     s_tx(m, NODE_MEMBER_JOIN, 0);
     m->tx.joiner = m->self;
     m->tx.inc = m->inc;
+    s_sign(m, node_member_join_statement(m->self, m->inc, m->stmt), m->tx.sig);
     s_emit1(m, m->contacts[m->join_tries % m->ncontacts]);
 }
 
@@ -974,7 +1126,7 @@ node_member_on_msg(node_member *m,
     if (from >= m->n)
         return RUMOR_EINVAL;
     if (node_member_decode(buf, len, m->n, &m->rx) != RUMOR_OK)
-        return RUMOR_EPROTO;
+        return s_refuse(m, RUMOR_EPROTO, "malformed");
     rumor_err rc = s_dispatch(m, from, &m->rx, now);
     s_loop(m, now);
     return rc;
@@ -1101,4 +1253,11 @@ node_member_done(const node_member *m)
 {
     assert(m != NULL);
     return m->done;
+}
+
+const char *
+node_member_why(const node_member *m)
+{
+    assert(m != NULL);
+    return m->why != NULL ? m->why : "no reason kept";
 }

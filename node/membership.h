@@ -31,10 +31,15 @@
 #define NODE_MEMBER_NONE               UINT32_MAX
 #define NODE_MEMBER_HEADER_BYTES       16
 #define NODE_MEMBER_VALUE_BYTES(count) (20 + 16 * (size_t)(count))
-/* the largest message: a PROMISE that carries an accepted value */
-#define NODE_MEMBER_MSG_MAX \
-    (NODE_MEMBER_HEADER_BYTES + 24 + NODE_MEMBER_VALUE_BYTES(NODE_MEMBER_MAX))
-#define NODE_MEMBER_HISTORY 8 /* decided views kept to answer ASK */
+#define NODE_MEMBER_SIG_BYTES          64 /* Ed25519 */
+#define NODE_MEMBER_VOTE_BYTES         (8 + NODE_MEMBER_SIG_BYTES)
+/* the largest message: a COMMIT with every member's vote */
+#define NODE_MEMBER_MSG_MAX                     \
+    (NODE_MEMBER_HEADER_BYTES + 16 +            \
+     NODE_MEMBER_VALUE_BYTES(NODE_MEMBER_MAX) + \
+     NODE_MEMBER_VOTE_BYTES * (size_t)NODE_MEMBER_MAX)
+#define NODE_MEMBER_HISTORY       8  /* decided views kept to answer ASK */
+#define NODE_MEMBER_STATEMENT_MAX 96 /* the bytes a signature covers */
 
 typedef enum node_member_type {
     NODE_MEMBER_PREPARE = 1,  /* proposer -> M_e: ballot */
@@ -88,6 +93,22 @@ struct node_member_ballot {
     uint32_t id;
 };
 
+/* A vote: member id's signature of node_member_vote_statement (epoch,
+ * ballot, the value's hash), sent in ACCEPTED. */
+struct node_member_vote {
+    uint32_t id;
+    uint8_t sig[NODE_MEMBER_SIG_BYTES];
+};
+
+/* What makes a COMMIT true: the votes of a majority of the epoch's
+ * members for its value at one ballot (docs/protocol.md). Empty in an
+ * unsigned (insecure) ring. */
+struct node_member_cert {
+    struct node_member_ballot ballot;
+    uint32_t count;
+    struct node_member_vote votes[NODE_MEMBER_MAX]; /* sorted by id */
+};
+
 /* One decoded message; a field a type does not carry is zero. */
 struct node_member_msg {
     uint32_t type;                      /* node_member_type */
@@ -102,7 +123,22 @@ struct node_member_msg {
     struct node_member_view value;      /* ACCEPT COMMIT, and PROMISE with
                                            an accepted value; its epoch is
                                            the message's */
+    uint8_t sig[NODE_MEMBER_SIG_BYTES]; /* ACCEPTED: the sender's vote;
+                                           JOIN JOIN_FWD: the joiner's */
+    struct node_member_cert cert;       /* COMMIT */
 };
+
+/* The bytes a vote signs: a domain string, epoch, ballot and the BLAKE2b
+ * hash of the value's encoding. Returns their length. */
+size_t node_member_vote_statement(uint64_t epoch,
+                                  struct node_member_ballot ballot,
+                                  const struct node_member_view *value,
+                                  uint8_t out[NODE_MEMBER_STATEMENT_MAX]);
+
+/* The bytes a JOIN's signature covers: a domain string, joiner, inc. */
+size_t node_member_join_statement(uint32_t joiner,
+                                  uint64_t inc,
+                                  uint8_t out[NODE_MEMBER_STATEMENT_MAX]);
 
 /* Writes msg into out (cap bytes); returns the length, 0 when it does not
  * fit or msg is not a valid message. */
@@ -140,7 +176,23 @@ struct node_member_event {
     uint64_t epoch; /* the epoch installed or the one that removed us */
 };
 
+/* Signatures (node/elastic.c: the node's Ed25519 key and the topology's
+ * listed keys). A ring without one signs and checks nothing (insecure). */
+struct node_member_signer {
+    void *arg;
+    void (*sign)(void *arg,
+                 const uint8_t *msg,
+                 size_t len,
+                 uint8_t sig[NODE_MEMBER_SIG_BYTES]);
+    bool (*verify)(void *arg,
+                   uint32_t id,
+                   const uint8_t *msg,
+                   size_t len,
+                   const uint8_t sig[NODE_MEMBER_SIG_BYTES]);
+};
+
 struct node_member_opts {
+    const struct node_member_signer *signer; /* borrowed; NULL: unsigned */
     uint64_t timeout;     /* a view change's first wait for its proposer,
                              and a joiner's first wait for its COMMIT */
     uint64_t timeout_max; /* the doubling of those waits stops here */
@@ -149,6 +201,10 @@ struct node_member_opts {
     uint64_t grace;       /* with a majority of promises, a proposer waits
                              this long for the other members it does not
                              suspect, so a live but slower one stays in */
+    uint64_t done_max;    /* the run's steps: a PROMISE, ACCEPT or COMMIT
+                             that puts a member past them is refused (a
+                             forged "I hold step 2^62" would make its
+                             sender the holder); 0: no bound */
 };
 
 /* Defaults in milliseconds: 1000, 16000, 200, 100. */
@@ -190,8 +246,10 @@ rumor_err node_member_suspect(node_member *m,
 
 /* A MEMBER payload from node `from` (the transport's authenticated
  * sender). RUMOR_EPROTO when it is malformed or does not fit the state it
- * names (the caller logs it; nothing changed), RUMOR_EINVAL for
- * from >= n. */
+ * names, RUMOR_EAUTH when a signature it needs is missing or wrong (a
+ * COMMIT without a majority's votes, a JOIN not signed by its joiner, a
+ * vote that is not its sender's); the caller logs it, nothing changed.
+ * RUMOR_EINVAL for from >= n. */
 rumor_err node_member_on_msg(node_member *m,
                              uint32_t from,
                              const uint8_t *buf,
@@ -237,6 +295,9 @@ node_member_state node_member_state_of(const node_member *m);
 /* The installed view (for an OUT node: the one that removed it; count 0
  * before any); borrowed, valid until the next call on m. */
 const struct node_member_view *node_member_view_of(const node_member *m);
+
+/* Why node_member_on_msg last refused a message (a static string). */
+const char *node_member_why(const node_member *m);
 
 /* Steps whose results the node holds, as it reports them in a PROMISE. */
 uint64_t node_member_done(const node_member *m);

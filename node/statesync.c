@@ -152,7 +152,7 @@ static rumor_err
 s_state_walk(const uint8_t *buf,
              size_t len,
              size_t at,
-             struct rumor_model *m,
+             const struct rumor_model *m,
              bool copy,
              size_t *end)
 {
@@ -216,11 +216,31 @@ s_state_parts(const uint8_t *buf,
                                                                 : RUMOR_EPROTO;
 }
 
+static size_t
+s_header(const uint8_t *buf)
+{
+    return s_get(buf + 4, 4) >= 2 ? NODE_STATE_HEADER_BYTES
+                                  : NODE_STATE_HEADER_V1_BYTES;
+}
+
 rumor_err
 node_state_decode(const uint8_t *buf,
                   size_t len,
                   struct rumor_model *m,
                   struct node_state_parts *out)
+{
+    rumor_err rc = node_state_check(buf, len, m, out);
+    size_t end = 0;
+    if (rc == RUMOR_OK)
+        (void)s_state_walk(buf, len, s_header(buf), m, true, &end);
+    return rc;
+}
+
+rumor_err
+node_state_check(const uint8_t *buf,
+                 size_t len,
+                 const struct rumor_model *m,
+                 struct node_state_parts *out)
 {
     *out = (struct node_state_parts){0};
     uint64_t version = len >= 8 ? s_get(buf + 4, 4) : 0;
@@ -238,22 +258,33 @@ node_state_decode(const uint8_t *buf,
         *out = (struct node_state_parts){0};
         return rc;
     }
-    (void)s_state_walk(buf, len, header, m, true, &end);
     out->step = s_get(buf + 8, 8);
     out->epoch = version >= 2 ? s_get(buf + 24, 8) : 0;
     return RUMOR_OK;
 }
 
-rumor_err
-node_state_step_check(const uint8_t *buf,
-                      size_t len,
-                      uint64_t steps,
-                      uint64_t *step)
+double
+node_state_distance(const uint8_t *a, const uint8_t *b, size_t count)
 {
-    if (len < NODE_STATE_HEADER_V1_BYTES || s_get(buf, 4) != STATE_MAGIC)
-        return RUMOR_EPROTO;
-    *step = s_get(buf + 8, 8);
-    return *step < steps ? RUMOR_OK : RUMOR_EPROTO;
+    size_t at = s_header(a), bt = s_header(b);
+    double diff = 0, na = 0, nb = 0;
+    for (size_t t = 0; t < count; t++) {
+        uint64_t n = s_get(a + at, 8);
+        at += 8;
+        bt += 8;
+        for (uint64_t e = 0; e < n; e++) {
+            float x, y;
+            memcpy(&x, a + at + e * sizeof x, sizeof x);
+            memcpy(&y, b + bt + e * sizeof y, sizeof y);
+            diff += ((double)x - y) * ((double)x - y);
+            na += (double)x * x;
+            nb += (double)y * y;
+        }
+        at += n * sizeof(float);
+        bt += n * sizeof(float);
+    }
+    double scale = sqrt(na > nb ? na : nb);
+    return scale > 0 ? sqrt(diff) / scale : sqrt(diff);
 }
 
 /* A buffer of at least need bytes in *buf (capacity *cap). */

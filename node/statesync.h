@@ -79,14 +79,18 @@ rumor_err node_state_decode(const uint8_t *buf,
                             struct rumor_model *m,
                             struct node_state_parts *out);
 
-/* The step of a STATE message (buf, len bytes, not yet decoded) into
- * *step, when it is below steps, the run's --steps (UINT64_MAX: unknown):
- * no sender can be at the start of a step the run does not have. Else
- * RUMOR_EPROTO, and nothing is to be copied from it. */
-rumor_err node_state_step_check(const uint8_t *buf,
-                                size_t len,
-                                uint64_t steps,
-                                uint64_t *step);
+/* node_state_decode's checks, without copying anything into m. */
+rumor_err node_state_check(const uint8_t *buf,
+                           size_t len,
+                           const struct rumor_model *m,
+                           struct node_state_parts *out);
+
+/* The relative distance ||a - b|| / max(||a||, ||b||) of the models of two
+ * STATE messages that node_state_check passed for the same model of count
+ * tensors (the plain ||a - b|| when both are zero). A joiner takes a
+ * neighbour's state only when a second neighbour's is this close
+ * (node/faults.c). */
+double node_state_distance(const uint8_t *a, const uint8_t *b, size_t count);
 
 /* The buffers node_state_pack grows and reuses. */
 struct node_state_buf {

@@ -15,9 +15,9 @@ mkdir -p "$dir"
 
 echo "== $($rumor version | head -n 1)"
 echo
-echo "== a 4-node ring on 127.0.0.1, one CURVE keypair per node"
+echo "== a 4-node ring on 127.0.0.1, one signing key per node"
 $rumor topo gen ring 4 --local --out "$dir/ring.topo"
-grep '^node' "$dir/ring.topo" | sed 's/key=\(.\{8\}\).*/key=\1.../'
+grep '^node' "$dir/ring.topo" | sed 's/key=\(.\{16\}\).*/key=\1.../'
 echo
 
 common="--workload mlp --hidden 64 --optimizer momentum --lr 0.05 --batch 32

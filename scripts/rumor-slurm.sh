@@ -149,6 +149,11 @@ key="$keys/node-$id"
 if [ -e "$key.key" ] && [ ! -s "$key.pub" ]; then
     rm -f "$key.key" # a keygen cut short: no public half
 fi
+if [ -e "$key.key" ] && ! grep -q '^ed25519:' "$key.pub"; then
+    # a CURVE key from before signed membership cannot sign: replace it
+    mv -f "$key.key" "$key.key.curve-old"
+    rm -f "$key.pub"
+fi
 if [ ! -e "$key.key" ]; then
     "$rumor" keygen --out "$key" >/dev/null
 fi

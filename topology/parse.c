@@ -3,7 +3,7 @@
  * write one by hand and a diagnostic can point at the exact token:
  *
  *   nodes N                          (optional)
- *   node ID ENDPOINT [key=Z85KEY]
+ *   node ID ENDPOINT [key=ed25519:Z85]
  *   edge A B [WEIGHT]
  *   phase P                          (time-varying graphs)
  *   matrix N                         (then N rows of N numbers)
@@ -247,7 +247,7 @@ s_node_attribute(struct parser *p,
         return s_fail(p,
                       l->number,
                       t->col,
-                      "unknown attribute '%s' (expected key=Z85KEY)",
+                      "unknown attribute '%s' (expected key=ed25519:Z85)",
                       s);
     }
     if (decl->key[0] != '\0')

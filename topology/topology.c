@@ -26,6 +26,7 @@
 #include <cblas.h>
 #include <lapacke.h>
 #include <math.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,12 +168,22 @@ topo_key_valid(const char *key, const char **why)
 {
     static const char z85[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJ"
                               "KLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
-    uint8_t raw[32];
-    if (strlen(key) != RUMOR_TOPOLOGY_KEY_TEXT_BYTES ||
-        strspn(key, z85) != RUMOR_TOPOLOGY_KEY_TEXT_BYTES ||
-        zmq_z85_decode(raw, key) == NULL) {
-        *why = "key must be 40 Z85 characters (a CURVE public key, as "
-               "printed by `rumor keygen`)";
+    static const char marker[] = "ed25519:";
+    const size_t m = sizeof marker - 1, zn = RUMOR_TOPOLOGY_KEY_TEXT_BYTES - m;
+    uint8_t raw[32], curve[32];
+    size_t len = strlen(key);
+    if (len == zn && strspn(key, z85) == zn && zmq_z85_decode(raw, key)) {
+        *why = "a CURVE key from before signed membership, which cannot "
+               "sign: make the node a signing key with `rumor keygen --out "
+               "BASE` (old BASE.key moved aside) and list the ed25519:... "
+               "key it prints (docs/protocol.md, \"Keys\")";
+        return false;
+    }
+    if (len != RUMOR_TOPOLOGY_KEY_TEXT_BYTES || strncmp(key, marker, m) != 0 ||
+        strspn(key + m, z85) != zn || zmq_z85_decode(raw, key + m) == NULL ||
+        sodium_init() < 0 || crypto_sign_ed25519_pk_to_curve25519(curve, raw)) {
+        *why = "key must be ed25519: and 40 Z85 characters (a node's public "
+               "key, as printed by `rumor keygen`)";
         return false;
     }
     return true;

@@ -34,6 +34,8 @@
 #define RUMOR_NET_CHUNK_MAX       RUMOR_FRAME_CHUNK_MAX /* and frame payload */
 #define RUMOR_NET_MESSAGE_MAX     (1u << 30) /* hard cap on a whole message */
 #define RUMOR_NET_KEY_TEXT_BYTES  40         /* Z85 of a 32-byte CURVE key */
+#define RUMOR_NET_ID_TEXT_BYTES   48 /* "ed25519:" + Z85 of a 32-byte key */
+#define RUMOR_NET_SIG_BYTES       64 /* an Ed25519 signature */
 
 /* What a frame is. The transport's own kinds (HELLO .. HEARTBEAT) never
  * reach the caller; the others are messages: chunked, reassembled and
@@ -145,29 +147,54 @@ rumor_net_refuse_decode(const uint8_t *buf,
                         uint32_t *reason,
                         char text[RUMOR_NET_REFUSE_TEXT_MAX + 1]);
 
-/* --- CURVE keypairs ---------------------------------------------------- */
+/* --- node identities ---------------------------------------------------- */
 
+/* A node's identity is an Ed25519 signing key; its CURVE keypair is derived
+ * from it (net/keys.c; docs/protocol.md, "Keys"). The listed key, as the
+ * topology and BASE.pub hold it, is "ed25519:" + the Z85 public key. */
 typedef struct rumor_net_keypair rumor_net_keypair;
 
-/* A fresh keypair (zmq_curve_keypair); the secret lives in sodium_malloc'd
- * memory. Errors: RUMOR_ENOTSUP (libzmq without CURVE), RUMOR_ENOMEM. */
+/* A fresh keypair; the secrets live in sodium_malloc'd memory. Errors:
+ * RUMOR_ENOTSUP (libzmq without CURVE), RUMOR_ENOMEM. */
 RUMOR_API rumor_err rumor_net_keypair_generate(rumor_net_keypair **out);
 
-/* Loads BASE.key (the Z85 secret key, one line; refused unless the file
- * mode gives no access to group or others) and derives the public key.
+/* Loads BASE.key ("ed25519:" + the Z85 seed, one line; refused unless the
+ * file mode gives no access to group or others) and derives the rest.
  * Errors: RUMOR_ENOTFOUND, RUMOR_EIO, RUMOR_EAUTH (file mode too open),
- * RUMOR_EPROTO (not a Z85 key). */
+ * RUMOR_EPROTO (not a key, or a CURVE key from before signing: logged with
+ * the command that replaces it). */
 RUMOR_API rumor_err rumor_net_keypair_load(const char *base,
                                            rumor_net_keypair **out);
 
 /* Writes BASE.key (mode 0600, created exclusively: an existing file is
- * RUMOR_EIO) and BASE.pub (the public key, one line). On RUMOR_EIO errno
+ * RUMOR_EIO) and BASE.pub (the listed key, one line). On RUMOR_EIO errno
  * says why (EEXIST, ENOSPC, ...). */
 RUMOR_API rumor_err rumor_net_keypair_save(const rumor_net_keypair *kp,
                                            const char *base);
 
-/* The Z85 public key (40 characters), borrowed for the keypair's life. */
+/* The listed key (RUMOR_NET_ID_TEXT_BYTES characters), borrowed for the
+ * keypair's life. */
 RUMOR_API const char *rumor_net_keypair_public(const rumor_net_keypair *kp);
+
+/* The Ed25519 signature of msg[0..len) by kp. */
+RUMOR_API void rumor_net_keypair_sign(const rumor_net_keypair *kp,
+                                      const uint8_t *msg,
+                                      size_t len,
+                                      uint8_t sig[RUMOR_NET_SIG_BYTES]);
+
+/* Whether sig is listed's signature of msg[0..len); false for a NULL or
+ * malformed listed key. */
+RUMOR_API bool rumor_net_key_verify(const char *listed,
+                                    const uint8_t *msg,
+                                    size_t len,
+                                    const uint8_t sig[RUMOR_NET_SIG_BYTES]);
+
+/* Checks a listed key and writes its CURVE public key (Z85) into curve_z85
+ * unless NULL. RUMOR_EAUTH for a CURVE key from before signing (40 Z85
+ * characters, no marker), RUMOR_EPROTO for anything else not a key. */
+RUMOR_API rumor_err
+rumor_net_key_check(const char *listed,
+                    char curve_z85[RUMOR_NET_KEY_TEXT_BYTES + 1]);
 
 /* Wipes the secret (sodium_free) and sets *self_p to NULL; safe twice. */
 RUMOR_API void rumor_net_keypair_destroy(rumor_net_keypair **self_p);
@@ -189,7 +216,7 @@ typedef enum rumor_net_state {
 struct rumor_net_peer {
     uint32_t id;          /* node id */
     const char *endpoint; /* tcp://host:port; needed when link is true */
-    const char *key;      /* Z85 public key; NULL only when insecure */
+    const char *key;      /* listed key; NULL only when insecure */
     bool link;            /* open a DEALER to it */
 };
 

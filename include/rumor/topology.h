@@ -10,7 +10,7 @@
  * File format (line based; '#' after white space or at the start of a
  * line starts a comment, inside a token it is part of it, as in Z85 keys):
  *   nodes N                          optional; else the number of node lines
- *   node ID ENDPOINT [key=Z85KEY]    ENDPOINT: tcp://host:port, ipc://path
+ *   node ID ENDPOINT [key=ed25519:Z85]  ENDPOINT: tcp://host:port, ipc://path
  *   edge A B [WEIGHT]                weight default: Metropolis-Hastings
  *   phase P                          following edges belong to phase P
  *   matrix N                         then N rows of N weights (dense W)
@@ -28,7 +28,7 @@
 #define RUMOR_TOPOLOGY_MAX_PHASES     64
 #define RUMOR_TOPOLOGY_MAX_FILE_BYTES (16u << 20)
 #define RUMOR_TOPOLOGY_ENDPOINT_BYTES 256
-#define RUMOR_TOPOLOGY_KEY_TEXT_BYTES 40 /* Z85 of a 32-byte CURVE key */
+#define RUMOR_TOPOLOGY_KEY_TEXT_BYTES 48 /* "ed25519:" + Z85 of 32 bytes */
 #define RUMOR_TOPOLOGY_ROW_TOLERANCE  1e-6
 
 typedef struct rumor_topology rumor_topology;
@@ -99,7 +99,8 @@ RUMOR_API double rumor_topology_weight(const rumor_topology *t,
                                        size_t i,
                                        size_t j);
 
-/* Endpoint and Z85 public key of a node, or NULL when the file gave none. */
+/* Endpoint and listed key ("ed25519:" + Z85 of the node's Ed25519 public
+ * key) of a node, or NULL when the file gave none. */
 RUMOR_API const char *rumor_topology_endpoint(const rumor_topology *t,
                                               size_t node);
 RUMOR_API const char *rumor_topology_key(const rumor_topology *t, size_t node);

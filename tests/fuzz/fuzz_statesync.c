@@ -62,5 +62,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     if (rc == RUMOR_OK && !s_in_place(data, size, &parts))
         abort();
+    /* node_state_check says what decode says, and the joiner's distance
+     * (issue 33) of an accepted state to itself is 0 */
+    struct node_state_parts again;
+    if (node_state_check(data, size, &m, &again) != rc)
+        abort();
+    if (rc == RUMOR_OK && node_state_distance(data, data, m.count) != 0)
+        abort();
     return 0;
 }

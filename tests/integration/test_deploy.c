@@ -535,7 +535,7 @@ s_check_no_secret(const struct s_tmp *t, const cJSON *cfg, size_t n)
         char *secret = s_read(path);
         assert_non_null(secret);
         secret[strcspn(secret, "\n")] = '\0';
-        assert_int_equal(strlen(secret), RUMOR_NET_KEY_TEXT_BYTES);
+        assert_int_equal(strlen(secret), RUMOR_NET_ID_TEXT_BYTES);
         assert_null(strstr(yml, secret));
         assert_null(strstr(json, secret));
         free(secret);

@@ -101,7 +101,7 @@ static void
 t_keygen(const char *bin,
          const struct t_dir *d,
          const char *name,
-         char key[RUMOR_NET_KEY_TEXT_BYTES + 1])
+         char key[RUMOR_NET_ID_TEXT_BYTES + 1])
 {
     char base[128], out[160];
     snprintf(base, sizeof base, "%s/%s", d->path, name);
@@ -115,14 +115,14 @@ t_keygen(const char *bin,
     assert_non_null(fgets(line, sizeof line, f));
     fclose(f);
     line[strcspn(line, "\n")] = '\0';
-    assert_int_equal(strlen(line), RUMOR_NET_KEY_TEXT_BYTES);
-    memcpy(key, line, RUMOR_NET_KEY_TEXT_BYTES + 1);
+    assert_int_equal(strlen(line), RUMOR_NET_ID_TEXT_BYTES);
+    memcpy(key, line, RUMOR_NET_ID_TEXT_BYTES + 1);
 }
 
 static void
 t_write_topology(const struct t_dir *d,
                  char path[160],
-                 const char keys[2][RUMOR_NET_KEY_TEXT_BYTES + 1],
+                 const char keys[2][RUMOR_NET_ID_TEXT_BYTES + 1],
                  const int ports[2])
 {
     snprintf(path, 160, "%s/two.topo", d->path);
@@ -159,7 +159,7 @@ test_ping__two_processes_with_keygen_keys__exchange_encrypted(void **state)
     }
     struct t_dir d;
     t_dir_new(&d);
-    char keys[2][RUMOR_NET_KEY_TEXT_BYTES + 1];
+    char keys[2][RUMOR_NET_ID_TEXT_BYTES + 1];
     t_keygen(bin, &d, "n0", keys[0]);
     t_keygen(bin, &d, "n1", keys[1]);
     int ports[2] = {t_free_port(), t_free_port()};
@@ -270,14 +270,14 @@ t_pair_start(struct t_pair *p, struct rumor_net_opts *o)
         return false;
     memset(p, 0, sizeof *p);
     t_dir_new(&p->d);
-    char keys[2][RUMOR_NET_KEY_TEXT_BYTES + 1];
+    char keys[2][RUMOR_NET_ID_TEXT_BYTES + 1];
     char base0[128];
     snprintf(base0, sizeof base0, "%s/n0", p->d.path);
     assert_int_equal(rumor_net_keypair_generate(&p->kp0), RUMOR_OK);
     assert_int_equal(rumor_net_keypair_save(p->kp0, base0), RUMOR_OK);
     memcpy(keys[0],
            rumor_net_keypair_public(p->kp0),
-           RUMOR_NET_KEY_TEXT_BYTES + 1);
+           RUMOR_NET_ID_TEXT_BYTES + 1);
     t_keygen(bin, &p->d, "n1", keys[1]);
     int ports[2] = {t_free_port(), t_free_port()};
     char topo[160];

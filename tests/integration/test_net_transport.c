@@ -423,8 +423,8 @@ test_reject__unlisted_key__nothing_delivered_node_keeps_working(void **state)
     struct t_raw r;
     t_raw_open(&r,
                c.endpoint[1],
-               rumor_net_keypair_public(c.kp[1]),
-               rumor_net_keypair_public(stranger),
+               net_keypair_curve_public(c.kp[1]),
+               net_keypair_curve_public(stranger),
                net_keypair_secret(stranger));
     t_raw_hello(&r, RUMOR_NET_VERSION, 0, 7);
     uint8_t f[128];
@@ -491,8 +491,8 @@ test_reject__listed_key_claiming_another_id__dropped(void **state)
     struct t_raw r;
     t_raw_open(&r,
                c.endpoint[1],
-               rumor_net_keypair_public(c.kp[1]),
-               rumor_net_keypair_public(c.kp[0]),
+               net_keypair_curve_public(c.kp[1]),
+               net_keypair_curve_public(c.kp[0]),
                net_keypair_secret(c.kp[0]));
     t_raw_hello(&r, RUMOR_NET_VERSION, 2, 7);
     uint8_t f[128];
@@ -535,8 +535,8 @@ test_reject__wrong_version__refused_with_reason_to_the_peer(void **state)
     struct t_raw r;
     t_raw_open(&r,
                c.endpoint[1],
-               rumor_net_keypair_public(c.kp[1]),
-               rumor_net_keypair_public(c.kp[0]),
+               net_keypair_curve_public(c.kp[1]),
+               net_keypair_curve_public(c.kp[0]),
                net_keypair_secret(c.kp[0]));
     /* a HELLO as a node of version 2 sends it: type 1 at offset 5, the
      * payload's length in its count field (offset 48), sealed */
@@ -725,8 +725,8 @@ test_kinds__taken_by_kind__unknown_kind_rejected(void **state)
     struct t_raw r;
     t_raw_open(&r,
                c.endpoint[1],
-               rumor_net_keypair_public(c.kp[1]),
-               rumor_net_keypair_public(c.kp[0]),
+               net_keypair_curve_public(c.kp[1]),
+               net_keypair_curve_public(c.kp[0]),
                net_keypair_secret(c.kp[0]));
     t_raw_hello(&r, RUMOR_NET_VERSION, 0, 7);
     uint8_t buf[512];
@@ -828,8 +828,8 @@ test_reject__bad_frames__rejected_logged_node_keeps_working(void **state)
     struct t_raw r;
     t_raw_open(&r,
                c.endpoint[1],
-               rumor_net_keypair_public(c.kp[1]),
-               rumor_net_keypair_public(c.kp[0]),
+               net_keypair_curve_public(c.kp[1]),
+               net_keypair_curve_public(c.kp[0]),
                net_keypair_secret(c.kp[0]));
     t_raw_hello(&r, RUMOR_NET_VERSION, 0, 7);
     uint8_t buf[512];
@@ -1068,8 +1068,8 @@ test_zap__handler_stopped__listener_closed_and_error_reported(void **state)
     struct t_raw r;
     t_raw_open(&r,
                c.endpoint[1],
-               rumor_net_keypair_public(c.kp[1]),
-               rumor_net_keypair_public(stranger),
+               net_keypair_curve_public(c.kp[1]),
+               net_keypair_curve_public(stranger),
                net_keypair_secret(stranger));
     t_raw_hello(&r, RUMOR_NET_VERSION, 0, 7);
     assert_int_equal(t_raw_wait_event(&r,
@@ -1098,8 +1098,8 @@ test_zap__handler_silent__libzmq_admits_but_nothing_delivered(void **state)
     struct t_raw r;
     t_raw_open(&r,
                c.endpoint[1],
-               rumor_net_keypair_public(c.kp[1]),
-               rumor_net_keypair_public(stranger),
+               net_keypair_curve_public(c.kp[1]),
+               net_keypair_curve_public(stranger),
                net_keypair_secret(stranger));
     /* libzmq 4.3 lets the unknown key in when no handler answers ... */
     assert_int_equal(t_raw_wait_event(&r,
@@ -1150,8 +1150,8 @@ t_raw_as_0(struct t_raw *r, struct t_cluster *c)
 {
     assert_int_equal(t_raw_open(r,
                                 c->endpoint[1],
-                                rumor_net_keypair_public(c->kp[1]),
-                                rumor_net_keypair_public(c->kp[0]),
+                                net_keypair_curve_public(c->kp[1]),
+                                net_keypair_curve_public(c->kp[0]),
                                 net_keypair_secret(c->kp[0])),
                      0);
 }

@@ -398,7 +398,7 @@ test_state_step_2_62_to_a_joiner__refused_joins_honestly(void **state)
              "joined",
              0,
              "node 3 sent a state of step 4611686018427387905, past the "
-             "run's 200 steps: ignored");
+             "run's 200 steps: refused");
     s_logged(r, "joined", 0, "joined: model and optimizer state of node 1");
     /* the joiner ran from the step it joined at to the end; the others
      * reached the last step */

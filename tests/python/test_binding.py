@@ -263,6 +263,24 @@ def test_topology_local__keys_match_the_file(tmp_path):
         rumor.keygen(str(tmp_path / "keys" / "node-0"))  # exists
 
 
+def test_keys__signing_identity__curve_keys_from_before_refused(tmp_path):
+    """A node's key is an Ed25519 identity listed as ed25519:Z85 (48
+    characters); a 40-character CURVE key from before signing is refused,
+    as a key file and in a topology, saying how to replace it."""
+    pub = rumor.keygen(str(tmp_path / "new"))
+    assert pub.startswith("ed25519:") and len(pub) == 48
+    assert (tmp_path / "new.key").read_text().startswith("ed25519:")
+    old = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"  # zmq_curve_keypair's
+    key = tmp_path / "old.key"
+    key.write_text(old + "\n")
+    key.chmod(0o600)
+    with pytest.raises(rumor.RumorError):
+        rumor.public_key(str(tmp_path / "old"))
+    with pytest.raises(rumor.RumorError, match="rumor keygen --out BASE"):
+        rumor.topology.parse(f"node 0 tcp://a:1 key={old}\n"
+                             "node 1 tcp://a:2\nedge 0 1\n")
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_gossip__half_precision__rounds_like_torch(local2, dtype):
     """The C conversions against PyTorch's: the average of two halves is

@@ -114,16 +114,20 @@ s_env_close(struct s_env *e)
 static void *
 s_connect(struct s_env *e)
 {
+    /* the listed keys are Ed25519; CURVE takes the keys derived from them */
+    char server[RUMOR_NET_KEY_TEXT_BYTES + 1];
+    if (rumor_net_key_check(rumor_topology_key(e->topo, s_target), server) !=
+        RUMOR_OK) {
+        attack_say("node %llu has no listed key", (unsigned long long)s_target);
+        return NULL;
+    }
     void *d = zmq_socket(e->ctx, ZMQ_DEALER);
     int zero = 0;
     zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(d,
-                   ZMQ_CURVE_SERVERKEY,
-                   rumor_topology_key(e->topo, s_target),
-                   RUMOR_NET_KEY_TEXT_BYTES);
+    zmq_setsockopt(d, ZMQ_CURVE_SERVERKEY, server, RUMOR_NET_KEY_TEXT_BYTES);
     zmq_setsockopt(d,
                    ZMQ_CURVE_PUBLICKEY,
-                   rumor_net_keypair_public(e->kp),
+                   net_keypair_curve_public(e->kp),
                    RUMOR_NET_KEY_TEXT_BYTES);
     zmq_setsockopt(d,
                    ZMQ_CURVE_SECRETKEY,

@@ -11,7 +11,11 @@
  * suspicions and partitions: at most one value per epoch across all nodes,
  * the same applied step results on every member at every step, and, after
  * the network heals with a live majority, every live node back in one
- * ring. Also the codec: round trips and a table of rejections.
+ * ring. Also the codec: round trips and a table of rejections. Every
+ * simulated node signs with an Ed25519 key of its own (issue 33), and the
+ * signature checks have cases of their own: a tampered byte, a wrong
+ * signer, votes of an old epoch replayed, a quorum one vote short, a JOIN
+ * in another node's name.
  */
 #include "tests/cmocka_compat.h"
 
@@ -19,6 +23,7 @@
 
 #include "node/membership.h"
 
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +73,54 @@ struct sim {
     uint64_t stuck_since[SIM_MAX], rejoin_at[SIM_MAX], stepped_at[SIM_MAX];
     uint64_t steps, deadline;
     struct node_member_msg scratch;
+    /* identities: node i signs with sk[i]; everyone checks with pk */
+    uint8_t pk[SIM_MAX][crypto_sign_PUBLICKEYBYTES];
+    uint8_t sk[SIM_MAX][crypto_sign_SECRETKEYBYTES];
+    struct sim_key {
+        struct sim *s;
+        uint32_t id;
+    } key[SIM_MAX];
+    struct node_member_signer signer[SIM_MAX];
+    struct node_member_opts node_opts[SIM_MAX];
 };
+
+static void
+s_sim_sign(void *arg,
+           const uint8_t *msg,
+           size_t len,
+           uint8_t sig[NODE_MEMBER_SIG_BYTES])
+{
+    const struct sim_key *k = arg;
+    crypto_sign_detached(sig, NULL, msg, len, k->s->sk[k->id]);
+}
+
+static bool
+s_sim_verify(void *arg,
+             uint32_t id,
+             const uint8_t *msg,
+             size_t len,
+             const uint8_t sig[NODE_MEMBER_SIG_BYTES])
+{
+    const struct sim_key *k = arg;
+    return id < k->s->n &&
+           crypto_sign_verify_detached(sig, msg, len, k->s->pk[id]) == 0;
+}
+
+/* Node i's keys (from the seed, so a run is a function of it) and its
+ * options, with its signer. */
+static void
+s_sim_identity(struct sim *s, uint32_t i)
+{
+    uint8_t seed[crypto_sign_SEEDBYTES] = {0};
+    memcpy(seed, &s->seed, sizeof s->seed);
+    seed[31] = (uint8_t)i;
+    assert_int_equal(crypto_sign_seed_keypair(s->pk[i], s->sk[i], seed), 0);
+    s->key[i] = (struct sim_key){s, i};
+    s->signer[i] =
+        (struct node_member_signer){&s->key[i], s_sim_sign, s_sim_verify};
+    s->node_opts[i] = s->opts;
+    s->node_opts[i].signer = &s->signer[i];
+}
 
 static uint64_t
 s_mix(uint64_t h, uint64_t a, uint64_t b)
@@ -99,8 +151,11 @@ s_sim_new(uint32_t n, uint64_t seed, const struct node_member_opts *opts)
     s->deadline = 30;
     s->opts = opts != NULL ? *opts : s_opts();
     rumor_rng_init(&s->rng, seed, 1);
+    assert_true(sodium_init() >= 0);
     for (uint32_t i = 0; i < n; i++) {
-        assert_int_equal(node_member_new(&s->m[i], i, n, &s->opts), RUMOR_OK);
+        s_sim_identity(s, i);
+        assert_int_equal(node_member_new(&s->m[i], i, n, &s->node_opts[i]),
+                         RUMOR_OK);
         s->alive[i] = true;
     }
     return s;
@@ -313,7 +368,8 @@ static void
 s_restart(struct sim *s, uint32_t i)
 {
     node_member_destroy(&s->m[i]);
-    assert_int_equal(node_member_new(&s->m[i], i, s->n, &s->opts), RUMOR_OK);
+    assert_int_equal(node_member_new(&s->m[i], i, s->n, &s->node_opts[i]),
+                     RUMOR_OK);
     s->alive[i] = true;
     s->stuck_since[i] = 0;
     s_rejoin(s, i);
@@ -435,7 +491,12 @@ s_deliver_due(struct sim *s)
         if (s->alive[p.to] && !s->cut[p.from][p.to]) {
             rumor_err rc =
                 node_member_on_msg(s->m[p.to], p.from, p.bytes, p.len, s->now);
-            assert_int_equal(rc, RUMOR_OK);
+            if (rc != RUMOR_OK)
+                fail_msg("seed %llu: node %u refused a message of node %u: %s",
+                         (unsigned long long)s->seed,
+                         p.to,
+                         p.from,
+                         node_member_why(s->m[p.to]));
             s_after(s, p.to);
         }
         free(p.bytes);
@@ -763,7 +824,7 @@ test_join__forwarded_to_lowest__enters_next_epoch(void **state)
     const uint8_t *b;
     size_t len;
     assert_true(node_member_pop(s->m[3], &to, &b, &len));
-    uint8_t join[64];
+    uint8_t join[128];
     assert_true(len <= sizeof join);
     memcpy(join, b, len);
     size_t join_len = len;
@@ -1058,6 +1119,17 @@ test_codec__every_type__round_trip(void **state)
                 in.joiner = 6;
                 in.inc = 42;
             }
+            if (type == NODE_MEMBER_ACCEPTED || type >= NODE_MEMBER_JOIN)
+                for (int k = 0; k < NODE_MEMBER_SIG_BYTES; k++)
+                    in.sig[k] = (uint8_t)(k * 7 + type);
+            if (type == NODE_MEMBER_COMMIT && with_value) {
+                in.cert.ballot = (struct node_member_ballot){3, 5};
+                in.cert.count = 2;
+                in.cert.votes[0].id = 1;
+                in.cert.votes[1].id = 6;
+                memset(in.cert.votes[0].sig, 0xa5, NODE_MEMBER_SIG_BYTES);
+                memset(in.cert.votes[1].sig, 0x5a, NODE_MEMBER_SIG_BYTES);
+            }
             size_t len = s_encode(&in, buf);
             assert_int_equal(node_member_decode(buf, len, 7, &out), RUMOR_OK);
             assert_memory_equal(&in, &out, sizeof in);
@@ -1075,7 +1147,7 @@ test_codec__every_type__round_trip(void **state)
     in.type = NODE_MEMBER_PREPARE;
     in.epoch = 0x0807060504030201ull;
     in.ballot = (struct node_member_ballot){0x0d0c0b0a, 2};
-    static const uint8_t want[24] = {'R', 'M', 'E', 'M', 1, 1, 0, 0,
+    static const uint8_t want[24] = {'R', 'M', 'E', 'M', 2, 1, 0, 0,
                                      1,   2,   3,   4,   5, 6, 7, 8,
                                      0xa, 0xb, 0xc, 0xd, 2, 0, 0, 0};
     assert_int_equal(s_encode(&in, buf), 24);
@@ -1093,8 +1165,14 @@ test_codec__rejections_table__eproto(void **state)
     in.type = NODE_MEMBER_COMMIT;
     in.epoch = 9;
     in.value = s_value();
+    in.cert.ballot = (struct node_member_ballot){2, 4};
+    in.cert.count = 2;
+    in.cert.votes[0].id = 1;
+    in.cert.votes[1].id = 4;
     size_t len = s_encode(&in, buf);
-    assert_int_equal(len, 16 + 20 + 3 * 16);
+    /* header, ballot + vote count + zero, value, votes */
+    const size_t V = 32, W = V + 20 + 3 * 16;
+    assert_int_equal(len, W + 2 * NODE_MEMBER_VOTE_BYTES);
     assert_int_equal(node_member_decode(buf, len, 7, &out), RUMOR_OK);
     struct {
         const char *what;
@@ -1103,22 +1181,31 @@ test_codec__rejections_table__eproto(void **state)
         uint32_t n;
     } rows[] = {
         {"magic", 0, 'X', 7},
-        {"version", 4, 2, 7},
+        {"version 1 (before signatures)", 4, 1, 7},
         {"unknown type 0", 5, 0, 7},
         {"unknown type 9", 5, 9, 7},
         {"reserved", 6, 1, 7},
-        {"fate 2", 16 + 12, 2, 7},
-        {"fate high bytes", 16 + 13, 1, 7},
-        {"count 0", 16 + 16, 0, 7},
-        {"count 4: length", 16 + 16, 4, 7},
-        {"count huge", 16 + 19, 1, 7},
-        {"unsorted", 16 + 20, 5, 7},
-        {"duplicate", 16 + 20, 4, 7},
-        {"flags", 16 + 20 + 4, 2, 7},
-        {"holder joining", 16 + 8, 6, 7},
-        {"holder absent", 16 + 8, 2, 7},
-        {"joiner inc 0", 16 + 20 + 32 + 8, 0, 7},
+        {"fate 2", V + 12, 2, 7},
+        {"fate high bytes", V + 13, 1, 7},
+        {"count 0", V + 16, 0, 7},
+        {"count 4: length", V + 16, 4, 7},
+        {"count huge", V + 19, 1, 7},
+        {"unsorted", V + 20, 5, 7},
+        {"duplicate", V + 20, 4, 7},
+        {"flags", V + 20 + 4, 2, 7},
+        {"holder joining", V + 8, 6, 7},
+        {"holder absent", V + 8, 2, 7},
+        {"joiner inc 0", V + 20 + 32 + 8, 0, 7},
         {"id out of range", 0, 0, 6},
+        {"votes: count 3", 24, 3, 7},
+        {"votes: count 1", 24, 1, 7},
+        {"votes: the zero after the count", 28, 1, 7},
+        {"votes: ballot round 0", 16, 0, 7},
+        {"votes: ballot id out of range", 20, 7, 7},
+        {"votes: unsorted", W, 5, 7},
+        {"votes: duplicate", W, 4, 7},
+        {"votes: id out of range", W + NODE_MEMBER_VOTE_BYTES, 9, 7},
+        {"votes: the zero after an id", W + 4, 1, 7},
         {"epoch 0", 8, 0, 7},
     };
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
@@ -1139,7 +1226,7 @@ test_codec__rejections_table__eproto(void **state)
     in.joiner = 6;
     in.inc = 1;
     len = s_encode(&in, buf);
-    assert_int_equal(len, 32);
+    assert_int_equal(len, 32 + NODE_MEMBER_SIG_BYTES);
     buf[8] = 1;
     assert_int_equal(node_member_decode(buf, len, 7, &out), RUMOR_EPROTO);
     buf[8] = 0;
@@ -1163,12 +1250,142 @@ test_codec__rejections_table__eproto(void **state)
     assert_int_equal(node_member_encode(&in, buf, sizeof buf), 0);
 }
 
+/* --- signatures (issue 33) ------------------------------------------------ */
+
+/* A COMMIT of epoch `epoch` keeping ids[0..count) (no joiner, step 0
+ * dropped), with votes at ballot (1, 3) by voters[0..nv) (ascending), each
+ * signed with signer[k]'s key over the statement of `signed_epoch` and the
+ * value as it was before `tamper` changed it. */
+struct forged {
+    uint64_t epoch, signed_epoch;
+    const uint32_t *ids, *voters, *signer;
+    uint32_t count, nv;
+    bool tamper;
+};
+
+static size_t
+s_forge_commit(struct sim *s, const struct forged *f, uint8_t *buf)
+{
+    static struct node_member_msg msg;
+    memset(&msg, 0, sizeof msg);
+    msg.type = NODE_MEMBER_COMMIT;
+    msg.epoch = f->epoch;
+    struct node_member_view *v = &msg.value;
+    v->epoch = f->signed_epoch;
+    v->step = 5;
+    v->fate = NODE_MEMBER_DROP;
+    v->holder = f->ids[0];
+    v->count = f->count;
+    for (uint32_t k = 0; k < f->count; k++)
+        v->members[k] = (struct node_member_entry){f->ids[k], false, 0};
+    msg.cert.ballot = (struct node_member_ballot){1, 3};
+    msg.cert.count = f->nv;
+    uint8_t stmt[NODE_MEMBER_STATEMENT_MAX];
+    size_t len =
+        node_member_vote_statement(f->signed_epoch, msg.cert.ballot, v, stmt);
+    for (uint32_t k = 0; k < f->nv; k++) {
+        msg.cert.votes[k].id = f->voters[k];
+        crypto_sign_detached(msg.cert.votes[k].sig,
+                             NULL,
+                             stmt,
+                             len,
+                             s->sk[f->signer[k]]);
+    }
+    v->epoch = f->epoch;
+    if (f->tamper)
+        v->step = 6; /* one byte of the value, after the votes */
+    return s_encode(&msg, buf);
+}
+
+/* Node 0 of a ring {0,1,2,3} at epoch 0 (a majority is 3) takes a COMMIT
+ * that drops nodes 1 and 2 only with three valid votes for that epoch and
+ * value: one vote (the attack of issue 33: node 3's key alone), a quorum
+ * of one short, a vote signed with another member's key, a value changed
+ * after the votes and, once epoch 1 is in, epoch 1's votes replayed for
+ * epoch 2 are refused, each RUMOR_EAUTH with nothing installed. */
+static void
+test_signed_commit__short_forged_tampered_replayed__refused(void **state)
+{
+    (void)state;
+    struct sim *s = s_sim_new(4, 91, NULL);
+    s_start(s, NULL, 0, 0);
+    static uint8_t buf[NODE_MEMBER_MSG_MAX];
+    const uint32_t keep[2] = {0, 3};
+    const uint32_t one[1] = {3}, two[2] = {2, 3}, three[3] = {1, 2, 3};
+    const uint32_t wrong[3] = {3, 2, 3}; /* node 1's vote by node 3's key */
+    const struct forged bad[] = {
+        {1, 1, keep, one, one, 2, 1, false},
+        {1, 1, keep, two, two, 2, 2, false},
+        {1, 1, keep, three, wrong, 2, 3, false},
+        {1, 1, keep, three, three, 2, 3, true},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        size_t len = s_forge_commit(s, &bad[k], buf);
+        assert_int_equal(node_member_on_msg(s->m[0], 3, buf, len, 1),
+                         RUMOR_EAUTH);
+        assert_string_equal(node_member_why(s->m[0]),
+                            "a COMMIT without a majority's votes");
+        assert_int_equal(s_view(s, 0)->epoch, 0);
+        assert_int_equal(s_view(s, 0)->count, 4);
+    }
+    /* the same COMMIT with the votes it needs is installed */
+    const struct forged good = {1, 1, keep, three, three, 2, 3, false};
+    size_t len = s_forge_commit(s, &good, buf);
+    assert_int_equal(node_member_on_msg(s->m[0], 3, buf, len, 2), RUMOR_OK);
+    assert_int_equal(s_view(s, 0)->epoch, 1);
+    s_expect_members(s_view(s, 0), keep, 2);
+    /* epoch 1's votes do not make an epoch 2 */
+    const struct forged replay = {2, 1, keep, three, three, 2, 3, false};
+    len = s_forge_commit(s, &replay, buf);
+    assert_int_equal(node_member_on_msg(s->m[0], 3, buf, len, 3), RUMOR_EAUTH);
+    assert_int_equal(s_view(s, 0)->epoch, 1);
+    s_sim_free(s);
+}
+
+/* A JOIN carries its joiner's signature of (joiner, incarnation): member 3
+ * cannot forward a JOIN in live node 1's name (the restart that would
+ * drop node 1 from the ring), nor ask for it directly; node 1's own JOIN
+ * of a new incarnation, forwarded by 3, starts the view change at once. */
+static void
+test_signed_join__in_another_node_s_name__refused(void **state)
+{
+    (void)state;
+    struct sim *s = s_sim_new(4, 92, NULL);
+    s_start(s, NULL, 0, 0);
+    static struct node_member_msg msg;
+    uint8_t buf[256], stmt[NODE_MEMBER_STATEMENT_MAX];
+    memset(&msg, 0, sizeof msg);
+    msg.type = NODE_MEMBER_JOIN_FWD;
+    msg.joiner = 1;
+    msg.inc = 99;
+    size_t slen = node_member_join_statement(1, 99, stmt);
+    crypto_sign_detached(msg.sig, NULL, stmt, slen, s->sk[3]);
+    size_t len = s_encode(&msg, buf);
+    assert_int_equal(node_member_on_msg(s->m[0], 3, buf, len, 1), RUMOR_EAUTH);
+    msg.type = NODE_MEMBER_JOIN;
+    len = s_encode(&msg, buf);
+    assert_int_equal(node_member_on_msg(s->m[0], 3, buf, len, 1), RUMOR_EPROTO);
+    s_run(s, 100);
+    assert_int_equal(node_member_state_of(s->m[0]), NODE_MEMBER_ACTIVE);
+    assert_int_equal(s_view(s, 0)->epoch, 0);
+    /* signed by node 1 itself: a restart, taken */
+    msg.type = NODE_MEMBER_JOIN_FWD;
+    crypto_sign_detached(msg.sig, NULL, stmt, slen, s->sk[1]);
+    len = s_encode(&msg, buf);
+    assert_int_equal(node_member_on_msg(s->m[0], 3, buf, len, 2), RUMOR_OK);
+    assert_int_equal(node_member_state_of(s->m[0]), NODE_MEMBER_CHANGING);
+    s_sim_free(s);
+}
+
 int
 main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_codec__every_type__round_trip),
         cmocka_unit_test(test_codec__rejections_table__eproto),
+        cmocka_unit_test(
+            test_signed_commit__short_forged_tampered_replayed__refused),
+        cmocka_unit_test(test_signed_join__in_another_node_s_name__refused),
         cmocka_unit_test(test_api__misuse__einval),
         cmocka_unit_test(test_death__one_member__survivors_complete_or_drop),
         cmocka_unit_test(test_death__two_non_adjacent__one_view_change),

@@ -527,7 +527,7 @@ test_keypair__save_then_load__same_public_key_mode_0600(void **state)
     rumor_net_keypair *kp = NULL, *back = NULL;
     assert_int_equal(rumor_net_keypair_generate(&kp), RUMOR_OK);
     const char *pub = rumor_net_keypair_public(kp);
-    assert_int_equal(strlen(pub), RUMOR_NET_KEY_TEXT_BYTES);
+    assert_int_equal(strlen(pub), RUMOR_NET_ID_TEXT_BYTES);
     /* Pastes into a topology line as printed, even with a '#' in it. */
     char topo_text[160];
     snprintf(topo_text,

@@ -14,8 +14,10 @@
 #include <string.h>
 
 /* A CURVE public key in Z85 (from the ZeroMQ RFC 32 test vector). */
-#define KEY_A "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"
-#define KEY_B "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID"
+#define KEY_A "ed25519:gJMF8<fjCV9ph-%5llCp1CglsZnTDx*6EaZqUk(Y"
+#define KEY_B "ed25519:a$3@.M-VKT0@*DVPU$7qJV)REo<n]ITBNx87&Q4q"
+/* a CURVE public key from before signing (zmq_curve_keypair) */
+#define KEY_OLD "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"
 
 static rumor_topology *
 s_parse_ok(const char *text)
@@ -118,12 +120,19 @@ static const struct {
     {"node 0 tcp://a:1 key=short\n",
      0,
      RUMOR_EPROTO,
-     "t.topo:1:22: key must be 40 Z85 characters (a CURVE public key, as "
-     "printed by `rumor keygen`)"},
+     "t.topo:1:22: key must be ed25519: and 40 Z85 characters (a node's "
+     "public key, as printed by `rumor keygen`)"},
+    {"node 0 tcp://a:1 key=" KEY_OLD "\n",
+     0,
+     RUMOR_EPROTO,
+     "t.topo:1:22: a CURVE key from before signed membership, which cannot "
+     "sign: make the node a signing key with `rumor keygen --out BASE` (old "
+     "BASE.key moved aside) and list the ed25519:... key it prints "
+     "(docs/protocol.md, \"Keys\")"},
     {"node 0 tcp://a:1 owner=me\n",
      0,
      RUMOR_EPROTO,
-     "t.topo:1:18: unknown attribute 'owner=me' (expected key=Z85KEY)"},
+     "t.topo:1:18: unknown attribute 'owner=me' (expected key=ed25519:Z85)"},
     {"node 0 tcp://a:1\nnode 1 tcp://a:1\nedge 0 1\n",
      0,
      RUMOR_EPROTO,
@@ -266,8 +275,8 @@ static void
 test_parse__hash_inside_a_key__not_a_comment(void **state)
 {
     (void)state;
-    /* A real CURVE public key (zmq_curve_keypair) with a '#' in it. */
-    const char *key = "%5YSHhvI5BHqMSQm#GLW5PYwzHD@.]Cs0-:4*gi7";
+    /* A real public key (`rumor keygen`) with a '#' in it. */
+    const char *key = "ed25519:d$f5XqpOZZ!oqk(TtE^Nt!f7NY(.#W5#n[y/=mK[";
     char text[256];
     snprintf(text,
              sizeof text,
