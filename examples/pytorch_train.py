@@ -8,7 +8,8 @@ CURVE key per node, written to a temporary directory), each training the
 same MLP on its own shard of the embedded digits dataset (data/digits.csv:
 1797 8x8 images, 10 classes) with its own torch.optim.SGD, and gossiping
 the parameters with its neighbours through Rumor after every optimizer
-step. Every node prints its held-out accuracy; the launcher prints the
+step (or, for the gradient-exchange algorithms allreduce and powersgd,
+averaging the gradients before it, as DDP does). Every node prints its held-out accuracy; the launcher prints the
 mean. Runs on the CPU. To run one node by hand on a real cluster, see
 --worker (and docs/python.md).
 """
@@ -30,6 +31,9 @@ except ImportError:  # from the source tree, without pip install
 import numpy as np
 import torch
 from torch import nn
+
+
+GRADIENT_ALGOS = ("allreduce", "powersgd")
 
 
 def load_digits(path, seed, test_fraction=0.2):
@@ -68,8 +72,11 @@ def worker(a):
     model = make_model(a.seed, a.hidden)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
     options = {"algo": a.algo}
-    if a.algo in ("powergossip", "powersgd"):
+    if a.rank is not None:  # else Rumor's default for the algorithm
         options["rank"] = a.rank
+    # a ring's low-rank or exact average of the gradients, as DDP's; the
+    # gossip algorithms average the models themselves
+    gradients = a.algo in GRADIENT_ALGOS
     if a.metrics_dir:
         options["metrics_dir"] = a.metrics_dir
     peer = rumor.Peer(topology=a.topology, node_id=a.node_id, key=a.key,
@@ -80,8 +87,11 @@ def worker(a):
         loss = nn.functional.cross_entropy(model(xs[idx]), ys[idx])
         opt.zero_grad()
         loss.backward()
+        if gradients:
+            peer.gossip([p.grad for p in model.parameters()])
         opt.step()
-        peer.gossip(model.parameters())  # Rumor: average with neighbours
+        if not gradients:
+            peer.gossip(model.parameters())  # Rumor: average with neighbours
         if a.metrics_dir:  # held-out numbers every 50 steps and at the end
             last = step + 1 == a.steps
             ev = evaluate(model, xte, yte) if (step + 1) % 50 == 0 or last \
@@ -115,9 +125,11 @@ def run_nodes(a, directory):
         cmd = [sys.executable, os.path.abspath(__file__), "--worker",
                "--node-id", str(i), "--topology", topo,
                "--key", os.path.join(directory, "keys", f"node-{i}")]
-        for name in ("nodes", "steps", "algo", "rank", "lr", "batch",
+        for name in ("nodes", "steps", "algo", "lr", "batch",
                      "hidden", "seed", "data"):
             cmd += [f"--{name}", str(getattr(a, name))]
+        if a.rank is not None:
+            cmd += ["--rank", str(a.rank)]
         for name in ("metrics_dir", "save_dir"):
             if getattr(a, name):
                 cmd += ["--" + name.replace("_", "-"), getattr(a, name)]
@@ -148,7 +160,8 @@ def main():
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--algo", default="powergossip")
-    ap.add_argument("--rank", type=int, default=1)
+    ap.add_argument("--rank", type=int,
+                    help="powergossip / powersgd rank (default: Rumor's)")
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--hidden", type=int, default=64)

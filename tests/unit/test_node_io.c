@@ -254,7 +254,8 @@ test_average__model_file_missing__names_file_and_enoent(void **state)
         fail_msg("save: %s", diag.msg);
     rumor_workload_destroy(&w);
     struct node_average avg;
-    assert_int_equal(node_average_evaluate(&o, 2, d.path, &avg, &diag),
+    const bool use[2] = {true, true};
+    assert_int_equal(node_average_evaluate(&o, 2, use, d.path, &avg, &diag),
                      RUMOR_ENOTFOUND);
     snprintf(path, sizeof path, "%s/node-1.model", d.path);
     assert_string_equal(diag.file, path);
