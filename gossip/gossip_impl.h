@@ -188,6 +188,11 @@ rumor_err gossip_robust_mix(rumor_gossip *g,
                             size_t peers,
                             double *acc);
 void gossip_robust_free(rumor_gossip *g);
+/* The radius's history (steps with history, its EMA; 0 and 0 before the
+ * first step), which the gossip state carries so that a resumed or redone
+ * step clips as the uninterrupted one did. */
+void gossip_robust_history(const rumor_gossip *g, uint64_t *steps, double *ema);
+rumor_err gossip_robust_restore(rumor_gossip *g, uint64_t steps, double ema);
 /* localsgd's inner mixer (allreduce or dpsgd), NULL before it is made:
  * its screen counts are localsgd's. */
 const rumor_gossip *gossip_localsgd_mixer(const rumor_gossip *g);

@@ -221,6 +221,28 @@ gossip_robust_radius(rumor_gossip *g, const double *norm, size_t count)
     return tau;
 }
 
+void
+gossip_robust_history(const rumor_gossip *g, uint64_t *steps, double *ema)
+{
+    const struct gossip_robust *r = g->robust;
+    *steps = r != NULL ? r->steps : 0;
+    *ema = r != NULL ? r->ema : 0;
+}
+
+rumor_err
+gossip_robust_restore(rumor_gossip *g, uint64_t steps, double ema)
+{
+    struct gossip_robust *r = g->robust;
+    if (r == NULL && steps == 0 && ema == 0)
+        return RUMOR_OK; /* nothing to restore, nothing to make */
+    rumor_err rc = s_get(g, 0, &r);
+    if (rc != RUMOR_OK)
+        return rc;
+    r->steps = steps;
+    r->ema = ema;
+    return RUMOR_OK;
+}
+
 double
 gossip_robust_scale(rumor_gossip *g, uint32_t peer, double norm, double tau)
 {

@@ -3,7 +3,8 @@
  * (node/checkpoint.c) and for a peer that hands its state to a restarted
  * neighbour. Format (docs/protocol.md, "Gossip state"), little-endian:
  *   u32 magic "RGST", u32 version, 32 bytes algorithm name (NUL padded),
- *   u32 self, u32 nodes, u64 numel, u64 body length, body.
+ *   u32 self, u32 nodes, u64 numel, [version 2: u64 robust steps, f64
+ *   robust EMA: robust mixing's radius history], u64 body length, body.
  * The header pins what the body's meaning depends on, so a state is
  * refused by an instance it does not fit (another algorithm, node or model
  * size) instead of being misread. The body is the algorithm's (its
@@ -32,7 +33,7 @@
 #include <string.h>
 
 #define STATE_MAGIC   0x54534752u /* "RGST" as little-endian bytes */
-#define STATE_VERSION 1u
+#define STATE_VERSION 2u /* 1: without the robust history (still read) */
 #define STATE_HEADER  (4 + 4 + RUMOR_GOSSIP_ALGO_BYTES + 4 + 4 + 8 + 8)
 
 /* --- reader ------------------------------------------------------------- */
@@ -201,6 +202,13 @@ rumor_gossip_state_save(const rumor_gossip *g, struct rumor_buf *out)
         rc = gossip_write_u32(out, (uint32_t)g->nodes);
     if (rc == RUMOR_OK)
         rc = gossip_write_u64(out, g->numel);
+    uint64_t robust_steps = 0;
+    double robust_ema = 0;
+    gossip_robust_history(g, &robust_steps, &robust_ema);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, robust_steps);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f64(out, &robust_ema, 1);
     if (rc == RUMOR_OK)
         rc = gossip_write_u64(out, 0); /* body length, patched below */
     size_t body = out->len;
@@ -215,14 +223,24 @@ rumor_gossip_state_save(const rumor_gossip *g, struct rumor_buf *out)
     return RUMOR_OK;
 }
 
+/* The robust history a state carries (version 2; none in version 1). */
+struct s_history {
+    bool has;
+    uint64_t steps;
+    double ema;
+};
+
 /* Checks the header against g (with r->peer, it may name another node);
- * leaves r at the body. */
+ * leaves r at the body, the robust history in *h. */
 static void
-s_check_header(const rumor_gossip *g, struct gossip_reader *r)
+s_check_header(const rumor_gossip *g,
+               struct gossip_reader *r,
+               struct s_history *h)
 {
     if (gossip_read_u32(r) != STATE_MAGIC && r->err == RUMOR_OK)
         gossip_reader_fail(r, RUMOR_EPROTO, "not a gossip state (magic)");
-    if (gossip_read_u32(r) != STATE_VERSION && r->err == RUMOR_OK)
+    uint32_t version = gossip_read_u32(r);
+    if (version != 1 && version != STATE_VERSION && r->err == RUMOR_OK)
         gossip_reader_fail(r, RUMOR_EPROTO, "an unknown version");
     const uint8_t *name = s_take(r, RUMOR_GOSSIP_ALGO_BYTES);
     char want[RUMOR_GOSSIP_ALGO_BYTES] = {0};
@@ -238,6 +256,13 @@ s_check_header(const rumor_gossip *g, struct gossip_reader *r)
         gossip_reader_fail(r, RUMOR_EPROTO, "another node's state");
     if (r->err == RUMOR_OK && numel != g->numel)
         gossip_reader_fail(r, RUMOR_EPROTO, "a model of another size");
+    h->has = version == STATE_VERSION;
+    if (h->has) {
+        h->steps = gossip_read_u64(r);
+        gossip_read_f64(r, &h->ema, 1);
+        if (r->err == RUMOR_OK && !(h->ema >= 0))
+            gossip_reader_fail(r, RUMOR_EPROTO, "a negative robust radius");
+    }
     gossip_read_len(r, r->left >= 8 ? r->left - 8 : 0, "a wrong body length");
 }
 
@@ -254,7 +279,8 @@ gossip_state_read(rumor_gossip *g,
     r.peer = peer;
     if (len < STATE_HEADER)
         gossip_reader_fail(&r, RUMOR_EPROTO, "truncated header");
-    s_check_header(g, &r);
+    struct s_history h = {0};
+    s_check_header(g, &r, &h);
     struct gossip_reader body = r;
     if (r.err == RUMOR_OK && g->algo->state_load != NULL)
         r.err = g->algo->state_load(g, &r, GOSSIP_STATE_CHECK);
@@ -268,6 +294,9 @@ gossip_state_read(rumor_gossip *g,
     if (r.err == RUMOR_OK && mode != GOSSIP_STATE_CHECK &&
         g->algo->state_load != NULL)
         r.err = g->algo->state_load(g, &body, mode);
+    /* the radius is this node's own: a member's state leaves it */
+    if (r.err == RUMOR_OK && mode == GOSSIP_STATE_LOAD)
+        r.err = gossip_robust_restore(g, h.steps, h.ema);
     *why = r.why[0] != '\0' ? r.why : rumor_strerror(r.err);
     return r.err;
 }

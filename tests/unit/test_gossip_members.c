@@ -40,8 +40,8 @@
 
 #define NODES_MAX 4
 /* rumor_gossip_state_save's header: magic, version, algorithm name, self,
- * nodes, numel, body length */
-#define STATE_HEADER (8 + RUMOR_GOSSIP_ALGO_BYTES + 8 + 8 + 8)
+ * nodes, numel, the robust history (steps, EMA), body length */
+#define STATE_HEADER (8 + RUMOR_GOSSIP_ALGO_BYTES + 8 + 8 + 16 + 8)
 
 static const uint32_t s_all[] = {0, 1, 2, 3};
 

@@ -38,8 +38,9 @@
 #define NUMEL   (ROWS * COLS + BIAS)
 #define ALGO_AT 8 /* the algorithm's name in a state: after magic, version */
 #define SELF_AT (ALGO_AT + RUMOR_GOSSIP_ALGO_BYTES)
-/* the header: magic, version, name, self, nodes, numel, body length */
-#define HEADER (SELF_AT + 8 + 8 + 8)
+/* the header: magic, version, name, self, nodes, numel, the robust
+ * history (steps, EMA), body length */
+#define HEADER (SELF_AT + 8 + 8 + 16 + 8)
 
 static const uint32_t s_all[] = {0, 1, 2, 3};
 static const uint32_t s_three[] = {0, 1, 3};
