@@ -1041,35 +1041,34 @@ s_offer_ok(const node_faults *f,
     return true;
 }
 
-/* Whether offers k and i vouch for each other: close models and steps
- * (neighbours run at most down_after steps apart before one is down). */
+/* Whether offers k and i vouch for each other: close models. Not their
+ * steps: a joiner's two neighbours need not be each other's, and while it
+ * was away the ring may have fallen into parts that step apart (a 6-ring
+ * that lost two nodes: 6 steps apart within a second). s_offer takes the
+ * earlier of two agreeing states, so a claimed step cannot push the joiner
+ * ahead; it catches up with its neighbours as any node behind does. */
 static bool
-s_agree(const node_faults *f,
-        const struct s_offers *o,
+s_agree(const struct s_offers *o,
+        const uint32_t *ids,
         size_t k,
         size_t i,
         size_t count)
 {
-    uint64_t a = o->parts[k].step, b = o->parts[i].step;
-    uint64_t gap = a > b ? a - b : b - a;
     double d = node_state_distance(o->msg[k].payload, o->msg[i].payload, count);
-    bool ok = d <= NODE_FAULTS_VOUCH_DISTANCE && gap <= f->o.down_after + 1u;
+    bool ok = d <= NODE_FAULTS_VOUCH_DISTANCE;
     if (ok)
         rumor_log(RUMOR_LOG_INFO,
                   "the states of nodes %u and %u agree (relative distance "
                   "%.3g): vouched for",
-                  f->expect[k],
-                  f->expect[i],
+                  ids[k],
+                  ids[i],
                   d);
     else
         rumor_log(RUMOR_LOG_WARN,
-                  "the states of nodes %u and %u disagree (steps %llu and "
-                  "%llu, relative distance %.3g; at most %.3g): neither is "
-                  "vouched for",
-                  f->expect[k < i ? k : i],
-                  f->expect[k < i ? i : k],
-                  (unsigned long long)(k < i ? a : b) + 1,
-                  (unsigned long long)(k < i ? b : a) + 1,
+                  "the states of nodes %u and %u disagree (relative "
+                  "distance %.3g; at most %.3g): neither is vouched for",
+                  ids[k < i ? k : i],
+                  ids[k < i ? i : k],
                   d,
                   NODE_FAULTS_VOUCH_DISTANCE);
     return ok;
@@ -1099,7 +1098,8 @@ s_take_offer(node_faults *f,
 }
 
 /* A STATE that came from neighbour k: kept when it fits; true when it
- * and another kept one vouch for each other (*pick: the one to take).
+ * and another kept one vouch for each other (*pick: the one to take, the
+ * earlier of the two).
  * With a single neighbour there is nobody to vouch: its state is taken,
  * and the log says so. */
 static bool
@@ -1127,8 +1127,10 @@ s_offer(node_faults *f,
     for (size_t i = 0; i < count; i++) {
         if (i == k || o->msg[i].payload == NULL)
             continue;
-        if (s_agree(f, o, k, i, model->count))
+        if (s_agree(o, f->expect, k, i, model->count)) {
+            *pick = o->parts[i].step < o->parts[k].step ? i : k;
             return true;
+        }
         o->disputed = true;
     }
     return false;
