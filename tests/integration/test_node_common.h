@@ -147,6 +147,33 @@ tnc_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
     return remove(path);
 }
 
+/* A new directory from tmpl ("/tmp/rumor-NAME-XXXXXX", rewritten in
+ * place) holding a ring of 4 local nodes (`rumor topo gen ring 4
+ * --local`): its topology at topo, the keys in dir/keys. */
+static inline void
+tnc_ring4_local(char *tmpl, char *topo, size_t topo_cap)
+{
+    assert_non_null(mkdtemp(tmpl));
+    snprintf(topo, topo_cap, "%s/ring.topo", tmpl);
+    char out[1200];
+    snprintf(out, sizeof out, "%s/gen.out", tmpl);
+    const char *args[] =
+        {"topo", "gen", "ring", "4", "--local", "--out", topo, NULL};
+    assert_int_equal(tnc_wait(tnc_start(args, out), 30000), 0);
+}
+
+/* Removes a test's directory, or with RUMOR_TEST_KEEP set keeps it and
+ * says where; dir becomes "". */
+static inline void
+tnc_dir_done(char *dir)
+{
+    if (dir[0] != '\0' && getenv("RUMOR_TEST_KEEP") == NULL)
+        nftw(dir, tnc_rm, 16, FTW_DEPTH | FTW_PHYS);
+    else if (dir[0] != '\0')
+        printf("kept %s\n", dir);
+    dir[0] = '\0';
+}
+
 /* Copies a log to stderr, indented, for a failure's post-mortem. */
 static inline void
 tnc_show(const char *path)

@@ -62,9 +62,7 @@ s_teardown(void **state)
             waitpid(s_c.pid[i], NULL, 0);
             s_c.pid[i] = 0;
         }
-    if (s_c.dir[0] != '\0' && getenv("RUMOR_TEST_KEEP") == NULL)
-        nftw(s_c.dir, tnc_rm, 16, FTW_DEPTH | FTW_PHYS);
-    s_c.dir[0] = '\0';
+    tnc_dir_done(s_c.dir);
     return 0;
 }
 
@@ -75,20 +73,7 @@ s_cluster_new(struct cluster *c, const char *algo, const char *steps)
     c->algo = algo;
     c->steps = steps;
     snprintf(c->dir, sizeof c->dir, "/tmp/rumor-member-attack-XXXXXX");
-    assert_non_null(mkdtemp(c->dir));
-    snprintf(c->topo, sizeof c->topo, "%s/ring.topo", c->dir);
-    char out[1200];
-    snprintf(out, sizeof out, "%s/gen.out", c->dir);
-    const char *argv[] = {"rumor",
-                          "topo",
-                          "gen",
-                          "ring",
-                          "4",
-                          "--local",
-                          "--out",
-                          c->topo,
-                          NULL};
-    assert_int_equal(tnc_wait(tnc_spawn(argv, out), LIMIT_MS), 0);
+    tnc_ring4_local(c->dir, c->topo, sizeof c->topo);
 }
 
 /* Node id's options, `rumor node` style (--name=value), into argv from

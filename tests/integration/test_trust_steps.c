@@ -72,11 +72,7 @@ s_teardown(void **state)
             waitpid(r->pid[i], NULL, 0);
             r->pid[i] = 0;
         }
-    if (r->dir[0] != '\0' && getenv("RUMOR_TEST_KEEP") == NULL)
-        nftw(r->dir, tnc_rm, 16, FTW_DEPTH | FTW_PHYS);
-    else if (r->dir[0] != '\0')
-        printf("kept %s\n", r->dir);
-    r->dir[0] = '\0';
+    tnc_dir_done(r->dir);
     return 0;
 }
 
@@ -86,13 +82,7 @@ s_ring_new(struct ring *r)
     memset(r, 0, sizeof *r);
     r->delay_ms = "0";
     snprintf(r->dir, sizeof r->dir, "/tmp/rumor-trust-XXXXXX");
-    assert_non_null(mkdtemp(r->dir));
-    snprintf(r->topo, sizeof r->topo, "%s/ring.topo", r->dir);
-    char out[1024];
-    snprintf(out, sizeof out, "%s/gen.out", r->dir);
-    const char *args[] =
-        {"topo", "gen", "ring", "4", "--local", "--out", r->topo, NULL};
-    assert_int_equal(tnc_wait(tnc_start(args, out), LIMIT_MS), 0);
+    tnc_ring4_local(r->dir, r->topo, sizeof r->topo);
 }
 
 static const char *

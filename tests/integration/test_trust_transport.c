@@ -75,11 +75,7 @@ s_teardown(void **state)
         s_kill(&r->pid[i]);
     for (int k = 0; k < ATTACKS; k++)
         s_kill(&r->attacker[k]);
-    if (r->dir[0] != '\0' && getenv("RUMOR_TEST_KEEP") == NULL)
-        nftw(r->dir, tnc_rm, 16, FTW_DEPTH | FTW_PHYS);
-    else if (r->dir[0] != '\0')
-        printf("kept %s\n", r->dir);
-    r->dir[0] = '\0';
+    tnc_dir_done(r->dir);
     return 0;
 }
 
@@ -88,20 +84,7 @@ s_ring_new(struct ring *r)
 {
     memset(r, 0, sizeof *r);
     snprintf(r->dir, sizeof r->dir, "/tmp/rumor-trust-transport-XXXXXX");
-    assert_non_null(mkdtemp(r->dir));
-    snprintf(r->topo, sizeof r->topo, "%s/ring.topo", r->dir);
-    char out[640];
-    snprintf(out, sizeof out, "%s/gen.out", r->dir);
-    const char *argv[] = {"rumor",
-                          "topo",
-                          "gen",
-                          "ring",
-                          "4",
-                          "--local",
-                          "--out",
-                          r->topo,
-                          NULL};
-    assert_int_equal(tnc_wait(tnc_spawn(argv, out), LIMIT_MS), 0);
+    tnc_ring4_local(r->dir, r->topo, sizeof r->topo);
 }
 
 /* Starts the 4 nodes of run (a name: its metrics and logs go under it). */
