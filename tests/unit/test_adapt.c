@@ -566,10 +566,11 @@ test_state__bad_controller_part__refused_and_unchanged(void **state)
     rumor_buf_init(&b, 1u << 26);
     rumor_buf_init(&after, 1u << 26);
     assert_int_equal(rumor_gossip_state_save(c.g[0], &b), RUMOR_OK);
-    /* the controller's part starts after the header (64 bytes) and the
-     * per-link copies and sums (4 x numel doubles): compute_s, theta, the
-     * link count, the layer count, then link 0's peer id */
-    size_t at = 64 + 4 * c.numel * 8 + 8 + 8 * 5;
+    /* the controller's part starts after the header (80 bytes: 64 and the
+     * robust history's 16) and the per-link copies and sums (4 x numel
+     * doubles): compute_s, theta, the link count, the layer count, then
+     * link 0's peer id */
+    size_t at = 80 + 4 * c.numel * 8 + 8 + 8 * 5;
     uint64_t links = 0;
     memcpy(&links, b.data + at, 8);
     assert_int_equal(links, 2);

@@ -363,8 +363,9 @@ test_state__bad_rank_or_truncated__refused(void **state)
     rumor_buf_init(&after, 1u << 26);
     assert_int_equal(rumor_gossip_state_save(c.g[0], &b), RUMOR_OK);
     struct rumor_diag diag = {0};
-    /* the body starts after the 64-byte header with the u64 rank */
-    const size_t rank_at = 4 + 4 + 32 + 4 + 4 + 8 + 8;
+    /* the body starts after the 80-byte header (the robust history's
+     * steps and EMA before the body length) with the u64 rank */
+    const size_t rank_at = 4 + 4 + 32 + 4 + 4 + 8 + 16 + 8;
     uint64_t bad = 9, good = 0;
     memcpy(&good, b.data + rank_at, 8);
     assert_true(good >= 1 && good <= 8);
