@@ -99,20 +99,13 @@ enum s_drop {
     S_DROP_UNEXPECTED   /* a kind that never goes DEALER -> ROUTER */
 };
 
-static void s_drop_log(rumor_net *net,
-                       enum s_drop reason,
-                       const char *who,
-                       const char *fmt,
-                       ...) RUMOR_PRINTF(4, 5);
+static void
+s_drop_log(enum s_drop reason, const char *who, const char *fmt, ...)
+    RUMOR_PRINTF(3, 4);
 
 static void
-s_drop_log(rumor_net *net,
-           enum s_drop reason,
-           const char *who,
-           const char *fmt,
-           ...)
+s_drop_log(enum s_drop reason, const char *who, const char *fmt, ...)
 {
-    (void)net;
     char key[128];
     snprintf(key, sizeof key, "net:drop:%d:%s", (int)reason, who);
     char line[512];
@@ -259,8 +252,7 @@ s_refuse(rumor_net *net,
                                  (uint32_t)blen,
                                  frame,
                                  sizeof frame);
-    s_drop_log(net,
-               S_DROP_REFUSED,
+    s_drop_log(S_DROP_REFUSED,
                f->who,
                "net: peer %u refused (connection %s from %s): %s",
                f->p->id,
@@ -471,16 +463,14 @@ s_on_bad_frame(rumor_net *net,
     }
     if (magic && len >= RUMOR_NET_HEADER_BYTES &&
         (buf[5] < RUMOR_NET_KIND_HELLO || buf[5] > RUMOR_NET_KIND_MAX)) {
-        s_drop_log(net,
-                   S_DROP_BAD,
+        s_drop_log(S_DROP_BAD,
                    f->who,
                    "net: peer %u: frame of unknown kind %u rejected",
                    p->id,
                    buf[5]);
         return;
     }
-    s_drop_log(net,
-               S_DROP_BAD,
+    s_drop_log(S_DROP_BAD,
                f->who,
                "net: peer %u: bad frame (%zu bytes) from %s: %s",
                p->id,
@@ -571,8 +561,7 @@ s_on_new_hello(rumor_net *net,
     s_rid_text(p->conn.rid, p->conn.rid_len, old);
     if (!take) {
         STAT(net, p, foreign, 1);
-        s_drop_log(net,
-                   S_DROP_HELLO,
+        s_drop_log(S_DROP_HELLO,
                    f->who,
                    "net: node %u: HELLO on a second connection %s from %s "
                    "ignored: its connection %s from %s is live (heard %llu "
@@ -637,8 +626,7 @@ s_on_router_frame(rumor_net *net,
             pthread_mutex_lock(&net->mu);
             net->rejected_unbound++;
             pthread_mutex_unlock(&net->mu);
-            s_drop_log(net,
-                       S_DROP_UNBOUND,
+            s_drop_log(S_DROP_UNBOUND,
                        f.addr,
                        "net: dropped a frame from %s with %s User-Id",
                        f.addr,
@@ -657,8 +645,7 @@ s_on_router_frame(rumor_net *net,
         /* insecure mode: the header is all we have */
         f.p = net_peer_find(net, rc == RUMOR_OK ? h.sender : UINT32_MAX);
         if (f.p == NULL) {
-            s_drop_log(net,
-                       S_DROP_UNBOUND,
+            s_drop_log(S_DROP_UNBOUND,
                        f.addr,
                        "net: dropped a frame from an unknown sender at %s "
                        "(insecure mode)",
@@ -677,8 +664,7 @@ s_on_router_frame(rumor_net *net,
     }
     if (h.sender != p->id) {
         STAT(net, p, rejected_auth, 1);
-        s_drop_log(net,
-                   S_DROP_SENDER,
+        s_drop_log(S_DROP_SENDER,
                    f.who,
                    "net: the key of node %u claims to be node %u "
                    "(connection %s from %s): dropped",
@@ -698,8 +684,7 @@ s_on_router_frame(rumor_net *net,
         STAT(net, p, foreign, 1);
         char cur[20];
         s_rid_text(p->conn.rid, p->conn.rid_len, cur);
-        s_drop_log(net,
-                   S_DROP_FOREIGN,
+        s_drop_log(S_DROP_FOREIGN,
                    f.who,
                    "net: node %u: %s frame (seq %llu) from connection %s "
                    "from %s, which is not its current one (%s): dropped",
@@ -713,8 +698,7 @@ s_on_router_frame(rumor_net *net,
     }
     if (!net_replay_accept(&p->conn.replay, h.seq)) {
         STAT(net, p, replays, 1);
-        s_drop_log(net,
-                   S_DROP_REPLAY,
+        s_drop_log(S_DROP_REPLAY,
                    f.who,
                    "net: peer %u: replayed frame seq %llu on connection %s",
                    p->id,
@@ -734,8 +718,7 @@ s_on_router_frame(rumor_net *net,
         s_on_data(net, p, &h, payload, frame);
     } else if (h.kind != RUMOR_NET_KIND_HEARTBEAT) {
         STAT(net, p, rejected_proto, 1);
-        s_drop_log(net,
-                   S_DROP_UNEXPECTED,
+        s_drop_log(S_DROP_UNEXPECTED,
                    f.who,
                    "net: peer %u: unexpected %s frame",
                    p->id,

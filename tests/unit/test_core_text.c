@@ -174,6 +174,16 @@ t_count(const char *text, const char *needle, unsigned long long *events)
     return lines;
 }
 
+/* Lets a rate limiter's interval of ms pass: the time passing is what
+ * the tests below check, so this waits for the clock, not an event. */
+static void
+s_wait_past(uint32_t ms)
+{
+    uint64_t until = rumor_clock_ns() + (uint64_t)(ms + 20) * 1000000ull;
+    while (rumor_clock_ns() < until)
+        usleep(10000);
+}
+
 static void
 test_log__peer_bytes__escaped_on_one_line(void **state)
 {
@@ -218,9 +228,7 @@ test_log_limited__flood__few_lines_exact_count(void **state)
 
     /* the interval passes: the flush writes the last held line with the
      * count of the others */
-    uint64_t until = rumor_clock_ns() + (interval_ms + 20) * 1000000ull;
-    while (rumor_clock_ns() < until)
-        usleep(10000);
+    s_wait_past(interval_ms);
     t_capture_begin(&c);
     rumor_log_limited_flush();
     rumor_log_limited_flush(); /* nothing left: writes nothing more */
@@ -233,9 +241,7 @@ test_log_limited__flood__few_lines_exact_count(void **state)
     free(text);
 
     /* the next one after a quiet interval is written at once */
-    until = rumor_clock_ns() + (interval_ms + 20) * 1000000ull;
-    while (rumor_clock_ns() < until)
-        usleep(10000);
+    s_wait_past(interval_ms);
     t_capture_begin(&c);
     rumor_log_limited(RUMOR_LOG_WARN,
                       "t:flood",
@@ -268,9 +274,7 @@ test_log_limited__many_keys__bounded_lines_every_event_counted(void **s)
             snprintf(key, sizeof key, "t:many:%d", k);
             rumor_log_limited(RUMOR_LOG_WARN, key, interval_ms, "many %d", k);
         }
-    uint64_t until = rumor_clock_ns() + (interval_ms + 20) * 1000000ull;
-    while (rumor_clock_ns() < until)
-        usleep(10000);
+    s_wait_past(interval_ms);
     rumor_log_limited_flush();
     char *text = NULL;
     t_capture_end(&c, &text);
