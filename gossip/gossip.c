@@ -53,6 +53,7 @@ rumor_gossip_opts_default(struct rumor_gossip_opts *opts)
     opts->gamma = RUMOR_GOSSIP_GAMMA_AUTO;
     opts->iterations = 1;
     opts->period = 1;
+    opts->fragments = 1;
     opts->outer_lr = 1.0;
     opts->theta = 0.1;
     opts->seed = 1;

@@ -59,7 +59,8 @@ s_settings(const struct rumor_node_opts *o, char *text, size_t cap)
                  "algo=%s codec=%s compressed=%d ef=%s gamma=%g "
                  "rank=%zu iterations=%u "
                  "period=%u gossip-rounds=%u delta-codec=%s "
-                 "outer-lr=%g outer-momentum=%g theta=%g exchange=%s",
+                 "outer-lr=%g outer-momentum=%g fragments=%u stale=%u "
+                 "theta=%g exchange=%s",
                  g->algo,
                  g->codec,
                  g->compressed,
@@ -72,6 +73,8 @@ s_settings(const struct rumor_node_opts *o, char *text, size_t cap)
                  g->delta_codec,
                  g->outer_lr,
                  g->outer_momentum,
+                 g->fragments,
+                 g->stale,
                  g->theta,
                  rumor_node_opts_gradient_exchange(o) ? "gradient" : "model");
     /* PowerSGD: the schedule (start, sides), which tensors travel as

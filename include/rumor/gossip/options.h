@@ -70,6 +70,12 @@ struct rumor_gossip_opts {
     double outer_lr;       /* localsgd: outer step on the averaged delta */
     double outer_momentum; /* localsgd: its Nesterov momentum; with
                               outer_lr, DiLoCo's outer optimizer */
+    unsigned fragments; /* localsgd: the model synchronized in this many
+                           fragments at staggered steps (streaming DiLoCo);
+                           1: all of it at once */
+    unsigned stale;     /* the exchange of step t lands at step t + stale,
+                           the inner steps in between computed while it
+                           travels; 0: it lands before step t + 1 */
     double theta;  /* moniqua: bound on how far neighbours' models are apart */
     uint64_t seed; /* run seed, equal on every node */
     double ef_alpha;  /* localsgd with delta_codec: step-ahead error feedback
@@ -147,7 +153,8 @@ RUMOR_API rumor_err rumor_gossip_ef_check(const struct rumor_gossip_opts *opts,
 
 /* Defaults: algo "dpsgd", codec "qsgd:bits=4", compressed false, ef "", gamma
  * RUMOR_GOSSIP_GAMMA_AUTO, rank 0 (the algorithm's), iterations 1, period 1,
- * gossip_rounds 0, delta_codec "", outer_lr 1, outer_momentum 0, theta 0.1,
+ * gossip_rounds 0, delta_codec "", outer_lr 1, outer_momentum 0, fragments
+ * 1, stale 0, theta 0.1,
  * seed 1, ef_alpha 0, saef_scope "neighbourhood", start_iter 0,
  * min_compression_rate 2, use_error_feedback, warm_start and
  * batch_same_shape true, orth_eps 0, one_sided false (docs/gossip.md,
