@@ -274,6 +274,12 @@ rumor_gossip_rounds(const rumor_gossip *g, uint64_t step)
     return g->algo->rounds(g, step);
 }
 
+bool
+rumor_gossip_exchanges(const rumor_gossip *g, uint64_t step)
+{
+    return g->algo->exchanges == NULL || g->algo->exchanges(g, step);
+}
+
 rumor_err
 rumor_gossip_emit(rumor_gossip *g,
                   uint64_t step,

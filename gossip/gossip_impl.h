@@ -68,6 +68,9 @@ struct gossip_algo_i {
     rumor_err (*init)(rumor_gossip *g, struct rumor_diag *diag);
     void (*free)(rumor_gossip *g); /* frees g->state; NULL-safe */
     uint32_t (*rounds)(const rumor_gossip *g, uint64_t step);
+    /* (optional, NULL: every step) rumor_gossip_exchanges; reads only
+     * g->opts */
+    bool (*exchanges)(const rumor_gossip *g, uint64_t step);
     /* Fills g->out[0..g->out_count). */
     rumor_err (*emit)(rumor_gossip *g, uint64_t step, uint32_t round);
     /* The senders whose messages absorb needs in that round. */

@@ -596,6 +596,7 @@ const struct gossip_algo_i gossip_localsgd = {
     .init = s_init,
     .free = s_free,
     .rounds = s_rounds,
+    .exchanges = s_sync_step,
     .emit = s_emit,
     .expected = s_expected,
     .uses_ring = s_uses_ring,

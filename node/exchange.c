@@ -420,18 +420,20 @@ static rumor_err
 s_faults_new(rumor_node *node)
 {
     const struct rumor_node_opts *o = &node->opts;
-    struct node_faults_opts fo = {.topo = node->topo,
-                                  .self = o->id,
-                                  .n = node->n,
-                                  .down_after = o->down_after,
-                                  .deadline_ms = o->deadline_ms,
-                                  .deadline_factor = o->deadline_factor,
-                                  .join = o->join,
-                                  .steps =
-                                      node->external ? UINT64_MAX : o->steps,
-                                  .optim = node->optim,
-                                  .stop_by = &node->stop_by,
-                                  .heard = node->heard};
+    struct node_faults_opts fo = {
+        .topo = node->topo,
+        .self = o->id,
+        .n = node->n,
+        .down_after = o->down_after,
+        .deadline_ms = o->deadline_ms,
+        .deadline_factor = o->deadline_factor,
+        .join = o->join,
+        .steps = node->external ? UINT64_MAX : o->steps,
+        /* a stale exchange's thread must not
+           touch the caller's optimizer */
+        .optim = node_stale_mode(node) ? NULL : node->optim,
+        .stop_by = &node->stop_by,
+        .heard = node->heard};
     rumor_err rc = node_faults_new(&fo, &node->faults);
     /* a lone restart re-synchronises with its neighbours; after a stop
      * agreed by all, every node resumes the same step together */
@@ -448,15 +450,18 @@ s_faults_between(rumor_node *node, uint64_t *t)
 {
     uint64_t next = *t;
     /* with overlap the gossip works on node->mix: terms settled between
-     * steps must land in the model, not in a copy the next step drops */
-    if (node->mix != NULL)
+     * steps must land in the model, not in a copy the next step drops.
+     * Stale exchanges settle them in the exchanged copy, whose change
+     * lands in the model with the step's (node/stale.h). */
+    bool copy = node->mix != NULL && !node_stale_mode(node);
+    if (copy)
         node_copy_model(node->mix, node->model);
     rumor_err rc = node_faults_between(node->faults,
                                        node->net,
                                        node->g,
-                                       node->model,
+                                       node_exchanged(node),
                                        &next);
-    if (node->mix != NULL)
+    if (copy)
         node_copy_model(node->model, node->mix);
     if (rc == RUMOR_OK && next > *t) {
         *t = next;
@@ -794,7 +799,10 @@ s_elastic_new(rumor_node *node,
                                    .model = model,
                                    .algo = algo,
                                    .g = node->g,
-                                   .optim = node->optim,
+                                   /* a stale exchange's thread must not
+                                     touch the caller's optimizer */
+                                   .optim = node_stale_mode(node) ? NULL
+                                                                  : node->optim,
                                    .stop_by = &node->stop_by,
                                    .first_step = node->first_step,
                                    .steps = node->external ? 0 : o->steps,
@@ -821,7 +829,7 @@ node_exchange_init(rumor_node *node)
     /* a peer's ring waits for the peer's algorithms (node_elastic_attach) */
     if (node_elastic_wanted(node))
         return node->external ? RUMOR_OK
-                              : s_elastic_new(node, node->model, NULL);
+                              : s_elastic_new(node, node_exchanged(node), NULL);
     if (!rumor_gossip_can_skip(node->g))
         return RUMOR_OK;
     return s_faults_new(node);

@@ -272,7 +272,42 @@ s_build_training(rumor_node *node, struct rumor_diag *diag)
     }
     const struct rumor_model *mixed =
         rumor_node_opts_gradient_exchange(o) ? node->grad : node->model;
-    if (!rumor_node_opts_gradient_exchange(o) && o->overlap) {
+    if (o->gossip.stale > o->gossip.period &&
+        strcmp(o->gossip.algo, "localsgd") == 0) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "localsgd: stale (%u) must be at most period (%u): a "
+                       "synchronization lands before the next one of the "
+                       "same fragment starts",
+                       o->gossip.stale,
+                       o->gossip.period);
+        return RUMOR_EINVAL;
+    }
+    if (o->gossip.stale > 0 && o->consensus_every > 0) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "--consensus-every talks to the neighbours between "
+                       "steps, where --stale exchanges are under way: use "
+                       "one or the other");
+        return RUMOR_EINVAL;
+    }
+    if (o->gossip.stale > 0 && rumor_node_opts_gradient_exchange(o)) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "--stale needs the model exchange: %s averages "
+                       "gradients, which must land before the optimizer "
+                       "step that uses them (use --stale 0)",
+                       o->gossip.algo);
+        return RUMOR_EINVAL;
+    }
+    if (!rumor_node_opts_gradient_exchange(o) &&
+        (o->overlap || o->gossip.stale > 0)) {
         rc = rumor_model_clone(node->model, &node->mix);
         if (rc != RUMOR_OK)
             return rc;
@@ -623,21 +658,21 @@ s_evaluate(rumor_node *node)
 /* Robust mixing's and the fault path's counters of the metrics line
  * (gossip/robust.c; node/faults.c, screening). */
 static void
-s_faults_row(const rumor_node *node, struct node_metrics_row *row)
+s_faults_row(const rumor_node *node,
+             const struct rumor_gossip_screen_stats *ss,
+             struct node_metrics_row *row)
 {
     struct node_faults_stats fs;
-    struct rumor_gossip_screen_stats ss;
-    rumor_gossip_screen_stats(node->g, &ss);
-    row->clipped = ss.clipped;
-    row->screened = ss.screened;
-    row->clip_radius = ss.clip_radius;
-    row->rejected_outsized = ss.outsized;
+    row->clipped = ss->clipped;
+    row->screened = ss->screened;
+    row->clip_radius = ss->clip_radius;
+    row->rejected_outsized = ss->outsized;
     if (node->faults == NULL)
         return;
     node_faults_stats(node->faults, &fs);
     row->faults = true;
-    row->rejected_nonfinite = ss.nonfinite;
-    row->rejected_malformed = ss.malformed;
+    row->rejected_nonfinite = ss->nonfinite;
+    row->rejected_malformed = ss->malformed;
     row->skipped = fs.skipped;
     row->peers_down = fs.peers_down;
     row->readmitted = fs.readmitted;
@@ -667,6 +702,26 @@ s_publish(rumor_node *node, const struct node_metrics_row *row)
     node_prom_publish(node->prom, row, peers, n);
 }
 
+/* The exchange's counters: with stale exchanges, as their thread last
+ * published them, and the training's waits are those of landing. */
+static void
+s_exchange_counters(rumor_node *node, struct node_stale_counters *c)
+{
+    if (node->stale != NULL) {
+        node_stale_counters(node->stale, c);
+        c->t_wait = node->t_land_wait;
+        return;
+    }
+    *c = (struct node_stale_counters){
+        .t_gossip = node->t_gossip,
+        .t_wait = node->t_wait,
+        .gossip_bytes_sent = node->sum.gossip_bytes_sent,
+        .gossip_bytes_recv = node->sum.gossip_bytes_recv,
+        .gossip_frames_sent = node->gossip_frames_sent,
+    };
+    rumor_gossip_screen_stats(node->g, &c->screen);
+}
+
 /* The metrics line of a step (and the summary's byte counts). */
 static void
 s_row(rumor_node *node,
@@ -678,6 +733,8 @@ s_row(rumor_node *node,
 {
     struct rumor_net_stats st;
     rumor_net_stats(node->net, RUMOR_NET_ALL, &st);
+    struct node_stale_counters c;
+    s_exchange_counters(node, &c);
     node->sum.bytes_sent = st.bytes_sent;
     node->sum.bytes_recv = st.bytes_recv;
     *out = (struct node_metrics_row){
@@ -692,19 +749,19 @@ s_row(rumor_node *node,
         .frames_sent = st.frames_sent,
         .handshake_bytes_sent = st.handshake_bytes_sent,
         .handshake_frames_sent = st.handshake_frames_sent,
-        .gossip_bytes_sent = node->sum.gossip_bytes_sent,
-        .gossip_bytes_recv = node->sum.gossip_bytes_recv,
-        .gossip_frames_sent = node->gossip_frames_sent,
+        .gossip_bytes_sent = c.gossip_bytes_sent,
+        .gossip_bytes_recv = c.gossip_bytes_recv,
+        .gossip_frames_sent = c.gossip_frames_sent,
         .consensus = probed ? node->sum.consensus : NAN,
         .consensus_bytes_sent = node->consensus_bytes_sent,
         .consensus_frames_sent = node->consensus_frames_sent,
         .seconds = s_since(node->start_ns),
         .seconds_compute = node->t_compute,
-        .seconds_gossip = node->t_gossip,
-        .seconds_wait = node->t_wait,
-        .gossip = node->g,
+        .seconds_gossip = c.t_gossip,
+        .seconds_wait = c.t_wait,
+        .gossip = node->stale != NULL ? NULL : node->g,
     };
-    s_faults_row(node, out);
+    s_faults_row(node, &c.screen, out);
     out->elastic = node->elastic != NULL;
     if (out->elastic)
         node_elastic_view(node->elastic, &out->epoch, &out->members);
@@ -869,6 +926,46 @@ s_grad_and_gossip_overlapped(rumor_node *node, uint64_t t, double *loss)
     return rc;
 }
 
+/* Gradient at x_t; the exchange of step t runs stale (s_stale_begin). */
+static rumor_err
+s_grad_only(rumor_node *node, uint64_t t, double *loss)
+{
+    uint64_t c0 = rumor_clock_ns();
+    rumor_err rc = rumor_workload_grad(node->w, t, node->grad, loss);
+    node->t_compute += s_since(c0);
+    return rc;
+}
+
+/* The waits of landing count as waiting for the network. */
+static rumor_err
+s_stale_land(rumor_node *node, uint64_t t, bool *stop)
+{
+    uint64_t w0 = rumor_clock_ns();
+    rumor_err rc = node_stale_land(node->stale, node->model, t, stop);
+    node->t_land_wait += s_since(w0);
+    return rc;
+}
+
+static rumor_err
+s_stale_drain(rumor_node *node)
+{
+    bool stop = false;
+    return s_stale_land(node, UINT64_MAX, &stop);
+}
+
+/* The start of step t with stale exchanges: those due land, then step
+ * t's own starts on a snapshot of the model. */
+static rumor_err
+s_stale_begin(rumor_node *node, uint64_t t, bool *stop)
+{
+    rumor_err rc = s_stale_land(node, t, stop);
+    if (rc != RUMOR_OK || *stop)
+        return rc;
+    if (!rumor_gossip_exchanges(node->g, t))
+        return RUMOR_OK;
+    return node_stale_push(node->stale, node->model, t);
+}
+
 /* Gradient at x_t, then the gossip step (of the model or the gradient). */
 static rumor_err
 s_grad_then_gossip(rumor_node *node, uint64_t t, double *loss)
@@ -890,7 +987,8 @@ s_step(rumor_node *node, uint64_t t)
 {
     const struct rumor_node_opts *o = &node->opts;
     double loss = NAN, compute0 = node->t_compute;
-    rumor_err rc = node->mix != NULL
+    rumor_err rc = node->stale != NULL ? s_grad_only(node, t, &loss)
+                   : node->mix != NULL
                        ? s_grad_and_gossip_overlapped(node, t, &loss)
                        : s_grad_then_gossip(node, t, &loss);
     /* a non-finite model fails the gossip's encode (RUMOR_ENUMERIC)
@@ -915,6 +1013,9 @@ s_step(rumor_node *node, uint64_t t)
     uint64_t c1 = rumor_clock_ns();
     rc = rumor_optim_step(node->optim, t, node->model, node->grad);
     bool last = t + 1 == o->steps;
+    /* the exchanges of the last S steps land after the last step */
+    if (rc == RUMOR_OK && last && node->stale != NULL)
+        rc = s_stale_drain(node);
     bool evaluate = last || (o->eval_every > 0 && (t + 1) % o->eval_every == 0);
     bool probe = o->consensus_every > 0 && (t + 1) % o->consensus_every == 0;
     if (rc == RUMOR_OK && evaluate)
@@ -995,7 +1096,7 @@ node_new_model(const struct rumor_node_opts *opts,
         node->probe = malloc(node->probe_floats * sizeof(float) + 1);
         rc = node->probe == NULL ? RUMOR_ENOMEM : RUMOR_OK;
     }
-    if (rc == RUMOR_OK && node->mix != NULL)
+    if (rc == RUMOR_OK && node->mix != NULL && !node_stale_mode(node))
         rc = s_worker_start(node);
     node->stop_at = UINT64_MAX;
     node->saved_step = UINT64_MAX;
@@ -1040,6 +1141,7 @@ rumor_node_destroy(rumor_node **self_p)
     if (node == NULL)
         return;
     s_worker_stop(node);
+    node_stale_stop(&node->stale);
     node_prom_stop(&node->prom);
     free(node->prom_peers);
     rumor_net_destroy(&node->net);
@@ -1074,6 +1176,29 @@ rumor_node_destroy(rumor_node **self_p)
     *self_p = NULL;
 }
 
+/* A checkpoint every checkpoint_every steps. With stale exchanges in
+ * flight the algorithm's state is the exchange thread's, and the model
+ * has not taken their changes yet: the checkpoint waits for a step with
+ * none in flight. */
+static void
+s_checkpoint_when_due(rumor_node *node)
+{
+    uint64_t every = node->opts.checkpoint_every;
+    if (every > 0 && node->sum.steps % every == 0)
+        node->checkpoint_due = true;
+    if (!node->checkpoint_due ||
+        (node->stale != NULL && !node_stale_idle(node->stale)))
+        return;
+    node->checkpoint_due = false;
+    struct rumor_diag why = {0};
+    if (s_checkpoint(node, &why) != RUMOR_OK)
+        rumor_log(RUMOR_LOG_ERROR, /* training goes on; retried next */
+                  "checkpoint of step %llu not written: %s: %s",
+                  (unsigned long long)node->sum.steps,
+                  why.file,
+                  why.msg);
+}
+
 rumor_err
 rumor_node_run(rumor_node *node, struct rumor_diag *diag)
 {
@@ -1095,11 +1220,14 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
     uint64_t t0 = node->first_step;
     if (rc == RUMOR_OK)
         rc = node_join(node, &t0, diag);
+    if (rc == RUMOR_OK && node_stale_mode(node))
+        rc = node_stale_start(node, o->gossip.stale, &node->stale);
     bool first = true;
     uint64_t t = t0;
     while (t < o->steps && rc == RUMOR_OK) {
         bool stop = false;
-        rc = node_step_begin(node, &t, &stop);
+        rc = node->stale != NULL ? s_stale_begin(node, t, &stop)
+                                 : node_step_begin(node, &t, &stop);
         if (rc != RUMOR_OK || stop || t >= o->steps)
             break;
         rc = s_step(node, t);
@@ -1107,19 +1235,15 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
             node_check_refusals(node, diag) != RUMOR_OK)
             rc = RUMOR_EPROTO;
         first = false;
-        if (rc != RUMOR_OK && node_step_retry(node, &rc, &t))
+        if (rc != RUMOR_OK && node->stale == NULL &&
+            node_step_retry(node, &rc, &t))
             continue;
         t++;
-        bool due = o->checkpoint_every > 0 &&
-                   node->sum.steps % o->checkpoint_every == 0;
-        struct rumor_diag why = {0};
-        if (rc == RUMOR_OK && due && s_checkpoint(node, &why) != RUMOR_OK)
-            rumor_log(RUMOR_LOG_ERROR, /* training goes on; retried next */
-                      "checkpoint of step %llu not written: %s: %s",
-                      (unsigned long long)node->sum.steps,
-                      why.file,
-                      why.msg);
+        if (rc == RUMOR_OK)
+            s_checkpoint_when_due(node);
     }
+    /* the exchange thread is done with the algorithm and the links */
+    node_stale_stop(&node->stale);
     /* an elastic ring completed the last step for this node */
     if (rc == RUMOR_OK && t >= o->steps && node->sum.steps < o->steps &&
         node->elastic != NULL) {

@@ -11,6 +11,7 @@
 #include "node/elastic.h"
 #include "node/faults.h"
 #include "node/runtime_impl.h"
+#include "node/stale.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -50,6 +51,8 @@ struct rumor_node {
     struct rumor_model *grad;          /* owned */
     struct rumor_model *mix;           /* overlap: the copy being gossiped */
     struct node_worker worker;         /* overlap: the gradient thread */
+    node_stale *stale;                 /* stale exchanges, or NULL */
+    bool checkpoint_due;               /* stale: written once all landed */
     const struct rumor_model *optimum; /* lsq only, borrowed from w */
     rumor_optim *optim;
     rumor_gossip *g;
@@ -71,6 +74,7 @@ struct rumor_node {
     bool progress;
     uint64_t start_ns, progress_ns;
     double t_compute, t_gossip, t_wait;
+    double t_land_wait; /* stale: waiting for exchanges to land */
     uint64_t gossip_frames_sent;
     float *probe; /* the model packed for the consensus probe */
     size_t probe_floats;
@@ -108,6 +112,22 @@ struct rumor_node {
                                   the wire (node_gossip_bucket) */
     size_t desc_len;
 };
+
+/* True when steps' exchanges run stale (node/stale.h): the exchange's
+ * thread then works on node->mix alone. */
+static inline bool
+node_stale_mode(const rumor_node *node)
+{
+    return node->opts.gossip.stale > 0 && !node->external;
+}
+
+/* The model the exchange (and the fault path's, the ring's state
+ * transfers) reads and writes. */
+static inline struct rumor_model *
+node_exchanged(const rumor_node *node)
+{
+    return node_stale_mode(node) ? node->mix : node->model;
+}
 
 /* --- exchange.c, for runtime.c --- */
 

@@ -40,6 +40,11 @@ RUMOR_API void rumor_gossip_destroy(rumor_gossip **self_p);
 /* Rounds in gossip step `step` (the same on every node). */
 RUMOR_API uint32_t rumor_gossip_rounds(const rumor_gossip *g, uint64_t step);
 
+/* False for a step whose exchange is known to change nothing from the
+ * options alone (localsgd between its synchronizations); true otherwise.
+ * It reads only the options: safe while another thread runs g. */
+RUMOR_API bool rumor_gossip_exchanges(const rumor_gossip *g, uint64_t step);
+
 /* Round `round` of step `step`: *msgs receives the messages to send (an
  * array owned by g, valid until the next emit on g) and *count how many. */
 RUMOR_API rumor_err rumor_gossip_emit(rumor_gossip *g,

@@ -70,12 +70,12 @@ struct rumor_gossip_opts {
     double outer_lr;       /* localsgd: outer step on the averaged delta */
     double outer_momentum; /* localsgd: its Nesterov momentum; with
                               outer_lr, DiLoCo's outer optimizer */
-    unsigned fragments; /* localsgd: the model synchronized in this many
-                           fragments at staggered steps (streaming DiLoCo);
-                           1: all of it at once */
-    unsigned stale;     /* the exchange of step t lands at step t + stale,
-                           the inner steps in between computed while it
-                           travels; 0: it lands before step t + 1 */
+    unsigned fragments;    /* localsgd: the model synchronized in this many
+                              fragments at staggered steps (streaming DiLoCo);
+                              1: all of it at once */
+    unsigned stale;        /* the exchange of step t lands at step t + stale,
+                              the inner steps in between computed while it
+                              travels; 0: it lands before step t + 1 */
     double theta;  /* moniqua: bound on how far neighbours' models are apart */
     uint64_t seed; /* run seed, equal on every node */
     double ef_alpha;  /* localsgd with delta_codec: step-ahead error feedback
