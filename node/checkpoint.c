@@ -55,6 +55,8 @@ rumor_checkpoint_section_name(uint32_t id)
         return "gossip";
     case RUMOR_CHECKPOINT_RUNTIME:
         return "runtime";
+    case RUMOR_CHECKPOINT_STALE:
+        return "stale";
     default:
         return "unknown";
     }

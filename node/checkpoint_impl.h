@@ -31,6 +31,11 @@ struct node_ckpt_parts {
     rumor_optim *optim;
     rumor_gossip *gossip;
     struct node_ckpt_counters *counters; /* saved; filled by a resume */
+    /* --stale: the run's S, the exchanges in flight to save (node/stale.h;
+     * NULL or empty: none) and where a resume copies those it reads */
+    uint32_t stale;
+    const rumor_buf *stale_out;
+    rumor_buf *stale_in;
 };
 
 /* Writes the checkpoint of counters->step steps into dir (keep newest

@@ -21,6 +21,7 @@
 #include "rumor/node.h"
 
 #include "node/checkpoint_impl.h"
+#include "node/stale.h"
 
 #include <errno.h>
 #include <math.h>
@@ -133,6 +134,11 @@ node_ckpt_save(const char *dir,
         c.sections[i] = (struct rumor_checkpoint_section){(uint32_t)i + 1,
                                                           part[i].data,
                                                           part[i].len};
+    if (p->stale_out != NULL && p->stale_out->len > 0)
+        c.sections[c.count++] =
+            (struct rumor_checkpoint_section){RUMOR_CHECKPOINT_STALE,
+                                              p->stale_out->data,
+                                              p->stale_out->len};
     if (rc == RUMOR_OK)
         rc = rumor_checkpoint_write(dir, &c, keep, diag);
     else
@@ -316,6 +322,43 @@ s_load_states(const struct rumor_checkpoint *c,
     return rc;
 }
 
+/* The exchanges in flight (--stale), when the file has them: they must
+ * fit this run; a resume keeps their bytes for node_stale_restore. */
+static rumor_err
+s_check_stale(const struct rumor_checkpoint *c,
+              const struct node_ckpt_parts *p,
+              struct rumor_diag *diag)
+{
+    const struct rumor_checkpoint_section *s =
+        rumor_checkpoint_find(c, RUMOR_CHECKPOINT_STALE);
+    if (s == NULL)
+        return RUMOR_OK;
+    if (p->stale == 0)
+        return s_refuse(diag,
+                        s->id,
+                        "exchanges in flight: resume with the run's --stale");
+    const char *why = NULL;
+    if (node_stale_check(s->data,
+                         s->len,
+                         s_numel(p->model),
+                         p->stale,
+                         c->step,
+                         &why) != RUMOR_OK)
+        return s_refuse(diag, s->id, why);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_keep_stale(const struct rumor_checkpoint *c, const struct node_ckpt_parts *p)
+{
+    const struct rumor_checkpoint_section *s =
+        rumor_checkpoint_find(c, RUMOR_CHECKPOINT_STALE);
+    if (s == NULL || p->stale_in == NULL)
+        return RUMOR_OK;
+    rumor_buf_reset(p->stale_in);
+    return rumor_buf_append(p->stale_in, s->data, s->len);
+}
+
 rumor_err
 node_ckpt_apply(const struct rumor_checkpoint *c,
                 const struct node_ckpt_parts *p,
@@ -335,7 +378,11 @@ node_ckpt_apply(const struct rumor_checkpoint *c,
     if (rc == RUMOR_OK)
         rc = s_load_runtime(rt, c, NULL, diag);
     if (rc == RUMOR_OK)
+        rc = s_check_stale(c, p, diag);
+    if (rc == RUMOR_OK)
         rc = s_load_states(c, p, diag);
+    if (rc == RUMOR_OK)
+        rc = s_keep_stale(c, p);
     if (rc != RUMOR_OK)
         return rc;
     (void)s_load_model(model, p->model, true, diag);

@@ -409,23 +409,45 @@ s_start_net(rumor_node *node, struct rumor_diag *diag)
     return rc;
 }
 
+/* The exchange's counters: with stale exchanges, as their thread last
+ * published them, and the training's waits are those of landing. */
+static void
+s_exchange_counters(rumor_node *node, struct node_stale_counters *c)
+{
+    if (node->stale != NULL) {
+        node_stale_counters(node->stale, c);
+        c->t_wait = node->t_land_wait;
+        return;
+    }
+    *c = (struct node_stale_counters){
+        .t_gossip = node->t_gossip,
+        .t_wait = node->t_wait,
+        .gossip_bytes_sent = node->sum.gossip_bytes_sent,
+        .gossip_bytes_recv = node->sum.gossip_bytes_recv,
+        .gossip_frames_sent = node->gossip_frames_sent,
+    };
+    rumor_gossip_screen_stats(node->g, &c->screen);
+}
+
 /* The runtime's parts a checkpoint holds (node/checkpoint_state.c). */
 static void
 s_ckpt_parts(rumor_node *node,
              struct node_ckpt_parts *p,
              struct node_ckpt_counters *k)
 {
+    struct node_stale_counters c;
+    s_exchange_counters(node, &c);
     *k = (struct node_ckpt_counters){
         .step = node->sum.steps,
         .loss = node->sum.loss,
-        .gossip_bytes_sent = node->sum.gossip_bytes_sent,
-        .gossip_bytes_recv = node->sum.gossip_bytes_recv,
-        .gossip_frames_sent = node->gossip_frames_sent,
+        .gossip_bytes_sent = c.gossip_bytes_sent,
+        .gossip_bytes_recv = c.gossip_bytes_recv,
+        .gossip_frames_sent = c.gossip_frames_sent,
         .consensus_bytes_sent = node->consensus_bytes_sent,
         .consensus_frames_sent = node->consensus_frames_sent,
         .seconds_compute = node->t_compute,
-        .seconds_gossip = node->t_gossip,
-        .seconds_wait = node->t_wait,
+        .seconds_gossip = c.t_gossip,
+        .seconds_wait = c.t_wait,
         /* every node ends at the same step: an agreed stop, or --steps */
         .stopped = node->sum.stopped || node->sum.steps == node->opts.steps,
     };
@@ -436,7 +458,9 @@ s_ckpt_parts(rumor_node *node,
                                   .model = node->model,
                                   .optim = node->optim,
                                   .gossip = node->g,
-                                  .counters = k};
+                                  .counters = k,
+                                  .stale = node->opts.gossip.stale,
+                                  .stale_in = &node->stale_resume};
 }
 
 /* DIR/.node-N.model.tmp and DIR/node-N.model of --metrics-dir. */
@@ -471,11 +495,21 @@ s_checkpoint(rumor_node *node, struct rumor_diag *diag)
         return RUMOR_OK;
     struct node_ckpt_parts p;
     struct node_ckpt_counters k;
+    rumor_buf flight;
+    rumor_buf_init(&flight, RUMOR_CHECKPOINT_FILE_MAX);
+    /* first: it waits for the exchanges queued to run */
+    rumor_err rc =
+        node->stale != NULL ? node_stale_save(node->stale, &flight) : RUMOR_OK;
     s_ckpt_parts(node, &p, &k);
-    rumor_err rc = node_ckpt_save(node->opts.checkpoint_dir,
-                                  node->opts.checkpoint_keep,
-                                  &p,
-                                  diag);
+    p.stale_out = &flight;
+    if (rc == RUMOR_OK)
+        rc = node_ckpt_save(node->opts.checkpoint_dir,
+                            node->opts.checkpoint_keep,
+                            &p,
+                            diag);
+    else
+        rumor_diag_set(diag, "", 0, 0, "checkpoint: %s", rumor_strerror(rc));
+    rumor_buf_free(&flight);
     if (rc == RUMOR_OK)
         node->saved_step = node->sum.steps;
     return rc;
@@ -525,7 +559,11 @@ s_resume(rumor_node *node, struct rumor_diag *diag)
     }
     if (rc != RUMOR_OK)
         return rc;
-    node->first_step = node->saved_step = k.step;
+    node->saved_step = k.step;
+    /* the exchanges still in flight run first, from their own step */
+    node->first_step = node_stale_first(node->stale_resume.data,
+                                        node->stale_resume.len,
+                                        k.step);
     node->resumed_together = k.stopped;
     node->sum.steps = k.step;
     node->sum.loss = k.loss;
@@ -537,6 +575,7 @@ s_resume(rumor_node *node, struct rumor_diag *diag)
     node->t_compute = k.seconds_compute;
     node->t_gossip = k.seconds_gossip;
     node->t_wait = k.seconds_wait;
+    node->t_land_wait = k.seconds_wait;
     return RUMOR_OK;
 }
 
@@ -700,26 +739,6 @@ s_publish(rumor_node *node, const struct node_metrics_row *row)
                 rumor_net_peer_state(node->net, node->linked[k]))};
     }
     node_prom_publish(node->prom, row, peers, n);
-}
-
-/* The exchange's counters: with stale exchanges, as their thread last
- * published them, and the training's waits are those of landing. */
-static void
-s_exchange_counters(rumor_node *node, struct node_stale_counters *c)
-{
-    if (node->stale != NULL) {
-        node_stale_counters(node->stale, c);
-        c->t_wait = node->t_land_wait;
-        return;
-    }
-    *c = (struct node_stale_counters){
-        .t_gossip = node->t_gossip,
-        .t_wait = node->t_wait,
-        .gossip_bytes_sent = node->sum.gossip_bytes_sent,
-        .gossip_bytes_recv = node->sum.gossip_bytes_recv,
-        .gossip_frames_sent = node->gossip_frames_sent,
-    };
-    rumor_gossip_screen_stats(node->g, &c->screen);
 }
 
 /* The metrics line of a step (and the summary's byte counts). */
@@ -1060,6 +1079,7 @@ node_new_model(const struct rumor_node_opts *opts,
     if (node == NULL)
         return RUMOR_ENOMEM;
     node->opts = *opts;
+    rumor_buf_init(&node->stale_resume, RUMOR_CHECKPOINT_FILE_MAX);
     node->model_fd = -1;
     node->external = external != NULL;
     node->model = external;
@@ -1142,6 +1162,7 @@ rumor_node_destroy(rumor_node **self_p)
         return;
     s_worker_stop(node);
     node_stale_stop(&node->stale);
+    rumor_buf_free(&node->stale_resume);
     node_prom_stop(&node->prom);
     free(node->prom_peers);
     rumor_net_destroy(&node->net);
@@ -1176,29 +1197,6 @@ rumor_node_destroy(rumor_node **self_p)
     *self_p = NULL;
 }
 
-/* A checkpoint every checkpoint_every steps. With stale exchanges in
- * flight the algorithm's state is the exchange thread's, and the model
- * has not taken their changes yet: the checkpoint waits for a step with
- * none in flight. */
-static void
-s_checkpoint_when_due(rumor_node *node)
-{
-    uint64_t every = node->opts.checkpoint_every;
-    if (every > 0 && node->sum.steps % every == 0)
-        node->checkpoint_due = true;
-    if (!node->checkpoint_due ||
-        (node->stale != NULL && !node_stale_idle(node->stale)))
-        return;
-    node->checkpoint_due = false;
-    struct rumor_diag why = {0};
-    if (s_checkpoint(node, &why) != RUMOR_OK)
-        rumor_log(RUMOR_LOG_ERROR, /* training goes on; retried next */
-                  "checkpoint of step %llu not written: %s: %s",
-                  (unsigned long long)node->sum.steps,
-                  why.file,
-                  why.msg);
-}
-
 rumor_err
 rumor_node_run(rumor_node *node, struct rumor_diag *diag)
 {
@@ -1218,10 +1216,23 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
     if (atomic_load(&node->stop)) /* before any step: nothing to agree on */
         node->stop_at = node->first_step;
     uint64_t t0 = node->first_step;
+    /* with stale exchanges a join writes the state it takes into the
+     * exchanged copy (node_exchanged): it becomes the model */
+    if (node_stale_mode(node))
+        node_copy_model(node->mix, node->model);
     if (rc == RUMOR_OK)
         rc = node_join(node, &t0, diag);
     if (rc == RUMOR_OK && node_stale_mode(node))
+        node_copy_model(node->model, node->mix);
+    if (t0 < node->sum.steps) /* resumed with exchanges in flight */
+        t0 = node->sum.steps;
+    if (rc == RUMOR_OK && node_stale_mode(node))
         rc = node_stale_start(node, o->gossip.stale, &node->stale);
+    if (rc == RUMOR_OK && node->stale_resume.len > 0) /* --resume */
+        rc = node_stale_restore(node->stale,
+                                node->stale_resume.data,
+                                node->stale_resume.len,
+                                node->sum.steps);
     bool first = true;
     uint64_t t = t0;
     while (t < o->steps && rc == RUMOR_OK) {
@@ -1239,11 +1250,16 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
             node_step_retry(node, &rc, &t))
             continue;
         t++;
-        if (rc == RUMOR_OK)
-            s_checkpoint_when_due(node);
+        bool due = o->checkpoint_every > 0 &&
+                   node->sum.steps % o->checkpoint_every == 0;
+        struct rumor_diag why = {0};
+        if (rc == RUMOR_OK && due && s_checkpoint(node, &why) != RUMOR_OK)
+            rumor_log(RUMOR_LOG_ERROR, /* training goes on; retried next */
+                      "checkpoint of step %llu not written: %s: %s",
+                      (unsigned long long)node->sum.steps,
+                      why.file,
+                      why.msg);
     }
-    /* the exchange thread is done with the algorithm and the links */
-    node_stale_stop(&node->stale);
     /* an elastic ring completed the last step for this node */
     if (rc == RUMOR_OK && t >= o->steps && node->sum.steps < o->steps &&
         node->elastic != NULL) {
@@ -1252,6 +1268,8 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
     }
     if (rc == RUMOR_OK)
         rc = s_final_files(node, diag);
+    /* the exchange thread is done with the algorithm and the links */
+    node_stale_stop(&node->stale);
     /* a metrics line that failed says which file and why */
     bool io = rc == RUMOR_EIO && node->io_why.msg[0] != '\0';
     if (rc != RUMOR_OK && diag != NULL && diag->msg[0] == '\0')

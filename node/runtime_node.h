@@ -52,7 +52,8 @@ struct rumor_node {
     struct rumor_model *mix;           /* overlap: the copy being gossiped */
     struct node_worker worker;         /* overlap: the gradient thread */
     node_stale *stale;                 /* stale exchanges, or NULL */
-    bool checkpoint_due;               /* stale: written once all landed */
+    rumor_buf stale_resume;            /* --resume: the exchanges in
+                                          flight its checkpoint held */
     const struct rumor_model *optimum; /* lsq only, borrowed from w */
     rumor_optim *optim;
     rumor_gossip *g;

@@ -12,6 +12,7 @@
 
 #include "node/runtime_node.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,7 @@ struct node_stale {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct s_job *jobs; /* a ring of `stale` slots, under mu */
+    struct s_job *jobs;          /* a ring of `stale` slots, under mu */
     size_t head, count, running; /* oldest, queued, next to run (count) */
     bool quit, stopped;
     struct node_stale_counters pub; /* under mu */
@@ -87,8 +88,7 @@ s_exchange(rumor_node *node, struct s_job *j)
             return s_moved(j->t, t);
         uint64_t deadline = rumor_clock_ns() + node_step_span(node, t);
         rc = node_gossip_step(node, NULL, t, deadline);
-        if (rc == RUMOR_OK || !node_step_retry(node, &rc, &t) ||
-            rc != RUMOR_OK)
+        if (rc == RUMOR_OK || !node_step_retry(node, &rc, &t) || rc != RUMOR_OK)
             return rc;
         if (t != j->t)
             return s_moved(j->t, t);
@@ -243,19 +243,36 @@ s_apply(struct rumor_model *model, const struct s_job *j)
     }
 }
 
-/* Waits for the oldest job and takes it off the queue. */
+/* The oldest job once it is due by step t and has run (NULL: none due).
+ * After the stop was agreed, it and the jobs after it never run: they
+ * stay queued, unrun, for the final checkpoint, and *stopped is set. */
 static struct s_job *
-s_pop_done(node_stale *st)
+s_oldest_due(node_stale *st, uint64_t t, bool *stopped)
 {
     pthread_mutex_lock(&st->mu);
-    struct s_job *j = s_slot(st, 0);
-    while (!j->done && !(st->stopped && st->running == 0))
+    struct s_job *j = st->count > 0 ? s_slot(st, 0) : NULL;
+    if (j != NULL && t != UINT64_MAX && j->t + st->stale > t)
+        j = NULL;
+    while (j != NULL && !j->done && !(st->stopped && st->running == 0))
         pthread_cond_wait(&st->cv, &st->mu);
-    st->head = (st->head + 1) % st->stale;
-    st->count--;
-    st->running -= st->running > 0 ? 1 : 0;
+    if (j != NULL && (!j->done || j->stop)) {
+        j->done = j->stop = false; /* a stop's exchange did not run */
+        st->running = 0;
+        *stopped = true;
+        j = NULL;
+    }
     pthread_mutex_unlock(&st->mu);
     return j;
+}
+
+static void
+s_pop(node_stale *st)
+{
+    pthread_mutex_lock(&st->mu);
+    st->head = (st->head + 1) % st->stale;
+    st->count--;
+    st->running--;
+    pthread_mutex_unlock(&st->mu);
 }
 
 rumor_err
@@ -266,22 +283,13 @@ node_stale_land(node_stale *st,
 {
     *stopped = false;
     for (;;) {
-        pthread_mutex_lock(&st->mu);
-        bool due = st->count > 0 &&
-                   (t == UINT64_MAX || s_slot(st, 0)->t + st->stale <= t);
-        pthread_mutex_unlock(&st->mu);
-        if (!due)
+        struct s_job *j = s_oldest_due(st, t, stopped);
+        if (j == NULL)
             return RUMOR_OK;
-        struct s_job *j = s_pop_done(st);
-        if (!j->done) /* after a stop or a failure: never run */
-            continue;
         if (j->rc != RUMOR_OK)
             return j->rc;
-        if (j->stop) {
-            *stopped = true;
-            return RUMOR_OK;
-        }
         s_apply(model, j);
+        s_pop(st);
     }
 }
 
@@ -301,4 +309,174 @@ node_stale_counters(node_stale *st, struct node_stale_counters *out)
     pthread_mutex_lock(&st->mu);
     *out = st->pub;
     pthread_mutex_unlock(&st->mu);
+}
+
+/* --- checkpoints ------------------------------------------------------
+ * The exchanges in flight, so that a resumed run lands them at the steps
+ * it would have: u32 count, then per exchange u64 step, u8 ran, the
+ * snapshot's floats and, when it ran, the exchanged copy's (the model's
+ * float count each). Those that ran come first (they run in order). */
+
+static rumor_err
+s_put_model(rumor_buf *out, const struct rumor_model *m)
+{
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; k < m->count && rc == RUMOR_OK; k++)
+        rc = rumor_buf_append(out,
+                              m->tensors[k].data,
+                              rumor_tensor_numel(&m->tensors[k]) *
+                                  sizeof(float));
+    return rc;
+}
+
+rumor_err
+node_stale_save(node_stale *st, rumor_buf *out)
+{
+    pthread_mutex_lock(&st->mu);
+    /* every exchange queued runs first, unless the stop was agreed */
+    while (!st->stopped && st->running < st->count)
+        pthread_cond_wait(&st->cv, &st->mu);
+    while (st->running > 0 && !s_slot(st, st->running - 1)->done)
+        pthread_cond_wait(&st->cv, &st->mu);
+    size_t count = st->count;
+    pthread_mutex_unlock(&st->mu);
+    uint32_t n = (uint32_t)count;
+    rumor_err rc = rumor_buf_append(out, &n, sizeof n);
+    for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
+        const struct s_job *j = s_slot(st, k);
+        uint8_t ran = j->done && !j->stop && j->rc == RUMOR_OK;
+        rc = rumor_buf_append(out, &j->t, sizeof j->t);
+        if (rc == RUMOR_OK)
+            rc = rumor_buf_append(out, &ran, 1);
+        if (rc == RUMOR_OK)
+            rc = s_put_model(out, j->snap);
+        if (rc == RUMOR_OK && ran)
+            rc = s_put_model(out, j->result);
+    }
+    return rc;
+}
+
+static void
+s_get_model(struct rumor_model *m, const uint8_t *p)
+{
+    for (size_t k = 0; k < m->count; k++) {
+        size_t bytes = rumor_tensor_numel(&m->tensors[k]) * sizeof(float);
+        memcpy(m->tensors[k].data, p, bytes);
+        p += bytes;
+    }
+}
+
+static void
+s_restore_job(node_stale *st,
+              size_t k,
+              uint64_t t,
+              bool ran,
+              const uint8_t *p,
+              size_t floats)
+{
+    struct s_job *j = &st->jobs[k];
+    *j = (struct s_job){.t = t,
+                        .snap = j->snap,
+                        .result = j->result,
+                        .done = ran,
+                        .rc = RUMOR_OK};
+    s_get_model(j->snap, p);
+    if (ran)
+        s_get_model(j->result, p + floats);
+}
+
+/* A bounds-checked walk over a saved queue (the checkpoint's bytes are
+ * outside input); with jobs != NULL it also copies them in. */
+static const char *
+s_walk(const uint8_t *p,
+       size_t len,
+       size_t numel,
+       uint32_t stale,
+       uint64_t step,
+       node_stale *into)
+{
+    uint32_t n = 0;
+    if (len < sizeof n)
+        return "truncated";
+    memcpy(&n, p, sizeof n);
+    size_t at = sizeof n, floats = numel * sizeof(float);
+    if (n > stale)
+        return "more exchanges in flight than --stale allows";
+    bool ran_before = true;
+    uint64_t last = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        uint64_t t = 0;
+        if (len - at < sizeof t + 1)
+            return "truncated";
+        memcpy(&t, p + at, sizeof t);
+        uint8_t ran = p[at + sizeof t];
+        at += sizeof t + 1;
+        if (ran > 1 || (ran && !ran_before))
+            return "an exchange that ran after one that did not";
+        if (t >= step || t + stale < step || (k > 0 && t <= last))
+            return "an exchange of a step that cannot be in flight";
+        size_t need = floats * (ran ? 2u : 1u);
+        if (len - at < need)
+            return "truncated";
+        for (size_t e = 0; e < need / sizeof(float); e++) {
+            float v;
+            memcpy(&v, p + at + e * sizeof v, sizeof v);
+            if (!isfinite(v))
+                return "a value that is not finite";
+        }
+        if (into != NULL)
+            s_restore_job(into, k, t, ran, p + at, floats);
+        at += need;
+        ran_before = ran;
+        last = t;
+    }
+    return at == len ? NULL : "trailing bytes";
+}
+
+rumor_err
+node_stale_check(const uint8_t *p,
+                 size_t len,
+                 size_t numel,
+                 uint32_t stale,
+                 uint64_t step,
+                 const char **why)
+{
+    *why = s_walk(p, len, numel, stale, step, NULL);
+    return *why == NULL ? RUMOR_OK : RUMOR_EPROTO;
+}
+
+rumor_err
+node_stale_restore(node_stale *st, const uint8_t *p, size_t len, uint64_t step)
+{
+    size_t numel = 0;
+    for (size_t k = 0; k < st->node->model->count; k++)
+        numel += rumor_tensor_numel(&st->node->model->tensors[k]);
+    pthread_mutex_lock(&st->mu);
+    const char *why = st->count == 0
+                          ? s_walk(p, len, numel, st->stale, step, st)
+                          : "exchanges already queued";
+    if (why == NULL) {
+        uint32_t n = 0;
+        memcpy(&n, p, sizeof n);
+        st->head = 0;
+        st->count = n;
+        st->running = 0;
+        while (st->running < n && st->jobs[st->running].done)
+            st->running++;
+        pthread_cond_broadcast(&st->cv);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return why == NULL ? RUMOR_OK : RUMOR_EPROTO;
+}
+
+uint64_t
+node_stale_first(const uint8_t *p, size_t len, uint64_t none)
+{
+    uint32_t n = 0;
+    uint64_t t = none;
+    if (len >= sizeof n + sizeof t)
+        memcpy(&n, p, sizeof n);
+    if (n > 0)
+        memcpy(&t, p + sizeof n, sizeof t);
+    return t;
 }

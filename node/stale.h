@@ -33,9 +33,8 @@ void node_stale_stop(node_stale **self_p);
 
 /* Snapshots model as step t's (the caller's model before step t's
  * gradient) and queues its exchange; blocks while S jobs are queued. */
-rumor_err node_stale_push(node_stale *st,
-                          const struct rumor_model *model,
-                          uint64_t t);
+rumor_err
+node_stale_push(node_stale *st, const struct rumor_model *model, uint64_t t);
 
 /* Lands, in step order, every exchange due by step t (started at t - S
  * or before; UINT64_MAX: all), waiting for those still under way:
@@ -51,5 +50,29 @@ rumor_err node_stale_land(node_stale *st,
 bool node_stale_idle(const node_stale *st);
 
 void node_stale_counters(node_stale *st, struct node_stale_counters *out);
+
+/* Appends the exchanges in flight to out, for a checkpoint, once every
+ * queued one has run (unless the run's stop was agreed: those after it
+ * never run, and are saved unrun). */
+rumor_err node_stale_save(node_stale *st, rumor_buf *out);
+
+/* Whether bytes saved by node_stale_save fit a model of numel floats, a
+ * run with this stale and a checkpoint of step steps (pure; *why says
+ * what does not fit). */
+rumor_err node_stale_check(const uint8_t *p,
+                           size_t len,
+                           size_t numel,
+                           uint32_t stale,
+                           uint64_t step,
+                           const char **why);
+
+/* Queues the saved exchanges again before the first push: those that ran
+ * land at their steps, the others run first. */
+rumor_err
+node_stale_restore(node_stale *st, const uint8_t *p, size_t len, uint64_t step);
+
+/* The step of the first exchange in bytes checked by node_stale_check,
+ * or none when they hold no exchange. */
+uint64_t node_stale_first(const uint8_t *p, size_t len, uint64_t none);
 
 #endif

@@ -98,6 +98,16 @@ static struct algo s_localsgd = {"localsgd",
                                  true,
                                  false,
                                  {0}};
+/* DiLoCo whose synchronizations land 3 steps late (--stale): a node
+ * killed with one in flight, and the ring's recovery, run on the
+ * exchange's thread */
+static struct algo s_localsgd_stale = {
+    "localsgd-stale",
+    {"--algo", "localsgd", "--period", "4", "--stale", "3", NULL},
+    "1000",
+    true,
+    false,
+    {0}};
 /* compressed data-parallel SGD: top-k with an error-feedback memory,
  * which a dropped step must roll back and a joiner starts at zero */
 static struct algo s_codec = {
@@ -779,6 +789,15 @@ test_ring8_localsgd__kill9_one_join__reformed_in_bound_rejoined_same_band(
 }
 
 static void
+test_ring8_localsgd_stale__kill9_one_join__reformed_in_bound_rejoined_same_band(
+    void **state)
+{
+    (void)state;
+    const int victim[] = {2};
+    s_kill_join(&s_localsgd_stale, victim, 1);
+}
+
+static void
 test_ring8_allreduce__kill9_two_apart_join__reformed_rejoined_same_model(
     void **state)
 {
@@ -932,6 +951,9 @@ main(int argc, char **argv)
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring8_localsgd__kill9_one_join__reformed_in_bound_rejoined_same_band,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring8_localsgd_stale__kill9_one_join__reformed_in_bound_rejoined_same_band,
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring8_allreduce__kill9_two_apart_join__reformed_rejoined_same_model,

@@ -588,6 +588,52 @@ test_ring__localsgd_saef_sigterm_then_resume__same_step_bit_identical(
     s_ring_case("localsgd+saef+diloco", common, 13);
 }
 
+/* DiLoCo whose synchronizations land 2 steps late (--stale): the stop is
+ * agreed at a synchronization, whose exchange, and those after it, no
+ * node runs before stopping; the checkpoint carries them (and any that
+ * ran but has not landed), so the resumed run runs and lands them as the
+ * uninterrupted one does. */
+static void
+test_ring__localsgd_stale_sigterm_then_resume__same_step_bit_identical(
+    void **state)
+{
+    (void)state;
+    const char *common[] = {"--algo",
+                            "localsgd",
+                            "--period",
+                            "3",
+                            "--stale",
+                            "2",
+                            "--outer-lr",
+                            "0.7",
+                            "--outer-momentum",
+                            "0.5",
+                            "--hidden",
+                            "16",
+                            "--batch",
+                            "16",
+                            NULL};
+    s_ring_case("localsgd+diloco+stale", common, 15);
+}
+
+/* D-PSGD with an exchange in flight at every step (--stale 1). */
+static void
+test_ring__dpsgd_stale_sigterm_then_resume__same_step_bit_identical(
+    void **state)
+{
+    (void)state;
+    const char *common[] = {"--algo",
+                            "dpsgd",
+                            "--stale",
+                            "1",
+                            "--hidden",
+                            "16",
+                            "--batch",
+                            "16",
+                            NULL};
+    s_ring_case("dpsgd+stale", common, 16);
+}
+
 /* Compressed data-parallel SGD with DGC: every node's error memory
  * (momentum u and residual v per tensor, and the warm-up's step count)
  * travels in the checkpoint. DGC's own sampled-threshold codec, whose
@@ -640,6 +686,12 @@ main(int argc, char **argv)
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring__localsgd_saef_sigterm_then_resume__same_step_bit_identical,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring__localsgd_stale_sigterm_then_resume__same_step_bit_identical,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring__dpsgd_stale_sigterm_then_resume__same_step_bit_identical,
             s_teardown),
     };
     if (argc == 2)

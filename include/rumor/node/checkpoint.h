@@ -30,11 +30,12 @@
 
 /* Section ids written by `rumor node` (others are kept and ignored). */
 typedef enum rumor_checkpoint_section_id {
-    RUMOR_CHECKPOINT_META = 1,   /* node, nodes, seed, algorithm, sizes */
-    RUMOR_CHECKPOINT_MODEL = 2,  /* shapes and float32 tensors */
-    RUMOR_CHECKPOINT_OPTIM = 3,  /* rumor_optim_save */
-    RUMOR_CHECKPOINT_GOSSIP = 4, /* rumor_gossip_state_save */
-    RUMOR_CHECKPOINT_RUNTIME = 5 /* counters for the metrics */
+    RUMOR_CHECKPOINT_META = 1,    /* node, nodes, seed, algorithm, sizes */
+    RUMOR_CHECKPOINT_MODEL = 2,   /* shapes and float32 tensors */
+    RUMOR_CHECKPOINT_OPTIM = 3,   /* rumor_optim_save */
+    RUMOR_CHECKPOINT_GOSSIP = 4,  /* rumor_gossip_state_save */
+    RUMOR_CHECKPOINT_RUNTIME = 5, /* counters for the metrics */
+    RUMOR_CHECKPOINT_STALE = 6    /* --stale: the exchanges in flight */
 } rumor_checkpoint_section_id;
 
 struct rumor_checkpoint_section {
