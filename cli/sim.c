@@ -27,6 +27,7 @@
 #include "rumor/node.h"
 
 #include "cli/cli.h"
+#include "cli/sim_stale.h"
 #include "node/runtime_impl.h"
 
 #include <math.h>
@@ -51,6 +52,7 @@ struct sim_args {
     /* adaptive compression: modelled links (docs/adaptive.md) */
     struct rumor_simlink_opts link;
     const char *adapt_trace; /* a path, or NULL */
+    const char *save_models; /* a path, or NULL */
 };
 
 void
@@ -69,6 +71,7 @@ cli_sim_help(FILE *out)
         "           [--saef-scope self|neighbourhood[:CODEC]]\n"
         "           [--edge-bytes PATH] [--gamma-grid] [--warm-start B]\n"
         "           [--robust clip|off] [--clip-quantile Q] [--clip-factor F]\n"
+        "           [--stale S]\n"
         "       rumor sim train --topology SPEC|FILE [the options above]\n"
         "           [--workload lsq|logreg|mlp] [--hidden W] [--batch B]\n"
         "           [--dataset SPEC] [--shard iid|dirichlet] "
@@ -77,7 +80,7 @@ cli_sim_help(FILE *out)
         "[--momentum MU]\n"
         "           [--weight-decay WD] [--lsq-features D] "
         "[--lsq-outputs K]\n"
-        "           [--lsq-samples N] [--lsq-noise S]\n"
+        "           [--lsq-samples N] [--lsq-noise S] [--save-models PATH]\n"
         "           [--adapt fixed|rule|learned] [--comm-share S]\n"
         "           [--adapt-density D] [--adapt-error E] "
         "[--adapt-lambda L]\n"
@@ -111,6 +114,10 @@ cli_sim_help(FILE *out)
         "--warm-start true|false: powergossip and powersgd start each\n"
         "power iteration from the last factor (default) or from one\n"
         "drawn afresh from the seed.\n"
+        "--stale S: the exchange of step t runs on a copy of the model\n"
+        "and lands at the start of step t + S (x += G_t - s_t), the\n"
+        "steps in between computed meanwhile (docs/gossip.md, \"Stale\n"
+        "exchanges\"); 0 (the default): before step t + 1.\n"
         "consensus prints CSV 'step,bits_per_node,rel_error,\n"
         "rel_error_current_mean' (or JSON lines with the same keys) every\n"
         "K steps (default 1) and at the last one: mean_i ||x_i - m||^2\n"
@@ -123,7 +130,9 @@ cli_sim_help(FILE *out)
         "(relative RMS distance of the nodes to the optimum) or\n"
         "'step,bits_per_node,loss,test_accuracy' (of the nodes' average\n"
         "model) for the classifiers. --edge-bytes writes\n"
-        "'from,to,bytes,messages' per directed edge at the end.\n"
+        "'from,to,bytes,messages' per directed edge at the end;\n"
+        "--save-models the nodes' final models (raw float32, node\n"
+        "after node).\n"
         "Adaptive compression (choco; powersgd: the rank, fixed|rule;\n"
         "docs/adaptive.md): --link-rate\n"
         "models the links (bit/s, k/M/G; edge {i,j} takes rate (i+j) mod\n"
@@ -165,6 +174,16 @@ s_parse_unsigned(const char *text, const char *what, unsigned *out)
 {
     unsigned long long v = 0;
     int rc = cli_parse_u64(text, what, 1, 1000, &v);
+    *out = (unsigned)v;
+    return rc;
+}
+
+/* --stale S: 0 (the exchange lands before the next step) or more. */
+static int
+s_parse_stale(const char *text, unsigned *out)
+{
+    unsigned long long v = 0;
+    int rc = cli_parse_u64(text, "--stale", 0, 1000000, &v);
     *out = (unsigned)v;
     return rc;
 }
@@ -314,6 +333,8 @@ s_parse_train_opt(const char *opt, const char *val, struct sim_args *a)
         w->batch = (size_t)v;
     } else if (strcmp(opt, "--dataset") == 0) {
         a->dataset = val;
+    } else if (strcmp(opt, "--save-models") == 0) {
+        a->save_models = val;
     } else if (strcmp(opt, "--dirichlet-alpha") == 0) {
         rc = cli_parse_double(val, opt, 1e-3, 1e6, &w->alpha);
     } else if (strcmp(opt, "--lr") == 0) {
@@ -401,6 +422,8 @@ s_parse_args(int argc, char **argv, struct sim_args *a)
             rc = s_parse_unsigned(val, opt, &a->gossip.period);
         else if (strcmp(opt, "--gossip-rounds") == 0)
             rc = s_parse_unsigned(val, opt, &a->gossip.gossip_rounds);
+        else if (strcmp(opt, "--stale") == 0)
+            rc = s_parse_stale(val, &a->gossip.stale);
         else if (strcmp(opt, "--delta-codec") == 0)
             snprintf(a->gossip.delta_codec,
                      sizeof a->gossip.delta_codec,
@@ -536,13 +559,46 @@ struct sim_run {
     double e0;          /* mean_i ||x_i - start_mean||^2 at step 0 */
     rumor_gossip **nodes;
     rumor_sim *sim;
+    struct rumor_tensor *tensor;       /* per node: x[i] as one tensor */
+    struct rumor_model *model, **live; /* per node: x[i] as a model */
+    struct sim_stale *stale;           /* --stale S > 0: per node, else NULL */
 };
+
+/* The model node i's gossip instance works on: the live one, or with
+ * --stale the exchange's copy (its queue made in stale[i]). */
+static rumor_err
+s_exchange_model(struct sim_stale *stale,
+                 size_t i,
+                 unsigned s,
+                 const struct rumor_model *live,
+                 const struct rumor_model **out)
+{
+    *out = live;
+    if (stale == NULL)
+        return RUMOR_OK;
+    rumor_err rc = sim_stale_init(&stale[i], s, live);
+    *out = stale[i].copy;
+    return rc;
+}
+
+static void
+s_stale_free(struct sim_stale **stale, size_t n)
+{
+    for (size_t i = 0; *stale != NULL && i < n; i++)
+        sim_stale_free(&(*stale)[i]);
+    free(*stale);
+    *stale = NULL;
+}
 
 static void
 s_run_free(struct sim_run *r)
 {
     for (size_t i = 0; r->nodes != NULL && i < r->n; i++)
         rumor_gossip_destroy(&r->nodes[i]);
+    s_stale_free(&r->stale, r->n);
+    free(r->tensor);
+    free(r->model);
+    free(r->live);
     for (size_t i = 0; r->x != NULL && i < r->n; i++)
         free(r->x[i]);
     rumor_sim_destroy(&r->sim);
@@ -593,8 +649,16 @@ s_run_setup(const struct sim_args *a,
     r->numel = a->rows * a->cols;
     r->x = calloc(r->n, sizeof *r->x);
     r->nodes = calloc(r->n, sizeof *r->nodes);
-    if (r->x == NULL || r->nodes == NULL)
+    r->tensor = calloc(r->n, sizeof *r->tensor);
+    r->model = calloc(r->n, sizeof *r->model);
+    r->live = calloc(r->n, sizeof *r->live);
+    if (a->gossip.stale > 0)
+        r->stale = calloc(r->n, sizeof *r->stale);
+    if (r->x == NULL || r->nodes == NULL || r->tensor == NULL ||
+        r->model == NULL || r->live == NULL ||
+        (a->gossip.stale > 0 && r->stale == NULL))
         return RUMOR_ENOMEM;
+    rc = rumor_gossip_stale_check(&a->gossip, false, diag);
     for (size_t i = 0; i < r->n && rc == RUMOR_OK; i++) {
         r->x[i] = malloc(r->numel * sizeof(float));
         if (r->x[i] == NULL)
@@ -603,19 +667,44 @@ s_run_setup(const struct sim_args *a,
         rumor_rng_init(&rng, a->seed, 1000 + i);
         for (size_t e = 0; e < r->numel; e++)
             r->x[i][e] = (float)rumor_rng_normal(&rng);
-        struct rumor_tensor tensor = {r->x[i], 2, {a->rows, a->cols}};
-        struct rumor_model model = {&tensor, 1};
-        rc = rumor_gossip_new(&a->gossip,
-                              r->topo,
-                              (uint32_t)i,
-                              &model,
-                              &r->nodes[i],
-                              diag);
+        r->tensor[i] = (struct rumor_tensor){r->x[i], 2, {a->rows, a->cols}};
+        r->model[i] = (struct rumor_model){&r->tensor[i], 1};
+        r->live[i] = &r->model[i];
+        const struct rumor_model *m = NULL;
+        rc = s_exchange_model(r->stale, i, a->gossip.stale, r->live[i], &m);
+        if (rc == RUMOR_OK)
+            rc = rumor_gossip_new(&a->gossip,
+                                  r->topo,
+                                  (uint32_t)i,
+                                  m,
+                                  &r->nodes[i],
+                                  diag);
     }
     if (rc == RUMOR_OK)
         rc = rumor_sim_new(r->nodes, r->n, &r->sim);
     if (rc == RUMOR_OK)
         rc = s_run_start_mean(r);
+    return rc;
+}
+
+/* One consensus step; with --stale the exchange of step t lands at the
+ * start of step t + S, and the last step lands every pending one. */
+static rumor_err
+s_run_step(struct sim_run *r, uint64_t step, bool last)
+{
+    if (r->stale == NULL)
+        return rumor_sim_step(r->sim, step);
+    bool exchanged = false;
+    sim_stale_land_nodes(r->stale, r->live, r->n, step);
+    rumor_err rc = sim_stale_exchange(r->stale,
+                                      r->live,
+                                      r->sim,
+                                      r->nodes,
+                                      r->n,
+                                      step,
+                                      &exchanged);
+    for (size_t i = 0; last && rc == RUMOR_OK && i < r->n; i++)
+        sim_stale_land_all(&r->stale[i], r->live[i]);
     return rc;
 }
 
@@ -657,11 +746,17 @@ struct train_run {
     struct rumor_model **grad, *avg;
     rumor_gossip **nodes;
     rumor_sim *sim;
-    bool grad_x;          /* the gossip averages gradients (as the node) */
-    double first_loss;    /* the first step's mean loss */
-    rumor_simlink *links; /* --link-rate: modelled links */
-    double seconds;       /* their modelled wall clock */
-    FILE *trace;          /* --adapt-trace */
+    bool grad_x;               /* the gossip averages gradients (as the node) */
+    double first_loss;         /* the first step's mean loss */
+    rumor_simlink *links;      /* --link-rate: modelled links */
+    double seconds;            /* their modelled wall clock */
+    FILE *trace;               /* --adapt-trace */
+    struct rumor_model **live; /* per node: the workload's model */
+    struct sim_stale *stale;   /* --stale S > 0: per node, else NULL */
+    /* --stale with modelled links: one exchange at a time on the links,
+     * the exchange of step t ending at done[t % S] */
+    double compute_s, link_free, *done;
+    uint64_t *done_step; /* per slot: its t, or UINT64_MAX */
 };
 
 static void
@@ -674,6 +769,8 @@ s_train_free(struct train_run *r)
     for (size_t i = 0; i < r->n; i++) {
         if (r->nodes != NULL)
             rumor_gossip_destroy(&r->nodes[i]);
+        if (r->stale != NULL)
+            sim_stale_free(&r->stale[i]);
         if (r->optim != NULL)
             rumor_optim_destroy(&r->optim[i]);
         if (r->grad != NULL)
@@ -682,12 +779,34 @@ s_train_free(struct train_run *r)
             rumor_workload_destroy(&r->work[i]);
     }
     rumor_model_free(&r->avg);
+    free(r->stale);
+    free(r->live);
+    free(r->done);
+    free(r->done_step);
     free(r->nodes);
     free(r->optim);
     free(r->grad);
     free(r->work);
     rumor_dataset_destroy(&r->data);
     rumor_topology_destroy(&r->topo);
+}
+
+/* --stale S > 0: the queues, and the clock of the modelled links. */
+static rumor_err
+s_stale_clock_new(struct train_run *r, const struct sim_args *a)
+{
+    unsigned s = a->gossip.stale;
+    if (s == 0)
+        return RUMOR_OK;
+    r->stale = calloc(r->n, sizeof *r->stale);
+    r->done = calloc(s, sizeof *r->done);
+    r->done_step = malloc(s * sizeof *r->done_step);
+    if (r->stale == NULL || r->done == NULL || r->done_step == NULL)
+        return RUMOR_ENOMEM;
+    for (unsigned k = 0; k < s; k++)
+        r->done_step[k] = UINT64_MAX;
+    r->compute_s = a->link.compute_s;
+    return RUMOR_OK;
 }
 
 static rumor_err
@@ -703,14 +822,18 @@ s_train_node(struct sim_args *a,
     if (rc != RUMOR_OK)
         return rc;
     struct rumor_model *model = rumor_workload_model(r->work[i]);
+    const struct rumor_model *m = model;
+    r->live[i] = model;
     rc = rumor_model_clone(model, &r->grad[i]);
     if (rc == RUMOR_OK)
         rc = rumor_optim_new(&a->optim, model, &r->optim[i]);
+    if (rc == RUMOR_OK && !r->grad_x)
+        rc = s_exchange_model(r->stale, i, a->gossip.stale, model, &m);
     if (rc == RUMOR_OK)
         rc = rumor_gossip_new(&a->gossip,
                               r->topo,
                               (uint32_t)i,
-                              r->grad_x ? r->grad[i] : model,
+                              r->grad_x ? r->grad[i] : m,
                               &r->nodes[i],
                               diag);
     return rc;
@@ -734,13 +857,16 @@ s_train_setup(struct sim_args *a, struct train_run *r, struct rumor_diag *diag)
     rumor_node_opts_default(&no);
     no.gossip = a->gossip;
     r->grad_x = rumor_node_opts_gradient_exchange(&no);
-    if (a->dataset != NULL)
+    rc = rumor_gossip_stale_check(&a->gossip, r->grad_x, diag);
+    if (rc == RUMOR_OK && a->dataset != NULL)
         rc = rumor_dataset_open(a->dataset, a->seed, &r->data, diag);
     r->work = calloc(r->n, sizeof *r->work);
     r->optim = calloc(r->n, sizeof *r->optim);
     r->grad = calloc(r->n, sizeof *r->grad);
     r->nodes = calloc(r->n, sizeof *r->nodes);
-    if (!r->work || !r->optim || !r->grad || !r->nodes)
+    r->live = calloc(r->n, sizeof *r->live);
+    if (!r->work || !r->optim || !r->grad || !r->nodes || !r->live ||
+        s_stale_clock_new(r, a) != RUMOR_OK)
         return RUMOR_ENOMEM;
     for (size_t i = 0; i < r->n && rc == RUMOR_OK; i++)
         rc = s_train_node(a, r, i, diag);
@@ -875,13 +1001,71 @@ s_trace(const struct train_run *r, uint64_t step)
     }
 }
 
-/* One training step of every node: look-ahead, gradient, gossip, update.
- * *loss receives the mean minibatch loss over the nodes. */
+/* The modelled wall clock with --stale: the step waits for the exchange
+ * that lands at its start, then computes; its own exchange starts at its
+ * start once the links are free (one exchange at a time), so a step
+ * costs max(compute, exchange) when each exchange has S steps to go. */
+static void
+s_stale_clock(struct train_run *r, uint64_t u, double step_s, bool exchanged)
+{
+    unsigned s = r->stale[0].s;
+    double start = r->seconds;
+    if (u >= s && r->done_step[(u - s) % s] == u - s)
+        start = fmax(start, r->done[(u - s) % s]);
+    if (exchanged) {
+        r->link_free = fmax(start, r->link_free) + (step_s - r->compute_s);
+        r->done[u % s] = r->link_free;
+        r->done_step[u % s] = u;
+    }
+    r->seconds = start + r->compute_s;
+}
+
+/* After the last optimizer step: every pending exchange lands (and the
+ * clock waits for it). */
+static void
+s_stale_finish(struct train_run *r)
+{
+    for (size_t i = 0; r->stale != NULL && i < r->n; i++)
+        sim_stale_land_all(&r->stale[i], r->live[i]);
+    for (unsigned k = 0; r->stale != NULL && k < r->stale[0].s; k++)
+        if (r->done_step[k] != UINT64_MAX)
+            r->seconds = fmax(r->seconds, r->done[k]);
+}
+
+/* The step's gossip: in place on the live models, or with --stale the
+ * landing due at its start and its own exchange on the copies. */
+static rumor_err
+s_train_gossip(struct train_run *r, uint64_t step)
+{
+    bool exchanged = true;
+    rumor_err rc = r->stale == NULL ? rumor_sim_step(r->sim, step)
+                                    : sim_stale_exchange(r->stale,
+                                                         r->live,
+                                                         r->sim,
+                                                         r->nodes,
+                                                         r->n,
+                                                         step,
+                                                         &exchanged);
+    if (rc != RUMOR_OK || r->links == NULL)
+        return rc;
+    double step_s = rumor_simlink_step(r->links, step);
+    if (r->stale == NULL)
+        r->seconds += step_s;
+    else
+        s_stale_clock(r, step, step_s, exchanged);
+    return RUMOR_OK;
+}
+
+/* One training step of every node: look-ahead, gradient, gossip, update
+ * (with --stale what lands first). *loss receives the mean minibatch loss
+ * over the nodes. */
 static rumor_err
 s_train_step(struct train_run *r, uint64_t step, double *loss)
 {
     rumor_err rc = RUMOR_OK;
     *loss = 0;
+    if (r->stale != NULL)
+        sim_stale_land_nodes(r->stale, r->live, r->n, step);
     for (size_t i = 0; i < r->n && rc == RUMOR_OK; i++) {
         double l = 0;
         rc = rumor_gossip_step_ahead(r->nodes[i]);
@@ -890,9 +1074,7 @@ s_train_step(struct train_run *r, uint64_t step, double *loss)
         *loss += l / (double)r->n;
     }
     if (rc == RUMOR_OK)
-        rc = rumor_sim_step(r->sim, step);
-    if (rc == RUMOR_OK && r->links != NULL)
-        r->seconds += rumor_simlink_step(r->links, step);
+        rc = s_train_gossip(r, step);
     if (rc == RUMOR_OK && r->trace != NULL)
         s_trace(r, step);
     for (size_t i = 0; i < r->n && rc == RUMOR_OK; i++)
@@ -901,6 +1083,24 @@ s_train_step(struct train_run *r, uint64_t step, double *loss)
                               rumor_workload_model(r->work[i]),
                               r->grad[i]);
     return rc;
+}
+
+/* --save-models: every node's final model, node after node, its tensors
+ * in order, as raw float32 in the host's byte order. */
+static int
+s_save_models(const char *path, const struct train_run *r)
+{
+    FILE *f = fopen(path, "wb");
+    if (f == NULL)
+        return cli_io_error("sim", path, "cannot open for writing");
+    bool ok = true;
+    for (size_t i = 0; i < r->n; i++)
+        for (size_t t = 0; t < r->live[i]->count; t++) {
+            const struct rumor_tensor *x = &r->live[i]->tensors[t];
+            size_t numel = rumor_tensor_numel(x);
+            ok = ok && fwrite(x->data, sizeof(float), numel, f) == numel;
+        }
+    return fclose(f) == 0 && ok ? 0 : cli_io_error("sim", path, "cannot write");
 }
 
 /* A diverged run (a non-finite model fails the gossip's encode with
@@ -969,6 +1169,8 @@ s_train(int argc, char **argv)
         double loss = 0, metric = 0;
         rc = s_train_step(&r, step, &loss);
         uint64_t done = step + 1;
+        if (rc == RUMOR_OK && done == a.steps)
+            s_stale_finish(&r);
         if (s_train_diverged(&a, &r, rc, done, loss)) {
             s_train_free(&r);
             return CLI_EXIT_DIVERGED;
@@ -992,6 +1194,9 @@ s_train(int argc, char **argv)
     int status = rc == RUMOR_OK ? 0 : 1;
     if (status == 0 && a.edge_bytes != NULL &&
         s_write_edges(a.edge_bytes, r.sim, r.n) != 0)
+        status = 1;
+    if (status == 0 && a.save_models != NULL &&
+        s_save_models(a.save_models, &r) != 0)
         status = 1;
     s_train_free(&r);
     return status;
@@ -1025,7 +1230,7 @@ s_consensus_curve(const struct sim_args *a)
         printf("step,bits_per_node,rel_error,rel_error_current_mean\n");
     s_report(a, 0, 0, (struct sim_errors){1, 1});
     for (uint64_t step = 1; step <= a->steps && rc == RUMOR_OK; step++) {
-        rc = rumor_sim_step(r.sim, step);
+        rc = s_run_step(&r, step, step == a->steps);
         if (rc != RUMOR_OK || (step % a->every != 0 && step != a->steps))
             continue;
         s_report(a, step, s_bits_per_node(r.sim, r.n), s_run_errors(&r));
@@ -1074,7 +1279,7 @@ s_grid_run(const struct sim_args *a,
     struct sim_run r = {0};
     rumor_err rc = s_run_setup(&one, &r, diag);
     for (uint64_t step = 1; step <= a->steps && rc == RUMOR_OK; step++)
-        rc = rumor_sim_step(r.sim, step);
+        rc = s_run_step(&r, step, step == a->steps);
     if (rc == RUMOR_OK || rc == RUMOR_ENUMERIC) {
         p->bits = s_bits_per_node(r.sim, r.n);
         p->rel = s_run_errors(&r);

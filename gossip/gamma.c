@@ -148,16 +148,46 @@ s_gamma_codec(rumor_gossip *g, struct rumor_diag *diag)
     return RUMOR_OK;
 }
 
+/* Stale exchanges (opts.stale = S >= 2) delay the consensus correction:
+ * per eigenvalue lambda of W the disagreement follows e_{u+1} = e_u -
+ * c e_{u+1-S}, c = gamma (1 - lambda) (S = 1 is today's e_{u+1} = (1 -
+ * c) e_u: the exchange of step t lands before step t + 1's snapshot).
+ * That delayed recurrence is stable iff 0 < c < 2 cos(k pi / (2k + 1)),
+ * k = S - 1 (Levin and May 1976): 2 for S <= 1, 1 for S = 2, 0.618 for
+ * S = 3. Since 1 - lambda <= 2 on every W, gamma <= cos(k pi / (2k + 1))
+ * keeps every eigenvalue inside that bound: the auto gamma is capped
+ * there (docs/gossip.md, "Stale exchanges"). */
+static double
+s_stale_cap(unsigned stale)
+{
+    double k = stale > 1 ? (double)(stale - 1) : 0;
+    return cos(k * M_PI / (2 * k + 1));
+}
+
+/* The algorithms with a consensus step size. */
+static bool
+s_uses_gamma(const char *name)
+{
+    return strcmp(name, "dpsgd") == 0 || strcmp(name, "choco") == 0 ||
+           strcmp(name, "deepsqueeze") == 0 || strcmp(name, "moniqua") == 0 ||
+           strcmp(name, "powergossip") == 0;
+}
+
 rumor_err
 gossip_gamma_resolve(rumor_gossip *g, struct rumor_diag *diag)
 {
     if (g->opts.gamma != RUMOR_GOSSIP_GAMMA_AUTO)
         return RUMOR_OK;
     const char *name = g->algo->name;
+    rumor_err rc = RUMOR_OK;
     if (strcmp(name, "choco") == 0 || strcmp(name, "deepsqueeze") == 0)
-        return s_gamma_codec(g, diag);
-    g->opts.gamma = strcmp(name, "moniqua") == 0 ? GAMMA_MONIQUA : 1.0;
-    return RUMOR_OK;
+        rc = s_gamma_codec(g, diag);
+    else
+        g->opts.gamma = strcmp(name, "moniqua") == 0 ? GAMMA_MONIQUA : 1.0;
+    double cap = s_stale_cap(g->opts.stale);
+    if (rc == RUMOR_OK && s_uses_gamma(name) && g->opts.gamma > cap)
+        g->opts.gamma = cap;
+    return rc;
 }
 
 double

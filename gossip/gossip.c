@@ -117,6 +117,46 @@ rumor_gossip_ef_check(const struct rumor_gossip_opts *opts,
     return RUMOR_EINVAL;
 }
 
+rumor_err
+rumor_gossip_stale_check(const struct rumor_gossip_opts *opts,
+                         bool gradients,
+                         struct rumor_diag *diag)
+{
+    bool localsgd = strcmp(opts->algo, "localsgd") == 0;
+    if (opts->stale == 0)
+        return RUMOR_OK;
+    if (gradients || strcmp(opts->algo, "powersgd") == 0)
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "--stale needs the model exchange: %s averages "
+                       "gradients, which must land before the optimizer "
+                       "step that uses them (use --stale 0)",
+                       opts->algo);
+    else if (localsgd && opts->stale > opts->period)
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "localsgd: stale (%u) must be at most period (%u): a "
+                       "synchronization lands before the next one of the "
+                       "same fragment starts",
+                       opts->stale,
+                       opts->period);
+    else if (localsgd && opts->ef_alpha > 0)
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "localsgd: stale needs ef_alpha 0 (the step-ahead "
+                       "look-ahead moves the live model, not the "
+                       "exchange's snapshot)");
+    else
+        return RUMOR_OK;
+    return RUMOR_EINVAL;
+}
+
 static rumor_err
 s_copy_model(rumor_gossip *g,
              const struct rumor_model *model,

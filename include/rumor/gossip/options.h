@@ -151,6 +151,19 @@ struct rumor_gossip_opts {
 RUMOR_API rumor_err rumor_gossip_ef_check(const struct rumor_gossip_opts *opts,
                                           struct rumor_diag *diag);
 
+/* RUMOR_OK when opts.stale (S) applies, else RUMOR_EINVAL with a diag
+ * saying why: S > 0 needs a model exchange (gradients, true when the
+ * driver averages gradients, and powersgd refuse it: the step cannot
+ * go on without them), and localsgd needs S <= period (a
+ * synchronization lands before the next one starts) and ef_alpha 0 (the
+ * look-ahead moves the live model, not the exchange's copy). The
+ * simulator and the runtime both call it (docs/gossip.md, "Stale
+ * exchanges"). */
+RUMOR_API rumor_err
+rumor_gossip_stale_check(const struct rumor_gossip_opts *opts,
+                         bool gradients,
+                         struct rumor_diag *diag);
+
 /* Defaults: algo "dpsgd", codec "qsgd:bits=4", compressed false, ef "", gamma
  * RUMOR_GOSSIP_GAMMA_AUTO, rank 0 (the algorithm's), iterations 1, period 1,
  * gossip_rounds 0, delta_codec "", outer_lr 1, outer_momentum 0, fragments
