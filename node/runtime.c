@@ -272,19 +272,11 @@ s_build_training(rumor_node *node, struct rumor_diag *diag)
     }
     const struct rumor_model *mixed =
         rumor_node_opts_gradient_exchange(o) ? node->grad : node->model;
-    if (o->gossip.stale > o->gossip.period &&
-        strcmp(o->gossip.algo, "localsgd") == 0) {
-        rumor_diag_set(diag,
-                       "",
-                       0,
-                       0,
-                       "localsgd: stale (%u) must be at most period (%u): a "
-                       "synchronization lands before the next one of the "
-                       "same fragment starts",
-                       o->gossip.stale,
-                       o->gossip.period);
-        return RUMOR_EINVAL;
-    }
+    rc = rumor_gossip_stale_check(&o->gossip,
+                                  rumor_node_opts_gradient_exchange(o),
+                                  diag);
+    if (rc != RUMOR_OK)
+        return rc;
     if (o->gossip.stale > 0 && o->consensus_every > 0) {
         rumor_diag_set(diag,
                        "",
@@ -293,17 +285,6 @@ s_build_training(rumor_node *node, struct rumor_diag *diag)
                        "--consensus-every talks to the neighbours between "
                        "steps, where --stale exchanges are under way: use "
                        "one or the other");
-        return RUMOR_EINVAL;
-    }
-    if (o->gossip.stale > 0 && rumor_node_opts_gradient_exchange(o)) {
-        rumor_diag_set(diag,
-                       "",
-                       0,
-                       0,
-                       "--stale needs the model exchange: %s averages "
-                       "gradients, which must land before the optimizer "
-                       "step that uses them (use --stale 0)",
-                       o->gossip.algo);
         return RUMOR_EINVAL;
     }
     if (!rumor_node_opts_gradient_exchange(o) &&
