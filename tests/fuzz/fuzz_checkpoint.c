@@ -3,8 +3,9 @@
  * header, sections, crc32c, trailer) on the bytes; a file that decodes is
  * encoded again, which must give the same bytes, and its sections are
  * applied to a node's parts (a least-squares model of one 4 x 3 tensor,
- * momentum SGD, CHOCO), which must refuse a checkpoint that does not fit
- * without changing the model. Crafted inputs get past the crc32c checks
+ * momentum SGD, CHOCO, --stale 2 so a section of exchanges in flight is
+ * checked too), which must refuse a checkpoint that does not fit without
+ * changing the model. Crafted inputs get past the crc32c checks
  * because the seed corpus holds valid files and libFuzzer's CMP tracing
  * learns the sums.
  */
@@ -46,7 +47,8 @@ s_apply(const struct rumor_checkpoint *c)
                                 .model = &m,
                                 .optim = opt,
                                 .gossip = g,
-                                .counters = &k};
+                                .counters = &k,
+                                .stale = 2}; /* so the stale section is read */
     memcpy(before, x, sizeof x);
     if (node_ckpt_apply(c, &p, NULL) != RUMOR_OK &&
         memcmp(before, x, sizeof x) != 0)
