@@ -495,6 +495,17 @@ test_localsgd__members_0_2_3_of_4__bits_of_three_nodes(void **state)
     o.period = 2;
     snprintf(o.delta_codec, sizeof o.delta_codec, "topk:ratio=0.25");
     s_vs_three(&o, members, 7, s_train);
+    /* streaming fragments: the ring reaches every fragment's mixer */
+    for (int coded = 0; coded < 2; coded++) {
+        s_opts(&o, "localsgd");
+        o.period = 3;
+        o.fragments = 3;
+        o.outer_lr = 0.7;
+        o.outer_momentum = 0.6;
+        if (coded)
+            snprintf(o.delta_codec, sizeof o.delta_codec, "topk:ratio=0.25");
+        s_vs_three(&o, members, 7, s_train);
+    }
 }
 
 /* With the neighbourhood look-ahead, the error round of ring:4 over
