@@ -227,9 +227,9 @@ s_make_frags(rumor_gossip *g, struct rumor_diag *diag)
                        "",
                        0,
                        0,
-                       "localsgd: fragments > 1 needs saef_scope self with "
-                       "ef_alpha > 0 (the neighbourhood's error round "
-                       "covers the whole model)");
+                       "localsgd: fragments > 1 with ef_alpha > 0 needs "
+                       "saef_scope self (the neighbourhood form's error "
+                       "round covers the whole model)");
         return RUMOR_EINVAL;
     }
     return rc;
