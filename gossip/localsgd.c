@@ -39,9 +39,11 @@
  * the steps t with t % period == f period / F, so one sync carries about
  * 1/F of the model. Each fragment is a local SGD of its own: anchor and
  * outer velocity over its range, its "have anchor", its error memory, its
- * mixer (an inner instance over a private copy of its elements); the
- * codec's all-gather buffer is shared, as no two fragments sync at the
- * same step. F = 1 is the whole model at t % period == 0.
+ * mixer (an inner instance over a private copy of its elements), its
+ * look-ahead (the neighbourhood's error round carries its error, and
+ * e_bar is formed over its range); the codec's all-gather buffer and the
+ * error exchange are shared, as no two fragments sync at the same step.
+ * F = 1 is the whole model at t % period == 0.
  *
  * Exact averaging runs over the instance's ring (rumor_gossip_members_set):
  * the mixer and the all-gather use its members, the mean divides by their
@@ -66,6 +68,9 @@ struct frag {
     bool have_anchor;
     float ahead; /* alpha of the look-ahead applied since the fragment's
                     last sync (0: none) */
+    /* the neighbourhood form: e_bar over the fragment belongs to its last
+     * sync; the look-ahead by it (shift) is applied */
+    bool have_ebar, ahead_nbr;
 };
 
 struct localsgd {
@@ -76,12 +81,10 @@ struct localsgd {
     float *anchor, *x, *velocity, *acc; /* flat, numel floats each */
     struct gossip_gather gather;        /* codec path: every node's payload */
     bool compressed_sync;               /* this sync uses the codec path */
-    /* the neighbourhood form (saef.c, one fragment only): the exchange of
-     * the errors, the look-ahead alpha e_bar applied since the last sync
-     * (shift), and whether it is applied (instead of ahead) */
+    /* the neighbourhood form (saef.c): the exchange of the errors, and the
+     * look-ahead alpha e_bar applied since each fragment's last sync */
     struct gossip_saef saef;
     float *shift;
-    bool ahead_nbr;
 };
 
 static bool
@@ -222,16 +225,6 @@ s_make_frags(rumor_gossip *g, struct rumor_diag *diag)
         fr->len = (f + 1) * g->numel / s->frag_n - fr->off;
         rc = s_make_mixer(g, fr, diag);
     }
-    if (rc == RUMOR_OK && gossip_saef_exchanges(&s->saef, g) && s->frag_n > 1) {
-        rumor_diag_set(diag,
-                       "",
-                       0,
-                       0,
-                       "localsgd: fragments > 1 with ef_alpha > 0 needs "
-                       "saef_scope self (the neighbourhood form's error "
-                       "round covers the whole model)");
-        return RUMOR_EINVAL;
-    }
     return rc;
 }
 
@@ -338,9 +331,9 @@ s_encode_delta(rumor_gossip *g, struct frag *fr, uint64_t step)
         acc[e] = anchor[e] - x[e];
     /* Delta = anchor - x + (1 - alpha) e, or anchor - x - alpha e_bar + e:
      * e + the local update. */
-    for (size_t e = 0; s->ahead_nbr && e < fr->len; e++)
+    for (size_t e = 0; fr->ahead_nbr && e < fr->len; e++)
         acc[e] -= s->shift[fr->off + e];
-    float own = s->ahead_nbr ? 1.0f : 1.0f - fr->ahead;
+    float own = fr->ahead_nbr ? 1.0f : 1.0f - fr->ahead;
     rumor_err rc =
         s_saef(g) ? rumor_ef_apply_error(fr->ef, own, acc, fr->len) : RUMOR_OK;
     if (rc == RUMOR_OK) /* DGC's clip: N is the ring's */
@@ -360,8 +353,8 @@ s_encode_delta(rumor_gossip *g, struct frag *fr, uint64_t step)
                          NULL);
     if (rc == RUMOR_OK) { /* e_bar belonged to the errors just resent */
         fr->ahead = 0;
-        s->ahead_nbr = false;
-        s->saef.have_ebar = false;
+        fr->ahead_nbr = false;
+        fr->have_ebar = false;
     }
     return rc;
 }
@@ -411,7 +404,7 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
     if (!s->compressed_sync)
         return s_emit_mixer(g, fr, step, round);
     if (s_error_round(g, round))
-        return gossip_saef_emit(&s->saef, g, step, s_error(fr));
+        return gossip_saef_emit(&s->saef, g, step, s_error(fr), fr->len);
     rumor_err rc = round == 0 ? s_encode_delta(g, fr, step) : RUMOR_OK;
     return rc == RUMOR_OK ? gossip_gather_emit(g, &s->gather, round) : rc;
 }
@@ -490,8 +483,18 @@ s_absorb(rumor_gossip *g,
     struct frag *fr = s_frag_at(g, step);
     if (fr == NULL)
         return RUMOR_EINVAL;
-    if (s->compressed_sync && s_error_round(g, round))
-        return gossip_saef_absorb(&s->saef, g, step, s_error(fr), msgs, count);
+    if (s->compressed_sync && s_error_round(g, round)) {
+        rumor_err rc = gossip_saef_absorb(&s->saef,
+                                          g,
+                                          step,
+                                          s_error(fr),
+                                          fr->off,
+                                          fr->len,
+                                          msgs,
+                                          count);
+        fr->have_ebar = rc == RUMOR_OK;
+        return rc;
+    }
     if (s->compressed_sync) {
         bool complete = false;
         rumor_err rc =
@@ -542,17 +545,19 @@ static rumor_err
 s_step_ahead_frag(rumor_gossip *g, struct frag *fr, float alpha)
 {
     struct localsgd *s = g->state;
-    if (!fr->have_anchor || fr->ahead != 0 || s->ahead_nbr)
+    if (!fr->have_anchor || fr->ahead != 0 || fr->ahead_nbr)
         return RUMOR_OK;
     float *x = s->x + fr->off;
     gossip_flat_get(g, fr->off, fr->len, x);
-    if (s->saef.have_ebar) { /* the neighbourhood form: one fragment */
-        for (size_t e = 0; e < g->numel; e++) {
-            s->shift[e] = alpha * s->saef.ebar[e];
-            s->x[e] -= s->shift[e];
+    if (fr->have_ebar) { /* the neighbourhood form */
+        float *shift = s->shift + fr->off;
+        const float *ebar = s->saef.ebar + fr->off;
+        for (size_t e = 0; e < fr->len; e++) {
+            shift[e] = alpha * ebar[e];
+            x[e] -= shift[e];
         }
-        gossip_flat_put(g, 0, g->numel, s->x);
-        s->ahead_nbr = true;
+        gossip_flat_put(g, fr->off, fr->len, x);
+        fr->ahead_nbr = true;
         return RUMOR_OK;
     }
     rumor_err rc = rumor_ef_apply_error(fr->ef, -alpha, x, fr->len);
@@ -617,19 +622,27 @@ s_save_mixer(const struct frag *fr, struct rumor_buf *out)
  * have_anchor, 2 ahead_nbr, 4 have_ebar), f32 ahead, anchor, velocity,
  * shift (numel floats each), the error memory as a u64-length blob
  * (rumor_ef_save; empty without a delta codec), u64 ebar floats (0 or
- * numel) and e_bar, the mixer's state as a blob. With F > 1 fragments
- * (no neighbourhood form): u32 FRAGMENTED, u32 F, then per fragment u32
- * flags (1 have_anchor), f32 ahead, its error memory and mixer blobs,
- * then anchor and velocity (numel floats each). */
+ * numel) and e_bar, the mixer's state as a blob. With F > 1 fragments:
+ * u32 FRAGMENTED, u32 F, then per fragment u32 flags (as above, the
+ * fragment's), f32 ahead, its error memory and mixer blobs; then anchor,
+ * velocity, shift (numel floats each), u64 ebar floats (numel when a
+ * fragment's flags have 4, else 0) and e_bar. */
+static uint32_t
+s_flags(const rumor_gossip *g, const struct frag *fr)
+{
+    const struct localsgd *s = g->state;
+    bool ebar = fr->have_ebar && s->saef.ebar != NULL;
+    return (fr->have_anchor ? 1u : 0u) | (fr->ahead_nbr ? 2u : 0u) |
+           (ebar ? 4u : 0u);
+}
+
 static rumor_err
 s_save_one(const rumor_gossip *g, struct rumor_buf *out)
 {
     const struct localsgd *s = g->state;
     const struct frag *fr = &s->frag[0];
-    bool ebar = s->saef.have_ebar && s->saef.ebar != NULL;
-    uint32_t flags = (fr->have_anchor ? 1u : 0u) | (s->ahead_nbr ? 2u : 0u) |
-                     (ebar ? 4u : 0u);
-    rumor_err rc = gossip_write_u32(out, flags);
+    bool ebar = (s_flags(g, fr) & 4u) != 0;
+    rumor_err rc = gossip_write_u32(out, s_flags(g, fr));
     if (rc == RUMOR_OK)
         rc = gossip_write_f32(out, &fr->ahead, 1);
     if (rc == RUMOR_OK)
@@ -656,9 +669,11 @@ s_state_save(const rumor_gossip *g, struct rumor_buf *out)
     rumor_err rc = gossip_write_u32(out, FRAGMENTED);
     if (rc == RUMOR_OK)
         rc = gossip_write_u32(out, (uint32_t)s->frag_n);
+    bool ebar = false;
     for (size_t f = 0; f < s->frag_n && rc == RUMOR_OK; f++) {
         const struct frag *fr = &s->frag[f];
-        rc = gossip_write_u32(out, fr->have_anchor ? 1u : 0u);
+        ebar = ebar || (s_flags(g, fr) & 4u) != 0;
+        rc = gossip_write_u32(out, s_flags(g, fr));
         if (rc == RUMOR_OK)
             rc = gossip_write_f32(out, &fr->ahead, 1);
         if (rc == RUMOR_OK)
@@ -670,6 +685,12 @@ s_state_save(const rumor_gossip *g, struct rumor_buf *out)
         rc = gossip_write_f32(out, s->anchor, g->numel);
     if (rc == RUMOR_OK)
         rc = gossip_write_f32(out, s->velocity, g->numel);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f32(out, s->shift, g->numel);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, ebar ? g->numel : 0);
+    if (rc == RUMOR_OK && ebar)
+        rc = gossip_write_f32(out, s->saef.ebar, g->numel);
     return rc;
 }
 
@@ -717,6 +738,17 @@ s_load_inner(rumor_gossip *g,
     return rc;
 }
 
+/* A fragment's flags, as the one-fragment layout's (an adopt keeps the
+ * own e_bar). */
+static void
+s_set_flags(struct frag *fr, uint32_t flags, enum gossip_state_mode mode)
+{
+    fr->have_anchor = (flags & 1u) != 0;
+    fr->ahead_nbr = (flags & 2u) != 0;
+    if (mode == GOSSIP_STATE_LOAD)
+        fr->have_ebar = (flags & 4u) != 0;
+}
+
 /* The fragmented layout (its first word read): checked whole, then, for a
  * load or an adopt, applied fragment by fragment (a check came first, so
  * nothing fails half-way). */
@@ -728,27 +760,38 @@ s_load_frags(rumor_gossip *g,
     struct localsgd *s = g->state;
     if (gossip_read_u32(r) != s->frag_n && r->err == RUMOR_OK)
         gossip_reader_fail(r, RUMOR_EPROTO, "another number of fragments");
+    bool ebar = false;
     for (size_t f = 0; f < s->frag_n && r->err == RUMOR_OK; f++) {
         struct frag *fr = &s->frag[f];
         uint32_t flags = gossip_read_u32(r);
         float ahead = 0;
         gossip_read_f32(r, &ahead, 1);
-        if (r->err == RUMOR_OK && flags > 1)
+        if (r->err == RUMOR_OK && flags > 7)
             gossip_reader_fail(r, RUMOR_EPROTO, "unknown fragment flags");
+        ebar = ebar || (flags & 4u) != 0;
         /* the blobs are read the same in every mode */
         if (r->err != RUMOR_OK || s_load_inner(g, fr, r, mode) != RUMOR_OK)
             return r->err;
         if (mode != GOSSIP_STATE_CHECK) {
-            fr->have_anchor = (flags & 1u) != 0;
+            s_set_flags(fr, flags, mode);
             fr->ahead = ahead;
         }
     }
     struct gossip_reader vectors = *r; /* read again once all fits */
-    gossip_read_f32(r, NULL, 2 * g->numel);
+    gossip_read_f32(r, NULL, 3 * g->numel);
+    uint64_t ebar_len = gossip_read_u64(r);
+    if (r->err == RUMOR_OK &&
+        (ebar_len != (ebar ? g->numel : 0) || (ebar && s->saef.ebar == NULL)))
+        gossip_reader_fail(r, RUMOR_EPROTO, "an e_bar that does not fit");
+    gossip_read_f32(r, NULL, ebar ? g->numel : 0);
     if (r->err != RUMOR_OK || mode == GOSSIP_STATE_CHECK)
         return r->err;
     gossip_read_f32(&vectors, s->anchor, g->numel);
     gossip_read_f32(&vectors, s->velocity, g->numel);
+    gossip_read_f32(&vectors, s->shift, g->numel);
+    gossip_read_u64(&vectors);
+    if (ebar && mode == GOSSIP_STATE_LOAD)
+        gossip_read_f32(&vectors, s->saef.ebar, g->numel);
     return RUMOR_OK;
 }
 
@@ -791,14 +834,10 @@ s_load_one(rumor_gossip *g,
     gossip_read_f32(&vectors, s->anchor, g->numel);
     gossip_read_f32(&vectors, s->velocity, g->numel);
     gossip_read_f32(&vectors, s->shift, g->numel);
-    fr->have_anchor = (flags & 1u) != 0;
-    s->ahead_nbr = (flags & 2u) != 0;
+    s_set_flags(fr, flags, mode);
     fr->ahead = ahead;
-    if (mode == GOSSIP_STATE_ADOPT)
-        return RUMOR_OK;
-    if (ebar)
+    if (ebar && mode == GOSSIP_STATE_LOAD)
         gossip_read_f32(&ebar_at, s->saef.ebar, g->numel);
-    s->saef.have_ebar = ebar;
     return RUMOR_OK;
 }
 

@@ -57,7 +57,6 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (pick == 4 && (data[0] & 0x10) != 0) { /* streaming fragments */
         o.fragments = 3;
         o.period = 3;
-        snprintf(o.saef_scope, sizeof o.saef_scope, "self");
     }
     if (pick == 6 && (data[0] & 0x80) != 0) { /* compressed, with DGC */
         snprintf(o.codec, sizeof o.codec, "dgc:ratio=0.3");

@@ -389,6 +389,9 @@ test_redo__localsgd__bits_of_the_direct_run(void **state)
     snprintf(o.saef_scope, sizeof o.saef_scope, "self");
     snprintf(o.delta_codec, sizeof o.delta_codec, "topk:ratio=0.25");
     s_redo(&o, 3);
+    snprintf(o.saef_scope, sizeof o.saef_scope, "neighbourhood");
+    s_redo(&o, 3);
+    s_redo(&o, 4);
 }
 
 static void
@@ -638,8 +641,8 @@ test_adopt__localsgd__anchor_comes_over_memory_stays(void **state)
     s_cluster_free(c);
 }
 
-/* With fragments, node 3 adopts node 0's state (and model): the anchor
- * and velocity (the state's last 2 numel floats) come over, the error
+/* With fragments, node 3 adopts node 0's state (and model): the anchor,
+ * velocity and shift (after the fragments' blobs) come over, the error
  * memories stay (the states still differ), and each fragment's syncs
  * agree on its elements. */
 static void
@@ -665,7 +668,7 @@ test_adopt__localsgd_fragments__anchor_comes_over(void **state)
     memcpy(c->x[3], c->x[0], sizeof c->x[0]);
     s_save(c->g[0], &from);
     s_save(c->g[3], &now);
-    size_t tail = 2 * NUMEL * sizeof(float);
+    size_t tail = 3 * NUMEL * sizeof(float) + 8; /* and no e_bar */
     assert_int_equal(now.len, from.len);
     assert_memory_equal(now.data + now.len - tail,
                         from.data + from.len - tail,

@@ -272,18 +272,19 @@ s_payload(const struct cluster *c, uint64_t *bytes, uint64_t *msgs)
 }
 
 /* The compressed path with codec on a model of 9999 elements, F = 1 and
- * F = 4 (period 4): a sync step changes only its fragment's elements,
- * and the payload bytes of each compressed fragment sync are within 5%
- * of 1/4 of the whole model's (the 4 together within 5% of it). */
+ * F = 4 (period 4): a sync step (the error round included) changes only
+ * its fragment's elements, and the payload bytes of each compressed
+ * fragment sync are within 5% of 1/4 of the whole model's (the 4
+ * together within 5% of it). */
 static void
-s_compressed_bytes(const char *codec, double alpha)
+s_compressed_bytes(const char *codec, double alpha, const char *scope)
 {
     uint64_t whole = 0, parts[4] = {0};
     for (unsigned frags = 1; frags <= 4; frags += 3) {
         struct rumor_gossip_opts o;
         s_opts(&o, 4, frags);
         snprintf(o.delta_codec, sizeof o.delta_codec, "%s", codec);
-        snprintf(o.saef_scope, sizeof o.saef_scope, "self");
+        snprintf(o.saef_scope, sizeof o.saef_scope, "%s", scope);
         o.ef_alpha = alpha;
         struct cluster c;
         s_new(&c, &o, 100, 90, 500, 499);
@@ -334,8 +335,11 @@ static void
 test_fragments__compressed__own_elements_only_quarter_bytes(void **state)
 {
     (void)state;
-    s_compressed_bytes("qsgd:bits=4", 0);
-    s_compressed_bytes("topk:ratio=0.05", 0.5); /* SAEF's look-ahead */
+    s_compressed_bytes("qsgd:bits=4", 0, "self");
+    /* SAEF's look-ahead, by the own error and by the neighbourhood's (its
+     * error round's C(e) to the neighbours is the fragment's too) */
+    s_compressed_bytes("topk:ratio=0.05", 0.5, "self");
+    s_compressed_bytes("topk:ratio=0.05", 0.5, "neighbourhood");
 }
 
 /* With gossip_rounds 1, a fragment's sync is one D-PSGD round on its
@@ -377,6 +381,51 @@ test_fragments__gossip_rounds__fragment_mixes_as_dpsgd(void **state)
     s_free(&d);
 }
 
+/* Every node with the same model and the same inner steps: every node's
+ * error is the same, so the neighbourhood's W-weighted average of the
+ * errors (sent losslessly, neighbourhood:fp32) is the own error, and its
+ * look-ahead, formed per fragment, gives the own form's numbers (within
+ * 1e-6: e_bar is summed in double and rounded); alpha 0 gives others. */
+static void
+s_same_nodes(const char *scope, double alpha, struct cluster *c)
+{
+    struct rumor_gossip_opts o;
+    s_opts(&o, 2, 2);
+    snprintf(o.delta_codec, sizeof o.delta_codec, "topk:ratio=0.25");
+    snprintf(o.saef_scope, sizeof o.saef_scope, "%s", scope);
+    o.ef_alpha = alpha;
+    s_new(c, &o, 3, 4, 5, 6);
+    for (uint64_t step = 0; step < 12; step++) {
+        for (size_t i = 0; i < NODES; i++) {
+            assert_int_equal(rumor_gossip_step_ahead(c->g[i]), RUMOR_OK);
+            if (step == 0)
+                memcpy(c->x[i], c->x[0], c->numel * sizeof(float));
+            s_local(c->x[i], c->numel, 0, step);
+        }
+        assert_int_equal(rumor_sim_step(c->sim, step), RUMOR_OK);
+    }
+}
+
+static void
+test_fragments__neighbourhood_same_nodes__own_error_look_ahead(void **state)
+{
+    (void)state;
+    struct cluster own, nbr, plain;
+    s_same_nodes("self", 1, &own);
+    s_same_nodes("neighbourhood:fp32", 1, &nbr);
+    s_same_nodes("self", 0, &plain);
+    double apart = 0;
+    for (size_t i = 0; i < NODES; i++)
+        for (size_t e = 0; e < own.numel; e++) {
+            assert_float_equal(nbr.x[i][e], own.x[i][e], 1e-6);
+            apart = fmax(apart, fabs(own.x[i][e] - plain.x[i][e]));
+        }
+    assert_true(apart > 1e-3);
+    s_free(&own);
+    s_free(&nbr);
+    s_free(&plain);
+}
+
 static void
 s_save(const rumor_gossip *g, rumor_buf *b)
 {
@@ -391,12 +440,16 @@ static void
 test_fragments__state_saved_mid_run__resumes_bit_identically(void **state)
 {
     (void)state;
-    const char *codecs[] = {"", "topk:ratio=0.25", "qsgd:bits=4"};
-    for (size_t k = 0; k < 3; k++) {
+    const char *codecs[] = {"", "topk:ratio=0.25", "qsgd:bits=4", "sign"};
+    for (size_t k = 0; k < 4; k++) {
         struct rumor_gossip_opts o;
         s_opts(&o, 6, 3);
         snprintf(o.delta_codec, sizeof o.delta_codec, "%s", codecs[k]);
-        snprintf(o.saef_scope, sizeof o.saef_scope, "self");
+        /* sign: the neighbourhood's look-ahead (e_bar in the state) */
+        snprintf(o.saef_scope,
+                 sizeof o.saef_scope,
+                 "%s",
+                 k == 3 ? "neighbourhood" : "self");
         o.ef_alpha = codecs[k][0] != '\0' ? 0.5 : 0;
         o.outer_lr = 0.8;
         o.outer_momentum = 0.5;
@@ -540,14 +593,6 @@ test_fragments__bad_options__refused_naming_them(void **state)
     s_opts(&o, 8, 5);
     assert_int_equal(s_new_one(&o, 4, why), RUMOR_EINVAL);
     assert_non_null(strstr(why, "at most the model's elements"));
-    s_opts(&o, 8, 2);
-    snprintf(o.delta_codec, sizeof o.delta_codec, "topk:ratio=0.5");
-    snprintf(o.saef_scope, sizeof o.saef_scope, "neighbourhood");
-    o.ef_alpha = 0.5;
-    assert_int_equal(s_new_one(&o, 16, why), RUMOR_EINVAL);
-    assert_non_null(strstr(why, "saef_scope"));
-    o.ef_alpha = 0; /* no error round: nothing to refuse */
-    assert_int_equal(s_new_one(&o, 16, why), RUMOR_OK);
     s_opts(&o, 6, 6); /* F = period = numel, and by gossip */
     o.gossip_rounds = 2;
     assert_int_equal(s_new_one(&o, 6, why), RUMOR_OK);
@@ -564,6 +609,8 @@ main(void)
             test_fragments__compressed__own_elements_only_quarter_bytes),
         cmocka_unit_test(
             test_fragments__gossip_rounds__fragment_mixes_as_dpsgd),
+        cmocka_unit_test(
+            test_fragments__neighbourhood_same_nodes__own_error_look_ahead),
         cmocka_unit_test(
             test_fragments__state_saved_mid_run__resumes_bit_identically),
         cmocka_unit_test(
