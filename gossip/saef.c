@@ -79,7 +79,8 @@ gossip_saef_init(struct gossip_saef *s,
     if (rc != RUMOR_OK)
         return rc;
     s->buf = malloc(s->cap);
-    s->ebar = malloc(g->numel * sizeof *s->ebar);
+    /* zero: a state carries it whole, ranges not formed yet too */
+    s->ebar = calloc(g->numel, sizeof *s->ebar);
     s->scratch = malloc(g->numel * sizeof *s->scratch);
     s->acc = malloc(g->numel * sizeof *s->acc);
     s->slot = malloc(g->nodes * sizeof *s->slot);
