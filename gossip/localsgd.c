@@ -615,18 +615,8 @@ s_save_mixer(const struct frag *fr, struct rumor_buf *out)
 /* Flag of the fragmented layout in the state's first word. */
 #define FRAGMENTED 8u
 
-/* Between steps: the anchor (the model of the last sync), the outer
- * momentum, the look-ahead applied since the sync (alpha, or the shift of
- * the neighbourhood form), the error memory, the neighbourhood's e_bar and
- * the mixer's own state. Layout with one fragment: u32 flags (1
- * have_anchor, 2 ahead_nbr, 4 have_ebar), f32 ahead, anchor, velocity,
- * shift (numel floats each), the error memory as a u64-length blob
- * (rumor_ef_save; empty without a delta codec), u64 ebar floats (0 or
- * numel) and e_bar, the mixer's state as a blob. With F > 1 fragments:
- * u32 FRAGMENTED, u32 F, then per fragment u32 flags (as above, the
- * fragment's), f32 ahead, its error memory and mixer blobs; then anchor,
- * velocity, shift (numel floats each), u64 ebar floats (numel when a
- * fragment's flags have 4, else 0) and e_bar. */
+/* A fragment's flags in a state: 1 have_anchor, 2 ahead_nbr, 4
+ * have_ebar. */
 static uint32_t
 s_flags(const rumor_gossip *g, const struct frag *fr)
 {
@@ -660,6 +650,18 @@ s_save_one(const rumor_gossip *g, struct rumor_buf *out)
     return rc == RUMOR_OK ? s_save_mixer(fr, out) : rc;
 }
 
+/* Between steps: the anchor (the model of the last sync), the outer
+ * momentum, the look-ahead applied since the sync (alpha, or the shift of
+ * the neighbourhood form), the error memory, the neighbourhood's e_bar and
+ * the mixer's own state. Layout with one fragment: u32 flags (1
+ * have_anchor, 2 ahead_nbr, 4 have_ebar), f32 ahead, anchor, velocity,
+ * shift (numel floats each), the error memory as a u64-length blob
+ * (rumor_ef_save; empty without a delta codec), u64 ebar floats (0 or
+ * numel) and e_bar, the mixer's state as a blob. With F > 1 fragments:
+ * u32 FRAGMENTED, u32 F, then per fragment u32 flags (as above, the
+ * fragment's), f32 ahead, its error memory and mixer blobs; then anchor,
+ * velocity, shift (numel floats each), u64 ebar floats (numel when a
+ * fragment's flags have 4, else 0) and e_bar. */
 static rumor_err
 s_state_save(const rumor_gossip *g, struct rumor_buf *out)
 {
