@@ -53,6 +53,8 @@ cli_node_help(FILE *out)
             "  --ef ef|ef-decay:BETA|dgc:MU[,CLIP][,WARMUP]|saef (allreduce\n"
             "    with --codec: compressed data-parallel SGD; localsgd with\n"
             "    --delta-codec)\n"
+            "  --fragments F (localsgd: the model synced in F parts at "
+            "staggered steps)\n"
             "  --eval-every K  --metrics-dir DIR  --log-level LEVEL\n"
             "  --rate BITS/S  --delay-ms MS  --insecure  --progress "
             "auto|on|off\n"

@@ -68,6 +68,7 @@ cli_sim_help(FILE *out)
         "           [--period H] [--gossip-rounds K] [--delta-codec "
         "SPEC]\n"
         "           [--outer-lr LR] [--outer-momentum MU] [--ef-alpha A]\n"
+        "           [--fragments F]\n"
         "           [--saef-scope self|neighbourhood[:CODEC]]\n"
         "           [--edge-bytes PATH] [--gamma-grid] [--warm-start B]\n"
         "           [--robust clip|off] [--clip-quantile Q] [--clip-factor F]\n"
@@ -111,6 +112,9 @@ cli_sim_help(FILE *out)
         "feedback (0 plain EF, 1 SAEF); --saef-scope self|neighbourhood\n"
         "[:CODEC]: look ahead by the own error or by the W-weighted\n"
         "average of the neighbours' errors (default; sent compressed).\n"
+        "--fragments F: localsgd syncs the model in F contiguous parts,\n"
+        "part f at the steps t with t %% H == f H / F (streaming DiLoCo;\n"
+        "about 1/F of the model per sync).\n"
         "--warm-start true|false: powergossip and powersgd start each\n"
         "power iteration from the last factor (default) or from one\n"
         "drawn afresh from the seed.\n"
@@ -420,6 +424,8 @@ s_parse_args(int argc, char **argv, struct sim_args *a)
             rc = cli_parse_double(val, opt, 1, 1e6, &a->gossip.clip_factor);
         else if (strcmp(opt, "--period") == 0)
             rc = s_parse_unsigned(val, opt, &a->gossip.period);
+        else if (strcmp(opt, "--fragments") == 0)
+            rc = s_parse_unsigned(val, opt, &a->gossip.fragments);
         else if (strcmp(opt, "--gossip-rounds") == 0)
             rc = s_parse_unsigned(val, opt, &a->gossip.gossip_rounds);
         else if (strcmp(opt, "--stale") == 0)

@@ -473,14 +473,6 @@ rumor_gossip_screen_stats(const rumor_gossip *g,
                           struct rumor_gossip_screen_stats *out)
 {
     *out = g->screen;
-    const rumor_gossip *mixer =
-        g->algo == &gossip_localsgd ? gossip_localsgd_mixer(g) : NULL;
-    if (mixer != NULL) {
-        out->nonfinite += mixer->screen.nonfinite;
-        out->malformed += mixer->screen.malformed;
-        out->clipped += mixer->screen.clipped;
-        out->screened += mixer->screen.screened;
-        out->outsized += mixer->screen.outsized;
-        out->clip_radius = mixer->screen.clip_radius;
-    }
+    if (g->algo == &gossip_localsgd)
+        gossip_localsgd_screen(g, out);
 }

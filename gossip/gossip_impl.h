@@ -196,9 +196,11 @@ void gossip_robust_free(rumor_gossip *g);
  * step clips as the uninterrupted one did. */
 void gossip_robust_history(const rumor_gossip *g, uint64_t *steps, double *ema);
 rumor_err gossip_robust_restore(rumor_gossip *g, uint64_t steps, double ema);
-/* localsgd's inner mixer (allreduce or dpsgd), NULL before it is made:
- * its screen counts are localsgd's. */
-const rumor_gossip *gossip_localsgd_mixer(const rumor_gossip *g);
+/* Adds the screen counts of localsgd's inner mixers (allreduce or dpsgd,
+ * one per fragment; those made so far) into out, and takes the clip radius
+ * of the last sync's: they are localsgd's. */
+void gossip_localsgd_screen(const rumor_gossip *g,
+                            struct rumor_gossip_screen_stats *out);
 
 /* Frees g->ledger (edges.c); NULL-safe. */
 void gossip_ledger_free(rumor_gossip *g);

@@ -33,6 +33,18 @@
  * mean of the nodes' look-ahead points is anchor - mean(e) either way
  * (W doubly stochastic), the neighbourhood form spreads them less.
  *
+ * Streaming fragments (opts.fragments F; Douillard et al., "Streaming
+ * DiLoCo", 2025): the flat model is cut into F contiguous element ranges,
+ * fragment f = [f numel / F, (f + 1) numel / F), and fragment f syncs at
+ * the steps t with t % period == f period / F, so one sync carries about
+ * 1/F of the model. Each fragment is a local SGD of its own: anchor and
+ * outer velocity over its range, its "have anchor", its error memory, its
+ * mixer (an inner instance over a private copy of its elements), its
+ * look-ahead (the neighbourhood's error round carries its error, and
+ * e_bar is formed over its range); the codec's all-gather buffer and the
+ * error exchange are shared, as no two fragments sync at the same step.
+ * F = 1 is the whole model at t % period == 0.
+ *
  * Exact averaging runs over the instance's ring (rumor_gossip_members_set):
  * the mixer and the all-gather use its members, the mean divides by their
  * count, and the error round reaches only neighbours that are members. A
@@ -47,22 +59,32 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct localsgd {
-    rumor_gossip *mixer; /* allreduce or dpsgd on the same model */
-    rumor_codec *codec;  /* NULL: deltas go uncompressed */
-    rumor_ef *ef;
-    float *anchor, *x, *velocity, *acc; /* flat, numel floats each */
+/* One fragment: elements [off, off + len) of the flat model. */
+struct frag {
+    size_t off, len;
+    rumor_gossip *mixer; /* allreduce or dpsgd on buf */
+    float *buf;          /* the mixer's model: a copy of the elements */
+    rumor_ef *ef;        /* the delta's memory (NULL without a codec) */
     bool have_anchor;
-    struct gossip_gather gather; /* codec path: every node's payload */
-    bool compressed_sync;        /* this sync uses the codec path */
-    float ahead;                 /* alpha of the look-ahead applied since the
-                                    last sync (0: none) */
-    /* the neighbourhood form (saef.c): the exchange of the errors, the
-     * look-ahead alpha e_bar applied since the last sync (shift), and
-     * whether it is applied (instead of ahead) */
+    float ahead; /* alpha of the look-ahead applied since the fragment's
+                    last sync (0: none) */
+    /* the neighbourhood form: e_bar over the fragment belongs to its last
+     * sync; the look-ahead by it (shift) is applied */
+    bool have_ebar, ahead_nbr;
+};
+
+struct localsgd {
+    rumor_codec *codec; /* NULL: deltas go uncompressed */
+    struct frag *frag;
+    size_t frag_n;
+    size_t last; /* the fragment of the last sync (its mixer's radius) */
+    float *anchor, *x, *velocity, *acc; /* flat, numel floats each */
+    struct gossip_gather gather;        /* codec path: every node's payload */
+    bool compressed_sync;               /* this sync uses the codec path */
+    /* the neighbourhood form (saef.c): the exchange of the errors, and the
+     * look-ahead alpha e_bar applied since each fragment's last sync */
     struct gossip_saef saef;
     float *shift;
-    bool ahead_nbr;
 };
 
 static bool
@@ -83,6 +105,20 @@ static bool
 s_saef(const rumor_gossip *g)
 {
     return strcmp(s_ef_spec(g), "saef") == 0;
+}
+
+static const char *
+s_check_fragments(const rumor_gossip *g)
+{
+    const struct rumor_gossip_opts *o = &g->opts;
+    if (o->fragments == 0)
+        return "fragments must be at least 1";
+    if (o->fragments > o->period)
+        return "fragments (F) must be at most period (H): each fragment "
+               "syncs once per period, at its own step";
+    if (o->fragments > g->numel)
+        return "fragments (F) must be at most the model's elements";
+    return NULL;
 }
 
 static rumor_err
@@ -106,16 +142,19 @@ s_check_opts(const rumor_gossip *g, struct rumor_diag *diag)
         why = "needs 0 < outer_lr <= 10 and 0 <= outer_momentum < 1";
     else if (g->nodes < 2 && o->gossip_rounds == 0)
         why = "exact averaging needs 2 or more nodes";
+    else
+        why = s_check_fragments(g);
     if (why == NULL)
         return RUMOR_OK;
     rumor_diag_set(diag, "", 0, 0, "localsgd: %s", why);
     return RUMOR_EINVAL;
 }
 
+/* The fragment's mixer, over its copy of the elements (flat like the
+ * model, so F = 1 mixes the same bits as a mixer on the model would). */
 static rumor_err
-s_make_mixer(rumor_gossip *g, struct rumor_diag *diag)
+s_make_mixer(rumor_gossip *g, struct frag *fr, struct rumor_diag *diag)
 {
-    struct localsgd *s = g->state;
     struct rumor_gossip_opts inner;
     rumor_gossip_opts_default(&inner);
     inner.seed = g->opts.seed;
@@ -128,10 +167,16 @@ s_make_mixer(rumor_gossip *g, struct rumor_diag *diag)
              sizeof inner.algo,
              "%s",
              g->opts.gossip_rounds > 0 ? "dpsgd" : "allreduce");
-    struct rumor_model model = {g->tensors, g->tensor_count};
-    return rumor_gossip_new(&inner, g->topo, g->self, &model, &s->mixer, diag);
+    fr->buf = malloc(fr->len * sizeof(float));
+    if (fr->buf == NULL)
+        return RUMOR_ENOMEM;
+    struct rumor_tensor flat = {fr->buf, 1, {fr->len}};
+    struct rumor_model model = {&flat, 1};
+    return rumor_gossip_new(&inner, g->topo, g->self, &model, &fr->mixer, diag);
 }
 
+/* The codec, each fragment's error memory, and the all-gather sized for
+ * the largest fragment's payload. */
 static rumor_err
 s_make_codec(rumor_gossip *g, struct rumor_diag *diag)
 {
@@ -139,25 +184,47 @@ s_make_codec(rumor_gossip *g, struct rumor_diag *diag)
     rumor_err rc = rumor_codec_new(g->opts.delta_codec, &s->codec, diag);
     if (rc == RUMOR_OK)
         rc = gossip_codec_unshared(g, s->codec, diag);
-    if (rc == RUMOR_OK)
-        rc = rumor_ef_new(s_ef_spec(g), g->numel, &s->ef, diag);
-    if (rc == RUMOR_OK && !rumor_ef_codec_fits(s->ef, s->codec)) {
-        rumor_diag_set(
-            diag,
-            "",
-            0,
-            0,
-            "localsgd: ef %s selects by count: it needs a topk, randk or "
-            "dgc delta codec (dgc with a warm-up), not %s",
-            g->opts.ef,
-            g->opts.delta_codec);
-        return RUMOR_EINVAL;
-    }
     size_t cap = 0;
-    if (rc == RUMOR_OK)
-        rc = rumor_ef_encoded_size(s->ef, s->codec, g->numel, &cap);
+    for (size_t f = 0; f < s->frag_n && rc == RUMOR_OK; f++) {
+        struct frag *fr = &s->frag[f];
+        rc = rumor_ef_new(s_ef_spec(g), fr->len, &fr->ef, diag);
+        if (rc == RUMOR_OK && !rumor_ef_codec_fits(fr->ef, s->codec)) {
+            rumor_diag_set(diag,
+                           "",
+                           0,
+                           0,
+                           "localsgd: ef %s selects by count: it needs a "
+                           "topk, randk or dgc delta codec (dgc with a "
+                           "warm-up), not %s",
+                           g->opts.ef,
+                           g->opts.delta_codec);
+            return RUMOR_EINVAL;
+        }
+        size_t need = 0;
+        if (rc == RUMOR_OK)
+            rc = rumor_ef_encoded_size(fr->ef, s->codec, fr->len, &need);
+        cap = need > cap ? need : cap;
+    }
     if (rc == RUMOR_OK)
         rc = gossip_gather_init(&s->gather, g, cap);
+    return rc;
+}
+
+static rumor_err
+s_make_frags(rumor_gossip *g, struct rumor_diag *diag)
+{
+    struct localsgd *s = g->state;
+    s->frag_n = g->opts.fragments;
+    s->frag = calloc(s->frag_n, sizeof *s->frag);
+    if (s->frag == NULL)
+        return RUMOR_ENOMEM;
+    rumor_err rc = RUMOR_OK;
+    for (size_t f = 0; f < s->frag_n && rc == RUMOR_OK; f++) {
+        struct frag *fr = &s->frag[f];
+        fr->off = f * g->numel / s->frag_n;
+        fr->len = (f + 1) * g->numel / s->frag_n - fr->off;
+        rc = s_make_mixer(g, fr, diag);
+    }
     return rc;
 }
 
@@ -170,11 +237,11 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     g->state = s;
     rumor_err rc = s_check_opts(g, diag);
     if (rc == RUMOR_OK)
-        rc = s_make_mixer(g, diag);
+        rc = gossip_saef_init(&s->saef, g, diag);
+    if (rc == RUMOR_OK)
+        rc = s_make_frags(g, diag);
     if (rc == RUMOR_OK && g->opts.delta_codec[0] != '\0')
         rc = s_make_codec(g, diag);
-    if (rc == RUMOR_OK)
-        rc = gossip_saef_init(&s->saef, g, diag);
     if (rc != RUMOR_OK)
         return rc;
     s->shift = calloc(g->numel, sizeof(float)); /* saved in checkpoints */
@@ -193,9 +260,13 @@ s_free(rumor_gossip *g)
     struct localsgd *s = g->state;
     if (s == NULL)
         return;
-    rumor_gossip_destroy(&s->mixer);
+    for (size_t f = 0; s->frag != NULL && f < s->frag_n; f++) {
+        rumor_gossip_destroy(&s->frag[f].mixer);
+        rumor_ef_destroy(&s->frag[f].ef);
+        free(s->frag[f].buf);
+    }
+    free(s->frag);
     rumor_codec_destroy(&s->codec);
-    rumor_ef_destroy(&s->ef);
     gossip_saef_free(&s->saef);
     free(s->shift);
     gossip_gather_free(&s->gather);
@@ -213,59 +284,67 @@ s_uses_ring(const rumor_gossip *g)
     return g->opts.gossip_rounds == 0;
 }
 
-static bool
-s_sync_step(const rumor_gossip *g, uint64_t step)
+/* The fragment that syncs at step: the f with f * period / F equal to
+ * step % period (the least f with f * period / F >= r is ceil(r F /
+ * period)), or NULL. */
+static struct frag *
+s_frag_at(const rumor_gossip *g, uint64_t step)
 {
-    return step % g->opts.period == 0;
+    const struct localsgd *s = g->state;
+    uint64_t period = g->opts.period, n = s->frag_n;
+    uint64_t r = step % period, f = (r * n + period - 1) / period;
+    return f < n && f * period / n == r ? &s->frag[f] : NULL;
 }
 
 /* Rounds of the mixer: k gossip rounds (dpsgd mixes once per round), or
  * the all-reduce's own count. */
 static uint32_t
-s_mixer_rounds(const rumor_gossip *g, uint64_t step)
+s_mixer_rounds(const rumor_gossip *g, const struct frag *fr, uint64_t step)
 {
-    const struct localsgd *s = g->state;
     return g->opts.gossip_rounds > 0 ? g->opts.gossip_rounds
-                                     : rumor_gossip_rounds(s->mixer, step);
+                                     : rumor_gossip_rounds(fr->mixer, step);
 }
 
 static uint32_t
 s_rounds(const rumor_gossip *g, uint64_t step)
 {
     const struct localsgd *s = g->state;
-    if (!s_sync_step(g, step) || (g->ring_n < 2 && s_uses_ring(g)))
+    const struct frag *fr = s_frag_at(g, step);
+    if (fr == NULL || (g->ring_n < 2 && s_uses_ring(g)))
         return 0;
-    if (s->codec != NULL && s->have_anchor)
+    if (s->codec != NULL && fr->have_anchor)
         return (uint32_t)(g->ring_n - 1) +
                (gossip_saef_exchanges(&s->saef, g) ? 1 : 0);
-    return s_mixer_rounds(g, step);
+    return s_mixer_rounds(g, fr, step);
 }
 
-/* The delta since the last sync, compressed with error feedback. */
+/* The fragment's delta since its last sync, compressed with error
+ * feedback (acc[off, off + len)). */
 static rumor_err
-s_encode_delta(rumor_gossip *g, uint64_t step)
+s_encode_delta(rumor_gossip *g, struct frag *fr, uint64_t step)
 {
     struct localsgd *s = g->state;
-    gossip_flat_get(g, 0, g->numel, s->x);
-    for (size_t e = 0; e < g->numel; e++)
-        s->acc[e] = s->anchor[e] - s->x[e];
+    float *x = s->x + fr->off, *acc = s->acc + fr->off;
+    const float *anchor = s->anchor + fr->off;
+    gossip_flat_get(g, fr->off, fr->len, x);
+    for (size_t e = 0; e < fr->len; e++)
+        acc[e] = anchor[e] - x[e];
     /* Delta = anchor - x + (1 - alpha) e, or anchor - x - alpha e_bar + e:
      * e + the local update. */
-    for (size_t e = 0; s->ahead_nbr && e < g->numel; e++)
-        s->acc[e] -= s->shift[e];
-    float own = s->ahead_nbr ? 1.0f : 1.0f - s->ahead;
-    rumor_err rc = s_saef(g)
-                       ? rumor_ef_apply_error(s->ef, own, s->acc, g->numel)
-                       : RUMOR_OK;
+    for (size_t e = 0; fr->ahead_nbr && e < fr->len; e++)
+        acc[e] -= s->shift[fr->off + e];
+    float own = fr->ahead_nbr ? 1.0f : 1.0f - fr->ahead;
+    rumor_err rc =
+        s_saef(g) ? rumor_ef_apply_error(fr->ef, own, acc, fr->len) : RUMOR_OK;
     if (rc == RUMOR_OK) /* DGC's clip: N is the ring's */
-        rc = rumor_ef_set_nodes(s->ef, g->ring_n);
+        rc = rumor_ef_set_nodes(fr->ef, g->ring_n);
     if (rc != RUMOR_OK)
         return rc;
     uint64_t seed = rumor_seed_derive(g->opts.seed, g->self, 0x10ca1);
-    rc = rumor_ef_encode(s->ef,
+    rc = rumor_ef_encode(fr->ef,
                          s->codec,
-                         s->acc,
-                         g->numel,
+                         acc,
+                         fr->len,
                          seed,
                          step,
                          s->gather.payload[g->ring_pos],
@@ -273,20 +352,19 @@ s_encode_delta(rumor_gossip *g, uint64_t step)
                          &s->gather.len[g->ring_pos],
                          NULL);
     if (rc == RUMOR_OK) { /* e_bar belonged to the errors just resent */
-        s->ahead = 0;
-        s->ahead_nbr = false;
-        s->saef.have_ebar = false;
+        fr->ahead = 0;
+        fr->ahead_nbr = false;
+        fr->have_ebar = false;
     }
     return rc;
 }
 
-/* The own error, as encode left it. */
+/* The fragment's own error, as encode left it. */
 static const float *
-s_error(const rumor_gossip *g)
+s_error(const struct frag *fr)
 {
-    const struct localsgd *s = g->state;
     size_t n = 0;
-    return rumor_ef_error(s->ef, &n);
+    return rumor_ef_error(fr->ef, &n);
 }
 
 /* True for the error round that ends a compressed sync (saef.c). */
@@ -298,73 +376,88 @@ s_error_round(const rumor_gossip *g, uint32_t round)
 }
 
 static rumor_err
+s_emit_mixer(rumor_gossip *g, struct frag *fr, uint64_t step, uint32_t round)
+{
+    if (round == 0)
+        gossip_flat_get(g, fr->off, fr->len, fr->buf);
+    const struct rumor_gossip_msg *msgs = NULL;
+    size_t count = 0;
+    rumor_err rc = rumor_gossip_emit(fr->mixer, step, round, &msgs, &count);
+    if (rc == RUMOR_OK)
+        rc = gossip_out_reserve(g, count);
+    if (rc == RUMOR_OK)
+        memcpy(g->out, msgs, count * sizeof *msgs);
+    return rc;
+}
+
+static rumor_err
 s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
 {
     struct localsgd *s = g->state;
-    if (round == 0)
-        s->compressed_sync = s->codec != NULL && s->have_anchor;
-    if (!s->compressed_sync) {
-        const struct rumor_gossip_msg *msgs = NULL;
-        size_t count = 0;
-        rumor_err rc = rumor_gossip_emit(s->mixer, step, round, &msgs, &count);
-        if (rc == RUMOR_OK)
-            rc = gossip_out_reserve(g, count);
-        if (rc == RUMOR_OK)
-            memcpy(g->out, msgs, count * sizeof *msgs);
-        return rc;
+    struct frag *fr = s_frag_at(g, step);
+    if (fr == NULL)
+        return RUMOR_EINVAL;
+    if (round == 0) {
+        s->compressed_sync = s->codec != NULL && fr->have_anchor;
+        s->last = (size_t)(fr - s->frag);
     }
+    if (!s->compressed_sync)
+        return s_emit_mixer(g, fr, step, round);
     if (s_error_round(g, round))
-        return gossip_saef_emit(&s->saef, g, step, s_error(g));
-    rumor_err rc = round == 0 ? s_encode_delta(g, step) : RUMOR_OK;
+        return gossip_saef_emit(&s->saef, g, step, s_error(fr), fr->len);
+    rumor_err rc = round == 0 ? s_encode_delta(g, fr, step) : RUMOR_OK;
     return rc == RUMOR_OK ? gossip_gather_emit(g, &s->gather, round) : rc;
 }
 
 /* x = anchor - lr (d + mu v) with v = mu v + d, d the averaged delta
- * (already in s->acc); then the anchor moves to x. */
+ * (already in acc), over the fragment; then its anchor moves to x. */
 static void
-s_outer_step(rumor_gossip *g)
+s_outer_step(rumor_gossip *g, const struct frag *fr)
 {
     struct localsgd *s = g->state;
     float lr = (float)g->opts.outer_lr, mu = (float)g->opts.outer_momentum;
-    for (size_t e = 0; e < g->numel; e++) {
+    for (size_t e = fr->off; e < fr->off + fr->len; e++) {
         s->velocity[e] = mu * s->velocity[e] + s->acc[e];
         s->x[e] = s->anchor[e] - lr * (s->acc[e] + mu * s->velocity[e]);
     }
-    gossip_flat_put(g, 0, g->numel, s->x);
-    memcpy(s->anchor, s->x, g->numel * sizeof(float));
+    gossip_flat_put(g, fr->off, fr->len, s->x + fr->off);
+    memcpy(s->anchor + fr->off, s->x + fr->off, fr->len * sizeof(float));
 }
 
-/* After the mixer: mean(x) is in the model. */
+/* After the mixer: the mean of the fragment is in its buffer. */
 static void
-s_after_mix(rumor_gossip *g)
+s_after_mix(rumor_gossip *g, struct frag *fr)
 {
     struct localsgd *s = g->state;
-    gossip_flat_get(g, 0, g->numel, s->x);
-    if (s->have_anchor && s_outer(g)) {
-        for (size_t e = 0; e < g->numel; e++)
-            s->acc[e] = s->anchor[e] - s->x[e];
-        s_outer_step(g);
+    float *x = s->x + fr->off;
+    memcpy(x, fr->buf, fr->len * sizeof(float));
+    if (fr->have_anchor && s_outer(g)) {
+        for (size_t e = 0; e < fr->len; e++)
+            s->acc[fr->off + e] = s->anchor[fr->off + e] - x[e];
+        s_outer_step(g, fr);
         return;
     }
-    memcpy(s->anchor, s->x, g->numel * sizeof(float));
-    s->have_anchor = g->opts.gossip_rounds == 0;
+    gossip_flat_put(g, fr->off, fr->len, x);
+    memcpy(s->anchor + fr->off, x, fr->len * sizeof(float));
+    fr->have_anchor = g->opts.gossip_rounds == 0;
 }
 
 /* Every payload decoded in node order (the members' positions): the same
  * bits on every member. */
 static rumor_err
-s_after_gather(rumor_gossip *g)
+s_after_gather(rumor_gossip *g, const struct frag *fr)
 {
     struct localsgd *s = g->state;
-    memset(s->acc, 0, g->numel * sizeof(float));
+    float *acc = s->acc + fr->off;
+    memset(acc, 0, fr->len * sizeof(float));
     float inv = 1.0f / (float)g->ring_n;
     for (size_t j = 0; j < g->ring_n; j++) {
         rumor_err rc = rumor_codec_decode_add(s->codec,
                                               s->gather.payload[j],
                                               s->gather.len[j],
                                               inv,
-                                              s->acc,
-                                              g->numel);
+                                              acc,
+                                              fr->len);
         if (rc != RUMOR_OK) {
             rumor_log(RUMOR_LOG_WARN,
                       "gossip localsgd: node %u: the delta of node %u does "
@@ -375,7 +468,7 @@ s_after_gather(rumor_gossip *g)
             return rc;
         }
     }
-    s_outer_step(g);
+    s_outer_step(g, fr);
     return RUMOR_OK;
 }
 
@@ -387,17 +480,30 @@ s_absorb(rumor_gossip *g,
          size_t count)
 {
     struct localsgd *s = g->state;
-    if (s->compressed_sync && s_error_round(g, round))
-        return gossip_saef_absorb(&s->saef, g, step, s_error(g), msgs, count);
+    struct frag *fr = s_frag_at(g, step);
+    if (fr == NULL)
+        return RUMOR_EINVAL;
+    if (s->compressed_sync && s_error_round(g, round)) {
+        rumor_err rc = gossip_saef_absorb(&s->saef,
+                                          g,
+                                          step,
+                                          s_error(fr),
+                                          fr->off,
+                                          fr->len,
+                                          msgs,
+                                          count);
+        fr->have_ebar = rc == RUMOR_OK;
+        return rc;
+    }
     if (s->compressed_sync) {
         bool complete = false;
         rumor_err rc =
             gossip_gather_absorb(g, &s->gather, round, msgs, count, &complete);
-        return rc == RUMOR_OK && complete ? s_after_gather(g) : rc;
+        return rc == RUMOR_OK && complete ? s_after_gather(g, fr) : rc;
     }
-    rumor_err rc = rumor_gossip_absorb(s->mixer, step, round, msgs, count);
-    if (rc == RUMOR_OK && round + 1 == s_mixer_rounds(g, step))
-        s_after_mix(g);
+    rumor_err rc = rumor_gossip_absorb(fr->mixer, step, round, msgs, count);
+    if (rc == RUMOR_OK && round + 1 == s_mixer_rounds(g, fr, step))
+        s_after_mix(g, fr);
     return rc;
 }
 
@@ -409,21 +515,57 @@ s_expected(const rumor_gossip *g,
            size_t cap)
 {
     const struct localsgd *s = g->state;
-    if (s->codec != NULL && s->have_anchor && s_error_round(g, round))
+    const struct frag *fr = s_frag_at(g, step);
+    if (fr == NULL)
+        return 0;
+    if (s->codec != NULL && fr->have_anchor && s_error_round(g, round))
         return gossip_saef_expected(g, step, peers, cap);
-    if (s->codec != NULL && s->have_anchor)
+    if (s->codec != NULL && fr->have_anchor)
         return gossip_expected_prev(g, step, round, peers, cap);
     size_t count = 0;
-    rumor_gossip_expected(s->mixer, step, round, peers, cap, &count);
+    rumor_gossip_expected(fr->mixer, step, round, peers, cap, &count);
     return count;
 }
 
-/* The mixer's ring is this instance's. */
+/* Every fragment's mixer's ring is this instance's. The members were
+ * checked by the caller, so a mixer can only fail for memory: the
+ * fragments set before it keep the new ring. */
 static rumor_err
 s_members(rumor_gossip *g, const uint32_t *members, size_t count)
 {
     struct localsgd *s = g->state;
-    return rumor_gossip_members_set(s->mixer, members, count);
+    rumor_err rc = RUMOR_OK;
+    for (size_t f = 0; f < s->frag_n && rc == RUMOR_OK; f++)
+        rc = rumor_gossip_members_set(s->frag[f].mixer, members, count);
+    return rc;
+}
+
+/* The look-ahead of one fragment, once after each of its syncs. */
+static rumor_err
+s_step_ahead_frag(rumor_gossip *g, struct frag *fr, float alpha)
+{
+    struct localsgd *s = g->state;
+    if (!fr->have_anchor || fr->ahead != 0 || fr->ahead_nbr)
+        return RUMOR_OK;
+    float *x = s->x + fr->off;
+    gossip_flat_get(g, fr->off, fr->len, x);
+    if (fr->have_ebar) { /* the neighbourhood form */
+        float *shift = s->shift + fr->off;
+        const float *ebar = s->saef.ebar + fr->off;
+        for (size_t e = 0; e < fr->len; e++) {
+            shift[e] = alpha * ebar[e];
+            x[e] -= shift[e];
+        }
+        gossip_flat_put(g, fr->off, fr->len, x);
+        fr->ahead_nbr = true;
+        return RUMOR_OK;
+    }
+    rumor_err rc = rumor_ef_apply_error(fr->ef, -alpha, x, fr->len);
+    if (rc != RUMOR_OK)
+        return rc;
+    gossip_flat_put(g, fr->off, fr->len, x);
+    fr->ahead = alpha;
+    return RUMOR_OK;
 }
 
 static rumor_err
@@ -431,69 +573,38 @@ s_step_ahead(rumor_gossip *g)
 {
     struct localsgd *s = g->state;
     float alpha = (float)g->opts.ef_alpha;
-    if (s->codec == NULL || !s->have_anchor || alpha == 0 || s->ahead != 0 ||
-        s->ahead_nbr)
+    if (s->codec == NULL || alpha == 0)
         return RUMOR_OK;
-    gossip_flat_get(g, 0, g->numel, s->x);
-    if (s->saef.have_ebar) {
-        for (size_t e = 0; e < g->numel; e++) {
-            s->shift[e] = alpha * s->saef.ebar[e];
-            s->x[e] -= s->shift[e];
-        }
-        gossip_flat_put(g, 0, g->numel, s->x);
-        s->ahead_nbr = true;
-        return RUMOR_OK;
-    }
-    rumor_err rc = rumor_ef_apply_error(s->ef, -alpha, s->x, g->numel);
-    if (rc != RUMOR_OK)
-        return rc;
-    gossip_flat_put(g, 0, g->numel, s->x);
-    s->ahead = alpha;
-    return RUMOR_OK;
+    rumor_err rc = RUMOR_OK;
+    for (size_t f = 0; f < s->frag_n && rc == RUMOR_OK; f++)
+        rc = s_step_ahead_frag(g, &s->frag[f], alpha);
+    return rc;
 }
 
-/* Between steps: the anchor (the model of the last sync), the outer
- * momentum, the look-ahead applied since the sync (alpha, or the shift of
- * the neighbourhood form), the error memory, the neighbourhood's e_bar and
- * the mixer's own state. Layout: u32 flags (1 have_anchor, 2 ahead_nbr,
- * 4 have_ebar), f32 ahead, anchor, velocity, shift (numel floats each),
- * the error memory as a u64-length blob (rumor_ef_save; empty without a
- * delta codec), u64 ebar floats (0 or numel) and e_bar, the mixer's state
- * as a blob. */
+/* A u64-length blob of a fragment's error memory (empty without a delta
+ * codec). */
 static rumor_err
-s_state_save(const rumor_gossip *g, struct rumor_buf *out)
+s_save_ef(const struct frag *fr, struct rumor_buf *out)
 {
-    const struct localsgd *s = g->state;
-    bool ebar = s->saef.have_ebar && s->saef.ebar != NULL;
-    uint32_t flags = (s->have_anchor ? 1u : 0u) | (s->ahead_nbr ? 2u : 0u) |
-                     (ebar ? 4u : 0u);
-    rumor_err rc = gossip_write_u32(out, flags);
-    if (rc == RUMOR_OK)
-        rc = gossip_write_f32(out, &s->ahead, 1);
-    if (rc == RUMOR_OK)
-        rc = gossip_write_f32(out, s->anchor, g->numel);
-    if (rc == RUMOR_OK)
-        rc = gossip_write_f32(out, s->velocity, g->numel);
-    if (rc == RUMOR_OK)
-        rc = gossip_write_f32(out, s->shift, g->numel);
-    size_t ef_len = s->ef != NULL ? rumor_ef_state_size(s->ef) : 0;
-    if (rc == RUMOR_OK)
-        rc = gossip_write_u64(out, ef_len);
+    size_t ef_len = fr->ef != NULL ? rumor_ef_state_size(fr->ef) : 0;
+    rumor_err rc = gossip_write_u64(out, ef_len);
     if (rc == RUMOR_OK && ef_len > 0)
         rc = rumor_buf_reserve(out, ef_len);
     size_t written = 0;
     if (rc == RUMOR_OK && ef_len > 0)
-        rc = rumor_ef_save(s->ef, out->data + out->len, ef_len, &written);
+        rc = rumor_ef_save(fr->ef, out->data + out->len, ef_len, &written);
     out->len += rc == RUMOR_OK ? written : 0;
-    if (rc == RUMOR_OK)
-        rc = gossip_write_u64(out, ebar ? g->numel : 0);
-    if (rc == RUMOR_OK && ebar)
-        rc = gossip_write_f32(out, s->saef.ebar, g->numel);
+    return rc;
+}
+
+/* A u64-length blob of a fragment's mixer state. */
+static rumor_err
+s_save_mixer(const struct frag *fr, struct rumor_buf *out)
+{
     size_t at = out->len;
+    rumor_err rc = gossip_write_u64(out, 0); /* the length, patched */
     if (rc == RUMOR_OK)
-        rc = gossip_write_u64(out, 0); /* the mixer's length, patched */
-    if (rc == RUMOR_OK)
-        rc = rumor_gossip_state_save(s->mixer, out);
+        rc = rumor_gossip_state_save(fr->mixer, out);
     if (rc == RUMOR_OK) {
         uint64_t len = out->len - at - 8;
         memcpy(out->data + at, &len, 8);
@@ -501,43 +612,204 @@ s_state_save(const rumor_gossip *g, struct rumor_buf *out)
     return rc;
 }
 
-/* The error memory's bytes: checked on a scratch memory, or restored
- * (a load; an adopt keeps the own memory). */
+/* Flag of the fragmented layout in the state's first word. */
+#define FRAGMENTED 8u
+
+/* A fragment's flags in a state: 1 have_anchor, 2 ahead_nbr, 4
+ * have_ebar. */
+static uint32_t
+s_flags(const rumor_gossip *g, const struct frag *fr)
+{
+    const struct localsgd *s = g->state;
+    bool ebar = fr->have_ebar && s->saef.ebar != NULL;
+    return (fr->have_anchor ? 1u : 0u) | (fr->ahead_nbr ? 2u : 0u) |
+           (ebar ? 4u : 0u);
+}
+
+static rumor_err
+s_save_one(const rumor_gossip *g, struct rumor_buf *out)
+{
+    const struct localsgd *s = g->state;
+    const struct frag *fr = &s->frag[0];
+    bool ebar = (s_flags(g, fr) & 4u) != 0;
+    rumor_err rc = gossip_write_u32(out, s_flags(g, fr));
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f32(out, &fr->ahead, 1);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f32(out, s->anchor, g->numel);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f32(out, s->velocity, g->numel);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f32(out, s->shift, g->numel);
+    if (rc == RUMOR_OK)
+        rc = s_save_ef(fr, out);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, ebar ? g->numel : 0);
+    if (rc == RUMOR_OK && ebar)
+        rc = gossip_write_f32(out, s->saef.ebar, g->numel);
+    return rc == RUMOR_OK ? s_save_mixer(fr, out) : rc;
+}
+
+/* Between steps: the anchor (the model of the last sync), the outer
+ * momentum, the look-ahead applied since the sync (alpha, or the shift of
+ * the neighbourhood form), the error memory, the neighbourhood's e_bar and
+ * the mixer's own state. Layout with one fragment: u32 flags (1
+ * have_anchor, 2 ahead_nbr, 4 have_ebar), f32 ahead, anchor, velocity,
+ * shift (numel floats each), the error memory as a u64-length blob
+ * (rumor_ef_save; empty without a delta codec), u64 ebar floats (0 or
+ * numel) and e_bar, the mixer's state as a blob. With F > 1 fragments:
+ * u32 FRAGMENTED, u32 F, then per fragment u32 flags (as above, the
+ * fragment's), f32 ahead, its error memory and mixer blobs; then anchor,
+ * velocity, shift (numel floats each), u64 ebar floats (numel when a
+ * fragment's flags have 4, else 0) and e_bar. */
+static rumor_err
+s_state_save(const rumor_gossip *g, struct rumor_buf *out)
+{
+    const struct localsgd *s = g->state;
+    if (s->frag_n == 1)
+        return s_save_one(g, out);
+    rumor_err rc = gossip_write_u32(out, FRAGMENTED);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u32(out, (uint32_t)s->frag_n);
+    bool ebar = false;
+    for (size_t f = 0; f < s->frag_n && rc == RUMOR_OK; f++) {
+        const struct frag *fr = &s->frag[f];
+        ebar = ebar || (s_flags(g, fr) & 4u) != 0;
+        rc = gossip_write_u32(out, s_flags(g, fr));
+        if (rc == RUMOR_OK)
+            rc = gossip_write_f32(out, &fr->ahead, 1);
+        if (rc == RUMOR_OK)
+            rc = s_save_ef(fr, out);
+        if (rc == RUMOR_OK)
+            rc = s_save_mixer(fr, out);
+    }
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f32(out, s->anchor, g->numel);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f32(out, s->velocity, g->numel);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f32(out, s->shift, g->numel);
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, ebar ? g->numel : 0);
+    if (rc == RUMOR_OK && ebar)
+        rc = gossip_write_f32(out, s->saef.ebar, g->numel);
+    return rc;
+}
+
+/* A fragment's error memory bytes: checked on a scratch memory, or
+ * restored (a load; an adopt keeps the own memory). */
 static rumor_err
 s_state_ef(rumor_gossip *g,
+           struct frag *fr,
            const uint8_t *p,
            size_t len,
            enum gossip_state_mode mode)
 {
-    struct localsgd *s = g->state;
-    if ((s->ef == NULL) != (len == 0))
+    if ((fr->ef == NULL) != (len == 0))
         return RUMOR_EPROTO;
     if (len == 0 || mode == GOSSIP_STATE_ADOPT)
         return RUMOR_OK;
     if (mode == GOSSIP_STATE_LOAD)
-        return rumor_ef_restore(s->ef, p, len);
+        return rumor_ef_restore(fr->ef, p, len);
     rumor_ef *scratch = NULL;
-    rumor_err rc = rumor_ef_new(s_ef_spec(g), g->numel, &scratch, NULL);
+    rumor_err rc = rumor_ef_new(s_ef_spec(g), fr->len, &scratch, NULL);
     if (rc == RUMOR_OK)
         rc = rumor_ef_restore(scratch, p, len);
     rumor_ef_destroy(&scratch);
     return rc;
 }
 
-/* An adopt takes what goes with the member's model (anchor, outer
- * velocity, the look-ahead applied to it) and keeps the own error memory
- * and e_bar (the neighbourhood's errors as this node weighs them). */
+/* A fragment's error memory and mixer (mode as state_load's). */
 static rumor_err
-s_state_load(rumor_gossip *g,
+s_load_inner(rumor_gossip *g,
+             struct frag *fr,
+             struct gossip_reader *r,
+             enum gossip_state_mode mode)
+{
+    size_t ef_len = 0, mix_len = 0;
+    const uint8_t *ef = gossip_read_blob(r, &ef_len);
+    const uint8_t *mix = gossip_read_blob(r, &mix_len);
+    if (r->err != RUMOR_OK)
+        return r->err;
+    const char *why = "";
+    rumor_err rc = s_state_ef(g, fr, ef, ef_len, mode);
+    if (rc == RUMOR_OK)
+        rc = gossip_state_read(fr->mixer, mix, mix_len, mode, r->peer, &why);
+    if (rc != RUMOR_OK)
+        gossip_reader_fail(r, rc, "an error memory or mixer that does not fit");
+    return rc;
+}
+
+/* A fragment's flags, as the one-fragment layout's (an adopt keeps the
+ * own e_bar). */
+static void
+s_set_flags(struct frag *fr, uint32_t flags, enum gossip_state_mode mode)
+{
+    fr->have_anchor = (flags & 1u) != 0;
+    fr->ahead_nbr = (flags & 2u) != 0;
+    if (mode == GOSSIP_STATE_LOAD)
+        fr->have_ebar = (flags & 4u) != 0;
+}
+
+/* The fragmented layout (its first word read): checked whole, then, for a
+ * load or an adopt, applied fragment by fragment (a check came first, so
+ * nothing fails half-way). */
+static rumor_err
+s_load_frags(rumor_gossip *g,
              struct gossip_reader *r,
              enum gossip_state_mode mode)
 {
     struct localsgd *s = g->state;
-    uint32_t flags = gossip_read_u32(r);
+    if (gossip_read_u32(r) != s->frag_n && r->err == RUMOR_OK)
+        gossip_reader_fail(r, RUMOR_EPROTO, "another number of fragments");
+    bool ebar = false;
+    for (size_t f = 0; f < s->frag_n && r->err == RUMOR_OK; f++) {
+        struct frag *fr = &s->frag[f];
+        uint32_t flags = gossip_read_u32(r);
+        float ahead = 0;
+        gossip_read_f32(r, &ahead, 1);
+        if (r->err == RUMOR_OK && flags > 7)
+            gossip_reader_fail(r, RUMOR_EPROTO, "unknown fragment flags");
+        ebar = ebar || (flags & 4u) != 0;
+        /* the blobs are read the same in every mode */
+        if (r->err != RUMOR_OK || s_load_inner(g, fr, r, mode) != RUMOR_OK)
+            return r->err;
+        if (mode != GOSSIP_STATE_CHECK) {
+            s_set_flags(fr, flags, mode);
+            fr->ahead = ahead;
+        }
+    }
+    struct gossip_reader vectors = *r; /* read again once all fits */
+    gossip_read_f32(r, NULL, 3 * g->numel);
+    uint64_t ebar_len = gossip_read_u64(r);
+    if (r->err == RUMOR_OK &&
+        (ebar_len != (ebar ? g->numel : 0) || (ebar && s->saef.ebar == NULL)))
+        gossip_reader_fail(r, RUMOR_EPROTO, "an e_bar that does not fit");
+    gossip_read_f32(r, NULL, ebar ? g->numel : 0);
+    if (r->err != RUMOR_OK || mode == GOSSIP_STATE_CHECK)
+        return r->err;
+    gossip_read_f32(&vectors, s->anchor, g->numel);
+    gossip_read_f32(&vectors, s->velocity, g->numel);
+    gossip_read_f32(&vectors, s->shift, g->numel);
+    gossip_read_u64(&vectors);
+    if (ebar && mode == GOSSIP_STATE_LOAD)
+        gossip_read_f32(&vectors, s->saef.ebar, g->numel);
+    return RUMOR_OK;
+}
+
+/* The one-fragment layout (its first word and ahead read). */
+static rumor_err
+s_load_one(rumor_gossip *g,
+           struct gossip_reader *r,
+           uint32_t flags,
+           enum gossip_state_mode mode)
+{
+    struct localsgd *s = g->state;
+    struct frag *fr = &s->frag[0];
     float ahead = 0;
     gossip_read_f32(r, &ahead, 1);
-    if (r->err == RUMOR_OK && flags > 7)
-        gossip_reader_fail(r, RUMOR_EPROTO, "unknown flags");
+    if (r->err == RUMOR_OK && s->frag_n != 1)
+        gossip_reader_fail(r, RUMOR_EPROTO, "another number of fragments");
     struct gossip_reader vectors = *r; /* read again once all fits */
     gossip_read_f32(r, NULL, 3 * g->numel);
     size_t ef_len = 0;
@@ -554,9 +826,9 @@ s_state_load(rumor_gossip *g,
     if (r->err != RUMOR_OK)
         return r->err;
     const char *why = "";
-    rumor_err rc = s_state_ef(g, ef, ef_len, mode);
+    rumor_err rc = s_state_ef(g, fr, ef, ef_len, mode);
     if (rc == RUMOR_OK)
-        rc = gossip_state_read(s->mixer, mix, mix_len, mode, r->peer, &why);
+        rc = gossip_state_read(fr->mixer, mix, mix_len, mode, r->peer, &why);
     if (rc != RUMOR_OK)
         gossip_reader_fail(r, rc, "an error memory or mixer that does not fit");
     if (rc != RUMOR_OK || mode == GOSSIP_STATE_CHECK)
@@ -564,31 +836,58 @@ s_state_load(rumor_gossip *g,
     gossip_read_f32(&vectors, s->anchor, g->numel);
     gossip_read_f32(&vectors, s->velocity, g->numel);
     gossip_read_f32(&vectors, s->shift, g->numel);
-    s->have_anchor = (flags & 1u) != 0;
-    s->ahead_nbr = (flags & 2u) != 0;
-    s->ahead = ahead;
-    if (mode == GOSSIP_STATE_ADOPT)
-        return RUMOR_OK;
-    if (ebar)
+    s_set_flags(fr, flags, mode);
+    fr->ahead = ahead;
+    if (ebar && mode == GOSSIP_STATE_LOAD)
         gossip_read_f32(&ebar_at, s->saef.ebar, g->numel);
-    s->saef.have_ebar = ebar;
     return RUMOR_OK;
 }
 
-/* The mixer's step ends with this one's. */
+/* An adopt takes what goes with the member's model (anchor, outer
+ * velocity, the look-ahead applied to it) and keeps the own error memory
+ * and e_bar (the neighbourhood's errors as this node weighs them). A
+ * state of another number of fragments is refused: its schedule and
+ * ranges differ. */
+static rumor_err
+s_state_load(rumor_gossip *g,
+             struct gossip_reader *r,
+             enum gossip_state_mode mode)
+{
+    uint32_t flags = gossip_read_u32(r);
+    if (r->err == RUMOR_OK && flags == FRAGMENTED)
+        return s_load_frags(g, r, mode);
+    if (r->err == RUMOR_OK && flags > 7)
+        gossip_reader_fail(r, RUMOR_EPROTO, "unknown flags");
+    return s_load_one(g, r, flags, mode);
+}
+
+/* The mixers' steps end with this one's. */
 static void
 s_abandon(rumor_gossip *g)
 {
     struct localsgd *s = g->state;
-    rumor_gossip_step_abandon(s->mixer);
+    for (size_t f = 0; f < s->frag_n; f++)
+        rumor_gossip_step_abandon(s->frag[f].mixer);
     s->compressed_sync = false;
 }
 
-const rumor_gossip *
-gossip_localsgd_mixer(const rumor_gossip *g)
+void
+gossip_localsgd_screen(const rumor_gossip *g,
+                       struct rumor_gossip_screen_stats *out)
 {
     const struct localsgd *s = g->state;
-    return s != NULL ? s->mixer : NULL;
+    for (size_t f = 0; s != NULL && s->frag != NULL && f < s->frag_n; f++) {
+        const rumor_gossip *mixer = s->frag[f].mixer;
+        if (mixer == NULL)
+            continue;
+        out->nonfinite += mixer->screen.nonfinite;
+        out->malformed += mixer->screen.malformed;
+        out->clipped += mixer->screen.clipped;
+        out->screened += mixer->screen.screened;
+        out->outsized += mixer->screen.outsized;
+        if (f == s->last)
+            out->clip_radius = mixer->screen.clip_radius;
+    }
 }
 
 const struct gossip_algo_i gossip_localsgd = {

@@ -79,7 +79,8 @@ gossip_saef_init(struct gossip_saef *s,
     if (rc != RUMOR_OK)
         return rc;
     s->buf = malloc(s->cap);
-    s->ebar = malloc(g->numel * sizeof *s->ebar);
+    /* zero: a state carries it whole, ranges not formed yet too */
+    s->ebar = calloc(g->numel, sizeof *s->ebar);
     s->scratch = malloc(g->numel * sizeof *s->scratch);
     s->acc = malloc(g->numel * sizeof *s->acc);
     s->slot = malloc(g->nodes * sizeof *s->slot);
@@ -112,13 +113,13 @@ rumor_err
 gossip_saef_emit(struct gossip_saef *s,
                  rumor_gossip *g,
                  uint64_t step,
-                 const float *e)
+                 const float *e,
+                 size_t n)
 {
-    s->have_ebar = false;
     uint64_t seed = rumor_seed_derive(g->opts.seed, g->self, 0x5aef);
     rumor_err rc = rumor_codec_encode(s->codec,
                                       e,
-                                      g->numel,
+                                      n,
                                       seed,
                                       step,
                                       s->buf,
@@ -166,15 +167,16 @@ s_missing(const rumor_gossip *g, uint32_t peer, double w)
     return w;
 }
 
-/* acc += w * C_e(e_j) for the message of a neighbour. */
+/* acc += w * C_e(e_j) (n floats) for the message of a neighbour. */
 static rumor_err
 s_add_neighbour(struct gossip_saef *s,
                 const rumor_gossip *g,
                 const struct rumor_gossip_msg *msg,
-                double w)
+                double w,
+                size_t n)
 {
     rumor_err rc =
-        rumor_codec_decode(s->codec, msg->data, msg->len, s->scratch, g->numel);
+        rumor_codec_decode(s->codec, msg->data, msg->len, s->scratch, n);
     if (rc != RUMOR_OK) {
         rumor_log(RUMOR_LOG_WARN,
                   "gossip saef: node %u: the error of %u does not decode: %s",
@@ -183,7 +185,7 @@ s_add_neighbour(struct gossip_saef *s,
                   rumor_strerror(rc));
         return rc;
     }
-    for (size_t e = 0; e < g->numel; e++)
+    for (size_t e = 0; e < n; e++)
         s->acc[e] += w * (double)s->scratch[e];
     return RUMOR_OK;
 }
@@ -193,6 +195,8 @@ gossip_saef_absorb(struct gossip_saef *s,
                    const rumor_gossip *g,
                    uint64_t step,
                    const float *e,
+                   size_t off,
+                   size_t n,
                    const struct rumor_gossip_msg *msgs,
                    size_t count)
 {
@@ -207,7 +211,7 @@ gossip_saef_absorb(struct gossip_saef *s,
         gossip_match_peers(g, s->peers, members, msgs, count, s->slot);
     rc = rc == RUMOR_ETIMEDOUT ? RUMOR_OK : rc;
     double self_w = rumor_topology_self_weight(g->topo, phase, g->self);
-    memset(s->acc, 0, g->numel * sizeof *s->acc);
+    memset(s->acc, 0, n * sizeof *s->acc);
     for (size_t k = 0, j = 0; k < peers && rc == RUMOR_OK; k++) {
         if (!gossip_ring_has(g, nbr[k])) {
             self_w += w[k]; /* sent nothing, as a missing neighbour */
@@ -215,14 +219,13 @@ gossip_saef_absorb(struct gossip_saef *s,
         }
         const struct rumor_gossip_msg *m = s->slot[j++];
         if (m != NULL)
-            rc = s_add_neighbour(s, g, m, w[k]);
+            rc = s_add_neighbour(s, g, m, w[k], n);
         else
             self_w += s_missing(g, nbr[k], w[k]);
     }
     if (rc != RUMOR_OK)
         return rc;
-    for (size_t k = 0; k < g->numel; k++)
-        s->ebar[k] = (float)(s->acc[k] + self_w * (double)e[k]);
-    s->have_ebar = true;
+    for (size_t k = 0; k < n; k++)
+        s->ebar[off + k] = (float)(s->acc[k] + self_w * (double)e[k]);
     return RUMOR_OK;
 }

@@ -16,12 +16,11 @@ struct gossip_saef {
     rumor_codec *codec; /* the error's codec (neighbourhood only) */
     uint8_t *buf;       /* own encoded error */
     size_t len, cap;
-    float *ebar;    /* e_bar of the last sync, numel */
+    float *ebar;    /* e_bar of each range's last sync, numel */
     float *scratch; /* one decoded error, numel */
     double *acc;    /* the weighted sum being formed, numel */
     const struct rumor_gossip_msg **slot;
     uint32_t *peers; /* the error round's, nodes slots */
-    bool have_ebar;  /* ebar belongs to the last sync */
 };
 
 /* Parses opts.saef_scope ("" or "self", "neighbourhood",
@@ -37,12 +36,14 @@ void gossip_saef_free(struct gossip_saef *s);
  * scope and alpha > 0 (alpha 0 never looks ahead, so nothing is sent). */
 bool gossip_saef_exchanges(const struct gossip_saef *s, const rumor_gossip *g);
 
-/* The error round's messages: C(e) of the own error e (numel floats) to
- * every neighbour of the step's phase that is a member of g's ring. */
+/* The error round's messages: C(e) of the own error e (n floats: the
+ * syncing fragment's, localsgd.c) to every neighbour of the step's phase
+ * that is a member of g's ring. */
 rumor_err gossip_saef_emit(struct gossip_saef *s,
                            rumor_gossip *g,
                            uint64_t step,
-                           const float *e);
+                           const float *e,
+                           size_t n);
 
 /* The error round's senders: the neighbours of the step's phase that are
  * members of g's ring (all of them unless rumor_gossip_members_set chose
@@ -52,15 +53,19 @@ size_t gossip_saef_expected(const rumor_gossip *g,
                             uint32_t *peers,
                             size_t cap);
 
-/* Forms e_bar from the own error e and the neighbours' messages. A
- * neighbour whose message is missing gives its weight to the self term
- * (RUMOR_OK). An unexpected or duplicate sender, or a payload that does
- * not decode, is RUMOR_EPROTO / RUMOR_ENUMERIC and leaves no e_bar: the
- * next look-ahead falls back to the own error. */
+/* Forms ebar[off, off + n) from the own error e (n floats) and the
+ * neighbours' messages. A neighbour whose message is missing gives its
+ * weight to the self term (RUMOR_OK). An unexpected or duplicate sender,
+ * or a payload that does not decode, is RUMOR_EPROTO / RUMOR_ENUMERIC and
+ * leaves no e_bar (ebar unwritten; the caller, which keeps whether each
+ * range's e_bar belongs to its last sync, marks it missing): the next
+ * look-ahead falls back to the own error. */
 rumor_err gossip_saef_absorb(struct gossip_saef *s,
                              const rumor_gossip *g,
                              uint64_t step,
                              const float *e,
+                             size_t off,
+                             size_t n,
                              const struct rumor_gossip_msg *msgs,
                              size_t count);
 

@@ -3,7 +3,8 @@
  * decoder of an algorithm's state (from a checkpoint, or from a peer). The
  * first byte picks the algorithm (bit 0x40: choco and powersgd with the
  * adaptive "rule" controller; bit 0x80: localsgd with SAEF, allreduce
- * compressed with DGC's memory) and, with bit 0x20, an adopt instead of a
+ * compressed with DGC's memory; bit 0x10: localsgd in 3 streaming
+ * fragments) and, with bit 0x20, an adopt instead of a
  * load; the rest is the state, loaded into node 1 of a 4-node ring with a
  * small two-tensor model. A refused state must leave the instance as it
  * was; an accepted one must save back to bytes that load again and save
@@ -53,6 +54,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (pick == 4 && (data[0] & 0x80) != 0) /* localsgd with SAEF */
         snprintf(o.delta_codec, sizeof o.delta_codec, "topk:ratio=0.3");
     o.ef_alpha = o.delta_codec[0] != '\0' ? 1.0 : 0.0;
+    if (pick == 4 && (data[0] & 0x10) != 0) { /* streaming fragments */
+        o.fragments = 3;
+        o.period = 3;
+    }
     if (pick == 6 && (data[0] & 0x80) != 0) { /* compressed, with DGC */
         snprintf(o.codec, sizeof o.codec, "dgc:ratio=0.3");
         snprintf(o.ef, sizeof o.ef, "dgc:0.9,1,3");

@@ -1,11 +1,11 @@
 /*
  * `rumor sim` end to end ($RUMOR_BIN): `sim train` on least squares gets
  * close to the known optimum with D-PSGD and with compressed local SGD
- * (plain EF and SAEF); `sim consensus --edge-bytes` writes a per-edge
- * table whose rows add up to the bits per node it printed; `--json` lines
- * carry the documented keys; bad options exit with status 2; consensus
- * reports the reference's error (to the starting mean) next to the error
- * to the current mean, and `--gamma-grid` tunes gamma over the
+ * (plain EF and SAEF; and streaming fragments); `sim consensus --edge-bytes`
+ * writes a per-edge table whose rows add up to the bits per node it printed;
+ * `--json` lines carry the documented keys; bad options exit with status 2;
+ * consensus reports the reference's error (to the starting mean) next to the
+ * error to the current mean, and `--gamma-grid` tunes gamma over the
  * reference's grid.
  */
 #include "tests/cmocka_compat.h"
@@ -59,6 +59,9 @@ test_sim_train__least_squares__reaches_known_optimum(void **state)
         "--algo dpsgd --lr 0.05",
         "--algo localsgd --delta-codec topk:ratio=0.1 --ef-alpha 0 --lr 0.05",
         "--algo localsgd --delta-codec topk:ratio=0.1 --ef-alpha 1 --lr 0.05",
+        "--algo localsgd --period 4 --fragments 4 --lr 0.05",
+        "--algo localsgd --period 4 --fragments 2 --delta-codec "
+        "topk:ratio=0.1 --ef-alpha 1 --saef-scope self --lr 0.05",
     };
     for (size_t k = 0; k < sizeof algos / sizeof algos[0]; k++) {
         char cmd[512], last[512];
@@ -143,6 +146,8 @@ test_sim__json_and_bad_options(void **state)
         "sim consensus --topology ring:4 --algo nope",
         "sim consensus --topology ring:4 --ef-alpha 2",
         "sim train --topology one-peer-exp:8 --algo choco",
+        "sim train --topology ring:4 --algo localsgd --period 2 "
+        "--fragments 3",
         "sim",
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {

@@ -26,6 +26,7 @@ struct net_run {
     struct tpc c;
     const char *algo;
     const char *delta_codec; /* localsgd: NULL or its codec */
+    const char *fragments;   /* localsgd: NULL, or F with period 2 */
     float x[NODES_MAX][NUMEL];
     rumor_err rc[NODES_MAX];
     pthread_barrier_t ready;
@@ -72,7 +73,7 @@ s_has_gamma(const char *algo)
 static void
 s_node_opts(const struct net_run *run, uint32_t id, struct rumor_node_opts *o)
 {
-    const char *extra[7] = {"algo", run->algo, NULL};
+    const char *extra[11] = {"algo", run->algo, NULL};
     size_t k = 2;
     if (s_has_gamma(run->algo)) {
         extra[k++] = "gamma";
@@ -81,6 +82,12 @@ s_node_opts(const struct net_run *run, uint32_t id, struct rumor_node_opts *o)
     if (run->delta_codec != NULL) {
         extra[k++] = "delta-codec";
         extra[k++] = run->delta_codec;
+    }
+    if (run->fragments != NULL) {
+        extra[k++] = "period";
+        extra[k++] = "2";
+        extra[k++] = "fragments";
+        extra[k++] = run->fragments;
     }
     extra[k] = NULL;
     tpc_opts(&run->c, id, extra, o);
@@ -188,15 +195,18 @@ s_simulate(struct net_run *run, float sim_x[][NUMEL])
         rumor_gossip_destroy(&nodes[i]);
 }
 
-/* delta_codec: NULL, or localsgd's codec for compressed deltas. */
+/* delta_codec: NULL, or localsgd's codec for compressed deltas;
+ * fragments: NULL, or localsgd's streaming fragments (period 2). */
 static void
-s_check_net_equals_sim_codec(const char *spec,
-                             const char *algo,
-                             const char *delta_codec)
+s_check_net_equals_sim_frag(const char *spec,
+                            const char *algo,
+                            const char *delta_codec,
+                            const char *fragments)
 {
     static struct net_run run;
     s_run_setup(&run, spec, algo);
     run.delta_codec = delta_codec;
+    run.fragments = fragments;
     size_t n = run.c.n;
     pthread_t threads[NODES_MAX];
     struct node_arg args[NODES_MAX];
@@ -228,6 +238,14 @@ s_check_net_equals_sim_codec(const char *spec,
 }
 
 static void
+s_check_net_equals_sim_codec(const char *spec,
+                             const char *algo,
+                             const char *delta_codec)
+{
+    s_check_net_equals_sim_frag(spec, algo, delta_codec, NULL);
+}
+
+static void
 s_check_net_equals_sim(const char *spec, const char *algo)
 {
     s_check_net_equals_sim_codec(spec, algo, NULL);
@@ -243,6 +261,9 @@ test_net_step__remaining_algorithms__bit_identical_to_simulator(void **state)
     s_check_net_equals_sim("ring:3", "localsgd");
     /* Compressed deltas travel the ring as an all-gather of payloads. */
     s_check_net_equals_sim_codec("ring:4", "localsgd", "qsgd:bits=4");
+    /* Streaming fragments: each step syncs half of the model. */
+    s_check_net_equals_sim_frag("ring:3", "localsgd", NULL, "2");
+    s_check_net_equals_sim_frag("ring:4", "localsgd", "qsgd:bits=4", "2");
     s_check_net_equals_sim("torus:2x2", "deepsqueeze");
     s_check_net_equals_sim("ring:4", "moniqua");
 }

@@ -311,6 +311,26 @@ test_lsq__localsgd_ring__reaches_optimum(void **state)
     s_check_lsq(algo);
 }
 
+/* Streaming local SGD: 2 fragments syncing at staggered steps, their
+ * top-k deltas with the neighbourhood's look-ahead. */
+static void
+test_lsq__localsgd_fragments__reaches_optimum(void **state)
+{
+    (void)state;
+    const char *algo[] = {"--algo",
+                          "localsgd",
+                          "--period",
+                          "4",
+                          "--fragments",
+                          "2",
+                          "--delta-codec",
+                          "topk:ratio=0.25",
+                          "--ef-alpha",
+                          "1",
+                          NULL};
+    s_check_lsq(algo);
+}
+
 /* Local SGD with a top-k compressed delta and step-ahead error feedback,
  * its options given in a config file. */
 static void
@@ -951,6 +971,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_lsq__choco_qsgd_ring__reaches_optimum),
         cmocka_unit_test(test_lsq__powersgd_ring__reaches_optimum),
         cmocka_unit_test(test_lsq__localsgd_ring__reaches_optimum),
+        cmocka_unit_test(test_lsq__localsgd_fragments__reaches_optimum),
         cmocka_unit_test(
             test_lsq__localsgd_saef_from_config_file__reaches_optimum),
         cmocka_unit_test(test_mlp_digits__powergossip_ring__reaches_90_percent),

@@ -373,6 +373,25 @@ test_redo__localsgd__bits_of_the_direct_run(void **state)
     s_redo(&o, 2);
     o.period = 2;
     s_redo(&o, 4);
+    /* streaming fragments: a fragment's first sync and a later one, exact
+     * and compressed (own-error look-ahead) */
+    s_opts(&o, "localsgd");
+    o.period = 3;
+    o.fragments = 3;
+    o.outer_lr = 0.7;
+    o.outer_momentum = 0.6;
+    s_redo(&o, 1);
+    s_redo(&o, 4);
+    s_opts(&o, "localsgd");
+    o.period = 2;
+    o.fragments = 2;
+    o.ef_alpha = 0.5;
+    snprintf(o.saef_scope, sizeof o.saef_scope, "self");
+    snprintf(o.delta_codec, sizeof o.delta_codec, "topk:ratio=0.25");
+    s_redo(&o, 3);
+    snprintf(o.saef_scope, sizeof o.saef_scope, "neighbourhood");
+    s_redo(&o, 3);
+    s_redo(&o, 4);
 }
 
 static void
@@ -622,6 +641,53 @@ test_adopt__localsgd__anchor_comes_over_memory_stays(void **state)
     s_cluster_free(c);
 }
 
+/* With fragments, node 3 adopts node 0's state (and model): the anchor,
+ * velocity and shift (after the fragments' blobs) come over, the error
+ * memories stay (the states still differ), and each fragment's syncs
+ * agree on its elements. */
+static void
+test_adopt__localsgd_fragments__anchor_comes_over(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_opts(&o, "localsgd");
+    o.period = 2;
+    o.fragments = 2;
+    o.outer_lr = 0.7;
+    o.outer_momentum = 0.6;
+    o.ef_alpha = 0.5;
+    snprintf(o.saef_scope, sizeof o.saef_scope, "self");
+    snprintf(o.delta_codec, sizeof o.delta_codec, "topk:ratio=0.25");
+    struct cluster *c = s_cluster_new(&o);
+    for (uint64_t step = 0; step < 4; step++) {
+        s_prepare(c, s_all, NODES, step);
+        s_step(c, s_all, NODES, step);
+    }
+    rumor_buf from, now;
+    s_adopt(c->g[3], c->g[0]);
+    memcpy(c->x[3], c->x[0], sizeof c->x[0]);
+    s_save(c->g[0], &from);
+    s_save(c->g[3], &now);
+    size_t tail = 3 * NUMEL * sizeof(float) + 8; /* and no e_bar */
+    assert_int_equal(now.len, from.len);
+    assert_memory_equal(now.data + now.len - tail,
+                        from.data + from.len - tail,
+                        tail);
+    assert_true(memcmp(now.data, from.data, now.len - tail) != 0);
+    rumor_buf_free(&from);
+    rumor_buf_free(&now);
+    for (uint64_t step = 4; step < 8; step++) {
+        s_prepare(c, s_all, NODES, step);
+        s_step(c, s_all, NODES, step);
+        size_t lo = step % 2 * NUMEL / 2, hi = (step % 2 + 1) * NUMEL / 2;
+        for (uint32_t i = 1; i < NODES; i++)
+            assert_memory_equal(c->x[i] + lo,
+                                c->x[0] + lo,
+                                (hi - lo) * sizeof(float));
+    }
+    s_cluster_free(c);
+}
+
 /* Only error memories: an adopt changes nothing. */
 static void
 test_adopt__allreduce_codec_ef__own_memories_stay(void **state)
@@ -761,6 +827,7 @@ main(void)
         cmocka_unit_test(
             test_adopt__powersgd_adaptive_rank__the_rank_comes_over),
         cmocka_unit_test(test_adopt__localsgd__anchor_comes_over_memory_stays),
+        cmocka_unit_test(test_adopt__localsgd_fragments__anchor_comes_over),
         cmocka_unit_test(test_adopt__allreduce_codec_ef__own_memories_stay),
         cmocka_unit_test(test_adopt__bad_bytes_and_no_ring__refused_unchanged),
         cmocka_unit_test(test_abandon__members_accepted_load_still_own),
