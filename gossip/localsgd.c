@@ -296,6 +296,17 @@ s_frag_at(const rumor_gossip *g, uint64_t step)
     return f < n && f * period / n == r ? &s->frag[f] : NULL;
 }
 
+/* Whether a fragment syncs at step: s_frag_at from the options alone
+ * (rumor_gossip_exchanges may ask while another thread runs g). */
+static bool
+s_exchanges(const rumor_gossip *g, uint64_t step)
+{
+    uint64_t period = g->opts.period;
+    uint64_t n = g->opts.fragments > 0 ? g->opts.fragments : 1;
+    uint64_t r = step % period, f = (r * n + period - 1) / period;
+    return f < n && f * period / n == r;
+}
+
 /* Rounds of the mixer: k gossip rounds (dpsgd mixes once per round), or
  * the all-reduce's own count. */
 static uint32_t
@@ -895,7 +906,7 @@ const struct gossip_algo_i gossip_localsgd = {
     .init = s_init,
     .free = s_free,
     .rounds = s_rounds,
-    .exchanges = s_sync_step,
+    .exchanges = s_exchanges,
     .emit = s_emit,
     .expected = s_expected,
     .uses_ring = s_uses_ring,

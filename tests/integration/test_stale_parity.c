@@ -38,6 +38,18 @@ static const char *const s_algos[][12] = {
      "--stale",
      "4",
      NULL},
+    /* streaming DiLoCo: two fragments in flight at once, qsgd deltas */
+    {"--algo",
+     "localsgd",
+     "--period",
+     "4",
+     "--fragments",
+     "2",
+     "--delta-codec",
+     "qsgd:bits=4",
+     "--stale",
+     "3",
+     NULL},
 };
 
 /* args[0 .. n) then the algorithm's options; returns the new count. */
