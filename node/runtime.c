@@ -408,6 +408,10 @@ s_exchange_counters(rumor_node *node, struct node_stale_counters *c)
         .gossip_frames_sent = node->gossip_frames_sent,
     };
     rumor_gossip_screen_stats(node->g, &c->screen);
+    if (node->faults != NULL)
+        node_faults_stats(node->faults, &c->faults);
+    if (node->elastic != NULL)
+        node_elastic_view(node->elastic, &c->epoch, &c->members);
 }
 
 /* The runtime's parts a checkpoint holds (node/checkpoint_state.c). */
@@ -679,25 +683,25 @@ s_evaluate(rumor_node *node)
  * (gossip/robust.c; node/faults.c, screening). */
 static void
 s_faults_row(const rumor_node *node,
-             const struct rumor_gossip_screen_stats *ss,
+             const struct node_stale_counters *c,
              struct node_metrics_row *row)
 {
-    struct node_faults_stats fs;
+    const struct rumor_gossip_screen_stats *ss = &c->screen;
+    const struct node_faults_stats *fs = &c->faults;
     row->clipped = ss->clipped;
     row->screened = ss->screened;
     row->clip_radius = ss->clip_radius;
     row->rejected_outsized = ss->outsized;
     if (node->faults == NULL)
         return;
-    node_faults_stats(node->faults, &fs);
     row->faults = true;
     row->rejected_nonfinite = ss->nonfinite;
     row->rejected_malformed = ss->malformed;
-    row->skipped = fs.skipped;
-    row->peers_down = fs.peers_down;
-    row->readmitted = fs.readmitted;
-    row->control_bytes_sent = fs.control_bytes_sent;
-    row->control_frames_sent = fs.control_frames_sent;
+    row->skipped = fs->skipped;
+    row->peers_down = fs->peers_down;
+    row->readmitted = fs->readmitted;
+    row->control_bytes_sent = fs->control_bytes_sent;
+    row->control_frames_sent = fs->control_frames_sent;
 }
 
 /* The step's numbers for --metrics-listen, with every linked neighbour's
@@ -761,10 +765,10 @@ s_row(rumor_node *node,
         .seconds_wait = c.t_wait,
         .gossip = node->stale != NULL ? NULL : node->g,
     };
-    s_faults_row(node, &c.screen, out);
+    s_faults_row(node, &c, out);
     out->elastic = node->elastic != NULL;
-    if (out->elastic)
-        node_elastic_view(node->elastic, &out->epoch, &out->members);
+    out->epoch = c.epoch;
+    out->members = c.members;
 }
 
 static rumor_err
@@ -1021,9 +1025,11 @@ s_step(rumor_node *node, uint64_t t)
     if (rc == RUMOR_OK && evaluate)
         s_evaluate(node);
     node->t_compute += s_since(c1);
-    rumor_gossip_compute_observe(
-        node->g,
-        (uint64_t)((node->t_compute - compute0) * 1e9));
+    /* the adaptive budgets are the exchange thread's to read */
+    if (node->stale == NULL)
+        rumor_gossip_compute_observe(
+            node->g,
+            (uint64_t)((node->t_compute - compute0) * 1e9));
     if (rc == RUMOR_OK && probe) {
         uint64_t c2 = rumor_clock_ns();
         rc = s_probe(node, t, c2 + node_step_span(node, t + 1));

@@ -55,6 +55,10 @@ s_publish(node_stale *st)
         .gossip_frames_sent = node->gossip_frames_sent,
     };
     rumor_gossip_screen_stats(node->g, &c.screen);
+    if (node->faults != NULL)
+        node_faults_stats(node->faults, &c.faults);
+    if (node->elastic != NULL)
+        node_elastic_view(node->elastic, &c.epoch, &c.members);
     pthread_mutex_lock(&st->mu);
     st->pub = c;
     pthread_mutex_unlock(&st->mu);

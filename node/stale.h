@@ -13,6 +13,7 @@
 
 #include "rumor/node.h"
 
+#include "node/faults.h"
 #include "node/runtime_impl.h"
 
 typedef struct node_stale node_stale;
@@ -22,6 +23,9 @@ struct node_stale_counters {
     double t_gossip, t_wait;
     uint64_t gossip_bytes_sent, gossip_bytes_recv, gossip_frames_sent;
     struct rumor_gossip_screen_stats screen;
+    struct node_faults_stats faults; /* with the fault path */
+    uint64_t epoch;                  /* with an elastic ring: its view */
+    uint32_t members;
 };
 
 /* Starts the exchange thread of node (whose algorithm works on
