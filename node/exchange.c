@@ -753,10 +753,10 @@ node_gossip_step(rumor_node *node,
      * settle the node's own algorithm's edges) */
     rumor_gossip *own = node->g;
     node_faults *faults = node->faults;
-    if (g != NULL && g != own) {
-        node->g = g;
-        node->faults = NULL;
-    }
+    if (g == NULL || g == own) /* no store: the metrics line reads them */
+        return s_gossip_step(node, step, deadline);
+    node->g = g;
+    node->faults = NULL;
     rumor_err rc = s_gossip_step(node, step, deadline);
     node->g = own;
     node->faults = faults;
