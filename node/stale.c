@@ -29,7 +29,7 @@ struct node_stale {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct s_job *jobs; /* a ring of `stale` slots, under mu */
+    struct s_job *jobs;          /* a ring of `stale` slots, under mu */
     size_t head, count, running; /* oldest, queued, next to run (count) */
     bool quit, stopped;
     struct node_stale_counters pub; /* under mu */
@@ -87,8 +87,7 @@ s_exchange(rumor_node *node, struct s_job *j)
             return s_moved(j->t, t);
         uint64_t deadline = rumor_clock_ns() + node_step_span(node, t);
         rc = node_gossip_step(node, NULL, t, deadline);
-        if (rc == RUMOR_OK || !node_step_retry(node, &rc, &t) ||
-            rc != RUMOR_OK)
+        if (rc == RUMOR_OK || !node_step_retry(node, &rc, &t) || rc != RUMOR_OK)
             return rc;
         if (t != j->t)
             return s_moved(j->t, t);

@@ -6,7 +6,10 @@
  * exchanges"). The thread owns everything the exchange touches (the
  * algorithm, the transport, the fault path, the stop plan, node->mix);
  * the caller owns the live model and reads the exchange's counters only
- * as the thread publishes them after each job.
+ * as the thread publishes them after each job. The caller is
+ * rumor_node_run's loop, or the peer API's gossip() (node/peer.c, through
+ * node_stale_step in runtime_impl.h), whose live model is the caller's
+ * tensors.
  */
 #ifndef RUMOR_NODE_STALE_H
 #define RUMOR_NODE_STALE_H
@@ -33,9 +36,8 @@ void node_stale_stop(node_stale **self_p);
 
 /* Snapshots model as step t's (the caller's model before step t's
  * gradient) and queues its exchange; blocks while S jobs are queued. */
-rumor_err node_stale_push(node_stale *st,
-                          const struct rumor_model *model,
-                          uint64_t t);
+rumor_err
+node_stale_push(node_stale *st, const struct rumor_model *model, uint64_t t);
 
 /* Lands, in step order, every exchange due by step t (started at t - S
  * or before; UINT64_MAX: all), waiting for those still under way:
