@@ -72,8 +72,8 @@ def _reference(stale):
     return x
 
 
-def _peer_run(topo, keys, i, seen):
-    x = _initial(i)
+def _peer_run(topo, keys, i, seen, dtype):
+    x = _initial(i).astype(dtype)
     with rumor.Peer(topology=topo, node_id=i, key=keys[i], stale=STALE,
                     **DILOCO) as peer:
         for t in range(STEPS):
@@ -92,12 +92,18 @@ def _peer_run(topo, keys, i, seen):
     return x
 
 
-def test_peer_localsgd_stale2__reference_recurrence__bit_identical(tmp_path):
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_peer_localsgd_stale2__reference_recurrence__bit_identical(tmp_path,
+                                                                   dtype):
+    """float64 goes through the staging: a float32 copy in, the landing
+    on it, written back; the float64 sum of two floats is exact, so it
+    rounds as the float32 sum does and the bits are the same."""
     topo = rumor.topology.local(f"ring:{NODES}", str(tmp_path))
     keys = [str(tmp_path / "keys" / f"node-{i}") for i in range(NODES)]
     seen = {}
-    got = run_nodes([lambda i=i: _peer_run(topo, keys, i, seen)
+    got = run_nodes([lambda i=i: _peer_run(topo, keys, i, seen, dtype)
                      for i in range(NODES)])
+    got = [g.astype(np.float32) for g in got]
     want, other = _reference(STALE), _reference(1)
     assert any((w != o).any() for w, o in zip(want, other))  # S acts
     for i in range(NODES):
@@ -173,3 +179,29 @@ def test_gossip_model_localsgd_stale2__four_processes__trains_as_stale0(
     for i in range(4):
         rel = np.linalg.norm(ps[i] - mean) / np.linalg.norm(mean)
         assert rel < 0.05, (i, rel)
+
+
+def test_peer_stale__stop__every_node_stops_after_the_same_step(tmp_path):
+    """stop() travels with the exchanges on the peer's thread; every node
+    sees the agreed stop at the gossip() that lands it."""
+    topo = rumor.topology.local(f"ring:{NODES}", str(tmp_path))
+
+    def node(i):
+        x = np.full(NUMEL, float(i), np.float32)
+        with rumor.Peer(topology=topo, node_id=i,
+                        key=str(tmp_path / "keys" / f"node-{i}"),
+                        stale=STALE, log_level="error", **DILOCO) as peer:
+            calls = 0
+            while calls < 200:
+                x += _inner(i, calls)
+                if i == 0 and calls == 10:
+                    peer.stop()
+                if not peer.gossip([x]):
+                    break
+                calls += 1
+            return calls, peer.step, peer.stopped
+
+    ends = run_nodes([lambda i=i: node(i) for i in range(NODES)])
+    assert len(set(ends)) == 1, ends
+    calls, step, stopped = ends[0]
+    assert stopped and 10 < calls < 200 and step == calls, ends
