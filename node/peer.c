@@ -54,7 +54,15 @@
  * order for n >= 3 (the same bits for 2 nodes, where a + b = b + a, and
  * for allreduce-f64 and the codecs, whose sums are exact or per element
  * in node order). The first bucket begins the step (links, stop plan),
- * the last one ends it.
+ * the last one ends it. *
+ * Stale exchanges (opts.gossip.stale = S > 0, a model exchange) run as
+ * `rumor node --stale` runs them (node/stale.c): the node's algorithm,
+ * fault path and elastic ring work on a copy of the tensors (node->mix)
+ * that only the exchange's thread touches, and each gossip() lands the
+ * exchanges of S steps ago on the (staged) tensors and queues its own on
+ * a snapshot of them, so the caller's loop never waits for the network
+ * unless an exchange due is late. What needs the exchange on the
+ * caller's thread is refused: buckets, average(), join (docs/python.md).
  */
 #include "rumor/node.h"
 
