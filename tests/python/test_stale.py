@@ -205,3 +205,43 @@ def test_peer_stale__stop__every_node_stops_after_the_same_step(tmp_path):
     assert len(set(ends)) == 1, ends
     calls, step, stopped = ends[0]
     assert stopped and 10 < calls < 200 and step == calls, ends
+
+
+def test_gossip_model_stale__state_dict__refused_in_flight_saved_after(
+        tmp_path):
+    """GossipModel with stale: state_dict() raises while a synchronization
+    is in flight (its correction is in neither the parameters nor the
+    state) and carries the peer's state once it landed; finish() lands
+    the last one."""
+    torch = pytest.importorskip("torch")
+    import rumor.torch
+    topo = rumor.topology.local("ring:2", str(tmp_path))
+
+    def node(i):
+        torch.manual_seed(0)
+        model = rumor.torch.GossipModel(
+            torch.nn.Linear(3, 2), topology=topo, node_id=i,
+            key=str(tmp_path / "keys" / f"node-{i}"), stale=STALE,
+            **DILOCO)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        seen = {}
+        for t in range(PERIOD + 1):
+            x = torch.full((4, 3), float(i + t))
+            loss = model(x).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if t in (0, STALE):
+                try:
+                    seen[t] = "rumor_peer" in model.state_dict()
+                except RuntimeError as e:
+                    seen[t] = str(e)
+        in_flight = model.peer.in_flight  # the sync of step PERIOD
+        model.finish()
+        seen["landed"] = in_flight and not model.peer.in_flight
+        model.close()
+        return seen
+
+    for seen in run_nodes([lambda i=i: node(i) for i in range(2)]):
+        assert "a stale exchange is in flight" in seen[0], seen
+        assert seen[STALE] is True and seen["landed"], seen
