@@ -162,8 +162,9 @@ def test_gossip_model_localsgd_stale2__four_processes__trains_as_stale0(
     steps = 200
     plain = _launch_stale(tmp_path, 0, steps)
     stale = _launch_stale(tmp_path, 2, steps)
-    for r in stale.values():
-        assert r["steps"] == steps and not r["in_flight"], r
+    for r in stale.values():  # launch's --stale reached the peers
+        assert r["steps"] == steps and r["stale"] == 2, r
+        assert not r["in_flight"], r
     loss0 = max(r["loss"] for r in plain.values())
     loss2 = max(r["loss"] for r in stale.values())
     acc0 = min(r["accuracy"] for r in plain.values())

@@ -44,5 +44,6 @@ flat = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
 with open(f"result-{node}.json", "w") as f:
     json.dump({"id": node, "steps": model.step, "loss": float(test_loss),
                "accuracy": float(accuracy), "params": flat.tolist(),
-               "in_flight": in_flight, "longest_step": longest}, f)
+               "in_flight": in_flight, "stale": model.peer.stale,
+               "longest_step": longest}, f)
 model.close()
