@@ -22,7 +22,13 @@ makes the model distributed differs:
          gradients in two buckets, the fully connected layers' travelling
          while backward computes the convolutions' (DDP's 1 MB first bucket
          holds them all); each also with overlap=False, one exchange at
-         the end of backward, to measure what the buckets save)
+         the end of backward, to measure what the buckets save), and
+         streaming DiLoCo (localsgd, period 8 in 4 fragments, outer
+         Nesterov step 0.7 with momentum 0.5, each synchronization
+         landing 4 steps after it starts: the exchanges run on the
+         peer's thread and the training never waits for them unless one
+         is 4 steps late; DiLoCo's outer momentum 0.9 diverges at so
+         short a period, with stale 0 too)
 
 N processes, each in its own network namespace on a bridge, every veth
 shaped both ways by tc tbf to the rate (bench/torch_compare.py's Netns;
@@ -75,6 +81,9 @@ RUMOR = [("Rumor PowerGossip r1", "algo=powergossip;rank=1", 0.9),
          ("Rumor top-k 1% + DGC no overlap",
           "algo=allreduce;codec=topk:ratio=0.01;ef=dgc:0.9;overlap=0",
           0.0),
+         ("Rumor streaming DiLoCo",
+          "algo=localsgd;period=8;fragments=4;stale=4;outer_lr=0.7;"
+          "outer_momentum=0.5", 0.9),
          ("Rumor all-reduce", "algo=allreduce;bucket_cap_mb=0.1", 0.9),
          ("Rumor all-reduce no overlap", "algo=allreduce;overlap=0", 0.9)]
 

@@ -826,10 +826,13 @@ node_exchange_init(rumor_node *node)
                                                      UINT64_MAX};
     node->stop_hops = s_stop_hops(node);
     node->stop_margin = s_stop_margin(node);
-    /* a peer's ring waits for the peer's algorithms (node_elastic_attach) */
+    /* a peer's ring waits for the peer's algorithms (node_elastic_attach),
+     * unless its exchanges run stale: then the ring is the exchange
+     * thread's alone, as rumor node's */
     if (node_elastic_wanted(node))
-        return node->external ? RUMOR_OK
-                              : s_elastic_new(node, node_exchanged(node), NULL);
+        return node->external && !node_stale_mode(node)
+                   ? RUMOR_OK
+                   : s_elastic_new(node, node_exchanged(node), NULL);
     if (!rumor_gossip_can_skip(node->g))
         return RUMOR_OK;
     return s_faults_new(node);

@@ -54,7 +54,15 @@
  * order for n >= 3 (the same bits for 2 nodes, where a + b = b + a, and
  * for allreduce-f64 and the codecs, whose sums are exact or per element
  * in node order). The first bucket begins the step (links, stop plan),
- * the last one ends it.
+ * the last one ends it. *
+ * Stale exchanges (opts.gossip.stale = S > 0, a model exchange) run as
+ * `rumor node --stale` runs them (node/stale.c): the node's algorithm,
+ * fault path and elastic ring work on a copy of the tensors (node->mix)
+ * that only the exchange's thread touches, and each gossip() lands the
+ * exchanges of S steps ago on the (staged) tensors and queues its own on
+ * a snapshot of them, so the caller's loop never waits for the network
+ * unless an exchange due is late. What needs the exchange on the
+ * caller's thread is refused: buckets, average(), join (docs/python.md).
  */
 #include "rumor/node.h"
 
@@ -596,6 +604,66 @@ s_step(rumor_peer *peer, rumor_gossip *g, struct rumor_diag *diag)
     return s_step_end(peer, step, stop, rc, diag);
 }
 
+/* --- stale exchanges ---------------------------------------------------- */
+
+/* A step with stale exchanges (opts.gossip.stale = S > 0): the exchanges
+ * of step step - S and before land on the caller's tensors, then this
+ * step's own (when the algorithm exchanges at it) is queued on a snapshot
+ * of them and runs on the exchange's thread (node/stale.h) while the
+ * caller trains on; nothing here waits for the network unless an
+ * exchange due now is still under way. */
+static rumor_err
+s_stale_step(rumor_peer *peer, struct rumor_diag *diag)
+{
+    if (peer->stopped)
+        return RUMOR_OK;
+    uint64_t step = peer->step;
+    bool stop = false, first = !peer->started;
+    rumor_err rc = s_stage_all(peer, true);
+    if (rc == RUMOR_OK && first)
+        rc = s_start(peer, &step, diag);
+    if (rc == RUMOR_OK)
+        rc = node_stale_step(peer->node, &peer->model, step, &stop);
+    rc = s_refusals(peer, first, rc, diag);
+    if (rc == RUMOR_OK)
+        rc = s_stage_all(peer, false);
+    return s_step_end(peer, step, stop, rc, diag);
+}
+
+/* Why opts cannot run stale under the peer API, or NULL. */
+static const char *
+s_stale_refused(const struct rumor_node_opts *opts)
+{
+    if (opts->gossip.stale == 0)
+        return NULL;
+    if (opts->join)
+        return "join: a joiner takes a neighbour's model at its first "
+               "step, which the exchange's thread would have to hand to "
+               "the caller's tensors (start it with stale 0)";
+    return NULL;
+}
+
+/* RUMOR_EINVAL with diag when exchanges are queued or under way: their
+ * corrections are neither in the caller's tensors nor in a state. */
+static rumor_err
+s_stale_idle(const rumor_peer *peer, const char *what, struct rumor_diag *diag)
+{
+    if (!node_stale_busy(peer->node))
+        return RUMOR_OK;
+    rumor_diag_set(diag,
+                   "",
+                   0,
+                   0,
+                   "%s at step %llu: a stale exchange is in flight (it "
+                   "lands %u steps after it started); do it after the gossip() "
+                   "of a step t with none in flight (localsgd: t %% period "
+                   ">= stale) or after flush()",
+                   what,
+                   (unsigned long long)peer->step,
+                   peer->gossip.stale);
+    return RUMOR_EINVAL;
+}
+
 /* --- buckets ------------------------------------------------------------ */
 
 /* The bucket's exchange in the step in flight, its rounds after those of
@@ -710,6 +778,9 @@ s_buckets_free(rumor_peer *peer)
 static const char *
 s_buckets_refused(rumor_peer *peer)
 {
+    if (peer->gossip.stale > 0)
+        return "stale exchanges run whole on their own thread, and buckets "
+               "are for a gradient exchange, which cannot run stale";
     if (rumor_gossip_can_skip(node_gossip(peer->node)))
         return "it gossips the model through the fault path (it can skip "
                "a late neighbour); buckets are for a gradient exchange "
@@ -1088,6 +1159,17 @@ rumor_peer_new(const struct rumor_node_opts *opts,
         if (rc != RUMOR_OK)
             return rc;
     }
+    const char *why = s_stale_refused(opts);
+    if (why != NULL) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "stale %u with %s",
+                       opts->gossip.stale,
+                       why);
+        return RUMOR_EINVAL;
+    }
     rumor_peer *peer = calloc(1, sizeof *peer);
     if (peer == NULL)
         return RUMOR_ENOMEM;
@@ -1116,7 +1198,9 @@ rumor_peer_new(const struct rumor_node_opts *opts,
     if (rc == RUMOR_OK)
         rc = node_new_model(opts, &peer->model, dtypes, &peer->node, diag);
     free(dtypes);
-    if (rc == RUMOR_OK && node_elastic_wanted(peer->node))
+    /* stale: the node's ring, on the exchange thread's copy */
+    if (rc == RUMOR_OK && node_elastic_wanted(peer->node) &&
+        opts->gossip.stale == 0)
         rc = s_elastic_new(peer, opts);
     if (rc != RUMOR_OK) {
         rumor_peer_destroy(&peer);
@@ -1135,8 +1219,10 @@ rumor_peer_destroy(rumor_peer **self_p)
     /* a ring's members may still need this node's last state; a node
      * whose last step failed leaves without a word (they go on without
      * it) */
-    if (peer->node != NULL && peer->started && peer->elastic != NULL &&
-        peer->step > 0 && !peer->failed)
+    if (peer->node != NULL)
+        node_stale_end(peer->node); /* before the links close */
+    if (peer->node != NULL && peer->started &&
+        node_elastic_of(peer->node) != NULL && peer->step > 0 && !peer->failed)
         node_finish(peer->node, peer->step - 1);
     else if (peer->node != NULL && peer->started)
         node_flush(peer->node);
@@ -1180,6 +1266,8 @@ rumor_err
 rumor_peer_gossip(rumor_peer *peer, struct rumor_diag *diag)
 {
     rumor_err rc = s_between_steps(peer, diag);
+    if (rc == RUMOR_OK && peer->gossip.stale > 0)
+        return s_stale_step(peer, diag);
     if (rc != RUMOR_OK || peer->buckets == NULL)
         return rc == RUMOR_OK ? s_step(peer, NULL, diag) : rc;
     for (size_t k = 0; k < peer->nbuckets && rc == RUMOR_OK; k++)
@@ -1280,6 +1368,18 @@ rumor_peer_looks_ahead(const rumor_peer *peer)
 rumor_err
 rumor_peer_average(rumor_peer *peer, struct rumor_diag *diag)
 {
+    if (peer->gossip.stale > 0) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "average() with stale %u: it exchanges the caller's "
+                       "tensors at once, on links the stale exchanges' "
+                       "thread uses; use one or the other (localsgd with "
+                       "stale is the overlapped form of periodic averaging)",
+                       peer->gossip.stale);
+        return RUMOR_EINVAL;
+    }
     if (peer->avg == NULL) {
         struct rumor_gossip_opts go;
         rumor_gossip_opts_default(&go);
@@ -1325,8 +1425,8 @@ rumor_peer_stats(const rumor_peer *peer, struct rumor_peer_stats *out)
         .steps = peer->step,
         .bytes_sent = sum.bytes_sent,
         .bytes_recv = sum.bytes_recv,
-        .gossip_bytes_sent = sum.gossip_bytes_sent,
-        .gossip_bytes_recv = sum.gossip_bytes_recv,
+        .gossip_bytes_sent = c.gossip_bytes_sent,
+        .gossip_bytes_recv = c.gossip_bytes_recv,
         .gossip_frames_sent = c.gossip_frames_sent,
         .seconds = c.seconds,
         .seconds_gossip = c.seconds_gossip,
@@ -1344,6 +1444,12 @@ rumor_peer_nodes(const rumor_peer *peer)
 rumor_err
 rumor_peer_state_save(const rumor_peer *peer, rumor_buf *out)
 {
+    /* the algorithm's state is the exchange thread's while one runs */
+    struct rumor_diag why = {0};
+    if (s_stale_idle(peer, "state save", &why) != RUMOR_OK) {
+        rumor_log(RUMOR_LOG_ERROR, "%s", why.msg);
+        return RUMOR_EINVAL;
+    }
     uint8_t head[PEER_STATE_HEAD];
     memcpy(head, peer->buckets ? PEER_BUCKETS_MAGIC : PEER_STATE_MAGIC, 8);
     s_put_u64(head + 8, peer->step);
@@ -1361,6 +1467,8 @@ rumor_peer_state_load(rumor_peer *peer,
                       size_t len,
                       struct rumor_diag *diag)
 {
+    if (s_stale_idle(peer, "state load", diag) != RUMOR_OK)
+        return RUMOR_EINVAL;
     bool plain =
         len >= PEER_STATE_HEAD && memcmp(data, PEER_STATE_MAGIC, 8) == 0;
     bool bucketed =
@@ -1441,6 +1549,36 @@ rumor_peer_join(rumor_peer *peer, struct rumor_diag *diag)
     if (rc == RUMOR_OK)
         peer->step = step;
     return rc;
+}
+
+rumor_err
+rumor_peer_flush(rumor_peer *peer, struct rumor_diag *diag)
+{
+    if (!node_stale_busy(peer->node))
+        return RUMOR_OK;
+    bool stop = false;
+    rumor_err rc = s_stage_all(peer, true);
+    if (rc == RUMOR_OK)
+        rc = node_stale_land_all(peer->node, &peer->model, &stop);
+    if (rc == RUMOR_OK)
+        rc = s_stage_all(peer, false);
+    peer->stopped = peer->stopped || stop;
+    peer->failed = peer->failed || rc != RUMOR_OK;
+    if (rc != RUMOR_OK)
+        s_step_error(peer, peer->step, rc, diag);
+    return rc;
+}
+
+bool
+rumor_peer_in_flight(const rumor_peer *peer)
+{
+    return node_stale_busy(peer->node);
+}
+
+uint32_t
+rumor_peer_stale(const rumor_peer *peer)
+{
+    return peer->gossip.stale;
 }
 
 void

@@ -231,14 +231,45 @@ s_gossip_new(rumor_node *node,
                             diag);
 }
 
+/* RUMOR_EINVAL with diag when opts ask for stale exchanges that cannot
+ * run stale (docs/gossip.md, "Stale exchanges"). */
+static rumor_err
+s_stale_check(const struct rumor_node_opts *o, struct rumor_diag *diag)
+{
+    rumor_err rc =
+        rumor_gossip_stale_check(&o->gossip,
+                                 rumor_node_opts_gradient_exchange(o),
+                                 diag);
+    if (rc != RUMOR_OK || o->gossip.stale == 0 || o->consensus_every == 0)
+        return rc;
+    rumor_diag_set(diag,
+                   "",
+                   0,
+                   0,
+                   "--consensus-every talks to the neighbours between steps, "
+                   "where --stale exchanges are under way: use one or the "
+                   "other");
+    return RUMOR_EINVAL;
+}
+
 static rumor_err
 s_build_training(rumor_node *node, struct rumor_diag *diag)
 {
     const struct rumor_node_opts *o = &node->opts;
-    if (node->external) /* the peer API: the caller's tensors */
-        return s_gossip_new(node, node->model, diag);
+    rumor_err rc = s_stale_check(o, diag);
+    if (rc != RUMOR_OK)
+        return rc;
+    /* the peer API: the caller's tensors, or with stale exchanges a copy
+     * that only the exchange's thread touches */
+    if (node->external && o->gossip.stale > 0)
+        rc = rumor_model_clone(node->model, &node->mix);
+    if (node->external)
+        return rc == RUMOR_OK
+                   ? s_gossip_new(node,
+                                  node->mix != NULL ? node->mix : node->model,
+                                  diag)
+                   : rc;
     struct rumor_workload_opts wo = o->workload;
-    rumor_err rc = RUMOR_OK;
     if (o->dataset[0] != '\0') {
         rc = rumor_dataset_open(o->dataset, wo.seed, &node->data, diag);
         if (rc != RUMOR_OK)
@@ -272,21 +303,6 @@ s_build_training(rumor_node *node, struct rumor_diag *diag)
     }
     const struct rumor_model *mixed =
         rumor_node_opts_gradient_exchange(o) ? node->grad : node->model;
-    rc = rumor_gossip_stale_check(&o->gossip,
-                                  rumor_node_opts_gradient_exchange(o),
-                                  diag);
-    if (rc != RUMOR_OK)
-        return rc;
-    if (o->gossip.stale > 0 && o->consensus_every > 0) {
-        rumor_diag_set(diag,
-                       "",
-                       0,
-                       0,
-                       "--consensus-every talks to the neighbours between "
-                       "steps, where --stale exchanges are under way: use "
-                       "one or the other");
-        return RUMOR_EINVAL;
-    }
     if (!rumor_node_opts_gradient_exchange(o) &&
         (o->overlap || o->gossip.stale > 0)) {
         rc = rumor_model_clone(node->model, &node->mix);
@@ -393,7 +409,7 @@ s_start_net(rumor_node *node, struct rumor_diag *diag)
 /* The exchange's counters: with stale exchanges, as their thread last
  * published them, and the training's waits are those of landing. */
 static void
-s_exchange_counters(rumor_node *node, struct node_stale_counters *c)
+s_exchange_counters(const rumor_node *node, struct node_stale_counters *c)
 {
     if (node->stale != NULL) {
         node_stale_counters(node->stale, c);
@@ -930,7 +946,7 @@ s_grad_and_gossip_overlapped(rumor_node *node, uint64_t t, double *loss)
     return rc;
 }
 
-/* Gradient at x_t; the exchange of step t runs stale (s_stale_begin). */
+/* Gradient at x_t; the exchange of step t runs stale (node_stale_step). */
 static rumor_err
 s_grad_only(rumor_node *node, uint64_t t, double *loss)
 {
@@ -942,32 +958,52 @@ s_grad_only(rumor_node *node, uint64_t t, double *loss)
 
 /* The waits of landing count as waiting for the network. */
 static rumor_err
-s_stale_land(rumor_node *node, uint64_t t, bool *stop)
+s_stale_land(rumor_node *node,
+             struct rumor_model *model,
+             uint64_t t,
+             bool *stop)
 {
     uint64_t w0 = rumor_clock_ns();
-    rumor_err rc = node_stale_land(node->stale, node->model, t, stop);
+    rumor_err rc = node_stale_land(node->stale, model, t, stop);
     node->t_land_wait += s_since(w0);
     return rc;
 }
 
-static rumor_err
-s_stale_drain(rumor_node *node)
+rumor_err
+node_stale_step(rumor_node *node,
+                struct rumor_model *model,
+                uint64_t t,
+                bool *stop)
 {
-    bool stop = false;
-    return s_stale_land(node, UINT64_MAX, &stop);
+    *stop = false;
+    rumor_err rc = RUMOR_OK;
+    if (node->stale == NULL)
+        rc = node_stale_start(node, node->opts.gossip.stale, &node->stale);
+    if (rc == RUMOR_OK)
+        rc = s_stale_land(node, model, t, stop);
+    if (rc != RUMOR_OK || *stop || !rumor_gossip_exchanges(node->g, t))
+        return rc;
+    return node_stale_push(node->stale, model, t);
 }
 
-/* The start of step t with stale exchanges: those due land, then step
- * t's own starts on a snapshot of the model. */
-static rumor_err
-s_stale_begin(rumor_node *node, uint64_t t, bool *stop)
+rumor_err
+node_stale_land_all(rumor_node *node, struct rumor_model *model, bool *stop)
 {
-    rumor_err rc = s_stale_land(node, t, stop);
-    if (rc != RUMOR_OK || *stop)
-        return rc;
-    if (!rumor_gossip_exchanges(node->g, t))
-        return RUMOR_OK;
-    return node_stale_push(node->stale, node->model, t);
+    *stop = false;
+    return node->stale == NULL ? RUMOR_OK
+                               : s_stale_land(node, model, UINT64_MAX, stop);
+}
+
+bool
+node_stale_busy(const rumor_node *node)
+{
+    return node->stale != NULL && !node_stale_idle(node->stale);
+}
+
+void
+node_stale_end(rumor_node *node)
+{
+    node_stale_stop(&node->stale);
 }
 
 /* Gradient at x_t, then the gossip step (of the model or the gradient). */
@@ -1017,23 +1053,27 @@ s_step(rumor_node *node, uint64_t t)
     uint64_t c1 = rumor_clock_ns();
     rc = rumor_optim_step(node->optim, t, node->model, node->grad);
     bool last = t + 1 == o->steps;
-    /* the exchanges of the last S steps land after the last step */
-    if (rc == RUMOR_OK && last && node->stale != NULL)
-        rc = s_stale_drain(node);
+    /* the exchanges of the last S steps land after the last step (their
+     * wait is the landing's, not compute) */
+    bool stopped = false;
+    node->t_compute += s_since(c1);
+    if (rc == RUMOR_OK && last)
+        rc = node_stale_land_all(node, node->model, &stopped);
     bool evaluate = last || (o->eval_every > 0 && (t + 1) % o->eval_every == 0);
     bool probe = o->consensus_every > 0 && (t + 1) % o->consensus_every == 0;
+    uint64_t c2 = rumor_clock_ns();
     if (rc == RUMOR_OK && evaluate)
         s_evaluate(node);
-    node->t_compute += s_since(c1);
+    node->t_compute += s_since(c2);
     /* the adaptive budgets are the exchange thread's to read */
     if (node->stale == NULL)
         rumor_gossip_compute_observe(
             node->g,
             (uint64_t)((node->t_compute - compute0) * 1e9));
     if (rc == RUMOR_OK && probe) {
-        uint64_t c2 = rumor_clock_ns();
-        rc = s_probe(node, t, c2 + node_step_span(node, t + 1));
-        node->t_wait += s_since(c2);
+        uint64_t p0 = rumor_clock_ns();
+        rc = s_probe(node, t, p0 + node_step_span(node, t + 1));
+        node->t_wait += s_since(p0);
     }
     if (rc != RUMOR_OK)
         return rc;
@@ -1224,7 +1264,7 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
     uint64_t t = t0;
     while (t < o->steps && rc == RUMOR_OK) {
         bool stop = false;
-        rc = node->stale != NULL ? s_stale_begin(node, t, &stop)
+        rc = node->stale != NULL ? node_stale_step(node, node->model, t, &stop)
                                  : node_step_begin(node, &t, &stop);
         if (rc != RUMOR_OK || stop || t >= o->steps)
             break;
@@ -1299,11 +1339,15 @@ node_report_step(rumor_node *node, uint64_t steps, const struct node_report *r)
 void
 node_counters(const rumor_node *node, struct node_counters *out)
 {
+    struct node_stale_counters c;
+    s_exchange_counters(node, &c);
     *out = (struct node_counters){
-        .gossip_frames_sent = node->gossip_frames_sent,
+        .gossip_frames_sent = c.gossip_frames_sent,
+        .gossip_bytes_sent = c.gossip_bytes_sent,
+        .gossip_bytes_recv = c.gossip_bytes_recv,
         .seconds = node->start_ns != 0 ? s_since(node->start_ns) : 0,
-        .seconds_gossip = node->t_gossip,
-        .seconds_wait = node->t_wait,
+        .seconds_gossip = c.t_gossip,
+        .seconds_wait = c.t_wait,
     };
 }
 

@@ -265,6 +265,26 @@ rumor_err node_elastic_attach(rumor_node *node,
 /* The node's elastic ring, or NULL. */
 node_elastic *node_elastic_of(rumor_node *node);
 
+/* Stale exchanges (opts.gossip.stale > 0, node/stale.h) for a caller
+ * that owns the loop; the node's algorithm works on a copy of model that
+ * only the exchange's thread touches. node_stale_step is the start of
+ * step t: the exchanges due land on model (waiting for those still under
+ * way), then step t's own is queued on a snapshot of model when the
+ * algorithm exchanges at t; the thread starts at the first call. *stop:
+ * an exchange found the run's agreed stop (no later one runs). */
+rumor_err node_stale_step(rumor_node *node,
+                          struct rumor_model *model,
+                          uint64_t t,
+                          bool *stop);
+/* Lands every exchange queued or under way on model (the end of a run). */
+rumor_err
+node_stale_land_all(rumor_node *node, struct rumor_model *model, bool *stop);
+/* True while an exchange is queued or under way (not landed). */
+bool node_stale_busy(const rumor_node *node);
+/* Joins the exchange's thread (before the links close); the exchanges
+ * not landed are dropped. A no-op without one. */
+void node_stale_end(rumor_node *node);
+
 /* What the caller of the peer API measured (NAN: not measured). */
 struct node_report {
     double loss;      /* minibatch loss */
@@ -285,8 +305,10 @@ void node_flush(rumor_node *node);
  * path's end-of-run notice to the neighbours, then node_flush. */
 void node_finish(rumor_node *node, uint64_t t);
 
+/* The exchange's counters; with stale exchanges as their thread last
+ * published them, and the wait is that of landing. */
 struct node_counters {
-    uint64_t gossip_frames_sent;
+    uint64_t gossip_frames_sent, gossip_bytes_sent, gossip_bytes_recv;
     double seconds;        /* since node_start_clock */
     double seconds_gossip; /* emit and absorb */
     double seconds_wait;   /* sending and waiting for neighbours */

@@ -115,11 +115,11 @@ struct rumor_node {
 };
 
 /* True when steps' exchanges run stale (node/stale.h): the exchange's
- * thread then works on node->mix alone. */
+ * thread then works on node->mix alone (the peer API's too). */
 static inline bool
 node_stale_mode(const rumor_node *node)
 {
-    return node->opts.gossip.stale > 0 && !node->external;
+    return node->opts.gossip.stale > 0;
 }
 
 /* The model the exchange (and the fault path's, the ring's state

@@ -6,7 +6,10 @@
  * exchanges"). The thread owns everything the exchange touches (the
  * algorithm, the transport, the fault path, the stop plan, node->mix);
  * the caller owns the live model and reads the exchange's counters only
- * as the thread publishes them after each job.
+ * as the thread publishes them after each job. The caller is
+ * rumor_node_run's loop, or the peer API's gossip() (node/peer.c, through
+ * node_stale_step in runtime_impl.h), whose live model is the caller's
+ * tensors.
  */
 #ifndef RUMOR_NODE_STALE_H
 #define RUMOR_NODE_STALE_H

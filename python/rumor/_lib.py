@@ -167,6 +167,9 @@ _PROTOS = [
     ("rumor_peer_joined", c_bool, [_P, POINTER(POINTER(ctypes.c_uint8)),
                                    POINTER(c_size_t)]),
     ("rumor_peer_join", c_int, [_P, _DIAG]),
+    ("rumor_peer_flush", c_int, [_P, _DIAG]),
+    ("rumor_peer_in_flight", c_bool, [_P]),
+    ("rumor_peer_stale", c_uint32, [_P]),
     ("rumor_buf_append", c_int, [POINTER(Buf), c_void_p, c_size_t]),
     # workloads
     ("rumor_node_workload_new", c_int, [_P, _PP, _DIAG]),

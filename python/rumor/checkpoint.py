@@ -20,6 +20,13 @@ FORMAT = 1
 def peer_state(peer):
     """The peer's state as a dict of plain values (bytes inside)."""
     peer._need()
+    if peer.in_flight:
+        raise RuntimeError(
+            f"rumor: node {peer.node_id}: no checkpoint at step {peer.step}: "
+            f"a stale exchange is in flight and its correction is in "
+            f"neither the model nor a state; save after a step with none "
+            f"in flight (localsgd: after the gossip of a step t with "
+            f"t % period >= stale) or after flush()")
     buf = _lib.Buf()
     lib.rumor_buf_init(ctypes.byref(buf), 1 << 40)
     try:

@@ -296,11 +296,39 @@ class Peer:
         workers, or a missing neighbour for PowerGossip with several
         iterations or CHOCO with adapt). Returns
         False, doing nothing, once the run's agreed stop is reached (see
-        stop()), else True."""
+        stop()), else True.
+
+        With stale=S (a model exchange, e.g. algo="localsgd" with S <=
+        period) the call does not wait for the network: the exchanges
+        started S or more steps ago land on the tensors (x += G - s),
+        then this step's own, when the algorithm exchanges at it, starts
+        on a snapshot of them and runs on a thread of the peer while the
+        caller trains on. An exchange's error is raised by the call that
+        lands it. flush() (or close()) lands the rest at the end."""
         if self._p is not None and lib.rumor_peer_stopped(self._p):
             return False
         self._step(lib.rumor_peer_gossip, tensors)
         return not lib.rumor_peer_stopped(self._p)
+
+    def flush(self, tensors=None):
+        """With stale=S: lands every exchange still in flight on the
+        tensors now, waiting for them (the end of training; close() does
+        it too). Landing early changes the run's numbers, so call it
+        once training is done. Does nothing otherwise."""
+        if self._p is None:
+            return
+        self._step(lib.rumor_peer_flush, tensors)
+
+    @property
+    def in_flight(self):
+        """True while a stale exchange has not landed (stale=S)."""
+        return self._p is not None and bool(lib.rumor_peer_in_flight(self._p))
+
+    @property
+    def stale(self):
+        """The stale option (0: every exchange lands within gossip())."""
+        self._need()
+        return int(lib.rumor_peer_stale(self._p))
 
     def set_buckets(self, buckets):
         """Cuts the exchange into buckets: a list of (first, count)
@@ -414,10 +442,18 @@ class Peer:
                                "(call gossip(), average() or register())")
 
     # --- life -----------------------------------------------------------
-    def close(self):
-        """Lets queued messages leave, stops the transport, frees the C
-        peer. Safe twice; also done by `with` and at garbage collection."""
-        if getattr(self, "_p", None) is not None:
+    def close(self, _land=True):
+        """Lands the stale exchanges still in flight (flush(); raises
+        what they raised, after closing), lets queued messages leave,
+        stops the transport, frees the C peer. Safe twice; also done by
+        `with` and at garbage collection (which drops what is in flight
+        instead of writing into tensors nobody may look at again)."""
+        if getattr(self, "_p", None) is None:
+            return
+        try:
+            if _land and self.in_flight:
+                self.flush()
+        finally:
             if sys.is_finalizing():  # no Python left to serve a state
                 lib.rumor_peer_state_source(self._p, _lib.STATE_FN(), None)
             lib.rumor_peer_destroy(ctypes.byref(self._p))
@@ -431,7 +467,7 @@ class Peer:
         self.close()
 
     def __del__(self):
-        self.close()
+        self.close(_land=False)
 
 
 class Workload:

@@ -20,6 +20,15 @@ of epfml/powergossip, with the exchange hidden behind the compute; the
 update is added, not assigned, so it holds whether the optimizer stepped
 before or after.
 
+Stale exchanges (stale=S, e.g. algo="localsgd" with S <= period, the
+streaming DiLoCo of docs/gossip.md): the C peer runs each exchange on a
+thread of its own over a snapshot of the parameters, so each training
+forward() only lands the exchanges started S steps ago (x += G - s) and
+queues its own step's; nothing waits for the network unless an exchange
+due is late. finish() (or close()) lands the last ones at the end of
+training. A state_dict() while an exchange is in flight is refused
+(save after a step with none in flight: localsgd, t % period >= S).
+
 Gradient-exchange algorithms (allreduce, with or without a codec, and
 powersgd): the gradients are averaged over the nodes before opt.step().
 With overlap (the default) they travel in buckets, as DDP's: the
@@ -103,6 +112,7 @@ class GossipModel(torch.nn.Module):
         self._pending = False
         self._done = 0
         self._buckets = None
+        self._stale = None  # the peer's stale option, read once built
         self._hooks = []  # removed by close(): the module may be rewrapped
         if self.gradient_exchange and overlap:
             self._hook_buckets(bucket_cap_mb)
@@ -123,7 +133,9 @@ class GossipModel(torch.nn.Module):
 
     # --- model exchange ----------------------------------------------
     def forward(self, *args, **kwargs):
-        if self.training and not self.gradient_exchange:
+        if self.training and self._runs_stale():
+            self._stale_step()
+        elif self.training and not self.gradient_exchange:
             self.finish()
             self._start()
         elif self.training:
@@ -134,7 +146,7 @@ class GossipModel(torch.nn.Module):
     def step(self):
         """The step the next forward() trains: steps done, counting the
         exchange in flight, or the neighbours' step after a join."""
-        if self.gradient_exchange:
+        if self.gradient_exchange or self._runs_stale():
             return self.peer.step
         return self._done + (self._thread is not None or self._pending)
 
@@ -176,10 +188,41 @@ class GossipModel(torch.nn.Module):
         except BaseException as e:  # re-raised in the caller's thread
             self._error = e
 
+    def _runs_stale(self):
+        """True for a model exchange with stale=S > 0 (the peer is built
+        at the first call)."""
+        if self.gradient_exchange:
+            return False
+        if self._stale is None:
+            self._register()
+            self._stale = self.peer.stale
+        return self._stale > 0
+
+    def _stale_step(self, flush=False):
+        """The parameters to the peer, its landings back: one step's
+        gossip() (or with flush the landing of all in flight)."""
+        if not self._more and not flush:
+            return
+        with torch.no_grad():
+            for s, t in zip(self._send, self._live):
+                s.copy_(t)
+            if flush:
+                self.peer.flush(self._send)
+            else:
+                self._more = self.peer.gossip(self._send)
+            for s, t in zip(self._send, self._live):
+                t.copy_(s)
+
     def finish(self):
         """Waits for the exchange started by the last forward() and adds
         its mixing term to the parameters; raises what the exchange
-        raised. Safe to call at any time (nothing pending: nothing)."""
+        raised. Safe to call at any time (nothing pending: nothing).
+        With stale=S: lands every exchange still in flight (the end of
+        training; landing early changes the run's numbers)."""
+        if self._stale:
+            if self.peer.in_flight:
+                self._stale_step(flush=True)
+            return
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -416,7 +459,8 @@ class GossipModel(torch.nn.Module):
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         super()._save_to_state_dict(destination, prefix, keep_vars)
-        self.finish()
+        if not self._stale:  # stale: refused while in flight, not landed
+            self.finish()
         if self.peer._p is not None:
             destination[prefix + "rumor_peer"] = self.peer.state_dict()
 
@@ -428,7 +472,8 @@ class GossipModel(torch.nn.Module):
                                       strict, missing_keys, unexpected_keys,
                                       error_msgs)
         if state is not None:
-            self.finish()
+            if not self._stale:
+                self.finish()
             self._register()
             self.peer.load_state_dict(state)
 

@@ -86,9 +86,29 @@ RUMOR_API void rumor_peer_destroy(rumor_peer **self_p);
  * (rumor_peer_stats' steps tells where the peer is); for the others it
  * gives RUMOR_ETIMEDOUT with the tensors unchanged. diag says which step
  * failed and why. Once the run's agreed stop is reached (rumor_peer_stop)
- * it does nothing and rumor_peer_stopped is true. */
+ * it does nothing and rumor_peer_stopped is true.
+ * With opts.gossip.stale = S > 0 (a model exchange; docs/gossip.md,
+ * "Stale exchanges") it returns without waiting for the network: the
+ * exchanges of step t - S and before land on the tensors (x += G - s,
+ * waiting only for one still under way), then, when the algorithm
+ * exchanges at this step (localsgd: its synchronizations), a snapshot s
+ * of the tensors is queued and exchanged on a thread of the peer, over a
+ * copy the peer owns, into G. An exchange's failure is returned by the
+ * call that lands it. rumor_peer_flush lands the rest at the end. */
 RUMOR_API rumor_err rumor_peer_gossip(rumor_peer *peer,
                                       struct rumor_diag *diag);
+
+/* Stale exchanges: lands every exchange queued or under way on the
+ * tensors now (waiting for them), as the end of a run needs; a no-op
+ * without any. rumor_peer_destroy drops those not landed. Errors as
+ * rumor_peer_gossip's. */
+RUMOR_API rumor_err rumor_peer_flush(rumor_peer *peer, struct rumor_diag *diag);
+
+/* True while a stale exchange is queued or under way (not landed). */
+RUMOR_API bool rumor_peer_in_flight(const rumor_peer *peer);
+
+/* opts.gossip.stale of the peer (0: exchanges land within the call). */
+RUMOR_API uint32_t rumor_peer_stale(const rumor_peer *peer);
 
 /* Tensors [first, first + count) of the peer's, exchanged as one bucket. */
 struct rumor_peer_bucket {
@@ -197,7 +217,8 @@ RUMOR_API rumor_err rumor_peer_join(rumor_peer *peer, struct rumor_diag *diag);
  * whatever the algorithm), in place: the synchronisation of local SGD.
  * Uses the next step number, like rumor_peer_gossip; every node must make
  * the same sequence of gossip and average calls. Errors as
- * rumor_peer_gossip. */
+ * rumor_peer_gossip; RUMOR_EINVAL with diag with stale exchanges (their
+ * thread owns the links). */
 RUMOR_API rumor_err rumor_peer_average(rumor_peer *peer,
                                        struct rumor_diag *diag);
 
@@ -222,14 +243,16 @@ RUMOR_API uint32_t rumor_peer_nodes(const rumor_peer *peer);
  * bucket's range and state), little-endian. With the
  * caller's tensors saved beside it (e.g. a PyTorch state_dict), a new
  * peer made with the same options and shapes continues exactly. Call
- * between steps. RUMOR_ETOOBIG / RUMOR_ENOMEM from the buffer. */
+ * between steps. RUMOR_ETOOBIG / RUMOR_ENOMEM from the buffer;
+ * RUMOR_EINVAL (logged) while a stale exchange is in flight
+ * (rumor_peer_in_flight): its correction is in no state yet. */
 RUMOR_API rumor_err rumor_peer_state_save(const rumor_peer *peer,
                                           rumor_buf *out);
 
 /* Restores a state written by rumor_peer_state_save (bounds-checked; the
  * peer is unchanged on error): RUMOR_EPROTO with diag for bytes that are
  * not such a state or do not fit this peer's algorithm, shapes and
- * buckets.
+ * buckets; RUMOR_EINVAL with diag while a stale exchange is in flight.
  * Without opts.join every node is taken to resume together, and the run
  * continues exactly. With opts.join (and an algorithm that can skip) the
  * peer is one restarted worker coming back into a running run, as
