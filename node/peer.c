@@ -54,7 +54,8 @@
  * order for n >= 3 (the same bits for 2 nodes, where a + b = b + a, and
  * for allreduce-f64 and the codecs, whose sums are exact or per element
  * in node order). The first bucket begins the step (links, stop plan),
- * the last one ends it. *
+ * the last one ends it.
+ *
  * Stale exchanges (opts.gossip.stale = S > 0, a model exchange) run as
  * `rumor node --stale` runs them (node/stale.c): the node's algorithm,
  * fault path and elastic ring work on a copy of the tensors (node->mix)
