@@ -174,6 +174,10 @@ node_stale_start(rumor_node *node, uint32_t stale, node_stale **out)
     rumor_err rc = s_jobs_new(st, node->mix);
     if (rc == RUMOR_OK && pthread_mutex_init(&st->mu, NULL) != 0)
         rc = RUMOR_ENOMEM;
+    /* the counters as they stand: the metrics lines before the first
+     * exchange ends (the ring's view, a resume's byte counts) */
+    if (rc == RUMOR_OK)
+        s_publish(st);
     if (rc == RUMOR_OK && pthread_cond_init(&st->cv, NULL) != 0) {
         pthread_mutex_destroy(&st->mu);
         rc = RUMOR_ENOMEM;
