@@ -13,7 +13,10 @@
 // site (R4.6). Only extern "C" entry points leave this file (R1.1).
 // Limit: tests/unit/test_codec_device.c compares these kernels with their
 // twins and the CPU codecs; it has not yet run on a GPU.
+extern "C" {
 #include "compress/device.h"
+}
+
 #include "core/cuda_check.h"
 #include "core/philox.h"
 
@@ -26,7 +29,7 @@
 #define THREADS    256
 #define MAX_BLOCKS 4096
 
-#define GRID_STRIDE(i, n)                                                 \
+#define GRID_STRIDE(i, n)                                                   \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
          i += (size_t)gridDim.x * blockDim.x)
 
@@ -262,10 +265,10 @@ k_sign_sums(const float *x, size_t n, size_t bucket, size_t per, double *part)
             lane[i % 8] = __dadd_rn(lane[i % 8], fabs((double)x[at + i]));
         for (size_t i = whole; at % 8 != 0 && i < m; i++)
             tail = __dadd_rn(tail, fabs((double)x[at + i]));
-        part[t] = __dadd_rn(__dadd_rn(__dadd_rn(lane[0], lane[4]),
-                                      __dadd_rn(lane[1], lane[5])),
-                            __dadd_rn(__dadd_rn(lane[2], lane[6]),
-                                      __dadd_rn(lane[3], lane[7])));
+        part[t] = __dadd_rn(
+            __dadd_rn(__dadd_rn(lane[0], lane[4]), __dadd_rn(lane[1], lane[5])),
+            __dadd_rn(__dadd_rn(lane[2], lane[6]),
+                      __dadd_rn(lane[3], lane[7])));
         part[t] = __dadd_rn(part[t], tail);
     }
 }
@@ -292,7 +295,8 @@ k_sign_scales(const float *x,
         }
         if (!isfinite(sum))
             atomicOr(flag, 1u);
-        uint32_t s = __float_as_uint(__double2float_rn(__ddiv_rn(sum, (double)m)));
+        uint32_t s =
+            __float_as_uint(__double2float_rn(__ddiv_rn(sum, (double)m)));
         for (int b = 0; b < 4; b++)
             scales[4 * k + b] = (uint8_t)(s >> (8 * b));
     }
@@ -332,7 +336,8 @@ k_sign_decode(const uint8_t *scales,
     }
 }
 
-// --- random-k -----------------------------------------------------------------
+// --- random-k
+// -----------------------------------------------------------------
 
 // Philox4x32-10 (core/rng.c) of counter (block, stream), key seed.
 __device__ static void
@@ -412,7 +417,8 @@ k_randk_scatter(const float *vals,
     }
 }
 
-// --- launchers ----------------------------------------------------------------
+// --- launchers
+// ----------------------------------------------------------------
 
 static void
 s_finite(const float *x, size_t n, uint32_t *flag, void *stream)
@@ -430,8 +436,11 @@ s_dense_encode(const float *x,
                void *stream)
 {
     if (n > 0)
-        k_dense_encode<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(
-            x, n, fmt, body, flag);
+        k_dense_encode<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(x,
+                                                                      n,
+                                                                      fmt,
+                                                                      body,
+                                                                      flag);
 }
 
 static void
@@ -442,8 +451,10 @@ s_dense_check(const uint8_t *body,
               void *stream)
 {
     if (n > 0)
-        k_dense_check<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(
-            body, n, fmt, flag);
+        k_dense_check<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(body,
+                                                                     n,
+                                                                     fmt,
+                                                                     flag);
 }
 
 static void
@@ -457,8 +468,13 @@ s_dense_decode(const uint8_t *body,
                void *stream)
 {
     if (n > 0)
-        k_dense_decode<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(
-            body, n, fmt, add, alpha, y, flag);
+        k_dense_decode<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(body,
+                                                                      n,
+                                                                      fmt,
+                                                                      add,
+                                                                      alpha,
+                                                                      y,
+                                                                      flag);
 }
 
 static size_t
@@ -473,7 +489,11 @@ s_sign_sums(const float *x, size_t n, size_t bucket, double *part, void *stream)
     size_t threads = (n + bucket - 1) / bucket * s_per(bucket);
     if (n > 0)
         k_sign_sums<<<s_blocks(threads), THREADS, 0, s_stream(stream)>>>(
-            x, n, bucket, s_per(bucket), part);
+            x,
+            n,
+            bucket,
+            s_per(bucket),
+            part);
 }
 
 static void
@@ -488,7 +508,13 @@ s_sign_scales(const float *x,
     size_t nb = (n + bucket - 1) / bucket;
     if (n > 0)
         k_sign_scales<<<s_blocks(nb), THREADS, 0, s_stream(stream)>>>(
-            x, n, bucket, s_per(bucket), part, scales, flag);
+            x,
+            n,
+            bucket,
+            s_per(bucket),
+            part,
+            scales,
+            flag);
 }
 
 static void
@@ -496,7 +522,9 @@ s_sign_bits(const float *x, size_t n, uint8_t *bits, void *stream)
 {
     if (n > 0)
         k_sign_bits<<<s_blocks((n + 7) / 8), THREADS, 0, s_stream(stream)>>>(
-            x, n, bits);
+            x,
+            n,
+            bits);
 }
 
 static void
@@ -511,8 +539,14 @@ s_sign_decode(const uint8_t *scales,
               void *stream)
 {
     if (n > 0)
-        k_sign_decode<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(
-            scales, bits, n, bucket, add, alpha, y, flag);
+        k_sign_decode<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(scales,
+                                                                     bits,
+                                                                     n,
+                                                                     bucket,
+                                                                     add,
+                                                                     alpha,
+                                                                     y,
+                                                                     flag);
 }
 
 static void
@@ -526,8 +560,13 @@ s_randk_gather(const float *x,
                void *stream)
 {
     if (k > 0)
-        k_randk_gather<<<s_blocks(k), THREADS, 0, s_stream(stream)>>>(
-            x, n, k, seed, counter, scale, vals);
+        k_randk_gather<<<s_blocks(k), THREADS, 0, s_stream(stream)>>>(x,
+                                                                      n,
+                                                                      k,
+                                                                      seed,
+                                                                      counter,
+                                                                      scale,
+                                                                      vals);
 }
 
 static void
@@ -542,8 +581,14 @@ s_randk_scatter(const float *vals,
                 void *stream)
 {
     if (k > 0)
-        k_randk_scatter<<<s_blocks(k), THREADS, 0, s_stream(stream)>>>(
-            vals, n, k, seed, counter, alpha, y, flag);
+        k_randk_scatter<<<s_blocks(k), THREADS, 0, s_stream(stream)>>>(vals,
+                                                                       n,
+                                                                       k,
+                                                                       seed,
+                                                                       counter,
+                                                                       alpha,
+                                                                       y,
+                                                                       flag);
 }
 
 extern "C" rumor_err

@@ -18,9 +18,6 @@
 
 #include "rumor/compress.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
 
 /* Dense element formats on the wire. */
 enum compress_dev_fmt {
@@ -157,9 +154,5 @@ rumor_err compress_dev_decode_add(const struct compress_dev_i *d,
                                   float *y,
                                   size_t n,
                                   void *stream);
-
-#ifdef __cplusplus
-}
-#endif
 
 #endif /* RUMOR_COMPRESS_DEVICE_H */

@@ -43,7 +43,8 @@ s_check_case(const char *spec, size_t n)
     rumor_codec *c = s_codec(spec);
     size_t cap = s_cap(c, n);
     float *x = malloc((n + 1) * sizeof *x);
-    float *y1 = malloc((n + 1) * sizeof *y1), *y2 = malloc((n + 1) * sizeof *y2);
+    float *y1 = malloc((n + 1) * sizeof *y1),
+          *y2 = malloc((n + 1) * sizeof *y2);
     uint8_t *a = malloc(cap), *b = malloc(cap);
     assert_non_null(x);
     assert_non_null(y1);
@@ -67,13 +68,23 @@ s_check_case(const char *spec, size_t n)
                                          NULL),
                      RUMOR_OK);
     if (wa != wb || memcmp(a, b, wa) != 0)
-        fail_msg("%s n=%zu: payloads differ (%zu vs %zu bytes)", spec, n, wa, wb);
+        fail_msg("%s n=%zu: payloads differ (%zu vs %zu bytes)",
+                 spec,
+                 n,
+                 wa,
+                 wb);
     s_dev_fill(y1, n, 99);
     memcpy(y2, y1, n * sizeof *y1);
     assert_int_equal(rumor_codec_decode_add(c, a, wa, 0.37f, y1, n), RUMOR_OK);
-    assert_int_equal(
-        compress_dev_decode_add(&compress_dev_ref, c, a, wa, 0.37f, y2, n, NULL),
-        RUMOR_OK);
+    assert_int_equal(compress_dev_decode_add(&compress_dev_ref,
+                                             c,
+                                             a,
+                                             wa,
+                                             0.37f,
+                                             y2,
+                                             n,
+                                             NULL),
+                     RUMOR_OK);
     if (n > 0 && memcmp(y1, y2, n * sizeof *y1) != 0)
         fail_msg("%s n=%zu: decode-add differs", spec, n);
     free(x);
@@ -116,9 +127,9 @@ test_ref_twins__nonfinite_x__refused_as_the_cpu_codec(void **state)
             for (size_t p = 0; p < 3; p++) {
                 s_dev_fill(x, n, 5);
                 x[at[p]] = bad[b];
-                assert_int_equal(rumor_codec_encode(
-                                     c, x, n, 1, 2, out, cap, &w, NULL),
-                                 RUMOR_ENUMERIC);
+                assert_int_equal(
+                    rumor_codec_encode(c, x, n, 1, 2, out, cap, &w, NULL),
+                    RUMOR_ENUMERIC);
                 assert_int_equal(compress_dev_encode(&compress_dev_ref,
                                                      c,
                                                      x,
@@ -162,8 +173,14 @@ s_check_refusal(const char *spec,
     memcpy(y2, y1, sizeof y1);
     rumor_err want = rumor_codec_decode_add(c, buf, len, 1.0f, y1, n);
     assert_int_not_equal(want, RUMOR_OK);
-    assert_int_equal(compress_dev_decode_add(
-                         &compress_dev_ref, c, buf, len, 1.0f, y2, n, NULL),
+    assert_int_equal(compress_dev_decode_add(&compress_dev_ref,
+                                             c,
+                                             buf,
+                                             len,
+                                             1.0f,
+                                             y2,
+                                             n,
+                                             NULL),
                      want);
     float y0[300];
     s_dev_fill(y0, n, 4);
@@ -191,7 +208,12 @@ test_ref_twins__malformed_payloads__refused_as_the_cpu_codec(void **state)
     s_check_refusal("sign", 300, 0, p1, 0, 1);
     s_check_refusal("randk:ratio=0.1", 300, 8, k9, 4, 0);
     s_check_refusal("randk:ratio=0.1|fp16", 300, 12 + 16 + 12, inf16, 2, 0);
-    s_check_refusal("randk:ratio=0.1|sign:bucket=3", 300, 12 + 16 + 12, neg, 4, 0);
+    s_check_refusal("randk:ratio=0.1|sign:bucket=3",
+                    300,
+                    12 + 16 + 12,
+                    neg,
+                    4,
+                    0);
     s_check_refusal("randk:ratio=0.1", 300, 0, p1, 0, -3);
 }
 
@@ -201,8 +223,8 @@ static void
 test_device_path__not_done_or_no_device__enotsup(void **state)
 {
     (void)state;
-    const char *not_done[] = {"qsgd", "terngrad", "natural", "topk",
-                              "fp8",  "randk:ratio=0.1|qsgd"};
+    const char *not_done[] =
+        {"qsgd", "terngrad", "natural", "topk", "fp8", "randk:ratio=0.1|qsgd"};
     float x[16] = {0};
     uint8_t out[512];
     size_t w = 0;
@@ -232,8 +254,9 @@ test_device_path__not_done_or_no_device__enotsup(void **state)
     assert_int_equal(
         rumor_codec_encode_device(c, x, 16, 0, 0, out, sizeof out, &w, NULL),
         RUMOR_ENOTSUP);
-    assert_int_equal(rumor_codec_decode_add_device(c, out, 44, 1.0f, x, 16, NULL),
-                     RUMOR_ENOTSUP);
+    assert_int_equal(
+        rumor_codec_decode_add_device(c, out, 44, 1.0f, x, 16, NULL),
+        RUMOR_ENOTSUP);
     rumor_codec_destroy(&c);
 }
 
