@@ -18,7 +18,6 @@
 
 #include "rumor/compress.h"
 
-
 /* Dense element formats on the wire. */
 enum compress_dev_fmt {
     COMPRESS_DEV_FP32,
