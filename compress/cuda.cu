@@ -4,7 +4,9 @@
 // the same arithmetic: products and sums are written __fmul_rn /
 // __fadd_rn so nvcc never contracts them into an FMA the CPU does not do,
 // the scaled sign's double sums keep quant.c's order (eight lanes per
-// chunk, one thread per chunk, the chunks in order per bucket), and the
+// chunk, one thread per chunk, the chunks in order per bucket), QSGD's
+// sum of squares keeps compress_sumsq_ref's (64 FMA lanes, halving fold),
+// the rounding draws are the CPU's bytes by element index, and the
 // conversions are the integer rounding of ref.c. So a payload equals the
 // CPU codec's byte for byte, and decode-add the CPU's float for float.
 // Memory is stream-ordered (cudaMallocAsync / cudaFreeAsync); nothing
@@ -14,6 +16,7 @@
 // Limit: tests/unit/test_codec_device.c compares these kernels with their
 // twins and the CPU codecs; it has not yet run on a GPU.
 extern "C" {
+#include "compress/compress_impl.h"
 #include "compress/device.h"
 }
 
@@ -336,8 +339,7 @@ k_sign_decode(const uint8_t *scales,
     }
 }
 
-// --- random-k
-// -----------------------------------------------------------------
+// --- random-k ---------------------------------------------------------------
 
 // Philox4x32-10 (core/rng.c) of counter (block, stream), key seed.
 __device__ static void
@@ -417,8 +419,163 @@ k_randk_scatter(const float *vals,
     }
 }
 
-// --- launchers
-// ----------------------------------------------------------------
+// --- QSGD and TernGrad -------------------------------------------------------
+
+// compress_sumsq_ref: 64 float lanes by FMA over whole groups of 64,
+// folded by halving, the tail in order; out of float's good range, the
+// double sum of compress_sumsq_wide (each product exact in double).
+__device__ static double
+d_sumsq(const float *x, size_t n)
+{
+    float lane[64], tail = 0;
+    for (int j = 0; j < 64; j++)
+        lane[j] = 0;
+    size_t whole = n & ~(size_t)63;
+    for (size_t i = 0; i < whole; i++)
+        lane[i % 64] = fmaf(x[i], x[i], lane[i % 64]);
+    for (size_t i = whole; i < n; i++)
+        tail = fmaf(x[i], x[i], tail);
+    for (int w = 32; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++)
+            lane[j] = __fadd_rn(lane[j], lane[j + w]);
+    float sum = __fadd_rn(lane[0], tail);
+    if (sum >= 0x1.0p-100f && sum <= 0x1.fffffep127f)
+        return (double)sum;
+    double wide[32], wtail = 0;
+    for (int j = 0; j < 32; j++)
+        wide[j] = 0;
+    size_t whole32 = n & ~(size_t)31;
+    for (size_t i = 0; i < whole32; i++)
+        wide[i % 32] =
+            __dadd_rn(wide[i % 32], __dmul_rn((double)x[i], (double)x[i]));
+    for (size_t i = whole32; i < n; i++)
+        wtail = __dadd_rn(wtail, __dmul_rn((double)x[i], (double)x[i]));
+    for (int w = 16; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++)
+            wide[j] = __dadd_rn(wide[j], wide[j + w]);
+    return __dadd_rn(wide[0], wtail);
+}
+
+__global__ static void
+k_quant_scales(const float *x,
+               struct compress_dev_quant q,
+               uint8_t *scales,
+               float *inv,
+               uint32_t *flag)
+{
+    GRID_STRIDE(k, (q.n + q.bucket - 1) / q.bucket)
+    {
+        size_t start = k * q.bucket;
+        size_t m = q.n - start < q.bucket ? q.n - start : q.bucket;
+        uint32_t top = 0;
+        for (size_t i = 0; q.tern && i < m; i++) {
+            uint32_t key = __float_as_uint(x[start + i]) & 0x7fffffffu;
+            top = key > top ? key : top;
+        }
+        double acc = q.tern ? (double)__uint_as_float(top)
+                            : __dsqrt_rn(d_sumsq(x + start, m));
+        float norm = 0, iv = 0;
+        if (!isfinite(acc)) {
+            atomicOr(flag, COMPRESS_DEV_NUMERIC);
+        } else {
+            norm = acc > FLT_MAX ? FLT_MAX : __double2float_rn(acc);
+            iv = norm >= COMPRESS_NORM_MIN ? __fdiv_rn((float)q.s, norm) : 0;
+        }
+        uint32_t u = __float_as_uint(norm);
+        for (int b = 0; b < 4; b++)
+            scales[4 * k + b] = (uint8_t)(u >> (8 * b));
+        inv[k] = iv;
+    }
+}
+
+// Byte j of the stochastic-rounding stream (compress_impl.h's layout).
+__device__ static uint32_t
+d_stream_byte(uint64_t seed, uint64_t stream, uint64_t j)
+{
+    uint64_t o = j % 256, block = 16 * (j / 256) + (o / 4) % 16;
+    uint32_t w[4];
+    d_philox(block, stream, seed, w);
+    return (w[o / 64] >> (8 * (o % 4))) & 0xffu;
+}
+
+__global__ static void
+k_quant_codes(const float *x,
+              struct compress_dev_quant q,
+              const float *inv,
+              uint64_t seed,
+              uint64_t counter,
+              uint8_t *codes)
+{
+    unsigned w = q.b + 1;
+    size_t bytes = (q.n * w + 7) / 8;
+    GRID_STRIDE(g, (q.n + 7) / 8)
+    {
+        uint8_t buf[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+        for (size_t t = 0; t < 8 && 8 * g + t < q.n; t++) {
+            size_t i = 8 * g + t;
+            uint32_t r =
+                d_stream_byte(seed, counter, i) << 8 |
+                d_stream_byte(seed, counter, COMPRESS_DRAW_LOW + i / 16);
+            float v = x[i];
+            float a = fmaf(fabsf(v),
+                           inv[i / q.bucket],
+                           __fmul_rn(__fadd_rn((float)r, 0.5f), 0x1.0p-16f));
+            uint32_t l = (uint32_t)a;
+            l = l > q.s ? q.s : l;
+            uint32_t code = l | (uint32_t)(l > 0 && signbit(v)) << q.b;
+            for (unsigned j = 0; j < w; j++)
+                buf[(t * w + j) / 8] |=
+                    (uint8_t)(((code >> j) & 1u) << ((t * w + j) % 8));
+        }
+        for (unsigned j = 0; j < w && g * w + j < bytes; j++)
+            codes[g * w + j] = buf[j];
+    }
+}
+
+__device__ static uint32_t
+d_code(const uint8_t *codes, size_t n, unsigned w, size_t i)
+{
+    size_t bit = i * w, at = bit / 8, bytes = (n * w + 7) / 8;
+    uint32_t two =
+        codes[at] | (at + 1 < bytes ? (uint32_t)codes[at + 1] << 8 : 0u);
+    return (two >> (bit % 8)) & ((1u << w) - 1);
+}
+
+__global__ static void
+k_quant_check(const uint8_t *codes, struct compress_dev_quant q, uint32_t *flag)
+{
+    GRID_STRIDE(i, q.n)
+    {
+        if (d_code(codes, q.n, q.b + 1, i) == 1u << q.b)
+            atomicOr(flag, COMPRESS_DEV_PROTO);
+    }
+}
+
+__global__ static void
+k_quant_decode(const uint8_t *scales,
+               const uint8_t *codes,
+               struct compress_dev_quant q,
+               bool add,
+               float alpha,
+               float *y,
+               const uint32_t *flag)
+{
+    if (*flag != 0)
+        return;
+    GRID_STRIDE(i, q.n)
+    {
+        uint32_t code = d_code(codes, q.n, q.b + 1, i);
+        const uint8_t *p = scales + 4 * (i / q.bucket);
+        float norm =
+            __uint_as_float((uint32_t)p[0] | (uint32_t)p[1] << 8 |
+                            (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        float v = __fmul_rn((float)(code & q.s), __fdiv_rn(norm, (float)q.s));
+        v = code >> q.b ? -v : v;
+        y[i] = add ? d_axpy(y[i], alpha, v) : v;
+    }
+}
+
+// --- launchers --------------------------------------------------------------
 
 static void
 s_finite(const float *x, size_t n, uint32_t *flag, void *stream)
@@ -550,6 +707,75 @@ s_sign_decode(const uint8_t *scales,
 }
 
 static void
+s_quant_scales(const float *x,
+               const struct compress_dev_quant *q,
+               uint8_t *scales,
+               float *inv,
+               uint32_t *flag,
+               void *stream)
+{
+    size_t nb = (q->n + q->bucket - 1) / q->bucket;
+    if (nb > 0)
+        k_quant_scales<<<s_blocks(nb), THREADS, 0, s_stream(stream)>>>(x,
+                                                                       *q,
+                                                                       scales,
+                                                                       inv,
+                                                                       flag);
+}
+
+static void
+s_quant_codes(const float *x,
+              const struct compress_dev_quant *q,
+              const float *inv,
+              uint64_t seed,
+              uint64_t counter,
+              uint8_t *codes,
+              void *stream)
+{
+    size_t groups = (q->n + 7) / 8;
+    if (groups > 0)
+        k_quant_codes<<<s_blocks(groups), THREADS, 0, s_stream(stream)>>>(
+            x,
+            *q,
+            inv,
+            seed,
+            counter,
+            codes);
+}
+
+static void
+s_quant_check(const uint8_t *codes,
+              const struct compress_dev_quant *q,
+              uint32_t *flag,
+              void *stream)
+{
+    if (q->n > 0)
+        k_quant_check<<<s_blocks(q->n), THREADS, 0, s_stream(stream)>>>(codes,
+                                                                        *q,
+                                                                        flag);
+}
+
+static void
+s_quant_decode(const uint8_t *scales,
+               const uint8_t *codes,
+               const struct compress_dev_quant *q,
+               bool add,
+               float alpha,
+               float *y,
+               const uint32_t *flag,
+               void *stream)
+{
+    if (q->n > 0)
+        k_quant_decode<<<s_blocks(q->n), THREADS, 0, s_stream(stream)>>>(scales,
+                                                                         codes,
+                                                                         *q,
+                                                                         add,
+                                                                         alpha,
+                                                                         y,
+                                                                         flag);
+}
+
+static void
 s_randk_gather(const float *x,
                size_t n,
                size_t k,
@@ -595,22 +821,11 @@ extern "C" rumor_err
 compress_dev_cuda(const struct compress_dev_i **out, const char **why)
 {
     static const struct compress_dev_i cuda = {
-        "cuda",
-        s_alloc,
-        s_release,
-        s_upload,
-        s_download,
-        s_zero,
-        s_finish,
-        s_finite,
-        s_dense_encode,
-        s_dense_check,
-        s_dense_decode,
-        s_sign_sums,
-        s_sign_scales,
-        s_sign_bits,
-        s_sign_decode,
-        s_randk_gather,
+        "cuda",          s_alloc,       s_release,      s_upload,
+        s_download,      s_zero,        s_finish,       s_finite,
+        s_dense_encode,  s_dense_check, s_dense_decode, s_sign_sums,
+        s_sign_scales,   s_sign_bits,   s_sign_decode,  s_quant_scales,
+        s_quant_codes,   s_quant_check, s_quant_decode, s_randk_gather,
         s_randk_scatter,
     };
     *out = NULL;

@@ -3,9 +3,10 @@
  * device memory by kernels and copied to the host once; the headers, the
  * size and every check a header allows are done here on the host, as the
  * CPU codecs do them, so a device payload is the CPU codec's byte for byte.
- * Done: fp32, fp16, bf16, sign, and randk whose values codec is one of
- * these. Everything is ordered on the caller's stream; the one wait is
- * the stream's own, for the bytes and the NaN/Inf flag to land.
+ * Done: fp32, fp16, bf16, sign, qsgd (fixed-width levels, unbiased),
+ * terngrad (no clip), and randk whose values codec is one of these. Everything
+ * is ordered on the caller's stream; the one wait is the stream's own, for the
+ * bytes and the NaN/Inf flag to land.
  */
 #include "compress/device.h"
 
@@ -13,19 +14,46 @@
 
 #define S_RANDK_SEEDS 16 /* seed and counter after a random-k header */
 
+/* The codecs with kernels (a random-k codec's values codec among them). */
 static bool
-s_dense(rumor_codec_id id)
+s_dense(const rumor_codec *c)
 {
-    return id == RUMOR_CODEC_FP32 || id == RUMOR_CODEC_FP16 ||
-           id == RUMOR_CODEC_BF16 || id == RUMOR_CODEC_SIGN;
+    switch (c->id) {
+    case RUMOR_CODEC_FP32:
+    case RUMOR_CODEC_FP16:
+    case RUMOR_CODEC_BF16:
+    case RUMOR_CODEC_SIGN:
+        return true;
+    case RUMOR_CODEC_QSGD:
+        return c->bits >= 1 && c->qcode == COMPRESS_QCODE_FIXED && !c->biased;
+    case RUMOR_CODEC_TERNGRAD:
+        return c->clip == 0 && !c->share;
+    default:
+        return false;
+    }
 }
 
 bool
 rumor_codec_device_supported(const rumor_codec *codec)
 {
     if (codec->id == RUMOR_CODEC_RANDK)
-        return s_dense(codec->inner->id);
-    return s_dense(codec->id);
+        return s_dense(codec->inner);
+    return s_dense(codec);
+}
+
+static bool
+s_quant(rumor_codec_id id)
+{
+    return id == RUMOR_CODEC_QSGD || id == RUMOR_CODEC_TERNGRAD;
+}
+
+/* The shape of a QSGD / TernGrad payload: codes of b + 1 bits (b = 1 for
+ * TernGrad), levels 0..2^b - 1. */
+static struct compress_dev_quant
+s_quant_shape(bool tern, unsigned b, size_t n, size_t bucket)
+{
+    struct compress_dev_quant q = {n, bucket, (1u << b) - 1, b, tern};
+    return q;
 }
 
 static enum compress_dev_fmt
@@ -52,6 +80,11 @@ s_need(const rumor_codec *c, size_t n)
     if (c->id == RUMOR_CODEC_SIGN)
         return RUMOR_COMPRESS_HEADER_BYTES +
                4 * compress_buckets(n, c->bucket) + (n + 7) / 8;
+    if (s_quant(c->id)) {
+        size_t w = c->id == RUMOR_CODEC_TERNGRAD ? 2 : c->bits + 1;
+        return RUMOR_COMPRESS_HEADER_BYTES +
+               4 * compress_buckets(n, c->bucket) + (n * w + 7) / 8;
+    }
     return RUMOR_COMPRESS_HEADER_BYTES + s_width(c->id) * n;
 }
 
@@ -65,8 +98,10 @@ s_headers(const rumor_codec *c,
 {
     struct compress_header h =
         {(uint8_t)c->id, RUMOR_COMPRESS_VERSION, 0, 0, (uint32_t)n, 0};
-    if (c->id == RUMOR_CODEC_SIGN)
+    if (c->id == RUMOR_CODEC_SIGN || s_quant(c->id))
         h.p2 = (uint32_t)c->bucket;
+    if (c->id == RUMOR_CODEC_QSGD)
+        h.p0 = (uint8_t)c->bits;
     if (c->id == RUMOR_CODEC_RANDK) {
         size_t k = compress_sparse_k(c, n);
         h.p1 = (uint8_t)c->scale;
@@ -110,6 +145,20 @@ s_encode_body(const struct compress_dev_i *d,
         d->release(part, stream);
         return RUMOR_OK;
     }
+    if (s_quant(c->id)) {
+        bool tern = c->id == RUMOR_CODEC_TERNGRAD;
+        struct compress_dev_quant q =
+            s_quant_shape(tern, tern ? 1 : c->bits, n, c->bucket);
+        size_t nb = compress_buckets(n, c->bucket);
+        void *inv = NULL;
+        rumor_err rc = d->alloc((nb ? nb : 1) * sizeof(float), &inv, stream);
+        if (rc != RUMOR_OK)
+            return rc;
+        d->quant_scales(x, &q, body, inv, flag, stream);
+        d->quant_codes(x, &q, inv, seed, counter, body + 4 * nb, stream);
+        d->release(inv, stream);
+        return RUMOR_OK;
+    }
     if (c->id != RUMOR_CODEC_RANDK) {
         d->dense_encode(x, n, s_fmt(c->id), body, flag, stream);
         return RUMOR_OK;
@@ -124,11 +173,12 @@ s_encode_body(const struct compress_dev_i *d,
     d->finite(x, n, flag, stream);
     d->randk_gather(x, n, k, seed, counter, c->scale, vals, stream);
     d->finite(vals, k, flag, stream);
+    /* The values' rounding draws from a seed of their own (sparse.c). */
     rc = s_encode_body(d,
                        c->inner,
                        vals,
                        k,
-                       0,
+                       rumor_seed_derive(seed, counter, 0x1e),
                        0,
                        body + S_RANDK_SEEDS,
                        flag,
@@ -209,6 +259,47 @@ s_check_sign(const uint8_t *in, size_t len, size_t n)
     return RUMOR_OK;
 }
 
+/* The checks of a QSGD / TernGrad payload (quant.c's s_qsgd_decode) that
+ * need no pass over the codes, and its shape. RUMOR_ENOTSUP for the
+ * formats without kernels (qsgd's levels and Elias-gamma payloads). */
+static rumor_err
+s_check_quant(bool tern,
+              const uint8_t *in,
+              size_t len,
+              size_t n,
+              struct compress_dev_quant *q)
+{
+    uint32_t bucket = core_get_u32(in + 8);
+    if (!tern && in[2] == 0)
+        return RUMOR_ENOTSUP;
+    if (bucket < 1 || bucket > (1u << 24) || in[3] > (tern ? 0 : 1) ||
+        (tern ? in[2] != 0 : in[2] > 8))
+        return RUMOR_EPROTO;
+    unsigned b = tern ? 1 : in[2];
+    size_t nb = compress_buckets(n, bucket);
+    if ((len - RUMOR_COMPRESS_HEADER_BYTES) / 4 < nb)
+        return RUMOR_EPROTO;
+    *q = s_quant_shape(tern, b, n, bucket);
+    for (size_t k = 0; k < nb; k++) {
+        float norm = compress_get_f32(in + RUMOR_COMPRESS_HEADER_BYTES + 4 * k);
+        if (!isfinite(norm))
+            return RUMOR_ENUMERIC;
+        if (norm < 0)
+            return RUMOR_EPROTO;
+    }
+    if (in[3] == 1)
+        return RUMOR_ENOTSUP;
+    size_t head = RUMOR_COMPRESS_HEADER_BYTES + 4 * nb;
+    if (len - head != (n * (b + 1) + 7) / 8)
+        return RUMOR_EPROTO;
+    for (size_t k = 0; k < nb; k++) {
+        float norm = compress_get_f32(in + RUMOR_COMPRESS_HEADER_BYTES + 4 * k);
+        if (!isfinite((float)q->s * (norm / (float)q->s)))
+            return RUMOR_ENUMERIC;
+    }
+    return RUMOR_OK;
+}
+
 /* Checks the header fields of a random-k payload (sparse.c) and of its
  * values' header. */
 static rumor_err
@@ -256,6 +347,16 @@ s_decode_body(const struct compress_dev_i *d,
                            stream);
         }
         return rc;
+    }
+    if (s_quant(c->id)) {
+        struct compress_dev_quant q;
+        rc = s_check_quant(c->id == RUMOR_CODEC_TERNGRAD, in, len, n, &q);
+        if (rc != RUMOR_OK)
+            return rc;
+        size_t nb = compress_buckets(n, q.bucket);
+        d->quant_check(body + 4 * nb, &q, flag, stream);
+        d->quant_decode(body, body + 4 * nb, &q, add, alpha, y, flag, stream);
+        return RUMOR_OK;
     }
     if (c->id != RUMOR_CODEC_RANDK) {
         if (in[2] != 0 || in[3] != 0 || core_get_u32(in + 8) != 0 ||
@@ -334,7 +435,7 @@ compress_dev_decode_add(const struct compress_dev_i *d,
     if (rc == RUMOR_OK)
         rc = d->finish(stream);
     if (rc == RUMOR_OK && bad != 0)
-        rc = RUMOR_ENUMERIC;
+        rc = bad & COMPRESS_DEV_PROTO ? RUMOR_EPROTO : RUMOR_ENUMERIC;
 done:
     if (dev != NULL)
         d->release(dev, stream);

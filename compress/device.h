@@ -28,6 +28,19 @@ enum compress_dev_fmt {
 /* Values per partial sum of the scaled sign (quant.c's chunk). */
 #define COMPRESS_DEV_SIGN_CHUNK 4096
 
+/* A QSGD (fixed-width levels) or TernGrad payload's shape: n values in
+ * buckets, levels 0..s, codes of b + 1 bits (sign at bit b). */
+struct compress_dev_quant {
+    size_t n, bucket;
+    uint32_t s;
+    unsigned b;
+    bool tern; /* scale: max |v| (TernGrad) instead of the 2-norm */
+};
+
+/* Decode flags: an Inf/NaN value, a non-canonical code. */
+#define COMPRESS_DEV_NUMERIC 1u
+#define COMPRESS_DEV_PROTO   2u
+
 struct compress_dev_i {
     const char *name;
     /* Memory on the device (host memory for ref). */
@@ -101,6 +114,42 @@ struct compress_dev_i {
                         float *y,
                         const uint32_t *flag,
                         void *stream);
+    /* QSGD / TernGrad, pass 1: one thread per bucket: its 2-norm (the
+     * float sum of squares of compress_sumsq_ref, the double one where
+     * that one is out of range) or max |v|, written as the norm sent
+     * (little-endian float32 at scales + 4 k) and inv = s / norm (0 below
+     * COMPRESS_NORM_MIN); *flag when the scale is not finite. */
+    void (*quant_scales)(const float *x,
+                         const struct compress_dev_quant *q,
+                         uint8_t *scales,
+                         float *inv,
+                         uint32_t *flag,
+                         void *stream);
+    /* Pass 2: one thread per group of eight values: their codes
+     * (compress_level_code with draw i of (seed, counter)), packed LSB
+     * first into the group's b + 1 bytes. */
+    void (*quant_codes)(const float *x,
+                        const struct compress_dev_quant *q,
+                        const float *inv,
+                        uint64_t seed,
+                        uint64_t counter,
+                        uint8_t *codes,
+                        void *stream);
+    /* Sets COMPRESS_DEV_PROTO in *flag for a code "-0" (level 0, sign). */
+    void (*quant_check)(const uint8_t *codes,
+                        const struct compress_dev_quant *q,
+                        uint32_t *flag,
+                        void *stream);
+    /* y[i] = v or y[i] + alpha v, v = +-level (norm / s) (norms checked by
+     * the host); nothing when *flag. */
+    void (*quant_decode)(const uint8_t *scales,
+                         const uint8_t *codes,
+                         const struct compress_dev_quant *q,
+                         bool add,
+                         float alpha,
+                         float *y,
+                         const uint32_t *flag,
+                         void *stream);
     /* random-k: one thread per block j of k: its index from words 2 j and
      * 2 j + 1 of the Philox stream (seed, counter), vals[j] = x[idx] (times
      * the block's size when scale). */

@@ -603,6 +603,124 @@ s_dev_sign_decode(const uint8_t *scales,
     }
 }
 
+/* Byte j of the stochastic-rounding stream (compress_stream_bytes_ref's
+ * layout) from its one Philox block. */
+static uint8_t
+s_dev_stream_byte(uint64_t seed, uint64_t stream, uint64_t j)
+{
+    uint64_t o = j % 256, block = 16 * (j / 256) + (o / 4) % 16;
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    const uint32_t ctr[4] = {(uint32_t)block,
+                             (uint32_t)(block >> 32),
+                             (uint32_t)stream,
+                             (uint32_t)(stream >> 32)};
+    uint32_t w[4];
+    rumor_philox4x32_10(ctr, key, w);
+    return (uint8_t)(w[o / 64] >> (8 * (o % 4)));
+}
+
+static void
+s_dev_quant_scales(const float *x,
+                   const struct compress_dev_quant *q,
+                   uint8_t *scales,
+                   float *inv,
+                   uint32_t *flag,
+                   void *stream)
+{
+    (void)stream;
+    for (size_t k = 0; k < compress_buckets(q->n, q->bucket); k++) {
+        size_t start = k * q->bucket;
+        size_t m = q->n - start < q->bucket ? q->n - start : q->bucket;
+        uint32_t top = 0;
+        for (size_t i = 0; q->tern && i < m; i++) {
+            uint32_t key = compress_f2u(x[start + i]) & 0x7fffffffu;
+            top = key > top ? key : top;
+        }
+        double acc = q->tern ? (double)compress_u2f(top)
+                             : sqrt(compress_sumsq_ref(x + start, m));
+        float norm = 0, iv = 0;
+        if (!compress_bucket_scale(acc, q->s, &norm, &iv))
+            *flag |= COMPRESS_DEV_NUMERIC;
+        compress_put_f32(scales + 4 * k, norm);
+        inv[k] = iv;
+    }
+}
+
+static void
+s_dev_quant_codes(const float *x,
+                  const struct compress_dev_quant *q,
+                  const float *inv,
+                  uint64_t seed,
+                  uint64_t counter,
+                  uint8_t *codes,
+                  void *stream)
+{
+    (void)stream;
+    unsigned w = q->b + 1;
+    size_t bytes = (q->n * w + 7) / 8;
+    for (size_t g = 0; g < (q->n + 7) / 8; g++) {
+        uint8_t buf[9] = {0};
+        for (size_t t = 0; t < 8 && 8 * g + t < q->n; t++) {
+            size_t i = 8 * g + t;
+            uint16_t r =
+                (uint16_t)(s_dev_stream_byte(seed, counter, i) << 8 |
+                           s_dev_stream_byte(seed,
+                                             counter,
+                                             COMPRESS_DRAW_LOW + i / 16));
+            uint32_t code =
+                compress_level_code(x[i], inv[i / q->bucket], r, q->s, q->b);
+            for (unsigned j = 0; j < w; j++)
+                buf[(t * w + j) / 8] |=
+                    (uint8_t)(((code >> j) & 1u) << ((t * w + j) % 8));
+        }
+        for (unsigned j = 0; j < w && g * w + j < bytes; j++)
+            codes[g * w + j] = buf[j];
+    }
+}
+
+/* Code i of a packed stream of (n w + 7) / 8 bytes. */
+static uint32_t
+s_dev_code(const uint8_t *codes, size_t n, unsigned w, size_t i)
+{
+    size_t bit = i * w, at = bit / 8, bytes = (n * w + 7) / 8;
+    uint32_t two =
+        codes[at] | (at + 1 < bytes ? (uint32_t)codes[at + 1] << 8 : 0u);
+    return (two >> (bit % 8)) & ((1u << w) - 1);
+}
+
+static void
+s_dev_quant_check(const uint8_t *codes,
+                  const struct compress_dev_quant *q,
+                  uint32_t *flag,
+                  void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; i < q->n; i++)
+        if (s_dev_code(codes, q->n, q->b + 1, i) == 1u << q->b)
+            *flag |= COMPRESS_DEV_PROTO;
+}
+
+static void
+s_dev_quant_decode(const uint8_t *scales,
+                   const uint8_t *codes,
+                   const struct compress_dev_quant *q,
+                   bool add,
+                   float alpha,
+                   float *y,
+                   const uint32_t *flag,
+                   void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; *flag == 0 && i < q->n; i++) {
+        uint32_t code = s_dev_code(codes, q->n, q->b + 1, i);
+        float scale =
+            compress_get_f32(scales + 4 * (i / q->bucket)) / (float)q->s;
+        float v = (float)(code & q->s) * scale;
+        v = code >> q->b ? -v : v;
+        y[i] = add ? y[i] + alpha * v : v;
+    }
+}
+
 /* random-k's index of block j of k over n (sparse.c's s_randk_indices:
  * the 64-bit draw j is words 2 j, 2 j + 1 of the stream) and the block's
  * size. */
@@ -680,5 +798,9 @@ const struct compress_dev_i compress_dev_ref = {"ref",
                                                 s_dev_sign_scales,
                                                 s_dev_sign_bits,
                                                 s_dev_sign_decode,
+                                                s_dev_quant_scales,
+                                                s_dev_quant_codes,
+                                                s_dev_quant_check,
+                                                s_dev_quant_decode,
                                                 s_dev_randk_gather,
                                                 s_dev_randk_scatter};

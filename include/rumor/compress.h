@@ -175,8 +175,10 @@ RUMOR_API RUMOR_NODISCARD rumor_err rumor_codec_peek(const uint8_t *in,
 
 /* --- codecs on a CUDA device (issue #31, the first part) --------------- */
 
-/* Whether the device path has this codec: fp32, fp16, bf16, sign, and
- * randk whose values codec is one of those (the others: not yet). */
+/* Whether the device path has this codec: fp32, fp16, bf16, sign, qsgd
+ * with fixed-width levels (not elias, biased or levels=), terngrad
+ * without clip or share, and randk whose values codec is one of those
+ * (the others: not yet). */
 RUMOR_API bool rumor_codec_device_supported(const rumor_codec *codec);
 
 /* rumor_codec_encode of d_x[0..n) in device memory: the payload is
@@ -204,7 +206,7 @@ rumor_codec_encode_device(const rumor_codec *codec,
  * decode(in), in (host memory) copied to the device once, with the
  * same checks and the same float results as rumor_codec_decode_add; on
  * error d_y is unchanged. Ordered on stream as above; RUMOR_ENOTSUP as
- * above. */
+ * above, also for a qsgd payload in the levels or Elias-gamma format. */
 RUMOR_API RUMOR_NODISCARD rumor_err
 rumor_codec_decode_add_device(const rumor_codec *codec,
                               const uint8_t *in,

@@ -28,6 +28,16 @@ static const char *const s_dev_specs[] = {
     "randk:k=7|fp16",
     "randk:ratio=0.2,scale=1|bf16",
     "randk:ratio=0.3|sign:bucket=3",
+    "qsgd",
+    "qsgd:bits=2,bucket=64",
+    "qsgd:bits=8,bucket=100",
+    "qsgd:bits=1,bucket=33",
+    "qsgd:bits=7,bucket=5000",
+    "terngrad",
+    "terngrad:bucket=100",
+    "terngrad:bucket=7",
+    "randk:ratio=0.2|qsgd:bits=3,bucket=16",
+    "randk:ratio=0.1,scale=1|terngrad:bucket=9",
 };
 
 static const size_t s_dev_sizes[] =

@@ -215,6 +215,20 @@ test_ref_twins__malformed_payloads__refused_as_the_cpu_codec(void **state)
                     4,
                     0);
     s_check_refusal("randk:ratio=0.1", 300, 0, p1, 0, -3);
+    /* "-0": level 0 with the sign, code 1 << bits (2 for terngrad). */
+    const uint8_t minus0q[] = {0x10}, minus0t[] = {0x02}, minus0q2[] = {0x04};
+    s_check_refusal("qsgd:bucket=100", 300, 12 + 12, minus0q, 1, 0);
+    s_check_refusal("qsgd:bucket=100", 300, 12 + 8, neg, 4, 0);
+    s_check_refusal("qsgd:bucket=100", 300, 12 + 4, inf32, 4, 0);
+    s_check_refusal("qsgd:bucket=100", 300, 0, p1, 0, 1);
+    s_check_refusal("terngrad:bucket=100", 300, 12 + 12, minus0t, 1, 0);
+    s_check_refusal("terngrad:bucket=100", 300, 3, p1, 1, 0);
+    s_check_refusal("randk:ratio=0.1|qsgd:bits=2,bucket=8",
+                    300,
+                    12 + 16 + 12 + 16,
+                    minus0q2,
+                    1,
+                    0);
 }
 
 /* Codecs the device path has not yet, and the CUDA table: RUMOR_ENOTSUP
@@ -223,8 +237,15 @@ static void
 test_device_path__not_done_or_no_device__enotsup(void **state)
 {
     (void)state;
-    const char *not_done[] =
-        {"qsgd", "terngrad", "natural", "topk", "fp8", "randk:ratio=0.1|qsgd"};
+    const char *not_done[] = {"qsgd:levels=6",
+                              "qsgd:bits=4,elias=1",
+                              "qsgd:bits=4,biased=1",
+                              "terngrad:clip=2.5",
+                              "natural",
+                              "topk",
+                              "threshold",
+                              "fp8",
+                              "randk:ratio=0.1|natural"};
     float x[16] = {0};
     uint8_t out[512];
     size_t w = 0;
