@@ -369,7 +369,8 @@ s_decode_body(const struct compress_dev_i *d,
     rc = s_check_randk(c, in, len, n);
     if (rc != RUMOR_OK)
         return rc;
-    size_t k = core_get_u32(in + 8), at = RUMOR_COMPRESS_HEADER_BYTES + 16;
+    size_t k = core_get_u32(in + 8),
+           at = RUMOR_COMPRESS_HEADER_BYTES + S_RANDK_SEEDS;
     void *vals = NULL;
     rc = d->alloc((k ? k : 1) * sizeof(float), &vals, stream);
     if (rc != RUMOR_OK)
