@@ -5,6 +5,7 @@
  * bit (top-k: index for index against a full sort).
  */
 #include "compress/compress_impl.h"
+#include "compress/device.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -391,3 +392,415 @@ compress_half_bytes_ref(const uint8_t *in, size_t n, bool bf16, float *y)
     }
     return finite;
 }
+
+/* --- the device kernels' twins (compress/device.h) -------------------------
+ * Each loop runs the kernel's threads in order; the body of the loop is one
+ * thread's work, in the kernel's arithmetic (compress/cuda.cu). */
+
+static rumor_err
+s_dev_alloc(size_t bytes, void **p, void *stream)
+{
+    (void)stream;
+    *p = malloc(bytes ? bytes : 1);
+    return *p == NULL ? RUMOR_ENOMEM : RUMOR_OK;
+}
+
+static void
+s_dev_release(void *p, void *stream)
+{
+    (void)stream;
+    free(p);
+}
+
+static rumor_err
+s_dev_copy(void *dst, const void *src, size_t bytes, void *stream)
+{
+    (void)stream;
+    if (bytes > 0)
+        memcpy(dst, src, bytes);
+    return RUMOR_OK;
+}
+
+static void
+s_dev_zero(void *p, size_t bytes, void *stream)
+{
+    (void)stream;
+    memset(p, 0, bytes);
+}
+
+static rumor_err
+s_dev_finish(void *stream)
+{
+    (void)stream;
+    return RUMOR_OK;
+}
+
+static void
+s_dev_finite(const float *x, size_t n, uint32_t *flag, void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; i < n; i++)
+        if ((compress_f2u(x[i]) & 0x7f800000u) == 0x7f800000u)
+            *flag = 1;
+}
+
+static void
+s_dev_dense_encode(const float *x,
+                   size_t n,
+                   enum compress_dev_fmt fmt,
+                   uint8_t *body,
+                   uint32_t *flag,
+                   void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = compress_f2u(x[i]);
+        if ((u & 0x7f800000u) == 0x7f800000u)
+            *flag = 1;
+        if (fmt == COMPRESS_DEV_FP32) {
+            core_put_u32(body + 4 * i, u);
+            continue;
+        }
+        uint16_t h = 0;
+        if (fmt == COMPRESS_DEV_FP16)
+            (void)compress_f32_to_f16_ref(x + i, 1, &h);
+        else
+            (void)compress_f32_to_bf16_ref(x + i, 1, &h);
+        body[2 * i] = (uint8_t)h;
+        body[2 * i + 1] = (uint8_t)(h >> 8);
+    }
+}
+
+/* Element i of a dense body as a float bit pattern (fp16 widened). */
+static uint32_t
+s_dev_dense_get(const uint8_t *body, size_t i, enum compress_dev_fmt fmt)
+{
+    if (fmt == COMPRESS_DEV_FP32)
+        return core_get_u32(body + 4 * i);
+    uint16_t h = (uint16_t)(body[2 * i] | body[2 * i + 1] << 8);
+    if (fmt == COMPRESS_DEV_BF16)
+        return (uint32_t)h << 16;
+    return compress_f2u(compress_f16_to_f32_ref(h));
+}
+
+static void
+s_dev_dense_check(const uint8_t *body,
+                  size_t n,
+                  enum compress_dev_fmt fmt,
+                  uint32_t *flag,
+                  void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; i < n; i++)
+        if ((s_dev_dense_get(body, i, fmt) & 0x7f800000u) == 0x7f800000u)
+            *flag = 1;
+}
+
+static void
+s_dev_dense_decode(const uint8_t *body,
+                   size_t n,
+                   enum compress_dev_fmt fmt,
+                   bool add,
+                   float alpha,
+                   float *y,
+                   const uint32_t *flag,
+                   void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; *flag == 0 && i < n; i++) {
+        float v = compress_u2f(s_dev_dense_get(body, i, fmt));
+        y[i] = add ? y[i] + alpha * v : v;
+    }
+}
+
+/* Chunk c of bucket k: [*at, *at + *m). */
+static void
+s_dev_chunk(size_t n, size_t bucket, size_t k, size_t c, size_t *at, size_t *m)
+{
+    size_t start = k * bucket, end = start + bucket < n ? start + bucket : n;
+    *at = start + c * COMPRESS_DEV_SIGN_CHUNK;
+    size_t left = *at < end ? end - *at : 0;
+    *m = left < COMPRESS_DEV_SIGN_CHUNK ? left : COMPRESS_DEV_SIGN_CHUNK;
+}
+
+static void
+s_dev_sign_sums(const float *x,
+                size_t n,
+                size_t bucket,
+                double *part,
+                void *stream)
+{
+    (void)stream;
+    size_t per = compress_buckets(bucket, COMPRESS_DEV_SIGN_CHUNK);
+    for (size_t t = 0; t < compress_buckets(n, bucket) * per; t++) {
+        size_t at = 0, m = 0;
+        s_dev_chunk(n, bucket, t / per, t % per, &at, &m);
+        double lane[8] = {0}, tail = 0;
+        size_t whole = m & ~(size_t)7;
+        for (size_t i = 0; i < whole; i++)
+            lane[i % 8] += fabs((double)x[at + i]);
+        for (size_t i = whole; at % 8 != 0 && i < m; i++)
+            tail += fabs((double)x[at + i]);
+        part[t] = s_lanes_sum(lane, tail);
+    }
+}
+
+static void
+s_dev_sign_scales(const float *x,
+                  size_t n,
+                  size_t bucket,
+                  const double *part,
+                  uint8_t *scales,
+                  uint32_t *flag,
+                  void *stream)
+{
+    (void)stream;
+    size_t per = compress_buckets(bucket, COMPRESS_DEV_SIGN_CHUNK);
+    for (size_t k = 0; k < compress_buckets(n, bucket); k++) {
+        double sum = 0;
+        size_t start = k * bucket, m = n - start < bucket ? n - start : bucket;
+        for (size_t c = 0; c < per; c++) {
+            size_t at = 0, mm = 0;
+            s_dev_chunk(n, bucket, k, c, &at, &mm);
+            sum += part[k * per + c];
+            for (size_t i = mm & ~(size_t)7; at % 8 == 0 && i < mm; i++)
+                sum += fabs((double)x[at + i]);
+        }
+        if (!isfinite(sum))
+            *flag = 1;
+        compress_put_f32(scales + 4 * k, (float)(sum / (double)m));
+    }
+}
+
+static void
+s_dev_sign_bits(const float *x, size_t n, uint8_t *bits, void *stream)
+{
+    (void)stream;
+    for (size_t j = 0; j < (n + 7) / 8; j++) {
+        uint8_t byte = 0;
+        for (size_t i = 8 * j; i < 8 * j + 8 && i < n; i++)
+            byte |= (uint8_t)((compress_f2u(x[i]) >> 31) << (i % 8));
+        bits[j] = byte;
+    }
+}
+
+static void
+s_dev_sign_decode(const uint8_t *scales,
+                  const uint8_t *bits,
+                  size_t n,
+                  size_t bucket,
+                  bool add,
+                  float alpha,
+                  float *y,
+                  const uint32_t *flag,
+                  void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; *flag == 0 && i < n; i++) {
+        float s = compress_get_f32(scales + 4 * (i / bucket));
+        float q = (bits[i / 8] >> (i % 8)) & 1u ? -s : s;
+        y[i] = add ? y[i] + alpha * q : q;
+    }
+}
+
+/* Byte j of the stochastic-rounding stream (compress_stream_bytes_ref's
+ * layout) from its one Philox block. */
+static uint8_t
+s_dev_stream_byte(uint64_t seed, uint64_t stream, uint64_t j)
+{
+    uint64_t o = j % 256, block = 16 * (j / 256) + (o / 4) % 16;
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    const uint32_t ctr[4] = {(uint32_t)block,
+                             (uint32_t)(block >> 32),
+                             (uint32_t)stream,
+                             (uint32_t)(stream >> 32)};
+    uint32_t w[4];
+    rumor_philox4x32_10(ctr, key, w);
+    return (uint8_t)(w[o / 64] >> (8 * (o % 4)));
+}
+
+static void
+s_dev_quant_scales(const float *x,
+                   const struct compress_dev_quant *q,
+                   uint8_t *scales,
+                   float *inv,
+                   uint32_t *flag,
+                   void *stream)
+{
+    (void)stream;
+    for (size_t k = 0; k < compress_buckets(q->n, q->bucket); k++) {
+        size_t start = k * q->bucket;
+        size_t m = q->n - start < q->bucket ? q->n - start : q->bucket;
+        uint32_t top = 0;
+        for (size_t i = 0; q->tern && i < m; i++) {
+            uint32_t key = compress_f2u(x[start + i]) & 0x7fffffffu;
+            top = key > top ? key : top;
+        }
+        double acc = q->tern ? (double)compress_u2f(top)
+                             : sqrt(compress_sumsq_ref(x + start, m));
+        float norm = 0, iv = 0;
+        if (!compress_bucket_scale(acc, q->s, &norm, &iv))
+            *flag |= COMPRESS_DEV_NUMERIC;
+        compress_put_f32(scales + 4 * k, norm);
+        inv[k] = iv;
+    }
+}
+
+static void
+s_dev_quant_codes(const float *x,
+                  const struct compress_dev_quant *q,
+                  const float *inv,
+                  uint64_t seed,
+                  uint64_t counter,
+                  uint8_t *codes,
+                  void *stream)
+{
+    (void)stream;
+    unsigned w = q->b + 1;
+    size_t bytes = (q->n * w + 7) / 8;
+    for (size_t g = 0; g < (q->n + 7) / 8; g++) {
+        uint8_t buf[9] = {0};
+        for (size_t t = 0; t < 8 && 8 * g + t < q->n; t++) {
+            size_t i = 8 * g + t;
+            uint16_t r =
+                (uint16_t)(s_dev_stream_byte(seed, counter, i) << 8 |
+                           s_dev_stream_byte(seed,
+                                             counter,
+                                             COMPRESS_DRAW_LOW + i / 16));
+            uint32_t code =
+                compress_level_code(x[i], inv[i / q->bucket], r, q->s, q->b);
+            for (unsigned j = 0; j < w; j++)
+                buf[(t * w + j) / 8] |=
+                    (uint8_t)(((code >> j) & 1u) << ((t * w + j) % 8));
+        }
+        for (unsigned j = 0; j < w && g * w + j < bytes; j++)
+            codes[g * w + j] = buf[j];
+    }
+}
+
+/* Code i of a packed stream of (n w + 7) / 8 bytes. */
+static uint32_t
+s_dev_code(const uint8_t *codes, size_t n, unsigned w, size_t i)
+{
+    size_t bit = i * w, at = bit / 8, bytes = (n * w + 7) / 8;
+    uint32_t two =
+        codes[at] | (at + 1 < bytes ? (uint32_t)codes[at + 1] << 8 : 0u);
+    return (two >> (bit % 8)) & ((1u << w) - 1);
+}
+
+static void
+s_dev_quant_check(const uint8_t *codes,
+                  const struct compress_dev_quant *q,
+                  uint32_t *flag,
+                  void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; i < q->n; i++)
+        if (s_dev_code(codes, q->n, q->b + 1, i) == 1u << q->b)
+            *flag |= COMPRESS_DEV_PROTO;
+}
+
+static void
+s_dev_quant_decode(const uint8_t *scales,
+                   const uint8_t *codes,
+                   const struct compress_dev_quant *q,
+                   bool add,
+                   float alpha,
+                   float *y,
+                   const uint32_t *flag,
+                   void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; *flag == 0 && i < q->n; i++) {
+        uint32_t code = s_dev_code(codes, q->n, q->b + 1, i);
+        float scale =
+            compress_get_f32(scales + 4 * (i / q->bucket)) / (float)q->s;
+        float v = (float)(code & q->s) * scale;
+        v = code >> q->b ? -v : v;
+        y[i] = add ? y[i] + alpha * v : v;
+    }
+}
+
+/* random-k's index of block j of k over n (sparse.c's s_randk_indices:
+ * the 64-bit draw j is words 2 j, 2 j + 1 of the stream) and the block's
+ * size. */
+static size_t
+s_dev_randk_index(size_t n,
+                  size_t k,
+                  size_t j,
+                  uint64_t seed,
+                  uint64_t counter,
+                  size_t *size)
+{
+    uint64_t lo = (uint64_t)j * n / k, hi = (uint64_t)(j + 1) * n / k;
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    uint64_t block = j / 2;
+    const uint32_t ctr[4] = {(uint32_t)block,
+                             (uint32_t)(block >> 32),
+                             (uint32_t)counter,
+                             (uint32_t)(counter >> 32)};
+    uint32_t w[4];
+    rumor_philox4x32_10(ctr, key, w);
+    uint64_t r = w[2 * (j % 2)] | (uint64_t)w[2 * (j % 2) + 1] << 32;
+    *size = (size_t)(hi - lo);
+    return (size_t)(lo + (uint64_t)(((unsigned __int128)r * (hi - lo)) >> 64));
+}
+
+static void
+s_dev_randk_gather(const float *x,
+                   size_t n,
+                   size_t k,
+                   uint64_t seed,
+                   uint64_t counter,
+                   bool scale,
+                   float *vals,
+                   void *stream)
+{
+    (void)stream;
+    for (size_t j = 0; j < k; j++) {
+        size_t size = 0;
+        size_t i = s_dev_randk_index(n, k, j, seed, counter, &size);
+        vals[j] = scale ? x[i] * (float)size : x[i];
+    }
+}
+
+static void
+s_dev_randk_scatter(const float *vals,
+                    size_t n,
+                    size_t k,
+                    uint64_t seed,
+                    uint64_t counter,
+                    float alpha,
+                    float *y,
+                    const uint32_t *flag,
+                    void *stream)
+{
+    (void)stream;
+    for (size_t j = 0; *flag == 0 && j < k; j++) {
+        size_t size = 0;
+        size_t i = s_dev_randk_index(n, k, j, seed, counter, &size);
+        y[i] = y[i] + alpha * vals[j];
+    }
+}
+
+const struct compress_dev_i compress_dev_ref = {"ref",
+                                                s_dev_alloc,
+                                                s_dev_release,
+                                                s_dev_copy,
+                                                s_dev_copy,
+                                                s_dev_zero,
+                                                s_dev_finish,
+                                                s_dev_finite,
+                                                s_dev_dense_encode,
+                                                s_dev_dense_check,
+                                                s_dev_dense_decode,
+                                                s_dev_sign_sums,
+                                                s_dev_sign_scales,
+                                                s_dev_sign_bits,
+                                                s_dev_sign_decode,
+                                                s_dev_quant_scales,
+                                                s_dev_quant_codes,
+                                                s_dev_quant_check,
+                                                s_dev_quant_decode,
+                                                s_dev_randk_gather,
+                                                s_dev_randk_scatter};

@@ -173,6 +173,49 @@ RUMOR_API RUMOR_NODISCARD rumor_err rumor_codec_peek(const uint8_t *in,
                                                      rumor_codec_id *id,
                                                      size_t *n);
 
+/* --- codecs on a CUDA device (issue #31, the first part) --------------- */
+
+/* Whether the device path has this codec: fp32, fp16, bf16, sign, qsgd
+ * with fixed-width levels (not elias, biased or levels=), terngrad
+ * without clip or share, and randk whose values codec is one of those
+ * (the others: not yet). */
+RUMOR_API bool rumor_codec_device_supported(const rumor_codec *codec);
+
+/* rumor_codec_encode of d_x[0..n) in device memory: the payload is
+ * assembled on the device and copied once into out (host memory), byte
+ * for byte what rumor_codec_encode writes for the same x, seed and
+ * counter. The work is ordered on stream (a cudaStream_t; NULL: the
+ * default stream), and the call waits on that stream alone for the bytes
+ * and the NaN/Inf verdict. RUMOR_ENOTSUP in a CPU-only build, without a
+ * device (the reason: rumor_cuda_device_count's) or for a codec the
+ * device path has not; RUMOR_ENUMERIC, RUMOR_ETOOBIG (cap is checked
+ * before x is read) and RUMOR_EINVAL as rumor_codec_encode;
+ * RUMOR_EBACKEND for a CUDA failure; RUMOR_ENOMEM. */
+RUMOR_API RUMOR_NODISCARD rumor_err
+rumor_codec_encode_device(const rumor_codec *codec,
+                          const float *d_x,
+                          size_t n,
+                          uint64_t seed,
+                          uint64_t counter,
+                          uint8_t *out,
+                          size_t cap,
+                          size_t *written,
+                          void *stream);
+
+/* rumor_codec_decode_add into d_y[0..n) in device memory: d_y += alpha *
+ * decode(in), in (host memory) copied to the device once, with the
+ * same checks and the same float results as rumor_codec_decode_add; on
+ * error d_y is unchanged. Ordered on stream as above; RUMOR_ENOTSUP as
+ * above, also for a qsgd payload in the levels or Elias-gamma format. */
+RUMOR_API RUMOR_NODISCARD rumor_err
+rumor_codec_decode_add_device(const rumor_codec *codec,
+                              const uint8_t *in,
+                              size_t len,
+                              float alpha,
+                              float *d_y,
+                              size_t n,
+                              void *stream);
+
 /* --- byte-level canonical Huffman (the entropy stage of fp8/fp4) ------- */
 
 /* Upper bound of rumor_huffman_encode's output for n input bytes. */

@@ -1,0 +1,836 @@
+// The device codecs' kernels (compress/device.h): the host assembly in
+// compress/device.c calls them through the table at the end. Each kernel
+// does per thread what its twin in compress/ref.c does per loop step, in
+// the same arithmetic: products and sums are written __fmul_rn /
+// __fadd_rn so nvcc never contracts them into an FMA the CPU does not do,
+// the scaled sign's double sums keep quant.c's order (eight lanes per
+// chunk, one thread per chunk, the chunks in order per bucket), QSGD's
+// sum of squares keeps compress_sumsq_ref's (64 FMA lanes, halving fold),
+// the rounding draws are the CPU's bytes by element index, and the
+// conversions are the integer rounding of ref.c. So a payload equals the
+// CPU codec's byte for byte, and decode-add the CPU's float for float.
+// Memory is stream-ordered (cudaMallocAsync / cudaFreeAsync); nothing
+// synchronizes the device, only the caller's stream.
+// Errors: CUDA_TRY sets rc and jumps to the label written at the call
+// site (R4.6). Only extern "C" entry points leave this file (R1.1).
+// Limit: tests/unit/test_codec_device.c compares these kernels with their
+// twins and the CPU codecs; it has not yet run on a GPU.
+extern "C" {
+#include "compress/compress_impl.h"
+#include "compress/device.h"
+}
+
+#include "core/cuda_check.h"
+#include "core/philox.h"
+
+#include <cuda_runtime.h>
+
+#include <stdint.h>
+
+#define CUDA_TRY(call, label) CORE_CUDA_TRY("compress cuda", call, label)
+
+#define THREADS    256
+#define MAX_BLOCKS 4096
+
+#define GRID_STRIDE(i, n)                                                   \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (size_t)gridDim.x * blockDim.x)
+
+static cudaStream_t
+s_stream(void *stream)
+{
+    return (cudaStream_t)stream;
+}
+
+static unsigned
+s_blocks(size_t n)
+{
+    size_t b = (n + THREADS - 1) / THREADS;
+    return (unsigned)(b < MAX_BLOCKS ? b : MAX_BLOCKS);
+}
+
+// --- memory ---------------------------------------------------------------
+
+static rumor_err
+s_alloc(size_t bytes, void **p, void *stream)
+{
+    rumor_err rc = RUMOR_OK;
+    *p = NULL;
+    CUDA_TRY(cudaMallocAsync(p, bytes ? bytes : 1, s_stream(stream)), fail);
+    return RUMOR_OK;
+fail:
+    *p = NULL;
+    return rc;
+}
+
+static void
+s_release(void *p, void *stream)
+{
+    (void)cudaFreeAsync(p, s_stream(stream));
+}
+
+static rumor_err
+s_upload(void *dst, const void *src, size_t bytes, void *stream)
+{
+    rumor_err rc = RUMOR_OK;
+    if (bytes > 0)
+        CUDA_TRY(cudaMemcpyAsync(dst,
+                                 src,
+                                 bytes,
+                                 cudaMemcpyHostToDevice,
+                                 s_stream(stream)),
+                 fail);
+fail:
+    return rc;
+}
+
+static rumor_err
+s_download(void *dst, const void *src, size_t bytes, void *stream)
+{
+    rumor_err rc = RUMOR_OK;
+    if (bytes > 0)
+        CUDA_TRY(cudaMemcpyAsync(dst,
+                                 src,
+                                 bytes,
+                                 cudaMemcpyDeviceToHost,
+                                 s_stream(stream)),
+                 fail);
+fail:
+    return rc;
+}
+
+static void
+s_zero(void *p, size_t bytes, void *stream)
+{
+    (void)cudaMemsetAsync(p, 0, bytes, s_stream(stream));
+}
+
+static rumor_err
+s_finish(void *stream)
+{
+    rumor_err rc = RUMOR_OK;
+    CUDA_TRY(cudaStreamSynchronize(s_stream(stream)), fail);
+    CUDA_TRY(cudaGetLastError(), fail);
+fail:
+    return rc;
+}
+
+// --- element arithmetic (ref.c's, on the device) ----------------------------
+
+__device__ static bool
+d_nonfinite(uint32_t u)
+{
+    return (u & 0x7f800000u) == 0x7f800000u;
+}
+
+__device__ static uint16_t
+d_to_f16(float x)
+{
+    uint32_t u = __float_as_uint(x);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    float a = fminf(fabsf(x), 65504.0f);
+    uint32_t ua = __float_as_uint(a), mag;
+    if (ua >= 0x38800000u) { // a normal half
+        ua += 0xfffu + ((ua >> 13) & 1u);
+        mag = (ua >> 13) - (112u << 10);
+    } else { // subnormal: m 2^-24, the product exact
+        mag = (uint32_t)rintf(__fmul_rn(a, 16777216.0f));
+    }
+    return (uint16_t)(sign | mag);
+}
+
+__device__ static uint16_t
+d_to_bf16(uint32_t u)
+{
+    uint32_t r = u + 0x7fffu + ((u >> 16) & 1u);
+    if ((r & 0x7f800000u) == 0x7f800000u) // rounded up to Inf: saturate
+        r = (u & 0x80000000u) | 0x7f7f0000u;
+    return (uint16_t)(r >> 16);
+}
+
+__device__ static uint32_t
+d_f16_bits(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0)
+        return sign | __float_as_uint(__fmul_rn((float)m, 0x1.0p-24f));
+    if (e == 31)
+        return sign | 0x7f800000u | m << 13;
+    return sign | (e + 112u) << 23 | m << 13;
+}
+
+__device__ static uint32_t
+d_dense_get(const uint8_t *body, size_t i, enum compress_dev_fmt fmt)
+{
+    if (fmt == COMPRESS_DEV_FP32)
+        return (uint32_t)body[4 * i] | (uint32_t)body[4 * i + 1] << 8 |
+               (uint32_t)body[4 * i + 2] << 16 |
+               (uint32_t)body[4 * i + 3] << 24;
+    uint16_t h = (uint16_t)(body[2 * i] | body[2 * i + 1] << 8);
+    return fmt == COMPRESS_DEV_BF16 ? (uint32_t)h << 16 : d_f16_bits(h);
+}
+
+__device__ static float
+d_axpy(float y, float alpha, float v)
+{
+    return __fadd_rn(y, __fmul_rn(alpha, v));
+}
+
+// --- dense ------------------------------------------------------------------
+
+__global__ static void
+k_finite(const float *x, size_t n, uint32_t *flag)
+{
+    GRID_STRIDE(i, n)
+    {
+        if (d_nonfinite(__float_as_uint(x[i])))
+            atomicOr(flag, 1u);
+    }
+}
+
+__global__ static void
+k_dense_encode(const float *x,
+               size_t n,
+               enum compress_dev_fmt fmt,
+               uint8_t *body,
+               uint32_t *flag)
+{
+    GRID_STRIDE(i, n)
+    {
+        uint32_t u = __float_as_uint(x[i]);
+        if (d_nonfinite(u))
+            atomicOr(flag, 1u);
+        if (fmt == COMPRESS_DEV_FP32) {
+            for (int b = 0; b < 4; b++)
+                body[4 * i + b] = (uint8_t)(u >> (8 * b));
+            continue;
+        }
+        uint16_t h = fmt == COMPRESS_DEV_FP16 ? d_to_f16(x[i]) : d_to_bf16(u);
+        body[2 * i] = (uint8_t)h;
+        body[2 * i + 1] = (uint8_t)(h >> 8);
+    }
+}
+
+__global__ static void
+k_dense_check(const uint8_t *body,
+              size_t n,
+              enum compress_dev_fmt fmt,
+              uint32_t *flag)
+{
+    GRID_STRIDE(i, n)
+    {
+        if (d_nonfinite(d_dense_get(body, i, fmt)))
+            atomicOr(flag, 1u);
+    }
+}
+
+__global__ static void
+k_dense_decode(const uint8_t *body,
+               size_t n,
+               enum compress_dev_fmt fmt,
+               bool add,
+               float alpha,
+               float *y,
+               const uint32_t *flag)
+{
+    if (*flag != 0)
+        return;
+    GRID_STRIDE(i, n)
+    {
+        float v = __uint_as_float(d_dense_get(body, i, fmt));
+        y[i] = add ? d_axpy(y[i], alpha, v) : v;
+    }
+}
+
+// --- scaled sign ------------------------------------------------------------
+
+__device__ static void
+d_chunk(size_t n, size_t bucket, size_t k, size_t c, size_t *at, size_t *m)
+{
+    size_t start = k * bucket, end = start + bucket < n ? start + bucket : n;
+    *at = start + c * COMPRESS_DEV_SIGN_CHUNK;
+    size_t left = *at < end ? end - *at : 0;
+    *m = left < COMPRESS_DEV_SIGN_CHUNK ? left : COMPRESS_DEV_SIGN_CHUNK;
+}
+
+__global__ static void
+k_sign_sums(const float *x, size_t n, size_t bucket, size_t per, double *part)
+{
+    size_t nb = (n + bucket - 1) / bucket;
+    GRID_STRIDE(t, nb * per)
+    {
+        size_t at = 0, m = 0;
+        d_chunk(n, bucket, t / per, t % per, &at, &m);
+        double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tail = 0;
+        size_t whole = m & ~(size_t)7;
+        for (size_t i = 0; i < whole; i++)
+            lane[i % 8] = __dadd_rn(lane[i % 8], fabs((double)x[at + i]));
+        for (size_t i = whole; at % 8 != 0 && i < m; i++)
+            tail = __dadd_rn(tail, fabs((double)x[at + i]));
+        part[t] = __dadd_rn(
+            __dadd_rn(__dadd_rn(lane[0], lane[4]), __dadd_rn(lane[1], lane[5])),
+            __dadd_rn(__dadd_rn(lane[2], lane[6]),
+                      __dadd_rn(lane[3], lane[7])));
+        part[t] = __dadd_rn(part[t], tail);
+    }
+}
+
+__global__ static void
+k_sign_scales(const float *x,
+              size_t n,
+              size_t bucket,
+              size_t per,
+              const double *part,
+              uint8_t *scales,
+              uint32_t *flag)
+{
+    GRID_STRIDE(k, (n + bucket - 1) / bucket)
+    {
+        double sum = 0;
+        size_t start = k * bucket, m = n - start < bucket ? n - start : bucket;
+        for (size_t c = 0; c < per; c++) {
+            size_t at = 0, mm = 0;
+            d_chunk(n, bucket, k, c, &at, &mm);
+            sum = __dadd_rn(sum, part[k * per + c]);
+            for (size_t i = mm & ~(size_t)7; at % 8 == 0 && i < mm; i++)
+                sum = __dadd_rn(sum, fabs((double)x[at + i]));
+        }
+        if (!isfinite(sum))
+            atomicOr(flag, 1u);
+        uint32_t s =
+            __float_as_uint(__double2float_rn(__ddiv_rn(sum, (double)m)));
+        for (int b = 0; b < 4; b++)
+            scales[4 * k + b] = (uint8_t)(s >> (8 * b));
+    }
+}
+
+__global__ static void
+k_sign_bits(const float *x, size_t n, uint8_t *bits)
+{
+    GRID_STRIDE(j, (n + 7) / 8)
+    {
+        uint32_t byte = 0;
+        for (size_t i = 8 * j; i < 8 * j + 8 && i < n; i++)
+            byte |= (__float_as_uint(x[i]) >> 31) << (i % 8);
+        bits[j] = (uint8_t)byte;
+    }
+}
+
+__global__ static void
+k_sign_decode(const uint8_t *scales,
+              const uint8_t *bits,
+              size_t n,
+              size_t bucket,
+              bool add,
+              float alpha,
+              float *y,
+              const uint32_t *flag)
+{
+    if (*flag != 0)
+        return;
+    GRID_STRIDE(i, n)
+    {
+        const uint8_t *p = scales + 4 * (i / bucket);
+        float s = __uint_as_float((uint32_t)p[0] | (uint32_t)p[1] << 8 |
+                                  (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        float q = (bits[i / 8] >> (i % 8)) & 1u ? -s : s;
+        y[i] = add ? d_axpy(y[i], alpha, q) : q;
+    }
+}
+
+// --- random-k ---------------------------------------------------------------
+
+// Philox4x32-10 (core/rng.c) of counter (block, stream), key seed.
+__device__ static void
+d_philox(uint64_t block, uint64_t stream, uint64_t seed, uint32_t w[4])
+{
+    uint32_t c[4] = {(uint32_t)block,
+                     (uint32_t)(block >> 32),
+                     (uint32_t)stream,
+                     (uint32_t)(stream >> 32)};
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) {
+            k0 += PHILOX_W0;
+            k1 += PHILOX_W1;
+        }
+        uint32_t hi0 = __umulhi(PHILOX_M0, c[0]), lo0 = PHILOX_M0 * c[0];
+        uint32_t hi1 = __umulhi(PHILOX_M1, c[2]), lo1 = PHILOX_M1 * c[2];
+        c[0] = hi1 ^ c[1] ^ k0;
+        c[1] = lo1;
+        c[2] = hi0 ^ c[3] ^ k1;
+        c[3] = lo0;
+    }
+    for (int i = 0; i < 4; i++)
+        w[i] = c[i];
+}
+
+__device__ static size_t
+d_randk_index(size_t n,
+              size_t k,
+              size_t j,
+              uint64_t seed,
+              uint64_t counter,
+              size_t *size)
+{
+    uint64_t lo = (uint64_t)j * n / k, hi = (uint64_t)(j + 1) * n / k;
+    uint32_t w[4];
+    d_philox(j / 2, counter, seed, w);
+    uint64_t r = w[2 * (j % 2)] | (uint64_t)w[2 * (j % 2) + 1] << 32;
+    *size = (size_t)(hi - lo);
+    return (size_t)(lo + __umul64hi(r, hi - lo));
+}
+
+__global__ static void
+k_randk_gather(const float *x,
+               size_t n,
+               size_t k,
+               uint64_t seed,
+               uint64_t counter,
+               bool scale,
+               float *vals)
+{
+    GRID_STRIDE(j, k)
+    {
+        size_t size = 0;
+        size_t i = d_randk_index(n, k, j, seed, counter, &size);
+        vals[j] = scale ? __fmul_rn(x[i], (float)size) : x[i];
+    }
+}
+
+__global__ static void
+k_randk_scatter(const float *vals,
+                size_t n,
+                size_t k,
+                uint64_t seed,
+                uint64_t counter,
+                float alpha,
+                float *y,
+                const uint32_t *flag)
+{
+    if (*flag != 0)
+        return;
+    GRID_STRIDE(j, k)
+    {
+        size_t size = 0;
+        size_t i = d_randk_index(n, k, j, seed, counter, &size);
+        y[i] = d_axpy(y[i], alpha, vals[j]);
+    }
+}
+
+// --- QSGD and TernGrad -------------------------------------------------------
+
+// compress_sumsq_ref: 64 float lanes by FMA over whole groups of 64,
+// folded by halving, the tail in order; out of float's good range, the
+// double sum of compress_sumsq_wide (each product exact in double).
+__device__ static double
+d_sumsq(const float *x, size_t n)
+{
+    float lane[64], tail = 0;
+    for (int j = 0; j < 64; j++)
+        lane[j] = 0;
+    size_t whole = n & ~(size_t)63;
+    for (size_t i = 0; i < whole; i++)
+        lane[i % 64] = fmaf(x[i], x[i], lane[i % 64]);
+    for (size_t i = whole; i < n; i++)
+        tail = fmaf(x[i], x[i], tail);
+    for (int w = 32; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++)
+            lane[j] = __fadd_rn(lane[j], lane[j + w]);
+    float sum = __fadd_rn(lane[0], tail);
+    if (sum >= 0x1.0p-100f && sum <= 0x1.fffffep127f)
+        return (double)sum;
+    double wide[32], wtail = 0;
+    for (int j = 0; j < 32; j++)
+        wide[j] = 0;
+    size_t whole32 = n & ~(size_t)31;
+    for (size_t i = 0; i < whole32; i++)
+        wide[i % 32] =
+            __dadd_rn(wide[i % 32], __dmul_rn((double)x[i], (double)x[i]));
+    for (size_t i = whole32; i < n; i++)
+        wtail = __dadd_rn(wtail, __dmul_rn((double)x[i], (double)x[i]));
+    for (int w = 16; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++)
+            wide[j] = __dadd_rn(wide[j], wide[j + w]);
+    return __dadd_rn(wide[0], wtail);
+}
+
+__global__ static void
+k_quant_scales(const float *x,
+               struct compress_dev_quant q,
+               uint8_t *scales,
+               float *inv,
+               uint32_t *flag)
+{
+    GRID_STRIDE(k, (q.n + q.bucket - 1) / q.bucket)
+    {
+        size_t start = k * q.bucket;
+        size_t m = q.n - start < q.bucket ? q.n - start : q.bucket;
+        uint32_t top = 0;
+        for (size_t i = 0; q.tern && i < m; i++) {
+            uint32_t key = __float_as_uint(x[start + i]) & 0x7fffffffu;
+            top = key > top ? key : top;
+        }
+        double acc = q.tern ? (double)__uint_as_float(top)
+                            : __dsqrt_rn(d_sumsq(x + start, m));
+        float norm = 0, iv = 0;
+        if (!isfinite(acc)) {
+            atomicOr(flag, COMPRESS_DEV_NUMERIC);
+        } else {
+            norm = acc > FLT_MAX ? FLT_MAX : __double2float_rn(acc);
+            iv = norm >= COMPRESS_NORM_MIN ? __fdiv_rn((float)q.s, norm) : 0;
+        }
+        uint32_t u = __float_as_uint(norm);
+        for (int b = 0; b < 4; b++)
+            scales[4 * k + b] = (uint8_t)(u >> (8 * b));
+        inv[k] = iv;
+    }
+}
+
+// Byte j of the stochastic-rounding stream (compress_impl.h's layout).
+__device__ static uint32_t
+d_stream_byte(uint64_t seed, uint64_t stream, uint64_t j)
+{
+    uint64_t o = j % 256, block = 16 * (j / 256) + (o / 4) % 16;
+    uint32_t w[4];
+    d_philox(block, stream, seed, w);
+    return (w[o / 64] >> (8 * (o % 4))) & 0xffu;
+}
+
+__global__ static void
+k_quant_codes(const float *x,
+              struct compress_dev_quant q,
+              const float *inv,
+              uint64_t seed,
+              uint64_t counter,
+              uint8_t *codes)
+{
+    unsigned w = q.b + 1;
+    size_t bytes = (q.n * w + 7) / 8;
+    GRID_STRIDE(g, (q.n + 7) / 8)
+    {
+        uint8_t buf[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+        for (size_t t = 0; t < 8 && 8 * g + t < q.n; t++) {
+            size_t i = 8 * g + t;
+            uint32_t r =
+                d_stream_byte(seed, counter, i) << 8 |
+                d_stream_byte(seed, counter, COMPRESS_DRAW_LOW + i / 16);
+            float v = x[i];
+            float a = fmaf(fabsf(v),
+                           inv[i / q.bucket],
+                           __fmul_rn(__fadd_rn((float)r, 0.5f), 0x1.0p-16f));
+            uint32_t l = (uint32_t)a;
+            l = l > q.s ? q.s : l;
+            uint32_t code = l | (uint32_t)(l > 0 && signbit(v)) << q.b;
+            for (unsigned j = 0; j < w; j++)
+                buf[(t * w + j) / 8] |=
+                    (uint8_t)(((code >> j) & 1u) << ((t * w + j) % 8));
+        }
+        for (unsigned j = 0; j < w && g * w + j < bytes; j++)
+            codes[g * w + j] = buf[j];
+    }
+}
+
+__device__ static uint32_t
+d_code(const uint8_t *codes, size_t n, unsigned w, size_t i)
+{
+    size_t bit = i * w, at = bit / 8, bytes = (n * w + 7) / 8;
+    uint32_t two =
+        codes[at] | (at + 1 < bytes ? (uint32_t)codes[at + 1] << 8 : 0u);
+    return (two >> (bit % 8)) & ((1u << w) - 1);
+}
+
+__global__ static void
+k_quant_check(const uint8_t *codes, struct compress_dev_quant q, uint32_t *flag)
+{
+    GRID_STRIDE(i, q.n)
+    {
+        if (d_code(codes, q.n, q.b + 1, i) == 1u << q.b)
+            atomicOr(flag, COMPRESS_DEV_PROTO);
+    }
+}
+
+__global__ static void
+k_quant_decode(const uint8_t *scales,
+               const uint8_t *codes,
+               struct compress_dev_quant q,
+               bool add,
+               float alpha,
+               float *y,
+               const uint32_t *flag)
+{
+    if (*flag != 0)
+        return;
+    GRID_STRIDE(i, q.n)
+    {
+        uint32_t code = d_code(codes, q.n, q.b + 1, i);
+        const uint8_t *p = scales + 4 * (i / q.bucket);
+        float norm =
+            __uint_as_float((uint32_t)p[0] | (uint32_t)p[1] << 8 |
+                            (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        float v = __fmul_rn((float)(code & q.s), __fdiv_rn(norm, (float)q.s));
+        v = code >> q.b ? -v : v;
+        y[i] = add ? d_axpy(y[i], alpha, v) : v;
+    }
+}
+
+// --- launchers --------------------------------------------------------------
+
+static void
+s_finite(const float *x, size_t n, uint32_t *flag, void *stream)
+{
+    if (n > 0)
+        k_finite<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(x, n, flag);
+}
+
+static void
+s_dense_encode(const float *x,
+               size_t n,
+               enum compress_dev_fmt fmt,
+               uint8_t *body,
+               uint32_t *flag,
+               void *stream)
+{
+    if (n > 0)
+        k_dense_encode<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(x,
+                                                                      n,
+                                                                      fmt,
+                                                                      body,
+                                                                      flag);
+}
+
+static void
+s_dense_check(const uint8_t *body,
+              size_t n,
+              enum compress_dev_fmt fmt,
+              uint32_t *flag,
+              void *stream)
+{
+    if (n > 0)
+        k_dense_check<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(body,
+                                                                     n,
+                                                                     fmt,
+                                                                     flag);
+}
+
+static void
+s_dense_decode(const uint8_t *body,
+               size_t n,
+               enum compress_dev_fmt fmt,
+               bool add,
+               float alpha,
+               float *y,
+               const uint32_t *flag,
+               void *stream)
+{
+    if (n > 0)
+        k_dense_decode<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(body,
+                                                                      n,
+                                                                      fmt,
+                                                                      add,
+                                                                      alpha,
+                                                                      y,
+                                                                      flag);
+}
+
+static size_t
+s_per(size_t bucket)
+{
+    return (bucket + COMPRESS_DEV_SIGN_CHUNK - 1) / COMPRESS_DEV_SIGN_CHUNK;
+}
+
+static void
+s_sign_sums(const float *x, size_t n, size_t bucket, double *part, void *stream)
+{
+    size_t threads = (n + bucket - 1) / bucket * s_per(bucket);
+    if (n > 0)
+        k_sign_sums<<<s_blocks(threads), THREADS, 0, s_stream(stream)>>>(
+            x,
+            n,
+            bucket,
+            s_per(bucket),
+            part);
+}
+
+static void
+s_sign_scales(const float *x,
+              size_t n,
+              size_t bucket,
+              const double *part,
+              uint8_t *scales,
+              uint32_t *flag,
+              void *stream)
+{
+    size_t nb = (n + bucket - 1) / bucket;
+    if (n > 0)
+        k_sign_scales<<<s_blocks(nb), THREADS, 0, s_stream(stream)>>>(
+            x,
+            n,
+            bucket,
+            s_per(bucket),
+            part,
+            scales,
+            flag);
+}
+
+static void
+s_sign_bits(const float *x, size_t n, uint8_t *bits, void *stream)
+{
+    if (n > 0)
+        k_sign_bits<<<s_blocks((n + 7) / 8), THREADS, 0, s_stream(stream)>>>(
+            x,
+            n,
+            bits);
+}
+
+static void
+s_sign_decode(const uint8_t *scales,
+              const uint8_t *bits,
+              size_t n,
+              size_t bucket,
+              bool add,
+              float alpha,
+              float *y,
+              const uint32_t *flag,
+              void *stream)
+{
+    if (n > 0)
+        k_sign_decode<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(scales,
+                                                                     bits,
+                                                                     n,
+                                                                     bucket,
+                                                                     add,
+                                                                     alpha,
+                                                                     y,
+                                                                     flag);
+}
+
+static void
+s_quant_scales(const float *x,
+               const struct compress_dev_quant *q,
+               uint8_t *scales,
+               float *inv,
+               uint32_t *flag,
+               void *stream)
+{
+    size_t nb = (q->n + q->bucket - 1) / q->bucket;
+    if (nb > 0)
+        k_quant_scales<<<s_blocks(nb), THREADS, 0, s_stream(stream)>>>(x,
+                                                                       *q,
+                                                                       scales,
+                                                                       inv,
+                                                                       flag);
+}
+
+static void
+s_quant_codes(const float *x,
+              const struct compress_dev_quant *q,
+              const float *inv,
+              uint64_t seed,
+              uint64_t counter,
+              uint8_t *codes,
+              void *stream)
+{
+    size_t groups = (q->n + 7) / 8;
+    if (groups > 0)
+        k_quant_codes<<<s_blocks(groups), THREADS, 0, s_stream(stream)>>>(
+            x,
+            *q,
+            inv,
+            seed,
+            counter,
+            codes);
+}
+
+static void
+s_quant_check(const uint8_t *codes,
+              const struct compress_dev_quant *q,
+              uint32_t *flag,
+              void *stream)
+{
+    if (q->n > 0)
+        k_quant_check<<<s_blocks(q->n), THREADS, 0, s_stream(stream)>>>(codes,
+                                                                        *q,
+                                                                        flag);
+}
+
+static void
+s_quant_decode(const uint8_t *scales,
+               const uint8_t *codes,
+               const struct compress_dev_quant *q,
+               bool add,
+               float alpha,
+               float *y,
+               const uint32_t *flag,
+               void *stream)
+{
+    if (q->n > 0)
+        k_quant_decode<<<s_blocks(q->n), THREADS, 0, s_stream(stream)>>>(scales,
+                                                                         codes,
+                                                                         *q,
+                                                                         add,
+                                                                         alpha,
+                                                                         y,
+                                                                         flag);
+}
+
+static void
+s_randk_gather(const float *x,
+               size_t n,
+               size_t k,
+               uint64_t seed,
+               uint64_t counter,
+               bool scale,
+               float *vals,
+               void *stream)
+{
+    if (k > 0)
+        k_randk_gather<<<s_blocks(k), THREADS, 0, s_stream(stream)>>>(x,
+                                                                      n,
+                                                                      k,
+                                                                      seed,
+                                                                      counter,
+                                                                      scale,
+                                                                      vals);
+}
+
+static void
+s_randk_scatter(const float *vals,
+                size_t n,
+                size_t k,
+                uint64_t seed,
+                uint64_t counter,
+                float alpha,
+                float *y,
+                const uint32_t *flag,
+                void *stream)
+{
+    if (k > 0)
+        k_randk_scatter<<<s_blocks(k), THREADS, 0, s_stream(stream)>>>(vals,
+                                                                       n,
+                                                                       k,
+                                                                       seed,
+                                                                       counter,
+                                                                       alpha,
+                                                                       y,
+                                                                       flag);
+}
+
+extern "C" rumor_err
+compress_dev_cuda(const struct compress_dev_i **out, const char **why)
+{
+    static const struct compress_dev_i cuda = {
+        "cuda",          s_alloc,       s_release,      s_upload,
+        s_download,      s_zero,        s_finish,       s_finite,
+        s_dense_encode,  s_dense_check, s_dense_decode, s_sign_sums,
+        s_sign_scales,   s_sign_bits,   s_sign_decode,  s_quant_scales,
+        s_quant_codes,   s_quant_check, s_quant_decode, s_randk_gather,
+        s_randk_scatter,
+    };
+    *out = NULL;
+    if (rumor_cuda_device_count(why) <= 0)
+        return RUMOR_ENOTSUP;
+    *out = &cuda;
+    return RUMOR_OK;
+}

@@ -1,0 +1,502 @@
+/*
+ * The device codec path (compress/device.h): the payload is assembled in
+ * device memory by kernels and copied to the host once; the headers, the
+ * size and every check a header allows are done here on the host, as the
+ * CPU codecs do them, so a device payload is the CPU codec's byte for byte.
+ * Done: fp32, fp16, bf16, sign, qsgd (fixed-width levels, unbiased),
+ * terngrad (no clip), and randk whose values codec is one of these. Everything
+ * is ordered on the caller's stream; the one wait is the stream's own, for the
+ * bytes and the NaN/Inf flag to land.
+ */
+#include "compress/device.h"
+
+#include "compress/compress_impl.h"
+
+#define S_RANDK_SEEDS 16 /* seed and counter after a random-k header */
+
+/* The codecs with kernels (a random-k codec's values codec among them). */
+static bool
+s_dense(const rumor_codec *c)
+{
+    switch (c->id) {
+    case RUMOR_CODEC_FP32:
+    case RUMOR_CODEC_FP16:
+    case RUMOR_CODEC_BF16:
+    case RUMOR_CODEC_SIGN:
+        return true;
+    case RUMOR_CODEC_QSGD:
+        return c->bits >= 1 && c->qcode == COMPRESS_QCODE_FIXED && !c->biased;
+    case RUMOR_CODEC_TERNGRAD:
+        return c->clip == 0 && !c->share;
+    default:
+        return false;
+    }
+}
+
+bool
+rumor_codec_device_supported(const rumor_codec *codec)
+{
+    if (codec->id == RUMOR_CODEC_RANDK)
+        return s_dense(codec->inner);
+    return s_dense(codec);
+}
+
+static bool
+s_quant(rumor_codec_id id)
+{
+    return id == RUMOR_CODEC_QSGD || id == RUMOR_CODEC_TERNGRAD;
+}
+
+/* The shape of a QSGD / TernGrad payload: codes of b + 1 bits (b = 1 for
+ * TernGrad), levels 0..2^b - 1. */
+static struct compress_dev_quant
+s_quant_shape(bool tern, unsigned b, size_t n, size_t bucket)
+{
+    struct compress_dev_quant q = {n, bucket, (1u << b) - 1, b, tern};
+    return q;
+}
+
+static enum compress_dev_fmt
+s_fmt(rumor_codec_id id)
+{
+    return id == RUMOR_CODEC_FP32   ? COMPRESS_DEV_FP32
+           : id == RUMOR_CODEC_FP16 ? COMPRESS_DEV_FP16
+                                    : COMPRESS_DEV_BF16;
+}
+
+static size_t
+s_width(rumor_codec_id id)
+{
+    return id == RUMOR_CODEC_FP32 ? 4 : 2;
+}
+
+/* Payload bytes of n elements (exact for every supported codec). */
+static size_t
+s_need(const rumor_codec *c, size_t n)
+{
+    if (c->id == RUMOR_CODEC_RANDK)
+        return RUMOR_COMPRESS_HEADER_BYTES + S_RANDK_SEEDS +
+               s_need(c->inner, compress_sparse_k(c, n));
+    if (c->id == RUMOR_CODEC_SIGN)
+        return RUMOR_COMPRESS_HEADER_BYTES +
+               4 * compress_buckets(n, c->bucket) + (n + 7) / 8;
+    if (s_quant(c->id)) {
+        size_t w = c->id == RUMOR_CODEC_TERNGRAD ? 2 : c->bits + 1;
+        return RUMOR_COMPRESS_HEADER_BYTES +
+               4 * compress_buckets(n, c->bucket) + (n * w + 7) / 8;
+    }
+    return RUMOR_COMPRESS_HEADER_BYTES + s_width(c->id) * n;
+}
+
+/* The headers the CPU codecs write (dense.c, quant.c, sparse.c). */
+static void
+s_headers(const rumor_codec *c,
+          size_t n,
+          uint64_t seed,
+          uint64_t counter,
+          uint8_t *out)
+{
+    struct compress_header h =
+        {(uint8_t)c->id, RUMOR_COMPRESS_VERSION, 0, 0, (uint32_t)n, 0};
+    if (c->id == RUMOR_CODEC_SIGN || s_quant(c->id))
+        h.p2 = (uint32_t)c->bucket;
+    if (c->id == RUMOR_CODEC_QSGD)
+        h.p0 = (uint8_t)c->bits;
+    if (c->id == RUMOR_CODEC_RANDK) {
+        size_t k = compress_sparse_k(c, n);
+        h.p1 = (uint8_t)c->scale;
+        h.p2 = (uint32_t)k;
+        core_put_u64(out + RUMOR_COMPRESS_HEADER_BYTES, seed);
+        core_put_u64(out + RUMOR_COMPRESS_HEADER_BYTES + 8, counter);
+        s_headers(c->inner,
+                  k,
+                  0,
+                  0,
+                  out + RUMOR_COMPRESS_HEADER_BYTES + S_RANDK_SEEDS);
+    }
+    compress_header_write(out, &h);
+}
+
+/* Writes the payload of x (its body; headers are the host's) from pay
+ * on, in device memory. */
+static rumor_err
+s_encode_body(const struct compress_dev_i *d,
+              const rumor_codec *c,
+              const float *x,
+              size_t n,
+              uint64_t seed,
+              uint64_t counter,
+              uint8_t *pay,
+              uint32_t *flag,
+              void *stream)
+{
+    uint8_t *body = pay + RUMOR_COMPRESS_HEADER_BYTES;
+    if (c->id == RUMOR_CODEC_SIGN) {
+        size_t nb = compress_buckets(n, c->bucket);
+        size_t per = compress_buckets(c->bucket, COMPRESS_DEV_SIGN_CHUNK);
+        void *part = NULL;
+        rumor_err rc =
+            d->alloc((nb ? nb * per : 1) * sizeof(double), &part, stream);
+        if (rc != RUMOR_OK)
+            return rc;
+        d->sign_sums(x, n, c->bucket, part, stream);
+        d->sign_scales(x, n, c->bucket, part, body, flag, stream);
+        d->sign_bits(x, n, body + 4 * nb, stream);
+        d->release(part, stream);
+        return RUMOR_OK;
+    }
+    if (s_quant(c->id)) {
+        bool tern = c->id == RUMOR_CODEC_TERNGRAD;
+        struct compress_dev_quant q =
+            s_quant_shape(tern, tern ? 1 : c->bits, n, c->bucket);
+        size_t nb = compress_buckets(n, c->bucket);
+        void *inv = NULL;
+        rumor_err rc = d->alloc((nb ? nb : 1) * sizeof(float), &inv, stream);
+        if (rc != RUMOR_OK)
+            return rc;
+        d->quant_scales(x, &q, body, inv, flag, stream);
+        d->quant_codes(x, &q, inv, seed, counter, body + 4 * nb, stream);
+        d->release(inv, stream);
+        return RUMOR_OK;
+    }
+    if (c->id != RUMOR_CODEC_RANDK) {
+        d->dense_encode(x, n, s_fmt(c->id), body, flag, stream);
+        return RUMOR_OK;
+    }
+    /* random-k reads only k values, but refuses NaN/Inf anywhere (and a
+     * scaled value that overflows). */
+    size_t k = compress_sparse_k(c, n);
+    void *vals = NULL;
+    rumor_err rc = d->alloc((k ? k : 1) * sizeof(float), &vals, stream);
+    if (rc != RUMOR_OK)
+        return rc;
+    d->finite(x, n, flag, stream);
+    d->randk_gather(x, n, k, seed, counter, c->scale, vals, stream);
+    d->finite(vals, k, flag, stream);
+    /* The values' rounding draws from a seed of their own (sparse.c). */
+    rc = s_encode_body(d,
+                       c->inner,
+                       vals,
+                       k,
+                       rumor_seed_derive(seed, counter, 0x1e),
+                       0,
+                       body + S_RANDK_SEEDS,
+                       flag,
+                       stream);
+    d->release(vals, stream);
+    return rc;
+}
+
+rumor_err
+compress_dev_encode(const struct compress_dev_i *d,
+                    const rumor_codec *c,
+                    const float *x,
+                    size_t n,
+                    uint64_t seed,
+                    uint64_t counter,
+                    uint8_t *out,
+                    size_t cap,
+                    size_t *written,
+                    void *stream)
+{
+    *written = 0;
+    if (n > RUMOR_COMPRESS_MAX_ELEMS)
+        return RUMOR_ETOOBIG;
+    if (n > 0 && x == NULL)
+        return RUMOR_EINVAL;
+    if (!rumor_codec_device_supported(c))
+        return RUMOR_ENOTSUP;
+    size_t need = s_need(c, n);
+    if (out == NULL || cap < need)
+        return RUMOR_ETOOBIG;
+    void *pay = NULL, *flag = NULL;
+    uint32_t bad = 0;
+    rumor_err rc = d->alloc(sizeof(uint32_t), &flag, stream);
+    if (rc == RUMOR_OK)
+        rc = d->alloc(need, &pay, stream);
+    if (rc != RUMOR_OK)
+        goto done;
+    d->zero(flag, sizeof(uint32_t), stream);
+    rc = s_encode_body(d, c, x, n, seed, counter, pay, flag, stream);
+    if (rc == RUMOR_OK)
+        rc = d->download(out, pay, need, stream);
+    if (rc == RUMOR_OK)
+        rc = d->download(&bad, flag, sizeof bad, stream);
+    if (rc == RUMOR_OK)
+        rc = d->finish(stream);
+    if (rc == RUMOR_OK && bad != 0)
+        rc = RUMOR_ENUMERIC;
+    if (rc == RUMOR_OK) {
+        s_headers(c, n, seed, counter, out);
+        *written = need;
+    }
+done:
+    if (pay != NULL)
+        d->release(pay, stream);
+    if (flag != NULL)
+        d->release(flag, stream);
+    return rc;
+}
+
+/* The checks of a sign payload's header, length and scales (quant.c). */
+static rumor_err
+s_check_sign(const uint8_t *in, size_t len, size_t n)
+{
+    uint32_t bucket = core_get_u32(in + 8);
+    if (bucket < 1 || bucket > (1u << 24) || in[2] != 0 || in[3] != 0)
+        return RUMOR_EPROTO;
+    size_t nb = compress_buckets(n, bucket);
+    size_t body = len - RUMOR_COMPRESS_HEADER_BYTES;
+    if (body / 4 < nb || body - 4 * nb != (n + 7) / 8)
+        return RUMOR_EPROTO;
+    for (size_t k = 0; k < nb; k++) {
+        float s = compress_get_f32(in + RUMOR_COMPRESS_HEADER_BYTES + 4 * k);
+        if (!isfinite(s))
+            return RUMOR_ENUMERIC;
+        if (s < 0)
+            return RUMOR_EPROTO;
+    }
+    return RUMOR_OK;
+}
+
+/* The checks of a QSGD / TernGrad payload (quant.c's s_qsgd_decode) that
+ * need no pass over the codes, and its shape. RUMOR_ENOTSUP for the
+ * formats without kernels (qsgd's levels and Elias-gamma payloads). */
+static rumor_err
+s_check_quant(bool tern,
+              const uint8_t *in,
+              size_t len,
+              size_t n,
+              struct compress_dev_quant *q)
+{
+    uint32_t bucket = core_get_u32(in + 8);
+    if (!tern && in[2] == 0)
+        return RUMOR_ENOTSUP;
+    if (bucket < 1 || bucket > (1u << 24) || in[3] > (tern ? 0 : 1) ||
+        (tern ? in[2] != 0 : in[2] > 8))
+        return RUMOR_EPROTO;
+    unsigned b = tern ? 1 : in[2];
+    size_t nb = compress_buckets(n, bucket);
+    if ((len - RUMOR_COMPRESS_HEADER_BYTES) / 4 < nb)
+        return RUMOR_EPROTO;
+    *q = s_quant_shape(tern, b, n, bucket);
+    for (size_t k = 0; k < nb; k++) {
+        float norm = compress_get_f32(in + RUMOR_COMPRESS_HEADER_BYTES + 4 * k);
+        if (!isfinite(norm))
+            return RUMOR_ENUMERIC;
+        if (norm < 0)
+            return RUMOR_EPROTO;
+    }
+    if (in[3] == 1)
+        return RUMOR_ENOTSUP;
+    size_t head = RUMOR_COMPRESS_HEADER_BYTES + 4 * nb;
+    if (len - head != (n * (b + 1) + 7) / 8)
+        return RUMOR_EPROTO;
+    for (size_t k = 0; k < nb; k++) {
+        float norm = compress_get_f32(in + RUMOR_COMPRESS_HEADER_BYTES + 4 * k);
+        if (!isfinite((float)q->s * (norm / (float)q->s)))
+            return RUMOR_ENUMERIC;
+    }
+    return RUMOR_OK;
+}
+
+/* Checks the header fields of a random-k payload (sparse.c) and of its
+ * values' header. */
+static rumor_err
+s_check_randk(const rumor_codec *c, const uint8_t *in, size_t len, size_t n)
+{
+    size_t k = core_get_u32(in + 8);
+    if (k > n || in[2] != 0 || in[3] > 1 || k != compress_sparse_k(c, n))
+        return RUMOR_EPROTO;
+    size_t at = RUMOR_COMPRESS_HEADER_BYTES + S_RANDK_SEEDS;
+    if (len - RUMOR_COMPRESS_HEADER_BYTES < S_RANDK_SEEDS)
+        return RUMOR_EPROTO;
+    struct compress_header ih;
+    return compress_header_read(in + at, len - at, c->inner->id, k, &ih);
+}
+
+/* Checks a payload whose header was read (id and n), then queues its
+ * decode from dev (the same bytes in device memory) into y. */
+static rumor_err
+s_decode_body(const struct compress_dev_i *d,
+              const rumor_codec *c,
+              const uint8_t *in,
+              const uint8_t *dev,
+              size_t len,
+              size_t n,
+              bool add,
+              float alpha,
+              float *y,
+              uint32_t *flag,
+              void *stream)
+{
+    const uint8_t *body = dev + RUMOR_COMPRESS_HEADER_BYTES;
+    rumor_err rc = RUMOR_OK;
+    if (c->id == RUMOR_CODEC_SIGN) {
+        rc = s_check_sign(in, len, n);
+        if (rc == RUMOR_OK) {
+            size_t nb = compress_buckets(n, core_get_u32(in + 8));
+            d->sign_decode(body,
+                           body + 4 * nb,
+                           n,
+                           core_get_u32(in + 8),
+                           add,
+                           alpha,
+                           y,
+                           flag,
+                           stream);
+        }
+        return rc;
+    }
+    if (s_quant(c->id)) {
+        struct compress_dev_quant q;
+        rc = s_check_quant(c->id == RUMOR_CODEC_TERNGRAD, in, len, n, &q);
+        if (rc != RUMOR_OK)
+            return rc;
+        size_t nb = compress_buckets(n, q.bucket);
+        d->quant_check(body + 4 * nb, &q, flag, stream);
+        d->quant_decode(body, body + 4 * nb, &q, add, alpha, y, flag, stream);
+        return RUMOR_OK;
+    }
+    if (c->id != RUMOR_CODEC_RANDK) {
+        if (in[2] != 0 || in[3] != 0 || core_get_u32(in + 8) != 0 ||
+            len - RUMOR_COMPRESS_HEADER_BYTES != s_width(c->id) * n)
+            return RUMOR_EPROTO;
+        d->dense_check(body, n, s_fmt(c->id), flag, stream);
+        d->dense_decode(body, n, s_fmt(c->id), add, alpha, y, flag, stream);
+        return RUMOR_OK;
+    }
+    rc = s_check_randk(c, in, len, n);
+    if (rc != RUMOR_OK)
+        return rc;
+    size_t k = core_get_u32(in + 8),
+           at = RUMOR_COMPRESS_HEADER_BYTES + S_RANDK_SEEDS;
+    void *vals = NULL;
+    rc = d->alloc((k ? k : 1) * sizeof(float), &vals, stream);
+    if (rc != RUMOR_OK)
+        return rc;
+    rc = s_decode_body(d,
+                       c->inner,
+                       in + at,
+                       dev + at,
+                       len - at,
+                       k,
+                       false,
+                       1.0f,
+                       vals,
+                       flag,
+                       stream);
+    if (rc == RUMOR_OK)
+        d->randk_scatter(vals,
+                         n,
+                         k,
+                         core_get_u64(in + RUMOR_COMPRESS_HEADER_BYTES),
+                         core_get_u64(in + RUMOR_COMPRESS_HEADER_BYTES + 8),
+                         alpha,
+                         y,
+                         flag,
+                         stream);
+    d->release(vals, stream);
+    return rc;
+}
+
+rumor_err
+compress_dev_decode_add(const struct compress_dev_i *d,
+                        const rumor_codec *c,
+                        const uint8_t *in,
+                        size_t len,
+                        float alpha,
+                        float *y,
+                        size_t n,
+                        void *stream)
+{
+    if (n > RUMOR_COMPRESS_MAX_ELEMS || (n > 0 && y == NULL))
+        return RUMOR_EINVAL;
+    if (in == NULL)
+        return RUMOR_EPROTO;
+    struct compress_header h;
+    rumor_err rc = compress_header_read(in, len, c->id, n, &h);
+    if (rc != RUMOR_OK)
+        return rc;
+    if (!rumor_codec_device_supported(c))
+        return RUMOR_ENOTSUP;
+    void *dev = NULL, *flag = NULL;
+    uint32_t bad = 0;
+    rc = d->alloc(sizeof(uint32_t), &flag, stream);
+    if (rc == RUMOR_OK)
+        rc = d->alloc(len, &dev, stream);
+    if (rc != RUMOR_OK)
+        goto done;
+    d->zero(flag, sizeof(uint32_t), stream);
+    rc = d->upload(dev, in, len, stream);
+    if (rc == RUMOR_OK)
+        rc = s_decode_body(d, c, in, dev, len, n, true, alpha, y, flag, stream);
+    if (rc == RUMOR_OK)
+        rc = d->download(&bad, flag, sizeof bad, stream);
+    if (rc == RUMOR_OK)
+        rc = d->finish(stream);
+    if (rc == RUMOR_OK && bad != 0)
+        rc = bad & COMPRESS_DEV_PROTO ? RUMOR_EPROTO : RUMOR_ENUMERIC;
+done:
+    if (dev != NULL)
+        d->release(dev, stream);
+    if (flag != NULL)
+        d->release(flag, stream);
+    return rc;
+}
+
+/* The table to use, or RUMOR_ENOTSUP with the reason logged once per call
+ * (a caller without a device keeps the CPU codec). */
+static rumor_err
+s_cuda(const struct compress_dev_i **d)
+{
+    const char *why = NULL;
+    rumor_err rc = compress_dev_cuda(d, &why);
+    if (rc != RUMOR_OK)
+        rumor_log(RUMOR_LOG_DEBUG, "device codec unavailable: %s", why);
+    return rc;
+}
+
+rumor_err
+rumor_codec_encode_device(const rumor_codec *codec,
+                          const float *d_x,
+                          size_t n,
+                          uint64_t seed,
+                          uint64_t counter,
+                          uint8_t *out,
+                          size_t cap,
+                          size_t *written,
+                          void *stream)
+{
+    const struct compress_dev_i *d = NULL;
+    *written = 0;
+    rumor_err rc = s_cuda(&d);
+    if (rc != RUMOR_OK)
+        return rc;
+    return compress_dev_encode(d,
+                               codec,
+                               d_x,
+                               n,
+                               seed,
+                               counter,
+                               out,
+                               cap,
+                               written,
+                               stream);
+}
+
+rumor_err
+rumor_codec_decode_add_device(const rumor_codec *codec,
+                              const uint8_t *in,
+                              size_t len,
+                              float alpha,
+                              float *d_y,
+                              size_t n,
+                              void *stream)
+{
+    const struct compress_dev_i *d = NULL;
+    rumor_err rc = s_cuda(&d);
+    if (rc != RUMOR_OK)
+        return rc;
+    return compress_dev_decode_add(d, codec, in, len, alpha, d_y, n, stream);
+}

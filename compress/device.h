@@ -1,0 +1,206 @@
+/*
+ * compress module-private: the device codec path (issue #31, its first
+ * part). The host side (compress/device.c) checks arguments and headers,
+ * sizes the payload and writes the headers; the per-element work runs as
+ * kernels behind a table, so one assembly serves two tables: the CUDA
+ * kernels (compress/cuda.cu) and their plain-C twins (compress/ref.c),
+ * each twin a loop over the kernel's threads doing that thread's work in
+ * the same arithmetic. The twins run on host memory; the tests compare
+ * them with the CPU codecs (byte for byte) and, on a GPU, the kernels
+ * with them.
+ *
+ * Flags: every kernel that may meet NaN or Inf (or, decoding, an all-ones
+ * exponent) sets *flag = 1; decode kernels that write y do nothing when
+ * *flag is set, so y is untouched by a refused payload.
+ */
+#ifndef RUMOR_COMPRESS_DEVICE_H
+#define RUMOR_COMPRESS_DEVICE_H
+
+#include "rumor/compress.h"
+
+/* Dense element formats on the wire. */
+enum compress_dev_fmt {
+    COMPRESS_DEV_FP32,
+    COMPRESS_DEV_FP16,
+    COMPRESS_DEV_BF16
+};
+
+/* Values per partial sum of the scaled sign (quant.c's chunk). */
+#define COMPRESS_DEV_SIGN_CHUNK 4096
+
+/* A QSGD (fixed-width levels) or TernGrad payload's shape: n values in
+ * buckets, levels 0..s, codes of b + 1 bits (sign at bit b). */
+struct compress_dev_quant {
+    size_t n, bucket;
+    uint32_t s;
+    unsigned b;
+    bool tern; /* scale: max |v| (TernGrad) instead of the 2-norm */
+};
+
+/* Decode flags: an Inf/NaN value, a non-canonical code. */
+#define COMPRESS_DEV_NUMERIC 1u
+#define COMPRESS_DEV_PROTO   2u
+
+struct compress_dev_i {
+    const char *name;
+    /* Memory on the device (host memory for ref). */
+    rumor_err (*alloc)(size_t bytes, void **p, void *stream);
+    void (*release)(void *p, void *stream);
+    rumor_err (*upload)(void *dst, const void *src, size_t bytes, void *stream);
+    rumor_err (*download)(void *dst,
+                          const void *src,
+                          size_t bytes,
+                          void *stream);
+    void (*zero)(void *p, size_t bytes, void *stream);
+    /* Waits for the stream's work so far (downloads landed); reports a
+     * launch or execution error as RUMOR_EBACKEND. */
+    rumor_err (*finish)(void *stream);
+
+    /* Sets *flag when x[0..n) holds NaN or Inf. */
+    void (*finite)(const float *x, size_t n, uint32_t *flag, void *stream);
+    /* body[w i ..] = x[i] in fmt, little-endian (w = 2 or 4). */
+    void (*dense_encode)(const float *x,
+                         size_t n,
+                         enum compress_dev_fmt fmt,
+                         uint8_t *body,
+                         uint32_t *flag,
+                         void *stream);
+    /* Sets *flag when an element of body has an all-ones exponent. */
+    void (*dense_check)(const uint8_t *body,
+                        size_t n,
+                        enum compress_dev_fmt fmt,
+                        uint32_t *flag,
+                        void *stream);
+    /* y[i] = v or y[i] + alpha v (a product then a sum) with v element i of
+     * body; nothing when *flag. */
+    void (*dense_decode)(const uint8_t *body,
+                         size_t n,
+                         enum compress_dev_fmt fmt,
+                         bool add,
+                         float alpha,
+                         float *y,
+                         const uint32_t *flag,
+                         void *stream);
+    /* Scaled sign, pass 1: one thread per chunk of COMPRESS_DEV_SIGN_CHUNK
+     * values of a bucket: its sum of |x| in double in quant.c's order
+     * (eight lanes over whole groups of eight, combined pairwise; the tail
+     * added in order when the chunk starts mid-byte, else left to pass 2).
+     * part has nb * ceil(bucket / CHUNK) slots. */
+    void (*sign_sums)(const float *x,
+                      size_t n,
+                      size_t bucket,
+                      double *part,
+                      void *stream);
+    /* Pass 2: one thread per bucket: the chunks' sums in order (and the
+     * tails pass 1 left), the mean |x| as little-endian float32 at scales
+     * + 4 k; *flag when a sum is not finite. */
+    void (*sign_scales)(const float *x,
+                        size_t n,
+                        size_t bucket,
+                        const double *part,
+                        uint8_t *scales,
+                        uint32_t *flag,
+                        void *stream);
+    /* Sign bits, LSB first, one thread per byte; padding bits zero. */
+    void (*sign_bits)(const float *x, size_t n, uint8_t *bits, void *stream);
+    /* y[i] = q or y[i] + alpha q with q = +-scale of i's bucket (scales
+     * checked by the host); nothing when *flag. */
+    void (*sign_decode)(const uint8_t *scales,
+                        const uint8_t *bits,
+                        size_t n,
+                        size_t bucket,
+                        bool add,
+                        float alpha,
+                        float *y,
+                        const uint32_t *flag,
+                        void *stream);
+    /* QSGD / TernGrad, pass 1: one thread per bucket: its 2-norm (the
+     * float sum of squares of compress_sumsq_ref, the double one where
+     * that one is out of range) or max |v|, written as the norm sent
+     * (little-endian float32 at scales + 4 k) and inv = s / norm (0 below
+     * COMPRESS_NORM_MIN); *flag when the scale is not finite. */
+    void (*quant_scales)(const float *x,
+                         const struct compress_dev_quant *q,
+                         uint8_t *scales,
+                         float *inv,
+                         uint32_t *flag,
+                         void *stream);
+    /* Pass 2: one thread per group of eight values: their codes
+     * (compress_level_code with draw i of (seed, counter)), packed LSB
+     * first into the group's b + 1 bytes. */
+    void (*quant_codes)(const float *x,
+                        const struct compress_dev_quant *q,
+                        const float *inv,
+                        uint64_t seed,
+                        uint64_t counter,
+                        uint8_t *codes,
+                        void *stream);
+    /* Sets COMPRESS_DEV_PROTO in *flag for a code "-0" (level 0, sign). */
+    void (*quant_check)(const uint8_t *codes,
+                        const struct compress_dev_quant *q,
+                        uint32_t *flag,
+                        void *stream);
+    /* y[i] = v or y[i] + alpha v, v = +-level (norm / s) (norms checked by
+     * the host); nothing when *flag. */
+    void (*quant_decode)(const uint8_t *scales,
+                         const uint8_t *codes,
+                         const struct compress_dev_quant *q,
+                         bool add,
+                         float alpha,
+                         float *y,
+                         const uint32_t *flag,
+                         void *stream);
+    /* random-k: one thread per block j of k: its index from words 2 j and
+     * 2 j + 1 of the Philox stream (seed, counter), vals[j] = x[idx] (times
+     * the block's size when scale). */
+    void (*randk_gather)(const float *x,
+                         size_t n,
+                         size_t k,
+                         uint64_t seed,
+                         uint64_t counter,
+                         bool scale,
+                         float *vals,
+                         void *stream);
+    /* y[idx_j] += alpha vals[j] for the same indices; nothing when *flag. */
+    void (*randk_scatter)(const float *vals,
+                          size_t n,
+                          size_t k,
+                          uint64_t seed,
+                          uint64_t counter,
+                          float alpha,
+                          float *y,
+                          const uint32_t *flag,
+                          void *stream);
+};
+
+/* The plain-C twins (ref.c), on host memory; the stream is ignored. */
+extern const struct compress_dev_i compress_dev_ref;
+
+/* The CUDA kernels (cuda.cu): RUMOR_ENOTSUP with *why (a static string)
+ * in a CPU-only build or without a usable device. */
+rumor_err compress_dev_cuda(const struct compress_dev_i **out,
+                            const char **why);
+
+/* The assembly behind rumor_codec_encode_device and
+ * rumor_codec_decode_add_device, over either table (x and y in the
+ * table's memory; out and in on the host). */
+rumor_err compress_dev_encode(const struct compress_dev_i *d,
+                              const rumor_codec *c,
+                              const float *x,
+                              size_t n,
+                              uint64_t seed,
+                              uint64_t counter,
+                              uint8_t *out,
+                              size_t cap,
+                              size_t *written,
+                              void *stream);
+rumor_err compress_dev_decode_add(const struct compress_dev_i *d,
+                                  const rumor_codec *c,
+                                  const uint8_t *in,
+                                  size_t len,
+                                  float alpha,
+                                  float *y,
+                                  size_t n,
+                                  void *stream);
+
+#endif /* RUMOR_COMPRESS_DEVICE_H */

@@ -1,0 +1,71 @@
+/*
+ * The cases the device codec tests share (test_codec_device_ref.c: the
+ * plain-C twins against the CPU codecs; test_codec_device.c: the CUDA
+ * kernels against both): every codec the device path has, with buckets
+ * and sizes that cross bytes, buckets, the sign's 4096-value chunks and
+ * the kernels' 256-thread blocks.
+ */
+#ifndef RUMOR_TESTS_CODEC_DEVICE_CASES_H
+#define RUMOR_TESTS_CODEC_DEVICE_CASES_H
+
+#include "rumor/compress.h"
+#include "rumor/core.h"
+
+#include <math.h>
+#include <stddef.h>
+
+static const char *const s_dev_specs[] = {
+    "fp32",
+    "fp16",
+    "bf16",
+    "sign",
+    "sign:bucket=100",
+    "sign:bucket=13",
+    "sign:bucket=4099",
+    "sign:bucket=8200",
+    "randk:ratio=0.1",
+    "randk:ratio=0.05,scale=1",
+    "randk:k=7|fp16",
+    "randk:ratio=0.2,scale=1|bf16",
+    "randk:ratio=0.3|sign:bucket=3",
+    "qsgd",
+    "qsgd:bits=2,bucket=64",
+    "qsgd:bits=8,bucket=100",
+    "qsgd:bits=1,bucket=33",
+    "qsgd:bits=7,bucket=5000",
+    "terngrad",
+    "terngrad:bucket=100",
+    "terngrad:bucket=7",
+    "randk:ratio=0.2|qsgd:bits=3,bucket=16",
+    "randk:ratio=0.1,scale=1|terngrad:bucket=9",
+};
+
+static const size_t s_dev_sizes[] =
+    {0, 1, 7, 8, 9, 255, 256, 257, 1000, 4096, 4097, 9001, 70000};
+
+#define S_DEV_NSPECS (sizeof s_dev_specs / sizeof s_dev_specs[0])
+#define S_DEV_NSIZES (sizeof s_dev_sizes / sizeof s_dev_sizes[0])
+
+/* Normal values at several scales: fp16 subnormals (1e-6), values past
+ * fp16's largest (1e5, saturated), negative zeros, halfway cases of the
+ * narrow roundings (1 + 2^-11, 1 + 2^-8). */
+static void
+s_dev_fill(float *x, size_t n, uint64_t seed)
+{
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, seed, 7);
+    for (size_t i = 0; i < n; i++) {
+        float v = (float)rumor_rng_normal(&rng);
+        if (i % 7 == 3)
+            v *= 1e-6f;
+        else if (i % 11 == 5)
+            v *= 1e5f;
+        else if (i % 13 == 6)
+            v = -0.0f;
+        else if (i % 17 == 2)
+            v = i % 2 ? 1.0f + 0x1.0p-11f : -(1.0f + 0x1.0p-8f);
+        x[i] = v;
+    }
+}
+
+#endif /* RUMOR_TESTS_CODEC_DEVICE_CASES_H */

@@ -1,0 +1,296 @@
+/*
+ * The device codecs' plain-C twins (compress/ref.c, run through the host
+ * assembly of compress/device.c) against the CPU codecs: the same payload
+ * byte for byte, the same decode-add float for float, the same refusals
+ * (NaN/Inf in x or in a payload, malformed payloads), on both CPU kernel
+ * tiers. That the CUDA kernels equal these twins is test_codec_device.c's
+ * part (on a GPU).
+ */
+#include "tests/cmocka_compat.h"
+
+#include "compress/compress_impl.h"
+#include "compress/device.h"
+#include "tests/unit/codec_device_cases.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define S_SEED    0x5eed1234abcdull
+#define S_COUNTER 42u
+
+static rumor_codec *
+s_codec(const char *spec)
+{
+    rumor_codec *c = NULL;
+    assert_int_equal(rumor_codec_new(spec, &c, NULL), RUMOR_OK);
+    return c;
+}
+
+static size_t
+s_cap(const rumor_codec *c, size_t n)
+{
+    size_t bytes = 0;
+    bool exact = false;
+    assert_int_equal(rumor_codec_encoded_size(c, n, &bytes, &exact), RUMOR_OK);
+    return bytes + 64;
+}
+
+/* One spec and size: the twin's payload and decode-add equal the CPU's. */
+static void
+s_check_case(const char *spec, size_t n)
+{
+    rumor_codec *c = s_codec(spec);
+    size_t cap = s_cap(c, n);
+    float *x = malloc((n + 1) * sizeof *x);
+    float *y1 = malloc((n + 1) * sizeof *y1),
+          *y2 = malloc((n + 1) * sizeof *y2);
+    uint8_t *a = malloc(cap), *b = malloc(cap);
+    assert_non_null(x);
+    assert_non_null(y1);
+    assert_non_null(y2);
+    assert_non_null(a);
+    assert_non_null(b);
+    s_dev_fill(x, n, n + 1);
+    size_t wa = 0, wb = 0;
+    assert_int_equal(
+        rumor_codec_encode(c, x, n, S_SEED, S_COUNTER, a, cap, &wa, NULL),
+        RUMOR_OK);
+    assert_int_equal(compress_dev_encode(&compress_dev_ref,
+                                         c,
+                                         x,
+                                         n,
+                                         S_SEED,
+                                         S_COUNTER,
+                                         b,
+                                         cap,
+                                         &wb,
+                                         NULL),
+                     RUMOR_OK);
+    if (wa != wb || memcmp(a, b, wa) != 0)
+        fail_msg("%s n=%zu: payloads differ (%zu vs %zu bytes)",
+                 spec,
+                 n,
+                 wa,
+                 wb);
+    s_dev_fill(y1, n, 99);
+    memcpy(y2, y1, n * sizeof *y1);
+    assert_int_equal(rumor_codec_decode_add(c, a, wa, 0.37f, y1, n), RUMOR_OK);
+    assert_int_equal(compress_dev_decode_add(&compress_dev_ref,
+                                             c,
+                                             a,
+                                             wa,
+                                             0.37f,
+                                             y2,
+                                             n,
+                                             NULL),
+                     RUMOR_OK);
+    if (n > 0 && memcmp(y1, y2, n * sizeof *y1) != 0)
+        fail_msg("%s n=%zu: decode-add differs", spec, n);
+    free(x);
+    free(y1);
+    free(y2);
+    free(a);
+    free(b);
+    rumor_codec_destroy(&c);
+}
+
+static void
+test_ref_twins__every_codec_and_size__cpu_bytes_and_sums(void **state)
+{
+    (void)state;
+    int top = compress_simd_level();
+    for (int level = 0; level <= top; level += top > 0 ? top : 1) {
+        compress_set_simd(level);
+        for (size_t s = 0; s < S_DEV_NSPECS; s++)
+            for (size_t z = 0; z < S_DEV_NSIZES; z++)
+                s_check_case(s_dev_specs[s], s_dev_sizes[z]);
+    }
+    compress_set_simd(top);
+}
+
+/* NaN or Inf at the first, a middle and the last element: both refuse
+ * with RUMOR_ENUMERIC. */
+static void
+test_ref_twins__nonfinite_x__refused_as_the_cpu_codec(void **state)
+{
+    (void)state;
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    const size_t n = 1000, at[] = {0, 517, 999};
+    float x[1000];
+    for (size_t s = 0; s < S_DEV_NSPECS; s++) {
+        rumor_codec *c = s_codec(s_dev_specs[s]);
+        size_t cap = s_cap(c, n), w = 0;
+        uint8_t *out = malloc(cap);
+        assert_non_null(out);
+        for (size_t b = 0; b < 3; b++)
+            for (size_t p = 0; p < 3; p++) {
+                s_dev_fill(x, n, 5);
+                x[at[p]] = bad[b];
+                assert_int_equal(
+                    rumor_codec_encode(c, x, n, 1, 2, out, cap, &w, NULL),
+                    RUMOR_ENUMERIC);
+                assert_int_equal(compress_dev_encode(&compress_dev_ref,
+                                                     c,
+                                                     x,
+                                                     n,
+                                                     1,
+                                                     2,
+                                                     out,
+                                                     cap,
+                                                     &w,
+                                                     NULL),
+                                 RUMOR_ENUMERIC);
+                assert_int_equal(w, 0);
+            }
+        free(out);
+        rumor_codec_destroy(&c);
+    }
+}
+
+/* Payloads the CPU decoder refuses: an Inf or NaN element (dense), a
+ * negative or infinite scale (sign), a wrong k, a cut and a lengthened
+ * payload; the twin gives the same code and leaves y untouched. */
+static void
+s_check_refusal(const char *spec,
+                size_t n,
+                size_t at,
+                const uint8_t *patch,
+                size_t plen,
+                long grow)
+{
+    rumor_codec *c = s_codec(spec);
+    size_t cap = s_cap(c, n), w = 0;
+    float x[300], y1[300], y2[300];
+    uint8_t *buf = calloc(cap + 8, 1);
+    assert_non_null(buf);
+    s_dev_fill(x, n, 3);
+    assert_int_equal(rumor_codec_encode(c, x, n, 9, 9, buf, cap, &w, NULL),
+                     RUMOR_OK);
+    memcpy(buf + at, patch, plen);
+    size_t len = (size_t)((long)w + grow);
+    s_dev_fill(y1, n, 4);
+    memcpy(y2, y1, sizeof y1);
+    rumor_err want = rumor_codec_decode_add(c, buf, len, 1.0f, y1, n);
+    assert_int_not_equal(want, RUMOR_OK);
+    assert_int_equal(compress_dev_decode_add(&compress_dev_ref,
+                                             c,
+                                             buf,
+                                             len,
+                                             1.0f,
+                                             y2,
+                                             n,
+                                             NULL),
+                     want);
+    float y0[300];
+    s_dev_fill(y0, n, 4);
+    assert_memory_equal(y2, y0, n * sizeof *y2);
+    free(buf);
+    rumor_codec_destroy(&c);
+}
+
+static void
+test_ref_twins__malformed_payloads__refused_as_the_cpu_codec(void **state)
+{
+    (void)state;
+    const uint8_t inf16[] = {0x00, 0x7c}, nan16[] = {0x01, 0xfe};
+    const uint8_t infbf[] = {0x80, 0x7f}, inf32[] = {0, 0, 0x80, 0x7f};
+    const uint8_t neg[] = {0, 0, 0x80, 0xbf}, k9[] = {9, 0, 0, 0};
+    const uint8_t p1[] = {1};
+    s_check_refusal("fp16", 300, 12 + 2 * 299, inf16, 2, 0);
+    s_check_refusal("fp16", 300, 12 + 2 * 17, nan16, 2, 0);
+    s_check_refusal("bf16", 300, 12, infbf, 2, 0);
+    s_check_refusal("fp32", 300, 12 + 4 * 100, inf32, 4, 0);
+    s_check_refusal("sign:bucket=100", 300, 12 + 4, neg, 4, 0);
+    s_check_refusal("sign:bucket=100", 300, 12 + 8, inf32, 4, 0);
+    s_check_refusal("sign:bucket=100", 300, 3, p1, 1, 0);
+    s_check_refusal("fp16", 300, 0, p1, 0, -1);
+    s_check_refusal("sign", 300, 0, p1, 0, 1);
+    s_check_refusal("randk:ratio=0.1", 300, 8, k9, 4, 0);
+    s_check_refusal("randk:ratio=0.1|fp16", 300, 12 + 16 + 12, inf16, 2, 0);
+    s_check_refusal("randk:ratio=0.1|sign:bucket=3",
+                    300,
+                    12 + 16 + 12,
+                    neg,
+                    4,
+                    0);
+    s_check_refusal("randk:ratio=0.1", 300, 0, p1, 0, -3);
+    /* "-0": level 0 with the sign, code 1 << bits (2 for terngrad). */
+    const uint8_t minus0q[] = {0x10}, minus0t[] = {0x02}, minus0q2[] = {0x04};
+    s_check_refusal("qsgd:bucket=100", 300, 12 + 12, minus0q, 1, 0);
+    s_check_refusal("qsgd:bucket=100", 300, 12 + 8, neg, 4, 0);
+    s_check_refusal("qsgd:bucket=100", 300, 12 + 4, inf32, 4, 0);
+    s_check_refusal("qsgd:bucket=100", 300, 0, p1, 0, 1);
+    s_check_refusal("terngrad:bucket=100", 300, 12 + 12, minus0t, 1, 0);
+    s_check_refusal("terngrad:bucket=100", 300, 3, p1, 1, 0);
+    s_check_refusal("randk:ratio=0.1|qsgd:bits=2,bucket=8",
+                    300,
+                    12 + 16 + 12 + 16,
+                    minus0q2,
+                    1,
+                    0);
+}
+
+/* Codecs the device path has not yet, and the CUDA table: RUMOR_ENOTSUP
+ * with a reason where there is no device (always in a CPU-only build). */
+static void
+test_device_path__not_done_or_no_device__enotsup(void **state)
+{
+    (void)state;
+    const char *not_done[] = {"qsgd:levels=6",
+                              "qsgd:bits=4,elias=1",
+                              "qsgd:bits=4,biased=1",
+                              "terngrad:clip=2.5",
+                              "natural",
+                              "topk",
+                              "threshold",
+                              "fp8",
+                              "randk:ratio=0.1|natural"};
+    float x[16] = {0};
+    uint8_t out[512];
+    size_t w = 0;
+    for (size_t s = 0; s < sizeof not_done / sizeof not_done[0]; s++) {
+        rumor_codec *c = s_codec(not_done[s]);
+        assert_false(rumor_codec_device_supported(c));
+        assert_int_equal(compress_dev_encode(&compress_dev_ref,
+                                             c,
+                                             x,
+                                             16,
+                                             0,
+                                             0,
+                                             out,
+                                             sizeof out,
+                                             &w,
+                                             NULL),
+                         RUMOR_ENOTSUP);
+        rumor_codec_destroy(&c);
+    }
+    const struct compress_dev_i *d = NULL;
+    const char *why = NULL;
+    if (compress_dev_cuda(&d, &why) == RUMOR_OK)
+        return; /* a device: test_codec_device.c's part */
+    assert_non_null(why);
+    printf("device codecs unavailable here: %s\n", why);
+    rumor_codec *c = s_codec("fp16");
+    assert_int_equal(
+        rumor_codec_encode_device(c, x, 16, 0, 0, out, sizeof out, &w, NULL),
+        RUMOR_ENOTSUP);
+    assert_int_equal(
+        rumor_codec_decode_add_device(c, out, 44, 1.0f, x, 16, NULL),
+        RUMOR_ENOTSUP);
+    rumor_codec_destroy(&c);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(
+            test_ref_twins__every_codec_and_size__cpu_bytes_and_sums),
+        cmocka_unit_test(test_ref_twins__nonfinite_x__refused_as_the_cpu_codec),
+        cmocka_unit_test(
+            test_ref_twins__malformed_payloads__refused_as_the_cpu_codec),
+        cmocka_unit_test(test_device_path__not_done_or_no_device__enotsup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
