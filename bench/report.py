@@ -806,6 +806,33 @@ def section_gpu(data):
     return "\n".join(out) + "\n"
 
 
+def section_wan(data):
+    """Issue 32's slow-link tier: the full matrix of `make bench-wan`
+    (data["wan"], kept from docs/bench-wan.json) and the smoke run of
+    `make bench` (data["wan_quick"])."""
+    import os
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(
+        __file__)), "wan"))
+    import wan
+    if data.get("wan"):
+        out = wan.section(data["wan"])
+    else:
+        out = ("## Slow links (WAN)\n\nNot measured: `make bench-wan` "
+               "runs the matrix (bench/wan/wan.py).\n")
+    q = data.get("wan_quick")
+    if q and q.get("error"):
+        out += "\nThis `make bench`'s smoke run (`%s`) failed: %s\n" % (
+            q.get("command", "bench/wan/wan.py --quick"), q["error"])
+    elif q:
+        out += ("\nThis `make bench`'s smoke run (`%s`, %d steps, %s): "
+                "%d runs, all finished (its numbers are not the table's).\n"
+                % (q["command"], q["steps"], ", ".join(
+                    lk["name"] for lk in q["links"]), sum(
+                    1 for n in q["runs"].values() for by in n.values()
+                    for r in by.values() if "curve" in r)))
+    return out
+
+
 def render(data):
     parts = [
         "# Benchmarks",
@@ -827,6 +854,7 @@ def render(data):
         section_scaling(data),
         section_e2e(data),
         section_torch(data),
+        section_wan(data),
         section_gpu(data),
     ]
     return "\n".join(parts)
