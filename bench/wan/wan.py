@@ -180,7 +180,11 @@ def launch(rumor, work, tag, nodes, steps, link, args, eval_every, timeout):
         tail = out.strip().splitlines()[-3:]
         return {"error": "exit %d: %s" % (p.returncode, " / ".join(tail)),
                 "command": shown}
-    return metrics(d, nodes, steps, shown, wall)
+    r = metrics(d, nodes, steps, shown, wall)
+    # Other work on the host slows compute and wire alike: each run says
+    # how busy the host was (1-minute load average at its end).
+    r["load"] = os.getloadavg()[0]
+    return r
 
 
 def metrics(d, nodes, steps, shown, wall):
@@ -288,7 +292,8 @@ def project(full, prefix, steps):
               prefix["command"], "first_step_s": prefix["first_step_s"],
               "s_per_step": prefix["s_per_step"],
               "share_metrics": prefix["share_metrics"],
-              "skipped": full["skipped"] + prefix["skipped"]})
+              "skipped": full["skipped"] + prefix["skipped"],
+              "load": prefix.get("load")})
     r["train_s"] = prefix["s_per_step"] * (steps - 1)
     for c in r["curve"]:
         c["seconds"] = prefix["first_step_s"] + (c["step"] - 1) * \
@@ -332,6 +337,8 @@ def table(rec):
                         r["projected"] if r.get("projected") else "measured")
                 if r.get("skipped"):
                     note += ", %d skipped" % r["skipped"]
+                if r.get("load") is not None:
+                    note += ", load %.1f" % r["load"]
                 out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %.1f "
                            "| %s |" % (
                                label, lk["name"], pct(r["share_metrics"]),
