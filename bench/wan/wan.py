@@ -417,10 +417,12 @@ def section(rec):
                rec["steps"], rec["eval_every"]), ""]
     for p in rec.get("parts") or [part_note(rec)]:
         m = p["machine"]
-        out.append("- %s nodes: measured %s on %s (%s cores, shared with "
-                   "other work: load average %.2f at the start, %.2f at "
-                   "the end), commit %s, in %.0f s: `%s`" % (
-                       ", ".join(str(n) for n in p["nodes"]), p["date"],
+        out.append("- %s nodes, %s: measured %s on %s (%s cores, shared "
+                   "with other work: load average %.2f at the start, %.2f "
+                   "at the end), commit %s, in %.0f s: `%s`" % (
+                       ", ".join(str(n) for n in p["nodes"]),
+                       ", ".join(rec["labels"].get(k, k)
+                                 for k in p["configs"]), p["date"],
                        m["cpu"], m["cores"], m["load_start"], m["load_end"],
                        m["commit"], p["wall_s"], p["command"]))
     out += ["",
@@ -597,6 +599,8 @@ def run_matrix(a, rumor, work):
                              a.eval_every, a.timeout)
                 runs[key][lk["name"]] = (pre if "error" in pre else
                                          project(full, pre, a.steps))
+        if "compute_only" not in a.configs.split(","):
+            continue
         runs["compute_only"] = {}
         for lk in links:
             runs["compute_only"][lk["name"]] = launch(
@@ -607,27 +611,29 @@ def run_matrix(a, rumor, work):
 
 
 def add_record(rec, path):
-    """rec plus the node counts that the record at path has and rec has
-    not (same links, steps and period), each with its own measurement
-    notes in "parts"."""
+    """rec plus every (node count, scheme) of the record at path that rec
+    did not measure (same links, steps and period); "parts" keeps each
+    session's notes (when, load, command)."""
+    note = part_note(rec)
     with open(path) as f:
         old = json.load(f)
     same = all(old.get(k) == rec[k] for k in ("steps", "period", "links"))
     if not same:
         log("%s: other steps, period or links: not kept" % path)
         return rec
-    for parts in (old.get("parts") or [part_note(old)]):
-        if not set(parts["nodes"]) & set(rec["nodes"]):
-            rec.setdefault("parts", [part_note(rec)]).insert(0, parts)
-            for n in parts["nodes"]:
-                rec["runs"][str(n)] = old["runs"][str(n)]
-                rec["nodes"].append(n)
-    rec["nodes"].sort()
+    for n, by_key in old["runs"].items():
+        mine = rec["runs"].setdefault(n, {})
+        for key, cells in by_key.items():
+            mine.setdefault(key, cells)
+    rec["nodes"] = sorted(set(rec["nodes"]) | set(old["nodes"]))
+    rec["parts"] = (old.get("parts") or [part_note(old)]) + [note]
     return rec
 
 
 def part_note(rec):
     return {"nodes": list(rec["nodes"]), "date": rec["date"],
+            "configs": sorted(set(k for n in rec["runs"].values()
+                                  for k in n)),
             "machine": rec["machine"], "wall_s": rec["wall_s"],
             "command": rec["command"], "features": rec["features"]}
 
@@ -659,7 +665,8 @@ def main():
     ap.add_argument("--links", default=None)
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--eval-every", type=int, default=None)
-    ap.add_argument("--configs", default=",".join(c[0] for c in CONFIGS))
+    ap.add_argument("--configs", default=",".join(
+        [c[0] for c in CONFIGS] + ["compute_only"]))
     ap.add_argument("--timeout", type=int, default=900,
                     help="seconds one launch may take")
     ap.add_argument("--out", default=os.path.join(REPO, "build",

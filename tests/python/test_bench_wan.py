@@ -108,3 +108,29 @@ def test_project_and_analyse__prefix_timing__hand_computed(tmp_path):
     assert pg["to_target"] == {"step": 3, "seconds": 5.5, "mb": 0.5}
     assert pg["sooner_than_allreduce"] == pytest.approx(44.0 / 5.5)
     assert pg["share_wall"] == pytest.approx(2.0)
+
+
+def test_add_record__keeps_what_this_session_did_not_measure(tmp_path):
+    links = [{"name": "100M/25ms"}]
+
+    def rec(runs, nodes, date):
+        return {"steps": 200, "period": 20, "links": links, "nodes": nodes,
+                "runs": runs, "date": date, "machine": {}, "wall_s": 1.0,
+                "command": "c", "features": {}}
+    old = rec({"4": {"allreduce": {"100M/25ms": {"train_s": 1.0}},
+                     "diloco": {"100M/25ms": {"error": "stopped"}}}},
+              [4], "then")
+    path = str(tmp_path / "wan.json")
+    with open(path, "w") as f:
+        json.dump(old, f)
+    new = rec({"4": {"diloco": {"100M/25ms": {"train_s": 2.0}}},
+               "8": {"diloco": {"100M/25ms": {"train_s": 3.0}}}}, [4, 8],
+              "now")
+    got = wan.add_record(new, path)
+    assert got["runs"]["4"]["allreduce"]["100M/25ms"] == {"train_s": 1.0}
+    assert got["runs"]["4"]["diloco"]["100M/25ms"] == {"train_s": 2.0}
+    assert got["runs"]["8"]["diloco"]["100M/25ms"] == {"train_s": 3.0}
+    assert got["nodes"] == [4, 8]
+    assert [p["date"] for p in got["parts"]] == ["then", "now"]
+    assert got["parts"][1]["configs"] == ["diloco"]
+    assert got["parts"][0]["configs"] == ["allreduce", "diloco"]
