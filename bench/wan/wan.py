@@ -424,15 +424,31 @@ def section(rec):
                        ", ".join(rec["labels"].get(k, k)
                                  for k in p["configs"]), p["date"],
                        m["cpu"], m["cores"], m["load_start"], m["load_end"],
-                       m["commit"], p["wall_s"], p["command"]))
+                       m["commit"], p["wall_s"], p["command"]) +
+                   (" %s" % p["note"] if p.get("note") else ""))
+    busy = max([max(p["machine"]["load_start"], p["machine"]["load_end"])
+                for p in rec.get("parts") or [part_note(rec)]] +
+               [r.get("load") or 0 for n in rec["runs"].values()
+                for by in n.values() for r in by.values()])
+    if busy > rec["machine"]["cores"]:
+        out += ["", "**A busy host.** These runs shared %s cores with "
+                "other work (load average up to %.1f): compute slowed by "
+                "the contention counts as compute in the metrics share, and "
+                "the wall share divides the times of two runs made minutes "
+                "apart under different load, so it can exceed 100 %%; read "
+                "both as rough, and measure again on a quiet host." % (
+                    rec["machine"]["cores"], busy)]
     out += ["",
            "Compute share (metrics) = (seconds_compute at the last step - at "
            "the first) / (seconds at the last step - at the first), mean "
            "over the nodes; share (wall) = the compute-only run's (local "
            "SGD synchronizing once, `--algo localsgd --period %d`) "
            "training-phase wall time over the run's. Seconds to target: "
-           "`seconds` of the slowest node at the first evaluation whose "
-           "mean held-out accuracy reaches the target. \"Time projected "
+           "`seconds` of the slowest node at the first evaluation where "
+           "the mean over the nodes of their own models' held-out "
+           "accuracy reaches the target (nodes that still disagree, as "
+           "PowerGossip's do, can stay below it while their average model, "
+           "the final accuracy column, is above). \"Time projected "
            "from K measured steps\": that run computes the same bits at "
            "any link speed, so it ran in full at the fastest link "
            "(accuracy, bytes) and only K steps at this one (seconds per "
@@ -635,7 +651,8 @@ def part_note(rec):
             "configs": sorted(set(k for n in rec["runs"].values()
                                   for k in n)),
             "machine": rec["machine"], "wall_s": rec["wall_s"],
-            "command": rec["command"], "features": rec["features"]}
+            "command": rec["command"], "features": rec["features"],
+            "note": rec.get("note", "")}
 
 
 def write_doc(rec, out_dir):
@@ -672,6 +689,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "build",
                                                   "bench-wan"))
     ap.add_argument("--doc", action="store_true")
+    ap.add_argument("--note", default="",
+                    help="what the report should say about this session "
+                    "(e.g. what else ran on the host)")
     ap.add_argument("--add", action="store_true",
                     help="keep the node counts of the existing record "
                     "(OUT/wan.json, or docs/bench-wan.json with --doc) "
@@ -691,6 +711,7 @@ def main():
     rec = run_matrix(a, rumor, work)
     rec["machine"]["load_end"] = os.getloadavg()[0]
     rec["wall_s"] = time.time() - t0
+    rec["note"] = a.note
     rec["date"] = datetime.datetime.now(datetime.timezone.utc).strftime(
         "%Y-%m-%d %H:%M UTC")
     old_path = os.path.join(out_dir, "bench-wan.json" if a.doc else
