@@ -824,12 +824,16 @@ def section_wan(data):
         out += "\nThis `make bench`'s smoke run (`%s`) failed: %s\n" % (
             q.get("command", "bench/wan/wan.py --quick"), q["error"])
     elif q:
+        cells = [r for n in q["runs"].values() for by in n.values()
+                 for r in by.values()]
         out += ("\nThis `make bench`'s smoke run (`%s`, %d steps, %s): "
-                "%d runs, all finished (its numbers are not the table's).\n"
-                % (q["command"], q["steps"], ", ".join(
-                    lk["name"] for lk in q["links"]), sum(
-                    1 for n in q["runs"].values() for by in n.values()
-                    for r in by.values() if "curve" in r)))
+                "%d runs finished, %d failed, %d not run (its numbers are "
+                "not the table's).\n" % (
+                    q["command"], q["steps"], ", ".join(
+                        lk["name"] for lk in q["links"]),
+                    sum(1 for r in cells if "curve" in r),
+                    sum(1 for r in cells if "error" in r),
+                    sum(1 for r in cells if "not_run" in r)))
     return out
 
 
