@@ -530,6 +530,7 @@ def plots(rec, out_dir):
                      (dat2, k, s) for k, s in enumerate(series))
     gp("set title 'held-out accuracy (mean of the nodes), %s links'\n"
        "set xlabel 'seconds'\nset ylabel 'accuracy %%'\nset logscale x\n"
+       "set yrange [50:90]\n"
        "set key outside right\nplot %s\n" % (lname, plot), png)
     pngs.append(png)
     os.remove(dat)
@@ -538,7 +539,7 @@ def plots(rec, out_dir):
 
 
 def gp(script, png):
-    subprocess.run(["gnuplot"], input="set terminal pngcairo size 1100,560\n"
+    subprocess.run(["gnuplot"], input="set terminal pngcairo size 1300,640\n"
                    "set output '%s'\nset grid\n%s" % (png, script),
                    text=True, check=False)
 
