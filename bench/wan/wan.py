@@ -501,8 +501,9 @@ def plots(rec, out_dir):
     png = os.path.join(out_dir, "bench-wan-share.png")
     xt = ", ".join("'%s' %d" % (lk["name"], i)
                    for i, lk in enumerate(rec["links"]))
-    plot = ", ".join("'%s' index %d using 1:2 with linespoints title '%s'" %
-                     (dat, k, s) for k, s in enumerate(series))
+    plot = ", ".join("'%s' index %d using 1:2 with linespoints lc %d dt %d "
+                     "title '%s'" %
+                     style(dat, k, s) for k, s in enumerate(series))
     gp("set title 'compute share over the training phase (metrics)'\n"
        "set xlabel 'link (rate / one-way delay)'\nset ylabel 'compute %%'\n"
        "set xtics (%s)\nset xrange [-0.3:%g]\nset yrange [0:100]\n"
@@ -529,8 +530,9 @@ def plots(rec, out_dir):
                                              100 * c["accuracy"]))
                 f.write("\n\n")
     png = os.path.join(out_dir, "bench-wan-accuracy.png")
-    plot = ", ".join("'%s' index %d using 1:2 with linespoints title '%s'" %
-                     (dat2, k, s) for k, s in enumerate(series))
+    plot = ", ".join("'%s' index %d using 1:2 with linespoints lc %d dt %d "
+                     "title '%s'" %
+                     style(dat2, k, s) for k, s in enumerate(series))
     gp("set title 'held-out accuracy (mean of the nodes), %s links'\n"
        "set xlabel 'seconds'\nset ylabel 'accuracy %%'\nset logscale x\n"
        "set yrange [50:90]\n"
@@ -539,6 +541,14 @@ def plots(rec, out_dir):
     os.remove(dat)
     os.remove(dat2)
     return pngs
+
+
+def style(dat, k, title):
+    """One colour per scheme, dashed for the larger node count."""
+    scheme = next(i for i, c in enumerate(CONFIGS)
+                  if title.startswith(c[1].split(" (")[0] + " ") or
+                  title.startswith(c[1].split(" (")[0] + ","))
+    return (dat, k, scheme + 1, 2 if " 8 nodes" in title else 1, title)
 
 
 def gp(script, png):
