@@ -119,7 +119,7 @@ else
   Q := @
 endif
 
-.PHONY: all demo test check asan fuzz bench lint format format-check \
+.PHONY: all demo test check asan fuzz bench bench-wan lint format format-check \
         headers-check deps deploy-test cluster-test install uninstall clean help FORCE
 
 all: $(RUMOR) $(SHLIB)
@@ -133,6 +133,7 @@ help:
 	@echo "make deploy-test   docker/README.md end to end: image, 4 containers, a crash (root: own engine)"
 	@echo "make cluster-test  docker/README.md's Slurm job and launch --hosts on real slurmd, sshd (root)"
 	@echo "make bench         run the benchmarks (docs/benchmarks.md); QUICK=1 short"
+	@echo "make bench-wan     the slow-link (WAN) matrix of issue 32 (about 25 min)"
 	@echo "make install       rumor, librumor.so/.a, headers, rumor.pc (PREFIX, DESTDIR)"
 	@echo "make lint          banned functions, include direction, headers alone"
 	@echo "make format-check  clang-format check of every source file"
@@ -313,6 +314,12 @@ fuzz:
 # QUICK=1 for a short run (one repetition, smaller sizes, 100 Mbit/s only).
 bench: $(RUMOR)
 	$(Q)/usr/bin/python3 bench/run_bench.py --rumor $(RUMOR) $(if $(QUICK),--quick)
+
+# Issue 32's slow-link matrix (about 25 minutes on 2 cores): docs/bench-wan.json,
+# docs/bench-wan-*.png and the "Slow links (WAN)" section of docs/benchmarks.md.
+# `make bench` runs only its smoke run (bench/wan/wan.py --quick).
+bench-wan: $(RUMOR)
+	$(Q)/usr/bin/python3 bench/wan/wan.py --rumor $(RUMOR) --doc
 
 demo: $(RUMOR)
 	$(Q)RUMOR_BIN=$(RUMOR) sh scripts/demo.sh

@@ -806,6 +806,37 @@ def section_gpu(data):
     return "\n".join(out) + "\n"
 
 
+def section_wan(data):
+    """Issue 32's slow-link tier: the full matrix of `make bench-wan`
+    (data["wan"], kept from docs/bench-wan.json) and the smoke run of
+    `make bench` (data["wan_quick"])."""
+    import os
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(
+        __file__)), "wan"))
+    import wan
+    if data.get("wan"):
+        out = wan.section(data["wan"])
+    else:
+        out = ("## Slow links (WAN)\n\nNot measured: `make bench-wan` "
+               "runs the matrix (bench/wan/wan.py).\n")
+    q = data.get("wan_quick")
+    if q and q.get("error"):
+        out += "\nThis `make bench`'s smoke run (`%s`) failed: %s\n" % (
+            q.get("command", "bench/wan/wan.py --quick"), q["error"])
+    elif q:
+        cells = [r for n in q["runs"].values() for by in n.values()
+                 for r in by.values()]
+        out += ("\nThis `make bench`'s smoke run (`%s`, %d steps, %s): "
+                "%d runs finished, %d failed, %d not run (its numbers are "
+                "not the table's).\n" % (
+                    q["command"], q["steps"], ", ".join(
+                        lk["name"] for lk in q["links"]),
+                    sum(1 for r in cells if "curve" in r),
+                    sum(1 for r in cells if "error" in r),
+                    sum(1 for r in cells if "not_run" in r)))
+    return out
+
+
 def render(data):
     parts = [
         "# Benchmarks",
@@ -827,6 +858,7 @@ def render(data):
         section_scaling(data),
         section_e2e(data),
         section_torch(data),
+        section_wan(data),
         section_gpu(data),
     ]
     return "\n".join(parts)

@@ -12,7 +12,7 @@ docs/benchmarks.md, docs/benchmarks.json and docs/bench-e2e-*.png.
 
 Usage (from the repository root, as root for the end-to-end tier):
   /usr/bin/python3 bench/run_bench.py [--rumor build/bin/rumor] [--quick]
-      [--only core,compress,lowrank,net,gossip,scaling,e2e,torch]
+      [--only core,compress,lowrank,net,gossip,scaling,e2e,torch,wan]
       [--out docs] [--torch-json PATH,...]
 --only measures the parts named and keeps the others' figures from the
 existing docs/benchmarks.json; the report lists what was measured again.
@@ -538,6 +538,24 @@ def _torch_run(quick, out_dir):
 
 
 # -------------------------------------------------------------------- report
+def wan_quick(rumor):
+    """bench/wan/wan.py --quick: the WAN tier's smoke run (4 nodes,
+    100 Mbit/s with 25 ms, 20 steps); the full matrix is make bench-wan."""
+    out = os.path.join(REPO, "build", "bench-wan-quick")
+    cmd = [sys.executable, os.path.join("bench", "wan", "wan.py"), "--quick",
+           "--rumor", rumor, "--out", out]
+    log(" ".join(cmd))
+    p = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    path = os.path.join(out, "wan.json")
+    if p.returncode != 0 or not os.path.exists(path):
+        return {"command": "bench/wan/wan.py --quick",
+                "error": "exited %d: %s" % (p.returncode,
+                                            p.stdout.strip()[-500:])}
+    with open(path) as f:
+        return json.load(f)
+
+
 # Lives in bench/report.py so the Markdown can be regenerated from the JSON.
 
 
@@ -611,6 +629,14 @@ def main():
         data["torch"] = torch_loop(a.quick, a.out,
                                    [p for p in a.torch_json.split(",") if p],
                                    data.get("torch"))
+    if want("wan"):
+        data["wan_quick"] = wan_quick(rumor)
+    wan_full = os.path.join(a.out, "bench-wan.json")
+    if os.path.exists(wan_full):
+        # The full matrix (`make bench-wan`, about 25 minutes) is kept
+        # from its own file; `make bench` runs only its smoke run.
+        with open(wan_full) as f:
+            data["wan"] = json.load(f)
     if "reruns" in data and only:
         data["reruns"][-1]["machine"]["load_end"] = os.getloadavg()
         data["reruns"][-1]["wall_seconds"] = time.time() - t_start

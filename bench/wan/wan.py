@@ -1,0 +1,761 @@
+#!/usr/bin/python3
+"""The WAN benchmark of issue 32: compute share over slow links.
+
+Runs `rumor launch` rings of N nodes (N = 4, 8) over Rumor's own link
+shaping (--rate, --delay-ms: 10 Mbit/s with 50 ms one-way delay, 100 Mbit/s
+with 25 ms, 1 Gbit/s with 5 ms) on one workload, the MLP --hidden
+1024,1024 on Fashion-MNIST with --batch 256 for 200 steps, for each
+synchronization scheme of CONFIGS, and reports per run
+
+- compute share, two ways, both over the training phase (the metrics'
+  first step to their last, so start-up and the links' handshakes are
+  left out): (a) from the metrics JSONL, (seconds_compute[last] -
+  seconds_compute[first]) / (seconds[last] - seconds[first]), the mean over
+  the nodes; (b) the training-phase wall time of the compute-only run
+  (local SGD that synchronizes once, --algo localsgd --period STEPS, same
+  links and nodes) over the run's own;
+- seconds and MB sent per node (gossip_bytes_sent) to a target accuracy:
+  the first evaluation step whose held-out accuracy (the mean over the
+  nodes of each node's own model) reaches TARGET = the all-reduce run's
+  final accuracy (average model, same N) minus 0.5 points;
+- the final accuracy at equal steps (the launcher's average model).
+
+Projections. A run whose numbers do not depend on timing (every node
+computes the same bits at any link speed: exact all-reduce, exact local
+SGD / DiLoCo, D-PSGD without skipped steps, and the stale modes, whose
+landing step is fixed) is run in full at the fastest link only; at the
+slower links a prefix of a few steps is timed and its seconds per step
+give the run's time. Those figures are labelled "projected from K measured
+steps" everywhere; accuracy and bytes are the full run's. The deadline is
+raised (--deadline-ms 600000, fixed) so that no step is skipped and the
+runs stay deterministic; every run's skipped counter is recorded.
+
+New options (--stale, --fragments) are probed first, by their effect: two
+8-step least-squares runs, without and with the option, must end with
+different models. A config that needs one runs only then; otherwise its
+rows say "not run: option missing" (unknown to this build), "not run:
+option not implemented" (accepted, no effect) or "refused: REASON".
+
+Usage (from the repository root):
+  /usr/bin/python3 bench/wan/wan.py [--rumor build/bin/rumor] [--quick]
+      [--nodes 4,8] [--links 10M/50,100M/25,1G/5] [--steps 200]
+      [--configs allreduce,diloco,...,compute_only] [--out DIR] [--doc]
+      [--add] [--render] [--note TEXT]
+--quick: a smoke run (20 steps, period 10, 4 nodes, 100M/25ms, no
+projection). --out: where wan.json, wan.md and the PNGs go (default
+build/bench-wan). --doc: write docs/bench-wan.json and the PNGs in docs/
+and refresh the "Slow links (WAN)" section of docs/benchmarks.md. --add:
+keep what the existing record has and this session does not measure.
+--render: run nothing, only the plots and the report from the record.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+WORKLOAD = ["--workload", "mlp", "--hidden", "1024,1024", "--dataset",
+            "fashion-mnist", "--batch", "256", "--seed", "1"]
+COMMON = ["--insecure", "--progress", "off", "--deadline-ms", "600000",
+          "--deadline-factor", "0"]
+LINKS = ["10M/50", "100M/25", "1G/5"]
+# DiLoCo's outer step as its paper sets it (Douillard et al. 2023: outer
+# Nesterov, lr 0.7, momentum 0.9); Rumor's own defaults (1, 0) are plain
+# local SGD.
+DILOCO = ["--algo", "localsgd", "--period", "{H}", "--outer-lr", "0.7",
+          "--outer-momentum", "0.9"]
+# key, label, node options, features needed, exact (same bits at any link,
+# so timed on a prefix at the slower links), family ("local": syncs every H
+# steps; "step": exchanges every step). The overlapped modes are exact too,
+# but their share is what issue 32 targets: they run in full everywhere;
+# stale D-PSGD, bandwidth-bound at 10 Mbit/s (200 x 12 s), does not.
+CONFIGS = [
+    ("allreduce", "all-reduce", ["--algo", "allreduce"], [], True, "step"),
+    ("diloco", "DiLoCo (H={H})", DILOCO, [], True, "local"),
+    ("diloco_overlap", "overlapped DiLoCo (H={H}, stale {H})",
+     DILOCO + ["--stale", "{H}"], ["stale_local"], False, "local"),
+    ("diloco_stream_fp4",
+     "streaming DiLoCo fp4 (H={H}, 4 fragments, stale {H})",
+     DILOCO + ["--fragments", "4", "--delta-codec", "fp4", "--stale", "{H}"],
+     ["stale_local", "fragments"], False, "local"),
+    ("powergossip", "PowerGossip rank 1", ["--algo", "powergossip",
+                                           "--rank", "1"], [], False, "step"),
+    ("powergossip_stale", "stale PowerGossip rank 1 (stale 1)",
+     ["--algo", "powergossip", "--rank", "1", "--stale", "1"],
+     ["stale_powergossip"], False, "step"),
+    ("dpsgd", "D-PSGD", ["--algo", "dpsgd"], [], True, "step"),
+    ("dpsgd_stale", "stale D-PSGD (stale 1)", ["--algo", "dpsgd", "--stale",
+                                               "1"], ["stale_dpsgd"], True,
+     "step"),
+]
+# Each new option is probed by its effect: two short least-squares runs,
+# without and with the option, must end with different models. The same
+# held-out loss to the last digit means this build parses the option but
+# does not act on it.
+PROBES = {
+    "stale_local": (["--algo", "localsgd", "--period", "4"],
+                    ["--stale", "2"]),
+    "stale_dpsgd": (["--algo", "dpsgd"], ["--stale", "2"]),
+    "stale_powergossip": (["--algo", "powergossip"], ["--stale", "2"]),
+    "fragments": (["--algo", "localsgd", "--period", "4"],
+                  ["--fragments", "2"]),
+}
+
+
+def log(msg):
+    print("[wan %s] %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
+
+
+def parse_link(text):
+    rate, delay = text.split("/")
+    return {"name": "%s/%sms" % (rate, delay), "rate": rate,
+            "delay_ms": int(delay), "bits": rate_bits(rate)}
+
+
+def rate_bits(rate):
+    mult = {"k": 1e3, "M": 1e6, "G": 1e9}.get(rate[-1], 1)
+    return float(rate.rstrip("kMG")) * mult
+
+
+def fill(args, period):
+    return [a.replace("{H}", str(period)) for a in args]
+
+
+# ------------------------------------------------------------------- probing
+
+
+def probe(rumor, work, feature):
+    """'ok', 'missing' (unknown option), 'not implemented' (no effect) or
+    'refused: REASON'."""
+    base, extra = PROBES[feature]
+    losses = []
+    for args in (base, base + extra):
+        d = os.path.join(work, "probe-" + feature)
+        shutil.rmtree(d, ignore_errors=True)
+        p = subprocess.run([rumor, "launch", "--nodes", "2", "--steps", "8",
+                            "--metrics-dir", d, "--workload", "lsq"] +
+                           COMMON + args, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=120)
+        if p.returncode != 0:
+            shutil.rmtree(d, ignore_errors=True)
+            if "unknown option " + extra[0] in p.stdout:
+                return "missing"
+            why = [x for x in p.stdout.splitlines() if "rumor node:" in x]
+            return "refused: " + (why[0].split("rumor node:", 1)[1].strip()
+                                  if why else "exit %d" % p.returncode)
+        with open(os.path.join(d, "average.json")) as f:
+            losses.append(json.load(f)["test_loss"])
+        shutil.rmtree(d, ignore_errors=True)
+    return "not implemented" if losses[0] == losses[1] else "ok"
+
+
+# ---------------------------------------------------------------------- runs
+
+
+def launch(rumor, work, tag, nodes, steps, link, args, eval_every, timeout):
+    d = os.path.join(work, tag)
+    shutil.rmtree(d, ignore_errors=True)
+    cmd = [rumor, "launch", "--nodes", str(nodes), "--steps", str(steps),
+           "--metrics-dir", d, "--rate", link["rate"], "--delay-ms",
+           str(link["delay_ms"]), "--eval-every", str(eval_every)] + \
+        WORKLOAD + COMMON + args
+    shown = " ".join(["rumor"] + cmd[1:6] + cmd[8:])
+    log("%s: %s" % (tag, shown))
+    t0 = time.time()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, cwd=work)
+    try:
+        out = p.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        # Ctrl-C: the launcher forwards it and waits for its nodes.
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=60)
+        return {"error": "timed out after %d s" % timeout, "command": shown}
+    wall = time.time() - t0
+    if p.returncode != 0:
+        tail = out.strip().splitlines()[-3:]
+        return {"error": "exit %d: %s" % (p.returncode, " / ".join(tail)),
+                "command": shown}
+    r = metrics(d, nodes, steps, shown, wall)
+    # Other work on the host slows compute and wire alike: each run says
+    # how busy the host was (1-minute load average at its end).
+    r["load"] = os.getloadavg()[0]
+    return r
+
+
+def metrics(d, nodes, steps, shown, wall):
+    per = []
+    for i in range(nodes):
+        with open(os.path.join(d, "node-%d.jsonl" % i)) as f:
+            per.append([json.loads(x) for x in f if x.strip()])
+    if any(len(lines) != steps for lines in per):
+        return {"error": "a node wrote fewer than %d metrics lines" % steps,
+                "command": shown}
+
+    def mean(xs):
+        return sum(xs) / len(xs)
+
+    first = [lines[0] for lines in per]
+    last = [lines[-1] for lines in per]
+    train = mean([b["seconds"] - a["seconds"] for a, b in zip(first, last)])
+    comp = mean([(b["seconds_compute"] - a["seconds_compute"]) /
+                 (b["seconds"] - a["seconds"]) for a, b in zip(first, last)])
+    curve = []
+    for k in range(steps):
+        if "accuracy" in per[0][k]:
+            curve.append({"step": k + 1,
+                          "accuracy": mean([n[k]["accuracy"] for n in per]),
+                          "seconds": max(n[k]["seconds"] for n in per),
+                          "mb": mean([n[k]["gossip_bytes_sent"]
+                                      for n in per]) / 1e6})
+    avg = None
+    path = os.path.join(d, "average.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            avg = json.load(f).get("accuracy")
+    return {"command": shown, "steps": steps, "wall_s": wall,
+            "first_step_s": mean([a["seconds"] for a in first]),
+            "train_s": train, "s_per_step": train / (steps - 1),
+            "share_metrics": comp, "curve": curve,
+            "final_accuracy": avg,
+            "final_node_accuracy": mean([x.get("accuracy", 0) for x in last]),
+            "mb_per_node": mean([x["gossip_bytes_sent"] for x in last]) / 1e6,
+            "skipped": sum(x.get("skipped", 0) for x in last)}
+
+
+def prefix_steps(family, period, link, quick):
+    if quick:
+        return None
+    if family == "local":
+        return 3 * period
+    return 10 if link["bits"] >= 1e8 else 4
+
+
+# ------------------------------------------------------------------ analysis
+
+
+def to_target(curve, target):
+    for c in curve:
+        if c["accuracy"] >= target:
+            return c
+    return None
+
+
+def analyse(rec):
+    """Fills each row's derived figures: shares, target, sooner factor."""
+    for n in rec["nodes"]:
+        runs = rec["runs"][str(n)]
+        ar_full = next((r for r in runs.get("allreduce", {}).values()
+                        if r.get("final_accuracy") is not None
+                        and not r.get("projected")), None)
+        target = (ar_full["final_accuracy"] - 0.005 if ar_full else None)
+        rec["targets"][str(n)] = target
+        for key, by_link in runs.items():
+            if key == "compute_only":
+                continue
+            for lname, r in by_link.items():
+                if "error" in r or "not_run" in r:
+                    continue
+                ref = runs.get("compute_only", {}).get(lname, {})
+                if "train_s" in ref:
+                    r["share_wall"] = ref["train_s"] / r["train_s"]
+                if target is None:
+                    continue
+                hit = to_target(r["curve"], target)
+                if hit is None:
+                    r["to_target"] = None
+                    continue
+                secs = hit["seconds"]
+                if r.get("projected"):
+                    secs = r["first_step_s"] + (hit["step"] - 1) * \
+                        r["s_per_step"]
+                r["to_target"] = {"step": hit["step"], "seconds": secs,
+                                  "mb": hit["mb"]}
+        for lname in [lk["name"] for lk in rec["links"]]:
+            base = runs.get("allreduce", {}).get(lname, {}).get("to_target")
+            for key, by_link in runs.items():
+                r = by_link.get(lname, {})
+                if base and r.get("to_target"):
+                    r["sooner_than_allreduce"] = (base["seconds"] /
+                                                  r["to_target"]["seconds"])
+
+
+def project(full, prefix, steps):
+    """A full run's accuracy and bytes with a prefix run's timing."""
+    r = dict(full)
+    r["curve"] = [dict(c) for c in full["curve"]]
+    r.update({"projected": prefix["steps"], "prefix_command":
+              prefix["command"], "first_step_s": prefix["first_step_s"],
+              "s_per_step": prefix["s_per_step"],
+              "share_metrics": prefix["share_metrics"],
+              "skipped": full["skipped"] + prefix["skipped"],
+              "load": prefix.get("load")})
+    r["train_s"] = prefix["s_per_step"] * (steps - 1)
+    for c in r["curve"]:
+        c["seconds"] = prefix["first_step_s"] + (c["step"] - 1) * \
+            prefix["s_per_step"]
+    return r
+
+
+# -------------------------------------------------------------------- output
+
+
+def pct(v):
+    return "-" if v is None else "%.1f %%" % (100 * v)
+
+
+def table(rec):
+    out = []
+    for n in rec["nodes"]:
+        target = rec["targets"].get(str(n))
+        out.append("\n**%d nodes** (target accuracy %s = the all-reduce "
+                   "run's final accuracy minus 0.5 points)\n" %
+                   (n, pct(target)))
+        out.append("| scheme | link | share (metrics) | share (wall vs "
+                   "compute-only) | s to target | MB/node to target | "
+                   "x sooner than all-reduce | final accuracy (avg model) | "
+                   "MB/node total | note |")
+        out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+        runs = rec["runs"][str(n)]
+        for key, label, *_ in CONFIGS + [("compute_only", None)]:
+            label = rec["labels"].get(key, key)
+            for lk in rec["links"]:
+                r = runs.get(key, {}).get(lk["name"])
+                if r is None:
+                    continue
+                if "not_run" in r or "error" in r:
+                    out.append("| %s | %s | | | | | | | | %s |" % (
+                        label, lk["name"], r.get("not_run") or
+                        "failed: " + r["error"]))
+                    continue
+                tt = r.get("to_target")
+                note = ("time projected from %d measured steps" %
+                        r["projected"] if r.get("projected") else "measured")
+                if r.get("skipped"):
+                    note += ", %d skipped" % r["skipped"]
+                if r.get("load") is not None:
+                    note += ", load %.1f" % r["load"]
+                out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %.1f "
+                           "| %s |" % (
+                               label, lk["name"], pct(r["share_metrics"]),
+                               pct(r.get("share_wall")),
+                               "%.1f" % tt["seconds"] if tt else "not reached",
+                               "%.1f" % tt["mb"] if tt else "-",
+                               "%.1fx" % r["sooner_than_allreduce"]
+                               if r.get("sooner_than_allreduce") else "-",
+                               pct(r["final_accuracy"]), r["mb_per_node"],
+                               note))
+    return "\n".join(out) + "\n"
+
+
+# Issue 32's targets: (configs, link, minimum compute share).
+SHARE_TARGETS = [
+    (("diloco_overlap", "diloco_stream_fp4"), "100M/25ms", 0.95),
+    (("diloco_overlap", "diloco_stream_fp4"), "10M/50ms", 0.90),
+    (("powergossip_stale",), "100M/25ms", 0.85),
+]
+
+
+def targets(rec):
+    """Issue 32's targets against this record, both shares."""
+    out = []
+    for n in rec["nodes"]:
+        runs = rec["runs"][str(n)]
+        ar = runs.get("allreduce", {})
+        for keys, lname, want in SHARE_TARGETS:
+            for key in keys:
+                r = runs.get(key, {}).get(lname)
+                if not r or "share_metrics" not in r:
+                    continue
+                sm, sw = r["share_metrics"], r.get("share_wall")
+                out.append("- %d nodes, %s at %s: compute share >= %.0f %%: "
+                           "%s (metrics), %s (wall)%s" % (
+                               n, rec["labels"][key], lname, 100 * want,
+                               met(sm >= want, pct(sm)),
+                               met(sw is not None and sw >= want, pct(sw)),
+                               " (projected)" if r.get("projected") else ""))
+        ref = next((r for r in ar.values() if not r.get("projected")
+                    and r.get("final_accuracy") is not None), None)
+        for key in ("diloco_overlap", "diloco_stream_fp4"):
+            r = next((x for x in runs.get(key, {}).values()
+                      if x.get("final_accuracy") is not None), None)
+            if ref and r:
+                d = 100 * (r["final_accuracy"] - ref["final_accuracy"])
+                out.append("- %d nodes, %s: final accuracy within 0.5 "
+                           "points of all-reduce: %s" % (
+                               n, rec["labels"][key],
+                               met(d >= -0.5, "%+.2f points" % d)))
+            r = runs.get(key, {}).get("100M/25ms", {})
+            if "to_target" in r:
+                f = r.get("sooner_than_allreduce")
+                out.append("- %d nodes, %s: >= 10x sooner to the target "
+                           "than all-reduce at 100M/25ms: %s" % (
+                               n, rec["labels"][key],
+                               met(f is not None and f >= 10,
+                                   "%.1fx" % f if f else "not reached")))
+    return out
+
+
+def met(ok, text):
+    return "%s (%s)" % (text, "met" if ok else "not met")
+
+
+def section(rec):
+    """The "Slow links (WAN)" section of docs/benchmarks.md."""
+    out = ["## Slow links (WAN)", "",
+           "Issue 32's benchmark (`bench/wan/wan.py`; the full matrix is "
+           "`make bench-wan`, `make bench` runs its `--quick` smoke run): "
+           "rings of N `rumor node`s on loopback over Rumor's own link "
+           "shaping (`--rate`, `--delay-ms`; `--insecure`), the MLP "
+           "`--hidden 1024,1024` on Fashion-MNIST, `--batch 256`, %d steps, "
+           "evaluation every %d steps; DiLoCo's outer step is its paper's "
+           "(Nesterov, `--outer-lr 0.7 --outer-momentum 0.9`)." % (
+               rec["steps"], rec["eval_every"]), ""]
+    for p in rec.get("parts") or [part_note(rec)]:
+        m = p["machine"]
+        out.append("- %s nodes, %s: measured %s on %s (%s cores, shared "
+                   "with other work: load average %.2f at the start, %.2f "
+                   "at the end), commit %s, in %.0f s: `%s`" % (
+                       ", ".join(str(n) for n in p["nodes"]),
+                       ", ".join(rec["labels"].get(k, k)
+                                 for k in p["configs"]), p["date"],
+                       m["cpu"], m["cores"], m["load_start"], m["load_end"],
+                       m["commit"], p["wall_s"], p["command"]) +
+                   (" %s" % p["note"] if p.get("note") else ""))
+    busy = max([max(p["machine"]["load_start"], p["machine"]["load_end"])
+                for p in rec.get("parts") or [part_note(rec)]] +
+               [r.get("load") or 0 for n in rec["runs"].values()
+                for by in n.values() for r in by.values()])
+    if busy > rec["machine"]["cores"]:
+        out += ["", "**A busy host.** These runs shared %s cores with "
+                "other work (load average up to %.1f): compute slowed by "
+                "the contention counts as compute in the metrics share, and "
+                "the wall share divides the times of two runs made minutes "
+                "apart under different load, so it can exceed 100 %%; read "
+                "both as rough, and measure again on a quiet host." % (
+                    rec["machine"]["cores"], busy)]
+    out += ["",
+           "Compute share (metrics) = (seconds_compute at the last step - at "
+           "the first) / (seconds at the last step - at the first), mean "
+           "over the nodes; share (wall) = the compute-only run's (local "
+           "SGD synchronizing once, `--algo localsgd --period %d`) "
+           "training-phase wall time over the run's. Seconds to target: "
+           "`seconds` of the slowest node at the first evaluation where "
+           "the mean over the nodes of their own models' held-out "
+           "accuracy reaches the target (nodes that still disagree, as "
+           "PowerGossip's do, can stay below it while their average model, "
+           "the final accuracy column, is above). \"Time projected "
+           "from K measured steps\": that run computes the same bits at "
+           "any link speed, so it ran in full at the fastest link "
+           "(accuracy, bytes) and only K steps at this one (seconds per "
+           "step); its seconds and shares are projections, not "
+           "measurements." % rec["steps"], ""]
+    missing = sorted(set(k for k, v in rec["features"].items()
+                         if v != "ok"))
+    if missing:
+        out.append("Not measured yet: the rows marked \"not run\" need "
+                   "%s, which this build does not implement; they will be "
+                   "measured when the options land (`make bench-wan`)." %
+                   ", ".join(PROBES[k][1][0] + " (" + k + ")"
+                             for k in missing))
+        out.append("")
+    out.append(table(rec))
+    tl = targets(rec)
+    if tl:
+        out += ["Issue 32's targets (all-reduce's seconds to the target "
+                "are projected where its row says so):", ""] + tl + [""]
+    for png in rec.get("plots", []):
+        out.append("![%s](%s)" % (os.path.basename(png),
+                                  os.path.basename(png)))
+    return "\n".join(out) + "\n"
+
+
+def plots(rec, out_dir):
+    if shutil.which("gnuplot") is None:
+        log("gnuplot not found: no plots")
+        return []
+    pngs = []
+    dat = os.path.join(out_dir, "wan-share.dat")
+    series = []
+    with open(dat, "w") as f:
+        for n in rec["nodes"]:
+            for key, *_ in CONFIGS:
+                pts = [(i, lk["name"], rec["runs"][str(n)].get(key, {})
+                        .get(lk["name"], {}).get("share_metrics"))
+                       for i, lk in enumerate(rec["links"])]
+                pts = [p for p in pts if p[2] is not None]
+                if not pts:
+                    continue
+                series.append("%s, %d nodes" % (rec["labels"][key], n))
+                f.write("# %s\n" % series[-1])
+                for i, name, v in pts:
+                    f.write("%d %.2f \"%s\"\n" % (i, 100 * v, name))
+                f.write("\n\n")
+    png = os.path.join(out_dir, "bench-wan-share.png")
+    xt = ", ".join("'%s' %d" % (lk["name"], i)
+                   for i, lk in enumerate(rec["links"]))
+    plot = ", ".join("'%s' index %d using 1:2 with linespoints lc %d dt %d "
+                     "title '%s'" %
+                     style(dat, k, s) for k, s in enumerate(series))
+    gp("set title 'compute share over the training phase (metrics)'\n"
+       "set xlabel 'link (rate / one-way delay)'\nset ylabel 'compute %%'\n"
+       "set xtics (%s)\nset xrange [-0.3:%g]\nset yrange [0:100]\n"
+       "set key outside right\nplot %s\n" % (xt, len(rec["links"]) - 0.7,
+                                               plot), png)
+    pngs.append(png)
+    lname = "100M/25ms" if any(lk["name"] == "100M/25ms"
+                               for lk in rec["links"]) else \
+        rec["links"][0]["name"]
+    dat2 = os.path.join(out_dir, "wan-acc.dat")
+    series = []
+    with open(dat2, "w") as f:
+        for n in rec["nodes"]:
+            for key, *_ in CONFIGS:
+                r = rec["runs"][str(n)].get(key, {}).get(lname, {})
+                if not r.get("curve"):
+                    continue
+                series.append("%s, %d nodes%s" % (
+                    rec["labels"][key], n,
+                    " (time projected)" if r.get("projected") else ""))
+                f.write("# %s\n" % series[-1])
+                for c in r["curve"]:
+                    f.write("%.3f %.2f\n" % (c["seconds"],
+                                             100 * c["accuracy"]))
+                f.write("\n\n")
+    png = os.path.join(out_dir, "bench-wan-accuracy.png")
+    plot = ", ".join("'%s' index %d using 1:2 with linespoints lc %d dt %d "
+                     "title '%s'" %
+                     style(dat2, k, s) for k, s in enumerate(series))
+    gp("set title 'held-out accuracy (mean of the nodes), %s links'\n"
+       "set xlabel 'seconds'\nset ylabel 'accuracy %%'\nset logscale x\n"
+       "set yrange [50:90]\n"
+       "set key outside right\nplot %s\n" % (lname, plot), png)
+    pngs.append(png)
+    os.remove(dat)
+    os.remove(dat2)
+    return pngs
+
+
+def style(dat, k, title):
+    """One colour per scheme, dashed for the larger node count."""
+    scheme = next(i for i, c in enumerate(CONFIGS)
+                  if title.startswith(c[1].split(" (")[0] + " ") or
+                  title.startswith(c[1].split(" (")[0] + ","))
+    return (dat, k, scheme + 1, 2 if " 8 nodes" in title else 1, title)
+
+
+def gp(script, png):
+    subprocess.run(["gnuplot"], input="set terminal pngcairo size 1300,640\n"
+                   "set output '%s'\nset grid\n%s" % (png, script),
+                   text=True, check=False)
+
+
+def machine(rumor):
+    info = {"load_start": os.getloadavg()[0], "cores": os.cpu_count(),
+            "cpu": "?"}
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         text=True, cwd=REPO).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "-uno"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                           text=True, cwd=REPO).stdout.strip()
+    info["commit"] = git + (" (with uncommitted changes)" if dirty else "")
+    return info
+
+
+# ---------------------------------------------------------------------- main
+
+
+def run_matrix(a, rumor, work):
+    period = 10 if a.quick else 20
+    links = [parse_link(x) for x in a.links.split(",")]
+    fastest = max(links, key=lambda lk: lk["bits"])
+    want = [c for c in CONFIGS if c[0] in a.configs.split(",")]
+    rec = {"quick": a.quick, "steps": a.steps, "period": period,
+           "eval_every": a.eval_every, "nodes": a.nodes, "links": links,
+           "labels": {c[0]: c[1].replace("{H}", str(period))
+                      for c in CONFIGS}, "runs": {}, "targets": {},
+           "machine": machine(rumor), "command": "/usr/bin/python3 " +
+           " ".join([os.path.relpath(__file__, REPO)] + sys.argv[1:])}
+    rec["labels"]["compute_only"] = ("compute-only (localsgd --period %d)" %
+                                     a.steps)
+    rec["features"] = {f: probe(rumor, work, f) for f in PROBES}
+    log("options: %s" % rec["features"])
+    for n in a.nodes:
+        runs = rec["runs"].setdefault(str(n), {})
+        for key, _, args, needs, exact, family in want:
+            runs[key] = {}
+            bad = [f for f in needs if rec["features"][f] != "ok"]
+            if bad:
+                for lk in links:
+                    runs[key][lk["name"]] = {"not_run": "not run: option %s" %
+                                             ", ".join(
+                                                 "%s %s" % (PROBES[f][1][0],
+                                                            rec["features"]
+                                                            [f])
+                                                 for f in bad)}
+                continue
+            args = fill(args, period)
+            full = None
+            if exact:
+                full = launch(rumor, work, "n%d-%s-%s" % (
+                    n, key, fastest["rate"]), n, a.steps, fastest, args,
+                    a.eval_every, a.timeout)
+                runs[key][fastest["name"]] = full
+            for lk in links:
+                if lk is fastest and exact:
+                    continue
+                k = prefix_steps(family, period, lk, a.quick) if exact \
+                    else None
+                tag = "n%d-%s-%s" % (n, key, lk["rate"])
+                if k is None or k >= a.steps or "error" in full:
+                    runs[key][lk["name"]] = launch(
+                        rumor, work, tag, n, a.steps, lk, args,
+                        a.eval_every, a.timeout)
+                    continue
+                pre = launch(rumor, work, tag + "-prefix", n, k, lk, args,
+                             a.eval_every, a.timeout)
+                runs[key][lk["name"]] = (pre if "error" in pre else
+                                         project(full, pre, a.steps))
+        if "compute_only" not in a.configs.split(","):
+            continue
+        runs["compute_only"] = {}
+        for lk in links:
+            runs["compute_only"][lk["name"]] = launch(
+                rumor, work, "n%d-compute-only-%s" % (n, lk["rate"]), n,
+                a.steps, lk, ["--algo", "localsgd", "--period",
+                              str(a.steps)], a.eval_every, a.timeout)
+    return rec
+
+
+def add_record(rec, path):
+    """rec plus every (node count, scheme) of the record at path that rec
+    did not measure (same links, steps and period); "parts" keeps each
+    session's notes (when, load, command)."""
+    note = part_note(rec)
+    with open(path) as f:
+        old = json.load(f)
+    same = all(old.get(k) == rec[k] for k in ("steps", "period", "links"))
+    if not same:
+        log("%s: other steps, period or links: not kept" % path)
+        return rec
+    for n, by_key in old["runs"].items():
+        mine = rec["runs"].setdefault(n, {})
+        for key, cells in by_key.items():
+            mine.setdefault(key, cells)
+    rec["nodes"] = sorted(set(rec["nodes"]) | set(old["nodes"]))
+    rec["parts"] = (old.get("parts") or [part_note(old)]) + [note]
+    return rec
+
+
+def part_note(rec):
+    return {"nodes": list(rec["nodes"]), "date": rec["date"],
+            "configs": sorted(set(k for n in rec["runs"].values()
+                                  for k in n)),
+            "machine": rec["machine"], "wall_s": rec["wall_s"],
+            "command": rec["command"], "features": rec["features"],
+            "note": rec.get("note", "")}
+
+
+def write_doc(rec, out_dir):
+    """docs/bench-wan.json and the section of docs/benchmarks.md."""
+    with open(os.path.join(out_dir, "bench-wan.json"), "w") as f:
+        json.dump(rec, f, indent=1)
+    jpath = os.path.join(out_dir, "benchmarks.json")
+    if not os.path.exists(jpath):
+        return
+    with open(jpath) as f:
+        data = json.load(f)
+    data["wan"] = rec
+    with open(jpath, "w") as f:
+        json.dump(data, f, indent=1)
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    import report
+    with open(os.path.join(out_dir, "benchmarks.md"), "w") as f:
+        f.write(report.render(data))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rumor", default=os.path.join(REPO, "build", "bin",
+                                                    "rumor"))
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--nodes", default=None)
+    ap.add_argument("--links", default=None)
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--eval-every", type=int, default=None)
+    ap.add_argument("--configs", default=",".join(
+        [c[0] for c in CONFIGS] + ["compute_only"]))
+    ap.add_argument("--timeout", type=int, default=900,
+                    help="seconds one launch may take")
+    ap.add_argument("--out", default=os.path.join(REPO, "build",
+                                                  "bench-wan"))
+    ap.add_argument("--doc", action="store_true")
+    ap.add_argument("--note", default="",
+                    help="what the report should say about this session "
+                    "(e.g. what else ran on the host)")
+    ap.add_argument("--render", action="store_true",
+                    help="run nothing: the plots and the report again from "
+                    "the existing record")
+    ap.add_argument("--add", action="store_true",
+                    help="keep the node counts of the existing record "
+                    "(OUT/wan.json, or docs/bench-wan.json with --doc) "
+                    "that this run does not measure")
+    a = ap.parse_args()
+    a.nodes = [int(x) for x in (a.nodes or ("4" if a.quick else "4,8"))
+               .split(",")]
+    a.links = a.links or ("100M/25" if a.quick else ",".join(LINKS))
+    a.steps = a.steps or (20 if a.quick else 200)
+    a.eval_every = a.eval_every or (10 if a.quick else 20)
+    rumor = os.path.abspath(a.rumor)
+    out_dir = os.path.join(REPO, "docs") if a.doc else a.out
+    work = os.path.join(REPO, "build", "bench-wan", "runs")
+    os.makedirs(work, exist_ok=True)
+    os.makedirs(out_dir, exist_ok=True)
+    old_path = os.path.join(out_dir, "bench-wan.json" if a.doc else
+                            "wan.json")
+    if a.render:
+        with open(old_path) as f:
+            rec = json.load(f)
+    else:
+        t0 = time.time()
+        rec = run_matrix(a, rumor, work)
+        rec["machine"]["load_end"] = os.getloadavg()[0]
+        rec["wall_s"] = time.time() - t0
+        rec["note"] = a.note
+        rec["date"] = datetime.datetime.now(datetime.timezone.utc).strftime(
+            "%Y-%m-%d %H:%M UTC")
+        if a.add and os.path.exists(old_path):
+            rec = add_record(rec, old_path)
+    analyse(rec)
+    rec["plots"] = [os.path.relpath(p, REPO) for p in plots(rec, out_dir)]
+    with open(os.path.join(a.out if not a.doc else work, "wan.json"),
+              "w") as f:
+        json.dump(rec, f, indent=1)
+    md = section(rec)
+    with open(os.path.join(a.out if not a.doc else work, "wan.md"),
+              "w") as f:
+        f.write(md)
+    if a.doc:
+        write_doc(rec, out_dir)
+    print(md)
+    bad = [r for n in rec["runs"].values() for by in n.values()
+           for r in by.values() if "error" in r]
+    log("%d failed runs" % len(bad))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

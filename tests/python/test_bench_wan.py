@@ -1,0 +1,136 @@
+"""bench/wan/wan.py (issue 32's WAN benchmark): its option probe against
+real `rumor launch` runs, and its figures (compute share over the training
+phase, seconds and bytes to the target, projections from a prefix)
+against hand-computed values on metrics files written here."""
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "bench", "wan"))
+
+import wan  # noqa: E402
+
+RUMOR = os.environ.get("RUMOR_BIN", os.path.join(ROOT, "build", "bin",
+                                                  "rumor"))
+
+
+@pytest.mark.parametrize("extra,want", [
+    (["--no-such-option", "1"], "missing"),  # unknown to the build
+    (["--seed", "2"], "ok"),  # changes the run's model
+    (["--log-level", "warn"], "not implemented"),  # parsed, no effect
+    (["--gamma", "-1"], "refused: "),  # refused by the node
+])
+def test_probe__real_runs__tells_missing_effect_and_no_effect(
+        tmp_path, monkeypatch, extra, want):
+    monkeypatch.setitem(wan.PROBES, "x", (["--algo", "dpsgd"], extra))
+    got = wan.probe(os.path.abspath(RUMOR), str(tmp_path), "x")
+    assert got.startswith(want) if want.endswith(" ") else got == want
+
+
+def write_run(d, per_node):
+    """per_node[i]: list of (seconds, seconds_compute, bytes, accuracy or
+    None) per step."""
+    os.makedirs(d)
+    for i, steps in enumerate(per_node):
+        with open(os.path.join(d, "node-%d.jsonl" % i), "w") as f:
+            for k, (s, c, b, acc) in enumerate(steps):
+                line = {"step": k + 1, "seconds": s, "seconds_compute": c,
+                        "gossip_bytes_sent": b}
+                if acc is not None:
+                    line["accuracy"] = acc
+                f.write(json.dumps(line) + "\n")
+    with open(os.path.join(d, "average.json"), "w") as f:
+        json.dump({"nodes": len(per_node), "accuracy": 0.8}, f)
+
+
+def test_metrics__two_nodes__training_phase_share_and_curve(tmp_path):
+    d = str(tmp_path / "run")
+    write_run(d, [[(2.0, 0.5, 10e6, None), (3.0, 1.0, 20e6, 0.5),
+                   (6.0, 2.0, 30e6, 0.7)],
+                  [(2.5, 0.4, 12e6, None), (3.5, 0.8, 22e6, 0.6),
+                   (5.5, 1.4, 32e6, 0.9)]])
+    r = wan.metrics(d, 2, 3, "cmd", 9.0)
+    # Node 0: 1.5 compute in 4.0 s; node 1: 1.0 in 3.0 s (step 1 left out).
+    assert r["share_metrics"] == pytest.approx((1.5 / 4.0 + 1.0 / 3.0) / 2)
+    assert r["train_s"] == pytest.approx(3.5)
+    assert r["s_per_step"] == pytest.approx(1.75)
+    assert r["first_step_s"] == pytest.approx(2.25)
+    assert [c["step"] for c in r["curve"]] == [2, 3]
+    assert r["curve"][1]["accuracy"] == pytest.approx(0.8)
+    assert r["curve"][1]["seconds"] == pytest.approx(6.0)  # slowest node
+    assert r["curve"][0]["mb"] == pytest.approx(21.0)
+    assert r["final_accuracy"] == 0.8
+    assert r["mb_per_node"] == pytest.approx(31.0)
+
+
+def test_metrics__short_file__is_an_error(tmp_path):
+    d = str(tmp_path / "run")
+    write_run(d, [[(1.0, 0.5, 0, None)], [(1.0, 0.5, 0, None),
+                                          (2.0, 1.0, 0, None)]])
+    assert "error" in wan.metrics(d, 2, 2, "cmd", 1.0)
+
+
+def test_project_and_analyse__prefix_timing__hand_computed(tmp_path):
+    full = {"command": "full", "steps": 5, "first_step_s": 1.0,
+            "s_per_step": 0.5, "train_s": 2.0, "share_metrics": 0.9,
+            "skipped": 0, "final_accuracy": 0.80, "mb_per_node": 50.0,
+            "curve": [{"step": 3, "accuracy": 0.70, "seconds": 2.0,
+                       "mb": 30.0},
+                      {"step": 5, "accuracy": 0.80, "seconds": 3.0,
+                       "mb": 50.0}]}
+    pre = {"command": "prefix", "steps": 3, "first_step_s": 4.0,
+           "s_per_step": 10.0, "share_metrics": 0.1, "skipped": 0}
+    proj = wan.project(full, pre, 5)
+    assert proj["projected"] == 3
+    assert proj["train_s"] == pytest.approx(40.0)
+    assert proj["curve"][1]["seconds"] == pytest.approx(4.0 + 4 * 10.0)
+    assert full["curve"][1]["seconds"] == 3.0  # the full run is untouched
+    fast = {"command": "other", "steps": 5, "first_step_s": 1.0,
+            "s_per_step": 1.0, "train_s": 4.0, "share_metrics": 0.8,
+            "skipped": 0, "final_accuracy": 0.81, "mb_per_node": 1.0,
+            "curve": [{"step": 3, "accuracy": 0.796, "seconds": 5.5,
+                       "mb": 0.5}]}
+    links = [{"name": "1G/5ms"}, {"name": "10M/50ms"}]
+    rec = {"nodes": [4], "links": links, "targets": {}, "runs": {"4": {
+        "allreduce": {"1G/5ms": full, "10M/50ms": proj},
+        "powergossip": {"10M/50ms": fast},
+        "compute_only": {"10M/50ms": {"train_s": 8.0}}}}}
+    wan.analyse(rec)
+    assert rec["targets"]["4"] == pytest.approx(0.795)
+    ar = rec["runs"]["4"]["allreduce"]["10M/50ms"]
+    assert ar["to_target"]["step"] == 5  # 0.70 < 0.795 at step 3
+    assert ar["to_target"]["seconds"] == pytest.approx(44.0)
+    assert ar["share_wall"] == pytest.approx(8.0 / 40.0)
+    pg = rec["runs"]["4"]["powergossip"]["10M/50ms"]
+    assert pg["to_target"] == {"step": 3, "seconds": 5.5, "mb": 0.5}
+    assert pg["sooner_than_allreduce"] == pytest.approx(44.0 / 5.5)
+    assert pg["share_wall"] == pytest.approx(2.0)
+
+
+def test_add_record__keeps_what_this_session_did_not_measure(tmp_path):
+    links = [{"name": "100M/25ms"}]
+
+    def rec(runs, nodes, date):
+        return {"steps": 200, "period": 20, "links": links, "nodes": nodes,
+                "runs": runs, "date": date, "machine": {}, "wall_s": 1.0,
+                "command": "c", "features": {}}
+    old = rec({"4": {"allreduce": {"100M/25ms": {"train_s": 1.0}},
+                     "diloco": {"100M/25ms": {"error": "stopped"}}}},
+              [4], "then")
+    path = str(tmp_path / "wan.json")
+    with open(path, "w") as f:
+        json.dump(old, f)
+    new = rec({"4": {"diloco": {"100M/25ms": {"train_s": 2.0}}},
+               "8": {"diloco": {"100M/25ms": {"train_s": 3.0}}}}, [4, 8],
+              "now")
+    got = wan.add_record(new, path)
+    assert got["runs"]["4"]["allreduce"]["100M/25ms"] == {"train_s": 1.0}
+    assert got["runs"]["4"]["diloco"]["100M/25ms"] == {"train_s": 2.0}
+    assert got["runs"]["8"]["diloco"]["100M/25ms"] == {"train_s": 3.0}
+    assert got["nodes"] == [4, 8]
+    assert [p["date"] for p in got["parts"]] == ["then", "now"]
+    assert got["parts"][1]["configs"] == ["diloco"]
+    assert got["parts"][0]["configs"] == ["allreduce", "diloco"]
