@@ -33,6 +33,7 @@ struct node_stale {
     struct s_job *jobs;          /* a ring of `stale` slots, under mu */
     size_t head, count, running; /* oldest, queued, next to run (count) */
     bool quit, stopped;
+    uint64_t floor; /* the thread's: the ring went on from this step */
     struct node_stale_counters pub; /* under mu */
 };
 
@@ -64,22 +65,27 @@ s_publish(node_stale *st)
     pthread_mutex_unlock(&st->mu);
 }
 
-static rumor_err
-s_moved(uint64_t want, uint64_t got)
+/* The ring moved past step want (an elastic ring's recovery: the step
+ * dropped by every member, or completed with a holder's state): the
+ * exchange's copy holds what the recovery left, which lands as this
+ * step's change, and the exchanges queued for steps before got are
+ * skipped, as the ring's members skip them. */
+static void
+s_moved(node_stale *st, uint64_t want, uint64_t got)
 {
-    rumor_log(RUMOR_LOG_ERROR,
-              "stale exchange of step %llu: the ring moved to step %llu "
-              "while later steps were already computed; run without "
-              "--stale to let a node catch up",
+    rumor_log(RUMOR_LOG_WARN,
+              "stale exchange of step %llu: the ring went on from step "
+              "%llu; the steps between are not exchanged",
               (unsigned long long)want + 1,
               (unsigned long long)got + 1);
-    return RUMOR_EPROTO;
+    st->floor = got;
 }
 
 /* Step j->t's exchange on node->mix, as rumor_node_run's loop runs one. */
 static rumor_err
-s_exchange(rumor_node *node, struct s_job *j)
+s_exchange(node_stale *st, struct s_job *j)
 {
+    rumor_node *node = st->node;
     uint64_t t = j->t;
     for (;;) {
         bool stop = false;
@@ -88,14 +94,26 @@ s_exchange(rumor_node *node, struct s_job *j)
             j->stop = stop;
             return rc;
         }
-        if (t != j->t)
-            return s_moved(j->t, t);
+        if (t < j->t) { /* a ring never goes back */
+            rumor_log(RUMOR_LOG_ERROR,
+                      "stale exchange of step %llu: the ring went back to "
+                      "step %llu",
+                      (unsigned long long)j->t + 1,
+                      (unsigned long long)t + 1);
+            return RUMOR_EPROTO;
+        }
+        if (t > j->t) {
+            s_moved(st, j->t, t);
+            return RUMOR_OK;
+        }
         uint64_t deadline = rumor_clock_ns() + node_step_span(node, t);
         rc = node_gossip_step(node, NULL, t, deadline);
         if (rc == RUMOR_OK || !node_step_retry(node, &rc, &t) || rc != RUMOR_OK)
             return rc;
-        if (t != j->t)
-            return s_moved(j->t, t);
+        if (t > j->t) {
+            s_moved(st, j->t, t);
+            return RUMOR_OK;
+        }
     }
 }
 
@@ -104,7 +122,8 @@ s_run(node_stale *st, struct s_job *j)
 {
     rumor_node *node = st->node;
     node_copy_model(node->mix, j->snap);
-    rumor_err rc = s_exchange(node, j);
+    /* a step the ring went past changes nothing */
+    rumor_err rc = j->t < st->floor ? RUMOR_OK : s_exchange(st, j);
     if (rc == RUMOR_OK && !j->stop)
         node_copy_model(j->result, node->mix);
     s_publish(st);
