@@ -43,9 +43,13 @@ s_ring_new(struct ring *r)
 }
 
 /* `rumor launch` of least squares into DIR/run, then the algorithm's
- * options (NULL-terminated); returns the exit status. */
+ * options and extra ones (each NULL-terminated; extra may be NULL);
+ * returns the exit status. */
 static int
-s_launch(const struct ring *r, const char *run, const char *const *algo)
+s_launch(const struct ring *r,
+         const char *run,
+         const char *const *algo,
+         const char *const *extra)
 {
     char metrics[160];
     snprintf(metrics, sizeof metrics, "%s/%s", r->dir, run);
@@ -69,14 +73,20 @@ s_launch(const struct ring *r, const char *run, const char *const *algo)
     size_t n = 17;
     for (size_t k = 0; algo[k] != NULL && n < ARGS_MAX - 1; k++)
         args[n++] = algo[k];
+    for (size_t k = 0; extra != NULL && extra[k] != NULL && n < ARGS_MAX - 1;
+         k++)
+        args[n++] = extra[k];
     args[n] = NULL;
     return tnc_wait(tnc_start(args, r->out), RUN_LIMIT_MS);
 }
 
 static void
-s_launch_ok(const struct ring *r, const char *run, const char *const *algo)
+s_launch_ok(const struct ring *r,
+            const char *run,
+            const char *const *algo,
+            const char *const *extra)
 {
-    int status = s_launch(r, run, algo);
+    int status = s_launch(r, run, algo, extra);
     if (status != 0) {
         tnc_show(r->out);
         fail_msg("%s: launch exited %d", run, status);
@@ -165,42 +175,20 @@ test_ring4_diloco_stale3__delay_0_or_20ms__same_bits_at_optimum(void **state)
     (void)state;
     struct ring r;
     s_ring_new(&r);
-    const char *fast[] = {"--algo",
-                          "localsgd",
-                          "--period",
-                          "5",
-                          "--outer-lr",
-                          "0.7",
-                          "--outer-momentum",
-                          "0.9",
-                          "--stale",
-                          "3",
-                          NULL};
-    const char *slow[] = {"--algo",
-                          "localsgd",
-                          "--period",
-                          "5",
-                          "--outer-lr",
-                          "0.7",
-                          "--outer-momentum",
-                          "0.9",
-                          "--stale",
-                          "3",
-                          "--delay-ms",
-                          "20",
-                          NULL};
-    const char *blocking[] = {"--algo",
-                              "localsgd",
-                              "--period",
-                              "5",
-                              "--outer-lr",
-                              "0.7",
-                              "--outer-momentum",
-                              "0.9",
-                              NULL};
-    s_launch_ok(&r, "fast", fast);
-    s_launch_ok(&r, "slow", slow);
-    s_launch_ok(&r, "blocking", blocking);
+    const char *diloco[] = {"--algo",
+                            "localsgd",
+                            "--period",
+                            "5",
+                            "--outer-lr",
+                            "0.7",
+                            "--outer-momentum",
+                            "0.9",
+                            NULL};
+    const char *fast[] = {"--stale", "3", NULL};
+    const char *slow[] = {"--stale", "3", "--delay-ms", "20", NULL};
+    s_launch_ok(&r, "fast", diloco, fast);
+    s_launch_ok(&r, "slow", diloco, slow);
+    s_launch_ok(&r, "blocking", diloco, NULL);
     s_check_optimum(&r, "fast");
     s_check_optimum(&r, "slow");
     if (!s_same_models(&r, "fast", "slow"))
@@ -217,7 +205,7 @@ test_ring4_powergossip_stale2__reaches_optimum(void **state)
     struct ring r;
     s_ring_new(&r);
     const char *algo[] = {"--algo", "powergossip", "--stale", "2", NULL};
-    s_launch_ok(&r, "pg", algo);
+    s_launch_ok(&r, "pg", algo, NULL);
     s_check_optimum(&r, "pg");
     tnc_dir_done(r.dir);
 }
@@ -237,7 +225,7 @@ test_ring4_choco_topk_stale1__reaches_optimum(void **state)
                           "--stale",
                           "1",
                           NULL};
-    s_launch_ok(&r, "choco", algo);
+    s_launch_ok(&r, "choco", algo, NULL);
     s_check_optimum(&r, "choco");
     tnc_dir_done(r.dir);
 }
@@ -248,7 +236,7 @@ s_check_refused(const char *const *algo, const char *why)
 {
     struct ring r;
     s_ring_new(&r);
-    int status = s_launch(&r, "refused", algo);
+    int status = s_launch(&r, "refused", algo, NULL);
     bool said = tnc_contains(r.out, why);
     if (status == 0 || !said) {
         tnc_show(r.out);
