@@ -223,6 +223,41 @@ s_ring_all(rumor_gossip *g)
     return RUMOR_OK;
 }
 
+/* The model memory of a device; RUMOR_ENOTSUP (diag) for CUDA memory
+ * without a usable GPU. */
+static rumor_err
+s_model_mem(rumor_device device,
+            const struct gossip_mem_i **mem,
+            struct rumor_diag *diag)
+{
+    *mem = &gossip_mem_host;
+    if (device == RUMOR_DEVICE_CPU)
+        return RUMOR_OK;
+    const char *why = "unknown device";
+    rumor_err rc = RUMOR_EINVAL;
+    if (device == RUMOR_DEVICE_CUDA)
+        rc = gossip_mem_cuda(mem, &why);
+    if (rc != RUMOR_OK)
+        rumor_diag_set(diag, "", 0, 0, "a model on the GPU: %s", why);
+    return rc;
+}
+
+rumor_err
+rumor_gossip_new_on(const struct rumor_gossip_opts *opts,
+                    const rumor_topology *t,
+                    uint32_t self,
+                    const struct rumor_model *model,
+                    rumor_device device,
+                    rumor_gossip **out,
+                    struct rumor_diag *diag)
+{
+    *out = NULL;
+    const struct gossip_mem_i *mem = NULL;
+    rumor_err rc = s_model_mem(device, &mem, diag);
+    return rc == RUMOR_OK ? gossip_new_in(opts, t, self, model, mem, out, diag)
+                          : rc;
+}
+
 rumor_err
 rumor_gossip_new(const struct rumor_gossip_opts *opts,
                  const rumor_topology *t,
@@ -231,11 +266,53 @@ rumor_gossip_new(const struct rumor_gossip_opts *opts,
                  rumor_gossip **out,
                  struct rumor_diag *diag)
 {
+    return rumor_gossip_new_on(opts,
+                               t,
+                               self,
+                               model,
+                               RUMOR_DEVICE_CPU,
+                               out,
+                               diag);
+}
+
+static const struct gossip_algo_i *
+s_algo_named(const char *name)
+{
+    for (size_t i = 0; i < ALGO_COUNT; i++)
+        if (strcmp(s_algos[i]->name, name) == 0)
+            return s_algos[i];
+    return NULL;
+}
+
+bool
+rumor_gossip_on_device(const char *algo)
+{
+    const struct gossip_algo_i *a = algo != NULL ? s_algo_named(algo) : NULL;
+    return a != NULL && a->device;
+}
+
+void
+rumor_gossip_pcie_bytes(const rumor_gossip *g,
+                        uint64_t *to_device,
+                        uint64_t *to_host)
+{
+    *to_device = g->pcie_h2d;
+    *to_host = g->pcie_d2h;
+    if (g->algo->pcie != NULL)
+        g->algo->pcie(g, to_device, to_host);
+}
+
+rumor_err
+gossip_new_in(const struct rumor_gossip_opts *opts,
+              const rumor_topology *t,
+              uint32_t self,
+              const struct rumor_model *model,
+              const struct gossip_mem_i *mem,
+              rumor_gossip **out,
+              struct rumor_diag *diag)
+{
     *out = NULL;
-    const struct gossip_algo_i *algo = NULL;
-    for (size_t i = 0; i < ALGO_COUNT && algo == NULL; i++)
-        if (strcmp(s_algos[i]->name, opts->algo) == 0)
-            algo = s_algos[i];
+    const struct gossip_algo_i *algo = s_algo_named(opts->algo);
     if (algo == NULL) {
         rumor_diag_set(
             diag,
@@ -257,10 +334,23 @@ rumor_gossip_new(const struct rumor_gossip_opts *opts,
         rumor_diag_set(diag, "", 0, 0, "node %u is not in the topology", self);
         return RUMOR_EINVAL;
     }
+    if (!mem->host_memory && !algo->device) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "%s keeps its state in host memory: a model in GPU "
+                       "memory runs powersgd; stage the tensors through "
+                       "host memory for %s (rumor.Peer does)",
+                       algo->name,
+                       algo->name);
+        return RUMOR_ENOTSUP;
+    }
     rumor_gossip *g = calloc(1, sizeof *g);
     if (g == NULL)
         return RUMOR_ENOMEM;
     g->algo = algo;
+    g->mem = mem;
     g->opts = *opts;
     g->opts.rank = rumor_gossip_rank(opts);
     g->topo = t;
@@ -420,43 +510,90 @@ gossip_expected_prev(const rumor_gossip *g,
     return 1;
 }
 
-/* Walks the tensors covering [offset, offset + len) of the flat model. */
-static void
+/* Walks the tensors covering [offset, offset + len) of the flat model,
+ * copying through the model memory's table (kind as gossip_model_read /
+ * _write say; host memory cannot fail). */
+static rumor_err
 s_flat_walk(const rumor_gossip *g,
             size_t offset,
             size_t len,
             float *buf,
-            bool to_model)
+            bool to_model,
+            enum gossip_copy kind)
 {
     size_t base = 0;
-    for (size_t i = 0; i < g->tensor_count && len > 0; i++) {
+    rumor_err rc = RUMOR_OK;
+    for (size_t i = 0; i < g->tensor_count && len > 0 && rc == RUMOR_OK; i++) {
         size_t numel = rumor_tensor_numel(&g->tensors[i]);
         if (offset < base + numel) {
             size_t at = offset - base;
             size_t take = numel - at < len ? numel - at : len;
             float *model = g->tensors[i].data + at;
-            if (to_model)
-                memcpy(model, buf, take * sizeof *buf);
-            else
-                memcpy(buf, model, take * sizeof *buf);
+            rc = to_model ? g->mem->copy(model, buf, take * sizeof *buf, kind)
+                          : g->mem->copy(buf, model, take * sizeof *buf, kind);
             buf += take;
             offset += take;
             len -= take;
         }
         base += numel;
     }
+    return rc;
 }
 
 void
 gossip_flat_get(const rumor_gossip *g, size_t offset, size_t len, float *dst)
 {
-    s_flat_walk(g, offset, len, dst, false);
+    (void)s_flat_walk(g, offset, len, dst, false, GOSSIP_TO_HOST);
 }
 
 void
 gossip_flat_put(rumor_gossip *g, size_t offset, size_t len, const float *src)
 {
-    s_flat_walk(g, offset, len, (float *)src, true);
+    (void)s_flat_walk(g, offset, len, (float *)src, true, GOSSIP_TO_DEVICE);
+}
+
+static void
+s_count(rumor_gossip *g, size_t bytes, enum gossip_copy kind)
+{
+    if (g->mem->host_memory)
+        return;
+    if (kind == GOSSIP_TO_DEVICE)
+        g->pcie_h2d += bytes;
+    else if (kind == GOSSIP_TO_HOST)
+        g->pcie_d2h += bytes;
+}
+
+rumor_err
+gossip_mem_copy(rumor_gossip *g,
+                void *dst,
+                const void *src,
+                size_t bytes,
+                enum gossip_copy kind)
+{
+    s_count(g, bytes, kind);
+    return g->mem->copy(dst, src, bytes, kind);
+}
+
+rumor_err
+gossip_model_read(rumor_gossip *g,
+                  size_t offset,
+                  size_t len,
+                  float *buf,
+                  enum gossip_copy kind)
+{
+    s_count(g, len * sizeof *buf, kind);
+    return s_flat_walk(g, offset, len, buf, false, kind);
+}
+
+rumor_err
+gossip_model_write(rumor_gossip *g,
+                   size_t offset,
+                   size_t len,
+                   const float *buf,
+                   enum gossip_copy kind)
+{
+    s_count(g, len * sizeof *buf, kind);
+    return s_flat_walk(g, offset, len, (float *)buf, true, kind);
 }
 
 uint32_t

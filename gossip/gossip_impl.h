@@ -6,6 +6,7 @@
 #ifndef RUMOR_GOSSIP_IMPL_H
 #define RUMOR_GOSSIP_IMPL_H
 
+#include "gossip/mem.h"
 #include "rumor/gossip.h"
 #include "rumor/lowrank.h"
 
@@ -64,6 +65,9 @@ rumor_err gossip_write_f64(struct rumor_buf *b, const double *v, size_t n);
 
 struct gossip_algo_i {
     const char *name;
+    /* Runs on a model in device memory (gossip/mem.h): every access to
+     * the tensors, and every model-sized state, goes through g->mem. */
+    bool device;
     /* Allocates g->state; the diag explains an invalid option. */
     rumor_err (*init)(rumor_gossip *g, struct rumor_diag *diag);
     void (*free)(rumor_gossip *g); /* frees g->state; NULL-safe */
@@ -132,6 +136,9 @@ struct gossip_algo_i {
      * state_load that follows leaves g as before the step. Safe between
      * steps (then a no-op). */
     void (*abandon)(rumor_gossip *g);
+    /* (optional) adds the host <-> device copies made by what the
+     * algorithm holds (its compressor) to the counts */
+    void (*pcie)(const rumor_gossip *g, uint64_t *h2d, uint64_t *d2h);
 };
 
 struct rumor_gossip {
@@ -140,7 +147,9 @@ struct rumor_gossip {
     const rumor_topology *topo; /* borrowed */
     uint32_t self;
     size_t nodes;
-    struct rumor_tensor *tensors; /* copy of the caller's array */
+    struct rumor_tensor *tensors;   /* copy of the caller's array */
+    const struct gossip_mem_i *mem; /* where the tensors' data lives */
+    uint64_t pcie_h2d, pcie_d2h;    /* bytes g->mem copied each way */
     size_t tensor_count;
     size_t numel;                 /* total elements of the model */
     struct rumor_gossip_msg *out; /* emitted messages, out_alloc slots */
@@ -245,6 +254,37 @@ void
 gossip_flat_get(const rumor_gossip *g, size_t offset, size_t len, float *dst);
 void
 gossip_flat_put(rumor_gossip *g, size_t offset, size_t len, const float *src);
+
+/* rumor_gossip_new with the model memory given (the tests' way to run
+ * the device path on gossip_mem_ref). */
+rumor_err gossip_new_in(const struct rumor_gossip_opts *opts,
+                        const rumor_topology *t,
+                        uint32_t self,
+                        const struct rumor_model *model,
+                        const struct gossip_mem_i *mem,
+                        rumor_gossip **out,
+                        struct rumor_diag *diag);
+
+/* A copy through g->mem, counted when it crosses to or from the host. */
+rumor_err gossip_mem_copy(rumor_gossip *g,
+                          void *dst,
+                          const void *src,
+                          size_t bytes,
+                          enum gossip_copy kind);
+
+/* Model elements [offset, offset + len) into buf (read) or from buf into
+ * the model (write); buf is host memory (GOSSIP_TO_HOST for a read,
+ * GOSSIP_TO_DEVICE for a write) or model memory (GOSSIP_ON_DEVICE). */
+rumor_err gossip_model_read(rumor_gossip *g,
+                            size_t offset,
+                            size_t len,
+                            float *buf,
+                            enum gossip_copy kind);
+rumor_err gossip_model_write(rumor_gossip *g,
+                             size_t offset,
+                             size_t len,
+                             const float *buf,
+                             enum gossip_copy kind);
 
 /* rounds() of the algorithms that exchange once per step. */
 uint32_t gossip_one_round(const rumor_gossip *g, uint64_t step);

@@ -78,8 +78,10 @@ struct powersgd {
     uint64_t hold;                 /* decisions left to skip */
     uint64_t changes;              /* rank changes so far */
     size_t want;                   /* rank for the next step (0: keep) */
-    float *carry;   /* numel: memories of tensors no longer compressed */
-    float *scratch; /* one tensor */
+    float *carry;        /* numel: memories of tensors no longer compressed */
+    float *scratch;      /* one tensor */
+    float *model;        /* one tensor, host copy (a model in device memory) */
+    uint64_t retired[2]; /* PCIe bytes of compressors replaced (h2d, d2h) */
 };
 
 static bool
@@ -136,7 +138,10 @@ s_adapt_init(rumor_gossip *g, struct rumor_diag *diag)
             most = rumor_tensor_numel(&g->tensors[t]);
     /* the error measure's, and an adopt's move of the own memories */
     s->scratch = malloc(most * sizeof(float));
-    return s->scratch == NULL ? RUMOR_ENOMEM : RUMOR_OK;
+    if (!g->mem->host_memory && s->measure)
+        s->model = malloc(most * sizeof(float));
+    bool model_ok = g->mem->host_memory || !s->measure || s->model != NULL;
+    return s->scratch == NULL || !model_ok ? RUMOR_ENOMEM : RUMOR_OK;
 }
 
 /* The PowerSGD options (docs/gossip.md, "PowerSGD options"), refused
@@ -210,8 +215,12 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     s->popts.one_sided = g->opts.one_sided;
     s->popts.iters = g->opts.one_sided ? g->opts.iterations : 1;
     s->popts.tensor_base = g->opts.tensor_base;
+    s->popts.want_cuda = g->mem->cuda;
     rc =
         rumor_lowrank_psgd_new(&s->psgd, s->shapes, g->tensor_count, &s->popts);
+    if (rc == RUMOR_OK && g->mem->cuda &&
+        rumor_lowrank_psgd_device(s->psgd) != RUMOR_DEVICE_CUDA)
+        rc = RUMOR_ENOTSUP; /* the cuda backend failed: it logged why */
     if (rc != RUMOR_OK) {
         rumor_diag_set(diag, "", 0, 0, "powersgd: %s", rumor_strerror(rc));
         return rc;
@@ -235,7 +244,8 @@ s_free(rumor_gossip *g)
     free(s->shapes);
     free(s->carry);
     free(s->scratch);
-    free(s->orig);
+    free(s->model);
+    g->mem->release(s->orig);
     free(s);
     g->state = NULL;
 }
@@ -269,20 +279,23 @@ s_ring_fit(rumor_gossip *g, size_t len)
     return gossip_ring_init(&s->ring, len);
 }
 
-/* Copies the uncompressed tensors to or from a packed buffer. */
-static void
+/* Copies the uncompressed tensors to or from a packed host buffer: the
+ * part of the payload that crosses from and to model memory. */
+static rumor_err
 s_unc_copy(rumor_gossip *g, float *packed, bool to_model)
 {
-    for (size_t t = 0; t < g->tensor_count; t++) {
+    rumor_err rc = RUMOR_OK;
+    for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
         if (s_compressed(g, t))
             continue;
-        size_t n = rumor_tensor_numel(&g->tensors[t]);
-        if (to_model)
-            memcpy(g->tensors[t].data, packed, n * sizeof(float));
-        else
-            memcpy(packed, g->tensors[t].data, n * sizeof(float));
-        packed += n;
+        size_t bytes = rumor_tensor_numel(&g->tensors[t]) * sizeof(float);
+        float *data = g->tensors[t].data;
+        rc = to_model
+                 ? gossip_mem_copy(g, data, packed, bytes, GOSSIP_TO_DEVICE)
+                 : gossip_mem_copy(g, packed, data, bytes, GOSSIP_TO_HOST);
+        packed += bytes / sizeof(float);
     }
+    return rc;
 }
 
 /* Adds the error memories a rank change left without a compressor (only
@@ -314,12 +327,12 @@ s_keep_model(rumor_gossip *g)
     struct powersgd *s = g->state;
     if (!s->popts.one_sided || s->popts.iters < 2)
         return RUMOR_OK;
+    rumor_err rc = RUMOR_OK;
     if (s->orig == NULL)
-        s->orig = malloc(g->numel * sizeof *s->orig);
-    if (s->orig == NULL)
-        return RUMOR_ENOMEM;
-    gossip_flat_get(g, 0, g->numel, s->orig);
-    return RUMOR_OK;
+        rc = g->mem->alloc(g->numel * sizeof *s->orig, (void **)&s->orig);
+    return rc == RUMOR_OK
+               ? gossip_model_read(g, 0, g->numel, s->orig, GOSSIP_ON_DEVICE)
+               : rc;
 }
 
 static rumor_err
@@ -328,8 +341,10 @@ s_start_step(rumor_gossip *g)
     struct powersgd *s = g->state;
     s->active = rumor_lowrank_psgd_active(s->psgd);
     if (!s->active) {
-        gossip_flat_get(g, 0, g->numel, s->ring.work);
-        return gossip_ring_start(&s->ring, g, g->numel, true);
+        rumor_err rc =
+            gossip_model_read(g, 0, g->numel, s->ring.work, GOSSIP_TO_HOST);
+        return rc == RUMOR_OK ? gossip_ring_start(&s->ring, g, g->numel, true)
+                              : rc;
     }
     rumor_err rc = s_keep_model(g);
     if (rc == RUMOR_OK)
@@ -341,7 +356,9 @@ s_start_step(rumor_gossip *g)
     if (rc != RUMOR_OK)
         return rc;
     memcpy(s->ring.work, s->x.data, s->x.floats * sizeof(float));
-    s_unc_copy(g, s->ring.work + s->x.floats, false);
+    rc = s_unc_copy(g, s->ring.work + s->x.floats, false);
+    if (rc != RUMOR_OK)
+        return rc;
     s_carry_add(g, s->ring.work + s->x.floats);
     memcpy(s->ring.work + s->x.floats + s->unc_floats,
            s->pend,
@@ -388,6 +405,24 @@ s_decide(rumor_gossip *g, const float *sums)
     }
 }
 
+/* Tensor t's values readable by host code: the tensor itself, or (model
+ * in device memory) a host copy of it. */
+static rumor_err
+s_tensor_on_host(rumor_gossip *g, size_t t, const float **x)
+{
+    struct powersgd *s = g->state;
+    *x = g->tensors[t].data;
+    if (g->mem->host_memory)
+        return RUMOR_OK;
+    *x = s->model;
+    size_t bytes = rumor_tensor_numel(&g->tensors[t]) * sizeof(float);
+    return gossip_mem_copy(g,
+                           s->model,
+                           g->tensors[t].data,
+                           bytes,
+                           GOSSIP_TO_HOST);
+}
+
 /* This node's error and norm sums of the step just ended (see the top),
  * over the compressed tensors: ||M_i||^2 = ||e_i + P Q^T||^2, the error
  * ||M_i||^2 - ||Q_i||^2. */
@@ -399,10 +434,12 @@ s_measure(rumor_gossip *g)
     for (size_t t = 0; t < g->tensor_count; t++) {
         if (!s_compressed(g, t))
             continue;
+        const float *x = NULL;
         rumor_err rc = rumor_lowrank_psgd_error_get(s->psgd, t, s->scratch);
+        if (rc == RUMOR_OK)
+            rc = s_tensor_on_host(g, t, &x);
         if (rc != RUMOR_OK)
             return rc;
-        const float *x = g->tensors[t].data;
         size_t n = rumor_tensor_numel(&g->tensors[t]);
         for (size_t e = 0; e < n; e++) {
             double v = (double)s->scratch[e] + x[e];
@@ -524,6 +561,10 @@ s_rerank(rumor_gossip *g, size_t rank, unsigned keep)
         rumor_lowrank_psgd_destroy(&next);
         return rc;
     }
+    uint64_t h2d = 0, d2h = 0;
+    rumor_lowrank_psgd_pcie_bytes(s->psgd, &h2d, &d2h);
+    s->retired[0] += h2d;
+    s->retired[1] += d2h;
     rumor_lowrank_psgd_destroy(&s->psgd);
     s->psgd = next;
     s->popts = o;
@@ -539,7 +580,7 @@ s_step_end(rumor_gossip *g)
     rumor_err rc = rumor_lowrank_psgd_end(s->psgd, s->data);
     if (rc == RUMOR_OK) {
         s->open = false;
-        s_unc_copy(g, s->held, true);
+        rc = s_unc_copy(g, s->held, true);
         free(s->carry); /* sent with this step */
         s->carry = NULL;
     }
@@ -610,9 +651,10 @@ s_absorb(rumor_gossip *g,
     if (rc != RUMOR_OK || round % one != one - 1)
         return rc;
     if (!s->active) {
-        gossip_flat_put(g, 0, g->numel, s->ring.work);
-        rumor_lowrank_psgd_skip(s->psgd);
-        return RUMOR_OK;
+        rc = gossip_model_write(g, 0, g->numel, s->ring.work, GOSSIP_TO_DEVICE);
+        if (rc == RUMOR_OK)
+            rumor_lowrank_psgd_skip(s->psgd);
+        return rc;
     }
     if (round < one)
         return s_phase_a_done(g);
@@ -857,7 +899,7 @@ s_abandon(rumor_gossip *g)
 {
     struct powersgd *s = g->state;
     if (s->open && s->orig != NULL)
-        gossip_flat_put(g, 0, g->numel, s->orig);
+        (void)gossip_model_write(g, 0, g->numel, s->orig, GOSSIP_ON_DEVICE);
     s->open = false;
     s->active = false;
     s->want = 0;
@@ -880,8 +922,21 @@ rumor_gossip_adapt_rank(const rumor_gossip *g,
     return true;
 }
 
+static void
+s_pcie(const rumor_gossip *g, uint64_t *h2d, uint64_t *d2h)
+{
+    const struct powersgd *s = g->state;
+    uint64_t up = 0, down = 0;
+    if (s->psgd != NULL)
+        rumor_lowrank_psgd_pcie_bytes(s->psgd, &up, &down);
+    *h2d += up + s->retired[0];
+    *d2h += down + s->retired[1];
+}
+
 const struct gossip_algo_i gossip_powersgd = {
     .name = "powersgd",
+    .device = true,
+    .pcie = s_pcie,
     .init = s_init,
     .free = s_free,
     .rounds = s_rounds,

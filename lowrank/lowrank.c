@@ -340,8 +340,9 @@ struct rumor_lowrank_psgd {
     float *p_host; /* packed P (host), p_floats */
     float *q_host; /* packed Q (host), q_floats */
     size_t p_floats, q_floats;
-    uint64_t step; /* steps counted (compressed or skipped) */
-    bool have_q;   /* warm-start factors exist */
+    uint64_t step;               /* steps counted (compressed or skipped) */
+    uint64_t pcie_h2d, pcie_d2h; /* factor bytes copied each way */
+    bool have_q;                 /* warm-start factors exist */
     enum psgd_phase phase;
     size_t iter; /* one-sided: iteration within the step */
 };
@@ -676,10 +677,30 @@ rumor_lowrank_psgd_q_floats(const rumor_lowrank_psgd *self)
 
 /* --- PowerSGD: the operations, a shape group at a time -------------------- */
 
+/* Counts a step's factor copies between host and a device. */
+static void
+s_psgd_count(rumor_lowrank_psgd *self, bool want_p, bool to_device)
+{
+    if (self->be.host_memory)
+        return;
+    size_t bytes = (want_p ? self->p_floats : self->q_floats) * sizeof(float);
+    *(to_device ? &self->pcie_h2d : &self->pcie_d2h) += bytes;
+}
+
+void
+rumor_lowrank_psgd_pcie_bytes(const rumor_lowrank_psgd *self,
+                              uint64_t *to_device,
+                              uint64_t *to_host)
+{
+    *to_device = self->pcie_h2d;
+    *to_host = self->pcie_d2h;
+}
+
 /* Packs the device factors (P when want_p, else Q) into the host buffer. */
 static rumor_err
 s_psgd_download(rumor_lowrank_psgd *self, bool want_p)
 {
+    s_psgd_count(self, want_p, false);
     for (size_t i = 0; i < self->nmats; i++) {
         const struct psgd_mat *mt = &self->mats[i];
         rumor_err rc = want_p
@@ -700,6 +721,7 @@ s_psgd_download(rumor_lowrank_psgd *self, bool want_p)
 static rumor_err
 s_psgd_upload(rumor_lowrank_psgd *self, bool want_p)
 {
+    s_psgd_count(self, want_p, true);
     for (size_t i = 0; i < self->nmats; i++) {
         const struct psgd_mat *mt = &self->mats[i];
         rumor_err rc = want_p ? self->be.upload(self->ctx,

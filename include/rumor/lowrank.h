@@ -146,6 +146,12 @@ RUMOR_API void rumor_lowrank_psgd_destroy(rumor_lowrank_psgd **self_p);
 RUMOR_API rumor_device
 rumor_lowrank_psgd_device(const rumor_lowrank_psgd *self);
 
+/* Factor bytes the compressor's steps copied host -> device (*to_device)
+ * and back (*to_host); 0 on a backend whose memory is the host's. */
+RUMOR_API void rumor_lowrank_psgd_pcie_bytes(const rumor_lowrank_psgd *self,
+                                             uint64_t *to_device,
+                                             uint64_t *to_host);
+
 /* True when tensor i is sent as factors (false: the caller averages it). */
 RUMOR_API bool rumor_lowrank_psgd_compressed(const rumor_lowrank_psgd *self,
                                              size_t i);

@@ -34,6 +34,30 @@ RUMOR_API rumor_err rumor_gossip_new(const struct rumor_gossip_opts *opts,
                                      rumor_gossip **out,
                                      struct rumor_diag *diag);
 
+/* rumor_gossip_new for a model whose tensors' data all live on device:
+ * with RUMOR_DEVICE_CUDA the algorithm keeps its state there too and only
+ * payloads cross to the host. RUMOR_ENOTSUP (diag) without a usable GPU
+ * and for an algorithm that cannot (rumor_gossip_on_device). */
+RUMOR_API rumor_err rumor_gossip_new_on(const struct rumor_gossip_opts *opts,
+                                        const rumor_topology *t,
+                                        uint32_t self,
+                                        const struct rumor_model *model,
+                                        rumor_device device,
+                                        rumor_gossip **out,
+                                        struct rumor_diag *diag);
+
+/* True when algo (an opts.algo name) runs on a model in CUDA memory:
+ * today powersgd. The peer API stages the others' tensors through host
+ * memory. */
+RUMOR_API bool rumor_gossip_on_device(const char *algo);
+
+/* Bytes copied host -> model memory (*to_device) and back (*to_host)
+ * since g was made, its compressor's copies included; 0 and 0 for a model
+ * in host memory. */
+RUMOR_API void rumor_gossip_pcie_bytes(const rumor_gossip *g,
+                                       uint64_t *to_device,
+                                       uint64_t *to_host);
+
 /* Frees and sets *self_p to NULL; safe on NULL and twice. */
 RUMOR_API void rumor_gossip_destroy(rumor_gossip **self_p);
 

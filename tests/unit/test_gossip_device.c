@@ -1,0 +1,407 @@
+/*
+ * Algorithms on a model in device memory (issue #31), run on the CPU:
+ * gossip_mem_ref is host memory that gossip/ reaches only through the
+ * model-memory table, counting every copy to and from the host as PCIe
+ * traffic. PowerSGD on it must give the host path's bits on every node,
+ * in a ring of ref nodes and in a ring that mixes ref and host nodes, and
+ * copy exactly its payloads: per compressed step P, Q and the uncompressed
+ * tensors each way; per warm-up step the whole model each way. Algorithms
+ * that keep host state are refused with the reason.
+ */
+#include "tests/cmocka_compat.h"
+
+#include "gossip/gossip_impl.h"
+#include "rumor/gossip.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define S_NODES 4
+#define S_RANK  2
+#define S_STEPS 6
+/* two matrices and a bias: the bias is never compressed */
+#define S_LAYERS 3
+static const size_t s_shape[S_LAYERS][2] = {{64, 32}, {32, 16}, {32, 1}};
+
+struct ring {
+    rumor_topology *topo;
+    float *x[S_NODES];
+    const struct gossip_mem_i *mem[S_NODES];
+    rumor_gossip *g[S_NODES];
+    rumor_sim *sim;
+    size_t numel;
+};
+
+static size_t
+s_numel(void)
+{
+    size_t n = 0;
+    for (size_t t = 0; t < S_LAYERS; t++)
+        n += s_shape[t][0] * s_shape[t][1];
+    return n;
+}
+
+/* The P (side 0) or Q (side 1) floats of one compressed step. */
+static size_t
+s_factor_floats(size_t side)
+{
+    size_t f = 0;
+    for (size_t t = 0; t < S_LAYERS; t++)
+        if (s_shape[t][1] > 1)
+            f += s_shape[t][side] * S_RANK;
+    return f;
+}
+
+static size_t
+s_bias_floats(void)
+{
+    return s_shape[S_LAYERS - 1][0];
+}
+
+static void
+s_opts(struct rumor_gossip_opts *o, uint64_t start_iter, bool one_sided)
+{
+    rumor_gossip_opts_default(o);
+    snprintf(o->algo, sizeof o->algo, "powersgd");
+    o->rank = S_RANK;
+    o->start_iter = start_iter;
+    o->one_sided = one_sided;
+    o->iterations = one_sided ? 2 : 1;
+}
+
+/* device[i]: node i's model lives in dev memory, else in host memory. */
+static void
+s_ring_on(struct ring *r,
+          const struct rumor_gossip_opts *o,
+          const bool device[S_NODES],
+          const struct gossip_mem_i *dev)
+{
+    memset(r, 0, sizeof *r);
+    struct rumor_diag diag = {0};
+    assert_int_equal(rumor_topology_from_spec("ring:4", 1, &r->topo, &diag),
+                     RUMOR_OK);
+    r->numel = s_numel();
+    for (size_t i = 0; i < S_NODES; i++) {
+        const struct gossip_mem_i *mem = device[i] ? dev : &gossip_mem_host;
+        r->mem[i] = mem;
+        assert_int_equal(
+            mem->alloc(r->numel * sizeof(float), (void **)&r->x[i]),
+            RUMOR_OK);
+        struct rumor_tensor ts[S_LAYERS];
+        size_t at = 0;
+        for (size_t t = 0; t < S_LAYERS; t++) {
+            size_t rows = s_shape[t][0], cols = s_shape[t][1];
+            ts[t] = (struct rumor_tensor){r->x[i] + at, cols > 1 ? 2 : 1, {0}};
+            ts[t].shape[0] = rows;
+            ts[t].shape[1] = cols > 1 ? cols : 0;
+            at += rows * cols;
+        }
+        struct rumor_model m = {ts, S_LAYERS};
+        assert_int_equal(
+            gossip_new_in(o, r->topo, (uint32_t)i, &m, mem, &r->g[i], &diag),
+            RUMOR_OK);
+    }
+    assert_int_equal(rumor_sim_new(r->g, S_NODES, &r->sim), RUMOR_OK);
+}
+
+static void
+s_ring_new(struct ring *r,
+           const struct rumor_gossip_opts *o,
+           const bool device[S_NODES])
+{
+    s_ring_on(r, o, device, &gossip_mem_ref);
+}
+
+static void
+s_ring_free(struct ring *r)
+{
+    rumor_sim_destroy(&r->sim);
+    for (size_t i = 0; i < S_NODES; i++) {
+        rumor_gossip_destroy(&r->g[i]);
+        r->mem[i]->release(r->x[i]);
+    }
+    rumor_topology_destroy(&r->topo);
+}
+
+/* Node i's gradient at step: a shared low-rank part and node noise, from
+ * a hash of (node, step, element), the same on every run. */
+static float
+s_value(size_t i, uint64_t step, size_t e)
+{
+    uint64_t h = (i + 1) * 0x9e3779b97f4a7c15ull ^
+                 (step + 7) * 0xbf58476d1ce4e5b9ull ^ e * 0x94d049bb133111ebull;
+    h ^= h >> 31;
+    h *= 0xd6e8feb86659d5b9ull;
+    h ^= h >> 29;
+    double noise = (double)(h >> 11) / 9007199254740992.0 - 0.5;
+    return (float)(0.1 * noise + 0.5 * ((double)(e % 7) - 3.0) *
+                                     ((double)(e % 5) - 2.0) / 6.0);
+}
+
+/* Runs S_STEPS steps; out[step][node] receives each node's tensors
+ * (the test's own copies are not counted: they are the training's). */
+static void
+s_run(struct ring *r, float *out)
+{
+    float *in = malloc(r->numel * sizeof(float));
+    assert_non_null(in);
+    for (uint64_t step = 0; step < S_STEPS; step++) {
+        for (size_t i = 0; i < S_NODES; i++) {
+            for (size_t e = 0; e < r->numel; e++)
+                in[e] = s_value(i, step, e);
+            assert_int_equal(r->mem[i]->copy(r->x[i],
+                                             in,
+                                             r->numel * sizeof(float),
+                                             GOSSIP_TO_DEVICE),
+                             RUMOR_OK);
+        }
+        assert_int_equal(rumor_sim_step(r->sim, step), RUMOR_OK);
+        for (size_t i = 0; i < S_NODES; i++)
+            assert_int_equal(
+                r->mem[i]->copy(out + (step * S_NODES + i) * r->numel,
+                                r->x[i],
+                                r->numel * sizeof(float),
+                                GOSSIP_TO_HOST),
+                RUMOR_OK);
+    }
+    free(in);
+}
+
+static void
+s_compare(const struct rumor_gossip_opts *o, const bool device[S_NODES])
+{
+    static const bool host[S_NODES] = {false, false, false, false};
+    struct ring a, b;
+    s_ring_new(&a, o, host);
+    s_ring_new(&b, o, device);
+    size_t floats = (size_t)S_STEPS * S_NODES * a.numel;
+    float *ya = malloc(floats * sizeof(float));
+    float *yb = malloc(floats * sizeof(float));
+    assert_true(ya && yb);
+    s_run(&a, ya);
+    s_run(&b, yb);
+    assert_memory_equal(ya, yb, floats * sizeof(float));
+    /* and the step did something: nodes agree, inputs differed */
+    assert_memory_equal(ya, ya + a.numel, a.numel * sizeof(float));
+    assert_true(ya[0] != s_value(0, 0, 0) || ya[1] != s_value(0, 0, 1));
+    free(ya);
+    free(yb);
+    s_ring_free(&a);
+    s_ring_free(&b);
+}
+
+static void
+test_device_ring_bits_equal_host(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_opts(&o, 2, false);
+    static const bool all[S_NODES] = {true, true, true, true};
+    s_compare(&o, all);
+}
+
+static void
+test_mixed_ring_bits_equal_host(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_opts(&o, 1, false);
+    static const bool mixed[S_NODES] = {true, false, true, false};
+    s_compare(&o, mixed);
+}
+
+static void
+test_one_sided_bits_equal_host(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_opts(&o, 0, true);
+    static const bool mixed[S_NODES] = {false, true, true, false};
+    s_compare(&o, mixed);
+}
+
+static void
+test_adapt_rule_bits_equal_host(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_opts(&o, 0, false);
+    snprintf(o.adapt, sizeof o.adapt, "rule");
+    o.adapt_error = 0.05;
+    static const bool all[S_NODES] = {true, true, true, true};
+    s_compare(&o, all);
+}
+
+/* Only payloads cross: per warm-up step the model each way; per
+ * compressed step the bias each way, and P and Q, which the compressor
+ * copies and counts itself only where its backend has memory of its own
+ * (CUDA; on the ref memory it runs the cpu backend in place). A host
+ * model copies nothing. */
+static void
+test_pcie_bytes_are_the_payloads(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_opts(&o, 1, false);
+    static const bool mixed[S_NODES] = {true, false, false, false};
+    struct ring r;
+    s_ring_new(&r, &o, mixed);
+    float *y = malloc((size_t)S_STEPS * S_NODES * r.numel * sizeof(float));
+    assert_non_null(y);
+    s_run(&r, y);
+    uint64_t want = 4 * (r.numel + (S_STEPS - 1) * s_bias_floats());
+    uint64_t h2d = 0, d2h = 0;
+    rumor_gossip_pcie_bytes(r.g[0], &h2d, &d2h);
+    assert_int_equal(h2d, want);
+    assert_int_equal(d2h, want);
+    rumor_gossip_pcie_bytes(r.g[1], &h2d, &d2h);
+    assert_int_equal(h2d, 0);
+    assert_int_equal(d2h, 0);
+    free(y);
+    s_ring_free(&r);
+}
+
+/* One-sided iterations write the model mid-step: an abandoned step puts
+ * the device model back as it was. */
+static void
+test_abandon_restores_device_model(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_opts(&o, 0, true);
+    static const bool all[S_NODES] = {true, true, true, true};
+    struct ring r;
+    s_ring_new(&r, &o, all);
+    for (size_t i = 0; i < S_NODES; i++)
+        for (size_t e = 0; e < r.numel; e++)
+            r.x[i][e] = s_value(i, 0, e);
+    float *before = malloc(r.numel * sizeof(float));
+    assert_non_null(before);
+    memcpy(before, r.x[0], r.numel * sizeof(float));
+    /* every round of the step but the last */
+    uint32_t rounds = rumor_gossip_rounds(r.g[0], 0);
+    assert_true(rounds > 2);
+    const struct rumor_gossip_msg *out[S_NODES];
+    size_t count[S_NODES];
+    for (uint32_t k = 0; k + 1 < rounds; k++) {
+        for (size_t i = 0; i < S_NODES; i++)
+            assert_int_equal(
+                rumor_gossip_emit(r.g[i], 0, k, &out[i], &count[i]),
+                RUMOR_OK);
+        for (size_t i = 0; i < S_NODES; i++) {
+            size_t from = (i + S_NODES - 1) % S_NODES;
+            struct rumor_gossip_msg m = out[from][0];
+            m.peer = (uint32_t)from;
+            assert_int_equal(rumor_gossip_absorb(r.g[i], 0, k, &m, 1),
+                             RUMOR_OK);
+        }
+    }
+    assert_memory_not_equal(before, r.x[0], r.numel * sizeof(float));
+    rumor_gossip_step_abandon(r.g[0]);
+    assert_memory_equal(before, r.x[0], r.numel * sizeof(float));
+    free(before);
+    s_ring_free(&r);
+}
+
+/* On a GPU (skipped without one, with the reason): two nodes with their
+ * model in CUDA memory and two on the host train like an all-host ring
+ * (within float tolerance: cuBLAS sums in another order), and the GPU
+ * nodes copy P, Q and the bias each way per compressed step, nothing
+ * more. */
+static void
+test_cuda_mixed_ring(void **state)
+{
+    (void)state;
+    const struct gossip_mem_i *cuda = NULL;
+    const char *why = NULL;
+    if (gossip_mem_cuda(&cuda, &why) != RUMOR_OK) {
+        printf("skipped: %s\n", why);
+        skip();
+    }
+    struct rumor_gossip_opts o;
+    s_opts(&o, 1, false);
+    static const bool host[S_NODES] = {false, false, false, false};
+    static const bool mixed[S_NODES] = {true, true, false, false};
+    struct ring a, b;
+    s_ring_on(&a, &o, host, &gossip_mem_host);
+    s_ring_on(&b, &o, mixed, cuda);
+    size_t floats = (size_t)S_STEPS * S_NODES * a.numel;
+    float *ya = malloc(floats * sizeof(float));
+    float *yb = malloc(floats * sizeof(float));
+    assert_true(ya && yb);
+    s_run(&a, ya);
+    s_run(&b, yb);
+    double most = 0, worst = 0;
+    for (size_t k = 0; k < floats; k++) {
+        most = fmax(most, fabs(ya[k]));
+        worst = fmax(worst, fabs((double)ya[k] - yb[k]));
+    }
+    printf("cuda mixed ring: max |diff| %.3g of max |x| %.3g\n", worst, most);
+    assert_true(worst <= 1e-4 * most);
+    uint64_t per_step =
+        4 * (s_factor_floats(0) + s_factor_floats(1) + s_bias_floats());
+    uint64_t want = 4 * a.numel + (S_STEPS - 1) * per_step;
+    uint64_t h2d = 0, d2h = 0;
+    rumor_gossip_pcie_bytes(b.g[0], &h2d, &d2h);
+    /* and once, the first Q, drawn on the host (warm start keeps it) */
+    assert_int_equal(h2d, want + 4 * s_factor_floats(1));
+    assert_int_equal(d2h, want);
+    free(ya);
+    free(yb);
+    s_ring_free(&a);
+    s_ring_free(&b);
+}
+
+static void
+test_host_state_algorithms_refused(void **state)
+{
+    (void)state;
+    assert_true(rumor_gossip_on_device("powersgd"));
+    assert_false(rumor_gossip_on_device("dpsgd"));
+    assert_false(rumor_gossip_on_device("no-such"));
+    assert_false(rumor_gossip_on_device(NULL));
+    struct rumor_diag diag = {0};
+    rumor_topology *topo = NULL;
+    assert_int_equal(rumor_topology_from_spec("ring:4", 1, &topo, &diag),
+                     RUMOR_OK);
+    float x[8] = {0};
+    struct rumor_tensor t = {x, 1, {8}};
+    struct rumor_model m = {&t, 1};
+    struct rumor_gossip_opts o;
+    rumor_gossip_opts_default(&o);
+    snprintf(o.algo, sizeof o.algo, "dpsgd");
+    rumor_gossip *g = NULL;
+    assert_int_equal(gossip_new_in(&o, topo, 0, &m, &gossip_mem_ref, &g, &diag),
+                     RUMOR_ENOTSUP);
+    assert_null(g);
+    assert_non_null(strstr(diag.msg, "powersgd"));
+    /* without a GPU, CUDA memory is refused with the runtime's reason */
+    diag.msg[0] = '\0';
+    snprintf(o.algo, sizeof o.algo, "powersgd");
+    if (rumor_cuda_device_count(NULL) == 0) {
+        assert_int_equal(
+            rumor_gossip_new_on(&o, topo, 0, &m, RUMOR_DEVICE_CUDA, &g, &diag),
+            RUMOR_ENOTSUP);
+        assert_null(g);
+        assert_non_null(strstr(diag.msg, "GPU"));
+    }
+    rumor_topology_destroy(&topo);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_device_ring_bits_equal_host),
+        cmocka_unit_test(test_mixed_ring_bits_equal_host),
+        cmocka_unit_test(test_one_sided_bits_equal_host),
+        cmocka_unit_test(test_adapt_rule_bits_equal_host),
+        cmocka_unit_test(test_pcie_bytes_are_the_payloads),
+        cmocka_unit_test(test_abandon_restores_device_model),
+        cmocka_unit_test(test_cuda_mixed_ring),
+        cmocka_unit_test(test_host_state_algorithms_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
