@@ -18,15 +18,39 @@
  */
 #include "gossip/gossip_impl.h"
 
+#include <stdalign.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Model-sized buffers live in g->be's memory (the model's device), except
+ * the two that hold payloads on the host. */
 struct dpsgd {
     float *snapshot; /* the model as sent this step */
     double *acc;     /* sum_j w_ij (x_j - x_i), being formed */
     float *mixed;    /* the result; the snapshot stays as peers read it */
+    float *theirs;   /* a neighbour's message, on the backend */
+    float *sent;     /* host: the snapshot's payload (device backends) */
     const struct rumor_gossip_msg **slot;
 };
+
+static rumor_err
+s_alloc_state(rumor_gossip *g, struct dpsgd *s)
+{
+    size_t floats = g->numel * sizeof(float);
+    rumor_err rc = g->be->alloc(floats, (void **)&s->snapshot);
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(g->numel * sizeof(double), (void **)&s->acc);
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(floats, (void **)&s->mixed);
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(floats, (void **)&s->theirs);
+    if (rc == RUMOR_OK && !g->be->host_memory) {
+        s->sent = malloc(floats + 1);
+        rc = s->sent == NULL ? RUMOR_ENOMEM : RUMOR_OK;
+    }
+    return rc;
+}
 
 static rumor_err
 s_init(rumor_gossip *g, struct rumor_diag *diag)
@@ -39,13 +63,8 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     if (s == NULL)
         return RUMOR_ENOMEM;
     g->state = s;
-    s->snapshot = malloc(g->numel * sizeof(float));
-    s->acc = malloc(g->numel * sizeof(double));
-    s->mixed = malloc(g->numel * sizeof(float));
     s->slot = malloc(g->nodes * sizeof *s->slot);
-    if (!s->snapshot || !s->acc || !s->mixed || !s->slot)
-        return RUMOR_ENOMEM;
-    return RUMOR_OK;
+    return s->slot == NULL ? RUMOR_ENOMEM : s_alloc_state(g, s);
 }
 
 static void
@@ -54,24 +73,36 @@ s_free(rumor_gossip *g)
     struct dpsgd *s = g->state;
     if (s == NULL)
         return;
-    free(s->snapshot);
-    free(s->acc);
-    free(s->mixed);
+    g->be->release(s->snapshot);
+    g->be->release(s->acc);
+    g->be->release(s->mixed);
+    g->be->release(s->theirs);
+    free(s->sent);
     free(s->slot);
     free(s);
     g->state = NULL;
 }
 
+/* The snapshot is the payload: on the host as it is, from a device by
+ * one copy. */
 static rumor_err
 s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
 {
     (void)round;
     struct dpsgd *s = g->state;
-    gossip_flat_get(g, 0, g->numel, s->snapshot);
-    return gossip_out_to_neighbors(g,
-                                   step,
-                                   (const uint8_t *)s->snapshot,
-                                   g->numel * sizeof(float));
+    size_t bytes = g->numel * sizeof(float);
+    rumor_err rc =
+        gossip_model_read(g, 0, g->numel, s->snapshot, GOSSIP_ON_DEVICE);
+    const float *payload = s->snapshot;
+    if (rc == RUMOR_OK && !g->be->host_memory) {
+        rc = gossip_mem_copy(g, s->sent, s->snapshot, bytes, GOSSIP_TO_HOST);
+        payload = s->sent;
+    }
+    return rc == RUMOR_OK ? gossip_out_to_neighbors(g,
+                                                    step,
+                                                    (const uint8_t *)payload,
+                                                    bytes)
+                          : rc;
 }
 
 static rumor_err
@@ -98,16 +129,20 @@ s_absorb(rumor_gossip *g,
         rc = gossip_check_finite(g, s->slot[k]);
     if (rc == RUMOR_OK) /* clipped per neighbour: robust mixing */
         rc = gossip_robust_mix(g, step, s->slot, w, peers, s->acc);
-    if (rc != RUMOR_OK)
-        return rc;
-    for (size_t e = 0; e < g->numel; e++)
-        s->mixed[e] = (float)(s->snapshot[e] + g->opts.gamma * s->acc[e]);
-    gossip_flat_put(g, 0, g->numel, s->mixed);
-    return RUMOR_OK;
+    if (rc == RUMOR_OK)
+        rc = g->be->apply(s->mixed,
+                          s->snapshot,
+                          g->opts.gamma,
+                          s->acc,
+                          g->numel);
+    return rc == RUMOR_OK
+               ? gossip_model_write(g, 0, g->numel, s->mixed, GOSSIP_ON_DEVICE)
+               : rc;
 }
 
 /* x_j - x_i of the step for edge skipping (edges.c stages w_ij times it):
- * the same doubles the loss-free absorb sums. */
+ * the same doubles the loss-free absorb sums. A message reaches the
+ * backend by one copy (on the host, none when it is aligned). */
 static rumor_err
 s_edge_diff(rumor_gossip *g,
             uint64_t step,
@@ -116,18 +151,21 @@ s_edge_diff(rumor_gossip *g,
 {
     (void)step;
     const struct dpsgd *s = g->state;
-    if (m->len != g->numel * sizeof(float))
+    size_t bytes = g->numel * sizeof(float);
+    if (m->len != bytes)
         return RUMOR_EPROTO;
-    for (size_t e = 0; e < g->numel; e++) {
-        float v;
-        memcpy(&v, m->data + e * sizeof v, sizeof v);
-        d[e] = (double)v - s->snapshot[e];
+    const float *theirs = (const float *)(const void *)m->data;
+    rumor_err rc = RUMOR_OK;
+    if (!g->be->host_memory || (uintptr_t)m->data % alignof(float) != 0) {
+        rc = gossip_mem_copy(g, s->theirs, m->data, bytes, GOSSIP_TO_DEVICE);
+        theirs = s->theirs;
     }
-    return RUMOR_OK;
+    return rc == RUMOR_OK ? g->be->diff(d, theirs, s->snapshot, g->numel) : rc;
 }
 
 const struct gossip_algo_i gossip_dpsgd = {
     .name = "dpsgd",
+    .device = true,
     .init = s_init,
     .free = s_free,
     .rounds = gossip_one_round,

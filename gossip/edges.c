@@ -120,8 +120,10 @@ s_ledger(rumor_gossip *g, struct gossip_ledger **out)
         if (l == NULL)
             return RUMOR_ENOMEM;
         l->edge = calloc(g->nodes, sizeof *l->edge);
-        l->acc = malloc(g->numel * sizeof(double));
-        l->flat = malloc(g->numel * sizeof(float));
+        rumor_err rc =
+            g->be->alloc(g->numel * sizeof(double), (void **)&l->acc);
+        if (rc == RUMOR_OK)
+            rc = g->be->alloc(g->numel * sizeof(float), (void **)&l->flat);
         l->round = malloc(g->nodes * sizeof *l->round);
         l->round_peer = malloc(g->nodes * sizeof *l->round_peer);
         l->round_w = malloc(g->nodes * sizeof *l->round_w);
@@ -143,10 +145,10 @@ gossip_ledger_free(rumor_gossip *g)
         return;
     for (size_t i = 0; l->edge != NULL && i < g->nodes; i++)
         for (size_t k = 0; k < RUMOR_GOSSIP_PENDING_MAX; k++)
-            free(l->edge[i].term[k].delta);
+            g->be->release(l->edge[i].term[k].delta);
     free(l->edge);
-    free(l->acc);
-    free(l->flat);
+    g->be->release(l->acc);
+    g->be->release(l->flat);
     free(l->round);
     free(l->round_peer);
     free(l->round_w);
@@ -172,9 +174,10 @@ s_slot(const rumor_gossip *g, struct gossip_edge *e)
         struct gossip_term *t = &e->term[k];
         if (t->staged || t->ready)
             continue;
-        if (t->delta == NULL)
-            t->delta = malloc(g->numel * sizeof(double));
-        return t->delta != NULL ? t : NULL;
+        if (t->delta == NULL && g->be->alloc(g->numel * sizeof(double),
+                                             (void **)&t->delta) != RUMOR_OK)
+            return NULL;
+        return t;
     }
     return NULL;
 }
@@ -192,19 +195,19 @@ s_refuse_nonfinite(rumor_gossip *g, uint32_t peer)
  * fixed radius (clip_norm) clip(x_j - x_i) = -clip(x_i - x_j), so the
  * average is kept; an adaptive radius differs between the two ends, so a
  * clipped pair moves it (docs/gossip.md, "Robust mixing"). */
-static void
+static rumor_err
 s_screen_round(rumor_gossip *g, size_t count)
 {
     struct gossip_ledger *l = g->ledger;
     double tau = gossip_robust_radius(g, l->round_norm, count);
-    for (size_t k = 0; k < count; k++) {
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
         double c =
             l->round_w[k] *
             gossip_robust_scale(g, l->round_peer[k], l->round_norm[k], tau);
-        double *d = l->round[k]->delta;
-        for (size_t e = 0; e < g->numel; e++)
-            d[e] *= c;
+        rc = g->be->scale(l->round[k]->delta, c, g->numel);
     }
+    return rc;
 }
 
 /* Stages peer k's term of step, or records that it is not held. */
@@ -252,7 +255,10 @@ s_stage_one(rumor_gossip *g,
     }
     if (rc != RUMOR_OK)
         return rc;
-    double norm = gossip_norm(t->delta, g->numel);
+    double norm = NAN;
+    rc = g->be->norm(t->delta, g->numel, &norm);
+    if (rc != RUMOR_OK)
+        return rc;
     if (!isfinite(norm)) {
         s_refuse_nonfinite(g, peer);
         return RUMOR_OK;
@@ -314,7 +320,9 @@ rumor_gossip_absorb_partial(rumor_gossip *g,
                 m = &msgs[i];
         rc = s_stage_one(g, step, nbr[k], w[k], m, &staged);
     }
-    s_screen_round(g, staged);
+    rumor_err screened = s_screen_round(g, staged);
+    if (rc == RUMOR_OK)
+        rc = screened;
     if (rc == RUMOR_OK && step + 1 > l->decided)
         l->decided = step + 1;
     return rc;
@@ -441,9 +449,10 @@ rumor_gossip_commit(rumor_gossip *g, size_t *applied)
     *applied = 0;
     if (l == NULL)
         return RUMOR_OK;
-    memset(l->acc, 0, g->numel * sizeof(double));
+    rumor_err rc = g->be->zero(l->acc, g->numel * sizeof(double));
     /* steps ascending; inside a step, peers ascending (node order) */
-    for (struct gossip_term *t = s_next_ready(g, 0); t != NULL;
+    for (struct gossip_term *t = s_next_ready(g, 0);
+         t != NULL && rc == RUMOR_OK;
          t = s_next_ready(g, t->step)) {
         uint64_t step = t->step;
         for (size_t i = 0; i < g->nodes; i++)
@@ -451,21 +460,24 @@ rumor_gossip_commit(rumor_gossip *g, size_t *applied)
                 struct gossip_term *u = &l->edge[i].term[k];
                 if (!u->ready || u->step != step)
                     continue;
-                for (size_t e = 0; e < g->numel; e++)
-                    l->acc[e] += u->delta[e];
+                /* delta * 1 is exact: acc += delta */
+                rc = g->be->axpy(l->acc, 1.0, u->delta, g->numel);
+                if (rc != RUMOR_OK)
+                    return rc;
                 u->ready = false;
                 (*applied)++;
                 if (g->algo->edge_commit != NULL)
                     g->algo->edge_commit(g, (uint32_t)i, step);
             }
     }
-    if (*applied == 0)
-        return RUMOR_OK;
-    gossip_flat_get(g, 0, g->numel, l->flat);
-    for (size_t e = 0; e < g->numel; e++)
-        l->flat[e] = (float)(l->flat[e] + g->opts.gamma * l->acc[e]);
-    gossip_flat_put(g, 0, g->numel, l->flat);
-    return RUMOR_OK;
+    if (rc != RUMOR_OK || *applied == 0)
+        return rc;
+    rc = gossip_model_read(g, 0, g->numel, l->flat, GOSSIP_ON_DEVICE);
+    if (rc == RUMOR_OK)
+        rc = g->be->apply(l->flat, l->flat, g->opts.gamma, l->acc, g->numel);
+    return rc == RUMOR_OK
+               ? gossip_model_write(g, 0, g->numel, l->flat, GOSSIP_ON_DEVICE)
+               : rc;
 }
 
 void

@@ -226,17 +226,17 @@ s_ring_all(rumor_gossip *g)
 /* The model memory of a device; RUMOR_ENOTSUP (diag) for CUDA memory
  * without a usable GPU. */
 static rumor_err
-s_model_mem(rumor_device device,
-            const struct gossip_mem_i **mem,
-            struct rumor_diag *diag)
+s_backend_of(rumor_device device,
+             const struct gossip_backend_i **be,
+             struct rumor_diag *diag)
 {
-    *mem = &gossip_mem_host;
+    *be = &gossip_backend_host;
     if (device == RUMOR_DEVICE_CPU)
         return RUMOR_OK;
     const char *why = "unknown device";
     rumor_err rc = RUMOR_EINVAL;
     if (device == RUMOR_DEVICE_CUDA)
-        rc = gossip_mem_cuda(mem, &why);
+        rc = gossip_backend_cuda(be, &why);
     if (rc != RUMOR_OK)
         rumor_diag_set(diag, "", 0, 0, "a model on the GPU: %s", why);
     return rc;
@@ -252,9 +252,9 @@ rumor_gossip_new_on(const struct rumor_gossip_opts *opts,
                     struct rumor_diag *diag)
 {
     *out = NULL;
-    const struct gossip_mem_i *mem = NULL;
-    rumor_err rc = s_model_mem(device, &mem, diag);
-    return rc == RUMOR_OK ? gossip_new_in(opts, t, self, model, mem, out, diag)
+    const struct gossip_backend_i *be = NULL;
+    rumor_err rc = s_backend_of(device, &be, diag);
+    return rc == RUMOR_OK ? gossip_new_in(opts, t, self, model, be, out, diag)
                           : rc;
 }
 
@@ -302,12 +302,37 @@ rumor_gossip_pcie_bytes(const rumor_gossip *g,
         g->algo->pcie(g, to_device, to_host);
 }
 
+/* The diag of an algorithm that cannot run on a model in device memory,
+ * naming those that can. */
+static void
+s_device_refused(const struct gossip_algo_i *algo, struct rumor_diag *diag)
+{
+    char can[128] = "";
+    for (size_t i = 0, at = 0; i < ALGO_COUNT; i++)
+        if (s_algos[i]->device && at < sizeof can)
+            at += (size_t)snprintf(can + at,
+                                   sizeof can - at,
+                                   "%s%s",
+                                   at > 0 ? ", " : "",
+                                   s_algos[i]->name);
+    rumor_diag_set(diag,
+                   "",
+                   0,
+                   0,
+                   "%s keeps its state in host memory: a model in GPU memory "
+                   "runs %s; stage the tensors through host memory for %s "
+                   "(rumor.Peer does)",
+                   algo->name,
+                   can,
+                   algo->name);
+}
+
 rumor_err
 gossip_new_in(const struct rumor_gossip_opts *opts,
               const rumor_topology *t,
               uint32_t self,
               const struct rumor_model *model,
-              const struct gossip_mem_i *mem,
+              const struct gossip_backend_i *be,
               rumor_gossip **out,
               struct rumor_diag *diag)
 {
@@ -334,23 +359,15 @@ gossip_new_in(const struct rumor_gossip_opts *opts,
         rumor_diag_set(diag, "", 0, 0, "node %u is not in the topology", self);
         return RUMOR_EINVAL;
     }
-    if (!mem->host_memory && !algo->device) {
-        rumor_diag_set(diag,
-                       "",
-                       0,
-                       0,
-                       "%s keeps its state in host memory: a model in GPU "
-                       "memory runs powersgd; stage the tensors through "
-                       "host memory for %s (rumor.Peer does)",
-                       algo->name,
-                       algo->name);
+    if (!be->host_memory && !algo->device) {
+        s_device_refused(algo, diag);
         return RUMOR_ENOTSUP;
     }
     rumor_gossip *g = calloc(1, sizeof *g);
     if (g == NULL)
         return RUMOR_ENOMEM;
     g->algo = algo;
-    g->mem = mem;
+    g->be = be;
     g->opts = *opts;
     g->opts.rank = rumor_gossip_rank(opts);
     g->topo = t;
@@ -529,8 +546,8 @@ s_flat_walk(const rumor_gossip *g,
             size_t at = offset - base;
             size_t take = numel - at < len ? numel - at : len;
             float *model = g->tensors[i].data + at;
-            rc = to_model ? g->mem->copy(model, buf, take * sizeof *buf, kind)
-                          : g->mem->copy(buf, model, take * sizeof *buf, kind);
+            rc = to_model ? g->be->copy(model, buf, take * sizeof *buf, kind)
+                          : g->be->copy(buf, model, take * sizeof *buf, kind);
             buf += take;
             offset += take;
             len -= take;
@@ -555,7 +572,7 @@ gossip_flat_put(rumor_gossip *g, size_t offset, size_t len, const float *src)
 static void
 s_count(rumor_gossip *g, size_t bytes, enum gossip_copy kind)
 {
-    if (g->mem->host_memory)
+    if (g->be->host_memory)
         return;
     if (kind == GOSSIP_TO_DEVICE)
         g->pcie_h2d += bytes;
@@ -571,7 +588,7 @@ gossip_mem_copy(rumor_gossip *g,
                 enum gossip_copy kind)
 {
     s_count(g, bytes, kind);
-    return g->mem->copy(dst, src, bytes, kind);
+    return g->be->copy(dst, src, bytes, kind);
 }
 
 rumor_err

@@ -6,7 +6,7 @@
 #ifndef RUMOR_GOSSIP_IMPL_H
 #define RUMOR_GOSSIP_IMPL_H
 
-#include "gossip/mem.h"
+#include "gossip/backend.h"
 #include "rumor/gossip.h"
 #include "rumor/lowrank.h"
 
@@ -65,8 +65,8 @@ rumor_err gossip_write_f64(struct rumor_buf *b, const double *v, size_t n);
 
 struct gossip_algo_i {
     const char *name;
-    /* Runs on a model in device memory (gossip/mem.h): every access to
-     * the tensors, and every model-sized state, goes through g->mem. */
+    /* Runs on a model in device memory (gossip/backend.h): every access to
+     * the tensors, and every model-sized state, goes through g->be. */
     bool device;
     /* Allocates g->state; the diag explains an invalid option. */
     rumor_err (*init)(rumor_gossip *g, struct rumor_diag *diag);
@@ -95,8 +95,8 @@ struct gossip_algo_i {
     /* (optional, NULL: no-op) rumor_gossip_step_ahead */
     rumor_err (*step_ahead)(rumor_gossip *g);
     /* (optional, NULL: cannot skip a neighbour) writes x_j - x_i of the
-     * step (numel doubles) for message m; RUMOR_EPROTO for a wrong size,
-     * RUMOR_ENUMERIC for NaN or Inf. Edge terms are then staged by
+     * step (numel doubles, in g->be's memory) for message m; RUMOR_EPROTO for a
+     * wrong size, RUMOR_ENUMERIC for NaN or Inf. Edge terms are then staged by
      * gossip/edges.c. */
     rumor_err (*edge_diff)(rumor_gossip *g,
                            uint64_t step,
@@ -147,9 +147,9 @@ struct rumor_gossip {
     const rumor_topology *topo; /* borrowed */
     uint32_t self;
     size_t nodes;
-    struct rumor_tensor *tensors;   /* copy of the caller's array */
-    const struct gossip_mem_i *mem; /* where the tensors' data lives */
-    uint64_t pcie_h2d, pcie_d2h;    /* bytes g->mem copied each way */
+    struct rumor_tensor *tensors;      /* copy of the caller's array */
+    const struct gossip_backend_i *be; /* where the tensors live, its ops */
+    uint64_t pcie_h2d, pcie_d2h;       /* bytes g->be copied each way */
     size_t tensor_count;
     size_t numel;                 /* total elements of the model */
     struct rumor_gossip_msg *out; /* emitted messages, out_alloc slots */
@@ -187,11 +187,10 @@ gossip_robust_scale(rumor_gossip *g, uint32_t peer, double norm, double tau);
  * one when norm is not finite. */
 void
 gossip_robust_note(rumor_gossip *g, uint32_t peer, double norm, double tau);
-/* The Euclidean norm of n doubles. */
-double gossip_norm(const double *d, size_t n);
 /* The strict path's robust mix: acc = sum_k w[k] CLIP(d_k, tau), d_k the
  * algorithm's edge_diff of slot[k], summed in k order in double (the
- * ledger's doubles when nothing is clipped). An edge_diff error, or a non-
+ * ledger's doubles when nothing is clipped); acc and the differences in
+ * g->be's memory. An edge_diff error, or a non-
  * finite difference (RUMOR_ENUMERIC), returns before acc is written. */
 rumor_err gossip_robust_mix(rumor_gossip *g,
                             uint64_t step,
@@ -256,16 +255,16 @@ void
 gossip_flat_put(rumor_gossip *g, size_t offset, size_t len, const float *src);
 
 /* rumor_gossip_new with the model memory given (the tests' way to run
- * the device path on gossip_mem_ref). */
+ * the device path on gossip_backend_ref). */
 rumor_err gossip_new_in(const struct rumor_gossip_opts *opts,
                         const rumor_topology *t,
                         uint32_t self,
                         const struct rumor_model *model,
-                        const struct gossip_mem_i *mem,
+                        const struct gossip_backend_i *be,
                         rumor_gossip **out,
                         struct rumor_diag *diag);
 
-/* A copy through g->mem, counted when it crosses to or from the host. */
+/* A copy through g->be, counted when it crosses to or from the host. */
 rumor_err gossip_mem_copy(rumor_gossip *g,
                           void *dst,
                           const void *src,

@@ -138,9 +138,9 @@ s_adapt_init(rumor_gossip *g, struct rumor_diag *diag)
             most = rumor_tensor_numel(&g->tensors[t]);
     /* the error measure's, and an adopt's move of the own memories */
     s->scratch = malloc(most * sizeof(float));
-    if (!g->mem->host_memory && s->measure)
+    if (!g->be->host_memory && s->measure)
         s->model = malloc(most * sizeof(float));
-    bool model_ok = g->mem->host_memory || !s->measure || s->model != NULL;
+    bool model_ok = g->be->host_memory || !s->measure || s->model != NULL;
     return s->scratch == NULL || !model_ok ? RUMOR_ENOMEM : RUMOR_OK;
 }
 
@@ -215,10 +215,10 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     s->popts.one_sided = g->opts.one_sided;
     s->popts.iters = g->opts.one_sided ? g->opts.iterations : 1;
     s->popts.tensor_base = g->opts.tensor_base;
-    s->popts.want_cuda = g->mem->cuda;
+    s->popts.want_cuda = g->be->cuda;
     rc =
         rumor_lowrank_psgd_new(&s->psgd, s->shapes, g->tensor_count, &s->popts);
-    if (rc == RUMOR_OK && g->mem->cuda &&
+    if (rc == RUMOR_OK && g->be->cuda &&
         rumor_lowrank_psgd_device(s->psgd) != RUMOR_DEVICE_CUDA)
         rc = RUMOR_ENOTSUP; /* the cuda backend failed: it logged why */
     if (rc != RUMOR_OK) {
@@ -245,7 +245,7 @@ s_free(rumor_gossip *g)
     free(s->carry);
     free(s->scratch);
     free(s->model);
-    g->mem->release(s->orig);
+    g->be->release(s->orig);
     free(s);
     g->state = NULL;
 }
@@ -329,7 +329,7 @@ s_keep_model(rumor_gossip *g)
         return RUMOR_OK;
     rumor_err rc = RUMOR_OK;
     if (s->orig == NULL)
-        rc = g->mem->alloc(g->numel * sizeof *s->orig, (void **)&s->orig);
+        rc = g->be->alloc(g->numel * sizeof *s->orig, (void **)&s->orig);
     return rc == RUMOR_OK
                ? gossip_model_read(g, 0, g->numel, s->orig, GOSSIP_ON_DEVICE)
                : rc;
@@ -412,7 +412,7 @@ s_tensor_on_host(rumor_gossip *g, size_t t, const float **x)
 {
     struct powersgd *s = g->state;
     *x = g->tensors[t].data;
-    if (g->mem->host_memory)
+    if (g->be->host_memory)
         return RUMOR_OK;
     *x = s->model;
     size_t bytes = rumor_tensor_numel(&g->tensors[t]) * sizeof(float);

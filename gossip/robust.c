@@ -256,13 +256,28 @@ gossip_robust_scale(rumor_gossip *g, uint32_t peer, double norm, double tau)
     return tau / norm;
 }
 
-double
-gossip_norm(const double *d, size_t n)
+/* Neighbour k's difference into r->diff[k] (backend memory) and its norm
+ * into r->norm[k]; RUMOR_ENUMERIC for a non-finite one. */
+static rumor_err
+s_diff_one(rumor_gossip *g,
+           struct gossip_robust *r,
+           uint64_t step,
+           const struct rumor_gossip_msg *m,
+           size_t k)
 {
-    double sq = 0;
-    for (size_t e = 0; e < n; e++)
-        sq += d[e] * d[e];
-    return sqrt(sq);
+    rumor_err rc = RUMOR_OK;
+    if (r->diff[k] == NULL)
+        rc = g->be->alloc(g->numel * sizeof(double), (void **)&r->diff[k]);
+    if (rc == RUMOR_OK)
+        rc = g->algo->edge_diff(g, step, m, r->diff[k]);
+    if (rc == RUMOR_OK)
+        rc = g->be->norm(r->diff[k], g->numel, &r->norm[k]);
+    if (rc == RUMOR_OK && !isfinite(r->norm[k])) {
+        gossip_robust_note(g, m->peer, r->norm[k], 0);
+        g->screen.nonfinite++;
+        rc = RUMOR_ENUMERIC;
+    }
+    return rc;
 }
 
 rumor_err
@@ -275,32 +290,18 @@ gossip_robust_mix(rumor_gossip *g,
 {
     struct gossip_robust *r = NULL;
     rumor_err rc = s_get(g, peers, &r);
-    for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
-        if (r->diff[k] == NULL)
-            r->diff[k] = malloc(g->numel * sizeof(double));
-        rc = r->diff[k] == NULL
-                 ? RUMOR_ENOMEM
-                 : g->algo->edge_diff(g, step, slot[k], r->diff[k]);
-        if (rc == RUMOR_OK)
-            r->norm[k] = gossip_norm(r->diff[k], g->numel);
-        if (rc == RUMOR_OK && !isfinite(r->norm[k])) {
-            gossip_robust_note(g, slot[k]->peer, r->norm[k], 0);
-            g->screen.nonfinite++;
-            rc = RUMOR_ENUMERIC;
-        }
-    }
+    for (size_t k = 0; k < peers && rc == RUMOR_OK; k++)
+        rc = s_diff_one(g, r, step, slot[k], k);
     if (rc != RUMOR_OK)
         return rc;
     double tau = gossip_robust_radius(g, r->norm, peers);
-    memset(acc, 0, g->numel * sizeof(double));
-    for (size_t k = 0; k < peers; k++) {
+    rc = g->be->zero(acc, g->numel * sizeof(double));
+    for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
         double c =
             w[k] * gossip_robust_scale(g, slot[k]->peer, r->norm[k], tau);
-        const double *d = r->diff[k];
-        for (size_t e = 0; e < g->numel; e++)
-            acc[e] += d[e] * c;
+        rc = g->be->axpy(acc, c, r->diff[k], g->numel);
     }
-    return RUMOR_OK;
+    return rc;
 }
 
 void
@@ -312,7 +313,7 @@ gossip_robust_free(rumor_gossip *g)
     if (r->counts != NULL && r->worst != NULL)
         s_flush(g, r, rumor_clock_ns());
     for (size_t k = 0; k < r->cap; k++)
-        free(r->diff[k]);
+        g->be->release(r->diff[k]);
     free(r->diff);
     free(r->norm);
     free(r->sorted);

@@ -1,6 +1,6 @@
 /*
  * Algorithms on a model in device memory (issue #31), run on the CPU:
- * gossip_mem_ref is host memory that gossip/ reaches only through the
+ * gossip_backend_ref is host memory that gossip/ reaches only through the
  * model-memory table, counting every copy to and from the host as PCIe
  * traffic. PowerSGD on it must give the host path's bits on every node,
  * in a ring of ref nodes and in a ring that mixes ref and host nodes, and
@@ -28,7 +28,7 @@ static const size_t s_shape[S_LAYERS][2] = {{64, 32}, {32, 16}, {32, 1}};
 struct ring {
     rumor_topology *topo;
     float *x[S_NODES];
-    const struct gossip_mem_i *mem[S_NODES];
+    const struct gossip_backend_i *mem[S_NODES];
     rumor_gossip *g[S_NODES];
     rumor_sim *sim;
     size_t numel;
@@ -61,6 +61,14 @@ s_bias_floats(void)
 }
 
 static void
+s_dpsgd_opts(struct rumor_gossip_opts *o, double clip)
+{
+    rumor_gossip_opts_default(o);
+    snprintf(o->algo, sizeof o->algo, "dpsgd");
+    o->clip_norm = clip;
+}
+
+static void
 s_opts(struct rumor_gossip_opts *o, uint64_t start_iter, bool one_sided)
 {
     rumor_gossip_opts_default(o);
@@ -76,7 +84,7 @@ static void
 s_ring_on(struct ring *r,
           const struct rumor_gossip_opts *o,
           const bool device[S_NODES],
-          const struct gossip_mem_i *dev)
+          const struct gossip_backend_i *dev)
 {
     memset(r, 0, sizeof *r);
     struct rumor_diag diag = {0};
@@ -84,7 +92,8 @@ s_ring_on(struct ring *r,
                      RUMOR_OK);
     r->numel = s_numel();
     for (size_t i = 0; i < S_NODES; i++) {
-        const struct gossip_mem_i *mem = device[i] ? dev : &gossip_mem_host;
+        const struct gossip_backend_i *mem =
+            device[i] ? dev : &gossip_backend_host;
         r->mem[i] = mem;
         assert_int_equal(
             mem->alloc(r->numel * sizeof(float), (void **)&r->x[i]),
@@ -111,7 +120,7 @@ s_ring_new(struct ring *r,
            const struct rumor_gossip_opts *o,
            const bool device[S_NODES])
 {
-    s_ring_on(r, o, device, &gossip_mem_ref);
+    s_ring_on(r, o, device, &gossip_backend_ref);
 }
 
 static void
@@ -183,8 +192,9 @@ s_compare(const struct rumor_gossip_opts *o, const bool device[S_NODES])
     s_run(&a, ya);
     s_run(&b, yb);
     assert_memory_equal(ya, yb, floats * sizeof(float));
-    /* and the step did something: nodes agree, inputs differed */
-    assert_memory_equal(ya, ya + a.numel, a.numel * sizeof(float));
+    /* and the step did something (PowerSGD: the nodes agree) */
+    if (strcmp(o->algo, "powersgd") == 0)
+        assert_memory_equal(ya, ya + a.numel, a.numel * sizeof(float));
     assert_true(ya[0] != s_value(0, 0, 0) || ya[1] != s_value(0, 0, 1));
     free(ya);
     free(yb);
@@ -305,52 +315,209 @@ test_abandon_restores_device_model(void **state)
     s_ring_free(&r);
 }
 
-/* On a GPU (skipped without one, with the reason): two nodes with their
- * model in CUDA memory and two on the host train like an all-host ring
- * (within float tolerance: cuBLAS sums in another order), and the GPU
- * nodes copy P, Q and the bias each way per compressed step, nothing
- * more. */
 static void
-test_cuda_mixed_ring(void **state)
+test_dpsgd_bits_equal_host(void **state)
 {
     (void)state;
-    const struct gossip_mem_i *cuda = NULL;
+    struct rumor_gossip_opts o;
+    s_dpsgd_opts(&o, 0);
+    static const bool mixed[S_NODES] = {true, false, true, true};
+    s_compare(&o, mixed);
+}
+
+/* Clipping on (a fixed radius small enough to clip): the norms, the
+ * radius and the scaled differences go through the backend too. */
+static void
+test_dpsgd_clipped_bits_equal_host(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_dpsgd_opts(&o, 1.0);
+    static const bool all[S_NODES] = {true, true, true, true};
+    s_compare(&o, all);
+}
+
+/* The network driver's lossy path: messages and acks dropped by the same
+ * draws in both rings, terms staged in the ledger, settled by acks and
+ * committed later. */
+static void
+s_lossy_step(struct ring *r, uint64_t step, struct rumor_rng *rng)
+{
+    const struct rumor_gossip_msg *out[S_NODES];
+    size_t outn[S_NODES];
+    for (size_t i = 0; i < S_NODES; i++)
+        assert_int_equal(rumor_gossip_emit(r->g[i], step, 0, &out[i], &outn[i]),
+                         RUMOR_OK);
+    for (size_t i = 0; i < S_NODES; i++) {
+        struct rumor_gossip_msg inbox[S_NODES];
+        size_t got = 0;
+        for (size_t j = 0; j < S_NODES; j++)
+            for (size_t m = 0; m < outn[j]; m++)
+                if (out[j][m].peer == i &&
+                    rumor_rng_uniform_double(rng) >= 0.3) {
+                    inbox[got] = out[j][m];
+                    inbox[got++].peer = (uint32_t)j;
+                }
+        assert_int_equal(
+            rumor_gossip_absorb_partial(r->g[i], step, 0, inbox, got),
+            RUMOR_OK);
+    }
+    for (size_t i = 0; i < S_NODES; i++)
+        for (size_t j = 0; j < S_NODES; j++) {
+            struct rumor_gossip_ack a;
+            if (j == i || rumor_rng_uniform_double(rng) < 0.3)
+                continue;
+            assert_int_equal(rumor_gossip_ack_make(r->g[i], (uint32_t)j, &a),
+                             RUMOR_OK);
+            assert_int_equal(rumor_gossip_ack_take(r->g[j], (uint32_t)i, &a),
+                             RUMOR_OK);
+        }
+    for (size_t i = 0; i < S_NODES; i++) {
+        size_t applied = 0;
+        assert_int_equal(rumor_gossip_commit(r->g[i], &applied), RUMOR_OK);
+    }
+}
+
+static void
+s_lossy_run(struct ring *r, float *out)
+{
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, 11, 0);
+    float *in = malloc(r->numel * sizeof(float));
+    assert_non_null(in);
+    for (size_t i = 0; i < S_NODES; i++) {
+        for (size_t e = 0; e < r->numel; e++)
+            in[e] = s_value(i, 0, e);
+        assert_int_equal(r->mem[i]->copy(r->x[i],
+                                         in,
+                                         r->numel * sizeof(float),
+                                         GOSSIP_TO_DEVICE),
+                         RUMOR_OK);
+    }
+    for (uint64_t step = 0; step < 3 * S_STEPS; step++)
+        s_lossy_step(r, step, &rng);
+    for (size_t i = 0; i < S_NODES; i++)
+        assert_int_equal(r->mem[i]->copy(out + i * r->numel,
+                                         r->x[i],
+                                         r->numel * sizeof(float),
+                                         GOSSIP_TO_HOST),
+                         RUMOR_OK);
+    free(in);
+}
+
+static void
+test_dpsgd_lossy_ledger_bits_equal_host(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_dpsgd_opts(&o, 1.0);
+    static const bool host[S_NODES] = {false, false, false, false};
+    static const bool mixed[S_NODES] = {true, true, false, true};
+    struct ring a, b;
+    s_ring_new(&a, &o, host);
+    s_ring_new(&b, &o, mixed);
+    size_t floats = S_NODES * a.numel;
+    float *ya = malloc(floats * sizeof(float));
+    float *yb = malloc(floats * sizeof(float));
+    assert_true(ya && yb);
+    s_lossy_run(&a, ya);
+    s_lossy_run(&b, yb);
+    assert_memory_equal(ya, yb, floats * sizeof(float));
+    /* terms were committed: the nodes moved towards each other */
+    assert_true(ya[0] != s_value(0, 0, 0));
+    uint64_t h2d = 0, d2h = 0;
+    rumor_gossip_pcie_bytes(b.g[0], &h2d, &d2h);
+    assert_true(h2d > 0 && d2h > 0);
+    free(ya);
+    free(yb);
+    s_ring_free(&a);
+    s_ring_free(&b);
+}
+
+/* The CUDA backend, or a skip with the reason (never a silent pass). */
+static const struct gossip_backend_i *
+s_cuda_or_skip(void)
+{
+    const struct gossip_backend_i *cuda = NULL;
     const char *why = NULL;
-    if (gossip_mem_cuda(&cuda, &why) != RUMOR_OK) {
+    if (gossip_backend_cuda(&cuda, &why) != RUMOR_OK) {
         printf("skipped: %s\n", why);
         skip();
     }
-    struct rumor_gossip_opts o;
-    s_opts(&o, 1, false);
+    return cuda;
+}
+
+/* Runs o on an all-host ring and on one whose nodes 0 and 1 keep their
+ * model in CUDA memory; returns the largest difference relative to the
+ * largest value. */
+static double
+s_cuda_mixed(const struct rumor_gossip_opts *o, struct ring *b)
+{
+    const struct gossip_backend_i *cuda = s_cuda_or_skip();
     static const bool host[S_NODES] = {false, false, false, false};
     static const bool mixed[S_NODES] = {true, true, false, false};
-    struct ring a, b;
-    s_ring_on(&a, &o, host, &gossip_mem_host);
-    s_ring_on(&b, &o, mixed, cuda);
+    struct ring a;
+    s_ring_on(&a, o, host, &gossip_backend_host);
+    s_ring_on(b, o, mixed, cuda);
     size_t floats = (size_t)S_STEPS * S_NODES * a.numel;
     float *ya = malloc(floats * sizeof(float));
     float *yb = malloc(floats * sizeof(float));
     assert_true(ya && yb);
     s_run(&a, ya);
-    s_run(&b, yb);
+    s_run(b, yb);
     double most = 0, worst = 0;
     for (size_t k = 0; k < floats; k++) {
         most = fmax(most, fabs(ya[k]));
         worst = fmax(worst, fabs((double)ya[k] - yb[k]));
     }
-    printf("cuda mixed ring: max |diff| %.3g of max |x| %.3g\n", worst, most);
-    assert_true(worst <= 1e-4 * most);
+    printf("%s, cuda mixed ring: max |diff| %.3g of max |x| %.3g\n",
+           o->algo,
+           worst,
+           most);
+    free(ya);
+    free(yb);
+    s_ring_free(&a);
+    return worst / most;
+}
+
+/* On a GPU: PowerSGD with two nodes in CUDA memory trains like an all-host
+ * ring within float tolerance (cuBLAS sums in another order), and the GPU
+ * nodes copy P, Q and the bias each way per compressed step, nothing
+ * more. */
+static void
+test_cuda_powersgd_mixed_ring(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_opts(&o, 1, false);
+    struct ring b;
+    assert_true(s_cuda_mixed(&o, &b) <= 1e-4);
     uint64_t per_step =
         4 * (s_factor_floats(0) + s_factor_floats(1) + s_bias_floats());
-    uint64_t want = 4 * a.numel + (S_STEPS - 1) * per_step;
+    uint64_t want = 4 * b.numel + (S_STEPS - 1) * per_step;
     uint64_t h2d = 0, d2h = 0;
     rumor_gossip_pcie_bytes(b.g[0], &h2d, &d2h);
     /* and once, the first Q, drawn on the host (warm start keeps it) */
     assert_int_equal(h2d, want + 4 * s_factor_floats(1));
     assert_int_equal(d2h, want);
-    free(ya);
-    free(yb);
-    s_ring_free(&a);
+    s_ring_free(&b);
+}
+
+/* On a GPU: D-PSGD's kernels round as the host does, so a mixed ring
+ * computes the host's bits; per step the snapshot goes down once and each
+ * of the two neighbours' messages up once. */
+static void
+test_cuda_dpsgd_mixed_ring(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_dpsgd_opts(&o, 0);
+    struct ring b;
+    assert_true(s_cuda_mixed(&o, &b) == 0);
+    uint64_t h2d = 0, d2h = 0;
+    rumor_gossip_pcie_bytes(b.g[0], &h2d, &d2h);
+    assert_int_equal(d2h, (uint64_t)S_STEPS * 4 * b.numel);
+    assert_int_equal(h2d, (uint64_t)S_STEPS * 2 * 4 * b.numel);
     s_ring_free(&b);
 }
 
@@ -359,7 +526,8 @@ test_host_state_algorithms_refused(void **state)
 {
     (void)state;
     assert_true(rumor_gossip_on_device("powersgd"));
-    assert_false(rumor_gossip_on_device("dpsgd"));
+    assert_true(rumor_gossip_on_device("dpsgd"));
+    assert_false(rumor_gossip_on_device("choco"));
     assert_false(rumor_gossip_on_device("no-such"));
     assert_false(rumor_gossip_on_device(NULL));
     struct rumor_diag diag = {0};
@@ -371,10 +539,11 @@ test_host_state_algorithms_refused(void **state)
     struct rumor_model m = {&t, 1};
     struct rumor_gossip_opts o;
     rumor_gossip_opts_default(&o);
-    snprintf(o.algo, sizeof o.algo, "dpsgd");
+    snprintf(o.algo, sizeof o.algo, "choco");
     rumor_gossip *g = NULL;
-    assert_int_equal(gossip_new_in(&o, topo, 0, &m, &gossip_mem_ref, &g, &diag),
-                     RUMOR_ENOTSUP);
+    assert_int_equal(
+        gossip_new_in(&o, topo, 0, &m, &gossip_backend_ref, &g, &diag),
+        RUMOR_ENOTSUP);
     assert_null(g);
     assert_non_null(strstr(diag.msg, "powersgd"));
     /* without a GPU, CUDA memory is refused with the runtime's reason */
@@ -400,7 +569,11 @@ main(void)
         cmocka_unit_test(test_adapt_rule_bits_equal_host),
         cmocka_unit_test(test_pcie_bytes_are_the_payloads),
         cmocka_unit_test(test_abandon_restores_device_model),
-        cmocka_unit_test(test_cuda_mixed_ring),
+        cmocka_unit_test(test_dpsgd_bits_equal_host),
+        cmocka_unit_test(test_dpsgd_clipped_bits_equal_host),
+        cmocka_unit_test(test_dpsgd_lossy_ledger_bits_equal_host),
+        cmocka_unit_test(test_cuda_powersgd_mixed_ring),
+        cmocka_unit_test(test_cuda_dpsgd_mixed_ring),
         cmocka_unit_test(test_host_state_algorithms_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,8 +1,10 @@
-// CUDA model memory for gossip/mem.h. Copies are synchronous on the
-// legacy default stream: the algorithms read a payload right after its
-// copy, and the peer orders them against the caller's stream before the
-// step starts.
-#include "gossip/mem.h"
+// The CUDA backend of gossip/backend.h. Copies are synchronous on the
+// legacy default stream, and so is every kernel's launch: an algorithm
+// reads a payload right after its copy, and the peer orders the stream
+// against the caller's before the step starts. Each kernel does, per
+// element, what its twin in gossip/ref.c does, with the _rn intrinsics so
+// that nvcc contracts nothing into an FMA: the same bits as the host.
+#include "gossip/backend.h"
 
 #include <cuda_runtime.h>
 
@@ -49,7 +51,7 @@ s_copy(void *dst, const void *src, size_t bytes, enum gossip_copy kind)
     return RUMOR_EBACKEND;
 }
 
-static const struct gossip_mem_i s_cuda = {
+static const struct gossip_backend_i s_cuda = {
     "cuda",
     false,
     true,
@@ -59,7 +61,7 @@ static const struct gossip_mem_i s_cuda = {
 };
 
 extern "C" rumor_err
-gossip_mem_cuda(const struct gossip_mem_i **out, const char **why)
+gossip_backend_cuda(const struct gossip_backend_i **out, const char **why)
 {
     *out = NULL;
     if (rumor_cuda_device_count(why) == 0)

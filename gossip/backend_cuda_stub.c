@@ -1,10 +1,10 @@
 /* CPU-only build: no CUDA model memory. */
-#include "gossip/mem.h"
+#include "gossip/backend.h"
 
 #include <stddef.h>
 
 rumor_err
-gossip_mem_cuda(const struct gossip_mem_i **out, const char **why)
+gossip_backend_cuda(const struct gossip_backend_i **out, const char **why)
 {
     *out = NULL;
     *why = "this librumor was built without CUDA (make USE_CUDA=yes)";

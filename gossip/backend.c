@@ -1,0 +1,95 @@
+/*
+ * The host tables of gossip/backend.h: plain host memory, and the
+ * reference "device" whose memory is host memory reached only through the
+ * table. Both compute with the kernels' twins (gossip/ref.c).
+ */
+#include "gossip/backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static rumor_err
+s_alloc(size_t bytes, void **out)
+{
+    /* one byte more: an empty model still gets a real pointer */
+    *out = calloc(1, bytes + 1);
+    return *out == NULL ? RUMOR_ENOMEM : RUMOR_OK;
+}
+
+static void
+s_release(void *p)
+{
+    free(p);
+}
+
+static rumor_err
+s_copy(void *dst, const void *src, size_t bytes, enum gossip_copy kind)
+{
+    (void)kind;
+    if (bytes > 0)
+        memmove(dst, src, bytes);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_zero(void *p, size_t bytes)
+{
+    memset(p, 0, bytes);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_diff(double *d, const float *a, const float *b, size_t n)
+{
+    gossip_ref_diff(d, a, b, n);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_axpy(double *acc, double c, const double *d, size_t n)
+{
+    gossip_ref_axpy(acc, c, d, n);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_scale(double *d, double c, size_t n)
+{
+    gossip_ref_scale(d, c, n);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_apply(float *out,
+        const float *base,
+        double gamma,
+        const double *acc,
+        size_t n)
+{
+    gossip_ref_apply(out, base, gamma, acc, n);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_norm(const double *d, size_t n, double *norm)
+{
+    *norm = gossip_ref_norm(d, n);
+    return RUMOR_OK;
+}
+
+#define S_HOST_OPS                                                          \
+    .alloc = s_alloc, .release = s_release, .copy = s_copy, .zero = s_zero, \
+    .diff = s_diff, .axpy = s_axpy, .scale = s_scale, .apply = s_apply,     \
+    .norm = s_norm
+
+const struct gossip_backend_i gossip_backend_host = {
+    .name = "host",
+    .host_memory = true,
+    S_HOST_OPS,
+};
+
+const struct gossip_backend_i gossip_backend_ref = {
+    .name = "ref",
+    .host_memory = false,
+    S_HOST_OPS,
+};

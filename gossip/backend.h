@@ -1,0 +1,97 @@
+/*
+ * Private to gossip/: the compute backend of an instance (issue #31, as
+ * ggml's backends): where the model's tensors live and the vector
+ * operations on that memory. An algorithm that runs on a device (the
+ * `device` flag of its gossip_algo_i) reaches the tensors, allocates its
+ * model-sized state and does its per-element arithmetic only through this
+ * table, so it is written once for the host (gossip/backend.c) and CUDA
+ * (gossip/backend_cuda.cu). What crosses between host and device is
+ * counted, so the metrics can show that only payloads do.
+ *
+ * The operations' arithmetic is the same on every backend, operation by
+ * operation, rounding by rounding (the kernels use the _rn intrinsics, so
+ * nothing is contracted into an FMA; gossip/ref.c holds the plain-C twin
+ * of each kernel): a ring that mixes GPU and CPU nodes computes the same
+ * bits, except for norm, a reduction whose order differs (it only sizes
+ * clipping and detects non-finite values).
+ *
+ * gossip_backend_ref is host memory that the code treats as a device's:
+ * every access goes through the table and is counted. The CPU tests run
+ * the device path on it and compare it, bit for bit, with the host path.
+ */
+#ifndef RUMOR_GOSSIP_BACKEND_H
+#define RUMOR_GOSSIP_BACKEND_H
+
+#include "rumor/core.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum gossip_copy {
+    GOSSIP_TO_DEVICE, /* host -> model memory */
+    GOSSIP_TO_HOST,   /* model memory -> host */
+    GOSSIP_ON_DEVICE  /* model memory -> model memory */
+};
+
+struct gossip_backend_i {
+    const char *name;
+    /* Host code may read and write the memory directly. */
+    bool host_memory;
+    /* The low-rank products run on the CUDA backend (the memory is
+     * CUDA's). */
+    bool cuda;
+    /* bytes of model memory (zeroed) into *out; RUMOR_ENOMEM or
+     * RUMOR_EBACKEND (logged). */
+    rumor_err (*alloc)(size_t bytes, void **out);
+    void (*release)(void *p); /* NULL is ignored */
+    rumor_err (*copy)(void *dst,
+                      const void *src,
+                      size_t bytes,
+                      enum gossip_copy kind);
+    /* The vector operations, on backend memory (n elements). */
+    rumor_err (*zero)(void *p, size_t bytes);
+    /* d = (double)a - (double)b */
+    rumor_err (*diff)(double *d, const float *a, const float *b, size_t n);
+    /* acc += d * c (the product rounded, then the sum) */
+    rumor_err (*axpy)(double *acc, double c, const double *d, size_t n);
+    /* d *= c */
+    rumor_err (*scale)(double *d, double c, size_t n);
+    /* out = (float)(base + gamma * acc); out may be base */
+    rumor_err (*apply)(float *out,
+                       const float *base,
+                       double gamma,
+                       const double *acc,
+                       size_t n);
+    /* *norm = the Euclidean norm of d (host memory) */
+    rumor_err (*norm)(const double *d, size_t n, double *norm);
+};
+
+/* The plain-C twins of the CUDA kernels (gossip/ref.c), one loop over the
+ * kernels' threads each: the host backend's operations. */
+void gossip_ref_diff(double *d, const float *a, const float *b, size_t n);
+void gossip_ref_axpy(double *acc, double c, const double *d, size_t n);
+void gossip_ref_scale(double *d, double c, size_t n);
+void gossip_ref_apply(float *out,
+                      const float *base,
+                      double gamma,
+                      const double *acc,
+                      size_t n);
+double gossip_ref_norm(const double *d, size_t n);
+
+extern const struct gossip_backend_i gossip_backend_host;
+extern const struct gossip_backend_i gossip_backend_ref;
+
+/* The CUDA table; RUMOR_ENOTSUP with *why in CPU-only builds or without a
+ * usable GPU. */
+rumor_err gossip_backend_cuda(const struct gossip_backend_i **out,
+                              const char **why);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
