@@ -741,11 +741,13 @@ def section_gpu(data):
     if g is None:
         return GPU_NONE
     out = ["## GPU", "",
-           "Measured on %s (%s; %d CPU cores) on %s: `%s`. The codecs have "
-           "no CUDA kernels (`compress/` has no `.cu`), and no gossip "
-           "algorithm uses the cuda low-rank backend yet: a `--cuda` node "
-           "and a Peer with CUDA tensors compute the workload on the GPU "
-           "and stage the model through host memory for the exchange."
+           "Measured on %s (%s; %d CPU cores) on %s: `%s`. A `--cuda` "
+           "node and a Peer with CUDA tensors compute the workload on the "
+           "GPU and stage the model through host memory for the exchange. "
+           "Written after this run and never run on a GPU: the device "
+           "codecs (`compress/cuda.cu`) and PowerSGD and D-PSGD on a model "
+           "in CUDA memory (`gossip/backend_cuda.cu`, "
+           "`tests/unit/test_gossip_device.c`)."
            % (g["gpu"], g["toolchain"], g["cores"], g["date"], g["command"]),
            "", "CUDA code run on the GPU (every test that skips without one "
            "ran):", "", "| test | passed | failed | skipped |",

@@ -71,6 +71,7 @@ step() {
 
 CUDA_TESTS="$B/tests/unit/test_lowrank $B/tests/unit/test_train
 $B/tests/unit/test_core $B/tests/unit/test_codec_device
+$B/tests/unit/test_gossip_device
 $B/tests/integration/test_peer"
 # shellcheck disable=SC2086 # lists of flags and targets
 step build 300 make -j16 BUILD=$B USE_CUDA=yes DEPS=no \
