@@ -745,7 +745,8 @@ def section_gpu(data):
            "node and a Peer with CUDA tensors compute the workload on the "
            "GPU and stage the model through host memory for the exchange. "
            "Written after this run and never run on a GPU: the device "
-           "codecs (`compress/cuda.cu`) and PowerSGD and D-PSGD on a model "
+           "codecs (`compress/cuda.cu`) and PowerSGD, D-PSGD and PowerGossip "
+           "on a model "
            "in CUDA memory (`gossip/backend_cuda.cu`, "
            "`tests/unit/test_gossip_device.c`)."
            % (g["gpu"], g["toolchain"], g["cores"], g["date"], g["command"]),

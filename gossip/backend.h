@@ -54,7 +54,7 @@ struct gossip_backend_i {
                       enum gossip_copy kind);
     /* The vector operations, on backend memory (n elements). */
     rumor_err (*zero)(void *p, size_t bytes);
-    /* d = (double)a - (double)b */
+    /* d = (double)a - (double)b; b NULL: d = (double)a */
     rumor_err (*diff)(double *d, const float *a, const float *b, size_t n);
     /* acc += d * c (the product rounded, then the sum) */
     rumor_err (*axpy)(double *acc, double c, const double *d, size_t n);

@@ -51,13 +51,154 @@ s_copy(void *dst, const void *src, size_t bytes, enum gossip_copy kind)
     return RUMOR_EBACKEND;
 }
 
+#define S_THREADS 256
+
+// Enough blocks to cover n with grid-stride loops, and at most 4096.
+static unsigned
+s_blocks(size_t n)
+{
+    size_t b = (n + S_THREADS - 1) / S_THREADS;
+    return (unsigned)(b == 0 ? 1 : b < 4096 ? b : 4096);
+}
+
+static rumor_err
+s_launched(const char *what)
+{
+    cudaError_t err = cudaGetLastError();
+    if (err == cudaSuccess)
+        return RUMOR_OK;
+    rumor_log(RUMOR_LOG_ERROR,
+              "gossip cuda %s: %s",
+              what,
+              cudaGetErrorString(err));
+    return RUMOR_EBACKEND;
+}
+
+// Element e of n, grid-stride: what the twin's loop does at e.
+#define S_EACH(e, n)                                                        \
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < (n); \
+         e += (size_t)gridDim.x * blockDim.x)
+
+__global__ void
+k_diff(double *d, const float *a, const float *b, size_t n)
+{
+    S_EACH(e, n)
+    d[e] = __dsub_rn((double)a[e], b != NULL ? (double)b[e] : 0.0);
+}
+
+__global__ void
+k_axpy(double *acc, double c, const double *d, size_t n)
+{
+    S_EACH(e, n) acc[e] = __dadd_rn(acc[e], __dmul_rn(d[e], c));
+}
+
+__global__ void
+k_scale(double *d, double c, size_t n)
+{
+    S_EACH(e, n) d[e] = __dmul_rn(d[e], c);
+}
+
+__global__ void
+k_apply(float *out,
+        const float *base,
+        double gamma,
+        const double *acc,
+        size_t n)
+{
+    S_EACH(e, n)
+    out[e] =
+        __double2float_rn(__dadd_rn((double)base[e], __dmul_rn(gamma, acc[e])));
+}
+
+// Sum of squares: per block a shared-memory tree, then one atomic add.
+__global__ void
+k_sumsq(const double *d, size_t n, double *out)
+{
+    __shared__ double part[S_THREADS];
+    double sq = 0;
+    S_EACH(e, n) sq = __dadd_rn(sq, __dmul_rn(d[e], d[e]));
+    part[threadIdx.x] = sq;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half)
+            part[threadIdx.x] += part[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        atomicAdd(out, part[0]);
+}
+
+static rumor_err
+s_zero(void *p, size_t bytes)
+{
+    return cudaMemset(p, 0, bytes) == cudaSuccess ? RUMOR_OK : RUMOR_EBACKEND;
+}
+
+static rumor_err
+s_diff(double *d, const float *a, const float *b, size_t n)
+{
+    k_diff<<<s_blocks(n), S_THREADS>>>(d, a, b, n);
+    return s_launched("diff");
+}
+
+static rumor_err
+s_axpy(double *acc, double c, const double *d, size_t n)
+{
+    k_axpy<<<s_blocks(n), S_THREADS>>>(acc, c, d, n);
+    return s_launched("axpy");
+}
+
+static rumor_err
+s_scale(double *d, double c, size_t n)
+{
+    k_scale<<<s_blocks(n), S_THREADS>>>(d, c, n);
+    return s_launched("scale");
+}
+
+static rumor_err
+s_apply(float *out,
+        const float *base,
+        double gamma,
+        const double *acc,
+        size_t n)
+{
+    k_apply<<<s_blocks(n), S_THREADS>>>(out, base, gamma, acc, n);
+    return s_launched("apply");
+}
+
+static rumor_err
+s_norm(const double *d, size_t n, double *norm)
+{
+    double *sum = NULL, sq = 0;
+    if (cudaMalloc(&sum, sizeof *sum) != cudaSuccess)
+        return RUMOR_ENOMEM;
+    rumor_err rc = cudaMemset(sum, 0, sizeof *sum) == cudaSuccess
+                       ? RUMOR_OK
+                       : RUMOR_EBACKEND;
+    if (rc == RUMOR_OK) {
+        k_sumsq<<<s_blocks(n), S_THREADS>>>(d, n, sum);
+        rc = s_launched("norm");
+    }
+    if (rc == RUMOR_OK)
+        rc = s_copy(&sq, sum, sizeof sq, GOSSIP_TO_HOST);
+    cudaFree(sum);
+    *norm = sqrt(sq);
+    return rc;
+}
+
 static const struct gossip_backend_i s_cuda = {
-    "cuda",
-    false,
-    true,
-    s_alloc,
-    s_release,
-    s_copy,
+    .name = "cuda",
+    .host_memory = false,
+    .cuda = true,
+    .alloc = s_alloc,
+    .release = s_release,
+    .copy = s_copy,
+    .zero = s_zero,
+    .diff = s_diff,
+    .axpy = s_axpy,
+    .scale = s_scale,
+    .apply = s_apply,
+    .norm = s_norm,
 };
 
 extern "C" rumor_err

@@ -65,16 +65,20 @@ struct pg_peer {
     uint64_t iters;   /* iterations both ends took: the next is iters + 1 */
 };
 
+/* The model-sized buffers (acc, zero, and what a difference reads) live
+ * in g->be's memory, the model's device; messages are host memory. */
 struct powergossip {
     struct rumor_lowrank_shape *shapes;
     float **params;       /* tensor data pointers */
     struct pg_peer *peer; /* indexed by node id, created lazily */
-    float *vec_snap;      /* own 1-D tensors as sent this round */
+    float *vec_snap;      /* host: own 1-D tensors as sent this round */
+    float *vec_dev;       /* the same on the backend */
     size_t vec_floats;
-    double *acc;   /* absorb: sum_j w_ij d_j, numel */
-    float *zero;   /* scratch: the model-sized target of an apply */
-    float **zptr;  /* tensor pointers into zero */
-    float *theirs; /* an aligned copy of a neighbour's message */
+    double *acc;       /* absorb: sum_j w_ij d_j, numel */
+    float *zero;       /* scratch: the model-sized target of an apply */
+    float **zptr;      /* tensor pointers into zero */
+    float *theirs;     /* host: an aligned copy of a neighbour's message */
+    float *theirs_dev; /* backend: its 1-D part */
     size_t theirs_cap;
     const struct rumor_gossip_msg **slot;
 };
@@ -120,11 +124,19 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
             s->vec_floats += rumor_tensor_numel(&g->tensors[t]);
     }
     s->vec_snap = malloc((s->vec_floats + 1) * sizeof(float));
-    s->acc = malloc((g->numel + 1) * sizeof(double));
-    s->zero = malloc((g->numel + 1) * sizeof(float));
     s->zptr = calloc(g->tensor_count + 1, sizeof *s->zptr);
-    if (!s->vec_snap || !s->acc || !s->zero || !s->zptr)
+    if (!s->vec_snap || !s->zptr)
         return RUMOR_ENOMEM;
+    size_t vec_bytes = s->vec_floats * sizeof(float);
+    rumor_err rc = g->be->alloc(vec_bytes, (void **)&s->vec_dev);
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(vec_bytes, (void **)&s->theirs_dev);
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(g->numel * sizeof(double), (void **)&s->acc);
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(g->numel * sizeof(float), (void **)&s->zero);
+    if (rc != RUMOR_OK)
+        return rc;
     size_t base = 0;
     for (size_t t = 0; t < g->tensor_count; t++) {
         s->zptr[t] = s->zero + base;
@@ -156,8 +168,10 @@ s_free(rumor_gossip *g)
     free(s->peer);
     free(s->slot);
     free(s->vec_snap);
-    free(s->acc);
-    free(s->zero);
+    g->be->release(s->vec_dev);
+    g->be->release(s->theirs_dev);
+    g->be->release(s->acc);
+    g->be->release(s->zero);
     free(s->zptr);
     free(s->theirs);
     free(s);
@@ -186,8 +200,12 @@ s_peer(rumor_gossip *g, uint32_t id, struct pg_peer **out)
     opts.seed = g->opts.seed;
     opts.rank = g->opts.rank;
     opts.warm_start = g->opts.warm_start;
+    opts.want_cuda = g->be->cuda;
     rumor_err rc =
         rumor_lowrank_edge_new(&p->edge, s->shapes, g->tensor_count, &opts);
+    if (rc == RUMOR_OK && g->be->cuda &&
+        rumor_lowrank_edge_device(p->edge) != RUMOR_DEVICE_CUDA)
+        rc = RUMOR_ENOTSUP; /* the cuda backend failed: it logged why */
     if (rc != RUMOR_OK)
         return rc;
     size_t even = rumor_lowrank_edge_msg_floats(p->edge, 2);
@@ -231,17 +249,36 @@ s_restore(rumor_gossip *g, struct pg_peer *p)
     return rc;
 }
 
-/* The 1-D tensors, packed in tensor order. */
-static void
-s_vectors_get(const rumor_gossip *g, float *dst)
+/* The 1-D tensors, packed in tensor order, into the host payload and
+ * (a device model) a copy on the device, which the differences read. */
+static rumor_err
+s_vectors_get(rumor_gossip *g)
 {
-    for (size_t t = 0; t < g->tensor_count; t++) {
+    struct powergossip *s = g->state;
+    rumor_err rc = RUMOR_OK;
+    size_t at = 0;
+    for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
         if (!s_is_vector(&g->tensors[t]))
             continue;
         size_t n = rumor_tensor_numel(&g->tensors[t]);
-        memcpy(dst, g->tensors[t].data, n * sizeof(float));
-        dst += n;
+        const float *x = g->tensors[t].data;
+        size_t bytes = n * sizeof(float);
+        rc = gossip_mem_copy(g, s->vec_snap + at, x, bytes, GOSSIP_TO_HOST);
+        if (rc == RUMOR_OK)
+            rc =
+                gossip_mem_copy(g, s->vec_dev + at, x, bytes, GOSSIP_ON_DEVICE);
+        at += n;
     }
+    return rc;
+}
+
+/* The factor bytes the cuda low-rank backend copies for an edge's
+ * message: down in _product, up in _combine. */
+static void
+s_count_factors(rumor_gossip *g, size_t floats, bool up)
+{
+    if (g->be->cuda)
+        *(up ? &g->pcie_h2d : &g->pcie_d2h) += floats * sizeof(float);
 }
 
 static rumor_err
@@ -254,7 +291,8 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
         rumor_topology_neighbors(g->topo, phase, g->self, &count, NULL);
     rumor_err rc = gossip_out_reserve(g, count);
     size_t sent = 0;
-    s_vectors_get(g, s->vec_snap);
+    if (rc == RUMOR_OK)
+        rc = s_vectors_get(g);
     for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
         struct pg_peer *p = NULL;
         if (gossip_edge_busy(g, nbr[k]))
@@ -267,6 +305,7 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
         uint64_t t = p->iters + 1;
         size_t lr = rumor_lowrank_edge_msg_floats(p->edge, t);
         rc = rumor_lowrank_edge_product(p->edge, s->params, t, p->msg);
+        s_count_factors(g, lr, false);
         p->open = true;
         p->dirty = true;
         p->open_t = t;
@@ -310,6 +349,31 @@ s_check_round(rumor_gossip *g, const uint32_t *nbr, size_t peers)
     return RUMOR_OK;
 }
 
+/* d = the applied products (in s->zero) on the matrices, theirs - own on
+ * the 1-D tensors (theirs: the message's 1-D part, host). */
+static rumor_err
+s_term_write(rumor_gossip *g, const float *theirs, double *d)
+{
+    struct powergossip *s = g->state;
+    rumor_err rc = gossip_mem_copy(g,
+                                   s->theirs_dev,
+                                   theirs,
+                                   s->vec_floats * sizeof(float),
+                                   GOSSIP_TO_DEVICE);
+    if (rc == RUMOR_OK)
+        rc = g->be->diff(d, s->zero, NULL, g->numel);
+    size_t at = 0, base = 0;
+    for (size_t ti = 0; ti < g->tensor_count && rc == RUMOR_OK; ti++) {
+        size_t n = rumor_tensor_numel(&g->tensors[ti]);
+        if (s_is_vector(&g->tensors[ti])) {
+            rc = g->be->diff(d + base, s->theirs_dev + at, s->vec_dev + at, n);
+            at += n;
+        }
+        base += n;
+    }
+    return rc;
+}
+
 /* The term of the edge to m->peer in its next iteration, sign p q^T on
  * the matrices and x_j - x_i on the 1-D tensors, into d (numel doubles,
  * unweighted); its factors are kept as the candidate. */
@@ -332,25 +396,15 @@ s_edge_term(rumor_gossip *g,
         if (!isfinite(s->theirs[e]))
             return RUMOR_ENUMERIC;
     rumor_err rc = rumor_lowrank_edge_combine(p->edge, s->theirs);
-    memset(s->zero, 0, g->numel * sizeof(float));
+    s_count_factors(g, lr, true);
+    if (rc == RUMOR_OK)
+        rc = g->be->zero(s->zero, g->numel * sizeof(float));
     if (rc == RUMOR_OK)
         rc = rumor_lowrank_edge_apply(p->edge, s->zptr, 1.0f);
     p->open = false;
     if (rc == RUMOR_OK)
         rc = rumor_lowrank_edge_state_get(p->edge, p->cand);
-    if (rc != RUMOR_OK)
-        return rc;
-    size_t at = 0, base = 0;
-    for (size_t ti = 0; ti < g->tensor_count; ti++) {
-        size_t n = rumor_tensor_numel(&g->tensors[ti]);
-        for (size_t e = 0; e < n; e++)
-            d[base + e] = s->zero[base + e];
-        if (s_is_vector(&g->tensors[ti]))
-            for (size_t e = 0; e < n; e++, at++)
-                d[base + e] = (double)s->theirs[lr + at] - s->vec_snap[at];
-        base += n;
-    }
-    return RUMOR_OK;
+    return rc == RUMOR_OK ? s_term_write(g, s->theirs + lr, d) : rc;
 }
 
 static void
@@ -432,13 +486,13 @@ s_absorb(rumor_gossip *g,
     if (rc != RUMOR_OK)
         return rc;
     size_t base = 0;
-    for (size_t ti = 0; ti < g->tensor_count; ti++) {
+    for (size_t ti = 0; ti < g->tensor_count && rc == RUMOR_OK; ti++) {
         float *x = g->tensors[ti].data;
-        for (size_t e = 0; e < rumor_tensor_numel(&g->tensors[ti]); e++)
-            x[e] = (float)(x[e] + g->opts.gamma * s->acc[base + e]);
-        base += rumor_tensor_numel(&g->tensors[ti]);
+        size_t n = rumor_tensor_numel(&g->tensors[ti]);
+        rc = g->be->apply(x, x, g->opts.gamma, s->acc + base, n);
+        base += n;
     }
-    return RUMOR_OK;
+    return rc;
 }
 
 /* Between steps each edge carries its factors p and q (the warm start;
@@ -586,6 +640,7 @@ s_state_load(rumor_gossip *g,
 
 const struct gossip_algo_i gossip_powergossip = {
     .name = "powergossip",
+    .device = true,
     .init = s_init,
     .free = s_free,
     .rounds = s_rounds,

@@ -12,8 +12,12 @@
 void
 gossip_ref_diff(double *d, const float *a, const float *b, size_t n)
 {
-    for (size_t e = 0; e < n; e++)
-        d[e] = (double)a[e] - (double)b[e];
+    if (b == NULL) /* a - 0.0 is a, exactly */
+        for (size_t e = 0; e < n; e++)
+            d[e] = (double)a[e];
+    else
+        for (size_t e = 0; e < n; e++)
+            d[e] = (double)a[e] - (double)b[e];
 }
 
 void

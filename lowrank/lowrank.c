@@ -1577,6 +1577,12 @@ rumor_lowrank_edge_destroy(rumor_lowrank_edge **self_p)
     *self_p = NULL;
 }
 
+rumor_device
+rumor_lowrank_edge_device(const rumor_lowrank_edge *self)
+{
+    return self->device;
+}
+
 size_t
 rumor_lowrank_edge_msg_floats(const rumor_lowrank_edge *self, uint64_t t)
 {

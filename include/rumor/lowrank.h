@@ -316,6 +316,11 @@ RUMOR_API rumor_err rumor_lowrank_edge_apply(rumor_lowrank_edge *self,
                                              float *const *params,
                                              float step);
 
+/* The device the edge computes on (CUDA only when want_cuda found a
+ * usable GPU). */
+RUMOR_API rumor_device
+rumor_lowrank_edge_device(const rumor_lowrank_edge *self);
+
 /* Floats in the edge's factors: every p (packed as an odd message), then
  * every q (as an even one). They are the warm start of the next
  * iteration, the state a checkpoint keeps (the parity is the iteration

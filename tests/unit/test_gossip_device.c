@@ -69,6 +69,14 @@ s_dpsgd_opts(struct rumor_gossip_opts *o, double clip)
 }
 
 static void
+s_powergossip_opts(struct rumor_gossip_opts *o, double clip)
+{
+    s_dpsgd_opts(o, clip);
+    snprintf(o->algo, sizeof o->algo, "powergossip");
+    o->rank = 1;
+}
+
+static void
 s_opts(struct rumor_gossip_opts *o, uint64_t start_iter, bool one_sided)
 {
     rumor_gossip_opts_default(o);
@@ -406,16 +414,13 @@ s_lossy_run(struct ring *r, float *out)
 }
 
 static void
-test_dpsgd_lossy_ledger_bits_equal_host(void **state)
+s_lossy_compare(const struct rumor_gossip_opts *o)
 {
-    (void)state;
-    struct rumor_gossip_opts o;
-    s_dpsgd_opts(&o, 1.0);
     static const bool host[S_NODES] = {false, false, false, false};
     static const bool mixed[S_NODES] = {true, true, false, true};
     struct ring a, b;
-    s_ring_new(&a, &o, host);
-    s_ring_new(&b, &o, mixed);
+    s_ring_new(&a, o, host);
+    s_ring_new(&b, o, mixed);
     size_t floats = S_NODES * a.numel;
     float *ya = malloc(floats * sizeof(float));
     float *yb = malloc(floats * sizeof(float));
@@ -432,6 +437,39 @@ test_dpsgd_lossy_ledger_bits_equal_host(void **state)
     free(yb);
     s_ring_free(&a);
     s_ring_free(&b);
+}
+
+static void
+test_dpsgd_lossy_ledger_bits_equal_host(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_dpsgd_opts(&o, 1.0);
+    s_lossy_compare(&o);
+}
+
+static void
+test_powergossip_bits_equal_host(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_powergossip_opts(&o, 0);
+    static const bool mixed[S_NODES] = {false, true, true, false};
+    s_compare(&o, mixed);
+    s_powergossip_opts(&o, 0.5);
+    static const bool all[S_NODES] = {true, true, true, true};
+    s_compare(&o, all);
+}
+
+/* Skipped edges keep their factors until the ledger's verdict (the
+ * per-edge commit): the same on the device. */
+static void
+test_powergossip_lossy_ledger_bits_equal_host(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_powergossip_opts(&o, 0);
+    s_lossy_compare(&o);
 }
 
 /* The CUDA backend, or a skip with the reason (never a silent pass). */
@@ -521,12 +559,31 @@ test_cuda_dpsgd_mixed_ring(void **state)
     s_ring_free(&b);
 }
 
+/* On a GPU: PowerGossip's products run on cuBLAS (float tolerance); per
+ * step the 1-D tensors go down once, each neighbour's message's factor
+ * part down and up once and its 1-D part up once. */
+static void
+test_cuda_powergossip_mixed_ring(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_powergossip_opts(&o, 0);
+    struct ring b;
+    assert_true(s_cuda_mixed(&o, &b) <= 1e-4);
+    uint64_t h2d = 0, d2h = 0;
+    rumor_gossip_pcie_bytes(b.g[0], &h2d, &d2h);
+    assert_true(h2d > 0 && d2h > 0);
+    assert_true(h2d < (uint64_t)S_STEPS * 4 * b.numel);
+    s_ring_free(&b);
+}
+
 static void
 test_host_state_algorithms_refused(void **state)
 {
     (void)state;
     assert_true(rumor_gossip_on_device("powersgd"));
     assert_true(rumor_gossip_on_device("dpsgd"));
+    assert_true(rumor_gossip_on_device("powergossip"));
     assert_false(rumor_gossip_on_device("choco"));
     assert_false(rumor_gossip_on_device("no-such"));
     assert_false(rumor_gossip_on_device(NULL));
@@ -572,7 +629,10 @@ main(void)
         cmocka_unit_test(test_dpsgd_bits_equal_host),
         cmocka_unit_test(test_dpsgd_clipped_bits_equal_host),
         cmocka_unit_test(test_dpsgd_lossy_ledger_bits_equal_host),
+        cmocka_unit_test(test_powergossip_bits_equal_host),
+        cmocka_unit_test(test_powergossip_lossy_ledger_bits_equal_host),
         cmocka_unit_test(test_cuda_powersgd_mixed_ring),
+        cmocka_unit_test(test_cuda_powergossip_mixed_ring),
         cmocka_unit_test(test_cuda_dpsgd_mixed_ring),
         cmocka_unit_test(test_host_state_algorithms_refused),
     };

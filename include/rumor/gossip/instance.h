@@ -47,7 +47,7 @@ RUMOR_API rumor_err rumor_gossip_new_on(const struct rumor_gossip_opts *opts,
                                         struct rumor_diag *diag);
 
 /* True when algo (an opts.algo name) runs on a model in CUDA memory:
- * today powersgd and dpsgd (docs/gossip.md, "Models on the GPU"). The
+ * today powersgd, dpsgd and powergossip (docs/gossip.md, "Models on the GPU"). The
  * peer API stages the others' tensors through host memory. */
 RUMOR_API bool rumor_gossip_on_device(const char *algo);
 
