@@ -7,6 +7,9 @@
  * exact, so every node gets the correctly rounded mean, bit for bit the
  * value a sequential float64 sum divided by n rounds to. Over a ring of
  * fewer members (rumor_gossip_members_set) both average those members.
+ * On a model in device memory the model is the payload: it goes to the
+ * host once and comes back once per step, and the ring sums what it
+ * receives where it receives it, on the host.
  */
 #include "gossip/gossip_impl.h"
 
@@ -40,17 +43,18 @@ s_wide_io(rumor_gossip *g, struct gossip_ring *r, bool to_model)
     float *tmp = malloc((g->numel + 1) * sizeof *tmp);
     if (tmp == NULL)
         return RUMOR_ENOMEM;
+    rumor_err rc = RUMOR_OK;
     if (to_model) {
         for (size_t e = 0; e < g->numel; e++)
             tmp[e] = (float)r->work64[e];
-        gossip_flat_put(g, 0, g->numel, tmp);
+        rc = gossip_model_write(g, 0, g->numel, tmp, GOSSIP_TO_DEVICE);
     } else {
-        gossip_flat_get(g, 0, g->numel, tmp);
+        rc = gossip_model_read(g, 0, g->numel, tmp, GOSSIP_TO_HOST);
         for (size_t e = 0; e < g->numel; e++)
             r->work64[e] = tmp[e];
     }
     free(tmp);
-    return RUMOR_OK;
+    return rc;
 }
 
 static void
@@ -82,7 +86,7 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
         if (r->wide)
             rc = s_wide_io(g, r, false);
         else
-            gossip_flat_get(g, 0, g->numel, r->work);
+            rc = gossip_model_read(g, 0, g->numel, r->work, GOSSIP_TO_HOST);
     }
     return rc == RUMOR_OK ? gossip_ring_emit(g, r, round) : rc;
 }
@@ -101,12 +105,12 @@ s_absorb(rumor_gossip *g,
         return rc;
     if (r->wide)
         return s_wide_io(g, r, true);
-    gossip_flat_put(g, 0, g->numel, r->work);
-    return RUMOR_OK;
+    return gossip_model_write(g, 0, g->numel, r->work, GOSSIP_TO_DEVICE);
 }
 
 const struct gossip_algo_i gossip_allreduce = {
     .name = "allreduce",
+    .device = true,
     .init = s_init,
     .free = s_free,
     .rounds = s_rounds,
@@ -118,6 +122,7 @@ const struct gossip_algo_i gossip_allreduce = {
 
 const struct gossip_algo_i gossip_allreduce_f64 = {
     .name = "allreduce-f64",
+    .device = true,
     .init = s_init_f64,
     .free = s_free,
     .rounds = s_rounds,

@@ -448,6 +448,31 @@ test_dpsgd_lossy_ledger_bits_equal_host(void **state)
     s_lossy_compare(&o);
 }
 
+/* The exact averages: the model is their payload, down and up once. */
+static void
+test_allreduce_bits_equal_host(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_dpsgd_opts(&o, 0);
+    static const bool mixed[S_NODES] = {true, false, false, true};
+    for (int wide = 0; wide < 2; wide++) {
+        snprintf(o.algo, sizeof o.algo, wide ? "allreduce-f64" : "allreduce");
+        s_compare(&o, mixed);
+    }
+    struct ring r;
+    s_ring_new(&r, &o, mixed);
+    float *y = malloc((size_t)S_STEPS * S_NODES * r.numel * sizeof(float));
+    assert_non_null(y);
+    s_run(&r, y);
+    uint64_t h2d = 0, d2h = 0;
+    rumor_gossip_pcie_bytes(r.g[0], &h2d, &d2h);
+    assert_int_equal(h2d, (uint64_t)S_STEPS * 4 * r.numel);
+    assert_int_equal(d2h, (uint64_t)S_STEPS * 4 * r.numel);
+    free(y);
+    s_ring_free(&r);
+}
+
 static void
 test_powergossip_bits_equal_host(void **state)
 {
@@ -584,6 +609,7 @@ test_host_state_algorithms_refused(void **state)
     assert_true(rumor_gossip_on_device("powersgd"));
     assert_true(rumor_gossip_on_device("dpsgd"));
     assert_true(rumor_gossip_on_device("powergossip"));
+    assert_true(rumor_gossip_on_device("allreduce"));
     assert_false(rumor_gossip_on_device("choco"));
     assert_false(rumor_gossip_on_device("no-such"));
     assert_false(rumor_gossip_on_device(NULL));
@@ -629,6 +655,7 @@ main(void)
         cmocka_unit_test(test_dpsgd_bits_equal_host),
         cmocka_unit_test(test_dpsgd_clipped_bits_equal_host),
         cmocka_unit_test(test_dpsgd_lossy_ledger_bits_equal_host),
+        cmocka_unit_test(test_allreduce_bits_equal_host),
         cmocka_unit_test(test_powergossip_bits_equal_host),
         cmocka_unit_test(test_powergossip_lossy_ledger_bits_equal_host),
         cmocka_unit_test(test_cuda_powersgd_mixed_ring),
