@@ -502,13 +502,14 @@ s_add_slot(rumor_peer *peer, size_t k, const struct rumor_peer_tensor *t)
     size_t f32_bytes = (s->numel + 1) * sizeof(float);
     rumor_err rc = RUMOR_OK;
     if (cuda && t->dtype == RUMOR_DTYPE_F32) {
-        rc = node_peer_cuda_host_alloc(f32_bytes, &s->pinned);
+        rc = node_peer_cuda_host_alloc(peer->cuda, f32_bytes, &s->pinned);
         s->stage = s->pinned;
     } else {
         s->stage = malloc(f32_bytes);
         rc = s->stage != NULL ? RUMOR_OK : RUMOR_ENOMEM;
         if (rc == RUMOR_OK && cuda)
-            rc = node_peer_cuda_host_alloc((s->numel + 1) *
+            rc = node_peer_cuda_host_alloc(peer->cuda,
+                                           (s->numel + 1) *
                                                rumor_dtype_size(t->dtype),
                                            &s->pinned);
         s->raw = s->pinned;
@@ -518,14 +519,17 @@ s_add_slot(rumor_peer *peer, size_t k, const struct rumor_peer_tensor *t)
 }
 
 /* The copy engine on the device of the CUDA tensors (one device per
- * peer: the engine's stream and events belong to it). */
+ * peer: the engine's stream, events and pinned buffers belong to it). */
 static rumor_err
-s_cuda_new(rumor_peer *peer, struct rumor_diag *diag)
+s_cuda_new(rumor_peer *peer,
+           const struct rumor_peer_tensor *tensors,
+           size_t count,
+           struct rumor_diag *diag)
 {
     rumor_err rc = RUMOR_OK;
-    for (size_t k = 0; k < peer->count && rc == RUMOR_OK; k++) {
-        const void *data = peer->slots[k].t.data;
-        if (peer->slots[k].t.device != RUMOR_DEVICE_CUDA)
+    for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
+        const void *data = tensors[k].data;
+        if (tensors[k].device != RUMOR_DEVICE_CUDA)
             continue;
         if (peer->cuda == NULL)
             rc = node_peer_cuda_new(data, &peer->cuda);
@@ -1283,6 +1287,8 @@ rumor_peer_new(const struct rumor_node_opts *opts,
     peer->slots = calloc(count, sizeof *peer->slots);
     peer->tensors = calloc(count, sizeof *peer->tensors);
     rumor_err rc = peer->slots && peer->tensors ? RUMOR_OK : RUMOR_ENOMEM;
+    if (rc == RUMOR_OK)
+        rc = s_cuda_new(peer, tensors, count, diag);
     for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
         peer->count = k + 1;
         rc = s_add_slot(peer, k, &tensors[k]);
@@ -1292,8 +1298,6 @@ rumor_peer_new(const struct rumor_node_opts *opts,
     peer->connect_ms = opts->connect_ms;
     peer->gossip = opts->gossip;
     peer->seed = opts->workload.seed; /* as the node's algorithm */
-    if (rc == RUMOR_OK)
-        rc = s_cuda_new(peer, diag);
     /* the algorithm's state starts from the caller's numbers */
     if (rc == RUMOR_OK)
         rc = s_stage_all(peer, true);
@@ -1343,13 +1347,13 @@ rumor_peer_destroy(rumor_peer **self_p)
     free(peer->is_kept);
     free(peer->members);
     rumor_buf_free(&peer->joined_state);
-    node_peer_cuda_destroy(&peer->cuda); /* its uploads read the slots */
     for (size_t k = 0; k < peer->count; k++) {
         struct s_slot *s = &peer->slots[k];
         if (s->stage != s->pinned)
             free(s->stage);
-        node_peer_cuda_host_free(s->pinned);
+        node_peer_cuda_host_free(peer->cuda, s->pinned);
     }
+    node_peer_cuda_destroy(&peer->cuda);
     free(peer->slots);
     free(peer->tensors);
     free(peer);

@@ -103,7 +103,6 @@ node_peer_cuda_destroy(node_peer_cuda **self_p)
         return;
     int prev = 0;
     if (s_enter(cu->device, &prev) == RUMOR_OK) {
-        // the uploads read staging buffers the peer frees next
         if (cu->own != NULL)
             cudaStreamSynchronize(cu->own);
         if (cu->ready != NULL)
@@ -135,6 +134,14 @@ node_peer_cuda_set_stream(node_peer_cuda *cu, void *stream)
     // a stream handle CUDA does not know fails the query; one with work
     // under way answers cudaErrorNotReady
     cudaError_t q = s != NULL ? cudaStreamQuery(s) : cudaSuccess;
+#if CUDART_VERSION >= 12080
+    // the events are the engine's device's: a stream of another could
+    // not record them (older runtimes say so at the first step)
+    int on = cu->device;
+    if (s != NULL && (q == cudaSuccess || q == cudaErrorNotReady) &&
+        cudaStreamGetDevice(s, &on) == cudaSuccess && on != cu->device)
+        q = cudaErrorInvalidDevice;
+#endif
     if (q != cudaSuccess && q != cudaErrorNotReady) {
         cudaGetLastError();
         rumor_log(RUMOR_LOG_ERROR,
@@ -154,24 +161,36 @@ node_peer_cuda_set_stream(node_peer_cuda *cu, void *stream)
 }
 
 extern "C" rumor_err
-node_peer_cuda_host_alloc(size_t bytes, void **out)
+node_peer_cuda_host_alloc(node_peer_cuda *cu, size_t bytes, void **out)
 {
-    cudaError_t err = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
-    if (err == cudaSuccess)
-        return RUMOR_OK;
-    rumor_log(RUMOR_LOG_ERROR,
-              "peer cuda: cudaHostAlloc of %zu bytes: %s",
-              bytes,
-              cudaGetErrorString(err));
     *out = NULL;
-    return RUMOR_ENOMEM;
+    int prev = 0;
+    rumor_err rc = s_enter(cu->device, &prev);
+    if (rc != RUMOR_OK)
+        return rc;
+    cudaError_t err = cudaHostAlloc(out, bytes, cudaHostAllocDefault);
+    if (err != cudaSuccess) {
+        rumor_log(RUMOR_LOG_ERROR,
+                  "peer cuda: cudaHostAlloc of %zu bytes: %s",
+                  bytes,
+                  cudaGetErrorString(err));
+        *out = NULL;
+        rc = RUMOR_ENOMEM;
+    }
+    s_leave(cu->device, prev);
+    return rc;
 }
 
 extern "C" void
-node_peer_cuda_host_free(void *p)
+node_peer_cuda_host_free(node_peer_cuda *cu, void *p)
 {
-    if (p != NULL)
+    int prev = 0;
+    if (p == NULL || s_enter(cu->device, &prev) != RUMOR_OK)
+        return;
+    // an upload may still read it
+    if (node_peer_cuda_idle(cu) == RUMOR_OK)
         cudaFreeHost(p);
+    s_leave(cu->device, prev);
 }
 
 extern "C" rumor_err

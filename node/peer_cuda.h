@@ -22,8 +22,8 @@
  *                waiting on the host; without one: waits for the uploads,
  *                so the tensors are written when the call returns, as a
  *                synchronous cudaMemcpy left them (any stream may read);
- *   host_free    before the host writes a staging buffer an upload may
- *                still read: node_peer_cuda_idle.
+ * Before the host writes a staging buffer an upload may still read:
+ * node_peer_cuda_idle.
  *
  * Nothing here synchronises the device. The entry points make the
  * engine's device current for their calls and restore the caller's.
@@ -42,7 +42,7 @@ typedef struct node_peer_cuda node_peer_cuda;
  * RUMOR_EBACKEND (logged) when CUDA fails; RUMOR_ENOTSUP without CUDA. */
 rumor_err node_peer_cuda_new(const void *dev_ptr, node_peer_cuda **out);
 
-/* Waits for its copies, frees it; *self_p = NULL; safe twice. */
+/* Frees it (after its pinned buffers); *self_p = NULL; safe twice. */
 void node_peer_cuda_destroy(node_peer_cuda **self_p);
 
 /* True when dev_ptr is device memory of the engine's device. */
@@ -50,13 +50,16 @@ bool node_peer_cuda_same_device(const node_peer_cuda *cu, const void *dev_ptr);
 
 /* The caller's stream (a cudaStream_t; NULL: the legacy default stream
  * with synchronous write-back). RUMOR_EINVAL (logged) for a stream CUDA
- * does not know. */
+ * does not know or, with CUDA 12.8 and later, of another device. */
 rumor_err node_peer_cuda_set_stream(node_peer_cuda *cu, void *stream);
 
 /* Page-locked host memory (cudaHostAlloc) of bytes, for the staging
- * buffers: asynchronous copies need it. RUMOR_ENOMEM (logged). */
-rumor_err node_peer_cuda_host_alloc(size_t bytes, void **out);
-void node_peer_cuda_host_free(void *p);
+ * buffers: asynchronous copies need it. Made with the engine's device
+ * current, so that no context is made on another. RUMOR_ENOMEM (logged).
+ * host_free waits for the uploads first; NULL is a no-op. */
+rumor_err
+node_peer_cuda_host_alloc(node_peer_cuda *cu, size_t bytes, void **out);
+void node_peer_cuda_host_free(node_peer_cuda *cu, void *p);
 
 rumor_err node_peer_cuda_read_begin(node_peer_cuda *cu);
 rumor_err node_peer_cuda_download(node_peer_cuda *cu,

@@ -34,16 +34,18 @@ node_peer_cuda_set_stream(node_peer_cuda *cu, void *stream)
 }
 
 rumor_err
-node_peer_cuda_host_alloc(size_t bytes, void **out)
+node_peer_cuda_host_alloc(node_peer_cuda *cu, size_t bytes, void **out)
 {
+    (void)cu;
     (void)bytes;
     *out = NULL;
     return RUMOR_ENOTSUP;
 }
 
 void
-node_peer_cuda_host_free(void *p)
+node_peer_cuda_host_free(node_peer_cuda *cu, void *p)
 {
+    (void)cu;
     (void)p;
 }
 

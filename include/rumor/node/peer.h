@@ -257,8 +257,9 @@ RUMOR_API void rumor_peer_stats(const rumor_peer *peer,
  * outlive the peer or be replaced first. Errors, with diag:
  * RUMOR_ENOTSUP for a stream in a CPU-only build (NULL is accepted
  * there: there is nothing to order); RUMOR_EINVAL for a stream when the
- * peer has no CUDA tensor, for a handle CUDA does not know (or of
- * another device), and during a step of buckets. */
+ * peer has no CUDA tensor, for a handle CUDA does not know, for one of
+ * another device (CUDA 12.8 and later; before, the next step fails with
+ * RUMOR_EBACKEND), and during a step of buckets. */
 RUMOR_API rumor_err rumor_peer_set_stream(rumor_peer *peer,
                                           void *cuda_stream,
                                           struct rumor_diag *diag);
