@@ -37,9 +37,10 @@
  * CUDA tensors are copied by node/peer_cuda.cu between device memory and
  * page-locked host buffers, asynchronously on a stream of the peer's,
  * ordered against the caller's stream by events (rumor_peer_set_stream);
- * the downloads of a call are queued together and waited for once, and a
- * tensor's upload runs while the next one is converted. The bytes moved
- * are counted each way (rumor_peer_stats, the metrics line).
+ * the downloads of a call are queued together, a tensor converted while
+ * the later ones run, and a tensor's upload runs while the next one is
+ * converted. The bytes moved are counted each way (rumor_peer_stats, the
+ * metrics line).
  *
  * average() is an exact ring all-reduce over the same transport (the
  * runtime links the ring successor for peers), the synchronisation step of
@@ -277,7 +278,7 @@ s_bytes(const struct s_slot *s)
 }
 
 /* Queues the downloads of the CUDA tensors among [first, first + count)
- * after the caller's writes, and waits for them (node/peer_cuda.h). */
+ * after the caller's writes (node/peer_cuda.h), tensor k's marked k. */
 static rumor_err
 s_download(rumor_peer *peer, size_t first, size_t count)
 {
@@ -289,24 +290,34 @@ s_download(rumor_peer *peer, size_t first, size_t count)
         if (s->pinned == NULL)
             continue;
         rc = node_peer_cuda_download(peer->cuda,
+                                     k,
                                      s->pinned,
                                      s->t.data,
                                      s_bytes(s));
         peer->pcie_d2h += rc == RUMOR_OK ? s_bytes(s) : 0;
     }
-    return rc == RUMOR_OK ? node_peer_cuda_read_end(peer->cuda) : rc;
+    return rc;
 }
 
-/* A downloaded or host tensor into its float32 staging. */
-static void
-s_stage_in(const struct s_slot *s)
+/* Tensor k into its float32 staging: a host tensor converted, a CUDA
+ * one's raw bytes converted once its own download is done, while later
+ * ones are still under way (a float32 one lands in the staging). */
+static rumor_err
+s_stage_in(rumor_peer *peer, size_t k)
 {
+    const struct s_slot *s = &peer->slots[k];
     if (s->stage == NULL)
-        return;
-    if (s->t.device != RUMOR_DEVICE_CUDA)
+        return RUMOR_OK;
+    if (s->t.device != RUMOR_DEVICE_CUDA) {
         s_to_f32(s->t.data, s->t.dtype, s->numel, s->stage);
-    else if (s->raw != NULL)
+        return RUMOR_OK;
+    }
+    if (s->raw == NULL)
+        return RUMOR_OK;
+    rumor_err rc = node_peer_cuda_downloaded(peer->cuda, k);
+    if (rc == RUMOR_OK)
         s_to_f32(s->raw, s->t.dtype, s->numel, s->stage);
+    return rc;
 }
 
 /* The float32 staging back into the caller's host tensor, or into the
@@ -359,7 +370,10 @@ s_stage_range(rumor_peer *peer, size_t first, size_t count, bool in)
     if (in) {
         rc = s_download(peer, first, count);
         for (size_t k = first; k < first + count && rc == RUMOR_OK; k++)
-            s_stage_in(&peer->slots[k]);
+            rc = s_stage_in(peer, k);
+        /* every download done: the staging is the host's */
+        if (rc == RUMOR_OK && peer->cuda != NULL)
+            rc = node_peer_cuda_read_end(peer->cuda);
     } else {
         rc = s_upload(peer, first, count);
     }
@@ -532,7 +546,7 @@ s_cuda_new(rumor_peer *peer,
         if (tensors[k].device != RUMOR_DEVICE_CUDA)
             continue;
         if (peer->cuda == NULL)
-            rc = node_peer_cuda_new(data, &peer->cuda);
+            rc = node_peer_cuda_new(data, count, &peer->cuda);
         else if (!node_peer_cuda_same_device(peer->cuda, data))
             rc = RUMOR_EINVAL;
         if (rc != RUMOR_OK)

@@ -28,6 +28,8 @@ struct node_peer_cuda {
     cudaEvent_t ready;   // on caller: its writes before the downloads
     cudaEvent_t written; // on own: the uploads, before the caller reads
     bool pending;        // uploads queued since the host last waited
+    cudaEvent_t *marks;  // on own: after download k (tensor k's slot)
+    size_t nmarks;
 };
 
 // Makes the engine's device current for a call and gives the caller's
@@ -63,7 +65,7 @@ s_device_of(const void *dev_ptr)
 }
 
 extern "C" rumor_err
-node_peer_cuda_new(const void *dev_ptr, node_peer_cuda **out)
+node_peer_cuda_new(const void *dev_ptr, size_t marks, node_peer_cuda **out)
 {
     *out = NULL;
     int device = s_device_of(dev_ptr), prev = 0;
@@ -87,6 +89,15 @@ node_peer_cuda_new(const void *dev_ptr, node_peer_cuda **out)
              done);
     CUDA_TRY(cudaEventCreateWithFlags(&cu->written, cudaEventDisableTiming),
              done);
+    cu->marks = (cudaEvent_t *)calloc(marks + 1, sizeof *cu->marks);
+    if (cu->marks == NULL) {
+        rc = RUMOR_ENOMEM;
+        goto done;
+    }
+    for (; cu->nmarks < marks; cu->nmarks++)
+        CUDA_TRY(cudaEventCreateWithFlags(&cu->marks[cu->nmarks],
+                                          cudaEventDisableTiming),
+                 done);
     *out = cu;
     cu = NULL;
 done:
@@ -109,10 +120,13 @@ node_peer_cuda_destroy(node_peer_cuda **self_p)
             cudaEventDestroy(cu->ready);
         if (cu->written != NULL)
             cudaEventDestroy(cu->written);
+        for (size_t k = 0; k < cu->nmarks; k++)
+            cudaEventDestroy(cu->marks[k]);
         if (cu->own != NULL)
             cudaStreamDestroy(cu->own);
         s_leave(cu->device, prev);
     }
+    free(cu->marks);
     free(cu);
     *self_p = NULL;
 }
@@ -226,11 +240,34 @@ done:
 
 extern "C" rumor_err
 node_peer_cuda_download(node_peer_cuda *cu,
+                        size_t mark,
                         void *host,
                         const void *dev,
                         size_t bytes)
 {
-    return s_copy(cu, host, dev, bytes, cudaMemcpyDeviceToHost);
+    rumor_err rc = s_copy(cu, host, dev, bytes, cudaMemcpyDeviceToHost);
+    int prev = 0;
+    if (rc == RUMOR_OK)
+        rc = s_enter(cu->device, &prev);
+    if (rc != RUMOR_OK)
+        return rc;
+    CUDA_TRY(cudaEventRecord(cu->marks[mark], cu->own), done);
+done:
+    s_leave(cu->device, prev);
+    return rc;
+}
+
+extern "C" rumor_err
+node_peer_cuda_downloaded(node_peer_cuda *cu, size_t mark)
+{
+    int prev = 0;
+    rumor_err rc = s_enter(cu->device, &prev);
+    if (rc != RUMOR_OK)
+        return rc;
+    CUDA_TRY(cudaEventSynchronize(cu->marks[mark]), done);
+done:
+    s_leave(cu->device, prev);
+    return rc;
 }
 
 extern "C" rumor_err

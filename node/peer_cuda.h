@@ -13,7 +13,8 @@
  *   read_begin   records an event on the caller's stream and makes
  *                Rumor's stream wait on it: the downloads that follow
  *                read what the caller's queued work wrote;
- *   download...  queued on Rumor's stream into pinned host memory;
+ *   download...  queued on Rumor's stream into pinned host memory, each
+ *                followed by an event (downloaded: its own wait);
  *   read_end     waits for the downloads (that stream alone), so the host
  *                may read the staging buffers;
  *   upload...    queued on Rumor's stream from pinned host memory;
@@ -38,9 +39,11 @@
 
 typedef struct node_peer_cuda node_peer_cuda;
 
-/* The engine on the device that holds dev_ptr (a device pointer).
- * RUMOR_EBACKEND (logged) when CUDA fails; RUMOR_ENOTSUP without CUDA. */
-rumor_err node_peer_cuda_new(const void *dev_ptr, node_peer_cuda **out);
+/* The engine on the device that holds dev_ptr (a device pointer), with
+ * marks download marks (0 .. marks - 1). RUMOR_EBACKEND (logged) when
+ * CUDA fails; RUMOR_ENOTSUP without CUDA. */
+rumor_err
+node_peer_cuda_new(const void *dev_ptr, size_t marks, node_peer_cuda **out);
 
 /* Frees it (after its pinned buffers); *self_p = NULL; safe twice. */
 void node_peer_cuda_destroy(node_peer_cuda **self_p);
@@ -62,10 +65,14 @@ node_peer_cuda_host_alloc(node_peer_cuda *cu, size_t bytes, void **out);
 void node_peer_cuda_host_free(node_peer_cuda *cu, void *p);
 
 rumor_err node_peer_cuda_read_begin(node_peer_cuda *cu);
+/* Queues a download and records mark after it; downloaded(mark) waits
+ * for that one alone, so the host can process it while later ones run. */
 rumor_err node_peer_cuda_download(node_peer_cuda *cu,
+                                  size_t mark,
                                   void *host,
                                   const void *dev,
                                   size_t bytes);
+rumor_err node_peer_cuda_downloaded(node_peer_cuda *cu, size_t mark);
 rumor_err node_peer_cuda_read_end(node_peer_cuda *cu);
 rumor_err node_peer_cuda_upload(node_peer_cuda *cu,
                                 void *dev,

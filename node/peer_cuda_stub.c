@@ -4,9 +4,10 @@
 #include "node/peer_cuda.h"
 
 rumor_err
-node_peer_cuda_new(const void *dev_ptr, node_peer_cuda **out)
+node_peer_cuda_new(const void *dev_ptr, size_t marks, node_peer_cuda **out)
 {
     (void)dev_ptr;
+    (void)marks;
     *out = NULL;
     return RUMOR_ENOTSUP;
 }
@@ -58,14 +59,24 @@ node_peer_cuda_read_begin(node_peer_cuda *cu)
 
 rumor_err
 node_peer_cuda_download(node_peer_cuda *cu,
+                        size_t mark,
                         void *host,
                         const void *dev,
                         size_t bytes)
 {
     (void)cu;
+    (void)mark;
     (void)host;
     (void)dev;
     (void)bytes;
+    return RUMOR_ENOTSUP;
+}
+
+rumor_err
+node_peer_cuda_downloaded(node_peer_cuda *cu, size_t mark)
+{
+    (void)cu;
+    (void)mark;
     return RUMOR_ENOTSUP;
 }
 
