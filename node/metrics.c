@@ -233,6 +233,9 @@ node_metrics_write(node_metrics *m,
     ok = ok && s_add_num(o, "seconds_compute", r->seconds_compute);
     ok = ok && s_add_num(o, "seconds_gossip", r->seconds_gossip);
     ok = ok && s_add_num(o, "seconds_wait", r->seconds_wait);
+    ok = ok && (!r->pcie ||
+                (s_add_num(o, "pcie_h2d_bytes", (double)r->pcie_h2d_bytes) &&
+                 s_add_num(o, "pcie_d2h_bytes", (double)r->pcie_d2h_bytes)));
     ok = ok && s_add_screen(o, r) && (!r->faults || s_add_faults(o, r));
     ok = ok && (!r->elastic || (s_add_num(o, "epoch", (double)r->epoch) &&
                                 s_add_num(o, "members", r->members)));

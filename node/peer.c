@@ -34,6 +34,13 @@
  * +-65504 on the way back, since averaging cannot leave the range of its
  * inputs but extrapolating algorithms (CHOCO's gamma > 1) could. Integer
  * tensors are refused: averaging them has no meaning a user would want.
+ * CUDA tensors are copied by node/peer_cuda.cu between device memory and
+ * page-locked host buffers, asynchronously on a stream of the peer's,
+ * ordered against the caller's stream by events (rumor_peer_set_stream);
+ * the downloads of a call are queued together, a tensor converted while
+ * the later ones run, and a tensor's upload runs while the next one is
+ * converted. The bytes moved are counted each way (rumor_peer_stats, the
+ * metrics line).
  *
  * average() is an exact ring all-reduce over the same transport (the
  * runtime links the ring successor for peers), the synchronisation step of
@@ -88,6 +95,7 @@ struct s_slot {
     size_t numel;
     float *stage; /* float32 host copy; NULL when gossiped in place */
     void *raw;    /* CUDA, not float32: host copy of the device bytes */
+    void *pinned; /* CUDA: stage or raw, page-locked (what is copied) */
 };
 
 /* Tensors [first, first + count) as one exchange of their own. */
@@ -111,6 +119,8 @@ struct rumor_peer {
     uint32_t id;       /* this node */
     uint32_t connect_ms;
     double t_copy;
+    node_peer_cuda *cuda;        /* copies of the CUDA tensors; NULL: none */
+    uint64_t pcie_h2d, pcie_d2h; /* bytes those copies moved */
     struct rumor_gossip_opts gossip; /* the divergence error, the look-ahead */
     uint64_t seed;                   /* the run seed of the algorithm */
     struct s_bucket *buckets;        /* NULL: every tensor in one exchange */
@@ -260,37 +270,95 @@ s_from_f32(const float *src, size_t numel, rumor_dtype dtype, void *dst)
 
 /* --- staging ----------------------------------------------------------- */
 
-static rumor_err
-s_stage_in(const struct s_slot *s)
+/* Bytes of the caller's tensor, what a copy of it moves. */
+static size_t
+s_bytes(const struct s_slot *s)
 {
+    return s->numel * rumor_dtype_size(s->t.dtype);
+}
+
+/* Queues the downloads of the CUDA tensors among [first, first + count)
+ * after the caller's writes (node/peer_cuda.h), tensor k's marked k. */
+static rumor_err
+s_download(rumor_peer *peer, size_t first, size_t count)
+{
+    if (peer->cuda == NULL)
+        return RUMOR_OK;
+    rumor_err rc = node_peer_cuda_read_begin(peer->cuda);
+    for (size_t k = first; k < first + count && rc == RUMOR_OK; k++) {
+        const struct s_slot *s = &peer->slots[k];
+        if (s->pinned == NULL)
+            continue;
+        rc = node_peer_cuda_download(peer->cuda,
+                                     k,
+                                     s->pinned,
+                                     s->t.data,
+                                     s_bytes(s));
+        peer->pcie_d2h += rc == RUMOR_OK ? s_bytes(s) : 0;
+    }
+    return rc;
+}
+
+/* Tensor k into its float32 staging: a host tensor converted, a CUDA
+ * one's raw bytes converted once its own download is done, while later
+ * ones are still under way (a float32 one lands in the staging). */
+static rumor_err
+s_stage_in(rumor_peer *peer, size_t k)
+{
+    const struct s_slot *s = &peer->slots[k];
     if (s->stage == NULL)
         return RUMOR_OK;
-    size_t bytes = s->numel * rumor_dtype_size(s->t.dtype);
     if (s->t.device != RUMOR_DEVICE_CUDA) {
         s_to_f32(s->t.data, s->t.dtype, s->numel, s->stage);
         return RUMOR_OK;
     }
-    void *host = s->raw != NULL ? s->raw : (void *)s->stage;
-    rumor_err rc = node_peer_cuda_copy(host, s->t.data, bytes, false);
-    if (rc == RUMOR_OK && s->raw != NULL)
+    if (s->raw == NULL)
+        return RUMOR_OK;
+    rumor_err rc = node_peer_cuda_downloaded(peer->cuda, k);
+    if (rc == RUMOR_OK)
         s_to_f32(s->raw, s->t.dtype, s->numel, s->stage);
     return rc;
 }
 
+/* The float32 staging back into the caller's host tensor, or into the
+ * pinned buffer its upload reads, then the upload queued: converting
+ * tensor k + 1 overlaps the upload of tensor k. */
 static rumor_err
-s_stage_out(const struct s_slot *s)
+s_stage_out(rumor_peer *peer, const struct s_slot *s)
 {
     if (s->stage == NULL)
         return RUMOR_OK;
-    size_t bytes = s->numel * rumor_dtype_size(s->t.dtype);
     if (s->t.device != RUMOR_DEVICE_CUDA) {
         s_from_f32(s->stage, s->numel, s->t.dtype, s->t.data);
         return RUMOR_OK;
     }
     if (s->raw != NULL)
         s_from_f32(s->stage, s->numel, s->t.dtype, s->raw);
-    const void *host = s->raw != NULL ? s->raw : (const void *)s->stage;
-    return node_peer_cuda_copy(s->t.data, host, bytes, true);
+    rumor_err rc =
+        node_peer_cuda_upload(peer->cuda, s->t.data, s->pinned, s_bytes(s));
+    peer->pcie_h2d += rc == RUMOR_OK ? s_bytes(s) : 0;
+    return rc;
+}
+
+/* Before the host writes staging buffers outside a staged step: the
+ * uploads that read them are done. */
+static rumor_err
+s_staging_free(rumor_peer *peer)
+{
+    return peer->cuda != NULL ? node_peer_cuda_idle(peer->cuda) : RUMOR_OK;
+}
+
+static rumor_err
+s_upload(rumor_peer *peer, size_t first, size_t count)
+{
+    rumor_err rc = s_staging_free(peer);
+    for (size_t k = first; k < first + count && rc == RUMOR_OK; k++)
+        rc = s_stage_out(peer, &peer->slots[k]);
+    /* after a failed upload too: the caller's stream still waits for
+     * those queued before it */
+    rumor_err end =
+        peer->cuda != NULL ? node_peer_cuda_write_end(peer->cuda) : RUMOR_OK;
+    return rc != RUMOR_OK ? rc : end;
 }
 
 /* Tensors [first, first + count) into (in) or out of their staging. */
@@ -299,8 +367,16 @@ s_stage_range(rumor_peer *peer, size_t first, size_t count, bool in)
 {
     uint64_t t0 = rumor_clock_ns();
     rumor_err rc = RUMOR_OK;
-    for (size_t k = first; k < first + count && rc == RUMOR_OK; k++)
-        rc = in ? s_stage_in(&peer->slots[k]) : s_stage_out(&peer->slots[k]);
+    if (in) {
+        rc = s_download(peer, first, count);
+        for (size_t k = first; k < first + count && rc == RUMOR_OK; k++)
+            rc = s_stage_in(peer, k);
+        /* every download done: the staging is the host's */
+        if (rc == RUMOR_OK && peer->cuda != NULL)
+            rc = node_peer_cuda_read_end(peer->cuda);
+    } else {
+        rc = s_upload(peer, first, count);
+    }
     peer->t_copy += (double)(rumor_clock_ns() - t0) * 1e-9;
     return rc;
 }
@@ -433,14 +509,60 @@ s_add_slot(rumor_peer *peer, size_t k, const struct rumor_peer_tensor *t)
         rt->data = t->data;
         return RUMOR_OK;
     }
-    /* one extra element so that empty tensors get a real pointer */
-    s->stage = malloc((s->numel + 1) * sizeof(float));
-    if (t->device == RUMOR_DEVICE_CUDA && t->dtype != RUMOR_DTYPE_F32)
-        s->raw = malloc((s->numel + 1) * rumor_dtype_size(t->dtype));
+    /* one extra element so that empty tensors get a real pointer; a
+     * CUDA tensor's copies go to and from page-locked memory: the float32
+     * staging itself, or the raw bytes its conversions read and write */
+    bool cuda = t->device == RUMOR_DEVICE_CUDA;
+    size_t f32_bytes = (s->numel + 1) * sizeof(float);
+    rumor_err rc = RUMOR_OK;
+    if (cuda && t->dtype == RUMOR_DTYPE_F32) {
+        rc = node_peer_cuda_host_alloc(peer->cuda, f32_bytes, &s->pinned);
+        s->stage = s->pinned;
+    } else {
+        s->stage = malloc(f32_bytes);
+        rc = s->stage != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+        if (rc == RUMOR_OK && cuda)
+            rc = node_peer_cuda_host_alloc(peer->cuda,
+                                           (s->numel + 1) *
+                                               rumor_dtype_size(t->dtype),
+                                           &s->pinned);
+        s->raw = s->pinned;
+    }
     rt->data = s->stage;
-    bool short_raw = t->device == RUMOR_DEVICE_CUDA &&
-                     t->dtype != RUMOR_DTYPE_F32 && s->raw == NULL;
-    return s->stage == NULL || short_raw ? RUMOR_ENOMEM : RUMOR_OK;
+    return rc;
+}
+
+/* The copy engine on the device of the CUDA tensors (one device per
+ * peer: the engine's stream, events and pinned buffers belong to it). */
+static rumor_err
+s_cuda_new(rumor_peer *peer,
+           const struct rumor_peer_tensor *tensors,
+           size_t count,
+           struct rumor_diag *diag)
+{
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
+        const void *data = tensors[k].data;
+        if (tensors[k].device != RUMOR_DEVICE_CUDA)
+            continue;
+        if (peer->cuda == NULL)
+            rc = node_peer_cuda_new(data, count, &peer->cuda);
+        else if (!node_peer_cuda_same_device(peer->cuda, data))
+            rc = RUMOR_EINVAL;
+        if (rc != RUMOR_OK)
+            rumor_diag_set(diag,
+                           "",
+                           0,
+                           0,
+                           "tensor %zu: %s",
+                           k,
+                           rc == RUMOR_EINVAL
+                               ? "on another CUDA device than the peer's "
+                                 "first CUDA tensor (one device per peer)"
+                               : "not CUDA device memory of a device this "
+                                 "process can use (see the log)");
+    }
+    return rc;
 }
 
 /* The first call: the links, then (with join) a neighbour's model and
@@ -539,6 +661,7 @@ s_step_end(rumor_peer *peer,
         peer->step = stop ? step : step + 1;
         if (peer->held != NULL)
             s_copy(peer->held, &peer->model, 0, peer->count);
+        node_pcie_set(peer->node, peer->pcie_h2d, peer->pcie_d2h);
         rc = node_report_step(peer->node, peer->step, NULL);
     }
     peer->settled = false;
@@ -708,7 +831,8 @@ s_bucket_exchange(rumor_peer *peer,
 static rumor_err
 s_buckets_settle(rumor_peer *peer, size_t first, size_t last)
 {
-    rumor_err rc = RUMOR_OK;
+    /* buckets exchanged before may still be uploading */
+    rumor_err rc = s_staging_free(peer);
     for (size_t k = first; k <= last && rc == RUMOR_OK; k++) {
         const struct s_bucket *b = &peer->buckets[k];
         s_copy(&peer->model, peer->held, b->first, b->count);
@@ -1177,6 +1301,8 @@ rumor_peer_new(const struct rumor_node_opts *opts,
     peer->slots = calloc(count, sizeof *peer->slots);
     peer->tensors = calloc(count, sizeof *peer->tensors);
     rumor_err rc = peer->slots && peer->tensors ? RUMOR_OK : RUMOR_ENOMEM;
+    if (rc == RUMOR_OK)
+        rc = s_cuda_new(peer, tensors, count, diag);
     for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
         peer->count = k + 1;
         rc = s_add_slot(peer, k, &tensors[k]);
@@ -1236,9 +1362,12 @@ rumor_peer_destroy(rumor_peer **self_p)
     free(peer->members);
     rumor_buf_free(&peer->joined_state);
     for (size_t k = 0; k < peer->count; k++) {
-        free(peer->slots[k].stage);
-        free(peer->slots[k].raw);
+        struct s_slot *s = &peer->slots[k];
+        if (s->stage != s->pinned)
+            free(s->stage);
+        node_peer_cuda_host_free(peer->cuda, s->pinned);
     }
+    node_peer_cuda_destroy(&peer->cuda);
     free(peer->slots);
     free(peer->tensors);
     free(peer);
@@ -1412,6 +1541,7 @@ rumor_peer_report(rumor_peer *peer,
                   double accuracy)
 {
     struct node_report r = {loss, test_loss, accuracy};
+    node_pcie_set(peer->node, peer->pcie_h2d, peer->pcie_d2h);
     return node_report_step(peer->node, peer->step, &r);
 }
 
@@ -1433,7 +1563,36 @@ rumor_peer_stats(const rumor_peer *peer, struct rumor_peer_stats *out)
         .seconds_gossip = c.seconds_gossip,
         .seconds_wait = c.seconds_wait,
         .seconds_copy = peer->t_copy,
+        .pcie_h2d_bytes = peer->pcie_h2d,
+        .pcie_d2h_bytes = peer->pcie_d2h,
     };
+}
+
+rumor_err
+rumor_peer_set_stream(rumor_peer *peer,
+                      void *cuda_stream,
+                      struct rumor_diag *diag)
+{
+    rumor_err rc = s_between_steps(peer, diag);
+    if (rc != RUMOR_OK || (cuda_stream == NULL && peer->cuda == NULL))
+        return rc;
+    const char *why = NULL;
+    if (!rumor_cuda_built()) {
+        rc = RUMOR_ENOTSUP;
+        why = "this librumor was built without CUDA (rebuild with nvcc: "
+              "make USE_CUDA=yes); only NULL, the default, is accepted";
+    } else if (peer->cuda == NULL) {
+        rc = RUMOR_EINVAL;
+        why = "none of the peer's tensors is in CUDA memory: there are no "
+              "copies to order (pass NULL, or none)";
+    } else {
+        rc = node_peer_cuda_set_stream(peer->cuda, cuda_stream);
+        why = "not a CUDA stream of the tensors' device, or CUDA failed "
+              "(see the log)";
+    }
+    if (rc != RUMOR_OK)
+        rumor_diag_set(diag, "", 0, 0, "set stream %p: %s", cuda_stream, why);
+    return rc;
 }
 
 uint32_t

@@ -280,6 +280,20 @@ s_render(struct node_prom *p, size_t *len)
                  id,
                  r->readmitted);
     }
+    if (r->pcie) {
+        s_metric(out,
+                 "rumor_pcie_h2d_bytes_total",
+                 "counter",
+                 "Peer API: bytes copied host to device (CUDA tensors).",
+                 id,
+                 r->pcie_h2d_bytes);
+        s_metric(out,
+                 "rumor_pcie_d2h_bytes_total",
+                 "counter",
+                 "Peer API: bytes copied device to host (CUDA tensors).",
+                 id,
+                 r->pcie_d2h_bytes);
+    }
     s_peers(out, p);
     pthread_mutex_unlock(&p->mu);
     if (fclose(out) != 0) {

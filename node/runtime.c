@@ -782,6 +782,9 @@ s_row(rumor_node *node,
         .gossip = node->stale != NULL ? NULL : node->g,
     };
     s_faults_row(node, &c, out);
+    out->pcie = node->external;
+    out->pcie_h2d_bytes = node->pcie_h2d;
+    out->pcie_d2h_bytes = node->pcie_d2h;
     out->elastic = node->elastic != NULL;
     out->epoch = c.epoch;
     out->members = c.members;
@@ -1334,6 +1337,13 @@ node_report_step(rumor_node *node, uint64_t steps, const struct node_report *r)
     s_row(node, steps, NAN, false, false, &row);
     s_publish(node, &row);
     return RUMOR_OK;
+}
+
+void
+node_pcie_set(rumor_node *node, uint64_t h2d, uint64_t d2h)
+{
+    node->pcie_h2d = h2d;
+    node->pcie_d2h = d2h;
 }
 
 void

@@ -76,6 +76,9 @@ struct node_metrics_row {
     uint64_t readmitted;         /* handshakes with returning neighbours */
     uint64_t control_bytes_sent; /* acks, syncs, states: wire bytes */
     uint64_t control_frames_sent;
+    bool pcie;               /* the peer API's node: the two below */
+    uint64_t pcie_h2d_bytes; /* its CUDA tensors' copies, host to device */
+    uint64_t pcie_d2h_bytes;
     bool elastic;     /* an elastic ring (node/elastic.c): the two below */
     uint64_t epoch;   /* the installed membership epoch */
     uint32_t members; /* its member count */
@@ -297,6 +300,10 @@ struct node_report {
  * file (RUMOR_EIO when that fails). */
 rumor_err
 node_report_step(rumor_node *node, uint64_t steps, const struct node_report *r);
+
+/* The peer API's copies of CUDA tensors so far (cumulative bytes), for
+ * its metrics lines and scrapes. */
+void node_pcie_set(rumor_node *node, uint64_t h2d, uint64_t d2h);
 
 /* Waits (bounded) until queued sends have left. */
 void node_flush(rumor_node *node);

@@ -66,7 +66,8 @@ class PeerStats(Structure):  # struct rumor_peer_stats
         "steps", "bytes_sent", "bytes_recv", "gossip_bytes_sent",
         "gossip_bytes_recv", "gossip_frames_sent")] + [
         (n, c_double) for n in ("seconds", "seconds_gossip", "seconds_wait",
-                                "seconds_copy")]
+                                "seconds_copy")] + [
+        (n, c_uint64) for n in ("pcie_h2d_bytes", "pcie_d2h_bytes")]
 
 
 class Eval(Structure):  # struct rumor_eval
@@ -162,6 +163,7 @@ _PROTOS = [
     ("rumor_peer_average", c_int, [_P, _DIAG]),
     ("rumor_peer_report", c_int, [_P, c_double, c_double, c_double]),
     ("rumor_peer_stats", None, [_P, POINTER(PeerStats)]),
+    ("rumor_peer_set_stream", c_int, [_P, c_void_p, _DIAG]),
     ("rumor_peer_nodes", c_uint32, [_P]),
     ("rumor_peer_state_source", None, [_P, STATE_FN, c_void_p]),
     ("rumor_peer_joined", c_bool, [_P, POINTER(POINTER(ctypes.c_uint8)),

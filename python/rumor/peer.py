@@ -126,6 +126,19 @@ def launch_env(environ=None, **options):
     return out
 
 
+def _stream_handle(stream):
+    """The cudaStream_t of stream (a torch.cuda.Stream, or an int): an int,
+    0 for None (the default)."""
+    if stream is None:
+        return 0
+    handle = getattr(stream, "cuda_stream", stream)
+    if isinstance(handle, bool) or not isinstance(handle, int):
+        raise TypeError(f"rumor.Peer: stream={stream!r}: give a "
+                        f"torch.cuda.Stream, a cudaStream_t as an int, or "
+                        f"None")
+    return handle
+
+
 class Peer:
     """One node of a decentralized run, gossiping the caller's tensors.
 
@@ -153,11 +166,16 @@ class Peer:
     state: save_state, a callable returning bytes, gives this worker's when
     a joiner asks, and a joiner loads the bytes that join() or
     joined_state() return before its next step (rumor.torch does both).
+
+    CUDA tensors are copied to pinned host memory for each step and back
+    after it. stream (a torch.cuda.Stream, or a cudaStream_t as an int;
+    see set_stream) orders those copies against the caller's stream with
+    events; None (the default) waits on the host instead, as before.
     """
 
     def __init__(self, topology=None, node_id=None, key=None, algo=None,
                  rank=None, insecure=False, config=None, save_state=None,
-                 **options):
+                 stream=None, **options):
         if topology is None and node_id is None:
             launched = launch_env(algo=algo, rank=rank, config=config,
                                   insecure=insecure or None, key=key,
@@ -187,6 +205,7 @@ class Peer:
         self._sig = None
         self._keep = None
         self._cuda = False
+        self._stream = _stream_handle(stream)
         self._state_fn = _lib.STATE_FN(self._serve_state)
 
     @classmethod
@@ -208,6 +227,10 @@ class Peer:
         if not tensors:
             raise ValueError("rumor.Peer: no tensors to gossip")
         described = [_tensors.describe(t, k) for k, t in enumerate(tensors)]
+        if any(d[1][2] == _lib.DEVICE_CUDA for d in described):
+            # rumor_peer_new reads them before a stream can be set: once
+            import torch
+            torch.cuda.current_stream().synchronize()
         arr = (_lib.PeerTensor * len(tensors))(*[d[0] for d in described])
         diag = _lib.Diag()
         p = ctypes.c_void_p()
@@ -218,6 +241,36 @@ class Peer:
         self._keep = tensors
         self._cuda = any(d[1][2] == _lib.DEVICE_CUDA for d in described)
         lib.rumor_peer_state_source(p, self._state_fn, None)
+        if self._stream:
+            self._set_stream(self._stream)
+
+    def set_stream(self, stream):
+        """Orders the copies of the CUDA tensors against stream (a
+        torch.cuda.Stream of their device, or its cudaStream_t as an int)
+        with events, never waiting on the host or the device: each call
+        that reads the tensors reads what the work queued on stream before
+        it wrote, and work queued on stream after a call that writes them
+        back reads the new values (the call returns before the copies are
+        done). None: the default, the copies wait for the work of the
+        legacy default stream (PyTorch's default) and this binding
+        synchronises the current stream first, for callers on another.
+        Between steps; a stream and CPU tensors, or a stream in a CPU-only
+        build, raise RumorError (rumor_peer_set_stream)."""
+        handle = _stream_handle(stream)
+        if self._p is not None:
+            self._set_stream(handle)
+        self._stream = handle
+
+    def _set_stream(self, handle):
+        diag = _lib.Diag()
+        check(lib.rumor_peer_set_stream(self._p, handle or None,
+                                        ctypes.byref(diag)), diag,
+              f"node {self.node_id}")
+
+    @property
+    def stream(self):
+        """The cudaStream_t given to set_stream (None: the default)."""
+        return self._stream or None
 
     def _serve_state(self, _arg, buf):
         """The C peer asks for this worker's state for a joiner (from
@@ -245,7 +298,7 @@ class Peer:
             self.register(tensors)
         elif tensors is not None:
             self._same(tensors)
-        if self._cuda:
+        if self._cuda and not self._stream:
             import torch
             torch.cuda.current_stream().synchronize()
         diag = _lib.Diag()
@@ -356,10 +409,11 @@ class Peer:
         ... in order, each once per step; bucket 0 begins the step, the
         last one ends it. Another thread may run it (the C call releases
         the GIL) while the caller computes; calls on one peer must not
-        overlap. CUDA tensors must be written when it starts (synchronize
-        the stream that wrote them; this call may run on another thread,
-        whose stream is not theirs). Returns False once the run's agreed
-        stop is reached, as gossip()."""
+        overlap. CUDA tensors must be written when it starts: without a
+        stream (set_stream) synchronize the stream that wrote them (this
+        call may run on another thread, whose stream is not theirs); with
+        one, queue their writes on it before the call. Returns False once
+        the run's agreed stop is reached, as gossip()."""
         self._need()
         diag = _lib.Diag()
         check(lib.rumor_peer_gossip_bucket(self._p, k, ctypes.byref(diag)),
@@ -413,7 +467,9 @@ class Peer:
         check(lib.rumor_peer_report(self._p, *values), None, "report")
 
     def metrics(self):
-        """Counters so far: steps, bytes (transport and gossip), seconds."""
+        """Counters so far: steps, bytes (transport and gossip), seconds,
+        and the bytes of CUDA tensors copied each way (pcie_h2d_bytes,
+        pcie_d2h_bytes; 0 for host tensors)."""
         self._need()
         st = _lib.PeerStats()
         lib.rumor_peer_stats(self._p, ctypes.byref(st))

@@ -81,10 +81,17 @@ class GossipModel(torch.nn.Module):
     environment when no topology is given). overlap=False runs the same
     exchange in the caller's thread; for a gradient exchange, at the end
     of backward in one piece instead of in buckets of bucket_cap_mb
-    megabytes (every node must use the same) during backward."""
+    megabytes (every node must use the same) during backward.
+
+    CUDA parameters: with stream=True (the default) the peer's copies
+    are ordered on a side stream of the wrapper's, which meets the
+    current stream through events only (wait_stream), so no step waits
+    on the host for the GPU and the exchange overlaps the forward and
+    backward work queued meanwhile; stream=False leaves the peer's
+    default (the current stream synchronised before each exchange)."""
 
     def __init__(self, module, peer=None, buffers="average", overlap=True,
-                 bucket_cap_mb=25, optimizer=None, **options):
+                 bucket_cap_mb=25, optimizer=None, stream=True, **options):
         super().__init__()
         if buffers not in ("average", "local"):
             raise ValueError(f"rumor.torch.GossipModel: buffers={buffers!r}:"
@@ -103,6 +110,7 @@ class GossipModel(torch.nn.Module):
             self.peer.save_state = self._state_bytes
         self._params = [p for p in module.parameters() if p.requires_grad]
         self._live = self._params + self._float_buffers(buffers)
+        self._side = self._side_stream() if stream else None
         self._thread = None
         self._error = None
         self._more = True
@@ -119,6 +127,32 @@ class GossipModel(torch.nn.Module):
         elif self.gradient_exchange:
             self._hooks = [p.register_hook(self._on_grad)
                            for p in self._params]
+
+    # --- CUDA streams ----------------------------------------------------
+    def _side_stream(self):
+        """CUDA parameters: a stream the peer's copies are ordered on (the
+        peer's stream waits on an event recorded there before it reads,
+        and records one there after it writes back). The current stream
+        meets it only through wait_stream (events): _to_peer after the
+        tensors the peer reads are written, _from_peer before the caller
+        reads what it wrote, so neither side waits on the host and the
+        exchange overlaps the work queued in between."""
+        cuda = [t for t in self._live if t.is_cuda]
+        if not cuda:
+            return None
+        side = torch.cuda.Stream(device=cuda[0].device)
+        self.peer.set_stream(side)
+        return side
+
+    def _to_peer(self):
+        if self._side is not None:
+            self._side.wait_stream(torch.cuda.current_stream(
+                self._side.device))
+
+    def _from_peer(self):
+        if self._side is not None:
+            torch.cuda.current_stream(self._side.device).wait_stream(
+                self._side)
 
     def _float_buffers(self, mode):
         floats, ints = [], []
@@ -163,6 +197,7 @@ class GossipModel(torch.nn.Module):
             self._look_ahead()
             for b, s in zip(self._before, self._send):
                 b.copy_(s)
+        self._to_peer()
         if self.overlap:
             self._thread = threading.Thread(target=self._exchange,
                                             name="rumor-gossip", daemon=True)
@@ -178,7 +213,9 @@ class GossipModel(torch.nn.Module):
             self.peer.register(self._send)
         if not self.peer.looks_ahead:
             return
+        self._to_peer()
         self.peer.step_ahead(self._send)
+        self._from_peer()
         for t, s in zip(self._live, self._send):
             t.copy_(s)
 
@@ -206,10 +243,12 @@ class GossipModel(torch.nn.Module):
         with torch.no_grad():
             for s, t in zip(self._send, self._live):
                 s.copy_(t)
+            self._to_peer()
             if flush:
                 self.peer.flush(self._send)
             else:
                 self._more = self.peer.gossip(self._send)
+            self._from_peer()
             for s, t in zip(self._send, self._live):
                 t.copy_(s)
 
@@ -232,6 +271,7 @@ class GossipModel(torch.nn.Module):
         if self._error is not None:
             error, self._error = self._error, None
             raise error
+        self._from_peer()
         with torch.no_grad():
             for s, b, t in zip(self._send, self._before, self._live):
                 t.add_(s).sub_(b)
@@ -299,7 +339,9 @@ class GossipModel(torch.nn.Module):
                     self._grads[k].zero_()
                 else:
                     self._grads[k].copy_(g)
-        if self.peer._cuda:
+        if self._side is not None:
+            self._to_peer()
+        elif self.peer._cuda:
             torch.cuda.current_stream().synchronize()
         if self._bucket_thread is None:
             self._work = queue.SimpleQueue()
@@ -333,6 +375,7 @@ class GossipModel(torch.nn.Module):
         if self._error is not None:
             error, self._error = self._error, None
             raise error
+        self._from_peer()
         self._load_state(self.peer.joined_state())
         self._write_grads()
 
@@ -381,7 +424,9 @@ class GossipModel(torch.nn.Module):
                                for g in grads]
             for s, g in zip(self._grads, grads):
                 s.copy_(g)
+            self._to_peer()
             self._more = self.peer.gossip(self._grads)
+            self._from_peer()
         self._load_state(self.peer.joined_state())
         self._write_grads()
 
@@ -396,7 +441,10 @@ class GossipModel(torch.nn.Module):
         if self.gradient_exchange and not self._joined:
             self._joined = True
             self._register()
-            self._load_state(self.peer.join())
+            self._to_peer()
+            blob = self.peer.join()
+            self._from_peer()
+            self._load_state(blob)
 
     def _state_bytes(self):
         """This worker's state for a joiner: the peer calls it within a

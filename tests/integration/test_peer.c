@@ -11,6 +11,7 @@
 #include "tests/cmocka_compat.h"
 #include "tests/integration/test_net_common.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -24,6 +25,7 @@ struct t_peer_run {
     const char *deadline_ms; /* NULL: the default */
     uint32_t steps[2];       /* gossip()s of node i (0: one) */
     uint64_t done[2];        /* steps the peer counted */
+    uint64_t pcie[2];        /* its PCIe bytes, both ways */
     float f32[2][N];         /* node i starts at k + 2 i */
     double f64[2][N];
     uint16_t f16[2][N];  /* IEEE halves */
@@ -123,6 +125,7 @@ t_node(void *p)
     if (peer != NULL)
         rumor_peer_stats(peer, &st);
     run->done[i] = st.steps;
+    run->pcie[i] = st.pcie_h2d_bytes + st.pcie_d2h_bytes;
     run->rc[i] = rc;
     snprintf(run->msg[i], sizeof run->msg[i], "%s", diag.msg);
     rumor_peer_destroy(&peer);
@@ -209,6 +212,9 @@ test_peer__allreduce_every_dtype__averaged_in_place(void **state)
     run->algo = "allreduce";
     t_run_pair(run);
     t_check_means(run);
+    /* host tensors are staged by the CPU alone: nothing crosses PCIe */
+    assert_int_equal(run->pcie[0], 0);
+    assert_int_equal(run->pcie[1], 0);
 }
 
 static void
@@ -267,6 +273,62 @@ test_peer__bad_tensors__refused_before_anything_starts(void **state)
     }
 }
 
+/* A caller's CUDA stream orders copies of CUDA tensors: without CUDA (or
+ * without such tensors) there is nothing to order, and a stream handed
+ * in anyway is a mistake said at once; NULL, the default, always goes. */
+static void
+test_peer__set_stream_without_cuda_tensors__refused_but_null(void **state)
+{
+    struct t_peer_run *run = *state;
+    struct rumor_node_opts o;
+    struct rumor_diag diag = {0};
+    struct rumor_peer_tensor t;
+    rumor_peer *peer = NULL;
+    int not_a_stream = 0; /* never dereferenced: refused before CUDA */
+    assert_int_equal(t_opts(&o, run, 0), RUMOR_OK);
+    t_tensor(&t, run->f16[0], RUMOR_DTYPE_F16);
+    assert_int_equal(rumor_peer_new(&o, &t, 1, &peer, &diag), RUMOR_OK);
+    assert_int_equal(rumor_peer_set_stream(peer, NULL, &diag), RUMOR_OK);
+    rumor_err rc = rumor_peer_set_stream(peer, &not_a_stream, &diag);
+    if (rumor_cuda_built()) {
+        assert_int_equal(rc, RUMOR_EINVAL);
+        assert_non_null(strstr(diag.msg, "in CUDA memory"));
+    } else {
+        assert_int_equal(rc, RUMOR_ENOTSUP);
+        assert_non_null(strstr(diag.msg, "built without CUDA"));
+    }
+    assert_int_equal(rumor_peer_set_stream(peer, NULL, &diag), RUMOR_OK);
+    rumor_peer_destroy(&peer);
+}
+
+/* The metrics line of a peer carries its PCIe counters (0 for host
+ * tensors), beside the bytes it sent. */
+static void
+test_peer__metrics_line__has_pcie_counters(void **state)
+{
+    struct t_peer_run *run = *state;
+    struct rumor_node_opts o;
+    struct rumor_diag diag = {0};
+    struct rumor_peer_tensor t;
+    rumor_peer *peer = NULL;
+    assert_int_equal(t_opts(&o, run, 0), RUMOR_OK);
+    snprintf(o.metrics_dir, sizeof o.metrics_dir, "%s", run->dir);
+    t_tensor(&t, run->f64[0], RUMOR_DTYPE_F64);
+    assert_int_equal(rumor_peer_new(&o, &t, 1, &peer, &diag), RUMOR_OK);
+    assert_int_equal(rumor_peer_report(peer, 0.5, NAN, NAN), RUMOR_OK);
+    rumor_peer_destroy(&peer);
+    char path[96], line[4096] = {0};
+    snprintf(path, sizeof path, "%s/node-0.jsonl", run->dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    unlink(path);
+    assert_non_null(strstr(line, "\"bytes_sent\":"));
+    assert_non_null(strstr(line, "\"pcie_h2d_bytes\":0,"));
+    assert_non_null(strstr(line, "\"pcie_d2h_bytes\":0,"));
+}
+
 static void
 test_peer__state_round_trip__and_garbage_refused(void **state)
 {
@@ -320,6 +382,14 @@ main(int argc, char **argv)
             t_teardown),
         cmocka_unit_test_setup_teardown(
             test_peer__bad_tensors__refused_before_anything_starts,
+            t_setup,
+            t_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_peer__set_stream_without_cuda_tensors__refused_but_null,
+            t_setup,
+            t_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_peer__metrics_line__has_pcie_counters,
             t_setup,
             t_teardown),
         cmocka_unit_test_setup_teardown(

@@ -60,6 +60,8 @@ def test_gossip__every_accepted_dtype__averaged_in_place(local2):
             np.testing.assert_array_equal(got, base + 1, err_msg=name)
             assert _ptr(ts[k]) == ptrs[i][k], f"{name} was moved"
     assert m0["steps"] == 1 and m0["gossip_bytes_sent"] > 0
+    # host tensors: staged without a copy across PCIe
+    assert m0["pcie_h2d_bytes"] == 0 and m0["pcie_d2h_bytes"] == 0
 
 
 @pytest.mark.parametrize("bad", [
@@ -103,6 +105,34 @@ def test_register__cuda_tensor_without_cuda_build__clear_error(local2):
     t = torch.zeros(3).as_subclass(FakeCuda)
     with pytest.raises(RuntimeError, match="built without CUDA"):
         _tensors.describe(t, 0)
+
+
+def test_set_stream__host_tensors__refused_with_the_reason(local2):
+    """A stream orders copies of CUDA tensors: with host tensors (or a
+    librumor without CUDA) one handed in is refused with the C message;
+    None, the default, always goes."""
+    topo, keys = local2
+    with pytest.raises(TypeError, match="stream"):
+        rumor.Peer(topology=topo, node_id=0, key=keys[0], stream="fast")
+    peer = rumor.Peer(topology=topo, node_id=0, key=keys[0], algo="dpsgd",
+                      stream=12345)  # applied at registration
+    with pytest.raises(rumor.RumorError) as e:
+        peer.register([torch.zeros(3)])
+    if rumor.cuda_built():
+        assert e.value.errname == "RUMOR_EINVAL"
+        assert "none of the peer's tensors is in CUDA memory" in str(e.value)
+    else:
+        assert e.value.errname == "RUMOR_ENOTSUP"
+        assert "built without CUDA" in str(e.value)
+    peer.close()
+    peer = rumor.Peer(topology=topo, node_id=0, key=keys[0], algo="dpsgd")
+    peer.register([torch.zeros(3)])
+    peer.set_stream(None)
+    assert peer.stream is None
+    with pytest.raises(rumor.RumorError, match="set stream"):
+        peer.set_stream(12345)
+    assert peer.stream is None  # a refused stream is not kept
+    peer.close()
 
 
 def test_options__bad_value__raises_c_message():
@@ -336,6 +366,8 @@ def test_report__metrics_dir__writes_rumor_node_lines(local2, tmp_path):
         assert "accuracy" not in rows[0] and "test_loss" not in rows[0]
         assert rows[3]["accuracy"] == 0.75 and rows[3]["test_loss"] == 0.5
         assert rows[-1]["gossip_bytes_sent"] == ms[i]["gossip_bytes_sent"]
+        assert rows[-1]["pcie_h2d_bytes"] == ms[i]["pcie_h2d_bytes"] == 0
+        assert rows[-1]["pcie_d2h_bytes"] == ms[i]["pcie_d2h_bytes"] == 0
         assert ms[i]["gossip_bytes_sent"] > 3 * 9 * 4
 
 

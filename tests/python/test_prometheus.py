@@ -72,6 +72,11 @@ def test_peer_metrics_listen__scraped__matches_peer_counters(local2):
     assert m[("rumor_neighbour_bytes_sent_total", ("node", "0"),
               ("peer", "1"))] > 20 * 4000  # 20 steps of 1000 floats
     assert m[("rumor_skipped_total", ("node", "0"))] == 0
+    # a peer's series: its PCIe counters (host tensors: nothing copied)
+    assert m[("rumor_pcie_h2d_bytes_total", ("node", "0"))] == \
+        stats["pcie_h2d_bytes"] == 0
+    assert m[("rumor_pcie_d2h_bytes_total", ("node", "0"))] == \
+        stats["pcie_d2h_bytes"] == 0
     assert got["other"] == 404
     assert got["bad"].startswith(b"HTTP/1.0 400 Bad Request")
 

@@ -53,6 +53,11 @@ struct rumor_peer_stats {
     double seconds_gossip; /* encode and decode (emit, absorb) */
     double seconds_wait;   /* sending and waiting for neighbours */
     double seconds_copy;   /* staging copies and conversions */
+    /* bytes of the caller's CUDA tensors copied host to device and device
+     * to host (0 without CUDA tensors): each step that stages downloads
+     * and uploads them whole, and rumor_peer_new downloads them once */
+    uint64_t pcie_h2d_bytes;
+    uint64_t pcie_d2h_bytes;
 };
 
 typedef struct rumor_peer rumor_peer;
@@ -234,6 +239,30 @@ RUMOR_API rumor_err rumor_peer_report(rumor_peer *peer,
 /* Counters so far (transport totals as of the last step or report). */
 RUMOR_API void rumor_peer_stats(const rumor_peer *peer,
                                 struct rumor_peer_stats *out);
+
+/* Orders the copies of the peer's CUDA tensors against the caller's CUDA
+ * stream (a cudaStream_t of the tensors' device, e.g. PyTorch's
+ * torch.cuda.current_stream().cuda_stream) instead of waiting on the
+ * host: a call that reads the tensors (every step, average, join, flush,
+ * step ahead) first makes the peer's own stream wait on an event recorded
+ * on cuda_stream, so the work queued there before the call has written
+ * them; one that writes them back queues the copies and makes cuda_stream
+ * wait on an event recorded after them, and returns without waiting for
+ * them: work queued on cuda_stream afterwards reads the new values, work
+ * on other streams must wait on cuda_stream first. Nothing synchronises
+ * the device. NULL (the default): the copies wait for the work queued on
+ * the legacy default stream (PyTorch's default stream) and are done when
+ * the call returns. Call between steps (not while another thread runs a
+ * bucket), and again when the caller's stream changes; the stream must
+ * outlive the peer or be replaced first. Errors, with diag:
+ * RUMOR_ENOTSUP for a stream in a CPU-only build (NULL is accepted
+ * there: there is nothing to order); RUMOR_EINVAL for a stream when the
+ * peer has no CUDA tensor, for a handle CUDA does not know, for one of
+ * another device (CUDA 12.8 and later; before, the next step fails with
+ * RUMOR_EBACKEND), and during a step of buckets. */
+RUMOR_API rumor_err rumor_peer_set_stream(rumor_peer *peer,
+                                          void *cuda_stream,
+                                          struct rumor_diag *diag);
 
 /* Nodes in the topology. */
 RUMOR_API uint32_t rumor_peer_nodes(const rumor_peer *peer);
