@@ -72,7 +72,7 @@ step() {
 CUDA_TESTS="$B/tests/unit/test_lowrank $B/tests/unit/test_train
 $B/tests/unit/test_core $B/tests/unit/test_codec_device
 $B/tests/unit/test_gossip_device
-$B/tests/integration/test_peer"
+$B/tests/integration/test_peer $B/tests/integration/test_peer_cuda"
 # shellcheck disable=SC2086 # lists of flags and targets
 step build 300 make -j16 BUILD=$B USE_CUDA=yes DEPS=no \
     NVCCFLAGS="-O2 -std=c++17 -arch=sm_90" \
@@ -84,7 +84,8 @@ for t in $CUDA_TESTS; do
     step cuda_tests 120 env CMOCKA_MESSAGE_OUTPUT=stdout RUMOR_BIN=$B/bin/rumor "$t"
 done
 step cuda_tests 180 env RUMOR_BIN=$B/bin/rumor RUMOR_LIB="$PWD/$B/lib/librumor.so" \
-    python3 -m pytest -q -p no:cacheprovider -rs tests/python/test_binding.py
+    python3 -m pytest -q -p no:cacheprovider -rs tests/python/test_binding.py \
+    tests/python/test_peer_cuda.py
 
 # RUMOR_GPU_TESTS_ONLY=1: the tests above and no benchmark (a re-check
 # after a change, in less of the lease).
