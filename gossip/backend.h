@@ -22,14 +22,15 @@
 #ifndef RUMOR_GOSSIP_BACKEND_H
 #define RUMOR_GOSSIP_BACKEND_H
 
+/* The public headers are C; the .cu file includes this one. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #include "rumor/core.h"
 
 #include <stdbool.h>
 #include <stddef.h>
-
-#ifdef __cplusplus
-extern "C" {
-#endif
 
 enum gossip_copy {
     GOSSIP_TO_DEVICE, /* host -> model memory */

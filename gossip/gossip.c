@@ -291,6 +291,13 @@ rumor_gossip_on_device(const char *algo)
     return a != NULL && a->device;
 }
 
+bool
+rumor_gossip_algo_rings(const char *algo)
+{
+    const struct gossip_algo_i *a = algo != NULL ? s_algo_named(algo) : NULL;
+    return a != NULL && a->uses_ring != NULL;
+}
+
 void
 rumor_gossip_pcie_bytes(const rumor_gossip *g,
                         uint64_t *to_device,

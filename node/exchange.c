@@ -433,7 +433,9 @@ s_faults_new(rumor_node *node)
            touch the caller's optimizer */
         .optim = node_stale_mode(node) ? NULL : node->optim,
         .stop_by = &node->stop_by,
-        .heard = node->heard};
+        .heard = node->heard,
+        .to_host = node->src.to_host,
+        .to_host_arg = node->src.arg};
     rumor_err rc = node_faults_new(&fo, &node->faults);
     /* a lone restart re-synchronises with its neighbours; after a stop
      * agreed by all, every node resumes the same step together */

@@ -687,7 +687,10 @@ s_send_state(node_faults *f,
 {
     struct node_state_parts parts = {.step = next};
     size_t len = 0;
-    rumor_err rc = node_state_pack(model, f->o.optim, &parts, &f->state, &len);
+    rumor_err rc = f->o.to_host != NULL ? f->o.to_host(f->o.to_host_arg, &model)
+                                        : RUMOR_OK;
+    if (rc == RUMOR_OK)
+        rc = node_state_pack(model, f->o.optim, &parts, &f->state, &len);
     if (rc != RUMOR_OK)
         return rc;
     rc = s_send(f,

@@ -33,6 +33,10 @@ struct node_faults_opts {
      * up by neighbours that have already gone */
     const _Atomic uint64_t *stop_by;
     bool *heard; /* borrowed: per node, the transport saw it alive once */
+    /* (may be NULL) a host copy of a model that is not in host memory,
+     * for the STATE sent to a joiner (node_model_src.to_host) */
+    rumor_err (*to_host)(void *arg, const struct rumor_model **host);
+    void *to_host_arg;
 };
 
 /* Where a wait for one peer's message (node_recv) looks besides the

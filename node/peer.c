@@ -121,6 +121,9 @@ struct rumor_peer {
     double t_copy;
     node_peer_cuda *cuda;        /* copies of the CUDA tensors; NULL: none */
     uint64_t pcie_h2d, pcie_d2h; /* bytes those copies moved */
+    /* the algorithms run on the CUDA tensors where they are (s_direct) */
+    bool direct;
+    struct rumor_model host;         /* direct: a host copy, made when asked */
     struct rumor_gossip_opts gossip; /* the divergence error, the look-ahead */
     uint64_t seed;                   /* the run seed of the algorithm */
     struct s_bucket *buckets;        /* NULL: every tensor in one exchange */
@@ -367,7 +370,10 @@ s_stage_range(rumor_peer *peer, size_t first, size_t count, bool in)
 {
     uint64_t t0 = rumor_clock_ns();
     rumor_err rc = RUMOR_OK;
-    if (in) {
+    if (peer->direct) {
+        rc = in ? node_peer_cuda_direct_begin(peer->cuda)
+                : node_peer_cuda_direct_end(peer->cuda);
+    } else if (in) {
         rc = s_download(peer, first, count);
         for (size_t k = first; k < first + count && rc == RUMOR_OK; k++)
             rc = s_stage_in(peer, k);
@@ -503,8 +509,8 @@ s_add_slot(rumor_peer *peer, size_t k, const struct rumor_peer_tensor *t)
     rt->ndim = t->ndim;
     memcpy(rt->shape, t->shape, sizeof rt->shape);
     s->numel = rumor_tensor_numel(rt);
-    bool in_place =
-        t->dtype == RUMOR_DTYPE_F32 && t->device == RUMOR_DEVICE_CPU;
+    bool in_place = peer->direct || (t->dtype == RUMOR_DTYPE_F32 &&
+                                     t->device == RUMOR_DEVICE_CPU);
     if (in_place) {
         rt->data = t->data;
         return RUMOR_OK;
@@ -563,6 +569,127 @@ s_cuda_new(rumor_peer *peer,
                                  "process can use (see the log)");
     }
     return rc;
+}
+
+/* --- the algorithm on the GPU (gossip/backend.h) ------------------------- */
+
+/* Why a peer whose tensors are CUDA memory copies them to the host for
+ * its algorithm, or NULL: the algorithm runs on them where they are.
+ * What still reads or writes the model on the host keeps the copy: an
+ * elastic ring's held models, a stale exchange's snapshot, a join or
+ * resume's incoming model, the consensus probe. */
+static const char *
+s_direct_refused(const struct rumor_node_opts *o,
+                 const struct rumor_peer_tensor *t,
+                 size_t count)
+{
+    for (size_t k = 0; k < count; k++)
+        if (t[k].device != RUMOR_DEVICE_CUDA || t[k].dtype != RUMOR_DTYPE_F32)
+            return "not every tensor is float32 in CUDA memory";
+    if (!rumor_gossip_on_device(o->gossip.algo))
+        return "the algorithm keeps its state in host memory";
+    if (rumor_gossip_algo_rings(o->gossip.algo))
+        return "a ring algorithm's elastic ring keeps host copies";
+    if (o->gossip.stale > 0)
+        return "stale exchanges gossip a host snapshot";
+    if (o->join || o->resume)
+        return "join and resume take a neighbour's model on the host";
+    if (o->consensus_every > 0)
+        return "the consensus probe reads the model on the host";
+    return NULL;
+}
+
+/* True when the algorithm runs on the CUDA tensors; logs why not when
+ * some are CUDA memory. */
+static bool
+s_direct(const struct rumor_node_opts *o,
+         const struct rumor_peer_tensor *t,
+         size_t count)
+{
+    bool cuda = false;
+    for (size_t k = 0; k < count; k++)
+        cuda = cuda || t[k].device == RUMOR_DEVICE_CUDA;
+    const char *why = s_direct_refused(o, t, count);
+    if (cuda && why != NULL)
+        rumor_log(RUMOR_LOG_INFO,
+                  "peer: CUDA tensors copied to host memory for %s each "
+                  "step: %s (docs/python.md)",
+                  o->gossip.algo,
+                  why);
+    return cuda && why == NULL;
+}
+
+static rumor_device
+s_device(const rumor_peer *peer)
+{
+    return peer->direct ? RUMOR_DEVICE_CUDA : RUMOR_DEVICE_CPU;
+}
+
+/* node_model_src.to_host: the tensors downloaded into host buffers, made
+ * on first use (a STATE for a restarted neighbour, which is rare). */
+static rumor_err
+s_to_host(void *arg, const struct rumor_model **host)
+{
+    rumor_peer *peer = arg;
+    rumor_err rc = RUMOR_OK;
+    if (peer->host.tensors == NULL) {
+        peer->host.tensors = calloc(peer->count, sizeof *peer->host.tensors);
+        peer->host.count = peer->count;
+        rc = peer->host.tensors != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+        for (size_t k = 0; k < peer->count && rc == RUMOR_OK; k++) {
+            peer->host.tensors[k] = peer->tensors[k];
+            peer->host.tensors[k].data =
+                malloc((peer->slots[k].numel + 1) * sizeof(float));
+            rc = peer->host.tensors[k].data != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+        }
+    }
+    if (rc == RUMOR_OK)
+        rc = node_peer_cuda_read_begin(peer->cuda);
+    for (size_t k = 0; k < peer->count && rc == RUMOR_OK; k++) {
+        rc = node_peer_cuda_download(peer->cuda,
+                                     k,
+                                     peer->host.tensors[k].data,
+                                     peer->tensors[k].data,
+                                     s_bytes(&peer->slots[k]));
+        peer->pcie_d2h += rc == RUMOR_OK ? s_bytes(&peer->slots[k]) : 0;
+    }
+    if (rc == RUMOR_OK)
+        rc = node_peer_cuda_read_end(peer->cuda);
+    *host = &peer->host;
+    return rc;
+}
+
+static void
+s_host_free(rumor_peer *peer)
+{
+    for (size_t k = 0; peer->host.tensors != NULL && k < peer->count; k++)
+        free(peer->host.tensors[k].data);
+    free(peer->host.tensors);
+}
+
+/* The peer's copies each way, and those of its algorithms on the GPU. */
+static void
+s_pcie(const rumor_peer *peer, uint64_t *h2d, uint64_t *d2h)
+{
+    *h2d = peer->pcie_h2d;
+    *d2h = peer->pcie_d2h;
+    rumor_gossip *g[2] = {node_gossip(peer->node), peer->avg};
+    for (size_t k = 0; peer->direct && k < 2 + peer->nbuckets; k++) {
+        rumor_gossip *one = k < 2 ? g[k] : peer->buckets[k - 2].g;
+        uint64_t up = 0, down = 0;
+        if (one != NULL)
+            rumor_gossip_pcie_bytes(one, &up, &down);
+        *h2d += up;
+        *d2h += down;
+    }
+}
+
+static void
+s_pcie_report(rumor_peer *peer)
+{
+    uint64_t h2d = 0, d2h = 0;
+    s_pcie(peer, &h2d, &d2h);
+    node_pcie_set(peer->node, h2d, d2h);
 }
 
 /* The first call: the links, then (with join) a neighbour's model and
@@ -661,7 +788,7 @@ s_step_end(rumor_peer *peer,
         peer->step = stop ? step : step + 1;
         if (peer->held != NULL)
             s_copy(peer->held, &peer->model, 0, peer->count);
-        node_pcie_set(peer->node, peer->pcie_h2d, peer->pcie_d2h);
+        s_pcie_report(peer);
         rc = node_report_step(peer->node, peer->step, NULL);
     }
     peer->settled = false;
@@ -970,12 +1097,13 @@ s_bucket_new(rumor_peer *peer,
     b->first = range->first;
     b->count = range->count;
     b->model = (struct rumor_model){peer->tensors + b->first, b->count};
-    return rumor_gossip_new(&go,
-                            node_topology(peer->node),
-                            peer->id,
-                            &b->model,
-                            &b->g,
-                            diag);
+    return rumor_gossip_new_on(&go,
+                               node_topology(peer->node),
+                               peer->id,
+                               &b->model,
+                               s_device(peer),
+                               &b->g,
+                               diag);
 }
 
 static void
@@ -1303,6 +1431,7 @@ rumor_peer_new(const struct rumor_node_opts *opts,
     rumor_err rc = peer->slots && peer->tensors ? RUMOR_OK : RUMOR_ENOMEM;
     if (rc == RUMOR_OK)
         rc = s_cuda_new(peer, tensors, count, diag);
+    peer->direct = rc == RUMOR_OK && s_direct(opts, tensors, count);
     for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
         peer->count = k + 1;
         rc = s_add_slot(peer, k, &tensors[k]);
@@ -1322,8 +1451,13 @@ rumor_peer_new(const struct rumor_node_opts *opts,
         rc = RUMOR_ENOMEM;
     for (size_t k = 0; k < count && rc == RUMOR_OK; k++)
         dtypes[k] = tensors[k].dtype;
+    struct node_model_src src = {.device = peer->direct ? RUMOR_DEVICE_CUDA
+                                                        : RUMOR_DEVICE_CPU,
+                                 .to_host = peer->direct ? s_to_host : NULL,
+                                 .arg = peer};
     if (rc == RUMOR_OK)
-        rc = node_new_model(opts, &peer->model, dtypes, &peer->node, diag);
+        rc =
+            node_new_model(opts, &peer->model, dtypes, &src, &peer->node, diag);
     free(dtypes);
     /* stale: the node's ring, on the exchange thread's copy */
     if (rc == RUMOR_OK && node_elastic_wanted(peer->node) &&
@@ -1367,6 +1501,7 @@ rumor_peer_destroy(rumor_peer **self_p)
             free(s->stage);
         node_peer_cuda_host_free(peer->cuda, s->pinned);
     }
+    s_host_free(peer);
     node_peer_cuda_destroy(&peer->cuda);
     free(peer->slots);
     free(peer->tensors);
@@ -1514,12 +1649,13 @@ rumor_peer_average(rumor_peer *peer, struct rumor_diag *diag)
         struct rumor_gossip_opts go;
         rumor_gossip_opts_default(&go);
         snprintf(go.algo, sizeof go.algo, "allreduce");
-        rumor_err rc = rumor_gossip_new(&go,
-                                        node_topology(peer->node),
-                                        peer->id,
-                                        &peer->model,
-                                        &peer->avg,
-                                        diag);
+        rumor_err rc = rumor_gossip_new_on(&go,
+                                           node_topology(peer->node),
+                                           peer->id,
+                                           &peer->model,
+                                           s_device(peer),
+                                           &peer->avg,
+                                           diag);
         /* an elastic ring re-formed before: its members */
         if (rc == RUMOR_OK && peer->nmembers > 0)
             rc = rumor_gossip_members_set(peer->avg,
@@ -1541,7 +1677,7 @@ rumor_peer_report(rumor_peer *peer,
                   double accuracy)
 {
     struct node_report r = {loss, test_loss, accuracy};
-    node_pcie_set(peer->node, peer->pcie_h2d, peer->pcie_d2h);
+    s_pcie_report(peer);
     return node_report_step(peer->node, peer->step, &r);
 }
 
@@ -1563,9 +1699,8 @@ rumor_peer_stats(const rumor_peer *peer, struct rumor_peer_stats *out)
         .seconds_gossip = c.seconds_gossip,
         .seconds_wait = c.seconds_wait,
         .seconds_copy = peer->t_copy,
-        .pcie_h2d_bytes = peer->pcie_h2d,
-        .pcie_d2h_bytes = peer->pcie_d2h,
     };
+    s_pcie(peer, &out->pcie_h2d_bytes, &out->pcie_d2h_bytes);
 }
 
 rumor_err

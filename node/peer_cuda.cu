@@ -318,6 +318,31 @@ done:
 }
 
 extern "C" rumor_err
+node_peer_cuda_direct_begin(node_peer_cuda *cu)
+{
+    rumor_err rc = RUMOR_OK;
+    CUDA_TRY(cudaSetDevice(cu->device), done);
+    CUDA_TRY(cudaEventRecord(cu->ready, cu->caller), done);
+    CUDA_TRY(cudaEventSynchronize(cu->ready), done);
+done:
+    return rc;
+}
+
+extern "C" rumor_err
+node_peer_cuda_direct_end(node_peer_cuda *cu)
+{
+    rumor_err rc = RUMOR_OK;
+    CUDA_TRY(cudaSetDevice(cu->device), done);
+    CUDA_TRY(cudaEventRecord(cu->written, 0), done);
+    if (cu->given)
+        CUDA_TRY(cudaStreamWaitEvent(cu->caller, cu->written, 0), done);
+    else
+        CUDA_TRY(cudaEventSynchronize(cu->written), done);
+done:
+    return rc;
+}
+
+extern "C" rumor_err
 node_peer_cuda_idle(node_peer_cuda *cu)
 {
     return cu->pending ? s_wait(cu) : RUMOR_OK;

@@ -113,3 +113,17 @@ node_peer_cuda_idle(node_peer_cuda *cu)
     (void)cu;
     return RUMOR_ENOTSUP;
 }
+
+rumor_err
+node_peer_cuda_direct_begin(node_peer_cuda *cu)
+{
+    (void)cu;
+    return RUMOR_ENOTSUP;
+}
+
+rumor_err
+node_peer_cuda_direct_end(node_peer_cuda *cu)
+{
+    (void)cu;
+    return RUMOR_ENOTSUP;
+}

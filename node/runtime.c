@@ -223,12 +223,13 @@ s_gossip_new(rumor_node *node,
 {
     struct rumor_gossip_opts go = node->opts.gossip;
     go.seed = node->opts.workload.seed;
-    return rumor_gossip_new(&go,
-                            node->topo,
-                            node->opts.id,
-                            mixed,
-                            &node->g,
-                            diag);
+    return rumor_gossip_new_on(&go,
+                               node->topo,
+                               node->opts.id,
+                               mixed,
+                               node->src.device,
+                               &node->g,
+                               diag);
 }
 
 /* RUMOR_EINVAL with diag when opts ask for stale exchanges that cannot
@@ -1098,6 +1099,7 @@ rumor_err
 node_new_model(const struct rumor_node_opts *opts,
                struct rumor_model *external,
                const rumor_dtype *dtypes,
+               const struct node_model_src *src,
                rumor_node **out,
                struct rumor_diag *diag)
 {
@@ -1112,6 +1114,8 @@ node_new_model(const struct rumor_node_opts *opts,
     rumor_buf_init(&node->stale_resume, RUMOR_CHECKPOINT_FILE_MAX);
     node->model_fd = -1;
     node->external = external != NULL;
+    if (src != NULL)
+        node->src = *src;
     node->model = external;
     node->dtypes = dtypes;
     atomic_init(&node->stop, false);
@@ -1181,7 +1185,7 @@ rumor_node_new(const struct rumor_node_opts *opts,
                rumor_node **out,
                struct rumor_diag *diag)
 {
-    return node_new_model(opts, NULL, NULL, out, diag);
+    return node_new_model(opts, NULL, NULL, NULL, out, diag);
 }
 
 void

@@ -176,15 +176,27 @@ int node_mkdirs(const char *path);
 
 /* --- the runtime under the peer API (runtime.c, for node/peer.c) --- */
 
+/* Where a peer's tensors live. With RUMOR_DEVICE_CUDA the node's
+ * algorithm runs on them there (rumor_gossip_new_on), and what must read
+ * them on the host (a STATE for a restarted neighbour) asks to_host for a
+ * host copy of the model, valid until the next call. */
+struct node_model_src {
+    rumor_device device;
+    rumor_err (*to_host)(void *arg, const struct rumor_model **host);
+    void *arg;
+};
+
 /* rumor_node_new, or with external != NULL a node whose gossip works on
  * the caller's tensors (borrowed for the node's life): no workload,
  * optimizer, overlap thread or progress line, and the ring successor is
  * linked too (for the peer's exact average). dtypes[k] is the dtype of
  * the caller's tensor k, shown when a peer's model differs (NULL: all
- * float32; borrowed during the call only). */
+ * float32; borrowed during the call only); src says where the tensors
+ * are (NULL: host memory). */
 rumor_err node_new_model(const struct rumor_node_opts *opts,
                          struct rumor_model *external,
                          const rumor_dtype *dtypes,
+                         const struct node_model_src *src,
                          rumor_node **out,
                          struct rumor_diag *diag);
 

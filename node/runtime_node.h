@@ -85,6 +85,8 @@ struct rumor_node {
     /* the peer API's node (node/peer.c): caller-owned tensors, no
      * workload, optimizer or training loop */
     bool external;
+    /* where the external tensors live (node_model_src) */
+    struct node_model_src src;
     /* its copies of CUDA tensors, bytes each way (node_pcie_set) */
     uint64_t pcie_h2d, pcie_d2h;
     uint64_t first_step;  /* 0, or the step a resumed run continues at */

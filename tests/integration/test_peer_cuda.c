@@ -6,7 +6,10 @@
  * peer's creation downloads it once more); and the caller's stream: the
  * caller writes its tensors with copies queued on its stream right
  * before each step and reads them back the same way after it, never
- * synchronising a stream, so only the peer's events order them.
+ * synchronising a stream, so only the peer's events order them. And an
+ * algorithm that runs on the GPU (D-PSGD, gamma 1: the mean of two nodes
+ * exactly) on float32 tensors, which the peer leaves where they are: it
+ * copies only the payloads, the snapshot down and the neighbour's up.
  *
  * Skipped in a CPU-only build and where no GPU is visible (R7.3). The
  * test calls the CUDA runtime that a CUDA build links into the process
@@ -44,6 +47,7 @@ struct t_run {
     char topo[128];
     struct t_cuda cu;
     bool stream;     /* each node hands the peer a stream of its own */
+    bool direct;     /* dpsgd on the float32 tensor alone, on the GPU */
     rumor_err rc[2]; /* node i's first failure */
     char msg[2][RUMOR_DIAG_TEXT_BYTES];
     uint32_t wrong[2]; /* elements that missed the average */
@@ -106,11 +110,17 @@ t_opts(struct rumor_node_opts *o, const struct t_run *run, uint32_t id)
                                         "log-level"};
     char idtext[16];
     snprintf(idtext, sizeof idtext, "%u", id);
-    const char *values[] = {run->topo, idtext, "", "allreduce", "warn"};
+    const char *values[] = {run->topo,
+                            idtext,
+                            "",
+                            run->direct ? "dpsgd" : "allreduce",
+                            "warn"};
     rumor_node_config *cfg = NULL;
     rumor_err rc = rumor_node_config_new(&cfg);
     for (size_t k = 0; k < 5 && rc == RUMOR_OK; k++)
         rc = rumor_node_config_set(cfg, names[k], values[k], NULL);
+    if (rc == RUMOR_OK && run->direct)
+        rc = rumor_node_config_set(cfg, "gamma", "1", NULL);
     if (rc == RUMOR_OK)
         rc = rumor_node_config_check(cfg, NULL);
     if (rc == RUMOR_OK)
@@ -151,7 +161,8 @@ t_check(const struct t_cuda *cu,
         void *const dev[2],
         float *f32,
         uint16_t *f16,
-        int s)
+        int s,
+        bool with_f16)
 {
     memset(f32, 0xff, N * sizeof *f32);
     memset(f16, 0xff, N * sizeof *f16);
@@ -163,7 +174,7 @@ t_check(const struct t_cuda *cu,
     for (int k = 0; k < N && err == 0; k++) {
         int mean = t_value(0, k, s) + 1;
         wrong += f32[k] != (float)mean;
-        wrong += f16[k] != t_half(mean);
+        wrong += with_f16 && f16[k] != t_half(mean);
     }
     return wrong;
 }
@@ -194,7 +205,7 @@ t_node(void *p)
         {dev[1], RUMOR_DTYPE_F16, RUMOR_DEVICE_CUDA, 1, {N}},
     };
     if (rc == RUMOR_OK)
-        rc = rumor_peer_new(&o, ts, 2, &peer, &diag);
+        rc = rumor_peer_new(&o, ts, run->direct ? 1 : 2, &peer, &diag);
     if (rc == RUMOR_OK && run->stream)
         rc = rumor_peer_set_stream(peer, stream, &diag);
     for (int s = 0; s < STEPS && rc == RUMOR_OK; s++) {
@@ -203,7 +214,8 @@ t_node(void *p)
         if (rc == RUMOR_OK)
             rc = rumor_peer_gossip(peer, &diag);
         if (rc == RUMOR_OK)
-            run->wrong[i] += t_check(cu, stream, dev, f32, f16, s);
+            run->wrong[i] +=
+                t_check(cu, stream, dev, f32, f16, s, !run->direct);
     }
     struct rumor_peer_stats st = {0};
     if (peer != NULL)
@@ -280,7 +292,8 @@ t_run_pair(struct t_run *run)
     assert_int_equal(pthread_create(&th, NULL, t_node, &a1), 0);
     t_node(&a0);
     pthread_join(th, NULL);
-    const uint64_t model = N * (sizeof(float) + sizeof(uint16_t));
+    const uint64_t model =
+        N * (sizeof(float) + (run->direct ? 0 : sizeof(uint16_t)));
     for (int i = 0; i < 2; i++) {
         if (run->rc[i] != RUMOR_OK)
             fail_msg("node %d: %s: %s",
@@ -288,9 +301,11 @@ t_run_pair(struct t_run *run)
                      rumor_strerror(run->rc[i]),
                      run->msg[i]);
         assert_int_equal(run->wrong[i], 0);
-        /* the model each way per step, and once down at rumor_peer_new */
+        /* staged: the model each way per step, and once down at
+         * rumor_peer_new; on the GPU: the snapshot down and the
+         * neighbour's message up, per step */
         assert_int_equal(run->h2d[i], STEPS * model);
-        assert_int_equal(run->d2h[i], (STEPS + 1) * model);
+        assert_int_equal(run->d2h[i], (STEPS + !run->direct) * model);
     }
 }
 
@@ -309,6 +324,23 @@ test_peer_cuda__callers_stream__ordered_by_events(void **state)
     t_run_pair(run);
 }
 
+static void
+test_peer_cuda__dpsgd_on_the_gpu__payloads_only(void **state)
+{
+    struct t_run *run = *state;
+    run->direct = true;
+    t_run_pair(run);
+}
+
+static void
+test_peer_cuda__dpsgd_on_the_gpu__callers_stream(void **state)
+{
+    struct t_run *run = *state;
+    run->direct = true;
+    run->stream = true;
+    t_run_pair(run);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -319,6 +351,14 @@ main(int argc, char **argv)
             t_teardown),
         cmocka_unit_test_setup_teardown(
             test_peer_cuda__callers_stream__ordered_by_events,
+            t_setup,
+            t_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_peer_cuda__dpsgd_on_the_gpu__payloads_only,
+            t_setup,
+            t_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_peer_cuda__dpsgd_on_the_gpu__callers_stream,
             t_setup,
             t_teardown),
     };

@@ -51,6 +51,11 @@ RUMOR_API rumor_err rumor_gossip_new_on(const struct rumor_gossip_opts *opts,
  * The peer API stages the others' tensors through host memory. */
 RUMOR_API bool rumor_gossip_on_device(const char *algo);
 
+/* True when algo's instances may send over the ring of members whatever
+ * the topology (rumor_gossip_uses_ring: the all-reduces, powersgd,
+ * localsgd), so that the node runs an elastic ring for them. */
+RUMOR_API bool rumor_gossip_algo_rings(const char *algo);
+
 /* Bytes copied host -> model memory (*to_device) and back (*to_host)
  * since g was made, its compressor's copies included; 0 and 0 for a model
  * in host memory. */
