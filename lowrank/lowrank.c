@@ -335,7 +335,9 @@ struct rumor_lowrank_psgd {
     size_t nmats;
     struct psgd_group *groups;
     size_t ngroups;
-    float **ptrs;  /* PSGD_PTR_ARRAYS * nmats host slots for batched calls */
+    float **ptrs; /* PSGD_PTR_ARRAYS * nmats host slots for batched calls */
+    struct lowrank_orth_item *orth_items; /* nmats, for orthogonalize_list */
+    struct lowrank_mat_item *mat_items;   /* nmats, for the product lists */
     float *errors; /* device, every error memory (s_psgd_errors_alloc) */
     float *p_host; /* packed P (host), p_floats */
     float *q_host; /* packed Q (host), q_floats */
@@ -537,6 +539,17 @@ lowrank_psgd_new_on(rumor_lowrank_psgd **out,
         self->be.orthogonalize_batch = NULL;
         self->be.reconstruct_batch = NULL;
         self->be.project_right_ef_batch = NULL;
+        self->be.orthogonalize_list = NULL;
+        self->be.project_right_list = NULL;
+        self->be.project_left_list = NULL;
+        self->be.reconstruct_list = NULL;
+    }
+    if (opts->rank >
+        LOWRANK_LIST_MAX_RANK) { /* the lists' kernels stop there */
+        self->be.orthogonalize_list = NULL;
+        self->be.project_right_list = NULL;
+        self->be.project_left_list = NULL;
+        self->be.reconstruct_list = NULL;
     }
     self->count = count;
     size_t slots = count > 0 ? count : 1;
@@ -544,8 +557,11 @@ lowrank_psgd_new_on(rumor_lowrank_psgd **out,
     self->mats = calloc(slots, sizeof *self->mats);
     self->groups = calloc(slots, sizeof *self->groups);
     self->ptrs = calloc(PSGD_PTR_ARRAYS * slots, sizeof *self->ptrs);
+    self->orth_items = calloc(slots, sizeof *self->orth_items);
+    self->mat_items = calloc(slots, sizeof *self->mat_items);
     if (self->mat_of == NULL || self->mats == NULL || self->groups == NULL ||
-        self->ptrs == NULL) {
+        self->ptrs == NULL || self->orth_items == NULL ||
+        self->mat_items == NULL) {
         rc = RUMOR_ENOMEM;
         goto fail;
     }
@@ -632,6 +648,8 @@ rumor_lowrank_psgd_destroy(rumor_lowrank_psgd **self_p)
     free(self->mat_of);
     free(self->groups);
     free(self->ptrs);
+    free(self->orth_items);
+    free(self->mat_items);
     free(self->p_host);
     free(self->q_host);
     free(self);
@@ -720,6 +738,20 @@ s_psgd_upload(rumor_lowrank_psgd *self, bool want_p)
 static rumor_err
 s_psgd_orth(rumor_lowrank_psgd *self, bool want_p)
 {
+    if (self->be.orthogonalize_list != NULL) {
+        for (size_t i = 0; i < self->nmats; i++) {
+            const struct psgd_mat *mt = &self->mats[i];
+            self->orth_items[i] =
+                (struct lowrank_orth_item){want_p ? mt->p : mt->q,
+                                           want_p ? mt->n : mt->m,
+                                           mt->r};
+        }
+        return self->be.orthogonalize_list(self->ctx,
+                                           self->orth_items,
+                                           self->nmats,
+                                           self->opts.orth,
+                                           self->opts.eps);
+    }
     for (size_t g = 0; g < self->ngroups; g++) {
         const struct psgd_group *gr = &self->groups[g];
         const struct psgd_mat *m0 = &self->mats[gr->first];
@@ -754,6 +786,29 @@ s_psgd_orth(rumor_lowrank_psgd *self, bool want_p)
     return RUMOR_OK;
 }
 
+/* Every matrix as a product list's item: M, grads (fuse), the deferred
+ * factors of the matrices waiting for their error update, P, Q, and the
+ * reconstruction's output (outs[tensor], or the grads when outs is NULL). */
+static void
+s_psgd_mat_items(rumor_lowrank_psgd *self, bool fuse, float *const *outs)
+{
+    for (size_t i = 0; i < self->nmats; i++) {
+        const struct psgd_mat *mt = &self->mats[i];
+        self->mat_items[i] = (struct lowrank_mat_item){
+            .mat = mt->mat,
+            .add = fuse ? mt->grad : NULL,
+            .pd = mt->deferred ? mt->pd : NULL,
+            .qd = mt->deferred ? mt->qd : NULL,
+            .p = mt->p,
+            .q = mt->q,
+            .out = outs != NULL ? outs[mt->tensor] : mt->grad,
+            .n = mt->n,
+            .m = mt->m,
+            .r = mt->r,
+        };
+    }
+}
+
 /* P = M Q (right) or Q = M^T P (left) for every matrix; fuse: M += grads
  * in the same pass (error feedback). The left product visits the matrices
  * from the last to the first (as the cpu kernel visits rows): the right
@@ -763,6 +818,16 @@ s_psgd_orth(rumor_lowrank_psgd *self, bool want_p)
 static rumor_err
 s_psgd_project(rumor_lowrank_psgd *self, bool right, bool fuse)
 {
+    if (right ? self->be.project_right_list != NULL
+              : self->be.project_left_list != NULL) {
+        s_psgd_mat_items(self, fuse, NULL);
+        return right ? self->be.project_right_list(self->ctx,
+                                                   self->mat_items,
+                                                   self->nmats)
+                     : self->be.project_left_list(self->ctx,
+                                                  self->mat_items,
+                                                  self->nmats);
+    }
     for (size_t gi = 0; gi < self->ngroups; gi++) {
         size_t g = right ? gi : self->ngroups - 1 - gi;
         const struct psgd_group *gr = &self->groups[g];
@@ -908,6 +973,15 @@ s_psgd_project_ef(rumor_lowrank_psgd *self, bool fuse)
         any = any || self->mats[i].deferred;
     if (!any)
         return s_psgd_project(self, true, fuse);
+    if (self->be.project_right_list != NULL) {
+        s_psgd_mat_items(self, fuse, NULL);
+        rumor_err rc = self->be.project_right_list(self->ctx,
+                                                   self->mat_items,
+                                                   self->nmats);
+        for (size_t i = 0; rc == RUMOR_OK && i < self->nmats; i++)
+            self->mats[i].deferred = false;
+        return rc;
+    }
     for (size_t g = 0; g < self->ngroups; g++) {
         rumor_err rc = s_psgd_project_ef_group(self, &self->groups[g], fuse);
         if (rc != RUMOR_OK)
@@ -949,6 +1023,14 @@ s_psgd_reconstruct(rumor_lowrank_psgd *self,
                    bool with_e,
                    float beta)
 {
+    if (self->be.reconstruct_list != NULL) {
+        s_psgd_mat_items(self, false, outs);
+        return self->be.reconstruct_list(self->ctx,
+                                         self->mat_items,
+                                         self->nmats,
+                                         with_e,
+                                         beta);
+    }
     for (size_t g = 0; g < self->ngroups; g++) {
         const struct psgd_group *gr = &self->groups[g];
         const struct psgd_mat *m0 = &self->mats[gr->first];
