@@ -618,8 +618,12 @@ __launch_bounds__(LIST_T) k_recon_list(const struct lowrank_mat_item *items,
     const struct lowrank_tile t = tiles[blockIdx.x];
     const struct lowrank_mat_item it = items[t.item];
     size_t m = it.m, r = it.r;
-    for (size_t idx = t.lo + threadIdx.x; idx < t.hi; idx += LIST_T) {
-        size_t i = idx / m, j = idx % m;
+    size_t idx = t.lo + threadIdx.x;
+    // Row and column by division once per thread, then stepped: a 64-bit
+    // division per element would cost as much as the element's traffic.
+    size_t i = idx / m, j = idx % m;
+    const size_t di = LIST_T / m, dj = LIST_T % m;
+    for (; idx < t.hi; idx += LIST_T) {
         float y = 0;
         for (size_t k = 0; k < r; k++)
             y = __fmaf_rn(it.p[i * r + k], it.q[j * r + k], y);
@@ -627,6 +631,12 @@ __launch_bounds__(LIST_T) k_recon_list(const struct lowrank_mat_item *items,
             it.mat[idx] = __fsub_rn(it.mat[idx], y);
         if (it.out != NULL)
             it.out[idx] = __fadd_rn(beta != 0 ? it.out[idx] : 0.0f, y);
+        i += di;
+        j += dj;
+        if (j >= m) {
+            j -= m;
+            i++;
+        }
     }
 }
 

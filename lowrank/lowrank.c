@@ -338,6 +338,8 @@ struct rumor_lowrank_psgd {
     float **ptrs; /* PSGD_PTR_ARRAYS * nmats host slots for batched calls */
     struct lowrank_orth_item *orth_items; /* nmats, for orthogonalize_list */
     struct lowrank_mat_item *mat_items;   /* nmats, for the product lists */
+    float *p_all, *q_all;   /* device, every P and Q (s_psgd_factors_alloc) */
+    float *pd_all, *qd_all; /* device, their deferred copies (or NULL) */
     float *errors; /* device, every error memory (s_psgd_errors_alloc) */
     float *p_host; /* packed P (host), p_floats */
     float *q_host; /* packed Q (host), q_floats */
@@ -497,6 +499,34 @@ s_psgd_errors_alloc(rumor_lowrank_psgd *self)
     return rc;
 }
 
+/* The factors P and Q of every matrix (and the deferred update's copies),
+ * each kind one allocation in the packed order of the exchange (p_off,
+ * q_off): moving a step's P or Q between the backend and the host, or
+ * keeping the deferred copies, is one call, not one per matrix (on cuda a
+ * synchronous copy each, which dominated steps of models with many small
+ * matrices). */
+static rumor_err
+s_psgd_factors_alloc(rumor_lowrank_psgd *self)
+{
+    size_t pb = (self->p_floats + 1) * sizeof(float);
+    size_t qb = (self->q_floats + 1) * sizeof(float);
+    rumor_err rc = self->be.alloc(self->ctx, pb, &self->p_all);
+    if (rc == RUMOR_OK)
+        rc = self->be.alloc(self->ctx, qb, &self->q_all);
+    if (rc == RUMOR_OK && s_psgd_defers(self))
+        rc = self->be.alloc(self->ctx, pb, &self->pd_all);
+    if (rc == RUMOR_OK && s_psgd_defers(self))
+        rc = self->be.alloc(self->ctx, qb, &self->qd_all);
+    for (size_t i = 0; rc == RUMOR_OK && i < self->nmats; i++) {
+        struct psgd_mat *mt = &self->mats[i];
+        mt->p = self->p_all + mt->p_off;
+        mt->q = self->q_all + mt->q_off;
+        mt->pd = self->pd_all != NULL ? self->pd_all + mt->p_off : NULL;
+        mt->qd = self->qd_all != NULL ? self->qd_all + mt->q_off : NULL;
+    }
+    return rc;
+}
+
 /* Tells the backend how many floats a step writes (the approximation of
  * every compressed matrix), for its choice of streaming stores. */
 static void
@@ -578,18 +608,10 @@ lowrank_psgd_new_on(rumor_lowrank_psgd **out,
         mt->n = n;
         mt->m = m;
         mt->r = lowrank_rank_for(n, m, opts->rank);
-        rc = self->be.alloc(ctx, n * mt->r * sizeof(float), &mt->p);
-        if (rc == RUMOR_OK)
-            rc = self->be.alloc(ctx, m * mt->r * sizeof(float), &mt->q);
-        if (rc == RUMOR_OK && s_psgd_defers(self)) {
-            rc = self->be.alloc(ctx, n * mt->r * sizeof(float), &mt->pd);
-            if (rc == RUMOR_OK)
-                rc = self->be.alloc(ctx, m * mt->r * sizeof(float), &mt->qd);
-        }
-        if (rc != RUMOR_OK)
-            goto fail;
     }
     rc = s_psgd_layout(self);
+    if (rc == RUMOR_OK)
+        rc = s_psgd_factors_alloc(self);
     if (rc == RUMOR_OK && opts->error_feedback)
         rc = s_psgd_errors_alloc(self);
     if (rc != RUMOR_OK)
@@ -636,12 +658,10 @@ rumor_lowrank_psgd_destroy(rumor_lowrank_psgd **self_p)
     if (self_p == NULL || *self_p == NULL)
         return;
     rumor_lowrank_psgd *self = *self_p;
-    for (size_t i = 0; i < self->nmats; i++) {
-        self->be.release(self->ctx, self->mats[i].p);
-        self->be.release(self->ctx, self->mats[i].q);
-        self->be.release(self->ctx, self->mats[i].pd);
-        self->be.release(self->ctx, self->mats[i].qd);
-    }
+    self->be.release(self->ctx, self->p_all);
+    self->be.release(self->ctx, self->q_all);
+    self->be.release(self->ctx, self->pd_all);
+    self->be.release(self->ctx, self->qd_all);
     self->be.release(self->ctx, self->errors);
     self->be.free(self->ctx);
     free(self->mats);
@@ -694,44 +714,32 @@ rumor_lowrank_psgd_q_floats(const rumor_lowrank_psgd *self)
 
 /* --- PowerSGD: the operations, a shape group at a time -------------------- */
 
-/* Packs the device factors (P when want_p, else Q) into the host buffer. */
+/* Copies the backend's factors (P when want_p, else Q) to the host
+ * buffer: they are packed in the same order (s_psgd_factors_alloc). */
 static rumor_err
 s_psgd_download(rumor_lowrank_psgd *self, bool want_p)
 {
-    for (size_t i = 0; i < self->nmats; i++) {
-        const struct psgd_mat *mt = &self->mats[i];
-        rumor_err rc = want_p
-                           ? self->be.download(self->ctx,
-                                               self->p_host + mt->p_off,
-                                               mt->p,
-                                               mt->n * mt->r * sizeof(float))
-                           : self->be.download(self->ctx,
-                                               self->q_host + mt->q_off,
-                                               mt->q,
-                                               mt->m * mt->r * sizeof(float));
-        if (rc != RUMOR_OK)
-            return rc;
-    }
-    return RUMOR_OK;
+    return want_p ? self->be.download(self->ctx,
+                                      self->p_host,
+                                      self->p_all,
+                                      self->p_floats * sizeof(float))
+                  : self->be.download(self->ctx,
+                                      self->q_host,
+                                      self->q_all,
+                                      self->q_floats * sizeof(float));
 }
 
 static rumor_err
 s_psgd_upload(rumor_lowrank_psgd *self, bool want_p)
 {
-    for (size_t i = 0; i < self->nmats; i++) {
-        const struct psgd_mat *mt = &self->mats[i];
-        rumor_err rc = want_p ? self->be.upload(self->ctx,
-                                                mt->p,
-                                                self->p_host + mt->p_off,
-                                                mt->n * mt->r * sizeof(float))
-                              : self->be.upload(self->ctx,
-                                                mt->q,
-                                                self->q_host + mt->q_off,
-                                                mt->m * mt->r * sizeof(float));
-        if (rc != RUMOR_OK)
-            return rc;
-    }
-    return RUMOR_OK;
+    return want_p ? self->be.upload(self->ctx,
+                                    self->p_all,
+                                    self->p_host,
+                                    self->p_floats * sizeof(float))
+                  : self->be.upload(self->ctx,
+                                    self->q_all,
+                                    self->q_host,
+                                    self->q_floats * sizeof(float));
 }
 
 /* Orthogonalizes P (want_p) or Q of every matrix. */
@@ -996,22 +1004,18 @@ s_psgd_project_ef(rumor_lowrank_psgd *self, bool fuse)
 static rumor_err
 s_psgd_defer(rumor_lowrank_psgd *self)
 {
-    for (size_t i = 0; i < self->nmats; i++) {
-        struct psgd_mat *mt = &self->mats[i];
-        rumor_err rc = self->be.copy(self->ctx,
-                                     mt->pd,
-                                     mt->p,
-                                     mt->n * mt->r * sizeof(float));
-        if (rc == RUMOR_OK)
-            rc = self->be.copy(self->ctx,
-                               mt->qd,
-                               mt->q,
-                               mt->m * mt->r * sizeof(float));
-        if (rc != RUMOR_OK)
-            return rc;
-        mt->deferred = true;
-    }
-    return RUMOR_OK;
+    rumor_err rc = self->be.copy(self->ctx,
+                                 self->pd_all,
+                                 self->p_all,
+                                 self->p_floats * sizeof(float));
+    if (rc == RUMOR_OK)
+        rc = self->be.copy(self->ctx,
+                           self->qd_all,
+                           self->q_all,
+                           self->q_floats * sizeof(float));
+    for (size_t i = 0; rc == RUMOR_OK && i < self->nmats; i++)
+        self->mats[i].deferred = true;
+    return rc;
 }
 
 /* Y = P Q^T per matrix; e (the error memory or M, when with_e) -= Y;
