@@ -776,8 +776,8 @@ def section_gpu(data):
                if r.get("grouped_seconds")]
     if grouped:
         out += ["", "The same steps with the list slots removed (one batched "
-                "launch per group of same-shaped matrices, cuSOLVER per "
-                "matrix above rank 2), in the same run: %s." % ", ".join(
+                "launch per group of same-shaped matrices), in the same "
+                "run: %s." % ", ".join(
                     "%s rank %d %.6f s" % (m["model"], r["rank"],
                                            r["grouped_seconds"])
                     for m in g["lowrank"] for r in m["ranks"]

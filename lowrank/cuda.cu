@@ -1,4 +1,5 @@
-// The cuda backend: cuBLAS for the products, cuSOLVER geqrf/orgqr for QR,
+// The cuda backend: cuBLAS for the products, cuSOLVER geqrf/orgqr for QR
+// above rank 16,
 // own kernels for the rest. Every operation exists batched over matrices
 // of one shape (the compressor groups them, as the hook's
 // batch_tensors_with_same_shape does): one launch per group, matrices
@@ -21,10 +22,12 @@
 //   bits.
 // - Gram-Schmidt (rank <= 2 by default): one block per matrix, block
 //   reductions in double, the hook's column order; a zero column stays
-//   zero. QR: P transposed to column-major with cublasSgeam, cuSOLVER
-//   geqrf + orgqr, transposed back. CholeskyQR2 is served by this QR with
-//   the columns flipped to R's positive diagonal: the Q CholeskyQR2 gives
-//   on the cpu backend, so mixed cpu/cuda nodes agree on the factor.
+//   zero. Up to rank 16 every method is the work lists' orthogonalization
+//   kernel (below), also for one matrix or one shape group (k_orth_one,
+//   k_orth_group). Above: P transposed to column-major with cublasSgeam,
+//   cuSOLVER geqrf + orgqr, transposed back. CholeskyQR2 is served by QR
+//   with the columns flipped to R's positive diagonal: the Q CholeskyQR2
+//   gives on the cpu backend, so mixed cpu/cuda nodes agree on the factor.
 // - Work lists (the *_list slots, ranks <= 16, what the compressor uses
 //   when they apply): every matrix of a step, of any shapes, in one
 //   launch per phase, and no cuSOLVER call and no host synchronization
@@ -466,17 +469,56 @@ struct cuda_orth_item {
 #define CUDA_ORTH_QR  1
 #define CUDA_ORTH_POS 2 // QR, R's diagonal positive (CholeskyQR2's Q)
 
-// One block per matrix (ref.c's lowrank_ref_orth_block).
+// One block's matrix (ref.c's lowrank_ref_orth_block).
+__device__ static void
+d_orth(float *p,
+       size_t n,
+       size_t r,
+       uint64_t how,
+       float eps,
+       struct cuda_red *s)
+{
+    if (how == CUDA_ORTH_GS)
+        d_gram_schmidt(p, n, r, eps, s);
+    else
+        d_householder(p, n, r, how == CUDA_ORTH_POS, s);
+}
+
+// One block per matrix of a work list.
 __global__ static void
-__launch_bounds__(LIST_T)
-    k_orth_list(const struct cuda_orth_item *items, float eps)
+k_orth_list(const struct cuda_orth_item *items, float eps)
 {
     __shared__ struct cuda_red s;
     struct cuda_orth_item it = items[blockIdx.x];
-    if (it.how == CUDA_ORTH_GS)
-        d_gram_schmidt(it.p, it.n, it.r, eps, &s);
-    else
-        d_householder(it.p, it.n, it.r, it.how == CUDA_ORTH_POS, &s);
+    d_orth(it.p, it.n, it.r, it.how, eps, &s);
+}
+
+// One block per matrix of a group of one shape (orthogonalize_batch and
+// the single-matrix slot, which PowerGossip calls): the same code, so no
+// rank up to 16 goes through cuSOLVER and its blocking status read.
+__global__ static void
+k_orth_group(float *const *ps, size_t n, size_t r, uint64_t how, float eps)
+{
+    __shared__ struct cuda_red s;
+    d_orth(ps[blockIdx.x], n, r, how, eps, &s);
+}
+
+// One matrix, its address a kernel argument: no pointer list to upload.
+__global__ static void
+k_orth_one(float *p, size_t n, size_t r, uint64_t how, float eps)
+{
+    __shared__ struct cuda_red s;
+    d_orth(p, n, r, how, eps, &s);
+}
+
+// The CUDA_ORTH_* value of a method at rank r.
+static uint64_t
+s_orth_how(rumor_lowrank_orth method, size_t r)
+{
+    rumor_lowrank_orth how = lowrank_orth_resolve(method, r);
+    if (how == RUMOR_LOWRANK_ORTH_GS)
+        return CUDA_ORTH_GS;
+    return how == RUMOR_LOWRANK_ORTH_CHOLQR2 ? CUDA_ORTH_POS : CUDA_ORTH_QR;
 }
 
 // P = M' Q over tiles of LOWRANK_RIGHT_ROWS rows, a warp per row, R >=
@@ -484,8 +526,8 @@ __launch_bounds__(LIST_T)
 // + add, stored when either is there, as k_right_ef / k_right_fused.
 template <int R>
 __global__ static void
-__launch_bounds__(LIST_T) k_right_list(const struct lowrank_mat_item *items,
-                                       const struct lowrank_tile *tiles)
+k_right_list(const struct lowrank_mat_item *items,
+             const struct lowrank_tile *tiles)
 {
     const struct lowrank_tile t = tiles[blockIdx.x];
     const struct lowrank_mat_item it = items[t.item];
@@ -542,10 +584,10 @@ __launch_bounds__(LIST_T) k_right_list(const struct lowrank_mat_item *items,
 // per strip, reset for the next launch) adds them in tile order.
 template <int R>
 __global__ static void
-__launch_bounds__(LIST_T) k_left_list(const struct lowrank_mat_item *items,
-                                      const struct lowrank_tile *tiles,
-                                      float *scratch,
-                                      unsigned *counters)
+k_left_list(const struct lowrank_mat_item *items,
+            const struct lowrank_tile *tiles,
+            float *scratch,
+            unsigned *counters)
 {
     __shared__ float part[LOWRANK_LIST_WARPS][LOWRANK_WARP][R];
     __shared__ bool last;
@@ -610,10 +652,10 @@ __launch_bounds__(LIST_T) k_left_list(const struct lowrank_mat_item *items,
 // Y = P Q^T over tiles of elements; with_e: M -= Y; out = beta out + Y
 // (ref.c's lowrank_ref_recon_tile).
 __global__ static void
-__launch_bounds__(LIST_T) k_recon_list(const struct lowrank_mat_item *items,
-                                       const struct lowrank_tile *tiles,
-                                       bool with_e,
-                                       float beta)
+k_recon_list(const struct lowrank_mat_item *items,
+             const struct lowrank_tile *tiles,
+             bool with_e,
+             float beta)
 {
     const struct lowrank_tile t = tiles[blockIdx.x];
     const struct lowrank_mat_item it = items[t.item];
@@ -1064,7 +1106,8 @@ s_orthogonalize_batch(void *ctx,
     struct cuda_ctx *c = (struct cuda_ctx *)ctx;
     rumor_err rc = RUMOR_OK;
     rumor_lowrank_orth how = lowrank_orth_resolve(method, r);
-    if (how != RUMOR_LOWRANK_ORTH_GS) {
+    bool own = r <= LIST_MAX && r <= n; // k_orth_group's range
+    if (how != RUMOR_LOWRANK_ORTH_GS && !own) {
         for (size_t i = 0; rc == RUMOR_OK && i < count; i++)
             rc = s_qr(c, ps[i], n, r, how == RUMOR_LOWRANK_ORTH_CHOLQR2);
         return rc;
@@ -1076,10 +1119,17 @@ s_orthogonalize_batch(void *ctx,
         rc = s_ptrs(c, h, 1, b, d);
         if (rc != RUMOR_OK)
             goto done;
-        k_gram_schmidt<<<(unsigned)b, GS_THREADS>>>((float *const *)d[0],
-                                                    n,
-                                                    r,
-                                                    eps);
+        if (own)
+            k_orth_group<<<(unsigned)b, LIST_T>>>((float *const *)d[0],
+                                                  n,
+                                                  r,
+                                                  s_orth_how(method, r),
+                                                  eps);
+        else
+            k_gram_schmidt<<<(unsigned)b, GS_THREADS>>>((float *const *)d[0],
+                                                        n,
+                                                        r,
+                                                        eps);
         CUDA_TRY(cudaGetLastError(), done);
     }
 done:
@@ -1292,7 +1342,13 @@ s_orthogonalize(void *ctx,
                 rumor_lowrank_orth method,
                 float eps)
 {
-    return s_orthogonalize_batch(ctx, &p, n, r, method, eps, 1);
+    rumor_err rc = RUMOR_OK;
+    if (r > LIST_MAX || r > n)
+        return s_orthogonalize_batch(ctx, &p, n, r, method, eps, 1);
+    k_orth_one<<<1, LIST_T>>>(p, n, r, s_orth_how(method, r), eps);
+    CUDA_TRY(cudaGetLastError(), done);
+done:
+    return rc;
 }
 
 static rumor_err
@@ -1434,14 +1490,10 @@ s_orthogonalize_list(void *ctx,
         size_t r = items[i].r;
         if (r == 0 || r > LIST_MAX || r > items[i].n)
             return RUMOR_EINVAL;
-        rumor_lowrank_orth how = lowrank_orth_resolve(method, r);
-        dst[i] = (struct cuda_orth_item){
-            items[i].p,
-            items[i].n,
-            r,
-            how == RUMOR_LOWRANK_ORTH_GS        ? (uint64_t)CUDA_ORTH_GS
-            : how == RUMOR_LOWRANK_ORTH_CHOLQR2 ? (uint64_t)CUDA_ORTH_POS
-                                                : (uint64_t)CUDA_ORTH_QR};
+        dst[i] = (struct cuda_orth_item){items[i].p,
+                                         items[i].n,
+                                         r,
+                                         s_orth_how(method, r)};
     }
     rc = s_plan_slot(c, 1 + bytes / sizeof(uint64_t), &plan, &fresh);
     if (rc != RUMOR_OK)

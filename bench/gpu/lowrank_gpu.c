@@ -16,8 +16,10 @@
  * Two paths are timed: the compressor as built (ranks up to 16: the work
  * lists, one launch per phase over every matrix, lowrank/cuda.cu) and,
  * for comparison, the same backend with the list slots removed (one
- * batched launch per group of same-shaped matrices, cuSOLVER per matrix
- * above rank 2), the path measured before the lists existed.
+ * batched launch per group of same-shaped matrices), the path measured
+ * before the lists existed, except that its orthogonalization up to rank
+ * 16 is now the lists' kernel (no cuSOLVER) and its factors move in one
+ * copy per phase.
  *
  * usage: lowrank_gpu [STEPS [SHAPES...]]   (from the repository root; the
  * shapes files default to ResNet-18's)
