@@ -1568,6 +1568,7 @@ s_plan_mat(struct cuda_ctx *c,
 {
     size_t words = 2 + count * sizeof *items / sizeof(uint64_t);
     bool fresh = false;
+    *out = NULL;
     for (size_t i = 0; i < count; i++)
         if (items[i].r == 0 || items[i].r > LIST_MAX)
             return RUMOR_EINVAL;
@@ -1595,8 +1596,10 @@ s_project_right_list(void *ctx,
 {
     struct cuda_ctx *c = (struct cuda_ctx *)ctx;
     struct cuda_plan *plan = NULL;
-    rumor_err rc = s_plan_mat(c, LOWRANK_PHASE_RIGHT, items, count, &plan);
-    if (rc != RUMOR_OK || plan->ntiles == 0)
+    rumor_err rc = count > 0
+                       ? s_plan_mat(c, LOWRANK_PHASE_RIGHT, items, count, &plan)
+                       : RUMOR_OK;
+    if (rc != RUMOR_OK || plan == NULL || plan->ntiles == 0)
         return rc;
     const struct lowrank_mat_item *di =
         (const struct lowrank_mat_item *)plan->dev;
@@ -1621,8 +1624,10 @@ s_project_left_list(void *ctx,
 {
     struct cuda_ctx *c = (struct cuda_ctx *)ctx;
     struct cuda_plan *plan = NULL;
-    rumor_err rc = s_plan_mat(c, LOWRANK_PHASE_LEFT, items, count, &plan);
-    if (rc != RUMOR_OK || plan->ntiles == 0)
+    rumor_err rc = count > 0
+                       ? s_plan_mat(c, LOWRANK_PHASE_LEFT, items, count, &plan)
+                       : RUMOR_OK;
+    if (rc != RUMOR_OK || plan == NULL || plan->ntiles == 0)
         return rc;
     const struct lowrank_mat_item *di =
         (const struct lowrank_mat_item *)plan->dev;
@@ -1652,8 +1657,10 @@ s_reconstruct_list(void *ctx,
 {
     struct cuda_ctx *c = (struct cuda_ctx *)ctx;
     struct cuda_plan *plan = NULL;
-    rumor_err rc = s_plan_mat(c, LOWRANK_PHASE_RECON, items, count, &plan);
-    if (rc != RUMOR_OK || plan->ntiles == 0)
+    rumor_err rc = count > 0
+                       ? s_plan_mat(c, LOWRANK_PHASE_RECON, items, count, &plan)
+                       : RUMOR_OK;
+    if (rc != RUMOR_OK || plan == NULL || plan->ntiles == 0)
         return rc;
     k_recon_list<<<(unsigned)plan->ntiles, LIST_T>>>(
         (const struct lowrank_mat_item *)plan->dev,

@@ -571,6 +571,131 @@ test_psgd_twin_backend__list_path__matches_cpu_over_steps(void **s)
     }
 }
 
+/* Calls of each backend operation in a step: the list slots wrapped,
+ * every single-matrix one counted as "other". */
+static struct {
+    size_t orth, right, left, recon, other;
+} s_calls;
+static struct lowrank_backend_i s_inner; /* the wrapped twin backend */
+
+static rumor_err
+s_count_orth(void *ctx,
+             const struct lowrank_orth_item *items,
+             size_t count,
+             rumor_lowrank_orth method,
+             float eps)
+{
+    s_calls.orth++;
+    return s_inner.orthogonalize_list(ctx, items, count, method, eps);
+}
+
+static rumor_err
+s_count_right(void *ctx, const struct lowrank_mat_item *items, size_t count)
+{
+    s_calls.right++;
+    return s_inner.project_right_list(ctx, items, count);
+}
+
+static rumor_err
+s_count_left(void *ctx, const struct lowrank_mat_item *items, size_t count)
+{
+    s_calls.left++;
+    return s_inner.project_left_list(ctx, items, count);
+}
+
+static rumor_err
+s_count_recon(void *ctx,
+              const struct lowrank_mat_item *items,
+              size_t count,
+              bool with_e,
+              float beta)
+{
+    s_calls.recon++;
+    return s_inner.reconstruct_list(ctx, items, count, with_e, beta);
+}
+
+static rumor_err
+s_count_other_right(void *ctx,
+                    float *mat,
+                    const float *add,
+                    size_t n,
+                    size_t m,
+                    const float *q,
+                    size_t r,
+                    float *p)
+{
+    s_calls.other++;
+    return s_inner.project_right(ctx, mat, add, n, m, q, r, p);
+}
+
+static rumor_err
+s_count_other_orth(void *ctx,
+                   float *p,
+                   size_t n,
+                   size_t r,
+                   rumor_lowrank_orth method,
+                   float eps)
+{
+    s_calls.other++;
+    return s_inner.orthogonalize(ctx, p, n, r, method, eps);
+}
+
+/* A hook-variant step over a model of many shapes is one list call per
+ * phase (Q and P orthogonalized, P = M Q with the deferred update, Q =
+ * M^T P, the reconstruction), never a call per matrix or shape group;
+ * above rank 16 the compressor leaves the lists. */
+static void
+test_psgd_list_path__one_call_per_phase(void **s)
+{
+    (void)s;
+    size_t offs[NMODEL + 1];
+    size_t total = s_model_floats(offs);
+    const size_t ranks[] = {2, 16, 17};
+    for (size_t k = 0; k < 3; k++) {
+        struct rumor_lowrank_psgd_opts o;
+        rumor_lowrank_psgd_opts_default(&o);
+        o.rank = ranks[k];
+        o.min_rate = 0;
+        struct lowrank_backend_i be;
+        void *ctx = NULL;
+        assert_int_equal(lowrank_twin_init(&be, &ctx), RUMOR_OK);
+        s_inner = be;
+        be.orthogonalize_list = s_count_orth;
+        be.project_right_list = s_count_right;
+        be.project_left_list = s_count_left;
+        be.reconstruct_list = s_count_recon;
+        be.project_right = s_count_other_right;
+        be.orthogonalize = s_count_other_orth;
+        rumor_lowrank_psgd *c = NULL;
+        assert_int_equal(lowrank_psgd_new_on(&c, s_model, NMODEL, &o, &be, ctx),
+                         0);
+        float *g = s_randn(total, 31);
+        float *ptrs[NMODEL];
+        for (size_t i = 0; i < NMODEL; i++)
+            ptrs[i] = g + offs[i];
+        for (int st = 0; st < 2; st++) { /* the second with a deferred update */
+            memset(&s_calls, 0, sizeof s_calls);
+            struct rumor_lowrank_xchg x;
+            bool done = false;
+            assert_int_equal(rumor_lowrank_psgd_begin(c, ptrs, &x), 0);
+            while (!done)
+                assert_int_equal(rumor_lowrank_psgd_next(c, &x, &done), 0);
+            assert_int_equal(rumor_lowrank_psgd_end(c, ptrs), 0);
+            bool lists = ranks[k] <= LOWRANK_LIST_MAX_RANK;
+            assert_int_equal(s_calls.orth, lists ? 2 : 0);
+            assert_int_equal(s_calls.right, lists ? 1 : 0);
+            assert_int_equal(s_calls.left, lists ? 1 : 0);
+            assert_int_equal(s_calls.recon, lists ? 1 : 0);
+            if (lists)
+                assert_int_equal(s_calls.other, 0);
+            else
+                assert_true(s_calls.other > 0);
+        }
+        free(g);
+        rumor_lowrank_psgd_destroy(&c);
+    }
+}
+
 /* --- cuda kernels against their twins ------------------------------------- */
 
 static void
@@ -722,6 +847,7 @@ main(void)
             test_product_twins__mixed_shapes_every_rank__match_cpu),
         cmocka_unit_test(
             test_psgd_twin_backend__list_path__matches_cpu_over_steps),
+        cmocka_unit_test(test_psgd_list_path__one_call_per_phase),
         cmocka_unit_test(test_cuda_list_kernels__against_twins),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
