@@ -4,8 +4,9 @@
  * (OpenBLAS / LAPACK and its own kernels) on one list of mixed shapes
  * (1-row matrices, n < requested rank, partial warps, strips of several
  * tiles) at ranks 1, 2, 4, 8 and 16; the compressor on the twin backend
- * (its list path) against the cpu compressor; and on a GPU the cuda
- * list kernels against the twins (skipped with the runtime's reason
+ * (its list path) against the cpu compressor; that a step is one list
+ * call per phase whatever the shapes (none above rank 16); and on a GPU
+ * the cuda list kernels against the twins (skipped with the runtime's reason
  * without one).
  * Tolerances: products within 1e-5 relative (float sums in another order),
  * orthogonal factors within 1e-5 per element (entries are at most 1 in
