@@ -740,8 +740,9 @@ s_down(const struct lowrank_backend_i *cu,
     cu->release(ctx, d);
 }
 
-/* Every list kernel on the same input as its twin, twice (the second call
- * finds the kept plan), at every rank. */
+/* Every list kernel on the same input as its twin, three times (later
+ * calls find the kept plan; the orthogonalization AUTO, then CHOLQR2,
+ * then GS at every rank), at every rank. */
 static void
 test_cuda_list_kernels__against_twins(void **s)
 {
@@ -770,7 +771,10 @@ test_cuda_list_kernels__against_twins(void **s)
                 .r = h->r,
             };
         }
-        for (int rep = 0; rep < 2; rep++) {
+        const rumor_lowrank_orth hows[] = {RUMOR_LOWRANK_ORTH_AUTO,
+                                           RUMOR_LOWRANK_ORTH_CHOLQR2,
+                                           RUMOR_LOWRANK_ORTH_GS};
+        for (int rep = 0; rep < 3; rep++) {
             assert_int_equal(cu.project_right_list(cctx, dev.items, NSHAPES),
                              0);
             assert_int_equal(twin.project_right_list(tctx, want.items, NSHAPES),
@@ -778,14 +782,17 @@ test_cuda_list_kernels__against_twins(void **s)
             assert_int_equal(cu.project_left_list(cctx, dev.items, NSHAPES), 0);
             assert_int_equal(twin.project_left_list(tctx, want.items, NSHAPES),
                              0);
-            assert_int_equal(
-                cu.reconstruct_list(cctx, dev.items, NSHAPES, true, (float)rep),
-                0);
+            assert_int_equal(cu.reconstruct_list(cctx,
+                                                 dev.items,
+                                                 NSHAPES,
+                                                 true,
+                                                 rep > 0 ? 1.0f : 0.0f),
+                             0);
             assert_int_equal(twin.reconstruct_list(tctx,
                                                    want.items,
                                                    NSHAPES,
                                                    true,
-                                                   (float)rep),
+                                                   rep > 0 ? 1.0f : 0.0f),
                              0);
             struct lowrank_orth_item od[NSHAPES], oh[NSHAPES];
             for (size_t i = 0; i < NSHAPES; i++) {
@@ -796,8 +803,7 @@ test_cuda_list_kernels__against_twins(void **s)
                                                    want.items[i].n,
                                                    want.items[i].r};
             }
-            rumor_lowrank_orth how =
-                rep == 0 ? RUMOR_LOWRANK_ORTH_AUTO : RUMOR_LOWRANK_ORTH_CHOLQR2;
+            rumor_lowrank_orth how = hows[rep];
             assert_int_equal(cu.orthogonalize_list(cctx, od, NSHAPES, how, 0),
                              0);
             assert_int_equal(twin.orthogonalize_list(tctx, oh, NSHAPES, how, 0),
@@ -821,10 +827,14 @@ test_cuda_list_kernels__against_twins(void **s)
             size_t nm = w->n * w->m;
             for (size_t k = 0; k < nm; k++)
                 differ += g->mat[k] != w->mat[k] || g->out[k] != w->out[k];
-            all += 2 * nm;
+            for (size_t k = 0; k < w->n * w->r; k++)
+                differ += g->p[k] != w->p[k];
+            for (size_t k = 0; k < w->m * w->r; k++)
+                differ += g->q[k] != w->q[k];
+            all += 2 * nm + (w->n + w->m) * w->r;
         }
-        printf("[ INFO     ] rank %zu: %zu of %zu elements of M and out differ "
-               "from the twins' bits\n",
+        printf("[ INFO     ] rank %zu: %zu of %zu elements of M, out, P and Q "
+               "differ from the twins' bits\n",
                s_ranks[ri],
                differ,
                all);
