@@ -569,13 +569,9 @@ lowrank_psgd_new_on(rumor_lowrank_psgd **out,
         self->be.orthogonalize_batch = NULL;
         self->be.reconstruct_batch = NULL;
         self->be.project_right_ef_batch = NULL;
-        self->be.orthogonalize_list = NULL;
-        self->be.project_right_list = NULL;
-        self->be.project_left_list = NULL;
-        self->be.reconstruct_list = NULL;
     }
-    if (opts->rank >
-        LOWRANK_LIST_MAX_RANK) { /* the lists' kernels stop there */
+    /* The lists' kernels stop at LOWRANK_LIST_MAX_RANK. */
+    if (!opts->batch || opts->rank > LOWRANK_LIST_MAX_RANK) {
         self->be.orthogonalize_list = NULL;
         self->be.project_right_list = NULL;
         self->be.project_left_list = NULL;
@@ -712,7 +708,7 @@ rumor_lowrank_psgd_q_floats(const rumor_lowrank_psgd *self)
     return self->q_floats;
 }
 
-/* --- PowerSGD: the operations, a shape group at a time -------------------- */
+/* --- PowerSGD: the operations, one list or a shape group at a time ------- */
 
 /* Copies the backend's factors (P when want_p, else Q) to the host
  * buffer: they are packed in the same order (s_psgd_factors_alloc). */
