@@ -775,6 +775,29 @@ def section_gpu(data):
                 r["x_floor"], "%.6f" % hook if hook else "-",
                 "%.2fx" % (hook / r["seconds"]) if hook else "-",
                 r["cpu_distance"]))
+    grouped = [r for m in g["lowrank"] for r in m["ranks"]
+               if r.get("grouped_seconds")]
+    if grouped:
+        out += ["", "The same steps with the list slots removed (one batched "
+                "launch per group of same-shaped matrices), in the same "
+                "run: %s." % ", ".join(
+                    "%s rank %d %.6f s" % (m["model"], r["rank"],
+                                           r["grouped_seconds"])
+                    for m in g["lowrank"] for r in m["ranks"]
+                    if r.get("grouped_seconds"))]
+    else:
+        out += ["", "This run predates the work-list kernels (lowrank/cuda.cu "
+                "`k_orth_list`, `k_right_list`, `k_left_list`, "
+                "`k_recon_list`: every matrix of a step in one launch per "
+                "phase, ranks up to 16), which the PowerSGD compressor now "
+                "uses on the cuda backend, and the same orthogonalization "
+                "kernel in place of cuSOLVER for every cuda "
+                "orthogonalization up to rank 16 (PowerGossip's included): "
+                "**they have never run on a GPU**. Their CPU twins (lowrank/ref.c) "
+                "are tested against the cpu backend "
+                "(tests/unit/test_lowrank_list.c); the kernels against the "
+                "twins, and these steps on the new path next to the old one, "
+                "are the next device check's (bench/gpu/run.sh)."]
     rank2 = [(m["model"], r) for m in g["lowrank"] for r in m["ranks"]
              if r["rank"] == 2]
     floor_ok = [name for name, r in rank2 if r["x_floor"] <= 1.5]

@@ -15,6 +15,98 @@ extern "C" {
 
 #include "rumor/lowrank.h"
 
+#include <stdbool.h>
+#include <stdint.h>
+
+/* --- work lists ----------------------------------------------------------
+ * The cuda backend's list kernels and their plain-C twins (ref.c) share
+ * the definitions below: a twin performs its kernel's per-thread
+ * arithmetic as a loop (explicit fmaf / fma, the same partition of rows
+ * among threads, the same reduction tree), so a GPU test can compare the
+ * two closely and CPU tests check the twins against the cpu backend. */
+
+/* Largest rank of a matrix in a work list. */
+#define LOWRANK_LIST_MAX_RANK 16
+/* Threads of a list kernel's block, in warps of LOWRANK_WARP. */
+#define LOWRANK_LIST_THREADS 256
+#define LOWRANK_WARP         32
+#define LOWRANK_LIST_WARPS   (LOWRANK_LIST_THREADS / LOWRANK_WARP)
+/* Rows of M a right-product tile covers: one warp per row. */
+#define LOWRANK_RIGHT_ROWS LOWRANK_LIST_WARPS
+/* Rows of a left-product tile: its columns are one warp wide (a row's
+ * 128 bytes per load), its rows split among the warps; a column strip of
+ * a taller matrix is cut into several tiles whose partial sums the last
+ * one to finish adds in tile order (deterministic, one launch). */
+#define LOWRANK_LEFT_ROWS 256
+/* Elements of M a reconstruction tile covers. */
+#define LOWRANK_RECON_ELEMS (LOWRANK_LIST_THREADS * 16)
+
+/* One factor to orthogonalize (device p, row-major n x r). */
+struct lowrank_orth_item {
+    float *p;
+    size_t n;
+    size_t r;
+};
+
+/* One matrix of a product phase (device pointers; see the slots). */
+struct lowrank_mat_item {
+    float *mat;       /* n x m: M, or the error memory e */
+    const float *add; /* n x m or NULL: mat += add in the same pass */
+    const float *pd;  /* n x r or NULL: the deferred error update's P */
+    const float *qd;  /* m x r or NULL: its Q */
+    float *p;         /* n x r */
+    float *q;         /* m x r */
+    float *out;       /* n x m or NULL: the reconstruction's output */
+    size_t n, m, r;
+};
+
+enum lowrank_phase {
+    LOWRANK_PHASE_RIGHT, /* p = M q */
+    LOWRANK_PHASE_LEFT,  /* q = M^T p */
+    LOWRANK_PHASE_RECON  /* e -= p q^T, out = p q^T */
+};
+
+/* A block's share of one matrix: rows [lo, hi) (right, left) or elements
+ * [lo, hi) (reconstruction). A left tile covers the columns [col, col +
+ * LOWRANK_WARP) and is part `part` of `parts` of its column strip `strip`,
+ * whose partial sums (parts x LOWRANK_WARP x r floats) start at float
+ * `partial` of the plan's scratch. */
+struct lowrank_tile {
+    uint32_t item;
+    uint32_t strip;
+    uint32_t part;
+    uint32_t parts;
+    uint64_t lo, hi;
+    uint64_t col;
+    uint64_t partial;
+};
+
+/* The tiles of a phase over items, in item order (a strip's parts
+ * consecutive): writes them to tiles when not NULL, returns how many;
+ * *strips and *scratch (floats) are what the left product's reduction
+ * needs (0 for the other phases). */
+size_t lowrank_tiles_plan(enum lowrank_phase phase,
+                          const struct lowrank_mat_item *items,
+                          size_t count,
+                          struct lowrank_tile *tiles,
+                          size_t *strips,
+                          size_t *scratch);
+
+/* The twins (host memory): one kernel block's work each. */
+void lowrank_ref_orth_block(const struct lowrank_orth_item *item,
+                            rumor_lowrank_orth method,
+                            float eps);
+void lowrank_ref_right_tile(const struct lowrank_mat_item *item,
+                            const struct lowrank_tile *tile);
+/* scratch: the plan's; the tile that completes a strip writes q. */
+void lowrank_ref_left_tile(const struct lowrank_mat_item *item,
+                           const struct lowrank_tile *tile,
+                           float *scratch);
+void lowrank_ref_recon_tile(const struct lowrank_mat_item *item,
+                            const struct lowrank_tile *tile,
+                            bool with_e,
+                            float beta);
+
 struct lowrank_backend_i {
     const char *name;
     /* Allocates bytes of zeroed device memory into *out. */
@@ -150,11 +242,43 @@ struct lowrank_backend_i {
      * caller reads a small matrix's output, the rest of the model has
      * pushed it out of the cache). NULL: not needed. */
     void (*step_floats)(void *ctx, size_t floats);
+    /* (optional) The work-list slots: every matrix of a step, of any
+     * shapes and ranks up to LOWRANK_LIST_MAX_RANK, in one launch per
+     * phase, with no host synchronization once a list has been seen (the
+     * cuda backend keeps each list's device copy and tile plan). items is
+     * a host array; its pointers are device pointers. The caller uses
+     * them when set and its rank is at most LOWRANK_LIST_MAX_RANK. */
+    /* Orthogonalizes every item's p (n x r, r <= n) as orthogonalize. */
+    rumor_err (*orthogonalize_list)(void *ctx,
+                                    const struct lowrank_orth_item *items,
+                                    size_t count,
+                                    rumor_lowrank_orth method,
+                                    float eps);
+    /* p = M' q per item, M' = (mat - pd qd^T) + add stored in mat (pd,
+     * qd and add may each be NULL: project_right_ef / project_right). */
+    rumor_err (*project_right_list)(void *ctx,
+                                    const struct lowrank_mat_item *items,
+                                    size_t count);
+    /* q = M'^T p per item, M' = mat + add stored in mat (add may be NULL;
+     * pd, qd unused). */
+    rumor_err (*project_left_list)(void *ctx,
+                                   const struct lowrank_mat_item *items,
+                                   size_t count);
+    /* Y = p q^T per item; with_e: mat -= Y; out != NULL: out = beta out + Y
+     * (beta 0 never reads out), as reconstruct with alpha 1. */
+    rumor_err (*reconstruct_list)(void *ctx,
+                                  const struct lowrank_mat_item *items,
+                                  size_t count,
+                                  bool with_e,
+                                  float beta);
 };
 
 /* Each fills *iface and *ctx; the context is freed with iface->free. */
 rumor_err lowrank_cpu_init(struct lowrank_backend_i *iface, void **ctx);
 rumor_err lowrank_ref_init(struct lowrank_backend_i *iface, void **ctx);
+/* The ref backend with the list slots served by the twins: the list path
+ * of the compressor on the CPU. */
+rumor_err lowrank_twin_init(struct lowrank_backend_i *iface, void **ctx);
 /* RUMOR_ENOTSUP in CPU-only builds or without a usable GPU. */
 rumor_err lowrank_cuda_init(struct lowrank_backend_i *iface, void **ctx);
 

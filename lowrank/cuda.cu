@@ -1,4 +1,5 @@
-// The cuda backend: cuBLAS for the products, cuSOLVER geqrf/orgqr for QR,
+// The cuda backend: cuBLAS for the products, cuSOLVER geqrf/orgqr for QR
+// above rank 16,
 // own kernels for the rest. Every operation exists batched over matrices
 // of one shape (the compressor groups them, as the hook's
 // batch_tensors_with_same_shape does): one launch per group, matrices
@@ -21,10 +22,24 @@
 //   bits.
 // - Gram-Schmidt (rank <= 2 by default): one block per matrix, block
 //   reductions in double, the hook's column order; a zero column stays
-//   zero. QR: P transposed to column-major with cublasSgeam, cuSOLVER
-//   geqrf + orgqr, transposed back. CholeskyQR2 is served by this QR with
-//   the columns flipped to R's positive diagonal: the Q CholeskyQR2 gives
-//   on the cpu backend, so mixed cpu/cuda nodes agree on the factor.
+//   zero. Up to rank 16 every method is the work lists' orthogonalization
+//   kernel (below), also for one matrix or one shape group (k_orth_one,
+//   k_orth_group). Above: P transposed to column-major with cublasSgeam,
+//   cuSOLVER geqrf + orgqr, transposed back. CholeskyQR2 is served by QR
+//   with the columns flipped to R's positive diagonal: the Q CholeskyQR2
+//   gives on the cpu backend, so mixed cpu/cuda nodes agree on the factor.
+// - Work lists (the *_list slots, ranks <= 16, what the compressor uses
+//   when they apply): every matrix of a step, of any shapes, in one
+//   launch per phase, and no cuSOLVER call and no host synchronization
+//   once a list's device copy and tile plan are kept (struct cuda_plan):
+//   k_orth_list (one block per matrix: Gram-Schmidt, or Householder
+//   geqr2 + org2r with LAPACK's signs, flipped to R's positive diagonal
+//   for CHOLQR2), k_right_list (a warp per row, the error-feedback add
+//   and the deferred error update fused), k_left_list (warp-wide column
+//   strips, row chunks reduced by the last block in a fixed order) and
+//   k_recon_list (memory update and output in one pass). Each has a twin
+//   in ref.c with the same per-thread arithmetic; they have never run on
+//   a GPU (tests/unit/test_lowrank_list.c compares them with the twins).
 // Everything runs on the legacy default stream, so the synchronous
 // cudaMemcpy of pointer arrays is ordered after the kernels that used the
 // previous arrays.
@@ -51,6 +66,9 @@
 #define GS_THREADS      512
 #define CUDA_PTR_ARRAYS 6   // pointer arrays of one batched call, at most
 #define CUDA_PTR_CACHE  256 // pointer lists kept on the device
+#define CUDA_PLAN_CACHE 32  // work lists kept on the device
+
+struct cuda_plan;
 
 // A batched call needs its matrices' addresses in device memory. PowerSGD
 // passes the same lists every step, so they are uploaded once and found
@@ -75,6 +93,9 @@ struct cuda_ctx {
     size_t key_cap; // pointers at key
     uint64_t calls;
     struct cuda_ptrs ptrs[CUDA_PTR_CACHE];
+    uint64_t *plan_key;      // host, the work list being looked up
+    size_t plan_cap;         // words at plan_key
+    struct cuda_plan *plans; // CUDA_PLAN_CACHE work lists kept on the device
 };
 
 // --- kernels -----------------------------------------------------------
@@ -250,6 +271,413 @@ k_gram_schmidt(float *const *ps, size_t n, size_t r, float eps)
             for (size_t i = threadIdx.x; i < n; i += blockDim.x)
                 p[i * r + d] -= f * p[i * r + c];
             __syncthreads();
+        }
+    }
+}
+
+// --- work-list kernels (the *_list slots) --------------------------------
+// Each has a plain-C twin in ref.c doing the same per-thread arithmetic
+// (explicit fma, the same rows per thread, the same reduction tree); a
+// change here is a change there. One block per orthogonalized matrix, one
+// block per tile of the products (lowrank_tiles_plan); any shapes and
+// ranks up to LOWRANK_LIST_MAX_RANK in one launch.
+
+#define LIST_T   LOWRANK_LIST_THREADS
+#define LIST_MAX LOWRANK_LIST_MAX_RANK
+
+// The reduction ref.c's s_block_sums emulates: each thread's nv sums (nv
+// <= LIST_MAX, uniform over the block), a shuffle-down tree in each warp,
+// the warps' results added in warp order; out (shared) has the totals.
+__device__ static void
+d_block_sums(double *v, int nv, double *shared, double *out)
+{
+    unsigned lane = threadIdx.x % LOWRANK_WARP, w = threadIdx.x / LOWRANK_WARP;
+#pragma unroll
+    for (int k = 0; k < LIST_MAX; k++)
+        if (k < nv)
+            for (int off = LOWRANK_WARP / 2; off > 0; off >>= 1)
+                v[k] += __shfl_down_sync(0xffffffffu, v[k], off);
+    if (lane == 0) {
+#pragma unroll
+        for (int k = 0; k < LIST_MAX; k++)
+            if (k < nv)
+                shared[w * LIST_MAX + k] = v[k];
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < nv) {
+        double s = shared[threadIdx.x];
+        for (int ww = 1; ww < LOWRANK_LIST_WARPS; ww++)
+            s += shared[ww * LIST_MAX + threadIdx.x];
+        out[threadIdx.x] = s;
+    }
+    __syncthreads();
+}
+
+// This thread's sums over its rows i > skip (all rows: SIZE_MAX) of
+// column c times the columns c0 .. c0 + nv - 1 (ref.c's s_thread_dots).
+__device__ static void
+d_thread_dots(const float *p,
+              size_t n,
+              size_t r,
+              size_t skip,
+              size_t c,
+              size_t c0,
+              int nv,
+              double *acc)
+{
+#pragma unroll
+    for (int k = 0; k < LIST_MAX; k++)
+        acc[k] = 0;
+    for (size_t i = threadIdx.x; i < n; i += LIST_T) {
+        if (skip != SIZE_MAX && i <= skip)
+            continue;
+        double x = p[i * r + c];
+#pragma unroll
+        for (int k = 0; k < LIST_MAX; k++)
+            if (k < nv)
+                acc[k] = __fma_rn(x, (double)p[i * r + c0 + k], acc[k]);
+    }
+}
+
+struct cuda_red {
+    double shared[LOWRANK_LIST_WARPS * LIST_MAX];
+    double sums[LIST_MAX];
+    double tau[LIST_MAX], w[LIST_MAX];
+    double beta, scale;
+    bool flip[LIST_MAX];
+};
+
+// Gram-Schmidt in the ref's column order (ref.c's s_twin_gram_schmidt).
+__device__ static void
+d_gram_schmidt(float *p, size_t n, size_t r, float eps, struct cuda_red *s)
+{
+    double acc[LIST_MAX];
+    for (size_t c = 0; c < r; c++) {
+        d_thread_dots(p, n, r, SIZE_MAX, c, c, 1, acc);
+        d_block_sums(acc, 1, s->shared, s->sums);
+        float div = __fadd_rn((float)__dsqrt_rn(s->sums[0]), eps);
+        if (div > 0) // a zero column stays zero
+            for (size_t i = threadIdx.x; i < n; i += LIST_T)
+                p[i * r + c] = __fdiv_rn(p[i * r + c], div);
+        __syncthreads();
+        int nv = (int)(r - c - 1);
+        if (nv == 0)
+            continue;
+        d_thread_dots(p, n, r, SIZE_MAX, c, c + 1, nv, acc);
+        d_block_sums(acc, nv, s->shared, s->sums);
+        for (size_t i = threadIdx.x; i < n; i += LIST_T)
+            for (int k = 0; k < nv; k++)
+                p[i * r + c + 1 + k] = __fmaf_rn(-(float)s->sums[k],
+                                                 p[i * r + c],
+                                                 p[i * r + c + 1 + k]);
+        __syncthreads();
+    }
+}
+
+// Thread 0: reflector k's scalars (ref.c's s_reflector).
+__device__ static void
+d_reflector(const float *a, size_t r, size_t k, struct cuda_red *s)
+{
+    double alpha = a[k * r + k];
+    if (s->sums[0] == 0) {
+        s->tau[k] = 0;
+        s->beta = alpha;
+        return;
+    }
+    s->beta = -copysign(__dsqrt_rn(__fma_rn(alpha, alpha, s->sums[0])), alpha);
+    s->tau[k] = __ddiv_rn(s->beta - alpha, s->beta);
+    s->scale = __ddiv_rn(1.0, alpha - s->beta);
+    for (size_t c = k + 1; c < r; c++)
+        s->w[c] =
+            __dmul_rn(s->tau[k],
+                      __fma_rn(s->scale, s->sums[c - k], (double)a[k * r + c]));
+}
+
+// Householder QR in place, geqr2 then org2r (ref.c's s_twin_householder).
+__device__ static void
+d_householder(float *a, size_t n, size_t r, bool positive, struct cuda_red *s)
+{
+    double acc[LIST_MAX];
+    for (size_t k = 0; k < r; k++) {
+        d_thread_dots(a, n, r, k, k, k, (int)(r - k), acc);
+        d_block_sums(acc, (int)(r - k), s->shared, s->sums);
+        if (threadIdx.x == 0) {
+            d_reflector(a, r, k, s);
+            s->flip[k] = positive && s->beta < 0;
+        }
+        __syncthreads();
+        if (s->tau[k] != 0)
+            for (size_t i = threadIdx.x; i < n; i += LIST_T) {
+                if (i < k)
+                    continue;
+                if (i == k) {
+                    for (size_t c = k + 1; c < r; c++)
+                        a[k * r + c] = (float)((double)a[k * r + c] - s->w[c]);
+                    a[k * r + k] = (float)s->beta;
+                    continue;
+                }
+                double v = __dmul_rn((double)a[i * r + k], s->scale);
+                for (size_t c = k + 1; c < r; c++)
+                    a[i * r + c] =
+                        (float)__fma_rn(-s->w[c], v, (double)a[i * r + c]);
+                a[i * r + k] = (float)v;
+            }
+        __syncthreads();
+    }
+    for (size_t k = r; k-- > 0;) {
+        int nv = (int)(r - 1 - k);
+        if (nv > 0) {
+            d_thread_dots(a, n, r, k, k, k + 1, nv, acc);
+            d_block_sums(acc, nv, s->shared, s->sums);
+            if (threadIdx.x == 0)
+                for (size_t c = k + 1; c < r; c++) // v_k = 1
+                    s->w[c] =
+                        __dmul_rn(s->tau[k],
+                                  (double)a[k * r + c] + s->sums[c - k - 1]);
+            __syncthreads();
+        }
+        for (size_t i = threadIdx.x; i < n; i += LIST_T) {
+            if (i < k) {
+                a[i * r + k] = 0;
+            } else if (i == k) {
+                for (size_t c = k + 1; c < r; c++)
+                    a[k * r + c] = (float)((double)a[k * r + c] - s->w[c]);
+                a[k * r + k] = (float)(1.0 - s->tau[k]);
+            } else {
+                double vi = a[i * r + k];
+                for (size_t c = k + 1; c < r; c++)
+                    a[i * r + c] =
+                        (float)__fma_rn(-s->w[c], vi, (double)a[i * r + c]);
+                a[i * r + k] = (float)__dmul_rn(-s->tau[k], vi);
+            }
+        }
+        __syncthreads();
+    }
+    for (size_t i = threadIdx.x; i < n; i += LIST_T)
+        for (size_t c = 0; c < r; c++)
+            if (s->flip[c])
+                a[i * r + c] = -a[i * r + c];
+}
+
+// The device form of an orthogonalization item: the method resolved for
+// its rank on the host (lowrank_orth_resolve), as a CUDA_ORTH_* value.
+struct cuda_orth_item {
+    float *p;
+    uint64_t n, r, how;
+};
+#define CUDA_ORTH_GS  0
+#define CUDA_ORTH_QR  1
+#define CUDA_ORTH_POS 2 // QR, R's diagonal positive (CholeskyQR2's Q)
+
+// One block's matrix (ref.c's lowrank_ref_orth_block).
+__device__ static void
+d_orth(float *p,
+       size_t n,
+       size_t r,
+       uint64_t how,
+       float eps,
+       struct cuda_red *s)
+{
+    if (how == CUDA_ORTH_GS)
+        d_gram_schmidt(p, n, r, eps, s);
+    else
+        d_householder(p, n, r, how == CUDA_ORTH_POS, s);
+}
+
+// One block per matrix of a work list.
+__global__ static void
+k_orth_list(const struct cuda_orth_item *items, float eps)
+{
+    __shared__ struct cuda_red s;
+    struct cuda_orth_item it = items[blockIdx.x];
+    d_orth(it.p, it.n, it.r, it.how, eps, &s);
+}
+
+// One block per matrix of a group of one shape (orthogonalize_batch and
+// the single-matrix slot, which PowerGossip calls): the same code, so no
+// rank up to 16 goes through cuSOLVER and its blocking status read.
+__global__ static void
+k_orth_group(float *const *ps, size_t n, size_t r, uint64_t how, float eps)
+{
+    __shared__ struct cuda_red s;
+    d_orth(ps[blockIdx.x], n, r, how, eps, &s);
+}
+
+// One matrix, its address a kernel argument: no pointer list to upload.
+__global__ static void
+k_orth_one(float *p, size_t n, size_t r, uint64_t how, float eps)
+{
+    __shared__ struct cuda_red s;
+    d_orth(p, n, r, how, eps, &s);
+}
+
+// The CUDA_ORTH_* value of a method at rank r.
+static uint64_t
+s_orth_how(rumor_lowrank_orth method, size_t r)
+{
+    rumor_lowrank_orth how = lowrank_orth_resolve(method, r);
+    if (how == RUMOR_LOWRANK_ORTH_GS)
+        return CUDA_ORTH_GS;
+    return how == RUMOR_LOWRANK_ORTH_CHOLQR2 ? CUDA_ORTH_POS : CUDA_ORTH_QR;
+}
+
+// P = M' Q over tiles of LOWRANK_RIGHT_ROWS rows, a warp per row, R >=
+// every item's rank (ref.c's lowrank_ref_right_tile): M' = (M - Pd Qd^T)
+// + add, stored when either is there, as k_right_ef / k_right_fused.
+template <int R>
+__global__ static void
+k_right_list(const struct lowrank_mat_item *items,
+             const struct lowrank_tile *tiles)
+{
+    const struct lowrank_tile t = tiles[blockIdx.x];
+    const struct lowrank_mat_item it = items[t.item];
+    size_t row = t.lo + threadIdx.x / LOWRANK_WARP;
+    unsigned lane = threadIdx.x % LOWRANK_WARP;
+    if (row >= t.hi)
+        return;
+    int r = (int)it.r;
+    size_t m = it.m;
+    float *mrow = it.mat + row * m;
+    const float *arow = it.add != NULL ? it.add + row * m : NULL;
+    bool store = it.pd != NULL || arow != NULL;
+    float pk[R], acc[R];
+#pragma unroll
+    for (int k = 0; k < R; k++) {
+        acc[k] = 0;
+        pk[k] = it.pd != NULL && k < r ? it.pd[row * r + k] : 0.0f;
+    }
+    for (size_t j = lane; j < m; j += LOWRANK_WARP) {
+        float x = mrow[j];
+        if (it.pd != NULL) {
+            float y = 0;
+#pragma unroll
+            for (int k = 0; k < R; k++)
+                if (k < r)
+                    y = __fmaf_rn(pk[k], it.qd[j * r + k], y);
+            x = __fsub_rn(x, y);
+        }
+        if (arow != NULL)
+            x = __fadd_rn(x, arow[j]);
+        if (store)
+            mrow[j] = x;
+#pragma unroll
+        for (int k = 0; k < R; k++)
+            if (k < r)
+                acc[k] = __fmaf_rn(x, it.q[j * r + k], acc[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < R; k++)
+        for (int off = LOWRANK_WARP / 2; off > 0; off >>= 1)
+            acc[k] += __shfl_down_sync(0xffffffffu, acc[k], off);
+    if (lane == 0) {
+#pragma unroll
+        for (int k = 0; k < R; k++) // unrolled: acc stays in registers
+            if (k < r)
+                it.p[row * r + k] = acc[k];
+    }
+}
+
+// Q = M'^T P over tiles of a warp-wide column strip and LOWRANK_LEFT_ROWS
+// rows (ref.c's lowrank_ref_left_tile): lane = column, warps split the
+// rows, the warps' sums added in warp order; a strip of several tiles
+// leaves partial sums in scratch and the last tile to finish (a counter
+// per strip, reset for the next launch) adds them in tile order.
+template <int R>
+__global__ static void
+k_left_list(const struct lowrank_mat_item *items,
+            const struct lowrank_tile *tiles,
+            float *scratch,
+            unsigned *counters)
+{
+    __shared__ float part[LOWRANK_LIST_WARPS][LOWRANK_WARP][R];
+    __shared__ bool last;
+    const struct lowrank_tile t = tiles[blockIdx.x];
+    const struct lowrank_mat_item it = items[t.item];
+    unsigned lane = threadIdx.x % LOWRANK_WARP, w = threadIdx.x / LOWRANK_WARP;
+    int r = (int)it.r;
+    size_t m = it.m, j = t.col + lane;
+    float acc[R];
+#pragma unroll
+    for (int k = 0; k < R; k++)
+        acc[k] = 0;
+    if (j < m)
+        for (size_t i = t.lo + w; i < t.hi; i += LOWRANK_LIST_WARPS) {
+            float x = it.mat[i * m + j];
+            if (it.add != NULL) {
+                x = __fadd_rn(x, it.add[i * m + j]);
+                it.mat[i * m + j] = x;
+            }
+#pragma unroll
+            for (int k = 0; k < R; k++)
+                if (k < r)
+                    acc[k] = __fmaf_rn(x, it.p[i * r + k], acc[k]);
+        }
+#pragma unroll
+    for (int k = 0; k < R; k++)
+        part[w][lane][k] = acc[k];
+    __syncthreads();
+    float *all = scratch + t.partial;
+    if (w == 0 && j < m)
+        for (int k = 0; k < r; k++) {
+            float s = part[0][lane][k];
+            for (int ww = 1; ww < LOWRANK_LIST_WARPS; ww++)
+                s = __fadd_rn(s, part[ww][lane][k]);
+            if (t.parts == 1)
+                it.q[j * r + k] = s;
+            else
+                all[((size_t)t.part * LOWRANK_WARP + lane) * r + k] = s;
+        }
+    if (t.parts == 1)
+        return;
+    __threadfence(); // the partial sums before the count
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(&counters[t.strip], 1u) == t.parts - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    if (w == 0 && j < m)
+        for (int k = 0; k < r; k++) {
+            float s = __ldcg(&all[lane * r + k]);
+            for (unsigned q = 1; q < t.parts; q++)
+                s = __fadd_rn(s,
+                              __ldcg(&all[(q * LOWRANK_WARP + lane) * r + k]));
+            it.q[j * r + k] = s;
+        }
+    if (threadIdx.x == 0)
+        counters[t.strip] = 0;
+}
+
+// Y = P Q^T over tiles of elements; with_e: M -= Y; out = beta out + Y
+// (ref.c's lowrank_ref_recon_tile).
+__global__ static void
+k_recon_list(const struct lowrank_mat_item *items,
+             const struct lowrank_tile *tiles,
+             bool with_e,
+             float beta)
+{
+    const struct lowrank_tile t = tiles[blockIdx.x];
+    const struct lowrank_mat_item it = items[t.item];
+    size_t m = it.m, r = it.r;
+    size_t idx = t.lo + threadIdx.x;
+    // Row and column by division once per thread, then stepped: a 64-bit
+    // division per element would cost as much as the element's traffic.
+    size_t i = idx / m, j = idx % m;
+    const size_t di = LIST_T / m, dj = LIST_T % m;
+    for (; idx < t.hi; idx += LIST_T) {
+        float y = 0;
+        for (size_t k = 0; k < r; k++)
+            y = __fmaf_rn(it.p[i * r + k], it.q[j * r + k], y);
+        if (with_e)
+            it.mat[idx] = __fsub_rn(it.mat[idx], y);
+        if (it.out != NULL)
+            it.out[idx] = __fadd_rn(beta != 0 ? it.out[idx] : 0.0f, y);
+        i += di;
+        j += dj;
+        if (j >= m) {
+            j -= m;
+            i++;
         }
     }
 }
@@ -678,7 +1106,8 @@ s_orthogonalize_batch(void *ctx,
     struct cuda_ctx *c = (struct cuda_ctx *)ctx;
     rumor_err rc = RUMOR_OK;
     rumor_lowrank_orth how = lowrank_orth_resolve(method, r);
-    if (how != RUMOR_LOWRANK_ORTH_GS) {
+    bool own = r <= LIST_MAX && r <= n; // k_orth_group's range
+    if (how != RUMOR_LOWRANK_ORTH_GS && !own) {
         for (size_t i = 0; rc == RUMOR_OK && i < count; i++)
             rc = s_qr(c, ps[i], n, r, how == RUMOR_LOWRANK_ORTH_CHOLQR2);
         return rc;
@@ -690,10 +1119,17 @@ s_orthogonalize_batch(void *ctx,
         rc = s_ptrs(c, h, 1, b, d);
         if (rc != RUMOR_OK)
             goto done;
-        k_gram_schmidt<<<(unsigned)b, GS_THREADS>>>((float *const *)d[0],
-                                                    n,
-                                                    r,
-                                                    eps);
+        if (own)
+            k_orth_group<<<(unsigned)b, LIST_T>>>((float *const *)d[0],
+                                                  n,
+                                                  r,
+                                                  s_orth_how(method, r),
+                                                  eps);
+        else
+            k_gram_schmidt<<<(unsigned)b, GS_THREADS>>>((float *const *)d[0],
+                                                        n,
+                                                        r,
+                                                        eps);
         CUDA_TRY(cudaGetLastError(), done);
     }
 done:
@@ -906,7 +1342,13 @@ s_orthogonalize(void *ctx,
                 rumor_lowrank_orth method,
                 float eps)
 {
-    return s_orthogonalize_batch(ctx, &p, n, r, method, eps, 1);
+    rumor_err rc = RUMOR_OK;
+    if (r > LIST_MAX || r > n)
+        return s_orthogonalize_batch(ctx, &p, n, r, method, eps, 1);
+    k_orth_one<<<1, LIST_T>>>(p, n, r, s_orth_how(method, r), eps);
+    CUDA_TRY(cudaGetLastError(), done);
+done:
+    return rc;
 }
 
 static rumor_err
@@ -934,6 +1376,302 @@ s_reconstruct(void *ctx,
                                1);
 }
 
+// --- work-list slots ------------------------------------------------------
+
+// A work list's device form, kept from call to call and found again by
+// its key (the list's bytes and a tag): PowerSGD passes the same lists
+// every step, so after the first step a phase is one launch with no
+// upload and no host synchronization.
+struct cuda_plan {
+    size_t words;  // of the key (0: slot unused)
+    uint64_t hash; // of the key
+    uint64_t used; // the call count when last used
+    uint64_t *key; // host copy of the key
+    char *dev;     // items, then tiles, counters and partial sums
+    size_t ntiles; // tiles (products) or items (orthogonalization)
+    int rmax;      // largest rank in the list
+    size_t tiles_at, counters_at, scratch_at; // byte offsets in dev
+};
+
+#define CUDA_PLAN_TAG_ORTH 0x4f525448u // a key's first word: its kind
+#define CUDA_PLAN_TAG_MAT  0x4d415453u
+
+static uint64_t
+s_hash_words(const uint64_t *w, size_t words)
+{
+    uint64_t h = 1469598103934665603ull; // FNV-1a over the words
+    for (size_t i = 0; i < words; i++)
+        h = (h ^ w[i]) * 1099511628211ull;
+    return h;
+}
+
+static void
+s_plan_clear(struct cuda_plan *p)
+{
+    free(p->key);
+    cudaFree(p->dev);
+    *p = (struct cuda_plan){0};
+}
+
+// The plan stored under c->key[0..words), or a cleared least recently
+// used slot with the key copied in (*fresh: the caller fills it).
+static rumor_err
+s_plan_slot(struct cuda_ctx *c,
+            size_t words,
+            struct cuda_plan **out,
+            bool *fresh)
+{
+    uint64_t hash = s_hash_words(c->plan_key, words);
+    struct cuda_plan *slot = &c->plans[0];
+    c->calls++;
+    for (int i = 0; i < CUDA_PLAN_CACHE; i++) {
+        struct cuda_plan *e = &c->plans[i];
+        if (e->words == words && e->hash == hash &&
+            memcmp(e->key, c->plan_key, words * sizeof *e->key) == 0) {
+            e->used = c->calls;
+            *out = e;
+            *fresh = false;
+            return RUMOR_OK;
+        }
+        if (e->used < slot->used)
+            slot = e;
+    }
+    s_plan_clear(slot); // cudaFree waits for kernels still reading it
+    slot->key = (uint64_t *)malloc(words * sizeof *slot->key);
+    if (slot->key == NULL)
+        return RUMOR_ENOMEM;
+    memcpy(slot->key, c->plan_key, words * sizeof *slot->key);
+    slot->words = words;
+    slot->hash = hash;
+    slot->used = c->calls;
+    *out = slot;
+    *fresh = true;
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_plan_key(struct cuda_ctx *c, size_t words)
+{
+    if (words <= c->plan_cap)
+        return RUMOR_OK;
+    uint64_t *grown = (uint64_t *)realloc(c->plan_key, words * sizeof *grown);
+    if (grown == NULL)
+        return RUMOR_ENOMEM;
+    c->plan_key = grown;
+    c->plan_cap = words;
+    return RUMOR_OK;
+}
+
+static_assert(sizeof(struct cuda_orth_item) == 4 * sizeof(uint64_t),
+              "orth items are keyed as words");
+static_assert(sizeof(struct lowrank_mat_item) % sizeof(uint64_t) == 0,
+              "mat items are keyed as words");
+
+static rumor_err
+s_orthogonalize_list(void *ctx,
+                     const struct lowrank_orth_item *items,
+                     size_t count,
+                     rumor_lowrank_orth method,
+                     float eps)
+{
+    struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+    rumor_err rc = RUMOR_OK;
+    struct cuda_plan *plan = NULL;
+    bool fresh = false;
+    size_t bytes = count * sizeof(struct cuda_orth_item);
+    if (count == 0)
+        return RUMOR_OK;
+    rc = s_plan_key(c, 1 + bytes / sizeof(uint64_t));
+    if (rc != RUMOR_OK)
+        return rc;
+    c->plan_key[0] = CUDA_PLAN_TAG_ORTH;
+    struct cuda_orth_item *dst = (struct cuda_orth_item *)(c->plan_key + 1);
+    for (size_t i = 0; i < count; i++) {
+        size_t r = items[i].r;
+        if (r == 0 || r > LIST_MAX || r > items[i].n)
+            return RUMOR_EINVAL;
+        dst[i] = (struct cuda_orth_item){items[i].p,
+                                         items[i].n,
+                                         r,
+                                         s_orth_how(method, r)};
+    }
+    rc = s_plan_slot(c, 1 + bytes / sizeof(uint64_t), &plan, &fresh);
+    if (rc != RUMOR_OK)
+        return rc;
+    if (fresh) {
+        CUDA_TRY(cudaMalloc((void **)&plan->dev, bytes), fail);
+        CUDA_TRY(cudaMemcpy(plan->dev, dst, bytes, cudaMemcpyHostToDevice),
+                 fail);
+        plan->ntiles = count;
+    }
+    k_orth_list<<<(unsigned)plan->ntiles, LIST_T>>>(
+        (const struct cuda_orth_item *)plan->dev,
+        eps);
+    CUDA_TRY(cudaGetLastError(), done);
+done:
+    return rc;
+fail:
+    s_plan_clear(plan);
+    return rc;
+}
+
+// Fills a fresh product plan: items, the phase's tiles (lowrank_tiles_plan,
+// host code the CPU tests cover), zeroed strip counters and partial sums.
+static rumor_err
+s_plan_fill(struct cuda_plan *plan,
+            enum lowrank_phase phase,
+            const struct lowrank_mat_item *items,
+            size_t count)
+{
+    rumor_err rc = RUMOR_OK;
+    size_t strips = 0, floats = 0;
+    size_t nt = lowrank_tiles_plan(phase, items, count, NULL, &strips, &floats);
+    size_t ibytes = count * sizeof *items;
+    size_t tbytes = nt * sizeof(struct lowrank_tile);
+    size_t cbytes = (strips * sizeof(unsigned) + 255) / 256 * 256;
+    struct lowrank_tile *tiles =
+        (struct lowrank_tile *)malloc((nt > 0 ? nt : 1) * sizeof *tiles);
+    if (tiles == NULL)
+        return RUMOR_ENOMEM;
+    lowrank_tiles_plan(phase, items, count, tiles, &strips, &floats);
+    plan->ntiles = nt;
+    plan->rmax = 1;
+    for (size_t i = 0; i < count; i++)
+        if ((int)items[i].r > plan->rmax)
+            plan->rmax = (int)items[i].r;
+    plan->tiles_at = (ibytes + 255) / 256 * 256;
+    plan->counters_at = plan->tiles_at + (tbytes + 255) / 256 * 256;
+    plan->scratch_at = plan->counters_at + cbytes;
+    size_t all = plan->scratch_at + floats * sizeof(float);
+    CUDA_TRY(cudaMalloc((void **)&plan->dev, all), done);
+    CUDA_TRY(cudaMemset(plan->dev, 0, all), done);
+    CUDA_TRY(cudaMemcpy(plan->dev, items, ibytes, cudaMemcpyHostToDevice),
+             done);
+    if (tbytes > 0)
+        CUDA_TRY(cudaMemcpy(plan->dev + plan->tiles_at,
+                            tiles,
+                            tbytes,
+                            cudaMemcpyHostToDevice),
+                 done);
+done:
+    free(tiles);
+    return rc;
+}
+
+// The plan of a phase over items: found again, or made and kept.
+static rumor_err
+s_plan_mat(struct cuda_ctx *c,
+           enum lowrank_phase phase,
+           const struct lowrank_mat_item *items,
+           size_t count,
+           struct cuda_plan **out)
+{
+    size_t words = 2 + count * sizeof *items / sizeof(uint64_t);
+    bool fresh = false;
+    *out = NULL;
+    for (size_t i = 0; i < count; i++)
+        if (items[i].r == 0 || items[i].r > LIST_MAX)
+            return RUMOR_EINVAL;
+    rumor_err rc = s_plan_key(c, words);
+    if (rc != RUMOR_OK)
+        return rc;
+    c->plan_key[0] = CUDA_PLAN_TAG_MAT;
+    c->plan_key[1] = (uint64_t)phase;
+    memcpy(c->plan_key + 2, items, count * sizeof *items);
+    rc = s_plan_slot(c, words, out, &fresh);
+    if (rc == RUMOR_OK && fresh) {
+        rc = s_plan_fill(*out, phase, items, count);
+        if (rc != RUMOR_OK)
+            s_plan_clear(*out);
+    }
+    return rc;
+}
+
+#define CUDA_RANK_CASES(X) X(1) X(2) X(4) X(8) X(16)
+
+static rumor_err
+s_project_right_list(void *ctx,
+                     const struct lowrank_mat_item *items,
+                     size_t count)
+{
+    struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+    struct cuda_plan *plan = NULL;
+    rumor_err rc = count > 0
+                       ? s_plan_mat(c, LOWRANK_PHASE_RIGHT, items, count, &plan)
+                       : RUMOR_OK;
+    if (rc != RUMOR_OK || plan == NULL || plan->ntiles == 0)
+        return rc;
+    const struct lowrank_mat_item *di =
+        (const struct lowrank_mat_item *)plan->dev;
+    const struct lowrank_tile *dt =
+        (const struct lowrank_tile *)(plan->dev + plan->tiles_at);
+    unsigned grid = (unsigned)plan->ntiles;
+#define CUDA_RIGHT(R) \
+    else if (plan->rmax <= R) k_right_list<R><<<grid, LIST_T>>>(di, dt);
+    if (false) {
+    }
+    CUDA_RANK_CASES(CUDA_RIGHT)
+#undef CUDA_RIGHT
+    CUDA_TRY(cudaGetLastError(), done);
+done:
+    return rc;
+}
+
+static rumor_err
+s_project_left_list(void *ctx,
+                    const struct lowrank_mat_item *items,
+                    size_t count)
+{
+    struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+    struct cuda_plan *plan = NULL;
+    rumor_err rc = count > 0
+                       ? s_plan_mat(c, LOWRANK_PHASE_LEFT, items, count, &plan)
+                       : RUMOR_OK;
+    if (rc != RUMOR_OK || plan == NULL || plan->ntiles == 0)
+        return rc;
+    const struct lowrank_mat_item *di =
+        (const struct lowrank_mat_item *)plan->dev;
+    const struct lowrank_tile *dt =
+        (const struct lowrank_tile *)(plan->dev + plan->tiles_at);
+    unsigned *counters = (unsigned *)(plan->dev + plan->counters_at);
+    float *scratch = (float *)(plan->dev + plan->scratch_at);
+    unsigned grid = (unsigned)plan->ntiles;
+#define CUDA_LEFT(R)          \
+    else if (plan->rmax <= R) \
+        k_left_list<R><<<grid, LIST_T>>>(di, dt, scratch, counters);
+    if (false) {
+    }
+    CUDA_RANK_CASES(CUDA_LEFT)
+#undef CUDA_LEFT
+    CUDA_TRY(cudaGetLastError(), done);
+done:
+    return rc;
+}
+
+static rumor_err
+s_reconstruct_list(void *ctx,
+                   const struct lowrank_mat_item *items,
+                   size_t count,
+                   bool with_e,
+                   float beta)
+{
+    struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+    struct cuda_plan *plan = NULL;
+    rumor_err rc = count > 0
+                       ? s_plan_mat(c, LOWRANK_PHASE_RECON, items, count, &plan)
+                       : RUMOR_OK;
+    if (rc != RUMOR_OK || plan == NULL || plan->ntiles == 0)
+        return rc;
+    k_recon_list<<<(unsigned)plan->ntiles, LIST_T>>>(
+        (const struct lowrank_mat_item *)plan->dev,
+        (const struct lowrank_tile *)(plan->dev + plan->tiles_at),
+        with_e,
+        beta);
+    CUDA_TRY(cudaGetLastError(), done);
+done:
+    return rc;
+}
+
 static void
 s_free(void *ctx)
 {
@@ -951,6 +1689,10 @@ s_free(void *ctx)
         cudaFree(c->ptrs[i].dev);
     }
     free(c->key);
+    for (int i = 0; c->plans != NULL && i < CUDA_PLAN_CACHE; i++)
+        s_plan_clear(&c->plans[i]);
+    free(c->plans);
+    free(c->plan_key);
     free(c);
 }
 
@@ -976,6 +1718,11 @@ lowrank_cuda_init(struct lowrank_backend_i *iface, void **ctx)
         s_project_right_ef_batch,
         s_copy,
         false, // device memory is not host memory
+        NULL,  // step_floats: no cache to steer
+        s_orthogonalize_list,
+        s_project_right_list,
+        s_project_left_list,
+        s_reconstruct_list,
     };
     rumor_err rc = RUMOR_OK;
     struct cuda_ctx *c = NULL;
@@ -988,6 +1735,11 @@ lowrank_cuda_init(struct lowrank_backend_i *iface, void **ctx)
     CUBLAS_TRY(cublasCreate(&c->blas), fail);
     CUSOLVER_TRY(cusolverDnCreate(&c->solver), fail);
     CUDA_TRY(cudaMalloc((void **)&c->info, sizeof(int)), fail);
+    c->plans = (struct cuda_plan *)calloc(CUDA_PLAN_CACHE, sizeof *c->plans);
+    if (c->plans == NULL) {
+        rc = RUMOR_ENOMEM;
+        goto fail;
+    }
     *iface = cuda;
     *ctx = c;
     return RUMOR_OK;

@@ -335,7 +335,11 @@ struct rumor_lowrank_psgd {
     size_t nmats;
     struct psgd_group *groups;
     size_t ngroups;
-    float **ptrs;  /* PSGD_PTR_ARRAYS * nmats host slots for batched calls */
+    float **ptrs; /* PSGD_PTR_ARRAYS * nmats host slots for batched calls */
+    struct lowrank_orth_item *orth_items; /* nmats, for orthogonalize_list */
+    struct lowrank_mat_item *mat_items;   /* nmats, for the product lists */
+    float *p_all, *q_all;   /* device, every P and Q (s_psgd_factors_alloc) */
+    float *pd_all, *qd_all; /* device, their deferred copies (or NULL) */
     float *errors; /* device, every error memory (s_psgd_errors_alloc) */
     float *p_host; /* packed P (host), p_floats */
     float *q_host; /* packed Q (host), q_floats */
@@ -496,6 +500,34 @@ s_psgd_errors_alloc(rumor_lowrank_psgd *self)
     return rc;
 }
 
+/* The factors P and Q of every matrix (and the deferred update's copies),
+ * each kind one allocation in the packed order of the exchange (p_off,
+ * q_off): moving a step's P or Q between the backend and the host, or
+ * keeping the deferred copies, is one call, not one per matrix (on cuda a
+ * synchronous copy each, which dominated steps of models with many small
+ * matrices). */
+static rumor_err
+s_psgd_factors_alloc(rumor_lowrank_psgd *self)
+{
+    size_t pb = (self->p_floats + 1) * sizeof(float);
+    size_t qb = (self->q_floats + 1) * sizeof(float);
+    rumor_err rc = self->be.alloc(self->ctx, pb, &self->p_all);
+    if (rc == RUMOR_OK)
+        rc = self->be.alloc(self->ctx, qb, &self->q_all);
+    if (rc == RUMOR_OK && s_psgd_defers(self))
+        rc = self->be.alloc(self->ctx, pb, &self->pd_all);
+    if (rc == RUMOR_OK && s_psgd_defers(self))
+        rc = self->be.alloc(self->ctx, qb, &self->qd_all);
+    for (size_t i = 0; rc == RUMOR_OK && i < self->nmats; i++) {
+        struct psgd_mat *mt = &self->mats[i];
+        mt->p = self->p_all + mt->p_off;
+        mt->q = self->q_all + mt->q_off;
+        mt->pd = self->pd_all != NULL ? self->pd_all + mt->p_off : NULL;
+        mt->qd = self->qd_all != NULL ? self->qd_all + mt->q_off : NULL;
+    }
+    return rc;
+}
+
 /* Tells the backend how many floats a step writes (the approximation of
  * every compressed matrix), for its choice of streaming stores. */
 static void
@@ -539,14 +571,24 @@ lowrank_psgd_new_on(rumor_lowrank_psgd **out,
         self->be.reconstruct_batch = NULL;
         self->be.project_right_ef_batch = NULL;
     }
+    /* The lists' kernels stop at LOWRANK_LIST_MAX_RANK. */
+    if (!opts->batch || opts->rank > LOWRANK_LIST_MAX_RANK) {
+        self->be.orthogonalize_list = NULL;
+        self->be.project_right_list = NULL;
+        self->be.project_left_list = NULL;
+        self->be.reconstruct_list = NULL;
+    }
     self->count = count;
     size_t slots = count > 0 ? count : 1;
     self->mat_of = malloc(slots * sizeof *self->mat_of);
     self->mats = calloc(slots, sizeof *self->mats);
     self->groups = calloc(slots, sizeof *self->groups);
     self->ptrs = calloc(PSGD_PTR_ARRAYS * slots, sizeof *self->ptrs);
+    self->orth_items = calloc(slots, sizeof *self->orth_items);
+    self->mat_items = calloc(slots, sizeof *self->mat_items);
     if (self->mat_of == NULL || self->mats == NULL || self->groups == NULL ||
-        self->ptrs == NULL) {
+        self->ptrs == NULL || self->orth_items == NULL ||
+        self->mat_items == NULL) {
         rc = RUMOR_ENOMEM;
         goto fail;
     }
@@ -563,18 +605,10 @@ lowrank_psgd_new_on(rumor_lowrank_psgd **out,
         mt->n = n;
         mt->m = m;
         mt->r = lowrank_rank_for(n, m, opts->rank);
-        rc = self->be.alloc(ctx, n * mt->r * sizeof(float), &mt->p);
-        if (rc == RUMOR_OK)
-            rc = self->be.alloc(ctx, m * mt->r * sizeof(float), &mt->q);
-        if (rc == RUMOR_OK && s_psgd_defers(self)) {
-            rc = self->be.alloc(ctx, n * mt->r * sizeof(float), &mt->pd);
-            if (rc == RUMOR_OK)
-                rc = self->be.alloc(ctx, m * mt->r * sizeof(float), &mt->qd);
-        }
-        if (rc != RUMOR_OK)
-            goto fail;
     }
     rc = s_psgd_layout(self);
+    if (rc == RUMOR_OK)
+        rc = s_psgd_factors_alloc(self);
     if (rc == RUMOR_OK && opts->error_feedback)
         rc = s_psgd_errors_alloc(self);
     if (rc != RUMOR_OK)
@@ -621,18 +655,18 @@ rumor_lowrank_psgd_destroy(rumor_lowrank_psgd **self_p)
     if (self_p == NULL || *self_p == NULL)
         return;
     rumor_lowrank_psgd *self = *self_p;
-    for (size_t i = 0; i < self->nmats; i++) {
-        self->be.release(self->ctx, self->mats[i].p);
-        self->be.release(self->ctx, self->mats[i].q);
-        self->be.release(self->ctx, self->mats[i].pd);
-        self->be.release(self->ctx, self->mats[i].qd);
-    }
+    self->be.release(self->ctx, self->p_all);
+    self->be.release(self->ctx, self->q_all);
+    self->be.release(self->ctx, self->pd_all);
+    self->be.release(self->ctx, self->qd_all);
     self->be.release(self->ctx, self->errors);
     self->be.free(self->ctx);
     free(self->mats);
     free(self->mat_of);
     free(self->groups);
     free(self->ptrs);
+    free(self->orth_items);
+    free(self->mat_items);
     free(self->p_host);
     free(self->q_host);
     free(self);
@@ -675,7 +709,7 @@ rumor_lowrank_psgd_q_floats(const rumor_lowrank_psgd *self)
     return self->q_floats;
 }
 
-/* --- PowerSGD: the operations, a shape group at a time -------------------- */
+/* --- PowerSGD: the operations, one list or a shape group at a time ------- */
 
 /* Counts a step's factor copies between host and a device. */
 static void
@@ -696,52 +730,54 @@ rumor_lowrank_psgd_pcie_bytes(const rumor_lowrank_psgd *self,
     *to_host = self->pcie_d2h;
 }
 
-/* Packs the device factors (P when want_p, else Q) into the host buffer. */
+/* Copies the backend's factors (P when want_p, else Q) to the host
+ * buffer: they are packed in the same order (s_psgd_factors_alloc). */
 static rumor_err
 s_psgd_download(rumor_lowrank_psgd *self, bool want_p)
 {
     s_psgd_count(self, want_p, false);
-    for (size_t i = 0; i < self->nmats; i++) {
-        const struct psgd_mat *mt = &self->mats[i];
-        rumor_err rc = want_p
-                           ? self->be.download(self->ctx,
-                                               self->p_host + mt->p_off,
-                                               mt->p,
-                                               mt->n * mt->r * sizeof(float))
-                           : self->be.download(self->ctx,
-                                               self->q_host + mt->q_off,
-                                               mt->q,
-                                               mt->m * mt->r * sizeof(float));
-        if (rc != RUMOR_OK)
-            return rc;
-    }
-    return RUMOR_OK;
+    return want_p ? self->be.download(self->ctx,
+                                      self->p_host,
+                                      self->p_all,
+                                      self->p_floats * sizeof(float))
+                  : self->be.download(self->ctx,
+                                      self->q_host,
+                                      self->q_all,
+                                      self->q_floats * sizeof(float));
 }
 
 static rumor_err
 s_psgd_upload(rumor_lowrank_psgd *self, bool want_p)
 {
     s_psgd_count(self, want_p, true);
-    for (size_t i = 0; i < self->nmats; i++) {
-        const struct psgd_mat *mt = &self->mats[i];
-        rumor_err rc = want_p ? self->be.upload(self->ctx,
-                                                mt->p,
-                                                self->p_host + mt->p_off,
-                                                mt->n * mt->r * sizeof(float))
-                              : self->be.upload(self->ctx,
-                                                mt->q,
-                                                self->q_host + mt->q_off,
-                                                mt->m * mt->r * sizeof(float));
-        if (rc != RUMOR_OK)
-            return rc;
-    }
-    return RUMOR_OK;
+    return want_p ? self->be.upload(self->ctx,
+                                    self->p_all,
+                                    self->p_host,
+                                    self->p_floats * sizeof(float))
+                  : self->be.upload(self->ctx,
+                                    self->q_all,
+                                    self->q_host,
+                                    self->q_floats * sizeof(float));
 }
 
 /* Orthogonalizes P (want_p) or Q of every matrix. */
 static rumor_err
 s_psgd_orth(rumor_lowrank_psgd *self, bool want_p)
 {
+    if (self->be.orthogonalize_list != NULL) {
+        for (size_t i = 0; i < self->nmats; i++) {
+            const struct psgd_mat *mt = &self->mats[i];
+            self->orth_items[i] =
+                (struct lowrank_orth_item){want_p ? mt->p : mt->q,
+                                           want_p ? mt->n : mt->m,
+                                           mt->r};
+        }
+        return self->be.orthogonalize_list(self->ctx,
+                                           self->orth_items,
+                                           self->nmats,
+                                           self->opts.orth,
+                                           self->opts.eps);
+    }
     for (size_t g = 0; g < self->ngroups; g++) {
         const struct psgd_group *gr = &self->groups[g];
         const struct psgd_mat *m0 = &self->mats[gr->first];
@@ -776,6 +812,29 @@ s_psgd_orth(rumor_lowrank_psgd *self, bool want_p)
     return RUMOR_OK;
 }
 
+/* Every matrix as a product list's item: M, grads (fuse), the deferred
+ * factors of the matrices waiting for their error update, P, Q, and the
+ * reconstruction's output (outs[tensor], or the grads when outs is NULL). */
+static void
+s_psgd_mat_items(rumor_lowrank_psgd *self, bool fuse, float *const *outs)
+{
+    for (size_t i = 0; i < self->nmats; i++) {
+        const struct psgd_mat *mt = &self->mats[i];
+        self->mat_items[i] = (struct lowrank_mat_item){
+            .mat = mt->mat,
+            .add = fuse ? mt->grad : NULL,
+            .pd = mt->deferred ? mt->pd : NULL,
+            .qd = mt->deferred ? mt->qd : NULL,
+            .p = mt->p,
+            .q = mt->q,
+            .out = outs != NULL ? outs[mt->tensor] : mt->grad,
+            .n = mt->n,
+            .m = mt->m,
+            .r = mt->r,
+        };
+    }
+}
+
 /* P = M Q (right) or Q = M^T P (left) for every matrix; fuse: M += grads
  * in the same pass (error feedback). The left product visits the matrices
  * from the last to the first (as the cpu kernel visits rows): the right
@@ -785,6 +844,16 @@ s_psgd_orth(rumor_lowrank_psgd *self, bool want_p)
 static rumor_err
 s_psgd_project(rumor_lowrank_psgd *self, bool right, bool fuse)
 {
+    if (right ? self->be.project_right_list != NULL
+              : self->be.project_left_list != NULL) {
+        s_psgd_mat_items(self, fuse, NULL);
+        return right ? self->be.project_right_list(self->ctx,
+                                                   self->mat_items,
+                                                   self->nmats)
+                     : self->be.project_left_list(self->ctx,
+                                                  self->mat_items,
+                                                  self->nmats);
+    }
     for (size_t gi = 0; gi < self->ngroups; gi++) {
         size_t g = right ? gi : self->ngroups - 1 - gi;
         const struct psgd_group *gr = &self->groups[g];
@@ -930,6 +999,15 @@ s_psgd_project_ef(rumor_lowrank_psgd *self, bool fuse)
         any = any || self->mats[i].deferred;
     if (!any)
         return s_psgd_project(self, true, fuse);
+    if (self->be.project_right_list != NULL) {
+        s_psgd_mat_items(self, fuse, NULL);
+        rumor_err rc = self->be.project_right_list(self->ctx,
+                                                   self->mat_items,
+                                                   self->nmats);
+        for (size_t i = 0; rc == RUMOR_OK && i < self->nmats; i++)
+            self->mats[i].deferred = false;
+        return rc;
+    }
     for (size_t g = 0; g < self->ngroups; g++) {
         rumor_err rc = s_psgd_project_ef_group(self, &self->groups[g], fuse);
         if (rc != RUMOR_OK)
@@ -944,22 +1022,18 @@ s_psgd_project_ef(rumor_lowrank_psgd *self, bool fuse)
 static rumor_err
 s_psgd_defer(rumor_lowrank_psgd *self)
 {
-    for (size_t i = 0; i < self->nmats; i++) {
-        struct psgd_mat *mt = &self->mats[i];
-        rumor_err rc = self->be.copy(self->ctx,
-                                     mt->pd,
-                                     mt->p,
-                                     mt->n * mt->r * sizeof(float));
-        if (rc == RUMOR_OK)
-            rc = self->be.copy(self->ctx,
-                               mt->qd,
-                               mt->q,
-                               mt->m * mt->r * sizeof(float));
-        if (rc != RUMOR_OK)
-            return rc;
-        mt->deferred = true;
-    }
-    return RUMOR_OK;
+    rumor_err rc = self->be.copy(self->ctx,
+                                 self->pd_all,
+                                 self->p_all,
+                                 self->p_floats * sizeof(float));
+    if (rc == RUMOR_OK)
+        rc = self->be.copy(self->ctx,
+                           self->qd_all,
+                           self->q_all,
+                           self->q_floats * sizeof(float));
+    for (size_t i = 0; rc == RUMOR_OK && i < self->nmats; i++)
+        self->mats[i].deferred = true;
+    return rc;
 }
 
 /* Y = P Q^T per matrix; e (the error memory or M, when with_e) -= Y;
@@ -971,6 +1045,14 @@ s_psgd_reconstruct(rumor_lowrank_psgd *self,
                    bool with_e,
                    float beta)
 {
+    if (self->be.reconstruct_list != NULL) {
+        s_psgd_mat_items(self, false, outs);
+        return self->be.reconstruct_list(self->ctx,
+                                         self->mat_items,
+                                         self->nmats,
+                                         with_e,
+                                         beta);
+    }
     for (size_t g = 0; g < self->ngroups; g++) {
         const struct psgd_group *gr = &self->groups[g];
         const struct psgd_mat *m0 = &self->mats[gr->first];

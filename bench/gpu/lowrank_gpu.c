@@ -13,11 +13,21 @@
  * Q) must give approximations within a relative Frobenius distance of
  * 1e-3 (fp32, different summation orders); the program exits 1 otherwise.
  *
+ * Two paths are timed: the compressor as built (ranks up to 16: the work
+ * lists, one launch per phase over every matrix, lowrank/cuda.cu) and,
+ * for comparison, the same backend with the list slots removed (one
+ * batched launch per group of same-shaped matrices), the path measured
+ * before the lists existed, except that its orthogonalization up to rank
+ * 16 is now the lists' kernel (no cuSOLVER) and its factors move in one
+ * copy per phase.
+ *
  * usage: lowrank_gpu [STEPS [SHAPES...]]   (from the repository root; the
  * shapes files default to ResNet-18's)
  */
 #include "rumor/core.h"
 #include "rumor/lowrank.h"
+
+#include "lowrank/backend.h" /* linked with librumor.a: the grouped path */
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -92,6 +102,24 @@ struct gpu_model {
     size_t count, numel, *offs;
 };
 
+/* The cuda backend without its list slots: the per-shape-group path. */
+static rumor_err
+s_new_grouped(const struct gpu_model *m,
+              const struct rumor_lowrank_psgd_opts *o,
+              rumor_lowrank_psgd **c)
+{
+    struct lowrank_backend_i be;
+    void *ctx = NULL;
+    rumor_err rc = lowrank_cuda_init(&be, &ctx);
+    if (rc != RUMOR_OK)
+        return rc;
+    be.orthogonalize_list = NULL;
+    be.project_right_list = NULL;
+    be.project_left_list = NULL;
+    be.reconstruct_list = NULL;
+    return lowrank_psgd_new_on(c, m->shapes, m->count, o, &be, ctx);
+}
+
 static rumor_err
 s_new(const struct gpu_model *m, size_t rank, bool cuda, rumor_lowrank_psgd **c)
 {
@@ -161,6 +189,28 @@ done:
     return ok;
 }
 
+/* The median seconds of a step over steps timed steps after one warm-up
+ * (which uploads the work lists); 0 on failure. */
+static double
+s_time(rumor_lowrank_psgd *c, float **dp, int steps)
+{
+    double t[GPU_MAX_STEPS + 1];
+    rumor_err rc = RUMOR_OK;
+    for (int s = 0; s <= steps && rc == RUMOR_OK; s++) {
+        cudaDeviceSynchronize();
+        uint64_t t0 = rumor_clock_ns();
+        rc = s_step(c, dp, dp);
+        cudaDeviceSynchronize();
+        t[s] = (double)(rumor_clock_ns() - t0) * 1e-9;
+    }
+    if (rc != RUMOR_OK) {
+        fprintf(stderr, "lowrank_gpu: %s\n", rumor_strerror(rc));
+        return 0;
+    }
+    qsort(t + 1, (size_t)steps, sizeof t[0], s_cmp_double);
+    return t[1 + steps / 2];
+}
+
 static int
 s_bench(const struct gpu_model *m, int steps, double copy_gbps)
 {
@@ -178,15 +228,26 @@ s_bench(const struct gpu_model *m, int steps, double copy_gbps)
     for (size_t i = 0; i < m->count; i++)
         dp[i] = dev + m->offs[i];
     printf("\n%s: %zu tensors, %zu parameters\n", m->label, m->count, m->numel);
-    printf("%4s %12s %12s %9s\n", "rank", "s/step", "floor s", "x floor");
+    printf("%4s %12s %12s %9s %12s %9s\n",
+           "rank",
+           "s/step",
+           "floor s",
+           "x floor",
+           "grouped s",
+           "x floor");
     static const size_t ranks[] = {1, 2, 4};
     for (size_t k = 0; k < 3; k++) {
         if (!s_check(m, ranks[k], host, dev))
             goto done;
-        rumor_lowrank_psgd *c = NULL;
-        if (s_new(m, ranks[k], true, &c) != RUMOR_OK)
+        rumor_lowrank_psgd *c = NULL, *g = NULL;
+        struct rumor_lowrank_psgd_opts o;
+        rumor_lowrank_psgd_opts_default(&o);
+        o.rank = ranks[k];
+        if (s_new(m, ranks[k], true, &c) != RUMOR_OK ||
+            s_new_grouped(m, &o, &g) != RUMOR_OK) {
+            rumor_lowrank_psgd_destroy(&c);
             goto done;
-        double t[GPU_MAX_STEPS + 1];
+        }
         size_t compressed = 0;
         for (size_t i = 0; i < m->count; i++)
             if (rumor_lowrank_psgd_compressed(c, i)) {
@@ -194,30 +255,19 @@ s_bench(const struct gpu_model *m, int steps, double copy_gbps)
                 rumor_lowrank_matricize(&m->shapes[i], &n, &q);
                 compressed += n * q;
             }
-        rumor_err rc = RUMOR_OK;
-        for (int s = 0; s <= steps && rc == RUMOR_OK; s++) {
-            cudaDeviceSynchronize();
-            uint64_t t0 = rumor_clock_ns();
-            rc = s_step(c, dp, dp);
-            cudaDeviceSynchronize();
-            t[s] = (double)(rumor_clock_ns() - t0) * 1e-9;
-        }
+        double secs = s_time(c, dp, steps), grouped = s_time(g, dp, steps);
         rumor_lowrank_psgd_destroy(&c);
-        if (rc != RUMOR_OK) {
-            fprintf(stderr, "lowrank_gpu: %s\n", rumor_strerror(rc));
+        rumor_lowrank_psgd_destroy(&g);
+        if (secs <= 0 || grouped <= 0)
             goto done;
-        }
-        qsort(t + 1,
-              (size_t)steps,
-              sizeof t[0],
-              s_cmp_double); /* t[0]: warm-up */
-        double secs = t[1 + steps / 2];
         double floor_s = 16.0 * (double)compressed / (copy_gbps * 1e9);
-        printf("%4zu %12.6f %12.6f %8.2fx\n",
+        printf("%4zu %12.6f %12.6f %8.2fx %12.6f %8.2fx\n",
                ranks[k],
                secs,
                floor_s,
-               secs / floor_s);
+               secs / floor_s,
+               grouped,
+               grouped / floor_s);
     }
     status = 0;
 done:

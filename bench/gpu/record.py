@@ -70,13 +70,17 @@ def parse_lowrank(text):
         if m:
             checks[int(m.group(1))] = float(m.group(2))
             continue
-        m = re.match(r"\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x", line)
+        m = re.match(r"\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x"
+                     r"(?:\s+([\d.]+)\s+[\d.]+x)?", line)
         if m and cur is not None:
             r = int(m.group(1))
-            cur["ranks"].append({"rank": r, "seconds": float(m.group(2)),
-                                 "floor_seconds": float(m.group(3)),
-                                 "x_floor": float(m.group(4)),
-                                 "cpu_distance": checks.get(r)})
+            row = {"rank": r, "seconds": float(m.group(2)),
+                   "floor_seconds": float(m.group(3)),
+                   "x_floor": float(m.group(4)),
+                   "cpu_distance": checks.get(r)}
+            if m.group(5):  # the per-shape-group path, timed alongside
+                row["grouped_seconds"] = float(m.group(5))
+            cur["ranks"].append(row)
     return copy, models
 
 

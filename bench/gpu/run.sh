@@ -69,7 +69,7 @@ step() {
     python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.is_available())'
 } 2>&1 | tee "$OUT/gpu.log"
 
-CUDA_TESTS="$B/tests/unit/test_lowrank $B/tests/unit/test_train
+CUDA_TESTS="$B/tests/unit/test_lowrank $B/tests/unit/test_lowrank_list $B/tests/unit/test_train
 $B/tests/unit/test_core $B/tests/unit/test_codec_device
 $B/tests/unit/test_gossip_device
 $B/tests/integration/test_peer $B/tests/integration/test_peer_cuda"
