@@ -19,7 +19,10 @@
  * runtime's. Float32 tensors in host memory are gossiped in place
  * (zero-copy); float64, float16 and bfloat16 tensors, and tensors in CUDA
  * memory (CUDA builds only), go through a float32 staging copy that is
- * written back after each step.
+ * written back after each step, except float32 CUDA tensors whose
+ * algorithm runs on the GPU (every tensor CUDA, dpsgd or powergossip, no
+ * stale, join, resume or probe: docs/python.md), which stay where they
+ * are.
  */
 
 typedef enum rumor_dtype {
@@ -55,7 +58,8 @@ struct rumor_peer_stats {
     double seconds_copy;   /* staging copies and conversions */
     /* bytes of the caller's CUDA tensors copied host to device and device
      * to host (0 without CUDA tensors): each step that stages downloads
-     * and uploads them whole, and rumor_peer_new downloads them once */
+     * and uploads them whole, and rumor_peer_new downloads them once; on
+     * the GPU, the payloads the algorithms copied */
     uint64_t pcie_h2d_bytes;
     uint64_t pcie_d2h_bytes;
 };
