@@ -825,12 +825,12 @@ s_save_one(const rumor_gossip *g, struct rumor_buf *out)
 }
 
 /* Between steps: the anchor (the model of the last sync, or the initial
- * one while tentative), the outer
- * momentum, the look-ahead applied since the sync (alpha, or the shift of
- * the neighbourhood form), the error memory, the neighbourhood's e_bar and
- * the mixer's own state. Layout with one fragment: u32 flags (1
- * have_anchor, 2 ahead_nbr, 4 have_ebar, 16 tentative), f32 ahead, anchor,
- * velocity, shift (numel floats each), the error memory as a u64-length blob
+ * one while tentative), the outer momentum, the look-ahead applied since
+ * the sync (alpha, or the shift of the neighbourhood form), the error
+ * memory, the neighbourhood's e_bar and the mixer's own state. Layout
+ * with one fragment: u32 flags (1 have_anchor, 2 ahead_nbr, 4 have_ebar,
+ * 16 tentative), f32 ahead, anchor, velocity, shift (numel floats each),
+ * the error memory as a u64-length blob
  * (rumor_ef_save; empty without a delta codec), u64 ebar floats (0 or
  * numel) and e_bar, the mixer's state as a blob. With F > 1 fragments:
  * u32 FRAGMENTED, u32 F, then per fragment u32 flags (as above, the
