@@ -12,8 +12,16 @@
  * d = anchor - mean(x): v = mu v + d; x = anchor - lr (d + mu v), which is
  * DiLoCo's outer Nesterov step (Douillard et al., 2023); lr = 1, mu = 0 is
  * plain averaging. The anchor is the model of the last sync, identical on
- * every node; the first sync averages the models themselves to make it,
- * so nodes that start from different models work too.
+ * every node. Without a delta codec the first sync averages the models
+ * themselves to make it. With one, the model the instance is made with is
+ * a tentative anchor, and the first sync is already a compressed one:
+ * every payload ends with the crc32c of its sender's anchor (over the
+ * syncing fragment), every node sees every payload, so all reach the same
+ * verdict with no extra round: equal checksums apply the sync (the anchor
+ * is confirmed); any difference (nodes that started from different
+ * models) discards it on every node (model, error memory and look-ahead
+ * as before it) and the fragment's next sync averages the models exactly,
+ * as the first one does without a codec.
  *
  * Step-ahead error feedback (SAEF, Xu, Huo and Huang, AAAI 2021) on the
  * compressed path: the error e this node still owes is pending in the
@@ -66,12 +74,28 @@ struct frag {
     float *buf;          /* the mixer's model: a copy of the elements */
     rumor_ef *ef;        /* the delta's memory (NULL without a codec) */
     bool have_anchor;
-    float ahead; /* alpha of the look-ahead applied since the fragment's
-                    last sync (0: none) */
+    bool tentative; /* the anchor is the initial model, not yet confirmed
+                       by a sync's checksums */
+    float ahead;    /* alpha of the look-ahead applied since the fragment's
+                       last sync (0: none) */
     /* the neighbourhood form: e_bar over the fragment belongs to its last
      * sync; the look-ahead by it (shift) is applied */
     bool have_ebar, ahead_nbr;
 };
+
+/* What a compressed sync changes before its verdict, restored when the
+ * anchors' checksums differ: the error memory (rumor_ef_save bytes) and
+ * the fragment's look-ahead flags. */
+struct undo {
+    uint8_t *ef;
+    size_t ef_len, ef_cap;
+    float ahead;
+    bool ahead_nbr, have_ebar;
+    bool discard; /* this sync's verdict: the anchors differ */
+};
+
+/* Bytes of the anchor's crc32c that end every compressed payload. */
+#define ANCHOR_CRC 4u
 
 struct localsgd {
     rumor_codec *codec; /* NULL: deltas go uncompressed */
@@ -85,6 +109,8 @@ struct localsgd {
      * look-ahead alpha e_bar applied since each fragment's last sync */
     struct gossip_saef saef;
     float *shift;
+    struct undo undo; /* the compressed sync in flight */
+    bool warned;      /* "started from different models" said */
 };
 
 static bool
@@ -206,7 +232,7 @@ s_make_codec(rumor_gossip *g, struct rumor_diag *diag)
         cap = need > cap ? need : cap;
     }
     if (rc == RUMOR_OK)
-        rc = gossip_gather_init(&s->gather, g, cap);
+        rc = gossip_gather_init(&s->gather, g, cap + ANCHOR_CRC);
     return rc;
 }
 
@@ -251,6 +277,12 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     s->acc = malloc(g->numel * sizeof(float));
     if (!s->anchor || !s->x || !s->velocity || !s->acc || !s->shift)
         return RUMOR_ENOMEM;
+    if (s->codec != NULL) /* the initial model: the tentative anchors */
+        gossip_flat_get(g, 0, g->numel, s->anchor);
+    for (size_t f = 0; f < s->frag_n; f++) {
+        s->frag[f].have_anchor = s->codec != NULL;
+        s->frag[f].tentative = s->codec != NULL;
+    }
     return RUMOR_OK;
 }
 
@@ -274,6 +306,7 @@ s_free(rumor_gossip *g)
     free(s->x);
     free(s->velocity);
     free(s->acc);
+    free(s->undo.ef);
     free(s);
     g->state = NULL;
 }
@@ -329,12 +362,42 @@ s_rounds(const rumor_gossip *g, uint64_t step)
     return s_mixer_rounds(g, fr, step);
 }
 
+/* Keeps what the encode of fr's delta changes, for a discard. */
+static rumor_err
+s_undo_keep(struct localsgd *s, const struct frag *fr)
+{
+    struct undo *u = &s->undo;
+    size_t need = rumor_ef_state_size(fr->ef);
+    if (need > u->ef_cap) {
+        uint8_t *grown = realloc(u->ef, need);
+        if (grown == NULL)
+            return RUMOR_ENOMEM;
+        u->ef = grown;
+        u->ef_cap = need;
+    }
+    u->ahead = fr->ahead;
+    u->ahead_nbr = fr->ahead_nbr;
+    u->have_ebar = fr->have_ebar;
+    u->discard = false;
+    return rumor_ef_save(fr->ef, u->ef, u->ef_cap, &u->ef_len);
+}
+
+/* The crc32c of the fragment's anchor (its float bits). */
+static uint32_t
+s_anchor_crc(const struct localsgd *s, const struct frag *fr)
+{
+    return rumor_crc32c(0, s->anchor + fr->off, fr->len * sizeof(float));
+}
+
 /* The fragment's delta since its last sync, compressed with error
- * feedback (acc[off, off + len)). */
+ * feedback (acc[off, off + len)), then the crc32c of the anchor. */
 static rumor_err
 s_encode_delta(rumor_gossip *g, struct frag *fr, uint64_t step)
 {
     struct localsgd *s = g->state;
+    rumor_err rc = s_undo_keep(s, fr);
+    if (rc != RUMOR_OK)
+        return rc;
     float *x = s->x + fr->off, *acc = s->acc + fr->off;
     const float *anchor = s->anchor + fr->off;
     gossip_flat_get(g, fr->off, fr->len, x);
@@ -345,29 +408,35 @@ s_encode_delta(rumor_gossip *g, struct frag *fr, uint64_t step)
     for (size_t e = 0; fr->ahead_nbr && e < fr->len; e++)
         acc[e] -= s->shift[fr->off + e];
     float own = fr->ahead_nbr ? 1.0f : 1.0f - fr->ahead;
-    rumor_err rc =
-        s_saef(g) ? rumor_ef_apply_error(fr->ef, own, acc, fr->len) : RUMOR_OK;
+    if (s_saef(g))
+        rc = rumor_ef_apply_error(fr->ef, own, acc, fr->len);
     if (rc == RUMOR_OK) /* DGC's clip: N is the ring's */
         rc = rumor_ef_set_nodes(fr->ef, g->ring_n);
     if (rc != RUMOR_OK)
         return rc;
     uint64_t seed = rumor_seed_derive(g->opts.seed, g->self, 0x10ca1);
+    uint8_t *out = s->gather.payload[g->ring_pos];
+    size_t *len = &s->gather.len[g->ring_pos];
     rc = rumor_ef_encode(fr->ef,
                          s->codec,
                          acc,
                          fr->len,
                          seed,
                          step,
-                         s->gather.payload[g->ring_pos],
-                         s->gather.cap,
-                         &s->gather.len[g->ring_pos],
+                         out,
+                         s->gather.cap - ANCHOR_CRC,
+                         len,
                          NULL);
-    if (rc == RUMOR_OK) { /* e_bar belonged to the errors just resent */
-        fr->ahead = 0;
-        fr->ahead_nbr = false;
-        fr->have_ebar = false;
-    }
-    return rc;
+    if (rc != RUMOR_OK)
+        return rc;
+    uint32_t crc = s_anchor_crc(s, fr);
+    for (unsigned b = 0; b < ANCHOR_CRC; b++)
+        out[(*len)++] = (uint8_t)(crc >> (8 * b));
+    /* e_bar belonged to the errors just resent */
+    fr->ahead = 0;
+    fr->ahead_nbr = false;
+    fr->have_ebar = false;
+    return RUMOR_OK;
 }
 
 /* The fragment's own error, as encode left it. */
@@ -453,19 +522,80 @@ s_after_mix(rumor_gossip *g, struct frag *fr)
     fr->have_anchor = g->opts.gossip_rounds == 0;
 }
 
-/* Every payload decoded in node order (the members' positions): the same
- * bits on every member. */
+/* The crc32c that ends payload j (its length checked by the caller). */
+static uint32_t
+s_payload_crc(const struct localsgd *s, size_t j)
+{
+    const uint8_t *p = s->gather.payload[j] + s->gather.len[j] - ANCHOR_CRC;
+    uint32_t crc = 0;
+    for (unsigned b = 0; b < ANCHOR_CRC; b++)
+        crc |= (uint32_t)p[b] << (8 * b);
+    return crc;
+}
+
+/* The anchors differ (the member at position j is the first whose
+ * checksum is not position 0's): the sync is discarded as every member
+ * discards it, the error memory and look-ahead are as before it, and the
+ * fragment's anchor is dropped when the sync ends (s_sync_end). */
 static rumor_err
-s_after_gather(rumor_gossip *g, const struct frag *fr)
+s_discard(rumor_gossip *g, struct frag *fr, size_t j)
 {
     struct localsgd *s = g->state;
+    struct undo *u = &s->undo;
+    rumor_err rc = rumor_ef_restore(fr->ef, u->ef, u->ef_len);
+    fr->ahead = u->ahead;
+    fr->ahead_nbr = u->ahead_nbr;
+    fr->have_ebar = u->have_ebar;
+    u->discard = true;
+    bool first = fr->tentative && !s->warned;
+    s->warned = s->warned || fr->tentative;
+    rumor_log(first || !fr->tentative ? RUMOR_LOG_WARN : RUMOR_LOG_INFO,
+              "gossip localsgd: node %u: %s (fragment %zu of %zu: anchor "
+              "crc32c %08x at node %u, %08x at node %u): the sync is "
+              "discarded on every node, the fragment's next sync averages "
+              "the models exactly",
+              g->self,
+              fr->tentative ? "the nodes started from different models"
+                            : "the nodes' anchors differ",
+              (size_t)(fr - s->frag),
+              s->frag_n,
+              s_payload_crc(s, 0),
+              g->ring[0],
+              s_payload_crc(s, j),
+              g->ring[j]);
+    return rc;
+}
+
+/* Every payload decoded in node order (the members' positions): the same
+ * bits on every member; first their anchors' checksums, the same verdict
+ * on every member. */
+static rumor_err
+s_after_gather(rumor_gossip *g, struct frag *fr)
+{
+    struct localsgd *s = g->state;
+    size_t differs = 0;
+    for (size_t j = 0; j < g->ring_n; j++) {
+        if (s->gather.len[j] < ANCHOR_CRC) {
+            rumor_log(RUMOR_LOG_WARN,
+                      "gossip localsgd: node %u: the delta of node %u has "
+                      "no anchor checksum (%zu bytes)",
+                      g->self,
+                      g->ring[j],
+                      s->gather.len[j]);
+            return RUMOR_EPROTO;
+        }
+        if (differs == 0 && s_payload_crc(s, j) != s_payload_crc(s, 0))
+            differs = j;
+    }
+    if (differs > 0)
+        return s_discard(g, fr, differs);
     float *acc = s->acc + fr->off;
     memset(acc, 0, fr->len * sizeof(float));
     float inv = 1.0f / (float)g->ring_n;
     for (size_t j = 0; j < g->ring_n; j++) {
         rumor_err rc = rumor_codec_decode_add(s->codec,
                                               s->gather.payload[j],
-                                              s->gather.len[j],
+                                              s->gather.len[j] - ANCHOR_CRC,
                                               inv,
                                               acc,
                                               fr->len);
@@ -480,7 +610,21 @@ s_after_gather(rumor_gossip *g, const struct frag *fr)
         }
     }
     s_outer_step(g, fr);
+    fr->tentative = false;
     return RUMOR_OK;
+}
+
+/* After a compressed sync's last round: a discarded sync leaves the
+ * fragment without an anchor (its next sync is exact), on every member
+ * at the same step, so the rounds stay the same everywhere. */
+static void
+s_sync_end(struct localsgd *s, struct frag *fr)
+{
+    if (s->undo.discard) {
+        fr->have_anchor = false;
+        fr->tentative = false;
+    }
+    s->undo.discard = false;
 }
 
 static rumor_err
@@ -504,13 +648,19 @@ s_absorb(rumor_gossip *g,
                                           msgs,
                                           count);
         fr->have_ebar = rc == RUMOR_OK;
+        if (rc == RUMOR_OK)
+            s_sync_end(s, fr);
         return rc;
     }
     if (s->compressed_sync) {
         bool complete = false;
         rumor_err rc =
             gossip_gather_absorb(g, &s->gather, round, msgs, count, &complete);
-        return rc == RUMOR_OK && complete ? s_after_gather(g, fr) : rc;
+        if (rc == RUMOR_OK && complete)
+            rc = s_after_gather(g, fr);
+        if (rc == RUMOR_OK && complete && !gossip_saef_exchanges(&s->saef, g))
+            s_sync_end(s, fr);
+        return rc;
     }
     rumor_err rc = rumor_gossip_absorb(fr->mixer, step, round, msgs, count);
     if (rc == RUMOR_OK && round + 1 == s_mixer_rounds(g, fr, step))
@@ -627,14 +777,27 @@ s_save_mixer(const struct frag *fr, struct rumor_buf *out)
 #define FRAGMENTED 8u
 
 /* A fragment's flags in a state: 1 have_anchor, 2 ahead_nbr, 4
- * have_ebar. */
+ * have_ebar, 16 tentative (with 1; 8 alone is FRAGMENTED). */
+#define TENTATIVE 16u
+
 static uint32_t
 s_flags(const rumor_gossip *g, const struct frag *fr)
 {
     const struct localsgd *s = g->state;
     bool ebar = fr->have_ebar && s->saef.ebar != NULL;
     return (fr->have_anchor ? 1u : 0u) | (fr->ahead_nbr ? 2u : 0u) |
-           (ebar ? 4u : 0u);
+           (ebar ? 4u : 0u) | (fr->tentative ? TENTATIVE : 0u);
+}
+
+/* Flags a state may hold: the known bits, tentative only with an anchor
+ * and a delta codec. */
+static bool
+s_flags_fit(const rumor_gossip *g, uint32_t flags)
+{
+    const struct localsgd *s = g->state;
+    if ((flags & ~(7u | TENTATIVE)) != 0)
+        return false;
+    return (flags & TENTATIVE) == 0 || ((flags & 1u) != 0 && s->codec != NULL);
 }
 
 static rumor_err
@@ -661,12 +824,13 @@ s_save_one(const rumor_gossip *g, struct rumor_buf *out)
     return rc == RUMOR_OK ? s_save_mixer(fr, out) : rc;
 }
 
-/* Between steps: the anchor (the model of the last sync), the outer
- * momentum, the look-ahead applied since the sync (alpha, or the shift of
- * the neighbourhood form), the error memory, the neighbourhood's e_bar and
- * the mixer's own state. Layout with one fragment: u32 flags (1
- * have_anchor, 2 ahead_nbr, 4 have_ebar), f32 ahead, anchor, velocity,
- * shift (numel floats each), the error memory as a u64-length blob
+/* Between steps: the anchor (the model of the last sync, or the initial
+ * one while tentative), the outer momentum, the look-ahead applied since
+ * the sync (alpha, or the shift of the neighbourhood form), the error
+ * memory, the neighbourhood's e_bar and the mixer's own state. Layout
+ * with one fragment: u32 flags (1 have_anchor, 2 ahead_nbr, 4 have_ebar,
+ * 16 tentative), f32 ahead, anchor, velocity, shift (numel floats each),
+ * the error memory as a u64-length blob
  * (rumor_ef_save; empty without a delta codec), u64 ebar floats (0 or
  * numel) and e_bar, the mixer's state as a blob. With F > 1 fragments:
  * u32 FRAGMENTED, u32 F, then per fragment u32 flags (as above, the
@@ -757,6 +921,7 @@ static void
 s_set_flags(struct frag *fr, uint32_t flags, enum gossip_state_mode mode)
 {
     fr->have_anchor = (flags & 1u) != 0;
+    fr->tentative = (flags & TENTATIVE) != 0;
     fr->ahead_nbr = (flags & 2u) != 0;
     if (mode == GOSSIP_STATE_LOAD)
         fr->have_ebar = (flags & 4u) != 0;
@@ -779,7 +944,7 @@ s_load_frags(rumor_gossip *g,
         uint32_t flags = gossip_read_u32(r);
         float ahead = 0;
         gossip_read_f32(r, &ahead, 1);
-        if (r->err == RUMOR_OK && flags > 7)
+        if (r->err == RUMOR_OK && !s_flags_fit(g, flags))
             gossip_reader_fail(r, RUMOR_EPROTO, "unknown fragment flags");
         ebar = ebar || (flags & 4u) != 0;
         /* the blobs are read the same in every mode */
@@ -867,7 +1032,7 @@ s_state_load(rumor_gossip *g,
     uint32_t flags = gossip_read_u32(r);
     if (r->err == RUMOR_OK && flags == FRAGMENTED)
         return s_load_frags(g, r, mode);
-    if (r->err == RUMOR_OK && flags > 7)
+    if (r->err == RUMOR_OK && !s_flags_fit(g, flags))
         gossip_reader_fail(r, RUMOR_EPROTO, "unknown flags");
     return s_load_one(g, r, flags, mode);
 }
@@ -880,6 +1045,7 @@ s_abandon(rumor_gossip *g)
     for (size_t f = 0; f < s->frag_n; f++)
         rumor_gossip_step_abandon(s->frag[f].mixer);
     s->compressed_sync = false;
+    s->undo.discard = false;
 }
 
 void

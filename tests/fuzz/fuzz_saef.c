@@ -2,8 +2,9 @@
  * libFuzzer harness (R12.1) for the error round of step-ahead error
  * feedback (gossip/saef.c), which decodes the neighbours' compressed
  * errors from the network: three local-SGD nodes on a 3-ring (a 14-float
- * model, a top-k delta, alpha 1, the neighbourhood scope) run the first
- * sync and the ring rounds of the second in the simulator's order; then
+ * model, a top-k delta, alpha 1, the neighbourhood scope), made from the
+ * same model (their anchor) and then moved apart, run the first sync and
+ * the ring rounds of the second in the simulator's order; then
  * node 1 absorbs its error round from messages built from the input.
  * Input: byte 0 bit 0 set = start from the real messages of nodes 0 and 2
  * with the rest of the input XORed over them (cycled), else the rest is
@@ -43,13 +44,16 @@ s_world(struct world *w)
     snprintf(o.saef_scope, sizeof o.saef_scope, "neighbourhood");
     o.ef_alpha = 1;
     for (uint32_t i = 0; i < NODES; i++) {
-        for (int e = 0; e < NUMEL; e++)
-            w->x[i][e] = (float)((e * 5 + (int)i * 3) % 7) * 0.25f - 0.75f;
+        for (int e = 0; e < NUMEL; e++) /* the same start: the anchor */
+            w->x[i][e] = (float)((e * 5) % 7) * 0.25f - 0.75f;
         struct rumor_tensor t = {w->x[i], 1, {NUMEL}};
         struct rumor_model m = {&t, 1};
         if (rumor_gossip_new(&o, w->topo, i, &m, &w->g[i], NULL) != RUMOR_OK)
             __builtin_trap();
     }
+    for (uint32_t i = 0; i < NODES; i++) /* then local updates apart */
+        for (int e = 0; e < NUMEL; e++)
+            w->x[i][e] = (float)((e * 5 + (int)i * 3) % 7) * 0.25f - 0.75f;
 }
 
 /* Rounds [0, last) of a step, every message delivered. */

@@ -2,7 +2,7 @@
  * Elastic rings over real processes (issue 23; docs/reliability.md,
  * "Elastic rings: the design"): 8 `rumor node` processes on loopback with
  * CURVE, least squares, a ring algorithm (all-reduce, PowerSGD rank 1,
- * exact local SGD with period 4).
+ * exact local SGD with period 4, streaming local SGD with fp4 deltas).
  *   - kill -9 of one node (and of two non-adjacent ones) mid-run: the
  *     survivors install an epoch without it (members 7, or 6) within two
  *     deadlines plus a view change, the killed nodes come back with
@@ -75,10 +75,10 @@ struct base {
 
 struct algo {
     const char *name;
-    const char *args[8]; /* NULL-terminated */
-    const char *steps;   /* of every run: about 10 s at DELAY_MS */
-    bool ring;           /* elastic: epoch and members in the metrics */
-    bool same_bits;      /* members end with bit-identical models */
+    const char *args[12]; /* NULL-terminated */
+    const char *steps;    /* of every run: about 10 s at DELAY_MS */
+    bool ring;            /* elastic: epoch and members in the metrics */
+    bool same_bits;       /* members end with bit-identical models */
     struct base base;
 };
 
@@ -108,6 +108,24 @@ static struct algo s_localsgd_stale = {
     true,
     false,
     {0}};
+/* streaming DiLoCo: two fragments, fp4 deltas whose checksummed
+ * anchors a joiner takes from a member, stale syncs */
+static struct algo s_localsgd_stream = {"localsgd-stream",
+                                        {"--algo",
+                                         "localsgd",
+                                         "--period",
+                                         "4",
+                                         "--fragments",
+                                         "2",
+                                         "--delta-codec",
+                                         "fp4",
+                                         "--stale",
+                                         "2",
+                                         NULL},
+                                        "1000",
+                                        true,
+                                        false,
+                                        {0}};
 /* compressed data-parallel SGD: top-k with an error-feedback memory,
  * which a dropped step must roll back and a joiner starts at zero */
 static struct algo s_codec = {
@@ -816,6 +834,15 @@ test_ring8_powersgd__kill9_two_apart_join__reformed_rejoined_same_model(
 }
 
 static void
+test_ring8_localsgd_stream__kill9_one_join__reformed_in_bound_rejoined_same_band(
+    void **state)
+{
+    (void)state;
+    const int victim[] = {2};
+    s_kill_join(&s_localsgd_stream, victim, 1);
+}
+
+static void
 test_ring8_localsgd__kill9_two_apart_join__reformed_rejoined_same_band(
     void **state)
 {
@@ -954,6 +981,9 @@ main(int argc, char **argv)
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring8_localsgd_stale__kill9_one_join__reformed_in_bound_rejoined_same_band,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring8_localsgd_stream__kill9_one_join__reformed_in_bound_rejoined_same_band,
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring8_allreduce__kill9_two_apart_join__reformed_rejoined_same_model,

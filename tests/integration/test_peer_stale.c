@@ -14,6 +14,8 @@
  *     synchronization still in flight (it does not wait for the network);
  *     a state save is refused while one is in flight and works once it
  *     landed.
+ *   - Streaming DiLoCo with fp4 deltas from the nodes' different starts:
+ *     each fragment's first sync is discarded, the nodes still agree.
  *   - What cannot run stale under the peer API is refused with the
  *     reason.
  */
@@ -37,6 +39,10 @@
 struct run {
     struct tpc c;
     const char *delay_ms;
+    /* streaming with fp4 deltas (2 fragments) and no inner steps: the
+     * nodes' different starts alone */
+    bool apart;
+    float after5[NUMEL]; /* node 0's tensors after the gossip() of step 5 */
     float x[NODES][NUMEL];
     rumor_err rc[NODES];
     char msg[NODES][RUMOR_DIAG_TEXT_BYTES];
@@ -86,6 +92,10 @@ s_opts(const struct run *run,
                            "warn",
                            "delay-ms",
                            run->delay_ms,
+                           run->apart ? "fragments" : NULL,
+                           "2",
+                           "delta-codec",
+                           "fp4",
                            NULL};
     tpc_opts(&run->c, id, extra, o);
 }
@@ -129,10 +139,13 @@ s_node(void *p)
     rumor_peer *peer = NULL;
     rumor_err rc = s_peer_new(run, a->id, &peer, &diag);
     for (uint64_t t = 0; t < STEPS && rc == RUMOR_OK; t++) {
-        s_inner(run->x[a->id], a->id, t);
+        if (!run->apart)
+            s_inner(run->x[a->id], a->id, t);
         rc = rumor_peer_gossip(peer, &diag);
-        if (rc == RUMOR_OK)
+        if (rc == RUMOR_OK && !run->apart)
             s_observe(run, a->id, peer, t);
+        if (rc == RUMOR_OK && run->apart && a->id == 0 && t == 5)
+            memcpy(run->after5, run->x[0], sizeof run->after5);
     }
     if (rc == RUMOR_OK)
         rc = rumor_peer_flush(peer, &diag);
@@ -147,11 +160,12 @@ s_node(void *p)
 }
 
 static void
-s_run(struct run *run, const char *delay_ms)
+s_run(struct run *run, const char *delay_ms, bool apart)
 {
     memset(run, 0, sizeof *run);
     tpc_setup(&run->c, "ring:4");
     run->delay_ms = delay_ms;
+    run->apart = apart;
     for (size_t i = 0; i < NODES; i++)
         s_initial_model(run->x[i], i);
     pthread_barrier_init(&run->done, NULL, NODES);
@@ -281,7 +295,7 @@ test_peer_ring4_diloco_stale2__equals_reference_recurrence(void **state)
 {
     (void)state;
     static struct run run;
-    s_run(&run, "0");
+    s_run(&run, "0", false);
     s_check_reference(&run);
 }
 
@@ -290,14 +304,42 @@ test_peer_ring4_diloco_stale2__delay_40ms__same_bits_and_no_wait(void **state)
 {
     (void)state;
     static struct run fast, slow;
-    s_run(&fast, "0");
-    s_run(&slow, "40");
+    s_run(&fast, "0", false);
+    s_run(&slow, "40", false);
     assert_memory_equal(fast.x, slow.x, sizeof fast.x);
     s_check_reference(&slow);
     /* 40 ms per message: gossip() returned before the all-reduce could */
     assert_true(slow.in_flight_after_sync);
     assert_int_equal(slow.save_in_flight, RUMOR_EINVAL);
     assert_int_equal(slow.save_landed, RUMOR_OK);
+}
+
+/* Streaming DiLoCo with fp4 deltas (2 fragments, stale 2) from the
+ * nodes' different starts, without inner steps: the first sync of each
+ * fragment (steps 0 and 2, landing at 2 and 4) is discarded on every
+ * node (the tensors after step 5 are the start's bits), the next ones
+ * are exact, and the nodes end with the same bits, at the mean of their
+ * starts. */
+static void
+test_peer_ring4_streaming_fp4_apart__first_syncs_discarded_then_agree(
+    void **state)
+{
+    (void)state;
+    static struct run run;
+    s_run(&run, "0", true);
+    float start[NUMEL];
+    s_initial_model(start, 0);
+    assert_memory_equal(run.after5, start, sizeof start);
+    for (size_t e = 0; e < NUMEL; e++) {
+        double mean = 0;
+        for (size_t i = 0; i < NODES; i++) {
+            float x[NUMEL];
+            s_initial_model(x, i);
+            mean += x[e] / (double)NODES;
+            assert_memory_equal(&run.x[i][e], &run.x[0][e], sizeof(float));
+        }
+        assert_float_equal(run.x[0][e], mean, 1e-6);
+    }
 }
 
 /* rumor_peer_new refuses opts (NAME, VALUE pairs after localsgd's) with
@@ -385,6 +427,8 @@ main(void)
             test_peer_ring4_diloco_stale2__equals_reference_recurrence),
         cmocka_unit_test(
             test_peer_ring4_diloco_stale2__delay_40ms__same_bits_and_no_wait),
+        cmocka_unit_test(
+            test_peer_ring4_streaming_fp4_apart__first_syncs_discarded_then_agree),
         cmocka_unit_test(test_peer_stale__unsupported__refused_with_reason),
         cmocka_unit_test(
             test_peer_stale__buckets_and_average__refused_with_reason),

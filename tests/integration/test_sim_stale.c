@@ -13,6 +13,9 @@
  *   - with the auto gamma, consensus under S = 1, 2, 3 keeps shrinking on
  *     rings and tori (D-PSGD, CHOCO, PowerGossip), where D-PSGD's gamma 1
  *     with S = 2 makes it grow;
+ *   - streaming DiLoCo with fp4 deltas and S = 2 from starts that differ
+ *     by node: each fragment's first sync is discarded with a warning,
+ *     the nodes still agree;
  *   - modelled links: a step costs max(compute, exchange) with S = 1.
  */
 #include "tests/cmocka_compat.h"
@@ -456,17 +459,18 @@ test_stale__refused_with_reason(void **state)
 
 /* --- consensus under stale corrections ---------------------------------- */
 
-/* rel_error_current_mean at steps 50, 100 and 200 of `sim consensus`. */
+/* rel_error_current_mean at steps 50, 100 and 200 of `sim consensus`;
+ * its output (stderr too) into out when not NULL. */
 static void
-s_consensus(const char *args, double err[3])
+s_consensus_out(const char *args, double err[3], char *out, size_t cap)
 {
-    char cmd[512], out[8192];
+    char cmd[512];
     snprintf(cmd,
              sizeof cmd,
              "%s sim consensus --size 10x10 --steps 200 --every 50 %s",
              s_bin(),
              args);
-    int status = s_run(cmd, out, sizeof out);
+    int status = s_run(cmd, out, cap);
     if (status != 0)
         fail_msg("'%s' exited %d: %s", args, status, out);
     const unsigned long long at[3] = {50, 100, 200};
@@ -481,6 +485,29 @@ s_consensus(const char *args, double err[3])
             end--;
         err[k] = strtod(end, NULL);
     }
+}
+
+static void
+s_consensus(const char *args, double err[3])
+{
+    static char out[8192];
+    s_consensus_out(args, err, out, sizeof out);
+}
+
+/* Lines of out holding both a and b. */
+static int
+s_lines_with(const char *out, const char *a, const char *b)
+{
+    int n = 0;
+    for (const char *line = out; line != NULL && *line != '\0';) {
+        const char *end = strchr(line, '\n');
+        size_t len = end != NULL ? (size_t)(end - line) : strlen(line);
+        char buf[1024];
+        snprintf(buf, sizeof buf, "%.*s", (int)len, line);
+        n += strstr(buf, a) != NULL && strstr(buf, b) != NULL;
+        line = end != NULL ? end + 1 : NULL;
+    }
+    return n;
 }
 
 /* Smaller, or at the float floor (relative 1e-12: float32 rounding of
@@ -523,6 +550,31 @@ test_stale_consensus__auto_gamma_keeps_shrinking(void **state)
     double err[3];
     s_consensus("--topology ring:8 --algo dpsgd --gamma 1 --stale 2", err);
     assert_true(err[2] > err[1] && err[1] > 1);
+}
+
+/* Streaming DiLoCo with fp4 deltas and stale syncs from the consensus
+ * run's starts, which differ by node: each fragment's first sync is
+ * discarded (one WARN line per node, the other fragment's at INFO), its
+ * next one exact, and the nodes reach consensus. */
+static void
+test_stale_consensus__localsgd_fragments_apart__warned_then_agree(void **state)
+{
+    (void)state;
+    static char out[8192];
+    double err[3];
+    s_consensus_out("--topology ring:4 --algo localsgd --period 4 "
+                    "--fragments 2 --delta-codec fp4 --stale 2",
+                    err,
+                    out,
+                    sizeof out);
+    const char *what = "started from different models";
+    assert_int_equal(s_lines_with(out, "WARN", what), NODES);
+    assert_int_equal(s_lines_with(out, "INFO", what), NODES);
+    printf("localsgd fragments apart, stale 2: %.3g %.3g %.3g\n",
+           err[0],
+           err[1],
+           err[2]);
+    assert_true(err[0] < 1e-12 && err[2] < 1e-12);
 }
 
 /* --- modelled links ----------------------------------------------------- */
@@ -579,6 +631,8 @@ main(void)
         cmocka_unit_test(test_diloco_stale__matches_the_recurrence),
         cmocka_unit_test(test_stale__refused_with_reason),
         cmocka_unit_test(test_stale_consensus__auto_gamma_keeps_shrinking),
+        cmocka_unit_test(
+            test_stale_consensus__localsgd_fragments_apart__warned_then_agree),
         cmocka_unit_test(
             test_stale_links__a_step_costs_max_of_compute_and_exchange),
     };

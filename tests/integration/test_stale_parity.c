@@ -6,9 +6,11 @@
  * squares with full batches, 23 steps (exchanges still in flight at the
  * end): each node's final model file ends with the floats the simulator
  * computed for that node, for D-PSGD and PowerGossip with S = 2, CHOCO
- * with S = 1 and overlapped DiLoCo with S = H = 4. The landing step is
- * fixed, so the network's timing cannot change a number. Every process
- * is waited for with a deadline and killed past it.
+ * with S = 1, overlapped DiLoCo with S = H = 4 and streaming DiLoCo
+ * (fragments, qsgd and fp4 deltas, whose first syncs are compressed too).
+ * The landing step is fixed, so the network's timing cannot change a
+ * number. Every process is waited for with a deadline and killed past
+ * it.
  */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "tests/cmocka_compat.h"
@@ -23,7 +25,7 @@
 #define RUN_LIMIT_MS 60000 /* generous: only a broken build waits this long */
 #define ARGS_MAX     40
 
-static const char *const s_algos[][12] = {
+static const char *const s_algos[][16] = {
     {"--algo", "dpsgd", "--stale", "2", NULL},
     {"--algo", "powergossip", "--stale", "2", NULL},
     {"--algo", "choco", "--codec", "topk:ratio=0.25", "--stale", "1", NULL},
@@ -49,6 +51,23 @@ static const char *const s_algos[][12] = {
      "qsgd:bits=4",
      "--stale",
      "3",
+     NULL},
+    /* streaming DiLoCo with fp4 deltas: the nodes start from the same
+     * model, so every fragment's first sync is a compressed outer step */
+    {"--algo",
+     "localsgd",
+     "--period",
+     "8",
+     "--fragments",
+     "4",
+     "--delta-codec",
+     "fp4",
+     "--outer-lr",
+     "0.7",
+     "--outer-momentum",
+     "0.9",
+     "--stale",
+     "6",
      NULL},
 };
 

@@ -71,6 +71,29 @@ s_cluster_new_exact(struct cluster *c,
     s_cluster_new_opts(c, spec, &opts, rows, cols, bias);
 }
 
+/* The instances over the models c->x, and the simulator. */
+static void
+s_cluster_nodes(struct cluster *c, const struct rumor_gossip_opts *opts)
+{
+    struct rumor_diag diag = {0};
+    for (size_t i = 0; i < c->n; i++) {
+        struct rumor_tensor tensors[2] = {
+            {c->x[i], 2, {c->rows, c->cols}},
+            {c->x[i] + c->rows * c->cols, 1, {c->bias}},
+        };
+        struct rumor_model model = {tensors, c->bias ? 2 : 1};
+        rumor_err rc = rumor_gossip_new(opts,
+                                        c->topo,
+                                        (uint32_t)i,
+                                        &model,
+                                        &c->nodes[i],
+                                        &diag);
+        if (rc != RUMOR_OK)
+            fail_msg("gossip_new: %s", diag.msg);
+    }
+    assert_int_equal(rumor_sim_new(c->nodes, c->n, &c->sim), RUMOR_OK);
+}
+
 static void
 s_cluster_new_opts(struct cluster *c,
                    const char *spec,
@@ -96,21 +119,19 @@ s_cluster_new_opts(struct cluster *c,
         rumor_rng_init(&rng, 42, i);
         for (size_t e = 0; e < numel; e++)
             c->x[i][e] = (float)rumor_rng_normal(&rng) + (float)i;
-        struct rumor_tensor tensors[2] = {
-            {c->x[i], 2, {rows, cols}},
-            {c->x[i] + rows * cols, 1, {bias}},
-        };
-        struct rumor_model model = {tensors, bias ? 2 : 1};
-        rumor_err rc = rumor_gossip_new(opts,
-                                        c->topo,
-                                        (uint32_t)i,
-                                        &model,
-                                        &c->nodes[i],
-                                        &diag);
-        if (rc != RUMOR_OK)
-            fail_msg("gossip_new: %s", diag.msg);
     }
-    assert_int_equal(rumor_sim_new(c->nodes, c->n, &c->sim), RUMOR_OK);
+    s_cluster_nodes(c, opts);
+}
+
+/* The instances made again over the models as they are now (the model an
+ * instance is made with is localsgd's tentative anchor). */
+static void
+s_cluster_renew(struct cluster *c, const struct rumor_gossip_opts *opts)
+{
+    rumor_sim_destroy(&c->sim);
+    for (size_t i = 0; i < c->n; i++)
+        rumor_gossip_destroy(&c->nodes[i]);
+    s_cluster_nodes(c, opts);
 }
 
 static void
@@ -947,18 +968,20 @@ test_saef__least_squares_large_steps__beats_plain_ef(void **state)
 
 /* Two identical nodes (so each node's error is the network's average
  * error), f(x) = 1/2 ||x - (4, 2)||^2, lr 0.5, delta codec top-1 of 2,
- * worked by hand. Step 1 averages the models: x = (2, 1). Step 2 (e = 0):
- * x = (3, 1.5), Delta = (-1, -0.5), sent (-1, 0), e = (0, -0.5), model
- * (3, 1). Step 3, SAEF: look-ahead (3, 1.5), g = (-1, -0.5), x =
- * (3.5, 1.75), Delta = (-0.5, -0.75), sent (0, -0.75): model (3, 1.75).
- * Plain EF: g at (3, 1) = (-1, -1), x = (3.5, 1.5), Delta = (-0.5, -0.5)
- * + e = (-0.5, -1), sent (0, -1): model (3, 2). */
+ * worked by hand. Both start at (0, 0), the anchor. Step 1 (e = 0):
+ * x = (2, 1), Delta = (-2, -1), sent (-2, 0), e = (0, -1), model (2, 0).
+ * Step 2, SAEF: look-ahead (2, 1), x = (3, 1.5), Delta = (-1, -1.5),
+ * sent (0, -1.5), e = (-1, 0), model (2, 1.5). Step 3: look-ahead
+ * (3, 1.5), x = (3.5, 1.75), Delta = (-1.5, -0.25), sent (-1.5, 0):
+ * model (3.5, 1.5). Plain EF: step 2 from (2, 0): x = (3, 1), Delta =
+ * (-1, -1) + e = (-1, -2), sent (0, -2), e = (-1, 0), model (2, 2); step
+ * 3: x = (3, 2), Delta = (-1, 0) + e = (-2, 0), sent: model (4, 2). */
 static void
 test_saef__two_nodes_top1__hand_computed_look_ahead(void **state)
 {
     (void)state;
     const double alphas[2] = {1.0, 0.0};
-    const float want[2][2] = {{3.0f, 1.75f}, {3.0f, 2.0f}};
+    const float want[2][2] = {{3.5f, 1.5f}, {4.0f, 2.0f}};
     for (int k = 0; k < 2; k++) {
         struct rumor_gossip_opts opts;
         rumor_gossip_opts_default(&opts);
@@ -969,6 +992,7 @@ test_saef__two_nodes_top1__hand_computed_look_ahead(void **state)
         s_cluster_new_opts(&c, "ring:2", &opts, 2, 1, 0);
         for (size_t i = 0; i < 2; i++)
             c.x[i][0] = c.x[i][1] = 0;
+        s_cluster_renew(&c, &opts);
         const float target[2] = {4, 2};
         for (uint64_t step = 1; step <= 3; step++) {
             for (size_t i = 0; i < 2; i++) {
@@ -1073,6 +1097,7 @@ s_localsgd_cluster(struct cluster *c, unsigned period, const char *codec)
     for (size_t i = 0; i < c->n; i++)
         for (int k = 0; k < 6; k++)
             c->x[i][k] = 0.1f * (float)k;
+    s_cluster_renew(c, &opts); /* every node starts from that model */
 }
 
 static void

@@ -122,11 +122,11 @@ s_look_ahead(struct run *r, size_t i, float *moved)
         moved[d] = before[d] - r->x[i][d];
 }
 
-/* Step 1 makes the anchor (0); step 2 sends Delta_i = u_i. */
+/* The nodes start at 0, their anchor (localsgd.c: the initial model, the
+ * same on every node); step 2's sync, the first, sends Delta_i = u_i. */
 static void
 s_star_syncs(struct run *r)
 {
-    assert_int_equal(rumor_sim_step(r->sim, 1), RUMOR_OK);
     for (size_t i = 0; i < 4; i++) {
         assert_int_equal(rumor_gossip_step_ahead(r->g[i]), RUMOR_OK);
         for (int d = 0; d < 4; d++)
