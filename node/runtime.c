@@ -99,6 +99,12 @@ s_settings(const struct rumor_node_opts *o, char *text, size_t cap)
                         cap - (size_t)len,
                         " warm-start=%d",
                         g->warm_start);
+    /* local SGD's compressed payloads end with the crc32c of the anchor
+     * (its first sync is compressed when the starts are equal): a node
+     * from before that is refused at HELLO, not on a payload's length */
+    if (len >= 0 && (size_t)len < cap && strcmp(g->algo, "localsgd") == 0 &&
+        g->delta_codec[0] != '\0')
+        len += snprintf(text + len, cap - (size_t)len, " anchor-check=crc32c");
     return len < 0 ? 0 : (size_t)len < cap ? (size_t)len : cap - 1;
 }
 
