@@ -183,6 +183,19 @@ extern const struct compress_ops compress_fp8_ops;
 extern const struct compress_ops compress_huffman_ops;
 extern const struct compress_ops compress_sparse_ops;
 
+/* The checks of a QSGD (fixed-width bits, p0 >= 1) or TernGrad payload
+ * that need no pass over the codes, shared by the CPU decoder and the
+ * device's (device.c), so both refuse alike: bucket, p0 and p1, room for
+ * the norms, each norm finite (else RUMOR_ENUMERIC) and not negative.
+ * Gives the level bits, the bucket and the offset of the codes. */
+rumor_err compress_quant_header(bool tern,
+                                const uint8_t *in,
+                                size_t len,
+                                size_t n,
+                                unsigned *b,
+                                uint32_t *bucket,
+                                size_t *head);
+
 /* --- qsgd with any levels (qsgd_levels.c) -------------------------------- */
 
 /* Bits of the Elias omega code of k >= 1. */

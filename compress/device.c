@@ -259,9 +259,10 @@ s_check_sign(const uint8_t *in, size_t len, size_t n)
     return RUMOR_OK;
 }
 
-/* The checks of a QSGD / TernGrad payload (quant.c's s_qsgd_decode) that
- * need no pass over the codes, and its shape. RUMOR_ENOTSUP for the
- * formats without kernels (qsgd's levels and Elias-gamma payloads). */
+/* The checks of a QSGD / TernGrad payload that need no pass over the codes
+ * (the CPU decoder's own, compress_quant_header, then the fixed-width
+ * length and the range of level times norm), and its shape. RUMOR_ENOTSUP
+ * for the formats without kernels (qsgd's levels and Elias-gamma). */
 static rumor_err
 s_check_quant(bool tern,
               const uint8_t *in,
@@ -269,29 +270,20 @@ s_check_quant(bool tern,
               size_t n,
               struct compress_dev_quant *q)
 {
-    uint32_t bucket = core_get_u32(in + 8);
     if (!tern && in[2] == 0)
         return RUMOR_ENOTSUP;
-    if (bucket < 1 || bucket > (1u << 24) || in[3] > (tern ? 0 : 1) ||
-        (tern ? in[2] != 0 : in[2] > 8))
-        return RUMOR_EPROTO;
-    unsigned b = tern ? 1 : in[2];
-    size_t nb = compress_buckets(n, bucket);
-    if ((len - RUMOR_COMPRESS_HEADER_BYTES) / 4 < nb)
-        return RUMOR_EPROTO;
-    *q = s_quant_shape(tern, b, n, bucket);
-    for (size_t k = 0; k < nb; k++) {
-        float norm = compress_get_f32(in + RUMOR_COMPRESS_HEADER_BYTES + 4 * k);
-        if (!isfinite(norm))
-            return RUMOR_ENUMERIC;
-        if (norm < 0)
-            return RUMOR_EPROTO;
-    }
+    unsigned b = 0;
+    uint32_t bucket = 0;
+    size_t head = 0;
+    rumor_err rc = compress_quant_header(tern, in, len, n, &b, &bucket, &head);
+    if (rc != RUMOR_OK)
+        return rc;
     if (in[3] == 1)
         return RUMOR_ENOTSUP;
-    size_t head = RUMOR_COMPRESS_HEADER_BYTES + 4 * nb;
     if (len - head != (n * (b + 1) + 7) / 8)
         return RUMOR_EPROTO;
+    *q = s_quant_shape(tern, b, n, bucket);
+    size_t nb = compress_buckets(n, bucket);
     for (size_t k = 0; k < nb; k++) {
         float norm = compress_get_f32(in + RUMOR_COMPRESS_HEADER_BYTES + 4 * k);
         if (!isfinite((float)q->s * (norm / (float)q->s)))
