@@ -259,6 +259,21 @@ rumor_err compress_sparse_encode_k(const rumor_codec *c,
                                    float *approx,
                                    uint8_t *selected);
 
+/* The Golomb-Rice parameter of k ascending indices below n (sparse.c). */
+unsigned compress_sparse_rice_param(size_t n, size_t k);
+
+/* A sparse payload's header checks and its index list, read as the CPU
+ * decoder reads them (the device decoder shares them): *idx (k entries,
+ * the caller frees it), *k, and *at, the offset of the values' payload,
+ * whose header was checked for id and k. */
+rumor_err compress_sparse_indices(const rumor_codec *c,
+                                  const uint8_t *in,
+                                  size_t len,
+                                  size_t n,
+                                  uint32_t **idx,
+                                  size_t *k,
+                                  size_t *at);
+
 /* The count a topk, randk or dgc codec keeps of n elements. */
 size_t compress_sparse_k(const rumor_codec *c, size_t n);
 /* A bound on compress_sparse_encode_k's payload for any k <= n. */

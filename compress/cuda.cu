@@ -23,6 +23,9 @@ extern "C" {
 #include "core/cuda_check.h"
 #include "core/philox.h"
 
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_scan.cuh>
 #include <cuda_runtime.h>
 
 #include <stdint.h>
@@ -575,6 +578,169 @@ k_quant_decode(const uint8_t *scales,
     }
 }
 
+// --- sparse selection (top-k, threshold) -----------------------------------
+
+#define SEL COMPRESS_DEV_SEL_BLOCK
+
+__device__ static uint32_t
+d_key(const float *x, size_t i)
+{
+    return __float_as_uint(x[i]) & 0x7fffffffu;
+}
+
+// One pass of the radix select: the digit at sh of the keys whose digits
+// above it are the prefix found so far (sel->eq). Counted in the block's
+// shared bins first, so the global atomics are 256 a block, not one a key.
+__global__ static void
+k_select_hist(const float *x,
+              size_t n,
+              unsigned sh,
+              struct compress_dev_sel *sel)
+{
+    __shared__ uint32_t bins[256];
+    for (unsigned t = threadIdx.x; t < 256; t += blockDim.x)
+        bins[t] = 0;
+    __syncthreads();
+    uint32_t prefix = sel->eq, high = sh == 24 ? 0 : ~0u << (sh + 8);
+    GRID_STRIDE(i, n)
+    {
+        uint32_t key = d_key(x, i);
+        if (((key ^ prefix) & high) == 0)
+            atomicAdd(&bins[(key >> sh) & 0xffu], 1u);
+    }
+    __syncthreads();
+    for (unsigned t = threadIdx.x; t < 256; t += blockDim.x)
+        if (bins[t] != 0)
+            atomicAdd(&sel->hist[t], bins[t]);
+}
+
+// One thread: the digit where the k-th largest key lies joins the prefix,
+// the keys in higher bins the count above (sel->count), as ref.c's pick.
+__global__ static void
+k_select_pick(struct compress_dev_sel *sel, unsigned sh, size_t k)
+{
+    uint32_t above = sel->count;
+    for (uint32_t bin = 255;; bin--) {
+        if (above + sel->hist[bin] >= k || bin == 0) {
+            sel->eq |= bin << sh;
+            break;
+        }
+        above += sel->hist[bin];
+    }
+    sel->count = above;
+    if (sh == 0) {
+        sel->lo = sel->eq + 1;
+        sel->ties = (uint32_t)k - above;
+    }
+}
+
+__device__ static unsigned long long
+d_sel_counts(const float *x, size_t i, const struct compress_dev_sel *sel)
+{
+    uint32_t key = d_key(x, i);
+    return (unsigned long long)(key >= sel->lo) << 32 | (key == sel->eq);
+}
+
+// Block b's counts, one element a thread (the packed sum cannot carry:
+// the low half counts at most n < 2^32).
+__global__ static void
+k_select_counts(const float *x,
+                size_t n,
+                const struct compress_dev_sel *sel,
+                unsigned long long *counts)
+{
+    typedef cub::BlockReduce<unsigned long long, SEL> reduce;
+    __shared__ typename reduce::TempStorage tmp;
+    size_t i = (size_t)blockIdx.x * SEL + threadIdx.x;
+    unsigned long long mine = i < n ? d_sel_counts(x, i, sel) : 0;
+    unsigned long long sum = reduce(tmp).Sum(mine);
+    if (threadIdx.x == 0)
+        counts[blockIdx.x] = sum;
+}
+
+__global__ static void
+k_select_total(const unsigned long long *total, struct compress_dev_sel *sel)
+{
+    uint32_t eq = (uint32_t)*total;
+    sel->count = (uint32_t)(*total >> 32) + (eq < sel->ties ? eq : sel->ties);
+}
+
+__global__ static void
+k_select_emit(const float *x,
+              size_t n,
+              const struct compress_dev_sel *sel,
+              const unsigned long long *offs,
+              uint32_t *idx,
+              float *vals)
+{
+    typedef cub::BlockScan<unsigned long long, SEL> scan;
+    __shared__ typename scan::TempStorage tmp;
+    size_t i = (size_t)blockIdx.x * SEL + threadIdx.x;
+    unsigned long long mine = i < n ? d_sel_counts(x, i, sel) : 0, before;
+    scan(tmp).ExclusiveSum(mine, before);
+    before += offs[blockIdx.x];
+    uint32_t gt = (uint32_t)(before >> 32), eq = (uint32_t)before;
+    uint32_t ties = sel->ties;
+    if ((mine >> 32) != 0 || ((uint32_t)mine != 0 && eq < ties)) {
+        size_t slot = gt + (eq < ties ? eq : ties);
+        idx[slot] = (uint32_t)i;
+        vals[slot] = x[i];
+    }
+}
+
+__device__ static uint64_t
+d_gap(const uint32_t *idx, size_t j)
+{
+    return j == 0 ? idx[0] : (uint64_t)(idx[j] - idx[j - 1] - 1);
+}
+
+__global__ static void
+k_rice_lengths(const uint32_t *idx,
+               size_t k,
+               unsigned r,
+               unsigned long long *len)
+{
+    GRID_STRIDE(j, k)
+    {
+        len[j] = (d_gap(idx, j) >> r) + 1 + r;
+    }
+}
+
+// Code j after its q zeros: a one, then the gap's low r bits; at most 62
+// bits from the word holding its first, so two word ORs.
+__global__ static void
+k_rice_bits(const uint32_t *idx,
+            size_t k,
+            unsigned r,
+            const unsigned long long *offs,
+            uint32_t *words)
+{
+    GRID_STRIDE(j, k)
+    {
+        uint64_t gap = d_gap(idx, j), at = offs[j] + (gap >> r);
+        uint64_t v = ((gap & ((1ull << r) - 1)) << 1 | 1u) << (at % 32);
+        atomicOr(&words[at / 32], (uint32_t)v);
+        if (v >> 32 != 0)
+            atomicOr(&words[at / 32 + 1], (uint32_t)(v >> 32));
+    }
+}
+
+__global__ static void
+k_idx_scatter(const float *vals,
+              const uint32_t *idx,
+              size_t k,
+              float alpha,
+              float *y,
+              const uint32_t *flag)
+{
+    if (*flag != 0)
+        return;
+    GRID_STRIDE(j, k)
+    {
+        y[idx[j]] = d_axpy(y[idx[j]], alpha, vals[j]);
+    }
+}
+
 // --- launchers --------------------------------------------------------------
 
 static void
@@ -817,6 +983,129 @@ s_randk_scatter(const float *vals,
                                                                        flag);
 }
 
+static void
+s_select_kth(const float *x,
+             size_t n,
+             size_t k,
+             struct compress_dev_sel *sel,
+             void *stream)
+{
+    cudaStream_t st = s_stream(stream);
+    (void)cudaMemsetAsync(sel, 0, sizeof *sel, st);
+    for (unsigned sh = 24;; sh -= 8) {
+        (void)cudaMemsetAsync(sel->hist, 0, sizeof sel->hist, st);
+        k_select_hist<<<s_blocks(n), THREADS, 0, st>>>(x, n, sh, sel);
+        k_select_pick<<<1, 1, 0, st>>>(sel, sh, k);
+        if (sh == 0)
+            break;
+    }
+}
+
+// out[0..m] = the exclusive sums of in[0..m) and their total (in[m] must
+// be 0). A failed allocation leaves the error for s_finish to report.
+static void
+s_exclusive_sum(unsigned long long *in,
+                unsigned long long *out,
+                size_t m,
+                cudaStream_t st)
+{
+    void *tmp = NULL;
+    size_t bytes = 0;
+    if (cub::DeviceScan::ExclusiveSum(NULL, bytes, in, out, m + 1, st) !=
+            cudaSuccess ||
+        cudaMallocAsync(&tmp, bytes ? bytes : 1, st) != cudaSuccess)
+        return;
+    (void)cub::DeviceScan::ExclusiveSum(tmp, bytes, in, out, m + 1, st);
+    (void)cudaFreeAsync(tmp, st);
+}
+
+static void
+s_select_scan(const float *x,
+              size_t n,
+              struct compress_dev_sel *sel,
+              uint64_t *offs,
+              void *stream)
+{
+    cudaStream_t st = s_stream(stream);
+    size_t nb = (n + SEL - 1) / SEL;
+    unsigned long long *counts = NULL, *o = (unsigned long long *)offs;
+    if (cudaMallocAsync((void **)&counts, (nb + 1) * sizeof *counts, st) !=
+        cudaSuccess)
+        return;
+    (void)cudaMemsetAsync(counts + nb, 0, sizeof *counts, st);
+    if (nb > 0)
+        k_select_counts<<<(unsigned)nb, SEL, 0, st>>>(x, n, sel, counts);
+    s_exclusive_sum(counts, o, nb, st);
+    k_select_total<<<1, 1, 0, st>>>(o + nb, sel);
+    (void)cudaFreeAsync(counts, st);
+}
+
+static void
+s_select_emit(const float *x,
+              size_t n,
+              const struct compress_dev_sel *sel,
+              const uint64_t *offs,
+              uint32_t *idx,
+              float *vals,
+              void *stream)
+{
+    size_t nb = (n + SEL - 1) / SEL;
+    if (nb > 0)
+        k_select_emit<<<(unsigned)nb, SEL, 0, s_stream(stream)>>>(
+            x,
+            n,
+            sel,
+            (const unsigned long long *)offs,
+            idx,
+            vals);
+}
+
+static void
+s_rice_write(const uint32_t *idx,
+             size_t k,
+             unsigned r,
+             uint32_t *words,
+             uint64_t *bits,
+             void *stream)
+{
+    cudaStream_t st = s_stream(stream);
+    unsigned long long *len = NULL, *offs = NULL;
+    if (cudaMallocAsync((void **)&len, 2 * (k + 1) * sizeof *len, st) !=
+        cudaSuccess)
+        return;
+    offs = len + k + 1;
+    (void)cudaMemsetAsync(len + k, 0, sizeof *len, st);
+    if (k > 0)
+        k_rice_lengths<<<s_blocks(k), THREADS, 0, st>>>(idx, k, r, len);
+    s_exclusive_sum(len, offs, k, st);
+    if (k > 0)
+        k_rice_bits<<<s_blocks(k), THREADS, 0, st>>>(idx, k, r, offs, words);
+    (void)cudaMemcpyAsync(bits,
+                          offs + k,
+                          sizeof *bits,
+                          cudaMemcpyDeviceToDevice,
+                          st);
+    (void)cudaFreeAsync(len, st);
+}
+
+static void
+s_idx_scatter(const float *vals,
+              const uint32_t *idx,
+              size_t k,
+              float alpha,
+              float *y,
+              const uint32_t *flag,
+              void *stream)
+{
+    if (k > 0)
+        k_idx_scatter<<<s_blocks(k), THREADS, 0, s_stream(stream)>>>(vals,
+                                                                     idx,
+                                                                     k,
+                                                                     alpha,
+                                                                     y,
+                                                                     flag);
+}
+
 extern "C" rumor_err
 compress_dev_cuda(const struct compress_dev_i **out, const char **why)
 {
@@ -826,7 +1115,8 @@ compress_dev_cuda(const struct compress_dev_i **out, const char **why)
         s_dense_encode,  s_dense_check, s_dense_decode, s_sign_sums,
         s_sign_scales,   s_sign_bits,   s_sign_decode,  s_quant_scales,
         s_quant_codes,   s_quant_check, s_quant_decode, s_randk_gather,
-        s_randk_scatter,
+        s_randk_scatter, s_select_kth,  s_select_scan,  s_select_emit,
+        s_rice_write,    s_idx_scatter,
     };
     *out = NULL;
     if (rumor_cuda_device_count(why) <= 0)

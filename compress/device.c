@@ -4,13 +4,17 @@
  * size and every check a header allows are done here on the host, as the
  * CPU codecs do them, so a device payload is the CPU codec's byte for byte.
  * Done: fp32, fp16, bf16, sign, qsgd (fixed-width levels, unbiased),
- * terngrad (no clip), and randk whose values codec is one of these. Everything
- * is ordered on the caller's stream; the one wait is the stream's own, for the
- * bytes and the NaN/Inf flag to land.
+ * terngrad (no clip), and randk, topk and threshold whose values codec is one
+ * of these. Everything is ordered on the caller's stream; the one wait is the
+ * stream's own, for the bytes and the NaN/Inf flag to land (threshold waits
+ * once more, for its count, which sizes the rest). topk and threshold decode
+ * their Rice-coded index list on the host, where the payload is.
  */
 #include "compress/device.h"
 
 #include "compress/compress_impl.h"
+
+#include <stdlib.h>
 
 #define S_RANDK_SEEDS 16 /* seed and counter after a random-k header */
 
@@ -33,10 +37,18 @@ s_dense(const rumor_codec *c)
     }
 }
 
+/* The sparse codecs whose selection the device makes (sparse.c's format:
+ * a Rice-coded index list, then the values' payload). */
+static bool
+s_sparse(const rumor_codec *c)
+{
+    return c->id == RUMOR_CODEC_TOPK || c->id == RUMOR_CODEC_THRESHOLD;
+}
+
 bool
 rumor_codec_device_supported(const rumor_codec *codec)
 {
-    if (codec->id == RUMOR_CODEC_RANDK)
+    if (codec->id == RUMOR_CODEC_RANDK || s_sparse(codec))
         return s_dense(codec->inner);
     return s_dense(codec);
 }
@@ -187,6 +199,232 @@ s_encode_body(const struct compress_dev_i *d,
     return rc;
 }
 
+/* Device buffers of one call, released together. */
+struct s_bufs {
+    void *p[12];
+    size_t used;
+};
+
+static rumor_err
+s_get(const struct compress_dev_i *d,
+      struct s_bufs *b,
+      size_t bytes,
+      void **out,
+      void *stream)
+{
+    if (b->used == sizeof b->p / sizeof b->p[0])
+        return RUMOR_ENOMEM;
+    rumor_err rc = d->alloc(bytes ? bytes : 1, out, stream);
+    if (rc == RUMOR_OK)
+        b->p[b->used++] = *out;
+    return rc;
+}
+
+static void
+s_put_all(const struct compress_dev_i *d, struct s_bufs *b, void *stream)
+{
+    while (b->used > 0)
+        d->release(b->p[--b->used], stream);
+}
+
+/* The selection of top-k (its radix select) or threshold (keys >= t's)
+ * and its scan; *count the number taken. threshold's count sizes what
+ * follows, so it waits for it here. */
+static rumor_err
+s_select(const struct compress_dev_i *d,
+         const rumor_codec *c,
+         const float *x,
+         size_t n,
+         struct compress_dev_sel *sel,
+         uint64_t *offs,
+         size_t *count,
+         void *stream)
+{
+    size_t k = compress_sparse_k(c, n);
+    struct compress_dev_sel fixed = {compress_f2u(c->threshold),
+                                     UINT32_MAX,
+                                     0,
+                                     0,
+                                     {0}};
+    if (c->id == RUMOR_CODEC_TOPK && k == 0)
+        fixed.lo = UINT32_MAX; /* no key reaches it */
+    rumor_err rc = RUMOR_OK;
+    if (c->id == RUMOR_CODEC_TOPK && k > 0)
+        d->select_kth(x, n, k, sel, stream);
+    else
+        rc = d->upload(sel, &fixed, sizeof fixed, stream);
+    if (rc != RUMOR_OK)
+        return rc;
+    d->select_scan(x, n, sel, offs, stream);
+    *count = k;
+    if (c->id == RUMOR_CODEC_TOPK)
+        return RUMOR_OK;
+    uint32_t taken = 0;
+    rc = d->download(&taken, &sel->count, sizeof taken, stream);
+    if (rc == RUMOR_OK)
+        rc = d->finish(stream);
+    *count = taken;
+    return rc;
+}
+
+/* The Rice stream's bound for k indices below n (sparse.c's size): the
+ * gaps sum to at most n, so their quotients to at most n >> r. */
+static size_t
+s_rice_room(size_t n, size_t k, unsigned r)
+{
+    return (size_t)(((uint64_t)k * (r + 1) + (n >> r) + 7) / 8);
+}
+
+/* One sparse encode's shape: count indices, Rice parameter r, room bytes
+ * for the stream (its bound), inner bytes of values' payload. */
+struct s_sparse {
+    size_t count, room, inner;
+    unsigned r;
+};
+
+/* Queues the indices, their Rice stream and the values' payload, and
+ * their downloads: the stream's bound from out, the values' payload after
+ * it, the stream's length in bits into *nbits. */
+static rumor_err
+s_sparse_queue(const struct compress_dev_i *d,
+               const rumor_codec *c,
+               const float *x,
+               size_t n,
+               uint64_t seed,
+               uint64_t counter,
+               void *const sel_offs_flag[3],
+               const struct s_sparse *sp,
+               struct s_bufs *b,
+               uint8_t *out,
+               uint64_t *nbits,
+               void *stream)
+{
+    void *idx = NULL, *vals = NULL, *words = NULL, *bits = NULL, *pay = NULL;
+    size_t wbytes = (sp->room + 3) / 4 * 4;
+    rumor_err rc = s_get(d, b, sp->count * sizeof(uint32_t), &idx, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, b, sp->count * sizeof(float), &vals, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, b, wbytes, &words, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, b, sizeof *nbits, &bits, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, b, sp->inner, &pay, stream);
+    if (rc != RUMOR_OK)
+        return rc;
+    d->select_emit(x, n, sel_offs_flag[0], sel_offs_flag[1], idx, vals, stream);
+    d->zero(words, wbytes, stream);
+    d->rice_write(idx, sp->count, sp->r, words, bits, stream);
+    /* The values' rounding draws from a seed of their own (sparse.c). */
+    rc = s_encode_body(d,
+                       c->inner,
+                       vals,
+                       sp->count,
+                       rumor_seed_derive(seed, counter, 0x1e),
+                       0,
+                       pay,
+                       sel_offs_flag[2],
+                       stream);
+    if (rc == RUMOR_OK)
+        rc = d->download(out, words, sp->room, stream);
+    if (rc == RUMOR_OK)
+        rc = d->download(out + sp->room, pay, sp->inner, stream);
+    if (rc == RUMOR_OK)
+        rc = d->download(nbits, bits, sizeof *nbits, stream);
+    return rc;
+}
+
+/* After the wait: the values' payload moved down to the stream's end,
+ * the headers written (sparse.c's); returns the payload's length. */
+static size_t
+s_sparse_close(const rumor_codec *c,
+               size_t n,
+               const struct s_sparse *sp,
+               uint64_t nbits,
+               uint8_t *out)
+{
+    size_t at = RUMOR_COMPRESS_HEADER_BYTES + 4, ilen = (nbits + 7) / 8;
+    memmove(out + at + ilen, out + at + sp->room, sp->inner);
+    s_headers(c->inner, sp->count, 0, 0, out + at + ilen);
+    struct compress_header h = {(uint8_t)c->id,
+                                RUMOR_COMPRESS_VERSION,
+                                (uint8_t)sp->r,
+                                0,
+                                (uint32_t)n,
+                                (uint32_t)sp->count};
+    compress_header_write(out, &h);
+    core_put_u32(out + RUMOR_COMPRESS_HEADER_BYTES, (uint32_t)ilen);
+    return at + ilen + sp->inner;
+}
+
+/* top-k and threshold: the selection, the Rice stream of the index gaps
+ * and the values' payload are made on the device. The stream's length is
+ * known only after the wait, so the values' payload lands after the
+ * stream's bound and is moved down on the host. */
+static rumor_err
+s_encode_sparse(const struct compress_dev_i *d,
+                const rumor_codec *c,
+                const float *x,
+                size_t n,
+                uint64_t seed,
+                uint64_t counter,
+                uint8_t *out,
+                size_t cap,
+                size_t *written,
+                void *stream)
+{
+    struct s_bufs b = {{NULL}, 0};
+    void *sof[3] = {NULL, NULL, NULL}; /* sel, offs, flag */
+    size_t nb = compress_buckets(n, COMPRESS_DEV_SEL_BLOCK);
+    struct s_sparse sp = {0, 0, 0, 0};
+    uint32_t bad = 0;
+    uint64_t nbits = 0;
+    rumor_err rc =
+        s_get(d, &b, sizeof(struct compress_dev_sel), &sof[0], stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, (nb + 1) * sizeof(uint64_t), &sof[1], stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, sizeof(uint32_t), &sof[2], stream);
+    if (rc != RUMOR_OK)
+        goto done;
+    d->zero(sof[2], sizeof(uint32_t), stream);
+    d->finite(x, n, sof[2], stream);
+    rc = s_select(d, c, x, n, sof[0], sof[1], &sp.count, stream);
+    if (rc != RUMOR_OK)
+        goto done;
+    sp.r = compress_sparse_rice_param(n, sp.count);
+    sp.room = s_rice_room(n, sp.count, sp.r);
+    sp.inner = s_need(c->inner, sp.count);
+    size_t at = RUMOR_COMPRESS_HEADER_BYTES + 4;
+    if (cap - at < sp.room || cap - at - sp.room < sp.inner) {
+        rc = RUMOR_ETOOBIG;
+        goto done;
+    }
+    rc = s_sparse_queue(d,
+                        c,
+                        x,
+                        n,
+                        seed,
+                        counter,
+                        sof,
+                        &sp,
+                        &b,
+                        out + at,
+                        &nbits,
+                        stream);
+    if (rc == RUMOR_OK)
+        rc = d->download(&bad, sof[2], sizeof bad, stream);
+    if (rc == RUMOR_OK)
+        rc = d->finish(stream);
+    if (rc == RUMOR_OK && bad != 0)
+        rc = RUMOR_ENUMERIC;
+    if (rc == RUMOR_OK)
+        *written = s_sparse_close(c, n, &sp, nbits, out);
+done:
+    s_put_all(d, &b, stream);
+    return rc;
+}
+
 rumor_err
 compress_dev_encode(const struct compress_dev_i *d,
                     const rumor_codec *c,
@@ -206,6 +444,23 @@ compress_dev_encode(const struct compress_dev_i *d,
         return RUMOR_EINVAL;
     if (!rumor_codec_device_supported(c))
         return RUMOR_ENOTSUP;
+    if (s_sparse(c)) {
+        size_t bound = 0;
+        bool exact = false;
+        c->ops->size(c, n, &bound, &exact);
+        if (out == NULL || cap < bound)
+            return RUMOR_ETOOBIG;
+        return s_encode_sparse(d,
+                               c,
+                               x,
+                               n,
+                               seed,
+                               counter,
+                               out,
+                               cap,
+                               written,
+                               stream);
+    }
     size_t need = s_need(c, n);
     if (out == NULL || cap < need)
         return RUMOR_ETOOBIG;
@@ -307,6 +562,83 @@ s_check_randk(const rumor_codec *c, const uint8_t *in, size_t len, size_t n)
     return compress_header_read(in + at, len - at, c->inner->id, k, &ih);
 }
 
+static rumor_err s_decode_body(const struct compress_dev_i *d,
+                               const rumor_codec *c,
+                               const uint8_t *in,
+                               const uint8_t *dev,
+                               size_t len,
+                               size_t n,
+                               bool add,
+                               float alpha,
+                               float *y,
+                               uint32_t *flag,
+                               void *stream);
+
+/* Queues the decode of a sparse payload's k values (their payload at
+ * offset at) into vals. */
+static rumor_err
+s_decode_values(const struct compress_dev_i *d,
+                const rumor_codec *c,
+                const uint8_t *in,
+                const uint8_t *dev,
+                size_t len,
+                size_t at,
+                size_t k,
+                float *vals,
+                uint32_t *flag,
+                void *stream)
+{
+    return s_decode_body(d,
+                         c->inner,
+                         in + at,
+                         dev + at,
+                         len - at,
+                         k,
+                         false,
+                         1.0f,
+                         vals,
+                         flag,
+                         stream);
+}
+
+/* top-k and threshold: the index list is a serial Rice stream, so the
+ * host reads it (the CPU decoder's own reading and checks) and uploads
+ * the indices; the values are decoded on the device, then added. The
+ * upload is from pageable memory, staged before the call returns, so idx
+ * may be freed at once. */
+static rumor_err
+s_decode_sparse(const struct compress_dev_i *d,
+                const rumor_codec *c,
+                const uint8_t *in,
+                const uint8_t *dev,
+                size_t len,
+                size_t n,
+                float alpha,
+                float *y,
+                uint32_t *flag,
+                void *stream)
+{
+    uint32_t *idx = NULL;
+    size_t k = 0, at = 0;
+    rumor_err rc = compress_sparse_indices(c, in, len, n, &idx, &k, &at);
+    if (rc != RUMOR_OK)
+        return rc;
+    struct s_bufs b = {{NULL}, 0};
+    void *didx = NULL, *vals = NULL;
+    rc = s_get(d, &b, k * sizeof *idx, &didx, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, k * sizeof(float), &vals, stream);
+    if (rc == RUMOR_OK)
+        rc = d->upload(didx, idx, k * sizeof *idx, stream);
+    if (rc == RUMOR_OK)
+        rc = s_decode_values(d, c, in, dev, len, at, k, vals, flag, stream);
+    if (rc == RUMOR_OK)
+        d->idx_scatter(vals, didx, k, alpha, y, flag, stream);
+    s_put_all(d, &b, stream);
+    free(idx);
+    return rc;
+}
+
 /* Checks a payload whose header was read (id and n), then queues its
  * decode from dev (the same bytes in device memory) into y. */
 static rumor_err
@@ -324,6 +656,8 @@ s_decode_body(const struct compress_dev_i *d,
 {
     const uint8_t *body = dev + RUMOR_COMPRESS_HEADER_BYTES;
     rumor_err rc = RUMOR_OK;
+    if (s_sparse(c))
+        return s_decode_sparse(d, c, in, dev, len, n, alpha, y, flag, stream);
     if (c->id == RUMOR_CODEC_SIGN) {
         rc = s_check_sign(in, len, n);
         if (rc == RUMOR_OK) {
@@ -367,17 +701,7 @@ s_decode_body(const struct compress_dev_i *d,
     rc = d->alloc((k ? k : 1) * sizeof(float), &vals, stream);
     if (rc != RUMOR_OK)
         return rc;
-    rc = s_decode_body(d,
-                       c->inner,
-                       in + at,
-                       dev + at,
-                       len - at,
-                       k,
-                       false,
-                       1.0f,
-                       vals,
-                       flag,
-                       stream);
+    rc = s_decode_values(d, c, in, dev, len, at, k, vals, flag, stream);
     if (rc == RUMOR_OK)
         d->randk_scatter(vals,
                          n,

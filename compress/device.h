@@ -37,6 +37,19 @@ struct compress_dev_quant {
     bool tern; /* scale: max |v| (TernGrad) instead of the 2-norm */
 };
 
+/* A sparse selection (top-k, threshold): element i is taken when its key
+ * (|x_i| as a bit pattern, which orders like |x_i|) is >= lo, or equals
+ * eq and is among the first ties such keys by index, as the CPU's top-k
+ * breaks ties (compress/topk.c). Device memory. */
+struct compress_dev_sel {
+    uint32_t lo, eq, ties;
+    uint32_t count;     /* taken in all (select_scan) */
+    uint32_t hist[256]; /* select_kth's digit histogram */
+};
+
+/* Elements per slot of select_scan's offsets (a kernel's block). */
+#define COMPRESS_DEV_SEL_BLOCK 256
+
 /* Decode flags: an Inf/NaN value, a non-canonical code. */
 #define COMPRESS_DEV_NUMERIC 1u
 #define COMPRESS_DEV_PROTO   2u
@@ -171,6 +184,53 @@ struct compress_dev_i {
                           float *y,
                           const uint32_t *flag,
                           void *stream);
+    /* Top-k, for 1 <= k <= n: lo = T + 1, eq = T, ties = k - #(key > T)
+     * with T the k-th largest key. Radix select: four passes of 8-bit
+     * digits from the top, each a histogram of the digit over the keys
+     * whose digits above it are T's found so far, then one thread picks
+     * the digit where the k-th key lies. */
+    void (*select_kth)(const float *x,
+                       size_t n,
+                       size_t k,
+                       struct compress_dev_sel *sel,
+                       void *stream);
+    /* offs[b] = (taken-by-lo << 32 | key == eq) counts of the elements
+     * before block b of COMPRESS_DEV_SEL_BLOCK (an exclusive scan of each
+     * block's counts; offs has a slot per block and one more), sel->count
+     * the number taken. */
+    void (*select_scan)(const float *x,
+                        size_t n,
+                        struct compress_dev_sel *sel,
+                        uint64_t *offs,
+                        void *stream);
+    /* One thread per element: a taken i goes to slot (taken-by-lo before
+     * it) + min(eq before it, ties) of idx (i) and vals (x_i): ascending. */
+    void (*select_emit)(const float *x,
+                        size_t n,
+                        const struct compress_dev_sel *sel,
+                        const uint64_t *offs,
+                        uint32_t *idx,
+                        float *vals,
+                        void *stream);
+    /* The Golomb-Rice codes (parameter r) of the gaps of idx[0..k) (the
+     * first index, then differences minus one), LSB first as core/bits.h
+     * writes them, or-ed into words (zeroed); *bits = their length. One
+     * thread per index: its code's length, an exclusive scan, then its
+     * bits at its offset. */
+    void (*rice_write)(const uint32_t *idx,
+                       size_t k,
+                       unsigned r,
+                       uint32_t *words,
+                       uint64_t *bits,
+                       void *stream);
+    /* y[idx_j] += alpha vals[j] (distinct indices); nothing when *flag. */
+    void (*idx_scatter)(const float *vals,
+                        const uint32_t *idx,
+                        size_t k,
+                        float alpha,
+                        float *y,
+                        const uint32_t *flag,
+                        void *stream);
 };
 
 /* The plain-C twins (ref.c), on host memory; the stream is ignored. */

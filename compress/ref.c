@@ -783,6 +783,145 @@ s_dev_randk_scatter(const float *vals,
     }
 }
 
+/* The key of x_i: |x_i| as a bit pattern. */
+static uint32_t
+s_dev_key(const float *x, size_t i)
+{
+    return compress_f2u(x[i]) & 0x7fffffffu;
+}
+
+/* select_kth's one-thread kernel after the histogram of the digit at sh:
+ * the digit where the k-th largest key lies joins the prefix (kept in
+ * sel->eq), the keys in higher bins join the count above (sel->count). */
+static void
+s_dev_select_pick(struct compress_dev_sel *sel, unsigned sh, size_t k)
+{
+    for (uint32_t bin = 255;; bin--) {
+        if (sel->count + sel->hist[bin] >= k || bin == 0) {
+            sel->eq |= bin << sh;
+            break;
+        }
+        sel->count += sel->hist[bin];
+    }
+    if (sh == 0) {
+        sel->lo = sel->eq + 1;
+        sel->ties = (uint32_t)k - sel->count;
+    }
+}
+
+static void
+s_dev_select_kth(const float *x,
+                 size_t n,
+                 size_t k,
+                 struct compress_dev_sel *sel,
+                 void *stream)
+{
+    (void)stream;
+    memset(sel, 0, sizeof *sel);
+    for (unsigned sh = 24;; sh -= 8) {
+        uint32_t high = sh == 24 ? 0 : ~0u << (sh + 8);
+        memset(sel->hist, 0, sizeof sel->hist);
+        for (size_t i = 0; i < n; i++)
+            if (((s_dev_key(x, i) ^ sel->eq) & high) == 0)
+                sel->hist[(s_dev_key(x, i) >> sh) & 0xffu]++;
+        s_dev_select_pick(sel, sh, k);
+        if (sh == 0)
+            break;
+    }
+}
+
+/* The counts of element i: taken by lo (high word), equal to eq (low). */
+static uint64_t
+s_dev_sel_counts(const float *x, size_t i, const struct compress_dev_sel *sel)
+{
+    uint32_t key = s_dev_key(x, i);
+    return (uint64_t)(key >= sel->lo) << 32 | (key == sel->eq);
+}
+
+static void
+s_dev_select_scan(const float *x,
+                  size_t n,
+                  struct compress_dev_sel *sel,
+                  uint64_t *offs,
+                  void *stream)
+{
+    (void)stream;
+    size_t nb = compress_buckets(n, COMPRESS_DEV_SEL_BLOCK);
+    uint64_t acc = 0;
+    for (size_t b = 0; b < nb; b++) {
+        offs[b] = acc;
+        size_t end = (b + 1) * COMPRESS_DEV_SEL_BLOCK;
+        for (size_t i = b * COMPRESS_DEV_SEL_BLOCK; i < n && i < end; i++)
+            acc += s_dev_sel_counts(x, i, sel);
+    }
+    offs[nb] = acc;
+    uint32_t eq = (uint32_t)acc;
+    sel->count = (uint32_t)(acc >> 32) + (eq < sel->ties ? eq : sel->ties);
+}
+
+static void
+s_dev_select_emit(const float *x,
+                  size_t n,
+                  const struct compress_dev_sel *sel,
+                  const uint64_t *offs,
+                  uint32_t *idx,
+                  float *vals,
+                  void *stream)
+{
+    (void)stream;
+    uint64_t before = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i % COMPRESS_DEV_SEL_BLOCK == 0)
+            before = offs[i / COMPRESS_DEV_SEL_BLOCK];
+        uint64_t mine = s_dev_sel_counts(x, i, sel);
+        uint32_t gt = (uint32_t)(before >> 32), eq = (uint32_t)before;
+        if ((mine >> 32) != 0 || ((uint32_t)mine != 0 && eq < sel->ties)) {
+            size_t slot = gt + (eq < sel->ties ? eq : sel->ties);
+            idx[slot] = (uint32_t)i;
+            vals[slot] = x[i];
+        }
+        before += mine;
+    }
+}
+
+static void
+s_dev_rice_write(const uint32_t *idx,
+                 size_t k,
+                 unsigned r,
+                 uint32_t *words,
+                 uint64_t *bits,
+                 void *stream)
+{
+    (void)stream;
+    uint64_t start = 0;
+    for (size_t j = 0; j < k; j++) {
+        uint64_t gap = j == 0 ? idx[0] : (uint64_t)(idx[j] - idx[j - 1] - 1);
+        /* q zeros, a one, then the gap's low r bits: at most 62 bits from
+         * the word holding the one, so two word ORs (r <= 30). */
+        uint64_t at = start + (gap >> r);
+        uint64_t v = ((gap & ((1ull << r) - 1)) << 1 | 1u) << (at % 32);
+        words[at / 32] |= (uint32_t)v;
+        if (v >> 32 != 0)
+            words[at / 32 + 1] |= (uint32_t)(v >> 32);
+        start += (gap >> r) + 1 + r;
+    }
+    *bits = start;
+}
+
+static void
+s_dev_idx_scatter(const float *vals,
+                  const uint32_t *idx,
+                  size_t k,
+                  float alpha,
+                  float *y,
+                  const uint32_t *flag,
+                  void *stream)
+{
+    (void)stream;
+    for (size_t j = 0; *flag == 0 && j < k; j++)
+        y[idx[j]] = y[idx[j]] + alpha * vals[j];
+}
+
 const struct compress_dev_i compress_dev_ref = {"ref",
                                                 s_dev_alloc,
                                                 s_dev_release,
@@ -803,4 +942,9 @@ const struct compress_dev_i compress_dev_ref = {"ref",
                                                 s_dev_quant_check,
                                                 s_dev_quant_decode,
                                                 s_dev_randk_gather,
-                                                s_dev_randk_scatter};
+                                                s_dev_randk_scatter,
+                                                s_dev_select_kth,
+                                                s_dev_select_scan,
+                                                s_dev_select_emit,
+                                                s_dev_rice_write,
+                                                s_dev_idx_scatter};

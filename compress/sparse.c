@@ -47,8 +47,8 @@ s_k_of(const rumor_codec *c, size_t n)
     return k > n ? n : k;
 }
 
-static unsigned
-s_rice_param(size_t n, size_t k)
+unsigned
+compress_sparse_rice_param(size_t n, size_t k)
 {
     if (k == 0)
         return 0;
@@ -225,7 +225,8 @@ s_size(const rumor_codec *c, size_t n, size_t *bytes, bool *exact)
             return;
         }
         *bytes = RUMOR_COMPRESS_HEADER_BYTES + 4 +
-                 s_rice_bound_bytes(n, k, s_rice_param(n, k)) + inner;
+                 s_rice_bound_bytes(n, k, compress_sparse_rice_param(n, k)) +
+                 inner;
         *exact = false;
         return;
     }
@@ -317,7 +318,7 @@ s_encode_indices(const rumor_codec *c,
         rc = RUMOR_ENUMERIC;
         goto done;
     }
-    unsigned r = s_rice_param(n, k);
+    unsigned r = compress_sparse_rice_param(n, k);
     size_t at = RUMOR_COMPRESS_HEADER_BYTES;
     if (randk) {
         if (cap - at < 16) {
@@ -557,21 +558,19 @@ s_read_indices(const uint8_t *in,
     return RUMOR_OK;
 }
 
-static rumor_err
-s_decode(const rumor_codec *c,
-         const uint8_t *in,
-         size_t len,
-         bool add,
-         float alpha,
-         float *y,
-         size_t n)
+rumor_err
+compress_sparse_indices(const rumor_codec *c,
+                        const uint8_t *in,
+                        size_t len,
+                        size_t n,
+                        uint32_t **idx_out,
+                        size_t *k_out,
+                        size_t *at_out)
 {
-    rumor_err rc = RUMOR_OK;
-    uint32_t *idx = NULL;
-    float *vals = NULL;
     unsigned r = in[2];
     size_t k = core_get_u32(in + 8);
     bool randk = c->id == RUMOR_CODEC_RANDK;
+    *idx_out = NULL;
     if (k > n || r > 30 || in[3] > (randk ? 1 : 0) || (randk && r != 0))
         return RUMOR_EPROTO;
     if ((c->id == RUMOR_CODEC_TOPK || randk) && k != s_k_of(c, n))
@@ -592,19 +591,16 @@ s_decode(const rumor_codec *c,
             return RUMOR_EPROTO;
     }
     struct compress_header ih;
-    rc = compress_header_read(in + at + ilen,
-                              len - at - ilen,
-                              c->inner->id,
-                              k,
-                              &ih);
+    rumor_err rc = compress_header_read(in + at + ilen,
+                                        len - at - ilen,
+                                        c->inner->id,
+                                        k,
+                                        &ih);
     if (rc != RUMOR_OK)
         return rc;
-    idx = malloc((k ? k : 1) * sizeof *idx);
-    vals = malloc((k ? k : 1) * sizeof *vals);
-    if (idx == NULL || vals == NULL) {
-        rc = RUMOR_ENOMEM;
-        goto done;
-    }
+    uint32_t *idx = malloc((k ? k : 1) * sizeof *idx);
+    if (idx == NULL)
+        return RUMOR_ENOMEM;
     if (randk)
         s_randk_indices(core_get_u64(in + RUMOR_COMPRESS_HEADER_BYTES),
                         core_get_u64(in + RUMOR_COMPRESS_HEADER_BYTES + 8),
@@ -613,9 +609,36 @@ s_decode(const rumor_codec *c,
                         idx);
     else
         rc = s_read_indices(in + at, ilen, r, n, k, idx);
+    if (rc != RUMOR_OK) {
+        free(idx);
+        return rc;
+    }
+    *idx_out = idx;
+    *k_out = k;
+    *at_out = at + ilen;
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_decode(const rumor_codec *c,
+         const uint8_t *in,
+         size_t len,
+         bool add,
+         float alpha,
+         float *y,
+         size_t n)
+{
+    uint32_t *idx = NULL;
+    float *vals = NULL;
+    size_t k = 0, at = 0;
+    rumor_err rc = compress_sparse_indices(c, in, len, n, &idx, &k, &at);
     if (rc != RUMOR_OK)
+        return rc;
+    vals = malloc((k ? k : 1) * sizeof *vals);
+    if (vals == NULL) {
+        rc = RUMOR_ENOMEM;
         goto done;
-    at += ilen;
+    }
     rc = c->inner->ops
              ->decode(c->inner, in + at, len - at, false, 1.0f, vals, k);
     if (rc != RUMOR_OK)

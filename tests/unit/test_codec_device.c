@@ -3,7 +3,8 @@
  * twins (compress/ref.c) and the CPU codecs: on a GPU the payload of
  * rumor_codec_encode_device equals both byte for byte, decode-add into
  * device memory equals both float for float, each kernel's own output
- * equals its twin's (the scaled sign's partial sums included), and
+ * equals its twin's (the scaled sign's partial sums and the sparse
+ * selection's steps included), and
  * NaN/Inf is refused. Without a device (or in a CPU-only build) every
  * test skips with the CUDA runtime's reason printed.
  */
@@ -174,6 +175,95 @@ test_kernels__sign_partial_sums__equal_twin(void **state)
     free(x);
 }
 
+/* The sparse selection's kernels alone against their twins on tie-heavy
+ * keys (magnitudes from {0, 1, 2}, either sign) and on s_dev_fill's: the
+ * radix select's result, the block offsets, the indices and values, and
+ * the Rice stream, bit for bit. */
+static void
+s_check_select(const struct compress_dev_i *d,
+               const float *x,
+               size_t n,
+               size_t k)
+{
+    size_t nb = compress_buckets(n, COMPRESS_DEV_SEL_BLOCK);
+    struct compress_dev_sel want, got;
+    uint64_t *offs = malloc((nb + 1) * sizeof *offs),
+             *doffs_h = malloc((nb + 1) * sizeof *offs);
+    uint32_t *idx = malloc(k * sizeof *idx), *gidx = malloc(k * sizeof *idx);
+    float *vals = malloc(k * sizeof *vals), *gvals = malloc(k * sizeof *vals);
+    size_t room = (k * 31 + n + 64) / 32 + 1;
+    uint32_t *words = calloc(room, 4), *gwords = calloc(room, 4);
+    uint64_t bits = 0, gbits = 0;
+    assert_true(offs && doffs_h && idx && gidx && vals && gvals && words &&
+                gwords);
+    unsigned r = compress_sparse_rice_param(n, k);
+    compress_dev_ref.select_kth(x, n, k, &want, NULL);
+    compress_dev_ref.select_scan(x, n, &want, offs, NULL);
+    compress_dev_ref.select_emit(x, n, &want, offs, idx, vals, NULL);
+    compress_dev_ref.rice_write(idx, k, r, words, &bits, NULL);
+    float *dx = s_up(d, x, n * sizeof *x);
+    void *dsel = NULL, *doffs = NULL, *didx = NULL, *dvals = NULL,
+         *dwords = NULL, *dbits = NULL;
+    assert_int_equal(d->alloc(sizeof got, &dsel, NULL), RUMOR_OK);
+    assert_int_equal(d->alloc((nb + 1) * 8, &doffs, NULL), RUMOR_OK);
+    assert_int_equal(d->alloc(k * 4, &didx, NULL), RUMOR_OK);
+    assert_int_equal(d->alloc(k * 4, &dvals, NULL), RUMOR_OK);
+    assert_int_equal(d->alloc(room * 4, &dwords, NULL), RUMOR_OK);
+    assert_int_equal(d->alloc(8, &dbits, NULL), RUMOR_OK);
+    d->zero(dwords, room * 4, NULL);
+    d->select_kth(dx, n, k, dsel, NULL);
+    d->select_scan(dx, n, dsel, doffs, NULL);
+    d->select_emit(dx, n, dsel, doffs, didx, dvals, NULL);
+    d->rice_write(didx, k, r, dwords, dbits, NULL);
+    s_down(d, &got, dsel, sizeof got);
+    s_down(d, doffs_h, doffs, (nb + 1) * 8);
+    s_down(d, gidx, didx, k * 4);
+    s_down(d, gvals, dvals, k * 4);
+    s_down(d, gwords, dwords, room * 4);
+    s_down(d, &gbits, dbits, 8);
+    assert_memory_equal(&got, &want, sizeof got);
+    assert_memory_equal(doffs_h, offs, (nb + 1) * 8);
+    assert_memory_equal(gidx, idx, k * 4);
+    assert_memory_equal(gvals, vals, k * 4);
+    assert_int_equal(gbits, bits);
+    assert_memory_equal(gwords, words, room * 4);
+    void *dev[] = {dx, dsel, doffs, didx, dvals, dwords, dbits};
+    for (size_t i = 0; i < 7; i++)
+        d->release(dev[i], NULL);
+    free(offs);
+    free(doffs_h);
+    free(idx);
+    free(gidx);
+    free(vals);
+    free(gvals);
+    free(words);
+    free(gwords);
+}
+
+static void
+test_kernels__sparse_selection__equal_twin(void **state)
+{
+    (void)state;
+    const struct compress_dev_i *d = s_cuda_or_skip();
+    const size_t sizes[] = {1, 256, 257, 70001, 1u << 20};
+    for (size_t z = 0; z < 5; z++) {
+        size_t n = sizes[z];
+        float *x = malloc(n * sizeof *x);
+        assert_non_null(x);
+        for (int tie = 0; tie < 2; tie++) {
+            if (tie)
+                for (size_t i = 0; i < n; i++)
+                    x[i] = (float)((i * 7919u) % 3) * (i % 4 ? 1.0f : -1.0f);
+            else
+                s_dev_fill(x, n, 17);
+            size_t ks[] = {1, (n + 99) / 100, (n + 1) / 2, n};
+            for (size_t j = 0; j < 4; j++)
+                s_check_select(d, x, n, ks[j]);
+        }
+        free(x);
+    }
+}
+
 static void
 test_kernels__nonfinite__refused_and_y_untouched(void **state)
 {
@@ -230,6 +320,7 @@ main(void)
         cmocka_unit_test(
             test_kernels__every_codec_and_size__equal_twin_and_cpu),
         cmocka_unit_test(test_kernels__sign_partial_sums__equal_twin),
+        cmocka_unit_test(test_kernels__sparse_selection__equal_twin),
         cmocka_unit_test(test_kernels__nonfinite__refused_and_y_untouched),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
