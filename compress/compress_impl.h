@@ -259,6 +259,20 @@ rumor_err compress_sparse_encode_k(const rumor_codec *c,
                                    float *approx,
                                    uint8_t *selected);
 
+/* DGC's selection for k of n values (0 < k < n), shared by the CPU
+ * codec and the device's so they decide alike: m sampled keys, the
+ * sample's ks-th largest the first threshold, a count in [lo, hi] taken
+ * as it is, more than hi but at most cap cut to the exact top-k; else the
+ * threshold doubles or halves, COMPRESS_DGC_TRIES times at most. */
+struct compress_dgc_plan {
+    size_t m, ks, cap, lo, hi;
+};
+#define COMPRESS_DGC_TRIES 16
+struct compress_dgc_plan compress_dgc_plan(size_t n, size_t k);
+/* The seed of DGC's sample: draw j is word j of its Philox stream 0,
+ * index (draw n) >> 32. */
+uint64_t compress_dgc_seed(uint64_t seed, uint64_t counter);
+
 /* The Golomb-Rice parameter of k ascending indices below n (sparse.c). */
 unsigned compress_sparse_rice_param(size_t n, size_t k);
 

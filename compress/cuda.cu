@@ -726,6 +726,18 @@ k_rice_bits(const uint32_t *idx,
 }
 
 __global__ static void
+k_dgc_sample(const float *x, size_t n, size_t m, uint64_t seed, float *sample)
+{
+    GRID_STRIDE(j, m)
+    {
+        uint32_t w[4];
+        d_philox(j / 4, 0, seed, w);
+        size_t at = (size_t)(((uint64_t)w[j % 4] * n) >> 32);
+        sample[j] = __uint_as_float(d_key(x, at));
+    }
+}
+
+__global__ static void
 k_idx_scatter(const float *vals,
               const uint32_t *idx,
               size_t k,
@@ -1089,6 +1101,22 @@ s_rice_write(const uint32_t *idx,
 }
 
 static void
+s_dgc_sample(const float *x,
+             size_t n,
+             size_t m,
+             uint64_t seed,
+             float *sample,
+             void *stream)
+{
+    if (m > 0)
+        k_dgc_sample<<<s_blocks(m), THREADS, 0, s_stream(stream)>>>(x,
+                                                                    n,
+                                                                    m,
+                                                                    seed,
+                                                                    sample);
+}
+
+static void
 s_idx_scatter(const float *vals,
               const uint32_t *idx,
               size_t k,
@@ -1116,7 +1144,7 @@ compress_dev_cuda(const struct compress_dev_i **out, const char **why)
         s_sign_scales,   s_sign_bits,   s_sign_decode,  s_quant_scales,
         s_quant_codes,   s_quant_check, s_quant_decode, s_randk_gather,
         s_randk_scatter, s_select_kth,  s_select_scan,  s_select_emit,
-        s_rice_write,    s_idx_scatter,
+        s_rice_write,    s_dgc_sample,  s_idx_scatter,
     };
     *out = NULL;
     if (rumor_cuda_device_count(why) <= 0)

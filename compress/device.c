@@ -4,10 +4,11 @@
  * size and every check a header allows are done here on the host, as the
  * CPU codecs do them, so a device payload is the CPU codec's byte for byte.
  * Done: fp32, fp16, bf16, sign, qsgd (fixed-width levels, unbiased),
- * terngrad (no clip), and randk, topk and threshold whose values codec is one
- * of these. Everything is ordered on the caller's stream; the one wait is the
- * stream's own, for the bytes and the NaN/Inf flag to land (threshold waits
- * once more, for its count, which sizes the rest). topk and threshold decode
+ * terngrad (no clip), and randk, topk, threshold and dgc whose values codec
+ * is one of these. Everything is ordered on the caller's stream; the one wait
+ * is the stream's own, for the bytes and the NaN/Inf flag to land (threshold
+ * waits once more, for its count, which sizes the rest; dgc once per try). The
+ * sparse codecs decode
  * their Rice-coded index list on the host, where the payload is.
  */
 #include "compress/device.h"
@@ -42,7 +43,8 @@ s_dense(const rumor_codec *c)
 static bool
 s_sparse(const rumor_codec *c)
 {
-    return c->id == RUMOR_CODEC_TOPK || c->id == RUMOR_CODEC_THRESHOLD;
+    return c->id == RUMOR_CODEC_TOPK || c->id == RUMOR_CODEC_THRESHOLD ||
+           c->id == RUMOR_CODEC_DGC;
 }
 
 bool
@@ -227,44 +229,134 @@ s_put_all(const struct compress_dev_i *d, struct s_bufs *b, void *stream)
         d->release(b->p[--b->used], stream);
 }
 
-/* The selection of top-k (its radix select) or threshold (keys >= t's)
- * and its scan; *count the number taken. threshold's count sizes what
- * follows, so it waits for it here. */
+/* The selection of the keys >= lo (threshold; DGC's tries), scanned; its
+ * count sizes what follows, so this waits for it. */
+static rumor_err
+s_select_ge(const struct compress_dev_i *d,
+            const float *x,
+            size_t n,
+            uint32_t lo,
+            struct compress_dev_sel *sel,
+            uint64_t *offs,
+            size_t *count,
+            void *stream)
+{
+    struct compress_dev_sel fixed = {lo, UINT32_MAX, 0, 0, {0}};
+    uint32_t taken = 0;
+    rumor_err rc = d->upload(sel, &fixed, sizeof fixed, stream);
+    if (rc != RUMOR_OK)
+        return rc;
+    d->select_scan(x, n, sel, offs, stream);
+    rc = d->download(&taken, &sel->count, sizeof taken, stream);
+    if (rc == RUMOR_OK)
+        rc = d->finish(stream);
+    *count = taken;
+    return rc;
+}
+
+/* top-k's selection (its radix select), scanned; k = 0 only when n = 0. */
+static void
+s_select_topk(const struct compress_dev_i *d,
+              const float *x,
+              size_t n,
+              size_t k,
+              struct compress_dev_sel *sel,
+              uint64_t *offs,
+              size_t *count,
+              void *stream)
+{
+    if (k > 0)
+        d->select_kth(x, n, k, sel, stream);
+    else
+        d->zero(sel, sizeof *sel, stream);
+    d->select_scan(x, n, sel, offs, stream);
+    *count = k;
+}
+
+/* DGC's sampled threshold with the CPU's decisions on the same counts
+ * (sparse.c, compress_dgc_plan). The cut to top-k among too many
+ * candidates is the top-k of x: they hold its k largest keys, and ties go
+ * to the lowest index either way. Waits once for the sample's threshold
+ * and once per try. */
+static rumor_err
+s_select_dgc(const struct compress_dev_i *d,
+             const float *x,
+             size_t n,
+             size_t k,
+             uint64_t seed,
+             uint64_t counter,
+             struct compress_dev_sel *sel,
+             uint64_t *offs,
+             size_t *count,
+             void *stream)
+{
+    struct compress_dgc_plan p = compress_dgc_plan(n, k);
+    void *sample = NULL;
+    uint32_t T = 0;
+    rumor_err rc = d->alloc(p.m * sizeof(float), &sample, stream);
+    if (rc != RUMOR_OK)
+        return rc;
+    d->dgc_sample(x, n, p.m, compress_dgc_seed(seed, counter), sample, stream);
+    d->select_kth(sample, p.m, p.ks, sel, stream);
+    rc = d->download(&T, &sel->eq, sizeof T, stream);
+    if (rc == RUMOR_OK)
+        rc = d->finish(stream);
+    d->release(sample, stream);
+    float t = compress_u2f(T);
+    for (int tries = 0; rc == RUMOR_OK && tries < COMPRESS_DGC_TRIES; tries++) {
+        size_t got = 0;
+        rc = s_select_ge(d, x, n, compress_f2u(t), sel, offs, &got, stream);
+        if (rc != RUMOR_OK || (got >= p.lo && got <= p.hi)) {
+            *count = got;
+            return rc;
+        }
+        if (got > p.hi && got <= p.cap)
+            break;
+        t = got > p.hi ? t * 2.0f : t * 0.5f;
+        if (!isfinite(t))
+            break;
+    }
+    if (rc == RUMOR_OK)
+        s_select_topk(d, x, n, k, sel, offs, count, stream);
+    return rc;
+}
+
+/* The selection of the codec's indices and its scan; *count their number. */
 static rumor_err
 s_select(const struct compress_dev_i *d,
          const rumor_codec *c,
          const float *x,
          size_t n,
+         uint64_t seed,
+         uint64_t counter,
          struct compress_dev_sel *sel,
          uint64_t *offs,
          size_t *count,
          void *stream)
 {
     size_t k = compress_sparse_k(c, n);
-    struct compress_dev_sel fixed = {compress_f2u(c->threshold),
-                                     UINT32_MAX,
-                                     0,
-                                     0,
-                                     {0}};
-    if (c->id == RUMOR_CODEC_TOPK && k == 0)
-        fixed.lo = UINT32_MAX; /* no key reaches it */
-    rumor_err rc = RUMOR_OK;
-    if (c->id == RUMOR_CODEC_TOPK && k > 0)
-        d->select_kth(x, n, k, sel, stream);
-    else
-        rc = d->upload(sel, &fixed, sizeof fixed, stream);
-    if (rc != RUMOR_OK)
-        return rc;
-    d->select_scan(x, n, sel, offs, stream);
-    *count = k;
-    if (c->id == RUMOR_CODEC_TOPK)
-        return RUMOR_OK;
-    uint32_t taken = 0;
-    rc = d->download(&taken, &sel->count, sizeof taken, stream);
-    if (rc == RUMOR_OK)
-        rc = d->finish(stream);
-    *count = taken;
-    return rc;
+    if (c->id == RUMOR_CODEC_THRESHOLD)
+        return s_select_ge(d,
+                           x,
+                           n,
+                           compress_f2u(c->threshold),
+                           sel,
+                           offs,
+                           count,
+                           stream);
+    if (c->id == RUMOR_CODEC_DGC && k > 0 && k < n)
+        return s_select_dgc(d,
+                            x,
+                            n,
+                            k,
+                            seed,
+                            counter,
+                            sel,
+                            offs,
+                            count,
+                            stream);
+    s_select_topk(d, x, n, k, sel, offs, count, stream);
+    return RUMOR_OK;
 }
 
 /* The Rice stream's bound for k indices below n (sparse.c's size): the
@@ -357,7 +449,7 @@ s_sparse_close(const rumor_codec *c,
     return at + ilen + sp->inner;
 }
 
-/* top-k and threshold: the selection, the Rice stream of the index gaps
+/* top-k, threshold and dgc: the selection, the Rice stream of the gaps
  * and the values' payload are made on the device. The stream's length is
  * known only after the wait, so the values' payload lands after the
  * stream's bound and is moved down on the host. */
@@ -389,7 +481,7 @@ s_encode_sparse(const struct compress_dev_i *d,
         goto done;
     d->zero(sof[2], sizeof(uint32_t), stream);
     d->finite(x, n, sof[2], stream);
-    rc = s_select(d, c, x, n, sof[0], sof[1], &sp.count, stream);
+    rc = s_select(d, c, x, n, seed, counter, sof[0], sof[1], &sp.count, stream);
     if (rc != RUMOR_OK)
         goto done;
     sp.r = compress_sparse_rice_param(n, sp.count);
@@ -601,7 +693,7 @@ s_decode_values(const struct compress_dev_i *d,
                          stream);
 }
 
-/* top-k and threshold: the index list is a serial Rice stream, so the
+/* top-k, threshold and dgc: the index list is a serial Rice stream, so the
  * host reads it (the CPU decoder's own reading and checks) and uploads
  * the indices; the values are decoded on the device, then added. The
  * upload is from pageable memory, staged before the call returns, so idx

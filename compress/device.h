@@ -37,7 +37,7 @@ struct compress_dev_quant {
     bool tern; /* scale: max |v| (TernGrad) instead of the 2-norm */
 };
 
-/* A sparse selection (top-k, threshold): element i is taken when its key
+/* A sparse selection (top-k, threshold, DGC): element i is taken when its key
  * (|x_i| as a bit pattern, which orders like |x_i|) is >= lo, or equals
  * eq and is among the first ties such keys by index, as the CPU's top-k
  * breaks ties (compress/topk.c). Device memory. */
@@ -222,6 +222,14 @@ struct compress_dev_i {
                        unsigned r,
                        uint32_t *words,
                        uint64_t *bits,
+                       void *stream);
+    /* DGC's sample (sparse.c): one thread per draw j < m, sample[j] the
+     * key of x[(u32 draw j of (seed, stream 0)) n >> 32] as a float. */
+    void (*dgc_sample)(const float *x,
+                       size_t n,
+                       size_t m,
+                       uint64_t seed,
+                       float *sample,
                        void *stream);
     /* y[idx_j] += alpha vals[j] (distinct indices); nothing when *flag. */
     void (*idx_scatter)(const float *vals,

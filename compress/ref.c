@@ -909,6 +909,28 @@ s_dev_rice_write(const uint32_t *idx,
 }
 
 static void
+s_dev_dgc_sample(const float *x,
+                 size_t n,
+                 size_t m,
+                 uint64_t seed,
+                 float *sample,
+                 void *stream)
+{
+    (void)stream;
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    for (size_t j = 0; j < m; j++) {
+        const uint32_t ctr[4] = {(uint32_t)(j / 4),
+                                 (uint32_t)((uint64_t)j / 4 >> 32),
+                                 0,
+                                 0};
+        uint32_t w[4];
+        rumor_philox4x32_10(ctr, key, w);
+        size_t at = (size_t)(((uint64_t)w[j % 4] * n) >> 32);
+        sample[j] = compress_u2f(s_dev_key(x, at));
+    }
+}
+
+static void
 s_dev_idx_scatter(const float *vals,
                   const uint32_t *idx,
                   size_t k,
@@ -947,4 +969,5 @@ const struct compress_dev_i compress_dev_ref = {"ref",
                                                 s_dev_select_scan,
                                                 s_dev_select_emit,
                                                 s_dev_rice_write,
+                                                s_dev_dgc_sample,
                                                 s_dev_idx_scatter};

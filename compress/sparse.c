@@ -32,8 +32,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-#define S_DGC_TRIES 16
-
 /* --- helpers ------------------------------------------------------------ */
 
 static size_t
@@ -100,6 +98,28 @@ s_inner_seed(uint64_t seed, uint64_t counter)
 /* --- DGC selection ---------------------------------------------------------
  */
 
+struct compress_dgc_plan
+compress_dgc_plan(size_t n, size_t k)
+{
+    struct compress_dgc_plan p;
+    p.m = n / 100 > 0 ? n / 100 : 1; /* the 1 % sample */
+    p.cap = 2 * k + 1024;
+    p.cap = p.cap > n ? n : p.cap;
+    p.ks = (size_t)(((uint64_t)k * p.m + n - 1) / n);
+    p.ks = p.ks < 1 ? 1 : p.ks > p.m ? p.m : p.ks;
+    p.lo = (size_t)ceil(0.7 * (double)k);
+    p.hi = (size_t)floor(1.3 * (double)k);
+    p.lo = p.lo < 1 ? 1 : p.lo;
+    p.hi = p.hi < p.lo ? p.lo : p.hi;
+    return p;
+}
+
+uint64_t
+compress_dgc_seed(uint64_t seed, uint64_t counter)
+{
+    return rumor_seed_derive(seed, counter, 0xd6c);
+}
+
 static rumor_err
 s_dgc_select(const float *x,
              size_t n,
@@ -111,9 +131,8 @@ s_dgc_select(const float *x,
 {
     rumor_err rc = RUMOR_OK;
     uint32_t *keys = NULL, *cand = NULL, *idx = NULL;
-    size_t m = n / 100 > 0 ? n / 100 : 1; /* the 1 % sample */
-    size_t cap = 2 * k + 1024;
-    cap = cap > n ? n : cap;
+    struct compress_dgc_plan p = compress_dgc_plan(n, k);
+    size_t m = p.m, cap = p.cap, ks = p.ks, lo = p.lo, hi = p.hi;
     keys = malloc((m > cap ? m : cap) * sizeof *keys);
     cand = malloc(cap * sizeof *cand);
     idx = malloc(k * sizeof *idx * 2 + 4);
@@ -122,14 +141,12 @@ s_dgc_select(const float *x,
         goto done;
     }
     struct rumor_rng rng;
-    rumor_rng_init(&rng, rumor_seed_derive(seed, counter, 0xd6c), 0);
+    rumor_rng_init(&rng, compress_dgc_seed(seed, counter), 0);
     float t = 0;
     for (size_t j = 0; j < m; j++) {
         uint32_t at = (uint32_t)(((uint64_t)rumor_rng_u32(&rng) * n) >> 32);
         keys[j] = compress_f2u(x[at]) & 0x7fffffffu;
     }
-    size_t ks = (size_t)(((uint64_t)k * m + n - 1) / n);
-    ks = ks < 1 ? 1 : ks > m ? m : ks;
     /* The sample's ks-th largest magnitude is the first threshold. */
     uint32_t T = UINT32_MAX;
     {
@@ -152,11 +169,7 @@ s_dgc_select(const float *x,
             goto done;
     }
     t = compress_u2f(T);
-    size_t lo = (size_t)ceil(0.7 * (double)k),
-           hi = (size_t)floor(1.3 * (double)k);
-    lo = lo < 1 ? 1 : lo;
-    hi = hi < lo ? lo : hi;
-    for (int tries = 0; tries < S_DGC_TRIES; tries++) {
+    for (int tries = 0; tries < COMPRESS_DGC_TRIES; tries++) {
         bool finite = true;
         size_t count = compress_select_ge(x, n, t, cand, NULL, cap, &finite);
         if (!finite) {

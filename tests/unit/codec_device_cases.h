@@ -51,6 +51,12 @@ static const char *const s_dev_specs[] = {
     "threshold:t=1e9",
     "threshold:t=0.5|bf16",
     "threshold:t=2|qsgd:bits=2,bucket=16",
+    "dgc",
+    "dgc:ratio=0.01",
+    "dgc:ratio=0.3",
+    "dgc:ratio=1",
+    "dgc:ratio=0.05|fp16",
+    "dgc:ratio=0.1|qsgd:bits=3,bucket=32",
 };
 
 static const size_t s_dev_sizes[] =

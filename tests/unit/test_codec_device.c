@@ -3,8 +3,8 @@
  * twins (compress/ref.c) and the CPU codecs: on a GPU the payload of
  * rumor_codec_encode_device equals both byte for byte, decode-add into
  * device memory equals both float for float, each kernel's own output
- * equals its twin's (the scaled sign's partial sums and the sparse
- * selection's steps included), and
+ * equals its twin's (the scaled sign's partial sums, the sparse
+ * selection's steps and DGC's sample included), and
  * NaN/Inf is refused. Without a device (or in a CPU-only build) every
  * test skips with the CUDA runtime's reason printed.
  */
@@ -240,6 +240,26 @@ s_check_select(const struct compress_dev_i *d,
     free(gwords);
 }
 
+/* DGC's sample: the draws' indices and keys, bit for bit. */
+static void
+s_check_dgc_sample(const struct compress_dev_i *d, const float *x, size_t n)
+{
+    size_t m = n / 100 > 0 ? n / 100 : 1;
+    float *want = malloc(m * sizeof *want), *got = malloc(m * sizeof *got);
+    assert_true(want && got);
+    compress_dev_ref.dgc_sample(x, n, m, S_SEED, want, NULL);
+    float *dx = s_up(d, x, n * sizeof *x);
+    void *ds = NULL;
+    assert_int_equal(d->alloc(m * sizeof *got, &ds, NULL), RUMOR_OK);
+    d->dgc_sample(dx, n, m, S_SEED, ds, NULL);
+    s_down(d, got, ds, m * sizeof *got);
+    assert_memory_equal(got, want, m * sizeof *got);
+    d->release(ds, NULL);
+    d->release(dx, NULL);
+    free(want);
+    free(got);
+}
+
 static void
 test_kernels__sparse_selection__equal_twin(void **state)
 {
@@ -259,6 +279,7 @@ test_kernels__sparse_selection__equal_twin(void **state)
             size_t ks[] = {1, (n + 99) / 100, (n + 1) / 2, n};
             for (size_t j = 0; j < 4; j++)
                 s_check_select(d, x, n, ks[j]);
+            s_check_dgc_sample(d, x, n);
         }
         free(x);
     }

@@ -243,17 +243,25 @@ test_ref_twins__malformed_payloads__refused_as_the_cpu_codec(void **state)
     s_check_refusal("threshold:t=1", 300, 3, p1, 1, 0);
     s_check_refusal("threshold:t=1|bf16", 300, -2, infbf, 2, 0);
     s_check_refusal("threshold:t=0.5", 300, 0, p1, 0, 1);
+    s_check_refusal("dgc:ratio=0.1", 300, 12, big, 4, 0);
+    s_check_refusal("dgc:ratio=0.1|fp16", 300, -2, inf16, 2, 0);
 }
 
 /* Magnitudes from {0, 1, 2} with either sign: most keys tie, so the
- * selection rests on breaking ties by index as the CPU's top-k does. */
+ * selection rests on breaking ties by index as the CPU's top-k does (DGC:
+ * a third of the values reach the sample's threshold, too many, and
+ * twice it none, so it tries both ways, then falls back to top-k). */
 static void
 test_ref_twins__topk_ties__broken_by_index_as_the_cpu(void **state)
 {
     (void)state;
-    const char *specs[] = {"topk:ratio=0.1", "topk:ratio=0.5", "topk:k=1"};
+    const char *specs[] = {"topk:ratio=0.1",
+                           "topk:ratio=0.5",
+                           "topk:k=1",
+                           "dgc:ratio=0.01",
+                           "threshold:t=1"};
     const size_t sizes[] = {1, 2, 257, 4097, 70000};
-    for (size_t s = 0; s < 3; s++)
+    for (size_t s = 0; s < 5; s++)
         for (size_t z = 0; z < 5; z++) {
             size_t n = sizes[z], w1 = 0, w2 = 0;
             rumor_codec *c = s_codec(specs[s]);
@@ -297,7 +305,7 @@ test_device_path__not_done_or_no_device__enotsup(void **state)
                               "qsgd:bits=4,biased=1",
                               "terngrad:clip=2.5",
                               "natural",
-                              "dgc",
+                              "dgc:ratio=0.1|natural",
                               "topk|natural",
                               "fp8",
                               "randk:ratio=0.1|natural"};
