@@ -725,6 +725,59 @@ k_rice_bits(const uint32_t *idx,
     }
 }
 
+// --- natural compression ----------------------------------------------------
+
+__global__ static void
+k_natural_expo(const float *x,
+               size_t n,
+               uint64_t seed,
+               uint64_t counter,
+               uint8_t *expo,
+               uint32_t *flag)
+{
+    GRID_STRIDE(i, n)
+    {
+        uint32_t u = __float_as_uint(x[i]);
+        uint32_t e = (u >> 23) & 0xffu, mant = u & 0x7fffffu;
+        if (e == 255)
+            atomicOr(flag, COMPRESS_DEV_NUMERIC);
+        uint32_t draw =
+            d_stream_byte(seed, counter, i) << 8 |
+            d_stream_byte(seed, counter, COMPRESS_DRAW_LOW + i / 16);
+        uint32_t E = e + (((draw << 7) | 0x40u) < mant);
+        expo[i] = (uint8_t)(E > 254 ? 254 : E);
+    }
+}
+
+__global__ static void
+k_natural_check(const uint8_t *expo, size_t n, uint32_t *flag)
+{
+    GRID_STRIDE(i, n)
+    {
+        if (expo[i] == 255)
+            atomicOr(flag, COMPRESS_DEV_NUMERIC);
+    }
+}
+
+__global__ static void
+k_natural_decode(const uint8_t *expo,
+                 const uint8_t *bits,
+                 size_t n,
+                 bool add,
+                 float alpha,
+                 float *y,
+                 const uint32_t *flag)
+{
+    if (*flag != 0)
+        return;
+    GRID_STRIDE(i, n)
+    {
+        uint32_t sign = (uint32_t)((bits[i / 8] >> (i % 8)) & 1u) << 31;
+        float q = __uint_as_float(sign | (uint32_t)expo[i] << 23);
+        y[i] = add ? d_axpy(y[i], alpha, q) : q;
+    }
+}
+
 __global__ static void
 k_dgc_sample(const float *x, size_t n, size_t m, uint64_t seed, float *sample)
 {
@@ -1101,6 +1154,53 @@ s_rice_write(const uint32_t *idx,
 }
 
 static void
+s_natural_expo(const float *x,
+               size_t n,
+               uint64_t seed,
+               uint64_t counter,
+               uint8_t *expo,
+               uint32_t *flag,
+               void *stream)
+{
+    if (n > 0)
+        k_natural_expo<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(x,
+                                                                      n,
+                                                                      seed,
+                                                                      counter,
+                                                                      expo,
+                                                                      flag);
+}
+
+static void
+s_natural_check(const uint8_t *expo, size_t n, uint32_t *flag, void *stream)
+{
+    if (n > 0)
+        k_natural_check<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(expo,
+                                                                       n,
+                                                                       flag);
+}
+
+static void
+s_natural_decode(const uint8_t *expo,
+                 const uint8_t *bits,
+                 size_t n,
+                 bool add,
+                 float alpha,
+                 float *y,
+                 const uint32_t *flag,
+                 void *stream)
+{
+    if (n > 0)
+        k_natural_decode<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(expo,
+                                                                        bits,
+                                                                        n,
+                                                                        add,
+                                                                        alpha,
+                                                                        y,
+                                                                        flag);
+}
+
+static void
 s_dgc_sample(const float *x,
              size_t n,
              size_t m,
@@ -1138,13 +1238,14 @@ extern "C" rumor_err
 compress_dev_cuda(const struct compress_dev_i **out, const char **why)
 {
     static const struct compress_dev_i cuda = {
-        "cuda",          s_alloc,       s_release,      s_upload,
-        s_download,      s_zero,        s_finish,       s_finite,
-        s_dense_encode,  s_dense_check, s_dense_decode, s_sign_sums,
-        s_sign_scales,   s_sign_bits,   s_sign_decode,  s_quant_scales,
-        s_quant_codes,   s_quant_check, s_quant_decode, s_randk_gather,
-        s_randk_scatter, s_select_kth,  s_select_scan,  s_select_emit,
-        s_rice_write,    s_dgc_sample,  s_idx_scatter,
+        "cuda",          s_alloc,        s_release,       s_upload,
+        s_download,      s_zero,         s_finish,        s_finite,
+        s_dense_encode,  s_dense_check,  s_dense_decode,  s_sign_sums,
+        s_sign_scales,   s_sign_bits,    s_sign_decode,   s_quant_scales,
+        s_quant_codes,   s_quant_check,  s_quant_decode,  s_randk_gather,
+        s_randk_scatter, s_select_kth,   s_select_scan,   s_select_emit,
+        s_rice_write,    s_natural_expo, s_natural_check, s_natural_decode,
+        s_dgc_sample,    s_idx_scatter,
     };
     *out = NULL;
     if (rumor_cuda_device_count(why) <= 0)

@@ -3,13 +3,13 @@
  * device memory by kernels and copied to the host once; the headers, the
  * size and every check a header allows are done here on the host, as the
  * CPU codecs do them, so a device payload is the CPU codec's byte for byte.
- * Done: fp32, fp16, bf16, sign, qsgd (fixed-width levels, unbiased),
- * terngrad (no clip), and randk, topk, threshold and dgc whose values codec
- * is one of these. Everything is ordered on the caller's stream; the one wait
- * is the stream's own, for the bytes and the NaN/Inf flag to land (threshold
- * waits once more, for its count, which sizes the rest; dgc once per try). The
- * sparse codecs decode
- * their Rice-coded index list on the host, where the payload is.
+ * Done: fp32, fp16, bf16, sign, natural, qsgd (fixed-width levels,
+ * unbiased), terngrad (no clip), and randk, topk, threshold and dgc whose
+ * values codec is one of these. Everything is ordered on the caller's stream;
+ * the one wait is the stream's own, for the bytes and the NaN/Inf flag to land
+ * (threshold waits once more, for its count, which sizes the rest; dgc once per
+ * try). The sparse codecs decode their Rice-coded index list on the host, where
+ * the payload is.
  */
 #include "compress/device.h"
 
@@ -28,6 +28,7 @@ s_dense(const rumor_codec *c)
     case RUMOR_CODEC_FP16:
     case RUMOR_CODEC_BF16:
     case RUMOR_CODEC_SIGN:
+    case RUMOR_CODEC_NATURAL:
         return true;
     case RUMOR_CODEC_QSGD:
         return c->bits >= 1 && c->qcode == COMPRESS_QCODE_FIXED && !c->biased;
@@ -78,10 +79,14 @@ s_fmt(rumor_codec_id id)
                                     : COMPRESS_DEV_BF16;
 }
 
+/* Body bytes of n elements of the codecs with headers of zeros: the
+ * dense formats, natural compression (exponent bytes, then sign bits). */
 static size_t
-s_width(rumor_codec_id id)
+s_plain_body(rumor_codec_id id, size_t n)
 {
-    return id == RUMOR_CODEC_FP32 ? 4 : 2;
+    if (id == RUMOR_CODEC_NATURAL)
+        return n + (n + 7) / 8;
+    return (id == RUMOR_CODEC_FP32 ? 4 : 2) * n;
 }
 
 /* Payload bytes of n elements (exact for every supported codec). */
@@ -99,7 +104,7 @@ s_need(const rumor_codec *c, size_t n)
         return RUMOR_COMPRESS_HEADER_BYTES +
                4 * compress_buckets(n, c->bucket) + (n * w + 7) / 8;
     }
-    return RUMOR_COMPRESS_HEADER_BYTES + s_width(c->id) * n;
+    return RUMOR_COMPRESS_HEADER_BYTES + s_plain_body(c->id, n);
 }
 
 /* The headers the CPU codecs write (dense.c, quant.c, sparse.c). */
@@ -171,6 +176,11 @@ s_encode_body(const struct compress_dev_i *d,
         d->quant_scales(x, &q, body, inv, flag, stream);
         d->quant_codes(x, &q, inv, seed, counter, body + 4 * nb, stream);
         d->release(inv, stream);
+        return RUMOR_OK;
+    }
+    if (c->id == RUMOR_CODEC_NATURAL) {
+        d->natural_expo(x, n, seed, counter, body, flag, stream);
+        d->sign_bits(x, n, body + n, stream);
         return RUMOR_OK;
     }
     if (c->id != RUMOR_CODEC_RANDK) {
@@ -778,8 +788,13 @@ s_decode_body(const struct compress_dev_i *d,
     }
     if (c->id != RUMOR_CODEC_RANDK) {
         if (in[2] != 0 || in[3] != 0 || core_get_u32(in + 8) != 0 ||
-            len - RUMOR_COMPRESS_HEADER_BYTES != s_width(c->id) * n)
+            len - RUMOR_COMPRESS_HEADER_BYTES != s_plain_body(c->id, n))
             return RUMOR_EPROTO;
+        if (c->id == RUMOR_CODEC_NATURAL) {
+            d->natural_check(body, n, flag, stream);
+            d->natural_decode(body, body + n, n, add, alpha, y, flag, stream);
+            return RUMOR_OK;
+        }
         d->dense_check(body, n, s_fmt(c->id), flag, stream);
         d->dense_decode(body, n, s_fmt(c->id), add, alpha, y, flag, stream);
         return RUMOR_OK;

@@ -223,6 +223,32 @@ struct compress_dev_i {
                        uint32_t *words,
                        uint64_t *bits,
                        void *stream);
+    /* Natural compression (quant.c): one thread per value, its exponent
+     * rounded up when the draw (stream bytes i and COMPRESS_DRAW_LOW +
+     * i / 16) falls below its mantissa, capped at 254; *flag on NaN/Inf.
+     * The signs are sign_bits'. */
+    void (*natural_expo)(const float *x,
+                         size_t n,
+                         uint64_t seed,
+                         uint64_t counter,
+                         uint8_t *expo,
+                         uint32_t *flag,
+                         void *stream);
+    /* Sets COMPRESS_DEV_NUMERIC in *flag for an exponent 255 (Inf/NaN). */
+    void (*natural_check)(const uint8_t *expo,
+                          size_t n,
+                          uint32_t *flag,
+                          void *stream);
+    /* y[i] = q or y[i] + alpha q, q = +-2^(expo - 127); nothing when
+     * *flag. */
+    void (*natural_decode)(const uint8_t *expo,
+                           const uint8_t *bits,
+                           size_t n,
+                           bool add,
+                           float alpha,
+                           float *y,
+                           const uint32_t *flag,
+                           void *stream);
     /* DGC's sample (sparse.c): one thread per draw j < m, sample[j] the
      * key of x[(u32 draw j of (seed, stream 0)) n >> 32] as a float. */
     void (*dgc_sample)(const float *x,

@@ -909,6 +909,53 @@ s_dev_rice_write(const uint32_t *idx,
 }
 
 static void
+s_dev_natural_expo(const float *x,
+                   size_t n,
+                   uint64_t seed,
+                   uint64_t counter,
+                   uint8_t *expo,
+                   uint32_t *flag,
+                   void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = compress_f2u(x[i]);
+        uint32_t e = (u >> 23) & 0xffu, mant = u & 0x7fffffu;
+        if (e == 255)
+            *flag |= COMPRESS_DEV_NUMERIC;
+        uint32_t draw =
+            (uint32_t)s_dev_stream_byte(seed, counter, i) << 8 |
+            s_dev_stream_byte(seed, counter, COMPRESS_DRAW_LOW + i / 16);
+        uint32_t E = e + (((draw << 7) | 0x40u) < mant);
+        expo[i] = (uint8_t)(E > 254 ? 254 : E);
+    }
+}
+
+static void
+s_dev_natural_check(const uint8_t *expo, size_t n, uint32_t *flag, void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; i < n; i++)
+        if (expo[i] == 255)
+            *flag |= COMPRESS_DEV_NUMERIC;
+}
+
+static void
+s_dev_natural_decode(const uint8_t *expo,
+                     const uint8_t *bits,
+                     size_t n,
+                     bool add,
+                     float alpha,
+                     float *y,
+                     const uint32_t *flag,
+                     void *stream)
+{
+    (void)stream;
+    if (*flag == 0) /* the CPU decoder's own reference, the kernel's steps */
+        compress_natural_expand_ref(expo, bits, n, add, alpha, y);
+}
+
+static void
 s_dev_dgc_sample(const float *x,
                  size_t n,
                  size_t m,
@@ -969,5 +1016,8 @@ const struct compress_dev_i compress_dev_ref = {"ref",
                                                 s_dev_select_scan,
                                                 s_dev_select_emit,
                                                 s_dev_rice_write,
+                                                s_dev_natural_expo,
+                                                s_dev_natural_check,
+                                                s_dev_natural_decode,
                                                 s_dev_dgc_sample,
                                                 s_dev_idx_scatter};

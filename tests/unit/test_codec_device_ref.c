@@ -243,6 +243,12 @@ test_ref_twins__malformed_payloads__refused_as_the_cpu_codec(void **state)
     s_check_refusal("threshold:t=1", 300, 3, p1, 1, 0);
     s_check_refusal("threshold:t=1|bf16", 300, -2, infbf, 2, 0);
     s_check_refusal("threshold:t=0.5", 300, 0, p1, 0, 1);
+    /* natural: an exponent 255 (Inf/NaN), a cut, a stray header byte. */
+    const uint8_t e255[] = {0xff};
+    s_check_refusal("natural", 300, 12 + 299, e255, 1, 0);
+    s_check_refusal("natural", 300, 0, p1, 0, -1);
+    s_check_refusal("natural", 300, 2, p1, 1, 0);
+    s_check_refusal("randk:ratio=0.1|natural", 300, 12 + 16 + 12, e255, 1, 0);
     s_check_refusal("dgc:ratio=0.1", 300, 12, big, 4, 0);
     s_check_refusal("dgc:ratio=0.1|fp16", 300, -2, inf16, 2, 0);
 }
@@ -304,11 +310,10 @@ test_device_path__not_done_or_no_device__enotsup(void **state)
                               "qsgd:bits=4,elias=1",
                               "qsgd:bits=4,biased=1",
                               "terngrad:clip=2.5",
-                              "natural",
-                              "dgc:ratio=0.1|natural",
-                              "topk|natural",
+                              "dgc:ratio=0.1|fp4",
+                              "topk|fp8",
                               "fp8",
-                              "randk:ratio=0.1|natural"};
+                              "randk:ratio=0.1|fp8"};
     float x[16] = {0};
     uint8_t out[512];
     size_t w = 0;
