@@ -195,6 +195,9 @@ rumor_err compress_quant_header(bool tern,
                                 unsigned *b,
                                 uint32_t *bucket,
                                 size_t *head);
+/* Each of nb norms after the header finite (else RUMOR_ENUMERIC) and not
+ * negative (else RUMOR_EPROTO). */
+rumor_err compress_norms_check(const uint8_t *in, size_t nb);
 
 /* --- qsgd with any levels (qsgd_levels.c) -------------------------------- */
 
@@ -224,6 +227,20 @@ rumor_err compress_qsgd_levels_decode(const uint8_t *in,
                                       float alpha,
                                       float *y,
                                       size_t n);
+
+/* The checks of a levels payload's header (p0 == 0; the decoder's and
+ * the device's): bucket, p1, room for the norms and s, s in range, each
+ * norm finite (else RUMOR_ENUMERIC) and not negative. Gives s, the bucket
+ * and the offset of the level stream. */
+rumor_err compress_qsgd_levels_header(const uint8_t *in,
+                                      size_t len,
+                                      size_t n,
+                                      uint32_t *s,
+                                      uint32_t *bucket,
+                                      size_t *head);
+/* The level of v with inv = s / norm (0 below COMPRESS_NORM_MIN) and the
+ * draw r, in double: a large s keeps the draw's 16 bits of resolution. */
+uint32_t compress_qsgd_level(float v, double inv, uint16_t r, uint32_t s);
 
 /* --- GenNorm model (gennorm.c) ------------------------------------------ */
 

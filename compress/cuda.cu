@@ -501,9 +501,46 @@ d_stream_byte(uint64_t seed, uint64_t stream, uint64_t j)
     return (w[o / 64] >> (8 * (o % 4))) & 0xffu;
 }
 
+__device__ static float
+d_get_f32(const uint8_t *p)
+{
+    return __uint_as_float((uint32_t)p[0] | (uint32_t)p[1] << 8 |
+                           (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+}
+
+// Element i's code: quant.c's float level (one FMA, as its kernels), or
+// qsgd_levels.c's double one from the bucket's norm.
+__device__ static uint32_t
+d_quant_code(float v,
+             size_t i,
+             const struct compress_dev_quant &q,
+             const uint8_t *scales,
+             const float *inv,
+             uint32_t r)
+{
+    uint32_t l;
+    if (q.levels) {
+        float norm = d_get_f32(scales + 4 * (i / q.bucket));
+        double di = norm >= COMPRESS_NORM_MIN
+                        ? __ddiv_rn((double)q.s, (double)norm)
+                        : 0;
+        double a = __dadd_rn(__dmul_rn(fabs((double)v), di),
+                             __dmul_rn(__dadd_rn((double)r, 0.5), 0x1.0p-16));
+        l = a >= (double)q.s ? q.s : (uint32_t)a;
+    } else {
+        float a = fmaf(fabsf(v),
+                       inv[i / q.bucket],
+                       __fmul_rn(__fadd_rn((float)r, 0.5f), 0x1.0p-16f));
+        l = (uint32_t)a;
+        l = l > q.s ? q.s : l;
+    }
+    return l | (uint32_t)(l > 0 && signbit(v)) << q.b;
+}
+
 __global__ static void
 k_quant_codes(const float *x,
               struct compress_dev_quant q,
+              const uint8_t *scales,
               const float *inv,
               uint64_t seed,
               uint64_t counter,
@@ -513,19 +550,13 @@ k_quant_codes(const float *x,
     size_t bytes = (q.n * w + 7) / 8;
     GRID_STRIDE(g, (q.n + 7) / 8)
     {
-        uint8_t buf[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+        uint8_t buf[26] = {0}; // b + 1 <= 26 bytes: s < 2^25
         for (size_t t = 0; t < 8 && 8 * g + t < q.n; t++) {
             size_t i = 8 * g + t;
             uint32_t r =
                 d_stream_byte(seed, counter, i) << 8 |
                 d_stream_byte(seed, counter, COMPRESS_DRAW_LOW + i / 16);
-            float v = x[i];
-            float a = fmaf(fabsf(v),
-                           inv[i / q.bucket],
-                           __fmul_rn(__fadd_rn((float)r, 0.5f), 0x1.0p-16f));
-            uint32_t l = (uint32_t)a;
-            l = l > q.s ? q.s : l;
-            uint32_t code = l | (uint32_t)(l > 0 && signbit(v)) << q.b;
+            uint32_t code = d_quant_code(x[i], i, q, scales, inv, r);
             for (unsigned j = 0; j < w; j++)
                 buf[(t * w + j) / 8] |=
                     (uint8_t)(((code >> j) & 1u) << ((t * w + j) % 8));
@@ -535,13 +566,15 @@ k_quant_codes(const float *x,
     }
 }
 
+// Code i of (n w + 7) / 8 bytes: w <= 26, so within five bytes.
 __device__ static uint32_t
 d_code(const uint8_t *codes, size_t n, unsigned w, size_t i)
 {
     size_t bit = i * w, at = bit / 8, bytes = (n * w + 7) / 8;
-    uint32_t two =
-        codes[at] | (at + 1 < bytes ? (uint32_t)codes[at + 1] << 8 : 0u);
-    return (two >> (bit % 8)) & ((1u << w) - 1);
+    uint64_t v = 0;
+    for (unsigned j = 0; j < 5 && at + j < bytes; j++)
+        v |= (uint64_t)codes[at + j] << (8 * j);
+    return (uint32_t)(v >> (bit % 8)) & ((1u << w) - 1);
 }
 
 __global__ static void
@@ -549,7 +582,9 @@ k_quant_check(const uint8_t *codes, struct compress_dev_quant q, uint32_t *flag)
 {
     GRID_STRIDE(i, q.n)
     {
-        if (d_code(codes, q.n, q.b + 1, i) == 1u << q.b)
+        uint32_t code = d_code(codes, q.n, q.b + 1, i);
+        uint32_t l = code & ((1u << q.b) - 1);
+        if (l > q.s || (l == 0 && code >> q.b))
             atomicOr(flag, COMPRESS_DEV_PROTO);
     }
 }
@@ -568,11 +603,9 @@ k_quant_decode(const uint8_t *scales,
     GRID_STRIDE(i, q.n)
     {
         uint32_t code = d_code(codes, q.n, q.b + 1, i);
-        const uint8_t *p = scales + 4 * (i / q.bucket);
-        float norm =
-            __uint_as_float((uint32_t)p[0] | (uint32_t)p[1] << 8 |
-                            (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
-        float v = __fmul_rn((float)(code & q.s), __fdiv_rn(norm, (float)q.s));
+        float norm = d_get_f32(scales + 4 * (i / q.bucket));
+        float v = __fmul_rn((float)(code & ((1u << q.b) - 1)),
+                            __fdiv_rn(norm, (float)q.s));
         v = code >> q.b ? -v : v;
         y[i] = add ? d_axpy(y[i], alpha, v) : v;
     }
@@ -957,6 +990,7 @@ s_quant_scales(const float *x,
 static void
 s_quant_codes(const float *x,
               const struct compress_dev_quant *q,
+              const uint8_t *scales,
               const float *inv,
               uint64_t seed,
               uint64_t counter,
@@ -968,6 +1002,7 @@ s_quant_codes(const float *x,
         k_quant_codes<<<s_blocks(groups), THREADS, 0, s_stream(stream)>>>(
             x,
             *q,
+            scales,
             inv,
             seed,
             counter,

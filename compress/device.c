@@ -3,13 +3,13 @@
  * device memory by kernels and copied to the host once; the headers, the
  * size and every check a header allows are done here on the host, as the
  * CPU codecs do them, so a device payload is the CPU codec's byte for byte.
- * Done: fp32, fp16, bf16, sign, natural, qsgd (fixed-width levels,
- * unbiased), terngrad (no clip), and randk, topk, threshold and dgc whose
- * values codec is one of these. Everything is ordered on the caller's stream;
- * the one wait is the stream's own, for the bytes and the NaN/Inf flag to land
- * (threshold waits once more, for its count, which sizes the rest; dgc once per
- * try). The sparse codecs decode their Rice-coded index list on the host, where
- * the payload is.
+ * Done: fp32, fp16, bf16, sign, natural, qsgd (fixed-width codes, any
+ * levels, unbiased), terngrad (no clip), and randk, topk, threshold and dgc
+ * whose values codec is one of these. Everything is ordered on the caller's
+ * stream; the one wait is the stream's own, for the bytes and the NaN/Inf flag
+ * to land (threshold waits once more, for its count, which sizes the rest; dgc
+ * once per try). The sparse codecs decode their Rice-coded index list on the
+ * host, where the payload is.
  */
 #include "compress/device.h"
 
@@ -30,8 +30,8 @@ s_dense(const rumor_codec *c)
     case RUMOR_CODEC_SIGN:
     case RUMOR_CODEC_NATURAL:
         return true;
-    case RUMOR_CODEC_QSGD:
-        return c->bits >= 1 && c->qcode == COMPRESS_QCODE_FIXED && !c->biased;
+    case RUMOR_CODEC_QSGD: /* bits = 0: qsgd_levels.c's format */
+        return c->qcode == COMPRESS_QCODE_FIXED && !c->biased;
     case RUMOR_CODEC_TERNGRAD:
         return c->clip == 0 && !c->share;
     default:
@@ -62,13 +62,33 @@ s_quant(rumor_codec_id id)
     return id == RUMOR_CODEC_QSGD || id == RUMOR_CODEC_TERNGRAD;
 }
 
-/* The shape of a QSGD / TernGrad payload: codes of b + 1 bits (b = 1 for
- * TernGrad), levels 0..2^b - 1. */
+/* The shape of a QSGD / TernGrad payload: levels 0..s, codes of b + 1
+ * bits with b the bits of s (s = 1 for TernGrad, 2^bits - 1 for quant.c's
+ * QSGD, any for the levels format). */
 static struct compress_dev_quant
-s_quant_shape(bool tern, unsigned b, size_t n, size_t bucket)
+s_quant_shape(bool tern, uint32_t s, bool levels, size_t n, size_t bucket)
 {
-    struct compress_dev_quant q = {n, bucket, (1u << b) - 1, b, tern};
+    unsigned b = 32u - (unsigned)__builtin_clz(s);
+    struct compress_dev_quant q = {n, bucket, s, b, tern, levels};
     return q;
+}
+
+/* The shape of codec c's payload of n values. */
+static struct compress_dev_quant
+s_quant_of(const rumor_codec *c, size_t n)
+{
+    bool tern = c->id == RUMOR_CODEC_TERNGRAD, levels = !tern && c->bits == 0;
+    uint32_t s = tern ? 1 : levels ? c->levels : (1u << c->bits) - 1;
+    return s_quant_shape(tern, s, levels, n, c->bucket);
+}
+
+/* Bytes before a QSGD / TernGrad payload's codes: the header, the norms
+ * and, in the levels format, s. */
+static size_t
+s_quant_head(const struct compress_dev_quant *q)
+{
+    return RUMOR_COMPRESS_HEADER_BYTES + 4 * compress_buckets(q->n, q->bucket) +
+           (q->levels ? 4 : 0);
 }
 
 static enum compress_dev_fmt
@@ -100,9 +120,8 @@ s_need(const rumor_codec *c, size_t n)
         return RUMOR_COMPRESS_HEADER_BYTES +
                4 * compress_buckets(n, c->bucket) + (n + 7) / 8;
     if (s_quant(c->id)) {
-        size_t w = c->id == RUMOR_CODEC_TERNGRAD ? 2 : c->bits + 1;
-        return RUMOR_COMPRESS_HEADER_BYTES +
-               4 * compress_buckets(n, c->bucket) + (n * w + 7) / 8;
+        struct compress_dev_quant q = s_quant_of(c, n);
+        return s_quant_head(&q) + (n * (q.b + 1) + 7) / 8;
     }
     return RUMOR_COMPRESS_HEADER_BYTES + s_plain_body(c->id, n);
 }
@@ -121,6 +140,10 @@ s_headers(const rumor_codec *c,
         h.p2 = (uint32_t)c->bucket;
     if (c->id == RUMOR_CODEC_QSGD)
         h.p0 = (uint8_t)c->bits;
+    if (c->id == RUMOR_CODEC_QSGD && c->bits == 0) /* s after the norms */
+        core_put_u32(out + RUMOR_COMPRESS_HEADER_BYTES +
+                         4 * compress_buckets(n, c->bucket),
+                     c->levels);
     if (c->id == RUMOR_CODEC_RANDK) {
         size_t k = compress_sparse_k(c, n);
         h.p1 = (uint8_t)c->scale;
@@ -165,16 +188,21 @@ s_encode_body(const struct compress_dev_i *d,
         return RUMOR_OK;
     }
     if (s_quant(c->id)) {
-        bool tern = c->id == RUMOR_CODEC_TERNGRAD;
-        struct compress_dev_quant q =
-            s_quant_shape(tern, tern ? 1 : c->bits, n, c->bucket);
+        struct compress_dev_quant q = s_quant_of(c, n);
         size_t nb = compress_buckets(n, c->bucket);
         void *inv = NULL;
         rumor_err rc = d->alloc((nb ? nb : 1) * sizeof(float), &inv, stream);
         if (rc != RUMOR_OK)
             return rc;
         d->quant_scales(x, &q, body, inv, flag, stream);
-        d->quant_codes(x, &q, inv, seed, counter, body + 4 * nb, stream);
+        d->quant_codes(x,
+                       &q,
+                       body,
+                       inv,
+                       seed,
+                       counter,
+                       pay + s_quant_head(&q),
+                       stream);
         d->release(inv, stream);
         return RUMOR_OK;
     }
@@ -616,10 +644,24 @@ s_check_sign(const uint8_t *in, size_t len, size_t n)
     return RUMOR_OK;
 }
 
+/* Each bucket's level times its norm / s finite, as the CPU decoders ask. */
+static rumor_err
+s_check_range(const uint8_t *in, const struct compress_dev_quant *q)
+{
+    for (size_t k = 0; k < compress_buckets(q->n, q->bucket); k++) {
+        float norm = compress_get_f32(in + RUMOR_COMPRESS_HEADER_BYTES + 4 * k);
+        if (!isfinite((float)q->s * (norm / (float)q->s)))
+            return RUMOR_ENUMERIC;
+    }
+    return RUMOR_OK;
+}
+
 /* The checks of a QSGD / TernGrad payload that need no pass over the codes
- * (the CPU decoder's own, compress_quant_header, then the fixed-width
- * length and the range of level times norm), and its shape. RUMOR_ENOTSUP
- * for the formats without kernels (qsgd's levels and Elias-gamma). */
+ * (the CPU decoders' own header checks, then the length and the range of
+ * level times norm, in the order each decoder meets them: quant.c's
+ * measures the codes first, qsgd_levels.c reads bucket by bucket and
+ * checks the stream's end, padding included, last), and its shape.
+ * RUMOR_ENOTSUP for the Elias-coded formats (no kernels). */
 static rumor_err
 s_check_quant(bool tern,
               const uint8_t *in,
@@ -627,26 +669,25 @@ s_check_quant(bool tern,
               size_t n,
               struct compress_dev_quant *q)
 {
-    if (!tern && in[2] == 0)
-        return RUMOR_ENOTSUP;
+    bool levels = !tern && in[2] == 0;
     unsigned b = 0;
-    uint32_t bucket = 0;
+    uint32_t s = 0, bucket = 0;
     size_t head = 0;
-    rumor_err rc = compress_quant_header(tern, in, len, n, &b, &bucket, &head);
+    rumor_err rc =
+        levels ? compress_qsgd_levels_header(in, len, n, &s, &bucket, &head)
+               : compress_quant_header(tern, in, len, n, &b, &bucket, &head);
     if (rc != RUMOR_OK)
         return rc;
-    if (in[3] == 1)
+    if (in[3] != COMPRESS_QCODE_FIXED)
         return RUMOR_ENOTSUP;
-    if (len - head != (n * (b + 1) + 7) / 8)
+    *q = s_quant_shape(tern, levels ? s : (1u << b) - 1, levels, n, bucket);
+    size_t bits = n * (q->b + 1);
+    bool pad = levels && bits % 8 != 0 && in[len - 1] >> (bits % 8) != 0;
+    if (levels && (rc = s_check_range(in, q)) != RUMOR_OK)
+        return rc;
+    if (len - head != (bits + 7) / 8 || pad)
         return RUMOR_EPROTO;
-    *q = s_quant_shape(tern, b, n, bucket);
-    size_t nb = compress_buckets(n, bucket);
-    for (size_t k = 0; k < nb; k++) {
-        float norm = compress_get_f32(in + RUMOR_COMPRESS_HEADER_BYTES + 4 * k);
-        if (!isfinite((float)q->s * (norm / (float)q->s)))
-            return RUMOR_ENUMERIC;
-    }
-    return RUMOR_OK;
+    return s_check_range(in, q);
 }
 
 /* Checks the header fields of a random-k payload (sparse.c) and of its
@@ -781,9 +822,9 @@ s_decode_body(const struct compress_dev_i *d,
         rc = s_check_quant(c->id == RUMOR_CODEC_TERNGRAD, in, len, n, &q);
         if (rc != RUMOR_OK)
             return rc;
-        size_t nb = compress_buckets(n, q.bucket);
-        d->quant_check(body + 4 * nb, &q, flag, stream);
-        d->quant_decode(body, body + 4 * nb, &q, add, alpha, y, flag, stream);
+        const uint8_t *codes = dev + s_quant_head(&q);
+        d->quant_check(codes, &q, flag, stream);
+        d->quant_decode(body, codes, &q, add, alpha, y, flag, stream);
         return RUMOR_OK;
     }
     if (c->id != RUMOR_CODEC_RANDK) {

@@ -28,13 +28,16 @@ enum compress_dev_fmt {
 /* Values per partial sum of the scaled sign (quant.c's chunk). */
 #define COMPRESS_DEV_SIGN_CHUNK 4096
 
-/* A QSGD (fixed-width levels) or TernGrad payload's shape: n values in
- * buckets, levels 0..s, codes of b + 1 bits (sign at bit b). */
+/* A QSGD (fixed-width codes) or TernGrad payload's shape: n values in
+ * buckets, levels 0..s, codes of b + 1 bits (sign at bit b; b the bits
+ * of s). levels: qsgd_levels.c's format (any s, stored after the norms;
+ * the level rounded in double) instead of quant.c's (s = 2^b - 1). */
 struct compress_dev_quant {
     size_t n, bucket;
     uint32_t s;
     unsigned b;
     bool tern; /* scale: max |v| (TernGrad) instead of the 2-norm */
+    bool levels;
 };
 
 /* A sparse selection (top-k, threshold, DGC): element i is taken when its key
@@ -139,16 +142,19 @@ struct compress_dev_i {
                          uint32_t *flag,
                          void *stream);
     /* Pass 2: one thread per group of eight values: their codes
-     * (compress_level_code with draw i of (seed, counter)), packed LSB
+     * (compress_level_code with draw i of (seed, counter), or with levels
+     * compress_qsgd_level from the bucket's norm in scales), packed LSB
      * first into the group's b + 1 bytes. */
     void (*quant_codes)(const float *x,
                         const struct compress_dev_quant *q,
+                        const uint8_t *scales,
                         const float *inv,
                         uint64_t seed,
                         uint64_t counter,
                         uint8_t *codes,
                         void *stream);
-    /* Sets COMPRESS_DEV_PROTO in *flag for a code "-0" (level 0, sign). */
+    /* Sets COMPRESS_DEV_PROTO in *flag for a code "-0" (level 0, sign)
+     * or a level above s. */
     void (*quant_check)(const uint8_t *codes,
                         const struct compress_dev_quant *q,
                         uint32_t *flag,

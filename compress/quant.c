@@ -641,6 +641,13 @@ compress_quant_header(bool tern,
     size_t nb = compress_buckets(n, *bucket);
     if ((len - RUMOR_COMPRESS_HEADER_BYTES) / 4 < nb)
         return RUMOR_EPROTO;
+    *head = RUMOR_COMPRESS_HEADER_BYTES + 4 * nb;
+    return compress_norms_check(in, nb);
+}
+
+rumor_err
+compress_norms_check(const uint8_t *in, size_t nb)
+{
     for (size_t k = 0; k < nb; k++) {
         float norm = compress_get_f32(in + RUMOR_COMPRESS_HEADER_BYTES + 4 * k);
         if (!isfinite(norm))
@@ -648,7 +655,6 @@ compress_quant_header(bool tern,
         if (norm < 0)
             return RUMOR_EPROTO;
     }
-    *head = RUMOR_COMPRESS_HEADER_BYTES + 4 * nb;
     return RUMOR_OK;
 }
 

@@ -646,9 +646,28 @@ s_dev_quant_scales(const float *x,
     }
 }
 
+/* Element i's code: quant.c's float level, or qsgd_levels.c's double one
+ * from the bucket's norm. */
+static uint32_t
+s_dev_quant_code(const float *x,
+                 size_t i,
+                 const struct compress_dev_quant *q,
+                 const uint8_t *scales,
+                 const float *inv,
+                 uint16_t r)
+{
+    if (!q->levels)
+        return compress_level_code(x[i], inv[i / q->bucket], r, q->s, q->b);
+    float norm = compress_get_f32(scales + 4 * (i / q->bucket));
+    double dinv = norm >= COMPRESS_NORM_MIN ? (double)q->s / (double)norm : 0;
+    uint32_t l = compress_qsgd_level(x[i], dinv, r, q->s);
+    return l | (uint32_t)(l > 0 && signbit(x[i])) << q->b;
+}
+
 static void
 s_dev_quant_codes(const float *x,
                   const struct compress_dev_quant *q,
+                  const uint8_t *scales,
                   const float *inv,
                   uint64_t seed,
                   uint64_t counter,
@@ -659,7 +678,7 @@ s_dev_quant_codes(const float *x,
     unsigned w = q->b + 1;
     size_t bytes = (q->n * w + 7) / 8;
     for (size_t g = 0; g < (q->n + 7) / 8; g++) {
-        uint8_t buf[9] = {0};
+        uint8_t buf[26] = {0}; /* b + 1 <= 26 bytes: s < 2^25 */
         for (size_t t = 0; t < 8 && 8 * g + t < q->n; t++) {
             size_t i = 8 * g + t;
             uint16_t r =
@@ -667,8 +686,7 @@ s_dev_quant_codes(const float *x,
                            s_dev_stream_byte(seed,
                                              counter,
                                              COMPRESS_DRAW_LOW + i / 16));
-            uint32_t code =
-                compress_level_code(x[i], inv[i / q->bucket], r, q->s, q->b);
+            uint32_t code = s_dev_quant_code(x, i, q, scales, inv, r);
             for (unsigned j = 0; j < w; j++)
                 buf[(t * w + j) / 8] |=
                     (uint8_t)(((code >> j) & 1u) << ((t * w + j) % 8));
@@ -678,14 +696,16 @@ s_dev_quant_codes(const float *x,
     }
 }
 
-/* Code i of a packed stream of (n w + 7) / 8 bytes. */
+/* Code i of a packed stream of (n w + 7) / 8 bytes (w <= 26: within the
+ * five bytes from the one holding its first bit). */
 static uint32_t
 s_dev_code(const uint8_t *codes, size_t n, unsigned w, size_t i)
 {
     size_t bit = i * w, at = bit / 8, bytes = (n * w + 7) / 8;
-    uint32_t two =
-        codes[at] | (at + 1 < bytes ? (uint32_t)codes[at + 1] << 8 : 0u);
-    return (two >> (bit % 8)) & ((1u << w) - 1);
+    uint64_t v = 0;
+    for (unsigned j = 0; j < 5 && at + j < bytes; j++)
+        v |= (uint64_t)codes[at + j] << (8 * j);
+    return (uint32_t)(v >> (bit % 8)) & ((1u << w) - 1);
 }
 
 static void
@@ -695,9 +715,12 @@ s_dev_quant_check(const uint8_t *codes,
                   void *stream)
 {
     (void)stream;
-    for (size_t i = 0; i < q->n; i++)
-        if (s_dev_code(codes, q->n, q->b + 1, i) == 1u << q->b)
+    for (size_t i = 0; i < q->n; i++) {
+        uint32_t code = s_dev_code(codes, q->n, q->b + 1, i);
+        uint32_t l = code & ((1u << q->b) - 1);
+        if (l > q->s || (l == 0 && code >> q->b))
             *flag |= COMPRESS_DEV_PROTO;
+    }
 }
 
 static void
@@ -715,7 +738,7 @@ s_dev_quant_decode(const uint8_t *scales,
         uint32_t code = s_dev_code(codes, q->n, q->b + 1, i);
         float scale =
             compress_get_f32(scales + 4 * (i / q->bucket)) / (float)q->s;
-        float v = (float)(code & q->s) * scale;
+        float v = (float)(code & ((1u << q->b) - 1)) * scale;
         v = code >> q->b ? -v : v;
         y[i] = add ? y[i] + alpha * v : v;
     }

@@ -243,6 +243,17 @@ test_ref_twins__malformed_payloads__refused_as_the_cpu_codec(void **state)
     s_check_refusal("threshold:t=1", 300, 3, p1, 1, 0);
     s_check_refusal("threshold:t=1|bf16", 300, -2, infbf, 2, 0);
     s_check_refusal("threshold:t=0.5", 300, 0, p1, 0, 1);
+    /* qsgd's levels format: a level above s (6: 0b110 > 5), a "-0", a
+     * padding bit set, a negative norm, s out of range, a cut. */
+    const uint8_t l6[] = {0x06}, m0l[] = {0x08}, pad[] = {0x80};
+    const uint8_t s0[] = {0, 0, 0, 0};
+    s_check_refusal("qsgd:levels=5,bucket=100", 300, 12 + 12 + 4, l6, 1, 0);
+    s_check_refusal("qsgd:levels=5,bucket=100", 300, 12 + 12 + 4, m0l, 1, 0);
+    s_check_refusal("qsgd:levels=5,bucket=100", 299, -1, pad, 1, 0);
+    s_check_refusal("qsgd:levels=5,bucket=100", 300, 12 + 4, neg, 4, 0);
+    s_check_refusal("qsgd:levels=5,bucket=100", 300, 12 + 12, s0, 4, 0);
+    s_check_refusal("qsgd:levels=5,bucket=100", 300, 0, p1, 0, -1);
+    s_check_refusal("qsgd:levels=5,bucket=100", 300, 12 + 8, inf32, 4, 0);
     /* natural: an exponent 255 (Inf/NaN), a cut, a stray header byte. */
     const uint8_t e255[] = {0xff};
     s_check_refusal("natural", 300, 12 + 299, e255, 1, 0);
@@ -306,7 +317,7 @@ static void
 test_device_path__not_done_or_no_device__enotsup(void **state)
 {
     (void)state;
-    const char *not_done[] = {"qsgd:levels=6",
+    const char *not_done[] = {"qsgd:levels=6,code=elias",
                               "qsgd:bits=4,elias=1",
                               "qsgd:bits=4,biased=1",
                               "terngrad:clip=2.5",
