@@ -674,6 +674,47 @@ void compress_sign_expand(const uint8_t *bits,
                           float alpha,
                           float *y);
 
+/* fp8/fp4's encoder and decoder in steps (fp8.c), so the device path
+ * (device.c) makes the CPU's decisions: the strided sample (at most
+ * COMPRESS_FP8_SAMPLE values, x[j n / m]; returns m), the bias from it and
+ * max |x| (x is read, all of it, only by bias=real when n > m), the
+ * symbols' scales and format, then the Huffman stage and the headers over
+ * the symbols. compress_fp8_read makes every check of a payload and gives
+ * its symbols (*sym, n bytes, the caller frees it) and their values. */
+#define COMPRESS_FP8_SAMPLE 16384
+size_t compress_fp8_sample(const float *x, size_t n, float *sample);
+rumor_err compress_fp8_bias(const rumor_codec *c,
+                            const float *sample,
+                            size_t m,
+                            float mx,
+                            const float *x,
+                            size_t n,
+                            int *k,
+                            float *fr);
+void compress_fp8_scales(const rumor_codec *c,
+                         int k,
+                         float fr,
+                         float *s1,
+                         float *s2,
+                         unsigned *M,
+                         unsigned *E);
+rumor_err compress_fp8_write(const rumor_codec *c,
+                             const uint8_t *sym,
+                             size_t n,
+                             int k,
+                             float fr,
+                             const float *sample,
+                             size_t m,
+                             uint8_t *out,
+                             size_t cap,
+                             size_t *written);
+rumor_err compress_fp8_read(const rumor_codec *c,
+                            const uint8_t *in,
+                            size_t len,
+                            size_t n,
+                            uint8_t **sym,
+                            float val[256]);
+
 /* fp8/fp4 symbols (fp8.c): sign << (E + M) | magnitude code of
  * |x| * s1 * s2 rounded to nearest even, saturated (M mantissa bits, E
  * exponent bits). */

@@ -811,6 +811,80 @@ k_natural_decode(const uint8_t *expo,
     }
 }
 
+// --- fp8 / fp4 ---------------------------------------------------------------
+
+__global__ static void
+k_maxabs(const float *x, size_t n, uint32_t *key)
+{
+    uint32_t best = 0;
+    GRID_STRIDE(i, n)
+    {
+        uint32_t k = d_key(x, i);
+        best = k > best ? k : best;
+    }
+    if (best != 0) // one atomic per thread, not per value
+        atomicMax(key, best);
+}
+
+__global__ static void
+k_sample(const float *x, size_t n, size_t m, float *sample)
+{
+    GRID_STRIDE(j, m)
+    {
+        sample[j] = x[(size_t)((uint64_t)j * n / m)];
+    }
+}
+
+// fp8.c's s_symbol: the magnitude code of |v| s1 s2 (two products, in
+// that order), rounded to nearest even, saturated; the sign above it.
+__device__ static uint8_t
+d_fp8_symbol(float v, float s1, float s2, unsigned M, unsigned E)
+{
+    float a = __fmul_rn(__fmul_rn(fabsf(v), s1), s2);
+    uint32_t c, cmax = (1u << (E + M)) - 1;
+    if (a < 2.0f) {
+        c = (uint32_t)rintf(__fmul_rn(a, (float)(1u << (M - 1))));
+    } else {
+        uint32_t u = __float_as_uint(a);
+        unsigned sh = 23 - M;
+        u += ((1u << (sh - 1)) - 1) + ((u >> sh) & 1u);
+        c = (u >> sh) - (127u << M);
+    }
+    c = c > cmax ? cmax : c;
+    return (uint8_t)(c | (__float_as_uint(v) >> 31) << (E + M));
+}
+
+__global__ static void
+k_fp8_symbols(const float *x,
+              size_t n,
+              float s1,
+              float s2,
+              unsigned M,
+              unsigned E,
+              uint8_t *sym)
+{
+    GRID_STRIDE(i, n)
+    {
+        sym[i] = d_fp8_symbol(x[i], s1, s2, M, E);
+    }
+}
+
+__global__ static void
+k_fp8_decode(const uint8_t *sym,
+             const float *val,
+             size_t n,
+             float alpha,
+             float *y,
+             const uint32_t *flag)
+{
+    if (*flag != 0)
+        return;
+    GRID_STRIDE(i, n)
+    {
+        y[i] = d_axpy(y[i], alpha, val[sym[i]]);
+    }
+}
+
 __global__ static void
 k_dgc_sample(const float *x, size_t n, size_t m, uint64_t seed, float *sample)
 {
@@ -1236,6 +1310,61 @@ s_natural_decode(const uint8_t *expo,
 }
 
 static void
+s_maxabs(const float *x, size_t n, uint32_t *key, void *stream)
+{
+    if (n > 0)
+        k_maxabs<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(x, n, key);
+}
+
+static void
+s_sample(const float *x, size_t n, size_t m, float *sample, void *stream)
+{
+    if (m > 0)
+        k_sample<<<s_blocks(m), THREADS, 0, s_stream(stream)>>>(x,
+                                                                n,
+                                                                m,
+                                                                sample);
+}
+
+static void
+s_fp8_symbols(const float *x,
+              size_t n,
+              float s1,
+              float s2,
+              unsigned M,
+              unsigned E,
+              uint8_t *sym,
+              void *stream)
+{
+    if (n > 0)
+        k_fp8_symbols<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(x,
+                                                                     n,
+                                                                     s1,
+                                                                     s2,
+                                                                     M,
+                                                                     E,
+                                                                     sym);
+}
+
+static void
+s_fp8_decode(const uint8_t *sym,
+             const float *val,
+             size_t n,
+             float alpha,
+             float *y,
+             const uint32_t *flag,
+             void *stream)
+{
+    if (n > 0)
+        k_fp8_decode<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(sym,
+                                                                    val,
+                                                                    n,
+                                                                    alpha,
+                                                                    y,
+                                                                    flag);
+}
+
+static void
 s_dgc_sample(const float *x,
              size_t n,
              size_t m,
@@ -1280,6 +1409,7 @@ compress_dev_cuda(const struct compress_dev_i **out, const char **why)
         s_quant_codes,   s_quant_check,  s_quant_decode,  s_randk_gather,
         s_randk_scatter, s_select_kth,   s_select_scan,   s_select_emit,
         s_rice_write,    s_natural_expo, s_natural_check, s_natural_decode,
+        s_maxabs,        s_sample,       s_fp8_symbols,   s_fp8_decode,
         s_dgc_sample,    s_idx_scatter,
     };
     *out = NULL;

@@ -4,12 +4,13 @@
  * size and every check a header allows are done here on the host, as the
  * CPU codecs do them, so a device payload is the CPU codec's byte for byte.
  * Done: fp32, fp16, bf16, sign, natural, qsgd (fixed-width codes, any
- * levels, unbiased), terngrad (no clip), and randk, topk, threshold and dgc
- * whose values codec is one of these. Everything is ordered on the caller's
- * stream; the one wait is the stream's own, for the bytes and the NaN/Inf flag
- * to land (threshold waits once more, for its count, which sizes the rest; dgc
- * once per try). The sparse codecs decode their Rice-coded index list on the
- * host, where the payload is.
+ * levels, unbiased), terngrad (no clip), fp8 and fp4 (not bias=real; their
+ * Huffman stage on the host, over symbols made on the device), and randk, topk,
+ * threshold and dgc whose values codec is one of these. Everything is ordered
+ * on the caller's stream; the one wait is the stream's own, for the bytes and
+ * the NaN/Inf flag to land (threshold waits once more, for its count, which
+ * sizes the rest; dgc once per try). The sparse codecs decode their Rice-coded
+ * index list on the host, where the payload is.
  */
 #include "compress/device.h"
 
@@ -48,11 +49,21 @@ s_sparse(const rumor_codec *c)
            c->id == RUMOR_CODEC_DGC;
 }
 
+/* fp8 and fp4 (top level only: their Huffman stage runs on the host);
+ * bias=real may read all of x on the host, so it stays there. */
+static bool
+s_fp8(const rumor_codec *c)
+{
+    return c->id == RUMOR_CODEC_FP8 || c->id == RUMOR_CODEC_FP4;
+}
+
 bool
 rumor_codec_device_supported(const rumor_codec *codec)
 {
     if (codec->id == RUMOR_CODEC_RANDK || s_sparse(codec))
         return s_dense(codec->inner);
+    if (s_fp8(codec))
+        return codec->fp_bias != COMPRESS_BIAS_REAL;
     return s_dense(codec);
 }
 
@@ -555,6 +566,112 @@ done:
     return rc;
 }
 
+/* fp8 / fp4 (fp8.c's steps): max |x| and the sample on the device, the
+ * bias from them on the host (the CPU's search), the symbols on the
+ * device, the Huffman stage on the host over them. Two waits. */
+static rumor_err
+s_encode_fp8(const struct compress_dev_i *d,
+             const rumor_codec *c,
+             const float *x,
+             size_t n,
+             uint8_t *out,
+             size_t cap,
+             size_t *written,
+             void *stream)
+{
+    struct s_bufs b = {{NULL}, 0};
+    void *flag = NULL, *key = NULL, *dsample = NULL, *dsym = NULL;
+    size_t m = n < COMPRESS_FP8_SAMPLE ? n : COMPRESS_FP8_SAMPLE;
+    float *sample = malloc((m ? m : 1) * sizeof *sample);
+    uint8_t *sym = malloc(n ? n : 1);
+    uint32_t bad = 0, top = 0;
+    rumor_err rc = sample && sym ? RUMOR_OK : RUMOR_ENOMEM;
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, 2 * sizeof(uint32_t), &flag, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, m * sizeof *sample, &dsample, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, n, &dsym, stream);
+    if (rc != RUMOR_OK)
+        goto done;
+    key = (uint32_t *)flag + 1;
+    d->zero(flag, 2 * sizeof(uint32_t), stream);
+    d->finite(x, n, flag, stream);
+    d->maxabs(x, n, key, stream);
+    d->sample(x, n, m, dsample, stream);
+    rc = d->download(sample, dsample, m * sizeof *sample, stream);
+    if (rc == RUMOR_OK)
+        rc = d->download(&bad, flag, sizeof bad, stream);
+    if (rc == RUMOR_OK)
+        rc = d->download(&top, key, sizeof top, stream);
+    if (rc == RUMOR_OK)
+        rc = d->finish(stream);
+    if (rc == RUMOR_OK && bad != 0)
+        rc = RUMOR_ENUMERIC;
+    int k = 0;
+    unsigned M = 0, E = 0;
+    float fr = 1.0f, s1 = 0, s2 = 0;
+    if (rc == RUMOR_OK)
+        rc = compress_fp8_bias(c,
+                               sample,
+                               m,
+                               compress_u2f(top),
+                               NULL,
+                               n,
+                               &k,
+                               &fr);
+    if (rc != RUMOR_OK)
+        goto done;
+    compress_fp8_scales(c, k, fr, &s1, &s2, &M, &E);
+    d->fp8_symbols(x, n, s1, s2, M, E, dsym, stream);
+    rc = d->download(sym, dsym, n, stream);
+    if (rc == RUMOR_OK)
+        rc = d->finish(stream);
+    if (rc == RUMOR_OK)
+        rc = compress_fp8_write(c, sym, n, k, fr, sample, m, out, cap, written);
+done:
+    s_put_all(d, &b, stream);
+    free(sample);
+    free(sym);
+    return rc;
+}
+
+/* fp8 / fp4: the symbols are Huffman-decoded on the host, where the
+ * payload is (fp8.c's own checks), and uploaded with their 256 values;
+ * the device adds them. Pageable uploads are staged before the call
+ * returns, so both may be freed at once. */
+static rumor_err
+s_decode_fp8(const struct compress_dev_i *d,
+             const rumor_codec *c,
+             const uint8_t *in,
+             size_t len,
+             size_t n,
+             float alpha,
+             float *y,
+             uint32_t *flag,
+             void *stream)
+{
+    uint8_t *sym = NULL;
+    float val[256];
+    rumor_err rc = compress_fp8_read(c, in, len, n, &sym, val);
+    if (rc != RUMOR_OK)
+        return rc;
+    struct s_bufs b = {{NULL}, 0};
+    void *dsym = NULL, *dval = NULL;
+    rc = s_get(d, &b, n, &dsym, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, sizeof val, &dval, stream);
+    if (rc == RUMOR_OK)
+        rc = d->upload(dsym, sym, n, stream);
+    if (rc == RUMOR_OK)
+        rc = d->upload(dval, val, sizeof val, stream);
+    if (rc == RUMOR_OK)
+        d->fp8_decode(dsym, dval, n, alpha, y, flag, stream);
+    s_put_all(d, &b, stream);
+    free(sym);
+    return rc;
+}
+
 rumor_err
 compress_dev_encode(const struct compress_dev_i *d,
                     const rumor_codec *c,
@@ -574,12 +691,14 @@ compress_dev_encode(const struct compress_dev_i *d,
         return RUMOR_EINVAL;
     if (!rumor_codec_device_supported(c))
         return RUMOR_ENOTSUP;
-    if (s_sparse(c)) {
+    if (s_sparse(c) || s_fp8(c)) {
         size_t bound = 0;
         bool exact = false;
         c->ops->size(c, n, &bound, &exact);
         if (out == NULL || cap < bound)
             return RUMOR_ETOOBIG;
+        if (s_fp8(c))
+            return s_encode_fp8(d, c, x, n, out, cap, written, stream);
         return s_encode_sparse(d,
                                c,
                                x,
@@ -801,6 +920,8 @@ s_decode_body(const struct compress_dev_i *d,
     rumor_err rc = RUMOR_OK;
     if (s_sparse(c))
         return s_decode_sparse(d, c, in, dev, len, n, alpha, y, flag, stream);
+    if (s_fp8(c))
+        return s_decode_fp8(d, c, in, len, n, alpha, y, flag, stream);
     if (c->id == RUMOR_CODEC_SIGN) {
         rc = s_check_sign(in, len, n);
         if (rc == RUMOR_OK) {

@@ -255,6 +255,31 @@ struct compress_dev_i {
                            float *y,
                            const uint32_t *flag,
                            void *stream);
+    /* *key = max of the keys (|x| bit patterns) of x and *key. */
+    void (*maxabs)(const float *x, size_t n, uint32_t *key, void *stream);
+    /* fp8 / fp4's strided sample: sample[j] = x[j n / m], j < m <= n. */
+    void (*sample)(const float *x,
+                   size_t n,
+                   size_t m,
+                   float *sample,
+                   void *stream);
+    /* fp8 / fp4's symbols (compress_fp8_symbols_ref's rule). */
+    void (*fp8_symbols)(const float *x,
+                        size_t n,
+                        float s1,
+                        float s2,
+                        unsigned M,
+                        unsigned E,
+                        uint8_t *sym,
+                        void *stream);
+    /* y[i] += alpha val[sym[i]]; nothing when *flag. */
+    void (*fp8_decode)(const uint8_t *sym,
+                       const float *val,
+                       size_t n,
+                       float alpha,
+                       float *y,
+                       const uint32_t *flag,
+                       void *stream);
     /* DGC's sample (sparse.c): one thread per draw j < m, sample[j] the
      * key of x[(u32 draw j of (seed, stream 0)) n >> 32] as a float. */
     void (*dgc_sample)(const float *x,

@@ -979,6 +979,50 @@ s_dev_natural_decode(const uint8_t *expo,
 }
 
 static void
+s_dev_maxabs(const float *x, size_t n, uint32_t *key, void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; i < n; i++)
+        *key = s_dev_key(x, i) > *key ? s_dev_key(x, i) : *key;
+}
+
+static void
+s_dev_sample(const float *x, size_t n, size_t m, float *sample, void *stream)
+{
+    (void)stream;
+    for (size_t j = 0; j < m; j++)
+        sample[j] = x[(size_t)((uint64_t)j * n / m)];
+}
+
+static void
+s_dev_fp8_symbols(const float *x,
+                  size_t n,
+                  float s1,
+                  float s2,
+                  unsigned M,
+                  unsigned E,
+                  uint8_t *sym,
+                  void *stream)
+{
+    (void)stream;
+    compress_fp8_symbols_ref(x, n, s1, s2, M, E, sym); /* one value a step */
+}
+
+static void
+s_dev_fp8_decode(const uint8_t *sym,
+                 const float *val,
+                 size_t n,
+                 float alpha,
+                 float *y,
+                 const uint32_t *flag,
+                 void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; *flag == 0 && i < n; i++)
+        y[i] = y[i] + alpha * val[sym[i]];
+}
+
+static void
 s_dev_dgc_sample(const float *x,
                  size_t n,
                  size_t m,
@@ -1042,5 +1086,9 @@ const struct compress_dev_i compress_dev_ref = {"ref",
                                                 s_dev_natural_expo,
                                                 s_dev_natural_check,
                                                 s_dev_natural_decode,
+                                                s_dev_maxabs,
+                                                s_dev_sample,
+                                                s_dev_fp8_symbols,
+                                                s_dev_fp8_decode,
                                                 s_dev_dgc_sample,
                                                 s_dev_idx_scatter};

@@ -254,6 +254,13 @@ test_ref_twins__malformed_payloads__refused_as_the_cpu_codec(void **state)
     s_check_refusal("qsgd:levels=5,bucket=100", 300, 12 + 12, s0, 4, 0);
     s_check_refusal("qsgd:levels=5,bucket=100", 300, 0, p1, 0, -1);
     s_check_refusal("qsgd:levels=5,bucket=100", 300, 12 + 8, inf32, 4, 0);
+    /* fp8 / fp4: a wrong symbol width, a bias out of range, a cut, a
+     * lengthened payload. */
+    const uint8_t k255[] = {0xff, 0, 0, 0};
+    s_check_refusal("fp8", 300, 2, p1, 1, 0);
+    s_check_refusal("fp4", 300, 8, k255, 4, 0);
+    s_check_refusal("fp8", 300, 0, p1, 0, -1);
+    s_check_refusal("fp4:code=gennorm", 300, 0, p1, 0, 2);
     /* natural: an exponent 255 (Inf/NaN), a cut, a stray header byte. */
     const uint8_t e255[] = {0xff};
     s_check_refusal("natural", 300, 12 + 299, e255, 1, 0);
@@ -323,7 +330,7 @@ test_device_path__not_done_or_no_device__enotsup(void **state)
                               "terngrad:clip=2.5",
                               "dgc:ratio=0.1|fp4",
                               "topk|fp8",
-                              "fp8",
+                              "fp8:bias=real",
                               "randk:ratio=0.1|fp8"};
     float x[16] = {0};
     uint8_t out[512];
