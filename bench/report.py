@@ -741,11 +741,14 @@ def section_gpu(data):
     if g is None:
         return GPU_NONE
     out = ["## GPU", "",
-           "Measured on %s (%s; %d CPU cores) on %s: `%s`. The codecs have "
-           "no CUDA kernels (`compress/` has no `.cu`), and no gossip "
-           "algorithm uses the cuda low-rank backend yet: a `--cuda` node "
-           "and a Peer with CUDA tensors compute the workload on the GPU "
-           "and stage the model through host memory for the exchange."
+           "Measured on %s (%s; %d CPU cores) on %s: `%s`. The exchange "
+           "does not use the GPU yet: no gossip algorithm calls the device "
+           "codecs (`compress/cuda.cu`) or the cuda low-rank backend, so a "
+           "`--cuda` node and a Peer with CUDA tensors compute the workload "
+           "on the GPU and stage the model through host memory for the "
+           "exchange. The device codecs' kernels are checked by "
+           "`test_codec_device`, which has run on a GPU only where it is in "
+           "the table below."
            % (g["gpu"], g["toolchain"], g["cores"], g["date"], g["command"]),
            "", "CUDA code run on the GPU (every test that skips without one "
            "ran):", "", "| test | passed | failed | skipped |",
