@@ -915,11 +915,20 @@ k_idx_scatter(const float *vals,
 
 // --- launchers --------------------------------------------------------------
 
+// Launches k with a thread per item of count (grid-stride past MAX_BLOCKS
+// blocks) on the caller's stream; nothing for count 0.
+template <typename... P, typename... A>
+static void
+s_launch(void (*k)(P...), size_t count, void *stream, A... a)
+{
+    if (count > 0)
+        k<<<s_blocks(count), THREADS, 0, s_stream(stream)>>>(a...);
+}
+
 static void
 s_finite(const float *x, size_t n, uint32_t *flag, void *stream)
 {
-    if (n > 0)
-        k_finite<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(x, n, flag);
+    s_launch(k_finite, n, stream, x, n, flag);
 }
 
 static void
@@ -930,12 +939,7 @@ s_dense_encode(const float *x,
                uint32_t *flag,
                void *stream)
 {
-    if (n > 0)
-        k_dense_encode<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(x,
-                                                                      n,
-                                                                      fmt,
-                                                                      body,
-                                                                      flag);
+    s_launch(k_dense_encode, n, stream, x, n, fmt, body, flag);
 }
 
 static void
@@ -945,11 +949,7 @@ s_dense_check(const uint8_t *body,
               uint32_t *flag,
               void *stream)
 {
-    if (n > 0)
-        k_dense_check<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(body,
-                                                                     n,
-                                                                     fmt,
-                                                                     flag);
+    s_launch(k_dense_check, n, stream, body, n, fmt, flag);
 }
 
 static void
@@ -962,14 +962,7 @@ s_dense_decode(const uint8_t *body,
                const uint32_t *flag,
                void *stream)
 {
-    if (n > 0)
-        k_dense_decode<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(body,
-                                                                      n,
-                                                                      fmt,
-                                                                      add,
-                                                                      alpha,
-                                                                      y,
-                                                                      flag);
+    s_launch(k_dense_decode, n, stream, body, n, fmt, add, alpha, y, flag);
 }
 
 static size_t
@@ -982,13 +975,7 @@ static void
 s_sign_sums(const float *x, size_t n, size_t bucket, double *part, void *stream)
 {
     size_t threads = (n + bucket - 1) / bucket * s_per(bucket);
-    if (n > 0)
-        k_sign_sums<<<s_blocks(threads), THREADS, 0, s_stream(stream)>>>(
-            x,
-            n,
-            bucket,
-            s_per(bucket),
-            part);
+    s_launch(k_sign_sums, threads, stream, x, n, bucket, s_per(bucket), part);
 }
 
 static void
@@ -1001,25 +988,22 @@ s_sign_scales(const float *x,
               void *stream)
 {
     size_t nb = (n + bucket - 1) / bucket;
-    if (n > 0)
-        k_sign_scales<<<s_blocks(nb), THREADS, 0, s_stream(stream)>>>(
-            x,
-            n,
-            bucket,
-            s_per(bucket),
-            part,
-            scales,
-            flag);
+    s_launch(k_sign_scales,
+             nb,
+             stream,
+             x,
+             n,
+             bucket,
+             s_per(bucket),
+             part,
+             scales,
+             flag);
 }
 
 static void
 s_sign_bits(const float *x, size_t n, uint8_t *bits, void *stream)
 {
-    if (n > 0)
-        k_sign_bits<<<s_blocks((n + 7) / 8), THREADS, 0, s_stream(stream)>>>(
-            x,
-            n,
-            bits);
+    s_launch(k_sign_bits, (n + 7) / 8, stream, x, n, bits);
 }
 
 static void
@@ -1033,15 +1017,17 @@ s_sign_decode(const uint8_t *scales,
               const uint32_t *flag,
               void *stream)
 {
-    if (n > 0)
-        k_sign_decode<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(scales,
-                                                                     bits,
-                                                                     n,
-                                                                     bucket,
-                                                                     add,
-                                                                     alpha,
-                                                                     y,
-                                                                     flag);
+    s_launch(k_sign_decode,
+             n,
+             stream,
+             scales,
+             bits,
+             n,
+             bucket,
+             add,
+             alpha,
+             y,
+             flag);
 }
 
 static void
@@ -1053,12 +1039,7 @@ s_quant_scales(const float *x,
                void *stream)
 {
     size_t nb = (q->n + q->bucket - 1) / q->bucket;
-    if (nb > 0)
-        k_quant_scales<<<s_blocks(nb), THREADS, 0, s_stream(stream)>>>(x,
-                                                                       *q,
-                                                                       scales,
-                                                                       inv,
-                                                                       flag);
+    s_launch(k_quant_scales, nb, stream, x, *q, scales, inv, flag);
 }
 
 static void
@@ -1072,15 +1053,16 @@ s_quant_codes(const float *x,
               void *stream)
 {
     size_t groups = (q->n + 7) / 8;
-    if (groups > 0)
-        k_quant_codes<<<s_blocks(groups), THREADS, 0, s_stream(stream)>>>(
-            x,
-            *q,
-            scales,
-            inv,
-            seed,
-            counter,
-            codes);
+    s_launch(k_quant_codes,
+             groups,
+             stream,
+             x,
+             *q,
+             scales,
+             inv,
+             seed,
+             counter,
+             codes);
 }
 
 static void
@@ -1089,10 +1071,7 @@ s_quant_check(const uint8_t *codes,
               uint32_t *flag,
               void *stream)
 {
-    if (q->n > 0)
-        k_quant_check<<<s_blocks(q->n), THREADS, 0, s_stream(stream)>>>(codes,
-                                                                        *q,
-                                                                        flag);
+    s_launch(k_quant_check, q->n, stream, codes, *q, flag);
 }
 
 static void
@@ -1105,14 +1084,16 @@ s_quant_decode(const uint8_t *scales,
                const uint32_t *flag,
                void *stream)
 {
-    if (q->n > 0)
-        k_quant_decode<<<s_blocks(q->n), THREADS, 0, s_stream(stream)>>>(scales,
-                                                                         codes,
-                                                                         *q,
-                                                                         add,
-                                                                         alpha,
-                                                                         y,
-                                                                         flag);
+    s_launch(k_quant_decode,
+             q->n,
+             stream,
+             scales,
+             codes,
+             *q,
+             add,
+             alpha,
+             y,
+             flag);
 }
 
 static void
@@ -1125,14 +1106,7 @@ s_randk_gather(const float *x,
                float *vals,
                void *stream)
 {
-    if (k > 0)
-        k_randk_gather<<<s_blocks(k), THREADS, 0, s_stream(stream)>>>(x,
-                                                                      n,
-                                                                      k,
-                                                                      seed,
-                                                                      counter,
-                                                                      scale,
-                                                                      vals);
+    s_launch(k_randk_gather, k, stream, x, n, k, seed, counter, scale, vals);
 }
 
 static void
@@ -1146,15 +1120,17 @@ s_randk_scatter(const float *vals,
                 const uint32_t *flag,
                 void *stream)
 {
-    if (k > 0)
-        k_randk_scatter<<<s_blocks(k), THREADS, 0, s_stream(stream)>>>(vals,
-                                                                       n,
-                                                                       k,
-                                                                       seed,
-                                                                       counter,
-                                                                       alpha,
-                                                                       y,
-                                                                       flag);
+    s_launch(k_randk_scatter,
+             k,
+             stream,
+             vals,
+             n,
+             k,
+             seed,
+             counter,
+             alpha,
+             y,
+             flag);
 }
 
 static void
@@ -1168,7 +1144,7 @@ s_select_kth(const float *x,
     (void)cudaMemsetAsync(sel, 0, sizeof *sel, st);
     for (unsigned sh = 24;; sh -= 8) {
         (void)cudaMemsetAsync(sel->hist, 0, sizeof sel->hist, st);
-        k_select_hist<<<s_blocks(n), THREADS, 0, st>>>(x, n, sh, sel);
+        s_launch(k_select_hist, n, stream, x, n, sh, sel);
         k_select_pick<<<1, 1, 0, st>>>(sel, sh, k);
         if (sh == 0)
             break;
@@ -1249,11 +1225,16 @@ s_rice_write(const uint32_t *idx,
         return;
     offs = len + k + 1;
     (void)cudaMemsetAsync(len + k, 0, sizeof *len, st);
-    if (k > 0)
-        k_rice_lengths<<<s_blocks(k), THREADS, 0, st>>>(idx, k, r, len);
+    s_launch(k_rice_lengths, k, stream, idx, k, r, len);
     s_exclusive_sum(len, offs, k, st);
-    if (k > 0)
-        k_rice_bits<<<s_blocks(k), THREADS, 0, st>>>(idx, k, r, offs, words);
+    s_launch(k_rice_bits,
+             k,
+             stream,
+             idx,
+             k,
+             r,
+             (const unsigned long long *)offs,
+             words);
     (void)cudaMemcpyAsync(bits,
                           offs + k,
                           sizeof *bits,
@@ -1271,22 +1252,13 @@ s_natural_expo(const float *x,
                uint32_t *flag,
                void *stream)
 {
-    if (n > 0)
-        k_natural_expo<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(x,
-                                                                      n,
-                                                                      seed,
-                                                                      counter,
-                                                                      expo,
-                                                                      flag);
+    s_launch(k_natural_expo, n, stream, x, n, seed, counter, expo, flag);
 }
 
 static void
 s_natural_check(const uint8_t *expo, size_t n, uint32_t *flag, void *stream)
 {
-    if (n > 0)
-        k_natural_check<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(expo,
-                                                                       n,
-                                                                       flag);
+    s_launch(k_natural_check, n, stream, expo, n, flag);
 }
 
 static void
@@ -1299,31 +1271,19 @@ s_natural_decode(const uint8_t *expo,
                  const uint32_t *flag,
                  void *stream)
 {
-    if (n > 0)
-        k_natural_decode<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(expo,
-                                                                        bits,
-                                                                        n,
-                                                                        add,
-                                                                        alpha,
-                                                                        y,
-                                                                        flag);
+    s_launch(k_natural_decode, n, stream, expo, bits, n, add, alpha, y, flag);
 }
 
 static void
 s_maxabs(const float *x, size_t n, uint32_t *key, void *stream)
 {
-    if (n > 0)
-        k_maxabs<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(x, n, key);
+    s_launch(k_maxabs, n, stream, x, n, key);
 }
 
 static void
 s_sample(const float *x, size_t n, size_t m, float *sample, void *stream)
 {
-    if (m > 0)
-        k_sample<<<s_blocks(m), THREADS, 0, s_stream(stream)>>>(x,
-                                                                n,
-                                                                m,
-                                                                sample);
+    s_launch(k_sample, m, stream, x, n, m, sample);
 }
 
 static void
@@ -1336,14 +1296,7 @@ s_fp8_symbols(const float *x,
               uint8_t *sym,
               void *stream)
 {
-    if (n > 0)
-        k_fp8_symbols<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(x,
-                                                                     n,
-                                                                     s1,
-                                                                     s2,
-                                                                     M,
-                                                                     E,
-                                                                     sym);
+    s_launch(k_fp8_symbols, n, stream, x, n, s1, s2, M, E, sym);
 }
 
 static void
@@ -1355,13 +1308,7 @@ s_fp8_decode(const uint8_t *sym,
              const uint32_t *flag,
              void *stream)
 {
-    if (n > 0)
-        k_fp8_decode<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(sym,
-                                                                    val,
-                                                                    n,
-                                                                    alpha,
-                                                                    y,
-                                                                    flag);
+    s_launch(k_fp8_decode, n, stream, sym, val, n, alpha, y, flag);
 }
 
 static void
@@ -1372,12 +1319,7 @@ s_dgc_sample(const float *x,
              float *sample,
              void *stream)
 {
-    if (m > 0)
-        k_dgc_sample<<<s_blocks(m), THREADS, 0, s_stream(stream)>>>(x,
-                                                                    n,
-                                                                    m,
-                                                                    seed,
-                                                                    sample);
+    s_launch(k_dgc_sample, m, stream, x, n, m, seed, sample);
 }
 
 static void
@@ -1389,13 +1331,7 @@ s_idx_scatter(const float *vals,
               const uint32_t *flag,
               void *stream)
 {
-    if (k > 0)
-        k_idx_scatter<<<s_blocks(k), THREADS, 0, s_stream(stream)>>>(vals,
-                                                                     idx,
-                                                                     k,
-                                                                     alpha,
-                                                                     y,
-                                                                     flag);
+    s_launch(k_idx_scatter, k, stream, vals, idx, k, alpha, y, flag);
 }
 
 extern "C" rumor_err
