@@ -314,24 +314,30 @@ test_kernels__nonfinite__refused_and_y_untouched(void **state)
         d->release(dx, NULL);
         rumor_codec_destroy(&c);
     }
-    rumor_codec *c = NULL;
-    assert_int_equal(rumor_codec_new("fp16", &c, NULL), RUMOR_OK);
-    s_dev_fill(x, n, 5);
-    size_t w = 0;
-    assert_int_equal(
-        rumor_codec_encode(c, x, n, 1, 2, out, sizeof out, &w, NULL),
-        RUMOR_OK);
-    out[12 + 2 * 999 + 1] = 0x7c; /* the last half: Inf */
-    out[12 + 2 * 999] = 0;
-    s_dev_fill(y0, n, 6);
-    float *dy = s_up(d, y0, sizeof y0);
-    assert_int_equal(
-        rumor_codec_decode_add_device(c, out, w, 1.0f, dy, n, NULL),
-        RUMOR_ENUMERIC);
-    s_down(d, y, dy, sizeof y);
-    assert_memory_equal(y, y0, sizeof y);
-    d->release(dy, NULL);
-    rumor_codec_destroy(&c);
+    /* The last value Inf (a half, or natural's exponent 255) in payloads
+     * whose other values are fine: refused, y untouched. */
+    const char *specs[] = {"fp16", "topk:ratio=0.1|fp16", "natural"};
+    const size_t back[] = {1, 1, 1000 / 8 + 1};
+    const uint8_t patch[] = {0x7c, 0x7c, 0xff};
+    for (size_t s = 0; s < 3; s++) {
+        rumor_codec *c = NULL;
+        assert_int_equal(rumor_codec_new(specs[s], &c, NULL), RUMOR_OK);
+        s_dev_fill(x, n, 5);
+        size_t w = 0;
+        assert_int_equal(
+            rumor_codec_encode(c, x, n, 1, 2, out, sizeof out, &w, NULL),
+            RUMOR_OK);
+        out[w - back[s]] = patch[s];
+        s_dev_fill(y0, n, 6);
+        float *dy = s_up(d, y0, sizeof y0);
+        assert_int_equal(
+            rumor_codec_decode_add_device(c, out, w, 1.0f, dy, n, NULL),
+            RUMOR_ENUMERIC);
+        s_down(d, y, dy, sizeof y);
+        assert_memory_equal(y, y0, sizeof y);
+        d->release(dy, NULL);
+        rumor_codec_destroy(&c);
+    }
 }
 
 int
