@@ -195,6 +195,9 @@ rumor_err compress_quant_header(bool tern,
                                 unsigned *b,
                                 uint32_t *bucket,
                                 size_t *head);
+/* Biased QSGD's factor 1 / tau on each bucket's norm of a payload of n
+ * values (quant.c; the device path applies it to its downloaded bytes). */
+void compress_qsgd_rescale_norms(const rumor_codec *c, uint8_t *out, size_t n);
 /* Each of nb norms after the header finite (else RUMOR_ENUMERIC) and not
  * negative (else RUMOR_EPROTO). */
 rumor_err compress_norms_check(const uint8_t *in, size_t nb);

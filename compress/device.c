@@ -4,7 +4,7 @@
  * size and every check a header allows are done here on the host, as the
  * CPU codecs do them, so a device payload is the CPU codec's byte for byte.
  * Done: fp32, fp16, bf16, sign, natural, qsgd (fixed-width codes, any
- * levels, unbiased), terngrad (no clip), fp8 and fp4 (not bias=real; their
+ * levels, biased or not), terngrad (no clip), fp8 and fp4 (not bias=real; their
  * Huffman stage on the host, over symbols made on the device), and randk, topk,
  * threshold and dgc whose values codec is one of these. Everything is ordered
  * on the caller's stream; the one wait is the stream's own, for the bytes and
@@ -32,7 +32,7 @@ s_dense(const rumor_codec *c)
     case RUMOR_CODEC_NATURAL:
         return true;
     case RUMOR_CODEC_QSGD: /* bits = 0: qsgd_levels.c's format */
-        return c->qcode == COMPRESS_QCODE_FIXED && !c->biased;
+        return c->qcode == COMPRESS_QCODE_FIXED;
     case RUMOR_CODEC_TERNGRAD:
         return c->clip == 0 && !c->share;
     default:
@@ -137,7 +137,8 @@ s_need(const rumor_codec *c, size_t n)
     return RUMOR_COMPRESS_HEADER_BYTES + s_plain_body(c->id, n);
 }
 
-/* The headers the CPU codecs write (dense.c, quant.c, sparse.c). */
+/* The headers the CPU codecs write (dense.c, quant.c, sparse.c), and
+ * what quant.c changes once the body is written: biased QSGD's norms. */
 static void
 s_headers(const rumor_codec *c,
           size_t n,
@@ -155,6 +156,8 @@ s_headers(const rumor_codec *c,
         core_put_u32(out + RUMOR_COMPRESS_HEADER_BYTES +
                          4 * compress_buckets(n, c->bucket),
                      c->levels);
+    if (c->id == RUMOR_CODEC_QSGD && c->biased) /* on the norms sent */
+        compress_qsgd_rescale_norms(c, out, n);
     if (c->id == RUMOR_CODEC_RANDK) {
         size_t k = compress_sparse_k(c, n);
         h.p1 = (uint8_t)c->scale;

@@ -708,12 +708,8 @@ s_qsgd_decode(const rumor_codec *c,
  * factor rides on each bucket's stored norm, so the payload format and
  * the decoder are unchanged; approx is decoded from the payload, so it
  * holds the decoder's bits. */
-static rumor_err
-s_qsgd_rescale(const rumor_codec *c,
-               uint8_t *out,
-               size_t len,
-               size_t n,
-               float *approx)
+void
+compress_qsgd_rescale_norms(const rumor_codec *c, uint8_t *out, size_t n)
 {
     double s = (double)c->levels;
     size_t nb = compress_buckets(n, c->bucket);
@@ -724,6 +720,16 @@ s_qsgd_rescale(const rumor_codec *c,
         uint8_t *p = out + RUMOR_COMPRESS_HEADER_BYTES + 4 * k;
         compress_put_f32(p, (float)(compress_get_f32(p) / tau));
     }
+}
+
+static rumor_err
+s_qsgd_rescale(const rumor_codec *c,
+               uint8_t *out,
+               size_t len,
+               size_t n,
+               float *approx)
+{
+    compress_qsgd_rescale_norms(c, out, n);
     if (approx == NULL)
         return RUMOR_OK;
     return s_qsgd_decode(c, out, len, false, 1.0f, approx, n);

@@ -175,10 +175,11 @@ RUMOR_API RUMOR_NODISCARD rumor_err rumor_codec_peek(const uint8_t *in,
 
 /* --- codecs on a CUDA device (issue #31, the first part) --------------- */
 
-/* Whether the device path has this codec: fp32, fp16, bf16, sign, qsgd
- * with fixed-width levels (not elias, biased or levels=), terngrad
- * without clip or share, and randk, topk, threshold and dgc whose values
- * codec is one of those (the others: not yet). */
+/* Whether the device path has this codec: fp32, fp16, bf16, sign,
+ * natural, qsgd with fixed-width codes (bits= or levels=, biased or not;
+ * not elias or code=elias), terngrad without clip or share, randk, topk,
+ * threshold and dgc whose values codec is one of those, and fp8 and fp4
+ * on their own (not bias=real); the others: not yet. */
 RUMOR_API bool rumor_codec_device_supported(const rumor_codec *codec);
 
 /* rumor_codec_encode of d_x[0..n) in device memory: the payload is

@@ -326,7 +326,7 @@ test_device_path__not_done_or_no_device__enotsup(void **state)
     (void)state;
     const char *not_done[] = {"qsgd:levels=6,code=elias",
                               "qsgd:bits=4,elias=1",
-                              "qsgd:bits=4,biased=1",
+                              "terngrad:share=1",
                               "terngrad:clip=2.5",
                               "dgc:ratio=0.1|fp4",
                               "topk|fp8",
