@@ -742,13 +742,15 @@ def section_gpu(data):
         return GPU_NONE
     out = ["## GPU", "",
            "Measured on %s (%s; %d CPU cores) on %s: `%s`. A `--cuda` "
-           "node and a Peer with CUDA tensors compute the workload on the "
-           "GPU and stage the model through host memory for the exchange. "
+           "node and a Peer with CUDA tensors computed the workload on the "
+           "GPU and staged the model through host memory for the exchange. "
            "Written after this run and never run on a GPU: the device "
-           "codecs (`compress/cuda.cu`) and PowerSGD, D-PSGD and PowerGossip "
-           "on a model "
-           "in CUDA memory (`gossip/backend_cuda.cu`, "
-           "`tests/unit/test_gossip_device.c`)."
+           "codecs (`compress/cuda.cu`, checked by `test_codec_device`), "
+           "PowerSGD, D-PSGD, PowerGossip and the all-reduces on a model in "
+           "CUDA memory (`gossip/backend_cuda.cu`, "
+           "`tests/unit/test_gossip_device.c`) and the peer leaving float32 "
+           "CUDA tensors on the GPU for D-PSGD and PowerGossip "
+           "(`tests/integration/test_peer_cuda.c`)."
            % (g["gpu"], g["toolchain"], g["cores"], g["date"], g["command"]),
            "", "CUDA code run on the GPU (every test that skips without one "
            "ran):", "", "| test | passed | failed | skipped |",

@@ -183,6 +183,25 @@ extern const struct compress_ops compress_fp8_ops;
 extern const struct compress_ops compress_huffman_ops;
 extern const struct compress_ops compress_sparse_ops;
 
+/* The checks of a QSGD (fixed-width bits, p0 >= 1) or TernGrad payload
+ * that need no pass over the codes, shared by the CPU decoder and the
+ * device's (device.c), so both refuse alike: bucket, p0 and p1, room for
+ * the norms, each norm finite (else RUMOR_ENUMERIC) and not negative.
+ * Gives the level bits, the bucket and the offset of the codes. */
+rumor_err compress_quant_header(bool tern,
+                                const uint8_t *in,
+                                size_t len,
+                                size_t n,
+                                unsigned *b,
+                                uint32_t *bucket,
+                                size_t *head);
+/* Biased QSGD's factor 1 / tau on each bucket's norm of a payload of n
+ * values (quant.c; the device path applies it to its downloaded bytes). */
+void compress_qsgd_rescale_norms(const rumor_codec *c, uint8_t *out, size_t n);
+/* Each of nb norms after the header finite (else RUMOR_ENUMERIC) and not
+ * negative (else RUMOR_EPROTO). */
+rumor_err compress_norms_check(const uint8_t *in, size_t nb);
+
 /* --- qsgd with any levels (qsgd_levels.c) -------------------------------- */
 
 /* Bits of the Elias omega code of k >= 1. */
@@ -211,6 +230,20 @@ rumor_err compress_qsgd_levels_decode(const uint8_t *in,
                                       float alpha,
                                       float *y,
                                       size_t n);
+
+/* The checks of a levels payload's header (p0 == 0; the decoder's and
+ * the device's): bucket, p1, room for the norms and s, s in range, each
+ * norm finite (else RUMOR_ENUMERIC) and not negative. Gives s, the bucket
+ * and the offset of the level stream. */
+rumor_err compress_qsgd_levels_header(const uint8_t *in,
+                                      size_t len,
+                                      size_t n,
+                                      uint32_t *s,
+                                      uint32_t *bucket,
+                                      size_t *head);
+/* The level of v with inv = s / norm (0 below COMPRESS_NORM_MIN) and the
+ * draw r, in double: a large s keeps the draw's 16 bits of resolution. */
+uint32_t compress_qsgd_level(float v, double inv, uint16_t r, uint32_t s);
 
 /* --- GenNorm model (gennorm.c) ------------------------------------------ */
 
@@ -245,6 +278,35 @@ rumor_err compress_sparse_encode_k(const rumor_codec *c,
                                    size_t *written,
                                    float *approx,
                                    uint8_t *selected);
+
+/* DGC's selection for k of n values (0 < k < n), shared by the CPU
+ * codec and the device's so they decide alike: m sampled keys, the
+ * sample's ks-th largest the first threshold, a count in [lo, hi] taken
+ * as it is, more than hi but at most cap cut to the exact top-k; else the
+ * threshold doubles or halves, COMPRESS_DGC_TRIES times at most. */
+struct compress_dgc_plan {
+    size_t m, ks, cap, lo, hi;
+};
+#define COMPRESS_DGC_TRIES 16
+struct compress_dgc_plan compress_dgc_plan(size_t n, size_t k);
+/* The seed of DGC's sample: draw j is word j of its Philox stream 0,
+ * index (draw n) >> 32. */
+uint64_t compress_dgc_seed(uint64_t seed, uint64_t counter);
+
+/* The Golomb-Rice parameter of k ascending indices below n (sparse.c). */
+unsigned compress_sparse_rice_param(size_t n, size_t k);
+
+/* A sparse payload's header checks and its index list, read as the CPU
+ * decoder reads them (the device decoder shares them): *idx (k entries,
+ * the caller frees it), *k, and *at, the offset of the values' payload,
+ * whose header was checked for id and k. */
+rumor_err compress_sparse_indices(const rumor_codec *c,
+                                  const uint8_t *in,
+                                  size_t len,
+                                  size_t n,
+                                  uint32_t **idx,
+                                  size_t *k,
+                                  size_t *at);
 
 /* The count a topk, randk or dgc codec keeps of n elements. */
 size_t compress_sparse_k(const rumor_codec *c, size_t n);
@@ -614,6 +676,47 @@ void compress_sign_expand(const uint8_t *bits,
                           bool add,
                           float alpha,
                           float *y);
+
+/* fp8/fp4's encoder and decoder in steps (fp8.c), so the device path
+ * (device.c) makes the CPU's decisions: the strided sample (at most
+ * COMPRESS_FP8_SAMPLE values, x[j n / m]; returns m), the bias from it and
+ * max |x| (x is read, all of it, only by bias=real when n > m), the
+ * symbols' scales and format, then the Huffman stage and the headers over
+ * the symbols. compress_fp8_read makes every check of a payload and gives
+ * its symbols (*sym, n bytes, the caller frees it) and their values. */
+#define COMPRESS_FP8_SAMPLE 16384
+size_t compress_fp8_sample(const float *x, size_t n, float *sample);
+rumor_err compress_fp8_bias(const rumor_codec *c,
+                            const float *sample,
+                            size_t m,
+                            float mx,
+                            const float *x,
+                            size_t n,
+                            int *k,
+                            float *fr);
+void compress_fp8_scales(const rumor_codec *c,
+                         int k,
+                         float fr,
+                         float *s1,
+                         float *s2,
+                         unsigned *M,
+                         unsigned *E);
+rumor_err compress_fp8_write(const rumor_codec *c,
+                             const uint8_t *sym,
+                             size_t n,
+                             int k,
+                             float fr,
+                             const float *sample,
+                             size_t m,
+                             uint8_t *out,
+                             size_t cap,
+                             size_t *written);
+rumor_err compress_fp8_read(const rumor_codec *c,
+                            const uint8_t *in,
+                            size_t len,
+                            size_t n,
+                            uint8_t **sym,
+                            float val[256]);
 
 /* fp8/fp4 symbols (fp8.c): sign << (E + M) | magnitude code of
  * |x| * s1 * s2 rounded to nearest even, saturated (M mantissa bits, E

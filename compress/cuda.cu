@@ -23,6 +23,9 @@ extern "C" {
 #include "core/cuda_check.h"
 #include "core/philox.h"
 
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_scan.cuh>
 #include <cuda_runtime.h>
 
 #include <stdint.h>
@@ -498,9 +501,46 @@ d_stream_byte(uint64_t seed, uint64_t stream, uint64_t j)
     return (w[o / 64] >> (8 * (o % 4))) & 0xffu;
 }
 
+__device__ static float
+d_get_f32(const uint8_t *p)
+{
+    return __uint_as_float((uint32_t)p[0] | (uint32_t)p[1] << 8 |
+                           (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+}
+
+// Element i's code: quant.c's float level (one FMA, as its kernels), or
+// qsgd_levels.c's double one from the bucket's norm.
+__device__ static uint32_t
+d_quant_code(float v,
+             size_t i,
+             const struct compress_dev_quant &q,
+             const uint8_t *scales,
+             const float *inv,
+             uint32_t r)
+{
+    uint32_t l;
+    if (q.levels) {
+        float norm = d_get_f32(scales + 4 * (i / q.bucket));
+        double di = norm >= COMPRESS_NORM_MIN
+                        ? __ddiv_rn((double)q.s, (double)norm)
+                        : 0;
+        double a = __dadd_rn(__dmul_rn(fabs((double)v), di),
+                             __dmul_rn(__dadd_rn((double)r, 0.5), 0x1.0p-16));
+        l = a >= (double)q.s ? q.s : (uint32_t)a;
+    } else {
+        float a = fmaf(fabsf(v),
+                       inv[i / q.bucket],
+                       __fmul_rn(__fadd_rn((float)r, 0.5f), 0x1.0p-16f));
+        l = (uint32_t)a;
+        l = l > q.s ? q.s : l;
+    }
+    return l | (uint32_t)(l > 0 && signbit(v)) << q.b;
+}
+
 __global__ static void
 k_quant_codes(const float *x,
               struct compress_dev_quant q,
+              const uint8_t *scales,
               const float *inv,
               uint64_t seed,
               uint64_t counter,
@@ -510,19 +550,13 @@ k_quant_codes(const float *x,
     size_t bytes = (q.n * w + 7) / 8;
     GRID_STRIDE(g, (q.n + 7) / 8)
     {
-        uint8_t buf[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+        uint8_t buf[26] = {0}; // b + 1 <= 26 bytes: s < 2^25
         for (size_t t = 0; t < 8 && 8 * g + t < q.n; t++) {
             size_t i = 8 * g + t;
             uint32_t r =
                 d_stream_byte(seed, counter, i) << 8 |
                 d_stream_byte(seed, counter, COMPRESS_DRAW_LOW + i / 16);
-            float v = x[i];
-            float a = fmaf(fabsf(v),
-                           inv[i / q.bucket],
-                           __fmul_rn(__fadd_rn((float)r, 0.5f), 0x1.0p-16f));
-            uint32_t l = (uint32_t)a;
-            l = l > q.s ? q.s : l;
-            uint32_t code = l | (uint32_t)(l > 0 && signbit(v)) << q.b;
+            uint32_t code = d_quant_code(x[i], i, q, scales, inv, r);
             for (unsigned j = 0; j < w; j++)
                 buf[(t * w + j) / 8] |=
                     (uint8_t)(((code >> j) & 1u) << ((t * w + j) % 8));
@@ -532,13 +566,15 @@ k_quant_codes(const float *x,
     }
 }
 
+// Code i of (n w + 7) / 8 bytes: w <= 26, so within five bytes.
 __device__ static uint32_t
 d_code(const uint8_t *codes, size_t n, unsigned w, size_t i)
 {
     size_t bit = i * w, at = bit / 8, bytes = (n * w + 7) / 8;
-    uint32_t two =
-        codes[at] | (at + 1 < bytes ? (uint32_t)codes[at + 1] << 8 : 0u);
-    return (two >> (bit % 8)) & ((1u << w) - 1);
+    uint64_t v = 0;
+    for (unsigned j = 0; j < 5 && at + j < bytes; j++)
+        v |= (uint64_t)codes[at + j] << (8 * j);
+    return (uint32_t)(v >> (bit % 8)) & ((1u << w) - 1);
 }
 
 __global__ static void
@@ -546,7 +582,9 @@ k_quant_check(const uint8_t *codes, struct compress_dev_quant q, uint32_t *flag)
 {
     GRID_STRIDE(i, q.n)
     {
-        if (d_code(codes, q.n, q.b + 1, i) == 1u << q.b)
+        uint32_t code = d_code(codes, q.n, q.b + 1, i);
+        uint32_t l = code & ((1u << q.b) - 1);
+        if (l > q.s || (l == 0 && code >> q.b))
             atomicOr(flag, COMPRESS_DEV_PROTO);
     }
 }
@@ -565,23 +603,332 @@ k_quant_decode(const uint8_t *scales,
     GRID_STRIDE(i, q.n)
     {
         uint32_t code = d_code(codes, q.n, q.b + 1, i);
-        const uint8_t *p = scales + 4 * (i / q.bucket);
-        float norm =
-            __uint_as_float((uint32_t)p[0] | (uint32_t)p[1] << 8 |
-                            (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
-        float v = __fmul_rn((float)(code & q.s), __fdiv_rn(norm, (float)q.s));
+        float norm = d_get_f32(scales + 4 * (i / q.bucket));
+        float v = __fmul_rn((float)(code & ((1u << q.b) - 1)),
+                            __fdiv_rn(norm, (float)q.s));
         v = code >> q.b ? -v : v;
         y[i] = add ? d_axpy(y[i], alpha, v) : v;
     }
 }
 
+// --- sparse selection (top-k, threshold) -----------------------------------
+
+#define SEL COMPRESS_DEV_SEL_BLOCK
+
+__device__ static uint32_t
+d_key(const float *x, size_t i)
+{
+    return __float_as_uint(x[i]) & 0x7fffffffu;
+}
+
+// One pass of the radix select: the digit at sh of the keys whose digits
+// above it are the prefix found so far (sel->eq). Counted in the block's
+// shared bins first, so the global atomics are 256 a block, not one a key.
+__global__ static void
+k_select_hist(const float *x,
+              size_t n,
+              unsigned sh,
+              struct compress_dev_sel *sel)
+{
+    __shared__ uint32_t bins[256];
+    for (unsigned t = threadIdx.x; t < 256; t += blockDim.x)
+        bins[t] = 0;
+    __syncthreads();
+    uint32_t prefix = sel->eq, high = sh == 24 ? 0 : ~0u << (sh + 8);
+    GRID_STRIDE(i, n)
+    {
+        uint32_t key = d_key(x, i);
+        if (((key ^ prefix) & high) == 0)
+            atomicAdd(&bins[(key >> sh) & 0xffu], 1u);
+    }
+    __syncthreads();
+    for (unsigned t = threadIdx.x; t < 256; t += blockDim.x)
+        if (bins[t] != 0)
+            atomicAdd(&sel->hist[t], bins[t]);
+}
+
+// One thread: the digit where the k-th largest key lies joins the prefix,
+// the keys in higher bins the count above (sel->count), as ref.c's pick.
+__global__ static void
+k_select_pick(struct compress_dev_sel *sel, unsigned sh, size_t k)
+{
+    uint32_t above = sel->count;
+    for (uint32_t bin = 255;; bin--) {
+        if (above + sel->hist[bin] >= k || bin == 0) {
+            sel->eq |= bin << sh;
+            break;
+        }
+        above += sel->hist[bin];
+    }
+    sel->count = above;
+    if (sh == 0) {
+        sel->lo = sel->eq + 1;
+        sel->ties = (uint32_t)k - above;
+    }
+}
+
+__device__ static unsigned long long
+d_sel_counts(const float *x, size_t i, const struct compress_dev_sel *sel)
+{
+    uint32_t key = d_key(x, i);
+    return (unsigned long long)(key >= sel->lo) << 32 | (key == sel->eq);
+}
+
+// Block b's counts, one element a thread (the packed sum cannot carry:
+// the low half counts at most n < 2^32).
+__global__ static void
+k_select_counts(const float *x,
+                size_t n,
+                const struct compress_dev_sel *sel,
+                unsigned long long *counts)
+{
+    typedef cub::BlockReduce<unsigned long long, SEL> reduce;
+    __shared__ typename reduce::TempStorage tmp;
+    size_t i = (size_t)blockIdx.x * SEL + threadIdx.x;
+    unsigned long long mine = i < n ? d_sel_counts(x, i, sel) : 0;
+    unsigned long long sum = reduce(tmp).Sum(mine);
+    if (threadIdx.x == 0)
+        counts[blockIdx.x] = sum;
+}
+
+__global__ static void
+k_select_total(const unsigned long long *total, struct compress_dev_sel *sel)
+{
+    uint32_t eq = (uint32_t)*total;
+    sel->count = (uint32_t)(*total >> 32) + (eq < sel->ties ? eq : sel->ties);
+}
+
+__global__ static void
+k_select_emit(const float *x,
+              size_t n,
+              const struct compress_dev_sel *sel,
+              const unsigned long long *offs,
+              uint32_t *idx,
+              float *vals)
+{
+    typedef cub::BlockScan<unsigned long long, SEL> scan;
+    __shared__ typename scan::TempStorage tmp;
+    size_t i = (size_t)blockIdx.x * SEL + threadIdx.x;
+    unsigned long long mine = i < n ? d_sel_counts(x, i, sel) : 0, before;
+    scan(tmp).ExclusiveSum(mine, before);
+    before += offs[blockIdx.x];
+    uint32_t gt = (uint32_t)(before >> 32), eq = (uint32_t)before;
+    uint32_t ties = sel->ties;
+    if ((mine >> 32) != 0 || ((uint32_t)mine != 0 && eq < ties)) {
+        size_t slot = gt + (eq < ties ? eq : ties);
+        idx[slot] = (uint32_t)i;
+        vals[slot] = x[i];
+    }
+}
+
+__device__ static uint64_t
+d_gap(const uint32_t *idx, size_t j)
+{
+    return j == 0 ? idx[0] : (uint64_t)(idx[j] - idx[j - 1] - 1);
+}
+
+__global__ static void
+k_rice_lengths(const uint32_t *idx,
+               size_t k,
+               unsigned r,
+               unsigned long long *len)
+{
+    GRID_STRIDE(j, k)
+    {
+        len[j] = (d_gap(idx, j) >> r) + 1 + r;
+    }
+}
+
+// Code j after its q zeros: a one, then the gap's low r bits; at most 62
+// bits from the word holding its first, so two word ORs.
+__global__ static void
+k_rice_bits(const uint32_t *idx,
+            size_t k,
+            unsigned r,
+            const unsigned long long *offs,
+            uint32_t *words)
+{
+    GRID_STRIDE(j, k)
+    {
+        uint64_t gap = d_gap(idx, j), at = offs[j] + (gap >> r);
+        uint64_t v = ((gap & ((1ull << r) - 1)) << 1 | 1u) << (at % 32);
+        atomicOr(&words[at / 32], (uint32_t)v);
+        if (v >> 32 != 0)
+            atomicOr(&words[at / 32 + 1], (uint32_t)(v >> 32));
+    }
+}
+
+// --- natural compression ----------------------------------------------------
+
+__global__ static void
+k_natural_expo(const float *x,
+               size_t n,
+               uint64_t seed,
+               uint64_t counter,
+               uint8_t *expo,
+               uint32_t *flag)
+{
+    GRID_STRIDE(i, n)
+    {
+        uint32_t u = __float_as_uint(x[i]);
+        uint32_t e = (u >> 23) & 0xffu, mant = u & 0x7fffffu;
+        if (e == 255)
+            atomicOr(flag, COMPRESS_DEV_NUMERIC);
+        uint32_t draw =
+            d_stream_byte(seed, counter, i) << 8 |
+            d_stream_byte(seed, counter, COMPRESS_DRAW_LOW + i / 16);
+        uint32_t E = e + (((draw << 7) | 0x40u) < mant);
+        expo[i] = (uint8_t)(E > 254 ? 254 : E);
+    }
+}
+
+__global__ static void
+k_natural_check(const uint8_t *expo, size_t n, uint32_t *flag)
+{
+    GRID_STRIDE(i, n)
+    {
+        if (expo[i] == 255)
+            atomicOr(flag, COMPRESS_DEV_NUMERIC);
+    }
+}
+
+__global__ static void
+k_natural_decode(const uint8_t *expo,
+                 const uint8_t *bits,
+                 size_t n,
+                 bool add,
+                 float alpha,
+                 float *y,
+                 const uint32_t *flag)
+{
+    if (*flag != 0)
+        return;
+    GRID_STRIDE(i, n)
+    {
+        uint32_t sign = (uint32_t)((bits[i / 8] >> (i % 8)) & 1u) << 31;
+        float q = __uint_as_float(sign | (uint32_t)expo[i] << 23);
+        y[i] = add ? d_axpy(y[i], alpha, q) : q;
+    }
+}
+
+// --- fp8 / fp4 ---------------------------------------------------------------
+
+__global__ static void
+k_maxabs(const float *x, size_t n, uint32_t *key)
+{
+    uint32_t best = 0;
+    GRID_STRIDE(i, n)
+    {
+        uint32_t k = d_key(x, i);
+        best = k > best ? k : best;
+    }
+    if (best != 0) // one atomic per thread, not per value
+        atomicMax(key, best);
+}
+
+__global__ static void
+k_sample(const float *x, size_t n, size_t m, float *sample)
+{
+    GRID_STRIDE(j, m)
+    {
+        sample[j] = x[(size_t)((uint64_t)j * n / m)];
+    }
+}
+
+// fp8.c's s_symbol: the magnitude code of |v| s1 s2 (two products, in
+// that order), rounded to nearest even, saturated; the sign above it.
+__device__ static uint8_t
+d_fp8_symbol(float v, float s1, float s2, unsigned M, unsigned E)
+{
+    float a = __fmul_rn(__fmul_rn(fabsf(v), s1), s2);
+    uint32_t c, cmax = (1u << (E + M)) - 1;
+    if (a < 2.0f) {
+        c = (uint32_t)rintf(__fmul_rn(a, (float)(1u << (M - 1))));
+    } else {
+        uint32_t u = __float_as_uint(a);
+        unsigned sh = 23 - M;
+        u += ((1u << (sh - 1)) - 1) + ((u >> sh) & 1u);
+        c = (u >> sh) - (127u << M);
+    }
+    c = c > cmax ? cmax : c;
+    return (uint8_t)(c | (__float_as_uint(v) >> 31) << (E + M));
+}
+
+__global__ static void
+k_fp8_symbols(const float *x,
+              size_t n,
+              float s1,
+              float s2,
+              unsigned M,
+              unsigned E,
+              uint8_t *sym)
+{
+    GRID_STRIDE(i, n)
+    {
+        sym[i] = d_fp8_symbol(x[i], s1, s2, M, E);
+    }
+}
+
+__global__ static void
+k_fp8_decode(const uint8_t *sym,
+             const float *val,
+             size_t n,
+             float alpha,
+             float *y,
+             const uint32_t *flag)
+{
+    if (*flag != 0)
+        return;
+    GRID_STRIDE(i, n)
+    {
+        y[i] = d_axpy(y[i], alpha, val[sym[i]]);
+    }
+}
+
+__global__ static void
+k_dgc_sample(const float *x, size_t n, size_t m, uint64_t seed, float *sample)
+{
+    GRID_STRIDE(j, m)
+    {
+        uint32_t w[4];
+        d_philox(j / 4, 0, seed, w);
+        size_t at = (size_t)(((uint64_t)w[j % 4] * n) >> 32);
+        sample[j] = __uint_as_float(d_key(x, at));
+    }
+}
+
+__global__ static void
+k_idx_scatter(const float *vals,
+              const uint32_t *idx,
+              size_t k,
+              float alpha,
+              float *y,
+              const uint32_t *flag)
+{
+    if (*flag != 0)
+        return;
+    GRID_STRIDE(j, k)
+    {
+        y[idx[j]] = d_axpy(y[idx[j]], alpha, vals[j]);
+    }
+}
+
 // --- launchers --------------------------------------------------------------
+
+// Launches k with a thread per item of count (grid-stride past MAX_BLOCKS
+// blocks) on the caller's stream; nothing for count 0.
+template <typename... P, typename... A>
+static void
+s_launch(void (*k)(P...), size_t count, void *stream, A... a)
+{
+    if (count > 0)
+        k<<<s_blocks(count), THREADS, 0, s_stream(stream)>>>(a...);
+}
 
 static void
 s_finite(const float *x, size_t n, uint32_t *flag, void *stream)
 {
-    if (n > 0)
-        k_finite<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(x, n, flag);
+    s_launch(k_finite, n, stream, x, n, flag);
 }
 
 static void
@@ -592,12 +939,7 @@ s_dense_encode(const float *x,
                uint32_t *flag,
                void *stream)
 {
-    if (n > 0)
-        k_dense_encode<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(x,
-                                                                      n,
-                                                                      fmt,
-                                                                      body,
-                                                                      flag);
+    s_launch(k_dense_encode, n, stream, x, n, fmt, body, flag);
 }
 
 static void
@@ -607,11 +949,7 @@ s_dense_check(const uint8_t *body,
               uint32_t *flag,
               void *stream)
 {
-    if (n > 0)
-        k_dense_check<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(body,
-                                                                     n,
-                                                                     fmt,
-                                                                     flag);
+    s_launch(k_dense_check, n, stream, body, n, fmt, flag);
 }
 
 static void
@@ -624,14 +962,7 @@ s_dense_decode(const uint8_t *body,
                const uint32_t *flag,
                void *stream)
 {
-    if (n > 0)
-        k_dense_decode<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(body,
-                                                                      n,
-                                                                      fmt,
-                                                                      add,
-                                                                      alpha,
-                                                                      y,
-                                                                      flag);
+    s_launch(k_dense_decode, n, stream, body, n, fmt, add, alpha, y, flag);
 }
 
 static size_t
@@ -644,13 +975,7 @@ static void
 s_sign_sums(const float *x, size_t n, size_t bucket, double *part, void *stream)
 {
     size_t threads = (n + bucket - 1) / bucket * s_per(bucket);
-    if (n > 0)
-        k_sign_sums<<<s_blocks(threads), THREADS, 0, s_stream(stream)>>>(
-            x,
-            n,
-            bucket,
-            s_per(bucket),
-            part);
+    s_launch(k_sign_sums, threads, stream, x, n, bucket, s_per(bucket), part);
 }
 
 static void
@@ -663,25 +988,22 @@ s_sign_scales(const float *x,
               void *stream)
 {
     size_t nb = (n + bucket - 1) / bucket;
-    if (n > 0)
-        k_sign_scales<<<s_blocks(nb), THREADS, 0, s_stream(stream)>>>(
-            x,
-            n,
-            bucket,
-            s_per(bucket),
-            part,
-            scales,
-            flag);
+    s_launch(k_sign_scales,
+             nb,
+             stream,
+             x,
+             n,
+             bucket,
+             s_per(bucket),
+             part,
+             scales,
+             flag);
 }
 
 static void
 s_sign_bits(const float *x, size_t n, uint8_t *bits, void *stream)
 {
-    if (n > 0)
-        k_sign_bits<<<s_blocks((n + 7) / 8), THREADS, 0, s_stream(stream)>>>(
-            x,
-            n,
-            bits);
+    s_launch(k_sign_bits, (n + 7) / 8, stream, x, n, bits);
 }
 
 static void
@@ -695,15 +1017,17 @@ s_sign_decode(const uint8_t *scales,
               const uint32_t *flag,
               void *stream)
 {
-    if (n > 0)
-        k_sign_decode<<<s_blocks(n), THREADS, 0, s_stream(stream)>>>(scales,
-                                                                     bits,
-                                                                     n,
-                                                                     bucket,
-                                                                     add,
-                                                                     alpha,
-                                                                     y,
-                                                                     flag);
+    s_launch(k_sign_decode,
+             n,
+             stream,
+             scales,
+             bits,
+             n,
+             bucket,
+             add,
+             alpha,
+             y,
+             flag);
 }
 
 static void
@@ -715,17 +1039,13 @@ s_quant_scales(const float *x,
                void *stream)
 {
     size_t nb = (q->n + q->bucket - 1) / q->bucket;
-    if (nb > 0)
-        k_quant_scales<<<s_blocks(nb), THREADS, 0, s_stream(stream)>>>(x,
-                                                                       *q,
-                                                                       scales,
-                                                                       inv,
-                                                                       flag);
+    s_launch(k_quant_scales, nb, stream, x, *q, scales, inv, flag);
 }
 
 static void
 s_quant_codes(const float *x,
               const struct compress_dev_quant *q,
+              const uint8_t *scales,
               const float *inv,
               uint64_t seed,
               uint64_t counter,
@@ -733,14 +1053,16 @@ s_quant_codes(const float *x,
               void *stream)
 {
     size_t groups = (q->n + 7) / 8;
-    if (groups > 0)
-        k_quant_codes<<<s_blocks(groups), THREADS, 0, s_stream(stream)>>>(
-            x,
-            *q,
-            inv,
-            seed,
-            counter,
-            codes);
+    s_launch(k_quant_codes,
+             groups,
+             stream,
+             x,
+             *q,
+             scales,
+             inv,
+             seed,
+             counter,
+             codes);
 }
 
 static void
@@ -749,10 +1071,7 @@ s_quant_check(const uint8_t *codes,
               uint32_t *flag,
               void *stream)
 {
-    if (q->n > 0)
-        k_quant_check<<<s_blocks(q->n), THREADS, 0, s_stream(stream)>>>(codes,
-                                                                        *q,
-                                                                        flag);
+    s_launch(k_quant_check, q->n, stream, codes, *q, flag);
 }
 
 static void
@@ -765,14 +1084,16 @@ s_quant_decode(const uint8_t *scales,
                const uint32_t *flag,
                void *stream)
 {
-    if (q->n > 0)
-        k_quant_decode<<<s_blocks(q->n), THREADS, 0, s_stream(stream)>>>(scales,
-                                                                         codes,
-                                                                         *q,
-                                                                         add,
-                                                                         alpha,
-                                                                         y,
-                                                                         flag);
+    s_launch(k_quant_decode,
+             q->n,
+             stream,
+             scales,
+             codes,
+             *q,
+             add,
+             alpha,
+             y,
+             flag);
 }
 
 static void
@@ -785,14 +1106,7 @@ s_randk_gather(const float *x,
                float *vals,
                void *stream)
 {
-    if (k > 0)
-        k_randk_gather<<<s_blocks(k), THREADS, 0, s_stream(stream)>>>(x,
-                                                                      n,
-                                                                      k,
-                                                                      seed,
-                                                                      counter,
-                                                                      scale,
-                                                                      vals);
+    s_launch(k_randk_gather, k, stream, x, n, k, seed, counter, scale, vals);
 }
 
 static void
@@ -806,27 +1120,233 @@ s_randk_scatter(const float *vals,
                 const uint32_t *flag,
                 void *stream)
 {
-    if (k > 0)
-        k_randk_scatter<<<s_blocks(k), THREADS, 0, s_stream(stream)>>>(vals,
-                                                                       n,
-                                                                       k,
-                                                                       seed,
-                                                                       counter,
-                                                                       alpha,
-                                                                       y,
-                                                                       flag);
+    s_launch(k_randk_scatter,
+             k,
+             stream,
+             vals,
+             n,
+             k,
+             seed,
+             counter,
+             alpha,
+             y,
+             flag);
+}
+
+static void
+s_select_kth(const float *x,
+             size_t n,
+             size_t k,
+             struct compress_dev_sel *sel,
+             void *stream)
+{
+    cudaStream_t st = s_stream(stream);
+    (void)cudaMemsetAsync(sel, 0, sizeof *sel, st);
+    for (unsigned sh = 24;; sh -= 8) {
+        (void)cudaMemsetAsync(sel->hist, 0, sizeof sel->hist, st);
+        s_launch(k_select_hist, n, stream, x, n, sh, sel);
+        k_select_pick<<<1, 1, 0, st>>>(sel, sh, k);
+        if (sh == 0)
+            break;
+    }
+}
+
+// out[0..m] = the exclusive sums of in[0..m) and their total (in[m] must
+// be 0). A failed allocation leaves the error for s_finish to report.
+static void
+s_exclusive_sum(unsigned long long *in,
+                unsigned long long *out,
+                size_t m,
+                cudaStream_t st)
+{
+    void *tmp = NULL;
+    size_t bytes = 0;
+    if (cub::DeviceScan::ExclusiveSum(NULL, bytes, in, out, m + 1, st) !=
+            cudaSuccess ||
+        cudaMallocAsync(&tmp, bytes ? bytes : 1, st) != cudaSuccess)
+        return;
+    (void)cub::DeviceScan::ExclusiveSum(tmp, bytes, in, out, m + 1, st);
+    (void)cudaFreeAsync(tmp, st);
+}
+
+static void
+s_select_scan(const float *x,
+              size_t n,
+              struct compress_dev_sel *sel,
+              uint64_t *offs,
+              void *stream)
+{
+    cudaStream_t st = s_stream(stream);
+    size_t nb = (n + SEL - 1) / SEL;
+    unsigned long long *counts = NULL, *o = (unsigned long long *)offs;
+    if (cudaMallocAsync((void **)&counts, (nb + 1) * sizeof *counts, st) !=
+        cudaSuccess)
+        return;
+    (void)cudaMemsetAsync(counts + nb, 0, sizeof *counts, st);
+    if (nb > 0)
+        k_select_counts<<<(unsigned)nb, SEL, 0, st>>>(x, n, sel, counts);
+    s_exclusive_sum(counts, o, nb, st);
+    k_select_total<<<1, 1, 0, st>>>(o + nb, sel);
+    (void)cudaFreeAsync(counts, st);
+}
+
+static void
+s_select_emit(const float *x,
+              size_t n,
+              const struct compress_dev_sel *sel,
+              const uint64_t *offs,
+              uint32_t *idx,
+              float *vals,
+              void *stream)
+{
+    size_t nb = (n + SEL - 1) / SEL;
+    if (nb > 0)
+        k_select_emit<<<(unsigned)nb, SEL, 0, s_stream(stream)>>>(
+            x,
+            n,
+            sel,
+            (const unsigned long long *)offs,
+            idx,
+            vals);
+}
+
+static void
+s_rice_write(const uint32_t *idx,
+             size_t k,
+             unsigned r,
+             uint32_t *words,
+             uint64_t *bits,
+             void *stream)
+{
+    cudaStream_t st = s_stream(stream);
+    unsigned long long *len = NULL, *offs = NULL;
+    if (cudaMallocAsync((void **)&len, 2 * (k + 1) * sizeof *len, st) !=
+        cudaSuccess)
+        return;
+    offs = len + k + 1;
+    (void)cudaMemsetAsync(len + k, 0, sizeof *len, st);
+    s_launch(k_rice_lengths, k, stream, idx, k, r, len);
+    s_exclusive_sum(len, offs, k, st);
+    s_launch(k_rice_bits,
+             k,
+             stream,
+             idx,
+             k,
+             r,
+             (const unsigned long long *)offs,
+             words);
+    (void)cudaMemcpyAsync(bits,
+                          offs + k,
+                          sizeof *bits,
+                          cudaMemcpyDeviceToDevice,
+                          st);
+    (void)cudaFreeAsync(len, st);
+}
+
+static void
+s_natural_expo(const float *x,
+               size_t n,
+               uint64_t seed,
+               uint64_t counter,
+               uint8_t *expo,
+               uint32_t *flag,
+               void *stream)
+{
+    s_launch(k_natural_expo, n, stream, x, n, seed, counter, expo, flag);
+}
+
+static void
+s_natural_check(const uint8_t *expo, size_t n, uint32_t *flag, void *stream)
+{
+    s_launch(k_natural_check, n, stream, expo, n, flag);
+}
+
+static void
+s_natural_decode(const uint8_t *expo,
+                 const uint8_t *bits,
+                 size_t n,
+                 bool add,
+                 float alpha,
+                 float *y,
+                 const uint32_t *flag,
+                 void *stream)
+{
+    s_launch(k_natural_decode, n, stream, expo, bits, n, add, alpha, y, flag);
+}
+
+static void
+s_maxabs(const float *x, size_t n, uint32_t *key, void *stream)
+{
+    s_launch(k_maxabs, n, stream, x, n, key);
+}
+
+static void
+s_sample(const float *x, size_t n, size_t m, float *sample, void *stream)
+{
+    s_launch(k_sample, m, stream, x, n, m, sample);
+}
+
+static void
+s_fp8_symbols(const float *x,
+              size_t n,
+              float s1,
+              float s2,
+              unsigned M,
+              unsigned E,
+              uint8_t *sym,
+              void *stream)
+{
+    s_launch(k_fp8_symbols, n, stream, x, n, s1, s2, M, E, sym);
+}
+
+static void
+s_fp8_decode(const uint8_t *sym,
+             const float *val,
+             size_t n,
+             float alpha,
+             float *y,
+             const uint32_t *flag,
+             void *stream)
+{
+    s_launch(k_fp8_decode, n, stream, sym, val, n, alpha, y, flag);
+}
+
+static void
+s_dgc_sample(const float *x,
+             size_t n,
+             size_t m,
+             uint64_t seed,
+             float *sample,
+             void *stream)
+{
+    s_launch(k_dgc_sample, m, stream, x, n, m, seed, sample);
+}
+
+static void
+s_idx_scatter(const float *vals,
+              const uint32_t *idx,
+              size_t k,
+              float alpha,
+              float *y,
+              const uint32_t *flag,
+              void *stream)
+{
+    s_launch(k_idx_scatter, k, stream, vals, idx, k, alpha, y, flag);
 }
 
 extern "C" rumor_err
 compress_dev_cuda(const struct compress_dev_i **out, const char **why)
 {
     static const struct compress_dev_i cuda = {
-        "cuda",          s_alloc,       s_release,      s_upload,
-        s_download,      s_zero,        s_finish,       s_finite,
-        s_dense_encode,  s_dense_check, s_dense_decode, s_sign_sums,
-        s_sign_scales,   s_sign_bits,   s_sign_decode,  s_quant_scales,
-        s_quant_codes,   s_quant_check, s_quant_decode, s_randk_gather,
-        s_randk_scatter,
+        "cuda",          s_alloc,        s_release,       s_upload,
+        s_download,      s_zero,         s_finish,        s_finite,
+        s_dense_encode,  s_dense_check,  s_dense_decode,  s_sign_sums,
+        s_sign_scales,   s_sign_bits,    s_sign_decode,   s_quant_scales,
+        s_quant_codes,   s_quant_check,  s_quant_decode,  s_randk_gather,
+        s_randk_scatter, s_select_kth,   s_select_scan,   s_select_emit,
+        s_rice_write,    s_natural_expo, s_natural_check, s_natural_decode,
+        s_maxabs,        s_sample,       s_fp8_symbols,   s_fp8_decode,
+        s_dgc_sample,    s_idx_scatter,
     };
     *out = NULL;
     if (rumor_cuda_device_count(why) <= 0)

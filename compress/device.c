@@ -3,14 +3,20 @@
  * device memory by kernels and copied to the host once; the headers, the
  * size and every check a header allows are done here on the host, as the
  * CPU codecs do them, so a device payload is the CPU codec's byte for byte.
- * Done: fp32, fp16, bf16, sign, qsgd (fixed-width levels, unbiased),
- * terngrad (no clip), and randk whose values codec is one of these. Everything
- * is ordered on the caller's stream; the one wait is the stream's own, for the
- * bytes and the NaN/Inf flag to land.
+ * Done: fp32, fp16, bf16, sign, natural, qsgd (fixed-width codes, any
+ * levels, biased or not), terngrad (no clip), fp8 and fp4 (not bias=real; their
+ * Huffman stage on the host, over symbols made on the device), and randk, topk,
+ * threshold and dgc whose values codec is one of these. Everything is ordered
+ * on the caller's stream; the one wait is the stream's own, for the bytes and
+ * the NaN/Inf flag to land (threshold waits once more, for its count, which
+ * sizes the rest; dgc once per try). The sparse codecs decode their Rice-coded
+ * index list on the host, where the payload is.
  */
 #include "compress/device.h"
 
 #include "compress/compress_impl.h"
+
+#include <stdlib.h>
 
 #define S_RANDK_SEEDS 16 /* seed and counter after a random-k header */
 
@@ -23,9 +29,10 @@ s_dense(const rumor_codec *c)
     case RUMOR_CODEC_FP16:
     case RUMOR_CODEC_BF16:
     case RUMOR_CODEC_SIGN:
+    case RUMOR_CODEC_NATURAL:
         return true;
-    case RUMOR_CODEC_QSGD:
-        return c->bits >= 1 && c->qcode == COMPRESS_QCODE_FIXED && !c->biased;
+    case RUMOR_CODEC_QSGD: /* bits = 0: qsgd_levels.c's format */
+        return c->qcode == COMPRESS_QCODE_FIXED;
     case RUMOR_CODEC_TERNGRAD:
         return c->clip == 0 && !c->share;
     default:
@@ -33,11 +40,30 @@ s_dense(const rumor_codec *c)
     }
 }
 
+/* The sparse codecs whose selection the device makes (sparse.c's format:
+ * a Rice-coded index list, then the values' payload). */
+static bool
+s_sparse(const rumor_codec *c)
+{
+    return c->id == RUMOR_CODEC_TOPK || c->id == RUMOR_CODEC_THRESHOLD ||
+           c->id == RUMOR_CODEC_DGC;
+}
+
+/* fp8 and fp4 (top level only: their Huffman stage runs on the host);
+ * bias=real may read all of x on the host, so it stays there. */
+static bool
+s_fp8(const rumor_codec *c)
+{
+    return c->id == RUMOR_CODEC_FP8 || c->id == RUMOR_CODEC_FP4;
+}
+
 bool
 rumor_codec_device_supported(const rumor_codec *codec)
 {
-    if (codec->id == RUMOR_CODEC_RANDK)
+    if (codec->id == RUMOR_CODEC_RANDK || s_sparse(codec))
         return s_dense(codec->inner);
+    if (s_fp8(codec))
+        return codec->fp_bias != COMPRESS_BIAS_REAL;
     return s_dense(codec);
 }
 
@@ -47,13 +73,33 @@ s_quant(rumor_codec_id id)
     return id == RUMOR_CODEC_QSGD || id == RUMOR_CODEC_TERNGRAD;
 }
 
-/* The shape of a QSGD / TernGrad payload: codes of b + 1 bits (b = 1 for
- * TernGrad), levels 0..2^b - 1. */
+/* The shape of a QSGD / TernGrad payload: levels 0..s, codes of b + 1
+ * bits with b the bits of s (s = 1 for TernGrad, 2^bits - 1 for quant.c's
+ * QSGD, any for the levels format). */
 static struct compress_dev_quant
-s_quant_shape(bool tern, unsigned b, size_t n, size_t bucket)
+s_quant_shape(bool tern, uint32_t s, bool levels, size_t n, size_t bucket)
 {
-    struct compress_dev_quant q = {n, bucket, (1u << b) - 1, b, tern};
+    unsigned b = 32u - (unsigned)__builtin_clz(s);
+    struct compress_dev_quant q = {n, bucket, s, b, tern, levels};
     return q;
+}
+
+/* The shape of codec c's payload of n values. */
+static struct compress_dev_quant
+s_quant_of(const rumor_codec *c, size_t n)
+{
+    bool tern = c->id == RUMOR_CODEC_TERNGRAD, levels = !tern && c->bits == 0;
+    uint32_t s = tern ? 1 : levels ? c->levels : (1u << c->bits) - 1;
+    return s_quant_shape(tern, s, levels, n, c->bucket);
+}
+
+/* Bytes before a QSGD / TernGrad payload's codes: the header, the norms
+ * and, in the levels format, s. */
+static size_t
+s_quant_head(const struct compress_dev_quant *q)
+{
+    return RUMOR_COMPRESS_HEADER_BYTES + 4 * compress_buckets(q->n, q->bucket) +
+           (q->levels ? 4 : 0);
 }
 
 static enum compress_dev_fmt
@@ -64,10 +110,14 @@ s_fmt(rumor_codec_id id)
                                     : COMPRESS_DEV_BF16;
 }
 
+/* Body bytes of n elements of the codecs with headers of zeros: the
+ * dense formats, natural compression (exponent bytes, then sign bits). */
 static size_t
-s_width(rumor_codec_id id)
+s_plain_body(rumor_codec_id id, size_t n)
 {
-    return id == RUMOR_CODEC_FP32 ? 4 : 2;
+    if (id == RUMOR_CODEC_NATURAL)
+        return n + (n + 7) / 8;
+    return (id == RUMOR_CODEC_FP32 ? 4 : 2) * n;
 }
 
 /* Payload bytes of n elements (exact for every supported codec). */
@@ -81,14 +131,14 @@ s_need(const rumor_codec *c, size_t n)
         return RUMOR_COMPRESS_HEADER_BYTES +
                4 * compress_buckets(n, c->bucket) + (n + 7) / 8;
     if (s_quant(c->id)) {
-        size_t w = c->id == RUMOR_CODEC_TERNGRAD ? 2 : c->bits + 1;
-        return RUMOR_COMPRESS_HEADER_BYTES +
-               4 * compress_buckets(n, c->bucket) + (n * w + 7) / 8;
+        struct compress_dev_quant q = s_quant_of(c, n);
+        return s_quant_head(&q) + (n * (q.b + 1) + 7) / 8;
     }
-    return RUMOR_COMPRESS_HEADER_BYTES + s_width(c->id) * n;
+    return RUMOR_COMPRESS_HEADER_BYTES + s_plain_body(c->id, n);
 }
 
-/* The headers the CPU codecs write (dense.c, quant.c, sparse.c). */
+/* The headers the CPU codecs write (dense.c, quant.c, sparse.c), and
+ * what quant.c changes once the body is written: biased QSGD's norms. */
 static void
 s_headers(const rumor_codec *c,
           size_t n,
@@ -102,6 +152,12 @@ s_headers(const rumor_codec *c,
         h.p2 = (uint32_t)c->bucket;
     if (c->id == RUMOR_CODEC_QSGD)
         h.p0 = (uint8_t)c->bits;
+    if (c->id == RUMOR_CODEC_QSGD && c->bits == 0) /* s after the norms */
+        core_put_u32(out + RUMOR_COMPRESS_HEADER_BYTES +
+                         4 * compress_buckets(n, c->bucket),
+                     c->levels);
+    if (c->id == RUMOR_CODEC_QSGD && c->biased) /* on the norms sent */
+        compress_qsgd_rescale_norms(c, out, n);
     if (c->id == RUMOR_CODEC_RANDK) {
         size_t k = compress_sparse_k(c, n);
         h.p1 = (uint8_t)c->scale;
@@ -146,17 +202,27 @@ s_encode_body(const struct compress_dev_i *d,
         return RUMOR_OK;
     }
     if (s_quant(c->id)) {
-        bool tern = c->id == RUMOR_CODEC_TERNGRAD;
-        struct compress_dev_quant q =
-            s_quant_shape(tern, tern ? 1 : c->bits, n, c->bucket);
+        struct compress_dev_quant q = s_quant_of(c, n);
         size_t nb = compress_buckets(n, c->bucket);
         void *inv = NULL;
         rumor_err rc = d->alloc((nb ? nb : 1) * sizeof(float), &inv, stream);
         if (rc != RUMOR_OK)
             return rc;
         d->quant_scales(x, &q, body, inv, flag, stream);
-        d->quant_codes(x, &q, inv, seed, counter, body + 4 * nb, stream);
+        d->quant_codes(x,
+                       &q,
+                       body,
+                       inv,
+                       seed,
+                       counter,
+                       pay + s_quant_head(&q),
+                       stream);
         d->release(inv, stream);
+        return RUMOR_OK;
+    }
+    if (c->id == RUMOR_CODEC_NATURAL) {
+        d->natural_expo(x, n, seed, counter, body, flag, stream);
+        d->sign_bits(x, n, body + n, stream);
         return RUMOR_OK;
     }
     if (c->id != RUMOR_CODEC_RANDK) {
@@ -187,6 +253,428 @@ s_encode_body(const struct compress_dev_i *d,
     return rc;
 }
 
+/* Device buffers of one call, released together. */
+struct s_bufs {
+    void *p[12];
+    size_t used;
+};
+
+static rumor_err
+s_get(const struct compress_dev_i *d,
+      struct s_bufs *b,
+      size_t bytes,
+      void **out,
+      void *stream)
+{
+    if (b->used == sizeof b->p / sizeof b->p[0])
+        return RUMOR_ENOMEM;
+    rumor_err rc = d->alloc(bytes ? bytes : 1, out, stream);
+    if (rc == RUMOR_OK)
+        b->p[b->used++] = *out;
+    return rc;
+}
+
+static void
+s_put_all(const struct compress_dev_i *d, struct s_bufs *b, void *stream)
+{
+    while (b->used > 0)
+        d->release(b->p[--b->used], stream);
+}
+
+/* The selection of the keys >= lo (threshold; DGC's tries), scanned; its
+ * count sizes what follows, so this waits for it. */
+static rumor_err
+s_select_ge(const struct compress_dev_i *d,
+            const float *x,
+            size_t n,
+            uint32_t lo,
+            struct compress_dev_sel *sel,
+            uint64_t *offs,
+            size_t *count,
+            void *stream)
+{
+    struct compress_dev_sel fixed = {lo, UINT32_MAX, 0, 0, {0}};
+    uint32_t taken = 0;
+    rumor_err rc = d->upload(sel, &fixed, sizeof fixed, stream);
+    if (rc != RUMOR_OK)
+        return rc;
+    d->select_scan(x, n, sel, offs, stream);
+    rc = d->download(&taken, &sel->count, sizeof taken, stream);
+    if (rc == RUMOR_OK)
+        rc = d->finish(stream);
+    *count = taken;
+    return rc;
+}
+
+/* top-k's selection (its radix select), scanned; k = 0 only when n = 0. */
+static void
+s_select_topk(const struct compress_dev_i *d,
+              const float *x,
+              size_t n,
+              size_t k,
+              struct compress_dev_sel *sel,
+              uint64_t *offs,
+              size_t *count,
+              void *stream)
+{
+    if (k > 0)
+        d->select_kth(x, n, k, sel, stream);
+    else
+        d->zero(sel, sizeof *sel, stream);
+    d->select_scan(x, n, sel, offs, stream);
+    *count = k;
+}
+
+/* DGC's sampled threshold with the CPU's decisions on the same counts
+ * (sparse.c, compress_dgc_plan). The cut to top-k among too many
+ * candidates is the top-k of x: they hold its k largest keys, and ties go
+ * to the lowest index either way. Waits once for the sample's threshold
+ * and once per try. */
+static rumor_err
+s_select_dgc(const struct compress_dev_i *d,
+             const float *x,
+             size_t n,
+             size_t k,
+             uint64_t seed,
+             uint64_t counter,
+             struct compress_dev_sel *sel,
+             uint64_t *offs,
+             size_t *count,
+             void *stream)
+{
+    struct compress_dgc_plan p = compress_dgc_plan(n, k);
+    void *sample = NULL;
+    uint32_t T = 0;
+    rumor_err rc = d->alloc(p.m * sizeof(float), &sample, stream);
+    if (rc != RUMOR_OK)
+        return rc;
+    d->dgc_sample(x, n, p.m, compress_dgc_seed(seed, counter), sample, stream);
+    d->select_kth(sample, p.m, p.ks, sel, stream);
+    rc = d->download(&T, &sel->eq, sizeof T, stream);
+    if (rc == RUMOR_OK)
+        rc = d->finish(stream);
+    d->release(sample, stream);
+    float t = compress_u2f(T);
+    for (int tries = 0; rc == RUMOR_OK && tries < COMPRESS_DGC_TRIES; tries++) {
+        size_t got = 0;
+        rc = s_select_ge(d, x, n, compress_f2u(t), sel, offs, &got, stream);
+        if (rc != RUMOR_OK || (got >= p.lo && got <= p.hi)) {
+            *count = got;
+            return rc;
+        }
+        if (got > p.hi && got <= p.cap)
+            break;
+        t = got > p.hi ? t * 2.0f : t * 0.5f;
+        if (!isfinite(t))
+            break;
+    }
+    if (rc == RUMOR_OK)
+        s_select_topk(d, x, n, k, sel, offs, count, stream);
+    return rc;
+}
+
+/* The selection of the codec's indices and its scan; *count their number. */
+static rumor_err
+s_select(const struct compress_dev_i *d,
+         const rumor_codec *c,
+         const float *x,
+         size_t n,
+         uint64_t seed,
+         uint64_t counter,
+         struct compress_dev_sel *sel,
+         uint64_t *offs,
+         size_t *count,
+         void *stream)
+{
+    size_t k = compress_sparse_k(c, n);
+    if (c->id == RUMOR_CODEC_THRESHOLD)
+        return s_select_ge(d,
+                           x,
+                           n,
+                           compress_f2u(c->threshold),
+                           sel,
+                           offs,
+                           count,
+                           stream);
+    if (c->id == RUMOR_CODEC_DGC && k > 0 && k < n)
+        return s_select_dgc(d,
+                            x,
+                            n,
+                            k,
+                            seed,
+                            counter,
+                            sel,
+                            offs,
+                            count,
+                            stream);
+    s_select_topk(d, x, n, k, sel, offs, count, stream);
+    return RUMOR_OK;
+}
+
+/* The Rice stream's bound for k indices below n (sparse.c's size): the
+ * gaps sum to at most n, so their quotients to at most n >> r. */
+static size_t
+s_rice_room(size_t n, size_t k, unsigned r)
+{
+    return (size_t)(((uint64_t)k * (r + 1) + (n >> r) + 7) / 8);
+}
+
+/* One sparse encode's shape: count indices, Rice parameter r, room bytes
+ * for the stream (its bound), inner bytes of values' payload. */
+struct s_sparse {
+    size_t count, room, inner;
+    unsigned r;
+};
+
+/* Queues the indices, their Rice stream and the values' payload, and
+ * their downloads: the stream's bound from out, the values' payload after
+ * it, the stream's length in bits into *nbits. */
+static rumor_err
+s_sparse_queue(const struct compress_dev_i *d,
+               const rumor_codec *c,
+               const float *x,
+               size_t n,
+               uint64_t seed,
+               uint64_t counter,
+               void *const sel_offs_flag[3],
+               const struct s_sparse *sp,
+               struct s_bufs *b,
+               uint8_t *out,
+               uint64_t *nbits,
+               void *stream)
+{
+    void *idx = NULL, *vals = NULL, *words = NULL, *bits = NULL, *pay = NULL;
+    size_t wbytes = (sp->room + 3) / 4 * 4;
+    rumor_err rc = s_get(d, b, sp->count * sizeof(uint32_t), &idx, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, b, sp->count * sizeof(float), &vals, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, b, wbytes, &words, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, b, sizeof *nbits, &bits, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, b, sp->inner, &pay, stream);
+    if (rc != RUMOR_OK)
+        return rc;
+    d->select_emit(x, n, sel_offs_flag[0], sel_offs_flag[1], idx, vals, stream);
+    d->zero(words, wbytes, stream);
+    d->rice_write(idx, sp->count, sp->r, words, bits, stream);
+    /* The values' rounding draws from a seed of their own (sparse.c). */
+    rc = s_encode_body(d,
+                       c->inner,
+                       vals,
+                       sp->count,
+                       rumor_seed_derive(seed, counter, 0x1e),
+                       0,
+                       pay,
+                       sel_offs_flag[2],
+                       stream);
+    if (rc == RUMOR_OK)
+        rc = d->download(out, words, sp->room, stream);
+    if (rc == RUMOR_OK)
+        rc = d->download(out + sp->room, pay, sp->inner, stream);
+    if (rc == RUMOR_OK)
+        rc = d->download(nbits, bits, sizeof *nbits, stream);
+    return rc;
+}
+
+/* After the wait: the values' payload moved down to the stream's end,
+ * the headers written (sparse.c's); returns the payload's length. */
+static size_t
+s_sparse_close(const rumor_codec *c,
+               size_t n,
+               const struct s_sparse *sp,
+               uint64_t nbits,
+               uint8_t *out)
+{
+    size_t at = RUMOR_COMPRESS_HEADER_BYTES + 4, ilen = (nbits + 7) / 8;
+    memmove(out + at + ilen, out + at + sp->room, sp->inner);
+    s_headers(c->inner, sp->count, 0, 0, out + at + ilen);
+    struct compress_header h = {(uint8_t)c->id,
+                                RUMOR_COMPRESS_VERSION,
+                                (uint8_t)sp->r,
+                                0,
+                                (uint32_t)n,
+                                (uint32_t)sp->count};
+    compress_header_write(out, &h);
+    core_put_u32(out + RUMOR_COMPRESS_HEADER_BYTES, (uint32_t)ilen);
+    return at + ilen + sp->inner;
+}
+
+/* top-k, threshold and dgc: the selection, the Rice stream of the gaps
+ * and the values' payload are made on the device. The stream's length is
+ * known only after the wait, so the values' payload lands after the
+ * stream's bound and is moved down on the host. */
+static rumor_err
+s_encode_sparse(const struct compress_dev_i *d,
+                const rumor_codec *c,
+                const float *x,
+                size_t n,
+                uint64_t seed,
+                uint64_t counter,
+                uint8_t *out,
+                size_t cap,
+                size_t *written,
+                void *stream)
+{
+    struct s_bufs b = {{NULL}, 0};
+    void *sof[3] = {NULL, NULL, NULL}; /* sel, offs, flag */
+    size_t nb = compress_buckets(n, COMPRESS_DEV_SEL_BLOCK);
+    struct s_sparse sp = {0, 0, 0, 0};
+    uint32_t bad = 0;
+    uint64_t nbits = 0;
+    rumor_err rc =
+        s_get(d, &b, sizeof(struct compress_dev_sel), &sof[0], stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, (nb + 1) * sizeof(uint64_t), &sof[1], stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, sizeof(uint32_t), &sof[2], stream);
+    if (rc != RUMOR_OK)
+        goto done;
+    d->zero(sof[2], sizeof(uint32_t), stream);
+    d->finite(x, n, sof[2], stream);
+    rc = s_select(d, c, x, n, seed, counter, sof[0], sof[1], &sp.count, stream);
+    if (rc != RUMOR_OK)
+        goto done;
+    sp.r = compress_sparse_rice_param(n, sp.count);
+    sp.room = s_rice_room(n, sp.count, sp.r);
+    sp.inner = s_need(c->inner, sp.count);
+    size_t at = RUMOR_COMPRESS_HEADER_BYTES + 4;
+    if (cap - at < sp.room || cap - at - sp.room < sp.inner) {
+        rc = RUMOR_ETOOBIG;
+        goto done;
+    }
+    rc = s_sparse_queue(d,
+                        c,
+                        x,
+                        n,
+                        seed,
+                        counter,
+                        sof,
+                        &sp,
+                        &b,
+                        out + at,
+                        &nbits,
+                        stream);
+    if (rc == RUMOR_OK)
+        rc = d->download(&bad, sof[2], sizeof bad, stream);
+    if (rc == RUMOR_OK)
+        rc = d->finish(stream);
+    if (rc == RUMOR_OK && bad != 0)
+        rc = RUMOR_ENUMERIC;
+    if (rc == RUMOR_OK)
+        *written = s_sparse_close(c, n, &sp, nbits, out);
+done:
+    s_put_all(d, &b, stream);
+    return rc;
+}
+
+/* fp8 / fp4 (fp8.c's steps): max |x| and the sample on the device, the
+ * bias from them on the host (the CPU's search), the symbols on the
+ * device, the Huffman stage on the host over them. Two waits. */
+static rumor_err
+s_encode_fp8(const struct compress_dev_i *d,
+             const rumor_codec *c,
+             const float *x,
+             size_t n,
+             uint8_t *out,
+             size_t cap,
+             size_t *written,
+             void *stream)
+{
+    struct s_bufs b = {{NULL}, 0};
+    void *flag = NULL, *key = NULL, *dsample = NULL, *dsym = NULL;
+    size_t m = n < COMPRESS_FP8_SAMPLE ? n : COMPRESS_FP8_SAMPLE;
+    float *sample = malloc((m ? m : 1) * sizeof *sample);
+    uint8_t *sym = malloc(n ? n : 1);
+    uint32_t bad = 0, top = 0;
+    rumor_err rc = sample && sym ? RUMOR_OK : RUMOR_ENOMEM;
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, 2 * sizeof(uint32_t), &flag, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, m * sizeof *sample, &dsample, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, n, &dsym, stream);
+    if (rc != RUMOR_OK)
+        goto done;
+    key = (uint32_t *)flag + 1;
+    d->zero(flag, 2 * sizeof(uint32_t), stream);
+    d->finite(x, n, flag, stream);
+    d->maxabs(x, n, key, stream);
+    d->sample(x, n, m, dsample, stream);
+    rc = d->download(sample, dsample, m * sizeof *sample, stream);
+    if (rc == RUMOR_OK)
+        rc = d->download(&bad, flag, sizeof bad, stream);
+    if (rc == RUMOR_OK)
+        rc = d->download(&top, key, sizeof top, stream);
+    if (rc == RUMOR_OK)
+        rc = d->finish(stream);
+    if (rc == RUMOR_OK && bad != 0)
+        rc = RUMOR_ENUMERIC;
+    int k = 0;
+    unsigned M = 0, E = 0;
+    float fr = 1.0f, s1 = 0, s2 = 0;
+    if (rc == RUMOR_OK)
+        rc = compress_fp8_bias(c,
+                               sample,
+                               m,
+                               compress_u2f(top),
+                               NULL,
+                               n,
+                               &k,
+                               &fr);
+    if (rc != RUMOR_OK)
+        goto done;
+    compress_fp8_scales(c, k, fr, &s1, &s2, &M, &E);
+    d->fp8_symbols(x, n, s1, s2, M, E, dsym, stream);
+    rc = d->download(sym, dsym, n, stream);
+    if (rc == RUMOR_OK)
+        rc = d->finish(stream);
+    if (rc == RUMOR_OK)
+        rc = compress_fp8_write(c, sym, n, k, fr, sample, m, out, cap, written);
+done:
+    s_put_all(d, &b, stream);
+    free(sample);
+    free(sym);
+    return rc;
+}
+
+/* fp8 / fp4: the symbols are Huffman-decoded on the host, where the
+ * payload is (fp8.c's own checks), and uploaded with their 256 values;
+ * the device adds them. Pageable uploads are staged before the call
+ * returns, so both may be freed at once. */
+static rumor_err
+s_decode_fp8(const struct compress_dev_i *d,
+             const rumor_codec *c,
+             const uint8_t *in,
+             size_t len,
+             size_t n,
+             float alpha,
+             float *y,
+             uint32_t *flag,
+             void *stream)
+{
+    uint8_t *sym = NULL;
+    float val[256];
+    rumor_err rc = compress_fp8_read(c, in, len, n, &sym, val);
+    if (rc != RUMOR_OK)
+        return rc;
+    struct s_bufs b = {{NULL}, 0};
+    void *dsym = NULL, *dval = NULL;
+    rc = s_get(d, &b, n, &dsym, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, sizeof val, &dval, stream);
+    if (rc == RUMOR_OK)
+        rc = d->upload(dsym, sym, n, stream);
+    if (rc == RUMOR_OK)
+        rc = d->upload(dval, val, sizeof val, stream);
+    if (rc == RUMOR_OK)
+        d->fp8_decode(dsym, dval, n, alpha, y, flag, stream);
+    s_put_all(d, &b, stream);
+    free(sym);
+    return rc;
+}
+
 rumor_err
 compress_dev_encode(const struct compress_dev_i *d,
                     const rumor_codec *c,
@@ -206,6 +694,25 @@ compress_dev_encode(const struct compress_dev_i *d,
         return RUMOR_EINVAL;
     if (!rumor_codec_device_supported(c))
         return RUMOR_ENOTSUP;
+    if (s_sparse(c) || s_fp8(c)) {
+        size_t bound = 0;
+        bool exact = false;
+        c->ops->size(c, n, &bound, &exact);
+        if (out == NULL || cap < bound)
+            return RUMOR_ETOOBIG;
+        if (s_fp8(c))
+            return s_encode_fp8(d, c, x, n, out, cap, written, stream);
+        return s_encode_sparse(d,
+                               c,
+                               x,
+                               n,
+                               seed,
+                               counter,
+                               out,
+                               cap,
+                               written,
+                               stream);
+    }
     size_t need = s_need(c, n);
     if (out == NULL || cap < need)
         return RUMOR_ETOOBIG;
@@ -259,9 +766,24 @@ s_check_sign(const uint8_t *in, size_t len, size_t n)
     return RUMOR_OK;
 }
 
-/* The checks of a QSGD / TernGrad payload (quant.c's s_qsgd_decode) that
- * need no pass over the codes, and its shape. RUMOR_ENOTSUP for the
- * formats without kernels (qsgd's levels and Elias-gamma payloads). */
+/* Each bucket's level times its norm / s finite, as the CPU decoders ask. */
+static rumor_err
+s_check_range(const uint8_t *in, const struct compress_dev_quant *q)
+{
+    for (size_t k = 0; k < compress_buckets(q->n, q->bucket); k++) {
+        float norm = compress_get_f32(in + RUMOR_COMPRESS_HEADER_BYTES + 4 * k);
+        if (!isfinite((float)q->s * (norm / (float)q->s)))
+            return RUMOR_ENUMERIC;
+    }
+    return RUMOR_OK;
+}
+
+/* The checks of a QSGD / TernGrad payload that need no pass over the codes
+ * (the CPU decoders' own header checks, then the length and the range of
+ * level times norm, in the order each decoder meets them: quant.c's
+ * measures the codes first, qsgd_levels.c reads bucket by bucket and
+ * checks the stream's end, padding included, last), and its shape.
+ * RUMOR_ENOTSUP for the Elias-coded formats (no kernels). */
 static rumor_err
 s_check_quant(bool tern,
               const uint8_t *in,
@@ -269,35 +791,25 @@ s_check_quant(bool tern,
               size_t n,
               struct compress_dev_quant *q)
 {
-    uint32_t bucket = core_get_u32(in + 8);
-    if (!tern && in[2] == 0)
+    bool levels = !tern && in[2] == 0;
+    unsigned b = 0;
+    uint32_t s = 0, bucket = 0;
+    size_t head = 0;
+    rumor_err rc =
+        levels ? compress_qsgd_levels_header(in, len, n, &s, &bucket, &head)
+               : compress_quant_header(tern, in, len, n, &b, &bucket, &head);
+    if (rc != RUMOR_OK)
+        return rc;
+    if (in[3] != COMPRESS_QCODE_FIXED)
         return RUMOR_ENOTSUP;
-    if (bucket < 1 || bucket > (1u << 24) || in[3] > (tern ? 0 : 1) ||
-        (tern ? in[2] != 0 : in[2] > 8))
+    *q = s_quant_shape(tern, levels ? s : (1u << b) - 1, levels, n, bucket);
+    size_t bits = n * (q->b + 1);
+    bool pad = levels && bits % 8 != 0 && in[len - 1] >> (bits % 8) != 0;
+    if (levels && (rc = s_check_range(in, q)) != RUMOR_OK)
+        return rc;
+    if (len - head != (bits + 7) / 8 || pad)
         return RUMOR_EPROTO;
-    unsigned b = tern ? 1 : in[2];
-    size_t nb = compress_buckets(n, bucket);
-    if ((len - RUMOR_COMPRESS_HEADER_BYTES) / 4 < nb)
-        return RUMOR_EPROTO;
-    *q = s_quant_shape(tern, b, n, bucket);
-    for (size_t k = 0; k < nb; k++) {
-        float norm = compress_get_f32(in + RUMOR_COMPRESS_HEADER_BYTES + 4 * k);
-        if (!isfinite(norm))
-            return RUMOR_ENUMERIC;
-        if (norm < 0)
-            return RUMOR_EPROTO;
-    }
-    if (in[3] == 1)
-        return RUMOR_ENOTSUP;
-    size_t head = RUMOR_COMPRESS_HEADER_BYTES + 4 * nb;
-    if (len - head != (n * (b + 1) + 7) / 8)
-        return RUMOR_EPROTO;
-    for (size_t k = 0; k < nb; k++) {
-        float norm = compress_get_f32(in + RUMOR_COMPRESS_HEADER_BYTES + 4 * k);
-        if (!isfinite((float)q->s * (norm / (float)q->s)))
-            return RUMOR_ENUMERIC;
-    }
-    return RUMOR_OK;
+    return s_check_range(in, q);
 }
 
 /* Checks the header fields of a random-k payload (sparse.c) and of its
@@ -313,6 +825,83 @@ s_check_randk(const rumor_codec *c, const uint8_t *in, size_t len, size_t n)
         return RUMOR_EPROTO;
     struct compress_header ih;
     return compress_header_read(in + at, len - at, c->inner->id, k, &ih);
+}
+
+static rumor_err s_decode_body(const struct compress_dev_i *d,
+                               const rumor_codec *c,
+                               const uint8_t *in,
+                               const uint8_t *dev,
+                               size_t len,
+                               size_t n,
+                               bool add,
+                               float alpha,
+                               float *y,
+                               uint32_t *flag,
+                               void *stream);
+
+/* Queues the decode of a sparse payload's k values (their payload at
+ * offset at) into vals. */
+static rumor_err
+s_decode_values(const struct compress_dev_i *d,
+                const rumor_codec *c,
+                const uint8_t *in,
+                const uint8_t *dev,
+                size_t len,
+                size_t at,
+                size_t k,
+                float *vals,
+                uint32_t *flag,
+                void *stream)
+{
+    return s_decode_body(d,
+                         c->inner,
+                         in + at,
+                         dev + at,
+                         len - at,
+                         k,
+                         false,
+                         1.0f,
+                         vals,
+                         flag,
+                         stream);
+}
+
+/* top-k, threshold and dgc: the index list is a serial Rice stream, so the
+ * host reads it (the CPU decoder's own reading and checks) and uploads
+ * the indices; the values are decoded on the device, then added. The
+ * upload is from pageable memory, staged before the call returns, so idx
+ * may be freed at once. */
+static rumor_err
+s_decode_sparse(const struct compress_dev_i *d,
+                const rumor_codec *c,
+                const uint8_t *in,
+                const uint8_t *dev,
+                size_t len,
+                size_t n,
+                float alpha,
+                float *y,
+                uint32_t *flag,
+                void *stream)
+{
+    uint32_t *idx = NULL;
+    size_t k = 0, at = 0;
+    rumor_err rc = compress_sparse_indices(c, in, len, n, &idx, &k, &at);
+    if (rc != RUMOR_OK)
+        return rc;
+    struct s_bufs b = {{NULL}, 0};
+    void *didx = NULL, *vals = NULL;
+    rc = s_get(d, &b, k * sizeof *idx, &didx, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, k * sizeof(float), &vals, stream);
+    if (rc == RUMOR_OK)
+        rc = d->upload(didx, idx, k * sizeof *idx, stream);
+    if (rc == RUMOR_OK)
+        rc = s_decode_values(d, c, in, dev, len, at, k, vals, flag, stream);
+    if (rc == RUMOR_OK)
+        d->idx_scatter(vals, didx, k, alpha, y, flag, stream);
+    s_put_all(d, &b, stream);
+    free(idx);
+    return rc;
 }
 
 /* Checks a payload whose header was read (id and n), then queues its
@@ -332,6 +921,10 @@ s_decode_body(const struct compress_dev_i *d,
 {
     const uint8_t *body = dev + RUMOR_COMPRESS_HEADER_BYTES;
     rumor_err rc = RUMOR_OK;
+    if (s_sparse(c))
+        return s_decode_sparse(d, c, in, dev, len, n, alpha, y, flag, stream);
+    if (s_fp8(c))
+        return s_decode_fp8(d, c, in, len, n, alpha, y, flag, stream);
     if (c->id == RUMOR_CODEC_SIGN) {
         rc = s_check_sign(in, len, n);
         if (rc == RUMOR_OK) {
@@ -353,15 +946,20 @@ s_decode_body(const struct compress_dev_i *d,
         rc = s_check_quant(c->id == RUMOR_CODEC_TERNGRAD, in, len, n, &q);
         if (rc != RUMOR_OK)
             return rc;
-        size_t nb = compress_buckets(n, q.bucket);
-        d->quant_check(body + 4 * nb, &q, flag, stream);
-        d->quant_decode(body, body + 4 * nb, &q, add, alpha, y, flag, stream);
+        const uint8_t *codes = dev + s_quant_head(&q);
+        d->quant_check(codes, &q, flag, stream);
+        d->quant_decode(body, codes, &q, add, alpha, y, flag, stream);
         return RUMOR_OK;
     }
     if (c->id != RUMOR_CODEC_RANDK) {
         if (in[2] != 0 || in[3] != 0 || core_get_u32(in + 8) != 0 ||
-            len - RUMOR_COMPRESS_HEADER_BYTES != s_width(c->id) * n)
+            len - RUMOR_COMPRESS_HEADER_BYTES != s_plain_body(c->id, n))
             return RUMOR_EPROTO;
+        if (c->id == RUMOR_CODEC_NATURAL) {
+            d->natural_check(body, n, flag, stream);
+            d->natural_decode(body, body + n, n, add, alpha, y, flag, stream);
+            return RUMOR_OK;
+        }
         d->dense_check(body, n, s_fmt(c->id), flag, stream);
         d->dense_decode(body, n, s_fmt(c->id), add, alpha, y, flag, stream);
         return RUMOR_OK;
@@ -375,17 +973,7 @@ s_decode_body(const struct compress_dev_i *d,
     rc = d->alloc((k ? k : 1) * sizeof(float), &vals, stream);
     if (rc != RUMOR_OK)
         return rc;
-    rc = s_decode_body(d,
-                       c->inner,
-                       in + at,
-                       dev + at,
-                       len - at,
-                       k,
-                       false,
-                       1.0f,
-                       vals,
-                       flag,
-                       stream);
+    rc = s_decode_values(d, c, in, dev, len, at, k, vals, flag, stream);
     if (rc == RUMOR_OK)
         d->randk_scatter(vals,
                          n,

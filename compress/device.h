@@ -28,14 +28,30 @@ enum compress_dev_fmt {
 /* Values per partial sum of the scaled sign (quant.c's chunk). */
 #define COMPRESS_DEV_SIGN_CHUNK 4096
 
-/* A QSGD (fixed-width levels) or TernGrad payload's shape: n values in
- * buckets, levels 0..s, codes of b + 1 bits (sign at bit b). */
+/* A QSGD (fixed-width codes) or TernGrad payload's shape: n values in
+ * buckets, levels 0..s, codes of b + 1 bits (sign at bit b; b the bits
+ * of s). levels: qsgd_levels.c's format (any s, stored after the norms;
+ * the level rounded in double) instead of quant.c's (s = 2^b - 1). */
 struct compress_dev_quant {
     size_t n, bucket;
     uint32_t s;
     unsigned b;
     bool tern; /* scale: max |v| (TernGrad) instead of the 2-norm */
+    bool levels;
 };
+
+/* A sparse selection (top-k, threshold, DGC): element i is taken when its key
+ * (|x_i| as a bit pattern, which orders like |x_i|) is >= lo, or equals
+ * eq and is among the first ties such keys by index, as the CPU's top-k
+ * breaks ties (compress/topk.c). Device memory. */
+struct compress_dev_sel {
+    uint32_t lo, eq, ties;
+    uint32_t count;     /* taken in all (select_scan) */
+    uint32_t hist[256]; /* select_kth's digit histogram */
+};
+
+/* Elements per slot of select_scan's offsets (a kernel's block). */
+#define COMPRESS_DEV_SEL_BLOCK 256
 
 /* Decode flags: an Inf/NaN value, a non-canonical code. */
 #define COMPRESS_DEV_NUMERIC 1u
@@ -126,16 +142,19 @@ struct compress_dev_i {
                          uint32_t *flag,
                          void *stream);
     /* Pass 2: one thread per group of eight values: their codes
-     * (compress_level_code with draw i of (seed, counter)), packed LSB
+     * (compress_level_code with draw i of (seed, counter), or with levels
+     * compress_qsgd_level from the bucket's norm in scales), packed LSB
      * first into the group's b + 1 bytes. */
     void (*quant_codes)(const float *x,
                         const struct compress_dev_quant *q,
+                        const uint8_t *scales,
                         const float *inv,
                         uint64_t seed,
                         uint64_t counter,
                         uint8_t *codes,
                         void *stream);
-    /* Sets COMPRESS_DEV_PROTO in *flag for a code "-0" (level 0, sign). */
+    /* Sets COMPRESS_DEV_PROTO in *flag for a code "-0" (level 0, sign)
+     * or a level above s. */
     void (*quant_check)(const uint8_t *codes,
                         const struct compress_dev_quant *q,
                         uint32_t *flag,
@@ -171,6 +190,112 @@ struct compress_dev_i {
                           float *y,
                           const uint32_t *flag,
                           void *stream);
+    /* Top-k, for 1 <= k <= n: lo = T + 1, eq = T, ties = k - #(key > T)
+     * with T the k-th largest key. Radix select: four passes of 8-bit
+     * digits from the top, each a histogram of the digit over the keys
+     * whose digits above it are T's found so far, then one thread picks
+     * the digit where the k-th key lies. */
+    void (*select_kth)(const float *x,
+                       size_t n,
+                       size_t k,
+                       struct compress_dev_sel *sel,
+                       void *stream);
+    /* offs[b] = (taken-by-lo << 32 | key == eq) counts of the elements
+     * before block b of COMPRESS_DEV_SEL_BLOCK (an exclusive scan of each
+     * block's counts; offs has a slot per block and one more), sel->count
+     * the number taken. */
+    void (*select_scan)(const float *x,
+                        size_t n,
+                        struct compress_dev_sel *sel,
+                        uint64_t *offs,
+                        void *stream);
+    /* One thread per element: a taken i goes to slot (taken-by-lo before
+     * it) + min(eq before it, ties) of idx (i) and vals (x_i): ascending. */
+    void (*select_emit)(const float *x,
+                        size_t n,
+                        const struct compress_dev_sel *sel,
+                        const uint64_t *offs,
+                        uint32_t *idx,
+                        float *vals,
+                        void *stream);
+    /* The Golomb-Rice codes (parameter r) of the gaps of idx[0..k) (the
+     * first index, then differences minus one), LSB first as core/bits.h
+     * writes them, or-ed into words (zeroed); *bits = their length. One
+     * thread per index: its code's length, an exclusive scan, then its
+     * bits at its offset. */
+    void (*rice_write)(const uint32_t *idx,
+                       size_t k,
+                       unsigned r,
+                       uint32_t *words,
+                       uint64_t *bits,
+                       void *stream);
+    /* Natural compression (quant.c): one thread per value, its exponent
+     * rounded up when the draw (stream bytes i and COMPRESS_DRAW_LOW +
+     * i / 16) falls below its mantissa, capped at 254; *flag on NaN/Inf.
+     * The signs are sign_bits'. */
+    void (*natural_expo)(const float *x,
+                         size_t n,
+                         uint64_t seed,
+                         uint64_t counter,
+                         uint8_t *expo,
+                         uint32_t *flag,
+                         void *stream);
+    /* Sets COMPRESS_DEV_NUMERIC in *flag for an exponent 255 (Inf/NaN). */
+    void (*natural_check)(const uint8_t *expo,
+                          size_t n,
+                          uint32_t *flag,
+                          void *stream);
+    /* y[i] = q or y[i] + alpha q, q = +-2^(expo - 127); nothing when
+     * *flag. */
+    void (*natural_decode)(const uint8_t *expo,
+                           const uint8_t *bits,
+                           size_t n,
+                           bool add,
+                           float alpha,
+                           float *y,
+                           const uint32_t *flag,
+                           void *stream);
+    /* *key = max of the keys (|x| bit patterns) of x and *key. */
+    void (*maxabs)(const float *x, size_t n, uint32_t *key, void *stream);
+    /* fp8 / fp4's strided sample: sample[j] = x[j n / m], j < m <= n. */
+    void (*sample)(const float *x,
+                   size_t n,
+                   size_t m,
+                   float *sample,
+                   void *stream);
+    /* fp8 / fp4's symbols (compress_fp8_symbols_ref's rule). */
+    void (*fp8_symbols)(const float *x,
+                        size_t n,
+                        float s1,
+                        float s2,
+                        unsigned M,
+                        unsigned E,
+                        uint8_t *sym,
+                        void *stream);
+    /* y[i] += alpha val[sym[i]]; nothing when *flag. */
+    void (*fp8_decode)(const uint8_t *sym,
+                       const float *val,
+                       size_t n,
+                       float alpha,
+                       float *y,
+                       const uint32_t *flag,
+                       void *stream);
+    /* DGC's sample (sparse.c): one thread per draw j < m, sample[j] the
+     * key of x[(u32 draw j of (seed, stream 0)) n >> 32] as a float. */
+    void (*dgc_sample)(const float *x,
+                       size_t n,
+                       size_t m,
+                       uint64_t seed,
+                       float *sample,
+                       void *stream);
+    /* y[idx_j] += alpha vals[j] (distinct indices); nothing when *flag. */
+    void (*idx_scatter)(const float *vals,
+                        const uint32_t *idx,
+                        size_t k,
+                        float alpha,
+                        float *y,
+                        const uint32_t *flag,
+                        void *stream);
 };
 
 /* The plain-C twins (ref.c), on host memory; the stream is ignored. */

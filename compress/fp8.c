@@ -46,7 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define S_SAMPLE   16384
+#define S_SAMPLE   COMPRESS_FP8_SAMPLE
 #define S_BIAS_MAX 200 /* |k| bound accepted from the wire */
 #define S_BIAS_FIT 120 /* |b| bound of the fitted bias: finite values */
 
@@ -140,12 +140,13 @@ struct s_sample {
     size_t m;
 };
 
-static void
-s_take_sample(const float *x, size_t n, struct s_sample *s)
+size_t
+compress_fp8_sample(const float *x, size_t n, float *sample)
 {
-    s->m = n < S_SAMPLE ? n : S_SAMPLE;
-    for (size_t j = 0; j < s->m; j++)
-        s->x[j] = x[(size_t)((uint64_t)j * n / s->m)];
+    size_t m = n < S_SAMPLE ? n : S_SAMPLE;
+    for (size_t j = 0; j < m; j++)
+        sample[j] = x[(size_t)((uint64_t)j * n / m)];
+    return m;
 }
 
 /* Squared error of the sample under bias b = k + log2 f; infinite when
@@ -278,20 +279,26 @@ s_paper_bias(const struct s_sample *s, const struct s_fmt *f, int *k, float *fr)
     *fr = (float)(u / 1024.0);
 }
 
-/* The bias for x[0..n): *k integer, *fr in [1, 2), b = k + log2 fr. */
-static rumor_err
-s_choose_bias(const rumor_codec *c, const float *x, size_t n, int *k, float *fr)
+rumor_err
+compress_fp8_bias(const rumor_codec *c,
+                  const float *sample,
+                  size_t m,
+                  float mx,
+                  const float *x,
+                  size_t n,
+                  int *k,
+                  float *fr)
 {
     struct s_fmt f = s_format(c->id);
     *k = 0;
     *fr = 1.0f;
-    float mx = compress_maxabs(x, n);
     if (mx == 0)
         return RUMOR_OK;
     struct s_sample *s = malloc(sizeof *s);
     if (s == NULL)
         return RUMOR_ENOMEM;
-    s_take_sample(x, n, s);
+    memcpy(s->x, sample, m * sizeof *sample);
+    s->m = m;
     if (c->fp_bias == COMPRESS_BIAS_FIT) {
         s_paper_bias(s, &f, k, fr);
     } else {
@@ -317,20 +324,15 @@ s_choose_bias(const rumor_codec *c, const float *x, size_t n, int *k, float *fr)
  * probability is the model's mass on the interval that rounds to it (edges
  * at midpoints between neighbouring values); every symbol gets a count of
  * at least one, so any value the encoder meets has a code. */
-static rumor_err
-s_gennorm_lengths(const float *x,
-                  size_t n,
+static void
+s_gennorm_lengths(const float *sample,
+                  size_t m,
                   const struct s_fmt *f,
                   const float *val,
                   uint8_t *len)
 {
-    struct s_sample *s = malloc(sizeof *s);
     struct compress_gennorm g;
-    if (s == NULL)
-        return RUMOR_ENOMEM;
-    s_take_sample(x, n, s);
-    compress_gennorm_fit(s->x, s->m, &g);
-    free(s);
+    compress_gennorm_fit(sample, m, &g);
     uint64_t count[256];
     unsigned sign = 1u << (f->E + f->M);
     for (uint32_t c = 0; c <= f->cmax; c++) {
@@ -345,7 +347,6 @@ s_gennorm_lengths(const float *x,
         count[c | sign] = 1 + (uint64_t)(fmax(neg, 0) * 0x1p40);
     }
     huffman_lengths(count, 2 * sign, len);
-    return RUMOR_OK;
 }
 
 static void
@@ -354,6 +355,70 @@ s_size(const rumor_codec *c, size_t n, size_t *bytes, bool *exact)
     struct s_fmt f = s_format(c->id);
     *bytes = RUMOR_COMPRESS_HEADER_BYTES + 4 + huffman_bound(n, 1u << f.S);
     *exact = false;
+}
+
+void
+compress_fp8_scales(const rumor_codec *c,
+                    int k,
+                    float fr,
+                    float *s1,
+                    float *s2,
+                    unsigned *M,
+                    unsigned *E)
+{
+    struct s_fmt f = s_format(c->id);
+    s_scales(k, fr, s1, s2);
+    *M = f.M;
+    *E = f.E;
+}
+
+rumor_err
+compress_fp8_write(const rumor_codec *c,
+                   const uint8_t *sym,
+                   size_t n,
+                   int k,
+                   float fr,
+                   const float *sample,
+                   size_t m,
+                   uint8_t *out,
+                   size_t cap,
+                   size_t *written)
+{
+    struct s_fmt f = s_format(c->id);
+    /* Integer b keeps the original layout (p1 = 0, no f field). */
+    bool real = c->fp_bias != COMPRESS_BIAS_INT;
+    size_t head = RUMOR_COMPRESS_HEADER_BYTES + (real ? 4 : 0), got = 0;
+    if (cap < head)
+        return RUMOR_ETOOBIG;
+    rumor_err rc;
+    if (c->fp_code == COMPRESS_CODE_GENNORM && n > 0) {
+        float val[256];
+        uint8_t len[256];
+        s_values(&f, k, fr, val);
+        s_gennorm_lengths(sample, m, &f, val, len);
+        rc = huffman_encode_lengths(sym,
+                                    n,
+                                    1u << f.S,
+                                    len,
+                                    out + head,
+                                    cap - head,
+                                    &got);
+    } else {
+        rc = huffman_encode(sym, n, 1u << f.S, out + head, cap - head, &got);
+    }
+    if (rc != RUMOR_OK)
+        return rc;
+    struct compress_header h = {(uint8_t)c->id,
+                                RUMOR_COMPRESS_VERSION,
+                                (uint8_t)f.S,
+                                real ? 1 : 0,
+                                (uint32_t)n,
+                                (uint32_t)(int32_t)k};
+    compress_header_write(out, &h);
+    if (real)
+        compress_put_f32(out + RUMOR_COMPRESS_HEADER_BYTES, fr);
+    *written = head + got;
+    return RUMOR_OK;
 }
 
 static rumor_err
@@ -369,70 +434,53 @@ s_encode(const rumor_codec *c,
 {
     (void)seed;
     (void)counter;
-    struct s_fmt f = s_format(c->id);
-    /* Integer b keeps the original layout (p1 = 0, no f field). */
-    bool real = c->fp_bias != COMPRESS_BIAS_INT;
-    size_t head = RUMOR_COMPRESS_HEADER_BYTES + (real ? 4 : 0);
-    if (cap < head)
+    if (cap <
+        RUMOR_COMPRESS_HEADER_BYTES + (c->fp_bias != COMPRESS_BIAS_INT ? 4 : 0))
         return RUMOR_ETOOBIG;
     uint8_t *sym = malloc(n ? n : 1);
-    if (sym == NULL)
-        return RUMOR_ENOMEM;
+    float *sample = malloc(S_SAMPLE * sizeof *sample);
     int k = 0;
-    float fr = 1.0f, s1, s2, val[256];
-    rumor_err rc = s_choose_bias(c, x, n, &k, &fr);
-    if (rc != RUMOR_OK) {
-        free(sym);
-        return rc;
-    }
-    s_scales(k, fr, &s1, &s2);
-    s_values(&f, k, fr, val);
-    compress_fp8_symbols(x, n, s1, s2, f.M, f.E, sym);
-    size_t got = 0;
-    uint8_t len[256];
-    if (c->fp_code == COMPRESS_CODE_GENNORM && n > 0) {
-        rc = s_gennorm_lengths(x, n, &f, val, len);
-        if (rc == RUMOR_OK)
-            rc = huffman_encode_lengths(sym,
-                                        n,
-                                        1u << f.S,
-                                        len,
-                                        out + head,
-                                        cap - head,
-                                        &got);
-    } else {
-        rc = huffman_encode(sym, n, 1u << f.S, out + head, cap - head, &got);
-    }
+    unsigned M = 0, E = 0;
+    float fr = 1.0f, s1, s2;
+    rumor_err rc = sym && sample ? RUMOR_OK : RUMOR_ENOMEM;
+    size_t m = rc == RUMOR_OK ? compress_fp8_sample(x, n, sample) : 0;
+    if (rc == RUMOR_OK)
+        rc = compress_fp8_bias(c,
+                               sample,
+                               m,
+                               compress_maxabs(x, n),
+                               x,
+                               n,
+                               &k,
+                               &fr);
     if (rc == RUMOR_OK) {
-        struct compress_header h = {(uint8_t)c->id,
-                                    RUMOR_COMPRESS_VERSION,
-                                    (uint8_t)f.S,
-                                    real ? 1 : 0,
-                                    (uint32_t)n,
-                                    (uint32_t)(int32_t)k};
-        compress_header_write(out, &h);
-        if (real)
-            compress_put_f32(out + RUMOR_COMPRESS_HEADER_BYTES, fr);
-        *written = head + got;
-        if (approx != NULL)
-            for (size_t i = 0; i < n; i++)
-                approx[i] = val[sym[i]];
+        compress_fp8_scales(c, k, fr, &s1, &s2, &M, &E);
+        compress_fp8_symbols(x, n, s1, s2, M, E, sym);
+        rc = compress_fp8_write(c, sym, n, k, fr, sample, m, out, cap, written);
+    }
+    if (rc == RUMOR_OK && approx != NULL) {
+        struct s_fmt f = s_format(c->id);
+        float val[256];
+        s_values(&f, k, fr, val);
+        for (size_t i = 0; i < n; i++)
+            approx[i] = val[sym[i]];
     }
     free(sym);
+    free(sample);
     return rc;
 }
 
-static rumor_err
-s_decode(const rumor_codec *c,
-         const uint8_t *in,
-         size_t len,
-         bool add,
-         float alpha,
-         float *y,
-         size_t n)
+rumor_err
+compress_fp8_read(const rumor_codec *c,
+                  const uint8_t *in,
+                  size_t len,
+                  size_t n,
+                  uint8_t **sym_out,
+                  float val[256])
 {
     struct s_fmt f = s_format(c->id);
     int32_t k = (int32_t)core_get_u32(in + 8);
+    *sym_out = NULL;
     if (in[2] != f.S || in[3] > 1 || k < -S_BIAS_MAX || k > S_BIAS_MAX)
         return RUMOR_EPROTO;
     size_t head = RUMOR_COMPRESS_HEADER_BYTES + (in[3] ? 4 : 0);
@@ -456,20 +504,38 @@ s_decode(const rumor_codec *c,
     if (sym == NULL)
         return RUMOR_ENOMEM;
     rumor_err rc = huffman_decode(in + head, body, 1u << f.S, sym, n);
-    float val[256];
     s_values(&f, k, fr, val);
     if (rc == RUMOR_OK && !compress_all_finite(val, 2u << (f.E + f.M)))
         rc = RUMOR_ENUMERIC; /* a bias too large for float */
-    if (rc == RUMOR_OK) {
-        if (add)
-            for (size_t i = 0; i < n; i++)
-                y[i] += alpha * val[sym[i]];
-        else
-            for (size_t i = 0; i < n; i++)
-                y[i] = val[sym[i]];
-    }
-    free(sym);
+    if (rc != RUMOR_OK)
+        free(sym);
+    else
+        *sym_out = sym;
     return rc;
+}
+
+static rumor_err
+s_decode(const rumor_codec *c,
+         const uint8_t *in,
+         size_t len,
+         bool add,
+         float alpha,
+         float *y,
+         size_t n)
+{
+    uint8_t *sym = NULL;
+    float val[256];
+    rumor_err rc = compress_fp8_read(c, in, len, n, &sym, val);
+    if (rc != RUMOR_OK)
+        return rc;
+    if (add)
+        for (size_t i = 0; i < n; i++)
+            y[i] += alpha * val[sym[i]];
+    else
+        for (size_t i = 0; i < n; i++)
+            y[i] = val[sym[i]];
+    free(sym);
+    return RUMOR_OK;
 }
 
 const struct compress_ops compress_fp8_ops = {s_size,

@@ -142,14 +142,6 @@ s_fill_draws(uint64_t seed,
     }
 }
 
-/* The level of v in a bucket with inv = s / norm and the draw r. */
-static uint32_t
-s_level(float v, double inv, uint16_t r, uint32_t s)
-{
-    double a = fabs((double)v) * inv + ((double)r + 0.5) * 0x1.0p-16;
-    return a >= (double)s ? s : (uint32_t)a;
-}
-
 /* One bucket's codes into w; approx (may be NULL) gets the decoded values. */
 static void
 s_encode_bucket(const rumor_codec *c,
@@ -166,7 +158,7 @@ s_encode_bucket(const rumor_codec *c,
     float scale = norm / (float)s;
     size_t prev = 0; /* one past the last non-zero (the first gap from 0) */
     for (size_t i = 0; i < m; i++) {
-        uint32_t l = s_level(v[i], inv, r[i], s);
+        uint32_t l = compress_qsgd_level(v[i], inv, r[i], s);
         uint32_t neg = l > 0 && signbit(v[i]);
         if (approx != NULL) {
             float q = (float)l * scale;
@@ -353,6 +345,35 @@ s_levels_pass(const uint8_t *in,
 }
 
 rumor_err
+compress_qsgd_levels_header(const uint8_t *in,
+                            size_t len,
+                            size_t n,
+                            uint32_t *s,
+                            uint32_t *bucket,
+                            size_t *head)
+{
+    *bucket = core_get_u32(in + 8);
+    if (*bucket < 1 || *bucket > (1u << 24) ||
+        (in[3] != COMPRESS_QCODE_FIXED && in[3] != COMPRESS_QCODE_ELIAS))
+        return RUMOR_EPROTO;
+    size_t nb = compress_buckets(n, *bucket);
+    if ((len - RUMOR_COMPRESS_HEADER_BYTES) / 4 < nb + 1)
+        return RUMOR_EPROTO;
+    *head = s_head(n, *bucket);
+    *s = core_get_u32(in + *head - 4);
+    if (*s < 1 || *s > COMPRESS_QSGD_MAX_LEVELS)
+        return RUMOR_EPROTO;
+    return compress_norms_check(in, nb);
+}
+
+uint32_t
+compress_qsgd_level(float v, double inv, uint16_t r, uint32_t s)
+{
+    double a = fabs((double)v) * inv + ((double)r + 0.5) * 0x1.0p-16;
+    return a >= (double)s ? s : (uint32_t)a;
+}
+
+rumor_err
 compress_qsgd_levels_decode(const uint8_t *in,
                             size_t len,
                             bool add,
@@ -360,23 +381,11 @@ compress_qsgd_levels_decode(const uint8_t *in,
                             float *y,
                             size_t n)
 {
-    uint32_t bucket = core_get_u32(in + 8);
-    if (bucket < 1 || bucket > (1u << 24) ||
-        (in[3] != COMPRESS_QCODE_FIXED && in[3] != COMPRESS_QCODE_ELIAS))
-        return RUMOR_EPROTO;
-    size_t nb = compress_buckets(n, bucket);
-    if ((len - RUMOR_COMPRESS_HEADER_BYTES) / 4 < nb + 1)
-        return RUMOR_EPROTO;
-    uint32_t s = core_get_u32(in + s_head(n, bucket) - 4);
-    if (s < 1 || s > COMPRESS_QSGD_MAX_LEVELS)
-        return RUMOR_EPROTO;
-    for (size_t k = 0; k < nb; k++) {
-        float norm = compress_get_f32(in + RUMOR_COMPRESS_HEADER_BYTES + 4 * k);
-        if (!isfinite(norm))
-            return RUMOR_ENUMERIC;
-        if (norm < 0)
-            return RUMOR_EPROTO;
-    }
+    uint32_t s = 0, bucket = 0;
+    size_t head = 0;
+    rumor_err hrc = compress_qsgd_levels_header(in, len, n, &s, &bucket, &head);
+    if (hrc != RUMOR_OK)
+        return hrc;
     /* Validate first when adding, so y is unchanged on error. */
     rumor_err rc =
         add ? s_levels_pass(in, len, true, add, alpha, y, n) : RUMOR_OK;

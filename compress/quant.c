@@ -624,6 +624,40 @@ s_fixed_pass(const uint8_t *in,
     return RUMOR_OK;
 }
 
+rumor_err
+compress_quant_header(bool tern,
+                      const uint8_t *in,
+                      size_t len,
+                      size_t n,
+                      unsigned *b,
+                      uint32_t *bucket,
+                      size_t *head)
+{
+    *bucket = core_get_u32(in + 8);
+    if (!s_check_bucket(*bucket) || in[3] > (tern ? 0 : 1) ||
+        (tern ? in[2] != 0 : (in[2] < 1 || in[2] > 8)))
+        return RUMOR_EPROTO;
+    *b = tern ? 1 : in[2];
+    size_t nb = compress_buckets(n, *bucket);
+    if ((len - RUMOR_COMPRESS_HEADER_BYTES) / 4 < nb)
+        return RUMOR_EPROTO;
+    *head = RUMOR_COMPRESS_HEADER_BYTES + 4 * nb;
+    return compress_norms_check(in, nb);
+}
+
+rumor_err
+compress_norms_check(const uint8_t *in, size_t nb)
+{
+    for (size_t k = 0; k < nb; k++) {
+        float norm = compress_get_f32(in + RUMOR_COMPRESS_HEADER_BYTES + 4 * k);
+        if (!isfinite(norm))
+            return RUMOR_ENUMERIC;
+        if (norm < 0)
+            return RUMOR_EPROTO;
+    }
+    return RUMOR_OK;
+}
+
 static rumor_err
 s_qsgd_decode(const rumor_codec *c,
               const uint8_t *in,
@@ -636,22 +670,12 @@ s_qsgd_decode(const rumor_codec *c,
     bool tern = c->id == RUMOR_CODEC_TERNGRAD;
     if (!tern && in[2] == 0)
         return compress_qsgd_levels_decode(in, len, add, alpha, y, n);
-    uint32_t bucket = core_get_u32(in + 8);
-    if (!s_check_bucket(bucket) || in[3] > (tern ? 0 : 1) ||
-        (tern ? in[2] != 0 : (in[2] < 1 || in[2] > 8)))
-        return RUMOR_EPROTO;
-    unsigned b = tern ? 1 : in[2];
-    size_t nb = compress_buckets(n, bucket);
-    if ((len - RUMOR_COMPRESS_HEADER_BYTES) / 4 < nb)
-        return RUMOR_EPROTO;
-    for (size_t k = 0; k < nb; k++) {
-        float norm = compress_get_f32(in + RUMOR_COMPRESS_HEADER_BYTES + 4 * k);
-        if (!isfinite(norm))
-            return RUMOR_ENUMERIC;
-        if (norm < 0)
-            return RUMOR_EPROTO;
-    }
-    size_t head = RUMOR_COMPRESS_HEADER_BYTES + 4 * nb;
+    unsigned b = 0;
+    uint32_t bucket = 0;
+    size_t head = 0;
+    rumor_err hrc = compress_quant_header(tern, in, len, n, &b, &bucket, &head);
+    if (hrc != RUMOR_OK)
+        return hrc;
     bool elias = !tern && in[3] == 1;
     if (elias) {
         /* Validate first when adding, so y is unchanged on error. */
@@ -684,12 +708,8 @@ s_qsgd_decode(const rumor_codec *c,
  * factor rides on each bucket's stored norm, so the payload format and
  * the decoder are unchanged; approx is decoded from the payload, so it
  * holds the decoder's bits. */
-static rumor_err
-s_qsgd_rescale(const rumor_codec *c,
-               uint8_t *out,
-               size_t len,
-               size_t n,
-               float *approx)
+void
+compress_qsgd_rescale_norms(const rumor_codec *c, uint8_t *out, size_t n)
 {
     double s = (double)c->levels;
     size_t nb = compress_buckets(n, c->bucket);
@@ -700,6 +720,16 @@ s_qsgd_rescale(const rumor_codec *c,
         uint8_t *p = out + RUMOR_COMPRESS_HEADER_BYTES + 4 * k;
         compress_put_f32(p, (float)(compress_get_f32(p) / tau));
     }
+}
+
+static rumor_err
+s_qsgd_rescale(const rumor_codec *c,
+               uint8_t *out,
+               size_t len,
+               size_t n,
+               float *approx)
+{
+    compress_qsgd_rescale_norms(c, out, n);
     if (approx == NULL)
         return RUMOR_OK;
     return s_qsgd_decode(c, out, len, false, 1.0f, approx, n);

@@ -646,9 +646,28 @@ s_dev_quant_scales(const float *x,
     }
 }
 
+/* Element i's code: quant.c's float level, or qsgd_levels.c's double one
+ * from the bucket's norm. */
+static uint32_t
+s_dev_quant_code(const float *x,
+                 size_t i,
+                 const struct compress_dev_quant *q,
+                 const uint8_t *scales,
+                 const float *inv,
+                 uint16_t r)
+{
+    if (!q->levels)
+        return compress_level_code(x[i], inv[i / q->bucket], r, q->s, q->b);
+    float norm = compress_get_f32(scales + 4 * (i / q->bucket));
+    double dinv = norm >= COMPRESS_NORM_MIN ? (double)q->s / (double)norm : 0;
+    uint32_t l = compress_qsgd_level(x[i], dinv, r, q->s);
+    return l | (uint32_t)(l > 0 && signbit(x[i])) << q->b;
+}
+
 static void
 s_dev_quant_codes(const float *x,
                   const struct compress_dev_quant *q,
+                  const uint8_t *scales,
                   const float *inv,
                   uint64_t seed,
                   uint64_t counter,
@@ -659,7 +678,7 @@ s_dev_quant_codes(const float *x,
     unsigned w = q->b + 1;
     size_t bytes = (q->n * w + 7) / 8;
     for (size_t g = 0; g < (q->n + 7) / 8; g++) {
-        uint8_t buf[9] = {0};
+        uint8_t buf[26] = {0}; /* b + 1 <= 26 bytes: s < 2^25 */
         for (size_t t = 0; t < 8 && 8 * g + t < q->n; t++) {
             size_t i = 8 * g + t;
             uint16_t r =
@@ -667,8 +686,7 @@ s_dev_quant_codes(const float *x,
                            s_dev_stream_byte(seed,
                                              counter,
                                              COMPRESS_DRAW_LOW + i / 16));
-            uint32_t code =
-                compress_level_code(x[i], inv[i / q->bucket], r, q->s, q->b);
+            uint32_t code = s_dev_quant_code(x, i, q, scales, inv, r);
             for (unsigned j = 0; j < w; j++)
                 buf[(t * w + j) / 8] |=
                     (uint8_t)(((code >> j) & 1u) << ((t * w + j) % 8));
@@ -678,14 +696,16 @@ s_dev_quant_codes(const float *x,
     }
 }
 
-/* Code i of a packed stream of (n w + 7) / 8 bytes. */
+/* Code i of a packed stream of (n w + 7) / 8 bytes (w <= 26: within the
+ * five bytes from the one holding its first bit). */
 static uint32_t
 s_dev_code(const uint8_t *codes, size_t n, unsigned w, size_t i)
 {
     size_t bit = i * w, at = bit / 8, bytes = (n * w + 7) / 8;
-    uint32_t two =
-        codes[at] | (at + 1 < bytes ? (uint32_t)codes[at + 1] << 8 : 0u);
-    return (two >> (bit % 8)) & ((1u << w) - 1);
+    uint64_t v = 0;
+    for (unsigned j = 0; j < 5 && at + j < bytes; j++)
+        v |= (uint64_t)codes[at + j] << (8 * j);
+    return (uint32_t)(v >> (bit % 8)) & ((1u << w) - 1);
 }
 
 static void
@@ -695,9 +715,12 @@ s_dev_quant_check(const uint8_t *codes,
                   void *stream)
 {
     (void)stream;
-    for (size_t i = 0; i < q->n; i++)
-        if (s_dev_code(codes, q->n, q->b + 1, i) == 1u << q->b)
+    for (size_t i = 0; i < q->n; i++) {
+        uint32_t code = s_dev_code(codes, q->n, q->b + 1, i);
+        uint32_t l = code & ((1u << q->b) - 1);
+        if (l > q->s || (l == 0 && code >> q->b))
             *flag |= COMPRESS_DEV_PROTO;
+    }
 }
 
 static void
@@ -715,7 +738,7 @@ s_dev_quant_decode(const uint8_t *scales,
         uint32_t code = s_dev_code(codes, q->n, q->b + 1, i);
         float scale =
             compress_get_f32(scales + 4 * (i / q->bucket)) / (float)q->s;
-        float v = (float)(code & q->s) * scale;
+        float v = (float)(code & ((1u << q->b) - 1)) * scale;
         v = code >> q->b ? -v : v;
         y[i] = add ? y[i] + alpha * v : v;
     }
@@ -783,6 +806,258 @@ s_dev_randk_scatter(const float *vals,
     }
 }
 
+/* The key of x_i: |x_i| as a bit pattern. */
+static uint32_t
+s_dev_key(const float *x, size_t i)
+{
+    return compress_f2u(x[i]) & 0x7fffffffu;
+}
+
+/* select_kth's one-thread kernel after the histogram of the digit at sh:
+ * the digit where the k-th largest key lies joins the prefix (kept in
+ * sel->eq), the keys in higher bins join the count above (sel->count). */
+static void
+s_dev_select_pick(struct compress_dev_sel *sel, unsigned sh, size_t k)
+{
+    for (uint32_t bin = 255;; bin--) {
+        if (sel->count + sel->hist[bin] >= k || bin == 0) {
+            sel->eq |= bin << sh;
+            break;
+        }
+        sel->count += sel->hist[bin];
+    }
+    if (sh == 0) {
+        sel->lo = sel->eq + 1;
+        sel->ties = (uint32_t)k - sel->count;
+    }
+}
+
+static void
+s_dev_select_kth(const float *x,
+                 size_t n,
+                 size_t k,
+                 struct compress_dev_sel *sel,
+                 void *stream)
+{
+    (void)stream;
+    memset(sel, 0, sizeof *sel);
+    for (unsigned sh = 24;; sh -= 8) {
+        uint32_t high = sh == 24 ? 0 : ~0u << (sh + 8);
+        memset(sel->hist, 0, sizeof sel->hist);
+        for (size_t i = 0; i < n; i++)
+            if (((s_dev_key(x, i) ^ sel->eq) & high) == 0)
+                sel->hist[(s_dev_key(x, i) >> sh) & 0xffu]++;
+        s_dev_select_pick(sel, sh, k);
+        if (sh == 0)
+            break;
+    }
+}
+
+/* The counts of element i: taken by lo (high word), equal to eq (low). */
+static uint64_t
+s_dev_sel_counts(const float *x, size_t i, const struct compress_dev_sel *sel)
+{
+    uint32_t key = s_dev_key(x, i);
+    return (uint64_t)(key >= sel->lo) << 32 | (key == sel->eq);
+}
+
+static void
+s_dev_select_scan(const float *x,
+                  size_t n,
+                  struct compress_dev_sel *sel,
+                  uint64_t *offs,
+                  void *stream)
+{
+    (void)stream;
+    size_t nb = compress_buckets(n, COMPRESS_DEV_SEL_BLOCK);
+    uint64_t acc = 0;
+    for (size_t b = 0; b < nb; b++) {
+        offs[b] = acc;
+        size_t end = (b + 1) * COMPRESS_DEV_SEL_BLOCK;
+        for (size_t i = b * COMPRESS_DEV_SEL_BLOCK; i < n && i < end; i++)
+            acc += s_dev_sel_counts(x, i, sel);
+    }
+    offs[nb] = acc;
+    uint32_t eq = (uint32_t)acc;
+    sel->count = (uint32_t)(acc >> 32) + (eq < sel->ties ? eq : sel->ties);
+}
+
+static void
+s_dev_select_emit(const float *x,
+                  size_t n,
+                  const struct compress_dev_sel *sel,
+                  const uint64_t *offs,
+                  uint32_t *idx,
+                  float *vals,
+                  void *stream)
+{
+    (void)stream;
+    uint64_t before = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i % COMPRESS_DEV_SEL_BLOCK == 0)
+            before = offs[i / COMPRESS_DEV_SEL_BLOCK];
+        uint64_t mine = s_dev_sel_counts(x, i, sel);
+        uint32_t gt = (uint32_t)(before >> 32), eq = (uint32_t)before;
+        if ((mine >> 32) != 0 || ((uint32_t)mine != 0 && eq < sel->ties)) {
+            size_t slot = gt + (eq < sel->ties ? eq : sel->ties);
+            idx[slot] = (uint32_t)i;
+            vals[slot] = x[i];
+        }
+        before += mine;
+    }
+}
+
+static void
+s_dev_rice_write(const uint32_t *idx,
+                 size_t k,
+                 unsigned r,
+                 uint32_t *words,
+                 uint64_t *bits,
+                 void *stream)
+{
+    (void)stream;
+    uint64_t start = 0;
+    for (size_t j = 0; j < k; j++) {
+        uint64_t gap = j == 0 ? idx[0] : (uint64_t)(idx[j] - idx[j - 1] - 1);
+        /* q zeros, a one, then the gap's low r bits: at most 62 bits from
+         * the word holding the one, so two word ORs (r <= 30). */
+        uint64_t at = start + (gap >> r);
+        uint64_t v = ((gap & ((1ull << r) - 1)) << 1 | 1u) << (at % 32);
+        words[at / 32] |= (uint32_t)v;
+        if (v >> 32 != 0)
+            words[at / 32 + 1] |= (uint32_t)(v >> 32);
+        start += (gap >> r) + 1 + r;
+    }
+    *bits = start;
+}
+
+static void
+s_dev_natural_expo(const float *x,
+                   size_t n,
+                   uint64_t seed,
+                   uint64_t counter,
+                   uint8_t *expo,
+                   uint32_t *flag,
+                   void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = compress_f2u(x[i]);
+        uint32_t e = (u >> 23) & 0xffu, mant = u & 0x7fffffu;
+        if (e == 255)
+            *flag |= COMPRESS_DEV_NUMERIC;
+        uint32_t draw =
+            (uint32_t)s_dev_stream_byte(seed, counter, i) << 8 |
+            s_dev_stream_byte(seed, counter, COMPRESS_DRAW_LOW + i / 16);
+        uint32_t E = e + (((draw << 7) | 0x40u) < mant);
+        expo[i] = (uint8_t)(E > 254 ? 254 : E);
+    }
+}
+
+static void
+s_dev_natural_check(const uint8_t *expo, size_t n, uint32_t *flag, void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; i < n; i++)
+        if (expo[i] == 255)
+            *flag |= COMPRESS_DEV_NUMERIC;
+}
+
+static void
+s_dev_natural_decode(const uint8_t *expo,
+                     const uint8_t *bits,
+                     size_t n,
+                     bool add,
+                     float alpha,
+                     float *y,
+                     const uint32_t *flag,
+                     void *stream)
+{
+    (void)stream;
+    if (*flag == 0) /* the CPU decoder's own reference, the kernel's steps */
+        compress_natural_expand_ref(expo, bits, n, add, alpha, y);
+}
+
+static void
+s_dev_maxabs(const float *x, size_t n, uint32_t *key, void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; i < n; i++)
+        *key = s_dev_key(x, i) > *key ? s_dev_key(x, i) : *key;
+}
+
+static void
+s_dev_sample(const float *x, size_t n, size_t m, float *sample, void *stream)
+{
+    (void)stream;
+    for (size_t j = 0; j < m; j++)
+        sample[j] = x[(size_t)((uint64_t)j * n / m)];
+}
+
+static void
+s_dev_fp8_symbols(const float *x,
+                  size_t n,
+                  float s1,
+                  float s2,
+                  unsigned M,
+                  unsigned E,
+                  uint8_t *sym,
+                  void *stream)
+{
+    (void)stream;
+    compress_fp8_symbols_ref(x, n, s1, s2, M, E, sym); /* one value a step */
+}
+
+static void
+s_dev_fp8_decode(const uint8_t *sym,
+                 const float *val,
+                 size_t n,
+                 float alpha,
+                 float *y,
+                 const uint32_t *flag,
+                 void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; *flag == 0 && i < n; i++)
+        y[i] = y[i] + alpha * val[sym[i]];
+}
+
+static void
+s_dev_dgc_sample(const float *x,
+                 size_t n,
+                 size_t m,
+                 uint64_t seed,
+                 float *sample,
+                 void *stream)
+{
+    (void)stream;
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    for (size_t j = 0; j < m; j++) {
+        const uint32_t ctr[4] = {(uint32_t)(j / 4),
+                                 (uint32_t)((uint64_t)j / 4 >> 32),
+                                 0,
+                                 0};
+        uint32_t w[4];
+        rumor_philox4x32_10(ctr, key, w);
+        size_t at = (size_t)(((uint64_t)w[j % 4] * n) >> 32);
+        sample[j] = compress_u2f(s_dev_key(x, at));
+    }
+}
+
+static void
+s_dev_idx_scatter(const float *vals,
+                  const uint32_t *idx,
+                  size_t k,
+                  float alpha,
+                  float *y,
+                  const uint32_t *flag,
+                  void *stream)
+{
+    (void)stream;
+    for (size_t j = 0; *flag == 0 && j < k; j++)
+        y[idx[j]] = y[idx[j]] + alpha * vals[j];
+}
+
 const struct compress_dev_i compress_dev_ref = {"ref",
                                                 s_dev_alloc,
                                                 s_dev_release,
@@ -803,4 +1078,17 @@ const struct compress_dev_i compress_dev_ref = {"ref",
                                                 s_dev_quant_check,
                                                 s_dev_quant_decode,
                                                 s_dev_randk_gather,
-                                                s_dev_randk_scatter};
+                                                s_dev_randk_scatter,
+                                                s_dev_select_kth,
+                                                s_dev_select_scan,
+                                                s_dev_select_emit,
+                                                s_dev_rice_write,
+                                                s_dev_natural_expo,
+                                                s_dev_natural_check,
+                                                s_dev_natural_decode,
+                                                s_dev_maxabs,
+                                                s_dev_sample,
+                                                s_dev_fp8_symbols,
+                                                s_dev_fp8_decode,
+                                                s_dev_dgc_sample,
+                                                s_dev_idx_scatter};

@@ -32,8 +32,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-#define S_DGC_TRIES 16
-
 /* --- helpers ------------------------------------------------------------ */
 
 static size_t
@@ -47,8 +45,8 @@ s_k_of(const rumor_codec *c, size_t n)
     return k > n ? n : k;
 }
 
-static unsigned
-s_rice_param(size_t n, size_t k)
+unsigned
+compress_sparse_rice_param(size_t n, size_t k)
 {
     if (k == 0)
         return 0;
@@ -100,6 +98,28 @@ s_inner_seed(uint64_t seed, uint64_t counter)
 /* --- DGC selection ---------------------------------------------------------
  */
 
+struct compress_dgc_plan
+compress_dgc_plan(size_t n, size_t k)
+{
+    struct compress_dgc_plan p;
+    p.m = n / 100 > 0 ? n / 100 : 1; /* the 1 % sample */
+    p.cap = 2 * k + 1024;
+    p.cap = p.cap > n ? n : p.cap;
+    p.ks = (size_t)(((uint64_t)k * p.m + n - 1) / n);
+    p.ks = p.ks < 1 ? 1 : p.ks > p.m ? p.m : p.ks;
+    p.lo = (size_t)ceil(0.7 * (double)k);
+    p.hi = (size_t)floor(1.3 * (double)k);
+    p.lo = p.lo < 1 ? 1 : p.lo;
+    p.hi = p.hi < p.lo ? p.lo : p.hi;
+    return p;
+}
+
+uint64_t
+compress_dgc_seed(uint64_t seed, uint64_t counter)
+{
+    return rumor_seed_derive(seed, counter, 0xd6c);
+}
+
 static rumor_err
 s_dgc_select(const float *x,
              size_t n,
@@ -111,9 +131,8 @@ s_dgc_select(const float *x,
 {
     rumor_err rc = RUMOR_OK;
     uint32_t *keys = NULL, *cand = NULL, *idx = NULL;
-    size_t m = n / 100 > 0 ? n / 100 : 1; /* the 1 % sample */
-    size_t cap = 2 * k + 1024;
-    cap = cap > n ? n : cap;
+    struct compress_dgc_plan p = compress_dgc_plan(n, k);
+    size_t m = p.m, cap = p.cap, ks = p.ks, lo = p.lo, hi = p.hi;
     keys = malloc((m > cap ? m : cap) * sizeof *keys);
     cand = malloc(cap * sizeof *cand);
     idx = malloc(k * sizeof *idx * 2 + 4);
@@ -122,14 +141,12 @@ s_dgc_select(const float *x,
         goto done;
     }
     struct rumor_rng rng;
-    rumor_rng_init(&rng, rumor_seed_derive(seed, counter, 0xd6c), 0);
+    rumor_rng_init(&rng, compress_dgc_seed(seed, counter), 0);
     float t = 0;
     for (size_t j = 0; j < m; j++) {
         uint32_t at = (uint32_t)(((uint64_t)rumor_rng_u32(&rng) * n) >> 32);
         keys[j] = compress_f2u(x[at]) & 0x7fffffffu;
     }
-    size_t ks = (size_t)(((uint64_t)k * m + n - 1) / n);
-    ks = ks < 1 ? 1 : ks > m ? m : ks;
     /* The sample's ks-th largest magnitude is the first threshold. */
     uint32_t T = UINT32_MAX;
     {
@@ -152,11 +169,7 @@ s_dgc_select(const float *x,
             goto done;
     }
     t = compress_u2f(T);
-    size_t lo = (size_t)ceil(0.7 * (double)k),
-           hi = (size_t)floor(1.3 * (double)k);
-    lo = lo < 1 ? 1 : lo;
-    hi = hi < lo ? lo : hi;
-    for (int tries = 0; tries < S_DGC_TRIES; tries++) {
+    for (int tries = 0; tries < COMPRESS_DGC_TRIES; tries++) {
         bool finite = true;
         size_t count = compress_select_ge(x, n, t, cand, NULL, cap, &finite);
         if (!finite) {
@@ -225,7 +238,8 @@ s_size(const rumor_codec *c, size_t n, size_t *bytes, bool *exact)
             return;
         }
         *bytes = RUMOR_COMPRESS_HEADER_BYTES + 4 +
-                 s_rice_bound_bytes(n, k, s_rice_param(n, k)) + inner;
+                 s_rice_bound_bytes(n, k, compress_sparse_rice_param(n, k)) +
+                 inner;
         *exact = false;
         return;
     }
@@ -317,7 +331,7 @@ s_encode_indices(const rumor_codec *c,
         rc = RUMOR_ENUMERIC;
         goto done;
     }
-    unsigned r = s_rice_param(n, k);
+    unsigned r = compress_sparse_rice_param(n, k);
     size_t at = RUMOR_COMPRESS_HEADER_BYTES;
     if (randk) {
         if (cap - at < 16) {
@@ -557,21 +571,19 @@ s_read_indices(const uint8_t *in,
     return RUMOR_OK;
 }
 
-static rumor_err
-s_decode(const rumor_codec *c,
-         const uint8_t *in,
-         size_t len,
-         bool add,
-         float alpha,
-         float *y,
-         size_t n)
+rumor_err
+compress_sparse_indices(const rumor_codec *c,
+                        const uint8_t *in,
+                        size_t len,
+                        size_t n,
+                        uint32_t **idx_out,
+                        size_t *k_out,
+                        size_t *at_out)
 {
-    rumor_err rc = RUMOR_OK;
-    uint32_t *idx = NULL;
-    float *vals = NULL;
     unsigned r = in[2];
     size_t k = core_get_u32(in + 8);
     bool randk = c->id == RUMOR_CODEC_RANDK;
+    *idx_out = NULL;
     if (k > n || r > 30 || in[3] > (randk ? 1 : 0) || (randk && r != 0))
         return RUMOR_EPROTO;
     if ((c->id == RUMOR_CODEC_TOPK || randk) && k != s_k_of(c, n))
@@ -592,19 +604,16 @@ s_decode(const rumor_codec *c,
             return RUMOR_EPROTO;
     }
     struct compress_header ih;
-    rc = compress_header_read(in + at + ilen,
-                              len - at - ilen,
-                              c->inner->id,
-                              k,
-                              &ih);
+    rumor_err rc = compress_header_read(in + at + ilen,
+                                        len - at - ilen,
+                                        c->inner->id,
+                                        k,
+                                        &ih);
     if (rc != RUMOR_OK)
         return rc;
-    idx = malloc((k ? k : 1) * sizeof *idx);
-    vals = malloc((k ? k : 1) * sizeof *vals);
-    if (idx == NULL || vals == NULL) {
-        rc = RUMOR_ENOMEM;
-        goto done;
-    }
+    uint32_t *idx = malloc((k ? k : 1) * sizeof *idx);
+    if (idx == NULL)
+        return RUMOR_ENOMEM;
     if (randk)
         s_randk_indices(core_get_u64(in + RUMOR_COMPRESS_HEADER_BYTES),
                         core_get_u64(in + RUMOR_COMPRESS_HEADER_BYTES + 8),
@@ -613,9 +622,36 @@ s_decode(const rumor_codec *c,
                         idx);
     else
         rc = s_read_indices(in + at, ilen, r, n, k, idx);
+    if (rc != RUMOR_OK) {
+        free(idx);
+        return rc;
+    }
+    *idx_out = idx;
+    *k_out = k;
+    *at_out = at + ilen;
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_decode(const rumor_codec *c,
+         const uint8_t *in,
+         size_t len,
+         bool add,
+         float alpha,
+         float *y,
+         size_t n)
+{
+    uint32_t *idx = NULL;
+    float *vals = NULL;
+    size_t k = 0, at = 0;
+    rumor_err rc = compress_sparse_indices(c, in, len, n, &idx, &k, &at);
     if (rc != RUMOR_OK)
+        return rc;
+    vals = malloc((k ? k : 1) * sizeof *vals);
+    if (vals == NULL) {
+        rc = RUMOR_ENOMEM;
         goto done;
-    at += ilen;
+    }
     rc = c->inner->ops
              ->decode(c->inner, in + at, len - at, false, 1.0f, vals, k);
     if (rc != RUMOR_OK)

@@ -175,10 +175,11 @@ RUMOR_API RUMOR_NODISCARD rumor_err rumor_codec_peek(const uint8_t *in,
 
 /* --- codecs on a CUDA device (issue #31, the first part) --------------- */
 
-/* Whether the device path has this codec: fp32, fp16, bf16, sign, qsgd
- * with fixed-width levels (not elias, biased or levels=), terngrad
- * without clip or share, and randk whose values codec is one of those
- * (the others: not yet). */
+/* Whether the device path has this codec: fp32, fp16, bf16, sign,
+ * natural, qsgd with fixed-width codes (bits= or levels=, biased or not;
+ * not elias or code=elias), terngrad without clip or share, randk, topk,
+ * threshold and dgc whose values codec is one of those, and fp8 and fp4
+ * on their own (not bias=real); the others: not yet. */
 RUMOR_API bool rumor_codec_device_supported(const rumor_codec *codec);
 
 /* rumor_codec_encode of d_x[0..n) in device memory: the payload is
@@ -186,11 +187,12 @@ RUMOR_API bool rumor_codec_device_supported(const rumor_codec *codec);
  * for byte what rumor_codec_encode writes for the same x, seed and
  * counter. The work is ordered on stream (a cudaStream_t; NULL: the
  * default stream), and the call waits on that stream alone for the bytes
- * and the NaN/Inf verdict. RUMOR_ENOTSUP in a CPU-only build, without a
- * device (the reason: rumor_cuda_device_count's) or for a codec the
- * device path has not; RUMOR_ENUMERIC, RUMOR_ETOOBIG (cap is checked
- * before x is read) and RUMOR_EINVAL as rumor_codec_encode;
- * RUMOR_EBACKEND for a CUDA failure; RUMOR_ENOMEM. */
+ * and the NaN/Inf verdict (threshold and dgc also for their counts).
+ * RUMOR_ENOTSUP in a CPU-only build, without a device (the reason:
+ * rumor_cuda_device_count's) or for a codec the device path has not;
+ * RUMOR_ENUMERIC, RUMOR_ETOOBIG (cap is checked before x is read; topk,
+ * threshold and dgc want rumor_codec_encoded_size's bound) and RUMOR_EINVAL as
+ * rumor_codec_encode; RUMOR_EBACKEND for a CUDA failure; RUMOR_ENOMEM. */
 RUMOR_API RUMOR_NODISCARD rumor_err
 rumor_codec_encode_device(const rumor_codec *codec,
                           const float *d_x,

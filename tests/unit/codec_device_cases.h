@@ -3,7 +3,8 @@
  * plain-C twins against the CPU codecs; test_codec_device.c: the CUDA
  * kernels against both): every codec the device path has, with buckets
  * and sizes that cross bytes, buckets, the sign's 4096-value chunks and
- * the kernels' 256-thread blocks.
+ * the kernels' 256-thread blocks; top-k at ratio 0.95 keeps some of the
+ * zeros (s_dev_fill's -0.0), so its ties are broken by index.
  */
 #ifndef RUMOR_TESTS_CODEC_DEVICE_CASES_H
 #define RUMOR_TESTS_CODEC_DEVICE_CASES_H
@@ -38,6 +39,42 @@ static const char *const s_dev_specs[] = {
     "terngrad:bucket=7",
     "randk:ratio=0.2|qsgd:bits=3,bucket=16",
     "randk:ratio=0.1,scale=1|terngrad:bucket=9",
+    "topk",
+    "topk:ratio=0.1",
+    "topk:ratio=0.95",
+    "topk:k=7|fp16",
+    "topk:ratio=0.3|sign:bucket=3",
+    "topk:ratio=0.05|qsgd:bits=4,bucket=64",
+    "topk:ratio=0.2|terngrad:bucket=9",
+    "threshold:t=1",
+    "threshold:t=0",
+    "threshold:t=1e9",
+    "threshold:t=0.5|bf16",
+    "threshold:t=2|qsgd:bits=2,bucket=16",
+    "qsgd:levels=6",
+    "qsgd:levels=1000,bucket=100",
+    "qsgd:levels=16777216,bucket=64",
+    "qsgd:levels=5,bucket=7",
+    "qsgd:bits=4,biased=1",
+    "qsgd:levels=6,biased=1,bucket=50",
+    "randk:ratio=0.2|qsgd:bits=3,biased=1,bucket=16",
+    "topk:ratio=0.1|qsgd:bits=2,biased=1",
+    "randk:ratio=0.1|qsgd:levels=5,bucket=7",
+    "topk:ratio=0.1|qsgd:levels=12",
+    "fp8",
+    "fp4",
+    "fp8:bias=fit",
+    "fp4:code=gennorm",
+    "fp8:bias=fit,code=gennorm",
+    "natural",
+    "randk:ratio=0.1|natural",
+    "topk:ratio=0.05|natural",
+    "dgc",
+    "dgc:ratio=0.01",
+    "dgc:ratio=0.3",
+    "dgc:ratio=1",
+    "dgc:ratio=0.05|fp16",
+    "dgc:ratio=0.1|qsgd:bits=3,bucket=32",
 };
 
 static const size_t s_dev_sizes[] =

@@ -3,7 +3,8 @@
  * twins (compress/ref.c) and the CPU codecs: on a GPU the payload of
  * rumor_codec_encode_device equals both byte for byte, decode-add into
  * device memory equals both float for float, each kernel's own output
- * equals its twin's (the scaled sign's partial sums included), and
+ * equals its twin's (the scaled sign's partial sums, the sparse
+ * selection's steps and DGC's sample included), and
  * NaN/Inf is refused. Without a device (or in a CPU-only build) every
  * test skips with the CUDA runtime's reason printed.
  */
@@ -174,6 +175,116 @@ test_kernels__sign_partial_sums__equal_twin(void **state)
     free(x);
 }
 
+/* The sparse selection's kernels alone against their twins on tie-heavy
+ * keys (magnitudes from {0, 1, 2}, either sign) and on s_dev_fill's: the
+ * radix select's result, the block offsets, the indices and values, and
+ * the Rice stream, bit for bit. */
+static void
+s_check_select(const struct compress_dev_i *d,
+               const float *x,
+               size_t n,
+               size_t k)
+{
+    size_t nb = compress_buckets(n, COMPRESS_DEV_SEL_BLOCK);
+    struct compress_dev_sel want, got;
+    uint64_t *offs = malloc((nb + 1) * sizeof *offs),
+             *doffs_h = malloc((nb + 1) * sizeof *offs);
+    uint32_t *idx = malloc(k * sizeof *idx), *gidx = malloc(k * sizeof *idx);
+    float *vals = malloc(k * sizeof *vals), *gvals = malloc(k * sizeof *vals);
+    size_t room = (k * 31 + n + 64) / 32 + 1;
+    uint32_t *words = calloc(room, 4), *gwords = calloc(room, 4);
+    uint64_t bits = 0, gbits = 0;
+    assert_true(offs && doffs_h && idx && gidx && vals && gvals && words &&
+                gwords);
+    unsigned r = compress_sparse_rice_param(n, k);
+    compress_dev_ref.select_kth(x, n, k, &want, NULL);
+    compress_dev_ref.select_scan(x, n, &want, offs, NULL);
+    compress_dev_ref.select_emit(x, n, &want, offs, idx, vals, NULL);
+    compress_dev_ref.rice_write(idx, k, r, words, &bits, NULL);
+    float *dx = s_up(d, x, n * sizeof *x);
+    void *dsel = NULL, *doffs = NULL, *didx = NULL, *dvals = NULL,
+         *dwords = NULL, *dbits = NULL;
+    assert_int_equal(d->alloc(sizeof got, &dsel, NULL), RUMOR_OK);
+    assert_int_equal(d->alloc((nb + 1) * 8, &doffs, NULL), RUMOR_OK);
+    assert_int_equal(d->alloc(k * 4, &didx, NULL), RUMOR_OK);
+    assert_int_equal(d->alloc(k * 4, &dvals, NULL), RUMOR_OK);
+    assert_int_equal(d->alloc(room * 4, &dwords, NULL), RUMOR_OK);
+    assert_int_equal(d->alloc(8, &dbits, NULL), RUMOR_OK);
+    d->zero(dwords, room * 4, NULL);
+    d->select_kth(dx, n, k, dsel, NULL);
+    d->select_scan(dx, n, dsel, doffs, NULL);
+    d->select_emit(dx, n, dsel, doffs, didx, dvals, NULL);
+    d->rice_write(didx, k, r, dwords, dbits, NULL);
+    s_down(d, &got, dsel, sizeof got);
+    s_down(d, doffs_h, doffs, (nb + 1) * 8);
+    s_down(d, gidx, didx, k * 4);
+    s_down(d, gvals, dvals, k * 4);
+    s_down(d, gwords, dwords, room * 4);
+    s_down(d, &gbits, dbits, 8);
+    assert_memory_equal(&got, &want, sizeof got);
+    assert_memory_equal(doffs_h, offs, (nb + 1) * 8);
+    assert_memory_equal(gidx, idx, k * 4);
+    assert_memory_equal(gvals, vals, k * 4);
+    assert_int_equal(gbits, bits);
+    assert_memory_equal(gwords, words, room * 4);
+    void *dev[] = {dx, dsel, doffs, didx, dvals, dwords, dbits};
+    for (size_t i = 0; i < 7; i++)
+        d->release(dev[i], NULL);
+    free(offs);
+    free(doffs_h);
+    free(idx);
+    free(gidx);
+    free(vals);
+    free(gvals);
+    free(words);
+    free(gwords);
+}
+
+/* DGC's sample: the draws' indices and keys, bit for bit. */
+static void
+s_check_dgc_sample(const struct compress_dev_i *d, const float *x, size_t n)
+{
+    size_t m = n / 100 > 0 ? n / 100 : 1;
+    float *want = malloc(m * sizeof *want), *got = malloc(m * sizeof *got);
+    assert_true(want && got);
+    compress_dev_ref.dgc_sample(x, n, m, S_SEED, want, NULL);
+    float *dx = s_up(d, x, n * sizeof *x);
+    void *ds = NULL;
+    assert_int_equal(d->alloc(m * sizeof *got, &ds, NULL), RUMOR_OK);
+    d->dgc_sample(dx, n, m, S_SEED, ds, NULL);
+    s_down(d, got, ds, m * sizeof *got);
+    assert_memory_equal(got, want, m * sizeof *got);
+    d->release(ds, NULL);
+    d->release(dx, NULL);
+    free(want);
+    free(got);
+}
+
+static void
+test_kernels__sparse_selection__equal_twin(void **state)
+{
+    (void)state;
+    const struct compress_dev_i *d = s_cuda_or_skip();
+    const size_t sizes[] = {1, 256, 257, 70001, 1u << 20};
+    for (size_t z = 0; z < 5; z++) {
+        size_t n = sizes[z];
+        float *x = malloc(n * sizeof *x);
+        assert_non_null(x);
+        for (int tie = 0; tie < 2; tie++) {
+            if (tie)
+                for (size_t i = 0; i < n; i++)
+                    x[i] = (float)((i * 7919u) % 3) * (i % 4 ? 1.0f : -1.0f);
+            else
+                s_dev_fill(x, n, 17);
+            size_t ks[] = {1, (n + 99) / 100, (n + 1) / 2, n};
+            for (size_t j = 0; j < 4; j++)
+                s_check_select(d, x, n, ks[j]);
+            s_check_dgc_sample(d, x, n);
+        }
+        free(x);
+    }
+}
+
 static void
 test_kernels__nonfinite__refused_and_y_untouched(void **state)
 {
@@ -203,24 +314,30 @@ test_kernels__nonfinite__refused_and_y_untouched(void **state)
         d->release(dx, NULL);
         rumor_codec_destroy(&c);
     }
-    rumor_codec *c = NULL;
-    assert_int_equal(rumor_codec_new("fp16", &c, NULL), RUMOR_OK);
-    s_dev_fill(x, n, 5);
-    size_t w = 0;
-    assert_int_equal(
-        rumor_codec_encode(c, x, n, 1, 2, out, sizeof out, &w, NULL),
-        RUMOR_OK);
-    out[12 + 2 * 999 + 1] = 0x7c; /* the last half: Inf */
-    out[12 + 2 * 999] = 0;
-    s_dev_fill(y0, n, 6);
-    float *dy = s_up(d, y0, sizeof y0);
-    assert_int_equal(
-        rumor_codec_decode_add_device(c, out, w, 1.0f, dy, n, NULL),
-        RUMOR_ENUMERIC);
-    s_down(d, y, dy, sizeof y);
-    assert_memory_equal(y, y0, sizeof y);
-    d->release(dy, NULL);
-    rumor_codec_destroy(&c);
+    /* The last value Inf (a half, or natural's exponent 255) in payloads
+     * whose other values are fine: refused, y untouched. */
+    const char *specs[] = {"fp16", "topk:ratio=0.1|fp16", "natural"};
+    const size_t back[] = {1, 1, 1000 / 8 + 1};
+    const uint8_t patch[] = {0x7c, 0x7c, 0xff};
+    for (size_t s = 0; s < 3; s++) {
+        rumor_codec *c = NULL;
+        assert_int_equal(rumor_codec_new(specs[s], &c, NULL), RUMOR_OK);
+        s_dev_fill(x, n, 5);
+        size_t w = 0;
+        assert_int_equal(
+            rumor_codec_encode(c, x, n, 1, 2, out, sizeof out, &w, NULL),
+            RUMOR_OK);
+        out[w - back[s]] = patch[s];
+        s_dev_fill(y0, n, 6);
+        float *dy = s_up(d, y0, sizeof y0);
+        assert_int_equal(
+            rumor_codec_decode_add_device(c, out, w, 1.0f, dy, n, NULL),
+            RUMOR_ENUMERIC);
+        s_down(d, y, dy, sizeof y);
+        assert_memory_equal(y, y0, sizeof y);
+        d->release(dy, NULL);
+        rumor_codec_destroy(&c);
+    }
 }
 
 int
@@ -230,6 +347,7 @@ main(void)
         cmocka_unit_test(
             test_kernels__every_codec_and_size__equal_twin_and_cpu),
         cmocka_unit_test(test_kernels__sign_partial_sums__equal_twin),
+        cmocka_unit_test(test_kernels__sparse_selection__equal_twin),
         cmocka_unit_test(test_kernels__nonfinite__refused_and_y_untouched),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -150,11 +150,12 @@ test_ref_twins__nonfinite_x__refused_as_the_cpu_codec(void **state)
 
 /* Payloads the CPU decoder refuses: an Inf or NaN element (dense), a
  * negative or infinite scale (sign), a wrong k, a cut and a lengthened
- * payload; the twin gives the same code and leaves y untouched. */
+ * payload; the twin gives the same code and leaves y untouched. at < 0
+ * counts from the payload's end. */
 static void
 s_check_refusal(const char *spec,
                 size_t n,
-                size_t at,
+                long at,
                 const uint8_t *patch,
                 size_t plen,
                 long grow)
@@ -167,7 +168,7 @@ s_check_refusal(const char *spec,
     s_dev_fill(x, n, 3);
     assert_int_equal(rumor_codec_encode(c, x, n, 9, 9, buf, cap, &w, NULL),
                      RUMOR_OK);
-    memcpy(buf + at, patch, plen);
+    memcpy(buf + (at < 0 ? (long)w + at : at), patch, plen);
     size_t len = (size_t)((long)w + grow);
     s_dev_fill(y1, n, 4);
     memcpy(y2, y1, sizeof y1);
@@ -229,6 +230,92 @@ test_ref_twins__malformed_payloads__refused_as_the_cpu_codec(void **state)
                     minus0q2,
                     1,
                     0);
+    /* Sparse: a wrong k, an index list longer than the payload, an index
+     * past n (a long run of zero bits), a cut, the last value Inf. */
+    const uint8_t big[] = {0xff, 0xff, 0xff, 0x7f}, zeros[] = {0, 0, 0, 0};
+    s_check_refusal("topk:ratio=0.1", 300, 8, k9, 4, 0);
+    s_check_refusal("topk:ratio=0.1", 300, 12, big, 4, 0);
+    s_check_refusal("topk:ratio=0.1", 300, 16, zeros, 4, 0);
+    s_check_refusal("topk:ratio=0.1", 300, 0, p1, 0, -1);
+    s_check_refusal("topk:ratio=0.1|fp16", 300, -2, inf16, 2, 0);
+    s_check_refusal("topk:ratio=0.2|sign:bucket=7", 300, -12, neg, 4, 0);
+    s_check_refusal("threshold:t=1", 300, 12, big, 4, 0);
+    s_check_refusal("threshold:t=1", 300, 3, p1, 1, 0);
+    s_check_refusal("threshold:t=1|bf16", 300, -2, infbf, 2, 0);
+    s_check_refusal("threshold:t=0.5", 300, 0, p1, 0, 1);
+    /* qsgd's levels format: a level above s (6: 0b110 > 5), a "-0", a
+     * padding bit set, a negative norm, s out of range, a cut. */
+    const uint8_t l6[] = {0x06}, m0l[] = {0x08}, pad[] = {0x80};
+    const uint8_t s0[] = {0, 0, 0, 0};
+    s_check_refusal("qsgd:levels=5,bucket=100", 300, 12 + 12 + 4, l6, 1, 0);
+    s_check_refusal("qsgd:levels=5,bucket=100", 300, 12 + 12 + 4, m0l, 1, 0);
+    s_check_refusal("qsgd:levels=5,bucket=100", 299, -1, pad, 1, 0);
+    s_check_refusal("qsgd:levels=5,bucket=100", 300, 12 + 4, neg, 4, 0);
+    s_check_refusal("qsgd:levels=5,bucket=100", 300, 12 + 12, s0, 4, 0);
+    s_check_refusal("qsgd:levels=5,bucket=100", 300, 0, p1, 0, -1);
+    s_check_refusal("qsgd:levels=5,bucket=100", 300, 12 + 8, inf32, 4, 0);
+    /* fp8 / fp4: a wrong symbol width, a bias out of range, a cut, a
+     * lengthened payload. */
+    const uint8_t k255[] = {0xff, 0, 0, 0};
+    s_check_refusal("fp8", 300, 2, p1, 1, 0);
+    s_check_refusal("fp4", 300, 8, k255, 4, 0);
+    s_check_refusal("fp8", 300, 0, p1, 0, -1);
+    s_check_refusal("fp4:code=gennorm", 300, 0, p1, 0, 2);
+    /* natural: an exponent 255 (Inf/NaN), a cut, a stray header byte. */
+    const uint8_t e255[] = {0xff};
+    s_check_refusal("natural", 300, 12 + 299, e255, 1, 0);
+    s_check_refusal("natural", 300, 0, p1, 0, -1);
+    s_check_refusal("natural", 300, 2, p1, 1, 0);
+    s_check_refusal("randk:ratio=0.1|natural", 300, 12 + 16 + 12, e255, 1, 0);
+    s_check_refusal("dgc:ratio=0.1", 300, 12, big, 4, 0);
+    s_check_refusal("dgc:ratio=0.1|fp16", 300, -2, inf16, 2, 0);
+}
+
+/* Magnitudes from {0, 1, 2} with either sign: most keys tie, so the
+ * selection rests on breaking ties by index as the CPU's top-k does (DGC:
+ * a third of the values reach the sample's threshold, too many, and
+ * twice it none, so it tries both ways, then falls back to top-k). */
+static void
+test_ref_twins__topk_ties__broken_by_index_as_the_cpu(void **state)
+{
+    (void)state;
+    const char *specs[] = {"topk:ratio=0.1",
+                           "topk:ratio=0.5",
+                           "topk:k=1",
+                           "dgc:ratio=0.01",
+                           "threshold:t=1"};
+    const size_t sizes[] = {1, 2, 257, 4097, 70000};
+    for (size_t s = 0; s < 5; s++)
+        for (size_t z = 0; z < 5; z++) {
+            size_t n = sizes[z], w1 = 0, w2 = 0;
+            rumor_codec *c = s_codec(specs[s]);
+            size_t cap = s_cap(c, n);
+            float *x = malloc(n * sizeof *x);
+            uint8_t *a = malloc(cap), *b = malloc(cap);
+            assert_true(x && a && b);
+            for (size_t i = 0; i < n; i++)
+                x[i] = (float)((i * 7919u) % 3) * (i % 4 ? 1.0f : -1.0f);
+            assert_int_equal(
+                rumor_codec_encode(c, x, n, 1, 2, a, cap, &w1, NULL),
+                RUMOR_OK);
+            assert_int_equal(compress_dev_encode(&compress_dev_ref,
+                                                 c,
+                                                 x,
+                                                 n,
+                                                 1,
+                                                 2,
+                                                 b,
+                                                 cap,
+                                                 &w2,
+                                                 NULL),
+                             RUMOR_OK);
+            if (w1 != w2 || memcmp(a, b, w1) != 0)
+                fail_msg("%s n=%zu: payloads differ", specs[s], n);
+            free(x);
+            free(a);
+            free(b);
+            rumor_codec_destroy(&c);
+        }
 }
 
 /* Codecs the device path has not yet, and the CUDA table: RUMOR_ENOTSUP
@@ -237,15 +324,14 @@ static void
 test_device_path__not_done_or_no_device__enotsup(void **state)
 {
     (void)state;
-    const char *not_done[] = {"qsgd:levels=6",
+    const char *not_done[] = {"qsgd:levels=6,code=elias",
                               "qsgd:bits=4,elias=1",
-                              "qsgd:bits=4,biased=1",
+                              "terngrad:share=1",
                               "terngrad:clip=2.5",
-                              "natural",
-                              "topk",
-                              "threshold",
-                              "fp8",
-                              "randk:ratio=0.1|natural"};
+                              "dgc:ratio=0.1|fp4",
+                              "topk|fp8",
+                              "fp8:bias=real",
+                              "randk:ratio=0.1|fp8"};
     float x[16] = {0};
     uint8_t out[512];
     size_t w = 0;
@@ -290,6 +376,7 @@ main(void)
         cmocka_unit_test(test_ref_twins__nonfinite_x__refused_as_the_cpu_codec),
         cmocka_unit_test(
             test_ref_twins__malformed_payloads__refused_as_the_cpu_codec),
+        cmocka_unit_test(test_ref_twins__topk_ties__broken_by_index_as_the_cpu),
         cmocka_unit_test(test_device_path__not_done_or_no_device__enotsup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
