@@ -746,10 +746,11 @@ def section_gpu(data):
            "GPU and staged the model through host memory for the exchange. "
            "Written after this run and never run on a GPU: the device "
            "codecs (`compress/cuda.cu`, checked by `test_codec_device`), "
-           "PowerSGD, D-PSGD, PowerGossip and the all-reduces on a model in "
+           "PowerSGD, D-PSGD, CHOCO, PowerGossip and the all-reduces on a "
+           "model in "
            "CUDA memory (`gossip/backend_cuda.cu`, "
            "`tests/unit/test_gossip_device.c`) and the peer leaving float32 "
-           "CUDA tensors on the GPU for D-PSGD and PowerGossip "
+           "CUDA tensors on the GPU for D-PSGD, CHOCO and PowerGossip "
            "(`tests/integration/test_peer_cuda.c`)."
            % (g["gpu"], g["toolchain"], g["cores"], g["date"], g["command"]),
            "", "CUDA code run on the GPU (every test that skips without one "

@@ -337,8 +337,9 @@ s_reserve(struct gossip_link *l, size_t need)
     return RUMOR_OK;
 }
 
-/* Fills a->vec with the message's vector and the layers' statistics. */
-static void
+/* Fills a->vec with the message's vector and the layers' statistics
+ * (host memory: adaptive compression runs on a model in host memory). */
+static rumor_err
 s_measure(struct gossip_adapt *a,
           const rumor_gossip *g,
           struct gossip_link *l,
@@ -348,12 +349,15 @@ s_measure(struct gossip_adapt *a,
     size_t base = 0;
     for (size_t t = 0; t < a->layers; t++) {
         struct gossip_layer *y = &l->layers[t];
-        fill(g, t, base, a->vec + base, arg);
+        rumor_err rc = fill(g, t, base, a->vec + base, arg);
+        if (rc != RUMOR_OK)
+            return rc;
         rumor_layer_stats_compute(a->vec + base, y->n, &y->st);
         y->var_ema =
             y->var_ema < 0 ? y->st.var : 0.8 * y->var_ema + 0.2 * y->st.var;
         base += y->n;
     }
+    return RUMOR_OK;
 }
 
 static rumor_err
@@ -465,7 +469,9 @@ gossip_adapt_encode(struct gossip_adapt *a,
 {
     bool all = link == GOSSIP_ADAPT_ALL;
     struct gossip_link *l = &a->links[all ? 0 : link];
-    s_measure(a, g, l, fill, arg);
+    rumor_err rc = s_measure(a, g, l, fill, arg);
+    if (rc != RUMOR_OK)
+        return rc;
     double budget = gossip_adapt_budget(a, l);
     double start = a->opts->adapt_density * (double)a->dense_bytes;
     if (budget <= 0)
@@ -476,7 +482,7 @@ gossip_adapt_encode(struct gossip_adapt *a,
     if (l->bytes > 0 && budget > S_GROWTH * (double)l->bytes)
         budget = fmax(S_GROWTH * (double)l->bytes, start);
     a->ctl->choose(a, l, budget * (a->ctl->per_link ? l->corr : 1.0));
-    rumor_err rc = s_encode_layers(a, g, l, all, step);
+    rc = s_encode_layers(a, g, l, all, step);
     for (int again = 0; again < S_TRIMS && rc == RUMOR_OK && a->ctl->per_link &&
                         s_refit(l, a->layers, budget);
          again++)

@@ -78,15 +78,18 @@ s_free(rumor_gossip *g)
     g->state = NULL;
 }
 
-/* x - xhat_{i->j} for tensor t of link j. */
-static void
+/* x - xhat_{i->j} for tensor t of link j (host memory: adaptive
+ * compression runs on a model there). */
+static rumor_err
 s_fill(const rumor_gossip *g, size_t t, size_t base, float *out, void *arg)
 {
     const struct s_fill_arg *fa = arg;
     const double *xo = fa->s->xout + fa->link * g->numel + base;
-    const float *x = g->tensors[t].data;
-    for (size_t e = 0; e < rumor_tensor_numel(&g->tensors[t]); e++)
-        out[e] = (float)(x[e] - xo[e]);
+    gossip_ref_sub_round(out,
+                         g->tensors[t].data,
+                         xo,
+                         rumor_tensor_numel(&g->tensors[t]));
+    return RUMOR_OK;
 }
 
 static rumor_err

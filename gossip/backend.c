@@ -77,10 +77,56 @@ s_norm(const double *d, size_t n, double *norm)
     return RUMOR_OK;
 }
 
+static rumor_err
+s_sub_round(float *out, const float *x, const double *xhat, size_t n)
+{
+    gossip_ref_sub_round(out, x, xhat, n);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_accum(double *acc, double c, const float *x, size_t n)
+{
+    gossip_ref_accum(acc, c, x, n);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_encode(const rumor_codec *codec,
+         const float *x,
+         size_t n,
+         uint64_t seed,
+         uint64_t counter,
+         uint8_t *out,
+         size_t cap,
+         size_t *written)
+{
+    return rumor_codec_encode(codec,
+                              x,
+                              n,
+                              seed,
+                              counter,
+                              out,
+                              cap,
+                              written,
+                              NULL);
+}
+
+static rumor_err
+s_decode(const rumor_codec *codec,
+         const uint8_t *in,
+         size_t len,
+         float *y,
+         size_t n)
+{
+    return rumor_codec_decode(codec, in, len, y, n);
+}
+
 #define S_HOST_OPS                                                          \
     .alloc = s_alloc, .release = s_release, .copy = s_copy, .zero = s_zero, \
     .diff = s_diff, .axpy = s_axpy, .scale = s_scale, .apply = s_apply,     \
-    .norm = s_norm
+    .norm = s_norm, .sub_round = s_sub_round, .accum = s_accum,             \
+    .encode = s_encode, .decode = s_decode
 
 const struct gossip_backend_i gossip_backend_host = {
     .name = "host",

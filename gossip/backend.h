@@ -27,6 +27,7 @@
 extern "C" {
 #endif
 
+#include "rumor/compress.h"
 #include "rumor/core.h"
 
 #include <stdbool.h>
@@ -69,6 +70,30 @@ struct gossip_backend_i {
                        size_t n);
     /* *norm = the Euclidean norm of d (host memory) */
     rumor_err (*norm)(const double *d, size_t n, double *norm);
+    /* out = (float)((double)x - xhat) */
+    rumor_err (*sub_round)(float *out,
+                           const float *x,
+                           const double *xhat,
+                           size_t n);
+    /* acc += c * (double)x */
+    rumor_err (*accum)(double *acc, double c, const float *x, size_t n);
+    /* rumor_codec_encode of x (backend memory) into out (host), the same
+     * bytes on every backend (the device codecs' promise) */
+    rumor_err (*encode)(const rumor_codec *codec,
+                        const float *x,
+                        size_t n,
+                        uint64_t seed,
+                        uint64_t counter,
+                        uint8_t *out,
+                        size_t cap,
+                        size_t *written);
+    /* rumor_codec_decode of in (host) into y (backend memory); on the
+     * device 0 + decode, so a -0 comes out +0 */
+    rumor_err (*decode)(const rumor_codec *codec,
+                        const uint8_t *in,
+                        size_t len,
+                        float *y,
+                        size_t n);
 };
 
 /* The plain-C twins of the CUDA kernels (gossip/ref.c), one loop over the
@@ -82,6 +107,9 @@ void gossip_ref_apply(float *out,
                       const double *acc,
                       size_t n);
 double gossip_ref_norm(const double *d, size_t n);
+void
+gossip_ref_sub_round(float *out, const float *x, const double *xhat, size_t n);
+void gossip_ref_accum(double *acc, double c, const float *x, size_t n);
 
 extern const struct gossip_backend_i gossip_backend_host;
 extern const struct gossip_backend_i gossip_backend_ref;

@@ -128,6 +128,18 @@ k_sumsq(const double *d, size_t n, double *out)
         atomicAdd(out, part[0]);
 }
 
+__global__ void
+k_sub_round(float *out, const float *x, const double *xhat, size_t n)
+{
+    S_EACH(e, n) out[e] = __double2float_rn(__dsub_rn((double)x[e], xhat[e]));
+}
+
+__global__ void
+k_accum(double *acc, double c, const float *x, size_t n)
+{
+    S_EACH(e, n) acc[e] = __dadd_rn(acc[e], __dmul_rn(c, (double)x[e]));
+}
+
 static rumor_err
 s_zero(void *p, size_t bytes)
 {
@@ -186,6 +198,55 @@ s_norm(const double *d, size_t n, double *norm)
     return rc;
 }
 
+static rumor_err
+s_sub_round(float *out, const float *x, const double *xhat, size_t n)
+{
+    k_sub_round<<<s_blocks(n), S_THREADS>>>(out, x, xhat, n);
+    return s_launched("sub_round");
+}
+
+static rumor_err
+s_accum(double *acc, double c, const float *x, size_t n)
+{
+    k_accum<<<s_blocks(n), S_THREADS>>>(acc, c, x, n);
+    return s_launched("accum");
+}
+
+// The device codecs, on the legacy default stream (NULL) as the rest.
+static rumor_err
+s_encode(const rumor_codec *codec,
+         const float *x,
+         size_t n,
+         uint64_t seed,
+         uint64_t counter,
+         uint8_t *out,
+         size_t cap,
+         size_t *written)
+{
+    return rumor_codec_encode_device(codec,
+                                     x,
+                                     n,
+                                     seed,
+                                     counter,
+                                     out,
+                                     cap,
+                                     written,
+                                     NULL);
+}
+
+static rumor_err
+s_decode(const rumor_codec *codec,
+         const uint8_t *in,
+         size_t len,
+         float *y,
+         size_t n)
+{
+    rumor_err rc = s_zero(y, n * sizeof *y);
+    return rc == RUMOR_OK
+               ? rumor_codec_decode_add_device(codec, in, len, 1.0f, y, n, NULL)
+               : rc;
+}
+
 static const struct gossip_backend_i s_cuda = {
     .name = "cuda",
     .host_memory = false,
@@ -199,6 +260,10 @@ static const struct gossip_backend_i s_cuda = {
     .scale = s_scale,
     .apply = s_apply,
     .norm = s_norm,
+    .sub_round = s_sub_round,
+    .accum = s_accum,
+    .encode = s_encode,
+    .decode = s_decode,
 };
 
 extern "C" rumor_err

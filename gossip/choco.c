@@ -20,7 +20,11 @@
  * neighbour starts the edge over from zero copies, as the paper's first
  * step. Copies are in double: with float copies rounding biased the
  * network average. Payloads are per tensor (payload.c). Static
- * topologies only (the copies belong to fixed edges).
+ * topologies only (the copies belong to fixed edges). The copies, the
+ * vectors the codec encodes and decodes, and the mixing live in the
+ * instance's backend memory (gossip/backend.h): on a model in GPU memory
+ * only the payloads cross (not with adaptive compression, whose
+ * controller reads the vectors on the host).
  */
 #include "gossip/adapt.h"
 #include "gossip/gossip_impl.h"
@@ -58,26 +62,36 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
                        "choco needs a static topology (one phase)");
         return RUMOR_EINVAL;
     }
+    if (g->adapt != NULL && !g->be->host_memory) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "choco: adaptive compression reads the vectors on "
+                       "the host; keep the model in host memory for --adapt");
+        return RUMOR_ENOTSUP;
+    }
     rumor_err rc = gossip_codec_init(g, &s->pack, &s->slot, diag);
     if (rc != RUMOR_OK)
         return rc;
     s->edge = calloc(g->nodes, sizeof *s->edge);
-    s->acc = calloc(g->numel + 1, sizeof(double));
-    if (!s->edge || !s->acc)
+    if (s->edge == NULL)
         return RUMOR_ENOMEM;
-    size_t peers = 0;
+    size_t bytes = g->numel * sizeof(double), peers = 0;
+    rc = g->be->alloc(bytes, (void **)&s->acc);
     const uint32_t *nbr =
         rumor_topology_neighbors(g->topo, 0, g->self, &peers, NULL);
-    for (size_t k = 0; k < peers; k++) {
+    for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
         struct choco_edge *e = &s->edge[nbr[k]];
-        e->out = calloc(g->numel + 1, sizeof(double));
-        e->in = calloc(g->numel + 1, sizeof(double));
-        e->out_new = calloc(g->numel + 1, sizeof(double));
-        e->in_new = calloc(g->numel + 1, sizeof(double));
-        if (!e->out || !e->in || !e->out_new || !e->in_new)
-            return RUMOR_ENOMEM;
+        rc = g->be->alloc(bytes, (void **)&e->out);
+        if (rc == RUMOR_OK)
+            rc = g->be->alloc(bytes, (void **)&e->in);
+        if (rc == RUMOR_OK)
+            rc = g->be->alloc(bytes, (void **)&e->out_new);
+        if (rc == RUMOR_OK)
+            rc = g->be->alloc(bytes, (void **)&e->in_new);
     }
-    return RUMOR_OK;
+    return rc;
 }
 
 static void
@@ -88,26 +102,27 @@ s_free(rumor_gossip *g)
         return;
     gossip_codec_free(&s->pack, &s->slot);
     for (size_t i = 0; s->edge != NULL && i < g->nodes; i++) {
-        free(s->edge[i].out);
-        free(s->edge[i].in);
-        free(s->edge[i].out_new);
-        free(s->edge[i].in_new);
+        g->be->release(s->edge[i].out);
+        g->be->release(s->edge[i].in);
+        g->be->release(s->edge[i].out_new);
+        g->be->release(s->edge[i].in_new);
         free(s->edge[i].own);
     }
     free(s->edge);
-    free(s->acc);
+    g->be->release(s->acc);
     free(s);
     g->state = NULL;
 }
 
 /* x - xhat_{i->j} for tensor t (arg: the edge's copy). */
-static void
+static rumor_err
 s_fill(const rumor_gossip *g, size_t t, size_t base, float *out, void *arg)
 {
     const double *xhat = arg;
-    const float *x = g->tensors[t].data;
-    for (size_t e = 0; e < rumor_tensor_numel(&g->tensors[t]); e++)
-        out[e] = (float)(x[e] - xhat[base + e]);
+    return g->be->sub_round(out,
+                            g->tensors[t].data,
+                            xhat + base,
+                            rumor_tensor_numel(&g->tensors[t]));
 }
 
 /* Keeps a copy of the message sent on the edge (the packer's buffer is
@@ -166,8 +181,10 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
         e->sent = !gossip_edge_busy(g, nbr[k]);
         if (!e->sent)
             continue; /* its last step's verdict is not known yet */
-        /* copies that are equal make the same message: encode once */
-        for (size_t k2 = 0; k2 < k && same == NULL; k2++) {
+        /* copies that are equal make the same message: encode once
+         * (compared on the host only; on a device each edge encodes) */
+        for (size_t k2 = 0; k2 < k && same == NULL && g->be->host_memory;
+             k2++) {
             struct choco_edge *o = &s->edge[nbr[k2]];
             if (o->sent &&
                 memcmp(o->out, e->out, g->numel * sizeof(double)) == 0)
@@ -208,8 +225,11 @@ s_edge_diff(rumor_gossip *g,
     struct choco_edge *e = &s->edge[m->peer];
     if (e->out == NULL || !e->sent)
         return RUMOR_EINVAL; /* not a neighbour, or nothing sent to it */
-    memcpy(e->in_new, e->in, g->numel * sizeof(double));
-    rumor_err rc = s_stage(s, g, m->data, m->len, 1.0, e->in_new);
+    size_t bytes = g->numel * sizeof(double);
+    rumor_err rc =
+        gossip_mem_copy(g, e->in_new, e->in, bytes, GOSSIP_ON_DEVICE);
+    if (rc == RUMOR_OK)
+        rc = s_stage(s, g, m->data, m->len, 1.0, e->in_new);
     if (rc != RUMOR_OK) {
         rumor_log(RUMOR_LOG_WARN,
                   "gossip choco: node %u rejected the message of %u: %s",
@@ -219,13 +239,14 @@ s_edge_diff(rumor_gossip *g,
         return rc == RUMOR_ENUMERIC ? rc : RUMOR_EPROTO;
     }
     /* own q, decoded from the bytes the neighbour got */
-    memcpy(e->out_new, e->out, g->numel * sizeof(double));
-    rc = s_stage(s, g, e->own, e->own_len, 1.0, e->out_new);
+    rc = gossip_mem_copy(g, e->out_new, e->out, bytes, GOSSIP_ON_DEVICE);
+    if (rc == RUMOR_OK)
+        rc = s_stage(s, g, e->own, e->own_len, 1.0, e->out_new);
     if (RUMOR_NEVER(rc != RUMOR_OK))
         return rc; /* own bytes always decode, or the codec has a bug */
-    for (size_t i = 0; i < g->numel; i++)
-        d[i] = e->in_new[i] - e->out_new[i];
-    return RUMOR_OK;
+    /* d = in_new - out_new: in_new + out_new * -1, the same rounding */
+    rc = gossip_mem_copy(g, d, e->in_new, bytes, GOSSIP_ON_DEVICE);
+    return rc == RUMOR_OK ? g->be->axpy(d, -1.0, e->out_new, g->numel) : rc;
 }
 
 static void
@@ -246,8 +267,9 @@ s_edge_reset(rumor_gossip *g, uint32_t peer)
     struct choco_edge *e = &((struct choco *)g->state)->edge[peer];
     if (e->out == NULL)
         return;
-    memset(e->out, 0, g->numel * sizeof(double));
-    memset(e->in, 0, g->numel * sizeof(double));
+    /* a device that fails here fails the next step's copies too */
+    (void)g->be->zero(e->out, g->numel * sizeof(double));
+    (void)g->be->zero(e->in, g->numel * sizeof(double));
 }
 
 static rumor_err
@@ -274,32 +296,37 @@ s_absorb(rumor_gossip *g,
     for (size_t k = 0; k < peers; k++)
         s_edge_commit(g, nbr[k], step);
     size_t base = 0;
-    for (size_t t = 0; t < g->tensor_count; t++) {
+    for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
         float *x = g->tensors[t].data;
         size_t n = rumor_tensor_numel(&g->tensors[t]);
-        for (size_t e = 0; e < n; e++)
-            x[e] = (float)(x[e] + g->opts.gamma * s->acc[base + e]);
+        rc = g->be->apply(x, x, g->opts.gamma, s->acc + base, n);
         base += n;
     }
-    return RUMOR_OK;
+    return rc;
 }
 
 /* Between steps CHOCO carries, per neighbour in the topology's order,
  * the edge's two copies xhat_{i->j} and xin_{j->i}; the staged update and
- * the last message are rebuilt every step. */
+ * the last message are rebuilt every step. A device's copies go through
+ * host memory at save and load time. */
 static rumor_err
 s_state_save(const rumor_gossip *g, struct rumor_buf *out)
 {
     const struct choco *s = g->state;
-    size_t peers = 0;
+    size_t peers = 0, bytes = g->numel * sizeof(double);
     const uint32_t *nbr =
         rumor_topology_neighbors(g->topo, 0, g->self, &peers, NULL);
-    rumor_err rc = RUMOR_OK;
-    for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
-        rc = gossip_write_f64(out, s->edge[nbr[k]].out, g->numel);
+    double *host = g->be->host_memory ? NULL : malloc(bytes + 1);
+    rumor_err rc = g->be->host_memory || host != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+    for (size_t k = 0; k < 2 * peers && rc == RUMOR_OK; k++) {
+        const struct choco_edge *e = &s->edge[nbr[k / 2]];
+        const double *copy = k % 2 == 0 ? e->out : e->in;
+        if (host != NULL)
+            rc = g->be->copy(host, copy, bytes, GOSSIP_TO_HOST);
         if (rc == RUMOR_OK)
-            rc = gossip_write_f64(out, s->edge[nbr[k]].in, g->numel);
+            rc = gossip_write_f64(out, host != NULL ? host : copy, g->numel);
     }
+    free(host);
     return rc;
 }
 
@@ -311,18 +338,38 @@ s_state_load(rumor_gossip *g,
     /* no ring: rumor_gossip_state_adopt refuses it before */
     bool apply = mode == GOSSIP_STATE_LOAD;
     struct choco *s = g->state;
-    size_t peers = 0;
+    size_t peers = 0, bytes = g->numel * sizeof(double);
     const uint32_t *nbr =
         rumor_topology_neighbors(g->topo, 0, g->self, &peers, NULL);
-    for (size_t k = 0; k < peers; k++) {
-        gossip_read_f64(r, apply ? s->edge[nbr[k]].out : NULL, g->numel);
-        gossip_read_f64(r, apply ? s->edge[nbr[k]].in : NULL, g->numel);
+    bool via_host = apply && !g->be->host_memory;
+    double *host = via_host ? malloc(bytes + 1) : NULL;
+    if (via_host && host == NULL)
+        return RUMOR_ENOMEM;
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; k < 2 * peers && rc == RUMOR_OK; k++) {
+        struct choco_edge *e = &s->edge[nbr[k / 2]];
+        double *copy = k % 2 == 0 ? e->out : e->in;
+        gossip_read_f64(r, via_host ? host : apply ? copy : NULL, g->numel);
+        rc = r->err;
+        if (rc == RUMOR_OK && via_host)
+            rc = g->be->copy(copy, host, bytes, GOSSIP_TO_DEVICE);
     }
-    return r->err;
+    free(host);
+    return rc;
+}
+
+static void
+s_pcie(const rumor_gossip *g, uint64_t *h2d, uint64_t *d2h)
+{
+    const struct choco *s = g->state;
+    *h2d += s->pack.pcie_h2d;
+    *d2h += s->pack.pcie_d2h;
 }
 
 const struct gossip_algo_i gossip_choco = {
     .name = "choco",
+    .device = true,
+    .pcie = s_pcie,
     .init = s_init,
     .free = s_free,
     .rounds = gossip_one_round,

@@ -59,13 +59,14 @@ s_free(rumor_gossip *g)
 }
 
 /* v = x + delta for tensor t. */
-static void
+static rumor_err
 s_fill(const rumor_gossip *g, size_t t, size_t base, float *out, void *arg)
 {
     const struct deepsqueeze *s = arg;
     const float *x = g->tensors[t].data;
     for (size_t e = 0; e < rumor_tensor_numel(&g->tensors[t]); e++)
         out[e] = x[e] + s->delta[base + e];
+    return RUMOR_OK;
 }
 
 static rumor_err

@@ -317,20 +317,24 @@ rumor_err gossip_check_finite(const rumor_gossip *g,
 
 /* --- codec payloads of a whole model (payload.c) ------------------------ */
 
-/* Writes tensor t's vector to compress (n floats) into out; base is the
- * tensor's offset in the flat model. */
-typedef void (*gossip_fill_fn)(const rumor_gossip *g,
-                               size_t t,
-                               size_t base,
-                               float *out,
-                               void *arg);
+/* Writes tensor t's vector to compress (n floats) into out (backend
+ * memory); base is the tensor's offset in the flat model. */
+typedef rumor_err (*gossip_fill_fn)(const rumor_gossip *g,
+                                    size_t t,
+                                    size_t base,
+                                    float *out,
+                                    void *arg);
 
 struct gossip_packer {
+    const struct gossip_backend_i *be; /* where scratch and the vectors are */
     rumor_codec *codec;
     uint8_t *buf;   /* the last encoded message */
     size_t len;     /* its length */
     size_t cap;     /* the largest message the codec can produce */
-    float *scratch; /* one tensor */
+    float *scratch; /* one tensor, backend memory */
+    /* payload bytes the codec moved to (encode) and from (decode) a
+     * device, rumor_gossip_pcie_bytes' share of the packer */
+    uint64_t pcie_h2d, pcie_d2h;
 };
 
 rumor_err gossip_packer_init(struct gossip_packer *p,

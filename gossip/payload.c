@@ -5,6 +5,9 @@
  * that tensor. Per tensor, because codecs bucket and scale per vector and
  * tensors differ in scale. Decoding checks each length against what is
  * left before handing the bytes to the codec's own checked decoder.
+ * The vectors encoded and decoded live in the instance's backend memory
+ * (gossip/backend.h): on a device the codec runs there and only the
+ * payload crosses.
  */
 #include "core/le.h"
 #include "gossip/gossip_impl.h"
@@ -19,9 +22,23 @@ gossip_packer_init(struct gossip_packer *p,
                    struct rumor_diag *diag)
 {
     memset(p, 0, sizeof *p);
+    p->be = g->be;
     rumor_err rc = rumor_codec_new(spec, &p->codec, diag);
     if (rc == RUMOR_OK && g->algo != &gossip_allreduce_codec)
         rc = gossip_codec_unshared(g, p->codec, diag);
+    if (rc == RUMOR_OK && g->be->cuda &&
+        !rumor_codec_device_supported(p->codec)) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "%s: the codec %s has no device kernels yet "
+                       "(rumor_codec_device_supported); choose one that "
+                       "has, or keep the model in host memory",
+                       g->algo->name,
+                       rumor_codec_spec(p->codec));
+        rc = RUMOR_ENOTSUP;
+    }
     size_t largest = 0;
     for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
         size_t n = rumor_tensor_numel(&g->tensors[t]), bytes = 0;
@@ -33,8 +50,8 @@ gossip_packer_init(struct gossip_packer *p,
     if (rc != RUMOR_OK)
         return rc;
     p->buf = malloc(p->cap);
-    p->scratch = malloc((largest + 1) * sizeof(float));
-    return p->buf && p->scratch ? RUMOR_OK : RUMOR_ENOMEM;
+    rc = g->be->alloc(largest * sizeof(float), (void **)&p->scratch);
+    return p->buf == NULL ? RUMOR_ENOMEM : rc;
 }
 
 rumor_err
@@ -61,7 +78,8 @@ gossip_packer_free(struct gossip_packer *p)
 {
     rumor_codec_destroy(&p->codec);
     free(p->buf);
-    free(p->scratch);
+    if (p->be != NULL)
+        p->be->release(p->scratch);
     memset(p, 0, sizeof *p);
 }
 
@@ -106,19 +124,20 @@ gossip_packer_encode(struct gossip_packer *p,
     size_t at = 0, base = 0;
     for (size_t t = 0; t < g->tensor_count; t++) {
         size_t n = rumor_tensor_numel(&g->tensors[t]), written = 0;
-        fill(g, t, base, p->scratch, arg);
         uint64_t seed = rumor_seed_derive(g->opts.seed, g->self, t);
-        rumor_err rc = rumor_codec_encode(p->codec,
-                                          p->scratch,
-                                          n,
-                                          seed,
-                                          step,
-                                          p->buf + at + 4,
-                                          p->cap - at - 4,
-                                          &written,
-                                          NULL);
+        rumor_err rc = fill(g, t, base, p->scratch, arg);
+        if (rc == RUMOR_OK)
+            rc = p->be->encode(p->codec,
+                               p->scratch,
+                               n,
+                               seed,
+                               step,
+                               p->buf + at + 4,
+                               p->cap - at - 4,
+                               &written);
         if (rc != RUMOR_OK)
             return rc;
+        p->pcie_d2h += p->be->host_memory ? 0 : written;
         core_put_u32(p->buf + at, (uint32_t)written);
         at += 4 + written;
         base += n;
@@ -144,12 +163,12 @@ gossip_packer_stage(struct gossip_packer *p,
         at += 4;
         if (plen > len - at)
             return RUMOR_EPROTO;
-        rumor_err rc =
-            rumor_codec_decode(p->codec, data + at, plen, p->scratch, n);
+        rumor_err rc = p->be->decode(p->codec, data + at, plen, p->scratch, n);
+        p->pcie_h2d += p->be->host_memory ? 0 : plen;
+        if (rc == RUMOR_OK)
+            rc = p->be->accum(into + base, weight, p->scratch, n);
         if (rc != RUMOR_OK)
             return rc;
-        for (size_t e = 0; e < n; e++)
-            into[base + e] += weight * p->scratch[e];
         at += plen;
         base += n;
     }

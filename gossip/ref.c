@@ -53,3 +53,17 @@ gossip_ref_norm(const double *d, size_t n)
         sq += d[e] * d[e];
     return sqrt(sq);
 }
+
+void
+gossip_ref_sub_round(float *out, const float *x, const double *xhat, size_t n)
+{
+    for (size_t e = 0; e < n; e++)
+        out[e] = (float)(x[e] - xhat[e]);
+}
+
+void
+gossip_ref_accum(double *acc, double c, const float *x, size_t n)
+{
+    for (size_t e = 0; e < n; e++)
+        acc[e] += c * x[e];
+}

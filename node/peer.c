@@ -573,6 +573,17 @@ s_cuda_new(rumor_peer *peer,
 
 /* --- the algorithm on the GPU (gossip/backend.h) ------------------------- */
 
+/* True when the algorithm's codec runs on the device. */
+static bool
+s_codec_on_device(const struct rumor_node_opts *o)
+{
+    rumor_codec *codec = NULL;
+    bool yes = rumor_codec_new(o->gossip.codec, &codec, NULL) == RUMOR_OK &&
+               rumor_codec_device_supported(codec);
+    rumor_codec_destroy(&codec);
+    return yes;
+}
+
 /* Why a peer whose tensors are CUDA memory copies them to the host for
  * its algorithm, or NULL: the algorithm runs on them where they are.
  * What still reads or writes the model on the host keeps the copy: an
@@ -588,6 +599,10 @@ s_direct_refused(const struct rumor_node_opts *o,
             return "not every tensor is float32 in CUDA memory";
     if (!rumor_gossip_on_device(o->gossip.algo))
         return "the algorithm keeps its state in host memory";
+    if (o->gossip.adapt[0] != '\0')
+        return "adaptive compression reads the vectors on the host";
+    if (strcmp(o->gossip.algo, "choco") == 0 && !s_codec_on_device(o))
+        return "the codec has no device kernels";
     if (rumor_gossip_algo_rings(o->gossip.algo))
         return "a ring algorithm's elastic ring keeps host copies";
     if (o->gossip.stale > 0)

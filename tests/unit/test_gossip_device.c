@@ -69,6 +69,14 @@ s_dpsgd_opts(struct rumor_gossip_opts *o, double clip)
 }
 
 static void
+s_choco_opts(struct rumor_gossip_opts *o, const char *codec)
+{
+    s_dpsgd_opts(o, 0);
+    snprintf(o->algo, sizeof o->algo, "choco");
+    snprintf(o->codec, sizeof o->codec, "%s", codec);
+}
+
+static void
 s_powergossip_opts(struct rumor_gossip_opts *o, double clip)
 {
     s_dpsgd_opts(o, clip);
@@ -486,6 +494,59 @@ test_powergossip_bits_equal_host(void **state)
     s_compare(&o, all);
 }
 
+/* CHOCO's copies, the codec's vectors and the mixing on the device: a
+ * stochastic codec (qsgd) and a sparse one (topk), strict and lossy. */
+static void
+test_choco_bits_equal_host(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    static const bool mixed[S_NODES] = {true, false, true, true};
+    s_choco_opts(&o, "qsgd:bits=4");
+    s_compare(&o, mixed);
+    s_choco_opts(&o, "topk:ratio=0.1");
+    s_compare(&o, mixed);
+    s_lossy_compare(&o);
+}
+
+/* A state saved from a device instance (its copies through the host)
+ * loads into a host one, and back, to the same bytes. */
+static void
+test_choco_state_moves_between_backends(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_choco_opts(&o, "qsgd:bits=4");
+    static const bool host[S_NODES] = {false, false, false, false};
+    static const bool all[S_NODES] = {true, true, true, true};
+    struct ring a, b;
+    s_ring_new(&a, &o, all);
+    s_ring_new(&b, &o, host);
+    float *y = malloc((size_t)S_STEPS * S_NODES * a.numel * sizeof(float));
+    assert_non_null(y);
+    s_run(&a, y);
+    struct rumor_buf sa, sb;
+    rumor_buf_init(&sa, RUMOR_GOSSIP_STATE_MAX);
+    rumor_buf_init(&sb, RUMOR_GOSSIP_STATE_MAX);
+    assert_int_equal(rumor_gossip_state_save(a.g[1], &sa), RUMOR_OK);
+    struct rumor_diag diag = {0};
+    assert_int_equal(rumor_gossip_state_load(b.g[1], sa.data, sa.len, &diag),
+                     RUMOR_OK);
+    assert_int_equal(rumor_gossip_state_save(b.g[1], &sb), RUMOR_OK);
+    assert_int_equal(sa.len, sb.len);
+    assert_memory_equal(sa.data, sb.data, sa.len);
+    rumor_buf_reset(&sa);
+    assert_int_equal(rumor_gossip_state_load(a.g[1], sb.data, sb.len, &diag),
+                     RUMOR_OK);
+    assert_int_equal(rumor_gossip_state_save(a.g[1], &sa), RUMOR_OK);
+    assert_memory_equal(sa.data, sb.data, sa.len);
+    rumor_buf_free(&sa);
+    rumor_buf_free(&sb);
+    free(y);
+    s_ring_free(&a);
+    s_ring_free(&b);
+}
+
 /* Skipped edges keep their factors until the ledger's verdict (the
  * per-edge commit): the same on the device. */
 static void
@@ -602,6 +663,20 @@ test_cuda_powergossip_mixed_ring(void **state)
     s_ring_free(&b);
 }
 
+/* On a GPU: CHOCO with top-k (exact arithmetic: the device payload is the
+ * host's bytes) computes the host's bits in a mixed ring; a codec without
+ * device kernels is refused with the reason. */
+static void
+test_cuda_choco_mixed_ring(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_choco_opts(&o, "topk:ratio=0.1");
+    struct ring b;
+    assert_true(s_cuda_mixed(&o, &b) == 0);
+    s_ring_free(&b);
+}
+
 static void
 test_host_state_algorithms_refused(void **state)
 {
@@ -610,7 +685,8 @@ test_host_state_algorithms_refused(void **state)
     assert_true(rumor_gossip_on_device("dpsgd"));
     assert_true(rumor_gossip_on_device("powergossip"));
     assert_true(rumor_gossip_on_device("allreduce"));
-    assert_false(rumor_gossip_on_device("choco"));
+    assert_true(rumor_gossip_on_device("choco"));
+    assert_false(rumor_gossip_on_device("deepsqueeze"));
     assert_false(rumor_gossip_on_device("no-such"));
     assert_false(rumor_gossip_on_device(NULL));
     struct rumor_diag diag = {0};
@@ -622,7 +698,7 @@ test_host_state_algorithms_refused(void **state)
     struct rumor_model m = {&t, 1};
     struct rumor_gossip_opts o;
     rumor_gossip_opts_default(&o);
-    snprintf(o.algo, sizeof o.algo, "choco");
+    snprintf(o.algo, sizeof o.algo, "deepsqueeze");
     rumor_gossip *g = NULL;
     assert_int_equal(
         gossip_new_in(&o, topo, 0, &m, &gossip_backend_ref, &g, &diag),
@@ -656,11 +732,14 @@ main(void)
         cmocka_unit_test(test_dpsgd_clipped_bits_equal_host),
         cmocka_unit_test(test_dpsgd_lossy_ledger_bits_equal_host),
         cmocka_unit_test(test_allreduce_bits_equal_host),
+        cmocka_unit_test(test_choco_bits_equal_host),
+        cmocka_unit_test(test_choco_state_moves_between_backends),
         cmocka_unit_test(test_powergossip_bits_equal_host),
         cmocka_unit_test(test_powergossip_lossy_ledger_bits_equal_host),
         cmocka_unit_test(test_cuda_powersgd_mixed_ring),
         cmocka_unit_test(test_cuda_powergossip_mixed_ring),
         cmocka_unit_test(test_cuda_dpsgd_mixed_ring),
+        cmocka_unit_test(test_cuda_choco_mixed_ring),
         cmocka_unit_test(test_host_state_algorithms_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
