@@ -92,6 +92,13 @@ s_accum(double *acc, double c, const float *x, size_t n)
 }
 
 static rumor_err
+s_add(float *out, const float *a, const float *b, size_t n)
+{
+    gossip_ref_add(out, a, b, n);
+    return RUMOR_OK;
+}
+
+static rumor_err
 s_encode(const rumor_codec *codec,
          const float *x,
          size_t n,
@@ -122,10 +129,10 @@ s_decode(const rumor_codec *codec,
     return rumor_codec_decode(codec, in, len, y, n);
 }
 
-#define S_HOST_OPS                                                          \
-    .alloc = s_alloc, .release = s_release, .copy = s_copy, .zero = s_zero, \
-    .diff = s_diff, .axpy = s_axpy, .scale = s_scale, .apply = s_apply,     \
-    .norm = s_norm, .sub_round = s_sub_round, .accum = s_accum,             \
+#define S_HOST_OPS                                                            \
+    .alloc = s_alloc, .release = s_release, .copy = s_copy, .zero = s_zero,   \
+    .diff = s_diff, .axpy = s_axpy, .scale = s_scale, .apply = s_apply,       \
+    .norm = s_norm, .sub_round = s_sub_round, .accum = s_accum, .add = s_add, \
     .encode = s_encode, .decode = s_decode
 
 const struct gossip_backend_i gossip_backend_host = {

@@ -77,6 +77,8 @@ struct gossip_backend_i {
                            size_t n);
     /* acc += c * (double)x */
     rumor_err (*accum)(double *acc, double c, const float *x, size_t n);
+    /* out = a + b, in float */
+    rumor_err (*add)(float *out, const float *a, const float *b, size_t n);
     /* rumor_codec_encode of x (backend memory) into out (host), the same
      * bytes on every backend (the device codecs' promise) */
     rumor_err (*encode)(const rumor_codec *codec,
@@ -110,6 +112,7 @@ double gossip_ref_norm(const double *d, size_t n);
 void
 gossip_ref_sub_round(float *out, const float *x, const double *xhat, size_t n);
 void gossip_ref_accum(double *acc, double c, const float *x, size_t n);
+void gossip_ref_add(float *out, const float *a, const float *b, size_t n);
 
 extern const struct gossip_backend_i gossip_backend_host;
 extern const struct gossip_backend_i gossip_backend_ref;

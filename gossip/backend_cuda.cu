@@ -140,6 +140,12 @@ k_accum(double *acc, double c, const float *x, size_t n)
     S_EACH(e, n) acc[e] = __dadd_rn(acc[e], __dmul_rn(c, (double)x[e]));
 }
 
+__global__ void
+k_add(float *out, const float *a, const float *b, size_t n)
+{
+    S_EACH(e, n) out[e] = __fadd_rn(a[e], b[e]);
+}
+
 static rumor_err
 s_zero(void *p, size_t bytes)
 {
@@ -212,6 +218,13 @@ s_accum(double *acc, double c, const float *x, size_t n)
     return s_launched("accum");
 }
 
+static rumor_err
+s_add(float *out, const float *a, const float *b, size_t n)
+{
+    k_add<<<s_blocks(n), S_THREADS>>>(out, a, b, n);
+    return s_launched("add");
+}
+
 // The device codecs, on the legacy default stream (NULL) as the rest.
 static rumor_err
 s_encode(const rumor_codec *codec,
@@ -262,6 +275,7 @@ static const struct gossip_backend_i s_cuda = {
     .norm = s_norm,
     .sub_round = s_sub_round,
     .accum = s_accum,
+    .add = s_add,
     .encode = s_encode,
     .decode = s_decode,
 };

@@ -361,9 +361,7 @@ s_state_load(rumor_gossip *g,
 static void
 s_pcie(const rumor_gossip *g, uint64_t *h2d, uint64_t *d2h)
 {
-    const struct choco *s = g->state;
-    *h2d += s->pack.pcie_h2d;
-    *d2h += s->pack.pcie_d2h;
+    gossip_packer_pcie(&((const struct choco *)g->state)->pack, h2d, d2h);
 }
 
 const struct gossip_algo_i gossip_choco = {

@@ -13,6 +13,9 @@
  * minus the other end's, and nothing but the node's own error delta_i is
  * carried (updated when v_i is encoded), so a neighbour can be skipped as
  * in D-PSGD (gossip/edges.c stages the terms; docs/reliability.md).
+ * The error, the vectors the codec encodes and decodes and the mixing
+ * live in the instance's backend memory (gossip/backend.h): on a model in
+ * GPU memory only the payloads cross.
  */
 #include "gossip/gossip_impl.h"
 
@@ -36,12 +39,12 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     rumor_err rc = gossip_codec_init(g, &s->pack, &s->slot, diag);
     if (rc != RUMOR_OK)
         return rc;
-    s->delta = calloc(g->numel, sizeof(float));
-    s->ds = calloc(g->numel, sizeof(double));
-    s->cv = calloc(g->numel, sizeof(double));
-    if (!s->delta || !s->ds || !s->cv)
-        return RUMOR_ENOMEM;
-    return RUMOR_OK;
+    rc = g->be->alloc(g->numel * sizeof(float), (void **)&s->delta);
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(g->numel * sizeof(double), (void **)&s->ds);
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(g->numel * sizeof(double), (void **)&s->cv);
+    return rc;
 }
 
 static void
@@ -51,9 +54,9 @@ s_free(rumor_gossip *g)
     if (s == NULL)
         return;
     gossip_codec_free(&s->pack, &s->slot);
-    free(s->delta);
-    free(s->ds);
-    free(s->cv);
+    g->be->release(s->delta);
+    g->be->release(s->ds);
+    g->be->release(s->cv);
     free(s);
     g->state = NULL;
 }
@@ -63,10 +66,29 @@ static rumor_err
 s_fill(const rumor_gossip *g, size_t t, size_t base, float *out, void *arg)
 {
     const struct deepsqueeze *s = arg;
-    const float *x = g->tensors[t].data;
-    for (size_t e = 0; e < rumor_tensor_numel(&g->tensors[t]); e++)
-        out[e] = x[e] + s->delta[base + e];
-    return RUMOR_OK;
+    return g->be->add(out,
+                      g->tensors[t].data,
+                      s->delta + base,
+                      rumor_tensor_numel(&g->tensors[t]));
+}
+
+/* delta = v - C(v), v = x + delta again (in the packer's scratch, free
+ * once the message is encoded and staged). */
+static rumor_err
+s_error_update(rumor_gossip *g)
+{
+    struct deepsqueeze *s = g->state;
+    rumor_err rc = RUMOR_OK;
+    size_t base = 0;
+    for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
+        size_t n = rumor_tensor_numel(&g->tensors[t]);
+        float *v = s->pack.scratch;
+        rc = g->be->add(v, g->tensors[t].data, s->delta + base, n);
+        if (rc == RUMOR_OK)
+            rc = g->be->sub_round(s->delta + base, v, s->cv + base, n);
+        base += n;
+    }
+    return rc;
 }
 
 static rumor_err
@@ -79,21 +101,20 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
         return rc; /* RUMOR_ENUMERIC: the model is no longer finite */
     /* own C(v), decoded from the bytes the neighbours get; the new error
      * delta = v - C(v) does not depend on who receives them */
-    memset(s->cv, 0, g->numel * sizeof(double));
-    rc = gossip_packer_stage(&s->pack, g, s->pack.buf, s->pack.len, 1.0, s->cv);
+    rc = g->be->zero(s->cv, g->numel * sizeof(double));
+    if (rc == RUMOR_OK)
+        rc = gossip_packer_stage(&s->pack,
+                                 g,
+                                 s->pack.buf,
+                                 s->pack.len,
+                                 1.0,
+                                 s->cv);
     if (RUMOR_NEVER(rc != RUMOR_OK))
         return rc; /* own bytes always decode, or the codec has a bug */
-    size_t base = 0;
-    for (size_t t = 0; t < g->tensor_count; t++) {
-        const float *x = g->tensors[t].data;
-        for (size_t e = 0; e < rumor_tensor_numel(&g->tensors[t]); e++) {
-            size_t i = base + e;
-            float v = x[e] + s->delta[i];
-            s->delta[i] = (float)(v - s->cv[i]);
-        }
-        base += rumor_tensor_numel(&g->tensors[t]);
-    }
-    return gossip_out_to_neighbors(g, step, s->pack.buf, s->pack.len);
+    rc = s_error_update(g);
+    return rc == RUMOR_OK
+               ? gossip_out_to_neighbors(g, step, s->pack.buf, s->pack.len)
+               : rc;
 }
 
 /* C(v_j) - C(v_i) for message m (edges.c stages w_ij times it). */
@@ -105,8 +126,9 @@ s_edge_diff(rumor_gossip *g,
 {
     (void)step;
     struct deepsqueeze *s = g->state;
-    memset(d, 0, g->numel * sizeof(double));
-    rumor_err rc = gossip_packer_stage(&s->pack, g, m->data, m->len, 1.0, d);
+    rumor_err rc = g->be->zero(d, g->numel * sizeof(double));
+    if (rc == RUMOR_OK)
+        rc = gossip_packer_stage(&s->pack, g, m->data, m->len, 1.0, d);
     if (rc != RUMOR_OK) {
         rumor_log(RUMOR_LOG_WARN,
                   "gossip deepsqueeze: node %u rejected the message of %u: "
@@ -116,9 +138,8 @@ s_edge_diff(rumor_gossip *g,
                   rumor_strerror(rc));
         return rc == RUMOR_ENUMERIC ? rc : RUMOR_EPROTO;
     }
-    for (size_t i = 0; i < g->numel; i++)
-        d[i] -= s->cv[i];
-    return RUMOR_OK;
+    /* d - cv: d + cv * -1, the same rounding */
+    return g->be->axpy(d, -1.0, s->cv, g->numel);
 }
 
 static rumor_err
@@ -142,22 +163,32 @@ s_absorb(rumor_gossip *g,
     if (rc != RUMOR_OK)
         return rc;
     size_t base = 0;
-    for (size_t t = 0; t < g->tensor_count; t++) {
+    for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
         float *x = g->tensors[t].data;
         size_t n = rumor_tensor_numel(&g->tensors[t]);
-        for (size_t e = 0; e < n; e++)
-            x[e] = (float)(x[e] + g->opts.gamma * s->ds[base + e]);
+        rc = g->be->apply(x, x, g->opts.gamma, s->ds + base, n);
         base += n;
     }
-    return RUMOR_OK;
+    return rc;
 }
 
-/* Between steps DeepSqueeze carries its compression error delta. */
+/* Between steps DeepSqueeze carries its compression error delta (a
+ * device's through host memory at save and load time). */
 static rumor_err
 s_state_save(const rumor_gossip *g, struct rumor_buf *out)
 {
     const struct deepsqueeze *s = g->state;
-    return gossip_write_f32(out, s->delta, g->numel);
+    if (g->be->host_memory)
+        return gossip_write_f32(out, s->delta, g->numel);
+    size_t bytes = g->numel * sizeof(float);
+    float *host = malloc(bytes + 1);
+    rumor_err rc = host != NULL
+                       ? g->be->copy(host, s->delta, bytes, GOSSIP_TO_HOST)
+                       : RUMOR_ENOMEM;
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f32(out, host, g->numel);
+    free(host);
+    return rc;
 }
 
 static rumor_err
@@ -168,12 +199,32 @@ s_state_load(rumor_gossip *g,
     /* no ring: rumor_gossip_state_adopt refuses it before */
     bool apply = mode == GOSSIP_STATE_LOAD;
     struct deepsqueeze *s = g->state;
-    gossip_read_f32(r, apply ? s->delta : NULL, g->numel);
-    return r->err;
+    if (!apply || g->be->host_memory) {
+        gossip_read_f32(r, apply ? s->delta : NULL, g->numel);
+        return r->err;
+    }
+    size_t bytes = g->numel * sizeof(float);
+    float *host = malloc(bytes + 1);
+    if (host == NULL)
+        return RUMOR_ENOMEM;
+    gossip_read_f32(r, host, g->numel);
+    rumor_err rc = r->err == RUMOR_OK
+                       ? g->be->copy(s->delta, host, bytes, GOSSIP_TO_DEVICE)
+                       : r->err;
+    free(host);
+    return rc;
+}
+
+static void
+s_pcie(const rumor_gossip *g, uint64_t *h2d, uint64_t *d2h)
+{
+    gossip_packer_pcie(&((const struct deepsqueeze *)g->state)->pack, h2d, d2h);
 }
 
 const struct gossip_algo_i gossip_deepsqueeze = {
     .name = "deepsqueeze",
+    .device = true,
+    .pcie = s_pcie,
     .init = s_init,
     .free = s_free,
     .rounds = gossip_one_round,

@@ -342,6 +342,9 @@ rumor_err gossip_packer_init(struct gossip_packer *p,
                              const char *spec,
                              struct rumor_diag *diag);
 void gossip_packer_free(struct gossip_packer *p);
+/* Adds the packer's payload bytes to and from a device to the counts. */
+void
+gossip_packer_pcie(const struct gossip_packer *p, uint64_t *h2d, uint64_t *d2h);
 
 /* RUMOR_EINVAL (diag naming the algorithm) for a codec with share=1: only
  * the compressed all-reduce agrees on scalers between nodes. */

@@ -83,6 +83,13 @@ gossip_packer_free(struct gossip_packer *p)
     memset(p, 0, sizeof *p);
 }
 
+void
+gossip_packer_pcie(const struct gossip_packer *p, uint64_t *h2d, uint64_t *d2h)
+{
+    *h2d += p->pcie_h2d;
+    *d2h += p->pcie_d2h;
+}
+
 rumor_err
 gossip_codec_init(rumor_gossip *g,
                   struct gossip_packer *pack,

@@ -67,3 +67,10 @@ gossip_ref_accum(double *acc, double c, const float *x, size_t n)
     for (size_t e = 0; e < n; e++)
         acc[e] += c * x[e];
 }
+
+void
+gossip_ref_add(float *out, const float *a, const float *b, size_t n)
+{
+    for (size_t e = 0; e < n; e++)
+        out[e] = a[e] + b[e];
+}

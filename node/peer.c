@@ -601,7 +601,9 @@ s_direct_refused(const struct rumor_node_opts *o,
         return "the algorithm keeps its state in host memory";
     if (o->gossip.adapt[0] != '\0')
         return "adaptive compression reads the vectors on the host";
-    if (strcmp(o->gossip.algo, "choco") == 0 && !s_codec_on_device(o))
+    bool coded = strcmp(o->gossip.algo, "choco") == 0 ||
+                 strcmp(o->gossip.algo, "deepsqueeze") == 0;
+    if (coded && !s_codec_on_device(o))
         return "the codec has no device kernels";
     if (rumor_gossip_algo_rings(o->gossip.algo))
         return "a ring algorithm's elastic ring keeps host copies";

@@ -509,6 +509,19 @@ test_choco_bits_equal_host(void **state)
     s_lossy_compare(&o);
 }
 
+/* DeepSqueeze's error and its codec's vectors on the device. */
+static void
+test_deepsqueeze_bits_equal_host(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    static const bool mixed[S_NODES] = {false, true, true, false};
+    s_choco_opts(&o, "qsgd:bits=4");
+    snprintf(o.algo, sizeof o.algo, "deepsqueeze");
+    s_compare(&o, mixed);
+    s_lossy_compare(&o);
+}
+
 /* A state saved from a device instance (its copies through the host)
  * loads into a host one, and back, to the same bytes. */
 static void
@@ -686,7 +699,8 @@ test_host_state_algorithms_refused(void **state)
     assert_true(rumor_gossip_on_device("powergossip"));
     assert_true(rumor_gossip_on_device("allreduce"));
     assert_true(rumor_gossip_on_device("choco"));
-    assert_false(rumor_gossip_on_device("deepsqueeze"));
+    assert_true(rumor_gossip_on_device("deepsqueeze"));
+    assert_false(rumor_gossip_on_device("moniqua"));
     assert_false(rumor_gossip_on_device("no-such"));
     assert_false(rumor_gossip_on_device(NULL));
     struct rumor_diag diag = {0};
@@ -698,7 +712,7 @@ test_host_state_algorithms_refused(void **state)
     struct rumor_model m = {&t, 1};
     struct rumor_gossip_opts o;
     rumor_gossip_opts_default(&o);
-    snprintf(o.algo, sizeof o.algo, "deepsqueeze");
+    snprintf(o.algo, sizeof o.algo, "moniqua");
     rumor_gossip *g = NULL;
     assert_int_equal(
         gossip_new_in(&o, topo, 0, &m, &gossip_backend_ref, &g, &diag),
@@ -734,6 +748,7 @@ main(void)
         cmocka_unit_test(test_allreduce_bits_equal_host),
         cmocka_unit_test(test_choco_bits_equal_host),
         cmocka_unit_test(test_choco_state_moves_between_backends),
+        cmocka_unit_test(test_deepsqueeze_bits_equal_host),
         cmocka_unit_test(test_powergossip_bits_equal_host),
         cmocka_unit_test(test_powergossip_lossy_ledger_bits_equal_host),
         cmocka_unit_test(test_cuda_powersgd_mixed_ring),
