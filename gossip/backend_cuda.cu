@@ -187,10 +187,12 @@ s_apply(float *out,
 static rumor_err
 s_norm(const double *d, size_t n, double *norm)
 {
+    // Stream-ordered, as the device codecs' scratch: cudaMalloc and
+    // cudaFree would synchronize the device at every neighbour's norm.
     double *sum = NULL, sq = 0;
-    if (cudaMalloc(&sum, sizeof *sum) != cudaSuccess)
+    if (cudaMallocAsync((void **)&sum, sizeof *sum, 0) != cudaSuccess)
         return RUMOR_ENOMEM;
-    rumor_err rc = cudaMemset(sum, 0, sizeof *sum) == cudaSuccess
+    rumor_err rc = cudaMemsetAsync(sum, 0, sizeof *sum, 0) == cudaSuccess
                        ? RUMOR_OK
                        : RUMOR_EBACKEND;
     if (rc == RUMOR_OK) {
@@ -199,7 +201,7 @@ s_norm(const double *d, size_t n, double *norm)
     }
     if (rc == RUMOR_OK)
         rc = s_copy(&sq, sum, sizeof sq, GOSSIP_TO_HOST);
-    cudaFree(sum);
+    (void)cudaFreeAsync(sum, 0);
     *norm = sqrt(sq);
     return rc;
 }
