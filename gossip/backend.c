@@ -46,6 +46,13 @@ s_diff(double *d, const float *a, const float *b, size_t n)
 }
 
 static rumor_err
+s_sub(double *d, const double *a, const double *b, size_t n)
+{
+    gossip_ref_sub(d, a, b, n);
+    return RUMOR_OK;
+}
+
+static rumor_err
 s_axpy(double *acc, double c, const double *d, size_t n)
 {
     gossip_ref_axpy(acc, c, d, n);
@@ -129,11 +136,11 @@ s_decode(const rumor_codec *codec,
     return rumor_codec_decode(codec, in, len, y, n);
 }
 
-#define S_HOST_OPS                                                            \
-    .alloc = s_alloc, .release = s_release, .copy = s_copy, .zero = s_zero,   \
-    .diff = s_diff, .axpy = s_axpy, .scale = s_scale, .apply = s_apply,       \
-    .norm = s_norm, .sub_round = s_sub_round, .accum = s_accum, .add = s_add, \
-    .encode = s_encode, .decode = s_decode
+#define S_HOST_OPS                                                          \
+    .alloc = s_alloc, .release = s_release, .copy = s_copy, .zero = s_zero, \
+    .diff = s_diff, .sub = s_sub, .axpy = s_axpy, .scale = s_scale,         \
+    .apply = s_apply, .norm = s_norm, .sub_round = s_sub_round,             \
+    .accum = s_accum, .add = s_add, .encode = s_encode, .decode = s_decode
 
 const struct gossip_backend_i gossip_backend_host = {
     .name = "host",

@@ -58,6 +58,8 @@ struct gossip_backend_i {
     rumor_err (*zero)(void *p, size_t bytes);
     /* d = (double)a - (double)b; b NULL: d = (double)a */
     rumor_err (*diff)(double *d, const float *a, const float *b, size_t n);
+    /* d = a - b, in double */
+    rumor_err (*sub)(double *d, const double *a, const double *b, size_t n);
     /* acc += d * c (the product rounded, then the sum) */
     rumor_err (*axpy)(double *acc, double c, const double *d, size_t n);
     /* d *= c */
@@ -101,6 +103,7 @@ struct gossip_backend_i {
 /* The plain-C twins of the CUDA kernels (gossip/ref.c), one loop over the
  * kernels' threads each: the host backend's operations. */
 void gossip_ref_diff(double *d, const float *a, const float *b, size_t n);
+void gossip_ref_sub(double *d, const double *a, const double *b, size_t n);
 void gossip_ref_axpy(double *acc, double c, const double *d, size_t n);
 void gossip_ref_scale(double *d, double c, size_t n);
 void gossip_ref_apply(float *out,

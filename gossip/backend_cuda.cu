@@ -87,6 +87,12 @@ k_diff(double *d, const float *a, const float *b, size_t n)
 }
 
 __global__ void
+k_sub(double *d, const double *a, const double *b, size_t n)
+{
+    S_EACH(e, n) d[e] = __dsub_rn(a[e], b[e]);
+}
+
+__global__ void
 k_axpy(double *acc, double c, const double *d, size_t n)
 {
     S_EACH(e, n) acc[e] = __dadd_rn(acc[e], __dmul_rn(d[e], c));
@@ -157,6 +163,13 @@ s_diff(double *d, const float *a, const float *b, size_t n)
 {
     k_diff<<<s_blocks(n), S_THREADS>>>(d, a, b, n);
     return s_launched("diff");
+}
+
+static rumor_err
+s_sub(double *d, const double *a, const double *b, size_t n)
+{
+    k_sub<<<s_blocks(n), S_THREADS>>>(d, a, b, n);
+    return s_launched("sub");
 }
 
 static rumor_err
@@ -271,6 +284,7 @@ static const struct gossip_backend_i s_cuda = {
     .copy = s_copy,
     .zero = s_zero,
     .diff = s_diff,
+    .sub = s_sub,
     .axpy = s_axpy,
     .scale = s_scale,
     .apply = s_apply,

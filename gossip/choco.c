@@ -244,9 +244,7 @@ s_edge_diff(rumor_gossip *g,
         rc = s_stage(s, g, e->own, e->own_len, 1.0, e->out_new);
     if (RUMOR_NEVER(rc != RUMOR_OK))
         return rc; /* own bytes always decode, or the codec has a bug */
-    /* d = in_new - out_new: in_new + out_new * -1, the same rounding */
-    rc = gossip_mem_copy(g, d, e->in_new, bytes, GOSSIP_ON_DEVICE);
-    return rc == RUMOR_OK ? g->be->axpy(d, -1.0, e->out_new, g->numel) : rc;
+    return g->be->sub(d, e->in_new, e->out_new, g->numel);
 }
 
 static void

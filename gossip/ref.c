@@ -21,6 +21,13 @@ gossip_ref_diff(double *d, const float *a, const float *b, size_t n)
 }
 
 void
+gossip_ref_sub(double *d, const double *a, const double *b, size_t n)
+{
+    for (size_t e = 0; e < n; e++)
+        d[e] = a[e] - b[e];
+}
+
+void
 gossip_ref_axpy(double *acc, double c, const double *d, size_t n)
 {
     for (size_t e = 0; e < n; e++)
