@@ -834,7 +834,51 @@ def section_gpu(data):
         out.append("| %s | %.2f | %.2f | %.0f %% |" % (
             r["size"], r["netcurve_gbps"], r["box_chunk_gbps"],
             100 * r["netcurve_over_box"]))
-    return "\n".join(out) + "\n"
+    return "\n".join(out + gpu_peer_codecs(g)) + "\n"
+
+
+def gpu_peer_codecs(g):
+    """Issue 31's device check, steps 2 and 3 (bench/gpu/peer_gpu.py and
+    codec_gpu.py), or the line saying it has not run yet."""
+    if not g.get("peer") and not g.get("codecs", {}).get("codecs"):
+        return ["", "Not yet run on a GPU: the 4-process Peer runs with CUDA "
+                "tensors against the same runs on the CPU and a mixed ring "
+                "(`bench/gpu/peer_gpu.py`), and the device codecs' speed "
+                "against the copy rate and PyTorch (`bench/gpu/codec_gpu.py`); "
+                "both are steps of the next device check (bench/gpu/run.sh)."]
+    out = ["", "4-process Peer runs (`bench/gpu/peer_gpu.py --steps 20`): "
+           "each algorithm with CUDA tensors and as a mixed ring (nodes 0 "
+           "and 1 on the GPU) against the same run on the CPU:", "",
+           "| algorithm | layout | model distance | tolerance | bytes sent "
+           "| PCIe B/step | payload B/step | PCIe / payload | |",
+           "|---|---|---:|---:|---|---:|---:|---:|---|"]
+    for r in g.get("peer", []):
+        out.append("| %s | %s | %.1e | %.0e | %s | %d | %d | %.2f | %s |" % (
+            r["config"], r["layout"], r["distance"], r["tolerance"],
+            "equal" if r["bytes_equal"] else "**differ**",
+            r["pcie_per_step"], r["payload_per_step"],
+            r["pcie_per_step"] / r["payload_per_step"]
+            if r["payload_per_step"] else 0, "ok" if r["ok"] else "**failed**"))
+    c = g.get("codecs", {})
+    if c.get("codecs"):
+        out += ["", "Device codecs (`bench/gpu/codec_gpu.py 1e8 5`): 100 M "
+                "float32 values, GB/s of the values read, the payload copied "
+                "to pinned host memory included; the device-to-device copy "
+                "rate in the same run: %.0f GB/s (read + written); PyTorch "
+                "on the device alone (`x.half()`, `torch.topk(x.abs(), k)`):"
+                % c["copy_gbps"], "",
+                "| codec | encode GB/s | x copy | decode-add GB/s | payload "
+                "bytes | PyTorch GB/s | x PyTorch | bytes = CPU codec's |",
+                "|---|---:|---:|---:|---:|---:|---:|---|"]
+        for r in c["codecs"]:
+            t = r["torch_gbps"]
+            out.append("| %s | %.1f | %.2f | %.1f | %d | %s | %s | %s |" % (
+                r["codec"], r["encode_gbps"], r["encode_gbps"] / c["copy_gbps"],
+                r["decode_gbps"], r["payload_bytes"],
+                "%.1f" % t if t else "-",
+                "%.2fx" % (r["encode_gbps"] / t) if t else "-",
+                "yes" if r["cpu_equal"] else "**no**"))
+    return out
 
 
 def section_wan(data):

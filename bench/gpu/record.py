@@ -117,6 +117,43 @@ def parse_net(text):
     return rows
 
 
+def parse_peer(text):
+    """bench/gpu/peer_gpu.py's lines: each config's GPU and mixed runs
+    against its CPU run."""
+    rows = []
+    for m in re.finditer(
+            r"^(\S+)\s+(\S+)\s+model distance (\S+) \(tolerance (\S+)\)\s+"
+            r"bytes sent (equal|.*?)\s+PCIe (\d+) B/step, payload (\d+) "
+            r"B/step, ratio (\S+)\s+(ok|FAILED)$", text, re.M):
+        rows.append({"config": m.group(1), "layout": m.group(2),
+                     "distance": float(m.group(3)),
+                     "tolerance": float(m.group(4)),
+                     "bytes_equal": m.group(5) == "equal",
+                     "pcie_per_step": int(m.group(6)),
+                     "payload_per_step": int(m.group(7)),
+                     "ok": m.group(9) == "ok"})
+    return rows
+
+
+def parse_codecs(text):
+    """bench/gpu/codec_gpu.py's table and its copy rate."""
+    m = re.search(r"device-to-device copy ([\d.]+) GB/s", text)
+    rows = []
+    for r in re.finditer(
+            r"^(\S+)\s+([\d.]+)\s+([\d.]+)x\s+([\d.]+)\s+(\d+)\s+(\S+)"
+            r"\s+(\S+)\s+(equal|DIFFERENT)$", text, re.M):
+        rows.append({"codec": r.group(1), "encode_gbps": float(r.group(2)),
+                     "decode_gbps": float(r.group(4)),
+                     "payload_bytes": int(r.group(5)),
+                     "torch_gbps": None if r.group(6) == "-" else float(r.group(6)),
+                     "cpu_equal": r.group(8) == "equal"})
+    return {"copy_gbps": float(m.group(1)) if m else None, "codecs": rows}
+
+
+def read_optional(d, name):
+    return read(d, name) if os.path.exists(os.path.join(d, name)) else ""
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("logs")
@@ -137,7 +174,9 @@ def main():
               "copy_gbps": copy, "lowrank": models,
               "tests": parse_tests(read(a.logs, "cuda_tests.log")),
               "launch": parse_launch(read(a.logs, "launch.log")),
-              "net": parse_net(read(a.logs, "host.log"))}
+              "net": parse_net(read(a.logs, "host.log")),
+              "peer": parse_peer(read_optional(a.logs, "peer_gpu.log")),
+              "codecs": parse_codecs(read_optional(a.logs, "codec_gpu.log"))}
     jpath = os.path.join(a.out, "benchmarks.json")
     with open(jpath) as f:
         data = json.load(f)

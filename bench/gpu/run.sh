@@ -10,7 +10,10 @@
 #  2. the tests that run CUDA code (lowrank's cuda-against-cpu tests, the
 #     CUDA workload's gradients, the peer with CUDA tensors, and pytest's
 #     CUDA-tensor cases with the machine's own PyTorch);
-#  3. bench/gpu/lowrank_gpu.c: the PowerSGD step on the cuda backend
+#  3. bench/gpu/peer_gpu.py: 4-process Peer runs with CUDA tensors (and a
+#     mixed ring) against the same runs on the CPU; bench/gpu/codec_gpu.py:
+#     the device codecs against the copy rate and PyTorch (issue 31);
+#     bench/gpu/lowrank_gpu.c: the PowerSGD step on the cuda backend
 #     (4096 x 4096, ResNet-18, ResNet-50 and GPT-2 medium's 355 M)
 #     against the device-to-device copy bandwidth measured in the same run,
 #     after checking each rank's result against the cpu backend;
@@ -87,9 +90,17 @@ step cuda_tests 180 env RUMOR_BIN=$B/bin/rumor RUMOR_LIB="$PWD/$B/lib/librumor.s
     python3 -m pytest -q -p no:cacheprovider -rs tests/python/test_binding.py \
     tests/python/test_peer_cuda.py
 
+# Issue 31's exchange on the GPU: 4-process Peer runs against the CPU's.
+step peer_gpu 150 env RUMOR_BIN=$B/bin/rumor RUMOR_LIB="$PWD/$B/lib/librumor.so" \
+    python3 bench/gpu/peer_gpu.py --steps 20
+
 # RUMOR_GPU_TESTS_ONLY=1: the tests above and no benchmark (a re-check
 # after a change, in less of the lease).
 [ "${RUMOR_GPU_TESTS_ONLY:-0}" = 1 ] && exit $status
+
+# Issue 31's device codecs against the copy rate and PyTorch.
+step codec_gpu 90 env RUMOR_LIB="$PWD/$B/lib/librumor.so" \
+    python3 bench/gpu/codec_gpu.py 1e8 5
 
 # shellcheck disable=SC2086
 gcc -std=c11 -D_DEFAULT_SOURCE -O2 -Iinclude -I. -I/usr/local/cuda/include \
