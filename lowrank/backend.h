@@ -316,6 +316,25 @@ size_t lowrank_rank_for(size_t n, size_t m, size_t r);
 /* The method AUTO resolves to for rank r. */
 rumor_lowrank_orth lowrank_orth_resolve(rumor_lowrank_orth method, size_t r);
 
+/* The cuda backend when want_cuda finds a usable GPU (*device CUDA), the
+ * cpu backend otherwise (logged at INFO when CUDA was wanted). */
+rumor_err lowrank_backend_open(bool want_cuda,
+                               struct lowrank_backend_i *be,
+                               void **ctx,
+                               rumor_device *device);
+
+/* Fills host[0..n) with standard normals of stream (seed, stream). */
+void lowrank_fill_normal(float *host, size_t n, uint64_t seed, uint64_t stream);
+
+/* Creates a PowerGossip edge on a given backend (tests use the twins),
+ * owned by the edge on success and on failure. */
+rumor_err lowrank_edge_new_on(rumor_lowrank_edge **out,
+                              const struct rumor_lowrank_shape *shapes,
+                              size_t count,
+                              const struct rumor_lowrank_edge_opts *opts,
+                              const struct lowrank_backend_i *iface,
+                              void *ctx);
+
 /* Creates a PowerSGD compressor on a given backend (tests use ref). The
  * backend is owned by the compressor on success and on failure. */
 rumor_err lowrank_psgd_new_on(rumor_lowrank_psgd **out,

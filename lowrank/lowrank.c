@@ -1,5 +1,5 @@
 /*
- * lowrank: PowerSGD and PowerGossip on top of a compute backend.
+ * lowrank: PowerSGD on top of a compute backend.
  *
  * PowerSGD (Vogels, Karimireddy, Jaggi, NeurIPS 2019) follows PyTorch's
  * powerSGD_hook.py step for step, so the hook is the test oracle: with
@@ -22,14 +22,7 @@
  * matrices it compresses follows epfml's PowerSGD wrapper, which counts
  * the iters / 2 factors a step sends on average (rumor_lowrank_psgd_worth).
  *
- * PowerGossip (Vogels et al., NeurIPS 2020; epfml/powergossip
- * algorithms.py, class PowerGossip) keeps p and q per edge and matrix,
- * filled from a seed both ends derive from (run seed, min id, max id).
- * Iteration t alternates sides, starting from the factor iteration t - 1
- * left (warm start) or from one drawn afresh from that seed and t (the
- * reference's warm_start=False); the exchanged products become the
- * product of x_hi - x_lo, and both ends apply the same rank-r matrix with
- * opposite signs, which preserves the network average exactly.
+ * PowerGossip's edge is lowrank/edge.c.
  *
  * Random factors are standard normals from the counter-based Philox
  * stream (core), so identical on every node, but not the same numbers as
@@ -259,11 +252,11 @@ done:
 
 /* --- backend choice ------------------------------------------------------- */
 
-static rumor_err
-s_backend_open(bool want_cuda,
-               struct lowrank_backend_i *be,
-               void **ctx,
-               rumor_device *device)
+rumor_err
+lowrank_backend_open(bool want_cuda,
+                     struct lowrank_backend_i *be,
+                     void **ctx,
+                     rumor_device *device)
 {
     *device = rumor_device_select(want_cuda);
     if (*device == RUMOR_DEVICE_CUDA) {
@@ -279,9 +272,8 @@ s_backend_open(bool want_cuda,
     return lowrank_cpu_init(be, ctx);
 }
 
-/* Fills host[0..n) with standard normals of stream (seed, stream). */
-static void
-s_fill_normal(float *host, size_t n, uint64_t seed, uint64_t stream)
+void
+lowrank_fill_normal(float *host, size_t n, uint64_t seed, uint64_t stream)
 {
     struct rumor_rng rng;
     rumor_rng_init(&rng, seed, stream);
@@ -640,7 +632,7 @@ rumor_lowrank_psgd_new(rumor_lowrank_psgd **out,
     struct lowrank_backend_i be;
     void *ctx = NULL;
     rumor_device device = RUMOR_DEVICE_CPU;
-    rc = s_backend_open(opts->want_cuda, &be, &ctx, &device);
+    rc = lowrank_backend_open(opts->want_cuda, &be, &ctx, &device);
     if (rc != RUMOR_OK)
         return rc;
     rc = lowrank_psgd_new_on(out, shapes, count, opts, &be, ctx);
@@ -1109,8 +1101,14 @@ s_psgd_randomize(rumor_lowrank_psgd *self)
     for (size_t i = 0; i < self->nmats; i++) {
         const struct psgd_mat *mt = &self->mats[i];
         uint64_t t = self->opts.tensor_base + mt->tensor;
-        s_fill_normal(self->q_host + mt->q_off, mt->m * mt->r, seed, 2 * t);
-        s_fill_normal(self->p_host + mt->p_off, mt->n * mt->r, seed, 2 * t + 1);
+        lowrank_fill_normal(self->q_host + mt->q_off,
+                            mt->m * mt->r,
+                            seed,
+                            2 * t);
+        lowrank_fill_normal(self->p_host + mt->p_off,
+                            mt->n * mt->r,
+                            seed,
+                            2 * t + 1);
     }
     rumor_err rc = s_psgd_upload(self, false);
     if (rc == RUMOR_OK && self->opts.one_sided)
@@ -1462,408 +1460,5 @@ rumor_lowrank_psgd_step_set(rumor_lowrank_psgd *self, uint64_t step)
     if (self->phase != PSGD_IDLE)
         return RUMOR_EINVAL;
     self->step = step;
-    return RUMOR_OK;
-}
-
-/* --- PowerGossip edge ----------------------------------------------------- */
-
-struct edge_mat {
-    size_t tensor;  /* index in the model */
-    size_t n, m, r; /* rows, cols, rank used */
-    size_t p_off;   /* offset in a packed p message (floats) */
-    size_t q_off;   /* offset in a packed q message (floats) */
-    float *p;       /* device, n x r */
-    float *q;       /* device, m x r */
-    bool redraw;    /* the factor may have a zero column: s_edge_redraw */
-};
-
-struct rumor_lowrank_edge {
-    struct rumor_lowrank_edge_opts opts;
-    struct lowrank_backend_i be;
-    void *ctx;
-    rumor_device device;
-    struct edge_mat *mats;
-    size_t nmats;
-    size_t p_floats, q_floats;
-    float *host;  /* own products, max(p_floats, q_floats) */
-    bool higher;  /* self_id > peer_id */
-    bool pending; /* a product awaits _combine */
-    bool ready;   /* combined, not yet applied */
-    bool odd;     /* parity of the pending or last iteration */
-};
-
-/* True when a column of the n x r row-major factor f is exactly zero. */
-static bool
-s_zero_column(const float *f, size_t n, size_t r)
-{
-    for (size_t c = 0; c < r; c++) {
-        bool zero = true;
-        for (size_t k = 0; k < n && zero; k++)
-            zero = f[k * r + c] == 0.0f;
-        if (zero)
-            return true;
-    }
-    return false;
-}
-
-/* A factor column that is exactly zero (the two models were equal in that
- * matrix, as every node's are at step 0 when they start from the same
- * seed) would stay zero for good: orthogonalizing it gives zero, so does
- * every later product, and the edge would never mix that matrix again.
- * Before iteration t orthogonalizes such a factor, its zero columns are
- * drawn afresh from the pair's seed and t; both ends hold the same factor
- * at the same t, so they draw the same columns. The product of this
- * iteration's apply is not touched: a zero difference still moves
- * nothing. Without warm start (all) every column is drawn so: t is the
- * edge's own iteration count, which both ends keep equal. */
-static rumor_err
-s_edge_redraw(rumor_lowrank_edge *self,
-              struct edge_mat *mt,
-              size_t i,
-              uint64_t t,
-              float *f,
-              size_t rows)
-{
-    bool all = !self->opts.warm_start;
-    size_t bytes = rows * mt->r * sizeof(float);
-    rumor_err rc =
-        all ? RUMOR_OK : self->be.download(self->ctx, self->host, f, bytes);
-    uint64_t lo = self->higher ? self->opts.peer_id : self->opts.self_id;
-    uint64_t hi = self->higher ? self->opts.self_id : self->opts.peer_id;
-    uint64_t seed = rumor_seed_derive(self->opts.seed, lo, hi);
-    for (size_t c = 0; c < mt->r && rc == RUMOR_OK; c++) {
-        bool zero = true;
-        for (size_t k = 0; k < rows && zero && !all; k++)
-            zero = self->host[k * mt->r + c] == 0.0f;
-        struct rumor_rng rng;
-        rumor_rng_init(&rng, seed, (t << 24) | (i * mt->r + c));
-        for (size_t k = 0; k < rows && zero; k++)
-            self->host[k * mt->r + c] = (float)rumor_rng_normal(&rng);
-    }
-    if (rc == RUMOR_OK)
-        rc = self->be.upload(self->ctx, f, self->host, bytes);
-    mt->redraw = false;
-    return rc;
-}
-
-void
-rumor_lowrank_edge_opts_default(struct rumor_lowrank_edge_opts *opts)
-{
-    memset(opts, 0, sizeof *opts);
-    opts->rank = 1;
-    opts->eps = 1e-8f;
-    opts->peer_id = 1;
-    opts->warm_start = true;
-}
-
-rumor_err
-rumor_lowrank_edge_new(rumor_lowrank_edge **out,
-                       const struct rumor_lowrank_shape *shapes,
-                       size_t count,
-                       const struct rumor_lowrank_edge_opts *opts)
-{
-    *out = NULL;
-    if ((shapes == NULL && count > 0) || count > RUMOR_LOWRANK_MAX_TENSORS ||
-        opts == NULL || opts->rank == 0 ||
-        opts->rank > RUMOR_LOWRANK_MAX_RANK || !(opts->eps >= 0) ||
-        opts->self_id == opts->peer_id)
-        return RUMOR_EINVAL;
-    rumor_lowrank_edge *self = calloc(1, sizeof *self);
-    if (self == NULL)
-        return RUMOR_ENOMEM;
-    rumor_err rc =
-        s_backend_open(opts->want_cuda, &self->be, &self->ctx, &self->device);
-    if (rc != RUMOR_OK) {
-        free(self);
-        return rc;
-    }
-    self->opts = *opts;
-    self->higher = opts->self_id > opts->peer_id;
-    self->mats = calloc(count > 0 ? count : 1, sizeof *self->mats);
-    if (self->mats == NULL) {
-        rc = RUMOR_ENOMEM;
-        goto fail;
-    }
-    for (size_t i = 0; i < count; i++) {
-        size_t n = 0, m = 0;
-        rc = rumor_lowrank_matricize(&shapes[i], &n, &m);
-        if (rc != RUMOR_OK)
-            goto fail;
-        if (shapes[i].ndim < 2)
-            continue;
-        struct edge_mat *mt = &self->mats[self->nmats++];
-        mt->tensor = i;
-        mt->n = n;
-        mt->m = m;
-        mt->r = lowrank_rank_for(n, m, opts->rank);
-        mt->p_off = self->p_floats;
-        mt->q_off = self->q_floats;
-        self->p_floats += n * mt->r;
-        self->q_floats += m * mt->r;
-        rc = self->be.alloc(self->ctx, n * mt->r * sizeof(float), &mt->p);
-        if (rc == RUMOR_OK)
-            rc = self->be.alloc(self->ctx, m * mt->r * sizeof(float), &mt->q);
-        if (rc != RUMOR_OK)
-            goto fail;
-    }
-    size_t most =
-        self->p_floats > self->q_floats ? self->p_floats : self->q_floats;
-    self->host = malloc((most + 1) * sizeof(float));
-    if (self->host == NULL) {
-        rc = RUMOR_ENOMEM;
-        goto fail;
-    }
-    /* Both ends derive the same seed: (run seed, min id, max id). */
-    uint64_t lo = self->higher ? opts->peer_id : opts->self_id;
-    uint64_t hi = self->higher ? opts->self_id : opts->peer_id;
-    uint64_t seed = rumor_seed_derive(opts->seed, lo, hi);
-    for (size_t i = 0; i < self->nmats && rc == RUMOR_OK; i++) {
-        struct edge_mat *mt = &self->mats[i];
-        s_fill_normal(self->host, mt->n * mt->r, seed, 2 * mt->tensor);
-        rc = self->be.upload(self->ctx,
-                             mt->p,
-                             self->host,
-                             mt->n * mt->r * sizeof(float));
-        if (rc != RUMOR_OK)
-            break;
-        s_fill_normal(self->host, mt->m * mt->r, seed, 2 * mt->tensor + 1);
-        rc = self->be.upload(self->ctx,
-                             mt->q,
-                             self->host,
-                             mt->m * mt->r * sizeof(float));
-    }
-    if (rc != RUMOR_OK)
-        goto fail;
-    *out = self;
-    return RUMOR_OK;
-fail:
-    rumor_lowrank_edge_destroy(&self);
-    return rc;
-}
-
-void
-rumor_lowrank_edge_destroy(rumor_lowrank_edge **self_p)
-{
-    if (self_p == NULL || *self_p == NULL)
-        return;
-    rumor_lowrank_edge *self = *self_p;
-    for (size_t i = 0; i < self->nmats; i++) {
-        self->be.release(self->ctx, self->mats[i].p);
-        self->be.release(self->ctx, self->mats[i].q);
-    }
-    if (self->be.free != NULL)
-        self->be.free(self->ctx);
-    free(self->mats);
-    free(self->host);
-    free(self);
-    *self_p = NULL;
-}
-
-rumor_device
-rumor_lowrank_edge_device(const rumor_lowrank_edge *self)
-{
-    return self->device;
-}
-
-size_t
-rumor_lowrank_edge_msg_floats(const rumor_lowrank_edge *self, uint64_t t)
-{
-    return t % 2 == 0 ? self->q_floats : self->p_floats;
-}
-
-rumor_err
-rumor_lowrank_edge_product(rumor_lowrank_edge *self,
-                           float *const *params,
-                           uint64_t t,
-                           float *msg)
-{
-    if (t == 0 || msg == NULL || (params == NULL && self->nmats > 0))
-        return RUMOR_EINVAL;
-    bool odd = t % 2 == 1;
-    for (size_t i = 0; i < self->nmats; i++) {
-        struct edge_mat *mt = &self->mats[i];
-        float *mat = params[mt->tensor];
-        if (mat == NULL)
-            return RUMOR_EINVAL;
-        bool draw = mt->redraw || !self->opts.warm_start;
-        rumor_err rc = !draw ? RUMOR_OK
-                       : odd ? s_edge_redraw(self, mt, i, t, mt->q, mt->m)
-                             : s_edge_redraw(self, mt, i, t, mt->p, mt->n);
-        if (rc != RUMOR_OK)
-            return rc;
-        if (!odd) {
-            rc = self->be.orthogonalize(self->ctx,
-                                        mt->p,
-                                        mt->n,
-                                        mt->r,
-                                        RUMOR_LOWRANK_ORTH_GS,
-                                        self->opts.eps);
-            if (rc == RUMOR_OK)
-                rc = self->be.project_left(self->ctx,
-                                           mat,
-                                           NULL,
-                                           mt->n,
-                                           mt->m,
-                                           mt->p,
-                                           mt->r,
-                                           mt->q);
-            if (rc == RUMOR_OK)
-                rc = self->be.download(self->ctx,
-                                       msg + mt->q_off,
-                                       mt->q,
-                                       mt->m * mt->r * sizeof(float));
-        } else {
-            rc = self->be.orthogonalize(self->ctx,
-                                        mt->q,
-                                        mt->m,
-                                        mt->r,
-                                        RUMOR_LOWRANK_ORTH_GS,
-                                        self->opts.eps);
-            if (rc == RUMOR_OK)
-                rc = self->be.project_right(self->ctx,
-                                            mat,
-                                            NULL,
-                                            mt->n,
-                                            mt->m,
-                                            mt->q,
-                                            mt->r,
-                                            mt->p);
-            if (rc == RUMOR_OK)
-                rc = self->be.download(self->ctx,
-                                       msg + mt->p_off,
-                                       mt->p,
-                                       mt->n * mt->r * sizeof(float));
-        }
-        if (rc != RUMOR_OK)
-            return rc;
-    }
-    size_t floats = rumor_lowrank_edge_msg_floats(self, t);
-    if (floats > 0)
-        memcpy(self->host, msg, floats * sizeof(float));
-    self->odd = odd;
-    self->pending = true;
-    return RUMOR_OK;
-}
-
-rumor_err
-rumor_lowrank_edge_combine(rumor_lowrank_edge *self, const float *msg)
-{
-    if (!self->pending || msg == NULL)
-        return RUMOR_EINVAL;
-    size_t floats = self->odd ? self->p_floats : self->q_floats;
-    for (size_t i = 0; i < floats; i++)
-        if (!isfinite(msg[i]))
-            return RUMOR_ENUMERIC;
-    /* Oriented from the higher id to the lower: (x_hi - x_lo) times the
-     * orthogonalized factor, identical at both ends. */
-    for (size_t i = 0; i < floats; i++)
-        self->host[i] =
-            self->higher ? self->host[i] - msg[i] : msg[i] - self->host[i];
-    for (size_t i = 0; i < self->nmats; i++) {
-        struct edge_mat *mt = &self->mats[i];
-        mt->redraw = self->odd
-                         ? s_zero_column(self->host + mt->p_off, mt->n, mt->r)
-                         : s_zero_column(self->host + mt->q_off, mt->m, mt->r);
-        rumor_err rc = self->odd
-                           ? self->be.upload(self->ctx,
-                                             mt->p,
-                                             self->host + mt->p_off,
-                                             mt->n * mt->r * sizeof(float))
-                           : self->be.upload(self->ctx,
-                                             mt->q,
-                                             self->host + mt->q_off,
-                                             mt->m * mt->r * sizeof(float));
-        if (rc != RUMOR_OK)
-            return rc;
-    }
-    self->pending = false;
-    self->ready = true;
-    return RUMOR_OK;
-}
-
-rumor_err
-rumor_lowrank_edge_apply(rumor_lowrank_edge *self,
-                         float *const *params,
-                         float step)
-{
-    if (!self->ready || (params == NULL && self->nmats > 0) || !isfinite(step))
-        return RUMOR_EINVAL;
-    float alpha = self->higher ? -step : step;
-    for (size_t i = 0; i < self->nmats; i++) {
-        const struct edge_mat *mt = &self->mats[i];
-        float *mat = params[mt->tensor];
-        if (mat == NULL)
-            return RUMOR_EINVAL;
-        rumor_err rc = self->be.reconstruct(self->ctx,
-                                            mt->n,
-                                            mt->m,
-                                            mt->r,
-                                            mt->p,
-                                            mt->q,
-                                            alpha,
-                                            NULL,
-                                            mat,
-                                            1.0f);
-        if (rc != RUMOR_OK)
-            return rc;
-    }
-    self->ready = false;
-    return RUMOR_OK;
-}
-
-size_t
-rumor_lowrank_edge_state_floats(const rumor_lowrank_edge *self)
-{
-    return self->p_floats + self->q_floats;
-}
-
-rumor_err
-rumor_lowrank_edge_state_get(const rumor_lowrank_edge *self, float *out)
-{
-    if (self->pending || self->ready || out == NULL)
-        return RUMOR_EINVAL;
-    for (size_t i = 0; i < self->nmats; i++) {
-        const struct edge_mat *mt = &self->mats[i];
-        rumor_err rc = self->be.download(self->ctx,
-                                         out + mt->p_off,
-                                         mt->p,
-                                         mt->n * mt->r * sizeof(float));
-        if (rc == RUMOR_OK)
-            rc = self->be.download(self->ctx,
-                                   out + self->p_floats + mt->q_off,
-                                   mt->q,
-                                   mt->m * mt->r * sizeof(float));
-        if (rc != RUMOR_OK)
-            return rc;
-    }
-    return RUMOR_OK;
-}
-
-rumor_err
-rumor_lowrank_edge_state_set(rumor_lowrank_edge *self, const float *in)
-{
-    if (self->pending || self->ready || in == NULL)
-        return RUMOR_EINVAL;
-    size_t total = self->p_floats + self->q_floats;
-    for (size_t i = 0; i < total; i++)
-        if (!isfinite(in[i]))
-            return RUMOR_ENUMERIC;
-    for (size_t i = 0; i < self->nmats; i++) {
-        struct edge_mat *mt = &self->mats[i];
-        mt->redraw =
-            s_zero_column(in + mt->p_off, mt->n, mt->r) ||
-            s_zero_column(in + self->p_floats + mt->q_off, mt->m, mt->r);
-        rumor_err rc = self->be.upload(self->ctx,
-                                       mt->p,
-                                       in + mt->p_off,
-                                       mt->n * mt->r * sizeof(float));
-        if (rc == RUMOR_OK)
-            rc = self->be.upload(self->ctx,
-                                 mt->q,
-                                 in + self->p_floats + mt->q_off,
-                                 mt->m * mt->r * sizeof(float));
-        if (rc != RUMOR_OK)
-            return rc;
-    }
     return RUMOR_OK;
 }

@@ -697,6 +697,108 @@ test_psgd_list_path__one_call_per_phase(void **s)
     }
 }
 
+/* One half-round of an edge pair: both products, both combines, both
+ * applies (step 0.5). The messages go to msgs[0..1]. */
+static void
+s_edge_round(rumor_lowrank_edge *const *e,
+             float *const *const *params,
+             uint64_t t,
+             float **msgs)
+{
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(
+            rumor_lowrank_edge_product(e[k], params[k], t, msgs[k]),
+            RUMOR_OK);
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(rumor_lowrank_edge_combine(e[k], msgs[1 - k]),
+                         RUMOR_OK);
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(rumor_lowrank_edge_apply(e[k], params[k], 0.5f),
+                         RUMOR_OK);
+}
+
+/* A PowerGossip edge pair on the twin backend (the list path), its list
+ * slots counted, against the same pair on the cpu backend over iterations
+ * of both parities: each half-round is one list call per phase and no
+ * call per matrix; messages, models and the edges' states agree within
+ * rounding. Matrix 0 starts equal at both ends, so its factor comes out
+ * zero and is redrawn. Ranks 1 and 4, three half-rounds: later, a matrix
+ * of rank at most r has been averaged, its difference is rounding noise
+ * and so are the factors orthogonalized from it (their product is not). */
+static void
+test_edge_twin_backend__list_path__matches_cpu(void **s)
+{
+    (void)s;
+    size_t offs[NMODEL + 1];
+    size_t total = s_model_floats(offs);
+    const size_t ranks[] = {1, 4};
+    for (size_t ri = 0; ri < 2; ri++) {
+        rumor_lowrank_edge *twin[2], *cpu[2];
+        float *x[2][2], *ptrs[2][2][NMODEL], *msg[2][2];
+        for (int k = 0; k < 2; k++) {
+            struct rumor_lowrank_edge_opts o;
+            rumor_lowrank_edge_opts_default(&o);
+            o.rank = ranks[ri];
+            o.seed = 3;
+            o.self_id = (uint32_t)k;
+            o.peer_id = (uint32_t)(1 - k);
+            struct lowrank_backend_i be;
+            void *ctx = NULL;
+            assert_int_equal(lowrank_twin_init(&be, &ctx), RUMOR_OK);
+            s_inner = be;
+            be.orthogonalize_list = s_count_orth;
+            be.project_right_list = s_count_right;
+            be.project_left_list = s_count_left;
+            be.reconstruct_list = s_count_recon;
+            be.project_right = s_count_other_right;
+            be.orthogonalize = s_count_other_orth;
+            assert_int_equal(
+                lowrank_edge_new_on(&twin[k], s_model, NMODEL, &o, &be, ctx),
+                RUMOR_OK);
+            assert_int_equal(
+                rumor_lowrank_edge_new(&cpu[k], s_model, NMODEL, &o),
+                RUMOR_OK);
+            x[0][k] = s_randn(total, 50 + (uint64_t)k);
+            if (k == 1) /* matrix 0 equal at both ends */
+                memcpy(x[0][1], x[0][0], (offs[1] - offs[0]) * sizeof(float));
+            x[1][k] = s_dup(x[0][k], total);
+            for (int b = 0; b < 2; b++) {
+                for (size_t i = 0; i < NMODEL; i++)
+                    ptrs[b][k][i] = x[b][k] + offs[i];
+                msg[b][k] = malloc((total + 1) * sizeof(float));
+            }
+        }
+        float *const *tp[2] = {ptrs[0][0], ptrs[0][1]};
+        float *const *cp[2] = {ptrs[1][0], ptrs[1][1]};
+        for (uint64_t t = 1; t <= 3; t++) {
+            memset(&s_calls, 0, sizeof s_calls);
+            s_edge_round(twin, tp, t, msg[0]);
+            assert_int_equal(s_calls.orth, 2);
+            assert_int_equal(s_calls.right + s_calls.left, 2);
+            assert_int_equal(s_calls.recon, 2);
+            assert_int_equal(s_calls.other, 0);
+            s_edge_round(cpu, cp, t, msg[1]);
+            size_t floats = rumor_lowrank_edge_msg_floats(cpu[0], t);
+            for (int k = 0; k < 2; k++) {
+                s_assert_close(msg[0][k], msg[1][k], floats, 1e-4, "edge msg");
+                s_assert_close(x[0][k], x[1][k], total, 1e-5, "edge model");
+            }
+        }
+        size_t sf = rumor_lowrank_edge_state_floats(cpu[0]);
+        for (int k = 0; k < 2; k++) {
+            float *a = malloc(sf * sizeof *a), *b = malloc(sf * sizeof *b);
+            assert_int_equal(rumor_lowrank_edge_state_get(twin[k], a), 0);
+            assert_int_equal(rumor_lowrank_edge_state_get(cpu[k], b), 0);
+            s_assert_close(a, b, sf, 1e-4, "edge state");
+            free(a), free(b);
+            rumor_lowrank_edge_destroy(&twin[k]);
+            rumor_lowrank_edge_destroy(&cpu[k]);
+            for (int b2 = 0; b2 < 2; b2++)
+                free(x[b2][k]), free(msg[b2][k]);
+        }
+    }
+}
+
 /* --- cuda kernels against their twins ------------------------------------- */
 
 static void
@@ -859,6 +961,7 @@ main(void)
         cmocka_unit_test(
             test_psgd_twin_backend__list_path__matches_cpu_over_steps),
         cmocka_unit_test(test_psgd_list_path__one_call_per_phase),
+        cmocka_unit_test(test_edge_twin_backend__list_path__matches_cpu),
         cmocka_unit_test(test_cuda_list_kernels__against_twins),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
