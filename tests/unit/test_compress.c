@@ -2256,7 +2256,7 @@ test_ef__topk_steps__sent_plus_error_equals_sum_of_gradients(void **state)
     assert_int_equal(en, n);
     for (size_t i = 0; i < n; i++)
         assert_true(fabs(total_s[i] + e[i] - total_g[i]) <= 1e-4);
-    assert_int_equal(compress_ef_steps(ef), steps);
+    assert_int_equal(rumor_ef_steps(ef), steps);
     /* Misuse: wrong n, and a codec for a dgc memory. */
     size_t len = 0;
     assert_int_equal(
@@ -2490,7 +2490,7 @@ test_ef_save_restore__continues_identically_and_rejects_bad_state(void **state)
         assert_int_equal(rumor_ef_save(a, st, ssize, &w), RUMOR_OK);
         assert_int_equal(w, ssize);
         assert_int_equal(rumor_ef_restore(b, st, ssize), RUMOR_OK);
-        assert_int_equal(compress_ef_steps(b), 3);
+        assert_int_equal(rumor_ef_steps(b), 3);
         assert_int_equal(
             rumor_ef_encode(a, c, g, n, 1, 9, buf, cap, &len, NULL),
             RUMOR_OK);
