@@ -980,6 +980,23 @@ test_cuda_allreduce_codec_mixed_ring(void **state)
     s_codec_opts(&o, "topk:ratio=0.1", "ef-decay:0.7");
     assert_true(s_cuda_mixed(&o, &b) == 0);
     s_ring_free(&b);
+    /* Elias-coded QSGD has no device kernels: refused, with the reason */
+    s_codec_opts(&o, "qsgd:bits=4,elias=1", "ef");
+    float *x = NULL;
+    const struct gossip_backend_i *cuda = s_cuda_or_skip();
+    assert_int_equal(cuda->alloc(64 * sizeof(float), (void **)&x), RUMOR_OK);
+    struct rumor_tensor t = {x, 1, {64}};
+    struct rumor_model m = {&t, 1};
+    struct rumor_diag diag = {0};
+    rumor_topology *topo = NULL;
+    assert_int_equal(rumor_topology_from_spec("ring:4", 1, &topo, &diag),
+                     RUMOR_OK);
+    rumor_gossip *g = NULL;
+    assert_int_equal(gossip_new_in(&o, topo, 0, &m, cuda, &g, &diag),
+                     RUMOR_ENOTSUP);
+    assert_non_null(strstr(diag.msg, "no device kernels"));
+    rumor_topology_destroy(&topo);
+    cuda->release(x);
 }
 
 int
