@@ -313,10 +313,6 @@ size_t compress_sparse_k(const rumor_codec *c, size_t n);
 /* A bound on compress_sparse_encode_k's payload for any k <= n. */
 size_t compress_sparse_size_any(const rumor_codec *c, size_t n);
 
-/* Steps an error-feedback memory has taken (errfb.c; they drive the dgc
- * warm-up and travel in its saved state). */
-uint64_t compress_ef_steps(const rumor_ef *ef);
-
 /* --- kernels (kernels.c: dispatching fast paths; ref.c: plain C) ------- */
 
 /* The byte stream of stochastic rounding, (seed, stream): byte j is in

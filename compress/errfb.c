@@ -474,6 +474,31 @@ rumor_ef_error(const rumor_ef *ef, size_t *n)
 }
 
 rumor_err
+rumor_ef_decay(const rumor_ef *ef, float *decay)
+{
+    if (ef->kind != S_EF && ef->kind != S_EF_DECAY)
+        return RUMOR_EINVAL;
+    /* ef-decay's new m = gamma m + g - C(p) is p - C(p): float addition
+     * commutes, so gamma m + g is p's own sum */
+    *decay = ef->kind == S_EF ? 1.0f : ef->gamma;
+    return RUMOR_OK;
+}
+
+float *
+rumor_ef_residual(rumor_ef *ef, size_t *n)
+{
+    if (n != NULL)
+        *n = ef->n;
+    return ef->e;
+}
+
+void
+rumor_ef_set_steps(rumor_ef *ef, uint64_t steps)
+{
+    ef->steps = steps;
+}
+
+rumor_err
 rumor_ef_apply_error(const rumor_ef *ef, float alpha, float *x, size_t n)
 {
     if (n != ef->n)
@@ -484,7 +509,7 @@ rumor_ef_apply_error(const rumor_ef *ef, float alpha, float *x, size_t n)
 }
 
 uint64_t
-compress_ef_steps(const rumor_ef *ef)
+rumor_ef_steps(const rumor_ef *ef)
 {
     return ef->steps;
 }

@@ -33,7 +33,18 @@
  * Over a ring of fewer members (rumor_gossip_members_set) both all-gathers
  * run over those members, the mean divides by their count and DGC's clip
  * takes it as its N; the codecs' seeds stay those of the node ids.
+ *
+ * Where the model is (gossip/backend.h; the GPU too): the memories of ef
+ * and ef-decay (rumor_ef_decay: p = x + decay e, e = p - C(p), the
+ * memory's own roundings), the vectors the codec encodes and decodes and
+ * the mean. C(p) is decoded from the bytes sent, as every node decodes
+ * them. Only the payloads cross PCIe: this node's down once, and up again
+ * with every other node's. A state goes through the host at save and load
+ * time, as rumor_ef_save's record, so it moves between backends. DGC and
+ * SAEF memories and TernGrad's scaler sharing step on the host (the memory
+ * selects, clips and agrees there): a model in device memory refuses them.
  */
+#include "core/le.h"
 #include "gossip/gossip_impl.h"
 
 #include <math.h>
@@ -41,46 +52,102 @@
 #include <string.h>
 
 struct cdp {
-    struct gossip_packer pack;   /* codec, decode scratch */
-    rumor_ef **ef;               /* one memory per tensor; NULL without */
+    struct gossip_packer pack; /* codec; scratch: p, then each decode */
+    /* the memories that step themselves, on the host (dgc, saef, and any
+     * with share=1), one per tensor; NULL otherwise */
+    rumor_ef **ef;
+    float *e;        /* ef, ef-decay: the residuals, numel, backend; or NULL */
+    uint64_t *steps; /* and each tensor's steps (rumor_ef_steps) */
+    float decay;     /* p = x + decay e */
+    float *cp;       /* C(p) of one tensor, backend */
     struct gossip_gather gather; /* every node's payload */
     size_t payload_cap;
-    double *sum;         /* numel */
-    float *x;            /* numel: the vector to encode */
+    double *sum;         /* numel, backend */
     float *scalers;      /* share=1: the running max of the scalers */
     size_t nscalers;     /* over every bucket of every tensor; 0: no sharing */
     uint8_t *scaler_msg; /* 4 nscalers: the scalers on the wire */
 };
 
+/* A memory of g's spec for tensor t (checked against the codec), and the
+ * payload bound it adds. */
+static rumor_err
+s_memory_new(rumor_gossip *g, size_t t, rumor_ef **out, struct rumor_diag *diag)
+{
+    struct cdp *s = g->state;
+    size_t n = rumor_tensor_numel(&g->tensors[t]), bytes = 0;
+    rumor_err rc = rumor_ef_new(g->opts.ef, n, out, diag);
+    if (rc == RUMOR_OK && !rumor_ef_codec_fits(*out, s->pack.codec)) {
+        rumor_diag_set(diag,
+                       "",
+                       0,
+                       0,
+                       "allreduce: ef %s selects by count: it needs a topk, "
+                       "randk or dgc codec (dgc with a warm-up), not %s",
+                       g->opts.ef,
+                       g->opts.codec);
+        return RUMOR_EINVAL;
+    }
+    if (rc == RUMOR_OK)
+        rc = rumor_ef_encoded_size(*out, s->pack.codec, n, &bytes);
+    s->payload_cap += 4 + bytes;
+    return rc;
+}
+
+/* Whether the memories step on the host: dgc and saef (no decay), and
+ * every kind under scaler sharing; refused where the model is not. */
+static rumor_err
+s_host_steps(rumor_gossip *g, const rumor_ef *first, struct rumor_diag *diag)
+{
+    struct cdp *s = g->state;
+    bool own = first != NULL && rumor_ef_decay(first, &s->decay) != RUMOR_OK;
+    if (!own && s->nscalers == 0)
+        return RUMOR_OK;
+    if (g->be->host_memory) {
+        s->ef = calloc(g->tensor_count, sizeof *s->ef);
+        return s->ef != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+    }
+    rumor_diag_set(diag,
+                   "",
+                   0,
+                   0,
+                   own ? "allreduce: --ef %s steps on the host (the memory "
+                         "selects and clips there); a model in GPU memory "
+                         "takes --ef ef, ef-decay or none"
+                       : "allreduce: %s with share=1 agrees on the scalers "
+                         "on the host; keep the model in host memory for it",
+                   own ? g->opts.ef : g->opts.codec);
+    return RUMOR_ENOTSUP;
+}
+
 static rumor_err
 s_make_memories(rumor_gossip *g, struct rumor_diag *diag)
 {
     struct cdp *s = g->state;
-    s->ef = calloc(g->tensor_count, sizeof *s->ef);
-    if (s->ef == NULL)
-        return RUMOR_ENOMEM;
-    for (size_t t = 0; t < g->tensor_count; t++) {
-        size_t n = rumor_tensor_numel(&g->tensors[t]), bytes = 0;
-        rumor_err rc = rumor_ef_new(g->opts.ef, n, &s->ef[t], diag);
-        if (rc == RUMOR_OK && !rumor_ef_codec_fits(s->ef[t], s->pack.codec)) {
-            rumor_diag_set(
-                diag,
-                "",
-                0,
-                0,
-                "allreduce: ef %s selects by count: it needs a topk, randk or "
-                "dgc codec (dgc with a warm-up), not %s",
-                g->opts.ef,
-                g->opts.codec);
-            return RUMOR_EINVAL;
-        }
-        if (rc == RUMOR_OK)
-            rc = rumor_ef_encoded_size(s->ef[t], s->pack.codec, n, &bytes);
-        if (rc != RUMOR_OK)
-            return rc;
-        s->payload_cap += 4 + bytes;
+    rumor_ef *mem = NULL;
+    rumor_err rc = RUMOR_OK;
+    for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
+        rc = s_memory_new(g, t, &mem, diag);
+        if (rc == RUMOR_OK && t == 0)
+            rc = s_host_steps(g, mem, diag);
+        if (rc == RUMOR_OK && s->ef != NULL)
+            s->ef[t] = mem; /* kept: it steps */
+        else
+            rumor_ef_destroy(&mem);
     }
-    return RUMOR_OK;
+    if (rc != RUMOR_OK || s->ef != NULL)
+        return rc;
+    size_t largest = 0;
+    for (size_t t = 0; t < g->tensor_count; t++) {
+        size_t n = rumor_tensor_numel(&g->tensors[t]);
+        largest = n > largest ? n : largest;
+    }
+    s->steps = calloc(g->tensor_count + 1, sizeof *s->steps);
+    rc = s->steps != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(g->numel * sizeof(float), (void **)&s->e);
+    return rc == RUMOR_OK
+               ? g->be->alloc(largest * sizeof(float), (void **)&s->cp)
+               : rc;
 }
 
 static rumor_err
@@ -95,8 +162,14 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
         return RUMOR_EINVAL;
     }
     rumor_err rc = gossip_packer_init(&s->pack, g, g->opts.codec, diag);
+    for (size_t t = 0; rc == RUMOR_OK && t < g->tensor_count; t++)
+        s->nscalers +=
+            rumor_codec_scaler_count(s->pack.codec,
+                                     rumor_tensor_numel(&g->tensors[t]));
     if (rc == RUMOR_OK && g->opts.ef[0] != '\0')
         rc = s_make_memories(g, diag);
+    else if (rc == RUMOR_OK && s->nscalers > 0 && !g->be->host_memory)
+        rc = s_host_steps(g, NULL, diag);
     else
         s->payload_cap = s->pack.cap;
     if (rc != RUMOR_OK)
@@ -104,21 +177,14 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     rc = gossip_gather_init(&s->gather, g, s->payload_cap);
     if (rc != RUMOR_OK)
         return rc;
-    s->sum = malloc(g->numel * sizeof *s->sum);
-    s->x = malloc(g->numel * sizeof *s->x);
-    if (!s->sum || !s->x)
-        return RUMOR_ENOMEM;
-    for (size_t t = 0; t < g->tensor_count; t++)
-        s->nscalers +=
-            rumor_codec_scaler_count(s->pack.codec,
-                                     rumor_tensor_numel(&g->tensors[t]));
-    if (s->nscalers > 0) {
+    rc = g->be->alloc(g->numel * sizeof(double), (void **)&s->sum);
+    if (rc == RUMOR_OK && s->nscalers > 0) {
         s->scalers = malloc(s->nscalers * sizeof *s->scalers);
         s->scaler_msg = malloc(4 * s->nscalers);
         if (s->scalers == NULL || s->scaler_msg == NULL)
             return RUMOR_ENOMEM;
     }
-    return RUMOR_OK;
+    return rc;
 }
 
 static void
@@ -127,13 +193,15 @@ s_free(rumor_gossip *g)
     struct cdp *s = g->state;
     if (s == NULL)
         return;
-    gossip_packer_free(&s->pack);
     for (size_t t = 0; s->ef != NULL && t < g->tensor_count; t++)
         rumor_ef_destroy(&s->ef[t]);
-    gossip_gather_free(&s->gather);
     free(s->ef);
-    free(s->sum);
-    free(s->x);
+    free(s->steps);
+    g->be->release(s->e);
+    g->be->release(s->cp);
+    g->be->release(s->sum);
+    gossip_packer_free(&s->pack);
+    gossip_gather_free(&s->gather);
     free(s->scalers);
     free(s->scaler_msg);
     free(s);
@@ -176,7 +244,7 @@ s_own_scalers(rumor_gossip *g)
     size_t base = 0, at = 0;
     for (size_t t = 0; t < g->tensor_count; t++) {
         size_t n = rumor_tensor_numel(&g->tensors[t]);
-        const float *v = s->x + base;
+        const float *v = g->tensors[t].data; /* host memory */
         rumor_err rc = RUMOR_OK;
         if (s->ef != NULL) {
             rc = rumor_ef_corrected(s->ef[t], v, n, s->pack.scratch);
@@ -192,8 +260,86 @@ s_own_scalers(rumor_gossip *g)
     return RUMOR_OK;
 }
 
-/* This node's payload: each tensor through its memory (or the codec),
- * with the agreed scalers when they are shared. */
+/* Tensor t's payload through the table: p = x + decay e (x itself
+ * without a memory), then e = p - C(p), C(p) decoded from the bytes. */
+static rumor_err
+s_encode_table(rumor_gossip *g,
+               size_t t,
+               size_t base,
+               uint64_t seed,
+               uint64_t step,
+               uint8_t *dst,
+               size_t cap,
+               size_t *written)
+{
+    struct cdp *s = g->state;
+    const struct gossip_backend_i *be = g->be;
+    const float *x = g->tensors[t].data;
+    float *p = s->pack.scratch;
+    size_t n = rumor_tensor_numel(&g->tensors[t]);
+    rumor_err rc = s->e != NULL ? be->add_scaled(p, x, s->decay, s->e + base, n)
+                                : RUMOR_OK;
+    if (rc == RUMOR_OK)
+        rc = be->encode(s->pack.codec,
+                        s->e != NULL ? p : x,
+                        n,
+                        seed,
+                        step,
+                        dst,
+                        cap,
+                        written);
+    s->pack.pcie_d2h += be->host_memory || rc != RUMOR_OK ? 0 : *written;
+    if (rc != RUMOR_OK || s->e == NULL)
+        return rc;
+    rc = be->decode(s->pack.codec, dst, *written, s->cp, n);
+    s->pack.pcie_h2d += be->host_memory ? 0 : *written;
+    if (RUMOR_NEVER(rc != RUMOR_OK))
+        return rc; /* own bytes always decode, or the codec has a bug */
+    rc = be->add_scaled(s->e + base, p, -1.0f, s->cp, n); /* p - C(p) */
+    s->steps[t] += rc == RUMOR_OK;
+    return rc;
+}
+
+/* Tensor t's payload on the host, through a memory that steps itself
+ * (or the codec) with the agreed scalers when they are shared. */
+static rumor_err
+s_encode_host(rumor_gossip *g,
+              size_t t,
+              const float *shared,
+              uint64_t seed,
+              uint64_t step,
+              uint8_t *dst,
+              size_t cap,
+              size_t *written)
+{
+    struct cdp *s = g->state;
+    const float *x = g->tensors[t].data;
+    size_t n = rumor_tensor_numel(&g->tensors[t]);
+    if (s->ef != NULL)
+        return rumor_ef_encode_shared(s->ef[t],
+                                      s->pack.codec,
+                                      x,
+                                      n,
+                                      shared,
+                                      seed,
+                                      step,
+                                      dst,
+                                      cap,
+                                      written,
+                                      NULL);
+    return rumor_codec_encode_shared(s->pack.codec,
+                                     x,
+                                     n,
+                                     shared,
+                                     seed,
+                                     step,
+                                     dst,
+                                     cap,
+                                     written,
+                                     NULL);
+}
+
+/* This node's payload, tensor by tensor. */
 static rumor_err
 s_encode(rumor_gossip *g, uint64_t step)
 {
@@ -206,33 +352,21 @@ s_encode(rumor_gossip *g, uint64_t step)
             rumor_seed_derive(g->opts.seed, g->self, g->opts.tensor_base + t);
         uint8_t *dst = out + at + 4;
         size_t cap = s->payload_cap - at - 4;
-        const float *shared = s->scalers != NULL ? s->scalers + sc : NULL;
-        rumor_err rc = s->ef != NULL ? rumor_ef_encode_shared(s->ef[t],
-                                                              s->pack.codec,
-                                                              s->x + base,
-                                                              n,
-                                                              shared,
-                                                              seed,
-                                                              step,
-                                                              dst,
-                                                              cap,
-                                                              &written,
-                                                              NULL)
-                                     : rumor_codec_encode_shared(s->pack.codec,
-                                                                 s->x + base,
-                                                                 n,
-                                                                 shared,
-                                                                 seed,
-                                                                 step,
-                                                                 dst,
-                                                                 cap,
-                                                                 &written,
-                                                                 NULL);
+        rumor_err rc =
+            s->ef != NULL || s->scalers != NULL
+                ? s_encode_host(g,
+                                t,
+                                s->scalers != NULL ? s->scalers + sc : NULL,
+                                seed,
+                                step,
+                                dst,
+                                cap,
+                                &written)
+                : s_encode_table(g, t, base, seed, step, dst, cap, &written);
         if (rc != RUMOR_OK)
             return rc;
         sc += rumor_codec_scaler_count(s->pack.codec, n);
-        for (int b = 0; b < 4; b++)
-            out[at + (size_t)b] = (uint8_t)(written >> (8 * b));
+        core_put_u32(out + at, (uint32_t)written);
         at += 4 + written;
         base += n;
     }
@@ -246,10 +380,8 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
     struct cdp *s = g->state;
     uint32_t sr = s_scaler_rounds(g), to = gossip_ring_next(g);
     rumor_err rc = RUMOR_OK;
-    if (round == 0) {
-        gossip_flat_get(g, 0, g->numel, s->x);
+    if (round == 0)
         rc = s_memories_nodes(g);
-    }
     if (rc == RUMOR_OK && round == 0 && sr > 0)
         rc = s_own_scalers(g);
     if (rc == RUMOR_OK && round == sr)
@@ -266,34 +398,38 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
     return rc;
 }
 
-/* Every payload decoded in node order: the same bits on every node. The
- * model is written only when all decode. */
+/* Every payload decoded in node order, where the model is: the same bits
+ * on every node. The model is written only when all decode. */
 static rumor_err
 s_average(rumor_gossip *g)
 {
     struct cdp *s = g->state;
-    memset(s->sum, 0, g->numel * sizeof *s->sum);
-    for (size_t j = 0; j < g->ring_n; j++) {
-        rumor_err rc = gossip_packer_stage(&s->pack,
-                                           g,
-                                           s->gather.payload[j],
-                                           s->gather.len[j],
-                                           1.0,
-                                           s->sum);
-        if (rc != RUMOR_OK) {
+    rumor_err rc = g->be->zero(s->sum, g->numel * sizeof *s->sum);
+    for (size_t j = 0; j < g->ring_n && rc == RUMOR_OK; j++) {
+        rc = gossip_packer_stage(&s->pack,
+                                 g,
+                                 s->gather.payload[j],
+                                 s->gather.len[j],
+                                 1.0,
+                                 s->sum);
+        if (rc != RUMOR_OK)
             rumor_log(RUMOR_LOG_WARN,
                       "gossip allreduce: node %u: the payload of node %u "
                       "does not decode: %s",
                       g->self,
                       g->ring[j],
                       rumor_strerror(rc));
-            return rc;
-        }
     }
-    for (size_t e = 0; e < g->numel; e++)
-        s->x[e] = (float)(s->sum[e] / (double)g->ring_n);
-    gossip_flat_put(g, 0, g->numel, s->x);
-    return RUMOR_OK;
+    size_t base = 0;
+    for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
+        size_t n = rumor_tensor_numel(&g->tensors[t]);
+        rc = g->be->div_round(g->tensors[t].data,
+                              s->sum + base,
+                              (double)g->ring_n,
+                              n);
+        base += n;
+    }
+    return rc;
 }
 
 /* The predecessor's running max: every scaler a float >= 0 (checked
@@ -349,60 +485,112 @@ s_absorb(rumor_gossip *g,
 }
 
 /* Between steps: the error memories, each as a u64-length blob
- * (rumor_ef_save), after a u32 count (0 without opts.ef). */
+ * (rumor_ef_save), after a u32 count (0 without opts.ef). A residual
+ * kept where the model is goes through a memory made for the record. */
+static rumor_err
+s_save_one(const rumor_gossip *g, size_t t, size_t base, struct rumor_buf *out)
+{
+    const struct cdp *s = g->state;
+    size_t n = rumor_tensor_numel(&g->tensors[t]), written = 0;
+    rumor_ef *mem = s->ef != NULL ? s->ef[t] : NULL;
+    rumor_err rc =
+        mem != NULL ? RUMOR_OK : rumor_ef_new(g->opts.ef, n, &mem, NULL);
+    if (rc == RUMOR_OK && s->ef == NULL) {
+        rumor_ef_set_steps(mem, s->steps[t]);
+        rc = g->be->copy(rumor_ef_residual(mem, NULL),
+                         s->e + base,
+                         n * sizeof(float),
+                         GOSSIP_TO_HOST);
+    }
+    size_t len = rc == RUMOR_OK ? rumor_ef_state_size(mem) : 0;
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, len);
+    if (rc == RUMOR_OK)
+        rc = rumor_buf_reserve(out, len);
+    if (rc == RUMOR_OK)
+        rc = rumor_ef_save(mem, out->data + out->len, len, &written);
+    out->len += rc == RUMOR_OK ? written : 0;
+    if (s->ef == NULL)
+        rumor_ef_destroy(&mem);
+    return rc;
+}
+
 static rumor_err
 s_state_save(const rumor_gossip *g, struct rumor_buf *out)
 {
     const struct cdp *s = g->state;
-    size_t count = s->ef != NULL ? g->tensor_count : 0;
+    size_t count = s->ef != NULL || s->e != NULL ? g->tensor_count : 0;
     rumor_err rc = gossip_write_u32(out, (uint32_t)count);
-    for (size_t t = 0; t < count && rc == RUMOR_OK; t++) {
-        size_t len = rumor_ef_state_size(s->ef[t]), written = 0;
-        rc = gossip_write_u64(out, len);
-        if (rc == RUMOR_OK)
-            rc = rumor_buf_reserve(out, len);
-        if (rc == RUMOR_OK)
-            rc = rumor_ef_save(s->ef[t], out->data + out->len, len, &written);
-        out->len += rc == RUMOR_OK ? written : 0;
+    for (size_t t = 0, base = 0; t < count && rc == RUMOR_OK; t++) {
+        rc = s_save_one(g, t, base, out);
+        base += rumor_tensor_numel(&g->tensors[t]);
     }
     return rc;
 }
 
-/* Checks each memory's bytes on a scratch memory of the same spec first,
- * so a bad state changes nothing. The memories are each node's own: an
- * adopt only checks them. */
+/* Memory t from its record, checked first on a memory of the same spec,
+ * so that a bad state changes nothing. */
+static rumor_err
+s_load_one(rumor_gossip *g,
+           size_t t,
+           size_t base,
+           const uint8_t *p,
+           size_t len,
+           bool apply)
+{
+    struct cdp *s = g->state;
+    size_t n = rumor_tensor_numel(&g->tensors[t]);
+    rumor_ef *check = NULL;
+    rumor_err rc = rumor_ef_new(g->opts.ef, n, &check, NULL);
+    if (rc == RUMOR_OK)
+        rc = rumor_ef_restore(check, p, len);
+    if (rc == RUMOR_OK && apply && s->ef != NULL)
+        rc = rumor_ef_restore(s->ef[t], p, len);
+    else if (rc == RUMOR_OK && apply)
+        rc = g->be->copy(s->e + base,
+                         rumor_ef_residual(check, NULL),
+                         n * sizeof(float),
+                         GOSSIP_TO_DEVICE);
+    if (rc == RUMOR_OK && apply && s->ef == NULL)
+        s->steps[t] = rumor_ef_steps(check);
+    rumor_ef_destroy(&check);
+    return rc;
+}
+
+/* The memories are each node's own: an adopt only checks them. */
 static rumor_err
 s_state_load(rumor_gossip *g,
              struct gossip_reader *r,
              enum gossip_state_mode mode)
 {
     struct cdp *s = g->state;
-    size_t count = s->ef != NULL ? g->tensor_count : 0;
+    size_t count = s->ef != NULL || s->e != NULL ? g->tensor_count : 0;
     if (gossip_read_u32(r) != count && r->err == RUMOR_OK)
         gossip_reader_fail(r, RUMOR_EPROTO, "error memories that do not fit");
-    for (size_t t = 0; t < count && r->err == RUMOR_OK; t++) {
+    for (size_t t = 0, base = 0; t < count && r->err == RUMOR_OK; t++) {
         size_t len = 0;
         const uint8_t *p = gossip_read_blob(r, &len);
-        rumor_ef *check = NULL;
-        rumor_err rc = r->err;
-        if (rc == RUMOR_OK)
-            rc = rumor_ef_new(g->opts.ef,
-                              rumor_tensor_numel(&g->tensors[t]),
-                              &check,
-                              NULL);
-        if (rc == RUMOR_OK)
-            rc = rumor_ef_restore(mode == GOSSIP_STATE_LOAD ? s->ef[t] : check,
-                                  p,
-                                  len);
-        rumor_ef_destroy(&check);
+        rumor_err rc =
+            r->err == RUMOR_OK
+                ? s_load_one(g, t, base, p, len, mode == GOSSIP_STATE_LOAD)
+                : r->err;
         if (rc != RUMOR_OK)
             gossip_reader_fail(r, rc, "an error memory that does not fit");
+        base += rumor_tensor_numel(&g->tensors[t]);
     }
     return r->err;
 }
 
+static void
+s_pcie(const rumor_gossip *g, uint64_t *h2d, uint64_t *d2h)
+{
+    gossip_packer_pcie(&((const struct cdp *)g->state)->pack, h2d, d2h);
+}
+
 const struct gossip_algo_i gossip_allreduce_codec = {
     .name = "allreduce",
+    .device = true,
+    .pcie = s_pcie,
     .init = s_init,
     .free = s_free,
     .rounds = s_rounds,

@@ -98,6 +98,16 @@ struct gossip_backend_i {
                         size_t len,
                         float *y,
                         size_t n);
+    /* the compressed all-reduce (allreduce_codec.c): its error feedback
+     * out = a + c * b in float (the product rounded, then the sum), and
+     * the mean out = (float)(acc / c) (a division: a product by 1 / c
+     * rounds otherwise) */
+    rumor_err (*add_scaled)(float *out,
+                            const float *a,
+                            float c,
+                            const float *b,
+                            size_t n);
+    rumor_err (*div_round)(float *out, const double *acc, double c, size_t n);
 };
 
 /* The plain-C twins of the CUDA kernels (gossip/ref.c), one loop over the
@@ -116,6 +126,12 @@ void
 gossip_ref_sub_round(float *out, const float *x, const double *xhat, size_t n);
 void gossip_ref_accum(double *acc, double c, const float *x, size_t n);
 void gossip_ref_add(float *out, const float *a, const float *b, size_t n);
+void gossip_ref_add_scaled(float *out,
+                           const float *a,
+                           float c,
+                           const float *b,
+                           size_t n);
+void gossip_ref_div_round(float *out, const double *acc, double c, size_t n);
 
 extern const struct gossip_backend_i gossip_backend_host;
 extern const struct gossip_backend_i gossip_backend_ref;

@@ -152,6 +152,18 @@ k_add(float *out, const float *a, const float *b, size_t n)
     S_EACH(e, n) out[e] = __fadd_rn(a[e], b[e]);
 }
 
+__global__ void
+k_add_scaled(float *out, const float *a, float c, const float *b, size_t n)
+{
+    S_EACH(e, n) out[e] = __fadd_rn(a[e], __fmul_rn(c, b[e]));
+}
+
+__global__ void
+k_div_round(float *out, const double *acc, double c, size_t n)
+{
+    S_EACH(e, n) out[e] = __double2float_rn(__ddiv_rn(acc[e], c));
+}
+
 static rumor_err
 s_zero(void *p, size_t bytes)
 {
@@ -240,6 +252,20 @@ s_add(float *out, const float *a, const float *b, size_t n)
     return s_launched("add");
 }
 
+static rumor_err
+s_add_scaled(float *out, const float *a, float c, const float *b, size_t n)
+{
+    k_add_scaled<<<s_blocks(n), S_THREADS>>>(out, a, c, b, n);
+    return s_launched("add_scaled");
+}
+
+static rumor_err
+s_div_round(float *out, const double *acc, double c, size_t n)
+{
+    k_div_round<<<s_blocks(n), S_THREADS>>>(out, acc, c, n);
+    return s_launched("div_round");
+}
+
 // The device codecs, on the legacy default stream (NULL) as the rest.
 static rumor_err
 s_encode(const rumor_codec *codec,
@@ -294,6 +320,8 @@ static const struct gossip_backend_i s_cuda = {
     .add = s_add,
     .encode = s_encode,
     .decode = s_decode,
+    .add_scaled = s_add_scaled,
+    .div_round = s_div_round,
 };
 
 extern "C" rumor_err

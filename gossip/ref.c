@@ -81,3 +81,21 @@ gossip_ref_add(float *out, const float *a, const float *b, size_t n)
     for (size_t e = 0; e < n; e++)
         out[e] = a[e] + b[e];
 }
+
+void
+gossip_ref_add_scaled(float *out,
+                      const float *a,
+                      float c,
+                      const float *b,
+                      size_t n)
+{
+    for (size_t e = 0; e < n; e++)
+        out[e] = a[e] + c * b[e];
+}
+
+void
+gossip_ref_div_round(float *out, const double *acc, double c, size_t n)
+{
+    for (size_t e = 0; e < n; e++)
+        out[e] = (float)(acc[e] / c);
+}

@@ -339,6 +339,21 @@ rumor_ef_encode_shared(rumor_ef *ef,
  * dgc): n floats, borrowed, valid until the next call on ef. */
 RUMOR_API const float *rumor_ef_error(const rumor_ef *ef, size_t *n);
 
+/* A memory kept elsewhere (gossip's compressed all-reduce keeps the
+ * residuals of ef and ef-decay where the model is, on a GPU too):
+ * rumor_ef_decay gives the factor of its step, p = g + decay e in float
+ * (1 for ef, gamma for ef-decay) for the codec, then e = p - C(p), the
+ * roundings of rumor_ef_encode; RUMOR_EINVAL for dgc and saef, whose
+ * steps are the memory's own. rumor_ef_residual is rumor_ef_error's
+ * vector, writable, and rumor_ef_steps / rumor_ef_set_steps the count of
+ * successful steps: with them a memory made for the occasion carries such
+ * a state through rumor_ef_save and rumor_ef_restore. */
+RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_decay(const rumor_ef *ef,
+                                                   float *decay);
+RUMOR_API float *rumor_ef_residual(rumor_ef *ef, size_t *n);
+RUMOR_API uint64_t rumor_ef_steps(const rumor_ef *ef);
+RUMOR_API void rumor_ef_set_steps(rumor_ef *ef, uint64_t steps);
+
 /* x += alpha * residual (SAEF's look-ahead with alpha = -1, or mixing a
  * neighbour's error into e_bar). RUMOR_EINVAL when n differs. */
 RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_apply_error(const rumor_ef *ef,

@@ -2256,7 +2256,7 @@ test_ef__topk_steps__sent_plus_error_equals_sum_of_gradients(void **state)
     assert_int_equal(en, n);
     for (size_t i = 0; i < n; i++)
         assert_true(fabs(total_s[i] + e[i] - total_g[i]) <= 1e-4);
-    assert_int_equal(compress_ef_steps(ef), steps);
+    assert_int_equal(rumor_ef_steps(ef), steps);
     /* Misuse: wrong n, and a codec for a dgc memory. */
     size_t len = 0;
     assert_int_equal(
@@ -2490,7 +2490,7 @@ test_ef_save_restore__continues_identically_and_rejects_bad_state(void **state)
         assert_int_equal(rumor_ef_save(a, st, ssize, &w), RUMOR_OK);
         assert_int_equal(w, ssize);
         assert_int_equal(rumor_ef_restore(b, st, ssize), RUMOR_OK);
-        assert_int_equal(compress_ef_steps(b), 3);
+        assert_int_equal(rumor_ef_steps(b), 3);
         assert_int_equal(
             rumor_ef_encode(a, c, g, n, 1, 9, buf, cap, &len, NULL),
             RUMOR_OK);
@@ -2553,6 +2553,86 @@ test_saef__lookahead_and_error__as_in_xu_et_al(void **state)
     free(delta);
     rumor_codec_destroy(&c);
     rumor_ef_destroy(&ef);
+}
+
+/* A memory kept elsewhere (gossip's compressed all-reduce on a GPU): the
+ * step as vector operations with rumor_ef_decay's factor, the codec and a
+ * decode sends the bytes rumor_ef_encode sends and keeps its residual,
+ * bit for bit (zeros, -0 and denormals among the values); with
+ * rumor_ef_residual and rumor_ef_set_steps a fresh memory saves the same
+ * record, which restores the steps. dgc and saef have no such step. */
+static void
+test_ef_decay__outside_step__same_bytes_residual_and_record(void **state)
+{
+    (void)state;
+    const size_t n = 1000, steps = 5;
+    static const char *const specs[] = {"ef", "ef-decay:0.7"};
+    rumor_codec *c = s_codec("qsgd:bits=4");
+    size_t cap = 0;
+    bool exact = false;
+    assert_int_equal(rumor_codec_encoded_size(c, n, &cap, &exact), RUMOR_OK);
+    uint8_t *want = malloc(cap), *got = malloc(cap);
+    float *e = calloc(n, sizeof *e), *p = malloc(n * sizeof *p);
+    float *q = malloc(n * sizeof *q);
+    assert_true(want && got && e && p && q);
+    for (size_t k = 0; k < 2; k++) {
+        rumor_ef *mem = s_ef(specs[k], n), *fresh = s_ef(specs[k], n);
+        float decay = 0;
+        assert_int_equal(rumor_ef_decay(mem, &decay), RUMOR_OK);
+        assert_true(decay == (k == 0 ? 1.0f : 0.7f));
+        memset(e, 0, n * sizeof *e);
+        for (size_t t = 0; t < steps; t++) {
+            float *g = s_data(n, 300 + t);
+            size_t wlen = 0, glen = 0;
+            assert_int_equal(
+                rumor_ef_encode(mem, c, g, n, 5, t, want, cap, &wlen, NULL),
+                RUMOR_OK);
+            for (size_t i = 0; i < n; i++)
+                p[i] = g[i] + decay * e[i];
+            assert_int_equal(
+                rumor_codec_encode(c, p, n, 5, t, got, cap, &glen, NULL),
+                RUMOR_OK);
+            assert_int_equal(glen, wlen);
+            assert_memory_equal(got, want, wlen);
+            assert_int_equal(rumor_codec_decode(c, got, glen, q, n), RUMOR_OK);
+            for (size_t i = 0; i < n; i++)
+                e[i] = p[i] - q[i];
+            free(g);
+        }
+        assert_memory_equal(e, rumor_ef_error(mem, NULL), n * sizeof *e);
+        size_t rn = 0;
+        memcpy(rumor_ef_residual(fresh, &rn), e, n * sizeof *e);
+        assert_int_equal(rn, n);
+        rumor_ef_set_steps(fresh, steps);
+        size_t len = rumor_ef_state_size(mem), wa = 0, wb = 0;
+        uint8_t *ra = malloc(len), *rb = malloc(len);
+        assert_true(ra && rb);
+        assert_int_equal(rumor_ef_save(mem, ra, len, &wa), RUMOR_OK);
+        assert_int_equal(rumor_ef_save(fresh, rb, len, &wb), RUMOR_OK);
+        assert_memory_equal(ra, rb, len);
+        rumor_ef *back = s_ef(specs[k], n);
+        assert_int_equal(rumor_ef_restore(back, rb, wb), RUMOR_OK);
+        assert_int_equal(rumor_ef_steps(back), steps);
+        assert_memory_equal(rumor_ef_residual(back, NULL), e, n * sizeof *e);
+        rumor_ef_destroy(&back);
+        rumor_ef_destroy(&fresh);
+        rumor_ef_destroy(&mem);
+        free(ra);
+        free(rb);
+    }
+    static const char *const own[] = {"dgc", "saef"};
+    for (size_t k = 0; k < 2; k++) {
+        rumor_ef *mem = s_ef(own[k], n);
+        float decay = 0;
+        assert_int_equal(rumor_ef_decay(mem, &decay), RUMOR_EINVAL);
+        rumor_ef_destroy(&mem);
+    }
+    free(want);
+    free(got);
+    free(e);
+    free(p);
+    free(q);
+    rumor_codec_destroy(&c);
 }
 
 int
@@ -2635,6 +2715,8 @@ main(int argc, char **argv)
         cmocka_unit_test(
             test_ef_save_restore__continues_identically_and_rejects_bad_state),
         cmocka_unit_test(test_saef__lookahead_and_error__as_in_xu_et_al),
+        cmocka_unit_test(
+            test_ef_decay__outside_step__same_bytes_residual_and_record),
     };
     if (argc == 2)
         cmocka_set_test_filter(argv[1]);

@@ -525,16 +525,13 @@ test_deepsqueeze_bits_equal_host(void **state)
 /* A state saved from a device instance (its copies through the host)
  * loads into a host one, and back, to the same bytes. */
 static void
-test_choco_state_moves_between_backends(void **state)
+s_state_moves(const struct rumor_gossip_opts *o)
 {
-    (void)state;
-    struct rumor_gossip_opts o;
-    s_choco_opts(&o, "qsgd:bits=4");
     static const bool host[S_NODES] = {false, false, false, false};
     static const bool all[S_NODES] = {true, true, true, true};
     struct ring a, b;
-    s_ring_new(&a, &o, all);
-    s_ring_new(&b, &o, host);
+    s_ring_new(&a, o, all);
+    s_ring_new(&b, o, host);
     float *y = malloc((size_t)S_STEPS * S_NODES * a.numel * sizeof(float));
     assert_non_null(y);
     s_run(&a, y);
@@ -558,6 +555,15 @@ test_choco_state_moves_between_backends(void **state)
     free(y);
     s_ring_free(&a);
     s_ring_free(&b);
+}
+
+static void
+test_choco_state_moves_between_backends(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_choco_opts(&o, "qsgd:bits=4");
+    s_state_moves(&o);
 }
 
 /* Skipped edges keep their factors until the ledger's verdict (the
@@ -732,6 +738,267 @@ test_host_state_algorithms_refused(void **state)
     rumor_topology_destroy(&topo);
 }
 
+/* The compressed all-reduce with error feedback, or none (ef ""). */
+static void
+s_codec_opts(struct rumor_gossip_opts *o, const char *codec, const char *ef)
+{
+    s_choco_opts(o, codec);
+    snprintf(o->algo, sizeof o->algo, "allreduce");
+    snprintf(o->ef, sizeof o->ef, "%s", ef);
+    o->compressed = true;
+}
+
+/* The reference of s_run for the compressed all-reduce, from compress/
+ * alone: every node's payload per tensor by rumor_ef_encode (or the
+ * codec), decoded and summed in node order in double, the mean on every
+ * node. */
+static void
+s_codec_reference(const struct rumor_gossip_opts *o, float *out)
+{
+    size_t numel = s_numel(), cap = 0;
+    rumor_codec *codec = NULL;
+    rumor_ef *ef[S_NODES][S_LAYERS] = {{NULL}};
+    assert_int_equal(rumor_codec_new(o->codec, &codec, NULL), RUMOR_OK);
+    bool exact = false;
+    assert_int_equal(rumor_codec_encoded_size(codec, numel, &cap, &exact),
+                     RUMOR_OK);
+    for (size_t i = 0; i < S_NODES && o->ef[0] != '\0'; i++)
+        for (size_t t = 0; t < S_LAYERS; t++)
+            assert_int_equal(rumor_ef_new(o->ef,
+                                          s_shape[t][0] * s_shape[t][1],
+                                          &ef[i][t],
+                                          NULL),
+                             RUMOR_OK);
+    uint8_t *buf = malloc(cap);
+    float *x = malloc(numel * sizeof(float)), *dec = malloc(numel * 4);
+    double *sum = malloc(numel * sizeof(double));
+    assert_true(buf && x && dec && sum);
+    for (uint64_t step = 0; step < S_STEPS; step++) {
+        memset(sum, 0, numel * sizeof(double));
+        for (size_t i = 0; i < S_NODES; i++) {
+            for (size_t e = 0; e < numel; e++)
+                x[e] = s_value(i, step, e);
+            for (size_t t = 0, at = 0; t < S_LAYERS; t++) {
+                size_t n = s_shape[t][0] * s_shape[t][1], len = 0;
+                uint64_t seed = rumor_seed_derive(o->seed, i, t);
+                rumor_err rc = ef[i][t] != NULL ? rumor_ef_encode(ef[i][t],
+                                                                  codec,
+                                                                  x + at,
+                                                                  n,
+                                                                  seed,
+                                                                  step,
+                                                                  buf,
+                                                                  cap,
+                                                                  &len,
+                                                                  NULL)
+                                                : rumor_codec_encode(codec,
+                                                                     x + at,
+                                                                     n,
+                                                                     seed,
+                                                                     step,
+                                                                     buf,
+                                                                     cap,
+                                                                     &len,
+                                                                     NULL);
+                assert_int_equal(rc, RUMOR_OK);
+                assert_int_equal(rumor_codec_decode(codec, buf, len, dec, n),
+                                 RUMOR_OK);
+                for (size_t e = 0; e < n; e++)
+                    sum[at + e] += 1.0 * dec[e];
+                at += n;
+            }
+        }
+        for (size_t i = 0; i < S_NODES; i++)
+            for (size_t e = 0; e < numel; e++)
+                out[(step * S_NODES + i) * numel + e] =
+                    (float)(sum[e] / S_NODES);
+    }
+    for (size_t i = 0; i < S_NODES; i++)
+        for (size_t t = 0; t < S_LAYERS; t++)
+            rumor_ef_destroy(&ef[i][t]);
+    rumor_codec_destroy(&codec);
+    free(buf);
+    free(x);
+    free(dec);
+    free(sum);
+}
+
+/* Payload bytes of one node's step (a codec of exact sizes). */
+static uint64_t
+s_codec_payload(const char *spec)
+{
+    rumor_codec *codec = NULL;
+    assert_int_equal(rumor_codec_new(spec, &codec, NULL), RUMOR_OK);
+    uint64_t total = 0;
+    for (size_t t = 0; t < S_LAYERS; t++) {
+        size_t bytes = 0;
+        bool exact = false;
+        assert_int_equal(rumor_codec_encoded_size(codec,
+                                                  s_shape[t][0] * s_shape[t][1],
+                                                  &bytes,
+                                                  &exact),
+                         RUMOR_OK);
+        assert_true(exact);
+        total += bytes;
+    }
+    rumor_codec_destroy(&codec);
+    return total;
+}
+
+/* The compressed all-reduce where the model is: QSGD (stochastic) with
+ * ef, without a memory, and top-k with ef-decay, in rings of ref nodes
+ * and rings mixing them with host nodes, bit-equal to the all-host ring
+ * and to compress/'s own error feedback; only payloads cross: a device
+ * node's own down once, and every node's up once (its own twice with a
+ * memory: C(p) is decoded from the bytes sent). */
+static void
+test_allreduce_codec_bits_equal_host(void **state)
+{
+    (void)state;
+    static const char *const setups[][2] = {{"qsgd:bits=4", "ef"},
+                                            {"qsgd:bits=4", ""},
+                                            {"topk:ratio=0.1", "ef-decay:0.7"}};
+    static const bool all[S_NODES] = {true, true, true, true};
+    static const bool mixed[S_NODES] = {true, false, true, false};
+    size_t floats = (size_t)S_STEPS * S_NODES * s_numel();
+    float *want = malloc(floats * sizeof(float));
+    float *y = malloc(floats * sizeof(float));
+    assert_true(want && y);
+    for (size_t k = 0; k < 3; k++) {
+        struct rumor_gossip_opts o;
+        s_codec_opts(&o, setups[k][0], setups[k][1]);
+        s_compare(&o, all);
+        s_compare(&o, mixed);
+        s_codec_reference(&o, want);
+        struct ring r;
+        s_ring_new(&r, &o, mixed);
+        s_run(&r, y);
+        assert_memory_equal(want, y, floats * sizeof(float));
+        uint64_t h2d = 0, d2h = 0;
+        rumor_gossip_pcie_bytes(r.g[0], &h2d, &d2h);
+        if (k < 2) {
+            uint64_t p = s_codec_payload(setups[k][0]);
+            uint64_t ups = S_NODES + (setups[k][1][0] != '\0');
+            assert_int_equal(d2h, S_STEPS * p);
+            assert_int_equal(h2d, S_STEPS * ups * p);
+        }
+        assert_true(d2h > 0 && d2h < (uint64_t)S_STEPS * 4 * r.numel / 4);
+        rumor_gossip_pcie_bytes(r.g[1], &h2d, &d2h);
+        assert_int_equal(h2d + d2h, 0);
+        s_ring_free(&r);
+    }
+    free(want);
+    free(y);
+}
+
+/* The error memories go through the host at save and load: the same
+ * record as a host node's, and it moves between backends. */
+static void
+test_allreduce_codec_state_moves_between_backends(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_codec_opts(&o, "qsgd:bits=4", "ef-decay:0.7");
+    s_state_moves(&o);
+    static const bool host[S_NODES] = {false, false, false, false};
+    static const bool all[S_NODES] = {true, true, true, true};
+    struct ring a, b;
+    s_ring_new(&a, &o, all);
+    s_ring_new(&b, &o, host);
+    size_t floats = (size_t)S_STEPS * S_NODES * a.numel;
+    float *y = malloc(floats * sizeof(float));
+    assert_non_null(y);
+    s_run(&a, y);
+    s_run(&b, y);
+    struct rumor_buf sa, sb;
+    rumor_buf_init(&sa, RUMOR_GOSSIP_STATE_MAX);
+    rumor_buf_init(&sb, RUMOR_GOSSIP_STATE_MAX);
+    assert_int_equal(rumor_gossip_state_save(a.g[2], &sa), RUMOR_OK);
+    assert_int_equal(rumor_gossip_state_save(b.g[2], &sb), RUMOR_OK);
+    assert_int_equal(sa.len, sb.len);
+    assert_true(sa.len > 4 * a.numel); /* the residuals are in it */
+    assert_memory_equal(sa.data, sb.data, sa.len);
+    rumor_buf_free(&sa);
+    rumor_buf_free(&sb);
+    free(y);
+    s_ring_free(&a);
+    s_ring_free(&b);
+}
+
+/* What steps on the host is refused on a device, with the reason: DGC's
+ * memory and TernGrad's scaler sharing (a host model takes both). */
+static void
+test_allreduce_codec_host_steps_refused(void **state)
+{
+    (void)state;
+    static const char *const setups[][3] = {
+        {"topk:ratio=0.1", "dgc:momentum=0.9", "ef ef, ef-decay or none"},
+        {"terngrad:share=1", "", "host memory"},
+        {"terngrad:share=1", "ef", "host memory"}};
+    struct rumor_diag diag = {0};
+    rumor_topology *topo = NULL;
+    assert_int_equal(rumor_topology_from_spec("ring:4", 1, &topo, &diag),
+                     RUMOR_OK);
+    float x[64] = {0};
+    struct rumor_tensor t = {x, 1, {64}};
+    struct rumor_model m = {&t, 1};
+    for (size_t k = 0; k < 3; k++) {
+        struct rumor_gossip_opts o;
+        s_codec_opts(&o, setups[k][0], setups[k][1]);
+        rumor_gossip *g = NULL;
+        diag.msg[0] = '\0';
+        assert_int_equal(
+            gossip_new_in(&o, topo, 0, &m, &gossip_backend_ref, &g, &diag),
+            RUMOR_ENOTSUP);
+        assert_null(g);
+        assert_non_null(strstr(diag.msg, setups[k][2]));
+        assert_int_equal(
+            gossip_new_in(&o, topo, 0, &m, &gossip_backend_host, &g, &diag),
+            RUMOR_OK);
+        rumor_gossip_destroy(&g);
+    }
+    rumor_topology_destroy(&topo);
+}
+
+/* On a GPU: the compressed all-reduce with QSGD and top-k, error feedback
+ * on the device, computes the host's bits in a mixed ring (the device
+ * codecs write the host's bytes); a GPU node copies its payload down and
+ * every node's up, its own twice. */
+static void
+test_cuda_allreduce_codec_mixed_ring(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_codec_opts(&o, "qsgd:bits=4", "ef");
+    struct ring b;
+    assert_true(s_cuda_mixed(&o, &b) == 0);
+    uint64_t p = s_codec_payload("qsgd:bits=4"), h2d = 0, d2h = 0;
+    rumor_gossip_pcie_bytes(b.g[0], &h2d, &d2h);
+    assert_int_equal(d2h, S_STEPS * p);
+    assert_int_equal(h2d, S_STEPS * (S_NODES + 1) * p);
+    s_ring_free(&b);
+    s_codec_opts(&o, "topk:ratio=0.1", "ef-decay:0.7");
+    assert_true(s_cuda_mixed(&o, &b) == 0);
+    s_ring_free(&b);
+    /* Elias-coded QSGD has no device kernels: refused, with the reason */
+    s_codec_opts(&o, "qsgd:bits=4,elias=1", "ef");
+    float *x = NULL;
+    const struct gossip_backend_i *cuda = s_cuda_or_skip();
+    assert_int_equal(cuda->alloc(64 * sizeof(float), (void **)&x), RUMOR_OK);
+    struct rumor_tensor t = {x, 1, {64}};
+    struct rumor_model m = {&t, 1};
+    struct rumor_diag diag = {0};
+    rumor_topology *topo = NULL;
+    assert_int_equal(rumor_topology_from_spec("ring:4", 1, &topo, &diag),
+                     RUMOR_OK);
+    rumor_gossip *g = NULL;
+    assert_int_equal(gossip_new_in(&o, topo, 0, &m, cuda, &g, &diag),
+                     RUMOR_ENOTSUP);
+    assert_non_null(strstr(diag.msg, "no device kernels"));
+    rumor_topology_destroy(&topo);
+    cuda->release(x);
+}
+
 int
 main(void)
 {
@@ -756,6 +1023,10 @@ main(void)
         cmocka_unit_test(test_cuda_dpsgd_mixed_ring),
         cmocka_unit_test(test_cuda_choco_mixed_ring),
         cmocka_unit_test(test_host_state_algorithms_refused),
+        cmocka_unit_test(test_allreduce_codec_bits_equal_host),
+        cmocka_unit_test(test_allreduce_codec_state_moves_between_backends),
+        cmocka_unit_test(test_allreduce_codec_host_steps_refused),
+        cmocka_unit_test(test_cuda_allreduce_codec_mixed_ring),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
