@@ -489,6 +489,23 @@ compress_ef_steps(const rumor_ef *ef)
     return ef->steps;
 }
 
+uint64_t
+rumor_ef_steps(const rumor_ef *ef)
+{
+    return ef->steps;
+}
+
+rumor_err
+rumor_ef_set_error(rumor_ef *ef, const float *e, size_t n, uint64_t steps)
+{
+    if (n != ef->n || ef->kind == S_DGC)
+        return RUMOR_EINVAL;
+    if (n > 0)
+        memcpy(ef->e, e, n * sizeof *e);
+    ef->steps = steps;
+    return RUMOR_OK;
+}
+
 /* --- save / restore --------------------------------------------------------
  */
 

@@ -136,11 +136,43 @@ s_decode(const rumor_codec *codec,
     return rumor_codec_decode(codec, in, len, y, n);
 }
 
+static rumor_err
+s_add_scaled(float *out, const float *a, float c, const float *b, size_t n)
+{
+    gossip_ref_add_scaled(out, a, c, b, n);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_outer(float *x,
+        float *anchor,
+        float *v,
+        const float *d,
+        float lr,
+        float mu,
+        size_t n)
+{
+    gossip_ref_outer(x, anchor, v, d, lr, mu, n);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_decode_add(const rumor_codec *codec,
+             const uint8_t *in,
+             size_t len,
+             float alpha,
+             float *y,
+             size_t n)
+{
+    return rumor_codec_decode_add(codec, in, len, alpha, y, n);
+}
+
 #define S_HOST_OPS                                                          \
     .alloc = s_alloc, .release = s_release, .copy = s_copy, .zero = s_zero, \
     .diff = s_diff, .sub = s_sub, .axpy = s_axpy, .scale = s_scale,         \
     .apply = s_apply, .norm = s_norm, .sub_round = s_sub_round,             \
-    .accum = s_accum, .add = s_add, .encode = s_encode, .decode = s_decode
+    .accum = s_accum, .add = s_add, .encode = s_encode, .decode = s_decode, .add_scaled = s_add_scaled,  \
+    .outer = s_outer, .decode_add = s_decode_add
 
 const struct gossip_backend_i gossip_backend_host = {
     .name = "host",

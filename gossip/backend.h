@@ -98,6 +98,31 @@ struct gossip_backend_i {
                         size_t len,
                         float *y,
                         size_t n);
+    /* localsgd (gossip/localsgd.c), whose arithmetic is in float: */
+    /* out = a + c * b (the product rounded, then the sum); a NULL: out =
+     * c * b; out may be a or b */
+    rumor_err (*add_scaled)(float *out,
+                            const float *a,
+                            float c,
+                            const float *b,
+                            size_t n);
+    /* DiLoCo's outer step: v = mu v + d; x = anchor - lr (d + mu v);
+     * anchor = x */
+    rumor_err (*outer)(float *x,
+                       float *anchor,
+                       float *v,
+                       const float *d,
+                       float lr,
+                       float mu,
+                       size_t n);
+    /* rumor_codec_decode_add of in (host) into y (backend memory): y +=
+     * alpha * decode(in), y unchanged on error */
+    rumor_err (*decode_add)(const rumor_codec *codec,
+                            const uint8_t *in,
+                            size_t len,
+                            float alpha,
+                            float *y,
+                            size_t n);
 };
 
 /* The plain-C twins of the CUDA kernels (gossip/ref.c), one loop over the
@@ -116,6 +141,18 @@ void
 gossip_ref_sub_round(float *out, const float *x, const double *xhat, size_t n);
 void gossip_ref_accum(double *acc, double c, const float *x, size_t n);
 void gossip_ref_add(float *out, const float *a, const float *b, size_t n);
+void gossip_ref_add_scaled(float *out,
+                           const float *a,
+                           float c,
+                           const float *b,
+                           size_t n);
+void gossip_ref_outer(float *x,
+                      float *anchor,
+                      float *v,
+                      const float *d,
+                      float lr,
+                      float mu,
+                      size_t n);
 
 extern const struct gossip_backend_i gossip_backend_host;
 extern const struct gossip_backend_i gossip_backend_ref;

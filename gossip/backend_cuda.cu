@@ -152,6 +152,33 @@ k_add(float *out, const float *a, const float *b, size_t n)
     S_EACH(e, n) out[e] = __fadd_rn(a[e], b[e]);
 }
 
+__global__ void
+k_add_scaled(float *out, const float *a, float c, const float *b, size_t n)
+{
+    S_EACH(e, n)
+    out[e] = a != NULL ? __fadd_rn(a[e], __fmul_rn(c, b[e])) : __fmul_rn(c, b[e]);
+}
+
+__global__ void
+k_outer(float *x,
+        float *anchor,
+        float *v,
+        const float *d,
+        float lr,
+        float mu,
+        size_t n)
+{
+    S_EACH(e, n)
+    {
+        float ve = __fadd_rn(__fmul_rn(mu, v[e]), d[e]);
+        float xe = __fsub_rn(anchor[e],
+                             __fmul_rn(lr, __fadd_rn(d[e], __fmul_rn(mu, ve))));
+        v[e] = ve;
+        x[e] = xe;
+        anchor[e] = xe;
+    }
+}
+
 static rumor_err
 s_zero(void *p, size_t bytes)
 {
@@ -275,6 +302,37 @@ s_decode(const rumor_codec *codec,
                : rc;
 }
 
+static rumor_err
+s_add_scaled(float *out, const float *a, float c, const float *b, size_t n)
+{
+    k_add_scaled<<<s_blocks(n), S_THREADS>>>(out, a, c, b, n);
+    return s_launched("add_scaled");
+}
+
+static rumor_err
+s_outer(float *x,
+        float *anchor,
+        float *v,
+        const float *d,
+        float lr,
+        float mu,
+        size_t n)
+{
+    k_outer<<<s_blocks(n), S_THREADS>>>(x, anchor, v, d, lr, mu, n);
+    return s_launched("outer");
+}
+
+static rumor_err
+s_decode_add(const rumor_codec *codec,
+             const uint8_t *in,
+             size_t len,
+             float alpha,
+             float *y,
+             size_t n)
+{
+    return rumor_codec_decode_add_device(codec, in, len, alpha, y, n, NULL);
+}
+
 static const struct gossip_backend_i s_cuda = {
     .name = "cuda",
     .host_memory = false,
@@ -294,6 +352,9 @@ static const struct gossip_backend_i s_cuda = {
     .add = s_add,
     .encode = s_encode,
     .decode = s_decode,
+    .add_scaled = s_add_scaled,
+    .outer = s_outer,
+    .decode_add = s_decode_add,
 };
 
 extern "C" rumor_err

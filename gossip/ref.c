@@ -81,3 +81,34 @@ gossip_ref_add(float *out, const float *a, const float *b, size_t n)
     for (size_t e = 0; e < n; e++)
         out[e] = a[e] + b[e];
 }
+
+void
+gossip_ref_add_scaled(float *out,
+                      const float *a,
+                      float c,
+                      const float *b,
+                      size_t n)
+{
+    if (a == NULL) /* not 0 + c b: that makes a -0 product +0 */
+        for (size_t e = 0; e < n; e++)
+            out[e] = c * b[e];
+    else
+        for (size_t e = 0; e < n; e++)
+            out[e] = a[e] + c * b[e];
+}
+
+void
+gossip_ref_outer(float *x,
+                 float *anchor,
+                 float *v,
+                 const float *d,
+                 float lr,
+                 float mu,
+                 size_t n)
+{
+    for (size_t e = 0; e < n; e++) {
+        v[e] = mu * v[e] + d[e];
+        x[e] = anchor[e] - lr * (d[e] + mu * v[e]);
+        anchor[e] = x[e];
+    }
+}

@@ -16,9 +16,12 @@ struct gossip_saef {
     rumor_codec *codec; /* the error's codec (neighbourhood only) */
     uint8_t *buf;       /* own encoded error */
     size_t len, cap;
+    /* in the model's memory (g->be): */
     float *ebar;    /* e_bar of each range's last sync, numel */
     float *scratch; /* one decoded error, numel */
     double *acc;    /* the weighted sum being formed, numel */
+    /* payload bytes the error's codec moved to and from a device */
+    uint64_t pcie_h2d, pcie_d2h;
     const struct rumor_gossip_msg **slot;
     uint32_t *peers; /* the error round's, nodes slots */
 };
@@ -30,7 +33,7 @@ struct gossip_saef {
 rumor_err gossip_saef_init(struct gossip_saef *s,
                            const rumor_gossip *g,
                            struct rumor_diag *diag);
-void gossip_saef_free(struct gossip_saef *s);
+void gossip_saef_free(struct gossip_saef *s, const rumor_gossip *g);
 
 /* True when a compressed sync ends with the error round: neighbourhood
  * scope and alpha > 0 (alpha 0 never looks ahead, so nothing is sent). */

@@ -364,6 +364,17 @@ RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_restore(rumor_ef *ef,
                                                      const uint8_t *in,
                                                      size_t len);
 
+/* A memory whose residual is kept elsewhere (a device's, by
+ * gossip/localsgd.c) is saved and restored through this one:
+ * rumor_ef_set_error sets the residual to e[0..n) and the step count
+ * (RUMOR_EINVAL for another n, or for dgc, whose state holds a second
+ * vector); rumor_ef_steps reads the count back after a restore. */
+RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_set_error(rumor_ef *ef,
+                                                       const float *e,
+                                                       size_t n,
+                                                       uint64_t steps);
+RUMOR_API uint64_t rumor_ef_steps(const rumor_ef *ef);
+
 /* --- per-layer statistics and self-described payloads (issue #12) ----- */
 
 /* Statistics of one layer's vector, for the adaptive controllers. */
