@@ -171,8 +171,8 @@ s_decode_add(const rumor_codec *codec,
     .alloc = s_alloc, .release = s_release, .copy = s_copy, .zero = s_zero, \
     .diff = s_diff, .sub = s_sub, .axpy = s_axpy, .scale = s_scale,         \
     .apply = s_apply, .norm = s_norm, .sub_round = s_sub_round,             \
-    .accum = s_accum, .add = s_add, .encode = s_encode, .decode = s_decode, .add_scaled = s_add_scaled,  \
-    .outer = s_outer, .decode_add = s_decode_add
+    .accum = s_accum, .add = s_add, .encode = s_encode, .decode = s_decode, \
+    .add_scaled = s_add_scaled, .outer = s_outer, .decode_add = s_decode_add
 
 const struct gossip_backend_i gossip_backend_host = {
     .name = "host",

@@ -156,7 +156,8 @@ __global__ void
 k_add_scaled(float *out, const float *a, float c, const float *b, size_t n)
 {
     S_EACH(e, n)
-    out[e] = a != NULL ? __fadd_rn(a[e], __fmul_rn(c, b[e])) : __fmul_rn(c, b[e]);
+    out[e] =
+        a != NULL ? __fadd_rn(a[e], __fmul_rn(c, b[e])) : __fmul_rn(c, b[e]);
 }
 
 __global__ void

@@ -111,8 +111,8 @@ struct localsgd {
     /* flat, numel floats each, in the model's memory (g->be) */
     float *anchor, *x, *velocity, *acc;
     float *crc_host; /* a device's anchor fragment, for its crc32c */
-    struct gossip_gather gather;        /* codec path: every node's payload */
-    bool compressed_sync;               /* this sync uses the codec path */
+    struct gossip_gather gather; /* codec path: every node's payload */
+    bool compressed_sync;        /* this sync uses the codec path */
     /* the neighbourhood form (saef.c): the exchange of the errors, and the
      * look-ahead alpha e_bar applied since each fragment's last sync */
     struct gossip_saef saef;
@@ -615,12 +615,9 @@ s_outer_step(rumor_gossip *g, const struct frag *fr)
                                 lr,
                                 mu,
                                 fr->len);
-    return rc == RUMOR_OK ? gossip_model_write(g,
-                                               o,
-                                               fr->len,
-                                               s->x + o,
-                                               GOSSIP_ON_DEVICE)
-                          : rc;
+    return rc == RUMOR_OK
+               ? gossip_model_write(g, o, fr->len, s->x + o, GOSSIP_ON_DEVICE)
+               : rc;
 }
 
 /* After the mixer: the mean of the fragment is in its buffer. */
@@ -846,7 +843,8 @@ s_step_ahead_frag(rumor_gossip *g, struct frag *fr, float alpha)
     float *x = s->x + fr->off, *shift = s->shift + fr->off;
     rumor_err rc = gossip_model_read(g, fr->off, fr->len, x, GOSSIP_ON_DEVICE);
     if (rc == RUMOR_OK && fr->have_ebar) { /* the neighbourhood form */
-        rc = be->add_scaled(shift, NULL, alpha, s->saef.ebar + fr->off, fr->len);
+        rc =
+            be->add_scaled(shift, NULL, alpha, s->saef.ebar + fr->off, fr->len);
         if (rc == RUMOR_OK)
             rc = be->add_scaled(x, x, -1.0f, shift, fr->len);
     } else if (rc == RUMOR_OK && fr->e != NULL) {
@@ -908,11 +906,10 @@ s_read_vec(const rumor_gossip *g, struct gossip_reader *r, float *v, size_t n)
     if (host == NULL)
         return RUMOR_ENOMEM;
     gossip_read_f32(r, host, n);
-    rumor_err rc = r->err == RUMOR_OK ? g->be->copy(v,
-                                                    host,
-                                                    n * sizeof *host,
-                                                    GOSSIP_TO_DEVICE)
-                                      : r->err;
+    rumor_err rc =
+        r->err == RUMOR_OK
+            ? g->be->copy(v, host, n * sizeof *host, GOSSIP_TO_DEVICE)
+            : r->err;
     free(host);
     return rc;
 }
@@ -922,11 +919,10 @@ static rumor_err
 s_ef_to_host(const rumor_gossip *g, const struct frag *fr)
 {
     float *host = malloc((fr->len + 1) * sizeof *host);
-    rumor_err rc = host != NULL ? g->be->copy(host,
-                                              fr->e,
-                                              fr->len * sizeof *host,
-                                              GOSSIP_TO_HOST)
-                                : RUMOR_ENOMEM;
+    rumor_err rc =
+        host != NULL
+            ? g->be->copy(host, fr->e, fr->len * sizeof *host, GOSSIP_TO_HOST)
+            : RUMOR_ENOMEM;
     if (rc == RUMOR_OK)
         rc = rumor_ef_set_error(fr->ef, host, fr->len, fr->e_steps);
     free(host);

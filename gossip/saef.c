@@ -174,8 +174,7 @@ s_add_neighbour(struct gossip_saef *s,
                 double w,
                 size_t n)
 {
-    rumor_err rc =
-        g->be->decode(s->codec, msg->data, msg->len, s->scratch, n);
+    rumor_err rc = g->be->decode(s->codec, msg->data, msg->len, s->scratch, n);
     s->pcie_h2d += g->be->host_memory ? 0 : msg->len;
     if (rc != RUMOR_OK) {
         rumor_log(RUMOR_LOG_WARN,
