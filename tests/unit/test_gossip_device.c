@@ -910,6 +910,35 @@ test_localsgd_exact_pcie_is_the_model_per_sync(void **state)
     s_ring_free(&r);
 }
 
+/* A compressed sync crosses with its payloads: the own one down, and up
+ * again with every member's to decode; the fragment's anchor down once
+ * for its crc32c. fp16 payloads have one size. */
+static void
+test_localsgd_compressed_pcie_is_the_payloads(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_lsgd_opts(&o, "fp16", 0.7, 0.9, 1);
+    static const bool mixed[S_NODES] = {false, true, false, false};
+    struct ring r;
+    s_lsgd_ring(&r, &o, mixed, &gossip_backend_ref, false);
+    s_lsgd_run(&r, NULL, 0, S_LSGD_STEPS);
+    rumor_codec *codec = NULL;
+    size_t payload = 0;
+    bool exact = false;
+    assert_int_equal(rumor_codec_new("fp16", &codec, NULL), RUMOR_OK);
+    assert_int_equal(rumor_codec_encoded_size(codec, r.numel, &payload, &exact),
+                     RUMOR_OK);
+    assert_true(exact);
+    rumor_codec_destroy(&codec);
+    uint64_t syncs = (S_LSGD_STEPS + o.period - 1) / o.period;
+    uint64_t h2d = 0, d2h = 0;
+    rumor_gossip_pcie_bytes(r.g[1], &h2d, &d2h);
+    assert_int_equal(d2h, syncs * (payload + 4 * r.numel));
+    assert_int_equal(h2d, syncs * (1 + S_NODES) * payload);
+    s_ring_free(&r);
+}
+
 /* Compressed deltas with error feedback: a stochastic codec and a sparse
  * one, saef's memory and ef's, with the outer step; nodes that start
  * apart discard the first sync (the anchors' checksums) on every node. */
@@ -1136,6 +1165,7 @@ main(void)
         cmocka_unit_test(test_localsgd_state_moves_between_backends),
         cmocka_unit_test(test_localsgd_host_memories_refused),
         cmocka_unit_test(test_cuda_localsgd_mixed_ring),
+        cmocka_unit_test(test_localsgd_compressed_pcie_is_the_payloads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
