@@ -111,6 +111,7 @@ struct localsgd {
     /* flat, numel floats each, in the model's memory (g->be) */
     float *anchor, *x, *velocity, *acc;
     float *crc_host; /* a device's anchor fragment, for its crc32c */
+    float ef_c;      /* a device's memory: p = Delta + ef_c e (not saef) */
     struct gossip_gather gather; /* codec path: every node's payload */
     bool compressed_sync;        /* this sync uses the codec path */
     /* the neighbourhood form (saef.c): the exchange of the errors, and the
@@ -185,26 +186,42 @@ s_check_opts(const rumor_gossip *g, struct rumor_diag *diag)
 }
 
 /* On a device the delta's memory is kept by this file (the residual in
- * backend memory): the kinds whose update is e = p - C(p) with p = Delta
- * (saef) or Delta + e (ef). */
+ * backend memory): the kinds whose update is e = p - C(p), with p = Delta
+ * (saef) or Delta + c e (ef: c = 1; ef-decay: c = its decay, and its
+ * gamma e + Delta - C(p) is that p - C(p)). dgc's momentum and selection
+ * stay on the host. */
 static rumor_err
 s_check_device(const rumor_gossip *g, struct rumor_diag *diag)
 {
     const char *spec = s_ef_spec(g);
     if (g->be->host_memory || g->opts.delta_codec[0] == '\0' ||
-        strcmp(spec, "saef") == 0 || strcmp(spec, "ef") == 0)
+        strcspn(spec, ":") != 3 || strncmp(spec, "dgc", 3) != 0)
         return RUMOR_OK;
     rumor_diag_set(diag,
                    "",
                    0,
                    0,
-                   "localsgd: ef %s updates its memory on the host (its "
-                   "decay, or dgc's momentum and selection): a model in "
-                   "device memory takes ef saef or ef; keep the model in "
-                   "host memory for ef %s",
-                   spec,
+                   "localsgd: ef %s keeps its momentum and selects on the "
+                   "host: a model in device memory takes ef saef, ef or "
+                   "ef-decay; keep the model in host memory for dgc",
                    spec);
     return RUMOR_ENOTSUP;
+}
+
+/* c of p = Delta + c e, read from the memory's own correction: a memory
+ * of one element whose e is 1 corrects 0 to c. */
+static rumor_err
+s_ef_coefficient(const rumor_gossip *g, float *c)
+{
+    rumor_ef *probe = NULL;
+    float one = 1.0f, zero = 0.0f;
+    rumor_err rc = rumor_ef_new(s_ef_spec(g), 1, &probe, NULL);
+    if (rc == RUMOR_OK)
+        rc = rumor_ef_set_error(probe, &one, 1, 0);
+    if (rc == RUMOR_OK)
+        rc = rumor_ef_corrected(probe, &zero, 1, c);
+    rumor_ef_destroy(&probe);
+    return rc;
 }
 
 /* The fragment's mixer, over its copy of the elements (flat like the
@@ -274,7 +291,9 @@ s_make_codec(rumor_gossip *g, struct rumor_diag *diag)
         cap = need > cap ? need : cap;
     }
     if (rc == RUMOR_OK && !g->be->host_memory) {
-        rc = g->be->alloc(largest * sizeof(float), (void **)&s->undo.e);
+        rc = s_ef_coefficient(g, &s->ef_c);
+        if (rc == RUMOR_OK)
+            rc = g->be->alloc(largest * sizeof(float), (void **)&s->undo.e);
         s->crc_host = malloc((largest + 1) * sizeof(float));
         rc = rc == RUMOR_OK && s->crc_host == NULL ? RUMOR_ENOMEM : rc;
     }
@@ -459,8 +478,8 @@ s_anchor_crc(rumor_gossip *g, const struct frag *fr, uint32_t *crc)
 }
 
 /* rumor_ef_encode of Delta (acc, changed) on a device's memory: p = Delta
- * (saef) or Delta + e (ef) is encoded, C(p) decoded from the payload
- * (what every receiver decodes) into scratch, and e = p - C(p), as
+ * (saef) or Delta + c e (ef, ef-decay) is encoded, C(p) decoded from the
+ * payload (what every receiver decodes) into scratch, and e = p - C(p), as
  * compress/errfb.c does with the codec's approx. */
 static rumor_err
 s_encode_device(rumor_gossip *g,
@@ -476,8 +495,8 @@ s_encode_device(rumor_gossip *g,
     struct localsgd *s = g->state;
     const struct gossip_backend_i *be = g->be;
     rumor_err rc = RUMOR_OK;
-    if (!s_saef(g))
-        rc = be->add_scaled(acc, acc, 1.0f, fr->e, fr->len);
+    if (!s_saef(g)) /* saef: p = Delta (not Delta + 0 e: -0 + 0 is +0) */
+        rc = be->add_scaled(acc, acc, s->ef_c, fr->e, fr->len);
     if (rc == RUMOR_OK)
         rc = be->encode(s->codec, acc, fr->len, seed, step, out, cap, len);
     if (rc != RUMOR_OK)

@@ -940,8 +940,8 @@ test_localsgd_compressed_pcie_is_the_payloads(void **state)
 }
 
 /* Compressed deltas with error feedback: a stochastic codec and a sparse
- * one, saef's memory and ef's, with the outer step; nodes that start
- * apart discard the first sync (the anchors' checksums) on every node. */
+ * one, the memories saef, ef and ef-decay, with the outer step; nodes that
+ * start apart discard the first sync (the anchors' checksums) on every node. */
 static void
 test_localsgd_compressed_bits_equal_host(void **state)
 {
@@ -952,6 +952,8 @@ test_localsgd_compressed_bits_equal_host(void **state)
     s_lsgd_opts(&o, "topk:ratio=0.1", 0.7, 0.9, 1);
     s_lsgd_compare(&o, false);
     snprintf(o.ef, sizeof o.ef, "ef");
+    s_lsgd_compare(&o, false);
+    snprintf(o.ef, sizeof o.ef, "ef-decay:0.7");
     s_lsgd_compare(&o, false);
     s_lsgd_opts(&o, "qsgd:bits=4", 0.7, 0.9, 1);
     s_lsgd_compare(&o, true);
@@ -1064,10 +1066,10 @@ test_localsgd_state_moves_between_backends(void **state)
     }
 }
 
-/* The delta memories whose update runs on the host (ef-decay's decay,
- * dgc's momentum and selection) are refused on a device with the reason. */
+/* dgc's memory (its momentum and selection run on the host) is refused
+ * on a device with the reason. */
 static void
-test_localsgd_host_memories_refused(void **state)
+test_localsgd_dgc_refused_on_device(void **state)
 {
     (void)state;
     assert_true(rumor_gossip_on_device("localsgd"));
@@ -1078,8 +1080,8 @@ test_localsgd_host_memories_refused(void **state)
     float x[64] = {0};
     struct rumor_tensor t = {x, 1, {64}};
     struct rumor_model m = {&t, 1};
-    static const char *const refused[][2] = {{"qsgd:bits=4", "ef-decay"},
-                                             {"topk:ratio=0.1", "dgc"}};
+    static const char *const refused[][2] = {{"topk:ratio=0.1", "dgc"},
+                                             {"dgc:ratio=0.1", "dgc:0.8"}};
     for (size_t k = 0; k < 2; k++) {
         struct rumor_gossip_opts o;
         s_lsgd_opts(&o, refused[k][0], 1.0, 0.0, 1);
@@ -1163,7 +1165,7 @@ main(void)
         cmocka_unit_test(test_localsgd_saef_bits_equal_host),
         cmocka_unit_test(test_localsgd_fragments_bits_equal_host),
         cmocka_unit_test(test_localsgd_state_moves_between_backends),
-        cmocka_unit_test(test_localsgd_host_memories_refused),
+        cmocka_unit_test(test_localsgd_dgc_refused_on_device),
         cmocka_unit_test(test_cuda_localsgd_mixed_ring),
         cmocka_unit_test(test_localsgd_compressed_pcie_is_the_payloads),
     };
