@@ -1066,6 +1066,97 @@ test_localsgd_state_moves_between_backends(void **state)
     }
 }
 
+/* Overlapped DiLoCo as the node runs it (--stale S, docs/gossip.md):
+ * the instance's model is a snapshot of the live one taken at each sync
+ * step, and the sync's change G - snapshot lands on the live model S
+ * steps later while the live model trains on. The live model and the
+ * landing are the training's (host arrays here); the instance, on the
+ * device or the host, sees only the snapshot. out[node] receives the live
+ * models at the end. */
+static void
+s_lsgd_stale_run(struct ring *r, unsigned stale, float *out)
+{
+    size_t n = r->numel, bytes = n * sizeof(float);
+    float *live = calloc(S_NODES * n, sizeof(float));
+    float *snap = malloc(bytes);
+    float *land = calloc((size_t)S_LSGD_STEPS * S_NODES * n, sizeof(float));
+    assert_true(live && snap && land);
+    for (size_t i = 0; i < S_NODES; i++)
+        assert_int_equal(
+            r->mem[i]->copy(live + i * n, r->x[i], bytes, GOSSIP_TO_HOST),
+            RUMOR_OK);
+    for (uint64_t t = 0; t < S_LSGD_STEPS + stale; t++) {
+        for (size_t i = 0; t >= stale && i < S_NODES; i++)
+            for (size_t e = 0; e < n; e++)
+                live[i * n + e] += land[((t - stale) * S_NODES + i) * n + e];
+        if (t >= S_LSGD_STEPS)
+            continue;
+        for (size_t i = 0; i < S_NODES; i++)
+            for (size_t e = 0; e < n; e++)
+                live[i * n + e] -= 0.05f * s_value(i, t, e);
+        if (!rumor_gossip_exchanges(r->g[0], t))
+            continue;
+        for (size_t i = 0; i < S_NODES; i++)
+            assert_int_equal(
+                r->mem[i]->copy(r->x[i], live + i * n, bytes, GOSSIP_TO_DEVICE),
+                RUMOR_OK);
+        assert_int_equal(rumor_sim_step(r->sim, t), RUMOR_OK);
+        for (size_t i = 0; i < S_NODES; i++) {
+            float *d = land + (t * S_NODES + i) * n;
+            assert_int_equal(
+                r->mem[i]->copy(snap, r->x[i], bytes, GOSSIP_TO_HOST),
+                RUMOR_OK);
+            for (size_t e = 0; e < n; e++)
+                d[e] = snap[e] - live[i * n + e];
+        }
+    }
+    memcpy(out, live, S_NODES * bytes);
+    free(live);
+    free(snap);
+    free(land);
+}
+
+/* Overlapped DiLoCo (S = 2), exact, and overlapped streaming DiLoCo with
+ * compressed deltas: a mixed ring gives the all-host ring's bits, and the
+ * sync changed the models. */
+static void
+test_localsgd_overlapped_bits_equal_host(void **state)
+{
+    (void)state;
+    static const bool host[S_NODES] = {false, false, false, false};
+    static const bool mixed[S_NODES] = {false, true, true, false};
+    struct rumor_gossip_opts o[2];
+    s_lsgd_opts(&o[0], "", 0.7, 0.9, 1);
+    s_lsgd_opts(&o[1], "qsgd:bits=4", 0.7, 0.9, 3);
+    for (size_t k = 0; k < 2; k++) {
+        struct ring a, b;
+        s_lsgd_ring(&a, &o[k], host, &gossip_backend_ref, k == 0);
+        s_lsgd_ring(&b, &o[k], mixed, &gossip_backend_ref, k == 0);
+        size_t floats = S_NODES * a.numel;
+        float *ya = malloc(floats * sizeof(float));
+        float *yb = malloc(floats * sizeof(float));
+        float *y0 = malloc(floats * sizeof(float));
+        assert_true(ya && yb && y0);
+        s_lsgd_stale_run(&a, 2, ya);
+        s_lsgd_stale_run(&b, 2, yb);
+        assert_memory_equal(ya, yb, floats * sizeof(float));
+        /* without the syncs' landing the models would be y0 */
+        for (size_t i = 0; i < S_NODES; i++)
+            for (size_t e = 0; e < a.numel; e++) {
+                float x = s_value(k == 0 ? i : 0, 1000, e);
+                for (uint64_t t = 0; t < S_LSGD_STEPS; t++)
+                    x -= 0.05f * s_value(i, t, e);
+                y0[i * a.numel + e] = x;
+            }
+        assert_memory_not_equal(ya, y0, floats * sizeof(float));
+        free(ya);
+        free(yb);
+        free(y0);
+        s_ring_free(&a);
+        s_ring_free(&b);
+    }
+}
+
 /* dgc's memory (its momentum and selection run on the host) is refused
  * on a device with the reason. */
 static void
@@ -1168,6 +1259,7 @@ main(void)
         cmocka_unit_test(test_localsgd_dgc_refused_on_device),
         cmocka_unit_test(test_cuda_localsgd_mixed_ring),
         cmocka_unit_test(test_localsgd_compressed_pcie_is_the_payloads),
+        cmocka_unit_test(test_localsgd_overlapped_bits_equal_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
