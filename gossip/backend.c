@@ -167,6 +167,21 @@ s_decode_add(const rumor_codec *codec,
     return rumor_codec_decode_add(codec, in, len, alpha, y, n);
 }
 
+static rumor_err
+s_crc32c(const void *p, size_t bytes, uint32_t *crc)
+{
+    *crc = rumor_crc32c(0, p, bytes);
+    return RUMOR_OK;
+}
+
+/* The device's way: per chunk, then joined. */
+static rumor_err
+s_crc32c_chunked(const void *p, size_t bytes, uint32_t *crc)
+{
+    *crc = gossip_ref_crc32c(p, bytes);
+    return RUMOR_OK;
+}
+
 #define S_HOST_OPS                                                          \
     .alloc = s_alloc, .release = s_release, .copy = s_copy, .zero = s_zero, \
     .diff = s_diff, .sub = s_sub, .axpy = s_axpy, .scale = s_scale,         \
@@ -178,10 +193,12 @@ const struct gossip_backend_i gossip_backend_host = {
     .name = "host",
     .host_memory = true,
     S_HOST_OPS,
+    .crc32c = s_crc32c,
 };
 
 const struct gossip_backend_i gossip_backend_ref = {
     .name = "ref",
     .host_memory = false,
     S_HOST_OPS,
+    .crc32c = s_crc32c_chunked,
 };

@@ -123,7 +123,14 @@ struct gossip_backend_i {
                             float alpha,
                             float *y,
                             size_t n);
+    /* *crc = rumor_crc32c(0, p, bytes) of backend memory: on a device
+     * per GOSSIP_CRC_CHUNK bytes there, joined on the host
+     * (gossip_ref_crc32c_join), so only the chunks' checksums cross */
+    rumor_err (*crc32c)(const void *p, size_t bytes, uint32_t *crc);
 };
+
+/* The chunk of a device's crc32c: one thread's bytes. */
+#define GOSSIP_CRC_CHUNK 4096u
 
 /* The plain-C twins of the CUDA kernels (gossip/ref.c), one loop over the
  * kernels' threads each: the host backend's operations. */
@@ -146,6 +153,12 @@ void gossip_ref_add_scaled(float *out,
                            float c,
                            const float *b,
                            size_t n);
+/* The crc32c of bytes bytes from the crc32c of each GOSSIP_CRC_CHUNK
+ * (the last one shorter), in order: CRC's linearity (zlib's
+ * crc32_combine), one matrix for the common chunk length. */
+uint32_t gossip_ref_crc32c_join(const uint32_t *part, size_t bytes);
+/* The twin of the device's crc32c: per chunk, then joined. */
+uint32_t gossip_ref_crc32c(const void *p, size_t bytes);
 void gossip_ref_outer(float *x,
                       float *anchor,
                       float *v,

@@ -110,8 +110,7 @@ struct localsgd {
     size_t last; /* the fragment of the last sync (its mixer's radius) */
     /* flat, numel floats each, in the model's memory (g->be) */
     float *anchor, *x, *velocity, *acc;
-    float *crc_host; /* a device's anchor fragment, for its crc32c */
-    float ef_c;      /* a device's memory: p = Delta + ef_c e (not saef) */
+    float ef_c; /* a device's memory: p = Delta + ef_c e (not saef) */
     struct gossip_gather gather; /* codec path: every node's payload */
     bool compressed_sync;        /* this sync uses the codec path */
     /* the neighbourhood form (saef.c): the exchange of the errors, and the
@@ -294,8 +293,6 @@ s_make_codec(rumor_gossip *g, struct rumor_diag *diag)
         rc = s_ef_coefficient(g, &s->ef_c);
         if (rc == RUMOR_OK)
             rc = g->be->alloc(largest * sizeof(float), (void **)&s->undo.e);
-        s->crc_host = malloc((largest + 1) * sizeof(float));
-        rc = rc == RUMOR_OK && s->crc_host == NULL ? RUMOR_ENOMEM : rc;
     }
     if (rc == RUMOR_OK)
         rc = gossip_gather_init(&s->gather, g, cap + ANCHOR_CRC);
@@ -373,7 +370,6 @@ s_free(rumor_gossip *g)
     g->be->release(s->velocity);
     g->be->release(s->acc);
     g->be->release(s->undo.e);
-    free(s->crc_host);
     free(s->undo.ef);
     free(s);
     g->state = NULL;
@@ -459,22 +455,16 @@ s_undo_keep(rumor_gossip *g, const struct frag *fr)
     return rumor_ef_save(fr->ef, u->ef, u->ef_cap, &u->ef_len);
 }
 
-/* The crc32c of the fragment's anchor (its float bits), on host bytes: a
- * device's anchor crosses for it (counted), the one model-sized copy of a
- * compressed sync (a crc32c kernel would spare it). */
+/* The crc32c of the fragment's anchor (its float bits), where it is: a
+ * device copies one checksum per GOSSIP_CRC_CHUNK bytes to the host. */
 static rumor_err
 s_anchor_crc(rumor_gossip *g, const struct frag *fr, uint32_t *crc)
 {
-    struct localsgd *s = g->state;
-    const float *anchor = s->anchor + fr->off;
+    const struct localsgd *s = g->state;
     size_t bytes = fr->len * sizeof(float);
-    rumor_err rc = RUMOR_OK;
-    if (!g->be->host_memory) {
-        rc = gossip_mem_copy(g, s->crc_host, anchor, bytes, GOSSIP_TO_HOST);
-        anchor = s->crc_host;
-    }
-    *crc = rumor_crc32c(0, anchor, bytes);
-    return rc;
+    if (!g->be->host_memory)
+        g->pcie_d2h += 4 * ((bytes + GOSSIP_CRC_CHUNK - 1) / GOSSIP_CRC_CHUNK);
+    return g->be->crc32c(s->anchor + fr->off, bytes, crc);
 }
 
 /* rumor_ef_encode of Delta (acc, changed) on a device's memory: p = Delta

@@ -911,8 +911,8 @@ test_localsgd_exact_pcie_is_the_model_per_sync(void **state)
 }
 
 /* A compressed sync crosses with its payloads: the own one down, and up
- * again with every member's to decode; the fragment's anchor down once
- * for its crc32c. fp16 payloads have one size. */
+ * again with every member's to decode; and the anchor's crc32c per
+ * GOSSIP_CRC_CHUNK bytes. fp16 payloads have one size. */
 static void
 test_localsgd_compressed_pcie_is_the_payloads(void **state)
 {
@@ -934,7 +934,9 @@ test_localsgd_compressed_pcie_is_the_payloads(void **state)
     uint64_t syncs = (S_LSGD_STEPS + o.period - 1) / o.period;
     uint64_t h2d = 0, d2h = 0;
     rumor_gossip_pcie_bytes(r.g[1], &h2d, &d2h);
-    assert_int_equal(d2h, syncs * (payload + 4 * r.numel));
+    uint64_t chunks = (4 * r.numel + GOSSIP_CRC_CHUNK - 1) / GOSSIP_CRC_CHUNK;
+    assert_true(chunks > 1);
+    assert_int_equal(d2h, syncs * (payload + 4 * chunks));
     assert_int_equal(h2d, syncs * (1 + S_NODES) * payload);
     s_ring_free(&r);
 }
@@ -1157,6 +1159,35 @@ test_localsgd_overlapped_bits_equal_host(void **state)
     }
 }
 
+/* The device's crc32c, per chunk and joined on the host (its twin), is
+ * rumor_crc32c's at every length around the chunk's. */
+static void
+test_crc32c_chunks_join_to_the_whole(void **state)
+{
+    (void)state;
+    const size_t most = 5 * GOSSIP_CRC_CHUNK + 7;
+    uint8_t *p = malloc(most);
+    assert_non_null(p);
+    for (size_t b = 0; b < most; b++)
+        p[b] = (uint8_t)(s_value(0, 3, b) * 1000.0f);
+    static const size_t lens[] = {0,
+                                  1,
+                                  9,
+                                  GOSSIP_CRC_CHUNK - 1,
+                                  GOSSIP_CRC_CHUNK,
+                                  GOSSIP_CRC_CHUNK + 1,
+                                  3 * GOSSIP_CRC_CHUNK,
+                                  5 * GOSSIP_CRC_CHUNK + 7};
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        uint32_t crc = 0;
+        assert_int_equal(gossip_backend_ref.crc32c(p, lens[k], &crc), RUMOR_OK);
+        assert_int_equal(crc, rumor_crc32c(0, p, lens[k]));
+    }
+    /* "123456789": CRC-32C's check value */
+    assert_int_equal(gossip_ref_crc32c("123456789", 9), 0xe3069283u);
+    free(p);
+}
+
 /* dgc's memory (its momentum and selection run on the host) is refused
  * on a device with the reason. */
 static void
@@ -1260,6 +1291,7 @@ main(void)
         cmocka_unit_test(test_cuda_localsgd_mixed_ring),
         cmocka_unit_test(test_localsgd_compressed_pcie_is_the_payloads),
         cmocka_unit_test(test_localsgd_overlapped_bits_equal_host),
+        cmocka_unit_test(test_crc32c_chunks_join_to_the_whole),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
