@@ -58,6 +58,15 @@
  * count, and the error round reaches only neighbours that are members. A
  * lone member's sync has no round and changes nothing (anchor, memory and
  * outer momentum stay as they were).
+ *
+ * The flat vectors, SAEF's e_bar and the mixers' models live in the
+ * instance's backend memory (gossip/backend.h) and the arithmetic runs
+ * through its table, in the float roundings of the host code: on a model
+ * in GPU memory an exact sync moves its fragment to the host and back
+ * (the all-reduce's payload), a compressed one its payloads and the
+ * anchor's chunk checksums. There the delta's memory is kept here (its
+ * residual in backend memory, saved through a rumor_ef), for the kinds
+ * whose update is p - C(p): saef, ef and ef-decay; dgc is refused.
  */
 #include "gossip/gossip_impl.h"
 #include "gossip/saef.h"
