@@ -150,21 +150,63 @@ s_div_round(float *out, const double *acc, double c, size_t n)
     return RUMOR_OK;
 }
 
+static rumor_err
+s_outer(float *x,
+        float *anchor,
+        float *v,
+        const float *d,
+        float lr,
+        float mu,
+        size_t n)
+{
+    gossip_ref_outer(x, anchor, v, d, lr, mu, n);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_decode_add(const rumor_codec *codec,
+             const uint8_t *in,
+             size_t len,
+             float alpha,
+             float *y,
+             size_t n)
+{
+    return rumor_codec_decode_add(codec, in, len, alpha, y, n);
+}
+
+static rumor_err
+s_crc32c(const void *p, size_t bytes, uint32_t *crc)
+{
+    *crc = rumor_crc32c(0, p, bytes);
+    return RUMOR_OK;
+}
+
+/* The device's way: per chunk, then joined. */
+static rumor_err
+s_crc32c_chunked(const void *p, size_t bytes, uint32_t *crc)
+{
+    *crc = gossip_ref_crc32c(p, bytes);
+    return RUMOR_OK;
+}
+
 #define S_HOST_OPS                                                          \
     .alloc = s_alloc, .release = s_release, .copy = s_copy, .zero = s_zero, \
     .diff = s_diff, .sub = s_sub, .axpy = s_axpy, .scale = s_scale,         \
     .apply = s_apply, .norm = s_norm, .sub_round = s_sub_round,             \
     .accum = s_accum, .add = s_add, .encode = s_encode, .decode = s_decode, \
-    .add_scaled = s_add_scaled, .div_round = s_div_round
+    .add_scaled = s_add_scaled, .div_round = s_div_round, .outer = s_outer, \
+    .decode_add = s_decode_add
 
 const struct gossip_backend_i gossip_backend_host = {
     .name = "host",
     .host_memory = true,
     S_HOST_OPS,
+    .crc32c = s_crc32c,
 };
 
 const struct gossip_backend_i gossip_backend_ref = {
     .name = "ref",
     .host_memory = false,
     S_HOST_OPS,
+    .crc32c = s_crc32c_chunked,
 };

@@ -98,17 +98,42 @@ struct gossip_backend_i {
                         size_t len,
                         float *y,
                         size_t n);
-    /* the compressed all-reduce (allreduce_codec.c): its error feedback
-     * out = a + c * b in float (the product rounded, then the sum), and
-     * the mean out = (float)(acc / c) (a division: a product by 1 / c
-     * rounds otherwise) */
+    /* float arithmetic of the compressed all-reduce's error feedback
+     * (allreduce_codec.c) and of localsgd: out = a + c * b (the product
+     * rounded, then the sum); a NULL: out = c * b; out may be a or b */
     rumor_err (*add_scaled)(float *out,
                             const float *a,
                             float c,
                             const float *b,
                             size_t n);
+    /* the compressed all-reduce's mean: out = (float)(acc / c) (a
+     * division: a product by 1 / c rounds otherwise) */
     rumor_err (*div_round)(float *out, const double *acc, double c, size_t n);
+    /* DiLoCo's outer step: v = mu v + d; x = anchor - lr (d + mu v);
+     * anchor = x */
+    rumor_err (*outer)(float *x,
+                       float *anchor,
+                       float *v,
+                       const float *d,
+                       float lr,
+                       float mu,
+                       size_t n);
+    /* rumor_codec_decode_add of in (host) into y (backend memory): y +=
+     * alpha * decode(in), y unchanged on error */
+    rumor_err (*decode_add)(const rumor_codec *codec,
+                            const uint8_t *in,
+                            size_t len,
+                            float alpha,
+                            float *y,
+                            size_t n);
+    /* *crc = rumor_crc32c(0, p, bytes) of backend memory: on a device
+     * per GOSSIP_CRC_CHUNK bytes there, joined on the host
+     * (gossip_ref_crc32c_join), so only the chunks' checksums cross */
+    rumor_err (*crc32c)(const void *p, size_t bytes, uint32_t *crc);
 };
+
+/* The chunk of a device's crc32c: one thread's bytes. */
+#define GOSSIP_CRC_CHUNK 4096u
 
 /* The plain-C twins of the CUDA kernels (gossip/ref.c), one loop over the
  * kernels' threads each: the host backend's operations. */
@@ -132,6 +157,19 @@ void gossip_ref_add_scaled(float *out,
                            const float *b,
                            size_t n);
 void gossip_ref_div_round(float *out, const double *acc, double c, size_t n);
+/* The crc32c of bytes bytes from the crc32c of each GOSSIP_CRC_CHUNK
+ * (the last one shorter), in order: CRC's linearity (zlib's
+ * crc32_combine), one matrix for the common chunk length. */
+uint32_t gossip_ref_crc32c_join(const uint32_t *part, size_t bytes);
+/* The twin of the device's crc32c: per chunk, then joined. */
+uint32_t gossip_ref_crc32c(const void *p, size_t bytes);
+void gossip_ref_outer(float *x,
+                      float *anchor,
+                      float *v,
+                      const float *d,
+                      float lr,
+                      float mu,
+                      size_t n);
 
 extern const struct gossip_backend_i gossip_backend_host;
 extern const struct gossip_backend_i gossip_backend_ref;

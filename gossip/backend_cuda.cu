@@ -7,6 +7,7 @@
 #include "gossip/backend.h"
 
 #include <cuda_runtime.h>
+#include <stdlib.h>
 
 static rumor_err
 s_alloc(size_t bytes, void **out)
@@ -155,13 +156,60 @@ k_add(float *out, const float *a, const float *b, size_t n)
 __global__ void
 k_add_scaled(float *out, const float *a, float c, const float *b, size_t n)
 {
-    S_EACH(e, n) out[e] = __fadd_rn(a[e], __fmul_rn(c, b[e]));
+    S_EACH(e, n)
+    out[e] =
+        a != NULL ? __fadd_rn(a[e], __fmul_rn(c, b[e])) : __fmul_rn(c, b[e]);
 }
 
 __global__ void
 k_div_round(float *out, const double *acc, double c, size_t n)
 {
     S_EACH(e, n) out[e] = __double2float_rn(__ddiv_rn(acc[e], c));
+}
+
+__global__ void
+k_outer(float *x,
+        float *anchor,
+        float *v,
+        const float *d,
+        float lr,
+        float mu,
+        size_t n)
+{
+    S_EACH(e, n)
+    {
+        float ve = __fadd_rn(__fmul_rn(mu, v[e]), d[e]);
+        float xe = __fsub_rn(anchor[e],
+                             __fmul_rn(lr, __fadd_rn(d[e], __fmul_rn(mu, ve))));
+        v[e] = ve;
+        x[e] = xe;
+        anchor[e] = xe;
+    }
+}
+
+// crc32c of each GOSSIP_CRC_CHUNK bytes of p (the last one shorter), one
+// thread per chunk, bytewise with the reflected table each block builds.
+__global__ void
+k_crc_chunks(const uint8_t *p, size_t bytes, uint32_t *part, size_t parts)
+{
+    __shared__ uint32_t table[256];
+    for (unsigned i = threadIdx.x; i < 256; i += blockDim.x) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1u) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+        table[i] = c;
+    }
+    __syncthreads();
+    S_EACH(c, parts)
+    {
+        size_t at = c * GOSSIP_CRC_CHUNK;
+        size_t end =
+            bytes - at < GOSSIP_CRC_CHUNK ? bytes : at + GOSSIP_CRC_CHUNK;
+        uint32_t crc = 0xffffffffu;
+        for (size_t b = at; b < end; b++)
+            crc = table[(crc ^ p[b]) & 0xffu] ^ (crc >> 8);
+        part[c] = ~crc;
+    }
 }
 
 static rumor_err
@@ -301,6 +349,59 @@ s_decode(const rumor_codec *codec,
                : rc;
 }
 
+static rumor_err
+s_outer(float *x,
+        float *anchor,
+        float *v,
+        const float *d,
+        float lr,
+        float mu,
+        size_t n)
+{
+    k_outer<<<s_blocks(n), S_THREADS>>>(x, anchor, v, d, lr, mu, n);
+    return s_launched("outer");
+}
+
+static rumor_err
+s_decode_add(const rumor_codec *codec,
+             const uint8_t *in,
+             size_t len,
+             float alpha,
+             float *y,
+             size_t n)
+{
+    return rumor_codec_decode_add_device(codec, in, len, alpha, y, n, NULL);
+}
+
+static rumor_err
+s_crc32c(const void *p, size_t bytes, uint32_t *crc)
+{
+    size_t parts = (bytes + GOSSIP_CRC_CHUNK - 1) / GOSSIP_CRC_CHUNK;
+    *crc = 0;
+    if (parts == 0)
+        return RUMOR_OK;
+    uint32_t *d_part = NULL;
+    uint32_t *part = (uint32_t *)malloc(parts * sizeof *part);
+    if (part == NULL ||
+        cudaMallocAsync((void **)&d_part, parts * sizeof *d_part, 0) !=
+            cudaSuccess) {
+        free(part);
+        return RUMOR_ENOMEM;
+    }
+    k_crc_chunks<<<s_blocks(parts), S_THREADS>>>((const uint8_t *)p,
+                                                 bytes,
+                                                 d_part,
+                                                 parts);
+    rumor_err rc = s_launched("crc32c");
+    if (rc == RUMOR_OK)
+        rc = s_copy(part, d_part, parts * sizeof *part, GOSSIP_TO_HOST);
+    (void)cudaFreeAsync(d_part, 0);
+    if (rc == RUMOR_OK)
+        *crc = gossip_ref_crc32c_join(part, bytes);
+    free(part);
+    return rc;
+}
+
 static const struct gossip_backend_i s_cuda = {
     .name = "cuda",
     .host_memory = false,
@@ -322,6 +423,9 @@ static const struct gossip_backend_i s_cuda = {
     .decode = s_decode,
     .add_scaled = s_add_scaled,
     .div_round = s_div_round,
+    .outer = s_outer,
+    .decode_add = s_decode_add,
+    .crc32c = s_crc32c,
 };
 
 extern "C" rumor_err

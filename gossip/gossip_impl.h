@@ -352,6 +352,12 @@ rumor_err gossip_codec_unshared(const rumor_gossip *g,
                                 const rumor_codec *codec,
                                 struct rumor_diag *diag);
 
+/* RUMOR_ENOTSUP (diag naming the algorithm) for a codec without device
+ * kernels on the CUDA backend (rumor_codec_device_supported). */
+rumor_err gossip_codec_on_device(const rumor_gossip *g,
+                                 const rumor_codec *codec,
+                                 struct rumor_diag *diag);
+
 /* The setup CHOCO and DeepSqueeze share: gamma in (0,
  * RUMOR_GOSSIP_GAMMA_MAX] (else RUMOR_EINVAL, the diag naming the
  * algorithm), the packer for opts.codec, and one inbox slot per node. */

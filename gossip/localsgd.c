@@ -58,6 +58,15 @@
  * count, and the error round reaches only neighbours that are members. A
  * lone member's sync has no round and changes nothing (anchor, memory and
  * outer momentum stay as they were).
+ *
+ * The flat vectors, SAEF's e_bar and the mixers' models live in the
+ * instance's backend memory (gossip/backend.h) and the arithmetic runs
+ * through its table, in the float roundings of the host code: on a model
+ * in GPU memory an exact sync moves its fragment to the host and back
+ * (the all-reduce's payload), a compressed one its payloads and the
+ * anchor's chunk checksums. There the delta's memory is kept here (its
+ * residual in backend memory, saved through a rumor_ef), for the kinds
+ * whose update is p - C(p): saef, ef and ef-decay; dgc is refused.
  */
 #include "gossip/gossip_impl.h"
 #include "gossip/saef.h"
@@ -73,6 +82,10 @@ struct frag {
     rumor_gossip *mixer; /* allreduce or dpsgd on buf */
     float *buf;          /* the mixer's model: a copy of the elements */
     rumor_ef *ef;        /* the delta's memory (NULL without a codec) */
+    /* On a device, the memory's residual (backend memory) and step count:
+     * ef then only saves and restores them. */
+    float *e;
+    uint64_t e_steps;
     bool have_anchor;
     bool tentative; /* the anchor is the initial model, not yet confirmed
                        by a sync's checksums */
@@ -89,6 +102,8 @@ struct frag {
 struct undo {
     uint8_t *ef;
     size_t ef_len, ef_cap;
+    float *e; /* a device's residual (largest fragment), and its steps */
+    uint64_t e_steps;
     float ahead;
     bool ahead_nbr, have_ebar;
     bool discard; /* this sync's verdict: the anchors differ */
@@ -102,9 +117,11 @@ struct localsgd {
     struct frag *frag;
     size_t frag_n;
     size_t last; /* the fragment of the last sync (its mixer's radius) */
-    float *anchor, *x, *velocity, *acc; /* flat, numel floats each */
-    struct gossip_gather gather;        /* codec path: every node's payload */
-    bool compressed_sync;               /* this sync uses the codec path */
+    /* flat, numel floats each, in the model's memory (g->be) */
+    float *anchor, *x, *velocity, *acc;
+    float ef_c; /* a device's memory: p = Delta + ef_c e (not saef) */
+    struct gossip_gather gather; /* codec path: every node's payload */
+    bool compressed_sync;        /* this sync uses the codec path */
     /* the neighbourhood form (saef.c): the exchange of the errors, and the
      * look-ahead alpha e_bar applied since each fragment's last sync */
     struct gossip_saef saef;
@@ -176,6 +193,45 @@ s_check_opts(const rumor_gossip *g, struct rumor_diag *diag)
     return RUMOR_EINVAL;
 }
 
+/* On a device the delta's memory is kept by this file (the residual in
+ * backend memory): the kinds whose update is e = p - C(p), with p = Delta
+ * (saef) or Delta + c e (ef: c = 1; ef-decay: c = its decay, and its
+ * gamma e + Delta - C(p) is that p - C(p)). dgc's momentum and selection
+ * stay on the host. */
+static rumor_err
+s_check_device(const rumor_gossip *g, struct rumor_diag *diag)
+{
+    const char *spec = s_ef_spec(g);
+    if (g->be->host_memory || g->opts.delta_codec[0] == '\0' ||
+        strcspn(spec, ":") != 3 || strncmp(spec, "dgc", 3) != 0)
+        return RUMOR_OK;
+    rumor_diag_set(diag,
+                   "",
+                   0,
+                   0,
+                   "localsgd: ef %s keeps its momentum and selects on the "
+                   "host: a model in device memory takes ef saef, ef or "
+                   "ef-decay; keep the model in host memory for dgc",
+                   spec);
+    return RUMOR_ENOTSUP;
+}
+
+/* c of p = Delta + c e, read from the memory's own correction: a memory
+ * of one element whose e is 1 corrects 0 to c. */
+static rumor_err
+s_ef_coefficient(const rumor_gossip *g, float *c)
+{
+    rumor_ef *probe = NULL;
+    float one = 1.0f, zero = 0.0f;
+    rumor_err rc = rumor_ef_new(s_ef_spec(g), 1, &probe, NULL);
+    if (rc == RUMOR_OK) {
+        *rumor_ef_residual(probe, NULL) = one;
+        rc = rumor_ef_corrected(probe, &zero, 1, c);
+    }
+    rumor_ef_destroy(&probe);
+    return rc;
+}
+
 /* The fragment's mixer, over its copy of the elements (flat like the
  * model, so F = 1 mixes the same bits as a mixer on the model would). */
 static rumor_err
@@ -193,12 +249,18 @@ s_make_mixer(rumor_gossip *g, struct frag *fr, struct rumor_diag *diag)
              sizeof inner.algo,
              "%s",
              g->opts.gossip_rounds > 0 ? "dpsgd" : "allreduce");
-    fr->buf = malloc(fr->len * sizeof(float));
-    if (fr->buf == NULL)
-        return RUMOR_ENOMEM;
+    rumor_err rc = g->be->alloc(fr->len * sizeof(float), (void **)&fr->buf);
+    if (rc != RUMOR_OK)
+        return rc;
     struct rumor_tensor flat = {fr->buf, 1, {fr->len}};
     struct rumor_model model = {&flat, 1};
-    return rumor_gossip_new(&inner, g->topo, g->self, &model, &fr->mixer, diag);
+    return gossip_new_in(&inner,
+                         g->topo,
+                         g->self,
+                         &model,
+                         g->be,
+                         &fr->mixer,
+                         diag);
 }
 
 /* The codec, each fragment's error memory, and the all-gather sized for
@@ -210,10 +272,15 @@ s_make_codec(rumor_gossip *g, struct rumor_diag *diag)
     rumor_err rc = rumor_codec_new(g->opts.delta_codec, &s->codec, diag);
     if (rc == RUMOR_OK)
         rc = gossip_codec_unshared(g, s->codec, diag);
-    size_t cap = 0;
+    if (rc == RUMOR_OK)
+        rc = gossip_codec_on_device(g, s->codec, diag);
+    size_t cap = 0, largest = 0;
     for (size_t f = 0; f < s->frag_n && rc == RUMOR_OK; f++) {
         struct frag *fr = &s->frag[f];
         rc = rumor_ef_new(s_ef_spec(g), fr->len, &fr->ef, diag);
+        if (rc == RUMOR_OK && !g->be->host_memory)
+            rc = g->be->alloc(fr->len * sizeof(float), (void **)&fr->e);
+        largest = fr->len > largest ? fr->len : largest;
         if (rc == RUMOR_OK && !rumor_ef_codec_fits(fr->ef, s->codec)) {
             rumor_diag_set(diag,
                            "",
@@ -230,6 +297,11 @@ s_make_codec(rumor_gossip *g, struct rumor_diag *diag)
         if (rc == RUMOR_OK)
             rc = rumor_ef_encoded_size(fr->ef, s->codec, fr->len, &need);
         cap = need > cap ? need : cap;
+    }
+    if (rc == RUMOR_OK && !g->be->host_memory) {
+        rc = s_ef_coefficient(g, &s->ef_c);
+        if (rc == RUMOR_OK)
+            rc = g->be->alloc(largest * sizeof(float), (void **)&s->undo.e);
     }
     if (rc == RUMOR_OK)
         rc = gossip_gather_init(&s->gather, g, cap + ANCHOR_CRC);
@@ -263,22 +335,21 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     g->state = s;
     rumor_err rc = s_check_opts(g, diag);
     if (rc == RUMOR_OK)
+        rc = s_check_device(g, diag);
+    if (rc == RUMOR_OK)
         rc = gossip_saef_init(&s->saef, g, diag);
     if (rc == RUMOR_OK)
         rc = s_make_frags(g, diag);
     if (rc == RUMOR_OK && g->opts.delta_codec[0] != '\0')
         rc = s_make_codec(g, diag);
+    /* zeroed: shift and velocity are saved in checkpoints */
+    float **vec[] = {&s->shift, &s->anchor, &s->x, &s->velocity, &s->acc};
+    for (size_t v = 0; v < sizeof vec / sizeof vec[0] && rc == RUMOR_OK; v++)
+        rc = g->be->alloc(g->numel * sizeof(float), (void **)vec[v]);
+    if (rc == RUMOR_OK && s->codec != NULL) /* the tentative anchors */
+        rc = gossip_model_read(g, 0, g->numel, s->anchor, GOSSIP_ON_DEVICE);
     if (rc != RUMOR_OK)
         return rc;
-    s->shift = calloc(g->numel, sizeof(float)); /* saved in checkpoints */
-    s->anchor = calloc(g->numel, sizeof(float));
-    s->x = malloc(g->numel * sizeof(float));
-    s->velocity = calloc(g->numel, sizeof(float));
-    s->acc = malloc(g->numel * sizeof(float));
-    if (!s->anchor || !s->x || !s->velocity || !s->acc || !s->shift)
-        return RUMOR_ENOMEM;
-    if (s->codec != NULL) /* the initial model: the tentative anchors */
-        gossip_flat_get(g, 0, g->numel, s->anchor);
     for (size_t f = 0; f < s->frag_n; f++) {
         s->frag[f].have_anchor = s->codec != NULL;
         s->frag[f].tentative = s->codec != NULL;
@@ -295,17 +366,19 @@ s_free(rumor_gossip *g)
     for (size_t f = 0; s->frag != NULL && f < s->frag_n; f++) {
         rumor_gossip_destroy(&s->frag[f].mixer);
         rumor_ef_destroy(&s->frag[f].ef);
-        free(s->frag[f].buf);
+        g->be->release(s->frag[f].buf);
+        g->be->release(s->frag[f].e);
     }
     free(s->frag);
     rumor_codec_destroy(&s->codec);
-    gossip_saef_free(&s->saef);
-    free(s->shift);
+    gossip_saef_free(&s->saef, g);
     gossip_gather_free(&s->gather);
-    free(s->anchor);
-    free(s->x);
-    free(s->velocity);
-    free(s->acc);
+    g->be->release(s->shift);
+    g->be->release(s->anchor);
+    g->be->release(s->x);
+    g->be->release(s->velocity);
+    g->be->release(s->acc);
+    g->be->release(s->undo.e);
     free(s->undo.ef);
     free(s);
     g->state = NULL;
@@ -364,9 +437,22 @@ s_rounds(const rumor_gossip *g, uint64_t step)
 
 /* Keeps what the encode of fr's delta changes, for a discard. */
 static rumor_err
-s_undo_keep(struct localsgd *s, const struct frag *fr)
+s_undo_keep(rumor_gossip *g, const struct frag *fr)
 {
+    struct localsgd *s = g->state;
     struct undo *u = &s->undo;
+    u->ahead = fr->ahead;
+    u->ahead_nbr = fr->ahead_nbr;
+    u->have_ebar = fr->have_ebar;
+    u->discard = false;
+    if (fr->e != NULL) { /* a device's memory: a copy there */
+        u->e_steps = fr->e_steps;
+        return gossip_mem_copy(g,
+                               u->e,
+                               fr->e,
+                               fr->len * sizeof(float),
+                               GOSSIP_ON_DEVICE);
+    }
     size_t need = rumor_ef_state_size(fr->ef);
     if (need > u->ef_cap) {
         uint8_t *grown = realloc(u->ef, need);
@@ -375,18 +461,53 @@ s_undo_keep(struct localsgd *s, const struct frag *fr)
         u->ef = grown;
         u->ef_cap = need;
     }
-    u->ahead = fr->ahead;
-    u->ahead_nbr = fr->ahead_nbr;
-    u->have_ebar = fr->have_ebar;
-    u->discard = false;
     return rumor_ef_save(fr->ef, u->ef, u->ef_cap, &u->ef_len);
 }
 
-/* The crc32c of the fragment's anchor (its float bits). */
-static uint32_t
-s_anchor_crc(const struct localsgd *s, const struct frag *fr)
+/* The crc32c of the fragment's anchor (its float bits), where it is: a
+ * device copies one checksum per GOSSIP_CRC_CHUNK bytes to the host. */
+static rumor_err
+s_anchor_crc(rumor_gossip *g, const struct frag *fr, uint32_t *crc)
 {
-    return rumor_crc32c(0, s->anchor + fr->off, fr->len * sizeof(float));
+    const struct localsgd *s = g->state;
+    size_t bytes = fr->len * sizeof(float);
+    if (!g->be->host_memory)
+        g->pcie_d2h += 4 * ((bytes + GOSSIP_CRC_CHUNK - 1) / GOSSIP_CRC_CHUNK);
+    return g->be->crc32c(s->anchor + fr->off, bytes, crc);
+}
+
+/* rumor_ef_encode of Delta (acc, changed) on a device's memory: p = Delta
+ * (saef) or Delta + c e (ef, ef-decay) is encoded, C(p) decoded from the
+ * payload (what every receiver decodes) into scratch, and e = p - C(p), as
+ * compress/errfb.c does with the codec's approx. */
+static rumor_err
+s_encode_device(rumor_gossip *g,
+                struct frag *fr,
+                float *acc,
+                float *scratch,
+                uint64_t seed,
+                uint64_t step,
+                uint8_t *out,
+                size_t cap,
+                size_t *len)
+{
+    struct localsgd *s = g->state;
+    const struct gossip_backend_i *be = g->be;
+    rumor_err rc = RUMOR_OK;
+    if (!s_saef(g)) /* saef: p = Delta (not Delta + 0 e: -0 + 0 is +0) */
+        rc = be->add_scaled(acc, acc, s->ef_c, fr->e, fr->len);
+    if (rc == RUMOR_OK)
+        rc = be->encode(s->codec, acc, fr->len, seed, step, out, cap, len);
+    if (rc != RUMOR_OK)
+        return rc;
+    g->pcie_d2h += *len;
+    rc = be->decode(s->codec, out, *len, scratch, fr->len);
+    g->pcie_h2d += *len;
+    if (RUMOR_NEVER(rc != RUMOR_OK))
+        return rc; /* own bytes always decode, or the codec has a bug */
+    rc = be->add_scaled(fr->e, acc, -1.0f, scratch, fr->len);
+    fr->e_steps += rc == RUMOR_OK ? 1 : 0;
+    return rc;
 }
 
 /* The fragment's delta since its last sync, compressed with error
@@ -395,20 +516,21 @@ static rumor_err
 s_encode_delta(rumor_gossip *g, struct frag *fr, uint64_t step)
 {
     struct localsgd *s = g->state;
-    rumor_err rc = s_undo_keep(s, fr);
-    if (rc != RUMOR_OK)
-        return rc;
+    const struct gossip_backend_i *be = g->be;
     float *x = s->x + fr->off, *acc = s->acc + fr->off;
-    const float *anchor = s->anchor + fr->off;
-    gossip_flat_get(g, fr->off, fr->len, x);
-    for (size_t e = 0; e < fr->len; e++)
-        acc[e] = anchor[e] - x[e];
+    rumor_err rc = s_undo_keep(g, fr);
+    if (rc == RUMOR_OK)
+        rc = gossip_model_read(g, fr->off, fr->len, x, GOSSIP_ON_DEVICE);
+    if (rc == RUMOR_OK) /* anchor - x */
+        rc = be->add_scaled(acc, s->anchor + fr->off, -1.0f, x, fr->len);
     /* Delta = anchor - x + (1 - alpha) e, or anchor - x - alpha e_bar + e:
      * e + the local update. */
-    for (size_t e = 0; fr->ahead_nbr && e < fr->len; e++)
-        acc[e] -= s->shift[fr->off + e];
+    if (rc == RUMOR_OK && fr->ahead_nbr)
+        rc = be->add_scaled(acc, acc, -1.0f, s->shift + fr->off, fr->len);
     float own = fr->ahead_nbr ? 1.0f : 1.0f - fr->ahead;
-    if (s_saef(g))
+    if (rc == RUMOR_OK && s_saef(g) && fr->e != NULL)
+        rc = be->add_scaled(acc, acc, own, fr->e, fr->len);
+    else if (rc == RUMOR_OK && s_saef(g))
         rc = rumor_ef_apply_error(fr->ef, own, acc, fr->len);
     if (rc == RUMOR_OK) /* DGC's clip: N is the ring's */
         rc = rumor_ef_set_nodes(fr->ef, g->ring_n);
@@ -416,20 +538,25 @@ s_encode_delta(rumor_gossip *g, struct frag *fr, uint64_t step)
         return rc;
     uint64_t seed = rumor_seed_derive(g->opts.seed, g->self, 0x10ca1);
     uint8_t *out = s->gather.payload[g->ring_pos];
-    size_t *len = &s->gather.len[g->ring_pos];
-    rc = rumor_ef_encode(fr->ef,
-                         s->codec,
-                         acc,
-                         fr->len,
-                         seed,
-                         step,
-                         out,
-                         s->gather.cap - ANCHOR_CRC,
-                         len,
-                         NULL);
+    size_t *len = &s->gather.len[g->ring_pos], cap = s->gather.cap - ANCHOR_CRC;
+    if (fr->e != NULL) /* x is free until the sync's end */
+        rc = s_encode_device(g, fr, acc, x, seed, step, out, cap, len);
+    else
+        rc = rumor_ef_encode(fr->ef,
+                             s->codec,
+                             acc,
+                             fr->len,
+                             seed,
+                             step,
+                             out,
+                             cap,
+                             len,
+                             NULL);
+    uint32_t crc = 0;
+    if (rc == RUMOR_OK)
+        rc = s_anchor_crc(g, fr, &crc);
     if (rc != RUMOR_OK)
         return rc;
-    uint32_t crc = s_anchor_crc(s, fr);
     for (unsigned b = 0; b < ANCHOR_CRC; b++)
         out[(*len)++] = (uint8_t)(crc >> (8 * b));
     /* e_bar belonged to the errors just resent */
@@ -439,12 +566,12 @@ s_encode_delta(rumor_gossip *g, struct frag *fr, uint64_t step)
     return RUMOR_OK;
 }
 
-/* The fragment's own error, as encode left it. */
+/* The fragment's own error, as encode left it (backend memory). */
 static const float *
 s_error(const struct frag *fr)
 {
     size_t n = 0;
-    return rumor_ef_error(fr->ef, &n);
+    return fr->e != NULL ? fr->e : rumor_ef_error(fr->ef, &n);
 }
 
 /* True for the error round that ends a compressed sync (saef.c). */
@@ -458,11 +585,13 @@ s_error_round(const rumor_gossip *g, uint32_t round)
 static rumor_err
 s_emit_mixer(rumor_gossip *g, struct frag *fr, uint64_t step, uint32_t round)
 {
+    rumor_err rc = RUMOR_OK;
     if (round == 0)
-        gossip_flat_get(g, fr->off, fr->len, fr->buf);
+        rc = gossip_model_read(g, fr->off, fr->len, fr->buf, GOSSIP_ON_DEVICE);
     const struct rumor_gossip_msg *msgs = NULL;
     size_t count = 0;
-    rumor_err rc = rumor_gossip_emit(fr->mixer, step, round, &msgs, &count);
+    if (rc == RUMOR_OK)
+        rc = rumor_gossip_emit(fr->mixer, step, round, &msgs, &count);
     if (rc == RUMOR_OK)
         rc = gossip_out_reserve(g, count);
     if (rc == RUMOR_OK)
@@ -491,35 +620,42 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
 
 /* x = anchor - lr (d + mu v) with v = mu v + d, d the averaged delta
  * (already in acc), over the fragment; then its anchor moves to x. */
-static void
+static rumor_err
 s_outer_step(rumor_gossip *g, const struct frag *fr)
 {
     struct localsgd *s = g->state;
     float lr = (float)g->opts.outer_lr, mu = (float)g->opts.outer_momentum;
-    for (size_t e = fr->off; e < fr->off + fr->len; e++) {
-        s->velocity[e] = mu * s->velocity[e] + s->acc[e];
-        s->x[e] = s->anchor[e] - lr * (s->acc[e] + mu * s->velocity[e]);
-    }
-    gossip_flat_put(g, fr->off, fr->len, s->x + fr->off);
-    memcpy(s->anchor + fr->off, s->x + fr->off, fr->len * sizeof(float));
+    size_t o = fr->off;
+    rumor_err rc = g->be->outer(s->x + o,
+                                s->anchor + o,
+                                s->velocity + o,
+                                s->acc + o,
+                                lr,
+                                mu,
+                                fr->len);
+    return rc == RUMOR_OK
+               ? gossip_model_write(g, o, fr->len, s->x + o, GOSSIP_ON_DEVICE)
+               : rc;
 }
 
 /* After the mixer: the mean of the fragment is in its buffer. */
-static void
+static rumor_err
 s_after_mix(rumor_gossip *g, struct frag *fr)
 {
     struct localsgd *s = g->state;
-    float *x = s->x + fr->off;
-    memcpy(x, fr->buf, fr->len * sizeof(float));
-    if (fr->have_anchor && s_outer(g)) {
-        for (size_t e = 0; e < fr->len; e++)
-            s->acc[fr->off + e] = s->anchor[fr->off + e] - x[e];
-        s_outer_step(g, fr);
-        return;
+    float *x = s->x + fr->off, *anchor = s->anchor + fr->off;
+    size_t bytes = fr->len * sizeof(float);
+    rumor_err rc = gossip_mem_copy(g, x, fr->buf, bytes, GOSSIP_ON_DEVICE);
+    if (rc == RUMOR_OK && fr->have_anchor && s_outer(g)) {
+        rc = g->be->add_scaled(s->acc + fr->off, anchor, -1.0f, x, fr->len);
+        return rc == RUMOR_OK ? s_outer_step(g, fr) : rc;
     }
-    gossip_flat_put(g, fr->off, fr->len, x);
-    memcpy(s->anchor + fr->off, x, fr->len * sizeof(float));
+    if (rc == RUMOR_OK)
+        rc = gossip_model_write(g, fr->off, fr->len, x, GOSSIP_ON_DEVICE);
+    if (rc == RUMOR_OK)
+        rc = gossip_mem_copy(g, anchor, x, bytes, GOSSIP_ON_DEVICE);
     fr->have_anchor = g->opts.gossip_rounds == 0;
+    return rc;
 }
 
 /* The crc32c that ends payload j (its length checked by the caller). */
@@ -542,7 +678,17 @@ s_discard(rumor_gossip *g, struct frag *fr, size_t j)
 {
     struct localsgd *s = g->state;
     struct undo *u = &s->undo;
-    rumor_err rc = rumor_ef_restore(fr->ef, u->ef, u->ef_len);
+    rumor_err rc = RUMOR_OK;
+    if (fr->e != NULL) {
+        fr->e_steps = u->e_steps;
+        rc = gossip_mem_copy(g,
+                             fr->e,
+                             u->e,
+                             fr->len * sizeof(float),
+                             GOSSIP_ON_DEVICE);
+    } else {
+        rc = rumor_ef_restore(fr->ef, u->ef, u->ef_len);
+    }
     fr->ahead = u->ahead;
     fr->ahead_nbr = u->ahead_nbr;
     fr->have_ebar = u->have_ebar;
@@ -590,15 +736,17 @@ s_after_gather(rumor_gossip *g, struct frag *fr)
     if (differs > 0)
         return s_discard(g, fr, differs);
     float *acc = s->acc + fr->off;
-    memset(acc, 0, fr->len * sizeof(float));
+    rumor_err rc = g->be->zero(acc, fr->len * sizeof(float));
     float inv = 1.0f / (float)g->ring_n;
-    for (size_t j = 0; j < g->ring_n; j++) {
-        rumor_err rc = rumor_codec_decode_add(s->codec,
-                                              s->gather.payload[j],
-                                              s->gather.len[j] - ANCHOR_CRC,
-                                              inv,
-                                              acc,
-                                              fr->len);
+    for (size_t j = 0; j < g->ring_n && rc == RUMOR_OK; j++) {
+        size_t len = s->gather.len[j] - ANCHOR_CRC;
+        rc = g->be->decode_add(s->codec,
+                               s->gather.payload[j],
+                               len,
+                               inv,
+                               acc,
+                               fr->len);
+        g->pcie_h2d += g->be->host_memory ? 0 : len;
         if (rc != RUMOR_OK) {
             rumor_log(RUMOR_LOG_WARN,
                       "gossip localsgd: node %u: the delta of node %u does "
@@ -609,9 +757,10 @@ s_after_gather(rumor_gossip *g, struct frag *fr)
             return rc;
         }
     }
-    s_outer_step(g, fr);
-    fr->tentative = false;
-    return RUMOR_OK;
+    if (rc == RUMOR_OK)
+        rc = s_outer_step(g, fr);
+    fr->tentative = fr->tentative && rc != RUMOR_OK;
+    return rc;
 }
 
 /* After a compressed sync's last round: a discarded sync leaves the
@@ -664,7 +813,7 @@ s_absorb(rumor_gossip *g,
     }
     rumor_err rc = rumor_gossip_absorb(fr->mixer, step, round, msgs, count);
     if (rc == RUMOR_OK && round + 1 == s_mixer_rounds(g, fr, step))
-        s_after_mix(g, fr);
+        rc = s_after_mix(g, fr);
     return rc;
 }
 
@@ -706,26 +855,27 @@ static rumor_err
 s_step_ahead_frag(rumor_gossip *g, struct frag *fr, float alpha)
 {
     struct localsgd *s = g->state;
+    const struct gossip_backend_i *be = g->be;
     if (!fr->have_anchor || fr->ahead != 0 || fr->ahead_nbr)
         return RUMOR_OK;
-    float *x = s->x + fr->off;
-    gossip_flat_get(g, fr->off, fr->len, x);
-    if (fr->have_ebar) { /* the neighbourhood form */
-        float *shift = s->shift + fr->off;
-        const float *ebar = s->saef.ebar + fr->off;
-        for (size_t e = 0; e < fr->len; e++) {
-            shift[e] = alpha * ebar[e];
-            x[e] -= shift[e];
-        }
-        gossip_flat_put(g, fr->off, fr->len, x);
-        fr->ahead_nbr = true;
-        return RUMOR_OK;
+    float *x = s->x + fr->off, *shift = s->shift + fr->off;
+    rumor_err rc = gossip_model_read(g, fr->off, fr->len, x, GOSSIP_ON_DEVICE);
+    if (rc == RUMOR_OK && fr->have_ebar) { /* the neighbourhood form */
+        rc =
+            be->add_scaled(shift, NULL, alpha, s->saef.ebar + fr->off, fr->len);
+        if (rc == RUMOR_OK)
+            rc = be->add_scaled(x, x, -1.0f, shift, fr->len);
+    } else if (rc == RUMOR_OK && fr->e != NULL) {
+        rc = be->add_scaled(x, x, -alpha, fr->e, fr->len);
+    } else if (rc == RUMOR_OK) {
+        rc = rumor_ef_apply_error(fr->ef, -alpha, x, fr->len);
     }
-    rumor_err rc = rumor_ef_apply_error(fr->ef, -alpha, x, fr->len);
+    if (rc == RUMOR_OK)
+        rc = gossip_model_write(g, fr->off, fr->len, x, GOSSIP_ON_DEVICE);
     if (rc != RUMOR_OK)
         return rc;
-    gossip_flat_put(g, fr->off, fr->len, x);
-    fr->ahead = alpha;
+    fr->ahead_nbr = fr->have_ebar;
+    fr->ahead = fr->have_ebar ? fr->ahead : alpha;
     return RUMOR_OK;
 }
 
@@ -742,13 +892,76 @@ s_step_ahead(rumor_gossip *g)
     return rc;
 }
 
+/* n floats of the model's memory into a state (a device's through a
+ * host copy). */
+static rumor_err
+s_write_vec(const rumor_gossip *g,
+            struct rumor_buf *out,
+            const float *v,
+            size_t n)
+{
+    if (g->be->host_memory)
+        return gossip_write_f32(out, v, n);
+    float *host = malloc((n + 1) * sizeof *host);
+    rumor_err rc = host != NULL
+                       ? g->be->copy(host, v, n * sizeof *host, GOSSIP_TO_HOST)
+                       : RUMOR_ENOMEM;
+    if (rc == RUMOR_OK)
+        rc = gossip_write_f32(out, host, n);
+    free(host);
+    return rc;
+}
+
+/* n floats of a state into the model's memory (r->err first). */
+static rumor_err
+s_read_vec(const rumor_gossip *g, struct gossip_reader *r, float *v, size_t n)
+{
+    if (g->be->host_memory) {
+        gossip_read_f32(r, v, n);
+        return r->err;
+    }
+    float *host = malloc((n + 1) * sizeof *host);
+    if (host == NULL)
+        return RUMOR_ENOMEM;
+    gossip_read_f32(r, host, n);
+    rumor_err rc =
+        r->err == RUMOR_OK
+            ? g->be->copy(v, host, n * sizeof *host, GOSSIP_TO_DEVICE)
+            : r->err;
+    free(host);
+    return rc;
+}
+
+/* A device's residual into the memory that saves it. */
+static rumor_err
+s_ef_to_host(const rumor_gossip *g, const struct frag *fr)
+{
+    rumor_ef_set_steps(fr->ef, fr->e_steps);
+    return g->be->copy(rumor_ef_residual(fr->ef, NULL),
+                       fr->e,
+                       fr->len * sizeof(float),
+                       GOSSIP_TO_HOST);
+}
+
+/* A restored memory's residual to the device's. */
+static rumor_err
+s_ef_to_device(const rumor_gossip *g, struct frag *fr)
+{
+    size_t n = 0;
+    const float *e = rumor_ef_error(fr->ef, &n);
+    fr->e_steps = rumor_ef_steps(fr->ef);
+    return g->be->copy(fr->e, e, n * sizeof *e, GOSSIP_TO_DEVICE);
+}
+
 /* A u64-length blob of a fragment's error memory (empty without a delta
  * codec). */
 static rumor_err
-s_save_ef(const struct frag *fr, struct rumor_buf *out)
+s_save_ef(const rumor_gossip *g, const struct frag *fr, struct rumor_buf *out)
 {
     size_t ef_len = fr->ef != NULL ? rumor_ef_state_size(fr->ef) : 0;
-    rumor_err rc = gossip_write_u64(out, ef_len);
+    rumor_err rc = fr->e != NULL ? s_ef_to_host(g, fr) : RUMOR_OK;
+    if (rc == RUMOR_OK)
+        rc = gossip_write_u64(out, ef_len);
     if (rc == RUMOR_OK && ef_len > 0)
         rc = rumor_buf_reserve(out, ef_len);
     size_t written = 0;
@@ -810,17 +1023,17 @@ s_save_one(const rumor_gossip *g, struct rumor_buf *out)
     if (rc == RUMOR_OK)
         rc = gossip_write_f32(out, &fr->ahead, 1);
     if (rc == RUMOR_OK)
-        rc = gossip_write_f32(out, s->anchor, g->numel);
+        rc = s_write_vec(g, out, s->anchor, g->numel);
     if (rc == RUMOR_OK)
-        rc = gossip_write_f32(out, s->velocity, g->numel);
+        rc = s_write_vec(g, out, s->velocity, g->numel);
     if (rc == RUMOR_OK)
-        rc = gossip_write_f32(out, s->shift, g->numel);
+        rc = s_write_vec(g, out, s->shift, g->numel);
     if (rc == RUMOR_OK)
-        rc = s_save_ef(fr, out);
+        rc = s_save_ef(g, fr, out);
     if (rc == RUMOR_OK)
         rc = gossip_write_u64(out, ebar ? g->numel : 0);
     if (rc == RUMOR_OK && ebar)
-        rc = gossip_write_f32(out, s->saef.ebar, g->numel);
+        rc = s_write_vec(g, out, s->saef.ebar, g->numel);
     return rc == RUMOR_OK ? s_save_mixer(fr, out) : rc;
 }
 
@@ -854,20 +1067,20 @@ s_state_save(const rumor_gossip *g, struct rumor_buf *out)
         if (rc == RUMOR_OK)
             rc = gossip_write_f32(out, &fr->ahead, 1);
         if (rc == RUMOR_OK)
-            rc = s_save_ef(fr, out);
+            rc = s_save_ef(g, fr, out);
         if (rc == RUMOR_OK)
             rc = s_save_mixer(fr, out);
     }
     if (rc == RUMOR_OK)
-        rc = gossip_write_f32(out, s->anchor, g->numel);
+        rc = s_write_vec(g, out, s->anchor, g->numel);
     if (rc == RUMOR_OK)
-        rc = gossip_write_f32(out, s->velocity, g->numel);
+        rc = s_write_vec(g, out, s->velocity, g->numel);
     if (rc == RUMOR_OK)
-        rc = gossip_write_f32(out, s->shift, g->numel);
+        rc = s_write_vec(g, out, s->shift, g->numel);
     if (rc == RUMOR_OK)
         rc = gossip_write_u64(out, ebar ? g->numel : 0);
     if (rc == RUMOR_OK && ebar)
-        rc = gossip_write_f32(out, s->saef.ebar, g->numel);
+        rc = s_write_vec(g, out, s->saef.ebar, g->numel);
     return rc;
 }
 
@@ -884,10 +1097,13 @@ s_state_ef(rumor_gossip *g,
         return RUMOR_EPROTO;
     if (len == 0 || mode == GOSSIP_STATE_ADOPT)
         return RUMOR_OK;
-    if (mode == GOSSIP_STATE_LOAD)
-        return rumor_ef_restore(fr->ef, p, len);
+    rumor_err rc = RUMOR_OK;
+    if (mode == GOSSIP_STATE_LOAD) {
+        rc = rumor_ef_restore(fr->ef, p, len);
+        return rc == RUMOR_OK && fr->e != NULL ? s_ef_to_device(g, fr) : rc;
+    }
     rumor_ef *scratch = NULL;
-    rumor_err rc = rumor_ef_new(s_ef_spec(g), fr->len, &scratch, NULL);
+    rc = rumor_ef_new(s_ef_spec(g), fr->len, &scratch, NULL);
     if (rc == RUMOR_OK)
         rc = rumor_ef_restore(scratch, p, len);
     rumor_ef_destroy(&scratch);
@@ -964,13 +1180,15 @@ s_load_frags(rumor_gossip *g,
     gossip_read_f32(r, NULL, ebar ? g->numel : 0);
     if (r->err != RUMOR_OK || mode == GOSSIP_STATE_CHECK)
         return r->err;
-    gossip_read_f32(&vectors, s->anchor, g->numel);
-    gossip_read_f32(&vectors, s->velocity, g->numel);
-    gossip_read_f32(&vectors, s->shift, g->numel);
+    rumor_err rc = s_read_vec(g, &vectors, s->anchor, g->numel);
+    if (rc == RUMOR_OK)
+        rc = s_read_vec(g, &vectors, s->velocity, g->numel);
+    if (rc == RUMOR_OK)
+        rc = s_read_vec(g, &vectors, s->shift, g->numel);
     gossip_read_u64(&vectors);
-    if (ebar && mode == GOSSIP_STATE_LOAD)
-        gossip_read_f32(&vectors, s->saef.ebar, g->numel);
-    return RUMOR_OK;
+    if (rc == RUMOR_OK && ebar && mode == GOSSIP_STATE_LOAD)
+        rc = s_read_vec(g, &vectors, s->saef.ebar, g->numel);
+    return rc;
 }
 
 /* The one-fragment layout (its first word and ahead read). */
@@ -1009,14 +1227,16 @@ s_load_one(rumor_gossip *g,
         gossip_reader_fail(r, rc, "an error memory or mixer that does not fit");
     if (rc != RUMOR_OK || mode == GOSSIP_STATE_CHECK)
         return rc;
-    gossip_read_f32(&vectors, s->anchor, g->numel);
-    gossip_read_f32(&vectors, s->velocity, g->numel);
-    gossip_read_f32(&vectors, s->shift, g->numel);
+    rc = s_read_vec(g, &vectors, s->anchor, g->numel);
+    if (rc == RUMOR_OK)
+        rc = s_read_vec(g, &vectors, s->velocity, g->numel);
+    if (rc == RUMOR_OK)
+        rc = s_read_vec(g, &vectors, s->shift, g->numel);
     s_set_flags(fr, flags, mode);
     fr->ahead = ahead;
-    if (ebar && mode == GOSSIP_STATE_LOAD)
-        gossip_read_f32(&ebar_at, s->saef.ebar, g->numel);
-    return RUMOR_OK;
+    if (rc == RUMOR_OK && ebar && mode == GOSSIP_STATE_LOAD)
+        rc = s_read_vec(g, &ebar_at, s->saef.ebar, g->numel);
+    return rc;
 }
 
 /* An adopt takes what goes with the member's model (anchor, outer
@@ -1067,8 +1287,26 @@ gossip_localsgd_screen(const rumor_gossip *g,
     }
 }
 
+/* The mixers' copies (the model's fragments to and from the host when
+ * averaging exactly) and the error round's payloads. */
+static void
+s_pcie(const rumor_gossip *g, uint64_t *h2d, uint64_t *d2h)
+{
+    const struct localsgd *s = g->state;
+    for (size_t f = 0; f < s->frag_n; f++) {
+        uint64_t in = 0, out = 0;
+        rumor_gossip_pcie_bytes(s->frag[f].mixer, &in, &out);
+        *h2d += in;
+        *d2h += out;
+    }
+    *h2d += s->saef.pcie_h2d;
+    *d2h += s->saef.pcie_d2h;
+}
+
 const struct gossip_algo_i gossip_localsgd = {
     .name = "localsgd",
+    .device = true,
+    .pcie = s_pcie,
     .init = s_init,
     .free = s_free,
     .rounds = s_rounds,

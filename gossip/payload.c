@@ -26,19 +26,8 @@ gossip_packer_init(struct gossip_packer *p,
     rumor_err rc = rumor_codec_new(spec, &p->codec, diag);
     if (rc == RUMOR_OK && g->algo != &gossip_allreduce_codec)
         rc = gossip_codec_unshared(g, p->codec, diag);
-    if (rc == RUMOR_OK && g->be->cuda &&
-        !rumor_codec_device_supported(p->codec)) {
-        rumor_diag_set(diag,
-                       "",
-                       0,
-                       0,
-                       "%s: the codec %s has no device kernels yet "
-                       "(rumor_codec_device_supported); choose one that "
-                       "has, or keep the model in host memory",
-                       g->algo->name,
-                       rumor_codec_spec(p->codec));
-        rc = RUMOR_ENOTSUP;
-    }
+    if (rc == RUMOR_OK)
+        rc = gossip_codec_on_device(g, p->codec, diag);
     size_t largest = 0;
     for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
         size_t n = rumor_tensor_numel(&g->tensors[t]), bytes = 0;
@@ -71,6 +60,25 @@ gossip_codec_unshared(const rumor_gossip *g,
                    g->algo->name,
                    rumor_codec_spec(codec));
     return RUMOR_EINVAL;
+}
+
+rumor_err
+gossip_codec_on_device(const rumor_gossip *g,
+                       const rumor_codec *codec,
+                       struct rumor_diag *diag)
+{
+    if (!g->be->cuda || rumor_codec_device_supported(codec))
+        return RUMOR_OK;
+    rumor_diag_set(diag,
+                   "",
+                   0,
+                   0,
+                   "%s: the codec %s has no device kernels yet "
+                   "(rumor_codec_device_supported); choose one that has, or "
+                   "keep the model in host memory",
+                   g->algo->name,
+                   rumor_codec_spec(codec));
+    return RUMOR_ENOTSUP;
 }
 
 void

@@ -8,6 +8,8 @@
 #include "gossip/backend.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 void
 gossip_ref_diff(double *d, const float *a, const float *b, size_t n)
@@ -89,8 +91,12 @@ gossip_ref_add_scaled(float *out,
                       const float *b,
                       size_t n)
 {
-    for (size_t e = 0; e < n; e++)
-        out[e] = a[e] + c * b[e];
+    if (a == NULL) /* not 0 + c b: that makes a -0 product +0 */
+        for (size_t e = 0; e < n; e++)
+            out[e] = c * b[e];
+    else
+        for (size_t e = 0; e < n; e++)
+            out[e] = a[e] + c * b[e];
 }
 
 void
@@ -98,4 +104,108 @@ gossip_ref_div_round(float *out, const double *acc, double c, size_t n)
 {
     for (size_t e = 0; e < n; e++)
         out[e] = (float)(acc[e] / c);
+}
+
+void
+gossip_ref_outer(float *x,
+                 float *anchor,
+                 float *v,
+                 const float *d,
+                 float lr,
+                 float mu,
+                 size_t n)
+{
+    for (size_t e = 0; e < n; e++) {
+        v[e] = mu * v[e] + d[e];
+        x[e] = anchor[e] - lr * (d[e] + mu * v[e]);
+        anchor[e] = x[e];
+    }
+}
+
+/* CRC-32C's polynomial, bit-reflected (core/crc32c.c's). */
+#define S_CRC_POLY 0x82f63b78u
+
+/* mat (32 columns) times vec over GF(2). */
+static uint32_t
+s_gf2_times(const uint32_t *mat, uint32_t vec)
+{
+    uint32_t sum = 0;
+    for (; vec != 0; vec >>= 1, mat++)
+        if (vec & 1u)
+            sum ^= *mat;
+    return sum;
+}
+
+static void
+s_gf2_square(uint32_t *square, const uint32_t *mat)
+{
+    for (int n = 0; n < 32; n++)
+        square[n] = s_gf2_times(mat, mat[n]);
+}
+
+/* The operator that appends len zero bytes to a crc's register. */
+static void
+s_zeros_operator(uint32_t *op, size_t len)
+{
+    uint32_t odd[32], even[32], row = 1;
+    odd[0] = S_CRC_POLY; /* one zero bit */
+    for (int n = 1; n < 32; n++, row <<= 1)
+        odd[n] = row;
+    for (int n = 0; n < 32; n++) /* the identity */
+        op[n] = 1u << n;
+    s_gf2_square(even, odd); /* two zero bits */
+    s_gf2_square(odd, even); /* four */
+    /* odd is now the operator of half a byte; square to one byte, then
+     * per bit of len */
+    s_gf2_square(even, odd);
+    uint32_t *power = even, *next = odd, tmp[32];
+    for (; len != 0; len >>= 1) {
+        if (len & 1) {
+            for (int n = 0; n < 32; n++)
+                tmp[n] = s_gf2_times(power, op[n]);
+            memcpy(op, tmp, sizeof tmp);
+        }
+        s_gf2_square(next, power);
+        uint32_t *swap = power;
+        power = next;
+        next = swap;
+    }
+}
+
+/* crc(A B) from crc(A), crc(B) and B's length: the pre- and
+ * post-conditioning cancel, so appending B is shifting crc(A) by |B|
+ * zero bytes and adding crc(B). */
+uint32_t
+gossip_ref_crc32c_join(const uint32_t *part, size_t bytes)
+{
+    if (bytes == 0)
+        return 0;
+    size_t parts = (bytes + GOSSIP_CRC_CHUNK - 1) / GOSSIP_CRC_CHUNK;
+    size_t last = bytes - (parts - 1) * GOSSIP_CRC_CHUNK;
+    uint32_t full[32], tail[32];
+    s_zeros_operator(full, GOSSIP_CRC_CHUNK);
+    s_zeros_operator(tail, last);
+    uint32_t crc = part[0];
+    for (size_t c = 1; c + 1 < parts; c++)
+        crc = s_gf2_times(full, crc) ^ part[c];
+    return parts > 1 ? s_gf2_times(tail, crc) ^ part[parts - 1] : crc;
+}
+
+uint32_t
+gossip_ref_crc32c(const void *p, size_t bytes)
+{
+    size_t parts = (bytes + GOSSIP_CRC_CHUNK - 1) / GOSSIP_CRC_CHUNK;
+    uint32_t *part = malloc((parts + 1) * sizeof *part);
+    if (part == NULL) /* the twin's own scratch; the whole is the same */
+        return rumor_crc32c(0, p, bytes);
+    const uint8_t *b = p;
+    for (size_t c = 0; c < parts; c++) {
+        size_t at = c * GOSSIP_CRC_CHUNK;
+        size_t len =
+            bytes - at < GOSSIP_CRC_CHUNK ? bytes - at : GOSSIP_CRC_CHUNK;
+        part[c] = rumor_crc32c(0, b + at, len);
+    }
+    uint32_t crc = gossip_ref_crc32c_join(part, bytes);
+    free(part);
+    return crc;
 }

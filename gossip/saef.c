@@ -75,29 +75,34 @@ gossip_saef_init(struct gossip_saef *s,
     bool exact = false;
     rc = rumor_codec_new(spec, &s->codec, diag);
     if (rc == RUMOR_OK)
+        rc = gossip_codec_on_device(g, s->codec, diag);
+    if (rc == RUMOR_OK)
         rc = rumor_codec_encoded_size(s->codec, g->numel, &s->cap, &exact);
+    /* zeroed: a state carries e_bar whole, ranges not formed yet too */
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(g->numel * sizeof *s->ebar, (void **)&s->ebar);
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(g->numel * sizeof *s->scratch, (void **)&s->scratch);
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(g->numel * sizeof *s->acc, (void **)&s->acc);
     if (rc != RUMOR_OK)
         return rc;
     s->buf = malloc(s->cap);
-    /* zero: a state carries it whole, ranges not formed yet too */
-    s->ebar = calloc(g->numel, sizeof *s->ebar);
-    s->scratch = malloc(g->numel * sizeof *s->scratch);
-    s->acc = malloc(g->numel * sizeof *s->acc);
     s->slot = malloc(g->nodes * sizeof *s->slot);
     s->peers = malloc(g->nodes * sizeof *s->peers);
-    if (!s->buf || !s->ebar || !s->scratch || !s->acc || !s->slot || !s->peers)
+    if (!s->buf || !s->slot || !s->peers)
         return RUMOR_ENOMEM;
     return RUMOR_OK;
 }
 
 void
-gossip_saef_free(struct gossip_saef *s)
+gossip_saef_free(struct gossip_saef *s, const rumor_gossip *g)
 {
     rumor_codec_destroy(&s->codec);
     free(s->buf);
-    free(s->ebar);
-    free(s->scratch);
-    free(s->acc);
+    g->be->release(s->ebar);
+    g->be->release(s->scratch);
+    g->be->release(s->acc);
     free(s->slot);
     free(s->peers);
     memset(s, 0, sizeof *s);
@@ -117,17 +122,11 @@ gossip_saef_emit(struct gossip_saef *s,
                  size_t n)
 {
     uint64_t seed = rumor_seed_derive(g->opts.seed, g->self, 0x5aef);
-    rumor_err rc = rumor_codec_encode(s->codec,
-                                      e,
-                                      n,
-                                      seed,
-                                      step,
-                                      s->buf,
-                                      s->cap,
-                                      &s->len,
-                                      NULL);
+    rumor_err rc =
+        g->be->encode(s->codec, e, n, seed, step, s->buf, s->cap, &s->len);
     if (rc != RUMOR_OK)
         return rc;
+    s->pcie_d2h += g->be->host_memory ? 0 : s->len;
     size_t peers = gossip_saef_expected(g, step, s->peers, g->nodes);
     rc = gossip_out_reserve(g, peers);
     for (size_t k = 0; k < peers && rc == RUMOR_OK; k++)
@@ -175,8 +174,8 @@ s_add_neighbour(struct gossip_saef *s,
                 double w,
                 size_t n)
 {
-    rumor_err rc =
-        rumor_codec_decode(s->codec, msg->data, msg->len, s->scratch, n);
+    rumor_err rc = g->be->decode(s->codec, msg->data, msg->len, s->scratch, n);
+    s->pcie_h2d += g->be->host_memory ? 0 : msg->len;
     if (rc != RUMOR_OK) {
         rumor_log(RUMOR_LOG_WARN,
                   "gossip saef: node %u: the error of %u does not decode: %s",
@@ -185,9 +184,7 @@ s_add_neighbour(struct gossip_saef *s,
                   rumor_strerror(rc));
         return rc;
     }
-    for (size_t e = 0; e < n; e++)
-        s->acc[e] += w * (double)s->scratch[e];
-    return RUMOR_OK;
+    return g->be->accum(s->acc, w, s->scratch, n);
 }
 
 rumor_err
@@ -211,7 +208,8 @@ gossip_saef_absorb(struct gossip_saef *s,
         gossip_match_peers(g, s->peers, members, msgs, count, s->slot);
     rc = rc == RUMOR_ETIMEDOUT ? RUMOR_OK : rc;
     double self_w = rumor_topology_self_weight(g->topo, phase, g->self);
-    memset(s->acc, 0, n * sizeof *s->acc);
+    if (rc == RUMOR_OK)
+        rc = g->be->zero(s->acc, n * sizeof *s->acc);
     for (size_t k = 0, j = 0; k < peers && rc == RUMOR_OK; k++) {
         if (!gossip_ring_has(g, nbr[k])) {
             self_w += w[k]; /* sent nothing, as a missing neighbour */
@@ -223,9 +221,13 @@ gossip_saef_absorb(struct gossip_saef *s,
         else
             self_w += s_missing(g, nbr[k], w[k]);
     }
-    if (rc != RUMOR_OK)
-        return rc;
-    for (size_t k = 0; k < n; k++)
-        s->ebar[off + k] = (float)(s->acc[k] + self_w * (double)e[k]);
-    return RUMOR_OK;
+    /* e_bar = (float)(acc + self_w e): rounded by apply from a zero base
+     * (0 + acc is acc: a sum from +0 is never -0) */
+    if (rc == RUMOR_OK)
+        rc = g->be->accum(s->acc, self_w, e, n);
+    if (rc == RUMOR_OK)
+        rc = g->be->zero(s->scratch, n * sizeof *s->scratch);
+    return rc == RUMOR_OK
+               ? g->be->apply(s->ebar + off, s->scratch, 1.0, s->acc, n)
+               : rc;
 }

@@ -16,9 +16,12 @@ struct gossip_saef {
     rumor_codec *codec; /* the error's codec (neighbourhood only) */
     uint8_t *buf;       /* own encoded error */
     size_t len, cap;
+    /* in the model's memory (g->be): */
     float *ebar;    /* e_bar of each range's last sync, numel */
     float *scratch; /* one decoded error, numel */
     double *acc;    /* the weighted sum being formed, numel */
+    /* payload bytes the error's codec moved to and from a device */
+    uint64_t pcie_h2d, pcie_d2h;
     const struct rumor_gossip_msg **slot;
     uint32_t *peers; /* the error round's, nodes slots */
 };
@@ -30,15 +33,15 @@ struct gossip_saef {
 rumor_err gossip_saef_init(struct gossip_saef *s,
                            const rumor_gossip *g,
                            struct rumor_diag *diag);
-void gossip_saef_free(struct gossip_saef *s);
+void gossip_saef_free(struct gossip_saef *s, const rumor_gossip *g);
 
 /* True when a compressed sync ends with the error round: neighbourhood
  * scope and alpha > 0 (alpha 0 never looks ahead, so nothing is sent). */
 bool gossip_saef_exchanges(const struct gossip_saef *s, const rumor_gossip *g);
 
-/* The error round's messages: C(e) of the own error e (n floats: the
- * syncing fragment's, localsgd.c) to every neighbour of the step's phase
- * that is a member of g's ring. */
+/* The error round's messages: C(e) of the own error e (n floats of g->be's
+ * memory: the syncing fragment's, localsgd.c) to every neighbour of the step's
+ * phase that is a member of g's ring. */
 rumor_err gossip_saef_emit(struct gossip_saef *s,
                            rumor_gossip *g,
                            uint64_t step,
@@ -53,8 +56,8 @@ size_t gossip_saef_expected(const rumor_gossip *g,
                             uint32_t *peers,
                             size_t cap);
 
-/* Forms ebar[off, off + n) from the own error e (n floats) and the
- * neighbours' messages. A neighbour whose message is missing gives its
+/* Forms ebar[off, off + n) from the own error e (n floats of g->be's memory)
+ * and the neighbours' messages. A neighbour whose message is missing gives its
  * weight to the self term (RUMOR_OK). An unexpected or duplicate sender,
  * or a payload that does not decode, is RUMOR_EPROTO / RUMOR_ENUMERIC and
  * leaves no e_bar (ebar unwritten; the caller, which keeps whether each

@@ -339,8 +339,8 @@ rumor_ef_encode_shared(rumor_ef *ef,
  * dgc): n floats, borrowed, valid until the next call on ef. */
 RUMOR_API const float *rumor_ef_error(const rumor_ef *ef, size_t *n);
 
-/* A memory kept elsewhere (gossip's compressed all-reduce keeps the
- * residuals of ef and ef-decay where the model is, on a GPU too):
+/* A memory kept elsewhere (gossip's compressed all-reduce and local SGD
+ * keep their residuals where the model is, on a GPU too):
  * rumor_ef_decay gives the factor of its step, p = g + decay e in float
  * (1 for ef, gamma for ef-decay) for the codec, then e = p - C(p), the
  * roundings of rumor_ef_encode; RUMOR_EINVAL for dgc and saef, whose

@@ -2635,6 +2635,43 @@ test_ef_decay__outside_step__same_bytes_residual_and_record(void **state)
     rumor_codec_destroy(&c);
 }
 
+/* A residual written from outside (a device's) is what the memory then
+ * saves, restores and encodes with. */
+static void
+test_ef_residual_written__saved_restored_and_used(void **state)
+{
+    (void)state;
+    const size_t n = 5;
+    float e[5] = {0.5f, -1.25f, 0.0f, 3.0f, -0.125f};
+    rumor_ef *a = NULL, *b = NULL;
+    assert_int_equal(rumor_ef_new("ef", n, &a, NULL), RUMOR_OK);
+    assert_int_equal(rumor_ef_new("ef", n, &b, NULL), RUMOR_OK);
+    size_t an = 0;
+    memcpy(rumor_ef_residual(a, &an), e, sizeof e);
+    assert_int_equal(an, n);
+    rumor_ef_set_steps(a, 7);
+    uint8_t buf[256];
+    size_t len = 0, got = 0;
+    assert_int_equal(rumor_ef_save(a, buf, sizeof buf, &len), RUMOR_OK);
+    assert_int_equal(rumor_ef_restore(b, buf, len), RUMOR_OK);
+    assert_int_equal(rumor_ef_steps(b), 7);
+    assert_memory_equal(rumor_ef_error(b, &got), e, sizeof e);
+    assert_int_equal(got, n);
+    /* ef's next encode sends g + e: with g = 0 and fp32, exactly e */
+    rumor_codec *fp32 = NULL;
+    assert_int_equal(rumor_codec_new("fp32", &fp32, NULL), RUMOR_OK);
+    float g[5] = {0}, sent[5];
+    uint8_t out[256];
+    assert_int_equal(
+        rumor_ef_encode(b, fp32, g, n, 1, 0, out, sizeof out, &len, sent),
+        RUMOR_OK);
+    assert_memory_equal(sent, e, sizeof e);
+    assert_int_equal(rumor_ef_steps(b), 8);
+    rumor_codec_destroy(&fp32);
+    rumor_ef_destroy(&a);
+    rumor_ef_destroy(&b);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -2717,6 +2754,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_saef__lookahead_and_error__as_in_xu_et_al),
         cmocka_unit_test(
             test_ef_decay__outside_step__same_bytes_residual_and_record),
+        cmocka_unit_test(test_ef_residual_written__saved_restored_and_used),
     };
     if (argc == 2)
         cmocka_set_test_filter(argv[1]);

@@ -738,6 +738,531 @@ test_host_state_algorithms_refused(void **state)
     rumor_topology_destroy(&topo);
 }
 
+/* --- localsgd / DiLoCo -------------------------------------------------- */
+
+/* Local SGD every period steps, the delta compressed by codec ("" for
+ * exact averaging), DiLoCo's outer step with lr and mu. */
+static void
+s_lsgd_opts(struct rumor_gossip_opts *o,
+            const char *codec,
+            double lr,
+            double mu,
+            unsigned fragments)
+{
+    rumor_gossip_opts_default(o);
+    snprintf(o->algo, sizeof o->algo, "localsgd");
+    snprintf(o->delta_codec, sizeof o->delta_codec, "%s", codec);
+    o->period = 3;
+    o->outer_lr = lr;
+    o->outer_momentum = mu;
+    o->fragments = fragments;
+}
+
+/* A ring whose nodes start from the same model, or (distinct) from models
+ * that differ by node: made before the instances, which take a delta
+ * codec's tentative anchor from it. */
+static void
+s_lsgd_ring(struct ring *r,
+            const struct rumor_gossip_opts *o,
+            const bool device[S_NODES],
+            const struct gossip_backend_i *dev,
+            bool distinct)
+{
+    memset(r, 0, sizeof *r);
+    struct rumor_diag diag = {0};
+    assert_int_equal(rumor_topology_from_spec("ring:4", 1, &r->topo, &diag),
+                     RUMOR_OK);
+    r->numel = s_numel();
+    float *in = malloc(r->numel * sizeof(float));
+    assert_non_null(in);
+    for (size_t i = 0; i < S_NODES; i++) {
+        r->mem[i] = device[i] ? dev : &gossip_backend_host;
+        assert_int_equal(
+            r->mem[i]->alloc(r->numel * sizeof(float), (void **)&r->x[i]),
+            RUMOR_OK);
+        for (size_t e = 0; e < r->numel; e++)
+            in[e] = s_value(distinct ? i : 0, 1000, e);
+        assert_int_equal(r->mem[i]->copy(r->x[i],
+                                         in,
+                                         r->numel * sizeof(float),
+                                         GOSSIP_TO_DEVICE),
+                         RUMOR_OK);
+        struct rumor_tensor ts[S_LAYERS];
+        size_t at = 0;
+        for (size_t t = 0; t < S_LAYERS; t++) {
+            size_t rows = s_shape[t][0], cols = s_shape[t][1];
+            ts[t] = (struct rumor_tensor){r->x[i] + at, cols > 1 ? 2 : 1, {0}};
+            ts[t].shape[0] = rows;
+            ts[t].shape[1] = cols > 1 ? cols : 0;
+            at += rows * cols;
+        }
+        struct rumor_model m = {ts, S_LAYERS};
+        assert_int_equal(gossip_new_in(o,
+                                       r->topo,
+                                       (uint32_t)i,
+                                       &m,
+                                       r->mem[i],
+                                       &r->g[i],
+                                       &diag),
+                         RUMOR_OK);
+    }
+    free(in);
+    assert_int_equal(rumor_sim_new(r->g, S_NODES, &r->sim), RUMOR_OK);
+}
+
+/* Steps of a local SGD run: several syncs of every fragment. */
+#define S_LSGD_STEPS 14
+
+/* Trains: per step the look-ahead (rumor_gossip_step_ahead), a local
+ * step x -= 0.05 g on the host (the training's copies, not counted), then
+ * the step's exchange; out[step][node] receives the models. */
+static void
+s_lsgd_run(struct ring *r, float *out, uint64_t from, uint64_t to)
+{
+    float *x = malloc(r->numel * sizeof(float));
+    assert_non_null(x);
+    size_t bytes = r->numel * sizeof(float);
+    for (uint64_t step = from; step < to; step++) {
+        for (size_t i = 0; i < S_NODES; i++) {
+            assert_int_equal(rumor_gossip_step_ahead(r->g[i]), RUMOR_OK);
+            assert_int_equal(r->mem[i]->copy(x, r->x[i], bytes, GOSSIP_TO_HOST),
+                             RUMOR_OK);
+            for (size_t e = 0; e < r->numel; e++)
+                x[e] -= 0.05f * s_value(i, step, e);
+            assert_int_equal(
+                r->mem[i]->copy(r->x[i], x, bytes, GOSSIP_TO_DEVICE),
+                RUMOR_OK);
+        }
+        assert_int_equal(rumor_sim_step(r->sim, step), RUMOR_OK);
+        for (size_t i = 0; out != NULL && i < S_NODES; i++)
+            assert_int_equal(
+                r->mem[i]->copy(out + (step * S_NODES + i) * r->numel,
+                                r->x[i],
+                                bytes,
+                                GOSSIP_TO_HOST),
+                RUMOR_OK);
+    }
+    free(x);
+}
+
+/* An all-host ring and one that mixes ref-device and host nodes train to
+ * the same bits at every step; the nodes agree after a sync of the whole
+ * model (one fragment, exact averaging or every delta decoded). */
+static void
+s_lsgd_compare(const struct rumor_gossip_opts *o, bool distinct)
+{
+    static const bool host[S_NODES] = {false, false, false, false};
+    static const bool mixed[S_NODES] = {true, false, true, true};
+    struct ring a, b;
+    s_lsgd_ring(&a, o, host, &gossip_backend_ref, distinct);
+    s_lsgd_ring(&b, o, mixed, &gossip_backend_ref, distinct);
+    size_t floats = (size_t)S_LSGD_STEPS * S_NODES * a.numel;
+    float *ya = malloc(floats * sizeof(float));
+    float *yb = malloc(floats * sizeof(float));
+    assert_true(ya && yb);
+    s_lsgd_run(&a, ya, 0, S_LSGD_STEPS);
+    s_lsgd_run(&b, yb, 0, S_LSGD_STEPS);
+    assert_memory_equal(ya, yb, floats * sizeof(float));
+    if (o->fragments == 1 && o->gossip_rounds == 0) {
+        /* step 12 syncs; every node holds the same model after it */
+        const float *at = ya + (size_t)12 * S_NODES * a.numel;
+        for (size_t i = 1; i < S_NODES; i++)
+            assert_memory_equal(at, at + i * a.numel, a.numel * sizeof(float));
+    }
+    uint64_t h2d = 0, d2h = 0;
+    rumor_gossip_pcie_bytes(b.g[0], &h2d, &d2h);
+    assert_true(h2d > 0 && d2h > 0);
+    rumor_gossip_pcie_bytes(b.g[1], &h2d, &d2h);
+    assert_true(h2d == 0 && d2h == 0);
+    free(ya);
+    free(yb);
+    s_ring_free(&a);
+    s_ring_free(&b);
+}
+
+/* Exact local SGD, DiLoCo's outer Nesterov step, and k gossip rounds: the
+ * anchor, the outer velocity and the mixer's buffer on the device. */
+static void
+test_localsgd_exact_bits_equal_host(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_lsgd_opts(&o, "", 1.0, 0.0, 1);
+    s_lsgd_compare(&o, true);
+    s_lsgd_opts(&o, "", 0.7, 0.9, 1);
+    s_lsgd_compare(&o, true);
+    s_lsgd_opts(&o, "", 1.0, 0.0, 1);
+    o.gossip_rounds = 2;
+    s_lsgd_compare(&o, true);
+}
+
+/* Exact averaging moves the fragment to the host and back once per sync
+ * (the all-reduce's payload), and nothing else crosses. */
+static void
+test_localsgd_exact_pcie_is_the_model_per_sync(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_lsgd_opts(&o, "", 0.7, 0.9, 1);
+    static const bool mixed[S_NODES] = {true, false, false, false};
+    struct ring r;
+    s_lsgd_ring(&r, &o, mixed, &gossip_backend_ref, false);
+    s_lsgd_run(&r, NULL, 0, S_LSGD_STEPS);
+    uint64_t syncs = (S_LSGD_STEPS + o.period - 1) / o.period;
+    uint64_t h2d = 0, d2h = 0;
+    rumor_gossip_pcie_bytes(r.g[0], &h2d, &d2h);
+    assert_int_equal(h2d, syncs * 4 * r.numel);
+    assert_int_equal(d2h, syncs * 4 * r.numel);
+    s_ring_free(&r);
+}
+
+/* A compressed sync crosses with its payloads: the own one down, and up
+ * again with every member's to decode; and the anchor's crc32c per
+ * GOSSIP_CRC_CHUNK bytes. fp16 payloads have one size. */
+static void
+test_localsgd_compressed_pcie_is_the_payloads(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_lsgd_opts(&o, "fp16", 0.7, 0.9, 1);
+    static const bool mixed[S_NODES] = {false, true, false, false};
+    struct ring r;
+    s_lsgd_ring(&r, &o, mixed, &gossip_backend_ref, false);
+    s_lsgd_run(&r, NULL, 0, S_LSGD_STEPS);
+    rumor_codec *codec = NULL;
+    size_t payload = 0;
+    bool exact = false;
+    assert_int_equal(rumor_codec_new("fp16", &codec, NULL), RUMOR_OK);
+    assert_int_equal(rumor_codec_encoded_size(codec, r.numel, &payload, &exact),
+                     RUMOR_OK);
+    assert_true(exact);
+    rumor_codec_destroy(&codec);
+    uint64_t syncs = (S_LSGD_STEPS + o.period - 1) / o.period;
+    uint64_t h2d = 0, d2h = 0;
+    rumor_gossip_pcie_bytes(r.g[1], &h2d, &d2h);
+    uint64_t chunks = (4 * r.numel + GOSSIP_CRC_CHUNK - 1) / GOSSIP_CRC_CHUNK;
+    assert_true(chunks > 1);
+    assert_int_equal(d2h, syncs * (payload + 4 * chunks));
+    assert_int_equal(h2d, syncs * (1 + S_NODES) * payload);
+    s_ring_free(&r);
+}
+
+/* Compressed deltas with error feedback: a stochastic codec and a sparse
+ * one, the memories saef, ef and ef-decay, with the outer step; nodes that
+ * start apart discard the first sync (the anchors' checksums) on every node. */
+static void
+test_localsgd_compressed_bits_equal_host(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_lsgd_opts(&o, "qsgd:bits=4", 1.0, 0.0, 1);
+    s_lsgd_compare(&o, false);
+    s_lsgd_opts(&o, "topk:ratio=0.1", 0.7, 0.9, 1);
+    s_lsgd_compare(&o, false);
+    snprintf(o.ef, sizeof o.ef, "ef");
+    s_lsgd_compare(&o, false);
+    snprintf(o.ef, sizeof o.ef, "ef-decay:0.7");
+    s_lsgd_compare(&o, false);
+    s_lsgd_opts(&o, "qsgd:bits=4", 0.7, 0.9, 1);
+    s_lsgd_compare(&o, true);
+}
+
+/* Step-ahead error feedback: the own error (self) and the neighbourhood's
+ * e_bar, sent in the extra round with the delta's codec or another. */
+static void
+test_localsgd_saef_bits_equal_host(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_lsgd_opts(&o, "topk:ratio=0.1", 1.0, 0.0, 1);
+    o.ef_alpha = 0.5;
+    snprintf(o.saef_scope, sizeof o.saef_scope, "self");
+    s_lsgd_compare(&o, false);
+    o.ef_alpha = 1.0;
+    snprintf(o.saef_scope, sizeof o.saef_scope, "neighbourhood");
+    s_lsgd_compare(&o, false);
+    s_lsgd_opts(&o, "qsgd:bits=4", 0.7, 0.9, 1);
+    o.ef_alpha = 0.7;
+    snprintf(o.saef_scope, sizeof o.saef_scope, "neighbourhood:fp16");
+    s_lsgd_compare(&o, false);
+}
+
+/* Streaming DiLoCo: three fragments syncing at their own steps, exact and
+ * compressed (with the neighbourhood's look-ahead), nodes that start apart
+ * too. */
+static void
+test_localsgd_fragments_bits_equal_host(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_lsgd_opts(&o, "", 0.7, 0.9, 3);
+    s_lsgd_compare(&o, true);
+    s_lsgd_opts(&o, "qsgd:bits=4", 0.7, 0.9, 3);
+    s_lsgd_compare(&o, true);
+    o.ef_alpha = 1.0;
+    s_lsgd_compare(&o, false);
+}
+
+/* A state saved mid-run on a device instance (anchor, velocity, shift,
+ * e_bar and each fragment's error memory through the host) is the host
+ * instance's, byte for byte; loaded with the models into fresh instances
+ * on the other backend, the run goes on to the same bits. */
+static void
+test_localsgd_state_moves_between_backends(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_lsgd_opts(&o, "qsgd:bits=4", 0.7, 0.9, 3);
+    o.ef_alpha = 1.0;
+    static const bool host[S_NODES] = {false, false, false, false};
+    static const bool all[S_NODES] = {true, true, true, true};
+    for (unsigned frags = 1; frags <= 3; frags += 2) {
+        o.fragments = frags;
+        /* a, b: the first part on the device, on the host; c, d: fresh
+         * instances on the device, on the host, that take b's and a's */
+        struct ring a, b, c, d;
+        s_lsgd_ring(&a, &o, all, &gossip_backend_ref, false);
+        s_lsgd_ring(&b, &o, host, &gossip_backend_ref, false);
+        s_lsgd_ring(&c, &o, all, &gossip_backend_ref, true);
+        s_lsgd_ring(&d, &o, host, &gossip_backend_ref, true);
+        s_lsgd_run(&a, NULL, 0, 8);
+        s_lsgd_run(&b, NULL, 0, 8);
+        struct rumor_buf sa, sb;
+        rumor_buf_init(&sa, RUMOR_GOSSIP_STATE_MAX);
+        rumor_buf_init(&sb, RUMOR_GOSSIP_STATE_MAX);
+        struct rumor_diag diag = {0};
+        size_t bytes = a.numel * sizeof(float);
+        for (size_t i = 0; i < S_NODES; i++) {
+            rumor_buf_reset(&sa);
+            rumor_buf_reset(&sb);
+            assert_int_equal(rumor_gossip_state_save(a.g[i], &sa), RUMOR_OK);
+            assert_int_equal(rumor_gossip_state_save(b.g[i], &sb), RUMOR_OK);
+            assert_int_equal(sa.len, sb.len);
+            assert_memory_equal(sa.data, sb.data, sa.len);
+            assert_int_equal(
+                rumor_gossip_state_load(c.g[i], sb.data, sb.len, &diag),
+                RUMOR_OK);
+            assert_int_equal(
+                rumor_gossip_state_load(d.g[i], sa.data, sa.len, &diag),
+                RUMOR_OK);
+            assert_memory_equal(a.x[i], b.x[i], bytes);
+            memcpy(c.x[i], b.x[i], bytes); /* ref memory is host memory */
+            memcpy(d.x[i], a.x[i], bytes);
+            rumor_buf_reset(&sa);
+            assert_int_equal(rumor_gossip_state_save(c.g[i], &sa), RUMOR_OK);
+            assert_memory_equal(sa.data, sb.data, sa.len);
+        }
+        size_t floats = (size_t)S_LSGD_STEPS * S_NODES * a.numel;
+        float *yb = calloc(floats, sizeof(float));
+        float *yc = calloc(floats, sizeof(float));
+        float *yd = calloc(floats, sizeof(float));
+        assert_true(yb && yc && yd);
+        s_lsgd_run(&b, yb, 8, S_LSGD_STEPS);
+        s_lsgd_run(&c, yc, 8, S_LSGD_STEPS);
+        s_lsgd_run(&d, yd, 8, S_LSGD_STEPS);
+        assert_memory_equal(yb, yc, floats * sizeof(float));
+        assert_memory_equal(yb, yd, floats * sizeof(float));
+        free(yb);
+        free(yc);
+        free(yd);
+        rumor_buf_free(&sa);
+        rumor_buf_free(&sb);
+        s_ring_free(&a);
+        s_ring_free(&b);
+        s_ring_free(&c);
+        s_ring_free(&d);
+    }
+}
+
+/* Overlapped DiLoCo as the node runs it (--stale S, docs/gossip.md):
+ * the instance's model is a snapshot of the live one taken at each sync
+ * step, and the sync's change G - snapshot lands on the live model S
+ * steps later while the live model trains on. The live model and the
+ * landing are the training's (host arrays here); the instance, on the
+ * device or the host, sees only the snapshot. out[node] receives the live
+ * models at the end. */
+static void
+s_lsgd_stale_run(struct ring *r, unsigned stale, float *out)
+{
+    size_t n = r->numel, bytes = n * sizeof(float);
+    float *live = calloc(S_NODES * n, sizeof(float));
+    float *snap = malloc(bytes);
+    float *land = calloc((size_t)S_LSGD_STEPS * S_NODES * n, sizeof(float));
+    assert_true(live && snap && land);
+    for (size_t i = 0; i < S_NODES; i++)
+        assert_int_equal(
+            r->mem[i]->copy(live + i * n, r->x[i], bytes, GOSSIP_TO_HOST),
+            RUMOR_OK);
+    for (uint64_t t = 0; t < S_LSGD_STEPS + stale; t++) {
+        for (size_t i = 0; t >= stale && i < S_NODES; i++)
+            for (size_t e = 0; e < n; e++)
+                live[i * n + e] += land[((t - stale) * S_NODES + i) * n + e];
+        if (t >= S_LSGD_STEPS)
+            continue;
+        for (size_t i = 0; i < S_NODES; i++)
+            for (size_t e = 0; e < n; e++)
+                live[i * n + e] -= 0.05f * s_value(i, t, e);
+        if (!rumor_gossip_exchanges(r->g[0], t))
+            continue;
+        for (size_t i = 0; i < S_NODES; i++)
+            assert_int_equal(
+                r->mem[i]->copy(r->x[i], live + i * n, bytes, GOSSIP_TO_DEVICE),
+                RUMOR_OK);
+        assert_int_equal(rumor_sim_step(r->sim, t), RUMOR_OK);
+        for (size_t i = 0; i < S_NODES; i++) {
+            float *d = land + (t * S_NODES + i) * n;
+            assert_int_equal(
+                r->mem[i]->copy(snap, r->x[i], bytes, GOSSIP_TO_HOST),
+                RUMOR_OK);
+            for (size_t e = 0; e < n; e++)
+                d[e] = snap[e] - live[i * n + e];
+        }
+    }
+    memcpy(out, live, S_NODES * bytes);
+    free(live);
+    free(snap);
+    free(land);
+}
+
+/* Overlapped DiLoCo (S = 2), exact, and overlapped streaming DiLoCo with
+ * compressed deltas: a mixed ring gives the all-host ring's bits, and the
+ * sync changed the models. */
+static void
+test_localsgd_overlapped_bits_equal_host(void **state)
+{
+    (void)state;
+    static const bool host[S_NODES] = {false, false, false, false};
+    static const bool mixed[S_NODES] = {false, true, true, false};
+    struct rumor_gossip_opts o[2];
+    s_lsgd_opts(&o[0], "", 0.7, 0.9, 1);
+    s_lsgd_opts(&o[1], "qsgd:bits=4", 0.7, 0.9, 3);
+    for (size_t k = 0; k < 2; k++) {
+        struct ring a, b;
+        s_lsgd_ring(&a, &o[k], host, &gossip_backend_ref, k == 0);
+        s_lsgd_ring(&b, &o[k], mixed, &gossip_backend_ref, k == 0);
+        size_t floats = S_NODES * a.numel;
+        float *ya = malloc(floats * sizeof(float));
+        float *yb = malloc(floats * sizeof(float));
+        float *y0 = malloc(floats * sizeof(float));
+        assert_true(ya && yb && y0);
+        s_lsgd_stale_run(&a, 2, ya);
+        s_lsgd_stale_run(&b, 2, yb);
+        assert_memory_equal(ya, yb, floats * sizeof(float));
+        /* without the syncs' landing the models would be y0 */
+        for (size_t i = 0; i < S_NODES; i++)
+            for (size_t e = 0; e < a.numel; e++) {
+                float x = s_value(k == 0 ? i : 0, 1000, e);
+                for (uint64_t t = 0; t < S_LSGD_STEPS; t++)
+                    x -= 0.05f * s_value(i, t, e);
+                y0[i * a.numel + e] = x;
+            }
+        assert_memory_not_equal(ya, y0, floats * sizeof(float));
+        free(ya);
+        free(yb);
+        free(y0);
+        s_ring_free(&a);
+        s_ring_free(&b);
+    }
+}
+
+/* The device's crc32c, per chunk and joined on the host (its twin), is
+ * rumor_crc32c's at every length around the chunk's. */
+static void
+test_crc32c_chunks_join_to_the_whole(void **state)
+{
+    (void)state;
+    const size_t most = 5 * GOSSIP_CRC_CHUNK + 7;
+    uint8_t *p = malloc(most);
+    assert_non_null(p);
+    for (size_t b = 0; b < most; b++)
+        p[b] = (uint8_t)(s_value(0, 3, b) * 1000.0f);
+    static const size_t lens[] = {0,
+                                  1,
+                                  9,
+                                  GOSSIP_CRC_CHUNK - 1,
+                                  GOSSIP_CRC_CHUNK,
+                                  GOSSIP_CRC_CHUNK + 1,
+                                  3 * GOSSIP_CRC_CHUNK,
+                                  5 * GOSSIP_CRC_CHUNK + 7};
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        uint32_t crc = 0;
+        assert_int_equal(gossip_backend_ref.crc32c(p, lens[k], &crc), RUMOR_OK);
+        assert_int_equal(crc, rumor_crc32c(0, p, lens[k]));
+    }
+    /* "123456789": CRC-32C's check value */
+    assert_int_equal(gossip_ref_crc32c("123456789", 9), 0xe3069283u);
+    free(p);
+}
+
+/* dgc's memory (its momentum and selection run on the host) is refused
+ * on a device with the reason. */
+static void
+test_localsgd_dgc_refused_on_device(void **state)
+{
+    (void)state;
+    assert_true(rumor_gossip_on_device("localsgd"));
+    struct rumor_diag diag = {0};
+    rumor_topology *topo = NULL;
+    assert_int_equal(rumor_topology_from_spec("ring:4", 1, &topo, &diag),
+                     RUMOR_OK);
+    float x[64] = {0};
+    struct rumor_tensor t = {x, 1, {64}};
+    struct rumor_model m = {&t, 1};
+    static const char *const refused[][2] = {{"topk:ratio=0.1", "dgc"},
+                                             {"dgc:ratio=0.1", "dgc:0.8"}};
+    for (size_t k = 0; k < 2; k++) {
+        struct rumor_gossip_opts o;
+        s_lsgd_opts(&o, refused[k][0], 1.0, 0.0, 1);
+        snprintf(o.ef, sizeof o.ef, "%s", refused[k][1]);
+        rumor_gossip *g = NULL;
+        diag.msg[0] = '\0';
+        assert_int_equal(
+            gossip_new_in(&o, topo, 0, &m, &gossip_backend_ref, &g, &diag),
+            RUMOR_ENOTSUP);
+        assert_null(g);
+        assert_non_null(strstr(diag.msg, refused[k][1]));
+        assert_non_null(strstr(diag.msg, "host memory"));
+        /* the host takes it */
+        assert_int_equal(
+            gossip_new_in(&o, topo, 0, &m, &gossip_backend_host, &g, &diag),
+            RUMOR_OK);
+        rumor_gossip_destroy(&g);
+    }
+    rumor_topology_destroy(&topo);
+}
+
+/* On a GPU: DiLoCo with top-k deltas (exact arithmetic: the device
+ * payload is the host's bytes) and SAEF computes the host's bits with
+ * two nodes in CUDA memory; exact averaging too. */
+static void
+test_cuda_localsgd_mixed_ring(void **state)
+{
+    (void)state;
+    const struct gossip_backend_i *cuda = s_cuda_or_skip();
+    static const bool host[S_NODES] = {false, false, false, false};
+    static const bool mixed[S_NODES] = {true, true, false, false};
+    struct rumor_gossip_opts o[2];
+    s_lsgd_opts(&o[0], "", 0.7, 0.9, 3);
+    s_lsgd_opts(&o[1], "topk:ratio=0.1", 0.7, 0.9, 1);
+    o[1].ef_alpha = 1.0;
+    for (size_t k = 0; k < 2; k++) {
+        struct ring a, b;
+        s_lsgd_ring(&a, &o[k], host, &gossip_backend_host, false);
+        s_lsgd_ring(&b, &o[k], mixed, cuda, false);
+        size_t floats = (size_t)S_LSGD_STEPS * S_NODES * a.numel;
+        float *ya = malloc(floats * sizeof(float));
+        float *yb = malloc(floats * sizeof(float));
+        assert_true(ya && yb);
+        s_lsgd_run(&a, ya, 0, S_LSGD_STEPS);
+        s_lsgd_run(&b, yb, 0, S_LSGD_STEPS);
+        assert_memory_equal(ya, yb, floats * sizeof(float));
+        free(ya);
+        free(yb);
+        s_ring_free(&a);
+        s_ring_free(&b);
+    }
+}
+
 /* The compressed all-reduce with error feedback, or none (ef ""). */
 static void
 s_codec_opts(struct rumor_gossip_opts *o, const char *codec, const char *ef)
@@ -1023,6 +1548,17 @@ main(void)
         cmocka_unit_test(test_cuda_dpsgd_mixed_ring),
         cmocka_unit_test(test_cuda_choco_mixed_ring),
         cmocka_unit_test(test_host_state_algorithms_refused),
+        cmocka_unit_test(test_localsgd_exact_bits_equal_host),
+        cmocka_unit_test(test_localsgd_exact_pcie_is_the_model_per_sync),
+        cmocka_unit_test(test_localsgd_compressed_bits_equal_host),
+        cmocka_unit_test(test_localsgd_saef_bits_equal_host),
+        cmocka_unit_test(test_localsgd_fragments_bits_equal_host),
+        cmocka_unit_test(test_localsgd_state_moves_between_backends),
+        cmocka_unit_test(test_localsgd_dgc_refused_on_device),
+        cmocka_unit_test(test_cuda_localsgd_mixed_ring),
+        cmocka_unit_test(test_localsgd_compressed_pcie_is_the_payloads),
+        cmocka_unit_test(test_localsgd_overlapped_bits_equal_host),
+        cmocka_unit_test(test_crc32c_chunks_join_to_the_whole),
         cmocka_unit_test(test_allreduce_codec_bits_equal_host),
         cmocka_unit_test(test_allreduce_codec_state_moves_between_backends),
         cmocka_unit_test(test_allreduce_codec_host_steps_refused),
