@@ -334,8 +334,9 @@ s_edge_product_list(rumor_lowrank_edge *self, float *const *params, bool odd)
 {
     for (size_t i = 0; i < self->nmats; i++) {
         const struct edge_mat *mt = &self->mats[i];
-        self->orth_items[i] = (struct lowrank_orth_item){
-            odd ? mt->q : mt->p, odd ? mt->m : mt->n, mt->r};
+        self->orth_items[i] = (struct lowrank_orth_item){odd ? mt->q : mt->p,
+                                                         odd ? mt->m : mt->n,
+                                                         mt->r};
     }
     rumor_err rc = s_edge_items(self, params, self->p_all, self->q_all, false);
     if (rc == RUMOR_OK)
