@@ -33,6 +33,9 @@ extern "C" {
 #include <stdbool.h>
 #include <stddef.h>
 
+/* Moniqua's quantization step: levels 0..3 of delta = 1/3. */
+#define GOSSIP_MONIQUA_DELTA (1.0 / 3.0)
+
 enum gossip_copy {
     GOSSIP_TO_DEVICE, /* host -> model memory */
     GOSSIP_TO_HOST,   /* model memory -> host */
@@ -98,6 +101,32 @@ struct gossip_backend_i {
                         size_t len,
                         float *y,
                         size_t n);
+    /* Moniqua (gossip/moniqua.c). */
+    /* out = elements [index, index + n) of the Philox stream (seed,
+     * stream) as uniform floats: rumor_rng_fill_uniform's values, drawn by
+     * element index where out is */
+    rumor_err (*uniform)(float *out,
+                         uint64_t seed,
+                         uint64_t stream,
+                         uint64_t index,
+                         size_t n);
+    /* The modulo quantization of x (bound B, rounding noise in [0, 1)):
+     * levels receives the 2-bit levels, four to a byte ((n + 3) / 4 bytes,
+     * all written), xhat = q B - mod(x, B) */
+    rumor_err (*moniqua_levels)(uint8_t *levels,
+                                float *xhat,
+                                const float *x,
+                                const float *noise,
+                                double bound,
+                                size_t n);
+    /* The decoded term of a neighbour's levels:
+     * d = mod(q B - x, B) - xhat */
+    rumor_err (*moniqua_term)(double *d,
+                              const uint8_t *levels,
+                              const float *x,
+                              const float *xhat,
+                              double bound,
+                              size_t n);
 };
 
 /* The plain-C twins of the CUDA kernels (gossip/ref.c), one loop over the
@@ -116,6 +145,18 @@ void
 gossip_ref_sub_round(float *out, const float *x, const double *xhat, size_t n);
 void gossip_ref_accum(double *acc, double c, const float *x, size_t n);
 void gossip_ref_add(float *out, const float *a, const float *b, size_t n);
+void gossip_ref_moniqua_levels(uint8_t *levels,
+                               float *xhat,
+                               const float *x,
+                               const float *noise,
+                               double bound,
+                               size_t n);
+void gossip_ref_moniqua_term(double *d,
+                             const uint8_t *levels,
+                             const float *x,
+                             const float *xhat,
+                             double bound,
+                             size_t n);
 
 extern const struct gossip_backend_i gossip_backend_host;
 extern const struct gossip_backend_i gossip_backend_ref;

@@ -4,6 +4,7 @@
 // against the caller's before the step starts. Each kernel does, per
 // element, what its twin in gossip/ref.c does, with the _rn intrinsics so
 // that nvcc contracts nothing into an FMA: the same bits as the host.
+#include "core/philox.h"
 #include "gossip/backend.h"
 
 #include <cuda_runtime.h>
@@ -152,6 +153,81 @@ k_add(float *out, const float *a, const float *b, size_t n)
     S_EACH(e, n) out[e] = __fadd_rn(a[e], b[e]);
 }
 
+// rumor_rng_fill_uniform: element i is word (index + i) % 4 of the
+// Philox block (index + i) / 4.
+__global__ void
+k_uniform(float *out, uint64_t seed, uint64_t stream, uint64_t index, size_t n)
+{
+    S_EACH(i, n)
+    {
+        uint64_t at = index + i;
+        uint32_t w[4];
+        philox_block_device(at >> 2, stream, seed, w);
+        out[i] = (float)(w[at & 3] >> 8) * 0x1.0p-24f;
+    }
+}
+
+// gossip/ref.c's s_mod; floor is exact on the device, as s_floor is.
+__device__ static double
+d_mod(double x, double a, double inv_a)
+{
+    double k = floor(__dadd_rn(__dmul_rn(x, inv_a), 0.5));
+    return __dsub_rn(x, __dmul_rn(a, k));
+}
+
+__device__ static double
+d_moniqua_q(unsigned l)
+{
+    return __dsub_rn(__dmul_rn((double)l, GOSSIP_MONIQUA_DELTA), 0.5);
+}
+
+// One thread per byte of levels: its four elements.
+__global__ void
+k_moniqua_levels(uint8_t *levels,
+                 float *xhat,
+                 const float *x,
+                 const float *noise,
+                 double bound,
+                 double inv_b,
+                 size_t n)
+{
+    S_EACH(byte, (n + 3) / 4)
+    {
+        unsigned packed = 0;
+        for (size_t e = 4 * byte; e < 4 * byte + 4 && e < n; e++) {
+            double v =
+                __dadd_rn(d_mod(__dmul_rn((double)x[e], inv_b), 1.0, 1.0), 0.5);
+            double level =
+                floor(__dadd_rn(__dmul_rn(v, 3.0), (double)noise[e]));
+            level = level > 0 ? level : 0;
+            level = level < 3 ? level : 3;
+            unsigned l = (unsigned)level;
+            packed |= l << (2 * (e % 4));
+            xhat[e] =
+                __double2float_rn(__dsub_rn(__dmul_rn(d_moniqua_q(l), bound),
+                                            d_mod((double)x[e], bound, inv_b)));
+        }
+        levels[byte] = (uint8_t)packed;
+    }
+}
+
+__global__ void
+k_moniqua_term(double *d,
+               const uint8_t *levels,
+               const float *x,
+               const float *xhat,
+               double bound,
+               double inv_b,
+               size_t n)
+{
+    S_EACH(e, n)
+    {
+        unsigned l = (levels[e / 4] >> (2 * (e % 4))) & 3u;
+        double t = __dsub_rn(__dmul_rn(d_moniqua_q(l), bound), (double)x[e]);
+        d[e] = __dsub_rn(d_mod(t, bound, inv_b), (double)xhat[e]);
+    }
+}
+
 static rumor_err
 s_zero(void *p, size_t bytes)
 {
@@ -275,6 +351,50 @@ s_decode(const rumor_codec *codec,
                : rc;
 }
 
+static rumor_err
+s_uniform(float *out, uint64_t seed, uint64_t stream, uint64_t index, size_t n)
+{
+    k_uniform<<<s_blocks(n), S_THREADS>>>(out, seed, stream, index, n);
+    return s_launched("uniform");
+}
+
+// 1 / B on the host, as the twin divides: the same double.
+static rumor_err
+s_moniqua_levels(uint8_t *levels,
+                 float *xhat,
+                 const float *x,
+                 const float *noise,
+                 double bound,
+                 size_t n)
+{
+    k_moniqua_levels<<<s_blocks((n + 3) / 4), S_THREADS>>>(levels,
+                                                           xhat,
+                                                           x,
+                                                           noise,
+                                                           bound,
+                                                           1.0 / bound,
+                                                           n);
+    return s_launched("moniqua_levels");
+}
+
+static rumor_err
+s_moniqua_term(double *d,
+               const uint8_t *levels,
+               const float *x,
+               const float *xhat,
+               double bound,
+               size_t n)
+{
+    k_moniqua_term<<<s_blocks(n), S_THREADS>>>(d,
+                                               levels,
+                                               x,
+                                               xhat,
+                                               bound,
+                                               1.0 / bound,
+                                               n);
+    return s_launched("moniqua_term");
+}
+
 static const struct gossip_backend_i s_cuda = {
     .name = "cuda",
     .host_memory = false,
@@ -294,6 +414,9 @@ static const struct gossip_backend_i s_cuda = {
     .add = s_add,
     .encode = s_encode,
     .decode = s_decode,
+    .uniform = s_uniform,
+    .moniqua_levels = s_moniqua_levels,
+    .moniqua_term = s_moniqua_term,
 };
 
 extern "C" rumor_err

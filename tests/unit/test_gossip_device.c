@@ -691,6 +691,153 @@ test_cuda_choco_mixed_ring(void **state)
 }
 
 static void
+s_moniqua_opts(struct rumor_gossip_opts *o, double clip)
+{
+    s_dpsgd_opts(o, clip);
+    snprintf(o->algo, sizeof o->algo, "moniqua");
+    o->theta = 0.2;
+}
+
+/* Moniqua's noise, levels and decoded terms on the device: strict (with
+ * and without clipping) and lossy; per step only the levels cross, this
+ * node's down once and each of its two neighbours' up once. */
+static void
+test_moniqua_bits_equal_host(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    static const bool mixed[S_NODES] = {true, false, true, true};
+    s_moniqua_opts(&o, 0);
+    s_compare(&o, mixed);
+    s_lossy_compare(&o);
+    s_moniqua_opts(&o, 0.5);
+    static const bool all[S_NODES] = {true, true, true, true};
+    s_compare(&o, all);
+    struct ring r;
+    s_ring_new(&r, &o, mixed);
+    float *y = malloc((size_t)S_STEPS * S_NODES * r.numel * sizeof(float));
+    assert_non_null(y);
+    s_run(&r, y);
+    uint64_t levels = (r.numel + 3) / 4, h2d = 0, d2h = 0;
+    rumor_gossip_pcie_bytes(r.g[0], &h2d, &d2h);
+    assert_int_equal(d2h, (uint64_t)S_STEPS * levels);
+    assert_int_equal(h2d, (uint64_t)S_STEPS * 2 * levels);
+    rumor_gossip_pcie_bytes(r.g[1], &h2d, &d2h);
+    assert_int_equal(h2d + d2h, 0);
+    free(y);
+    s_ring_free(&r);
+}
+
+/* Equal bits, or both NaN: the GPU's NaN is the canonical one, x86's
+ * carries an operand's payload or sign. */
+static void
+s_same_or_nan(const void *got, const void *want, size_t n, bool wide)
+{
+    for (size_t e = 0; e < n; e++) {
+        double g = wide ? ((const double *)got)[e] : ((const float *)got)[e];
+        double w = wide ? ((const double *)want)[e] : ((const float *)want)[e];
+        size_t size = wide ? sizeof(double) : sizeof(float);
+        if (!(isnan(g) && isnan(w)))
+            assert_memory_equal((const char *)got + e * size,
+                                (const char *)want + e * size,
+                                size);
+    }
+}
+
+/* Moniqua's three operations on be against their twins on the host, value
+ * for value: the noise from an odd offset of the stream, the levels of a
+ * length that ends mid-byte and their decoded terms, on inputs that
+ * include bucket edges, signed zeros, a subnormal, huge values, Inf and
+ * NaN. */
+static void
+s_moniqua_ops_equal_twins(const struct gossip_backend_i *be)
+{
+    enum { N = 1027, BYTES = (N + 3) / 4 };
+    const double b = 0.6;
+    static float x[N], y[N], noise[N], xhat[N], got_f[N];
+    static double d[N], got_d[N];
+    static uint8_t levels[BYTES], theirs[BYTES], got_b[BYTES];
+    static const float edge[] = {0.0f,
+                                 -0.0f,
+                                 0.3f,
+                                 -0.3f,
+                                 0.6f,
+                                 -0.6f,
+                                 0.9f,
+                                 1e30f,
+                                 -1e30f,
+                                 1e-40f,
+                                 INFINITY,
+                                 -INFINITY,
+                                 NAN};
+    size_t edges = sizeof edge / sizeof edge[0];
+    for (size_t e = 0; e < N; e++) {
+        x[e] = e < edges ? edge[e] : 4 * s_value(0, 0, e);
+        y[e] = e < edges ? edge[edges - 1 - e] : 4 * s_value(1, 0, e);
+    }
+    rumor_rng_fill_uniform(9, 4, 5, noise, N);
+    gossip_ref_moniqua_levels(levels, xhat, x, noise, b, N);
+    float *dx = NULL, *dnoise = NULL, *dxhat = NULL;
+    uint8_t *dlevels = NULL;
+    double *dd = NULL;
+    assert_int_equal(be->alloc(sizeof x, (void **)&dx), RUMOR_OK);
+    assert_int_equal(be->alloc(sizeof noise, (void **)&dnoise), RUMOR_OK);
+    assert_int_equal(be->alloc(sizeof xhat, (void **)&dxhat), RUMOR_OK);
+    assert_int_equal(be->alloc(BYTES, (void **)&dlevels), RUMOR_OK);
+    assert_int_equal(be->alloc(sizeof d, (void **)&dd), RUMOR_OK);
+    assert_int_equal(be->uniform(dnoise, 9, 4, 5, N), RUMOR_OK);
+    assert_int_equal(be->copy(got_f, dnoise, sizeof noise, GOSSIP_TO_HOST),
+                     RUMOR_OK);
+    assert_memory_equal(got_f, noise, sizeof noise);
+    assert_int_equal(be->copy(dx, x, sizeof x, GOSSIP_TO_DEVICE), RUMOR_OK);
+    assert_int_equal(be->moniqua_levels(dlevels, dxhat, dx, dnoise, b, N),
+                     RUMOR_OK);
+    assert_int_equal(be->copy(got_b, dlevels, BYTES, GOSSIP_TO_HOST), RUMOR_OK);
+    assert_memory_equal(got_b, levels, BYTES);
+    assert_int_equal(be->copy(got_f, dxhat, sizeof xhat, GOSSIP_TO_HOST),
+                     RUMOR_OK);
+    s_same_or_nan(got_f, xhat, N, false);
+    /* a neighbour's levels, decoded against x and xhat */
+    gossip_ref_moniqua_levels(theirs, got_f, y, noise, b, N);
+    gossip_ref_moniqua_term(d, theirs, x, xhat, b, N);
+    assert_int_equal(be->copy(dlevels, theirs, BYTES, GOSSIP_TO_DEVICE),
+                     RUMOR_OK);
+    assert_int_equal(be->moniqua_term(dd, dlevels, dx, dxhat, b, N), RUMOR_OK);
+    assert_int_equal(be->copy(got_d, dd, sizeof d, GOSSIP_TO_HOST), RUMOR_OK);
+    s_same_or_nan(got_d, d, N, true);
+    be->release(dx);
+    be->release(dnoise);
+    be->release(dxhat);
+    be->release(dlevels);
+    be->release(dd);
+}
+
+/* On a GPU: Moniqua's kernels compute their twins' values. */
+static void
+test_cuda_moniqua_kernels_equal_twins(void **state)
+{
+    (void)state;
+    s_moniqua_ops_equal_twins(s_cuda_or_skip());
+}
+
+/* On a GPU: Moniqua in a mixed ring computes the host's bits; per step
+ * its levels go down once and each neighbour's come up once. */
+static void
+test_cuda_moniqua_mixed_ring(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_moniqua_opts(&o, 0);
+    struct ring b;
+    assert_true(s_cuda_mixed(&o, &b) == 0);
+    uint64_t levels = (b.numel + 3) / 4, h2d = 0, d2h = 0;
+    rumor_gossip_pcie_bytes(b.g[0], &h2d, &d2h);
+    assert_int_equal(d2h, (uint64_t)S_STEPS * levels);
+    assert_int_equal(h2d, (uint64_t)S_STEPS * 2 * levels);
+    s_ring_free(&b);
+}
+
+static void
 test_host_state_algorithms_refused(void **state)
 {
     (void)state;
@@ -700,7 +847,8 @@ test_host_state_algorithms_refused(void **state)
     assert_true(rumor_gossip_on_device("allreduce"));
     assert_true(rumor_gossip_on_device("choco"));
     assert_true(rumor_gossip_on_device("deepsqueeze"));
-    assert_false(rumor_gossip_on_device("moniqua"));
+    assert_true(rumor_gossip_on_device("moniqua"));
+    assert_false(rumor_gossip_on_device("localsgd"));
     assert_false(rumor_gossip_on_device("no-such"));
     assert_false(rumor_gossip_on_device(NULL));
     struct rumor_diag diag = {0};
@@ -712,13 +860,14 @@ test_host_state_algorithms_refused(void **state)
     struct rumor_model m = {&t, 1};
     struct rumor_gossip_opts o;
     rumor_gossip_opts_default(&o);
-    snprintf(o.algo, sizeof o.algo, "moniqua");
+    snprintf(o.algo, sizeof o.algo, "localsgd");
     rumor_gossip *g = NULL;
     assert_int_equal(
         gossip_new_in(&o, topo, 0, &m, &gossip_backend_ref, &g, &diag),
         RUMOR_ENOTSUP);
     assert_null(g);
     assert_non_null(strstr(diag.msg, "powersgd"));
+    assert_non_null(strstr(diag.msg, "moniqua"));
     /* without a GPU, CUDA memory is refused with the runtime's reason */
     diag.msg[0] = '\0';
     snprintf(o.algo, sizeof o.algo, "powersgd");
@@ -756,6 +905,9 @@ main(void)
         cmocka_unit_test(test_cuda_dpsgd_mixed_ring),
         cmocka_unit_test(test_cuda_choco_mixed_ring),
         cmocka_unit_test(test_host_state_algorithms_refused),
+        cmocka_unit_test(test_moniqua_bits_equal_host),
+        cmocka_unit_test(test_cuda_moniqua_kernels_equal_twins),
+        cmocka_unit_test(test_cuda_moniqua_mixed_ring),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -47,8 +47,8 @@ RUMOR_API rumor_err rumor_gossip_new_on(const struct rumor_gossip_opts *opts,
                                         struct rumor_diag *diag);
 
 /* True when algo (an opts.algo name) runs on a model in CUDA memory:
- * today powersgd, dpsgd, choco, deepsqueeze, powergossip, allreduce and
- * allreduce-f64 (docs/gossip.md, "Models on the GPU"). */
+ * today powersgd, dpsgd, choco, deepsqueeze, moniqua, powergossip,
+ * allreduce and allreduce-f64 (docs/gossip.md, "Models on the GPU"). */
 RUMOR_API bool rumor_gossip_on_device(const char *algo);
 
 /* True when algo's instances may send over the ring of members whatever
