@@ -167,13 +167,31 @@ s_moniqua_term(double *d,
     return RUMOR_OK;
 }
 
+static rumor_err
+s_stats(const float *x, size_t n, struct rumor_layer_stats *out)
+{
+    rumor_layer_stats_compute(x, n, out);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_rel_error(const float *x,
+            const float *approx,
+            size_t n,
+            double *err,
+            double *support)
+{
+    *err = rumor_layer_rel_error(x, approx, n, support);
+    return RUMOR_OK;
+}
+
 #define S_HOST_OPS                                                          \
     .alloc = s_alloc, .release = s_release, .copy = s_copy, .zero = s_zero, \
     .diff = s_diff, .sub = s_sub, .axpy = s_axpy, .scale = s_scale,         \
     .apply = s_apply, .norm = s_norm, .sub_round = s_sub_round,             \
     .accum = s_accum, .add = s_add, .encode = s_encode, .decode = s_decode, \
     .uniform = s_uniform, .moniqua_levels = s_moniqua_levels,               \
-    .moniqua_term = s_moniqua_term
+    .moniqua_term = s_moniqua_term, .stats = s_stats, .rel_error = s_rel_error
 
 const struct gossip_backend_i gossip_backend_host = {
     .name = "host",

@@ -127,6 +127,16 @@ struct gossip_backend_i {
                               const float *xhat,
                               double bound,
                               size_t n);
+    /* CHOCO's adaptive compression (gossip/adapt.c): reductions, whose
+     * order on CUDA differs from the host's in the last bits, as norm's. */
+    /* *out = rumor_layer_stats_compute of x */
+    rumor_err (*stats)(const float *x, size_t n, struct rumor_layer_stats *out);
+    /* *err = rumor_layer_rel_error(x, approx, n, support) */
+    rumor_err (*rel_error)(const float *x,
+                           const float *approx,
+                           size_t n,
+                           double *err,
+                           double *support);
 };
 
 /* The plain-C twins of the CUDA kernels (gossip/ref.c), one loop over the

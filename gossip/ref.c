@@ -4,7 +4,9 @@
  * kernels use the _rn intrinsics; this code is C11 without
  * -ffp-contract, so nothing here is fused either). norm sums in element
  * order; the kernel's tree order differs in the last bits. k_uniform's
- * twin is core's rumor_rng_fill_uniform itself.
+ * twin is core's rumor_rng_fill_uniform itself; the reductions stats and
+ * rel_error have compress's own functions (rumor_layer_stats_compute,
+ * rumor_layer_rel_error) as theirs.
  */
 #include "gossip/backend.h"
 

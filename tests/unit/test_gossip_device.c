@@ -10,6 +10,7 @@
  */
 #include "tests/cmocka_compat.h"
 
+#include "gossip/adapt.h"
 #include "gossip/gossip_impl.h"
 #include "rumor/gossip.h"
 
@@ -837,6 +838,165 @@ test_cuda_moniqua_mixed_ring(void **state)
     s_ring_free(&b);
 }
 
+/* S_STEPS steps of CHOCO --adapt over modelled links (their rates set the
+ * budgets); out[node] receives the models, *pcie node 0's bytes. */
+static void
+s_adapt_run(const struct rumor_gossip_opts *o,
+            const bool device[S_NODES],
+            float *out,
+            struct rumor_buf *saved,
+            uint64_t pcie[2])
+{
+    struct ring r;
+    s_ring_new(&r, o, device);
+    struct rumor_simlink_opts lo = {.compute_s = 0.01,
+                                    .rates = {1e6, 2e7, 4e6},
+                                    .rate_count = 3};
+    rumor_simlink *links = NULL;
+    assert_int_equal(rumor_simlink_new(r.sim, r.g, S_NODES, &lo, &links),
+                     RUMOR_OK);
+    float *in = malloc(r.numel * sizeof(float));
+    assert_non_null(in);
+    for (uint64_t step = 0; step < 2 * S_STEPS; step++) {
+        for (size_t i = 0; i < S_NODES; i++) {
+            for (size_t e = 0; e < r.numel; e++)
+                in[e] = s_value(i, step, e);
+            assert_int_equal(r.mem[i]->copy(r.x[i],
+                                            in,
+                                            r.numel * sizeof(float),
+                                            GOSSIP_TO_DEVICE),
+                             RUMOR_OK);
+        }
+        assert_int_equal(rumor_sim_step(r.sim, step), RUMOR_OK);
+        (void)rumor_simlink_step(links, step);
+    }
+    for (size_t i = 0; i < S_NODES; i++)
+        assert_int_equal(r.mem[i]->copy(out + i * r.numel,
+                                        r.x[i],
+                                        r.numel * sizeof(float),
+                                        GOSSIP_TO_HOST),
+                         RUMOR_OK);
+    assert_int_equal(rumor_gossip_state_save(r.g[0], saved), RUMOR_OK);
+    rumor_gossip_pcie_bytes(r.g[0], &pcie[0], &pcie[1]);
+    free(in);
+    rumor_simlink_destroy(&links);
+    s_ring_free(&r);
+}
+
+/* CHOCO's adaptive controllers on the device: the vectors they measure,
+ * their statistics and errors, the per-link copies and sums through the
+ * table, bit for bit the host's, and the state the same bytes (a device's
+ * copies through the host); payloads cross (a device node's own back up
+ * once, its C(x) decoded from the bytes), a host node copies nothing. */
+static void
+test_choco_adapt_bits_equal_host(void **state)
+{
+    (void)state;
+    static const char *const ctl[] = {"fixed", "rule", "learned"};
+    static const bool host[S_NODES] = {false, false, false, false};
+    static const bool mixed[S_NODES] = {true, false, true, true};
+    size_t floats = S_NODES * s_numel();
+    float *ya = malloc(floats * sizeof(float));
+    float *yb = malloc(floats * sizeof(float));
+    assert_true(ya && yb);
+    for (size_t c = 0; c < sizeof ctl / sizeof ctl[0]; c++) {
+        struct rumor_gossip_opts o;
+        s_choco_opts(&o, "qsgd:bits=4");
+        snprintf(o.adapt, sizeof o.adapt, "%s", ctl[c]);
+        o.gamma = 0.5;
+        o.comm_share = 0.3;
+        struct rumor_buf sa, sb;
+        rumor_buf_init(&sa, RUMOR_GOSSIP_STATE_MAX);
+        rumor_buf_init(&sb, RUMOR_GOSSIP_STATE_MAX);
+        uint64_t pa[2], pb[2];
+        s_adapt_run(&o, host, ya, &sa, pa);
+        s_adapt_run(&o, mixed, yb, &sb, pb);
+        assert_memory_equal(ya, yb, floats * sizeof(float));
+        assert_true(ya[0] != s_value(0, 2 * S_STEPS - 1, 0));
+        assert_int_equal(sa.len, sb.len);
+        assert_memory_equal(sa.data, sb.data, sa.len);
+        assert_int_equal(pa[0] + pa[1], 0);
+        assert_true(pb[0] > 0 && pb[1] > 0);
+        printf("choco --adapt %s: device node 0 copied %llu bytes up, "
+               "%llu down in %d steps (its model: %zu bytes)\n",
+               ctl[c],
+               (unsigned long long)pb[0],
+               (unsigned long long)pb[1],
+               2 * S_STEPS,
+               s_numel() * sizeof(float));
+        rumor_buf_free(&sa);
+        rumor_buf_free(&sb);
+    }
+    free(ya);
+    free(yb);
+    /* every codec the per-link controllers choose has device kernels */
+    for (unsigned bits = GOSSIP_ADAPT_MIN_BITS; bits <= 32; bits++) {
+        if (bits > GOSSIP_ADAPT_MAX_BITS && bits < 32)
+            continue;
+        char dense[64], spec[96];
+        if (bits == 32)
+            snprintf(dense, sizeof dense, "fp32");
+        else
+            snprintf(dense,
+                     sizeof dense,
+                     "qsgd:bits=%u,bucket=%d",
+                     bits,
+                     GOSSIP_ADAPT_BUCKET);
+        for (int sparse = 0; sparse < 2; sparse++) {
+            snprintf(spec,
+                     sizeof spec,
+                     "%s%s",
+                     sparse ? "topk:k=3|" : "",
+                     dense);
+            rumor_codec *codec = NULL;
+            assert_int_equal(rumor_codec_new(spec, &codec, NULL), RUMOR_OK);
+            assert_true(rumor_codec_device_supported(codec));
+            rumor_codec_destroy(&codec);
+        }
+    }
+}
+
+/* On a GPU: the controllers' reductions agree with the host's within
+ * float rounding (the host sums 64 terms per float lane, the kernels in
+ * double), the largest magnitude exactly, over several blocks. */
+static void
+test_cuda_adapt_reductions_match_host(void **state)
+{
+    (void)state;
+    const struct gossip_backend_i *cuda = s_cuda_or_skip();
+    enum { N = 70001 };
+    float *x = malloc(N * sizeof(float)), *ap = malloc(N * sizeof(float));
+    assert_true(x && ap);
+    for (size_t e = 0; e < N; e++) {
+        x[e] = 3 * s_value(2, 1, e) + 0.25f;
+        ap[e] = e % 3 == 0 ? 0.0f : x[e] * 0.9f; /* a sparse C(x) */
+    }
+    struct rumor_layer_stats want, got;
+    rumor_layer_stats_compute(x, N, &want);
+    double support_want = 0;
+    double err_want = rumor_layer_rel_error(x, ap, N, &support_want);
+    float *dx = NULL, *dap = NULL;
+    assert_int_equal(cuda->alloc(N * sizeof(float), (void **)&dx), RUMOR_OK);
+    assert_int_equal(cuda->alloc(N * sizeof(float), (void **)&dap), RUMOR_OK);
+    assert_int_equal(cuda->copy(dx, x, N * sizeof(float), GOSSIP_TO_DEVICE),
+                     RUMOR_OK);
+    assert_int_equal(cuda->copy(dap, ap, N * sizeof(float), GOSSIP_TO_DEVICE),
+                     RUMOR_OK);
+    assert_int_equal(cuda->stats(dx, N, &got), RUMOR_OK);
+    assert_true(fabs(got.norm - want.norm) <= 1e-6 * want.norm);
+    assert_true(got.max_abs == want.max_abs);
+    assert_true(fabs(got.mean - want.mean) <= 1e-6 * fabs(want.mean));
+    assert_true(fabs(got.var - want.var) <= 1e-5 * want.var);
+    double err = 0, support = 0;
+    assert_int_equal(cuda->rel_error(dx, dap, N, &err, &support), RUMOR_OK);
+    assert_true(fabs(err - err_want) <= 1e-5 * err_want);
+    assert_true(fabs(support - support_want) <= 1e-5 * support_want);
+    cuda->release(dx);
+    cuda->release(dap);
+    free(x);
+    free(ap);
+}
+
 static void
 test_host_state_algorithms_refused(void **state)
 {
@@ -908,6 +1068,8 @@ main(void)
         cmocka_unit_test(test_moniqua_bits_equal_host),
         cmocka_unit_test(test_cuda_moniqua_kernels_equal_twins),
         cmocka_unit_test(test_cuda_moniqua_mixed_ring),
+        cmocka_unit_test(test_choco_adapt_bits_equal_host),
+        cmocka_unit_test(test_cuda_adapt_reductions_match_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
