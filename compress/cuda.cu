@@ -344,31 +344,6 @@ k_sign_decode(const uint8_t *scales,
 
 // --- random-k ---------------------------------------------------------------
 
-// Philox4x32-10 (core/rng.c) of counter (block, stream), key seed.
-__device__ static void
-d_philox(uint64_t block, uint64_t stream, uint64_t seed, uint32_t w[4])
-{
-    uint32_t c[4] = {(uint32_t)block,
-                     (uint32_t)(block >> 32),
-                     (uint32_t)stream,
-                     (uint32_t)(stream >> 32)};
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    for (int round = 0; round < 10; round++) {
-        if (round > 0) {
-            k0 += PHILOX_W0;
-            k1 += PHILOX_W1;
-        }
-        uint32_t hi0 = __umulhi(PHILOX_M0, c[0]), lo0 = PHILOX_M0 * c[0];
-        uint32_t hi1 = __umulhi(PHILOX_M1, c[2]), lo1 = PHILOX_M1 * c[2];
-        c[0] = hi1 ^ c[1] ^ k0;
-        c[1] = lo1;
-        c[2] = hi0 ^ c[3] ^ k1;
-        c[3] = lo0;
-    }
-    for (int i = 0; i < 4; i++)
-        w[i] = c[i];
-}
-
 __device__ static size_t
 d_randk_index(size_t n,
               size_t k,
@@ -379,7 +354,7 @@ d_randk_index(size_t n,
 {
     uint64_t lo = (uint64_t)j * n / k, hi = (uint64_t)(j + 1) * n / k;
     uint32_t w[4];
-    d_philox(j / 2, counter, seed, w);
+    philox_block_device(j / 2, counter, seed, w);
     uint64_t r = w[2 * (j % 2)] | (uint64_t)w[2 * (j % 2) + 1] << 32;
     *size = (size_t)(hi - lo);
     return (size_t)(lo + __umul64hi(r, hi - lo));
@@ -497,7 +472,7 @@ d_stream_byte(uint64_t seed, uint64_t stream, uint64_t j)
 {
     uint64_t o = j % 256, block = 16 * (j / 256) + (o / 4) % 16;
     uint32_t w[4];
-    d_philox(block, stream, seed, w);
+    philox_block_device(block, stream, seed, w);
     return (w[o / 64] >> (8 * (o % 4))) & 0xffu;
 }
 
@@ -891,7 +866,7 @@ k_dgc_sample(const float *x, size_t n, size_t m, uint64_t seed, float *sample)
     GRID_STRIDE(j, m)
     {
         uint32_t w[4];
-        d_philox(j / 4, 0, seed, w);
+        philox_block_device(j / 4, 0, seed, w);
         size_t at = (size_t)(((uint64_t)w[j % 4] * n) >> 32);
         sample[j] = __uint_as_float(d_key(x, at));
     }

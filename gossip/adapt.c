@@ -141,13 +141,16 @@ gossip_adapt_new(const rumor_gossip *g,
     a->dec = calloc(a->layers, sizeof *a->dec);
     a->enc_spec = calloc(a->layers, sizeof *a->enc_spec);
     a->dec_spec = calloc(a->layers, sizeof *a->dec_spec);
-    a->vec = malloc((g->numel + 1) * sizeof(float));
-    a->approx = malloc((g->numel + 1) * sizeof(float));
-    a->scratch = malloc((g->numel + 1) * sizeof(float));
-    rc = a->enc && a->dec && a->enc_spec && a->dec_spec && a->vec &&
-                 a->approx && a->scratch
-             ? RUMOR_OK
-             : RUMOR_ENOMEM;
+    a->be = g->be;
+    size_t floats = g->numel * sizeof(float);
+    rc = a->enc && a->dec && a->enc_spec && a->dec_spec ? RUMOR_OK
+                                                        : RUMOR_ENOMEM;
+    if (rc == RUMOR_OK)
+        rc = a->be->alloc(floats, (void **)&a->vec);
+    if (rc == RUMOR_OK)
+        rc = a->be->alloc(floats, (void **)&a->approx);
+    if (rc == RUMOR_OK)
+        rc = a->be->alloc(floats, (void **)&a->scratch);
     if (rc == RUMOR_OK)
         rc = rumor_codec_new(g->opts.codec, &a->base, diag);
     if (rc == RUMOR_OK)
@@ -183,9 +186,11 @@ gossip_adapt_destroy(struct gossip_adapt **a_p)
     free(a->dec);
     free(a->enc_spec);
     free(a->dec_spec);
-    free(a->vec);
-    free(a->approx);
-    free(a->scratch);
+    if (a->be != NULL) {
+        a->be->release(a->vec);
+        a->be->release(a->approx);
+        a->be->release(a->scratch);
+    }
     free(a);
     *a_p = NULL;
 }
@@ -338,7 +343,7 @@ s_reserve(struct gossip_link *l, size_t need)
 }
 
 /* Fills a->vec with the message's vector and the layers' statistics
- * (host memory: adaptive compression runs on a model in host memory). */
+ * (in the backend's memory, its reduction). */
 static rumor_err
 s_measure(struct gossip_adapt *a,
           const rumor_gossip *g,
@@ -352,12 +357,48 @@ s_measure(struct gossip_adapt *a,
         rumor_err rc = fill(g, t, base, a->vec + base, arg);
         if (rc != RUMOR_OK)
             return rc;
-        rumor_layer_stats_compute(a->vec + base, y->n, &y->st);
+        rc = a->be->stats(a->vec + base, y->n, &y->st);
+        if (rc != RUMOR_OK)
+            return rc;
         y->var_ema =
             y->var_ema < 0 ? y->st.var : 0.8 * y->var_ema + 0.2 * y->st.var;
         base += y->n;
     }
     return RUMOR_OK;
+}
+
+/* One layer of a->vec encoded into out and its C(x) into a->approx: on
+ * the host by the encode itself, on a device by decoding the bytes (the
+ * same values: rumor_codec_encode's approx is what decode produces). */
+static rumor_err
+s_encode_one(struct gossip_adapt *a,
+             const rumor_codec *codec,
+             size_t base,
+             size_t n,
+             uint64_t seed,
+             uint64_t step,
+             uint8_t *out,
+             size_t cap,
+             size_t *written)
+{
+    if (a->be->host_memory)
+        return rumor_codec_encode(codec,
+                                  a->vec + base,
+                                  n,
+                                  seed,
+                                  step,
+                                  out,
+                                  cap,
+                                  written,
+                                  a->approx + base);
+    rumor_err rc =
+        a->be->encode(codec, a->vec + base, n, seed, step, out, cap, written);
+    if (rc == RUMOR_OK) {
+        a->pcie_d2h += *written;
+        a->pcie_h2d += *written;
+        rc = a->be->decode(codec, out, *written, a->approx + base, n);
+    }
+    return rc;
 }
 
 static rumor_err
@@ -388,21 +429,23 @@ s_encode_layers(struct gossip_adapt *a,
         if (!broadcast)
             seed = rumor_seed_derive(seed, l->peer, 1);
         if (rc == RUMOR_OK)
-            rc = rumor_codec_encode(codec,
-                                    a->vec + base,
-                                    y->n,
-                                    seed,
-                                    step,
-                                    l->buf + at + 4,
-                                    l->cap - at - 4,
-                                    &written,
-                                    a->approx + base);
+            rc = s_encode_one(a,
+                              codec,
+                              base,
+                              y->n,
+                              seed,
+                              step,
+                              l->buf + at + 4,
+                              l->cap - at - 4,
+                              &written);
+        if (rc == RUMOR_OK)
+            rc = a->be->rel_error(a->vec + base,
+                                  a->approx + base,
+                                  y->n,
+                                  &y->err,
+                                  &y->q_err);
         if (rc != RUMOR_OK)
             return rc;
-        y->err = rumor_layer_rel_error(a->vec + base,
-                                       a->approx + base,
-                                       y->n,
-                                       &y->q_err);
         core_put_u32(l->buf + at, (uint32_t)written);
         at += 4 + written;
         base += y->n;
@@ -553,15 +596,24 @@ gossip_adapt_stage(struct gossip_adapt *a,
         const rumor_codec *codec = NULL;
         rumor_err rc = s_decoder(a, t, data + at, plen, &codec);
         if (rc == RUMOR_OK)
-            rc = rumor_codec_decode(codec, data + at, plen, a->scratch, n);
+            rc = a->be->decode(codec, data + at, plen, a->scratch, n);
+        if (rc == RUMOR_OK)
+            rc = a->be->accum(into + base, weight, a->scratch, n);
         if (rc != RUMOR_OK)
             return rc;
-        for (size_t e = 0; e < n; e++)
-            into[base + e] += weight * a->scratch[e];
+        if (!a->be->host_memory)
+            a->pcie_h2d += plen;
         at += plen;
         base += n;
     }
     return at == len ? RUMOR_OK : RUMOR_EPROTO;
+}
+
+void
+gossip_adapt_pcie(const struct gossip_adapt *a, uint64_t *h2d, uint64_t *d2h)
+{
+    *h2d += a->pcie_h2d;
+    *d2h += a->pcie_d2h;
 }
 
 rumor_err

@@ -89,8 +89,13 @@ struct gossip_adapt {
     char (*enc_spec)[RUMOR_COMPRESS_SPEC_MAX];
     rumor_codec **dec; /* per layer: the last decoder and its spec */
     char (*dec_spec)[RUMOR_COMPRESS_SPEC_MAX];
+    /* where the model lives: the vectors below are its memory */
+    const struct gossip_backend_i *be;
     float *vec, *approx; /* one flat model each */
     float *scratch;      /* one layer's decode */
+    /* payload bytes encoded from (d2h) and decoded into (h2d) a device:
+     * rumor_gossip_pcie_bytes' share of the controller */
+    uint64_t pcie_h2d, pcie_d2h;
 };
 
 /* Makes the controller named by g->opts.adapt for g's neighbours; diag
@@ -133,6 +138,11 @@ void gossip_adapt_peer_report(struct gossip_adapt *a,
                               size_t link,
                               const uint8_t *data,
                               size_t len);
+
+/* Adds the controller's payload bytes to and from a device to the
+ * counts. */
+void
+gossip_adapt_pcie(const struct gossip_adapt *a, uint64_t *h2d, uint64_t *d2h);
 
 /* As gossip_packer_stage, decoding each tensor with the codec its
  * payload header names. */

@@ -15,17 +15,19 @@
  * xhat_{i->j}, besides one copy per link to compress against (all in
  * double, as in choco.c). With equal codecs on every link it is CHOCO
  * (the same iterates up to float rounding order). A round is validated
- * whole before it touches anything. Static topologies only.
+ * whole before it touches anything. Static topologies only. The copies
+ * and sums live in the instance's backend memory (gossip/backend.h), as
+ * choco.c's, and go through the host only at save and load.
  */
 #include "gossip/adapt.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 struct choco_edge {
     double *xout; /* per link: neighbour's copy of x (links * numel) */
     double *s_in, *s_out, *ds;
     const struct rumor_gossip_msg **slot;
+    size_t links; /* copies in xout (at least one) */
 };
 
 struct s_fill_arg {
@@ -52,15 +54,19 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
                        "choco needs a static topology (one phase)");
         return RUMOR_EINVAL;
     }
-    size_t links = g->adapt->nlinks > 0 ? g->adapt->nlinks : 1;
-    s->xout = calloc(links * g->numel, sizeof(double));
-    s->s_in = calloc(g->numel, sizeof(double));
-    s->s_out = calloc(g->numel, sizeof(double));
-    s->ds = calloc(g->numel, sizeof(double));
+    s->links = g->adapt->nlinks > 0 ? g->adapt->nlinks : 1;
+    size_t bytes = g->numel * sizeof(double);
     s->slot = malloc(g->nodes * sizeof *s->slot);
-    if (!s->xout || !s->s_in || !s->s_out || !s->ds || !s->slot)
-        return RUMOR_ENOMEM;
-    return RUMOR_OK;
+    rumor_err rc = s->slot != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(s->links * bytes, (void **)&s->xout);
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(bytes, (void **)&s->s_in);
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(bytes, (void **)&s->s_out);
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(bytes, (void **)&s->ds);
+    return rc;
 }
 
 static void
@@ -69,27 +75,25 @@ s_free(rumor_gossip *g)
     struct choco_edge *s = g->state;
     if (s == NULL)
         return;
-    free(s->xout);
-    free(s->s_in);
-    free(s->s_out);
-    free(s->ds);
+    g->be->release(s->xout);
+    g->be->release(s->s_in);
+    g->be->release(s->s_out);
+    g->be->release(s->ds);
     free(s->slot);
     free(s);
     g->state = NULL;
 }
 
-/* x - xhat_{i->j} for tensor t of link j (host memory: adaptive
- * compression runs on a model there). */
+/* x - xhat_{i->j} for tensor t of link j. */
 static rumor_err
 s_fill(const rumor_gossip *g, size_t t, size_t base, float *out, void *arg)
 {
     const struct s_fill_arg *fa = arg;
     const double *xo = fa->s->xout + fa->link * g->numel + base;
-    gossip_ref_sub_round(out,
-                         g->tensors[t].data,
-                         xo,
-                         rumor_tensor_numel(&g->tensors[t]));
-    return RUMOR_OK;
+    return g->be->sub_round(out,
+                            g->tensors[t].data,
+                            xo,
+                            rumor_tensor_numel(&g->tensors[t]));
 }
 
 static rumor_err
@@ -125,7 +129,8 @@ s_absorb(rumor_gossip *g,
     const uint32_t *nbr =
         rumor_topology_neighbors(g->topo, 0, g->self, &peers, &w);
     rumor_err rc = gossip_match_peers(g, nbr, peers, msgs, count, s->slot);
-    memset(s->ds, 0, g->numel * sizeof(double));
+    if (rc == RUMOR_OK)
+        rc = g->be->zero(s->ds, g->numel * sizeof(double));
     for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
         const uint8_t *body = NULL;
         size_t blen = 0;
@@ -160,33 +165,50 @@ s_absorb(rumor_gossip *g,
     }
     if (RUMOR_NEVER(rc != RUMOR_OK))
         return rc; /* own bytes always decode, or the codec has a bug */
+    /* s_in += ds, then x += gamma (s_in - s_out), ds holding the
+     * difference: each rounding the per-element loop's */
+    rc = g->be->axpy(s->s_in, 1.0, s->ds, g->numel);
+    if (rc == RUMOR_OK)
+        rc = g->be->sub(s->ds, s->s_in, s->s_out, g->numel);
     size_t base = 0;
-    for (size_t t = 0; t < g->tensor_count; t++) {
+    for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
         float *x = g->tensors[t].data;
         size_t n = rumor_tensor_numel(&g->tensors[t]);
-        for (size_t e = 0; e < n; e++) {
-            size_t i = base + e;
-            s->s_in[i] += s->ds[i];
-            x[e] = (float)(x[e] + g->opts.gamma * (s->s_in[i] - s->s_out[i]));
-        }
+        rc = g->be->apply(x, x, g->opts.gamma, s->ds + base, n);
         base += n;
     }
-    return RUMOR_OK;
+    return rc;
 }
 
 /* Between steps: each link's copy, the two weighted sums, then the
  * controller's state (gossip_adapt_state_save), so that a resumed run
  * chooses the same settings as an uninterrupted one. */
+/* The doubles of s's vector k (the links' copies, then s_in, then s_out)
+ * and their count. */
+static double *
+s_vector(const struct choco_edge *s, size_t numel, size_t k, size_t *n)
+{
+    *n = numel;
+    if (k < s->links)
+        return s->xout + k * numel;
+    return k == s->links ? s->s_in : s->s_out;
+}
+
 static rumor_err
 s_state_save(const rumor_gossip *g, struct rumor_buf *out)
 {
     const struct choco_edge *s = g->state;
-    size_t links = g->adapt->nlinks > 0 ? g->adapt->nlinks : 1;
-    rumor_err rc = gossip_write_f64(out, s->xout, links * g->numel);
-    if (rc == RUMOR_OK)
-        rc = gossip_write_f64(out, s->s_in, g->numel);
-    if (rc == RUMOR_OK)
-        rc = gossip_write_f64(out, s->s_out, g->numel);
+    size_t bytes = g->numel * sizeof(double), n = 0;
+    double *host = g->be->host_memory ? NULL : malloc(bytes + 1);
+    rumor_err rc = g->be->host_memory || host != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+    for (size_t k = 0; k < s->links + 2 && rc == RUMOR_OK; k++) {
+        const double *v = s_vector(s, g->numel, k, &n);
+        if (host != NULL)
+            rc = g->be->copy(host, v, bytes, GOSSIP_TO_HOST);
+        if (rc == RUMOR_OK)
+            rc = gossip_write_f64(out, host != NULL ? host : v, n);
+    }
+    free(host);
     return rc == RUMOR_OK ? gossip_adapt_state_save(g->adapt, out) : rc;
 }
 
@@ -200,16 +222,32 @@ s_state_load(rumor_gossip *g,
     /* no ring: rumor_gossip_state_adopt refuses it before */
     bool apply = mode == GOSSIP_STATE_LOAD;
     struct choco_edge *s = g->state;
-    size_t links = g->adapt->nlinks > 0 ? g->adapt->nlinks : 1;
-    gossip_read_f64(r, apply ? s->xout : NULL, links * g->numel);
-    gossip_read_f64(r, apply ? s->s_in : NULL, g->numel);
-    gossip_read_f64(r, apply ? s->s_out : NULL, g->numel);
-    return r->err == RUMOR_OK ? gossip_adapt_state_load(g->adapt, r, apply)
-                              : r->err;
+    size_t bytes = g->numel * sizeof(double), n = 0;
+    bool via_host = apply && !g->be->host_memory;
+    double *host = via_host ? malloc(bytes + 1) : NULL;
+    if (via_host && host == NULL)
+        return RUMOR_ENOMEM;
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; k < s->links + 2 && rc == RUMOR_OK; k++) {
+        double *v = s_vector(s, g->numel, k, &n);
+        gossip_read_f64(r, via_host ? host : apply ? v : NULL, n);
+        rc = r->err;
+        if (rc == RUMOR_OK && via_host)
+            rc = g->be->copy(v, host, bytes, GOSSIP_TO_DEVICE);
+    }
+    free(host);
+    return rc == RUMOR_OK ? gossip_adapt_state_load(g->adapt, r, apply) : rc;
+}
+
+static void
+s_pcie(const rumor_gossip *g, uint64_t *h2d, uint64_t *d2h)
+{
+    gossip_adapt_pcie(g->adapt, h2d, d2h);
 }
 
 const struct gossip_algo_i gossip_choco_edge = {
     .name = "choco",
+    .pcie = s_pcie,
     .init = s_init,
     .free = s_free,
     .rounds = gossip_one_round,

@@ -110,7 +110,6 @@ s_absorb(rumor_gossip *g,
 
 const struct gossip_algo_i gossip_allreduce = {
     .name = "allreduce",
-    .device = true,
     .init = s_init,
     .free = s_free,
     .rounds = s_rounds,
@@ -122,7 +121,6 @@ const struct gossip_algo_i gossip_allreduce = {
 
 const struct gossip_algo_i gossip_allreduce_f64 = {
     .name = "allreduce-f64",
-    .device = true,
     .init = s_init_f64,
     .free = s_free,
     .rounds = s_rounds,

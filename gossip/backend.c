@@ -189,13 +189,64 @@ s_crc32c_chunked(const void *p, size_t bytes, uint32_t *crc)
     return RUMOR_OK;
 }
 
+static rumor_err
+s_uniform(float *out, uint64_t seed, uint64_t stream, uint64_t index, size_t n)
+{
+    rumor_rng_fill_uniform(seed, stream, index, out, n);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_moniqua_levels(uint8_t *levels,
+                 float *xhat,
+                 const float *x,
+                 const float *noise,
+                 double bound,
+                 size_t n)
+{
+    gossip_ref_moniqua_levels(levels, xhat, x, noise, bound, n);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_moniqua_term(double *d,
+               const uint8_t *levels,
+               const float *x,
+               const float *xhat,
+               double bound,
+               size_t n)
+{
+    gossip_ref_moniqua_term(d, levels, x, xhat, bound, n);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_stats(const float *x, size_t n, struct rumor_layer_stats *out)
+{
+    rumor_layer_stats_compute(x, n, out);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_rel_error(const float *x,
+            const float *approx,
+            size_t n,
+            double *err,
+            double *support)
+{
+    *err = rumor_layer_rel_error(x, approx, n, support);
+    return RUMOR_OK;
+}
+
 #define S_HOST_OPS                                                          \
     .alloc = s_alloc, .release = s_release, .copy = s_copy, .zero = s_zero, \
     .diff = s_diff, .sub = s_sub, .axpy = s_axpy, .scale = s_scale,         \
     .apply = s_apply, .norm = s_norm, .sub_round = s_sub_round,             \
     .accum = s_accum, .add = s_add, .encode = s_encode, .decode = s_decode, \
     .add_scaled = s_add_scaled, .div_round = s_div_round, .outer = s_outer, \
-    .decode_add = s_decode_add
+    .decode_add = s_decode_add, .uniform = s_uniform,                       \
+    .moniqua_levels = s_moniqua_levels, .moniqua_term = s_moniqua_term,     \
+    .stats = s_stats, .rel_error = s_rel_error
 
 const struct gossip_backend_i gossip_backend_host = {
     .name = "host",

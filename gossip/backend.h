@@ -33,6 +33,9 @@ extern "C" {
 #include <stdbool.h>
 #include <stddef.h>
 
+/* Moniqua's quantization step: levels 0..3 of delta = 1/3. */
+#define GOSSIP_MONIQUA_DELTA (1.0 / 3.0)
+
 enum gossip_copy {
     GOSSIP_TO_DEVICE, /* host -> model memory */
     GOSSIP_TO_HOST,   /* model memory -> host */
@@ -130,6 +133,42 @@ struct gossip_backend_i {
      * per GOSSIP_CRC_CHUNK bytes there, joined on the host
      * (gossip_ref_crc32c_join), so only the chunks' checksums cross */
     rumor_err (*crc32c)(const void *p, size_t bytes, uint32_t *crc);
+    /* Moniqua (gossip/moniqua.c). */
+    /* out = elements [index, index + n) of the Philox stream (seed,
+     * stream) as uniform floats: rumor_rng_fill_uniform's values, drawn by
+     * element index where out is */
+    rumor_err (*uniform)(float *out,
+                         uint64_t seed,
+                         uint64_t stream,
+                         uint64_t index,
+                         size_t n);
+    /* The modulo quantization of x (bound B, rounding noise in [0, 1)):
+     * levels receives the 2-bit levels, four to a byte ((n + 3) / 4 bytes,
+     * all written), xhat = q B - mod(x, B) */
+    rumor_err (*moniqua_levels)(uint8_t *levels,
+                                float *xhat,
+                                const float *x,
+                                const float *noise,
+                                double bound,
+                                size_t n);
+    /* The decoded term of a neighbour's levels:
+     * d = mod(q B - x, B) - xhat */
+    rumor_err (*moniqua_term)(double *d,
+                              const uint8_t *levels,
+                              const float *x,
+                              const float *xhat,
+                              double bound,
+                              size_t n);
+    /* CHOCO's adaptive compression (gossip/adapt.c): reductions, whose
+     * order on CUDA differs from the host's in the last bits, as norm's. */
+    /* *out = rumor_layer_stats_compute of x */
+    rumor_err (*stats)(const float *x, size_t n, struct rumor_layer_stats *out);
+    /* *err = rumor_layer_rel_error(x, approx, n, support) */
+    rumor_err (*rel_error)(const float *x,
+                           const float *approx,
+                           size_t n,
+                           double *err,
+                           double *support);
 };
 
 /* The chunk of a device's crc32c: one thread's bytes. */
@@ -163,6 +202,18 @@ void gossip_ref_div_round(float *out, const double *acc, double c, size_t n);
 uint32_t gossip_ref_crc32c_join(const uint32_t *part, size_t bytes);
 /* The twin of the device's crc32c: per chunk, then joined. */
 uint32_t gossip_ref_crc32c(const void *p, size_t bytes);
+void gossip_ref_moniqua_levels(uint8_t *levels,
+                               float *xhat,
+                               const float *x,
+                               const float *noise,
+                               double bound,
+                               size_t n);
+void gossip_ref_moniqua_term(double *d,
+                             const uint8_t *levels,
+                             const float *x,
+                             const float *xhat,
+                             double bound,
+                             size_t n);
 void gossip_ref_outer(float *x,
                       float *anchor,
                       float *v,

@@ -4,10 +4,12 @@
 // against the caller's before the step starts. Each kernel does, per
 // element, what its twin in gossip/ref.c does, with the _rn intrinsics so
 // that nvcc contracts nothing into an FMA: the same bits as the host.
+#include "core/philox.h"
 #include "gossip/backend.h"
 
 #include <cuda_runtime.h>
 #include <stdlib.h>
+#include <string.h>
 
 static rumor_err
 s_alloc(size_t bytes, void **out)
@@ -212,6 +214,149 @@ k_crc_chunks(const uint8_t *p, size_t bytes, uint32_t *part, size_t parts)
     }
 }
 
+// rumor_rng_fill_uniform: element i is word (index + i) % 4 of the
+// Philox block (index + i) / 4.
+__global__ void
+k_uniform(float *out, uint64_t seed, uint64_t stream, uint64_t index, size_t n)
+{
+    S_EACH(i, n)
+    {
+        uint64_t at = index + i;
+        uint32_t w[4];
+        philox_block_device(at >> 2, stream, seed, w);
+        out[i] = (float)(w[at & 3] >> 8) * 0x1.0p-24f;
+    }
+}
+
+// gossip/ref.c's s_mod; floor is exact on the device, as s_floor is.
+__device__ static double
+d_mod(double x, double a, double inv_a)
+{
+    double k = floor(__dadd_rn(__dmul_rn(x, inv_a), 0.5));
+    return __dsub_rn(x, __dmul_rn(a, k));
+}
+
+__device__ static double
+d_moniqua_q(unsigned l)
+{
+    return __dsub_rn(__dmul_rn((double)l, GOSSIP_MONIQUA_DELTA), 0.5);
+}
+
+// One thread per byte of levels: its four elements.
+__global__ void
+k_moniqua_levels(uint8_t *levels,
+                 float *xhat,
+                 const float *x,
+                 const float *noise,
+                 double bound,
+                 double inv_b,
+                 size_t n)
+{
+    S_EACH(byte, (n + 3) / 4)
+    {
+        unsigned packed = 0;
+        for (size_t e = 4 * byte; e < 4 * byte + 4 && e < n; e++) {
+            double v =
+                __dadd_rn(d_mod(__dmul_rn((double)x[e], inv_b), 1.0, 1.0), 0.5);
+            double level =
+                floor(__dadd_rn(__dmul_rn(v, 3.0), (double)noise[e]));
+            level = level > 0 ? level : 0;
+            level = level < 3 ? level : 3;
+            unsigned l = (unsigned)level;
+            packed |= l << (2 * (e % 4));
+            xhat[e] =
+                __double2float_rn(__dsub_rn(__dmul_rn(d_moniqua_q(l), bound),
+                                            d_mod((double)x[e], bound, inv_b)));
+        }
+        levels[byte] = (uint8_t)packed;
+    }
+}
+
+__global__ void
+k_moniqua_term(double *d,
+               const uint8_t *levels,
+               const float *x,
+               const float *xhat,
+               double bound,
+               double inv_b,
+               size_t n)
+{
+    S_EACH(e, n)
+    {
+        unsigned l = (levels[e / 4] >> (2 * (e % 4))) & 3u;
+        double t = __dsub_rn(__dmul_rn(d_moniqua_q(l), bound), (double)x[e]);
+        d[e] = __dsub_rn(d_mod(t, bound, inv_b), (double)xhat[e]);
+    }
+}
+
+// The block's total of every thread's v, in thread 0 (part is free again
+// when it returns).
+__device__ static double
+d_block_total(double v, double *part)
+{
+    part[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half)
+            part[threadIdx.x] += part[threadIdx.x + half];
+        __syncthreads();
+    }
+    double total = part[0];
+    __syncthreads();
+    return total;
+}
+
+// rumor_layer_stats_compute's sums: out[0] the sum, out[1] the sum of
+// squares, out[2]'s low word the largest |x| as bits (non-negative floats,
+// NaN's above Inf's, order as their bits do).
+__global__ void
+k_stats(const float *x, size_t n, double *out)
+{
+    __shared__ double part[S_THREADS];
+    double sum = 0, sq = 0;
+    unsigned mx = 0;
+    S_EACH(e, n)
+    {
+        double v = x[e];
+        sum = __dadd_rn(sum, v);
+        sq = __dadd_rn(sq, __dmul_rn(v, v));
+        unsigned bits = __float_as_uint(x[e]) & 0x7fffffffu;
+        mx = bits > mx ? bits : mx;
+    }
+    sum = d_block_total(sum, part);
+    sq = d_block_total(sq, part);
+    if (threadIdx.x == 0) {
+        atomicAdd(&out[0], sum);
+        atomicAdd(&out[1], sq);
+    }
+    atomicMax((unsigned *)&out[2], mx);
+}
+
+// rumor_layer_rel_error's sums: the squared error and norm over all
+// elements, then over those where approx is not zero.
+__global__ void
+k_rel_error(const float *x, const float *approx, size_t n, double *out)
+{
+    __shared__ double part[S_THREADS];
+    double acc[4] = {0, 0, 0, 0};
+    S_EACH(e, n)
+    {
+        double v = x[e], d = __dsub_rn(v, (double)approx[e]);
+        double dd = __dmul_rn(d, d), vv = __dmul_rn(v, v);
+        acc[0] = __dadd_rn(acc[0], dd);
+        acc[1] = __dadd_rn(acc[1], vv);
+        if (approx[e] != 0.0f) {
+            acc[2] = __dadd_rn(acc[2], dd);
+            acc[3] = __dadd_rn(acc[3], vv);
+        }
+    }
+    for (int k = 0; k < 4; k++) {
+        double total = d_block_total(acc[k], part);
+        if (threadIdx.x == 0)
+            atomicAdd(&out[k], total);
+    }
+}
+
 static rumor_err
 s_zero(void *p, size_t bytes)
 {
@@ -257,24 +402,45 @@ s_apply(float *out,
     return s_launched("apply");
 }
 
+// A zeroed device scratch of k doubles for a reduction, stream-ordered as
+// the device codecs' scratch: cudaMalloc and cudaFree would synchronize
+// the device at every neighbour's norm.
+static rumor_err
+s_scratch(size_t k, double **out)
+{
+    *out = NULL;
+    if (cudaMallocAsync((void **)out, k * sizeof **out, 0) != cudaSuccess)
+        return RUMOR_ENOMEM;
+    return cudaMemsetAsync(*out, 0, k * sizeof **out, 0) == cudaSuccess
+               ? RUMOR_OK
+               : RUMOR_EBACKEND;
+}
+
+// The reduction's k doubles to the host (after the launch's check), and
+// the scratch freed.
+static rumor_err
+s_scratch_done(rumor_err rc,
+               const char *what,
+               double *d,
+               double *host,
+               size_t k)
+{
+    if (rc == RUMOR_OK)
+        rc = s_launched(what);
+    if (rc == RUMOR_OK)
+        rc = s_copy(host, d, k * sizeof *host, GOSSIP_TO_HOST);
+    (void)cudaFreeAsync(d, 0);
+    return rc;
+}
+
 static rumor_err
 s_norm(const double *d, size_t n, double *norm)
 {
-    // Stream-ordered, as the device codecs' scratch: cudaMalloc and
-    // cudaFree would synchronize the device at every neighbour's norm.
     double *sum = NULL, sq = 0;
-    if (cudaMallocAsync((void **)&sum, sizeof *sum, 0) != cudaSuccess)
-        return RUMOR_ENOMEM;
-    rumor_err rc = cudaMemsetAsync(sum, 0, sizeof *sum, 0) == cudaSuccess
-                       ? RUMOR_OK
-                       : RUMOR_EBACKEND;
-    if (rc == RUMOR_OK) {
-        k_sumsq<<<s_blocks(n), S_THREADS>>>(d, n, sum);
-        rc = s_launched("norm");
-    }
+    rumor_err rc = s_scratch(1, &sum);
     if (rc == RUMOR_OK)
-        rc = s_copy(&sq, sum, sizeof sq, GOSSIP_TO_HOST);
-    (void)cudaFreeAsync(sum, 0);
+        k_sumsq<<<s_blocks(n), S_THREADS>>>(d, n, sum);
+    rc = s_scratch_done(rc, "norm", sum, &sq, 1);
     *norm = sqrt(sq);
     return rc;
 }
@@ -402,6 +568,101 @@ s_crc32c(const void *p, size_t bytes, uint32_t *crc)
     return rc;
 }
 
+static rumor_err
+s_uniform(float *out, uint64_t seed, uint64_t stream, uint64_t index, size_t n)
+{
+    k_uniform<<<s_blocks(n), S_THREADS>>>(out, seed, stream, index, n);
+    return s_launched("uniform");
+}
+
+// 1 / B on the host, as the twin divides: the same double.
+static rumor_err
+s_moniqua_levels(uint8_t *levels,
+                 float *xhat,
+                 const float *x,
+                 const float *noise,
+                 double bound,
+                 size_t n)
+{
+    k_moniqua_levels<<<s_blocks((n + 3) / 4), S_THREADS>>>(levels,
+                                                           xhat,
+                                                           x,
+                                                           noise,
+                                                           bound,
+                                                           1.0 / bound,
+                                                           n);
+    return s_launched("moniqua_levels");
+}
+
+static rumor_err
+s_moniqua_term(double *d,
+               const uint8_t *levels,
+               const float *x,
+               const float *xhat,
+               double bound,
+               size_t n)
+{
+    k_moniqua_term<<<s_blocks(n), S_THREADS>>>(d,
+                                               levels,
+                                               x,
+                                               xhat,
+                                               bound,
+                                               1.0 / bound,
+                                               n);
+    return s_launched("moniqua_term");
+}
+
+static rumor_err
+s_stats(const float *x, size_t n, struct rumor_layer_stats *out)
+{
+    double *d = NULL, sums[3] = {0, 0, 0};
+    rumor_err rc = s_scratch(3, &d);
+    if (rc == RUMOR_OK)
+        k_stats<<<s_blocks(n), S_THREADS>>>(x, n, d);
+    rc = s_scratch_done(rc, "stats", d, sums, 3);
+    *out = (struct rumor_layer_stats){0};
+    if (rc != RUMOR_OK || n == 0)
+        return rc;
+    uint32_t bits = 0;
+    float mx = 0;
+    memcpy(&bits, &sums[2], sizeof bits); // the low word: little-endian
+    memcpy(&mx, &bits, sizeof mx);
+    out->norm = sqrt(sums[1]);
+    out->max_abs = mx;
+    out->mean = sums[0] / (double)n;
+    double var = sums[1] / (double)n - out->mean * out->mean;
+    out->var = var > 0 ? var : 0; // as compress/stats.c: cancellation
+    return RUMOR_OK;
+}
+
+// compress/stats.c's ratio: 0 for x and its error both zero, 1 for x zero
+// alone.
+static double
+s_ratio(double err, double sq)
+{
+    if (sq == 0)
+        return err == 0 ? 0.0 : 1.0;
+    return sqrt(err / sq);
+}
+
+static rumor_err
+s_rel_error(const float *x,
+            const float *approx,
+            size_t n,
+            double *err,
+            double *support)
+{
+    double *d = NULL, sums[4] = {0, 0, 0, 0};
+    rumor_err rc = s_scratch(4, &d);
+    if (rc == RUMOR_OK)
+        k_rel_error<<<s_blocks(n), S_THREADS>>>(x, approx, n, d);
+    rc = s_scratch_done(rc, "rel_error", d, sums, 4);
+    *err = s_ratio(sums[0], sums[1]);
+    if (support != NULL)
+        *support = s_ratio(sums[2], sums[3]);
+    return rc;
+}
+
 static const struct gossip_backend_i s_cuda = {
     .name = "cuda",
     .host_memory = false,
@@ -426,6 +687,11 @@ static const struct gossip_backend_i s_cuda = {
     .outer = s_outer,
     .decode_add = s_decode_add,
     .crc32c = s_crc32c,
+    .uniform = s_uniform,
+    .moniqua_levels = s_moniqua_levels,
+    .moniqua_term = s_moniqua_term,
+    .stats = s_stats,
+    .rel_error = s_rel_error,
 };
 
 extern "C" rumor_err

@@ -23,8 +23,8 @@
  * topologies only (the copies belong to fixed edges). The copies, the
  * vectors the codec encodes and decodes, and the mixing live in the
  * instance's backend memory (gossip/backend.h): on a model in GPU memory
- * only the payloads cross (not with adaptive compression, whose
- * controller reads the vectors on the host).
+ * only the payloads cross (with adaptive compression, each of its own
+ * payloads also comes back up once: its C(x) is decoded from the bytes).
  */
 #include "gossip/adapt.h"
 #include "gossip/gossip_impl.h"
@@ -61,15 +61,6 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
                        0,
                        "choco needs a static topology (one phase)");
         return RUMOR_EINVAL;
-    }
-    if (g->adapt != NULL && !g->be->host_memory) {
-        rumor_diag_set(diag,
-                       "",
-                       0,
-                       0,
-                       "choco: adaptive compression reads the vectors on "
-                       "the host; keep the model in host memory for --adapt");
-        return RUMOR_ENOTSUP;
     }
     rumor_err rc = gossip_codec_init(g, &s->pack, &s->slot, diag);
     if (rc != RUMOR_OK)
@@ -360,11 +351,12 @@ static void
 s_pcie(const rumor_gossip *g, uint64_t *h2d, uint64_t *d2h)
 {
     gossip_packer_pcie(&((const struct choco *)g->state)->pack, h2d, d2h);
+    if (g->adapt != NULL)
+        gossip_adapt_pcie(g->adapt, h2d, d2h);
 }
 
 const struct gossip_algo_i gossip_choco = {
     .name = "choco",
-    .device = true,
     .pcie = s_pcie,
     .init = s_init,
     .free = s_free,

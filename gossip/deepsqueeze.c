@@ -223,7 +223,6 @@ s_pcie(const rumor_gossip *g, uint64_t *h2d, uint64_t *d2h)
 
 const struct gossip_algo_i gossip_deepsqueeze = {
     .name = "deepsqueeze",
-    .device = true,
     .pcie = s_pcie,
     .init = s_init,
     .free = s_free,

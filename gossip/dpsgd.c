@@ -165,7 +165,6 @@ s_edge_diff(rumor_gossip *g,
 
 const struct gossip_algo_i gossip_dpsgd = {
     .name = "dpsgd",
-    .device = true,
     .init = s_init,
     .free = s_free,
     .rounds = gossip_one_round,

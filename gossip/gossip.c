@@ -287,8 +287,7 @@ s_algo_named(const char *name)
 bool
 rumor_gossip_on_device(const char *algo)
 {
-    const struct gossip_algo_i *a = algo != NULL ? s_algo_named(algo) : NULL;
-    return a != NULL && a->device;
+    return algo != NULL && s_algo_named(algo) != NULL;
 }
 
 bool
@@ -307,31 +306,6 @@ rumor_gossip_pcie_bytes(const rumor_gossip *g,
     *to_host = g->pcie_d2h;
     if (g->algo->pcie != NULL)
         g->algo->pcie(g, to_device, to_host);
-}
-
-/* The diag of an algorithm that cannot run on a model in device memory,
- * naming those that can. */
-static void
-s_device_refused(const struct gossip_algo_i *algo, struct rumor_diag *diag)
-{
-    char can[128] = "";
-    for (size_t i = 0, at = 0; i < ALGO_COUNT; i++)
-        if (s_algos[i]->device && at < sizeof can)
-            at += (size_t)snprintf(can + at,
-                                   sizeof can - at,
-                                   "%s%s",
-                                   at > 0 ? ", " : "",
-                                   s_algos[i]->name);
-    rumor_diag_set(diag,
-                   "",
-                   0,
-                   0,
-                   "%s keeps its state in host memory: a model in GPU memory "
-                   "runs %s; stage the tensors through host memory for %s "
-                   "(rumor.Peer does)",
-                   algo->name,
-                   can,
-                   algo->name);
 }
 
 rumor_err
@@ -365,10 +339,6 @@ gossip_new_in(const struct rumor_gossip_opts *opts,
     if (self >= rumor_topology_nodes(t)) {
         rumor_diag_set(diag, "", 0, 0, "node %u is not in the topology", self);
         return RUMOR_EINVAL;
-    }
-    if (!be->host_memory && !algo->device) {
-        s_device_refused(algo, diag);
-        return RUMOR_ENOTSUP;
     }
     rumor_gossip *g = calloc(1, sizeof *g);
     if (g == NULL)

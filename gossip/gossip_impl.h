@@ -65,9 +65,6 @@ rumor_err gossip_write_f64(struct rumor_buf *b, const double *v, size_t n);
 
 struct gossip_algo_i {
     const char *name;
-    /* Runs on a model in device memory (gossip/backend.h): every access to
-     * the tensors, and every model-sized state, goes through g->be. */
-    bool device;
     /* Allocates g->state; the diag explains an invalid option. */
     rumor_err (*init)(rumor_gossip *g, struct rumor_diag *diag);
     void (*free)(rumor_gossip *g); /* frees g->state; NULL-safe */

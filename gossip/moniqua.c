@@ -21,15 +21,19 @@
  * the products absorb sums; docs/reliability.md). The term is x_j - x_i
  * + xhat_j - xhat_i while neighbours are within B / 2, so the two ends'
  * terms cancel up to float rounding, as in the loss-free step.
+ *
+ * On the backend table: the snapshot, xhat, the noise, the update and the
+ * packed levels are in g->be's memory, the quantization and the decoded
+ * term are its kernels (mod and floor in gossip/ref.c), and the noise is
+ * drawn there by element index, so a device node sends the host's bytes;
+ * only the levels cross (the own message down, each neighbour's up).
  */
 #include "gossip/gossip_impl.h"
 
-#include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
-#define MONIQUA_DELTA (1.0 / 3.0)
-
+/* Model-sized buffers live in g->be's memory, except the one that holds
+ * the payload on the host. */
 struct moniqua {
     double bound; /* B */
     float *x;     /* the flat model at the start of the step */
@@ -37,32 +41,31 @@ struct moniqua {
     float *noise;
     double *acc;     /* sum_j w_ij term_j, the step's update */
     uint8_t *levels; /* the packed message */
-    size_t bytes;    /* its length: ceil(numel / 4) */
+    /* device backends: a neighbour's message there, and the host copy of
+     * this node's */
+    uint8_t *theirs, *sent;
+    size_t bytes; /* its length: ceil(numel / 4) */
     const struct rumor_gossip_msg **slot;
 };
 
-/* mod(x, a) = x - a floor(x/a + 1/2), in [-a/2, a/2): the reference's
- * fmod(x + sign(x) a/2, a) - sign(x) a/2 without fmod and without a branch
- * on the sign (they differ only for x/a exactly half an odd integer below
- * zero, where this gives -a/2 and the reference +a/2, and by the rounding
- * of x/a within an ulp of a bucket edge). glibc's fmod is an exact
- * remainder loop: with it a step of 8 nodes at ResNet-18 size took 5 s. */
-/* floor without a libm call (baseline x86-64 has no rounding
- * instruction, so floor() is a call): truncation is exact below 2^52,
- * where every double is already an integer anyway. */
-static inline double
-s_floor(double v)
+static rumor_err
+s_alloc_state(rumor_gossip *g, struct moniqua *s)
 {
-    if (!(fabs(v) < 4503599627370496.0))
-        return v;
-    double t = (double)(int64_t)v;
-    return t - (double)(t > v); /* branch-free: the sign is random */
-}
-
-static inline double
-s_mod(double x, double a, double inv_a)
-{
-    return x - a * s_floor(x * inv_a + 0.5);
+    size_t floats = g->numel * sizeof(float);
+    rumor_err rc = g->be->alloc(floats, (void **)&s->x);
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(floats, (void **)&s->xhat);
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(floats, (void **)&s->noise);
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(g->numel * sizeof(double), (void **)&s->acc);
+    if (rc == RUMOR_OK)
+        rc = g->be->alloc(s->bytes, (void **)&s->levels);
+    if (rc != RUMOR_OK || g->be->host_memory)
+        return rc;
+    rc = g->be->alloc(s->bytes, (void **)&s->theirs);
+    s->sent = malloc(s->bytes + 1);
+    return rc == RUMOR_OK && s->sent == NULL ? RUMOR_ENOMEM : rc;
 }
 
 static rumor_err
@@ -81,17 +84,10 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
                        "moniqua: needs gamma in (0, 2] and theta in (0, 1e6)");
         return RUMOR_EINVAL;
     }
-    s->bound = 2 * g->opts.theta / (1 - 2 * MONIQUA_DELTA);
+    s->bound = 2 * g->opts.theta / (1 - 2 * GOSSIP_MONIQUA_DELTA);
     s->bytes = (g->numel + 3) / 4;
-    s->x = malloc(g->numel * sizeof(float));
-    s->xhat = malloc(g->numel * sizeof(float));
-    s->noise = malloc(g->numel * sizeof(float));
-    s->acc = malloc(g->numel * sizeof(double));
-    s->levels = malloc(s->bytes + 1);
     s->slot = malloc(g->nodes * sizeof *s->slot);
-    if (!s->x || !s->xhat || !s->noise || !s->acc || !s->levels || !s->slot)
-        return RUMOR_ENOMEM;
-    return RUMOR_OK;
+    return s->slot == NULL ? RUMOR_ENOMEM : s_alloc_state(g, s);
 }
 
 static void
@@ -100,20 +96,16 @@ s_free(rumor_gossip *g)
     struct moniqua *s = g->state;
     if (s == NULL)
         return;
-    free(s->x);
-    free(s->xhat);
-    free(s->noise);
-    free(s->acc);
-    free(s->levels);
+    g->be->release(s->x);
+    g->be->release(s->xhat);
+    g->be->release(s->noise);
+    g->be->release(s->acc);
+    g->be->release(s->levels);
+    g->be->release(s->theirs);
+    free(s->sent);
     free(s->slot);
     free(s);
     g->state = NULL;
-}
-
-static unsigned
-s_level(const uint8_t *levels, size_t e)
-{
-    return (levels[e / 4] >> (2 * (e % 4))) & 3u;
 }
 
 static rumor_err
@@ -121,25 +113,27 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
 {
     (void)round;
     struct moniqua *s = g->state;
-    double b = s->bound, inv_b = 1.0 / b;
-    gossip_flat_get(g, 0, g->numel, s->x);
-    rumor_rng_fill_uniform(rumor_seed_derive(g->opts.seed, g->self, 0x3),
-                           step,
-                           0,
-                           s->noise,
-                           g->numel);
-    memset(s->levels, 0, s->bytes);
-    for (size_t e = 0; e < g->numel; e++) {
-        double v = s_mod(s->x[e] * inv_b, 1.0, 1.0) + 0.5;
-        double level = s_floor(v * 3.0 + s->noise[e]); /* v / delta */
-        level = level > 0 ? level : 0; /* maxsd / minsd, no branches */
-        level = level < 3 ? level : 3;
-        unsigned l = (unsigned)level;
-        s->levels[e / 4] |= (uint8_t)(l << (2 * (e % 4)));
-        double q = l * MONIQUA_DELTA - 0.5;
-        s->xhat[e] = (float)(q * b - s_mod(s->x[e], b, inv_b));
+    rumor_err rc = gossip_model_read(g, 0, g->numel, s->x, GOSSIP_ON_DEVICE);
+    if (rc == RUMOR_OK)
+        rc = g->be->uniform(s->noise,
+                            rumor_seed_derive(g->opts.seed, g->self, 0x3),
+                            step,
+                            0,
+                            g->numel);
+    if (rc == RUMOR_OK)
+        rc = g->be->moniqua_levels(s->levels,
+                                   s->xhat,
+                                   s->x,
+                                   s->noise,
+                                   s->bound,
+                                   g->numel);
+    const uint8_t *payload = s->levels;
+    if (rc == RUMOR_OK && !g->be->host_memory) {
+        rc = gossip_mem_copy(g, s->sent, s->levels, s->bytes, GOSSIP_TO_HOST);
+        payload = s->sent;
     }
-    return gossip_out_to_neighbors(g, step, s->levels, s->bytes);
+    return rc == RUMOR_OK ? gossip_out_to_neighbors(g, step, payload, s->bytes)
+                          : rc;
 }
 
 static rumor_err
@@ -160,15 +154,15 @@ s_absorb(rumor_gossip *g,
         gossip_match_inbox(g, nbr, peers, msgs, count, s->bytes, s->slot);
     if (rc == RUMOR_OK) /* each neighbour's term clipped: robust mixing */
         rc = gossip_robust_mix(g, step, s->slot, w, peers, s->acc);
-    if (rc != RUMOR_OK)
-        return rc;
-    for (size_t e = 0; e < g->numel; e++)
-        s->x[e] = (float)(s->x[e] + g->opts.gamma * s->acc[e]);
-    gossip_flat_put(g, 0, g->numel, s->x);
-    return RUMOR_OK;
+    if (rc == RUMOR_OK)
+        rc = g->be->apply(s->x, s->x, g->opts.gamma, s->acc, g->numel);
+    return rc == RUMOR_OK
+               ? gossip_model_write(g, 0, g->numel, s->x, GOSSIP_ON_DEVICE)
+               : rc;
 }
 
-/* The term of edge m->peer, mod(q_j B - x_i, B) - xhat_i, per element. */
+/* The term of edge m->peer, mod(q_j B - x_i, B) - xhat_i, per element.
+ * A message reaches the backend by one copy (on the host, none). */
 static rumor_err
 s_edge_diff(rumor_gossip *g,
             uint64_t step,
@@ -179,12 +173,19 @@ s_edge_diff(rumor_gossip *g,
     const struct moniqua *s = g->state;
     if (m->len != s->bytes)
         return RUMOR_EPROTO;
-    double b = s->bound, inv_b = 1.0 / b;
-    for (size_t e = 0; e < g->numel; e++) {
-        double q = s_level(m->data, e) * MONIQUA_DELTA - 0.5;
-        d[e] = s_mod(q * b - s->x[e], b, inv_b) - s->xhat[e];
+    const uint8_t *theirs = m->data;
+    rumor_err rc = RUMOR_OK;
+    if (!g->be->host_memory) {
+        rc = gossip_mem_copy(g, s->theirs, m->data, s->bytes, GOSSIP_TO_DEVICE);
+        theirs = s->theirs;
     }
-    return RUMOR_OK;
+    return rc == RUMOR_OK ? g->be->moniqua_term(d,
+                                                theirs,
+                                                s->x,
+                                                s->xhat,
+                                                s->bound,
+                                                g->numel)
+                          : rc;
 }
 
 const struct gossip_algo_i gossip_moniqua = {

@@ -640,7 +640,6 @@ s_state_load(rumor_gossip *g,
 
 const struct gossip_algo_i gossip_powergossip = {
     .name = "powergossip",
-    .device = true,
     .init = s_init,
     .free = s_free,
     .rounds = s_rounds,

@@ -3,7 +3,10 @@
  * loop is what thread e computes there, in the same roundings (the
  * kernels use the _rn intrinsics; this code is C11 without
  * -ffp-contract, so nothing here is fused either). norm sums in element
- * order; the kernel's tree order differs in the last bits.
+ * order; the kernel's tree order differs in the last bits. k_uniform's
+ * twin is core's rumor_rng_fill_uniform itself; the reductions stats and
+ * rel_error have compress's own functions (rumor_layer_stats_compute,
+ * rumor_layer_rel_error) as theirs.
  */
 #include "gossip/backend.h"
 
@@ -208,4 +211,78 @@ gossip_ref_crc32c(const void *p, size_t bytes)
     uint32_t crc = gossip_ref_crc32c_join(part, bytes);
     free(part);
     return crc;
+}
+
+/* floor without a libm call (baseline x86-64 has no rounding
+ * instruction, so floor() is a call): truncation is exact below 2^52,
+ * where every double is already an integer anyway. The kernels' floor()
+ * gives the same values (a -0 aside, which no argument here can be). */
+static inline double
+s_floor(double v)
+{
+    if (!(fabs(v) < 4503599627370496.0))
+        return v;
+    double t = (double)(int64_t)v;
+    return t - (double)(t > v); /* branch-free: the sign is random */
+}
+
+/* Moniqua's mod(x, a) = x - a floor(x/a + 1/2), in [-a/2, a/2): the
+ * reference's fmod(x + sign(x) a/2, a) - sign(x) a/2 without fmod and
+ * without a branch on the sign (they differ only for x/a exactly half an
+ * odd integer below zero, where this gives -a/2 and the reference +a/2,
+ * and by the rounding of x/a within an ulp of a bucket edge). glibc's
+ * fmod is an exact remainder loop: with it a step of 8 nodes at ResNet-18
+ * size took 5 s. */
+static inline double
+s_mod(double x, double a, double inv_a)
+{
+    return x - a * s_floor(x * inv_a + 0.5);
+}
+
+/* The value of level l: q = l delta - 1/2. */
+static inline double
+s_moniqua_q(unsigned l)
+{
+    return l * GOSSIP_MONIQUA_DELTA - 0.5;
+}
+
+/* One thread per byte of levels: its four elements. */
+void
+gossip_ref_moniqua_levels(uint8_t *levels,
+                          float *xhat,
+                          const float *x,
+                          const float *noise,
+                          double bound,
+                          size_t n)
+{
+    double inv_b = 1.0 / bound;
+    for (size_t byte = 0; byte < (n + 3) / 4; byte++) {
+        unsigned packed = 0;
+        for (size_t e = 4 * byte; e < 4 * byte + 4 && e < n; e++) {
+            double v = s_mod(x[e] * inv_b, 1.0, 1.0) + 0.5;
+            double level = s_floor(v * 3.0 + noise[e]); /* v / delta */
+            level = level > 0 ? level : 0; /* maxsd / minsd, no branches */
+            level = level < 3 ? level : 3;
+            unsigned l = (unsigned)level;
+            packed |= l << (2 * (e % 4));
+            xhat[e] =
+                (float)(s_moniqua_q(l) * bound - s_mod(x[e], bound, inv_b));
+        }
+        levels[byte] = (uint8_t)packed;
+    }
+}
+
+void
+gossip_ref_moniqua_term(double *d,
+                        const uint8_t *levels,
+                        const float *x,
+                        const float *xhat,
+                        double bound,
+                        size_t n)
+{
+    double inv_b = 1.0 / bound;
+    for (size_t e = 0; e < n; e++) {
+        unsigned l = (levels[e / 4] >> (2 * (e % 4))) & 3u;
+        d[e] = s_mod(s_moniqua_q(l) * bound - x[e], bound, inv_b) - xhat[e];
+    }
 }

@@ -599,8 +599,6 @@ s_direct_refused(const struct rumor_node_opts *o,
             return "not every tensor is float32 in CUDA memory";
     if (!rumor_gossip_on_device(o->gossip.algo))
         return "the algorithm keeps its state in host memory";
-    if (o->gossip.adapt[0] != '\0')
-        return "adaptive compression reads the vectors on the host";
     bool coded = strcmp(o->gossip.algo, "choco") == 0 ||
                  strcmp(o->gossip.algo, "deepsqueeze") == 0;
     if (coded && !s_codec_on_device(o))

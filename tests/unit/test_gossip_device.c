@@ -10,6 +10,7 @@
  */
 #include "tests/cmocka_compat.h"
 
+#include "gossip/adapt.h"
 #include "gossip/gossip_impl.h"
 #include "rumor/gossip.h"
 
@@ -697,16 +698,328 @@ test_cuda_choco_mixed_ring(void **state)
 }
 
 static void
-test_host_state_algorithms_refused(void **state)
+s_moniqua_opts(struct rumor_gossip_opts *o, double clip)
+{
+    s_dpsgd_opts(o, clip);
+    snprintf(o->algo, sizeof o->algo, "moniqua");
+    o->theta = 0.2;
+}
+
+/* Moniqua's noise, levels and decoded terms on the device: strict (with
+ * and without clipping) and lossy; per step only the levels cross, this
+ * node's down once and each of its two neighbours' up once. */
+static void
+test_moniqua_bits_equal_host(void **state)
 {
     (void)state;
-    assert_true(rumor_gossip_on_device("powersgd"));
-    assert_true(rumor_gossip_on_device("dpsgd"));
-    assert_true(rumor_gossip_on_device("powergossip"));
-    assert_true(rumor_gossip_on_device("allreduce"));
-    assert_true(rumor_gossip_on_device("choco"));
-    assert_true(rumor_gossip_on_device("deepsqueeze"));
-    assert_false(rumor_gossip_on_device("moniqua"));
+    struct rumor_gossip_opts o;
+    static const bool mixed[S_NODES] = {true, false, true, true};
+    s_moniqua_opts(&o, 0);
+    s_compare(&o, mixed);
+    s_lossy_compare(&o);
+    s_moniqua_opts(&o, 0.5);
+    static const bool all[S_NODES] = {true, true, true, true};
+    s_compare(&o, all);
+    struct ring r;
+    s_ring_new(&r, &o, mixed);
+    float *y = malloc((size_t)S_STEPS * S_NODES * r.numel * sizeof(float));
+    assert_non_null(y);
+    s_run(&r, y);
+    uint64_t levels = (r.numel + 3) / 4, h2d = 0, d2h = 0;
+    rumor_gossip_pcie_bytes(r.g[0], &h2d, &d2h);
+    assert_int_equal(d2h, (uint64_t)S_STEPS * levels);
+    assert_int_equal(h2d, (uint64_t)S_STEPS * 2 * levels);
+    rumor_gossip_pcie_bytes(r.g[1], &h2d, &d2h);
+    assert_int_equal(h2d + d2h, 0);
+    free(y);
+    s_ring_free(&r);
+}
+
+/* Equal bits, or both NaN: the GPU's NaN is the canonical one, x86's
+ * carries an operand's payload or sign. */
+static void
+s_same_or_nan(const void *got, const void *want, size_t n, bool wide)
+{
+    for (size_t e = 0; e < n; e++) {
+        double g = wide ? ((const double *)got)[e] : ((const float *)got)[e];
+        double w = wide ? ((const double *)want)[e] : ((const float *)want)[e];
+        size_t size = wide ? sizeof(double) : sizeof(float);
+        if (!(isnan(g) && isnan(w)))
+            assert_memory_equal((const char *)got + e * size,
+                                (const char *)want + e * size,
+                                size);
+    }
+}
+
+/* Moniqua's three operations on be against their twins on the host, value
+ * for value: the noise from an odd offset of the stream, the levels of a
+ * length that ends mid-byte and their decoded terms, on inputs that
+ * include bucket edges, signed zeros, a subnormal, huge values, Inf and
+ * NaN. */
+static void
+s_moniqua_ops_equal_twins(const struct gossip_backend_i *be)
+{
+    enum { N = 1027, BYTES = (N + 3) / 4 };
+    const double b = 0.6;
+    static float x[N], y[N], noise[N], xhat[N], got_f[N];
+    static double d[N], got_d[N];
+    static uint8_t levels[BYTES], theirs[BYTES], got_b[BYTES];
+    static const float edge[] = {0.0f,
+                                 -0.0f,
+                                 0.3f,
+                                 -0.3f,
+                                 0.6f,
+                                 -0.6f,
+                                 0.9f,
+                                 1e30f,
+                                 -1e30f,
+                                 1e-40f,
+                                 INFINITY,
+                                 -INFINITY,
+                                 NAN};
+    size_t edges = sizeof edge / sizeof edge[0];
+    for (size_t e = 0; e < N; e++) {
+        x[e] = e < edges ? edge[e] : 4 * s_value(0, 0, e);
+        y[e] = e < edges ? edge[edges - 1 - e] : 4 * s_value(1, 0, e);
+    }
+    rumor_rng_fill_uniform(9, 4, 5, noise, N);
+    gossip_ref_moniqua_levels(levels, xhat, x, noise, b, N);
+    float *dx = NULL, *dnoise = NULL, *dxhat = NULL;
+    uint8_t *dlevels = NULL;
+    double *dd = NULL;
+    assert_int_equal(be->alloc(sizeof x, (void **)&dx), RUMOR_OK);
+    assert_int_equal(be->alloc(sizeof noise, (void **)&dnoise), RUMOR_OK);
+    assert_int_equal(be->alloc(sizeof xhat, (void **)&dxhat), RUMOR_OK);
+    assert_int_equal(be->alloc(BYTES, (void **)&dlevels), RUMOR_OK);
+    assert_int_equal(be->alloc(sizeof d, (void **)&dd), RUMOR_OK);
+    assert_int_equal(be->uniform(dnoise, 9, 4, 5, N), RUMOR_OK);
+    assert_int_equal(be->copy(got_f, dnoise, sizeof noise, GOSSIP_TO_HOST),
+                     RUMOR_OK);
+    assert_memory_equal(got_f, noise, sizeof noise);
+    assert_int_equal(be->copy(dx, x, sizeof x, GOSSIP_TO_DEVICE), RUMOR_OK);
+    assert_int_equal(be->moniqua_levels(dlevels, dxhat, dx, dnoise, b, N),
+                     RUMOR_OK);
+    assert_int_equal(be->copy(got_b, dlevels, BYTES, GOSSIP_TO_HOST), RUMOR_OK);
+    assert_memory_equal(got_b, levels, BYTES);
+    assert_int_equal(be->copy(got_f, dxhat, sizeof xhat, GOSSIP_TO_HOST),
+                     RUMOR_OK);
+    s_same_or_nan(got_f, xhat, N, false);
+    /* a neighbour's levels, decoded against x and xhat */
+    gossip_ref_moniqua_levels(theirs, got_f, y, noise, b, N);
+    gossip_ref_moniqua_term(d, theirs, x, xhat, b, N);
+    assert_int_equal(be->copy(dlevels, theirs, BYTES, GOSSIP_TO_DEVICE),
+                     RUMOR_OK);
+    assert_int_equal(be->moniqua_term(dd, dlevels, dx, dxhat, b, N), RUMOR_OK);
+    assert_int_equal(be->copy(got_d, dd, sizeof d, GOSSIP_TO_HOST), RUMOR_OK);
+    s_same_or_nan(got_d, d, N, true);
+    be->release(dx);
+    be->release(dnoise);
+    be->release(dxhat);
+    be->release(dlevels);
+    be->release(dd);
+}
+
+/* On a GPU: Moniqua's kernels compute their twins' values. */
+static void
+test_cuda_moniqua_kernels_equal_twins(void **state)
+{
+    (void)state;
+    s_moniqua_ops_equal_twins(s_cuda_or_skip());
+}
+
+/* On a GPU: Moniqua in a mixed ring computes the host's bits; per step
+ * its levels go down once and each neighbour's come up once. */
+static void
+test_cuda_moniqua_mixed_ring(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_moniqua_opts(&o, 0);
+    struct ring b;
+    assert_true(s_cuda_mixed(&o, &b) == 0);
+    uint64_t levels = (b.numel + 3) / 4, h2d = 0, d2h = 0;
+    rumor_gossip_pcie_bytes(b.g[0], &h2d, &d2h);
+    assert_int_equal(d2h, (uint64_t)S_STEPS * levels);
+    assert_int_equal(h2d, (uint64_t)S_STEPS * 2 * levels);
+    s_ring_free(&b);
+}
+
+/* S_STEPS steps of CHOCO --adapt over modelled links (their rates set the
+ * budgets); out[node] receives the models, *pcie node 0's bytes. */
+static void
+s_adapt_run(const struct rumor_gossip_opts *o,
+            const bool device[S_NODES],
+            float *out,
+            struct rumor_buf *saved,
+            uint64_t pcie[2])
+{
+    struct ring r;
+    s_ring_new(&r, o, device);
+    struct rumor_simlink_opts lo = {.compute_s = 0.01,
+                                    .rates = {1e6, 2e7, 4e6},
+                                    .rate_count = 3};
+    rumor_simlink *links = NULL;
+    assert_int_equal(rumor_simlink_new(r.sim, r.g, S_NODES, &lo, &links),
+                     RUMOR_OK);
+    float *in = malloc(r.numel * sizeof(float));
+    assert_non_null(in);
+    for (uint64_t step = 0; step < 2 * S_STEPS; step++) {
+        for (size_t i = 0; i < S_NODES; i++) {
+            for (size_t e = 0; e < r.numel; e++)
+                in[e] = s_value(i, step, e);
+            assert_int_equal(r.mem[i]->copy(r.x[i],
+                                            in,
+                                            r.numel * sizeof(float),
+                                            GOSSIP_TO_DEVICE),
+                             RUMOR_OK);
+        }
+        assert_int_equal(rumor_sim_step(r.sim, step), RUMOR_OK);
+        (void)rumor_simlink_step(links, step);
+    }
+    for (size_t i = 0; i < S_NODES; i++)
+        assert_int_equal(r.mem[i]->copy(out + i * r.numel,
+                                        r.x[i],
+                                        r.numel * sizeof(float),
+                                        GOSSIP_TO_HOST),
+                         RUMOR_OK);
+    assert_int_equal(rumor_gossip_state_save(r.g[0], saved), RUMOR_OK);
+    rumor_gossip_pcie_bytes(r.g[0], &pcie[0], &pcie[1]);
+    free(in);
+    rumor_simlink_destroy(&links);
+    s_ring_free(&r);
+}
+
+/* CHOCO's adaptive controllers on the device: the vectors they measure,
+ * their statistics and errors, the per-link copies and sums through the
+ * table, bit for bit the host's, and the state the same bytes (a device's
+ * copies through the host); payloads cross (a device node's own back up
+ * once, its C(x) decoded from the bytes), a host node copies nothing. */
+static void
+test_choco_adapt_bits_equal_host(void **state)
+{
+    (void)state;
+    static const char *const ctl[] = {"fixed", "rule", "learned"};
+    static const bool host[S_NODES] = {false, false, false, false};
+    static const bool mixed[S_NODES] = {true, false, true, true};
+    size_t floats = S_NODES * s_numel();
+    float *ya = malloc(floats * sizeof(float));
+    float *yb = malloc(floats * sizeof(float));
+    assert_true(ya && yb);
+    for (size_t c = 0; c < sizeof ctl / sizeof ctl[0]; c++) {
+        struct rumor_gossip_opts o;
+        s_choco_opts(&o, "qsgd:bits=4");
+        snprintf(o.adapt, sizeof o.adapt, "%s", ctl[c]);
+        o.gamma = 0.5;
+        o.comm_share = 0.3;
+        struct rumor_buf sa, sb;
+        rumor_buf_init(&sa, RUMOR_GOSSIP_STATE_MAX);
+        rumor_buf_init(&sb, RUMOR_GOSSIP_STATE_MAX);
+        uint64_t pa[2], pb[2];
+        s_adapt_run(&o, host, ya, &sa, pa);
+        s_adapt_run(&o, mixed, yb, &sb, pb);
+        assert_memory_equal(ya, yb, floats * sizeof(float));
+        assert_true(ya[0] != s_value(0, 2 * S_STEPS - 1, 0));
+        assert_int_equal(sa.len, sb.len);
+        assert_memory_equal(sa.data, sb.data, sa.len);
+        assert_int_equal(pa[0] + pa[1], 0);
+        assert_true(pb[0] > 0 && pb[1] > 0);
+        printf("choco --adapt %s: device node 0 copied %llu bytes up, "
+               "%llu down in %d steps (its model: %zu bytes)\n",
+               ctl[c],
+               (unsigned long long)pb[0],
+               (unsigned long long)pb[1],
+               2 * S_STEPS,
+               s_numel() * sizeof(float));
+        rumor_buf_free(&sa);
+        rumor_buf_free(&sb);
+    }
+    free(ya);
+    free(yb);
+    /* every codec the per-link controllers choose has device kernels */
+    for (unsigned bits = GOSSIP_ADAPT_MIN_BITS; bits <= 32; bits++) {
+        if (bits > GOSSIP_ADAPT_MAX_BITS && bits < 32)
+            continue;
+        char dense[64], spec[96];
+        if (bits == 32)
+            snprintf(dense, sizeof dense, "fp32");
+        else
+            snprintf(dense,
+                     sizeof dense,
+                     "qsgd:bits=%u,bucket=%d",
+                     bits,
+                     GOSSIP_ADAPT_BUCKET);
+        for (int sparse = 0; sparse < 2; sparse++) {
+            snprintf(spec,
+                     sizeof spec,
+                     "%s%s",
+                     sparse ? "topk:k=3|" : "",
+                     dense);
+            rumor_codec *codec = NULL;
+            assert_int_equal(rumor_codec_new(spec, &codec, NULL), RUMOR_OK);
+            assert_true(rumor_codec_device_supported(codec));
+            rumor_codec_destroy(&codec);
+        }
+    }
+}
+
+/* On a GPU: the controllers' reductions agree with the host's within
+ * float rounding (the host sums 64 terms per float lane, the kernels in
+ * double), the largest magnitude exactly, over several blocks. */
+static void
+test_cuda_adapt_reductions_match_host(void **state)
+{
+    (void)state;
+    const struct gossip_backend_i *cuda = s_cuda_or_skip();
+    enum { N = 70001 };
+    float *x = malloc(N * sizeof(float)), *ap = malloc(N * sizeof(float));
+    assert_true(x && ap);
+    for (size_t e = 0; e < N; e++) {
+        x[e] = 3 * s_value(2, 1, e) + 0.25f;
+        ap[e] = e % 3 == 0 ? 0.0f : x[e] * 0.9f; /* a sparse C(x) */
+    }
+    struct rumor_layer_stats want, got;
+    rumor_layer_stats_compute(x, N, &want);
+    double support_want = 0;
+    double err_want = rumor_layer_rel_error(x, ap, N, &support_want);
+    float *dx = NULL, *dap = NULL;
+    assert_int_equal(cuda->alloc(N * sizeof(float), (void **)&dx), RUMOR_OK);
+    assert_int_equal(cuda->alloc(N * sizeof(float), (void **)&dap), RUMOR_OK);
+    assert_int_equal(cuda->copy(dx, x, N * sizeof(float), GOSSIP_TO_DEVICE),
+                     RUMOR_OK);
+    assert_int_equal(cuda->copy(dap, ap, N * sizeof(float), GOSSIP_TO_DEVICE),
+                     RUMOR_OK);
+    assert_int_equal(cuda->stats(dx, N, &got), RUMOR_OK);
+    assert_true(fabs(got.norm - want.norm) <= 1e-6 * want.norm);
+    assert_true(got.max_abs == want.max_abs);
+    assert_true(fabs(got.mean - want.mean) <= 1e-6 * fabs(want.mean));
+    assert_true(fabs(got.var - want.var) <= 1e-5 * want.var);
+    double err = 0, support = 0;
+    assert_int_equal(cuda->rel_error(dx, dap, N, &err, &support), RUMOR_OK);
+    assert_true(fabs(err - err_want) <= 1e-5 * err_want);
+    assert_true(fabs(support - support_want) <= 1e-5 * support_want);
+    cuda->release(dx);
+    cuda->release(dap);
+    free(x);
+    free(ap);
+}
+
+/* Every algorithm runs on a device; without a GPU, CUDA memory is
+ * refused with the runtime's reason. */
+static void
+test_every_algorithm_on_device(void **state)
+{
+    (void)state;
+    static const char *const algos[] = {"powersgd",
+                                        "dpsgd",
+                                        "powergossip",
+                                        "allreduce",
+                                        "allreduce-f64",
+                                        "choco",
+                                        "deepsqueeze",
+                                        "moniqua",
+                                        "localsgd"};
+    for (size_t i = 0; i < sizeof algos / sizeof algos[0]; i++)
+        assert_true(rumor_gossip_on_device(algos[i]));
     assert_false(rumor_gossip_on_device("no-such"));
     assert_false(rumor_gossip_on_device(NULL));
     struct rumor_diag diag = {0};
@@ -718,13 +1031,7 @@ test_host_state_algorithms_refused(void **state)
     struct rumor_model m = {&t, 1};
     struct rumor_gossip_opts o;
     rumor_gossip_opts_default(&o);
-    snprintf(o.algo, sizeof o.algo, "moniqua");
     rumor_gossip *g = NULL;
-    assert_int_equal(
-        gossip_new_in(&o, topo, 0, &m, &gossip_backend_ref, &g, &diag),
-        RUMOR_ENOTSUP);
-    assert_null(g);
-    assert_non_null(strstr(diag.msg, "powersgd"));
     /* without a GPU, CUDA memory is refused with the runtime's reason */
     diag.msg[0] = '\0';
     snprintf(o.algo, sizeof o.algo, "powersgd");
@@ -1547,7 +1854,7 @@ main(void)
         cmocka_unit_test(test_cuda_powergossip_mixed_ring),
         cmocka_unit_test(test_cuda_dpsgd_mixed_ring),
         cmocka_unit_test(test_cuda_choco_mixed_ring),
-        cmocka_unit_test(test_host_state_algorithms_refused),
+        cmocka_unit_test(test_every_algorithm_on_device),
         cmocka_unit_test(test_localsgd_exact_bits_equal_host),
         cmocka_unit_test(test_localsgd_exact_pcie_is_the_model_per_sync),
         cmocka_unit_test(test_localsgd_compressed_bits_equal_host),
@@ -1563,6 +1870,11 @@ main(void)
         cmocka_unit_test(test_allreduce_codec_state_moves_between_backends),
         cmocka_unit_test(test_allreduce_codec_host_steps_refused),
         cmocka_unit_test(test_cuda_allreduce_codec_mixed_ring),
+        cmocka_unit_test(test_moniqua_bits_equal_host),
+        cmocka_unit_test(test_cuda_moniqua_kernels_equal_twins),
+        cmocka_unit_test(test_cuda_moniqua_mixed_ring),
+        cmocka_unit_test(test_choco_adapt_bits_equal_host),
+        cmocka_unit_test(test_cuda_adapt_reductions_match_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,7 +37,7 @@ RUMOR_API rumor_err rumor_gossip_new(const struct rumor_gossip_opts *opts,
 /* rumor_gossip_new for a model whose tensors' data all live on device:
  * with RUMOR_DEVICE_CUDA the algorithm keeps its state there too and only
  * payloads cross to the host. RUMOR_ENOTSUP (diag) without a usable GPU
- * and for an algorithm that cannot (rumor_gossip_on_device). */
+ * and for an option refused there (the reason in diag). */
 RUMOR_API rumor_err rumor_gossip_new_on(const struct rumor_gossip_opts *opts,
                                         const rumor_topology *t,
                                         uint32_t self,
@@ -47,9 +47,9 @@ RUMOR_API rumor_err rumor_gossip_new_on(const struct rumor_gossip_opts *opts,
                                         struct rumor_diag *diag);
 
 /* True when algo (an opts.algo name) runs on a model in CUDA memory:
- * today powersgd, dpsgd, choco, deepsqueeze, powergossip, allreduce
- * (exact, and compressed with --ef ef, ef-decay or none) and allreduce-f64
- * (docs/gossip.md, "Models on the GPU"). */
+ * every algorithm today (docs/gossip.md, "Models on the GPU"); some of
+ * their options are refused there with the reason (a codec without device
+ * kernels, --ef dgc). */
 RUMOR_API bool rumor_gossip_on_device(const char *algo);
 
 /* True when algo's instances may send over the ring of members whatever

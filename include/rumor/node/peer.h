@@ -20,9 +20,9 @@
  * (zero-copy); float64, float16 and bfloat16 tensors, and tensors in CUDA
  * memory (CUDA builds only), go through a float32 staging copy that is
  * written back after each step, except float32 CUDA tensors whose
- * algorithm runs on the GPU (every tensor CUDA; dpsgd, choco, deepsqueeze
- * or powergossip; no stale, join, resume or probe: docs/python.md), which
- * stay where they are.
+ * algorithm runs on the GPU (every tensor CUDA; dpsgd, choco, deepsqueeze,
+ * moniqua or powergossip; no stale, join, resume or probe:
+ * docs/python.md), which stay where they are.
  */
 
 typedef enum rumor_dtype {
