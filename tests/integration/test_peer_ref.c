@@ -63,14 +63,15 @@ static const char *const t_psgd[] =
     {"algo", "powersgd", "rank", "1", "log-level", "warn", NULL};
 
 static void
-test_peer_ref__powersgd__bit_equal_to_host_payloads_up(void **state)
+t_powersgd(bool buckets)
 {
-    (void)state;
     struct tpr_run *host = malloc(sizeof *host), *ref = malloc(sizeof *ref);
     assert_true(host != NULL && ref != NULL);
     tpr_setup(host, &t_host, t_psgd, false);
+    host->buckets = buckets;
     tpr_go(host);
     tpr_setup(ref, &t_ref, t_psgd, false);
+    ref->buckets = buckets;
     tpr_go(ref);
     tpr_check_same(host);
     tpr_check_same(ref);
@@ -102,6 +103,20 @@ test_peer_ref__powersgd__bit_equal_to_host_payloads_up(void **state)
     free(ref);
 }
 
+static void
+test_peer_ref__powersgd__bit_equal_to_host_payloads_up(void **state)
+{
+    (void)state;
+    t_powersgd(false);
+}
+
+static void
+test_peer_ref__powersgd_buckets__bit_equal_to_host_payloads_up(void **state)
+{
+    (void)state;
+    t_powersgd(true);
+}
+
 static const char *const t_model[] = {"algo",
                                       "allreduce",
                                       "exchange",
@@ -113,11 +128,12 @@ static const char *const t_model[] = {"algo",
                                       NULL};
 
 static void
-t_rejoin(const struct tpr_mem *m)
+t_rejoin(const struct tpr_mem *m, bool buckets)
 {
     struct tpr_run *run = malloc(sizeof *run);
     assert_non_null(run);
     tpr_setup(run, m, t_model, true);
+    run->buckets = buckets;
     tpr_go(run);
     tpr_check_same(run);
     tpr_check_rejoin(run);
@@ -136,14 +152,21 @@ static void
 test_peer_ref__view_change__joiner_takes_held_model_host(void **state)
 {
     (void)state;
-    t_rejoin(&t_host);
+    t_rejoin(&t_host, false);
 }
 
 static void
 test_peer_ref__view_change__joiner_takes_held_model_ref(void **state)
 {
     (void)state;
-    t_rejoin(&t_ref);
+    t_rejoin(&t_ref, false);
+}
+
+static void
+test_peer_ref__view_change_buckets__joiner_takes_held_model_ref(void **state)
+{
+    (void)state;
+    t_rejoin(&t_ref, true);
 }
 
 int
@@ -156,6 +179,10 @@ main(int argc, char **argv)
             test_peer_ref__view_change__joiner_takes_held_model_host),
         cmocka_unit_test(
             test_peer_ref__view_change__joiner_takes_held_model_ref),
+        cmocka_unit_test(
+            test_peer_ref__powersgd_buckets__bit_equal_to_host_payloads_up),
+        cmocka_unit_test(
+            test_peer_ref__view_change_buckets__joiner_takes_held_model_ref),
     };
     if (argc == 2)
         cmocka_set_test_filter(argv[1]);

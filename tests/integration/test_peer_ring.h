@@ -14,6 +14,8 @@
  *     the other two made two steps without it (the ring removed it), then
  *     calls again: it is taken back in with a member's held model (the
  *     STATE a view change carries) and runs the step it enters from it.
+ * Either with each tensor a bucket of its own (buckets = true), as
+ * rumor.torch's overlap cuts a gradient exchange.
  * Every wait has a deadline; the threads are joined and the topology
  * directory removed by the caller (tpc_free).
  */
@@ -62,6 +64,7 @@ struct tpr_run {
     const struct tpr_mem *mem;
     struct rumor_node_opts o[TPR_NODES];
     bool rejoin;
+    bool buckets; /* each tensor an exchange of its own (rumor.torch's) */
     /* per node and step (the step the result is of): what went in, what
      * came out, and whether the node took part */
     float *in[TPR_NODES], *out[TPR_NODES];
@@ -231,6 +234,9 @@ tpr_node(void *p)
     };
     if (rc == RUMOR_OK)
         rc = node_peer_new_in(&run->o[i], ts, 2, m->be, &peer, &diag);
+    const struct rumor_peer_bucket each[2] = {{0, 1}, {1, 1}};
+    if (rc == RUMOR_OK && run->buckets)
+        rc = rumor_peer_buckets_set(peer, each, 2, &diag);
     uint64_t s = 0;
     while (rc == RUMOR_OK && tpr_more(run, i, s)) {
         rc = tpr_stall(run, i, s) ? RUMOR_OK : RUMOR_ETIMEDOUT;
