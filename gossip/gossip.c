@@ -285,12 +285,6 @@ s_algo_named(const char *name)
 }
 
 bool
-rumor_gossip_on_device(const char *algo)
-{
-    return algo != NULL && s_algo_named(algo) != NULL;
-}
-
-bool
 rumor_gossip_algo_rings(const char *algo)
 {
     const struct gossip_algo_i *a = algo != NULL ? s_algo_named(algo) : NULL;

@@ -187,6 +187,8 @@ s_send_state(node_elastic *e, uint32_t j, bool joiner)
                                      .gossip = e->snap.data,
                                      .gossip_len = e->snap.len};
     size_t len = 0;
+    if (rc == RUMOR_OK && e->a->model_out != NULL)
+        rc = e->a->model_out(e->a->arg);
     if (rc == RUMOR_OK)
         rc = node_state_pack(e->o.model, NULL, &parts, &e->state, &len);
     if (rc == RUMOR_OK)
@@ -404,6 +406,8 @@ s_take_state(node_elastic *e, uint32_t holder, const struct rumor_net_msg *msg)
     struct node_state_parts parts;
     rumor_err rc =
         node_state_decode(msg->payload, msg->len, e->o.model, &parts);
+    if (rc == RUMOR_OK && e->a->model_in != NULL)
+        rc = e->a->model_in(e->a->arg);
     if (rc == RUMOR_OK)
         rc = e->a->extra_load(e->a->arg, parts.optim, parts.optim_len);
     struct rumor_diag diag = {0};

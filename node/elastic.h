@@ -47,6 +47,12 @@ struct node_elastic_algo {
      * optimizer part): for a member that missed a step, or for a joiner */
     rumor_err (*extra_save)(void *arg, bool joiner, rumor_buf *out);
     rumor_err (*extra_load)(void *arg, const uint8_t *p, size_t len);
+    /* opts.model is a host copy of a model kept elsewhere (a peer's on
+     * the GPU): model_out refreshes it before a STATE is packed from it,
+     * model_in hands it back after one was decoded into it. NULL: the
+     * model is opts.model itself. */
+    rumor_err (*model_out)(void *arg);
+    rumor_err (*model_in)(void *arg);
 };
 
 /* What view changes handed this node (node_elastic_taken), as flags. */

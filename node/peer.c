@@ -23,6 +23,8 @@
  * (what a member that missed the step takes), the inputs of the step in
  * flight (what a dropped step runs again from) and the caller's state for
  * a joiner (docs/reliability.md, "Elastic rings under the peer API").
+ * Those copies live where the tensors do: on the GPU when the algorithm
+ * runs there, crossing to the host only for a view change's STATE.
  *
  * Zero-copy: gossip algorithms work on float32 host memory, so float32
  * CPU tensors are gossiped where they lie (PyTorch parameters and numpy
@@ -74,6 +76,7 @@
  */
 #include "rumor/node.h"
 
+#include "gossip/gossip_impl.h"
 #include "node/peer_cuda.h"
 #include "node/runtime_impl.h"
 
@@ -123,6 +126,10 @@ struct rumor_peer {
     uint64_t pcie_h2d, pcie_d2h; /* bytes those copies moved */
     /* the algorithms run on the CUDA tensors where they are (s_direct) */
     bool direct;
+    /* the tensors' memory (gossip/backend.h): the host's, or with direct
+     * the GPU's (the reference device's in the tests); the elastic ring's
+     * models live there too */
+    const struct gossip_backend_i *mem;
     struct rumor_model host;         /* direct: a host copy, made when asked */
     struct rumor_gossip_opts gossip; /* the divergence error, the look-ahead */
     uint64_t seed;                   /* the run seed of the algorithm */
@@ -364,6 +371,19 @@ s_upload(rumor_peer *peer, size_t first, size_t count)
     return rc != RUMOR_OK ? rc : end;
 }
 
+/* A direct step's order against the caller's stream (node/peer_cuda.h):
+ * in, the caller's writes done and the tensors' device current; out, the
+ * caller's stream after the algorithm's work. The reference device of the
+ * tests is host memory: nothing to order. */
+static rumor_err
+s_direct_order(rumor_peer *peer, bool in)
+{
+    if (peer->cuda == NULL)
+        return RUMOR_OK;
+    return in ? node_peer_cuda_direct_begin(peer->cuda)
+              : node_peer_cuda_direct_end(peer->cuda);
+}
+
 /* Tensors [first, first + count) into (in) or out of their staging. */
 static rumor_err
 s_stage_range(rumor_peer *peer, size_t first, size_t count, bool in)
@@ -371,8 +391,7 @@ s_stage_range(rumor_peer *peer, size_t first, size_t count, bool in)
     uint64_t t0 = rumor_clock_ns();
     rumor_err rc = RUMOR_OK;
     if (peer->direct) {
-        rc = in ? node_peer_cuda_direct_begin(peer->cuda)
-                : node_peer_cuda_direct_end(peer->cuda);
+        rc = s_direct_order(peer, in);
     } else if (in) {
         rc = s_download(peer, first, count);
         for (size_t k = first; k < first + count && rc == RUMOR_OK; k++)
@@ -395,56 +414,130 @@ s_stage_all(rumor_peer *peer, bool in)
 
 /* --- an elastic ring ----------------------------------------------------- */
 
-/* Tensors [first, first + count) of src into dst (same shapes). */
-static void
-s_copy(struct rumor_model *dst,
+/* Tensors [first, first + count) of src into dst (same shapes), both in
+ * the tensors' memory: on the GPU, a device copy queued after the
+ * algorithm's work, never through the host. */
+static rumor_err
+s_copy(const rumor_peer *peer,
+       struct rumor_model *dst,
        const struct rumor_model *src,
        size_t first,
        size_t count)
 {
-    for (size_t k = first; k < first + count; k++)
-        memcpy(dst->tensors[k].data,
-               src->tensors[k].data,
-               rumor_tensor_numel(&src->tensors[k]) * sizeof(float));
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = first; k < first + count && rc == RUMOR_OK; k++)
+        rc = peer->mem->copy(dst->tensors[k].data,
+                             src->tensors[k].data,
+                             rumor_tensor_numel(&src->tensors[k]) *
+                                 sizeof(float),
+                             GOSSIP_ON_DEVICE);
+    return rc;
+}
+
+/* A model of src's shapes and numbers in the tensors' memory (one
+ * allocation); free with s_model_free. */
+static rumor_err
+s_model_new(const rumor_peer *peer,
+            const struct rumor_model *src,
+            struct rumor_model **out)
+{
+    if (!peer->direct)
+        return rumor_model_clone(src, out);
+    struct rumor_model *m = calloc(1, sizeof *m);
+    struct rumor_tensor *ts = calloc(src->count, sizeof *ts);
+    size_t floats = 0;
+    for (size_t k = 0; k < src->count; k++)
+        floats += rumor_tensor_numel(&src->tensors[k]);
+    void *data = NULL;
+    rumor_err rc = m != NULL && ts != NULL
+                       ? peer->mem->alloc(floats * sizeof(float), &data)
+                       : RUMOR_ENOMEM;
+    float *at = data;
+    for (size_t k = 0; k < src->count && rc == RUMOR_OK; k++) {
+        ts[k] = src->tensors[k];
+        ts[k].data = at;
+        at += rumor_tensor_numel(&src->tensors[k]);
+    }
+    if (rc == RUMOR_OK) {
+        *m = (struct rumor_model){ts, src->count};
+        rc = s_copy(peer, m, src, 0, src->count);
+    }
+    if (rc != RUMOR_OK) {
+        peer->mem->release(data);
+        free(ts);
+        free(m);
+        return rc;
+    }
+    *out = m;
+    return RUMOR_OK;
+}
+
+static void
+s_model_free(const rumor_peer *peer, struct rumor_model **m)
+{
+    if (!peer->direct || *m == NULL) {
+        rumor_model_free(m);
+        return;
+    }
+    peer->mem->release((*m)->tensors[0].data);
+    free((*m)->tensors);
+    free(*m);
+    *m = NULL;
 }
 
 /* The inputs of tensors [first, first + count) for an attempt at the step
  * in flight: kept at the first attempt, put back at a redo (the exchange
  * works in place). */
-static void
+static rumor_err
 s_inputs(rumor_peer *peer, size_t first, size_t count)
 {
-    if (peer->kept == NULL)
-        return;
-    for (size_t k = first; k < first + count; k++) {
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = first;
+         peer->kept != NULL && k < first + count && rc == RUMOR_OK;
+         k++) {
         if (peer->is_kept[k])
-            s_copy(&peer->model, peer->kept, k, 1);
+            rc = s_copy(peer, &peer->model, peer->kept, k, 1);
         else
-            s_copy(peer->kept, &peer->model, k, 1);
-        peer->is_kept[k] = true;
+            rc = s_copy(peer, peer->kept, &peer->model, k, 1);
+        peer->is_kept[k] = rc == RUMOR_OK;
     }
+    return rc;
+}
+
+/* The tensors' result of a step that succeeded, held for a member that
+ * misses the next one (a settled step's result is held already). Before
+ * the tensors go back to the caller, who may write them at once: on the
+ * GPU the copy is queued before the event the caller's stream waits on. */
+static rumor_err
+s_hold(rumor_peer *peer)
+{
+    if (peer->held == NULL || peer->settled)
+        return RUMOR_OK;
+    return s_copy(peer, peer->held, &peer->model, 0, peer->count);
 }
 
 /* What view changes handed this node. The ring's result of the steps it
  * missed settles the step in flight (*step becomes the last of them); a
  * joiner takes the member's caller state and, when the tensors are the
  * model, the member's model, from which the step in flight runs. */
-static void
+static rumor_err
 s_after_view(rumor_peer *peer, uint64_t *step)
 {
     unsigned took =
         peer->elastic != NULL ? node_elastic_taken(peer->elastic) : 0;
+    rumor_err rc = RUMOR_OK;
     if ((took & NODE_ELASTIC_TOOK_JOINED) != 0) {
         peer->joined = true;
-        if (!peer->gradients)
-            for (size_t k = 0; k < peer->count; k++) {
-                s_copy(peer->kept, peer->held, k, 1);
-                peer->is_kept[k] = true;
-            }
+        for (size_t k = 0; !peer->gradients && k < peer->count; k++) {
+            rc = rc == RUMOR_OK ? s_copy(peer, peer->kept, peer->held, k, 1)
+                                : rc;
+            peer->is_kept[k] = true;
+        }
     } else if ((took & NODE_ELASTIC_TOOK_RESULT) != 0) {
         peer->settled = true;
         *step -= 1; /* a member completed it, so it is not step 0 */
     }
+    return rc;
 }
 
 /* After the exchange of step *step failed with *rc: in an elastic ring,
@@ -457,11 +550,11 @@ s_retry(rumor_peer *peer, rumor_err *rc, uint64_t *step, bool *stop)
     if (!node_step_retry(peer->node, rc, step))
         return false;
     if (*rc == RUMOR_OK)
-        s_after_view(peer, step);
+        *rc = s_after_view(peer, step);
     if (*rc == RUMOR_OK && !peer->settled) {
         *rc = node_step_begin(peer->node, step, stop);
         if (*rc == RUMOR_OK)
-            s_after_view(peer, step);
+            *rc = s_after_view(peer, step);
     }
     return *rc == RUMOR_OK;
 }
@@ -573,38 +666,22 @@ s_cuda_new(rumor_peer *peer,
 
 /* --- the algorithm on the GPU (gossip/backend.h) ------------------------- */
 
-/* True when the algorithm's codec runs on the device. */
-static bool
-s_codec_on_device(const struct rumor_node_opts *o)
-{
-    rumor_codec *codec = NULL;
-    bool yes = rumor_codec_new(o->gossip.codec, &codec, NULL) == RUMOR_OK &&
-               rumor_codec_device_supported(codec);
-    rumor_codec_destroy(&codec);
-    return yes;
-}
-
-/* Why a peer whose tensors are CUDA memory copies them to the host for
- * its algorithm, or NULL: the algorithm runs on them where they are.
- * What still reads or writes the model on the host keeps the copy: an
- * elastic ring's held models, a stale exchange's snapshot, a join or
- * resume's incoming model, the consensus probe. */
+/* Why a peer whose tensors are device memory (CUDA's; the host's that the
+ * tests treat as the reference device's) copies them to the host for its
+ * algorithm, or NULL: the algorithm runs on them where they are. What
+ * still reads or writes the model on the host keeps the copy: a stale
+ * exchange's snapshot, a join or resume's incoming model, the consensus
+ * probe. An elastic ring's held models stay on the device and cross to
+ * the host only for a view change's STATE (s_ring_model_out / _in). */
 static const char *
 s_direct_refused(const struct rumor_node_opts *o,
                  const struct rumor_peer_tensor *t,
-                 size_t count)
+                 size_t count,
+                 rumor_device where)
 {
     for (size_t k = 0; k < count; k++)
-        if (t[k].device != RUMOR_DEVICE_CUDA || t[k].dtype != RUMOR_DTYPE_F32)
+        if (t[k].device != where || t[k].dtype != RUMOR_DTYPE_F32)
             return "not every tensor is float32 in CUDA memory";
-    if (!rumor_gossip_on_device(o->gossip.algo))
-        return "the algorithm keeps its state in host memory";
-    bool coded = strcmp(o->gossip.algo, "choco") == 0 ||
-                 strcmp(o->gossip.algo, "deepsqueeze") == 0;
-    if (coded && !s_codec_on_device(o))
-        return "the codec has no device kernels";
-    if (rumor_gossip_algo_rings(o->gossip.algo))
-        return "a ring algorithm's elastic ring keeps host copies";
     if (o->gossip.stale > 0)
         return "stale exchanges gossip a host snapshot";
     if (o->join || o->resume)
@@ -624,7 +701,7 @@ s_direct(const struct rumor_node_opts *o,
     bool cuda = false;
     for (size_t k = 0; k < count; k++)
         cuda = cuda || t[k].device == RUMOR_DEVICE_CUDA;
-    const char *why = s_direct_refused(o, t, count);
+    const char *why = s_direct_refused(o, t, count, RUMOR_DEVICE_CUDA);
     if (cuda && why != NULL)
         rumor_log(RUMOR_LOG_INFO,
                   "peer: CUDA tensors copied to host memory for %s each "
@@ -634,44 +711,89 @@ s_direct(const struct rumor_node_opts *o,
     return cuda && why == NULL;
 }
 
-static rumor_device
-s_device(const rumor_peer *peer)
+/* Where the tensors are and the algorithms run: on the device with
+ * direct (be: the tests' reference device; NULL: CUDA's when s_direct
+ * says so), else on the host after the staging. */
+static rumor_err
+s_memory(rumor_peer *peer,
+         const struct rumor_node_opts *o,
+         const struct rumor_peer_tensor *t,
+         size_t count,
+         const struct gossip_backend_i *be,
+         bool stage,
+         struct rumor_diag *diag)
 {
-    return peer->direct ? RUMOR_DEVICE_CUDA : RUMOR_DEVICE_CPU;
+    const char *why = NULL;
+    rumor_err rc = RUMOR_OK;
+    if (be != NULL) {
+        why = s_direct_refused(o, t, count, RUMOR_DEVICE_CPU);
+        rc = why != NULL ? RUMOR_EINVAL : RUMOR_OK;
+    } else if (!stage && s_direct(o, t, count)) {
+        rc = gossip_backend_cuda(&be, &why);
+    }
+    if (rc != RUMOR_OK) {
+        rumor_diag_set(diag, "", 0, 0, "a model on the device: %s", why);
+        return rc;
+    }
+    peer->direct = be != NULL;
+    peer->mem = be != NULL ? be : &gossip_backend_host;
+    return RUMOR_OK;
 }
 
-/* node_model_src.to_host: the tensors downloaded into host buffers, made
- * on first use (a STATE for a restarted neighbour, which is rare). */
+/* direct: the host copy of the model (peer->host), made on first use. */
+static rumor_err
+s_host_new(rumor_peer *peer)
+{
+    if (peer->host.tensors != NULL)
+        return RUMOR_OK;
+    peer->host.tensors = calloc(peer->count, sizeof *peer->host.tensors);
+    peer->host.count = peer->count;
+    rumor_err rc = peer->host.tensors != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+    for (size_t k = 0; k < peer->count && rc == RUMOR_OK; k++) {
+        peer->host.tensors[k] = peer->tensors[k];
+        peer->host.tensors[k].data =
+            malloc((peer->slots[k].numel + 1) * sizeof(float));
+        rc = peer->host.tensors[k].data != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+    }
+    return rc;
+}
+
+/* The host copy from (to_host) or into a model in the tensors' memory,
+ * counted. With CUDA the tensors' device made current first: the copies
+ * run on its legacy stream, after the algorithm's work and the held
+ * model's copies. */
+static rumor_err
+s_host_move(rumor_peer *peer, struct rumor_model *dev, bool to_host)
+{
+    rumor_err rc = s_host_new(peer);
+    if (rc == RUMOR_OK && peer->cuda != NULL)
+        rc = node_peer_cuda_direct_begin(peer->cuda);
+    for (size_t k = 0; k < peer->count && rc == RUMOR_OK; k++) {
+        void *host = peer->host.tensors[k].data;
+        size_t bytes = s_bytes(&peer->slots[k]);
+        rc = to_host ? peer->mem->copy(host,
+                                       dev->tensors[k].data,
+                                       bytes,
+                                       GOSSIP_TO_HOST)
+                     : peer->mem->copy(dev->tensors[k].data,
+                                       host,
+                                       bytes,
+                                       GOSSIP_TO_DEVICE);
+        *(to_host ? &peer->pcie_d2h : &peer->pcie_h2d) +=
+            rc == RUMOR_OK ? bytes : 0;
+    }
+    return rc;
+}
+
+/* node_model_src.to_host: the tensors copied into the host copy (a STATE
+ * for a restarted neighbour, which is rare; no elastic ring then, whose
+ * STATEs use the same host copy). */
 static rumor_err
 s_to_host(void *arg, const struct rumor_model **host)
 {
     rumor_peer *peer = arg;
-    rumor_err rc = RUMOR_OK;
-    if (peer->host.tensors == NULL) {
-        peer->host.tensors = calloc(peer->count, sizeof *peer->host.tensors);
-        peer->host.count = peer->count;
-        rc = peer->host.tensors != NULL ? RUMOR_OK : RUMOR_ENOMEM;
-        for (size_t k = 0; k < peer->count && rc == RUMOR_OK; k++) {
-            peer->host.tensors[k] = peer->tensors[k];
-            peer->host.tensors[k].data =
-                malloc((peer->slots[k].numel + 1) * sizeof(float));
-            rc = peer->host.tensors[k].data != NULL ? RUMOR_OK : RUMOR_ENOMEM;
-        }
-    }
-    if (rc == RUMOR_OK)
-        rc = node_peer_cuda_read_begin(peer->cuda);
-    for (size_t k = 0; k < peer->count && rc == RUMOR_OK; k++) {
-        rc = node_peer_cuda_download(peer->cuda,
-                                     k,
-                                     peer->host.tensors[k].data,
-                                     peer->tensors[k].data,
-                                     s_bytes(&peer->slots[k]));
-        peer->pcie_d2h += rc == RUMOR_OK ? s_bytes(&peer->slots[k]) : 0;
-    }
-    if (rc == RUMOR_OK)
-        rc = node_peer_cuda_read_end(peer->cuda);
     *host = &peer->host;
-    return rc;
+    return s_host_move(peer, &peer->model, true);
 }
 
 static void
@@ -774,7 +896,7 @@ s_step_begin(rumor_peer *peer,
     if (rc == RUMOR_OK)
         rc = node_step_begin(peer->node, step, stop);
     if (rc == RUMOR_OK)
-        s_after_view(peer, step);
+        rc = s_after_view(peer, step);
     return rc;
 }
 
@@ -801,8 +923,6 @@ s_step_end(rumor_peer *peer,
     if (rc == RUMOR_OK) {
         peer->stopped = stop;
         peer->step = stop ? step : step + 1;
-        if (peer->held != NULL)
-            s_copy(peer->held, &peer->model, 0, peer->count);
         s_pcie_report(peer);
         rc = node_report_step(peer->node, peer->step, NULL);
     }
@@ -853,18 +973,21 @@ s_step(rumor_peer *peer, rumor_gossip *g, struct rumor_diag *diag)
     if (rc == RUMOR_OK)
         rc = s_step_begin(peer, &step, &stop, diag);
     while (rc == RUMOR_OK && !stop && !peer->settled) {
-        s_inputs(peer, 0, peer->count);
-        rc = node_gossip_step(peer->node,
-                              g,
-                              step,
-                              rumor_clock_ns() +
-                                  node_step_span(peer->node, step));
+        rc = s_inputs(peer, 0, peer->count);
+        if (rc == RUMOR_OK)
+            rc = node_gossip_step(peer->node,
+                                  g,
+                                  step,
+                                  rumor_clock_ns() +
+                                      node_step_span(peer->node, step));
         if (rc == RUMOR_OK || !s_retry(peer, &rc, &step, &stop))
             break;
     }
     if (rc == RUMOR_OK && peer->settled)
-        s_copy(&peer->model, peer->held, 0, peer->count);
+        rc = s_copy(peer, &peer->model, peer->held, 0, peer->count);
     rc = s_refusals(peer, first, rc, diag);
+    if (rc == RUMOR_OK)
+        rc = s_hold(peer);
     if (rc == RUMOR_OK)
         rc = s_stage_all(peer, false);
     return s_step_end(peer, step, stop, rc, diag);
@@ -954,7 +1077,8 @@ s_bucket_exchange(rumor_peer *peer,
         return RUMOR_EINVAL;
     }
     rumor_err rc = s_stage_range(peer, b->first, b->count, true);
-    s_inputs(peer, b->first, b->count);
+    if (rc == RUMOR_OK)
+        rc = s_inputs(peer, b->first, b->count);
     if (rc == RUMOR_OK)
         rc = node_gossip_bucket(peer->node,
                                 b->g,
@@ -963,6 +1087,9 @@ s_bucket_exchange(rumor_peer *peer,
                                 rumor_clock_ns() +
                                     node_step_span(peer->node, step));
     peer->round_next += rounds;
+    /* the last bucket's success ends the step */
+    if (rc == RUMOR_OK && b == &peer->buckets[peer->nbuckets - 1])
+        rc = s_hold(peer);
     if (rc == RUMOR_OK)
         rc = s_stage_range(peer, b->first, b->count, false);
     return rc;
@@ -977,8 +1104,9 @@ s_buckets_settle(rumor_peer *peer, size_t first, size_t last)
     rumor_err rc = s_staging_free(peer);
     for (size_t k = first; k <= last && rc == RUMOR_OK; k++) {
         const struct s_bucket *b = &peer->buckets[k];
-        s_copy(&peer->model, peer->held, b->first, b->count);
-        rc = s_stage_range(peer, b->first, b->count, false);
+        rc = s_copy(peer, &peer->model, peer->held, b->first, b->count);
+        if (rc == RUMOR_OK)
+            rc = s_stage_range(peer, b->first, b->count, false);
     }
     return rc;
 }
@@ -1112,13 +1240,13 @@ s_bucket_new(rumor_peer *peer,
     b->first = range->first;
     b->count = range->count;
     b->model = (struct rumor_model){peer->tensors + b->first, b->count};
-    return rumor_gossip_new_on(&go,
-                               node_topology(peer->node),
-                               peer->id,
-                               &b->model,
-                               s_device(peer),
-                               &b->g,
-                               diag);
+    return gossip_new_in(&go,
+                         node_topology(peer->node),
+                         peer->id,
+                         &b->model,
+                         peer->mem,
+                         &b->g,
+                         diag);
 }
 
 static void
@@ -1353,6 +1481,22 @@ s_ring_extra_load(void *arg, const uint8_t *p, size_t len)
     return rumor_buf_append(&peer->joined_state, p, len);
 }
 
+/* direct: the held model to and from the host copy a STATE is packed from
+ * or decoded into, at a view change only. */
+static rumor_err
+s_ring_model_out(void *arg)
+{
+    rumor_peer *peer = arg;
+    return s_host_move(peer, peer->held, true);
+}
+
+static rumor_err
+s_ring_model_in(void *arg)
+{
+    rumor_peer *peer = arg;
+    return s_host_move(peer, peer->held, false);
+}
+
 static const struct node_elastic_algo s_ring = {
     .save = s_ring_save,
     .load = s_ring_load,
@@ -1362,27 +1506,39 @@ static const struct node_elastic_algo s_ring = {
     .fast_forward = s_ring_fast_forward,
     .extra_save = s_ring_extra_save,
     .extra_load = s_ring_extra_load,
+    .model_out = s_ring_model_out,
+    .model_in = s_ring_model_in,
 };
 
 /* The tensors after each step (what a member that missed one takes) and
  * the inputs of the step in flight (what a dropped step runs again from)
- * for the node's elastic ring. */
+ * for the node's elastic ring, where the tensors are: with direct on the
+ * device, the ring given the host copy, which the held model fills for a
+ * STATE sent and takes from one received. */
 static rumor_err
 s_elastic_new(rumor_peer *peer, const struct rumor_node_opts *opts)
 {
     peer->gradients = rumor_node_opts_gradient_exchange(opts);
     rumor_buf_init(&peer->joined_state, RUMOR_GOSSIP_STATE_MAX);
-    rumor_err rc = rumor_model_clone(&peer->model, &peer->held);
+    rumor_err rc = s_model_new(peer, &peer->model, &peer->held);
     if (rc == RUMOR_OK)
-        rc = rumor_model_clone(&peer->model, &peer->kept);
+        rc = s_model_new(peer, &peer->model, &peer->kept);
+    if (rc == RUMOR_OK && peer->direct)
+        rc = s_host_new(peer);
     peer->is_kept = calloc(peer->count, sizeof *peer->is_kept);
     peer->members = calloc(rumor_peer_nodes(peer), sizeof *peer->members);
     if (rc == RUMOR_OK && (peer->is_kept == NULL || peer->members == NULL))
         rc = RUMOR_ENOMEM;
     peer->ring = s_ring;
     peer->ring.arg = peer;
+    if (!peer->direct) {
+        peer->ring.model_out = NULL;
+        peer->ring.model_in = NULL;
+    }
     if (rc == RUMOR_OK)
-        rc = node_elastic_attach(peer->node, peer->held, &peer->ring);
+        rc = node_elastic_attach(peer->node,
+                                 peer->direct ? &peer->host : peer->held,
+                                 &peer->ring);
     peer->elastic = node_elastic_of(peer->node);
     return rc;
 }
@@ -1411,6 +1567,25 @@ rumor_peer_new(const struct rumor_node_opts *opts,
                rumor_peer **out,
                struct rumor_diag *diag)
 {
+    return node_peer_new_in(opts, tensors, count, NULL, out, diag);
+}
+
+static rumor_err s_peer_make(const struct rumor_node_opts *opts,
+                             const struct rumor_peer_tensor *tensors,
+                             size_t count,
+                             const struct gossip_backend_i *be,
+                             bool stage,
+                             rumor_peer **out,
+                             struct rumor_diag *diag);
+
+rumor_err
+node_peer_new_in(const struct rumor_node_opts *opts,
+                 const struct rumor_peer_tensor *tensors,
+                 size_t count,
+                 const struct gossip_backend_i *be,
+                 rumor_peer **out,
+                 struct rumor_diag *diag)
+{
     *out = NULL;
     if (count == 0 || count > RUMOR_GOSSIP_MAX_TENSORS) {
         rumor_diag_set(diag,
@@ -1438,6 +1613,32 @@ rumor_peer_new(const struct rumor_node_opts *opts,
                        why);
         return RUMOR_EINVAL;
     }
+    rumor_err rc = s_peer_make(opts, tensors, count, be, false, out, diag);
+    if (rc != RUMOR_ENOTSUP || be != NULL || diag->msg[0] == '\0' ||
+        !s_direct(opts, tensors, count))
+        return rc;
+    /* an option the device refuses (a codec without device kernels, a
+     * host-side memory): the instance said why; stage instead */
+    rumor_log(RUMOR_LOG_INFO,
+              "peer: CUDA tensors copied to host memory for %s each step: %s "
+              "(docs/python.md)",
+              opts->gossip.algo,
+              diag->msg);
+    diag->msg[0] = '\0';
+    return s_peer_make(opts, tensors, count, NULL, true, out, diag);
+}
+
+/* node_peer_new_in after the checks; stage: the algorithm on host copies
+ * of CUDA tensors even where it could run on them. */
+static rumor_err
+s_peer_make(const struct rumor_node_opts *opts,
+            const struct rumor_peer_tensor *tensors,
+            size_t count,
+            const struct gossip_backend_i *be,
+            bool stage,
+            rumor_peer **out,
+            struct rumor_diag *diag)
+{
     rumor_peer *peer = calloc(1, sizeof *peer);
     if (peer == NULL)
         return RUMOR_ENOMEM;
@@ -1446,7 +1647,8 @@ rumor_peer_new(const struct rumor_node_opts *opts,
     rumor_err rc = peer->slots && peer->tensors ? RUMOR_OK : RUMOR_ENOMEM;
     if (rc == RUMOR_OK)
         rc = s_cuda_new(peer, tensors, count, diag);
-    peer->direct = rc == RUMOR_OK && s_direct(opts, tensors, count);
+    if (rc == RUMOR_OK)
+        rc = s_memory(peer, opts, tensors, count, be, stage, diag);
     for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
         peer->count = k + 1;
         rc = s_add_slot(peer, k, &tensors[k]);
@@ -1466,8 +1668,7 @@ rumor_peer_new(const struct rumor_node_opts *opts,
         rc = RUMOR_ENOMEM;
     for (size_t k = 0; k < count && rc == RUMOR_OK; k++)
         dtypes[k] = tensors[k].dtype;
-    struct node_model_src src = {.device = peer->direct ? RUMOR_DEVICE_CUDA
-                                                        : RUMOR_DEVICE_CPU,
+    struct node_model_src src = {.be = peer->direct ? peer->mem : NULL,
                                  .to_host = peer->direct ? s_to_host : NULL,
                                  .arg = peer};
     if (rc == RUMOR_OK)
@@ -1505,8 +1706,8 @@ rumor_peer_destroy(rumor_peer **self_p)
     rumor_gossip_destroy(&peer->avg);
     s_buckets_free(peer);
     rumor_node_destroy(&peer->node);
-    rumor_model_free(&peer->held);
-    rumor_model_free(&peer->kept);
+    s_model_free(peer, &peer->held);
+    s_model_free(peer, &peer->kept);
     free(peer->is_kept);
     free(peer->members);
     rumor_buf_free(&peer->joined_state);
@@ -1664,13 +1865,13 @@ rumor_peer_average(rumor_peer *peer, struct rumor_diag *diag)
         struct rumor_gossip_opts go;
         rumor_gossip_opts_default(&go);
         snprintf(go.algo, sizeof go.algo, "allreduce");
-        rumor_err rc = rumor_gossip_new_on(&go,
-                                           node_topology(peer->node),
-                                           peer->id,
-                                           &peer->model,
-                                           s_device(peer),
-                                           &peer->avg,
-                                           diag);
+        rumor_err rc = gossip_new_in(&go,
+                                     node_topology(peer->node),
+                                     peer->id,
+                                     &peer->model,
+                                     peer->mem,
+                                     &peer->avg,
+                                     diag);
         /* an elastic ring re-formed before: its members */
         if (rc == RUMOR_OK && peer->nmembers > 0)
             rc = rumor_gossip_members_set(peer->avg,
@@ -1848,10 +2049,10 @@ rumor_peer_join(rumor_peer *peer, struct rumor_diag *diag)
     if (rc == RUMOR_OK)
         rc = s_start(peer, &step, diag);
     if (rc == RUMOR_OK)
-        s_after_view(peer, &step);
+        rc = s_after_view(peer, &step);
     /* no step in flight: a joiner's model goes to the caller now */
     if (rc == RUMOR_OK && peer->joined && !peer->gradients)
-        s_copy(&peer->model, peer->held, 0, peer->count);
+        rc = s_copy(peer, &peer->model, peer->held, 0, peer->count);
     for (size_t k = 0; peer->is_kept != NULL && k < peer->count; k++)
         peer->is_kept[k] = false;
     if (rc == RUMOR_OK)

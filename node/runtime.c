@@ -23,6 +23,8 @@
  */
 #include "rumor/node.h"
 
+#include "gossip/backend.h"
+#include "gossip/gossip_impl.h"
 #include "node/checkpoint_impl.h"
 #include "node/layout.h"
 #include "node/runtime_node.h"
@@ -229,13 +231,14 @@ s_gossip_new(rumor_node *node,
 {
     struct rumor_gossip_opts go = node->opts.gossip;
     go.seed = node->opts.workload.seed;
-    return rumor_gossip_new_on(&go,
-                               node->topo,
-                               node->opts.id,
-                               mixed,
-                               node->src.device,
-                               &node->g,
-                               diag);
+    return gossip_new_in(&go,
+                         node->topo,
+                         node->opts.id,
+                         mixed,
+                         node->src.be != NULL ? node->src.be
+                                              : &gossip_backend_host,
+                         &node->g,
+                         diag);
 }
 
 /* RUMOR_EINVAL with diag when opts ask for stale exchanges that cannot

@@ -176,12 +176,13 @@ int node_mkdirs(const char *path);
 
 /* --- the runtime under the peer API (runtime.c, for node/peer.c) --- */
 
-/* Where a peer's tensors live. With RUMOR_DEVICE_CUDA the node's
- * algorithm runs on them there (rumor_gossip_new_on), and what must read
- * them on the host (a STATE for a restarted neighbour) asks to_host for a
- * host copy of the model, valid until the next call. */
+/* Where a peer's tensors live. With be (gossip/backend.h: CUDA's table,
+ * or the reference device in the tests) the node's algorithm runs on them
+ * there (gossip_new_in), and what must read them on the host (a STATE for
+ * a restarted neighbour) asks to_host for a host copy of the model, valid
+ * until the next call. be NULL: host memory. */
 struct node_model_src {
-    rumor_device device;
+    const struct gossip_backend_i *be;
     rumor_err (*to_host)(void *arg, const struct rumor_model **host);
     void *arg;
 };
@@ -199,6 +200,18 @@ rumor_err node_new_model(const struct rumor_node_opts *opts,
                          const struct node_model_src *src,
                          rumor_node **out,
                          struct rumor_diag *diag);
+
+/* rumor_peer_new with the tensors' memory given (node/peer.c): be
+ * (gossip/backend.h) NULL as rumor_peer_new decides; the tests give
+ * gossip_backend_ref with float32 host tensors, which the peer then
+ * treats as device memory and runs its algorithms on where they are, as
+ * it does CUDA tensors (RUMOR_EINVAL with diag when it would not). */
+rumor_err node_peer_new_in(const struct rumor_node_opts *opts,
+                           const struct rumor_peer_tensor *tensors,
+                           size_t count,
+                           const struct gossip_backend_i *be,
+                           rumor_peer **out,
+                           struct rumor_diag *diag);
 
 /* Waits until every linked peer is up (the run's first wait). A peer
  * that refused this node or was refused by it (another model, settings

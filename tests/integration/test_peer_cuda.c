@@ -10,6 +10,10 @@
  * algorithm that runs on the GPU (D-PSGD, gamma 1: the mean of two nodes
  * exactly) on float32 tensors, which the peer leaves where they are: it
  * copies only the payloads, the snapshot down and the neighbour's up.
+ * And the ring algorithms there (tests/integration/test_peer_ring.h,
+ * three nodes): PowerSGD against the host's numbers with payloads only
+ * crossing, and an all-reduce's elastic view change whose joiner takes a
+ * member's held model from device memory to device memory.
  *
  * Skipped in a CPU-only build and where no GPU is visible (R7.3). The
  * test calls the CUDA runtime that a CUDA build links into the process
@@ -19,6 +23,7 @@
 
 #include "tests/cmocka_compat.h"
 #include "tests/integration/test_net_common.h"
+#include "tests/integration/test_peer_ring.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -341,6 +346,164 @@ test_peer_cuda__dpsgd_on_the_gpu__callers_stream(void **state)
     t_run_pair(run);
 }
 
+/* --- ring algorithms on the GPU (tests/integration/test_peer_ring.h) --- */
+
+static void *
+t_ring_alloc(const struct tpr_mem *m, size_t bytes)
+{
+    const struct t_cuda *cu = m->ctx;
+    void *p = NULL;
+    return cu->malloc_(&p, bytes) == 0 ? p : NULL;
+}
+
+static void
+t_ring_release(const struct tpr_mem *m, void *p)
+{
+    const struct t_cuda *cu = m->ctx;
+    cu->free_(p);
+}
+
+static int
+t_ring_put(const struct tpr_mem *m, void *dev, const float *x, size_t n)
+{
+    const struct t_cuda *cu = m->ctx;
+    return cu->memcpy_(dev, x, n * sizeof *x, T_H2D);
+}
+
+static int
+t_ring_get(const struct tpr_mem *m, float *x, const void *dev, size_t n)
+{
+    const struct t_cuda *cu = m->ctx;
+    return cu->memcpy_(x, dev, n * sizeof *x, T_D2H);
+}
+
+static void *
+t_host_alloc(const struct tpr_mem *m, size_t bytes)
+{
+    (void)m;
+    return calloc(1, bytes);
+}
+
+static void
+t_host_release(const struct tpr_mem *m, void *p)
+{
+    (void)m;
+    free(p);
+}
+
+static int
+t_host_put(const struct tpr_mem *m, void *dev, const float *x, size_t n)
+{
+    (void)m;
+    memcpy(dev, x, n * sizeof *x);
+    return 0;
+}
+
+static int
+t_host_get(const struct tpr_mem *m, float *x, const void *dev, size_t n)
+{
+    (void)m;
+    memcpy(x, dev, n * sizeof *x);
+    return 0;
+}
+
+/* The CUDA tensors' mem, its runtime loaded (skips without a GPU). */
+static struct tpr_mem
+t_ring_mem(struct t_run *run)
+{
+    t_need_gpu(run);
+    return (struct tpr_mem){"cuda",
+                            RUMOR_DEVICE_CUDA,
+                            NULL,
+                            t_ring_alloc,
+                            t_ring_release,
+                            t_ring_put,
+                            t_ring_get,
+                            &run->cu};
+}
+
+static const char *const t_psgd[] =
+    {"algo", "powersgd", "rank", "1", "log-level", "warn", NULL};
+
+/* PowerSGD on CUDA float32 tensors runs where they are (no staging: what
+ * crosses per step is far below the model each way) and gives the host
+ * run's numbers within the GPU's rounding (its products sum in another
+ * order). */
+static void
+test_peer_cuda__powersgd_on_the_gpu__host_numbers_payloads_only(void **state)
+{
+    struct tpr_mem cuda = t_ring_mem(*state);
+    const struct tpr_mem host = {"host",
+                                 RUMOR_DEVICE_CPU,
+                                 NULL,
+                                 t_host_alloc,
+                                 t_host_release,
+                                 t_host_put,
+                                 t_host_get,
+                                 NULL};
+    struct tpr_run *h = malloc(sizeof *h), *g = malloc(sizeof *g);
+    assert_true(h != NULL && g != NULL);
+    tpr_setup(h, &host, t_psgd, false);
+    tpr_go(h);
+    tpr_setup(g, &cuda, t_psgd, false);
+    tpr_go(g);
+    tpr_check_same(g);
+    for (uint32_t i = 0; i < TPR_NODES; i++) {
+        for (uint64_t t = 0; t < g->steps[0]; t++)
+            for (size_t k = 0; k < TPR_N; k++) {
+                double a = tpr_at(g->out[i], t)[k];
+                double b = tpr_at(h->out[i], t)[k];
+                if (fabs(a - b) > 1e-4 * (1 + fabs(b)))
+                    fail_msg("node %u, step %llu, element %zu: GPU %.9g, "
+                             "host %.9g",
+                             i,
+                             (unsigned long long)t + 1,
+                             k,
+                             a,
+                             b);
+            }
+        uint64_t model = TPR_N * sizeof(float), steps = g->steps[i];
+        print_message("node %u: %llu bytes up, %llu down in %llu steps\n",
+                      i,
+                      (unsigned long long)g->h2d[i],
+                      (unsigned long long)g->d2h[i],
+                      (unsigned long long)steps);
+        assert_true(g->h2d[i] < steps * model / 2);
+        assert_true(g->d2h[i] < steps * model / 2);
+    }
+    tpr_free(h);
+    tpr_free(g);
+    free(h);
+    free(g);
+}
+
+static const char *const t_model[] = {"algo",
+                                      "allreduce",
+                                      "exchange",
+                                      "model",
+                                      "deadline-ms",
+                                      "1000",
+                                      "log-level",
+                                      "error",
+                                      NULL};
+
+/* An elastic view change with CUDA tensors: node 2 removed, then taken
+ * back with a member's held model (device -> host for the STATE, host ->
+ * the joiner's device); the results are the participants' means. */
+static void
+test_peer_cuda__allreduce_view_change__joiner_takes_held_model(void **state)
+{
+    struct tpr_mem cuda = t_ring_mem(*state);
+    struct tpr_run *r = malloc(sizeof *r);
+    assert_non_null(r);
+    tpr_setup(r, &cuda, t_model, true);
+    tpr_go(r);
+    tpr_check_same(r);
+    tpr_check_rejoin(r);
+    tpr_free(r);
+    free(r);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -359,6 +522,14 @@ main(int argc, char **argv)
             t_teardown),
         cmocka_unit_test_setup_teardown(
             test_peer_cuda__dpsgd_on_the_gpu__callers_stream,
+            t_setup,
+            t_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_peer_cuda__powersgd_on_the_gpu__host_numbers_payloads_only,
+            t_setup,
+            t_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_peer_cuda__allreduce_view_change__joiner_takes_held_model,
             t_setup,
             t_teardown),
     };

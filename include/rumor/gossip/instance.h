@@ -36,8 +36,10 @@ RUMOR_API rumor_err rumor_gossip_new(const struct rumor_gossip_opts *opts,
 
 /* rumor_gossip_new for a model whose tensors' data all live on device:
  * with RUMOR_DEVICE_CUDA the algorithm keeps its state there too and only
- * payloads cross to the host. RUMOR_ENOTSUP (diag) without a usable GPU
- * and for an option refused there (the reason in diag). */
+ * payloads cross to the host. Every algorithm runs there (docs/gossip.md,
+ * "Models on the GPU"); RUMOR_ENOTSUP (diag) without a usable GPU and for
+ * an option refused there, with the reason (a codec without device
+ * kernels, a memory that steps on the host such as --ef dgc). */
 RUMOR_API rumor_err rumor_gossip_new_on(const struct rumor_gossip_opts *opts,
                                         const rumor_topology *t,
                                         uint32_t self,
@@ -45,12 +47,6 @@ RUMOR_API rumor_err rumor_gossip_new_on(const struct rumor_gossip_opts *opts,
                                         rumor_device device,
                                         rumor_gossip **out,
                                         struct rumor_diag *diag);
-
-/* True when algo (an opts.algo name) runs on a model in CUDA memory:
- * every algorithm today (docs/gossip.md, "Models on the GPU"); some of
- * their options are refused there with the reason (a codec without device
- * kernels, --ef dgc). */
-RUMOR_API bool rumor_gossip_on_device(const char *algo);
 
 /* True when algo's instances may send over the ring of members whatever
  * the topology (rumor_gossip_uses_ring: the all-reduces, powersgd,

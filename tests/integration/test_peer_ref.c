@@ -1,0 +1,190 @@
+/*
+ * The peer's direct path for ring algorithms without a GPU
+ * (tests/integration/test_peer_ring.h): the tensors on the reference
+ * device of gossip/backend.h (host memory that the peer and its
+ * algorithms reach only through the backend table, copies counted as
+ * PCIe bytes), against the same runs on plain host tensors.
+ *   - PowerSGD: every step's result bit-equal to the host run's on every
+ *     node, and the peer stages nothing: what crosses is the payload's part
+ *     that lives in model memory, the uncompressed vector each way per step
+ *     (the compressor's factors are the CPU lowrank backend's on this
+ *     device; on CUDA its own counters add them);
+ *   - an elastic view change on device tensors: node 2 removed and taken
+ *     back with a member's held model, which crosses to the host for the
+ *     STATE and back onto the joiner's device; the results are the means
+ *     of the participants' inputs, the joiner's input the ring's model.
+ */
+#include "gossip/backend.h"
+#include "tests/cmocka_compat.h"
+#include "tests/integration/test_peer_ring.h"
+
+static void *
+t_alloc(const struct tpr_mem *m, size_t bytes)
+{
+    (void)m;
+    return calloc(1, bytes);
+}
+
+static void
+t_release(const struct tpr_mem *m, void *p)
+{
+    (void)m;
+    free(p);
+}
+
+static int
+t_put(const struct tpr_mem *m, void *dev, const float *x, size_t n)
+{
+    (void)m;
+    memcpy(dev, x, n * sizeof *x);
+    return 0;
+}
+
+static int
+t_get(const struct tpr_mem *m, float *x, const void *dev, size_t n)
+{
+    (void)m;
+    memcpy(x, dev, n * sizeof *x);
+    return 0;
+}
+
+static const struct tpr_mem t_host =
+    {"host", RUMOR_DEVICE_CPU, NULL, t_alloc, t_release, t_put, t_get, NULL};
+static const struct tpr_mem t_ref = {"ref",
+                                     RUMOR_DEVICE_CPU,
+                                     &gossip_backend_ref,
+                                     t_alloc,
+                                     t_release,
+                                     t_put,
+                                     t_get,
+                                     NULL};
+
+static const char *const t_psgd[] =
+    {"algo", "powersgd", "rank", "1", "log-level", "warn", NULL};
+
+static void
+t_powersgd(bool buckets)
+{
+    struct tpr_run *host = malloc(sizeof *host), *ref = malloc(sizeof *ref);
+    assert_true(host != NULL && ref != NULL);
+    tpr_setup(host, &t_host, t_psgd, false);
+    host->buckets = buckets;
+    tpr_go(host);
+    tpr_setup(ref, &t_ref, t_psgd, false);
+    ref->buckets = buckets;
+    tpr_go(ref);
+    tpr_check_same(host);
+    tpr_check_same(ref);
+    for (uint32_t i = 0; i < TPR_NODES; i++) {
+        for (uint64_t t = 0; t < ref->steps[0]; t++)
+            if (memcmp(tpr_at(ref->out[i], t),
+                       tpr_at(host->out[i], t),
+                       TPR_N * sizeof(float)) != 0)
+                fail_msg("node %u, step %llu: the reference device's result "
+                         "is not the host's",
+                         i,
+                         (unsigned long long)t + 1);
+        /* host tensors: nothing crosses */
+        assert_int_equal(host->h2d[i] + host->d2h[i], 0);
+        uint64_t model = TPR_N * sizeof(float), steps = ref->steps[i];
+        print_message("node %u: %llu bytes up, %llu down in %llu steps "
+                      "(model %llu bytes)\n",
+                      i,
+                      (unsigned long long)ref->h2d[i],
+                      (unsigned long long)ref->d2h[i],
+                      (unsigned long long)steps,
+                      (unsigned long long)model);
+        assert_int_equal(ref->h2d[i], steps * TPR_VEC * sizeof(float));
+        assert_int_equal(ref->d2h[i], steps * TPR_VEC * sizeof(float));
+    }
+    tpr_free(host);
+    tpr_free(ref);
+    free(host);
+    free(ref);
+}
+
+static void
+test_peer_ref__powersgd__bit_equal_to_host_payloads_up(void **state)
+{
+    (void)state;
+    t_powersgd(false);
+}
+
+static void
+test_peer_ref__powersgd_buckets__bit_equal_to_host_payloads_up(void **state)
+{
+    (void)state;
+    t_powersgd(true);
+}
+
+static const char *const t_model[] = {"algo",
+                                      "allreduce",
+                                      "exchange",
+                                      "model",
+                                      "deadline-ms",
+                                      "1000",
+                                      "log-level",
+                                      "error",
+                                      NULL};
+
+static void
+t_rejoin(const struct tpr_mem *m, bool buckets)
+{
+    struct tpr_run *run = malloc(sizeof *run);
+    assert_non_null(run);
+    tpr_setup(run, m, t_model, true);
+    run->buckets = buckets;
+    tpr_go(run);
+    tpr_check_same(run);
+    tpr_check_rejoin(run);
+    print_message("%s: node 2 back at step %lld of %llu; node 2: %llu bytes "
+                  "up, %llu down\n",
+                  m->name,
+                  (long long)atomic_load(&run->back_at) + 1,
+                  (unsigned long long)run->steps[0],
+                  (unsigned long long)run->h2d[2],
+                  (unsigned long long)run->d2h[2]);
+    tpr_free(run);
+    free(run);
+}
+
+static void
+test_peer_ref__view_change__joiner_takes_held_model_host(void **state)
+{
+    (void)state;
+    t_rejoin(&t_host, false);
+}
+
+static void
+test_peer_ref__view_change__joiner_takes_held_model_ref(void **state)
+{
+    (void)state;
+    t_rejoin(&t_ref, false);
+}
+
+static void
+test_peer_ref__view_change_buckets__joiner_takes_held_model_ref(void **state)
+{
+    (void)state;
+    t_rejoin(&t_ref, true);
+}
+
+int
+main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(
+            test_peer_ref__powersgd__bit_equal_to_host_payloads_up),
+        cmocka_unit_test(
+            test_peer_ref__view_change__joiner_takes_held_model_host),
+        cmocka_unit_test(
+            test_peer_ref__view_change__joiner_takes_held_model_ref),
+        cmocka_unit_test(
+            test_peer_ref__powersgd_buckets__bit_equal_to_host_payloads_up),
+        cmocka_unit_test(
+            test_peer_ref__view_change_buckets__joiner_takes_held_model_ref),
+    };
+    if (argc == 2)
+        cmocka_set_test_filter(argv[1]);
+    return cmocka_run_group_tests_name("peer_ref", tests, NULL, NULL);
+}
