@@ -377,36 +377,6 @@ t_ring_get(const struct tpr_mem *m, float *x, const void *dev, size_t n)
     return cu->memcpy_(x, dev, n * sizeof *x, T_D2H);
 }
 
-static void *
-t_host_alloc(const struct tpr_mem *m, size_t bytes)
-{
-    (void)m;
-    return calloc(1, bytes);
-}
-
-static void
-t_host_release(const struct tpr_mem *m, void *p)
-{
-    (void)m;
-    free(p);
-}
-
-static int
-t_host_put(const struct tpr_mem *m, void *dev, const float *x, size_t n)
-{
-    (void)m;
-    memcpy(dev, x, n * sizeof *x);
-    return 0;
-}
-
-static int
-t_host_get(const struct tpr_mem *m, float *x, const void *dev, size_t n)
-{
-    (void)m;
-    memcpy(x, dev, n * sizeof *x);
-    return 0;
-}
-
 /* The CUDA tensors' mem, its runtime loaded (skips without a GPU). */
 static struct tpr_mem
 t_ring_mem(struct t_run *run)
@@ -433,14 +403,7 @@ static void
 test_peer_cuda__powersgd_on_the_gpu__host_numbers_payloads_only(void **state)
 {
     struct tpr_mem cuda = t_ring_mem(*state);
-    const struct tpr_mem host = {"host",
-                                 RUMOR_DEVICE_CPU,
-                                 NULL,
-                                 t_host_alloc,
-                                 t_host_release,
-                                 t_host_put,
-                                 t_host_get,
-                                 NULL};
+    const struct tpr_mem host = TPR_HOST_MEM("host", NULL);
     struct tpr_run *h = malloc(sizeof *h), *g = malloc(sizeof *g);
     assert_true(h != NULL && g != NULL);
     tpr_setup(h, &host, t_psgd, false);

@@ -18,46 +18,8 @@
 #include "tests/cmocka_compat.h"
 #include "tests/integration/test_peer_ring.h"
 
-static void *
-t_alloc(const struct tpr_mem *m, size_t bytes)
-{
-    (void)m;
-    return calloc(1, bytes);
-}
-
-static void
-t_release(const struct tpr_mem *m, void *p)
-{
-    (void)m;
-    free(p);
-}
-
-static int
-t_put(const struct tpr_mem *m, void *dev, const float *x, size_t n)
-{
-    (void)m;
-    memcpy(dev, x, n * sizeof *x);
-    return 0;
-}
-
-static int
-t_get(const struct tpr_mem *m, float *x, const void *dev, size_t n)
-{
-    (void)m;
-    memcpy(x, dev, n * sizeof *x);
-    return 0;
-}
-
-static const struct tpr_mem t_host =
-    {"host", RUMOR_DEVICE_CPU, NULL, t_alloc, t_release, t_put, t_get, NULL};
-static const struct tpr_mem t_ref = {"ref",
-                                     RUMOR_DEVICE_CPU,
-                                     &gossip_backend_ref,
-                                     t_alloc,
-                                     t_release,
-                                     t_put,
-                                     t_get,
-                                     NULL};
+static const struct tpr_mem t_host = TPR_HOST_MEM("host", NULL);
+static const struct tpr_mem t_ref = TPR_HOST_MEM("ref", &gossip_backend_ref);
 
 static const char *const t_psgd[] =
     {"algo", "powersgd", "rank", "1", "log-level", "warn", NULL};

@@ -84,6 +84,44 @@ struct tpr_arg {
     uint32_t id;
 };
 
+/* Host memory as a tpr_mem's: plain host tensors, and the reference
+ * device's (host memory the peer reaches through its backend table). */
+static inline void *
+tpr_host_alloc(const struct tpr_mem *m, size_t bytes)
+{
+    (void)m;
+    return calloc(1, bytes);
+}
+
+static inline void
+tpr_host_release(const struct tpr_mem *m, void *p)
+{
+    (void)m;
+    free(p);
+}
+
+static inline int
+tpr_host_put(const struct tpr_mem *m, void *dev, const float *x, size_t n)
+{
+    (void)m;
+    memcpy(dev, x, n * sizeof *x);
+    return 0;
+}
+
+static inline int
+tpr_host_get(const struct tpr_mem *m, float *x, const void *dev, size_t n)
+{
+    (void)m;
+    memcpy(x, dev, n * sizeof *x);
+    return 0;
+}
+
+#define TPR_HOST_MEM(name, be)                                        \
+    {                                                                 \
+        name, RUMOR_DEVICE_CPU, be, tpr_host_alloc, tpr_host_release, \
+            tpr_host_put, tpr_host_get, NULL                          \
+    }
+
 static inline float *
 tpr_at(float *rows, uint64_t step)
 {

@@ -1031,6 +1031,32 @@ test_cuda_memory_refused_without_gpu(void **state)
     rumor_topology_destroy(&topo);
 }
 
+/* o is refused on the reference device with a reason naming want, and a
+ * host model takes it. */
+static void
+s_refused_on_device(const struct rumor_gossip_opts *o, const char *want)
+{
+    struct rumor_diag diag = {0};
+    rumor_topology *topo = NULL;
+    assert_int_equal(rumor_topology_from_spec("ring:4", 1, &topo, &diag),
+                     RUMOR_OK);
+    float x[64] = {0};
+    struct rumor_tensor t = {x, 1, {64}};
+    struct rumor_model m = {&t, 1};
+    rumor_gossip *g = NULL;
+    assert_int_equal(
+        gossip_new_in(o, topo, 0, &m, &gossip_backend_ref, &g, &diag),
+        RUMOR_ENOTSUP);
+    assert_null(g);
+    if (strstr(diag.msg, want) == NULL)
+        fail_msg("refused without naming %s: %s", want, diag.msg);
+    assert_int_equal(
+        gossip_new_in(o, topo, 0, &m, &gossip_backend_host, &g, &diag),
+        RUMOR_OK);
+    rumor_gossip_destroy(&g);
+    rumor_topology_destroy(&topo);
+}
+
 /* --- localsgd / DiLoCo -------------------------------------------------- */
 
 /* Local SGD every period steps, the delta compressed by codec ("" for
@@ -1493,34 +1519,15 @@ static void
 test_localsgd_dgc_refused_on_device(void **state)
 {
     (void)state;
-    struct rumor_diag diag = {0};
-    rumor_topology *topo = NULL;
-    assert_int_equal(rumor_topology_from_spec("ring:4", 1, &topo, &diag),
-                     RUMOR_OK);
-    float x[64] = {0};
-    struct rumor_tensor t = {x, 1, {64}};
-    struct rumor_model m = {&t, 1};
     static const char *const refused[][2] = {{"topk:ratio=0.1", "dgc"},
                                              {"dgc:ratio=0.1", "dgc:0.8"}};
     for (size_t k = 0; k < 2; k++) {
         struct rumor_gossip_opts o;
         s_lsgd_opts(&o, refused[k][0], 1.0, 0.0, 1);
         snprintf(o.ef, sizeof o.ef, "%s", refused[k][1]);
-        rumor_gossip *g = NULL;
-        diag.msg[0] = '\0';
-        assert_int_equal(
-            gossip_new_in(&o, topo, 0, &m, &gossip_backend_ref, &g, &diag),
-            RUMOR_ENOTSUP);
-        assert_null(g);
-        assert_non_null(strstr(diag.msg, refused[k][1]));
-        assert_non_null(strstr(diag.msg, "host memory"));
-        /* the host takes it */
-        assert_int_equal(
-            gossip_new_in(&o, topo, 0, &m, &gossip_backend_host, &g, &diag),
-            RUMOR_OK);
-        rumor_gossip_destroy(&g);
+        s_refused_on_device(&o, refused[k][1]);
+        s_refused_on_device(&o, "host memory");
     }
-    rumor_topology_destroy(&topo);
 }
 
 /* On a GPU: DiLoCo with top-k deltas (exact arithmetic: the device
@@ -1752,29 +1759,11 @@ test_allreduce_codec_host_steps_refused(void **state)
         {"topk:ratio=0.1", "dgc:momentum=0.9", "ef ef, ef-decay or none"},
         {"terngrad:share=1", "", "host memory"},
         {"terngrad:share=1", "ef", "host memory"}};
-    struct rumor_diag diag = {0};
-    rumor_topology *topo = NULL;
-    assert_int_equal(rumor_topology_from_spec("ring:4", 1, &topo, &diag),
-                     RUMOR_OK);
-    float x[64] = {0};
-    struct rumor_tensor t = {x, 1, {64}};
-    struct rumor_model m = {&t, 1};
     for (size_t k = 0; k < 3; k++) {
         struct rumor_gossip_opts o;
         s_codec_opts(&o, setups[k][0], setups[k][1]);
-        rumor_gossip *g = NULL;
-        diag.msg[0] = '\0';
-        assert_int_equal(
-            gossip_new_in(&o, topo, 0, &m, &gossip_backend_ref, &g, &diag),
-            RUMOR_ENOTSUP);
-        assert_null(g);
-        assert_non_null(strstr(diag.msg, setups[k][2]));
-        assert_int_equal(
-            gossip_new_in(&o, topo, 0, &m, &gossip_backend_host, &g, &diag),
-            RUMOR_OK);
-        rumor_gossip_destroy(&g);
+        s_refused_on_device(&o, setups[k][2]);
     }
-    rumor_topology_destroy(&topo);
 }
 
 /* On a GPU: the compressed all-reduce with QSGD and top-k, error feedback
