@@ -72,6 +72,23 @@ rumor_err train_cuda_pass(train_cuda *cu,
                           double *loss_sum,
                           size_t *correct);
 
+/* --- the optimizer on a compute backend (train/optim.c) --- */
+
+struct gossip_backend_i;
+
+/* rumor_optim_new whose momentum buffer and scratch live in be's memory:
+ * rumor_optim_step then takes parameters and gradients in that memory and
+ * copies nothing; rumor_optim_save / _load cross through a host copy
+ * (counted). rumor_optim_new is this on gossip_backend_host. */
+rumor_err train_optim_new_in(const struct rumor_optim_opts *opts,
+                             const struct rumor_model *params,
+                             const struct gossip_backend_i *be,
+                             rumor_optim **out);
+
+/* Bytes the optimizer's state copied to (h2d) and from (d2h) its
+ * backend's memory; 0 on the host. */
+void train_optim_pcie(const rumor_optim *o, uint64_t *h2d, uint64_t *d2h);
+
 /* --- for the tests (tests/unit/test_train.c, test_dataset_gz.c) --- */
 
 /* One Gamma(shape, 1) draw (Marsaglia & Tsang 2000; shape < 1 by the

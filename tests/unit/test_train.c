@@ -10,6 +10,7 @@
 
 #include "rumor/train.h"
 
+#include "gossip/backend.h"
 #include "train/train_impl.h"
 
 #include <math.h>
@@ -1099,6 +1100,159 @@ test_optim__state_saved_and_loaded__continues_identically(void **state)
     rumor_optim_destroy(&b);
 }
 
+/* The textbook loops of torch.optim.SGD (the optimizer's code before it
+ * went through the backend table), the independent reference below. */
+static void
+s_textbook_step(rumor_optim_kind kind,
+                float lr,
+                float wd,
+                float mu,
+                float *p,
+                const float *g,
+                float *b,
+                size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] + wd * p[i];
+        if (kind == RUMOR_OPTIM_SGD) {
+            p[i] -= lr * gi;
+            continue;
+        }
+        b[i] = mu * b[i] + gi;
+        p[i] -= lr * (kind == RUMOR_OPTIM_NESTEROV ? gi + mu * b[i] : b[i]);
+    }
+}
+
+#define S_OPT_N 3
+static const size_t s_opt_numel[S_OPT_N] = {300, 17, 1000};
+
+static void
+s_normals(struct rumor_rng *rng, float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)rumor_rng_normal(rng);
+}
+
+/* Six steps (warm-up and a decay inside) of every kind with the
+ * optimizer's vectors in be's memory, against the textbook loops on the
+ * host: bit-equal, nothing copied by a step, the state's host copy
+ * counted at save and loaded into a host optimizer that continues
+ * identically. */
+static void
+s_optim_on_backend(const struct gossip_backend_i *be)
+{
+    enum { STEPS = 6, TOTAL = 1317 };
+    for (int kind = RUMOR_OPTIM_SGD; kind <= RUMOR_OPTIM_NESTEROV; kind++) {
+        float want[TOTAL], mom[TOTAL] = {0}, got[TOTAL], grad[TOTAL];
+        float *dp = NULL, *dg = NULL;
+        struct rumor_rng rng;
+        rumor_rng_init(&rng, 7, (uint64_t)kind);
+        s_normals(&rng, want, TOTAL);
+        assert_int_equal(be->alloc(sizeof want, (void **)&dp), RUMOR_OK);
+        assert_int_equal(be->alloc(sizeof want, (void **)&dg), RUMOR_OK);
+        assert_int_equal(be->copy(dp, want, sizeof want, GOSSIP_TO_DEVICE),
+                         RUMOR_OK);
+        struct rumor_tensor tp[S_OPT_N], tg[S_OPT_N];
+        size_t off = 0;
+        for (size_t t = 0; t < S_OPT_N; t++) {
+            tp[t] = (struct rumor_tensor){dp + off, 1, {s_opt_numel[t]}};
+            tg[t] = (struct rumor_tensor){dg + off, 1, {s_opt_numel[t]}};
+            off += s_opt_numel[t];
+        }
+        struct rumor_model mp = {tp, S_OPT_N}, mg = {tg, S_OPT_N};
+        struct rumor_optim_opts o;
+        rumor_optim_opts_default(&o);
+        o.kind = (rumor_optim_kind)kind;
+        o.lr = 0.05;
+        o.weight_decay = 1e-3;
+        o.momentum = 0.9;
+        o.warmup_steps = 3;
+        o.decay_every = 4;
+        o.decay_factor = 0.5;
+        rumor_optim *opt = NULL;
+        assert_int_equal(train_optim_new_in(&o, &mp, be, &opt), RUMOR_OK);
+        for (uint64_t s = 0; s < STEPS; s++) {
+            s_normals(&rng, grad, TOTAL);
+            assert_int_equal(be->copy(dg, grad, sizeof grad, GOSSIP_TO_DEVICE),
+                             RUMOR_OK);
+            assert_int_equal(rumor_optim_step(opt, s, &mp, &mg), RUMOR_OK);
+            s_textbook_step(o.kind,
+                            (float)rumor_optim_lr(opt, s),
+                            (float)o.weight_decay,
+                            (float)o.momentum,
+                            want,
+                            grad,
+                            mom,
+                            TOTAL);
+        }
+        assert_int_equal(be->copy(got, dp, sizeof got, GOSSIP_TO_HOST),
+                         RUMOR_OK);
+        assert_memory_equal(got, want, sizeof got);
+        uint64_t h2d = 1, d2h = 1;
+        train_optim_pcie(opt, &h2d, &d2h);
+        assert_int_equal(h2d, 0);
+        assert_int_equal(d2h, 0);
+        /* the state through its host copy into a host optimizer */
+        uint8_t bytes[24 + TOTAL * 4];
+        size_t len = 0;
+        assert_int_equal(rumor_optim_save(opt, bytes, sizeof bytes, &len),
+                         RUMOR_OK);
+        train_optim_pcie(opt, &h2d, &d2h);
+        size_t state = kind == RUMOR_OPTIM_SGD ? 0 : sizeof mom;
+        assert_int_equal(d2h, be->host_memory ? 0 : state);
+        assert_int_equal(len, 24 + state);
+        if (state > 0)
+            assert_memory_equal(bytes + 24, mom, state);
+        struct rumor_tensor th = {got, 1, {TOTAL}}, tgh = {grad, 1, {TOTAL}};
+        struct rumor_model mh = {&th, 1}, mgh = {&tgh, 1};
+        struct rumor_optim_opts flat = o;
+        rumor_optim *host = NULL;
+        assert_int_equal(rumor_optim_new(&flat, &mh, &host), RUMOR_OK);
+        assert_int_equal(rumor_optim_load(host, bytes, len), RUMOR_OK);
+        assert_int_equal(rumor_optim_step(host, STEPS, &mh, &mgh), RUMOR_OK);
+        s_textbook_step(o.kind,
+                        (float)rumor_optim_lr(opt, STEPS),
+                        (float)o.weight_decay,
+                        (float)o.momentum,
+                        want,
+                        grad,
+                        mom,
+                        TOTAL);
+        assert_memory_equal(got, want, sizeof got);
+        /* and back into the device optimizer: its copy in is counted */
+        assert_int_equal(rumor_optim_load(opt, bytes, len), RUMOR_OK);
+        train_optim_pcie(opt, &h2d, &d2h);
+        assert_int_equal(h2d, be->host_memory ? 0 : state);
+        rumor_optim_destroy(&host);
+        rumor_optim_destroy(&opt);
+        be->release(dp);
+        be->release(dg);
+    }
+}
+
+static void
+test_optim__on_the_reference_device__bit_equal_to_textbook(void **state)
+{
+    (void)state;
+    s_optim_on_backend(&gossip_backend_host);
+    s_optim_on_backend(&gossip_backend_ref);
+}
+
+/* The same on CUDA memory (add_scaled's kernel, _rn intrinsics); skips
+ * with the runtime's reason without a GPU. */
+static void
+test_optim__on_cuda__bit_equal_to_textbook(void **state)
+{
+    (void)state;
+    const struct gossip_backend_i *cuda = NULL;
+    const char *why = NULL;
+    if (gossip_backend_cuda(&cuda, &why) != RUMOR_OK) {
+        printf("skipped: %s\n", why);
+        skip();
+    }
+    s_optim_on_backend(cuda);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1131,6 +1285,9 @@ main(int argc, char **argv)
         cmocka_unit_test(test_optim__warmup_and_step_decay__schedule),
         cmocka_unit_test(
             test_optim__state_saved_and_loaded__continues_identically),
+        cmocka_unit_test(
+            test_optim__on_the_reference_device__bit_equal_to_textbook),
+        cmocka_unit_test(test_optim__on_cuda__bit_equal_to_textbook),
     };
     if (argc == 2)
         cmocka_set_test_filter(argv[1]);
