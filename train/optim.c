@@ -17,13 +17,10 @@
  * SGD", section 2.2) to the base rate over warmup_steps, then step decay
  * by decay_factor every decay_every steps.
  *
- * The update is three float passes of the gossip backend's add_scaled
- * (out = a + c b, the product rounded, then the sum), so the parameters,
- * gradients, momentum buffer and scratch may live on a device (issue #31)
- * and the host and CUDA computations are the same bits:
- *     u = g + wd p;  b = u + mu b;  (nesterov) u = u + mu b;
- *     p = p + (-lr) d           (d = u, b or the nesterov u)
- * p + (-lr) d is p - lr d exactly, as the textbook loop computes it.
+ * The update is one pass of the gossip backend's sgd entry (host: the
+ * loop gossip_ref_sgd; CUDA: its kernel twin, _rn intrinsics), so the
+ * parameters, gradients and momentum buffer may live on a device (issue
+ * #31) and the host and CUDA computations are the same bits.
  *
  * State for checkpoints: "ROPT", version, kind, float count, then the
  * momentum buffer as little-endian float32; loading checks every field
@@ -54,8 +51,6 @@ struct rumor_optim {
     size_t floats;                     /* total */
     const struct gossip_backend_i *be; /* where the vectors below live */
     float *buf;        /* momentum buffer (NULL for plain SGD) */
-    float *scratch;    /* u of the update, one tensor long */
-    size_t widest;     /* the largest tensor's elements */
     uint64_t h2d, d2h; /* bytes the state copied to / from be's memory */
 };
 
@@ -141,10 +136,8 @@ train_optim_new_in(const struct rumor_optim_opts *opts,
     for (size_t i = 0; i < params->count; i++) {
         o->numel[i] = rumor_tensor_numel(&params->tensors[i]);
         o->floats += o->numel[i];
-        o->widest = o->numel[i] > o->widest ? o->numel[i] : o->widest;
     }
-    rc = be->alloc(o->widest * sizeof(float), (void **)&o->scratch);
-    if (rc == RUMOR_OK && opts->kind != RUMOR_OPTIM_SGD)
+    if (opts->kind != RUMOR_OPTIM_SGD)
         rc = be->alloc(o->floats * sizeof(float), (void **)&o->buf);
     if (rc != RUMOR_OK) {
         rumor_optim_destroy(&o);
@@ -171,7 +164,6 @@ rumor_optim_destroy(rumor_optim **self_p)
     free(o->numel);
     if (o->be != NULL) {
         o->be->release(o->buf);
-        o->be->release(o->scratch);
     }
     free(o);
     *self_p = NULL;
@@ -214,25 +206,19 @@ rumor_optim_step(rumor_optim *o,
     float lr = (float)rumor_optim_lr(o, step);
     float wd = (float)o->opts.weight_decay;
     float mu = (float)o->opts.momentum;
-    float *b = o->buf, *u = o->scratch;
+    float *b = o->buf;
     rumor_err rc = RUMOR_OK;
     for (size_t t = 0; t < o->count && rc == RUMOR_OK; t++) {
-        float *p = params->tensors[t].data;
-        const float *g = grads->tensors[t].data;
         size_t n = o->numel[t];
-        if (n == 0)
-            continue;
-        rc = o->be->add_scaled(u, g, wd, p, n);
-        if (rc == RUMOR_OK && b != NULL)
-            rc = o->be->add_scaled(b, u, mu, b, n);
-        if (rc == RUMOR_OK && o->opts.kind == RUMOR_OPTIM_NESTEROV)
-            rc = o->be->add_scaled(u, u, mu, b, n);
-        if (rc == RUMOR_OK)
-            rc = o->be->add_scaled(p,
-                                   p,
-                                   -lr,
-                                   o->opts.kind == RUMOR_OPTIM_MOMENTUM ? b : u,
-                                   n);
+        if (n > 0)
+            rc = o->be->sgd(params->tensors[t].data,
+                            grads->tensors[t].data,
+                            b,
+                            lr,
+                            wd,
+                            mu,
+                            o->opts.kind == RUMOR_OPTIM_NESTEROV,
+                            n);
         if (b != NULL)
             b += n;
     }
