@@ -238,6 +238,20 @@ s_rel_error(const float *x,
     return RUMOR_OK;
 }
 
+static rumor_err
+s_sgd(float *p,
+      const float *g,
+      float *b,
+      float lr,
+      float wd,
+      float mu,
+      bool nesterov,
+      size_t n)
+{
+    gossip_ref_sgd(p, g, b, lr, wd, mu, nesterov, n);
+    return RUMOR_OK;
+}
+
 #define S_HOST_OPS                                                          \
     .alloc = s_alloc, .release = s_release, .copy = s_copy, .zero = s_zero, \
     .diff = s_diff, .sub = s_sub, .axpy = s_axpy, .scale = s_scale,         \
@@ -246,7 +260,7 @@ s_rel_error(const float *x,
     .add_scaled = s_add_scaled, .div_round = s_div_round, .outer = s_outer, \
     .decode_add = s_decode_add, .uniform = s_uniform,                       \
     .moniqua_levels = s_moniqua_levels, .moniqua_term = s_moniqua_term,     \
-    .stats = s_stats, .rel_error = s_rel_error
+    .stats = s_stats, .rel_error = s_rel_error, .sgd = s_sgd
 
 const struct gossip_backend_i gossip_backend_host = {
     .name = "host",

@@ -169,6 +169,17 @@ struct gossip_backend_i {
                            size_t n,
                            double *err,
                            double *support);
+    /* The train module's optimizer (train/optim.c), one pass:
+     * u = g + wd p; b NULL (sgd): d = u; else b = mu b + u and
+     * d = nesterov ? u + mu b : b; then p = p - lr d */
+    rumor_err (*sgd)(float *p,
+                     const float *g,
+                     float *b,
+                     float lr,
+                     float wd,
+                     float mu,
+                     bool nesterov,
+                     size_t n);
 };
 
 /* The chunk of a device's crc32c: one thread's bytes. */
@@ -222,6 +233,14 @@ void gossip_ref_outer(float *x,
                       float mu,
                       size_t n);
 
+void gossip_ref_sgd(float *p,
+                    const float *g,
+                    float *b,
+                    float lr,
+                    float wd,
+                    float mu,
+                    bool nesterov,
+                    size_t n);
 extern const struct gossip_backend_i gossip_backend_host;
 extern const struct gossip_backend_i gossip_backend_ref;
 

@@ -170,6 +170,28 @@ k_div_round(float *out, const double *acc, double c, size_t n)
 }
 
 __global__ void
+k_sgd(float *p,
+      const float *g,
+      float *b,
+      float lr,
+      float wd,
+      float mu,
+      bool nesterov,
+      size_t n)
+{
+    S_EACH(e, n)
+    {
+        float u = __fadd_rn(g[e], __fmul_rn(wd, p[e])), d = u;
+        if (b != NULL) {
+            float v = __fadd_rn(__fmul_rn(mu, b[e]), u);
+            b[e] = v;
+            d = nesterov ? __fadd_rn(u, __fmul_rn(mu, v)) : v;
+        }
+        p[e] = __fsub_rn(p[e], __fmul_rn(lr, d));
+    }
+}
+
+__global__ void
 k_outer(float *x,
         float *anchor,
         float *v,
@@ -663,6 +685,20 @@ s_rel_error(const float *x,
     return rc;
 }
 
+static rumor_err
+s_sgd(float *p,
+      const float *g,
+      float *b,
+      float lr,
+      float wd,
+      float mu,
+      bool nesterov,
+      size_t n)
+{
+    k_sgd<<<s_blocks(n), S_THREADS>>>(p, g, b, lr, wd, mu, nesterov, n);
+    return s_launched("sgd");
+}
+
 static const struct gossip_backend_i s_cuda = {
     .name = "cuda",
     .host_memory = false,
@@ -692,6 +728,7 @@ static const struct gossip_backend_i s_cuda = {
     .moniqua_term = s_moniqua_term,
     .stats = s_stats,
     .rel_error = s_rel_error,
+    .sgd = s_sgd,
 };
 
 extern "C" rumor_err

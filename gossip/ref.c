@@ -125,6 +125,34 @@ gossip_ref_outer(float *x,
     }
 }
 
+/* The kernel's branches hoisted out of the loop, so each loop
+ * vectorizes; the arithmetic is the kernel's. */
+void
+gossip_ref_sgd(float *p,
+               const float *g,
+               float *b,
+               float lr,
+               float wd,
+               float mu,
+               bool nesterov,
+               size_t n)
+{
+    if (b == NULL)
+        for (size_t e = 0; e < n; e++)
+            p[e] = p[e] - lr * (g[e] + wd * p[e]);
+    else if (!nesterov)
+        for (size_t e = 0; e < n; e++) {
+            b[e] = mu * b[e] + (g[e] + wd * p[e]);
+            p[e] = p[e] - lr * b[e];
+        }
+    else
+        for (size_t e = 0; e < n; e++) {
+            float u = g[e] + wd * p[e];
+            b[e] = mu * b[e] + u;
+            p[e] = p[e] - lr * (u + mu * b[e]);
+        }
+}
+
 /* CRC-32C's polynomial, bit-reflected (core/crc32c.c's). */
 #define S_CRC_POLY 0x82f63b78u
 

@@ -457,14 +457,14 @@ s_faults_between(rumor_node *node, uint64_t *t)
      * lands in the model with the step's (node/stale.h). */
     bool copy = node->mix != NULL && !node_stale_mode(node);
     if (copy)
-        node_copy_model(node->mix, node->model);
+        node_copy_mix(node, node->mix, node->model);
     rumor_err rc = node_faults_between(node->faults,
                                        node->net,
                                        node->g,
                                        node_exchanged(node),
                                        &next);
     if (copy)
-        node_copy_model(node->model, node->mix);
+        node_copy_mix(node, node->model, node->mix);
     if (rc == RUMOR_OK && next > *t) {
         *t = next;
         rumor_net_close_steps_before(node->net, next);

@@ -28,6 +28,7 @@
 #include "node/checkpoint_impl.h"
 #include "node/layout.h"
 #include "node/runtime_node.h"
+#include "train/train_impl.h"
 
 #include <fcntl.h>
 #include <math.h>
@@ -262,6 +263,104 @@ s_stale_check(const struct rumor_node_opts *o, struct rumor_diag *diag)
     return RUMOR_EINVAL;
 }
 
+/* What keeps `rumor node`'s model in host memory although its workload
+ * computes on a device: the features that read or write it there, not
+ * ported to a device (NULL: none). */
+static const char *
+s_host_reader(const rumor_node *node)
+{
+    const struct rumor_node_opts *o = &node->opts;
+    if (rumor_node_opts_gradient_exchange(o))
+        return "the gradient exchange";
+    if (o->gossip.stale > 0)
+        return "--stale exchanges";
+    if (o->consensus_every > 0)
+        return "the consensus probe";
+    if (o->checkpoint_dir[0] != '\0' || o->resume || o->join)
+        return "checkpoints, --resume and --join";
+    if (node_elastic_wanted(node))
+        return "the elastic ring of a ring algorithm";
+    return NULL;
+}
+
+/* The device memory `rumor node`'s model moves to (issue #31), or NULL:
+ * the GPU's when the workload computes on CUDA; RUMOR_NODE_DEVICE=ref
+ * (the tests' hook) the reference device's, with the CPU pass. */
+static const struct gossip_backend_i *
+s_model_device(const rumor_node *node)
+{
+    const struct gossip_backend_i *be = NULL;
+    const char *hook = getenv("RUMOR_NODE_DEVICE"), *why = NULL;
+    bool cuda = train_workload_device(node->w) == RUMOR_DEVICE_CUDA;
+    if (!cuda && hook != NULL && strcmp(hook, "ref") == 0)
+        be = &gossip_backend_ref;
+    else if (!cuda || gossip_backend_cuda(&be, &why) != RUMOR_OK)
+        return NULL;
+    const char *reader = s_host_reader(node);
+    if (reader != NULL) {
+        rumor_log(RUMOR_LOG_INFO,
+                  "the model stays in host memory for %s",
+                  reader);
+        return NULL;
+    }
+    return be;
+}
+
+/* node_model_src.to_host of a model in device memory: node->host. */
+static rumor_err
+s_to_host(void *arg, const struct rumor_model **host)
+{
+    rumor_node *node = arg;
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; rc == RUMOR_OK && k < node->model->count; k++)
+        rc = node->src.be->copy(node->host->tensors[k].data,
+                                node->model->tensors[k].data,
+                                rumor_tensor_numel(&node->model->tensors[k]) *
+                                    sizeof(float),
+                                GOSSIP_TO_HOST);
+    *host = node->host;
+    return rc;
+}
+
+/* Moves the model, the gradient, the optimizer and then the algorithm
+ * (s_gossip_new) into be's memory: only batches and payloads cross from
+ * then on. The optimizer is fresh (no state yet), so it is made anew. */
+static rumor_err
+s_to_device(rumor_node *node, const struct gossip_backend_i *be)
+{
+    rumor_err rc = rumor_model_clone(node->model, &node->host);
+    if (rc == RUMOR_OK)
+        rc = train_workload_place(node->w, be);
+    size_t floats = 0;
+    for (size_t k = 0; k < node->model->count; k++)
+        floats += rumor_tensor_numel(&node->model->tensors[k]);
+    if (rc == RUMOR_OK)
+        rc = be->alloc(floats * sizeof(float), (void **)&node->device_grad);
+    if (rc == RUMOR_OK && node->mix != NULL)
+        rc = be->alloc(floats * sizeof(float), (void **)&node->device_mix);
+    if (rc != RUMOR_OK)
+        return rc;
+    node->src =
+        (struct node_model_src){.be = be, .to_host = s_to_host, .arg = node};
+    node->model = rumor_workload_model(node->w);
+    float *g = node->device_grad, *x = node->device_mix;
+    for (size_t k = 0; k < node->grad->count; k++) {
+        size_t n = rumor_tensor_numel(&node->grad->tensors[k]);
+        node->grad->tensors[k].data = g;
+        g += n;
+        if (x != NULL) {
+            node->mix->tensors[k].data = x;
+            x += n;
+        }
+    }
+    rumor_optim_destroy(&node->optim);
+    rc = train_optim_new_in(&node->opts.optim, node->model, be, &node->optim);
+    rumor_log(RUMOR_LOG_INFO,
+              "the model, its gradient and the optimizer are in %s memory",
+              be->name);
+    return rc;
+}
+
 static rumor_err
 s_build_training(rumor_node *node, struct rumor_diag *diag)
 {
@@ -320,7 +419,19 @@ s_build_training(rumor_node *node, struct rumor_diag *diag)
             return rc;
         mixed = node->mix;
     }
-    return s_gossip_new(node, mixed, diag);
+    rc = s_gossip_new(node, mixed, diag);
+    /* the elastic ring is known once the algorithm is */
+    const struct gossip_backend_i *be =
+        rc == RUMOR_OK ? s_model_device(node) : NULL;
+    if (be == NULL)
+        return rc;
+    rumor_gossip_destroy(&node->g);
+    rc = s_to_device(node, be);
+    return rc == RUMOR_OK
+               ? s_gossip_new(node,
+                              node->mix != NULL ? node->mix : node->model,
+                              diag)
+               : rc;
 }
 
 /* ZeroMQ binds to an address or an interface, never to a DNS name, while
@@ -542,8 +653,15 @@ s_final_files(rumor_node *node, struct rumor_diag *diag)
     char tmp[RUMOR_NODE_PATH_MAX + 40], path[RUMOR_NODE_PATH_MAX + 32];
     s_model_paths(node, tmp, sizeof tmp, path, sizeof path);
     struct rumor_diag why = {0};
-    rumor_err saved =
-        node_model_save(node->model_fd, tmp, path, node->model, &why);
+    const struct rumor_model *m = node->model;
+    rumor_err saved = node->host != NULL ? s_to_host(node, &m) : RUMOR_OK;
+    if (saved == RUMOR_OK) {
+        saved = node_model_save(node->model_fd, tmp, path, m, &why);
+    } else { /* the device's copy failed: no model file */
+        close(node->model_fd);
+        unlink(tmp);
+        rumor_diag_set(&why, "", 0, 0, "model: %s", rumor_strerror(saved));
+    }
     node->model_fd = -1;
     if (rc == RUMOR_OK && saved != RUMOR_OK && diag != NULL)
         *diag = why;
@@ -695,9 +813,11 @@ s_evaluate(rumor_node *node)
         return;
     node->sum.test_loss = ev.loss;
     node->sum.accuracy = ev.accuracy;
-    if (node->optimum == NULL)
+    const struct rumor_model *m = node->model;
+    if (node->optimum == NULL ||
+        (node->host != NULL && s_to_host(node, &m) != RUMOR_OK))
         return;
-    const struct rumor_tensor *a = &node->model->tensors[0];
+    const struct rumor_tensor *a = &m->tensors[0];
     const struct rumor_tensor *b = &node->optimum->tensors[0];
     double worst = 0;
     for (size_t e = 0; e < rumor_tensor_numel(a); e++)
@@ -920,6 +1040,23 @@ node_copy_model(struct rumor_model *dst, const struct rumor_model *src)
                rumor_tensor_numel(&src->tensors[k]) * sizeof(float));
 }
 
+void
+node_copy_mix(const rumor_node *node,
+              struct rumor_model *dst,
+              const struct rumor_model *src)
+{
+    if (node->host == NULL) {
+        node_copy_model(dst, src);
+        return;
+    }
+    for (size_t k = 0; k < src->count; k++) /* device memory: cannot fail */
+        (void)node->src.be->copy(dst->tensors[k].data,
+                                 src->tensors[k].data,
+                                 rumor_tensor_numel(&src->tensors[k]) *
+                                     sizeof(float),
+                                 GOSSIP_ON_DEVICE);
+}
+
 /* Gradient at x_t and gossip of x_t at the same time: the worker reads
  * the model while the gossip works on node->mix, a copy of it; then the
  * gossiped copy becomes the model. The same numbers as one after the
@@ -929,13 +1066,13 @@ s_grad_and_gossip_overlapped(rumor_node *node, uint64_t t, double *loss)
 {
     struct node_worker *wk = &node->worker;
     uint64_t c0 = rumor_clock_ns();
-    node_copy_model(node->mix, node->model);
+    node_copy_mix(node, node->mix, node->model);
     /* SAEF look-ahead moves the gossiped copy: the gradient is taken there */
     rumor_err rc = rumor_gossip_step_ahead(node->g);
     if (rc != RUMOR_OK)
         return rc;
     if (node->opts.gossip.ef_alpha > 0)
-        node_copy_model(node->model, node->mix);
+        node_copy_mix(node, node->model, node->mix);
     node->t_compute += s_since(c0);
     pthread_mutex_lock(&wk->mu);
     wk->t = t;
@@ -955,7 +1092,7 @@ s_grad_and_gossip_overlapped(rumor_node *node, uint64_t t, double *loss)
     if (rc == RUMOR_OK)
         rc = grc;
     if (rc == RUMOR_OK)
-        node_copy_model(node->model, node->mix);
+        node_copy_mix(node, node->model, node->mix);
     return rc;
 }
 
@@ -1214,7 +1351,12 @@ rumor_node_destroy(rumor_node **self_p)
     rumor_gossip_destroy(&node->g);
     rumor_model_free(&node->mix);
     rumor_optim_destroy(&node->optim);
+    if (node->host != NULL) { /* the tensors' data is the device's */
+        node->src.be->release(node->device_grad);
+        node->src.be->release(node->device_mix);
+    }
     rumor_model_free(&node->grad);
+    rumor_model_free(&node->host);
     rumor_workload_destroy(&node->w);
     rumor_dataset_destroy(&node->data);
     rumor_net_keypair_destroy(&node->keys);
@@ -1262,11 +1404,11 @@ rumor_node_run(rumor_node *node, struct rumor_diag *diag)
     /* with stale exchanges a join writes the state it takes into the
      * exchanged copy (node_exchanged): it becomes the model */
     if (node_stale_mode(node))
-        node_copy_model(node->mix, node->model);
+        node_copy_mix(node, node->mix, node->model);
     if (rc == RUMOR_OK)
         rc = node_join(node, &t0, diag);
     if (rc == RUMOR_OK && node_stale_mode(node))
-        node_copy_model(node->model, node->mix);
+        node_copy_mix(node, node->model, node->mix);
     if (t0 < node->sum.steps) /* resumed with exchanges in flight */
         t0 = node->sum.steps;
     if (rc == RUMOR_OK && node_stale_mode(node))

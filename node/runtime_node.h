@@ -47,8 +47,14 @@ struct rumor_node {
     rumor_net_keypair *keys;
     struct rumor_dataset *data;
     rumor_workload *w;
-    struct rumor_model *model;         /* borrowed from w */
-    struct rumor_model *grad;          /* owned */
+    struct rumor_model *model; /* borrowed from w */
+    struct rumor_model *grad;  /* owned */
+    /* the model in a device's memory (issue #31; src.be): the gradient
+     * and the overlap's copy are there too (device_grad, device_mix: their
+     * blocks), and host is the host copy read for the model file and
+     * faults' STATE */
+    float *device_grad, *device_mix;
+    struct rumor_model *host;
     struct rumor_model *mix;           /* overlap: the copy being gossiped */
     struct node_worker worker;         /* overlap: the gradient thread */
     node_stale *stale;                 /* stale exchanges, or NULL */
@@ -144,5 +150,10 @@ rumor_err node_exchange_init(rumor_node *node);
 /* --- runtime.c, for exchange.c --- */
 
 void node_copy_model(struct rumor_model *dst, const struct rumor_model *src);
+/* node_copy_model between the node's model and node->mix, wherever they
+ * live (src.be's memory for a device-resident node). */
+void node_copy_mix(const rumor_node *node,
+                   struct rumor_model *dst,
+                   const struct rumor_model *src);
 
 #endif

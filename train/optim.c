@@ -17,13 +17,21 @@
  * SGD", section 2.2) to the base rate over warmup_steps, then step decay
  * by decay_factor every decay_every steps.
  *
+ * The update is one pass of the gossip backend's sgd entry (host: the
+ * loop gossip_ref_sgd; CUDA: its kernel twin, _rn intrinsics), so the
+ * parameters, gradients and momentum buffer may live on a device (issue
+ * #31) and the host and CUDA computations are the same bits.
+ *
  * State for checkpoints: "ROPT", version, kind, float count, then the
  * momentum buffer as little-endian float32; loading checks every field
- * against this optimizer before touching its state.
+ * against this optimizer before touching its state. On a device the
+ * buffer crosses through a host copy at save and load only (counted).
  */
 #include "rumor/train.h"
 
 #include "core/le.h"
+#include "gossip/backend.h"
+#include "train/train_impl.h"
 
 #include <assert.h>
 #include <math.h>
@@ -38,10 +46,12 @@
 
 struct rumor_optim {
     struct rumor_optim_opts opts;
-    size_t count;  /* tensors */
-    size_t *numel; /* per tensor */
-    size_t floats; /* total */
-    float *buf;    /* momentum buffer (NULL for plain SGD) */
+    size_t count;                      /* tensors */
+    size_t *numel;                     /* per tensor */
+    size_t floats;                     /* total */
+    const struct gossip_backend_i *be; /* where the vectors below live */
+    float *buf;        /* momentum buffer (NULL for plain SGD) */
+    uint64_t h2d, d2h; /* bytes the state copied to / from be's memory */
 };
 
 rumor_err
@@ -76,10 +86,13 @@ rumor_optim_new(const struct rumor_optim_opts *opts,
                 const struct rumor_model *params,
                 rumor_optim **out)
 {
-    assert(opts != NULL);
-    assert(params != NULL);
-    assert(out != NULL);
-    *out = NULL;
+    return train_optim_new_in(opts, params, &gossip_backend_host, out);
+}
+
+static rumor_err
+s_opts_check(const struct rumor_optim_opts *opts,
+             const struct rumor_model *params)
+{
     if (opts->kind != RUMOR_OPTIM_SGD && opts->kind != RUMOR_OPTIM_MOMENTUM &&
         opts->kind != RUMOR_OPTIM_NESTEROV)
         return RUMOR_EINVAL;
@@ -92,10 +105,28 @@ rumor_optim_new(const struct rumor_optim_opts *opts,
         return RUMOR_EINVAL;
     if (params->count > RUMOR_GOSSIP_MAX_TENSORS)
         return RUMOR_ETOOBIG;
+    return RUMOR_OK;
+}
+
+rumor_err
+train_optim_new_in(const struct rumor_optim_opts *opts,
+                   const struct rumor_model *params,
+                   const struct gossip_backend_i *be,
+                   rumor_optim **out)
+{
+    assert(opts != NULL);
+    assert(params != NULL);
+    assert(be != NULL);
+    assert(out != NULL);
+    *out = NULL;
+    rumor_err rc = s_opts_check(opts, params);
+    if (rc != RUMOR_OK)
+        return rc;
     rumor_optim *o = calloc(1, sizeof *o);
     if (o == NULL)
         return RUMOR_ENOMEM;
     o->opts = *opts;
+    o->be = be;
     o->count = params->count;
     o->numel = calloc(params->count ? params->count : 1, sizeof *o->numel);
     if (o->numel == NULL) {
@@ -106,15 +137,22 @@ rumor_optim_new(const struct rumor_optim_opts *opts,
         o->numel[i] = rumor_tensor_numel(&params->tensors[i]);
         o->floats += o->numel[i];
     }
-    if (opts->kind != RUMOR_OPTIM_SGD) {
-        o->buf = calloc(o->floats ? o->floats : 1, sizeof *o->buf);
-        if (o->buf == NULL) {
-            rumor_optim_destroy(&o);
-            return RUMOR_ENOMEM;
-        }
+    if (opts->kind != RUMOR_OPTIM_SGD)
+        rc = be->alloc(o->floats * sizeof(float), (void **)&o->buf);
+    if (rc != RUMOR_OK) {
+        rumor_optim_destroy(&o);
+        return rc;
     }
     *out = o;
     return RUMOR_OK;
+}
+
+void
+train_optim_pcie(const rumor_optim *o, uint64_t *h2d, uint64_t *d2h)
+{
+    assert(o != NULL);
+    *h2d = o->h2d;
+    *d2h = o->d2h;
 }
 
 void
@@ -122,9 +160,12 @@ rumor_optim_destroy(rumor_optim **self_p)
 {
     if (self_p == NULL || *self_p == NULL)
         return;
-    free((*self_p)->numel);
-    free((*self_p)->buf);
-    free(*self_p);
+    rumor_optim *o = *self_p;
+    free(o->numel);
+    if (o->be != NULL) {
+        o->be->release(o->buf);
+    }
+    free(o);
     *self_p = NULL;
 }
 
@@ -166,33 +207,22 @@ rumor_optim_step(rumor_optim *o,
     float wd = (float)o->opts.weight_decay;
     float mu = (float)o->opts.momentum;
     float *b = o->buf;
-    for (size_t t = 0; t < o->count; t++) {
-        float *p = params->tensors[t].data;
-        const float *g = grads->tensors[t].data;
+    rumor_err rc = RUMOR_OK;
+    for (size_t t = 0; t < o->count && rc == RUMOR_OK; t++) {
         size_t n = o->numel[t];
-        switch (o->opts.kind) {
-        case RUMOR_OPTIM_SGD:
-            for (size_t i = 0; i < n; i++)
-                p[i] -= lr * (g[i] + wd * p[i]);
-            break;
-        case RUMOR_OPTIM_MOMENTUM:
-            for (size_t i = 0; i < n; i++) {
-                b[i] = mu * b[i] + (g[i] + wd * p[i]);
-                p[i] -= lr * b[i];
-            }
-            break;
-        case RUMOR_OPTIM_NESTEROV:
-            for (size_t i = 0; i < n; i++) {
-                float gi = g[i] + wd * p[i];
-                b[i] = mu * b[i] + gi;
-                p[i] -= lr * (gi + mu * b[i]);
-            }
-            break;
-        }
+        if (n > 0)
+            rc = o->be->sgd(params->tensors[t].data,
+                            grads->tensors[t].data,
+                            b,
+                            lr,
+                            wd,
+                            mu,
+                            o->opts.kind == RUMOR_OPTIM_NESTEROV,
+                            n);
         if (b != NULL)
             b += n;
     }
-    return RUMOR_OK;
+    return rc;
 }
 
 /* --- state bytes ------------------------------------------------------ */
@@ -202,6 +232,30 @@ rumor_optim_state_bytes(const rumor_optim *o)
 {
     assert(o != NULL);
     return OPTIM_HEADER + (o->buf != NULL ? o->floats * 4 : 0);
+}
+
+/* The momentum buffer where host code can read it: the buffer itself on
+ * host memory, else a malloc'd copy (*owned set) read from the device
+ * when `fetch`. */
+static rumor_err
+s_host_view(rumor_optim *o, bool fetch, float **view, bool *owned)
+{
+    *owned = !o->be->host_memory;
+    *view = o->buf;
+    if (*owned)
+        *view = malloc(o->floats * sizeof(float) + 1);
+    if (*view == NULL)
+        return RUMOR_ENOMEM;
+    if (!*owned || !fetch)
+        return RUMOR_OK;
+    rumor_err rc =
+        o->be->copy(*view, o->buf, o->floats * sizeof(float), GOSSIP_TO_HOST);
+    o->d2h += o->floats * sizeof(float);
+    if (rc != RUMOR_OK) {
+        free(*view);
+        *view = NULL;
+    }
+    return rc;
 }
 
 rumor_err
@@ -214,6 +268,14 @@ rumor_optim_save(const rumor_optim *o, uint8_t *out, size_t cap, size_t *len)
     if (out == NULL || cap < need)
         return RUMOR_ETOOBIG;
     size_t floats = o->buf != NULL ? o->floats : 0;
+    float *view = NULL;
+    bool owned = false;
+    /* the counters are the only thing a save changes */
+    rumor_err rc = floats > 0
+                       ? s_host_view((rumor_optim *)o, true, &view, &owned)
+                       : RUMOR_OK;
+    if (rc != RUMOR_OK)
+        return rc;
     core_put_u32(out, OPTIM_MAGIC);
     core_put_u32(out + 4, OPTIM_VERSION);
     core_put_u32(out + 8, (uint32_t)o->opts.kind);
@@ -222,9 +284,11 @@ rumor_optim_save(const rumor_optim *o, uint8_t *out, size_t cap, size_t *len)
     core_put_u32(out + 20, 0);
     for (size_t i = 0; i < floats; i++) {
         uint32_t bits;
-        memcpy(&bits, &o->buf[i], 4);
+        memcpy(&bits, &view[i], 4);
         core_put_u32(out + OPTIM_HEADER + 4 * i, bits);
     }
+    if (owned)
+        free(view);
     *len = need;
     return RUMOR_OK;
 }
@@ -251,9 +315,21 @@ rumor_optim_load(rumor_optim *o, const uint8_t *in, size_t len)
         if (!isfinite(v))
             return RUMOR_ENUMERIC;
     }
+    if (want == 0)
+        return RUMOR_OK;
+    float *view = NULL;
+    bool owned = false;
+    rumor_err rc = s_host_view(o, false, &view, &owned);
+    if (rc != RUMOR_OK)
+        return rc;
     for (size_t i = 0; i < want; i++) {
         uint32_t bits = core_get_u32(in + OPTIM_HEADER + 4 * i);
-        memcpy(&o->buf[i], &bits, 4);
+        memcpy(&view[i], &bits, 4);
     }
-    return RUMOR_OK;
+    if (owned) {
+        rc = o->be->copy(o->buf, view, want * sizeof(float), GOSSIP_TO_DEVICE);
+        o->h2d += want * sizeof(float);
+        free(view);
+    }
+    return rc;
 }

@@ -51,6 +51,8 @@ void train_cpu_pass(const struct train_net *net,
 
 /* --- CUDA backend (train/workload_cuda.cu; the stub answers ENOTSUP) --- */
 
+struct gossip_backend_i; /* gossip/backend.h */
+
 typedef struct train_cuda train_cuda;
 
 /* Device buffers for batches of up to max_batch rows of net. ENOTSUP
@@ -71,6 +73,52 @@ rumor_err train_cuda_pass(train_cuda *cu,
                           const struct rumor_model *grad,
                           double *loss_sum,
                           size_t *correct);
+
+/* --- the optimizer on a compute backend (train/optim.c) --- */
+
+/* rumor_optim_new whose momentum buffer and scratch live in be's memory:
+ * rumor_optim_step then takes parameters and gradients in that memory and
+ * copies nothing; rumor_optim_save / _load cross through a host copy
+ * (counted). rumor_optim_new is this on gossip_backend_host. */
+rumor_err train_optim_new_in(const struct rumor_optim_opts *opts,
+                             const struct rumor_model *params,
+                             const struct gossip_backend_i *be,
+                             rumor_optim **out);
+
+/* Bytes the optimizer's state copied to (h2d) and from (d2h) its
+ * backend's memory; 0 on the host. */
+void train_optim_pcie(const rumor_optim *o, uint64_t *h2d, uint64_t *d2h);
+
+/* The same on a model already in device memory (params and grad point
+ * there, tensors in the workload's order): only the batch is copied up,
+ * the loss and the count down. */
+rumor_err train_cuda_pass_resident(train_cuda *cu,
+                                   const struct rumor_model *params,
+                                   const float *x,
+                                   const int32_t *y,
+                                   const float *t,
+                                   size_t b,
+                                   size_t denom,
+                                   const struct rumor_model *grad,
+                                   double *loss_sum,
+                                   size_t *correct);
+
+/* Moves w's parameters into be's memory (issue #31): rumor_workload_model
+ * then hands out tensors there, rumor_workload_grad takes a gradient
+ * there (allocate it with be) and rumor_workload_eval reads parameters
+ * there, and a pass copies only the batch up and its loss down. On CUDA
+ * the pass is train_cuda_pass_resident; on a device that is not CUDA
+ * (gossip_backend_ref, the tests' device) the CPU pass reads its memory,
+ * which is host memory, in place. RUMOR_ENOTSUP when be is CUDA and w
+ * computes on the CPU or the other way round, RUMOR_EINVAL when w was
+ * placed already or be is host memory. */
+rumor_err train_workload_place(rumor_workload *w,
+                               const struct gossip_backend_i *be);
+
+/* Bytes copied into w's device memory (the parameters when placed, then
+ * every pass's batch) and out of it (every pass's loss and count); both 0
+ * while the model is in host memory. */
+void train_workload_pcie(const rumor_workload *w, uint64_t *h2d, uint64_t *d2h);
 
 /* --- for the tests (tests/unit/test_train.c, test_dataset_gz.c) --- */
 

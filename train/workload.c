@@ -19,11 +19,13 @@
  * straddle epochs).
  *
  * Compute: train_cpu_pass (OpenBLAS) or, when want_cuda and a GPU is
- * usable, train_cuda_pass (cuBLAS); the model itself stays in host memory,
- * where gossip and the optimizer work on it.
+ * usable, train_cuda_pass (cuBLAS); the model stays in host memory, where
+ * gossip and the optimizer work on it, unless train_workload_place moved
+ * it into a device's (then train_cuda_pass_resident).
  */
 #include "rumor/train.h"
 
+#include "gossip/backend.h"
 #include "train/train_impl.h"
 
 #include <assert.h>
@@ -45,8 +47,11 @@ struct rumor_workload {
     struct rumor_dataset *test;  /* held-out split */
     struct rumor_tensor tensors[2 * TRAIN_MAX_LAYERS];
     struct rumor_model model;
-    float *params;               /* one block for all tensors */
-    struct rumor_model *optimum; /* lsq W*, or NULL */
+    float *params;                     /* one block for all tensors */
+    size_t floats;                     /* in params */
+    const struct gossip_backend_i *be; /* params' memory; NULL: host */
+    uint64_t h2d, d2h;                 /* bytes copied to / from be */
+    struct rumor_model *optimum;       /* lsq W*, or NULL */
     rumor_device device;
     train_cuda *cuda; /* when device is CUDA */
     size_t rows_max;  /* rows per pass (batch buffers) */
@@ -352,6 +357,7 @@ s_build_model(rumor_workload *w)
             floats += o;
         }
     }
+    w->floats = floats;
     w->params = calloc(floats, sizeof *w->params);
     if (w->params == NULL)
         return RUMOR_ENOMEM;
@@ -505,7 +511,10 @@ rumor_workload_destroy(rumor_workload **self_p)
     rumor_dataset_destroy(&w->train);
     rumor_dataset_destroy(&w->test);
     rumor_model_free(&w->optimum);
-    free(w->params);
+    if (w->be != NULL)
+        w->be->release(w->params);
+    else
+        free(w->params);
     free(w->xb);
     free(w->yb);
     free(w->tb);
@@ -522,6 +531,41 @@ rumor_workload_model(rumor_workload *w)
 {
     assert(w != NULL);
     return &w->model;
+}
+
+rumor_err
+train_workload_place(rumor_workload *w, const struct gossip_backend_i *be)
+{
+    assert(w != NULL);
+    assert(be != NULL);
+    if (w->be != NULL || be->host_memory)
+        return RUMOR_EINVAL;
+    if (be->cuda != (w->device == RUMOR_DEVICE_CUDA))
+        return RUMOR_ENOTSUP;
+    size_t bytes = w->floats * sizeof *w->params;
+    float *d = NULL;
+    rumor_err rc = be->alloc(bytes, (void **)&d);
+    if (rc == RUMOR_OK)
+        rc = be->copy(d, w->params, bytes, GOSSIP_TO_DEVICE);
+    if (rc != RUMOR_OK) {
+        be->release(d);
+        return rc;
+    }
+    w->h2d += bytes;
+    for (size_t i = 0; i < w->model.count; i++)
+        w->tensors[i].data = d + (w->tensors[i].data - w->params);
+    free(w->params);
+    w->params = d;
+    w->be = be;
+    return RUMOR_OK;
+}
+
+void
+train_workload_pcie(const rumor_workload *w, uint64_t *h2d, uint64_t *d2h)
+{
+    assert(w != NULL);
+    *h2d = w->h2d;
+    *d2h = w->d2h;
 }
 
 rumor_device
@@ -600,6 +644,27 @@ s_pass(rumor_workload *w,
        double *loss_sum,
        size_t *correct)
 {
+    if (w->be != NULL) {
+        /* what a resident pass copies: the batch up, loss and count down
+         * (on the ref device the CPU pass below reads the batch where it
+         * is, and the count stands for the CUDA pass's copies) */
+        size_t k = w->net.width[w->net.layers];
+        w->h2d += b * w->net.width[0] * sizeof *w->xb +
+                  (w->net.kind == RUMOR_WORKLOAD_LSQ ? b * k * sizeof *w->tb
+                                                     : b * sizeof *w->yb);
+        w->d2h += sizeof(double) + sizeof(unsigned long long);
+    }
+    if (w->device == RUMOR_DEVICE_CUDA && w->be != NULL)
+        return train_cuda_pass_resident(w->cuda,
+                                        params,
+                                        w->xb,
+                                        w->yb,
+                                        w->tb,
+                                        b,
+                                        denom,
+                                        grad,
+                                        loss_sum,
+                                        correct);
     if (w->device == RUMOR_DEVICE_CUDA)
         return train_cuda_pass(w->cuda,
                                params,

@@ -1,12 +1,12 @@
 // train/workload_cuda.cu: the CUDA forward and backward pass of the
 // built-in workloads, the same contract as train_cpu_pass (workload_cpu.c).
 //
-// The model stays in host memory (gossip and the optimizer work there), so
-// each pass copies the parameters and the batch to the device, runs the
-// layers, and copies the gradients back. For the small models of the
-// built-in workloads the copies are of the order of the compute; a
-// device-resident model is the next step when a workload is large enough
-// to need it, and would change only this file.
+// Two modes over one pass (s_run): train_cuda_pass takes a model in host
+// memory, so it copies the parameters and the batch to the device, runs
+// the layers, and copies the gradients back; train_cuda_pass_resident
+// takes parameters and gradients already in device memory
+// (train_workload_place), so only the batch goes up and the loss and
+// count come down.
 //
 // Products are cuBLAS SGEMMs: a row-major [rows, cols] matrix is cuBLAS's
 // column-major [cols, rows] matrix, so forward Z^T = W A^T, dW^T = A^T dZ
@@ -207,58 +207,37 @@ train_cuda_destroy(train_cuda **self_p)
     *self_p = NULL;
 }
 
-extern "C" rumor_err
-train_cuda_pass(train_cuda *cu,
-                const struct rumor_model *params,
-                const float *x,
-                const int32_t *y,
-                const float *t,
-                size_t b,
-                size_t denom,
-                const struct rumor_model *grad,
-                double *loss_sum,
-                size_t *correct)
-{
-    rumor_err rc = RUMOR_OK;
-    const struct train_net *net = &cu->net;
-    size_t step = net->bias ? 2 : 1;
-    size_t k = net->width[net->layers];
-    const float one = 1.0f, zero = 0.0f;
-    const float *act[TRAIN_MAX_LAYERS + 1];
+// Where each layer's tensors are for one pass: the device copies of a
+// staged pass, or the caller's device tensors.
+struct s_layers {
     const float *w[TRAIN_MAX_LAYERS];
     const float *bias[TRAIN_MAX_LAYERS];
     float *gw[TRAIN_MAX_LAYERS];
     float *gb[TRAIN_MAX_LAYERS];
+    bool grad;
+};
+
+// The pass on device tensors: uploads the batch, runs the layers (and the
+// backward pass when L->grad), downloads the loss and the count.
+static rumor_err
+s_run(train_cuda *cu,
+      const struct s_layers *L,
+      const float *x,
+      const int32_t *y,
+      const float *t,
+      size_t b,
+      size_t denom,
+      double *loss_sum,
+      size_t *correct)
+{
+    rumor_err rc = RUMOR_OK;
+    const struct train_net *net = &cu->net;
+    size_t k = net->width[net->layers];
+    const float one = 1.0f, zero = 0.0f;
+    const float *act[TRAIN_MAX_LAYERS + 1];
     float *s = cu->act, *dz = NULL;
     double h_loss = 0;
     unsigned long long h_correct = 0;
-    size_t off = 0;
-    if (b > cu->max_batch)
-        return RUMOR_EINVAL;
-    for (size_t l = 0; l < net->layers; l++) {
-        size_t o = net->width[l + 1], in = net->width[l];
-        const struct rumor_tensor *tw = &params->tensors[l * step];
-        CUDA_TRY(cudaMemcpy(cu->params + off,
-                            tw->data,
-                            o * in * sizeof(float),
-                            cudaMemcpyHostToDevice),
-                 done);
-        w[l] = cu->params + off;
-        gw[l] = cu->grads + off;
-        off += o * in;
-        bias[l] = NULL;
-        gb[l] = NULL;
-        if (net->bias) {
-            CUDA_TRY(cudaMemcpy(cu->params + off,
-                                params->tensors[l * step + 1].data,
-                                o * sizeof(float),
-                                cudaMemcpyHostToDevice),
-                     done);
-            bias[l] = cu->params + off;
-            gb[l] = cu->grads + off;
-            off += o;
-        }
-    }
     CUDA_TRY(cudaMemcpy(cu->x,
                         x,
                         b * net->width[0] * sizeof(float),
@@ -285,7 +264,7 @@ train_cuda_pass(train_cuda *cu,
                                (int)b,
                                (int)in,
                                &one,
-                               w[l],
+                               L->w[l],
                                (int)in,
                                act[l],
                                (int)in,
@@ -294,7 +273,7 @@ train_cuda_pass(train_cuda *cu,
                                (int)o),
                    done);
         k_bias_act<<<s_blocks(b * o), THREADS>>>(z,
-                                                 bias[l],
+                                                 L->bias[l],
                                                  b,
                                                  o,
                                                  l + 1 < net->layers);
@@ -312,60 +291,48 @@ train_cuda_pass(train_cuda *cu,
                                      cu->loss,
                                      cu->correct);
     CUDA_TRY(cudaGetLastError(), done);
-    if (grad != NULL) {
-        for (size_t l = net->layers; l-- > 0;) {
-            size_t o = net->width[l + 1], in = net->width[l];
-            CUBLAS_TRY(cublasSgemm(cu->blas,
-                                   CUBLAS_OP_N,
-                                   CUBLAS_OP_T,
-                                   (int)in,
-                                   (int)o,
-                                   (int)b,
-                                   &one,
-                                   act[l],
-                                   (int)in,
-                                   dz,
-                                   (int)o,
-                                   &zero,
-                                   gw[l],
-                                   (int)in),
-                       done);
-            if (gb[l] != NULL) {
-                k_bias_grad<<<s_blocks(o), THREADS>>>(dz, gb[l], b, o);
-                CUDA_TRY(cudaGetLastError(), done);
-            }
-            if (l == 0)
-                break;
-            float *da = dz == cu->ping ? cu->pong : cu->ping;
-            CUBLAS_TRY(cublasSgemm(cu->blas,
-                                   CUBLAS_OP_N,
-                                   CUBLAS_OP_N,
-                                   (int)in,
-                                   (int)b,
-                                   (int)o,
-                                   &one,
-                                   w[l],
-                                   (int)in,
-                                   dz,
-                                   (int)o,
-                                   &zero,
-                                   da,
-                                   (int)in),
-                       done);
-            k_relu_mask<<<s_blocks(b * in), THREADS>>>(da, act[l], b * in);
+    for (size_t l = net->layers; L->grad && l-- > 0;) {
+        size_t o = net->width[l + 1], in = net->width[l];
+        CUBLAS_TRY(cublasSgemm(cu->blas,
+                               CUBLAS_OP_N,
+                               CUBLAS_OP_T,
+                               (int)in,
+                               (int)o,
+                               (int)b,
+                               &one,
+                               act[l],
+                               (int)in,
+                               dz,
+                               (int)o,
+                               &zero,
+                               L->gw[l],
+                               (int)in),
+                   done);
+        if (L->gb[l] != NULL) {
+            k_bias_grad<<<s_blocks(o), THREADS>>>(dz, L->gb[l], b, o);
             CUDA_TRY(cudaGetLastError(), done);
-            dz = da;
         }
-        off = 0;
-        for (size_t i = 0; i < grad->count; i++) {
-            size_t n = rumor_tensor_numel(&grad->tensors[i]);
-            CUDA_TRY(cudaMemcpy(grad->tensors[i].data,
-                                cu->grads + off,
-                                n * sizeof(float),
-                                cudaMemcpyDeviceToHost),
-                     done);
-            off += n;
-        }
+        if (l == 0)
+            break;
+        float *da = dz == cu->ping ? cu->pong : cu->ping;
+        CUBLAS_TRY(cublasSgemm(cu->blas,
+                               CUBLAS_OP_N,
+                               CUBLAS_OP_N,
+                               (int)in,
+                               (int)b,
+                               (int)o,
+                               &one,
+                               L->w[l],
+                               (int)in,
+                               dz,
+                               (int)o,
+                               &zero,
+                               da,
+                               (int)in),
+                   done);
+        k_relu_mask<<<s_blocks(b * in), THREADS>>>(da, act[l], b * in);
+        CUDA_TRY(cudaGetLastError(), done);
+        dz = da;
     }
     CUDA_TRY(
         cudaMemcpy(&h_loss, cu->loss, sizeof h_loss, cudaMemcpyDeviceToHost),
@@ -379,4 +346,88 @@ train_cuda_pass(train_cuda *cu,
     *correct += (size_t)h_correct;
 done:
     return rc;
+}
+
+extern "C" rumor_err
+train_cuda_pass(train_cuda *cu,
+                const struct rumor_model *params,
+                const float *x,
+                const int32_t *y,
+                const float *t,
+                size_t b,
+                size_t denom,
+                const struct rumor_model *grad,
+                double *loss_sum,
+                size_t *correct)
+{
+    rumor_err rc = RUMOR_OK;
+    const struct train_net *net = &cu->net;
+    size_t step = net->bias ? 2 : 1, off = 0;
+    struct s_layers L = {};
+    if (b > cu->max_batch)
+        return RUMOR_EINVAL;
+    L.grad = grad != NULL;
+    for (size_t l = 0; l < net->layers; l++) {
+        size_t o = net->width[l + 1], in = net->width[l];
+        CUDA_TRY(cudaMemcpy(cu->params + off,
+                            params->tensors[l * step].data,
+                            o * in * sizeof(float),
+                            cudaMemcpyHostToDevice),
+                 done);
+        L.w[l] = cu->params + off;
+        L.gw[l] = cu->grads + off;
+        off += o * in;
+        if (net->bias) {
+            CUDA_TRY(cudaMemcpy(cu->params + off,
+                                params->tensors[l * step + 1].data,
+                                o * sizeof(float),
+                                cudaMemcpyHostToDevice),
+                     done);
+            L.bias[l] = cu->params + off;
+            L.gb[l] = cu->grads + off;
+            off += o;
+        }
+    }
+    rc = s_run(cu, &L, x, y, t, b, denom, loss_sum, correct);
+    off = 0;
+    for (size_t i = 0; rc == RUMOR_OK && grad != NULL && i < grad->count; i++) {
+        size_t n = rumor_tensor_numel(&grad->tensors[i]);
+        CUDA_TRY(cudaMemcpy(grad->tensors[i].data,
+                            cu->grads + off,
+                            n * sizeof(float),
+                            cudaMemcpyDeviceToHost),
+                 done);
+        off += n;
+    }
+done:
+    return rc;
+}
+
+extern "C" rumor_err
+train_cuda_pass_resident(train_cuda *cu,
+                         const struct rumor_model *params,
+                         const float *x,
+                         const int32_t *y,
+                         const float *t,
+                         size_t b,
+                         size_t denom,
+                         const struct rumor_model *grad,
+                         double *loss_sum,
+                         size_t *correct)
+{
+    const struct train_net *net = &cu->net;
+    size_t step = net->bias ? 2 : 1;
+    struct s_layers L = {};
+    if (b > cu->max_batch)
+        return RUMOR_EINVAL;
+    L.grad = grad != NULL;
+    for (size_t l = 0; l < net->layers; l++) {
+        L.w[l] = params->tensors[l * step].data;
+        L.gw[l] = grad != NULL ? grad->tensors[l * step].data : NULL;
+        if (net->bias) {
+            L.bias[l] = params->tensors[l * step + 1].data;
+            L.gb[l] = grad != NULL ? grad->tensors[l * step + 1].data : NULL;
+        }
+    }
+    return s_run(cu, &L, x, y, t, b, denom, loss_sum, correct);
 }

@@ -44,3 +44,27 @@ train_cuda_pass(train_cuda *cu,
     (void)correct;
     return RUMOR_ENOTSUP;
 }
+
+rumor_err
+train_cuda_pass_resident(train_cuda *cu,
+                         const struct rumor_model *params,
+                         const float *x,
+                         const int32_t *y,
+                         const float *t,
+                         size_t b,
+                         size_t denom,
+                         const struct rumor_model *grad,
+                         double *loss_sum,
+                         size_t *correct)
+{
+    return train_cuda_pass(cu,
+                           params,
+                           x,
+                           y,
+                           t,
+                           b,
+                           denom,
+                           grad,
+                           loss_sum,
+                           correct);
+}

@@ -10,6 +10,7 @@
 
 #include "rumor/train.h"
 
+#include "gossip/backend.h"
 #include "train/train_impl.h"
 
 #include <math.h>
@@ -1099,6 +1100,299 @@ test_optim__state_saved_and_loaded__continues_identically(void **state)
     rumor_optim_destroy(&b);
 }
 
+/* The textbook loops of torch.optim.SGD (the optimizer's code before it
+ * went through the backend table), the independent reference below. */
+static void
+s_textbook_step(rumor_optim_kind kind,
+                float lr,
+                float wd,
+                float mu,
+                float *p,
+                const float *g,
+                float *b,
+                size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] + wd * p[i];
+        if (kind == RUMOR_OPTIM_SGD) {
+            p[i] -= lr * gi;
+            continue;
+        }
+        b[i] = mu * b[i] + gi;
+        p[i] -= lr * (kind == RUMOR_OPTIM_NESTEROV ? gi + mu * b[i] : b[i]);
+    }
+}
+
+#define S_OPT_N 3
+static const size_t s_opt_numel[S_OPT_N] = {300, 17, 1000};
+
+static void
+s_normals(struct rumor_rng *rng, float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)rumor_rng_normal(rng);
+}
+
+/* Six steps (warm-up and a decay inside) of every kind with the
+ * optimizer's vectors in be's memory, against the textbook loops on the
+ * host: bit-equal, nothing copied by a step, the state's host copy
+ * counted at save and loaded into a host optimizer that continues
+ * identically. */
+static void
+s_optim_on_backend(const struct gossip_backend_i *be)
+{
+    enum { STEPS = 6, TOTAL = 1317 };
+    for (int kind = RUMOR_OPTIM_SGD; kind <= RUMOR_OPTIM_NESTEROV; kind++) {
+        float want[TOTAL], mom[TOTAL] = {0}, got[TOTAL], grad[TOTAL];
+        float *dp = NULL, *dg = NULL;
+        struct rumor_rng rng;
+        rumor_rng_init(&rng, 7, (uint64_t)kind);
+        s_normals(&rng, want, TOTAL);
+        assert_int_equal(be->alloc(sizeof want, (void **)&dp), RUMOR_OK);
+        assert_int_equal(be->alloc(sizeof want, (void **)&dg), RUMOR_OK);
+        assert_int_equal(be->copy(dp, want, sizeof want, GOSSIP_TO_DEVICE),
+                         RUMOR_OK);
+        struct rumor_tensor tp[S_OPT_N], tg[S_OPT_N];
+        size_t off = 0;
+        for (size_t t = 0; t < S_OPT_N; t++) {
+            tp[t] = (struct rumor_tensor){dp + off, 1, {s_opt_numel[t]}};
+            tg[t] = (struct rumor_tensor){dg + off, 1, {s_opt_numel[t]}};
+            off += s_opt_numel[t];
+        }
+        struct rumor_model mp = {tp, S_OPT_N}, mg = {tg, S_OPT_N};
+        struct rumor_optim_opts o;
+        rumor_optim_opts_default(&o);
+        o.kind = (rumor_optim_kind)kind;
+        o.lr = 0.05;
+        o.weight_decay = 1e-3;
+        o.momentum = 0.9;
+        o.warmup_steps = 3;
+        o.decay_every = 4;
+        o.decay_factor = 0.5;
+        rumor_optim *opt = NULL;
+        assert_int_equal(train_optim_new_in(&o, &mp, be, &opt), RUMOR_OK);
+        for (uint64_t s = 0; s < STEPS; s++) {
+            s_normals(&rng, grad, TOTAL);
+            assert_int_equal(be->copy(dg, grad, sizeof grad, GOSSIP_TO_DEVICE),
+                             RUMOR_OK);
+            assert_int_equal(rumor_optim_step(opt, s, &mp, &mg), RUMOR_OK);
+            s_textbook_step(o.kind,
+                            (float)rumor_optim_lr(opt, s),
+                            (float)o.weight_decay,
+                            (float)o.momentum,
+                            want,
+                            grad,
+                            mom,
+                            TOTAL);
+        }
+        assert_int_equal(be->copy(got, dp, sizeof got, GOSSIP_TO_HOST),
+                         RUMOR_OK);
+        assert_memory_equal(got, want, sizeof got);
+        uint64_t h2d = 1, d2h = 1;
+        train_optim_pcie(opt, &h2d, &d2h);
+        assert_int_equal(h2d, 0);
+        assert_int_equal(d2h, 0);
+        /* the state through its host copy into a host optimizer */
+        uint8_t bytes[24 + TOTAL * 4];
+        size_t len = 0;
+        assert_int_equal(rumor_optim_save(opt, bytes, sizeof bytes, &len),
+                         RUMOR_OK);
+        train_optim_pcie(opt, &h2d, &d2h);
+        size_t state = kind == RUMOR_OPTIM_SGD ? 0 : sizeof mom;
+        assert_int_equal(d2h, be->host_memory ? 0 : state);
+        assert_int_equal(len, 24 + state);
+        if (state > 0)
+            assert_memory_equal(bytes + 24, mom, state);
+        struct rumor_tensor th = {got, 1, {TOTAL}}, tgh = {grad, 1, {TOTAL}};
+        struct rumor_model mh = {&th, 1}, mgh = {&tgh, 1};
+        struct rumor_optim_opts flat = o;
+        rumor_optim *host = NULL;
+        assert_int_equal(rumor_optim_new(&flat, &mh, &host), RUMOR_OK);
+        assert_int_equal(rumor_optim_load(host, bytes, len), RUMOR_OK);
+        assert_int_equal(rumor_optim_step(host, STEPS, &mh, &mgh), RUMOR_OK);
+        s_textbook_step(o.kind,
+                        (float)rumor_optim_lr(opt, STEPS),
+                        (float)o.weight_decay,
+                        (float)o.momentum,
+                        want,
+                        grad,
+                        mom,
+                        TOTAL);
+        assert_memory_equal(got, want, sizeof got);
+        /* and back into the device optimizer: its copy in is counted */
+        assert_int_equal(rumor_optim_load(opt, bytes, len), RUMOR_OK);
+        train_optim_pcie(opt, &h2d, &d2h);
+        assert_int_equal(h2d, be->host_memory ? 0 : state);
+        rumor_optim_destroy(&host);
+        rumor_optim_destroy(&opt);
+        be->release(dp);
+        be->release(dg);
+    }
+}
+
+static void
+test_optim__on_the_reference_device__bit_equal_to_textbook(void **state)
+{
+    (void)state;
+    s_optim_on_backend(&gossip_backend_host);
+    s_optim_on_backend(&gossip_backend_ref);
+}
+
+/* The same on CUDA memory (add_scaled's kernel, _rn intrinsics); skips
+ * with the runtime's reason without a GPU. */
+static void
+test_optim__on_cuda__bit_equal_to_textbook(void **state)
+{
+    (void)state;
+    const struct gossip_backend_i *cuda = NULL;
+    const char *why = NULL;
+    if (gossip_backend_cuda(&cuda, &why) != RUMOR_OK) {
+        printf("skipped: %s\n", why);
+        skip();
+    }
+    s_optim_on_backend(cuda);
+}
+
+/* A model of src's shapes in be's memory, zeroed; its tensors in t. */
+static void
+s_model_in(const struct gossip_backend_i *be,
+           const struct rumor_model *src,
+           struct rumor_tensor *t,
+           struct rumor_model *out)
+{
+    for (size_t i = 0; i < src->count; i++) {
+        t[i] = src->tensors[i];
+        assert_int_equal(be->alloc(rumor_tensor_numel(&t[i]) * sizeof(float),
+                                   (void **)&t[i].data),
+                         RUMOR_OK);
+    }
+    *out = (struct rumor_model){t, src->count};
+}
+
+/* The model of w in host memory: its own, or a copy out of be's. */
+static void
+s_model_bytes(const struct gossip_backend_i *be,
+              const struct rumor_model *m,
+              float *out)
+{
+    for (size_t i = 0; i < m->count; i++) {
+        size_t n = rumor_tensor_numel(&m->tensors[i]);
+        assert_int_equal(
+            be->copy(out,
+                     m->tensors[i].data,
+                     n * sizeof(float),
+                     be->host_memory ? GOSSIP_ON_DEVICE : GOSSIP_TO_HOST),
+            RUMOR_OK);
+        out += n;
+    }
+}
+
+/* The steps of `rumor node` without the exchange (gradient, optimizer,
+ * held-out evaluation) with the model, the gradient and the optimizer's
+ * state in be's memory, against the same on the host: the models bit for
+ * bit (compute: CPU for a device without CUDA, else CUDA on both sides),
+ * and only the batches, the losses and the one placement cross. */
+static void
+s_resident_steps(const struct gossip_backend_i *be, bool cuda)
+{
+    enum { STEPS = 15, BATCH = 32, FEATURES = 64 };
+    struct rumor_workload_opts o;
+    rumor_workload_opts_default(&o);
+    o.kind = RUMOR_WORKLOAD_MLP;
+    o.batch = BATCH;
+    o.want_cuda = cuda;
+    rumor_workload *host = NULL, *dev = NULL;
+    assert_int_equal(rumor_workload_new(&o, &host, NULL), RUMOR_OK);
+    assert_int_equal(rumor_workload_new(&o, &dev, NULL), RUMOR_OK);
+    assert_int_equal(train_workload_place(host, &gossip_backend_host),
+                     RUMOR_EINVAL);
+    assert_int_equal(train_workload_place(dev, be), RUMOR_OK);
+    assert_int_equal(train_workload_place(dev, be), RUMOR_EINVAL);
+    struct rumor_model *mh = rumor_workload_model(host);
+    struct rumor_model *md = rumor_workload_model(dev);
+    struct rumor_model *gh = NULL, gd;
+    struct rumor_tensor gt[2 * RUMOR_WORKLOAD_MAX_HIDDEN + 2];
+    assert_int_equal(rumor_model_clone(mh, &gh), RUMOR_OK);
+    s_model_in(be, mh, gt, &gd);
+    struct rumor_optim_opts oo;
+    rumor_optim_opts_default(&oo);
+    oo.kind = RUMOR_OPTIM_NESTEROV;
+    oo.weight_decay = 1e-4;
+    rumor_optim *ph = NULL, *pd = NULL;
+    assert_int_equal(rumor_optim_new(&oo, mh, &ph), RUMOR_OK);
+    assert_int_equal(train_optim_new_in(&oo, md, be, &pd), RUMOR_OK);
+    size_t floats = 0;
+    for (size_t i = 0; i < mh->count; i++)
+        floats += rumor_tensor_numel(&mh->tensors[i]);
+    for (uint64_t t = 0; t < STEPS; t++) {
+        double lh = 0, ld = 0;
+        assert_int_equal(rumor_workload_grad(host, t, gh, &lh), RUMOR_OK);
+        assert_int_equal(rumor_workload_grad(dev, t, &gd, &ld), RUMOR_OK);
+        if (cuda) /* the loss is summed with atomics */
+            assert_true(fabs(lh - ld) <= 1e-6 * fabs(lh));
+        else
+            assert_true(lh == ld);
+        assert_int_equal(rumor_optim_step(ph, t, mh, gh), RUMOR_OK);
+        assert_int_equal(rumor_optim_step(pd, t, md, &gd), RUMOR_OK);
+    }
+    struct rumor_eval eh, ed;
+    assert_int_equal(rumor_workload_eval(host, NULL, RUMOR_EVAL_TEST, &eh),
+                     RUMOR_OK);
+    assert_int_equal(rumor_workload_eval(dev, NULL, RUMOR_EVAL_TEST, &ed),
+                     RUMOR_OK);
+    assert_true(eh.accuracy == ed.accuracy);
+    float *a = malloc(floats * sizeof *a), *b = malloc(floats * sizeof *b);
+    assert_non_null(a);
+    assert_non_null(b);
+    s_model_bytes(&gossip_backend_host, mh, a);
+    s_model_bytes(be, md, b);
+    assert_memory_equal(a, b, floats * sizeof *a);
+    /* PCIe: the parameters once, then per pass the batch (64 features and
+     * a label a row) up and a loss and a count down; the optimizer none */
+    size_t eval_passes = (eh.n + 255) / 256; /* EVAL_CHUNK rows */
+    uint64_t h2d = 0, d2h = 0;
+    train_workload_pcie(dev, &h2d, &d2h);
+    assert_int_equal(h2d,
+                     floats * 4 + STEPS * BATCH * (FEATURES + 1) * 4 +
+                         eh.n * (FEATURES + 1) * 4);
+    assert_int_equal(d2h, (STEPS + eval_passes) * 16);
+    train_workload_pcie(host, &h2d, &d2h);
+    assert_int_equal(h2d + d2h, 0);
+    train_optim_pcie(pd, &h2d, &d2h);
+    assert_int_equal(h2d + d2h, 0);
+    free(a);
+    free(b);
+    for (size_t i = 0; i < gd.count; i++)
+        be->release(gd.tensors[i].data);
+    rumor_model_free(&gh);
+    rumor_optim_destroy(&ph);
+    rumor_optim_destroy(&pd);
+    rumor_workload_destroy(&host);
+    rumor_workload_destroy(&dev);
+}
+
+static void
+test_resident__ref_device_steps__bit_equal_to_host(void **state)
+{
+    (void)state;
+    s_resident_steps(&gossip_backend_ref, false);
+}
+
+/* CUDA resident against CUDA staged (the same kernels): never run on a
+ * GPU; skips with the runtime's reason without one. */
+static void
+test_resident__cuda_steps__bit_equal_to_staged(void **state)
+{
+    (void)state;
+    const struct gossip_backend_i *cuda = NULL;
+    const char *why = NULL;
+    if (gossip_backend_cuda(&cuda, &why) != RUMOR_OK) {
+        printf("skipped: %s\n", why);
+        skip();
+    }
+    s_resident_steps(cuda, true);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -1131,6 +1425,11 @@ main(int argc, char **argv)
         cmocka_unit_test(test_optim__warmup_and_step_decay__schedule),
         cmocka_unit_test(
             test_optim__state_saved_and_loaded__continues_identically),
+        cmocka_unit_test(
+            test_optim__on_the_reference_device__bit_equal_to_textbook),
+        cmocka_unit_test(test_optim__on_cuda__bit_equal_to_textbook),
+        cmocka_unit_test(test_resident__ref_device_steps__bit_equal_to_host),
+        cmocka_unit_test(test_resident__cuda_steps__bit_equal_to_staged),
     };
     if (argc == 2)
         cmocka_set_test_filter(argv[1]);
