@@ -752,7 +752,10 @@ def section_gpu(data):
            "`tests/unit/test_gossip_device.c`) and the peer leaving float32 "
            "CUDA tensors on the GPU for every algorithm, an elastic ring's "
            "held and kept copies included "
-           "(`tests/integration/test_peer_cuda.c`)."
+           "(`tests/integration/test_peer_cuda.c`), and `rumor node --cuda` "
+           "keeping its model, optimizer and algorithm in GPU memory "
+           "(`train/workload_cuda.cu`'s resident pass, the `sgd` kernel; "
+           "`tests/integration/test_node_device.c`)."
            % (g["gpu"], g["toolchain"], g["cores"], g["date"], g["command"]),
            "", "CUDA code run on the GPU (every test that skips without one "
            "ran):", "", "| test | passed | failed | skipped |",
