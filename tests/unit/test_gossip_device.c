@@ -1827,6 +1827,7 @@ struct s_hands {
     size_t n;
     struct rumor_gossip_msg m[S_HANDS];
     uint64_t d2h[S_HANDS]; /* copied to the host when m[k] was handed */
+    size_t made[S_HANDS];  /* messages the instance had made by then */
 };
 
 static void
@@ -1836,6 +1837,7 @@ s_hand(void *arg, const struct rumor_gossip_msg *m)
     assert_true(h->n < S_HANDS);
     uint64_t h2d = 0;
     rumor_gossip_pcie_bytes(h->g, &h2d, &h->d2h[h->n]);
+    h->made[h->n] = h->g->out_count;
     h->m[h->n++] = *m;
 }
 
@@ -1859,10 +1861,13 @@ s_ring_fill(struct ring *r)
 /* Node 0 on the reference device emits step 0 through emit_each: every
  * message is handed once, in order, with the host emit's bytes; per_edge
  * (an algorithm that makes a message per neighbour): each is handed
- * before the next one's payload is copied to the host, and nothing is
- * copied after the last; otherwise all are handed when the emit ends. */
+ * before the next one is made, and, copied (its payload's copy to the
+ * host is counted here; PowerGossip's edge products run on the host's
+ * low-rank backend for this device), before the next one's payload is
+ * copied, nothing being copied after the last; otherwise all are handed
+ * when the emit ends. */
 static void
-s_emit_order(const struct rumor_gossip_opts *o, bool per_edge)
+s_emit_order(const struct rumor_gossip_opts *o, bool per_edge, bool copied)
 {
     const bool dev[S_NODES] = {true, true, true, true};
     const bool host[S_NODES] = {false, false, false, false};
@@ -1895,12 +1900,13 @@ s_emit_order(const struct rumor_gossip_opts *o, bool per_edge)
     }
     assert_true(after > before); /* the payloads came from the device */
     for (size_t k = 0; k < count; k++) {
+        assert_int_equal(got.made[k], per_edge ? k + 1 : count);
         if (!per_edge)
             assert_true(got.d2h[k] == after);
-        else if (k + 1 < count)
+        else if (copied && k + 1 < count)
             assert_true(got.d2h[k] < got.d2h[k + 1]);
     }
-    if (per_edge)
+    if (per_edge && copied)
         assert_true(got.d2h[0] > before && got.d2h[count - 1] == after);
     s_ring_free(&d);
     s_ring_free(&h);
@@ -1912,9 +1918,13 @@ test_choco_hands_each_message_before_the_next_copy(void **state)
     (void)state;
     struct rumor_gossip_opts o;
     s_choco_opts(&o, "topk:ratio=0.1");
-    s_emit_order(&o, true);
+    s_emit_order(&o, true, true);
     s_choco_opts(&o, "qsgd:bits=4");
-    s_emit_order(&o, true);
+    s_emit_order(&o, true, true);
+    snprintf(o.adapt, sizeof o.adapt, "fixed"); /* adapt_choco.c */
+    o.gamma = 0.5;
+    o.comm_share = 0.3;
+    s_emit_order(&o, true, true);
 }
 
 static void
@@ -1923,7 +1933,16 @@ test_dpsgd_hands_its_messages_when_the_emit_ends(void **state)
     (void)state;
     struct rumor_gossip_opts o;
     s_dpsgd_opts(&o, 0);
-    s_emit_order(&o, false);
+    s_emit_order(&o, false, true);
+}
+
+static void
+test_powergossip_hands_each_message_before_the_next_product(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_powergossip_opts(&o, 0);
+    s_emit_order(&o, true, false);
 }
 
 int
@@ -1972,6 +1991,8 @@ main(void)
         cmocka_unit_test(test_cuda_adapt_reductions_match_host),
         cmocka_unit_test(test_choco_hands_each_message_before_the_next_copy),
         cmocka_unit_test(test_dpsgd_hands_its_messages_when_the_emit_ends),
+        cmocka_unit_test(
+            test_powergossip_hands_each_message_before_the_next_product),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
