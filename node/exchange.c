@@ -7,9 +7,10 @@
  * transport with the step's deadline (node_gossip_step); around the run,
  * the links (node_wait_links), --join (node_join) and the final flush.
  *
- * One round serves every algorithm (s_round): emit and send, receive
- * every expected sender before the deadline (node_recv), check the codec,
- * take the stop plan, absorb. It runs in one of two modes. Strict, for
+ * One round serves every algorithm (s_round): emit, sending each message
+ * as the instance makes it (rumor_gossip_emit_each), receive every
+ * expected sender before the deadline (node_recv), check the codec, take
+ * the stop plan, absorb. It runs in one of two modes. Strict, for
  * algorithms that cannot skip a neighbour: a neighbour that misses the
  * deadline, was heard from and then goes silent for the transport's down
  * time, or is refused ends the step early, logged with the peer's
