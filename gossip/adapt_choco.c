@@ -102,13 +102,16 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
     (void)round;
     struct choco_edge *s = g->state;
     struct gossip_adapt *a = g->adapt;
-    rumor_err rc = gossip_out_reserve(g, a->nlinks);
+    rumor_err rc = gossip_out_start(g, a->nlinks);
     for (size_t l = 0; l < a->nlinks && rc == RUMOR_OK; l++) {
         struct s_fill_arg fa = {s, l};
         const uint8_t *data = NULL;
         size_t len = 0;
         rc = gossip_adapt_encode(a, g, l, step, s_fill, &fa, &data, &len);
-        g->out[l] = (struct rumor_gossip_msg){a->links[l].peer, data, len};
+        if (rc == RUMOR_OK) /* sent while the next link encodes */
+            gossip_out_push(
+                g,
+                (struct rumor_gossip_msg){a->links[l].peer, data, len});
     }
     return rc;
 }

@@ -163,10 +163,10 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
 {
     (void)round;
     struct choco *s = g->state;
-    size_t peers = 0, sent = 0;
+    size_t peers = 0;
     const uint32_t *nbr =
         rumor_topology_neighbors(g->topo, 0, g->self, &peers, NULL);
-    rumor_err rc = gossip_out_reserve(g, peers);
+    rumor_err rc = gossip_out_start(g, peers);
     for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
         struct choco_edge *e = &s->edge[nbr[k]], *same = NULL;
         e->sent = !gossip_edge_busy(g, nbr[k]);
@@ -183,9 +183,11 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
         }
         rc = same == NULL ? s_encode(s, g, step, e)
                           : s_own_set(e, same->own, same->own_len);
-        g->out[sent++] = (struct rumor_gossip_msg){nbr[k], e->own, e->own_len};
+        if (rc == RUMOR_OK) /* sent while the next edge encodes */
+            gossip_out_push(
+                g,
+                (struct rumor_gossip_msg){nbr[k], e->own, e->own_len});
     }
-    g->out_count = sent;
     return rc;
 }
 

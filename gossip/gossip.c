@@ -398,6 +398,15 @@ rumor_gossip_exchanges(const rumor_gossip *g, uint64_t step)
     return g->algo->exchanges == NULL || g->algo->exchanges(g, step);
 }
 
+/* Hands the driver out[out_handed..out_count). */
+static void
+s_out_hand(rumor_gossip *g)
+{
+    for (; g->out_handed < g->out_count; g->out_handed++)
+        if (g->ready != NULL)
+            g->ready(g->ready_arg, &g->out[g->out_handed]);
+}
+
 rumor_err
 rumor_gossip_emit(rumor_gossip *g,
                   uint64_t step,
@@ -405,8 +414,26 @@ rumor_gossip_emit(rumor_gossip *g,
                   const struct rumor_gossip_msg **msgs,
                   size_t *count)
 {
+    return rumor_gossip_emit_each(g, step, round, NULL, NULL, msgs, count);
+}
+
+rumor_err
+rumor_gossip_emit_each(rumor_gossip *g,
+                       uint64_t step,
+                       uint32_t round,
+                       rumor_gossip_ready_fn ready,
+                       void *arg,
+                       const struct rumor_gossip_msg **msgs,
+                       size_t *count)
+{
     g->out_count = 0;
+    g->out_handed = 0;
+    g->ready = ready;
+    g->ready_arg = arg;
     rumor_err rc = g->algo->emit(g, step, round);
+    if (rc == RUMOR_OK) /* those the algorithm did not push */
+        s_out_hand(g);
+    g->ready = NULL;
     *msgs = g->out;
     *count = rc == RUMOR_OK ? g->out_count : 0;
     g->in_step = rc == RUMOR_OK && (round == 0 || g->in_step);
@@ -619,6 +646,21 @@ gossip_out_reserve(rumor_gossip *g, size_t count)
     }
     g->out_count = count;
     return RUMOR_OK;
+}
+
+rumor_err
+gossip_out_start(rumor_gossip *g, size_t count)
+{
+    rumor_err rc = gossip_out_reserve(g, count);
+    g->out_count = 0;
+    return rc;
+}
+
+void
+gossip_out_push(rumor_gossip *g, struct rumor_gossip_msg m)
+{
+    g->out[g->out_count++] = m;
+    s_out_hand(g);
 }
 
 rumor_err

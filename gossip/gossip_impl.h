@@ -151,6 +151,11 @@ struct rumor_gossip {
     size_t numel;                 /* total elements of the model */
     struct rumor_gossip_msg *out; /* emitted messages, out_alloc slots */
     size_t out_count, out_alloc;
+    /* rumor_gossip_emit_each's receiver, during an emit, and how many of
+     * out[] it has had */
+    rumor_gossip_ready_fn ready;
+    void *ready_arg;
+    size_t out_handed;
     void *state;                  /* the algorithm's */
     struct gossip_ledger *ledger; /* edges.c: staged terms, made on use */
     struct gossip_robust *robust; /* robust.c: the radius, made on use */
@@ -294,6 +299,15 @@ rumor_err gossip_out_to_neighbors(rumor_gossip *g,
 
 /* Makes room for count outgoing messages and sets out_count = count. */
 rumor_err gossip_out_reserve(rumor_gossip *g, size_t count);
+
+/* Makes room for count outgoing messages, none yet (out_count = 0), for
+ * gossip_out_push. */
+rumor_err gossip_out_start(rumor_gossip *g, size_t count);
+
+/* Appends m to the round's messages (room made by gossip_out_start) and
+ * hands it to the driver at once (rumor_gossip_emit_each), so that the
+ * network sends it while the next one is made. */
+void gossip_out_push(rumor_gossip *g, struct rumor_gossip_msg m);
 
 /* Finds, for each expected peer, its message in msgs: slot[k] receives the
  * message of peers[k]. RUMOR_EPROTO for an unexpected sender, a duplicate

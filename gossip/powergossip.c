@@ -289,8 +289,7 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
     size_t phase = rumor_topology_phase_at(g->topo, step), count = 0;
     const uint32_t *nbr =
         rumor_topology_neighbors(g->topo, phase, g->self, &count, NULL);
-    rumor_err rc = gossip_out_reserve(g, count);
-    size_t sent = 0;
+    rumor_err rc = gossip_out_start(g, count);
     if (rc == RUMOR_OK)
         rc = s_vectors_get(g);
     for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
@@ -310,12 +309,13 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
         p->dirty = true;
         p->open_t = t;
         memcpy(p->msg + lr, s->vec_snap, s->vec_floats * sizeof(float));
-        g->out[sent++] =
-            (struct rumor_gossip_msg){nbr[k],
-                                      (const uint8_t *)p->msg,
-                                      (lr + s->vec_floats) * sizeof(float)};
+        if (rc == RUMOR_OK) /* sent while the next edge's product runs */
+            gossip_out_push(g,
+                            (struct rumor_gossip_msg){nbr[k],
+                                                      (const uint8_t *)p->msg,
+                                                      (lr + s->vec_floats) *
+                                                          sizeof(float)});
     }
-    g->out_count = sent;
     return rc;
 }
 

@@ -7,9 +7,10 @@
  * transport with the step's deadline (node_gossip_step); around the run,
  * the links (node_wait_links), --join (node_join) and the final flush.
  *
- * One round serves every algorithm (s_round): emit and send, receive
- * every expected sender before the deadline (node_recv), check the codec,
- * take the stop plan, absorb. It runs in one of two modes. Strict, for
+ * One round serves every algorithm (s_round): emit, sending each message
+ * as the instance makes it (rumor_gossip_emit_each), receive every
+ * expected sender before the deadline (node_recv), check the codec, take
+ * the stop plan, absorb. It runs in one of two modes. Strict, for
  * algorithms that cannot skip a neighbour: a neighbour that misses the
  * deadline, was heard from and then goes silent for the transport's down
  * time, or is refused ends the step early, logged with the peer's
@@ -283,6 +284,29 @@ s_send(rumor_node *node,
     return RUMOR_OK;
 }
 
+/* A round's sends, made as the instance hands over each message
+ * (rumor_gossip_emit_each), so that the transport's I/O thread sends
+ * message k while the instance makes k + 1 (on a device: its encode and
+ * its copy to the host). The first error stops them. */
+struct s_sender {
+    rumor_node *node;
+    uint64_t step, deadline;
+    uint32_t round;
+    uint64_t ns; /* spent in s_send: waiting, not encoding */
+    rumor_err rc;
+};
+
+static void
+s_ready(void *arg, const struct rumor_gossip_msg *m)
+{
+    struct s_sender *s = arg;
+    if (s->rc != RUMOR_OK)
+        return;
+    uint64_t t0 = rumor_clock_ns();
+    s->rc = s_send(s->node, m, s->step, s->round, s->deadline);
+    s->ns += rumor_clock_ns() - t0;
+}
+
 /* Receives the message of the round's expected sender k into the inbox
  * (*got messages so far). Skipping, a sender that is down, misses the
  * deadline or sends another codec is left out (r->have[k] false). sent:
@@ -359,7 +383,8 @@ s_settle(rumor_node *node, const struct node_faults_round *r)
     return rc;
 }
 
-/* One round: emit and send, receive from every expected sender, absorb.
+/* One round: emit, each message sent as soon as it is made, receive from
+ * every expected sender, absorb.
  * Strict (no fault path: the algorithm cannot skip), a sender that fails
  * to come fails the round; skipping, the round goes on without it, its
  * term is staged (rumor_gossip_absorb_partial) and the fault path settles
@@ -375,11 +400,19 @@ s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
                                   .have = node->have,
                                   .started = t0,
                                   .deadline = deadline};
-    rumor_err rc = rumor_gossip_emit(node->g, step, round, &msgs, &count);
+    struct s_sender snd = {node, step, deadline, round, 0, RUMOR_OK};
+    rumor_err rc = rumor_gossip_emit_each(node->g,
+                                          step,
+                                          round,
+                                          s_ready,
+                                          &snd,
+                                          &msgs,
+                                          &count);
     uint64_t t1 = rumor_clock_ns();
-    node->t_gossip += (double)(t1 - t0) * 1e-9;
-    for (size_t m = 0; m < count && rc == RUMOR_OK; m++)
-        rc = s_send(node, &msgs[m], step, round, deadline);
+    node->t_gossip += (double)(t1 - t0 - snd.ns) * 1e-9;
+    node->t_wait += (double)snd.ns * 1e-9;
+    if (rc == RUMOR_OK)
+        rc = snd.rc;
     if (rc == RUMOR_OK)
         rc = rumor_gossip_expected(node->g,
                                    step,

@@ -1805,6 +1805,135 @@ test_cuda_allreduce_codec_mixed_ring(void **state)
     cuda->release(x);
 }
 
+/* --- messages handed over as they are made (rumor_gossip_emit_each) ---
+ * The node's driver queues each message to the transport when the
+ * instance hands it over; the bytes the instance had copied to the host
+ * at each handing say whether message k went before k + 1's copy. */
+#define S_HANDS 8
+
+struct s_hands {
+    const rumor_gossip *g;
+    size_t n;
+    struct rumor_gossip_msg m[S_HANDS];
+    uint64_t d2h[S_HANDS]; /* copied to the host when m[k] was handed */
+    size_t made[S_HANDS];  /* messages the instance had made by then */
+};
+
+static void
+s_hand(void *arg, const struct rumor_gossip_msg *m)
+{
+    struct s_hands *h = arg;
+    assert_true(h->n < S_HANDS);
+    uint64_t h2d = 0;
+    rumor_gossip_pcie_bytes(h->g, &h2d, &h->d2h[h->n]);
+    h->made[h->n] = h->g->out_count;
+    h->m[h->n++] = *m;
+}
+
+static void
+s_ring_fill(struct ring *r)
+{
+    float *in = malloc(r->numel * sizeof(float));
+    assert_non_null(in);
+    for (size_t i = 0; i < S_NODES; i++) {
+        for (size_t e = 0; e < r->numel; e++)
+            in[e] = s_value(i, 0, e);
+        assert_int_equal(r->mem[i]->copy(r->x[i],
+                                         in,
+                                         r->numel * sizeof(float),
+                                         GOSSIP_TO_DEVICE),
+                         RUMOR_OK);
+    }
+    free(in);
+}
+
+/* Node 0 on the reference device emits step 0 through emit_each: every
+ * message is handed once, in order, with the host emit's bytes; per_edge
+ * (an algorithm that makes a message per neighbour): each is handed
+ * before the next one is made, and, copied (its payload's copy to the
+ * host is counted here; PowerGossip's edge products run on the host's
+ * low-rank backend for this device), before the next one's payload is
+ * copied, nothing being copied after the last; otherwise all are handed
+ * when the emit ends. */
+static void
+s_emit_order(const struct rumor_gossip_opts *o, bool per_edge, bool copied)
+{
+    const bool dev[S_NODES] = {true, true, true, true};
+    const bool host[S_NODES] = {false, false, false, false};
+    struct ring d, h;
+    s_ring_new(&d, o, dev);
+    s_ring_new(&h, o, host);
+    s_ring_fill(&d);
+    s_ring_fill(&h);
+    struct s_hands got = {.g = d.g[0]};
+    uint64_t h2d = 0, before = 0, after = 0;
+    rumor_gossip_pcie_bytes(d.g[0], &h2d, &before);
+    const struct rumor_gossip_msg *msgs = NULL, *want = NULL;
+    size_t count = 0, want_count = 0;
+    assert_int_equal(
+        rumor_gossip_emit_each(d.g[0], 0, 0, s_hand, &got, &msgs, &count),
+        RUMOR_OK);
+    rumor_gossip_pcie_bytes(d.g[0], &h2d, &after);
+    assert_int_equal(count, 2); /* ring:4: two neighbours */
+    assert_int_equal(got.n, count);
+    assert_int_equal(rumor_gossip_emit(h.g[0], 0, 0, &want, &want_count),
+                     RUMOR_OK);
+    assert_int_equal(want_count, count);
+    for (size_t k = 0; k < count; k++) {
+        assert_int_equal(got.m[k].peer, msgs[k].peer);
+        assert_ptr_equal(got.m[k].data, msgs[k].data);
+        assert_int_equal(got.m[k].len, msgs[k].len);
+        assert_int_equal(msgs[k].peer, want[k].peer);
+        assert_int_equal(msgs[k].len, want[k].len);
+        assert_memory_equal(msgs[k].data, want[k].data, want[k].len);
+    }
+    assert_true(after > before); /* the payloads came from the device */
+    for (size_t k = 0; k < count; k++) {
+        assert_int_equal(got.made[k], per_edge ? k + 1 : count);
+        if (!per_edge)
+            assert_true(got.d2h[k] == after);
+        else if (copied && k + 1 < count)
+            assert_true(got.d2h[k] < got.d2h[k + 1]);
+    }
+    if (per_edge && copied)
+        assert_true(got.d2h[0] > before && got.d2h[count - 1] == after);
+    s_ring_free(&d);
+    s_ring_free(&h);
+}
+
+static void
+test_choco_hands_each_message_before_the_next_copy(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_choco_opts(&o, "topk:ratio=0.1");
+    s_emit_order(&o, true, true);
+    s_choco_opts(&o, "qsgd:bits=4");
+    s_emit_order(&o, true, true);
+    snprintf(o.adapt, sizeof o.adapt, "fixed"); /* adapt_choco.c */
+    o.gamma = 0.5;
+    o.comm_share = 0.3;
+    s_emit_order(&o, true, true);
+}
+
+static void
+test_dpsgd_hands_its_messages_when_the_emit_ends(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_dpsgd_opts(&o, 0);
+    s_emit_order(&o, false, true);
+}
+
+static void
+test_powergossip_hands_each_message_before_the_next_product(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_powergossip_opts(&o, 0);
+    s_emit_order(&o, true, false);
+}
+
 int
 main(void)
 {
@@ -1849,6 +1978,10 @@ main(void)
         cmocka_unit_test(test_cuda_moniqua_mixed_ring),
         cmocka_unit_test(test_choco_adapt_bits_equal_host),
         cmocka_unit_test(test_cuda_adapt_reductions_match_host),
+        cmocka_unit_test(test_choco_hands_each_message_before_the_next_copy),
+        cmocka_unit_test(test_dpsgd_hands_its_messages_when_the_emit_ends),
+        cmocka_unit_test(
+            test_powergossip_hands_each_message_before_the_next_product),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -79,6 +79,27 @@ RUMOR_API rumor_err rumor_gossip_emit(rumor_gossip *g,
                                       const struct rumor_gossip_msg **msgs,
                                       size_t *count);
 
+/* Receives each of a round's messages once, in the order of emit's *msgs,
+ * as soon as the instance has made it (its buffer stays valid until the
+ * next emit on the instance). */
+typedef void (*rumor_gossip_ready_fn)(void *arg,
+                                      const struct rumor_gossip_msg *m);
+
+/* rumor_gossip_emit, handing every message to ready as soon as it is
+ * made, before the next is encoded: a driver queues message k to the
+ * network while message k + 1 is encoded and, for a model in device
+ * memory, copied to the host (CHOCO, its adaptive variant and PowerGossip
+ * make a message per neighbour; the others hand theirs when the emit
+ * ends). When the emit fails, the messages made before the failure have
+ * been handed. ready may be NULL (rumor_gossip_emit). */
+RUMOR_API rumor_err rumor_gossip_emit_each(rumor_gossip *g,
+                                           uint64_t step,
+                                           uint32_t round,
+                                           rumor_gossip_ready_fn ready,
+                                           void *arg,
+                                           const struct rumor_gossip_msg **msgs,
+                                           size_t *count);
+
 /* Delivers the messages received in that round (any order). A message
  * from a node that is not expected, a duplicate, or a payload of the wrong
  * size is RUMOR_EPROTO; non-finite values are RUMOR_ENUMERIC; a missing
