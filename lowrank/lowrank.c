@@ -703,14 +703,21 @@ rumor_lowrank_psgd_q_floats(const rumor_lowrank_psgd *self)
 
 /* --- PowerSGD: the operations, one list or a shape group at a time ------- */
 
+/* Counts bytes copied between host and a device (none on a backend whose
+ * memory is the host's). */
+static void
+s_psgd_moved(rumor_lowrank_psgd *self, size_t bytes, bool to_device)
+{
+    if (!self->be.host_memory)
+        *(to_device ? &self->pcie_h2d : &self->pcie_d2h) += bytes;
+}
+
 /* Counts a step's factor copies between host and a device. */
 static void
 s_psgd_count(rumor_lowrank_psgd *self, bool want_p, bool to_device)
 {
-    if (self->be.host_memory)
-        return;
-    size_t bytes = (want_p ? self->p_floats : self->q_floats) * sizeof(float);
-    *(to_device ? &self->pcie_h2d : &self->pcie_d2h) += bytes;
+    size_t floats = want_p ? self->p_floats : self->q_floats;
+    s_psgd_moved(self, floats * sizeof(float), to_device);
 }
 
 void
@@ -1277,7 +1284,7 @@ rumor_lowrank_psgd_end(rumor_lowrank_psgd *self, float *const *out)
 }
 
 rumor_err
-rumor_lowrank_psgd_q_get(const rumor_lowrank_psgd *self, float *q)
+rumor_lowrank_psgd_q_get(rumor_lowrank_psgd *self, float *q)
 {
     if (!self->have_q || q == NULL)
         return RUMOR_EINVAL;
@@ -1290,6 +1297,7 @@ rumor_lowrank_psgd_q_get(const rumor_lowrank_psgd *self, float *q)
         if (rc != RUMOR_OK)
             return rc;
     }
+    s_psgd_count(self, false, false);
     return RUMOR_OK;
 }
 
@@ -1310,6 +1318,7 @@ rumor_lowrank_psgd_q_set(rumor_lowrank_psgd *self, const float *q)
         if (rc != RUMOR_OK)
             return rc;
     }
+    s_psgd_count(self, false, true);
     self->have_q = true;
     return RUMOR_OK;
 }
@@ -1336,7 +1345,7 @@ rumor_lowrank_psgd_p_floats(const rumor_lowrank_psgd *self)
 }
 
 rumor_err
-rumor_lowrank_psgd_p_get(const rumor_lowrank_psgd *self, float *p)
+rumor_lowrank_psgd_p_get(rumor_lowrank_psgd *self, float *p)
 {
     if (!self->have_q || p == NULL)
         return RUMOR_EINVAL;
@@ -1349,6 +1358,7 @@ rumor_lowrank_psgd_p_get(const rumor_lowrank_psgd *self, float *p)
         if (rc != RUMOR_OK)
             return rc;
     }
+    s_psgd_count(self, true, false);
     return RUMOR_OK;
 }
 
@@ -1369,6 +1379,7 @@ rumor_lowrank_psgd_p_set(rumor_lowrank_psgd *self, const float *p)
         if (rc != RUMOR_OK)
             return rc;
     }
+    s_psgd_count(self, true, true);
     return RUMOR_OK;
 }
 
@@ -1377,7 +1388,7 @@ rumor_lowrank_psgd_p_set(rumor_lowrank_psgd *self, const float *p)
  * own reconstruction (the operation the next step applies), then
  * downloaded; the compressor's state is left as it is. */
 static rumor_err
-s_psgd_error_pending(const rumor_lowrank_psgd *self,
+s_psgd_error_pending(rumor_lowrank_psgd *self,
                      const struct psgd_mat *mt,
                      float *out)
 {
@@ -1399,14 +1410,14 @@ s_psgd_error_pending(const rumor_lowrank_psgd *self,
                                   0);
     if (rc == RUMOR_OK)
         rc = self->be.download(self->ctx, out, tmp, bytes);
+    if (rc == RUMOR_OK)
+        s_psgd_moved(self, bytes, false);
     self->be.release(self->ctx, tmp);
     return rc;
 }
 
 rumor_err
-rumor_lowrank_psgd_error_get(const rumor_lowrank_psgd *self,
-                             size_t i,
-                             float *out)
+rumor_lowrank_psgd_error_get(rumor_lowrank_psgd *self, size_t i, float *out)
 {
     if (!rumor_lowrank_psgd_compressed(self, i) || out == NULL)
         return RUMOR_EINVAL;
@@ -1417,6 +1428,8 @@ rumor_lowrank_psgd_error_get(const rumor_lowrank_psgd *self,
         return s_psgd_error_pending(self, mt, out);
     rumor_err rc =
         self->be.download(self->ctx, out, mt->e, mt->n * mt->m * sizeof(float));
+    if (rc == RUMOR_OK)
+        s_psgd_moved(self, mt->n * mt->m * sizeof(float), false);
     /* A deferred update: the same operation the next step would apply
      * (host-memory backend, so out is the backend's memory too). */
     if (rc == RUMOR_OK && mt->deferred)
@@ -1449,6 +1462,8 @@ rumor_lowrank_psgd_error_set(rumor_lowrank_psgd *self,
             return RUMOR_ENUMERIC;
     rumor_err rc =
         self->be.upload(self->ctx, mt->e, in, mt->n * mt->m * sizeof(float));
+    if (rc == RUMOR_OK)
+        s_psgd_moved(self, mt->n * mt->m * sizeof(float), true);
     if (rc == RUMOR_OK)
         self->mats[self->mat_of[i]].deferred = false;
     return rc;

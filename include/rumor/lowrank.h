@@ -146,8 +146,11 @@ RUMOR_API void rumor_lowrank_psgd_destroy(rumor_lowrank_psgd **self_p);
 RUMOR_API rumor_device
 rumor_lowrank_psgd_device(const rumor_lowrank_psgd *self);
 
-/* Factor bytes the compressor's steps copied host -> device (*to_device)
- * and back (*to_host); 0 on a backend whose memory is the host's. */
+/* Bytes copied host -> device (*to_device) and back (*to_host): the
+ * factors of the compressor's steps and the state the _get / _set calls
+ * below read and write (Q, P, error memories); 0 on a backend whose
+ * memory is the host's. The _get calls count, so they take a mutable
+ * compressor. */
 RUMOR_API void rumor_lowrank_psgd_pcie_bytes(const rumor_lowrank_psgd *self,
                                              uint64_t *to_device,
                                              uint64_t *to_host);
@@ -205,7 +208,7 @@ RUMOR_API size_t rumor_lowrank_psgd_q_floats(const rumor_lowrank_psgd *self);
 
 /* Copies the warm-start Q factors (tensor order, each cols x r row-major)
  * to host memory q[0..q_floats). RUMOR_EINVAL when none exist yet. */
-RUMOR_API rumor_err rumor_lowrank_psgd_q_get(const rumor_lowrank_psgd *self,
+RUMOR_API rumor_err rumor_lowrank_psgd_q_get(rumor_lowrank_psgd *self,
                                              float *q);
 
 /* Replaces the warm-start Q factors with q (host, layout as _q_get), as
@@ -226,14 +229,14 @@ RUMOR_API rumor_err rumor_lowrank_psgd_q_slot(const rumor_lowrank_psgd *self,
  * each). Only the one-sided variant carries P from step to step, so only
  * its checkpoints need them. */
 RUMOR_API size_t rumor_lowrank_psgd_p_floats(const rumor_lowrank_psgd *self);
-RUMOR_API rumor_err rumor_lowrank_psgd_p_get(const rumor_lowrank_psgd *self,
+RUMOR_API rumor_err rumor_lowrank_psgd_p_get(rumor_lowrank_psgd *self,
                                              float *p);
 RUMOR_API rumor_err rumor_lowrank_psgd_p_set(rumor_lowrank_psgd *self,
                                              const float *p);
 
 /* Copies tensor i's error memory (rows x cols) to host memory out.
  * RUMOR_EINVAL when i is not compressed or no memory exists yet. */
-RUMOR_API rumor_err rumor_lowrank_psgd_error_get(const rumor_lowrank_psgd *self,
+RUMOR_API rumor_err rumor_lowrank_psgd_error_get(rumor_lowrank_psgd *self,
                                                  size_t i,
                                                  float *out);
 

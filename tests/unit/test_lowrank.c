@@ -1902,6 +1902,64 @@ test_psgd__state_saved_and_restored__continues_identically(void **state)
     }
 }
 
+/* On a backend whose memory is not the host's, the state a checkpoint
+ * reads and writes (Q, P, error memories) crosses PCIe and is counted,
+ * byte for byte, as the steps' factors are. The reference backend's
+ * memory flagged as a device's stands in for one (its copies are the
+ * copies a device would make). */
+static void
+test_psgd__state_get_and_set_on_a_device__counted_in_pcie_bytes(void **state)
+{
+    (void)state;
+    const struct rumor_lowrank_shape shapes[] = {
+        {.ndim = 2, .dims = {60, 40}},
+        {.ndim = 3, .dims = {30, 10, 4}}};
+    const size_t numel[2] = {2400, 1200}; /* 60 x 40 and 30 x 40 */
+    struct rumor_lowrank_psgd_opts o;
+    rumor_lowrank_psgd_opts_default(&o);
+    o.rank = 3;
+    o.one_sided = true; /* carries P as well */
+    struct lowrank_backend_i be;
+    void *ctx = NULL;
+    assert_int_equal(lowrank_ref_init(&be, &ctx), RUMOR_OK);
+    be.host_memory = false;
+    rumor_lowrank_psgd *c = NULL;
+    assert_int_equal(lowrank_psgd_new_on(&c, shapes, 2, &o, &be, ctx), 0);
+    for (int st = 0; st < 3; st++) {
+        float *g = s_randn(3600, 700 + (uint64_t)st);
+        s_psgd_step(c, g);
+        free(g);
+    }
+    uint64_t h2d0 = 0, d2h0 = 0, h2d = 0, d2h = 0;
+    rumor_lowrank_psgd_pcie_bytes(c, &h2d0, &d2h0);
+    assert_true(h2d0 > 0 && d2h0 > 0); /* the steps' factors */
+    size_t qf = rumor_lowrank_psgd_q_floats(c);
+    size_t pf = rumor_lowrank_psgd_p_floats(c);
+    assert_int_equal(qf, 40 * 3 + 40 * 3);
+    assert_int_equal(pf, 60 * 3 + 30 * 3);
+    float *q = malloc(qf * sizeof *q), *p = malloc(pf * sizeof *p);
+    float *e = malloc(numel[0] * sizeof *e);
+    assert_int_equal(rumor_lowrank_psgd_q_get(c, q), 0);
+    assert_int_equal(rumor_lowrank_psgd_p_get(c, p), 0);
+    for (size_t i = 0; i < 2; i++)
+        assert_int_equal(rumor_lowrank_psgd_error_get(c, i, e), 0);
+    rumor_lowrank_psgd_pcie_bytes(c, &h2d, &d2h);
+    uint64_t bytes = (qf + pf + numel[0] + numel[1]) * sizeof(float);
+    assert_int_equal(h2d, h2d0);
+    assert_int_equal(d2h, d2h0 + bytes);
+    assert_int_equal(rumor_lowrank_psgd_q_set(c, q), 0);
+    assert_int_equal(rumor_lowrank_psgd_p_set(c, p), 0);
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(rumor_lowrank_psgd_error_get(c, i, e), 0);
+        assert_int_equal(rumor_lowrank_psgd_error_set(c, i, e), 0);
+    }
+    rumor_lowrank_psgd_pcie_bytes(c, &h2d, &d2h);
+    assert_int_equal(h2d, h2d0 + bytes);
+    assert_int_equal(d2h, d2h0 + bytes + (numel[0] + numel[1]) * sizeof(float));
+    free(q), free(p), free(e);
+    rumor_lowrank_psgd_destroy(&c);
+}
+
 /* The whole compressor on cuda (batched over repeated shapes) against the
  * cpu compressor, over warm-started steps with error feedback. */
 static void
@@ -2045,6 +2103,8 @@ main(int argc, char **argv)
         cmocka_unit_test(test_psgd__cuda_backend__matches_cpu_over_steps),
         cmocka_unit_test(
             test_psgd__cuda_deferred_error_update__equals_the_two_pass_update),
+        cmocka_unit_test(
+            test_psgd__state_get_and_set_on_a_device__counted_in_pcie_bytes),
     };
     if (argc == 2)
         cmocka_set_test_filter(argv[1]);
