@@ -308,6 +308,17 @@ struct psgd_group {
     size_t count; /* matrices in the group */
 };
 
+/* A copy of the state between steps kept in the backend's memory
+ * (rumor_lowrank_psgd_snapshot): the buffers as the compressor's, NULL
+ * until the first snapshot (or where the compressor has none). */
+struct psgd_snap {
+    float *p_all, *q_all, *pd_all, *qd_all, *errors;
+    bool *deferred; /* per matrix */
+    uint64_t step;
+    bool have_q;
+    bool taken;
+};
+
 enum psgd_phase {
     PSGD_IDLE = 0,
     PSGD_SUMMING_P,   /* hook: P handed out to be summed */
@@ -339,6 +350,7 @@ struct rumor_lowrank_psgd {
     uint64_t step;               /* steps counted (compressed or skipped) */
     uint64_t pcie_h2d, pcie_d2h; /* factor bytes copied each way */
     bool have_q;                 /* warm-start factors exist */
+    struct psgd_snap snap;       /* rumor_lowrank_psgd_snapshot's */
     enum psgd_phase phase;
     size_t iter; /* one-sided: iteration within the step */
 };
@@ -468,6 +480,18 @@ s_psgd_defers(const rumor_lowrank_psgd *self)
            self->be.project_right_ef != NULL && self->be.copy != NULL;
 }
 
+/* Bytes of the error memories' allocation (s_psgd_errors_alloc cuts it). */
+static size_t
+s_psgd_errors_bytes(const rumor_lowrank_psgd *self)
+{
+    const size_t align = 256 / sizeof(float);
+    size_t floats = 0;
+    for (size_t i = 0; i < self->nmats; i++)
+        floats +=
+            (self->mats[i].n * self->mats[i].m + align - 1) / align * align;
+    return floats * sizeof(float);
+}
+
 /* The error memories, one allocation cut in the order a step visits the
  * matrices: the cpu backend puts an allocation of 2 MiB or more on huge
  * pages, so every matrix's memory is there once the model's together
@@ -478,12 +502,8 @@ static rumor_err
 s_psgd_errors_alloc(rumor_lowrank_psgd *self)
 {
     const size_t align = 256 / sizeof(float);
-    size_t floats = 0;
-    for (size_t i = 0; i < self->nmats; i++)
-        floats +=
-            (self->mats[i].n * self->mats[i].m + align - 1) / align * align;
     rumor_err rc =
-        self->be.alloc(self->ctx, floats * sizeof(float), &self->errors);
+        self->be.alloc(self->ctx, s_psgd_errors_bytes(self), &self->errors);
     for (size_t i = 0, at = 0; rc == RUMOR_OK && i < self->nmats; i++) {
         struct psgd_mat *mt = &self->mats[i];
         mt->e = self->errors + at;
@@ -652,6 +672,12 @@ rumor_lowrank_psgd_destroy(rumor_lowrank_psgd **self_p)
     self->be.release(self->ctx, self->pd_all);
     self->be.release(self->ctx, self->qd_all);
     self->be.release(self->ctx, self->errors);
+    self->be.release(self->ctx, self->snap.p_all);
+    self->be.release(self->ctx, self->snap.q_all);
+    self->be.release(self->ctx, self->snap.pd_all);
+    self->be.release(self->ctx, self->snap.qd_all);
+    self->be.release(self->ctx, self->snap.errors);
+    free(self->snap.deferred);
     self->be.free(self->ctx);
     free(self->mats);
     free(self->mat_of);
@@ -1475,5 +1501,94 @@ rumor_lowrank_psgd_step_set(rumor_lowrank_psgd *self, uint64_t step)
     if (self->phase != PSGD_IDLE)
         return RUMOR_EINVAL;
     self->step = step;
+    return RUMOR_OK;
+}
+
+/* --- PowerSGD: a snapshot in the backend's memory ------------------------ */
+
+/* One buffer device to device (to the snapshot with take, else back),
+ * allocating the snapshot's on first use; nothing where src has none. */
+static rumor_err
+s_psgd_snap_one(rumor_lowrank_psgd *self,
+                float *live,
+                float **shadow,
+                size_t bytes,
+                bool take)
+{
+    if (live == NULL)
+        return RUMOR_OK;
+    rumor_err rc = RUMOR_OK;
+    if (*shadow == NULL)
+        rc = self->be.alloc(self->ctx, bytes, shadow);
+    if (rc != RUMOR_OK)
+        return rc;
+    return take ? self->be.copy(self->ctx, *shadow, live, bytes)
+                : self->be.copy(self->ctx, live, *shadow, bytes);
+}
+
+/* Every device buffer of the state one way; no byte crosses PCIe. */
+static rumor_err
+s_psgd_snap_move(rumor_lowrank_psgd *self, bool take)
+{
+    struct psgd_snap *sn = &self->snap;
+    size_t pb = (self->p_floats + 1) * sizeof(float);
+    size_t qb = (self->q_floats + 1) * sizeof(float);
+    rumor_err rc = s_psgd_snap_one(self, self->p_all, &sn->p_all, pb, take);
+    if (rc == RUMOR_OK)
+        rc = s_psgd_snap_one(self, self->q_all, &sn->q_all, qb, take);
+    if (rc == RUMOR_OK)
+        rc = s_psgd_snap_one(self, self->pd_all, &sn->pd_all, pb, take);
+    if (rc == RUMOR_OK)
+        rc = s_psgd_snap_one(self, self->qd_all, &sn->qd_all, qb, take);
+    if (rc == RUMOR_OK)
+        rc = s_psgd_snap_one(self,
+                             self->errors,
+                             &sn->errors,
+                             s_psgd_errors_bytes(self),
+                             take);
+    return rc;
+}
+
+rumor_err
+rumor_lowrank_psgd_snapshot(rumor_lowrank_psgd *self)
+{
+    struct psgd_snap *sn = &self->snap;
+    if (self->phase != PSGD_IDLE || self->be.copy == NULL)
+        return RUMOR_EINVAL;
+    if (sn->deferred == NULL)
+        sn->deferred = calloc(self->nmats + 1, sizeof *sn->deferred);
+    if (sn->deferred == NULL)
+        return RUMOR_ENOMEM;
+    sn->taken = false;
+    rumor_err rc = s_psgd_snap_move(self, true);
+    if (rc != RUMOR_OK)
+        return rc;
+    for (size_t i = 0; i < self->nmats; i++)
+        sn->deferred[i] = self->mats[i].deferred;
+    sn->step = self->step;
+    sn->have_q = self->have_q;
+    sn->taken = true;
+    return RUMOR_OK;
+}
+
+rumor_err
+rumor_lowrank_psgd_snapshot_restore(rumor_lowrank_psgd *self)
+{
+    const struct psgd_snap *sn = &self->snap;
+    if (!sn->taken)
+        return RUMOR_EINVAL;
+    rumor_err rc = s_psgd_snap_move(self, false);
+    if (rc != RUMOR_OK)
+        return rc;
+    /* whatever phase a step left the compressor in, it is idle again */
+    for (size_t i = 0; i < self->nmats; i++) {
+        self->mats[i].deferred = sn->deferred[i];
+        self->mats[i].grad = NULL;
+        self->mats[i].mat = NULL;
+    }
+    self->step = sn->step;
+    self->have_q = sn->have_q;
+    self->phase = PSGD_IDLE;
+    self->iter = 0;
     return RUMOR_OK;
 }

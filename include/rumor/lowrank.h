@@ -253,6 +253,17 @@ RUMOR_API rumor_err rumor_lowrank_psgd_error_set(rumor_lowrank_psgd *self,
 RUMOR_API rumor_err rumor_lowrank_psgd_step_set(rumor_lowrank_psgd *self,
                                                 uint64_t step);
 
+/* A copy of the state between steps (Q, P, error memories, step) kept in
+ * the backend's memory, device to device: nothing crosses PCIe. For a
+ * ring that may drop a step and go back to its start (elastic rings).
+ * RUMOR_EINVAL while a step is open or on a backend without copies. */
+RUMOR_API rumor_err rumor_lowrank_psgd_snapshot(rumor_lowrank_psgd *self);
+
+/* Back to the last snapshot, whatever phase a step left the compressor
+ * in (it is idle after). RUMOR_EINVAL without a snapshot. */
+RUMOR_API rumor_err
+rumor_lowrank_psgd_snapshot_restore(rumor_lowrank_psgd *self);
+
 /* --- PowerGossip edge state ---------------------------------------------- */
 
 typedef struct rumor_lowrank_edge rumor_lowrank_edge;

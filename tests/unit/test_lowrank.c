@@ -1960,6 +1960,81 @@ test_psgd__state_get_and_set_on_a_device__counted_in_pcie_bytes(void **state)
     rumor_lowrank_psgd_destroy(&c);
 }
 
+/* A snapshot in the backend's memory, steps (the last one left open, as a
+ * dropped step leaves it), restore: the compressor continues bit for bit
+ * as one that never left the snapshot's boundary, and neither the
+ * snapshot nor the restore moves a byte over PCIe. Two-sided (deferred
+ * error updates on the reference backend) and one-sided (P carried). */
+static void
+test_psgd__snapshot_steps_restore__continues_as_from_the_boundary(void **st)
+{
+    (void)st;
+    const struct rumor_lowrank_shape shapes[] = {
+        {.ndim = 2, .dims = {60, 40}},
+        {.ndim = 3, .dims = {30, 10, 4}}};
+    for (int one_sided = 0; one_sided < 2; one_sided++) {
+        struct rumor_lowrank_psgd_opts o;
+        rumor_lowrank_psgd_opts_default(&o);
+        o.rank = 3;
+        o.one_sided = one_sided;
+        struct lowrank_backend_i be;
+        void *ctx = NULL, *ctx2 = NULL;
+        rumor_lowrank_psgd *a = NULL, *b = NULL;
+        assert_int_equal(lowrank_ref_init(&be, &ctx), RUMOR_OK);
+        be.host_memory = false;
+        assert_int_equal(lowrank_psgd_new_on(&a, shapes, 2, &o, &be, ctx), 0);
+        assert_int_equal(lowrank_ref_init(&be, &ctx2), RUMOR_OK);
+        assert_int_equal(lowrank_psgd_new_on(&b, shapes, 2, &o, &be, ctx2), 0);
+        assert_int_equal(rumor_lowrank_psgd_snapshot_restore(a), RUMOR_EINVAL);
+        for (int s = 0; s < 3; s++) {
+            float *ga = s_randn(3600, 600 + (uint64_t)s);
+            float *gb = s_dup(ga, 3600);
+            s_psgd_step(a, ga);
+            s_psgd_step(b, gb);
+            free(ga), free(gb);
+        }
+        uint64_t h2d0 = 0, d2h0 = 0, h2d = 0, d2h = 0;
+        rumor_lowrank_psgd_pcie_bytes(a, &h2d0, &d2h0);
+        assert_int_equal(rumor_lowrank_psgd_snapshot(a), RUMOR_OK);
+        rumor_lowrank_psgd_pcie_bytes(a, &h2d, &d2h);
+        assert_true(h2d == h2d0 && d2h == d2h0);
+        for (int s = 0; s < 2; s++) { /* steps the restore drops */
+            float *g = s_randn(3600, 650 + (uint64_t)s);
+            s_psgd_step(a, g);
+            free(g);
+        }
+        float *g = s_randn(3600, 660);
+        float *ptr[2] = {g, g + 2400};
+        struct rumor_lowrank_xchg x;
+        assert_int_equal(rumor_lowrank_psgd_begin(a, ptr, &x), RUMOR_OK);
+        assert_int_equal(rumor_lowrank_psgd_snapshot(a), RUMOR_EINVAL);
+        rumor_lowrank_psgd_pcie_bytes(a, &h2d0, &d2h0);
+        assert_int_equal(rumor_lowrank_psgd_snapshot_restore(a), RUMOR_OK);
+        rumor_lowrank_psgd_pcie_bytes(a, &h2d, &d2h);
+        assert_true(h2d == h2d0 && d2h == d2h0);
+        free(g);
+        assert_int_equal(rumor_lowrank_psgd_step(a),
+                         rumor_lowrank_psgd_step(b));
+        for (int s = 0; s < 2; s++) {
+            float *ga = s_randn(3600, 700 + (uint64_t)s);
+            float *gb = s_dup(ga, 3600);
+            s_psgd_step(a, ga);
+            s_psgd_step(b, gb);
+            assert_memory_equal(ga, gb, 3600 * sizeof(float));
+            free(ga), free(gb);
+        }
+        float *ea = malloc(2400 * sizeof *ea), *eb = malloc(2400 * sizeof *eb);
+        for (size_t i = 0; i < 2; i++) {
+            assert_int_equal(rumor_lowrank_psgd_error_get(a, i, ea), 0);
+            assert_int_equal(rumor_lowrank_psgd_error_get(b, i, eb), 0);
+            assert_memory_equal(ea, eb, (i == 0 ? 2400 : 1200) * sizeof *ea);
+        }
+        free(ea), free(eb);
+        rumor_lowrank_psgd_destroy(&a);
+        rumor_lowrank_psgd_destroy(&b);
+    }
+}
+
 /* The whole compressor on cuda (batched over repeated shapes) against the
  * cpu compressor, over warm-started steps with error feedback. */
 static void
@@ -2105,6 +2180,8 @@ main(int argc, char **argv)
             test_psgd__cuda_deferred_error_update__equals_the_two_pass_update),
         cmocka_unit_test(
             test_psgd__state_get_and_set_on_a_device__counted_in_pcie_bytes),
+        cmocka_unit_test(
+            test_psgd__snapshot_steps_restore__continues_as_from_the_boundary),
     };
     if (argc == 2)
         cmocka_set_test_filter(argv[1]);
