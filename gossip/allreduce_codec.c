@@ -58,8 +58,10 @@ struct cdp {
     rumor_ef **ef;
     float *e;        /* ef, ef-decay: the residuals, numel, backend; or NULL */
     uint64_t *steps; /* and each tensor's steps (rumor_ef_steps) */
-    float decay;     /* p = x + decay e */
-    float *cp;       /* C(p) of one tensor, backend */
+    float *e_snap;   /* rumor_gossip_snapshot's e (backend) and steps */
+    uint64_t *steps_snap;
+    float decay;                 /* p = x + decay e */
+    float *cp;                   /* C(p) of one tensor, backend */
     struct gossip_gather gather; /* every node's payload */
     size_t payload_cap;
     double *sum;         /* numel, backend */
@@ -197,7 +199,9 @@ s_free(rumor_gossip *g)
         rumor_ef_destroy(&s->ef[t]);
     free(s->ef);
     free(s->steps);
+    free(s->steps_snap);
     g->be->release(s->e);
+    g->be->release(s->e_snap);
     g->be->release(s->cp);
     g->be->release(s->sum);
     gossip_packer_free(&s->pack);
@@ -488,7 +492,12 @@ s_absorb(rumor_gossip *g,
  * (rumor_ef_save), after a u32 count (0 without opts.ef). A residual
  * kept where the model is goes through a memory made for the record. */
 static rumor_err
-s_save_one(const rumor_gossip *g, size_t t, size_t base, struct rumor_buf *out)
+s_save_one(const rumor_gossip *g,
+           const float *e,
+           const uint64_t *steps,
+           size_t t,
+           size_t base,
+           struct rumor_buf *out)
 {
     const struct cdp *s = g->state;
     size_t n = rumor_tensor_numel(&g->tensors[t]), written = 0;
@@ -496,9 +505,9 @@ s_save_one(const rumor_gossip *g, size_t t, size_t base, struct rumor_buf *out)
     rumor_err rc =
         mem != NULL ? RUMOR_OK : rumor_ef_new(g->opts.ef, n, &mem, NULL);
     if (rc == RUMOR_OK && s->ef == NULL) {
-        rumor_ef_set_steps(mem, s->steps[t]);
+        rumor_ef_set_steps(mem, steps[t]);
         rc = g->be->copy(rumor_ef_residual(mem, NULL),
-                         s->e + base,
+                         e + base,
                          n * sizeof(float),
                          GOSSIP_TO_HOST);
     }
@@ -515,17 +524,79 @@ s_save_one(const rumor_gossip *g, size_t t, size_t base, struct rumor_buf *out)
     return rc;
 }
 
+/* The memories as e and steps hold them (the live ones or the
+ * snapshot's). */
 static rumor_err
-s_state_save(const rumor_gossip *g, struct rumor_buf *out)
+s_save_from(const rumor_gossip *g,
+            const float *e,
+            const uint64_t *steps,
+            struct rumor_buf *out)
 {
     const struct cdp *s = g->state;
     size_t count = s->ef != NULL || s->e != NULL ? g->tensor_count : 0;
     rumor_err rc = gossip_write_u32(out, (uint32_t)count);
     for (size_t t = 0, base = 0; t < count && rc == RUMOR_OK; t++) {
-        rc = s_save_one(g, t, base, out);
+        rc = s_save_one(g, e, steps, t, base, out);
         base += rumor_tensor_numel(&g->tensors[t]);
     }
     return rc;
+}
+
+static rumor_err
+s_state_save(const rumor_gossip *g, struct rumor_buf *out)
+{
+    const struct cdp *s = g->state;
+    return s_save_from(g, s->e, s->steps, out);
+}
+
+/* The residuals copied where they are, device to device, and their step
+ * counts; the host memories (s->ef) have no snapshot: their state goes
+ * through rumor_gossip_state_save. */
+static rumor_err
+s_snap_take(rumor_gossip *g)
+{
+    struct cdp *s = g->state;
+    if (s->ef != NULL)
+        return RUMOR_ENOTSUP;
+    if (s->e == NULL)
+        return RUMOR_OK;
+    rumor_err rc = RUMOR_OK;
+    if (s->e_snap == NULL)
+        rc = g->be->alloc(g->numel * sizeof(float), (void **)&s->e_snap);
+    if (rc == RUMOR_OK && s->steps_snap == NULL) {
+        s->steps_snap = calloc(g->tensor_count + 1, sizeof *s->steps_snap);
+        rc = s->steps_snap != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+    }
+    if (rc == RUMOR_OK)
+        rc = gossip_mem_copy(g,
+                             s->e_snap,
+                             s->e,
+                             g->numel * sizeof(float),
+                             GOSSIP_ON_DEVICE);
+    if (rc == RUMOR_OK)
+        memcpy(s->steps_snap, s->steps, g->tensor_count * sizeof *s->steps);
+    return rc;
+}
+
+static rumor_err
+s_snap_restore(rumor_gossip *g)
+{
+    struct cdp *s = g->state;
+    if (s->e == NULL)
+        return RUMOR_OK;
+    memcpy(s->steps, s->steps_snap, g->tensor_count * sizeof *s->steps);
+    return gossip_mem_copy(g,
+                           s->e,
+                           s->e_snap,
+                           g->numel * sizeof(float),
+                           GOSSIP_ON_DEVICE);
+}
+
+static rumor_err
+s_snap_save(const rumor_gossip *g, struct rumor_buf *out)
+{
+    const struct cdp *s = g->state;
+    return s_save_from(g, s->e_snap, s->steps_snap, out);
 }
 
 /* Memory t from its record, checked first on a memory of the same spec,
@@ -599,4 +670,7 @@ const struct gossip_algo_i gossip_allreduce_codec = {
     .absorb = s_absorb,
     .state_save = s_state_save,
     .state_load = s_state_load,
+    .snap_take = s_snap_take,
+    .snap_restore = s_snap_restore,
+    .snap_save = s_snap_save,
 };

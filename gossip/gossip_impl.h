@@ -136,6 +136,15 @@ struct gossip_algo_i {
     /* (optional) adds the host <-> device copies made by what the
      * algorithm holds (its compressor) to the counts */
     void (*pcie)(const rumor_gossip *g, uint64_t *h2d, uint64_t *d2h);
+    /* (optional, NULL: rumor_gossip_snapshot is RUMOR_ENOTSUP) the state
+     * between steps copied into a snapshot kept where it lives (device to
+     * device: no PCIe), RUMOR_ENOTSUP where this configuration cannot;
+     * back to it (after abandon); and the body state_save wrote at the
+     * snapshot, serialized from it (the live state left alone, mid-step
+     * too) */
+    rumor_err (*snap_take)(rumor_gossip *g);
+    rumor_err (*snap_restore)(rumor_gossip *g);
+    rumor_err (*snap_save)(const rumor_gossip *g, struct rumor_buf *out);
 };
 
 struct rumor_gossip {
@@ -166,8 +175,13 @@ struct rumor_gossip {
     uint32_t *ring;    /* member node ids, sorted; nodes slots, all at first */
     size_t ring_n;     /* members */
     uint32_t ring_pos; /* self's index in ring */
-    bool in_step;      /* round 0 emitted, the last round not yet absorbed, and
-                          no call of the step failed */
+    /* rumor_gossip_snapshot: taken (and not invalid since), and the
+     * robust history of its boundary */
+    bool snap_has;
+    uint64_t snap_robust_steps;
+    double snap_robust_ema;
+    bool in_step; /* round 0 emitted, the last round not yet absorbed, and
+                     no call of the step failed */
 };
 
 /* --- robust mixing (robust.c) ------------------------------------------ */

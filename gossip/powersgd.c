@@ -922,6 +922,37 @@ rumor_gossip_adapt_rank(const rumor_gossip *g,
     return true;
 }
 
+/* The compressor's own snapshot (device to device); the adaptive rank
+ * keeps host values and a compressor a rank change replaces, so it has
+ * none (rumor_gossip_state_save). A load or an adopt rebuilds the
+ * compressor, snapshot gone: a restore after one is refused. */
+static rumor_err
+s_snap_take(rumor_gossip *g)
+{
+    struct powersgd *s = g->state;
+    return s->measure ? RUMOR_ENOTSUP : rumor_lowrank_psgd_snapshot(s->psgd);
+}
+
+static rumor_err
+s_snap_restore(rumor_gossip *g)
+{
+    struct powersgd *s = g->state;
+    return rumor_lowrank_psgd_snapshot_restore(s->psgd);
+}
+
+/* state_save with the snapshot swapped in for the live state, and back. */
+static rumor_err
+s_snap_save(const rumor_gossip *g, struct rumor_buf *out)
+{
+    const struct powersgd *s = g->state;
+    rumor_err rc = rumor_lowrank_psgd_snapshot_swap(s->psgd);
+    if (rc != RUMOR_OK)
+        return rc;
+    rc = s_state_save(g, out);
+    (void)rumor_lowrank_psgd_snapshot_swap(s->psgd);
+    return rc;
+}
+
 static void
 s_pcie(const rumor_gossip *g, uint64_t *h2d, uint64_t *d2h)
 {
@@ -946,4 +977,7 @@ const struct gossip_algo_i gossip_powersgd = {
     .state_save = s_state_save,
     .state_load = s_state_load,
     .abandon = s_abandon,
+    .snap_take = s_snap_take,
+    .snap_restore = s_snap_restore,
+    .snap_save = s_snap_save,
 };

@@ -185,8 +185,13 @@ gossip_write_f64(struct rumor_buf *b, const double *v, size_t n)
 
 /* --- public API --------------------------------------------------------- */
 
-rumor_err
-rumor_gossip_state_save(const rumor_gossip *g, struct rumor_buf *out)
+/* The header with the given robust history, then the body by body(). */
+static rumor_err
+s_save(const rumor_gossip *g,
+       uint64_t robust_steps,
+       double robust_ema,
+       rumor_err (*body_fn)(const rumor_gossip *, struct rumor_buf *),
+       struct rumor_buf *out)
 {
     char name[RUMOR_GOSSIP_ALGO_BYTES] = {0};
     snprintf(name, sizeof name, "%s", g->algo->name);
@@ -202,9 +207,6 @@ rumor_gossip_state_save(const rumor_gossip *g, struct rumor_buf *out)
         rc = gossip_write_u32(out, (uint32_t)g->nodes);
     if (rc == RUMOR_OK)
         rc = gossip_write_u64(out, g->numel);
-    uint64_t robust_steps = 0;
-    double robust_ema = 0;
-    gossip_robust_history(g, &robust_steps, &robust_ema);
     if (rc == RUMOR_OK)
         rc = gossip_write_u64(out, robust_steps);
     if (rc == RUMOR_OK)
@@ -212,8 +214,8 @@ rumor_gossip_state_save(const rumor_gossip *g, struct rumor_buf *out)
     if (rc == RUMOR_OK)
         rc = gossip_write_u64(out, 0); /* body length, patched below */
     size_t body = out->len;
-    if (rc == RUMOR_OK && g->algo->state_save != NULL)
-        rc = g->algo->state_save(g, out);
+    if (rc == RUMOR_OK && body_fn != NULL)
+        rc = body_fn(g, out);
     if (rc != RUMOR_OK) {
         out->len = at;
         return rc;
@@ -221,6 +223,60 @@ rumor_gossip_state_save(const rumor_gossip *g, struct rumor_buf *out)
     uint64_t body_len = out->len - body;
     memcpy(out->data + body - 8, &body_len, 8);
     return RUMOR_OK;
+}
+
+rumor_err
+rumor_gossip_state_save(const rumor_gossip *g, struct rumor_buf *out)
+{
+    uint64_t robust_steps = 0;
+    double robust_ema = 0;
+    gossip_robust_history(g, &robust_steps, &robust_ema);
+    return s_save(g, robust_steps, robust_ema, g->algo->state_save, out);
+}
+
+rumor_err
+rumor_gossip_snapshot(rumor_gossip *g)
+{
+    /* without a state between steps (the exact all-reduce) there is
+     * nothing to copy */
+    bool stateless = g->algo->state_save == NULL;
+    if (g->algo->snap_take == NULL && !stateless)
+        return RUMOR_ENOTSUP;
+    if (g->in_step)
+        return RUMOR_EINVAL;
+    g->snap_has = false;
+    rumor_err rc = stateless ? RUMOR_OK : g->algo->snap_take(g);
+    if (rc != RUMOR_OK)
+        return rc;
+    gossip_robust_history(g, &g->snap_robust_steps, &g->snap_robust_ema);
+    g->snap_has = true;
+    return RUMOR_OK;
+}
+
+rumor_err
+rumor_gossip_snapshot_restore(rumor_gossip *g)
+{
+    if (!g->snap_has)
+        return RUMOR_EINVAL;
+    /* as a state_load: a step in flight keeps nothing of its exchange */
+    rumor_gossip_step_abandon(g);
+    rumor_err rc =
+        g->algo->snap_restore != NULL ? g->algo->snap_restore(g) : RUMOR_OK;
+    if (rc == RUMOR_OK)
+        rc = gossip_robust_restore(g, g->snap_robust_steps, g->snap_robust_ema);
+    return rc;
+}
+
+rumor_err
+rumor_gossip_snapshot_save(const rumor_gossip *g, struct rumor_buf *out)
+{
+    if (!g->snap_has)
+        return RUMOR_EINVAL;
+    return s_save(g,
+                  g->snap_robust_steps,
+                  g->snap_robust_ema,
+                  g->algo->snap_save,
+                  out);
 }
 
 /* The robust history a state carries (version 2; none in version 1). */

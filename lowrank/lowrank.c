@@ -1592,3 +1592,51 @@ rumor_lowrank_psgd_snapshot_restore(rumor_lowrank_psgd *self)
     self->iter = 0;
     return RUMOR_OK;
 }
+
+/* Points the matrices at the state's buffers (after a swap). */
+static void
+s_psgd_rebind(rumor_lowrank_psgd *self)
+{
+    for (size_t i = 0; i < self->nmats; i++) {
+        struct psgd_mat *mt = &self->mats[i];
+        mt->e = self->errors + (mt->e - self->snap.errors);
+        mt->p = self->p_all + mt->p_off;
+        mt->q = self->q_all + mt->q_off;
+        mt->pd = self->pd_all != NULL ? self->pd_all + mt->p_off : NULL;
+        mt->qd = self->qd_all != NULL ? self->qd_all + mt->q_off : NULL;
+    }
+}
+
+static void
+s_swap_ptr(float **a, float **b)
+{
+    float *t = *a;
+    *a = *b;
+    *b = t;
+}
+
+rumor_err
+rumor_lowrank_psgd_snapshot_swap(rumor_lowrank_psgd *self)
+{
+    struct psgd_snap *sn = &self->snap;
+    if (!sn->taken)
+        return RUMOR_EINVAL;
+    s_swap_ptr(&self->p_all, &sn->p_all);
+    s_swap_ptr(&self->q_all, &sn->q_all);
+    s_swap_ptr(&self->pd_all, &sn->pd_all);
+    s_swap_ptr(&self->qd_all, &sn->qd_all);
+    s_swap_ptr(&self->errors, &sn->errors);
+    s_psgd_rebind(self);
+    for (size_t i = 0; i < self->nmats; i++) {
+        bool d = self->mats[i].deferred;
+        self->mats[i].deferred = sn->deferred[i];
+        sn->deferred[i] = d;
+    }
+    uint64_t step = self->step;
+    self->step = sn->step;
+    sn->step = step;
+    bool have_q = self->have_q;
+    self->have_q = sn->have_q;
+    sn->have_q = have_q;
+    return RUMOR_OK;
+}

@@ -42,6 +42,7 @@ struct node_elastic {
     uint64_t epoch;        /* the epoch the ring runs in */
     uint32_t members;      /* its member count */
     struct rumor_buf snap; /* the algorithm's state before snap_step */
+    bool snap_kept;        /* held by the algorithm (a->snapshot), not snap */
     uint64_t snap_step;    /* ELASTIC_WANT_NONE: no snapshot yet */
     uint64_t inc;          /* this node's incarnation, for JOIN */
     uint64_t *want;        /* per node: the step whose state it asked for */
@@ -180,6 +181,11 @@ s_send_state(node_elastic *e, uint32_t j, bool joiner)
 {
     rumor_buf_reset(&e->extra);
     rumor_err rc = e->a->extra_save(e->a->arg, joiner, &e->extra);
+    /* the snapshot is serialized for a STATE only, not at every boundary */
+    if (rc == RUMOR_OK && e->snap_kept) {
+        rumor_buf_reset(&e->snap);
+        rc = e->a->snapshot_save(e->a->arg, &e->snap);
+    }
     struct node_state_parts parts = {.step = e->snap_step,
                                      .epoch = e->epoch,
                                      .optim = e->extra.data,
@@ -248,6 +254,21 @@ node_elastic_wire_round(const node_elastic *e, uint32_t round)
     return (uint32_t)(e->epoch & 0xff) << 24 | (round & 0xffffff);
 }
 
+/* The boundary's snapshot: kept by the algorithm where its state is when
+ * it can (no host copy of a model-sized state at every step), else saved
+ * here. */
+static rumor_err
+s_snapshot(node_elastic *e)
+{
+    rumor_err rc = RUMOR_ENOTSUP;
+    if (e->a->snapshot != NULL)
+        rc = e->a->snapshot(e->a->arg);
+    e->snap_kept = rc == RUMOR_OK;
+    if (rc == RUMOR_ENOTSUP)
+        rc = e->a->save(e->a->arg, &e->snap);
+    return rc;
+}
+
 rumor_err
 node_elastic_begin(node_elastic *e, uint64_t t, bool *change)
 {
@@ -258,7 +279,7 @@ node_elastic_begin(node_elastic *e, uint64_t t, bool *change)
         rc = node_member_step_done(e->m, t, s_now_ms());
     rumor_buf_reset(&e->snap);
     if (rc == RUMOR_OK)
-        rc = e->a->save(e->a->arg, &e->snap);
+        rc = s_snapshot(e);
     e->snap_step = rc == RUMOR_OK ? t : ELASTIC_WANT_NONE;
     *change = node_elastic_pump(e);
     return rc;
@@ -545,7 +566,9 @@ s_enter(node_elastic *e, uint64_t *t)
     /* dropped or not, a step under way goes back to its boundary; a
      * member behind by the completed step keeps its own memories of the
      * boundary before it and takes the rest from the holder */
-    if (e->snap_step != ELASTIC_WANT_NONE)
+    if (e->snap_step != ELASTIC_WANT_NONE && e->snap_kept)
+        rc = e->a->snapshot_restore(e->a->arg);
+    else if (e->snap_step != ELASTIC_WANT_NONE)
         rc = e->a->load(e->a->arg, e->snap.data, e->snap.len);
     uint32_t ids[NODE_MEMBER_MAX];
     for (uint32_t i = 0; i < v->count; i++)
@@ -560,6 +583,14 @@ s_enter(node_elastic *e, uint64_t *t)
     bool joining = me->joining;
     if (rc == RUMOR_OK)
         rc = e->a->members_set(e->a->arg, ids, v->count);
+    /* a fetched state replaces what the snapshot was taken from (PowerSGD
+     * rebuilds its compressor): a later view change at this boundary goes
+     * back to the snapshot's bytes */
+    if (rc == RUMOR_OK && fetch && e->snap_kept) {
+        rumor_buf_reset(&e->snap);
+        rc = e->a->snapshot_save(e->a->arg, &e->snap);
+        e->snap_kept = rc != RUMOR_OK;
+    }
     if (rc == RUMOR_OK && fetch)
         rc = s_fetch(e, holder, voucher, s, joining);
     if (rc == RUMOR_OK && joining)
@@ -727,6 +758,27 @@ s_gossip_load(void *arg, const uint8_t *p, size_t len)
 }
 
 static rumor_err
+s_gossip_snapshot(void *arg)
+{
+    node_elastic *e = arg;
+    return rumor_gossip_snapshot(e->o.g);
+}
+
+static rumor_err
+s_gossip_snapshot_restore(void *arg)
+{
+    node_elastic *e = arg;
+    return rumor_gossip_snapshot_restore(e->o.g);
+}
+
+static rumor_err
+s_gossip_snapshot_save(void *arg, rumor_buf *out)
+{
+    const node_elastic *e = arg;
+    return rumor_gossip_snapshot_save(e->o.g, out);
+}
+
+static rumor_err
 s_gossip_adopt(void *arg, const uint8_t *p, size_t len, struct rumor_diag *diag)
 {
     node_elastic *e = arg;
@@ -789,6 +841,9 @@ static const struct node_elastic_algo s_gossip_algo = {
     .fast_forward = s_gossip_fast_forward,
     .extra_save = s_optim_save,
     .extra_load = s_optim_load,
+    .snapshot = s_gossip_snapshot,
+    .snapshot_restore = s_gossip_snapshot_restore,
+    .snapshot_save = s_gossip_snapshot_save,
 };
 
 static rumor_err

@@ -53,6 +53,13 @@ struct node_elastic_algo {
      * model is opts.model itself. */
     rumor_err (*model_out)(void *arg);
     rumor_err (*model_in)(void *arg);
+    /* (optional, NULL: save and load) the snapshot kept where the state
+     * is (a model on the GPU: device to device), RUMOR_ENOTSUP where the
+     * algorithm has none (then save, for that boundary); back to it; and
+     * its bytes as save would have written them, for a STATE only */
+    rumor_err (*snapshot)(void *arg);
+    rumor_err (*snapshot_restore)(void *arg);
+    rumor_err (*snapshot_save)(void *arg, rumor_buf *out);
 };
 
 /* What view changes handed this node (node_elastic_taken), as flags. */

@@ -1265,9 +1265,12 @@ s_get_u64(const uint8_t *p)
     return v;
 }
 
-/* After the head: the buckets' ranges and states. */
+/* After the head: the buckets' ranges and states, as save writes them
+ * (rumor_gossip_state_save, or rumor_gossip_snapshot_save). */
 static rumor_err
-s_buckets_save(const rumor_peer *peer, rumor_buf *out)
+s_buckets_write(const rumor_peer *peer,
+                rumor_err (*save)(const rumor_gossip *, rumor_buf *),
+                rumor_buf *out)
 {
     uint8_t word[8];
     s_put_u64(word, peer->nbuckets);
@@ -1280,11 +1283,17 @@ s_buckets_save(const rumor_peer *peer, rumor_buf *out)
         size_t at = out->len;
         rc = rumor_buf_append(out, head, sizeof head);
         if (rc == RUMOR_OK)
-            rc = rumor_gossip_state_save(b->g, out);
+            rc = save(b->g, out);
         if (rc == RUMOR_OK)
             s_put_u64(out->data + at + 16, out->len - at - sizeof head);
     }
     return rc;
+}
+
+static rumor_err
+s_buckets_save(const rumor_peer *peer, rumor_buf *out)
+{
+    return s_buckets_write(peer, rumor_gossip_state_save, out);
 }
 
 /* Where bucket k's state lies in a state's body (after the head), or
@@ -1388,6 +1397,42 @@ s_ring_load(void *arg, const uint8_t *p, size_t len)
     return peer->buckets != NULL
                ? s_buckets_load(peer, p, len, NULL)
                : rumor_gossip_state_load(node_gossip(peer->node), p, len, NULL);
+}
+
+/* The snapshot of each instance the state holds (the buckets', or the
+ * node's), where its state is; RUMOR_ENOTSUP when one has none (then the
+ * elastic ring saves them all). */
+static rumor_err
+s_ring_snapshot(void *arg)
+{
+    rumor_peer *peer = arg;
+    if (peer->buckets == NULL)
+        return rumor_gossip_snapshot(node_gossip(peer->node));
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; k < peer->nbuckets && rc == RUMOR_OK; k++)
+        rc = rumor_gossip_snapshot(peer->buckets[k].g);
+    return rc;
+}
+
+static rumor_err
+s_ring_snapshot_restore(void *arg)
+{
+    rumor_peer *peer = arg;
+    if (peer->buckets == NULL)
+        return rumor_gossip_snapshot_restore(node_gossip(peer->node));
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; k < peer->nbuckets && rc == RUMOR_OK; k++)
+        rc = rumor_gossip_snapshot_restore(peer->buckets[k].g);
+    return rc;
+}
+
+static rumor_err
+s_ring_snapshot_save(void *arg, rumor_buf *out)
+{
+    rumor_peer *peer = arg;
+    return peer->buckets != NULL
+               ? s_buckets_write(peer, rumor_gossip_snapshot_save, out)
+               : rumor_gossip_snapshot_save(node_gossip(peer->node), out);
 }
 
 static rumor_err
@@ -1508,6 +1553,9 @@ static const struct node_elastic_algo s_ring = {
     .extra_load = s_ring_extra_load,
     .model_out = s_ring_model_out,
     .model_in = s_ring_model_in,
+    .snapshot = s_ring_snapshot,
+    .snapshot_restore = s_ring_snapshot_restore,
+    .snapshot_save = s_ring_snapshot_save,
 };
 
 /* The tensors after each step (what a member that missed one takes) and

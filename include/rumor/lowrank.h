@@ -264,6 +264,12 @@ RUMOR_API rumor_err rumor_lowrank_psgd_snapshot(rumor_lowrank_psgd *self);
 RUMOR_API rumor_err
 rumor_lowrank_psgd_snapshot_restore(rumor_lowrank_psgd *self);
 
+/* Exchanges the state and the snapshot (no copy), whatever the phase;
+ * twice puts both back. The getters then read the snapshot, for saving
+ * it while a step is open (nothing else may run in between).
+ * RUMOR_EINVAL without a snapshot. */
+RUMOR_API rumor_err rumor_lowrank_psgd_snapshot_swap(rumor_lowrank_psgd *self);
+
 /* --- PowerGossip edge state ---------------------------------------------- */
 
 typedef struct rumor_lowrank_edge rumor_lowrank_edge;

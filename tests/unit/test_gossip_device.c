@@ -1934,6 +1934,182 @@ test_powergossip_hands_each_message_before_the_next_product(void **state)
     s_emit_order(&o, true, false);
 }
 
+/* Node i's inputs of step written into its model (not counted: the
+ * training's own). */
+static void
+s_feed(struct ring *r, uint64_t step, float *in)
+{
+    for (size_t i = 0; i < S_NODES; i++) {
+        for (size_t e = 0; e < r->numel; e++)
+            in[e] = s_value(i, step, e);
+        assert_int_equal(r->mem[i]->copy(r->x[i],
+                                         in,
+                                         r->numel * sizeof(float),
+                                         GOSSIP_TO_DEVICE),
+                         RUMOR_OK);
+    }
+}
+
+/* Every node's model after step (the test's copies, not counted). */
+static void
+s_take(struct ring *r, uint64_t step, float *in, float *out)
+{
+    s_feed(r, step, in);
+    assert_int_equal(rumor_sim_step(r->sim, step), RUMOR_OK);
+    for (size_t i = 0; i < S_NODES; i++)
+        assert_int_equal(r->mem[i]->copy(out + i * r->numel,
+                                         r->x[i],
+                                         r->numel * sizeof(float),
+                                         GOSSIP_TO_HOST),
+                         RUMOR_OK);
+}
+
+/* An elastic ring's snapshot on the reference device: taking it and going
+ * back to it copy nothing to or from the host; its bytes (saved after a
+ * step, and mid-step) are state_save's at the boundary; after going back
+ * to it (from mid-step), the steps run again give the bits and the state
+ * of the first run. */
+static void
+s_snapshot_check(const struct rumor_gossip_opts *o, uint64_t boundary)
+{
+    static const bool all[S_NODES] = {true, true, true, true};
+    struct ring r;
+    s_ring_new(&r, o, all);
+    float *in = malloc(r.numel * sizeof(float));
+    size_t floats = 2 * S_NODES * r.numel;
+    float *first = malloc(floats * sizeof(float));
+    float *again = malloc(floats * sizeof(float));
+    assert_true(in && first && again);
+    for (uint64_t step = 0; step < boundary; step++)
+        s_take(&r, step, in, first);
+    rumor_buf want[S_NODES], after[S_NODES], got;
+    uint64_t h2d[S_NODES], d2h[S_NODES];
+    rumor_buf_init(&got, RUMOR_GOSSIP_STATE_MAX);
+    for (size_t i = 0; i < S_NODES; i++) {
+        rumor_buf_init(&want[i], RUMOR_GOSSIP_STATE_MAX);
+        rumor_buf_init(&after[i], RUMOR_GOSSIP_STATE_MAX);
+        assert_int_equal(rumor_gossip_state_save(r.g[i], &want[i]), RUMOR_OK);
+        h2d[i] = d2h[i] = 0;
+        rumor_gossip_pcie_bytes(r.g[i], &h2d[i], &d2h[i]);
+        assert_int_equal(rumor_gossip_snapshot(r.g[i]), RUMOR_OK);
+    }
+    s_take(&r, boundary, in, first);
+    s_take(&r, boundary + 1, in, first + S_NODES * r.numel);
+    for (size_t i = 0; i < S_NODES; i++)
+        assert_int_equal(rumor_gossip_state_save(r.g[i], &after[i]), RUMOR_OK);
+    /* mid-step: node 0 emitted the next step's first round */
+    s_feed(&r, boundary + 2, in);
+    const struct rumor_gossip_msg *msgs = NULL;
+    size_t count = 0;
+    assert_int_equal(rumor_gossip_emit(r.g[0], boundary + 2, 0, &msgs, &count),
+                     RUMOR_OK);
+    for (size_t i = 0; i < S_NODES; i++) {
+        rumor_buf_reset(&got);
+        assert_int_equal(rumor_gossip_snapshot_save(r.g[i], &got), RUMOR_OK);
+        assert_int_equal(got.len, want[i].len);
+        assert_memory_equal(got.data, want[i].data, got.len);
+        uint64_t up = 0, down = 0;
+        assert_int_equal(rumor_gossip_snapshot_restore(r.g[i]), RUMOR_OK);
+        rumor_gossip_pcie_bytes(r.g[i], &up, &down);
+        rumor_buf_reset(&got);
+        assert_int_equal(rumor_gossip_state_save(r.g[i], &got), RUMOR_OK);
+        assert_int_equal(got.len, want[i].len);
+        assert_memory_equal(got.data, want[i].data, got.len);
+        /* snapshot_save's reads were the state's: restore moved nothing,
+         * and neither did the snapshot */
+        uint64_t up2 = 0, down2 = 0;
+        rumor_buf_reset(&got);
+        assert_int_equal(rumor_gossip_snapshot_restore(r.g[i]), RUMOR_OK);
+        assert_int_equal(rumor_gossip_snapshot(r.g[i]), RUMOR_OK);
+        rumor_gossip_pcie_bytes(r.g[i], &up2, &down2);
+        assert_int_equal(up2, up);
+        assert_int_equal(down2, down);
+        assert_true(up >= h2d[i] && down >= d2h[i]);
+    }
+    s_take(&r, boundary, in, again);
+    s_take(&r, boundary + 1, in, again + S_NODES * r.numel);
+    assert_memory_equal(again, first, floats * sizeof(float));
+    for (size_t i = 0; i < S_NODES; i++) {
+        rumor_buf_reset(&got);
+        assert_int_equal(rumor_gossip_state_save(r.g[i], &got), RUMOR_OK);
+        assert_int_equal(got.len, after[i].len);
+        assert_memory_equal(got.data, after[i].data, got.len);
+        rumor_buf_free(&want[i]);
+        rumor_buf_free(&after[i]);
+    }
+    rumor_buf_free(&got);
+    free(in);
+    free(first);
+    free(again);
+    s_ring_free(&r);
+}
+
+/* Taking the snapshot copies nothing to the host: the counts of a step
+ * run with one taken before it are those of the step without. */
+static void
+s_snapshot_no_pcie(const struct rumor_gossip_opts *o)
+{
+    static const bool all[S_NODES] = {true, true, true, true};
+    struct ring a, b;
+    s_ring_new(&a, o, all);
+    s_ring_new(&b, o, all);
+    float *in = malloc(a.numel * sizeof(float));
+    float *out = malloc(S_NODES * a.numel * sizeof(float));
+    assert_true(in && out);
+    for (uint64_t step = 0; step < 4; step++) {
+        for (size_t i = 0; i < S_NODES; i++)
+            assert_int_equal(rumor_gossip_snapshot(b.g[i]), RUMOR_OK);
+        s_take(&a, step, in, out);
+        s_take(&b, step, in, out);
+    }
+    for (size_t i = 0; i < S_NODES; i++) {
+        uint64_t ua = 0, da = 0, ub = 0, db = 0;
+        rumor_gossip_pcie_bytes(a.g[i], &ua, &da);
+        rumor_gossip_pcie_bytes(b.g[i], &ub, &db);
+        assert_int_equal(ub, ua);
+        assert_int_equal(db, da);
+    }
+    free(in);
+    free(out);
+    s_ring_free(&a);
+    s_ring_free(&b);
+}
+
+static void
+test_allreduce_codec_snapshot_on_device(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_codec_opts(&o, "qsgd:bits=4", "ef");
+    s_snapshot_check(&o, 2);
+    s_snapshot_no_pcie(&o);
+    s_codec_opts(&o, "topk:ratio=0.1", "ef-decay:0.7");
+    s_snapshot_check(&o, 1);
+}
+
+static void
+test_powersgd_snapshot_on_device(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_opts(&o, 0, false);
+    s_snapshot_check(&o, 2);
+    s_snapshot_no_pcie(&o);
+    s_opts(&o, 1, true);
+    s_snapshot_check(&o, 0);
+    s_snapshot_check(&o, 2);
+}
+
+static void
+test_allreduce_snapshot_is_empty(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_dpsgd_opts(&o, 0);
+    snprintf(o.algo, sizeof o.algo, "allreduce");
+    s_snapshot_check(&o, 1);
+}
+
 int
 main(void)
 {
@@ -1982,6 +2158,9 @@ main(void)
         cmocka_unit_test(test_dpsgd_hands_its_messages_when_the_emit_ends),
         cmocka_unit_test(
             test_powergossip_hands_each_message_before_the_next_product),
+        cmocka_unit_test(test_allreduce_codec_snapshot_on_device),
+        cmocka_unit_test(test_powersgd_snapshot_on_device),
+        cmocka_unit_test(test_allreduce_snapshot_is_empty),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

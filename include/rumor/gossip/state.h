@@ -90,4 +90,23 @@ RUMOR_API rumor_err rumor_gossip_state_adopt(rumor_gossip *g,
                                              size_t len,
                                              struct rumor_diag *diag);
 
+/* A snapshot of the state between steps kept where the state lives (a
+ * model on the GPU: device to device, nothing crosses PCIe), for a ring
+ * that may drop a step and go back to its boundary (elastic rings).
+ * RUMOR_ENOTSUP for an algorithm or configuration without one (then use
+ * rumor_gossip_state_save); RUMOR_EINVAL during a step. A new snapshot
+ * replaces the last one. */
+RUMOR_API rumor_err rumor_gossip_snapshot(rumor_gossip *g);
+
+/* Back to the snapshot, as rumor_gossip_state_load of the state saved at
+ * it (a step in flight abandoned first); the snapshot stays. RUMOR_EINVAL
+ * without one. */
+RUMOR_API rumor_err rumor_gossip_snapshot_restore(rumor_gossip *g);
+
+/* Appends the bytes rumor_gossip_state_save wrote at the snapshot, from
+ * it (host copies made now, counted), whatever the steps since did;
+ * RUMOR_EINVAL without a snapshot. */
+RUMOR_API rumor_err rumor_gossip_snapshot_save(const rumor_gossip *g,
+                                               struct rumor_buf *out);
+
 #endif /* RUMOR_PUBLIC_GOSSIP_STATE_H */
