@@ -60,8 +60,9 @@ struct cdp {
     uint64_t *steps; /* and each tensor's steps (rumor_ef_steps) */
     float *e_snap;   /* rumor_gossip_snapshot's e (backend) and steps */
     uint64_t *steps_snap;
-    float decay;                 /* p = x + decay e */
-    float *cp;                   /* C(p) of one tensor, backend */
+    uint64_t saved_d2h; /* residual bytes a state_save copied to the host */
+    float decay;        /* p = x + decay e */
+    float *cp;          /* C(p) of one tensor, backend */
     struct gossip_gather gather; /* every node's payload */
     size_t payload_cap;
     double *sum;         /* numel, backend */
@@ -499,7 +500,7 @@ s_save_one(const rumor_gossip *g,
            size_t base,
            struct rumor_buf *out)
 {
-    const struct cdp *s = g->state;
+    struct cdp *s = g->state;
     size_t n = rumor_tensor_numel(&g->tensors[t]), written = 0;
     rumor_ef *mem = s->ef != NULL ? s->ef[t] : NULL;
     rumor_err rc =
@@ -510,6 +511,7 @@ s_save_one(const rumor_gossip *g,
                          e + base,
                          n * sizeof(float),
                          GOSSIP_TO_HOST);
+        s->saved_d2h += g->be->host_memory ? 0 : n * sizeof(float);
     }
     size_t len = rc == RUMOR_OK ? rumor_ef_state_size(mem) : 0;
     if (rc == RUMOR_OK)
@@ -618,10 +620,11 @@ s_load_one(rumor_gossip *g,
     if (rc == RUMOR_OK && apply && s->ef != NULL)
         rc = rumor_ef_restore(s->ef[t], p, len);
     else if (rc == RUMOR_OK && apply)
-        rc = g->be->copy(s->e + base,
-                         rumor_ef_residual(check, NULL),
-                         n * sizeof(float),
-                         GOSSIP_TO_DEVICE);
+        rc = gossip_mem_copy(g,
+                             s->e + base,
+                             rumor_ef_residual(check, NULL),
+                             n * sizeof(float),
+                             GOSSIP_TO_DEVICE);
     if (rc == RUMOR_OK && apply && s->ef == NULL)
         s->steps[t] = rumor_ef_steps(check);
     rumor_ef_destroy(&check);
@@ -655,7 +658,9 @@ s_state_load(rumor_gossip *g,
 static void
 s_pcie(const rumor_gossip *g, uint64_t *h2d, uint64_t *d2h)
 {
-    gossip_packer_pcie(&((const struct cdp *)g->state)->pack, h2d, d2h);
+    const struct cdp *s = g->state;
+    gossip_packer_pcie(&s->pack, h2d, d2h);
+    *d2h += s->saved_d2h;
 }
 
 const struct gossip_algo_i gossip_allreduce_codec = {

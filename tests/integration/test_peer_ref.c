@@ -131,6 +131,67 @@ test_peer_ref__view_change_buckets__joiner_takes_held_model_ref(void **state)
     t_rejoin(&t_ref, true);
 }
 
+/* Payload bytes of one node's step with codec over the run's tensors. */
+static uint64_t
+t_payload(const char *spec)
+{
+    rumor_codec *codec = NULL;
+    assert_int_equal(rumor_codec_new(spec, &codec, NULL), RUMOR_OK);
+    static const size_t sizes[2] = {TPR_ROWS * TPR_COLS, TPR_VEC};
+    uint64_t total = 0;
+    for (size_t t = 0; t < 2; t++) {
+        size_t bytes = 0;
+        bool exact = false;
+        assert_int_equal(
+            rumor_codec_encoded_size(codec, sizes[t], &bytes, &exact),
+            RUMOR_OK);
+        assert_true(exact);
+        total += bytes;
+    }
+    rumor_codec_destroy(&codec);
+    return total;
+}
+
+/* The compressed all-reduce with error feedback under the elastic ring,
+ * on the reference device: the ring's snapshot of the residuals stays in
+ * device memory, so each step moves its payloads only (its own down once;
+ * every node's up, its own twice: C(p) is decoded from the bytes sent),
+ * not the model-sized residuals. */
+static void
+test_peer_ref__codec_allreduce__elastic_pcie_is_the_payloads(void **state)
+{
+    (void)state;
+    static const char *const opts[] = {"algo",
+                                       "allreduce",
+                                       "codec",
+                                       "qsgd:bits=4",
+                                       "ef",
+                                       "ef",
+                                       "log-level",
+                                       "warn",
+                                       NULL};
+    struct tpr_run *run = malloc(sizeof *run);
+    assert_non_null(run);
+    tpr_setup(run, &t_ref, opts, false);
+    tpr_go(run);
+    tpr_check_same(run);
+    uint64_t p = t_payload("qsgd:bits=4");
+    for (uint32_t i = 0; i < TPR_NODES; i++) {
+        uint64_t steps = run->steps[i];
+        print_message("node %u: %llu bytes up, %llu down in %llu steps "
+                      "(payload %llu bytes)\n",
+                      i,
+                      (unsigned long long)run->h2d[i],
+                      (unsigned long long)run->d2h[i],
+                      (unsigned long long)steps,
+                      (unsigned long long)p);
+        assert_int_equal(run->d2h[i], steps * p);
+        assert_int_equal(run->h2d[i], steps * (TPR_NODES + 1) * p);
+    }
+    tpr_free(run);
+    free(run);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -145,6 +206,8 @@ main(int argc, char **argv)
             test_peer_ref__powersgd_buckets__bit_equal_to_host_payloads_up),
         cmocka_unit_test(
             test_peer_ref__view_change_buckets__joiner_takes_held_model_ref),
+        cmocka_unit_test(
+            test_peer_ref__codec_allreduce__elastic_pcie_is_the_payloads),
     };
     if (argc == 2)
         cmocka_set_test_filter(argv[1]);
