@@ -128,6 +128,12 @@ struct localsgd {
     float *shift;
     struct undo undo; /* the compressed sync in flight */
     bool warned;      /* "started from different models" said */
+    /* rumor_gossip_snapshot's: the vectors (g->be's memory, made on
+     * first use) and each fragment's fields, its e a buffer of its own */
+    float *snap_anchor, *snap_velocity, *snap_shift, *snap_ebar;
+    struct frag *snap_frag;
+    bool snap_saving;   /* s_snap_save's state_save: of the snapshot */
+    uint64_t saved_d2h; /* bytes a state_save copied to the host */
 };
 
 static bool
@@ -380,6 +386,13 @@ s_free(rumor_gossip *g)
     g->be->release(s->acc);
     g->be->release(s->undo.e);
     free(s->undo.ef);
+    for (size_t f = 0; s->snap_frag != NULL && f < s->frag_n; f++)
+        g->be->release(s->snap_frag[f].e);
+    free(s->snap_frag);
+    g->be->release(s->snap_anchor);
+    g->be->release(s->snap_velocity);
+    g->be->release(s->snap_shift);
+    g->be->release(s->snap_ebar);
     free(s);
     g->state = NULL;
 }
@@ -902,6 +915,8 @@ s_write_vec(const rumor_gossip *g,
 {
     if (g->be->host_memory)
         return gossip_write_f32(out, v, n);
+    struct localsgd *s = g->state;
+    s->saved_d2h += n * sizeof(float);
     float *host = malloc((n + 1) * sizeof *host);
     rumor_err rc = host != NULL
                        ? g->be->copy(host, v, n * sizeof *host, GOSSIP_TO_HOST)
@@ -936,6 +951,8 @@ s_read_vec(const rumor_gossip *g, struct gossip_reader *r, float *v, size_t n)
 static rumor_err
 s_ef_to_host(const rumor_gossip *g, const struct frag *fr)
 {
+    struct localsgd *s = g->state;
+    s->saved_d2h += fr->len * sizeof(float);
     rumor_ef_set_steps(fr->ef, fr->e_steps);
     return g->be->copy(rumor_ef_residual(fr->ef, NULL),
                        fr->e,
@@ -973,12 +990,17 @@ s_save_ef(const rumor_gossip *g, const struct frag *fr, struct rumor_buf *out)
 
 /* A u64-length blob of a fragment's mixer state. */
 static rumor_err
-s_save_mixer(const struct frag *fr, struct rumor_buf *out)
+s_save_mixer(const rumor_gossip *g,
+             const struct frag *fr,
+             struct rumor_buf *out)
 {
+    const struct localsgd *s = g->state;
     size_t at = out->len;
     rumor_err rc = gossip_write_u64(out, 0); /* the length, patched */
+    /* swapped in by s_snap_save: the mixer's snapshot */
     if (rc == RUMOR_OK)
-        rc = rumor_gossip_state_save(fr->mixer, out);
+        rc = s->snap_saving ? rumor_gossip_snapshot_save(fr->mixer, out)
+                            : rumor_gossip_state_save(fr->mixer, out);
     if (rc == RUMOR_OK) {
         uint64_t len = out->len - at - 8;
         memcpy(out->data + at, &len, 8);
@@ -1034,7 +1056,7 @@ s_save_one(const rumor_gossip *g, struct rumor_buf *out)
         rc = gossip_write_u64(out, ebar ? g->numel : 0);
     if (rc == RUMOR_OK && ebar)
         rc = s_write_vec(g, out, s->saef.ebar, g->numel);
-    return rc == RUMOR_OK ? s_save_mixer(fr, out) : rc;
+    return rc == RUMOR_OK ? s_save_mixer(g, fr, out) : rc;
 }
 
 /* Between steps: the anchor (the model of the last sync, or the initial
@@ -1069,7 +1091,7 @@ s_state_save(const rumor_gossip *g, struct rumor_buf *out)
         if (rc == RUMOR_OK)
             rc = s_save_ef(g, fr, out);
         if (rc == RUMOR_OK)
-            rc = s_save_mixer(fr, out);
+            rc = s_save_mixer(g, fr, out);
     }
     if (rc == RUMOR_OK)
         rc = s_write_vec(g, out, s->anchor, g->numel);
@@ -1257,6 +1279,119 @@ s_state_load(rumor_gossip *g,
     return s_load_one(g, r, flags, mode);
 }
 
+/* One vector device to device: into the snapshot (take, made on first
+ * use) or back; nothing where the live one is absent. */
+static rumor_err
+s_snap_vec(rumor_gossip *g, float *live, float **snap, size_t n, bool take)
+{
+    if (live == NULL)
+        return RUMOR_OK;
+    rumor_err rc = RUMOR_OK;
+    if (*snap == NULL)
+        rc = g->be->alloc(n * sizeof(float), (void **)snap);
+    if (rc != RUMOR_OK)
+        return rc;
+    return take ? gossip_mem_copy(g,
+                                  *snap,
+                                  live,
+                                  n * sizeof(float),
+                                  GOSSIP_ON_DEVICE)
+                : gossip_mem_copy(g,
+                                  live,
+                                  *snap,
+                                  n * sizeof(float),
+                                  GOSSIP_ON_DEVICE);
+}
+
+/* The state one way: the vectors and residuals device to device, the
+ * fragments' fields and the mixers' own snapshots. */
+static rumor_err
+s_snap_move(rumor_gossip *g, bool take)
+{
+    struct localsgd *s = g->state;
+    rumor_err rc = s_snap_vec(g, s->anchor, &s->snap_anchor, g->numel, take);
+    if (rc == RUMOR_OK)
+        rc = s_snap_vec(g, s->velocity, &s->snap_velocity, g->numel, take);
+    if (rc == RUMOR_OK)
+        rc = s_snap_vec(g, s->shift, &s->snap_shift, g->numel, take);
+    if (rc == RUMOR_OK)
+        rc = s_snap_vec(g, s->saef.ebar, &s->snap_ebar, g->numel, take);
+    for (size_t f = 0; f < s->frag_n && rc == RUMOR_OK; f++) {
+        struct frag *fr = &s->frag[f], *sn = &s->snap_frag[f];
+        float *e = sn->e, *live_e = fr->e;
+        rc = s_snap_vec(g, fr->e, &e, fr->len, take);
+        if (rc == RUMOR_OK && take) {
+            *sn = *fr;
+            sn->e = e;
+        } else if (rc == RUMOR_OK) {
+            *fr = *sn;
+            fr->e = live_e;
+        }
+        if (rc == RUMOR_OK)
+            rc = take ? rumor_gossip_snapshot(fr->mixer)
+                      : rumor_gossip_snapshot_restore(fr->mixer);
+    }
+    return rc;
+}
+
+/* A memory kept on the host (a host model's) has no snapshot: its state
+ * goes through rumor_gossip_state_save. */
+static rumor_err
+s_snap_take(rumor_gossip *g)
+{
+    struct localsgd *s = g->state;
+    for (size_t f = 0; f < s->frag_n; f++)
+        if (s->frag[f].ef != NULL && s->frag[f].e == NULL)
+            return RUMOR_ENOTSUP;
+    if (s->snap_frag == NULL)
+        s->snap_frag = calloc(s->frag_n, sizeof *s->snap_frag);
+    if (s->snap_frag == NULL)
+        return RUMOR_ENOMEM;
+    return s_snap_move(g, true);
+}
+
+static rumor_err
+s_snap_restore(rumor_gossip *g)
+{
+    return s_snap_move(g, false);
+}
+
+static void
+s_swap_vec(float **a, float **b)
+{
+    float *t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* The snapshot and the live state exchanged (pointers and fields). */
+static void
+s_snap_swap(struct localsgd *s)
+{
+    s_swap_vec(&s->anchor, &s->snap_anchor);
+    s_swap_vec(&s->velocity, &s->snap_velocity);
+    s_swap_vec(&s->shift, &s->snap_shift);
+    s_swap_vec(&s->saef.ebar, &s->snap_ebar);
+    for (size_t f = 0; f < s->frag_n; f++) {
+        struct frag t = s->frag[f];
+        s->frag[f] = s->snap_frag[f];
+        s->snap_frag[f] = t;
+    }
+    s->snap_saving = !s->snap_saving;
+}
+
+/* state_save with the snapshot swapped in for the live state (a step may
+ * be open: nothing runs in between), and back. */
+static rumor_err
+s_snap_save(const rumor_gossip *g, struct rumor_buf *out)
+{
+    struct localsgd *s = g->state;
+    s_snap_swap(s);
+    rumor_err rc = s_state_save(g, out);
+    s_snap_swap(s);
+    return rc;
+}
+
 /* The mixers' steps end with this one's. */
 static void
 s_abandon(rumor_gossip *g)
@@ -1300,7 +1435,7 @@ s_pcie(const rumor_gossip *g, uint64_t *h2d, uint64_t *d2h)
         *d2h += out;
     }
     *h2d += s->saef.pcie_h2d;
-    *d2h += s->saef.pcie_d2h;
+    *d2h += s->saef.pcie_d2h + s->saved_d2h;
 }
 
 const struct gossip_algo_i gossip_localsgd = {
@@ -1319,4 +1454,7 @@ const struct gossip_algo_i gossip_localsgd = {
     .state_save = s_state_save,
     .state_load = s_state_load,
     .abandon = s_abandon,
+    .snap_take = s_snap_take,
+    .snap_restore = s_snap_restore,
+    .snap_save = s_snap_save,
 };

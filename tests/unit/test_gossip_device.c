@@ -1983,14 +1983,11 @@ s_snapshot_check(const struct rumor_gossip_opts *o, uint64_t boundary)
     for (uint64_t step = 0; step < boundary; step++)
         s_take(&r, step, in, first);
     rumor_buf want[S_NODES], after[S_NODES], got;
-    uint64_t h2d[S_NODES], d2h[S_NODES];
     rumor_buf_init(&got, RUMOR_GOSSIP_STATE_MAX);
     for (size_t i = 0; i < S_NODES; i++) {
         rumor_buf_init(&want[i], RUMOR_GOSSIP_STATE_MAX);
         rumor_buf_init(&after[i], RUMOR_GOSSIP_STATE_MAX);
         assert_int_equal(rumor_gossip_state_save(r.g[i], &want[i]), RUMOR_OK);
-        h2d[i] = d2h[i] = 0;
-        rumor_gossip_pcie_bytes(r.g[i], &h2d[i], &d2h[i]);
         assert_int_equal(rumor_gossip_snapshot(r.g[i]), RUMOR_OK);
     }
     s_take(&r, boundary, in, first);
@@ -2008,23 +2005,19 @@ s_snapshot_check(const struct rumor_gossip_opts *o, uint64_t boundary)
         assert_int_equal(rumor_gossip_snapshot_save(r.g[i], &got), RUMOR_OK);
         assert_int_equal(got.len, want[i].len);
         assert_memory_equal(got.data, want[i].data, got.len);
-        uint64_t up = 0, down = 0;
         assert_int_equal(rumor_gossip_snapshot_restore(r.g[i]), RUMOR_OK);
-        rumor_gossip_pcie_bytes(r.g[i], &up, &down);
         rumor_buf_reset(&got);
         assert_int_equal(rumor_gossip_state_save(r.g[i], &got), RUMOR_OK);
         assert_int_equal(got.len, want[i].len);
         assert_memory_equal(got.data, want[i].data, got.len);
-        /* snapshot_save's reads were the state's: restore moved nothing,
-         * and neither did the snapshot */
-        uint64_t up2 = 0, down2 = 0;
-        rumor_buf_reset(&got);
+        /* going back to the snapshot and taking it move nothing */
+        uint64_t up = 0, down = 0, up2 = 0, down2 = 0;
+        rumor_gossip_pcie_bytes(r.g[i], &up, &down);
         assert_int_equal(rumor_gossip_snapshot_restore(r.g[i]), RUMOR_OK);
         assert_int_equal(rumor_gossip_snapshot(r.g[i]), RUMOR_OK);
         rumor_gossip_pcie_bytes(r.g[i], &up2, &down2);
         assert_int_equal(up2, up);
         assert_int_equal(down2, down);
-        assert_true(up >= h2d[i] && down >= d2h[i]);
     }
     s_take(&r, boundary, in, again);
     s_take(&r, boundary + 1, in, again + S_NODES * r.numel);
@@ -2110,6 +2103,132 @@ test_allreduce_snapshot_is_empty(void **state)
     s_snapshot_check(&o, 1);
 }
 
+/* Every node's model to (put) or from the test's host copies. */
+static void
+s_models(struct ring *r, float *host, bool put)
+{
+    size_t bytes = r->numel * sizeof(float);
+    for (size_t i = 0; i < S_NODES; i++)
+        assert_int_equal(put ? r->mem[i]->copy(r->x[i],
+                                               host + i * r->numel,
+                                               bytes,
+                                               GOSSIP_TO_DEVICE)
+                             : r->mem[i]->copy(host + i * r->numel,
+                                               r->x[i],
+                                               bytes,
+                                               GOSSIP_TO_HOST),
+                         RUMOR_OK);
+}
+
+/* Every node's state is want's (state_save, or snapshot_save). */
+static void
+s_states_are(struct ring *r, rumor_buf *want, bool snap)
+{
+    rumor_buf got;
+    rumor_buf_init(&got, RUMOR_GOSSIP_STATE_MAX);
+    for (size_t i = 0; i < S_NODES; i++) {
+        rumor_buf_reset(&got);
+        assert_int_equal(snap ? rumor_gossip_snapshot_save(r->g[i], &got)
+                              : rumor_gossip_state_save(r->g[i], &got),
+                         RUMOR_OK);
+        assert_int_equal(got.len, want[i].len);
+        assert_memory_equal(got.data, want[i].data, got.len);
+    }
+    rumor_buf_free(&got);
+}
+
+/* Local SGD's snapshot on the reference device, across syncs of every
+ * fragment: its bytes after the steps and mid-step (a look-ahead applied,
+ * a sync's first round emitted) are state_save's at the boundary; back
+ * to it (with the models, which are the caller's), the steps run again to
+ * the same bits and state; and taking one at every step moves nothing
+ * to or from the host. */
+static void
+s_lsgd_snapshot_check(const struct rumor_gossip_opts *o, uint64_t boundary)
+{
+    static const bool all[S_NODES] = {true, true, true, true};
+    const uint64_t span = 2 * o->period;
+    struct ring r, plain;
+    s_lsgd_ring(&r, o, all, &gossip_backend_ref, false);
+    s_lsgd_ring(&plain, o, all, &gossip_backend_ref, false);
+    size_t floats = (size_t)(boundary + span + 1) * S_NODES * r.numel;
+    float *first = calloc(floats, sizeof(float));
+    float *again = calloc(floats, sizeof(float));
+    float *x0 = malloc(S_NODES * r.numel * sizeof(float));
+    assert_true(first && again && x0);
+    for (uint64_t t = 0; t < boundary; t++) {
+        for (size_t i = 0; i < S_NODES; i++)
+            assert_int_equal(rumor_gossip_snapshot(r.g[i]), RUMOR_OK);
+        s_lsgd_run(&r, first, t, t + 1);
+        s_lsgd_run(&plain, NULL, t, t + 1);
+    }
+    for (size_t i = 0; i < S_NODES; i++) {
+        uint64_t ua = 0, da = 0, ub = 0, db = 0;
+        rumor_gossip_pcie_bytes(r.g[i], &ua, &da);
+        rumor_gossip_pcie_bytes(plain.g[i], &ub, &db);
+        assert_int_equal(ua, ub);
+        assert_int_equal(da, db);
+    }
+    rumor_buf want[S_NODES], after[S_NODES];
+    for (size_t i = 0; i < S_NODES; i++) {
+        rumor_buf_init(&want[i], RUMOR_GOSSIP_STATE_MAX);
+        rumor_buf_init(&after[i], RUMOR_GOSSIP_STATE_MAX);
+        assert_int_equal(rumor_gossip_state_save(r.g[i], &want[i]), RUMOR_OK);
+        assert_int_equal(rumor_gossip_snapshot(r.g[i]), RUMOR_OK);
+    }
+    s_models(&r, x0, false);
+    s_lsgd_run(&r, first, boundary, boundary + span);
+    for (size_t i = 0; i < S_NODES; i++)
+        assert_int_equal(rumor_gossip_state_save(r.g[i], &after[i]), RUMOR_OK);
+    s_states_are(&r, want, true);
+    /* mid-step: the next sync's look-ahead and first round on node 0 */
+    uint64_t t = boundary + span;
+    while (!rumor_gossip_exchanges(r.g[0], t))
+        t++;
+    const struct rumor_gossip_msg *msgs = NULL;
+    size_t count = 0;
+    assert_int_equal(rumor_gossip_step_ahead(r.g[0]), RUMOR_OK);
+    assert_int_equal(rumor_gossip_emit(r.g[0], t, 0, &msgs, &count), RUMOR_OK);
+    s_states_are(&r, want, true);
+    for (size_t i = 0; i < S_NODES; i++)
+        assert_int_equal(rumor_gossip_snapshot_restore(r.g[i]), RUMOR_OK);
+    s_states_are(&r, want, false);
+    s_models(&r, x0, true);
+    s_lsgd_run(&r, again, boundary, boundary + span);
+    size_t from = (size_t)boundary * S_NODES * r.numel;
+    assert_memory_equal(again + from,
+                        first + from,
+                        (size_t)span * S_NODES * r.numel * sizeof(float));
+    s_states_are(&r, after, false);
+    for (size_t i = 0; i < S_NODES; i++) {
+        rumor_buf_free(&want[i]);
+        rumor_buf_free(&after[i]);
+    }
+    free(first);
+    free(again);
+    free(x0);
+    s_ring_free(&r);
+    s_ring_free(&plain);
+}
+
+static void
+test_localsgd_snapshot_on_device(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_lsgd_opts(&o, "", 0.7, 0.9, 1);
+    s_lsgd_snapshot_check(&o, 2);
+    s_lsgd_opts(&o, "qsgd:bits=4", 0.7, 0.9, 1);
+    s_lsgd_snapshot_check(&o, 4);
+    s_lsgd_opts(&o, "topk:ratio=0.1", 1.0, 0.0, 1);
+    o.ef_alpha = 1.0;
+    snprintf(o.saef_scope, sizeof o.saef_scope, "neighbourhood");
+    s_lsgd_snapshot_check(&o, 4);
+    s_lsgd_opts(&o, "qsgd:bits=4", 0.7, 0.9, 3);
+    o.ef_alpha = 1.0;
+    s_lsgd_snapshot_check(&o, 5);
+}
+
 int
 main(void)
 {
@@ -2161,6 +2280,7 @@ main(void)
         cmocka_unit_test(test_allreduce_codec_snapshot_on_device),
         cmocka_unit_test(test_powersgd_snapshot_on_device),
         cmocka_unit_test(test_allreduce_snapshot_is_empty),
+        cmocka_unit_test(test_localsgd_snapshot_on_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
