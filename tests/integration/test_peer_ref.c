@@ -192,6 +192,47 @@ test_peer_ref__codec_allreduce__elastic_pcie_is_the_payloads(void **state)
     free(run);
 }
 
+/* Local SGD with exact averaging under the elastic ring, on the reference
+ * device: the snapshot of its anchor, outer velocity and look-ahead stays
+ * in device memory, so what crosses is each sync's model fragment, once
+ * each way (the all-reduce's payload), not three model-sized vectors
+ * down per step. */
+static void
+test_peer_ref__localsgd__elastic_pcie_is_the_payloads(void **state)
+{
+    (void)state;
+    static const char *const opts[] = {"algo",
+                                       "localsgd",
+                                       "period",
+                                       "3",
+                                       "outer-lr",
+                                       "0.7",
+                                       "outer-momentum",
+                                       "0.9",
+                                       "log-level",
+                                       "warn",
+                                       NULL};
+    struct tpr_run *run = malloc(sizeof *run);
+    assert_non_null(run);
+    tpr_setup(run, &t_ref, opts, false);
+    tpr_go(run);
+    for (uint32_t i = 0; i < TPR_NODES; i++) {
+        uint64_t syncs = (run->steps[i] + 2) / 3;
+        print_message("node %u: %llu bytes up, %llu down in %llu steps "
+                      "(%llu syncs, model %zu bytes)\n",
+                      i,
+                      (unsigned long long)run->h2d[i],
+                      (unsigned long long)run->d2h[i],
+                      (unsigned long long)run->steps[i],
+                      (unsigned long long)syncs,
+                      TPR_N * sizeof(float));
+        assert_int_equal(run->h2d[i], syncs * TPR_N * sizeof(float));
+        assert_int_equal(run->d2h[i], syncs * TPR_N * sizeof(float));
+    }
+    tpr_free(run);
+    free(run);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -208,6 +249,7 @@ main(int argc, char **argv)
             test_peer_ref__view_change_buckets__joiner_takes_held_model_ref),
         cmocka_unit_test(
             test_peer_ref__codec_allreduce__elastic_pcie_is_the_payloads),
+        cmocka_unit_test(test_peer_ref__localsgd__elastic_pcie_is_the_payloads),
     };
     if (argc == 2)
         cmocka_set_test_filter(argv[1]);
