@@ -233,6 +233,44 @@ test_peer_ref__localsgd__elastic_pcie_is_the_payloads(void **state)
     free(run);
 }
 
+/* A view change under the compressed all-reduce with error feedback (fp16
+ * payloads) on the reference device: the dropped step goes back to the
+ * snapshot kept in device memory, the holder's STATE carries the
+ * snapshot's bytes, and every step's result is the mean of its
+ * participants' inputs within fp16's rounding, the joiner's input the
+ * ring's model. */
+static void
+test_peer_ref__codec_view_change__rollback_from_device_snapshot(void **state)
+{
+    (void)state;
+    static const char *const opts[] = {"algo",
+                                       "allreduce",
+                                       "codec",
+                                       "fp16",
+                                       "ef",
+                                       "ef",
+                                       "exchange",
+                                       "model",
+                                       "deadline-ms",
+                                       "1000",
+                                       "log-level",
+                                       "error",
+                                       NULL};
+    struct tpr_run *run = malloc(sizeof *run);
+    assert_non_null(run);
+    tpr_setup(run, &t_ref, opts, true);
+    tpr_go(run);
+    tpr_check_same(run);
+    /* fp16 rounds each payload to 2^-11 relative; the memory carries
+     * what a step left out into the next */
+    tpr_check_rejoin_within(run, 2e-3);
+    print_message("ref, fp16 + ef: node 2 back at step %lld of %llu\n",
+                  (long long)atomic_load(&run->back_at) + 1,
+                  (unsigned long long)run->steps[0]);
+    tpr_free(run);
+    free(run);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -250,6 +288,8 @@ main(int argc, char **argv)
         cmocka_unit_test(
             test_peer_ref__codec_allreduce__elastic_pcie_is_the_payloads),
         cmocka_unit_test(test_peer_ref__localsgd__elastic_pcie_is_the_payloads),
+        cmocka_unit_test(
+            test_peer_ref__codec_view_change__rollback_from_device_snapshot),
     };
     if (argc == 2)
         cmocka_set_test_filter(argv[1]);
