@@ -348,6 +348,21 @@ done:
     return rc;
 }
 
+// m's tensors laid out one after another from base, as views: where a
+// staged pass keeps its device copies of the parameters and gradients.
+static struct rumor_model
+s_packed(const struct rumor_model *m, float *base, struct rumor_tensor *view)
+{
+    for (size_t i = 0; i < m->count; i++) {
+        view[i] = m->tensors[i];
+        view[i].data = base;
+        base += rumor_tensor_numel(&m->tensors[i]);
+    }
+    return (struct rumor_model){view, m->count};
+}
+
+// The staged pass: the parameters up, the resident pass on the copies,
+// the gradient down.
 extern "C" rumor_err
 train_cuda_pass(train_cuda *cu,
                 const struct rumor_model *params,
@@ -361,44 +376,35 @@ train_cuda_pass(train_cuda *cu,
                 size_t *correct)
 {
     rumor_err rc = RUMOR_OK;
-    const struct train_net *net = &cu->net;
-    size_t step = net->bias ? 2 : 1, off = 0;
-    struct s_layers L = {};
-    if (b > cu->max_batch)
+    struct rumor_tensor pv[2 * TRAIN_MAX_LAYERS], gv[2 * TRAIN_MAX_LAYERS];
+    if (params->count > 2 * TRAIN_MAX_LAYERS)
         return RUMOR_EINVAL;
-    L.grad = grad != NULL;
-    for (size_t l = 0; l < net->layers; l++) {
-        size_t o = net->width[l + 1], in = net->width[l];
-        CUDA_TRY(cudaMemcpy(cu->params + off,
-                            params->tensors[l * step].data,
-                            o * in * sizeof(float),
+    struct rumor_model dp = s_packed(params, cu->params, pv);
+    struct rumor_model dg = s_packed(params, cu->grads, gv);
+    for (size_t i = 0; i < params->count; i++)
+        CUDA_TRY(cudaMemcpy(dp.tensors[i].data,
+                            params->tensors[i].data,
+                            rumor_tensor_numel(&params->tensors[i]) *
+                                sizeof(float),
                             cudaMemcpyHostToDevice),
                  done);
-        L.w[l] = cu->params + off;
-        L.gw[l] = cu->grads + off;
-        off += o * in;
-        if (net->bias) {
-            CUDA_TRY(cudaMemcpy(cu->params + off,
-                                params->tensors[l * step + 1].data,
-                                o * sizeof(float),
-                                cudaMemcpyHostToDevice),
-                     done);
-            L.bias[l] = cu->params + off;
-            L.gb[l] = cu->grads + off;
-            off += o;
-        }
-    }
-    rc = s_run(cu, &L, x, y, t, b, denom, loss_sum, correct);
-    off = 0;
-    for (size_t i = 0; rc == RUMOR_OK && grad != NULL && i < grad->count; i++) {
-        size_t n = rumor_tensor_numel(&grad->tensors[i]);
+    rc = train_cuda_pass_resident(cu,
+                                  &dp,
+                                  x,
+                                  y,
+                                  t,
+                                  b,
+                                  denom,
+                                  grad != NULL ? &dg : NULL,
+                                  loss_sum,
+                                  correct);
+    for (size_t i = 0; rc == RUMOR_OK && grad != NULL && i < grad->count; i++)
         CUDA_TRY(cudaMemcpy(grad->tensors[i].data,
-                            cu->grads + off,
-                            n * sizeof(float),
+                            dg.tensors[i].data,
+                            rumor_tensor_numel(&grad->tensors[i]) *
+                                sizeof(float),
                             cudaMemcpyDeviceToHost),
                  done);
-        off += n;
-    }
 done:
     return rc;
 }
