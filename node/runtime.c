@@ -641,6 +641,7 @@ s_checkpoint(rumor_node *node, struct rumor_diag *diag)
     /* first: it waits for the exchanges queued to run */
     rumor_err rc =
         node->stale != NULL ? node_stale_save(node->stale, &flight) : RUMOR_OK;
+    /* in device memory: the save reads node->host, fresh from it */
     const struct rumor_model *host = NULL;
     if (rc == RUMOR_OK && node->host != NULL)
         rc = s_to_host(node, &host);
