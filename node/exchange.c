@@ -511,12 +511,25 @@ s_faults_join(rumor_node *node, uint64_t *t, struct rumor_diag *diag)
 {
     uint64_t next = *t;
     uint64_t deadline = rumor_clock_ns() + node->opts.connect_ms * NODE_MS;
-    rumor_err rc = node_faults_join(node->faults,
-                                    node->net,
-                                    node->g,
-                                    node->model,
-                                    deadline,
-                                    &next);
+    /* a model in device memory: the neighbour's arrives in a host copy */
+    struct rumor_model *into = node->model, *host = NULL;
+    const struct rumor_model *now = NULL;
+    rumor_err rc = RUMOR_OK;
+    if (node->src.to_host != NULL)
+        rc = node->src.to_host(node->src.arg, &now);
+    if (rc == RUMOR_OK && now != NULL)
+        rc = rumor_model_clone(now, &host);
+    into = host != NULL ? host : into;
+    if (rc == RUMOR_OK)
+        rc = node_faults_join(node->faults,
+                              node->net,
+                              node->g,
+                              into,
+                              deadline,
+                              &next);
+    if (rc == RUMOR_OK && host != NULL)
+        rc = node->src.to_device(node->src.arg, host);
+    rumor_model_free(&host);
     if (rc == RUMOR_OK && next > *t) {
         *t = next;
         node->first_step = next;

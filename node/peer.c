@@ -670,9 +670,10 @@ s_cuda_new(rumor_peer *peer,
  * tests treat as the reference device's) copies them to the host for its
  * algorithm, or NULL: the algorithm runs on them where they are. What
  * still reads or writes the model on the host keeps the copy: a stale
- * exchange's snapshot, a join or resume's incoming model, the consensus
- * probe. An elastic ring's held models stay on the device and cross to
- * the host only for a view change's STATE (s_ring_model_out / _in). */
+ * exchange's snapshot. A join's incoming model arrives in a host copy
+ * and is copied in (s_to_device). An elastic ring's held models stay on the
+ * device and cross to the host only for a view change's STATE (s_ring_model_out
+ * / _in). */
 static const char *
 s_direct_refused(const struct rumor_node_opts *o,
                  const struct rumor_peer_tensor *t,
@@ -684,10 +685,6 @@ s_direct_refused(const struct rumor_node_opts *o,
             return "not every tensor is float32 in CUDA memory";
     if (o->gossip.stale > 0)
         return "stale exchanges gossip a host snapshot";
-    if (o->join || o->resume)
-        return "join and resume take a neighbour's model on the host";
-    if (o->consensus_every > 0)
-        return "the consensus probe reads the model on the host";
     return NULL;
 }
 
@@ -794,6 +791,20 @@ s_to_host(void *arg, const struct rumor_model **host)
     rumor_peer *peer = arg;
     *host = &peer->host;
     return s_host_move(peer, &peer->model, true);
+}
+
+/* node_model_src.to_device: a joiner's model into the tensors, through
+ * the host copy (once per join). */
+static rumor_err
+s_to_device(void *arg, const struct rumor_model *host)
+{
+    rumor_peer *peer = arg;
+    rumor_err rc = s_host_new(peer);
+    for (size_t k = 0; k < peer->count && rc == RUMOR_OK; k++)
+        memcpy(peer->host.tensors[k].data,
+               host->tensors[k].data,
+               s_bytes(&peer->slots[k]));
+    return rc == RUMOR_OK ? s_host_move(peer, &peer->model, false) : rc;
 }
 
 static void
@@ -1718,6 +1729,7 @@ s_peer_make(const struct rumor_node_opts *opts,
         dtypes[k] = tensors[k].dtype;
     struct node_model_src src = {.be = peer->direct ? peer->mem : NULL,
                                  .to_host = peer->direct ? s_to_host : NULL,
+                                 .to_device = peer->direct ? s_to_device : NULL,
                                  .arg = peer};
     if (rc == RUMOR_OK)
         rc =

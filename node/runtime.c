@@ -274,24 +274,23 @@ s_host_reader(const rumor_node *node)
         return "the gradient exchange";
     if (o->gossip.stale > 0)
         return "--stale exchanges";
-    if (o->consensus_every > 0)
-        return "the consensus probe";
-    if (o->checkpoint_dir[0] != '\0' || o->resume || o->join)
-        return "checkpoints, --resume and --join";
     if (node_elastic_wanted(node))
         return "the elastic ring of a ring algorithm";
     return NULL;
 }
 
 /* The device memory `rumor node`'s model moves to (issue #31), or NULL:
- * the GPU's when the workload computes on CUDA; RUMOR_NODE_DEVICE=ref
- * (the tests' hook) the reference device's, with the CPU pass. */
+ * the GPU's when the workload computes on CUDA; RUMOR_NODE_DEVICE (the
+ * tests' hook) =ref the reference device's, with the CPU pass, =host
+ * none (a --cuda node staged through the host, to compare with). */
 static const struct gossip_backend_i *
 s_model_device(const rumor_node *node)
 {
     const struct gossip_backend_i *be = NULL;
     const char *hook = getenv("RUMOR_NODE_DEVICE"), *why = NULL;
     bool cuda = train_workload_device(node->w) == RUMOR_DEVICE_CUDA;
+    if (hook != NULL && strcmp(hook, "host") == 0)
+        return NULL;
     if (!cuda && hook != NULL && strcmp(hook, "ref") == 0)
         be = &gossip_backend_ref;
     else if (!cuda || gossip_backend_cuda(&be, &why) != RUMOR_OK)
@@ -322,6 +321,22 @@ s_to_host(void *arg, const struct rumor_model **host)
     return rc;
 }
 
+/* node_model_src.to_device of a model in device memory: host (node->host,
+ * or a join's model) into it. */
+static rumor_err
+s_from_host(void *arg, const struct rumor_model *host)
+{
+    rumor_node *node = arg;
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; rc == RUMOR_OK && k < node->model->count; k++)
+        rc = node->src.be->copy(node->model->tensors[k].data,
+                                host->tensors[k].data,
+                                rumor_tensor_numel(&node->model->tensors[k]) *
+                                    sizeof(float),
+                                GOSSIP_TO_DEVICE);
+    return rc;
+}
+
 /* Moves the model, the gradient, the optimizer and then the algorithm
  * (s_gossip_new) into be's memory: only batches and payloads cross from
  * then on. The optimizer is fresh (no state yet), so it is made anew. */
@@ -340,8 +355,10 @@ s_to_device(rumor_node *node, const struct gossip_backend_i *be)
         rc = be->alloc(floats * sizeof(float), (void **)&node->device_mix);
     if (rc != RUMOR_OK)
         return rc;
-    node->src =
-        (struct node_model_src){.be = be, .to_host = s_to_host, .arg = node};
+    node->src = (struct node_model_src){.be = be,
+                                        .to_host = s_to_host,
+                                        .to_device = s_from_host,
+                                        .arg = node};
     node->model = rumor_workload_model(node->w);
     float *g = node->device_grad, *x = node->device_mix;
     for (size_t k = 0; k < node->grad->count; k++) {
@@ -577,7 +594,9 @@ s_ckpt_parts(rumor_node *node,
                                   .nodes = node->n,
                                   .seed = node->opts.workload.seed,
                                   .algo = node->opts.gossip.algo,
-                                  .model = node->model,
+                                  /* in device memory: the host copy */
+                                  .model = node->host != NULL ? node->host
+                                                              : node->model,
                                   .optim = node->optim,
                                   .gossip = node->g,
                                   .counters = k,
@@ -622,6 +641,10 @@ s_checkpoint(rumor_node *node, struct rumor_diag *diag)
     /* first: it waits for the exchanges queued to run */
     rumor_err rc =
         node->stale != NULL ? node_stale_save(node->stale, &flight) : RUMOR_OK;
+    /* in device memory: the save reads node->host, fresh from it */
+    const struct rumor_model *host = NULL;
+    if (rc == RUMOR_OK && node->host != NULL)
+        rc = s_to_host(node, &host);
     s_ckpt_parts(node, &p, &k);
     p.stale_out = &flight;
     if (rc == RUMOR_OK)
@@ -678,6 +701,12 @@ s_resume(rumor_node *node, struct rumor_diag *diag)
     rumor_err rc = node_ckpt_resume(node->opts.checkpoint_dir, &p, &why);
     if (rc != RUMOR_OK)
         rumor_diag_set(diag, why.file, why.line, 0, "--resume: %s", why.msg);
+    /* the model was read into the host copy */
+    if (rc == RUMOR_OK && node->host != NULL) {
+        rc = s_from_host(node, node->host);
+        if (rc != RUMOR_OK)
+            rumor_diag_set(diag, "", 0, 0, "--resume: %s", rumor_strerror(rc));
+    }
     if (rc == RUMOR_OK && node->opts.metrics_dir[0] != '\0') {
         rc = node_ckpt_trim_metrics(node->opts.metrics_dir,
                                     node->opts.id,
@@ -725,11 +754,16 @@ static rumor_err
 s_probe(rumor_node *node, uint64_t t, uint64_t deadline)
 {
     size_t off = 0;
-    for (size_t k = 0; k < node->model->count; k++) {
+    rumor_err rc = RUMOR_OK;
+    /* in device memory: straight into the probe's host buffer */
+    const struct gossip_backend_i *be =
+        node->host != NULL ? node->src.be : &gossip_backend_host;
+    for (size_t k = 0; k < node->model->count && rc == RUMOR_OK; k++) {
         size_t n = rumor_tensor_numel(&node->model->tensors[k]);
-        memcpy(node->probe + off,
-               node->model->tensors[k].data,
-               n * sizeof(float));
+        rc = be->copy(node->probe + off,
+                      node->model->tensors[k].data,
+                      n * sizeof(float),
+                      GOSSIP_TO_HOST);
         off += n;
     }
     size_t len = node->probe_floats * sizeof(float), count = 0;
@@ -739,7 +773,6 @@ s_probe(rumor_node *node, uint64_t t, uint64_t deadline)
                                                     node->opts.id,
                                                     &count,
                                                     NULL);
-    rumor_err rc = RUMOR_OK;
     size_t heard = 0;
     for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
         struct rumor_net_header h = {.kind = RUMOR_NET_KIND_PROBE, .step = t};

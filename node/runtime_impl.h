@@ -180,10 +180,12 @@ int node_mkdirs(const char *path);
  * or the reference device in the tests) the node's algorithm runs on them
  * there (gossip_new_in), and what must read them on the host (a STATE for
  * a restarted neighbour) asks to_host for a host copy of the model, valid
- * until the next call. be NULL: host memory. */
+ * until the next call; a model that arrives on the host (a join's) goes
+ * into them through to_device. be NULL: host memory. */
 struct node_model_src {
     const struct gossip_backend_i *be;
     rumor_err (*to_host)(void *arg, const struct rumor_model **host);
+    rumor_err (*to_device)(void *arg, const struct rumor_model *host);
     void *arg;
 };
 

@@ -12,7 +12,11 @@
  *   - an elastic view change on device tensors: node 2 removed and taken
  *     back with a member's held model, which crosses to the host for the
  *     STATE and back onto the joiner's device; the results are the means
- *     of the participants' inputs, the joiner's input the ring's model.
+ *     of the participants' inputs, the joiner's input the ring's model;
+ *   - a D-PSGD peer on device tensors killed (its peer destroyed) and
+ *     restarted with join (its tensors set to 1e6) or resume (its own
+ *     model): back on the ring's model from its first step, the same bits
+ *     as on host tensors; the join's model went up onto the device.
  */
 #include "gossip/backend.h"
 #include "tests/cmocka_compat.h"
@@ -271,6 +275,243 @@ test_peer_ref__codec_view_change__rollback_from_device_snapshot(void **state)
     free(run);
 }
 
+/* --- a restarted peer on the device: join and resume ------------------ */
+
+#define TJ_DEAD  3 /* node 2's steps before it dies */
+#define TJ_AFTER 3 /* its steps after the restart */
+
+struct tj_run {
+    struct tpc c;
+    const struct tpr_mem *mem;
+    const char *restart; /* "join" or "resume": node 2's second life */
+    struct rumor_node_opts o[TPR_NODES], again;
+    _Atomic uint64_t done[TPR_NODES];
+    atomic_bool back_done; /* node 2's second life over */
+    uint64_t past[2];      /* nodes 0 and 1's steps since */
+    float out[TPR_NODES][TPR_N];
+    float first[TPR_N]; /* node 2's result of its first step back */
+    uint64_t h2d, d2h;  /* node 2's second life's copies */
+    rumor_err rc[TPR_NODES];
+    char msg[TPR_NODES][RUMOR_DIAG_TEXT_BYTES];
+};
+
+struct tj_arg {
+    struct tj_run *run;
+    uint32_t id;
+};
+
+/* A peer on dev; its steps until more() says no; the last result in out
+ * (and the first in first, when not NULL). */
+static rumor_err
+tj_life(struct tj_run *run,
+        const struct rumor_node_opts *o,
+        void *dev,
+        uint32_t i,
+        bool (*more)(struct tj_run *, uint32_t, uint64_t),
+        float *first,
+        struct rumor_diag *diag)
+{
+    const struct tpr_mem *m = run->mem;
+    struct rumor_peer_tensor ts[2] = {
+        {dev, RUMOR_DTYPE_F32, m->device, 2, {TPR_ROWS, TPR_COLS}},
+        {(float *)dev + TPR_ROWS * TPR_COLS,
+         RUMOR_DTYPE_F32,
+         m->device,
+         1,
+         {TPR_VEC}},
+    };
+    rumor_peer *peer = NULL;
+    rumor_err rc = node_peer_new_in(o, ts, 2, m->be, &peer, diag);
+    uint64_t s = 0;
+    while (rc == RUMOR_OK && more(run, i, s)) {
+        rc = rumor_peer_gossip(peer, diag);
+        s++;
+        atomic_fetch_add(&run->done[i], 1);
+        if (rc == RUMOR_OK && first != NULL && s == 1 &&
+            m->get(m, first, dev, TPR_N) != 0)
+            rc = RUMOR_EBACKEND;
+    }
+    if (rc == RUMOR_OK && m->get(m, run->out[i], dev, TPR_N) != 0)
+        rc = RUMOR_EBACKEND;
+    struct rumor_peer_stats st = {0};
+    if (peer != NULL)
+        rumor_peer_stats(peer, &st);
+    run->h2d = i == 2 ? st.pcie_h2d_bytes : run->h2d;
+    run->d2h = i == 2 ? st.pcie_d2h_bytes : run->d2h;
+    rumor_peer_destroy(&peer);
+    return rc;
+}
+
+/* Nodes 0 and 1 go on until node 2's second life is over, and two steps
+ * past it (it may be waiting on their step). */
+static bool
+tj_more_member(struct tj_run *run, uint32_t i, uint64_t s)
+{
+    if (atomic_load(&run->back_done))
+        run->past[i]++;
+    return s < TPR_STEPS_MAX && run->past[i] <= 2;
+}
+
+static bool
+tj_more_first(struct tj_run *run, uint32_t i, uint64_t s)
+{
+    (void)run;
+    (void)i;
+    return s < TJ_DEAD;
+}
+
+static bool
+tj_more_again(struct tj_run *run, uint32_t i, uint64_t s)
+{
+    (void)run;
+    (void)i;
+    return s < TJ_AFTER;
+}
+
+/* Node 2 dies after TJ_DEAD steps (its peer destroyed: its links close),
+ * waits until the others made 4 steps without it, and comes back with
+ * tensors that are not the ring's (join: all 1e6) or its own restored
+ * ones (resume: what it had when it died). */
+static void *
+tj_node(void *p)
+{
+    struct tj_arg *a = p;
+    struct tj_run *run = a->run;
+    const struct tpr_mem *m = run->mem;
+    uint32_t i = a->id;
+    struct rumor_diag diag = {0};
+    float *x = calloc(TPR_N, sizeof *x);
+    void *dev = m->alloc(m, TPR_N * sizeof(float));
+    rumor_err rc = x != NULL && dev != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+    for (size_t k = 0; x != NULL && k < TPR_N; k++)
+        x[k] = (float)(1000 * i + k);
+    if (rc == RUMOR_OK && m->put(m, dev, x, TPR_N) != 0)
+        rc = RUMOR_EBACKEND;
+    if (rc == RUMOR_OK && i < 2)
+        rc = tj_life(run, &run->o[i], dev, i, tj_more_member, NULL, &diag);
+    if (rc == RUMOR_OK && i == 2)
+        rc = tj_life(run, &run->o[i], dev, i, tj_more_first, NULL, &diag);
+    if (rc == RUMOR_OK && i == 2) {
+        uint64_t at = atomic_load(&run->done[0]) + 4;
+        rc = tpr_until(&run->done[0], at) && tpr_until(&run->done[1], at)
+                 ? RUMOR_OK
+                 : RUMOR_ETIMEDOUT;
+    }
+    for (size_t k = 0; x != NULL && k < TPR_N; k++)
+        x[k] = strcmp(run->restart, "join") == 0 ? 1e6f : run->out[2][k];
+    if (rc == RUMOR_OK && i == 2 && m->put(m, dev, x, TPR_N) != 0)
+        rc = RUMOR_EBACKEND;
+    if (rc == RUMOR_OK && i == 2)
+        rc =
+            tj_life(run, &run->again, dev, i, tj_more_again, run->first, &diag);
+    if (i == 2)
+        atomic_store(&run->back_done, true);
+    run->rc[i] = rc;
+    snprintf(run->msg[i], sizeof run->msg[i], "%s", diag.msg);
+    if (dev != NULL)
+        m->release(m, dev);
+    free(x);
+    return NULL;
+}
+
+/* D-PSGD on a ring of 3 mixes all three: after the first step every node
+ * holds the same mean, which node 2 must hold again after its restart
+ * (join: the neighbour's model, not its 1e6; resume: its own). */
+static void
+tj_go(struct tj_run *run, const struct tpr_mem *m, const char *restart)
+{
+    memset(run, 0, sizeof *run);
+    tpc_setup(&run->c, "ring:3");
+    run->mem = m;
+    run->restart = restart;
+    const char *extra[] = {"algo",
+                           "dpsgd",
+                           "deadline-ms",
+                           "300",
+                           "down-after",
+                           "2",
+                           "log-level",
+                           "warn",
+                           NULL};
+    for (uint32_t i = 0; i < TPR_NODES; i++)
+        tpc_opts(&run->c, i, extra, &run->o[i]);
+    run->again = run->o[2];
+    if (strcmp(restart, "join") == 0)
+        run->again.join = true;
+    else
+        run->again.resume = true;
+    pthread_t th[TPR_NODES];
+    struct tj_arg a[TPR_NODES];
+    for (uint32_t i = 0; i < TPR_NODES; i++) {
+        a[i] = (struct tj_arg){run, i};
+        assert_int_equal(pthread_create(&th[i], NULL, tj_node, &a[i]), 0);
+    }
+    for (uint32_t i = 0; i < TPR_NODES; i++)
+        pthread_join(th[i], NULL);
+    for (uint32_t i = 0; i < TPR_NODES; i++)
+        if (run->rc[i] != RUMOR_OK)
+            fail_msg("%s %s: node %u: %s: %s",
+                     m->name,
+                     restart,
+                     i,
+                     rumor_strerror(run->rc[i]),
+                     run->msg[i]);
+    for (size_t k = 0; k < TPR_N; k++) {
+        double want = run->out[0][k];
+        if (fabs(run->first[k] - want) > 1e-5 * (1 + fabs(want)) ||
+            fabs(run->out[2][k] - want) > 1e-5 * (1 + fabs(want)))
+            fail_msg("%s %s: element %zu: node 2 has %.9g after its first "
+                     "step back and %.9g at its end, the ring %.9g",
+                     m->name,
+                     restart,
+                     k,
+                     run->first[k],
+                     run->out[2][k],
+                     want);
+    }
+    print_message("%s %s: node 2 back on the ring's model; its second life: "
+                  "%llu bytes up, %llu down\n",
+                  m->name,
+                  restart,
+                  (unsigned long long)run->h2d,
+                  (unsigned long long)run->d2h);
+    tpc_free(&run->c);
+}
+
+/* The same restart on host tensors and on the reference device: node 2
+ * ends with the same bits; on the device the join's model went up. */
+static void
+t_restart(const char *restart)
+{
+    struct tj_run *host = malloc(sizeof *host), *ref = malloc(sizeof *ref);
+    assert_true(host != NULL && ref != NULL);
+    tj_go(host, &t_host, restart);
+    tj_go(ref, &t_ref, restart);
+    assert_int_equal(host->h2d + host->d2h, 0);
+    if (memcmp(host->out[2], ref->out[2], sizeof host->out[2]) != 0)
+        fail_msg("%s: node 2's model on the reference device is not the "
+                 "host's",
+                 restart);
+    if (strcmp(restart, "join") == 0) /* the neighbour's model, up */
+        assert_true(ref->h2d >= TPR_N * sizeof(float));
+    free(host);
+    free(ref);
+}
+
+static void
+test_peer_ref__join_after_kill__neighbours_model_into_device(void **state)
+{
+    (void)state;
+    t_restart("join");
+}
+
+static void
+test_peer_ref__resume_after_kill__same_bits_as_host(void **state)
+{
+    (void)state;
+    t_restart("resume");
+}
+
 int
 main(int argc, char **argv)
 {
@@ -290,6 +531,9 @@ main(int argc, char **argv)
         cmocka_unit_test(test_peer_ref__localsgd__elastic_pcie_is_the_payloads),
         cmocka_unit_test(
             test_peer_ref__codec_view_change__rollback_from_device_snapshot),
+        cmocka_unit_test(
+            test_peer_ref__join_after_kill__neighbours_model_into_device),
+        cmocka_unit_test(test_peer_ref__resume_after_kill__same_bits_as_host),
     };
     if (argc == 2)
         cmocka_set_test_filter(argv[1]);
