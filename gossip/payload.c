@@ -67,7 +67,9 @@ gossip_codec_on_device(const rumor_gossip *g,
                        const rumor_codec *codec,
                        struct rumor_diag *diag)
 {
-    if (!g->be->cuda || rumor_codec_device_supported(codec))
+    /* decided by the memory, not by the backend: the reference device
+     * refuses as CUDA does, so the peer's staging fallback is tested */
+    if (g->be->host_memory || rumor_codec_device_supported(codec))
         return RUMOR_OK;
     rumor_diag_set(diag,
                    "",

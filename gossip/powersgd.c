@@ -82,6 +82,19 @@ struct powersgd {
     float *scratch;      /* one tensor */
     float *model;        /* one tensor, host copy (a model in device memory) */
     uint64_t retired[2]; /* PCIe bytes of compressors replaced (h2d, d2h) */
+    /* adaptive rank under an elastic ring: the host values of the
+     * snapshot's boundary, and the compressor a rank change replaced
+     * since (its own snapshot is the boundary's) */
+    struct {
+        bool held;
+        struct rumor_lowrank_psgd_opts popts;
+        double q2, rel_error;
+        float pend[GOSSIP_PSGD_STATS];
+        uint64_t hold, changes;
+        size_t want;
+        float *carry;             /* numel, or NULL: none */
+        rumor_lowrank_psgd *psgd; /* NULL: no rank change since */
+    } snap;
 };
 
 static bool
@@ -238,6 +251,8 @@ s_free(rumor_gossip *g)
     if (s == NULL)
         return;
     rumor_lowrank_psgd_destroy(&s->psgd);
+    rumor_lowrank_psgd_destroy(&s->snap.psgd);
+    free(s->snap.carry);
     gossip_ring_free(&s->ring);
     free(s->data);
     free(s->held);
@@ -537,6 +552,7 @@ s_move_errors(rumor_gossip *g, rumor_lowrank_psgd *next)
 /* What s_rerank moves to the new compressor. */
 #define KEEP_Q      1u /* the warm-start Q */
 #define KEEP_ERRORS 2u /* the error memories */
+#define KEEP_SNAP   4u /* the old compressor, when a snapshot holds it */
 
 /* Replaces the compressor by one of the given rank, idle, at the same
  * step. A rank change keeps Q and the error memories; a state load keeps
@@ -565,7 +581,16 @@ s_rerank(rumor_gossip *g, size_t rank, unsigned keep)
     rumor_lowrank_psgd_pcie_bytes(s->psgd, &h2d, &d2h);
     s->retired[0] += h2d;
     s->retired[1] += d2h;
-    rumor_lowrank_psgd_destroy(&s->psgd);
+    /* a rank change after the boundary keeps the boundary's compressor
+     * for a restore; a load or an adopt leaves no snapshot */
+    if (!(keep & KEEP_SNAP)) {
+        rumor_lowrank_psgd_destroy(&s->snap.psgd);
+        s->snap.held = false;
+    }
+    if ((keep & KEEP_SNAP) && s->snap.held && s->snap.psgd == NULL)
+        s->snap.psgd = s->psgd;
+    else
+        rumor_lowrank_psgd_destroy(&s->psgd);
     s->psgd = next;
     s->popts = o;
     return s_unc_setup(g);
@@ -587,7 +612,7 @@ s_step_end(rumor_gossip *g)
     if (rc == RUMOR_OK && s->measure)
         rc = s_measure(g);
     if (rc == RUMOR_OK && s->want != 0) {
-        rc = s_rerank(g, s->want, KEEP_Q | KEEP_ERRORS);
+        rc = s_rerank(g, s->want, KEEP_Q | KEEP_ERRORS | KEEP_SNAP);
         s->changes += rc == RUMOR_OK;
         s->want = 0;
     }
@@ -922,34 +947,137 @@ rumor_gossip_adapt_rank(const rumor_gossip *g,
     return true;
 }
 
-/* The compressor's own snapshot (device to device); the adaptive rank
- * keeps host values and a compressor a rank change replaces, so it has
- * none (rumor_gossip_state_save). A load or an adopt rebuilds the
- * compressor, snapshot gone: a restore after one is refused. */
+/* The adaptive rank's host values into (to_snap) or out of the
+ * snapshot's; the carry is copied (host memory, no PCIe). */
+static rumor_err
+s_adapt_copy(rumor_gossip *g, bool to_snap)
+{
+    struct powersgd *s = g->state;
+    float **dst = to_snap ? &s->snap.carry : &s->carry;
+    const float *src = to_snap ? s->carry : s->snap.carry;
+    if (src == NULL) {
+        free(*dst);
+        *dst = NULL;
+    } else {
+        if (*dst == NULL)
+            *dst = malloc(g->numel * sizeof **dst);
+        if (*dst == NULL)
+            return RUMOR_ENOMEM;
+        memcpy(*dst, src, g->numel * sizeof **dst);
+    }
+#define S_COPY(f)                                   \
+    do {                                            \
+        if (to_snap)                                \
+            memcpy(&s->snap.f, &s->f, sizeof s->f); \
+        else                                        \
+            memcpy(&s->f, &s->snap.f, sizeof s->f); \
+    } while (0)
+    S_COPY(popts);
+    S_COPY(q2);
+    S_COPY(rel_error);
+    S_COPY(pend);
+    S_COPY(hold);
+    S_COPY(changes);
+    S_COPY(want);
+#undef S_COPY
+    return RUMOR_OK;
+}
+
+/* The compressor's own snapshot (device to device); with the adaptive
+ * rank also its host values, and the compressor a rank change replaces
+ * is kept until the next boundary (s_rerank). A load or an adopt
+ * rebuilds the compressor, snapshot gone: a restore after one is
+ * refused. */
 static rumor_err
 s_snap_take(rumor_gossip *g)
 {
     struct powersgd *s = g->state;
-    return s->measure ? RUMOR_ENOTSUP : rumor_lowrank_psgd_snapshot(s->psgd);
+    rumor_err rc = RUMOR_OK;
+    if (s->measure) {
+        rumor_lowrank_psgd_destroy(&s->snap.psgd);
+        rc = s_adapt_copy(g, true);
+        s->snap.held = rc == RUMOR_OK;
+    }
+    return rc == RUMOR_OK ? rumor_lowrank_psgd_snapshot(s->psgd) : rc;
+}
+
+/* Back to the compressor a rank change replaced since the boundary: the
+ * replacement's counts retire, the restored one's are live again. */
+static rumor_err
+s_snap_unrank(rumor_gossip *g)
+{
+    struct powersgd *s = g->state;
+    uint64_t h2d = 0, d2h = 0, back_h2d = 0, back_d2h = 0;
+    rumor_lowrank_psgd_pcie_bytes(s->psgd, &h2d, &d2h);
+    rumor_lowrank_psgd_pcie_bytes(s->snap.psgd, &back_h2d, &back_d2h);
+    s->retired[0] += h2d - back_h2d;
+    s->retired[1] += d2h - back_d2h;
+    rumor_lowrank_psgd_destroy(&s->psgd);
+    s->psgd = s->snap.psgd;
+    s->snap.psgd = NULL;
+    s->popts = s->snap.popts;
+    return s_unc_setup(g);
 }
 
 static rumor_err
 s_snap_restore(rumor_gossip *g)
 {
     struct powersgd *s = g->state;
-    return rumor_lowrank_psgd_snapshot_restore(s->psgd);
+    if (s->measure && !s->snap.held)
+        return RUMOR_ENOTSUP;
+    rumor_err rc = s->snap.psgd != NULL ? s_snap_unrank(g) : RUMOR_OK;
+    if (rc == RUMOR_OK)
+        rc = rumor_lowrank_psgd_snapshot_restore(s->psgd);
+    return rc == RUMOR_OK && s->measure ? s_adapt_copy(g, false) : rc;
+}
+
+static void
+s_memswap(void *a, void *b, size_t n)
+{
+    unsigned char *x = a, *y = b;
+    for (size_t k = 0; k < n; k++) {
+        unsigned char t = x[k];
+        x[k] = y[k];
+        y[k] = t;
+    }
+}
+
+/* The boundary's compressor and host values in place of the live ones,
+ * or back. */
+static void
+s_snap_swap(struct powersgd *s)
+{
+    if (s->snap.psgd != NULL) {
+        rumor_lowrank_psgd *p = s->psgd;
+        s->psgd = s->snap.psgd;
+        s->snap.psgd = p;
+    }
+#define S_SWAP(f) s_memswap(&s->f, &s->snap.f, sizeof s->f)
+    S_SWAP(popts);
+    S_SWAP(rel_error);
+    S_SWAP(hold);
+    S_SWAP(changes);
+    S_SWAP(carry);
+    S_SWAP(pend);
+#undef S_SWAP
 }
 
 /* state_save with the snapshot swapped in for the live state, and back. */
 static rumor_err
 s_snap_save(const rumor_gossip *g, struct rumor_buf *out)
 {
-    const struct powersgd *s = g->state;
+    struct powersgd *s = g->state;
+    if (s->measure && !s->snap.held)
+        return RUMOR_ENOTSUP;
+    if (s->measure)
+        s_snap_swap(s);
     rumor_err rc = rumor_lowrank_psgd_snapshot_swap(s->psgd);
-    if (rc != RUMOR_OK)
-        return rc;
-    rc = s_state_save(g, out);
-    (void)rumor_lowrank_psgd_snapshot_swap(s->psgd);
+    if (rc == RUMOR_OK) {
+        rc = s_state_save(g, out);
+        (void)rumor_lowrank_psgd_snapshot_swap(s->psgd);
+    }
+    if (s->measure)
+        s_snap_swap(s);
     return rc;
 }
 

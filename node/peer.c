@@ -1673,14 +1673,16 @@ node_peer_new_in(const struct rumor_node_opts *opts,
         return RUMOR_EINVAL;
     }
     rumor_err rc = s_peer_make(opts, tensors, count, be, false, out, diag);
-    if (rc != RUMOR_ENOTSUP || be != NULL || diag->msg[0] == '\0' ||
-        !s_direct(opts, tensors, count))
+    if (rc != RUMOR_ENOTSUP || diag->msg[0] == '\0' ||
+        (be == NULL && !s_direct(opts, tensors, count)))
         return rc;
     /* an option the device refuses (a codec without device kernels, a
-     * host-side memory): the instance said why; stage instead */
+     * host-side memory): the instance said why; stage instead (the
+     * reference device's tensors are host memory: the host's path) */
     rumor_log(RUMOR_LOG_INFO,
-              "peer: CUDA tensors copied to host memory for %s each step: %s "
+              "peer: %s tensors copied to host memory for %s each step: %s "
               "(docs/python.md)",
+              be != NULL ? be->name : "CUDA",
               opts->gossip.algo,
               diag->msg);
     diag->msg[0] = '\0';

@@ -22,6 +22,10 @@
 #include "tests/cmocka_compat.h"
 #include "tests/integration/test_peer_ring.h"
 
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
 static const struct tpr_mem t_host = TPR_HOST_MEM("host", NULL);
 static const struct tpr_mem t_ref = TPR_HOST_MEM("ref", &gossip_backend_ref);
 
@@ -498,6 +502,79 @@ t_restart(const char *restart)
     free(ref);
 }
 
+/* stderr into a temporary file while a run logs. */
+static FILE *
+t_capture_start(int *saved)
+{
+    fflush(stderr);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    *saved = dup(2);
+    assert_true(*saved >= 0 && dup2(fileno(f), 2) == 2);
+    return f;
+}
+
+/* stderr back; whether what was logged holds what. */
+static bool
+t_capture_holds(FILE *f, int saved, const char *what)
+{
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(f);
+    bool found = false;
+    char line[4096];
+    while (!found && fgets(line, sizeof line, f) != NULL)
+        found = strstr(line, what) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* An option the reference device refuses (RUMOR_ENOTSUP from the
+ * instance, decided in host code as on CUDA): the peer logs the reason
+ * and stages, so every step's result is the host run's bit for bit and
+ * nothing crosses the table (the staging of host tensors is the host's
+ * path; on CUDA it is the model each way per step). */
+static void
+t_staged(const char *const *opts, const char *reason)
+{
+    struct tpr_run *host = malloc(sizeof *host), *ref = malloc(sizeof *ref);
+    assert_true(host != NULL && ref != NULL);
+    tpr_setup(host, &t_host, opts, false);
+    tpr_go(host);
+    rumor_log_set_level(RUMOR_LOG_INFO); /* the fallback logs before the
+                                          * node sets its level */
+    int saved = -1;
+    FILE *log = t_capture_start(&saved);
+    tpr_setup(ref, &t_ref, opts, false);
+    tpr_go(ref);
+    bool logged = t_capture_holds(log, saved, reason);
+    rumor_log_set_level(RUMOR_LOG_WARN);
+    assert_true(logged);
+    tpr_check_same(host);
+    tpr_check_same(ref);
+    for (uint32_t i = 0; i < TPR_NODES; i++) {
+        assert_int_equal(ref->steps[i], host->steps[i]);
+        for (uint64_t t = 0; t < ref->steps[i]; t++)
+            if (memcmp(tpr_at(ref->out[i], t),
+                       tpr_at(host->out[i], t),
+                       TPR_N * sizeof(float)) != 0)
+                fail_msg("node %u, step %llu: the staged result is not the "
+                         "host's",
+                         i,
+                         (unsigned long long)t + 1);
+        assert_int_equal(ref->h2d[i] + ref->d2h[i], 0);
+    }
+    print_message("staged on the reference device (%s): %llu steps, bit-equal "
+                  "to the host run\n",
+                  reason,
+                  (unsigned long long)ref->steps[0]);
+    tpr_free(host);
+    tpr_free(ref);
+    free(host);
+    free(ref);
+}
+
 static void
 test_peer_ref__join_after_kill__neighbours_model_into_device(void **state)
 {
@@ -510,6 +587,39 @@ test_peer_ref__resume_after_kill__same_bits_as_host(void **state)
 {
     (void)state;
     t_restart("resume");
+}
+
+/* A codec without device kernels (fp8 with bias=real reads all of x on
+ * the host). */
+static void
+test_peer_ref__codec_without_kernels__staged_bit_equal_to_host(void **state)
+{
+    (void)state;
+    static const char *const opts[] = {"algo",
+                                       "allreduce",
+                                       "codec",
+                                       "fp8:bias=real",
+                                       "log-level",
+                                       "info",
+                                       NULL};
+    t_staged(opts, "has no device kernels yet");
+}
+
+/* A memory that steps on the host: the compressed all-reduce's --ef dgc. */
+static void
+test_peer_ref__host_memory__staged_bit_equal_to_host(void **state)
+{
+    (void)state;
+    static const char *const opts[] = {"algo",
+                                       "allreduce",
+                                       "codec",
+                                       "topk:ratio=0.25",
+                                       "ef",
+                                       "dgc",
+                                       "log-level",
+                                       "info",
+                                       NULL};
+    t_staged(opts, "--ef dgc steps on the host");
 }
 
 int
@@ -534,6 +644,9 @@ main(int argc, char **argv)
         cmocka_unit_test(
             test_peer_ref__join_after_kill__neighbours_model_into_device),
         cmocka_unit_test(test_peer_ref__resume_after_kill__same_bits_as_host),
+        cmocka_unit_test(
+            test_peer_ref__codec_without_kernels__staged_bit_equal_to_host),
+        cmocka_unit_test(test_peer_ref__host_memory__staged_bit_equal_to_host),
     };
     if (argc == 2)
         cmocka_set_test_filter(argv[1]);

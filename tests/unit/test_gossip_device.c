@@ -2229,6 +2229,41 @@ test_localsgd_snapshot_on_device(void **state)
     s_lsgd_snapshot_check(&o, 5);
 }
 
+/* PowerSGD's adaptive rank keeps its snapshot on the device too: the
+ * compressor (device to device), the rank's host values, and across a
+ * rank change after the boundary the compressor it replaced. A budget of
+ * 1e-3 makes the rule double the rank at the end of step 1 (the first
+ * step with the ring's error sums), inside the snapshot's steps from
+ * boundary 1; from boundary 3 the rank holds. */
+static void
+test_powersgd_adapt_snapshot_on_device(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_opts(&o, 0, false);
+    snprintf(o.adapt, sizeof o.adapt, "rule");
+    o.adapt_error = 1e-3;
+    o.adapt_rank_max = 4 * S_RANK;
+    s_snapshot_check(&o, 1);
+    s_snapshot_check(&o, 3);
+    s_snapshot_no_pcie(&o);
+    /* the rank did change inside the first check's steps */
+    static const bool all[S_NODES] = {true, true, true, true};
+    struct ring r;
+    s_ring_new(&r, &o, all);
+    float *in = malloc(r.numel * sizeof(float));
+    float *out = malloc(S_NODES * r.numel * sizeof(float));
+    assert_true(in && out);
+    struct rumor_gossip_rank_report rep;
+    for (uint64_t step = 0; step < 3; step++)
+        s_take(&r, step, in, out);
+    assert_true(rumor_gossip_adapt_rank(r.g[0], &rep));
+    assert_true(rep.changes >= 1 && rep.rank > S_RANK);
+    free(in);
+    free(out);
+    s_ring_free(&r);
+}
+
 int
 main(void)
 {
@@ -2281,6 +2316,7 @@ main(void)
         cmocka_unit_test(test_powersgd_snapshot_on_device),
         cmocka_unit_test(test_allreduce_snapshot_is_empty),
         cmocka_unit_test(test_localsgd_snapshot_on_device),
+        cmocka_unit_test(test_powersgd_adapt_snapshot_on_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
