@@ -669,10 +669,13 @@ s_cuda_new(rumor_peer *peer,
 /* Why a peer whose tensors are device memory (CUDA's; the host's that the
  * tests treat as the reference device's) copies them to the host for its
  * algorithm, or NULL: the algorithm runs on them where they are. What
- * still reads or writes the model on the host keeps the copy: a stale
- * exchange's snapshot, a join or resume's incoming model, the consensus
- * probe. An elastic ring's held models stay on the device and cross to
- * the host only for a view change's STATE (s_ring_model_out / _in). */
+ * still reads or writes the model on the host keeps the copy: a join or
+ * resume's incoming model, the consensus probe. An elastic ring's held
+ * models stay on the device and cross to the host only for a view
+ * change's STATE (s_ring_model_out / _in); stale exchanges keep their
+ * snapshots on the device too (node/stale.c), except under a ring
+ * algorithm, whose exchange thread's ring packs its model on the host
+ * (the node refuses it, RUMOR_ENOTSUP: the peer stages). */
 static const char *
 s_direct_refused(const struct rumor_node_opts *o,
                  const struct rumor_peer_tensor *t,
@@ -682,8 +685,6 @@ s_direct_refused(const struct rumor_node_opts *o,
     for (size_t k = 0; k < count; k++)
         if (t[k].device != where || t[k].dtype != RUMOR_DTYPE_F32)
             return "not every tensor is float32 in CUDA memory";
-    if (o->gossip.stale > 0)
-        return "stale exchanges gossip a host snapshot";
     if (o->join || o->resume)
         return "join and resume take a neighbour's model on the host";
     if (o->consensus_every > 0)
