@@ -207,6 +207,78 @@ test_ring4_cuda__resident__same_bits_as_staged(void **state)
     tnc_dir_done(dir);
 }
 
+/* --stale S: the queue's snapshots and copies in the reference device's
+ * memory, landed there (node/stale.c), the same bits as on the host:
+ * landing is at fixed steps, whatever the network does. */
+static void
+test_ring4_ref_device__dpsgd_stale1__same_bits(void **state)
+{
+    (void)state;
+    const char *opts[] =
+        {"--algo", "dpsgd", "--workload", "lsq", "--stale", "1", NULL};
+    s_host_and_ref(opts, true, NULL);
+}
+
+static void
+test_ring4_ref_device__powergossip_stale2__same_bits(void **state)
+{
+    (void)state;
+    const char *opts[] = {"--algo",
+                          "powergossip",
+                          "--workload",
+                          "logreg",
+                          "--optimizer",
+                          "momentum",
+                          "--stale",
+                          "2",
+                          NULL};
+    s_host_and_ref(opts, true, NULL);
+}
+
+/* Overlapped local SGD with gossip rounds (no ring, so no elastic ring
+ * to keep the model on the host; DiLoCo's outer step needs the ring). */
+static void
+test_ring4_ref_device__localsgd_gossip_stale2__same_bits(void **state)
+{
+    (void)state;
+    const char *opts[] = {"--algo",
+                          "localsgd",
+                          "--period",
+                          "5",
+                          "--gossip-rounds",
+                          "2",
+                          "--workload",
+                          "lsq",
+                          "--stale",
+                          "2",
+                          NULL};
+    s_host_and_ref(opts, true, NULL);
+}
+
+/* Overlapped DiLoCo averages on the ring: its elastic ring keeps the
+ * model on the host, said in one line, with the same bits. */
+static void
+test_ring4_ref_device__diloco_ring_stale1__stays_on_host(void **state)
+{
+    (void)state;
+    const char *opts[] = {"--algo",
+                          "localsgd",
+                          "--period",
+                          "4",
+                          "--outer-lr",
+                          "0.7",
+                          "--outer-momentum",
+                          "0.9",
+                          "--workload",
+                          "lsq",
+                          "--stale",
+                          "1",
+                          NULL};
+    s_host_and_ref(opts,
+                   false,
+                   "the model stays in host memory for the elastic ring");
+}
+
 int
 main(void)
 {
@@ -217,6 +289,12 @@ main(void)
             test_ring4_ref_device__powergossip_no_overlap__same_bits),
         cmocka_unit_test(test_ring4_ref_device__consensus_probe__stays_on_host),
         cmocka_unit_test(test_ring4_cuda__resident__same_bits_as_staged),
+        cmocka_unit_test(test_ring4_ref_device__dpsgd_stale1__same_bits),
+        cmocka_unit_test(test_ring4_ref_device__powergossip_stale2__same_bits),
+        cmocka_unit_test(
+            test_ring4_ref_device__localsgd_gossip_stale2__same_bits),
+        cmocka_unit_test(
+            test_ring4_ref_device__diloco_ring_stale1__stays_on_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
