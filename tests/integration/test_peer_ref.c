@@ -341,6 +341,38 @@ test_peer_ref__powergossip_stale2__bit_equal_to_host_payloads_cross(
     t_stale(opts);
 }
 
+/* Stale exchanges of a ring algorithm: the exchange thread's elastic
+ * ring packs its model on the host at a view change, so the node refuses
+ * device tensors, saying why (on CUDA the peer then stages them). */
+static void
+test_peer_ref__localsgd_ring_stale__refused_with_reason(void **state)
+{
+    (void)state;
+    static const char *const opts[] =
+        {"algo", "localsgd", "period", "3", "stale", "1", NULL};
+    struct tpc c;
+    tpc_setup(&c, "ring:3");
+    struct rumor_node_opts o;
+    tpc_opts(&c, 0, opts, &o);
+    float x[TPR_VEC] = {0};
+    struct rumor_peer_tensor t = {x,
+                                  RUMOR_DTYPE_F32,
+                                  RUMOR_DEVICE_CPU,
+                                  1,
+                                  {TPR_VEC}};
+    struct rumor_diag diag = {0};
+    rumor_peer *peer = NULL;
+    assert_int_equal(
+        node_peer_new_in(&o, &t, 1, &gossip_backend_ref, &peer, &diag),
+        RUMOR_ENOTSUP);
+    assert_null(peer);
+    assert_non_null(strstr(diag.msg, "ring's model on the host"));
+    /* on host tensors it runs */
+    assert_int_equal(node_peer_new_in(&o, &t, 1, NULL, &peer, &diag), RUMOR_OK);
+    rumor_peer_destroy(&peer);
+    tpc_free(&c);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -364,6 +396,8 @@ main(int argc, char **argv)
             test_peer_ref__choco_topk_stale1__bit_equal_to_host_payloads_cross),
         cmocka_unit_test(
             test_peer_ref__powergossip_stale2__bit_equal_to_host_payloads_cross),
+        cmocka_unit_test(
+            test_peer_ref__localsgd_ring_stale__refused_with_reason),
     };
     if (argc == 2)
         cmocka_set_test_filter(argv[1]);
