@@ -11,7 +11,10 @@
  * D-PSGD on least squares (its fault path's STATE reads the model through
  * a host copy) and PowerGossip without overlap; a feature that reads the
  * model on the host (the consensus probe) keeps it there, said in one
- * line, with the same bits. The CUDA case runs `--cuda` resident against
+ * line, with the same bits. --stale 1 / 2 (D-PSGD, PowerGossip, local
+ * SGD with gossip rounds) keep the stale queue on the device, the same
+ * bits; overlapped DiLoCo's ring keeps the model on the host. The CUDA case
+ * runs `--cuda` resident against
  * `--cuda` staged (checkpoints keep the model on the host; the same
  * kernels): it skips without a GPU, and has never run on one. Every
  * process is waited for with a deadline and killed past it.
