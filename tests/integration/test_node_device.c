@@ -282,6 +282,39 @@ test_ring4_ref_device__diloco_ring_stale1__stays_on_host(void **state)
                    "the model stays in host memory for the elastic ring");
 }
 
+/* --cuda --stale 2 with the queue on the GPU against the same staged by
+ * checkpoints (the queue then in host memory). Never run on a GPU. */
+static void
+test_ring4_cuda__stale2_resident__same_bits_as_staged(void **state)
+{
+    (void)state;
+    const char *why = NULL;
+    if (!rumor_cuda_built() || rumor_cuda_device_count(&why) <= 0) {
+        print_message("skip: no CUDA build or device: %s\n",
+                      why != NULL ? why : "built without CUDA");
+        skip();
+    }
+    char dir[64] = "/tmp/rumor-node-cuda-XXXXXX", topo[128], out[128], ck[128];
+    tnc_ring4_local(dir, topo, sizeof topo);
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    const char *resident[] =
+        {"--cuda", "--algo", "powergossip", "--stale", "2", NULL};
+    const char *staged[] = {"--cuda",
+                            "--algo",
+                            "powergossip",
+                            "--stale",
+                            "2",
+                            "--checkpoint-dir",
+                            ck,
+                            NULL};
+    s_launch(dir, topo, "resident", resident);
+    s_launch(dir, topo, "staged", staged);
+    snprintf(out, sizeof out, "%s/resident.out", dir);
+    assert_true(tnc_contains(out, "optimizer are in cuda memory"));
+    s_same_models(dir, "staged", "resident");
+    tnc_dir_done(dir);
+}
+
 int
 main(void)
 {
@@ -298,6 +331,7 @@ main(void)
             test_ring4_ref_device__localsgd_gossip_stale2__same_bits),
         cmocka_unit_test(
             test_ring4_ref_device__diloco_ring_stale1__stays_on_host),
+        cmocka_unit_test(test_ring4_cuda__stale2_resident__same_bits_as_staged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
