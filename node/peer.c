@@ -668,23 +668,22 @@ s_cuda_new(rumor_peer *peer,
 
 /* Why a peer whose tensors are device memory (CUDA's; the host's that the
  * tests treat as the reference device's) copies them to the host for its
- * algorithm, or NULL: the algorithm runs on them where they are. What
- * still reads or writes the model on the host keeps the copy: a stale
- * exchange's snapshot. A join's incoming model arrives in a host copy
- * and is copied in (s_to_device). An elastic ring's held models stay on the
- * device and cross to the host only for a view change's STATE (s_ring_model_out
- * / _in). */
+ * algorithm, or NULL: the algorithm runs on them where they are. The
+ * model crosses to the host only where it must: a join's incoming model
+ * arrives in a host copy and is copied in (s_to_device). An elastic
+ * ring's held models stay on the device and cross to the host only for
+ * a view change's STATE (s_ring_model_out / _in); stale exchanges keep
+ * their snapshots on the device too (node/stale.c), except under a ring
+ * algorithm, whose exchange thread's ring packs its model on the host
+ * (the node refuses it, RUMOR_ENOTSUP: the peer stages). */
 static const char *
-s_direct_refused(const struct rumor_node_opts *o,
-                 const struct rumor_peer_tensor *t,
+s_direct_refused(const struct rumor_peer_tensor *t,
                  size_t count,
                  rumor_device where)
 {
     for (size_t k = 0; k < count; k++)
         if (t[k].device != where || t[k].dtype != RUMOR_DTYPE_F32)
             return "not every tensor is float32 in CUDA memory";
-    if (o->gossip.stale > 0)
-        return "stale exchanges gossip a host snapshot";
     return NULL;
 }
 
@@ -698,7 +697,7 @@ s_direct(const struct rumor_node_opts *o,
     bool cuda = false;
     for (size_t k = 0; k < count; k++)
         cuda = cuda || t[k].device == RUMOR_DEVICE_CUDA;
-    const char *why = s_direct_refused(o, t, count, RUMOR_DEVICE_CUDA);
+    const char *why = s_direct_refused(t, count, RUMOR_DEVICE_CUDA);
     if (cuda && why != NULL)
         rumor_log(RUMOR_LOG_INFO,
                   "peer: CUDA tensors copied to host memory for %s each "
@@ -723,7 +722,7 @@ s_memory(rumor_peer *peer,
     const char *why = NULL;
     rumor_err rc = RUMOR_OK;
     if (be != NULL) {
-        why = s_direct_refused(o, t, count, RUMOR_DEVICE_CPU);
+        why = s_direct_refused(t, count, RUMOR_DEVICE_CPU);
         rc = why != NULL ? RUMOR_EINVAL : RUMOR_OK;
     } else if (!stage && s_direct(o, t, count)) {
         rc = gossip_backend_cuda(&be, &why);

@@ -272,8 +272,6 @@ s_host_reader(const rumor_node *node)
     const struct rumor_node_opts *o = &node->opts;
     if (rumor_node_opts_gradient_exchange(o))
         return "the gradient exchange";
-    if (o->gossip.stale > 0)
-        return "--stale exchanges";
     if (node_elastic_wanted(node))
         return "the elastic ring of a ring algorithm";
     return NULL;
@@ -378,6 +376,44 @@ s_to_device(rumor_node *node, const struct gossip_backend_i *be)
     return rc;
 }
 
+/* The stale peer's node->mix: a copy of the caller's tensors, in their
+ * memory (src.be's when the algorithm runs on them there). */
+static rumor_err
+s_peer_mix_new(rumor_node *node)
+{
+    const struct gossip_backend_i *be = node->src.be;
+    if (be == NULL)
+        return rumor_model_clone(node->model, &node->mix);
+    size_t floats = 0;
+    for (size_t k = 0; k < node->model->count; k++)
+        floats += rumor_tensor_numel(&node->model->tensors[k]);
+    rumor_err rc =
+        be->alloc((floats + 1) * sizeof(float), (void **)&node->device_mix);
+    if (rc == RUMOR_OK)
+        rc = node_model_view(node->model, node->device_mix, &node->mix);
+    return rc == RUMOR_OK ? node_model_copy_in(be, node->mix, node->model) : rc;
+}
+
+/* The peer's algorithm; RUMOR_ENOTSUP with diag for stale exchanges of a
+ * ring algorithm on a device: the exchange thread's ring packs its model
+ * on the host at a view change (node/elastic.c). */
+static rumor_err
+s_peer_gossip_new(rumor_node *node, struct rumor_diag *diag)
+{
+    rumor_err rc =
+        s_gossip_new(node, node->mix != NULL ? node->mix : node->model, diag);
+    if (rc != RUMOR_OK || node->src.be == NULL || node->mix == NULL ||
+        !node_elastic_wanted(node))
+        return rc;
+    rumor_diag_set(diag,
+                   "",
+                   0,
+                   0,
+                   "stale exchanges of a ring algorithm keep the ring's "
+                   "model on the host");
+    return RUMOR_ENOTSUP;
+}
+
 static rumor_err
 s_build_training(rumor_node *node, struct rumor_diag *diag)
 {
@@ -388,13 +424,9 @@ s_build_training(rumor_node *node, struct rumor_diag *diag)
     /* the peer API: the caller's tensors, or with stale exchanges a copy
      * that only the exchange's thread touches */
     if (node->external && o->gossip.stale > 0)
-        rc = rumor_model_clone(node->model, &node->mix);
+        rc = s_peer_mix_new(node);
     if (node->external)
-        return rc == RUMOR_OK
-                   ? s_gossip_new(node,
-                                  node->mix != NULL ? node->mix : node->model,
-                                  diag)
-                   : rc;
+        return rc == RUMOR_OK ? s_peer_gossip_new(node, diag) : rc;
     struct rumor_workload_opts wo = o->workload;
     if (o->dataset[0] != '\0') {
         rc = rumor_dataset_open(o->dataset, wo.seed, &node->data, diag);
@@ -1078,16 +1110,45 @@ node_copy_mix(const rumor_node *node,
               struct rumor_model *dst,
               const struct rumor_model *src)
 {
-    if (node->host == NULL) {
+    if (node->src.be == NULL) {
         node_copy_model(dst, src);
         return;
     }
-    for (size_t k = 0; k < src->count; k++) /* device memory: cannot fail */
-        (void)node->src.be->copy(dst->tensors[k].data,
-                                 src->tensors[k].data,
-                                 rumor_tensor_numel(&src->tensors[k]) *
-                                     sizeof(float),
-                                 GOSSIP_ON_DEVICE);
+    (void)node_model_copy_in(node->src.be, dst, src); /* cannot fail */
+}
+
+rumor_err
+node_model_copy_in(const struct gossip_backend_i *be,
+                   struct rumor_model *dst,
+                   const struct rumor_model *src)
+{
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; k < src->count && rc == RUMOR_OK; k++)
+        rc = be->copy(dst->tensors[k].data,
+                      src->tensors[k].data,
+                      rumor_tensor_numel(&src->tensors[k]) * sizeof(float),
+                      GOSSIP_ON_DEVICE);
+    return rc;
+}
+
+rumor_err
+node_model_view(const struct rumor_model *shape,
+                float *data,
+                struct rumor_model **out)
+{
+    size_t head = sizeof **out + shape->count * sizeof *shape->tensors;
+    struct rumor_model *m = malloc(head);
+    *out = m;
+    if (m == NULL)
+        return RUMOR_ENOMEM;
+    m->tensors = (struct rumor_tensor *)(m + 1);
+    m->count = shape->count;
+    for (size_t k = 0; k < shape->count; k++) {
+        m->tensors[k] = shape->tensors[k];
+        m->tensors[k].data = data;
+        data += rumor_tensor_numel(&shape->tensors[k]);
+    }
+    return RUMOR_OK;
 }
 
 /* Gradient at x_t and gossip of x_t at the same time: the worker reads
@@ -1384,7 +1445,7 @@ rumor_node_destroy(rumor_node **self_p)
     rumor_gossip_destroy(&node->g);
     rumor_model_free(&node->mix);
     rumor_optim_destroy(&node->optim);
-    if (node->host != NULL) { /* the tensors' data is the device's */
+    if (node->src.be != NULL) { /* the tensors' data is the device's */
         node->src.be->release(node->device_grad);
         node->src.be->release(node->device_mix);
     }

@@ -155,5 +155,14 @@ void node_copy_model(struct rumor_model *dst, const struct rumor_model *src);
 void node_copy_mix(const rumor_node *node,
                    struct rumor_model *dst,
                    const struct rumor_model *src);
+/* dst = src, both in be's memory (the stale queue's copies). */
+rumor_err node_model_copy_in(const struct gossip_backend_i *be,
+                             struct rumor_model *dst,
+                             const struct rumor_model *src);
+/* *out: a model shaped as shape whose tensors are consecutive in data
+ * (any memory; rumor_model_free frees the view, not data). */
+rumor_err node_model_view(const struct rumor_model *shape,
+                          float *data,
+                          struct rumor_model **out);
 
 #endif

@@ -7,9 +7,15 @@
  * node->mix. The caller lands them at fixed steps, so a run's numbers do
  * not depend on when the network delivered: a late exchange makes the
  * caller wait instead.
+ *
+ * The snapshots and the exchanged copies live where the model does
+ * (node->src.be: a device's memory, issue #31), and landing is the
+ * backend's float arithmetic, so a device node's queue never crosses
+ * PCIe; only a checkpoint's save and restore copy it through the host.
  */
 #include "node/stale.h"
 
+#include "gossip/backend.h"
 #include "node/runtime_node.h"
 
 #include <math.h>
@@ -30,7 +36,10 @@ struct node_stale {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct s_job *jobs;          /* a ring of `stale` slots, under mu */
+    const struct gossip_backend_i *be; /* the model's memory */
+    float *block;       /* the jobs' snapshots and copies, in be's memory */
+    size_t floats;      /* the model's */
+    struct s_job *jobs; /* a ring of `stale` slots, under mu */
     size_t head, count, running; /* oldest, queued, next to run (count) */
     bool quit, stopped;
     uint64_t floor; /* the thread's: the ring went on from this step */
@@ -121,11 +130,12 @@ static void
 s_run(node_stale *st, struct s_job *j)
 {
     rumor_node *node = st->node;
-    node_copy_model(node->mix, j->snap);
+    rumor_err rc = node_model_copy_in(st->be, node->mix, j->snap);
     /* a step the ring went past changes nothing */
-    rumor_err rc = j->t < st->floor ? RUMOR_OK : s_exchange(st, j);
+    if (rc == RUMOR_OK && j->t >= st->floor)
+        rc = s_exchange(st, j);
     if (rc == RUMOR_OK && !j->stop)
-        node_copy_model(j->result, node->mix);
+        rc = node_model_copy_in(st->be, j->result, node->mix);
     s_publish(st);
     pthread_mutex_lock(&st->mu);
     j->rc = rc;
@@ -155,17 +165,23 @@ s_main(void *arg)
     return NULL;
 }
 
+/* The jobs' models: views of one block of be's memory, 2 S models. */
 static rumor_err
 s_jobs_new(node_stale *st, const struct rumor_model *model)
 {
     st->jobs = calloc(st->stale, sizeof *st->jobs);
     if (st->jobs == NULL)
         return RUMOR_ENOMEM;
-    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; k < model->count; k++)
+        st->floats += rumor_tensor_numel(&model->tensors[k]);
+    rumor_err rc =
+        st->be->alloc((2 * st->stale * st->floats + 1) * sizeof(float),
+                      (void **)&st->block);
     for (size_t k = 0; k < st->stale && rc == RUMOR_OK; k++) {
-        rc = rumor_model_clone(model, &st->jobs[k].snap);
+        float *at = st->block + 2 * k * st->floats;
+        rc = node_model_view(model, at, &st->jobs[k].snap);
         if (rc == RUMOR_OK)
-            rc = rumor_model_clone(model, &st->jobs[k].result);
+            rc = node_model_view(model, at + st->floats, &st->jobs[k].result);
     }
     return rc;
 }
@@ -177,6 +193,8 @@ s_free(node_stale *st)
         rumor_model_free(&st->jobs[k].snap);
         rumor_model_free(&st->jobs[k].result);
     }
+    if (st->be != NULL)
+        st->be->release(st->block);
     free(st->jobs);
     free(st);
 }
@@ -190,6 +208,7 @@ node_stale_start(rumor_node *node, uint32_t stale, node_stale **out)
         return RUMOR_ENOMEM;
     st->node = node;
     st->stale = stale;
+    st->be = node->src.be != NULL ? node->src.be : &gossip_backend_host;
     rumor_err rc = s_jobs_new(st, node->mix);
     if (rc == RUMOR_OK && pthread_mutex_init(&st->mu, NULL) != 0)
         rc = RUMOR_ENOMEM;
@@ -243,7 +262,9 @@ node_stale_push(node_stale *st, const struct rumor_model *model, uint64_t t)
     struct s_job *j = s_slot(st, st->count);
     pthread_mutex_unlock(&st->mu);
     /* the slot is free: the thread reads only slots below count */
-    node_copy_model(j->snap, model);
+    rumor_err rc = node_model_copy_in(st->be, j->snap, model);
+    if (rc != RUMOR_OK)
+        return rc;
     j->t = t;
     j->done = j->stop = false;
     j->rc = RUMOR_OK;
@@ -254,20 +275,23 @@ node_stale_push(node_stale *st, const struct rumor_model *model, uint64_t t)
     return RUMOR_OK;
 }
 
-/* model += result - snap, in float as the simulator does. */
-static void
-s_apply(struct rumor_model *model, const struct s_job *j)
+/* model += result - snap, in float as the simulator does: result -=
+ * snap (a product by -1 is exact, so g + -1 s is g - s), then model +=
+ * result, on be's memory. The job's copy is spent: it lands once. */
+static rumor_err
+s_apply(node_stale *st, struct rumor_model *model, const struct s_job *j)
 {
-    for (size_t k = 0; k < model->count; k++) {
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; k < model->count && rc == RUMOR_OK; k++) {
         float *x = model->tensors[k].data;
-        const float *g = j->result->tensors[k].data;
+        float *g = j->result->tensors[k].data;
         const float *s = j->snap->tensors[k].data;
         size_t n = rumor_tensor_numel(&model->tensors[k]);
-        for (size_t e = 0; e < n; e++) {
-            float d = g[e] - s[e];
-            x[e] += d;
-        }
+        rc = st->be->add_scaled(g, g, -1.0f, s, n);
+        if (rc == RUMOR_OK)
+            rc = st->be->add(x, x, g, n);
     }
+    return rc;
 }
 
 /* The oldest job once it is due by step t and has run (NULL: none due).
@@ -315,7 +339,9 @@ node_stale_land(node_stale *st,
             return RUMOR_OK;
         if (j->rc != RUMOR_OK)
             return j->rc;
-        s_apply(model, j);
+        rumor_err rc = s_apply(st, model, j);
+        if (rc != RUMOR_OK)
+            return rc;
         s_pop(st);
     }
 }
@@ -344,15 +370,22 @@ node_stale_counters(node_stale *st, struct node_stale_counters *out)
  * snapshot's floats and, when it ran, the exchanged copy's (the model's
  * float count each). Those that ran come first (they run in order). */
 
+/* m's floats appended to out, copied from be's memory through the host. */
 static rumor_err
-s_put_model(rumor_buf *out, const struct rumor_model *m)
+s_put_model(const node_stale *st, rumor_buf *out, const struct rumor_model *m)
 {
     rumor_err rc = RUMOR_OK;
-    for (size_t k = 0; k < m->count && rc == RUMOR_OK; k++)
-        rc = rumor_buf_append(out,
+    for (size_t k = 0; k < m->count && rc == RUMOR_OK; k++) {
+        size_t bytes = rumor_tensor_numel(&m->tensors[k]) * sizeof(float);
+        rc = rumor_buf_reserve(out, bytes);
+        if (rc == RUMOR_OK)
+            rc = st->be->copy(out->data + out->len,
                               m->tensors[k].data,
-                              rumor_tensor_numel(&m->tensors[k]) *
-                                  sizeof(float));
+                              bytes,
+                              GOSSIP_TO_HOST);
+        if (rc == RUMOR_OK)
+            out->len += bytes;
+    }
     return rc;
 }
 
@@ -376,24 +409,27 @@ node_stale_save(node_stale *st, rumor_buf *out)
         if (rc == RUMOR_OK)
             rc = rumor_buf_append(out, &ran, 1);
         if (rc == RUMOR_OK)
-            rc = s_put_model(out, j->snap);
+            rc = s_put_model(st, out, j->snap);
         if (rc == RUMOR_OK && ran)
-            rc = s_put_model(out, j->result);
+            rc = s_put_model(st, out, j->result);
     }
     return rc;
 }
 
-static void
-s_get_model(struct rumor_model *m, const uint8_t *p)
+/* m's floats from p (host memory) into be's memory. */
+static rumor_err
+s_get_model(const node_stale *st, struct rumor_model *m, const uint8_t *p)
 {
-    for (size_t k = 0; k < m->count; k++) {
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; k < m->count && rc == RUMOR_OK; k++) {
         size_t bytes = rumor_tensor_numel(&m->tensors[k]) * sizeof(float);
-        memcpy(m->tensors[k].data, p, bytes);
+        rc = st->be->copy(m->tensors[k].data, p, bytes, GOSSIP_TO_DEVICE);
         p += bytes;
     }
+    return rc;
 }
 
-static void
+static rumor_err
 s_restore_job(node_stale *st,
               size_t k,
               uint64_t t,
@@ -407,9 +443,10 @@ s_restore_job(node_stale *st,
                         .result = j->result,
                         .done = ran,
                         .rc = RUMOR_OK};
-    s_get_model(j->snap, p);
-    if (ran)
-        s_get_model(j->result, p + floats);
+    rumor_err rc = s_get_model(st, j->snap, p);
+    if (rc == RUMOR_OK && ran)
+        rc = s_get_model(st, j->result, p + floats);
+    return rc;
 }
 
 /* A bounds-checked walk over a saved queue (the checkpoint's bytes are
@@ -451,8 +488,9 @@ s_walk(const uint8_t *p,
             if (!isfinite(v))
                 return "a value that is not finite";
         }
-        if (into != NULL)
-            s_restore_job(into, k, t, ran, p + at, floats);
+        if (into != NULL &&
+            s_restore_job(into, k, t, ran, p + at, floats) != RUMOR_OK)
+            return "the copy into the model's memory failed";
         at += need;
         ran_before = ran;
         last = t;

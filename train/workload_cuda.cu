@@ -382,12 +382,12 @@ train_cuda_pass(train_cuda *cu,
     struct rumor_model dp = s_packed(params, cu->params, pv);
     struct rumor_model dg = s_packed(params, cu->grads, gv);
     for (size_t i = 0; i < params->count; i++)
-        CUDA_TRY(cudaMemcpy(dp.tensors[i].data,
-                            params->tensors[i].data,
-                            rumor_tensor_numel(&params->tensors[i]) *
-                                sizeof(float),
-                            cudaMemcpyHostToDevice),
-                 done);
+        CUDA_TRY(
+            cudaMemcpy(dp.tensors[i].data,
+                       params->tensors[i].data,
+                       rumor_tensor_numel(&params->tensors[i]) * sizeof(float),
+                       cudaMemcpyHostToDevice),
+            done);
     rc = train_cuda_pass_resident(cu,
                                   &dp,
                                   x,
@@ -399,12 +399,12 @@ train_cuda_pass(train_cuda *cu,
                                   loss_sum,
                                   correct);
     for (size_t i = 0; rc == RUMOR_OK && grad != NULL && i < grad->count; i++)
-        CUDA_TRY(cudaMemcpy(grad->tensors[i].data,
-                            dg.tensors[i].data,
-                            rumor_tensor_numel(&grad->tensors[i]) *
-                                sizeof(float),
-                            cudaMemcpyDeviceToHost),
-                 done);
+        CUDA_TRY(
+            cudaMemcpy(grad->tensors[i].data,
+                       dg.tensors[i].data,
+                       rumor_tensor_numel(&grad->tensors[i]) * sizeof(float),
+                       cudaMemcpyDeviceToHost),
+            done);
 done:
     return rc;
 }

@@ -14,12 +14,14 @@
  * run that checkpoints, ends, and resumes for more steps (CHOCO with
  * top-k and Nesterov; PowerGossip with momentum) ends with the same bits
  * on the reference device as on the host, and as an uninterrupted run;
- * a node killed with -9 and restarted with --join on the reference device
- * takes a neighbour's model into its device model and ends in the band
- * of least squares. The CUDA case runs `--cuda` resident against `--cuda`
- * staged (RUMOR_NODE_DEVICE=host; the same kernels): it skips without a
- * GPU, and has never run on one. Every process is waited for with a
- * deadline and killed past it.
+ * --stale 1 / 2 (D-PSGD, PowerGossip, local SGD with gossip rounds) keep
+ * the stale queue on the device, the same bits; overlapped DiLoCo's ring
+ * keeps the model on the host; a node killed with -9 and restarted with
+ * --join on the reference device takes a neighbour's model into its
+ * device model and ends in the band of least squares. The CUDA case runs
+ * `--cuda` resident against `--cuda` staged (RUMOR_NODE_DEVICE=host; the same
+ * kernels): it skips without a GPU, and has never run on one. Every process is
+ * waited for with a deadline and killed past it.
  */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "tests/cmocka_compat.h"
@@ -434,6 +436,105 @@ test_ring4_ref_device__kill9_then_join__model_taken_into_device(void **state)
     tnc_dir_done(dir);
 }
 
+/* --stale S: the queue's snapshots and copies in the reference device's
+ * memory, landed there (node/stale.c), the same bits as on the host:
+ * landing is at fixed steps, whatever the network does. */
+static void
+test_ring4_ref_device__dpsgd_stale1__same_bits(void **state)
+{
+    (void)state;
+    const char *opts[] =
+        {"--algo", "dpsgd", "--workload", "lsq", "--stale", "1", NULL};
+    s_host_and_ref(opts, true, NULL);
+}
+
+static void
+test_ring4_ref_device__powergossip_stale2__same_bits(void **state)
+{
+    (void)state;
+    const char *opts[] = {"--algo",
+                          "powergossip",
+                          "--workload",
+                          "logreg",
+                          "--optimizer",
+                          "momentum",
+                          "--stale",
+                          "2",
+                          NULL};
+    s_host_and_ref(opts, true, NULL);
+}
+
+/* Overlapped local SGD with gossip rounds (no ring, so no elastic ring
+ * to keep the model on the host; DiLoCo's outer step needs the ring). */
+static void
+test_ring4_ref_device__localsgd_gossip_stale2__same_bits(void **state)
+{
+    (void)state;
+    const char *opts[] = {"--algo",
+                          "localsgd",
+                          "--period",
+                          "5",
+                          "--gossip-rounds",
+                          "2",
+                          "--workload",
+                          "lsq",
+                          "--stale",
+                          "2",
+                          NULL};
+    s_host_and_ref(opts, true, NULL);
+}
+
+/* Overlapped DiLoCo averages on the ring: its elastic ring keeps the
+ * model on the host, said in one line, with the same bits. */
+static void
+test_ring4_ref_device__diloco_ring_stale1__stays_on_host(void **state)
+{
+    (void)state;
+    const char *opts[] = {"--algo",
+                          "localsgd",
+                          "--period",
+                          "4",
+                          "--outer-lr",
+                          "0.7",
+                          "--outer-momentum",
+                          "0.9",
+                          "--workload",
+                          "lsq",
+                          "--stale",
+                          "1",
+                          NULL};
+    s_host_and_ref(opts,
+                   false,
+                   "the model stays in host memory for the elastic ring");
+}
+
+/* --cuda --stale 2 with the queue on the GPU against the same staged
+ * (RUMOR_NODE_DEVICE=host: the queue then in host memory). Never run on
+ * a GPU. */
+static void
+test_ring4_cuda__stale2_resident__same_bits_as_staged(void **state)
+{
+    (void)state;
+    const char *why = NULL;
+    if (!rumor_cuda_built() || rumor_cuda_device_count(&why) <= 0) {
+        print_message("skip: no CUDA build or device: %s\n",
+                      why != NULL ? why : "built without CUDA");
+        skip();
+    }
+    char dir[64] = "/tmp/rumor-node-cuda-XXXXXX", topo[128], out[128];
+    tnc_ring4_local(dir, topo, sizeof topo);
+    const char *resident[] =
+        {"--cuda", "--algo", "powergossip", "--stale", "2", NULL};
+    s_launch(dir, topo, "resident", resident);
+    assert_int_equal(setenv("RUMOR_NODE_DEVICE", "host", 1), 0);
+    s_launch(dir, topo, "staged", resident);
+    assert_int_equal(unsetenv("RUMOR_NODE_DEVICE"), 0);
+    snprintf(out, sizeof out, "%s/resident.out", dir);
+    assert_true(tnc_contains(out, "optimizer are in cuda memory"));
+    s_same_models(dir, "staged", "resident");
+    tnc_dir_done(dir);
+}
+
 int
 main(void)
 {
@@ -452,6 +553,13 @@ main(void)
         cmocka_unit_test_teardown(
             test_ring4_ref_device__kill9_then_join__model_taken_into_device,
             s_teardown),
+        cmocka_unit_test(test_ring4_ref_device__dpsgd_stale1__same_bits),
+        cmocka_unit_test(test_ring4_ref_device__powergossip_stale2__same_bits),
+        cmocka_unit_test(
+            test_ring4_ref_device__localsgd_gossip_stale2__same_bits),
+        cmocka_unit_test(
+            test_ring4_ref_device__diloco_ring_stale1__stays_on_host),
+        cmocka_unit_test(test_ring4_cuda__stale2_resident__same_bits_as_staged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
