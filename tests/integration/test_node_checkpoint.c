@@ -16,7 +16,10 @@
  *     streaming fragments with fp4 deltas), stopped by
  *     SIGTERM to one node: all four exit 0 with a final checkpoint of the
  *     same step; resumed with --resume they end with the same model bytes
- *     as an uninterrupted run of the same length.
+ *     as an uninterrupted run of the same length; D-PSGD with --stale 2
+ *     does the same with the model on the reference device
+ *     (RUMOR_NODE_DEVICE=ref), its exchanges in flight saved from and
+ *     restored into device memory.
  * Processes are waited for with a deadline and killed past it; waits poll
  * a condition (a file, a line count), they never sleep to synchronise.
  * The random delays before a kill choose the moment of the kill, seeded
@@ -74,6 +77,7 @@ static int
 s_teardown(void **state)
 {
     (void)state;
+    (void)unsetenv("RUMOR_NODE_DEVICE"); /* a failed device case's */
     if (s_dir[0] != '\0')
         nftw(s_dir, tnc_rm, 16, FTW_DEPTH | FTW_PHYS);
     s_dir[0] = '\0';
@@ -506,6 +510,10 @@ s_ring_case(const char *name, const char *const *common, unsigned seed)
     snprintf(steps, sizeof steps, "%lld", at + 25);
     s_ring_start(&g, common, steps, m1, true, pids);
     s_ring_wait_ok(&g, pids, "resumed");
+    /* under RUMOR_NODE_DEVICE=ref, the resumed model is in device memory */
+    const char *hook = getenv("RUMOR_NODE_DEVICE");
+    if (hook != NULL && !tnc_contains(g.out[0], "optimizer are in ref memory"))
+        fail_msg("%s: the resumed model is not on the reference device", name);
     s_ring_start(&g, common, steps, m2, false, pids);
     s_ring_wait_ok(&g, pids, "uninterrupted");
     for (int i = 0; i < RING; i++) {
@@ -667,6 +675,31 @@ test_ring__dpsgd_stale_sigterm_then_resume__same_step_bit_identical(
     s_ring_case("dpsgd+stale", common, 16);
 }
 
+/* The same with the model on the reference device (RUMOR_NODE_DEVICE=ref,
+ * the node's test hook) and two exchanges in flight: the stale queue's
+ * snapshots and copies come down into the checkpoint and go up at
+ * --resume. */
+static void
+test_ring__dpsgd_stale2_ref_device_sigterm_then_resume__same_step_bit_identical(
+    void **state)
+{
+    (void)state;
+    const char *common[] = {"--algo",
+                            "dpsgd",
+                            "--stale",
+                            "2",
+                            "--hidden",
+                            "16",
+                            "--batch",
+                            "16",
+                            "--log-level",
+                            "info",
+                            NULL};
+    assert_int_equal(setenv("RUMOR_NODE_DEVICE", "ref", 1), 0);
+    s_ring_case("dpsgd+stale 2 on the reference device", common, 17);
+    assert_int_equal(unsetenv("RUMOR_NODE_DEVICE"), 0);
+}
+
 /* Compressed data-parallel SGD with DGC: every node's error memory
  * (momentum u and residual v per tensor, and the warm-up's step count)
  * travels in the checkpoint. DGC's own sampled-threshold codec, whose
@@ -728,6 +761,9 @@ main(int argc, char **argv)
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring__dpsgd_stale_sigterm_then_resume__same_step_bit_identical,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring__dpsgd_stale2_ref_device_sigterm_then_resume__same_step_bit_identical,
             s_teardown),
     };
     if (argc == 2)
