@@ -15,6 +15,7 @@
 #include "node/elastic.h"
 
 #include "node/membership.h"
+#include "node/runtime_impl.h"
 #include "node/statesync.h"
 
 #include <stdio.h>
@@ -806,6 +807,25 @@ s_gossip_fast_forward(void *arg, uint64_t step)
     rumor_gossip_fast_forward(e->o.g, step);
 }
 
+/* A model in device memory crosses to the host copy (o.model) for a
+ * STATE sent, and back from one taken, never at a step boundary. */
+static rumor_err
+s_gossip_model_out(void *arg)
+{
+    const node_elastic *e = arg;
+    const struct rumor_model *host = NULL;
+    return e->o.src != NULL ? e->o.src->to_host(e->o.src->arg, &host)
+                            : RUMOR_OK;
+}
+
+static rumor_err
+s_gossip_model_in(void *arg)
+{
+    const node_elastic *e = arg;
+    return e->o.src != NULL ? e->o.src->to_device(e->o.src->arg, e->o.model)
+                            : RUMOR_OK;
+}
+
 /* The model alone does not make a member that missed a step whole: its
  * optimizer state moved with the step too. */
 static rumor_err
@@ -841,6 +861,8 @@ static const struct node_elastic_algo s_gossip_algo = {
     .fast_forward = s_gossip_fast_forward,
     .extra_save = s_optim_save,
     .extra_load = s_optim_load,
+    .model_out = s_gossip_model_out,
+    .model_in = s_gossip_model_in,
     .snapshot = s_gossip_snapshot,
     .snapshot_restore = s_gossip_snapshot_restore,
     .snapshot_save = s_gossip_snapshot_save,

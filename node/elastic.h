@@ -21,6 +21,8 @@
 #include "rumor/net.h"
 #include "rumor/train.h"
 
+struct node_model_src; /* node/runtime_impl.h */
+
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -75,6 +77,10 @@ struct node_elastic_opts {
     rumor_net *net;       /* borrowed, as are the pointers below */
     /* what a member that lacks it takes, as it is at a step boundary */
     struct rumor_model *model;
+    /* with algo NULL, where the node's model is: in device memory, model
+     * is its host copy, filled for a STATE sent and copied back from one
+     * taken; NULL: model is the node's own */
+    const struct node_model_src *src;
     const struct node_elastic_algo *algo; /* NULL: g and optim */
     rumor_gossip *g;
     rumor_optim *optim;              /* may be NULL */

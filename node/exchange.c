@@ -840,11 +840,15 @@ s_elastic_new(rumor_node *node,
 {
     const struct rumor_node_opts *o = &node->opts;
     bool alone = o->join || (o->resume && !node->resumed_together);
+    /* rumor node's model in device memory: the ring's STATE goes through
+     * its host copy */
+    bool device = algo == NULL && !node->external && node->host != NULL;
     struct node_elastic_opts eo = {.self = o->id,
                                    .n = node->n,
                                    .deadline_ms = o->deadline_ms,
                                    .net = node->net,
-                                   .model = model,
+                                   .model = device ? node->host : model,
+                                   .src = device ? &node->src : NULL,
                                    .algo = algo,
                                    .g = node->g,
                                    /* a stale exchange's thread must not

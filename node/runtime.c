@@ -270,10 +270,8 @@ static const char *
 s_host_reader(const rumor_node *node)
 {
     const struct rumor_node_opts *o = &node->opts;
-    if (rumor_node_opts_gradient_exchange(o))
-        return "the gradient exchange";
-    if (node_elastic_wanted(node))
-        return "the elastic ring of a ring algorithm";
+    if (node_elastic_wanted(node) && o->gossip.stale > 0)
+        return "the elastic ring of a ring algorithm under --stale";
     return NULL;
 }
 
@@ -414,6 +412,16 @@ s_peer_gossip_new(rumor_node *node, struct rumor_diag *diag)
     return RUMOR_ENOTSUP;
 }
 
+/* What the algorithm mixes: the gradient (a gradient exchange), the
+ * overlap's or stale exchanges' copy, or the model. */
+static const struct rumor_model *
+s_mixed(const rumor_node *node)
+{
+    if (rumor_node_opts_gradient_exchange(&node->opts))
+        return node->grad;
+    return node->mix != NULL ? node->mix : node->model;
+}
+
 static rumor_err
 s_build_training(rumor_node *node, struct rumor_diag *diag)
 {
@@ -459,16 +467,13 @@ s_build_training(rumor_node *node, struct rumor_diag *diag)
         rumor_diag_set(diag, "", 0, 0, "optimizer: %s", rumor_strerror(rc));
         return rc;
     }
-    const struct rumor_model *mixed =
-        rumor_node_opts_gradient_exchange(o) ? node->grad : node->model;
     if (!rumor_node_opts_gradient_exchange(o) &&
         (o->overlap || o->gossip.stale > 0)) {
         rc = rumor_model_clone(node->model, &node->mix);
         if (rc != RUMOR_OK)
             return rc;
-        mixed = node->mix;
     }
-    rc = s_gossip_new(node, mixed, diag);
+    rc = s_gossip_new(node, s_mixed(node), diag);
     /* the elastic ring is known once the algorithm is */
     const struct gossip_backend_i *be =
         rc == RUMOR_OK ? s_model_device(node) : NULL;
@@ -476,11 +481,7 @@ s_build_training(rumor_node *node, struct rumor_diag *diag)
         return rc;
     rumor_gossip_destroy(&node->g);
     rc = s_to_device(node, be);
-    return rc == RUMOR_OK
-               ? s_gossip_new(node,
-                              node->mix != NULL ? node->mix : node->model,
-                              diag)
-               : rc;
+    return rc == RUMOR_OK ? s_gossip_new(node, s_mixed(node), diag) : rc;
 }
 
 /* ZeroMQ binds to an address or an interface, never to a DNS name, while

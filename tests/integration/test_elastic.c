@@ -14,6 +14,9 @@
  *     down): the majority installs an epoch of 5 and goes on, the minority
  *     makes no step and installs nothing while cut, and after the link is
  *     back all 8 are one ring with one model.
+ * PowerSGD's kill -9 and join runs once more with the model in the
+ * reference device's memory (RUMOR_NODE_DEVICE=ref): the STATE goes
+ * through the host copy, the same checks.
  * In every case no epoch is ever seen with two different member counts
  * across the nodes' metrics rows (the rows carry the count, not the list:
  * the unit test test_membership.c checks the lists themselves).
@@ -90,6 +93,16 @@ static struct algo s_powersgd = {"powersgd",
                                  true,
                                  true,
                                  {0}};
+/* PowerSGD with the model in the reference device's memory
+ * (RUMOR_NODE_DEVICE=ref, the node's test hook): the ring's STATE goes
+ * through the host copy, the snapshot stays in device memory */
+static struct algo s_powersgd_ref = {
+    "powersgd on the reference device",
+    {"--algo", "powersgd", "--rank", "1", "--log-level", "info", NULL},
+    "200",
+    true,
+    true,
+    {0}};
 /* exact local SGD: its models differ by the local steps after the last
  * sync even undisturbed, so they are held to the undisturbed spread */
 static struct algo s_localsgd = {"localsgd",
@@ -158,6 +171,7 @@ s_teardown(void **state)
 {
     (void)state;
     struct cluster *c = &s_c;
+    (void)unsetenv("RUMOR_NODE_DEVICE"); /* a failed device case's */
     for (int i = 0; i < NODES; i++)
         if (c->pid[i] > 0) {
             kill(c->pid[i], SIGCONT);
@@ -816,6 +830,23 @@ test_ring8_localsgd_stale__kill9_one_join__reformed_in_bound_rejoined_same_band(
 }
 
 static void
+test_ring8_powersgd_ref_device__kill9_one_join__reformed_rejoined_same_model(
+    void **state)
+{
+    (void)state;
+    const int victim[] = {2};
+    char out[400];
+    assert_int_equal(setenv("RUMOR_NODE_DEVICE", "ref", 1), 0);
+    s_kill_join(&s_powersgd_ref, victim, 1);
+    assert_int_equal(unsetenv("RUMOR_NODE_DEVICE"), 0);
+    for (int i = 0; i < 3; i++) { /* the victim's restart among them */
+        snprintf(out, sizeof out, "%s/node-%d.out", s_c.dir, i);
+        if (!tnc_contains(out, "optimizer are in ref memory"))
+            fail_msg("node %d's model is not on the reference device", i);
+    }
+}
+
+static void
 test_ring8_allreduce__kill9_two_apart_join__reformed_rejoined_same_model(
     void **state)
 {
@@ -999,6 +1030,9 @@ main(int argc, char **argv)
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring8_allreduce__sigstop_past_deadline__removed_readmitted_same_model,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring8_powersgd_ref_device__kill9_one_join__reformed_rejoined_same_model,
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring8_allreduce_netns_5_3__majority_goes_on_minority_waits_heals,

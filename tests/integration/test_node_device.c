@@ -18,7 +18,10 @@
  * the stale queue on the device, the same bits; overlapped DiLoCo's ring
  * keeps the model on the host; a node killed with -9 and restarted with
  * --join on the reference device takes a neighbour's model into its
- * device model and ends in the band of least squares. The CUDA case runs
+ * device model and ends in the band of least squares; the gradient
+ * exchange (all-reduce with Nesterov, PowerSGD rank 2 with momentum, the
+ * QSGD all-reduce with ef) mixes the gradient in device memory, the same
+ * bits. The CUDA case runs
  * `--cuda` resident against `--cuda` staged (RUMOR_NODE_DEVICE=host; the same
  * kernels): it skips without a GPU, and has never run on one. Every process is
  * waited for with a deadline and killed past it.
@@ -535,6 +538,55 @@ test_ring4_cuda__stale2_resident__same_bits_as_staged(void **state)
     tnc_dir_done(dir);
 }
 
+/* The gradient exchange (all-reduce, PowerSGD): the gradient is what the
+ * algorithm mixes, in device memory, and the elastic ring's STATE goes
+ * through the host copy; the same bits as the host. */
+static void
+test_ring4_ref_device__allreduce_gradient__same_bits(void **state)
+{
+    (void)state;
+    const char *opts[] = {"--algo",
+                          "allreduce",
+                          "--workload",
+                          "mlp",
+                          "--optimizer",
+                          "nesterov",
+                          NULL};
+    s_host_and_ref(opts, true, NULL);
+}
+
+static void
+test_ring4_ref_device__powersgd_gradient__same_bits(void **state)
+{
+    (void)state;
+    const char *opts[] = {"--algo",
+                          "powersgd",
+                          "--rank",
+                          "2",
+                          "--workload",
+                          "mlp",
+                          "--optimizer",
+                          "momentum",
+                          NULL};
+    s_host_and_ref(opts, true, NULL);
+}
+
+static void
+test_ring4_ref_device__allreduce_qsgd_ef__same_bits(void **state)
+{
+    (void)state;
+    const char *opts[] = {"--algo",
+                          "allreduce",
+                          "--codec",
+                          "qsgd:bits=4",
+                          "--ef",
+                          "ef",
+                          "--workload",
+                          "logreg",
+                          NULL};
+    s_host_and_ref(opts, true, NULL);
+}
+
 int
 main(void)
 {
@@ -560,6 +612,9 @@ main(void)
         cmocka_unit_test(
             test_ring4_ref_device__diloco_ring_stale1__stays_on_host),
         cmocka_unit_test(test_ring4_cuda__stale2_resident__same_bits_as_staged),
+        cmocka_unit_test(test_ring4_ref_device__allreduce_gradient__same_bits),
+        cmocka_unit_test(test_ring4_ref_device__powersgd_gradient__same_bits),
+        cmocka_unit_test(test_ring4_ref_device__allreduce_qsgd_ef__same_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
