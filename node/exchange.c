@@ -840,15 +840,20 @@ s_elastic_new(rumor_node *node,
 {
     const struct rumor_node_opts *o = &node->opts;
     bool alone = o->join || (o->resume && !node->resumed_together);
-    /* rumor node's model in device memory: the ring's STATE goes through
-     * its host copy */
-    bool device = algo == NULL && !node->external && node->host != NULL;
+    /* the node's own ring on a model in device memory: its STATE goes
+     * through a host copy */
+    const struct node_model_src *src = NULL;
+    if (algo == NULL && node->src.be != NULL) {
+        rumor_err rc = node_ring_host(node, &model, &src);
+        if (rc != RUMOR_OK)
+            return rc;
+    }
     struct node_elastic_opts eo = {.self = o->id,
                                    .n = node->n,
                                    .deadline_ms = o->deadline_ms,
                                    .net = node->net,
-                                   .model = device ? node->host : model,
-                                   .src = device ? &node->src : NULL,
+                                   .model = model,
+                                   .src = src,
                                    .algo = algo,
                                    .g = node->g,
                                    /* a stale exchange's thread must not

@@ -263,18 +263,6 @@ s_stale_check(const struct rumor_node_opts *o, struct rumor_diag *diag)
     return RUMOR_EINVAL;
 }
 
-/* What keeps `rumor node`'s model in host memory although its workload
- * computes on a device: the features that read or write it there, not
- * ported to a device (NULL: none). */
-static const char *
-s_host_reader(const rumor_node *node)
-{
-    const struct rumor_node_opts *o = &node->opts;
-    if (node_elastic_wanted(node) && o->gossip.stale > 0)
-        return "the elastic ring of a ring algorithm under --stale";
-    return NULL;
-}
-
 /* The device memory `rumor node`'s model moves to (issue #31), or NULL:
  * the GPU's when the workload computes on CUDA; RUMOR_NODE_DEVICE (the
  * tests' hook) =ref the reference device's, with the CPU pass, =host
@@ -291,13 +279,6 @@ s_model_device(const rumor_node *node)
         be = &gossip_backend_ref;
     else if (!cuda || gossip_backend_cuda(&be, &why) != RUMOR_OK)
         return NULL;
-    const char *reader = s_host_reader(node);
-    if (reader != NULL) {
-        rumor_log(RUMOR_LOG_INFO,
-                  "the model stays in host memory for %s",
-                  reader);
-        return NULL;
-    }
     return be;
 }
 
@@ -392,26 +373,6 @@ s_peer_mix_new(rumor_node *node)
     return rc == RUMOR_OK ? node_model_copy_in(be, node->mix, node->model) : rc;
 }
 
-/* The peer's algorithm; RUMOR_ENOTSUP with diag for stale exchanges of a
- * ring algorithm on a device: the exchange thread's ring packs its model
- * on the host at a view change (node/elastic.c). */
-static rumor_err
-s_peer_gossip_new(rumor_node *node, struct rumor_diag *diag)
-{
-    rumor_err rc =
-        s_gossip_new(node, node->mix != NULL ? node->mix : node->model, diag);
-    if (rc != RUMOR_OK || node->src.be == NULL || node->mix == NULL ||
-        !node_elastic_wanted(node))
-        return rc;
-    rumor_diag_set(diag,
-                   "",
-                   0,
-                   0,
-                   "stale exchanges of a ring algorithm keep the ring's "
-                   "model on the host");
-    return RUMOR_ENOTSUP;
-}
-
 /* What the algorithm mixes: the gradient (a gradient exchange), the
  * overlap's or stale exchanges' copy, or the model. */
 static const struct rumor_model *
@@ -434,7 +395,11 @@ s_build_training(rumor_node *node, struct rumor_diag *diag)
     if (node->external && o->gossip.stale > 0)
         rc = s_peer_mix_new(node);
     if (node->external)
-        return rc == RUMOR_OK ? s_peer_gossip_new(node, diag) : rc;
+        return rc == RUMOR_OK
+                   ? s_gossip_new(node,
+                                  node->mix != NULL ? node->mix : node->model,
+                                  diag)
+                   : rc;
     struct rumor_workload_opts wo = o->workload;
     if (o->dataset[0] != '\0') {
         rc = rumor_dataset_open(o->dataset, wo.seed, &node->data, diag);
@@ -473,14 +438,9 @@ s_build_training(rumor_node *node, struct rumor_diag *diag)
         if (rc != RUMOR_OK)
             return rc;
     }
-    rc = s_gossip_new(node, s_mixed(node), diag);
-    /* the elastic ring is known once the algorithm is */
-    const struct gossip_backend_i *be =
-        rc == RUMOR_OK ? s_model_device(node) : NULL;
-    if (be == NULL)
-        return rc;
-    rumor_gossip_destroy(&node->g);
-    rc = s_to_device(node, be);
+    const struct gossip_backend_i *be = s_model_device(node);
+    if (be != NULL)
+        rc = s_to_device(node, be);
     return rc == RUMOR_OK ? s_gossip_new(node, s_mixed(node), diag) : rc;
 }
 
@@ -1132,6 +1092,65 @@ node_model_copy_in(const struct gossip_backend_i *be,
     return rc;
 }
 
+/* node_model_src.to_host of the stale thread's node->mix: mix_host. */
+static rumor_err
+s_mix_to_host(void *arg, const struct rumor_model **host)
+{
+    rumor_node *node = arg;
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; rc == RUMOR_OK && k < node->mix->count; k++)
+        rc = node->src.be->copy(node->mix_host->tensors[k].data,
+                                node->mix->tensors[k].data,
+                                rumor_tensor_numel(&node->mix->tensors[k]) *
+                                    sizeof(float),
+                                GOSSIP_TO_HOST);
+    *host = node->mix_host;
+    return rc;
+}
+
+/* node_model_src.to_device of the stale thread's node->mix. */
+static rumor_err
+s_mix_from_host(void *arg, const struct rumor_model *host)
+{
+    rumor_node *node = arg;
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; rc == RUMOR_OK && k < node->mix->count; k++)
+        rc = node->src.be->copy(node->mix->tensors[k].data,
+                                host->tensors[k].data,
+                                rumor_tensor_numel(&node->mix->tensors[k]) *
+                                    sizeof(float),
+                                GOSSIP_TO_DEVICE);
+    return rc;
+}
+
+rumor_err
+node_ring_host(rumor_node *node,
+               struct rumor_model **host,
+               const struct node_model_src **src)
+{
+    if (!node_stale_mode(node)) {
+        *host = node->host;
+        *src = &node->src;
+        return RUMOR_OK;
+    }
+    size_t floats = 0;
+    for (size_t k = 0; k < node->mix->count; k++)
+        floats += rumor_tensor_numel(&node->mix->tensors[k]);
+    node->mix_host_data = malloc((floats + 1) * sizeof(float));
+    if (node->mix_host_data == NULL)
+        return RUMOR_ENOMEM;
+    node->mix_src = (struct node_model_src){.be = node->src.be,
+                                            .to_host = s_mix_to_host,
+                                            .to_device = s_mix_from_host,
+                                            .arg = node};
+    *host = NULL;
+    *src = &node->mix_src;
+    rumor_err rc =
+        node_model_view(node->mix, node->mix_host_data, &node->mix_host);
+    *host = node->mix_host;
+    return rc;
+}
+
 rumor_err
 node_model_view(const struct rumor_model *shape,
                 float *data,
@@ -1452,6 +1471,8 @@ rumor_node_destroy(rumor_node **self_p)
     }
     rumor_model_free(&node->grad);
     rumor_model_free(&node->host);
+    rumor_model_free(&node->mix_host);
+    free(node->mix_host_data);
     rumor_workload_destroy(&node->w);
     rumor_dataset_destroy(&node->data);
     rumor_net_keypair_destroy(&node->keys);

@@ -55,7 +55,13 @@ struct rumor_node {
      * faults' STATE */
     float *device_grad, *device_mix;
     struct rumor_model *host;
-    struct rumor_model *mix;           /* overlap: the copy being gossiped */
+    struct rumor_model *mix; /* overlap: the copy being gossiped */
+    /* mix in device memory under stale exchanges of a ring algorithm: the
+     * exchange thread's ring packs its STATE from this host copy of its
+     * own (node_ring_host) */
+    struct rumor_model *mix_host;
+    float *mix_host_data;
+    struct node_model_src mix_src;
     struct node_worker worker;         /* overlap: the gradient thread */
     node_stale *stale;                 /* stale exchanges, or NULL */
     rumor_buf stale_resume;            /* --resume: the exchanges in
@@ -159,6 +165,14 @@ void node_copy_mix(const rumor_node *node,
 rumor_err node_model_copy_in(const struct gossip_backend_i *be,
                              struct rumor_model *dst,
                              const struct rumor_model *src);
+/* Where rumor node's own elastic ring packs a STATE from when the model
+ * it exchanges is in device memory (src.be): *host, filled and read back
+ * through *src only for a STATE (node->host for the model; for the stale
+ * exchange thread's node->mix a copy of its own, which the main thread
+ * never writes). */
+rumor_err node_ring_host(rumor_node *node,
+                         struct rumor_model **host,
+                         const struct node_model_src **src);
 /* *out: a model shaped as shape whose tensors are consecutive in data
  * (any memory; rumor_model_free frees the view, not data). */
 rumor_err node_model_view(const struct rumor_model *shape,

@@ -14,9 +14,9 @@
  *     down): the majority installs an epoch of 5 and goes on, the minority
  *     makes no step and installs nothing while cut, and after the link is
  *     back all 8 are one ring with one model.
- * PowerSGD's kill -9 and join runs once more with the model in the
- * reference device's memory (RUMOR_NODE_DEVICE=ref): the STATE goes
- * through the host copy, the same checks.
+ * PowerSGD's and stale local SGD's kill -9 and join run once more with
+ * the model in the reference device's memory (RUMOR_NODE_DEVICE=ref):
+ * the STATE goes through a host copy, the same checks.
  * In every case no epoch is ever seen with two different member counts
  * across the nodes' metrics rows (the rows carry the count, not the list:
  * the unit test test_membership.c checks the lists themselves).
@@ -121,6 +121,21 @@ static struct algo s_localsgd_stale = {
     true,
     false,
     {0}};
+static struct algo s_localsgd_stale_ref = {"localsgd-stale on the reference "
+                                           "device",
+                                           {"--algo",
+                                            "localsgd",
+                                            "--period",
+                                            "4",
+                                            "--stale",
+                                            "3",
+                                            "--log-level",
+                                            "info",
+                                            NULL},
+                                           "1000",
+                                           true,
+                                           false,
+                                           {0}};
 /* streaming DiLoCo: two fragments, fp4 deltas whose checksummed
  * anchors a joiner takes from a member, stale syncs */
 static struct algo s_localsgd_stream = {"localsgd-stream",
@@ -829,21 +844,39 @@ test_ring8_localsgd_stale__kill9_one_join__reformed_in_bound_rejoined_same_band(
     s_kill_join(&s_localsgd_stale, victim, 1);
 }
 
+/* s_kill_join of node 2 with the models in the reference device's memory
+ * (RUMOR_NODE_DEVICE=ref): the STATE goes through a host copy. */
 static void
-test_ring8_powersgd_ref_device__kill9_one_join__reformed_rejoined_same_model(
-    void **state)
+s_kill_join_ref(struct algo *algo)
 {
-    (void)state;
     const int victim[] = {2};
     char out[400];
     assert_int_equal(setenv("RUMOR_NODE_DEVICE", "ref", 1), 0);
-    s_kill_join(&s_powersgd_ref, victim, 1);
+    s_kill_join(algo, victim, 1);
     assert_int_equal(unsetenv("RUMOR_NODE_DEVICE"), 0);
     for (int i = 0; i < 3; i++) { /* the victim's restart among them */
         snprintf(out, sizeof out, "%s/node-%d.out", s_c.dir, i);
         if (!tnc_contains(out, "optimizer are in ref memory"))
             fail_msg("node %d's model is not on the reference device", i);
     }
+}
+
+static void
+test_ring8_powersgd_ref_device__kill9_one_join__reformed_rejoined_same_model(
+    void **state)
+{
+    (void)state;
+    s_kill_join_ref(&s_powersgd_ref);
+}
+
+/* The exchange thread's copy in device memory, its ring's STATE through
+ * a host copy of its own. */
+static void
+test_ring8_localsgd_stale_ref_device__kill9_one_join__rejoined_same_band(
+    void **state)
+{
+    (void)state;
+    s_kill_join_ref(&s_localsgd_stale_ref);
 }
 
 static void
@@ -1033,6 +1066,9 @@ main(int argc, char **argv)
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring8_powersgd_ref_device__kill9_one_join__reformed_rejoined_same_model,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring8_localsgd_stale_ref_device__kill9_one_join__rejoined_same_band,
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring8_allreduce_netns_5_3__majority_goes_on_minority_waits_heals,
