@@ -282,6 +282,43 @@ s_model_device(const rumor_node *node)
     return be;
 }
 
+/* What the algorithm mixes: the gradient (a gradient exchange), the
+ * overlap's or stale exchanges' copy, or the model. */
+static const struct rumor_model *
+s_mixed(const rumor_node *node)
+{
+    if (rumor_node_opts_gradient_exchange(&node->opts))
+        return node->grad;
+    return node->mix != NULL ? node->mix : node->model;
+}
+
+/* Whether the algorithm takes a model in device memory with these
+ * options (a codec without device kernels, or a memory that steps on the
+ * host, does not): the reference device refuses what CUDA does, decided
+ * in host code, so an instance on it over the host model answers. When
+ * not, one INFO line says why the model stays in host memory. */
+static bool
+s_device_takes(const rumor_node *node)
+{
+    struct rumor_gossip_opts go = node->opts.gossip;
+    go.seed = node->opts.workload.seed;
+    rumor_gossip *probe = NULL;
+    struct rumor_diag why = {0};
+    rumor_err rc = gossip_new_in(&go,
+                                 node->topo,
+                                 node->opts.id,
+                                 s_mixed(node),
+                                 &gossip_backend_ref,
+                                 &probe,
+                                 &why);
+    rumor_gossip_destroy(&probe);
+    if (rc == RUMOR_ENOTSUP)
+        rumor_log(RUMOR_LOG_INFO,
+                  "the model stays in host memory: %s",
+                  why.msg);
+    return rc != RUMOR_ENOTSUP;
+}
+
 /* node_model_src.to_host of a model in device memory: node->host. */
 static rumor_err
 s_to_host(void *arg, const struct rumor_model **host)
@@ -373,16 +410,6 @@ s_peer_mix_new(rumor_node *node)
     return rc == RUMOR_OK ? node_model_copy_in(be, node->mix, node->model) : rc;
 }
 
-/* What the algorithm mixes: the gradient (a gradient exchange), the
- * overlap's or stale exchanges' copy, or the model. */
-static const struct rumor_model *
-s_mixed(const rumor_node *node)
-{
-    if (rumor_node_opts_gradient_exchange(&node->opts))
-        return node->grad;
-    return node->mix != NULL ? node->mix : node->model;
-}
-
 static rumor_err
 s_build_training(rumor_node *node, struct rumor_diag *diag)
 {
@@ -438,9 +465,13 @@ s_build_training(rumor_node *node, struct rumor_diag *diag)
         if (rc != RUMOR_OK)
             return rc;
     }
-    const struct gossip_backend_i *be = s_model_device(node);
-    if (be != NULL)
-        rc = s_to_device(node, be);
+    rc = s_gossip_new(node, s_mixed(node), diag);
+    const struct gossip_backend_i *be =
+        rc == RUMOR_OK ? s_model_device(node) : NULL;
+    if (be == NULL || !s_device_takes(node))
+        return rc;
+    rumor_gossip_destroy(&node->g);
+    rc = s_to_device(node, be);
     return rc == RUMOR_OK ? s_gossip_new(node, s_mixed(node), diag) : rc;
 }
 
