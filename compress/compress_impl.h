@@ -198,6 +198,26 @@ rumor_err compress_quant_header(bool tern,
 /* Biased QSGD's factor 1 / tau on each bucket's norm of a payload of n
  * values (quant.c; the device path applies it to its downloaded bytes). */
 void compress_qsgd_rescale_norms(const rumor_codec *c, uint8_t *out, size_t n);
+/* The device path's variable-length codes: the n fixed-width codes of a
+ * qsgd payload's body (level | sign << b, b + 1 bits each, LSB first), as
+ * the CPU encoder codes them into w: gamma (quant.c's format, bits = b)
+ * and Elias omega with gaps (the levels format, c's levels and bucket). */
+struct core_bw;
+void compress_qsgd_gamma_recode(unsigned b,
+                                const uint8_t *fixed,
+                                size_t n,
+                                struct core_bw *w);
+void compress_qsgd_omega_recode(const rumor_codec *c,
+                                const uint8_t *fixed,
+                                size_t n,
+                                struct core_bw *w);
+/* The positions of the non-zero levels of an Elias levels payload of n
+ * values that compress_qsgd_levels_decode accepted, into idx; returns
+ * their number. Adding, that decoder leaves y alone at the zeros. */
+size_t compress_qsgd_omega_positions(const uint8_t *in,
+                                     size_t len,
+                                     size_t n,
+                                     uint32_t *idx);
 /* Each of nb norms after the header finite (else RUMOR_ENUMERIC) and not
  * negative (else RUMOR_EPROTO). */
 rumor_err compress_norms_check(const uint8_t *in, size_t nb);

@@ -4,7 +4,9 @@
  * size and every check a header allows are done here on the host, as the
  * CPU codecs do them, so a device payload is the CPU codec's byte for byte.
  * Done: fp32, fp16, bf16, sign, natural, qsgd (fixed-width codes, any
- * levels, biased or not), terngrad (no clip), fp8 and fp4 (not bias=real; their
+ * levels, biased or not; at the top level also gamma and Elias codes, coded
+ * on the host over the fixed codes made on the device, and decoded there),
+ * terngrad (no clip), fp8 and fp4 (not bias=real; their
  * Huffman stage on the host, over symbols made on the device), and randk, topk,
  * threshold and dgc whose values codec is one of these. Everything is ordered
  * on the caller's stream; the one wait is the stream's own, for the bytes and
@@ -15,6 +17,7 @@
 #include "compress/device.h"
 
 #include "compress/compress_impl.h"
+#include "core/bits.h"
 
 #include <stdlib.h>
 
@@ -57,9 +60,19 @@ s_fp8(const rumor_codec *c)
     return c->id == RUMOR_CODEC_FP8 || c->id == RUMOR_CODEC_FP4;
 }
 
+/* qsgd with gamma or Elias codes (top level only: the variable-length
+ * stage runs on the host, over the fixed-width codes the device makes). */
+static bool
+s_vlc(const rumor_codec *c)
+{
+    return c->id == RUMOR_CODEC_QSGD && c->qcode != COMPRESS_QCODE_FIXED;
+}
+
 bool
 rumor_codec_device_supported(const rumor_codec *codec)
 {
+    if (s_vlc(codec))
+        return true;
     if (codec->id == RUMOR_CODEC_RANDK || s_sparse(codec))
         return s_dense(codec->inner);
     if (s_fp8(codec))
@@ -675,6 +688,55 @@ s_decode_fp8(const struct compress_dev_i *d,
     return rc;
 }
 
+/* qsgd with gamma or Elias codes: the payload of the same codec with
+ * fixed codes made on the device (its levels, signs, norms and headers),
+ * its codes then coded on the host as the CPU codes them. */
+static rumor_err
+s_encode_vlc(const struct compress_dev_i *d,
+             const rumor_codec *c,
+             const float *x,
+             size_t n,
+             uint64_t seed,
+             uint64_t counter,
+             uint8_t *out,
+             size_t cap,
+             size_t *written,
+             void *stream)
+{
+    rumor_codec f = *c;
+    f.qcode = COMPRESS_QCODE_FIXED;
+    struct compress_dev_quant q = s_quant_of(&f, n);
+    size_t need = s_need(&f, n), head = s_quant_head(&q), got = 0;
+    uint8_t *fixed = malloc(need);
+    if (fixed == NULL)
+        return RUMOR_ENOMEM;
+    rumor_err rc = compress_dev_encode(d,
+                                       &f,
+                                       x,
+                                       n,
+                                       seed,
+                                       counter,
+                                       fixed,
+                                       need,
+                                       &got,
+                                       stream);
+    if (rc == RUMOR_OK) {
+        struct core_bw w;
+        memcpy(out, fixed, head);
+        out[3] = (uint8_t)c->qcode; /* the header's p1: the code */
+        core_bw_init(&w, out + head, cap - head);
+        if (q.levels)
+            compress_qsgd_omega_recode(c, fixed + head, n, &w);
+        else
+            compress_qsgd_gamma_recode(q.b, fixed + head, n, &w);
+        size_t body = core_bw_finish(&w, out + head);
+        rc = body == SIZE_MAX ? RUMOR_ETOOBIG : RUMOR_OK;
+        *written = rc == RUMOR_OK ? head + body : 0;
+    }
+    free(fixed);
+    return rc;
+}
+
 rumor_err
 compress_dev_encode(const struct compress_dev_i *d,
                     const rumor_codec *c,
@@ -694,7 +756,7 @@ compress_dev_encode(const struct compress_dev_i *d,
         return RUMOR_EINVAL;
     if (!rumor_codec_device_supported(c))
         return RUMOR_ENOTSUP;
-    if (s_sparse(c) || s_fp8(c)) {
+    if (s_sparse(c) || s_fp8(c) || s_vlc(c)) {
         size_t bound = 0;
         bool exact = false;
         c->ops->size(c, n, &bound, &exact);
@@ -702,6 +764,17 @@ compress_dev_encode(const struct compress_dev_i *d,
             return RUMOR_ETOOBIG;
         if (s_fp8(c))
             return s_encode_fp8(d, c, x, n, out, cap, written, stream);
+        if (s_vlc(c))
+            return s_encode_vlc(d,
+                                c,
+                                x,
+                                n,
+                                seed,
+                                counter,
+                                out,
+                                cap,
+                                written,
+                                stream);
         return s_encode_sparse(d,
                                c,
                                x,
@@ -783,7 +856,7 @@ s_check_range(const uint8_t *in, const struct compress_dev_quant *q)
  * level times norm, in the order each decoder meets them: quant.c's
  * measures the codes first, qsgd_levels.c reads bucket by bucket and
  * checks the stream's end, padding included, last), and its shape.
- * RUMOR_ENOTSUP for the Elias-coded formats (no kernels). */
+ * Fixed codes only: the caller takes the others to the host. */
 static rumor_err
 s_check_quant(bool tern,
               const uint8_t *in,
@@ -800,8 +873,6 @@ s_check_quant(bool tern,
                : compress_quant_header(tern, in, len, n, &b, &bucket, &head);
     if (rc != RUMOR_OK)
         return rc;
-    if (in[3] != COMPRESS_QCODE_FIXED)
-        return RUMOR_ENOTSUP;
     *q = s_quant_shape(tern, levels ? s : (1u << b) - 1, levels, n, bucket);
     size_t bits = n * (q->b + 1);
     bool pad = levels && bits % 8 != 0 && in[len - 1] >> (bits % 8) != 0;
@@ -825,6 +896,92 @@ s_check_randk(const rumor_codec *c, const uint8_t *in, size_t len, size_t n)
         return RUMOR_EPROTO;
     struct compress_header ih;
     return compress_header_read(in + at, len - at, c->inner->id, k, &ih);
+}
+
+/* An Elias levels payload's decoded values v (zeros included) added
+ * where its levels are not zero, as its decoder adds them: the zeros
+ * leave y alone (-0 stays -0). v is compacted in place. */
+static rumor_err
+s_add_nonzeros(const struct compress_dev_i *d,
+               const uint8_t *in,
+               size_t len,
+               size_t n,
+               float *v,
+               float alpha,
+               float *y,
+               uint32_t *flag,
+               void *stream)
+{
+    struct s_bufs b = {{NULL}, 0};
+    void *didx = NULL, *dval = NULL;
+    uint32_t *idx = malloc((n ? n : 1) * sizeof *idx);
+    if (idx == NULL)
+        return RUMOR_ENOMEM;
+    size_t k = compress_qsgd_omega_positions(in, len, n, idx);
+    for (size_t j = 0; j < k; j++)
+        v[j] = v[idx[j]];
+    rumor_err rc = s_get(d, &b, k * sizeof *idx, &didx, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, k * sizeof *v, &dval, stream);
+    if (rc == RUMOR_OK)
+        rc = d->upload(didx, idx, k * sizeof *idx, stream);
+    if (rc == RUMOR_OK)
+        rc = d->upload(dval, v, k * sizeof *v, stream);
+    if (rc == RUMOR_OK)
+        d->idx_scatter(dval, didx, k, alpha, y, flag, stream);
+    s_put_all(d, &b, stream);
+    free(idx);
+    return rc;
+}
+
+/* Decoded values v (float32) added to y (or written, add false) on the
+ * device as the CPU decoders add theirs: y + alpha v. */
+static rumor_err
+s_add_all(const struct compress_dev_i *d,
+          const float *v,
+          size_t n,
+          bool add,
+          float alpha,
+          float *y,
+          uint32_t *flag,
+          void *stream)
+{
+    struct s_bufs b = {{NULL}, 0};
+    void *dv = NULL;
+    rumor_err rc = s_get(d, &b, n * sizeof *v, &dv, stream);
+    if (rc == RUMOR_OK)
+        rc = d->upload(dv, v, n * sizeof *v, stream);
+    if (rc == RUMOR_OK)
+        d->dense_decode(dv, n, COMPRESS_DEV_FP32, add, alpha, y, flag, stream);
+    s_put_all(d, &b, stream);
+    return rc;
+}
+
+/* qsgd with gamma or Elias codes: decoded on the host by the CPU decoder
+ * (its checks, its values), the values uploaded and added on the device
+ * where that decoder adds them. Pageable uploads are staged before the
+ * call returns, so the host copies may be freed at once. */
+static rumor_err
+s_decode_vlc(const struct compress_dev_i *d,
+             const rumor_codec *c,
+             const uint8_t *in,
+             size_t len,
+             size_t n,
+             bool add,
+             float alpha,
+             float *y,
+             uint32_t *flag,
+             void *stream)
+{
+    float *v = malloc((n ? n : 1) * sizeof *v);
+    rumor_err rc = v != NULL ? c->ops->decode(c, in, len, false, 1.0f, v, n)
+                             : RUMOR_ENOMEM;
+    if (rc == RUMOR_OK)
+        rc = add && in[2] == 0 /* the levels format: Elias gaps */
+                 ? s_add_nonzeros(d, in, len, n, v, alpha, y, flag, stream)
+                 : s_add_all(d, v, n, add, alpha, y, flag, stream);
+    free(v);
+    return rc;
 }
 
 static rumor_err s_decode_body(const struct compress_dev_i *d,
@@ -941,6 +1098,8 @@ s_decode_body(const struct compress_dev_i *d,
         }
         return rc;
     }
+    if (c->id == RUMOR_CODEC_QSGD && in[3] != COMPRESS_QCODE_FIXED)
+        return s_decode_vlc(d, c, in, len, n, add, alpha, y, flag, stream);
     if (s_quant(c->id)) {
         struct compress_dev_quant q;
         rc = s_check_quant(c->id == RUMOR_CODEC_TERNGRAD, in, len, n, &q);

@@ -177,6 +177,32 @@ s_encode_bucket(const rumor_codec *c,
         s_put_omega(w, (uint32_t)(m + 1 - prev));
 }
 
+void
+compress_qsgd_omega_recode(const rumor_codec *c,
+                           const uint8_t *fixed,
+                           size_t n,
+                           struct core_bw *w)
+{
+    unsigned width = s_bitlen(c->levels);
+    struct core_br r;
+    core_br_init(&r, fixed, (n * (width + 1) + 7) / 8);
+    for (size_t start = 0; start < n; start += c->bucket) {
+        size_t m = n - start < c->bucket ? n - start : c->bucket, prev = 0;
+        for (size_t i = 0; i < m; i++) {
+            uint32_t code = (uint32_t)core_br_peek(&r, width + 1);
+            core_br_skip(&r, width + 1);
+            uint32_t l = code & ((1u << width) - 1);
+            if (l > 0) {
+                s_put_omega(w, (uint32_t)(i + 1 - prev));
+                core_bw_put(w, code >> width, 1);
+                s_put_omega(w, l);
+                prev = i + 1;
+            }
+        }
+        s_put_omega(w, (uint32_t)(m + 1 - prev));
+    }
+}
+
 rumor_err
 compress_qsgd_levels_encode(const rumor_codec *c,
                             const float *x,
@@ -364,6 +390,34 @@ compress_qsgd_levels_header(const uint8_t *in,
     if (*s < 1 || *s > COMPRESS_QSGD_MAX_LEVELS)
         return RUMOR_EPROTO;
     return compress_norms_check(in, nb);
+}
+
+size_t
+compress_qsgd_omega_positions(const uint8_t *in,
+                              size_t len,
+                              size_t n,
+                              uint32_t *idx)
+{
+    uint32_t bucket = core_get_u32(in + 8);
+    size_t nb = compress_buckets(n, bucket), head = s_head(n, bucket), k = 0;
+    struct s_reader rd = {.used = 0};
+    core_br_init(&rd.br, in + head, len - head);
+    for (size_t b = 0; b < nb; b++) {
+        size_t start = b * bucket;
+        size_t m = n - start < bucket ? n - start : bucket, at = 0;
+        for (;;) {
+            uint32_t g = 0, l = 0;
+            (void)s_get_omega(&rd, &g); /* the decoder accepted the stream */
+            size_t i = at + g - 1;
+            if (i == m)
+                break;
+            (void)s_get_msb(&rd, 1);
+            (void)s_get_omega(&rd, &l);
+            idx[k++] = (uint32_t)(start + i);
+            at = i + 1;
+        }
+    }
+    return k;
 }
 
 uint32_t

@@ -233,6 +233,21 @@ s_put_elias(struct core_bw *w, uint32_t l, uint32_t neg)
     core_bw_put(w, v, len);
 }
 
+void
+compress_qsgd_gamma_recode(unsigned b,
+                           const uint8_t *fixed,
+                           size_t n,
+                           struct core_bw *w)
+{
+    struct core_br r;
+    core_br_init(&r, fixed, (n * (b + 1) + 7) / 8);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t code = (uint32_t)core_br_peek(&r, b + 1);
+        core_br_skip(&r, b + 1);
+        s_put_elias(w, code & ((1u << b) - 1), code >> b);
+    }
+}
+
 /* The Elias codes of every code byte (level | sign << b, b <= 7). */
 struct s_elias_table {
     uint32_t bits[256];

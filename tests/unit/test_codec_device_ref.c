@@ -230,6 +230,15 @@ test_ref_twins__malformed_payloads__refused_as_the_cpu_codec(void **state)
                     minus0q2,
                     1,
                     0);
+    /* Gamma and Elias codes (the CPU decoder's checks): a cut, a
+     * lengthened payload, an infinite norm, an unknown code. */
+    const uint8_t p3[] = {3};
+    s_check_refusal("qsgd:bits=4,elias=1,bucket=100", 300, 0, p1, 0, -1);
+    s_check_refusal("qsgd:bits=4,elias=1,bucket=100", 300, 0, p1, 0, 2);
+    s_check_refusal("qsgd:bits=2,elias=1,bucket=100", 300, 16, inf32, 4, 0);
+    s_check_refusal("qsgd:levels=6,code=elias,bucket=100", 300, 0, p1, 0, -1);
+    s_check_refusal("qsgd:levels=6,code=elias,bucket=100", 300, 12, neg, 4, 0);
+    s_check_refusal("qsgd:levels=6,code=elias,bucket=100", 300, 3, p3, 1, 0);
     /* Sparse: a wrong k, an index list longer than the payload, an index
      * past n (a long run of zero bits), a cut, the last value Inf. */
     const uint8_t big[] = {0xff, 0xff, 0xff, 0x7f}, zeros[] = {0, 0, 0, 0};
@@ -324,8 +333,8 @@ static void
 test_device_path__not_done_or_no_device__enotsup(void **state)
 {
     (void)state;
-    const char *not_done[] = {"qsgd:levels=6,code=elias",
-                              "qsgd:bits=4,elias=1",
+    const char *not_done[] = {"randk:ratio=0.1|qsgd:levels=6,code=elias",
+                              "topk|qsgd:bits=4,elias=1",
                               "terngrad:share=1",
                               "terngrad:clip=2.5",
                               "dgc:ratio=0.1|fp4",
