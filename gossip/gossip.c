@@ -75,6 +75,12 @@ rumor_gossip_rank(const struct rumor_gossip_opts *opts)
     return strcmp(opts->algo, "powersgd") == 0 ? RUMOR_GOSSIP_PSGD_RANK : 1;
 }
 
+static bool
+s_is_saef(const char *ef)
+{
+    return strncmp(ef, "saef", 4) == 0 && (ef[4] == '\0' || ef[4] == ':');
+}
+
 rumor_err
 rumor_gossip_ef_check(const struct rumor_gossip_opts *opts,
                       struct rumor_diag *diag)
@@ -102,6 +108,10 @@ rumor_gossip_ef_check(const struct rumor_gossip_opts *opts,
             why = refuse[i].why;
     if (strcmp(opts->algo, "allreduce") == 0 && !opts->compressed)
         why = "it needs a codec (--codec) to compress with";
+    else if (strcmp(opts->algo, "allreduce") == 0 && s_is_saef(opts->ef))
+        why = "saef's error comes back only through local SGD's "
+              "look-ahead and e_bar, which the all-reduce has not (its "
+              "error would be kept and never sent): use ef or ef-decay";
     if (strcmp(opts->algo, "localsgd") == 0 && opts->delta_codec[0] == '\0')
         why = "it needs a delta codec (--delta-codec) to compress with";
     if (why == NULL)

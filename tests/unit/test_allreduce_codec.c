@@ -246,6 +246,9 @@ test_ef__refused_where_it_does_not_apply(void **state)
     o.compressed = false;
     assert_int_equal(rumor_gossip_ef_check(&o, &diag), RUMOR_EINVAL);
     assert_non_null(strstr(diag.msg, "--codec"));
+    s_opts(&o, TOPK, "saef");
+    assert_int_equal(rumor_gossip_ef_check(&o, &diag), RUMOR_EINVAL);
+    assert_non_null(strstr(diag.msg, "use ef or ef-decay"));
     s_opts(&o, TOPK, "dgc:0.9");
     assert_int_equal(rumor_gossip_ef_check(&o, &diag), RUMOR_OK);
     /* dgc needs a selection by count */
