@@ -324,15 +324,11 @@ static rumor_err
 s_to_host(void *arg, const struct rumor_model **host)
 {
     rumor_node *node = arg;
-    rumor_err rc = RUMOR_OK;
-    for (size_t k = 0; rc == RUMOR_OK && k < node->model->count; k++)
-        rc = node->src.be->copy(node->host->tensors[k].data,
-                                node->model->tensors[k].data,
-                                rumor_tensor_numel(&node->model->tensors[k]) *
-                                    sizeof(float),
-                                GOSSIP_TO_HOST);
     *host = node->host;
-    return rc;
+    return node_model_copy(node->src.be,
+                           node->host,
+                           node->model,
+                           GOSSIP_TO_HOST);
 }
 
 /* node_model_src.to_device of a model in device memory: host (node->host,
@@ -341,14 +337,7 @@ static rumor_err
 s_from_host(void *arg, const struct rumor_model *host)
 {
     rumor_node *node = arg;
-    rumor_err rc = RUMOR_OK;
-    for (size_t k = 0; rc == RUMOR_OK && k < node->model->count; k++)
-        rc = node->src.be->copy(node->model->tensors[k].data,
-                                host->tensors[k].data,
-                                rumor_tensor_numel(&node->model->tensors[k]) *
-                                    sizeof(float),
-                                GOSSIP_TO_DEVICE);
-    return rc;
+    return node_model_copy(node->src.be, node->model, host, GOSSIP_TO_DEVICE);
 }
 
 /* Moves the model, the gradient, the optimizer and then the algorithm
@@ -407,7 +396,9 @@ s_peer_mix_new(rumor_node *node)
         be->alloc((floats + 1) * sizeof(float), (void **)&node->device_mix);
     if (rc == RUMOR_OK)
         rc = node_model_view(node->model, node->device_mix, &node->mix);
-    return rc == RUMOR_OK ? node_model_copy_in(be, node->mix, node->model) : rc;
+    return rc == RUMOR_OK
+               ? node_model_copy(be, node->mix, node->model, GOSSIP_ON_DEVICE)
+               : rc;
 }
 
 static rumor_err
@@ -1106,20 +1097,24 @@ node_copy_mix(const rumor_node *node,
         node_copy_model(dst, src);
         return;
     }
-    (void)node_model_copy_in(node->src.be, dst, src); /* cannot fail */
+    (void)node_model_copy(node->src.be,
+                          dst,
+                          src,
+                          GOSSIP_ON_DEVICE); /* cannot fail */
 }
 
 rumor_err
-node_model_copy_in(const struct gossip_backend_i *be,
-                   struct rumor_model *dst,
-                   const struct rumor_model *src)
+node_model_copy(const struct gossip_backend_i *be,
+                struct rumor_model *dst,
+                const struct rumor_model *src,
+                enum gossip_copy kind)
 {
     rumor_err rc = RUMOR_OK;
     for (size_t k = 0; k < src->count && rc == RUMOR_OK; k++)
         rc = be->copy(dst->tensors[k].data,
                       src->tensors[k].data,
                       rumor_tensor_numel(&src->tensors[k]) * sizeof(float),
-                      GOSSIP_ON_DEVICE);
+                      kind);
     return rc;
 }
 
@@ -1128,15 +1123,11 @@ static rumor_err
 s_mix_to_host(void *arg, const struct rumor_model **host)
 {
     rumor_node *node = arg;
-    rumor_err rc = RUMOR_OK;
-    for (size_t k = 0; rc == RUMOR_OK && k < node->mix->count; k++)
-        rc = node->src.be->copy(node->mix_host->tensors[k].data,
-                                node->mix->tensors[k].data,
-                                rumor_tensor_numel(&node->mix->tensors[k]) *
-                                    sizeof(float),
-                                GOSSIP_TO_HOST);
     *host = node->mix_host;
-    return rc;
+    return node_model_copy(node->src.be,
+                           node->mix_host,
+                           node->mix,
+                           GOSSIP_TO_HOST);
 }
 
 /* node_model_src.to_device of the stale thread's node->mix. */
@@ -1144,14 +1135,7 @@ static rumor_err
 s_mix_from_host(void *arg, const struct rumor_model *host)
 {
     rumor_node *node = arg;
-    rumor_err rc = RUMOR_OK;
-    for (size_t k = 0; rc == RUMOR_OK && k < node->mix->count; k++)
-        rc = node->src.be->copy(node->mix->tensors[k].data,
-                                host->tensors[k].data,
-                                rumor_tensor_numel(&node->mix->tensors[k]) *
-                                    sizeof(float),
-                                GOSSIP_TO_DEVICE);
-    return rc;
+    return node_model_copy(node->src.be, node->mix, host, GOSSIP_TO_DEVICE);
 }
 
 rumor_err

@@ -8,6 +8,7 @@
 
 #include "rumor/node.h"
 
+#include "gossip/backend.h"
 #include "node/elastic.h"
 #include "node/faults.h"
 #include "node/runtime_impl.h"
@@ -161,10 +162,12 @@ void node_copy_model(struct rumor_model *dst, const struct rumor_model *src);
 void node_copy_mix(const rumor_node *node,
                    struct rumor_model *dst,
                    const struct rumor_model *src);
-/* dst = src, both in be's memory (the stale queue's copies). */
-rumor_err node_model_copy_in(const struct gossip_backend_i *be,
-                             struct rumor_model *dst,
-                             const struct rumor_model *src);
+/* dst = src tensor by tensor through be (the stale queue's copies within
+ * its memory, GOSSIP_ON_DEVICE, and the host copies of a device model). */
+rumor_err node_model_copy(const struct gossip_backend_i *be,
+                          struct rumor_model *dst,
+                          const struct rumor_model *src,
+                          enum gossip_copy kind);
 /* Where rumor node's own elastic ring packs a STATE from when the model
  * it exchanges is in device memory (src.be): *host, filled and read back
  * through *src only for a STATE (node->host for the model; for the stale

@@ -130,12 +130,13 @@ static void
 s_run(node_stale *st, struct s_job *j)
 {
     rumor_node *node = st->node;
-    rumor_err rc = node_model_copy_in(st->be, node->mix, j->snap);
+    rumor_err rc =
+        node_model_copy(st->be, node->mix, j->snap, GOSSIP_ON_DEVICE);
     /* a step the ring went past changes nothing */
     if (rc == RUMOR_OK && j->t >= st->floor)
         rc = s_exchange(st, j);
     if (rc == RUMOR_OK && !j->stop)
-        rc = node_model_copy_in(st->be, j->result, node->mix);
+        rc = node_model_copy(st->be, j->result, node->mix, GOSSIP_ON_DEVICE);
     s_publish(st);
     pthread_mutex_lock(&st->mu);
     j->rc = rc;
@@ -262,7 +263,7 @@ node_stale_push(node_stale *st, const struct rumor_model *model, uint64_t t)
     struct s_job *j = s_slot(st, st->count);
     pthread_mutex_unlock(&st->mu);
     /* the slot is free: the thread reads only slots below count */
-    rumor_err rc = node_model_copy_in(st->be, j->snap, model);
+    rumor_err rc = node_model_copy(st->be, j->snap, model, GOSSIP_ON_DEVICE);
     if (rc != RUMOR_OK)
         return rc;
     j->t = t;
