@@ -193,13 +193,13 @@ test_ring4_ref_device__consensus_probe__stays_on_device(void **state)
     s_host_and_ref(opts, true, NULL);
 }
 
-/* --cuda with the model on the GPU against --cuda staged (the hook
- * keeps it on the host): the same CUDA pass, optimizer and gossip kernels,
- * whose twins are the host's. Never run on a GPU. */
+/* --cuda with the model (and under --stale the queue) on the GPU against
+ * the same run staged (RUMOR_NODE_DEVICE=host keeps it on the host): the
+ * same CUDA pass, optimizer and gossip kernels, whose twins are the
+ * host's. Never run on a GPU. */
 static void
-test_ring4_cuda__resident__same_bits_as_staged(void **state)
+s_cuda_resident_as_staged(const char *const *resident)
 {
-    (void)state;
     const char *why = NULL;
     if (!rumor_cuda_built() || rumor_cuda_device_count(&why) <= 0) {
         print_message("skip: no CUDA build or device: %s\n",
@@ -208,8 +208,6 @@ test_ring4_cuda__resident__same_bits_as_staged(void **state)
     }
     char dir[64] = "/tmp/rumor-node-cuda-XXXXXX", topo[128], out[128];
     tnc_ring4_local(dir, topo, sizeof topo);
-    const char *resident[] =
-        {"--cuda", "--algo", "choco", "--codec", "topk:ratio=0.25", NULL};
     s_launch(dir, topo, "resident", resident);
     assert_int_equal(setenv("RUMOR_NODE_DEVICE", "host", 1), 0);
     s_launch(dir, topo, "staged", resident);
@@ -218,6 +216,15 @@ test_ring4_cuda__resident__same_bits_as_staged(void **state)
     assert_true(tnc_contains(out, "optimizer are in cuda memory"));
     s_same_models(dir, "staged", "resident");
     tnc_dir_done(dir);
+}
+
+static void
+test_ring4_cuda__resident__same_bits_as_staged(void **state)
+{
+    (void)state;
+    const char *resident[] =
+        {"--cuda", "--algo", "choco", "--codec", "topk:ratio=0.25", NULL};
+    s_cuda_resident_as_staged(resident);
 }
 
 /* 12 steps that end with a checkpoint, then --resume to 25, into
@@ -511,31 +518,13 @@ test_ring4_ref_device__diloco_ring_stale1__same_bits(void **state)
     s_host_and_ref(opts, true, NULL);
 }
 
-/* --cuda --stale 2 with the queue on the GPU against the same staged
- * (RUMOR_NODE_DEVICE=host: the queue then in host memory). Never run on
- * a GPU. */
 static void
 test_ring4_cuda__stale2_resident__same_bits_as_staged(void **state)
 {
     (void)state;
-    const char *why = NULL;
-    if (!rumor_cuda_built() || rumor_cuda_device_count(&why) <= 0) {
-        print_message("skip: no CUDA build or device: %s\n",
-                      why != NULL ? why : "built without CUDA");
-        skip();
-    }
-    char dir[64] = "/tmp/rumor-node-cuda-XXXXXX", topo[128], out[128];
-    tnc_ring4_local(dir, topo, sizeof topo);
     const char *resident[] =
         {"--cuda", "--algo", "powergossip", "--stale", "2", NULL};
-    s_launch(dir, topo, "resident", resident);
-    assert_int_equal(setenv("RUMOR_NODE_DEVICE", "host", 1), 0);
-    s_launch(dir, topo, "staged", resident);
-    assert_int_equal(unsetenv("RUMOR_NODE_DEVICE"), 0);
-    snprintf(out, sizeof out, "%s/resident.out", dir);
-    assert_true(tnc_contains(out, "optimizer are in cuda memory"));
-    s_same_models(dir, "staged", "resident");
-    tnc_dir_done(dir);
+    s_cuda_resident_as_staged(resident);
 }
 
 /* The gradient exchange (all-reduce, PowerSGD): the gradient is what the
