@@ -32,6 +32,22 @@ static const struct tpr_mem t_ref = TPR_HOST_MEM("ref", &gossip_backend_ref);
 static const char *const t_psgd[] =
     {"algo", "powersgd", "rank", "1", "log-level", "warn", NULL};
 
+/* Node i ran the same steps on the reference device as on host tensors,
+ * each one's result bit for bit. */
+static void
+t_same_steps(const struct tpr_run *ref, const struct tpr_run *host, uint32_t i)
+{
+    assert_int_equal(ref->steps[i], host->steps[i]);
+    for (uint64_t t = 0; t < ref->steps[i]; t++)
+        if (memcmp(tpr_at(ref->out[i], t),
+                   tpr_at(host->out[i], t),
+                   TPR_N * sizeof(float)) != 0)
+            fail_msg("node %u, step %llu: the reference device's result is "
+                     "not the host's",
+                     i,
+                     (unsigned long long)t + 1);
+}
+
 static void
 t_powersgd(bool buckets)
 {
@@ -46,14 +62,7 @@ t_powersgd(bool buckets)
     tpr_check_same(host);
     tpr_check_same(ref);
     for (uint32_t i = 0; i < TPR_NODES; i++) {
-        for (uint64_t t = 0; t < ref->steps[0]; t++)
-            if (memcmp(tpr_at(ref->out[i], t),
-                       tpr_at(host->out[i], t),
-                       TPR_N * sizeof(float)) != 0)
-                fail_msg("node %u, step %llu: the reference device's result "
-                         "is not the host's",
-                         i,
-                         (unsigned long long)t + 1);
+        t_same_steps(ref, host, i);
         /* host tensors: nothing crosses */
         assert_int_equal(host->h2d[i] + host->d2h[i], 0);
         uint64_t model = TPR_N * sizeof(float), steps = ref->steps[i];
@@ -554,15 +563,7 @@ t_staged(const char *const *opts, const char *reason)
     tpr_check_same(host);
     tpr_check_same(ref);
     for (uint32_t i = 0; i < TPR_NODES; i++) {
-        assert_int_equal(ref->steps[i], host->steps[i]);
-        for (uint64_t t = 0; t < ref->steps[i]; t++)
-            if (memcmp(tpr_at(ref->out[i], t),
-                       tpr_at(host->out[i], t),
-                       TPR_N * sizeof(float)) != 0)
-                fail_msg("node %u, step %llu: the staged result is not the "
-                         "host's",
-                         i,
-                         (unsigned long long)t + 1);
+        t_same_steps(ref, host, i);
         assert_int_equal(ref->h2d[i] + ref->d2h[i], 0);
     }
     print_message("staged on the reference device (%s): %llu steps, bit-equal "
@@ -639,15 +640,7 @@ t_stale(const char *const *opts)
     tpr_go(ref);
     uint64_t model = TPR_N * sizeof(float);
     for (uint32_t i = 0; i < TPR_NODES; i++) {
-        assert_int_equal(ref->steps[i], host->steps[i]);
-        for (uint64_t t = 0; t < ref->steps[i]; t++)
-            if (memcmp(tpr_at(ref->out[i], t),
-                       tpr_at(host->out[i], t),
-                       TPR_N * sizeof(float)) != 0)
-                fail_msg("stale, node %u, step %llu: the reference "
-                         "device's result is not the host's",
-                         i,
-                         (unsigned long long)t + 1);
+        t_same_steps(ref, host, i);
         assert_int_equal(host->h2d[i] + host->d2h[i], 0);
         print_message("stale %s, node %u: %llu bytes up, %llu down in %llu "
                       "steps (model %llu bytes)\n",
