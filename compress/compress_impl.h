@@ -696,20 +696,40 @@ void compress_sign_expand(const uint8_t *bits,
 /* fp8/fp4's encoder and decoder in steps (fp8.c), so the device path
  * (device.c) makes the CPU's decisions: the strided sample (at most
  * COMPRESS_FP8_SAMPLE values, x[j n / m]; returns m), the bias from it and
- * max |x| (x is read, all of it, only by bias=real when n > m), the
+ * max |x| (bias=real, when n > m, also asks all(ctx, k, fr, &err) for
+ * the error on all n values of x: see compress_fp8_error_ref), the
  * symbols' scales and format, then the Huffman stage and the headers over
  * the symbols. compress_fp8_read makes every check of a payload and gives
  * its symbols (*sym, n bytes, the caller frees it) and their values. */
 #define COMPRESS_FP8_SAMPLE 16384
+typedef rumor_err (*compress_fp8_err_fn)(void *ctx,
+                                         int k,
+                                         float fr,
+                                         double *err);
 size_t compress_fp8_sample(const float *x, size_t n, float *sample);
 rumor_err compress_fp8_bias(const rumor_codec *c,
                             const float *sample,
                             size_t m,
                             float mx,
-                            const float *x,
                             size_t n,
+                            compress_fp8_err_fn all,
+                            void *ctx,
                             int *k,
                             float *fr);
+/* The 256 decoded values under bias k + log2 fr; false when one is not
+ * finite (the error of every piece is then infinite). */
+bool compress_fp8_values(const rumor_codec *c, int k, float fr, float val[256]);
+/* bias=real's error on one piece of at most COMPRESS_FP8_SAMPLE values:
+ * the sum, in index order, in double, of (x_i - val[symbol of x_i])^2.
+ * The error on all of x is the pieces' errors added in order from 0 (the
+ * CPU's order, which the device reproduces bit for bit). */
+double compress_fp8_error_ref(const float *x,
+                              size_t n,
+                              float s1,
+                              float s2,
+                              unsigned M,
+                              unsigned E,
+                              const float *val);
 void compress_fp8_scales(const rumor_codec *c,
                          int k,
                          float fr,

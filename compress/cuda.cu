@@ -860,6 +860,36 @@ k_fp8_decode(const uint8_t *sym,
     }
 }
 
+// bias=real's error on all of x: one thread per COMPRESS_FP8_SAMPLE piece,
+// the CPU's order within it and no fused multiply-add, so each piece's sum
+// is compress_fp8_error_ref's bits (a piece's reads are strided across
+// threads: the CPU's order costs coalescing).
+__global__ static void
+k_fp8_error(const float *x,
+            size_t n,
+            float s1,
+            float s2,
+            unsigned M,
+            unsigned E,
+            const float *val,
+            double *err)
+{
+    size_t pieces = (n + COMPRESS_FP8_SAMPLE - 1) / COMPRESS_FP8_SAMPLE;
+    GRID_STRIDE(p, pieces)
+    {
+        size_t at = p * COMPRESS_FP8_SAMPLE;
+        size_t end =
+            n - at < COMPRESS_FP8_SAMPLE ? n : at + COMPRESS_FP8_SAMPLE;
+        double sum = 0;
+        for (size_t i = at; i < end; i++) {
+            double d = __dsub_rn((double)x[i],
+                                 (double)val[d_fp8_symbol(x[i], s1, s2, M, E)]);
+            sum = __dadd_rn(sum, __dmul_rn(d, d));
+        }
+        err[p] = sum;
+    }
+}
+
 __global__ static void
 k_dgc_sample(const float *x, size_t n, size_t m, uint64_t seed, float *sample)
 {
@@ -1309,6 +1339,21 @@ s_idx_scatter(const float *vals,
     s_launch(k_idx_scatter, k, stream, vals, idx, k, alpha, y, flag);
 }
 
+static void
+s_fp8_error(const float *x,
+            size_t n,
+            float s1,
+            float s2,
+            unsigned M,
+            unsigned E,
+            const float *val,
+            double *err,
+            void *stream)
+{
+    size_t pieces = (n + COMPRESS_FP8_SAMPLE - 1) / COMPRESS_FP8_SAMPLE;
+    s_launch(k_fp8_error, pieces, stream, x, n, s1, s2, M, E, val, err);
+}
+
 extern "C" rumor_err
 compress_dev_cuda(const struct compress_dev_i **out, const char **why)
 {
@@ -1321,7 +1366,7 @@ compress_dev_cuda(const struct compress_dev_i **out, const char **why)
         s_randk_scatter, s_select_kth,   s_select_scan,   s_select_emit,
         s_rice_write,    s_natural_expo, s_natural_check, s_natural_decode,
         s_maxabs,        s_sample,       s_fp8_symbols,   s_fp8_decode,
-        s_dgc_sample,    s_idx_scatter,
+        s_dgc_sample,    s_idx_scatter,  s_fp8_error,
     };
     *out = NULL;
     if (rumor_cuda_device_count(why) <= 0)

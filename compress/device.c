@@ -6,7 +6,7 @@
  * Done: fp32, fp16, bf16, sign, natural, qsgd (fixed-width codes, any
  * levels, biased or not; at the top level also gamma and Elias codes, coded
  * on the host over the fixed codes made on the device, and decoded there),
- * terngrad (no clip), fp8 and fp4 (not bias=real; their
+ * terngrad (no clip), fp8 and fp4 (every bias; their
  * Huffman stage on the host, over symbols made on the device), and randk, topk,
  * threshold and dgc whose values codec is one of these. Everything is ordered
  * on the caller's stream; the one wait is the stream's own, for the bytes and
@@ -19,6 +19,7 @@
 #include "compress/compress_impl.h"
 #include "core/bits.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 #define S_RANDK_SEEDS 16 /* seed and counter after a random-k header */
@@ -52,8 +53,7 @@ s_sparse(const rumor_codec *c)
            c->id == RUMOR_CODEC_DGC;
 }
 
-/* fp8 and fp4 (top level only: their Huffman stage runs on the host);
- * bias=real may read all of x on the host, so it stays there. */
+/* fp8 and fp4 (top level only: their Huffman stage runs on the host). */
 static bool
 s_fp8(const rumor_codec *c)
 {
@@ -75,9 +75,7 @@ rumor_codec_device_supported(const rumor_codec *codec)
         return true;
     if (codec->id == RUMOR_CODEC_RANDK || s_sparse(codec))
         return s_dense(codec->inner);
-    if (s_fp8(codec))
-        return codec->fp_bias != COMPRESS_BIAS_REAL;
-    return s_dense(codec);
+    return s_fp8(codec) || s_dense(codec);
 }
 
 static bool
@@ -582,9 +580,57 @@ done:
     return rc;
 }
 
+/* bias=real's error on all of x, x on the device: the pieces' errors
+ * there, added in order on the host (fp8.c's order). One wait a call. */
+struct s_fp8_all {
+    const struct compress_dev_i *d;
+    const rumor_codec *c;
+    const float *x;
+    size_t n;
+    struct s_bufs *b;
+    void *stream;
+};
+
+static rumor_err
+s_fp8_error_all(void *ctx, int k, float fr, double *err)
+{
+    const struct s_fp8_all *a = ctx;
+    size_t pieces = (a->n + COMPRESS_FP8_SAMPLE - 1) / COMPRESS_FP8_SAMPLE;
+    float val[256], s1, s2;
+    unsigned M, E;
+    void *dval = NULL, *derr = NULL;
+    *err = INFINITY; /* fp8.c's error when a value overflows */
+    if (!compress_fp8_values(a->c, k, fr, val))
+        return RUMOR_OK;
+    double *part = malloc(pieces * sizeof *part);
+    rumor_err rc = part ? RUMOR_OK : RUMOR_ENOMEM;
+    if (rc == RUMOR_OK)
+        rc = s_get(a->d, a->b, sizeof val, &dval, a->stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(a->d, a->b, pieces * sizeof *part, &derr, a->stream);
+    if (rc == RUMOR_OK)
+        rc = a->d->upload(dval, val, sizeof val, a->stream);
+    if (rc == RUMOR_OK) {
+        compress_fp8_scales(a->c, k, fr, &s1, &s2, &M, &E);
+        a->d->fp8_error(a->x, a->n, s1, s2, M, E, dval, derr, a->stream);
+        rc = a->d->download(part, derr, pieces * sizeof *part, a->stream);
+    }
+    if (rc == RUMOR_OK)
+        rc = a->d->finish(a->stream);
+    if (rc == RUMOR_OK) {
+        *err = 0;
+        for (size_t p = 0; p < pieces; p++)
+            *err += part[p];
+    }
+    free(part);
+    return rc;
+}
+
 /* fp8 / fp4 (fp8.c's steps): max |x| and the sample on the device, the
- * bias from them on the host (the CPU's search), the symbols on the
- * device, the Huffman stage on the host over them. Two waits. */
+ * bias from them on the host (the CPU's search; bias=real's check on all
+ * of x by s_fp8_error_all), the symbols on the device, the Huffman stage
+ * on the host over them. Two waits, two more for bias=real over more
+ * than a sample. */
 static rumor_err
 s_encode_fp8(const struct compress_dev_i *d,
              const rumor_codec *c,
@@ -627,13 +673,15 @@ s_encode_fp8(const struct compress_dev_i *d,
     int k = 0;
     unsigned M = 0, E = 0;
     float fr = 1.0f, s1 = 0, s2 = 0;
+    struct s_fp8_all all = {d, c, x, n, &b, stream};
     if (rc == RUMOR_OK)
         rc = compress_fp8_bias(c,
                                sample,
                                m,
                                compress_u2f(top),
-                               NULL,
                                n,
+                               s_fp8_error_all,
+                               &all,
                                &k,
                                &fr);
     if (rc != RUMOR_OK)

@@ -296,6 +296,19 @@ struct compress_dev_i {
                         float *y,
                         const uint32_t *flag,
                         void *stream);
+    /* fp8 / fp4 bias=real's error on all of x: one thread per piece p of
+     * COMPRESS_FP8_SAMPLE values (the last one shorter),
+     * err[p] = compress_fp8_error_ref of that piece (its own order, double,
+     * no fused multiply-add); the host adds the pieces in order. */
+    void (*fp8_error)(const float *x,
+                      size_t n,
+                      float s1,
+                      float s2,
+                      unsigned M,
+                      unsigned E,
+                      const float *val,
+                      double *err,
+                      void *stream);
 };
 
 /* The plain-C twins (ref.c), on host memory; the stream is ignored. */

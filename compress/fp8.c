@@ -279,13 +279,31 @@ s_paper_bias(const struct s_sample *s, const struct s_fmt *f, int *k, float *fr)
     *fr = (float)(u / 1024.0);
 }
 
+/* A sample misses most of a heavy tail's largest values, whose clipping the
+ * real search can trade too far: on all of x, the real b must beat the
+ * integer k0 it started from. */
+static rumor_err
+s_check_real(compress_fp8_err_fn all, void *ctx, int k0, int *k, float *fr)
+{
+    double at_k0 = 0, at_real = 0;
+    rumor_err rc = all(ctx, k0, 1.0f, &at_k0);
+    if (rc == RUMOR_OK)
+        rc = all(ctx, *k, *fr, &at_real);
+    if (rc == RUMOR_OK && at_k0 < at_real) {
+        *k = k0;
+        *fr = 1.0f;
+    }
+    return rc;
+}
+
 rumor_err
 compress_fp8_bias(const rumor_codec *c,
                   const float *sample,
                   size_t m,
                   float mx,
-                  const float *x,
                   size_t n,
+                  compress_fp8_err_fn all,
+                  void *ctx,
                   int *k,
                   float *fr)
 {
@@ -299,6 +317,7 @@ compress_fp8_bias(const rumor_codec *c,
         return RUMOR_ENOMEM;
     memcpy(s->x, sample, m * sizeof *sample);
     s->m = m;
+    rumor_err rc = RUMOR_OK;
     if (c->fp_bias == COMPRESS_BIAS_FIT) {
         s_paper_bias(s, &f, k, fr);
     } else {
@@ -306,18 +325,39 @@ compress_fp8_bias(const rumor_codec *c,
         *k = k0;
         if (c->fp_bias == COMPRESS_BIAS_REAL) {
             s_search_real(s, &f, k0, k, fr);
-            /* A sample misses most of a heavy tail's largest values, whose
-             * clipping the real search can trade too far: on all of x,
-             * the real b must beat the integer it started from. */
-            if (n > s->m && s_error_all(x, n, s, &f, k0, 1.0f) <
-                                s_error_all(x, n, s, &f, *k, *fr)) {
-                *k = k0;
-                *fr = 1.0f;
-            }
+            if (n > s->m)
+                rc = s_check_real(all, ctx, k0, k, fr);
         }
     }
     free(s);
-    return RUMOR_OK;
+    return rc;
+}
+
+bool
+compress_fp8_values(const rumor_codec *c, int k, float fr, float val[256])
+{
+    struct s_fmt f = s_format(c->id);
+    s_values(&f, k, fr, val);
+    return compress_all_finite(val, 2u << (f.E + f.M));
+}
+
+double
+compress_fp8_error_ref(const float *x,
+                       size_t n,
+                       float s1,
+                       float s2,
+                       unsigned M,
+                       unsigned E,
+                       const float *val)
+{
+    double err = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t sym;
+        compress_fp8_symbols_ref(x + i, 1, s1, s2, M, E, &sym);
+        double d = (double)x[i] - val[sym];
+        err += d * d;
+    }
+    return err;
 }
 
 /* Code lengths from the GenNorm model of x (CO3 IV-A): each symbol's
@@ -421,6 +461,26 @@ compress_fp8_write(const rumor_codec *c,
     return RUMOR_OK;
 }
 
+/* bias=real's error on all of x where x is on the host. */
+struct s_host_all {
+    const rumor_codec *c;
+    const float *x;
+    size_t n;
+};
+
+static rumor_err
+s_host_error_all(void *ctx, int k, float fr, double *err)
+{
+    const struct s_host_all *h = ctx;
+    struct s_fmt f = s_format(h->c->id);
+    struct s_sample *s = malloc(sizeof *s);
+    if (s == NULL)
+        return RUMOR_ENOMEM;
+    *err = s_error_all(h->x, h->n, s, &f, k, fr);
+    free(s);
+    return RUMOR_OK;
+}
+
 static rumor_err
 s_encode(const rumor_codec *c,
          const float *x,
@@ -444,13 +504,15 @@ s_encode(const rumor_codec *c,
     float fr = 1.0f, s1, s2;
     rumor_err rc = sym && sample ? RUMOR_OK : RUMOR_ENOMEM;
     size_t m = rc == RUMOR_OK ? compress_fp8_sample(x, n, sample) : 0;
+    struct s_host_all all = {c, x, n};
     if (rc == RUMOR_OK)
         rc = compress_fp8_bias(c,
                                sample,
                                m,
                                compress_maxabs(x, n),
-                               x,
                                n,
+                               s_host_error_all,
+                               &all,
                                &k,
                                &fr);
     if (rc == RUMOR_OK) {

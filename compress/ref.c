@@ -1058,6 +1058,24 @@ s_dev_idx_scatter(const float *vals,
         y[idx[j]] = y[idx[j]] + alpha * vals[j];
 }
 
+static void
+s_dev_fp8_error(const float *x,
+                size_t n,
+                float s1,
+                float s2,
+                unsigned M,
+                unsigned E,
+                const float *val,
+                double *err,
+                void *stream)
+{
+    (void)stream;
+    for (size_t at = 0, p = 0; at < n; at += COMPRESS_FP8_SAMPLE, p++) {
+        size_t m = n - at < COMPRESS_FP8_SAMPLE ? n - at : COMPRESS_FP8_SAMPLE;
+        err[p] = compress_fp8_error_ref(x + at, m, s1, s2, M, E, val);
+    }
+}
+
 const struct compress_dev_i compress_dev_ref = {"ref",
                                                 s_dev_alloc,
                                                 s_dev_release,
@@ -1091,4 +1109,5 @@ const struct compress_dev_i compress_dev_ref = {"ref",
                                                 s_dev_fp8_symbols,
                                                 s_dev_fp8_decode,
                                                 s_dev_dgc_sample,
-                                                s_dev_idx_scatter};
+                                                s_dev_idx_scatter,
+                                                s_dev_fp8_error};

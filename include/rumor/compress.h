@@ -179,7 +179,7 @@ RUMOR_API RUMOR_NODISCARD rumor_err rumor_codec_peek(const uint8_t *in,
  * natural, qsgd with fixed-width codes (bits= or levels=, biased or not),
  * terngrad without clip or share, randk, topk, threshold and dgc whose
  * values codec is one of those; on their own, qsgd with elias=1 or
- * code=elias and fp8 and fp4 (not bias=real); the others: not yet. */
+ * code=elias and fp8 and fp4 (every bias); the others: not yet. */
 RUMOR_API bool rumor_codec_device_supported(const rumor_codec *codec);
 
 /* rumor_codec_encode of d_x[0..n) in device memory: the payload is

@@ -36,22 +36,19 @@ s_cap(const rumor_codec *c, size_t n)
     return bytes + 64;
 }
 
-/* One spec and size: the twin's payload and decode-add equal the CPU's. */
+/* One spec and input: the twin's payload and decode-add equal the CPU's. */
 static void
-s_check_case(const char *spec, size_t n)
+s_check_case_x(const char *spec, const float *x, size_t n)
 {
     rumor_codec *c = s_codec(spec);
     size_t cap = s_cap(c, n);
-    float *x = malloc((n + 1) * sizeof *x);
     float *y1 = malloc((n + 1) * sizeof *y1),
           *y2 = malloc((n + 1) * sizeof *y2);
     uint8_t *a = malloc(cap), *b = malloc(cap);
-    assert_non_null(x);
     assert_non_null(y1);
     assert_non_null(y2);
     assert_non_null(a);
     assert_non_null(b);
-    s_dev_fill(x, n, n + 1);
     size_t wa = 0, wb = 0;
     assert_int_equal(
         rumor_codec_encode(c, x, n, S_SEED, S_COUNTER, a, cap, &wa, NULL),
@@ -87,12 +84,22 @@ s_check_case(const char *spec, size_t n)
                      RUMOR_OK);
     if (n > 0 && memcmp(y1, y2, n * sizeof *y1) != 0)
         fail_msg("%s n=%zu: decode-add differs", spec, n);
-    free(x);
     free(y1);
     free(y2);
     free(a);
     free(b);
     rumor_codec_destroy(&c);
+}
+
+/* One spec and size over s_dev_fill's values. */
+static void
+s_check_case(const char *spec, size_t n)
+{
+    float *x = malloc((n + 1) * sizeof *x);
+    assert_non_null(x);
+    s_dev_fill(x, n, n + 1);
+    s_check_case_x(spec, x, n);
+    free(x);
 }
 
 static void
@@ -327,6 +334,112 @@ test_ref_twins__topk_ties__broken_by_index_as_the_cpu(void **state)
         }
 }
 
+/* fp8 / fp4 bias=real data: Gaussian (the real b found on the sample holds
+ * on all of x) or Gaussian with outliers of 3000 at odd indices, which
+ * the sample (x[j n / m], every other value when n = 2m) misses, so on all
+ * of x the integer b the search started from wins. */
+static void
+s_real_fill(float *x, size_t n, bool outliers)
+{
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, n, 3);
+    for (size_t i = 0; i < n; i++)
+        x[i] =
+            outliers && i % 64 == 1 ? 3000.0f : (float)rumor_rng_normal(&rng);
+}
+
+/* Whether bias=real's check on all of x took the integer b: the payload's
+ * (k, f) is not what the search on the sample alone finds. */
+static bool
+s_real_reverted(const rumor_codec *c,
+                const float *x,
+                size_t n,
+                const uint8_t *payload)
+{
+    int32_t kp = (int32_t)core_get_u32(payload + 8);
+    float fr = compress_get_f32(payload + RUMOR_COMPRESS_HEADER_BYTES);
+    float *sample = malloc(COMPRESS_FP8_SAMPLE * sizeof *sample);
+    assert_non_null(sample);
+    size_t m = compress_fp8_sample(x, n, sample);
+    int k = 0;
+    float f = 1.0f;
+    assert_int_equal(compress_fp8_bias(c,
+                                       sample,
+                                       m,
+                                       compress_maxabs(x, n),
+                                       m,
+                                       NULL,
+                                       NULL,
+                                       &k,
+                                       &f),
+                     RUMOR_OK);
+    free(sample);
+    return kp != k || fr != f;
+}
+
+/* bias=real over more than one sample reads all of x on the device (one
+ * error per 16384-value piece, added in order on the host): the CPU's
+ * payload byte for byte, whole pieces and a tail, the check keeping the
+ * real b and reverting it; NaN in the tail piece refused. */
+static void
+test_ref_twins__fp8_real_bias_all_of_x__cpu_bytes_both_ways(void **state)
+{
+    (void)state;
+    const char *specs[] = {"fp8:bias=real",
+                           "fp4:bias=real",
+                           "fp4:bias=real,code=gennorm"};
+    const size_t sizes[] = {16385, 32768, 50001};
+    unsigned kept = 0, reverted = 0;
+    for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++)
+        for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++)
+            for (int o = 0; o < 2; o++) {
+                size_t n = sizes[z];
+                float *x = malloc(n * sizeof *x);
+                assert_non_null(x);
+                s_real_fill(x, n, o == 1);
+                s_check_case_x(specs[s], x, n);
+                rumor_codec *c = s_codec(specs[s]);
+                size_t cap = s_cap(c, n), w = 0;
+                uint8_t *out = malloc(cap);
+                assert_non_null(out);
+                assert_int_equal(compress_dev_encode(&compress_dev_ref,
+                                                     c,
+                                                     x,
+                                                     n,
+                                                     1,
+                                                     2,
+                                                     out,
+                                                     cap,
+                                                     &w,
+                                                     NULL),
+                                 RUMOR_OK);
+                if (s_real_reverted(c, x, n, out))
+                    reverted++;
+                else
+                    kept++;
+                x[n - 1] = NAN;
+                assert_int_equal(compress_dev_encode(&compress_dev_ref,
+                                                     c,
+                                                     x,
+                                                     n,
+                                                     1,
+                                                     2,
+                                                     out,
+                                                     cap,
+                                                     &w,
+                                                     NULL),
+                                 RUMOR_ENUMERIC);
+                free(out);
+                free(x);
+                rumor_codec_destroy(&c);
+            }
+    print_message("bias=real on all of x: real b kept %u times, integer "
+                  "taken %u times\n",
+                  kept,
+                  reverted);
+    assert_true(kept > 0 && reverted > 0);
+}
+
 /* Codecs the device path has not yet, and the CUDA table: RUMOR_ENOTSUP
  * with a reason where there is no device (always in a CPU-only build). */
 static void
@@ -339,7 +452,6 @@ test_device_path__not_done_or_no_device__enotsup(void **state)
                               "terngrad:clip=2.5",
                               "dgc:ratio=0.1|fp4",
                               "topk|fp8",
-                              "fp8:bias=real",
                               "randk:ratio=0.1|fp8"};
     float x[16] = {0};
     uint8_t out[512];
@@ -386,6 +498,8 @@ main(void)
         cmocka_unit_test(
             test_ref_twins__malformed_payloads__refused_as_the_cpu_codec),
         cmocka_unit_test(test_ref_twins__topk_ties__broken_by_index_as_the_cpu),
+        cmocka_unit_test(
+            test_ref_twins__fp8_real_bias_all_of_x__cpu_bytes_both_ways),
         cmocka_unit_test(test_device_path__not_done_or_no_device__enotsup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1715,6 +1715,123 @@ test_allreduce_codec_bits_equal_host(void **state)
     free(y);
 }
 
+/* One vector of S_BIG values per node (device[i]: node i's in dev
+ * memory), over two 16384-value samples and a tail, so fp8 / fp4
+ * bias=real's encoder checks its real b on all of x (on a GPU, a piece
+ * per thread). S_STEPS steps of o; out[step][node] receives each node's
+ * vector. */
+#define S_BIG 40000
+static void
+s_big_run(const struct rumor_gossip_opts *o,
+          const bool device[S_NODES],
+          const struct gossip_backend_i *dev,
+          float *out)
+{
+    struct rumor_diag diag = {0};
+    rumor_topology *topo = NULL;
+    rumor_gossip *g[S_NODES] = {NULL};
+    const struct gossip_backend_i *mem[S_NODES];
+    float *x[S_NODES], *in = malloc(S_BIG * sizeof *in);
+    rumor_sim *sim = NULL;
+    assert_non_null(in);
+    assert_int_equal(rumor_topology_from_spec("ring:4", 1, &topo, &diag),
+                     RUMOR_OK);
+    for (size_t i = 0; i < S_NODES; i++) {
+        mem[i] = device[i] ? dev : &gossip_backend_host;
+        assert_int_equal(mem[i]->alloc(S_BIG * sizeof(float), (void **)&x[i]),
+                         RUMOR_OK);
+        struct rumor_tensor t = {x[i], 1, {S_BIG}};
+        struct rumor_model m = {&t, 1};
+        assert_int_equal(
+            gossip_new_in(o, topo, (uint32_t)i, &m, mem[i], &g[i], &diag),
+            RUMOR_OK);
+    }
+    assert_int_equal(rumor_sim_new(g, S_NODES, &sim), RUMOR_OK);
+    for (uint64_t step = 0; step < S_STEPS; step++) {
+        for (size_t i = 0; i < S_NODES; i++) {
+            for (size_t e = 0; e < S_BIG; e++)
+                in[e] = s_value(i, step, e);
+            assert_int_equal(
+                mem[i]->copy(x[i], in, S_BIG * sizeof(float), GOSSIP_TO_DEVICE),
+                RUMOR_OK);
+        }
+        assert_int_equal(rumor_sim_step(sim, step), RUMOR_OK);
+        for (size_t i = 0; i < S_NODES; i++)
+            assert_int_equal(mem[i]->copy(out + (step * S_NODES + i) * S_BIG,
+                                          x[i],
+                                          S_BIG * sizeof(float),
+                                          GOSSIP_TO_HOST),
+                             RUMOR_OK);
+    }
+    rumor_sim_destroy(&sim);
+    for (size_t i = 0; i < S_NODES; i++) {
+        rumor_gossip_destroy(&g[i]);
+        mem[i]->release(x[i]);
+    }
+    rumor_topology_destroy(&topo);
+    free(in);
+}
+
+/* CHOCO and the compressed all-reduce with error feedback under fp8 and
+ * fp4 bias=real, S_BIG values a node, on a ring whose device[] nodes
+ * keep their model in dev memory: bit-equal to the all-host ring. */
+static void
+s_big_compare(const bool device[S_NODES], const struct gossip_backend_i *dev)
+{
+    static const char *const codecs[] = {"fp8:bias=real", "fp4:bias=real"};
+    static const bool host[S_NODES] = {false, false, false, false};
+    size_t floats = (size_t)S_STEPS * S_NODES * S_BIG;
+    float *ya = malloc(floats * sizeof(float));
+    float *yb = malloc(floats * sizeof(float));
+    assert_true(ya && yb);
+    for (size_t c = 0; c < 2; c++)
+        for (int ar = 0; ar < 2; ar++) {
+            struct rumor_gossip_opts o;
+            if (ar)
+                s_codec_opts(&o, codecs[c], "ef");
+            else
+                s_choco_opts(&o, codecs[c]);
+            s_big_run(&o, host, &gossip_backend_host, ya);
+            s_big_run(&o, device, dev, yb);
+            if (memcmp(ya, yb, floats * sizeof(float)) != 0)
+                fail_msg("%s %s on %s: the mixed ring is not the host's",
+                         o.algo,
+                         codecs[c],
+                         dev->name);
+            assert_true(ya[0] != s_value(0, 0, 0));
+        }
+    free(ya);
+    free(yb);
+}
+
+/* fp8 / fp4 with bias=real where the model is (it was refused on a device
+ * before): CHOCO and the compressed all-reduce on the small model and on
+ * S_BIG values, reference-device nodes mixed with host ones, bit-equal to
+ * the all-host ring. (The reference backend encodes with the CPU codec;
+ * the device assembly of bias=real is test_codec_device_ref.c's part.) */
+static void
+test_fp8_real_bias_bits_equal_host(void **state)
+{
+    (void)state;
+    static const bool mixed[S_NODES] = {true, false, true, true};
+    struct rumor_gossip_opts o;
+    s_choco_opts(&o, "fp8:bias=real");
+    s_compare(&o, mixed);
+    s_codec_opts(&o, "fp4:bias=real", "ef");
+    s_compare(&o, mixed);
+    s_big_compare(mixed, &gossip_backend_ref);
+}
+
+/* On a GPU: the same with two nodes in CUDA memory, whose encoders run
+ * bias=real's check on all of x as one kernel thread per piece. */
+static void
+test_cuda_fp8_real_bias_mixed_ring(void **state)
+{
+    (void)state;
+    static const bool mixed[S_NODES] = {true, true, false, false};
+    s_big_compare(mixed, s_cuda_or_skip());
+}
+
 /* The error memories go through the host at save and load: the same
  * record as a host node's, and it moves between backends. */
 static void
@@ -2300,6 +2417,8 @@ main(void)
         cmocka_unit_test(test_localsgd_overlapped_bits_equal_host),
         cmocka_unit_test(test_crc32c_chunks_join_to_the_whole),
         cmocka_unit_test(test_allreduce_codec_bits_equal_host),
+        cmocka_unit_test(test_fp8_real_bias_bits_equal_host),
+        cmocka_unit_test(test_cuda_fp8_real_bias_mixed_ring),
         cmocka_unit_test(test_allreduce_codec_state_moves_between_backends),
         cmocka_unit_test(test_allreduce_codec_host_steps_refused),
         cmocka_unit_test(test_cuda_allreduce_codec_mixed_ring),
