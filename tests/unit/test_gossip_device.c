@@ -997,7 +997,9 @@ test_choco_adapt_bits_equal_host(void **state)
 
 /* On a GPU: the controllers' reductions agree with the host's within
  * float rounding (the host sums 64 terms per float lane, the kernels in
- * double), the largest magnitude exactly, over several blocks. */
+ * double), the largest magnitude exactly, over several blocks; PowerSGD
+ * --adapt's sumsq_add (double on both sides, in another order) within
+ * double rounding. */
 static void
 test_cuda_adapt_reductions_match_host(void **state)
 {
@@ -1030,6 +1032,11 @@ test_cuda_adapt_reductions_match_host(void **state)
     assert_int_equal(cuda->rel_error(dx, dap, N, &err, &support), RUMOR_OK);
     assert_true(fabs(err - err_want) <= 1e-5 * err_want);
     assert_true(fabs(support - support_want) <= 1e-5 * support_want);
+    /* PowerSGD --adapt's sum, onto a running total */
+    double sq_want = 2.5, sq = 2.5;
+    gossip_ref_sumsq_add(x, ap, N, &sq_want);
+    assert_int_equal(cuda->sumsq_add(dx, dap, N, &sq), RUMOR_OK);
+    assert_true(fabs(sq - sq_want) <= 1e-10 * sq_want);
     cuda->release(dx);
     cuda->release(dap);
     free(x);

@@ -1067,6 +1067,46 @@ test_cuda_list_kernels__against_twins(void **s)
     twin.free(tctx);
 }
 
+/* CholeskyQR2 on rank-deficient P (a zero column; a column repeating
+ * another): the kernel's Cholesky test sums P^T P with the twin's tree
+ * and decides as the twin does, so the fallback and the Q agree. */
+static void
+test_cuda_orth_rank_deficient__as_twin(void **s)
+{
+    (void)s;
+    struct lowrank_backend_i cu, twin;
+    void *cctx = NULL, *tctx = NULL;
+    s_cuda_or_skip("cuda rank-deficient orthogonalization", &cu, &cctx);
+    assert_int_equal(lowrank_twin_init(&twin, &tctx), RUMOR_OK);
+    const size_t n = 300, r = 4;
+    for (int dup = 0; dup < 2; dup++) {
+        float *want = s_randn(n * r, 12);
+        for (size_t i = 0; i < n; i++)
+            want[i * r + 1] = dup ? want[i * r + 0] : 0;
+        float *got = s_dup(want, n * r);
+        struct lowrank_orth_item h = {want, n, r};
+        struct lowrank_orth_item d = {s_up(&cu, cctx, got, n * r), n, r};
+        assert_int_equal(cu.orthogonalize_list(cctx,
+                                               &d,
+                                               1,
+                                               RUMOR_LOWRANK_ORTH_CHOLQR2,
+                                               1e-8f),
+                         RUMOR_OK);
+        assert_int_equal(twin.orthogonalize_list(tctx,
+                                                 &h,
+                                                 1,
+                                                 RUMOR_LOWRANK_ORTH_CHOLQR2,
+                                                 1e-8f),
+                         RUMOR_OK);
+        s_down(&cu, cctx, got, d.p, n * r);
+        s_assert_close(got, want, n * r, ORTH_TOL, "rank-deficient P");
+        free(want);
+        free(got);
+    }
+    cu.free(cctx);
+    twin.free(tctx);
+}
+
 int
 main(void)
 {
@@ -1083,6 +1123,7 @@ main(void)
         cmocka_unit_test(test_psgd_list_path__one_call_per_phase),
         cmocka_unit_test(test_edge_twin_backend__list_path__matches_cpu),
         cmocka_unit_test(test_cuda_list_kernels__against_twins),
+        cmocka_unit_test(test_cuda_orth_rank_deficient__as_twin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
