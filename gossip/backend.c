@@ -239,6 +239,13 @@ s_rel_error(const float *x,
 }
 
 static rumor_err
+s_sumsq_add(const float *a, const float *b, size_t n, double *acc)
+{
+    gossip_ref_sumsq_add(a, b, n, acc);
+    return RUMOR_OK;
+}
+
+static rumor_err
 s_sgd(float *p,
       const float *g,
       float *b,
@@ -260,7 +267,8 @@ s_sgd(float *p,
     .add_scaled = s_add_scaled, .div_round = s_div_round, .outer = s_outer, \
     .decode_add = s_decode_add, .uniform = s_uniform,                       \
     .moniqua_levels = s_moniqua_levels, .moniqua_term = s_moniqua_term,     \
-    .stats = s_stats, .rel_error = s_rel_error, .sgd = s_sgd
+    .stats = s_stats, .rel_error = s_rel_error, .sumsq_add = s_sumsq_add,   \
+    .sgd = s_sgd
 
 const struct gossip_backend_i gossip_backend_host = {
     .name = "host",

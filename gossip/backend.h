@@ -169,6 +169,14 @@ struct gossip_backend_i {
                            size_t n,
                            double *err,
                            double *support);
+    /* PowerSGD's adaptive rank (gossip/powersgd.c), a reduction as norm:
+     * *acc += the sum of ((double)a + b)^2, element by element in order on
+     * the host; a is the compressor's memory (the error memory), b the
+     * model's tensor */
+    rumor_err (*sumsq_add)(const float *a,
+                           const float *b,
+                           size_t n,
+                           double *acc);
     /* The train module's optimizer (train/optim.c), one pass:
      * u = g + wd p; b NULL (sgd): d = u; else b = mu b + u and
      * d = nesterov ? u + mu b : b; then p = p - lr d */
@@ -233,6 +241,9 @@ void gossip_ref_outer(float *x,
                       float mu,
                       size_t n);
 
+/* *acc += sum ((double)a[e] + b[e])^2, in element order */
+void
+gossip_ref_sumsq_add(const float *a, const float *b, size_t n, double *acc);
 void gossip_ref_sgd(float *p,
                     const float *g,
                     float *b,

@@ -379,6 +379,22 @@ k_rel_error(const float *x, const float *approx, size_t n, double *out)
     }
 }
 
+// PowerSGD's adaptive rank: the sum of ((double)a + b)^2.
+__global__ void
+k_sumsq_add(const float *a, const float *b, size_t n, double *out)
+{
+    __shared__ double part[S_THREADS];
+    double sq = 0;
+    S_EACH(e, n)
+    {
+        double v = __dadd_rn((double)a[e], (double)b[e]);
+        sq = __dadd_rn(sq, __dmul_rn(v, v));
+    }
+    sq = d_block_total(sq, part);
+    if (threadIdx.x == 0)
+        atomicAdd(out, sq);
+}
+
 static rumor_err
 s_zero(void *p, size_t bytes)
 {
@@ -686,6 +702,18 @@ s_rel_error(const float *x,
 }
 
 static rumor_err
+s_sumsq_add(const float *a, const float *b, size_t n, double *acc)
+{
+    double *d = NULL, sum = 0;
+    rumor_err rc = s_scratch(1, &d);
+    if (rc == RUMOR_OK)
+        k_sumsq_add<<<s_blocks(n), S_THREADS>>>(a, b, n, d);
+    rc = s_scratch_done(rc, "sumsq_add", d, &sum, 1);
+    *acc += sum;
+    return rc;
+}
+
+static rumor_err
 s_sgd(float *p,
       const float *g,
       float *b,
@@ -728,6 +756,7 @@ static const struct gossip_backend_i s_cuda = {
     .moniqua_term = s_moniqua_term,
     .stats = s_stats,
     .rel_error = s_rel_error,
+    .sumsq_add = s_sumsq_add,
     .sgd = s_sgd,
 };
 

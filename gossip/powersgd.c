@@ -80,7 +80,6 @@ struct powersgd {
     size_t want;                   /* rank for the next step (0: keep) */
     float *carry;        /* numel: memories of tensors no longer compressed */
     float *scratch;      /* one tensor */
-    float *model;        /* one tensor, host copy (a model in device memory) */
     uint64_t retired[2]; /* PCIe bytes of compressors replaced (h2d, d2h) */
     /* adaptive rank under an elastic ring: the host values of the
      * snapshot's boundary, and the compressor a rank change replaced
@@ -149,12 +148,9 @@ s_adapt_init(rumor_gossip *g, struct rumor_diag *diag)
     for (size_t t = 0; t < g->tensor_count; t++)
         if (rumor_tensor_numel(&g->tensors[t]) > most)
             most = rumor_tensor_numel(&g->tensors[t]);
-    /* the error measure's, and an adopt's move of the own memories */
+    /* a rank change's and an adopt's move of the own memories */
     s->scratch = malloc(most * sizeof(float));
-    if (!g->be->host_memory && s->measure)
-        s->model = malloc(most * sizeof(float));
-    bool model_ok = g->be->host_memory || !s->measure || s->model != NULL;
-    return s->scratch == NULL || !model_ok ? RUMOR_ENOMEM : RUMOR_OK;
+    return s->scratch == NULL ? RUMOR_ENOMEM : RUMOR_OK;
 }
 
 /* The PowerSGD options (docs/gossip.md, "PowerSGD options"), refused
@@ -259,7 +255,6 @@ s_free(rumor_gossip *g)
     free(s->shapes);
     free(s->carry);
     free(s->scratch);
-    free(s->model);
     g->be->release(s->orig);
     free(s);
     g->state = NULL;
@@ -420,27 +415,10 @@ s_decide(rumor_gossip *g, const float *sums)
     }
 }
 
-/* Tensor t's values readable by host code: the tensor itself, or (model
- * in device memory) a host copy of it. */
-static rumor_err
-s_tensor_on_host(rumor_gossip *g, size_t t, const float **x)
-{
-    struct powersgd *s = g->state;
-    *x = g->tensors[t].data;
-    if (g->be->host_memory)
-        return RUMOR_OK;
-    *x = s->model;
-    size_t bytes = rumor_tensor_numel(&g->tensors[t]) * sizeof(float);
-    return gossip_mem_copy(g,
-                           s->model,
-                           g->tensors[t].data,
-                           bytes,
-                           GOSSIP_TO_HOST);
-}
-
 /* This node's error and norm sums of the step just ended (see the top),
  * over the compressed tensors: ||M_i||^2 = ||e_i + P Q^T||^2, the error
- * ||M_i||^2 - ||Q_i||^2. */
+ * ||M_i||^2 - ||Q_i||^2. The sum runs where the model is (the backend's
+ * reduction over the compressor's memory): only the two floats cross. */
 static rumor_err
 s_measure(rumor_gossip *g)
 {
@@ -449,17 +427,15 @@ s_measure(rumor_gossip *g)
     for (size_t t = 0; t < g->tensor_count; t++) {
         if (!s_compressed(g, t))
             continue;
-        const float *x = NULL;
-        rumor_err rc = rumor_lowrank_psgd_error_get(s->psgd, t, s->scratch);
+        const float *e = NULL;
+        rumor_err rc = rumor_lowrank_psgd_error_mem(s->psgd, t, &e);
         if (rc == RUMOR_OK)
-            rc = s_tensor_on_host(g, t, &x);
+            rc = g->be->sumsq_add(e,
+                                  g->tensors[t].data,
+                                  rumor_tensor_numel(&g->tensors[t]),
+                                  &m2);
         if (rc != RUMOR_OK)
             return rc;
-        size_t n = rumor_tensor_numel(&g->tensors[t]);
-        for (size_t e = 0; e < n; e++) {
-            double v = (double)s->scratch[e] + x[e];
-            m2 += v * v;
-        }
     }
     double err = fmax(m2 - s->q2, 0);
     s->pend[0] = (float)err;

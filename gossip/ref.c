@@ -314,3 +314,16 @@ gossip_ref_moniqua_term(double *d,
         d[e] = s_mod(s_moniqua_q(l) * bound - x[e], bound, inv_b) - xhat[e];
     }
 }
+
+/* The host's order: the kernel sums per thread and block, so its last
+ * bits differ, as norm's. */
+void
+gossip_ref_sumsq_add(const float *a, const float *b, size_t n, double *acc)
+{
+    double m2 = *acc;
+    for (size_t e = 0; e < n; e++) {
+        double v = (double)a[e] + b[e];
+        m2 += v * v;
+    }
+    *acc = m2;
+}

@@ -345,6 +345,8 @@ struct cuda_red {
     double tau[LIST_MAX], w[LIST_MAX];
     double beta, scale;
     bool flip[LIST_MAX];
+    double gram[LIST_MAX * LIST_MAX]; // P^T P's upper triangle, then R
+    bool chol_ok;
 };
 
 // Gram-Schmidt in the ref's column order (ref.c's s_twin_gram_schmidt).
@@ -469,6 +471,45 @@ struct cuda_orth_item {
 #define CUDA_ORTH_QR  1
 #define CUDA_ORTH_POS 2 // QR, R's diagonal positive (CholeskyQR2's Q)
 
+// The Cholesky test of g = P^T P, one thread (ref.c's s_twin_cholesky):
+// a pivot not above zero fails, as spotrf's.
+__device__ static bool
+d_cholesky(double *g, size_t r)
+{
+    for (size_t k = 0; k < r; k++) {
+        double d = g[k * r + k];
+        for (size_t i = 0; i < k; i++)
+            d = __dsub_rn(d, __dmul_rn(g[i * r + k], g[i * r + k]));
+        if (!(d > 0))
+            return false;
+        double rkk = __dsqrt_rn(d);
+        g[k * r + k] = rkk;
+        for (size_t j = k + 1; j < r; j++) {
+            double v = g[k * r + j];
+            for (size_t i = 0; i < k; i++)
+                v = __dsub_rn(v, __dmul_rn(g[i * r + k], g[i * r + j]));
+            g[k * r + j] = __ddiv_rn(v, rkk);
+        }
+    }
+    return true;
+}
+
+// Whether P^T P, summed in double, has a Cholesky factor (ref.c's
+// s_twin_cholesky_ok): CholeskyQR2's fallback decision.
+__device__ static bool
+d_cholesky_ok(const float *p, size_t n, size_t r, struct cuda_red *s)
+{
+    double acc[LIST_MAX];
+    for (size_t c = 0; c < r; c++) {
+        d_thread_dots(p, n, r, SIZE_MAX, c, c, (int)(r - c), acc);
+        d_block_sums(acc, (int)(r - c), s->shared, s->gram + c * r + c);
+    }
+    if (threadIdx.x == 0)
+        s->chol_ok = d_cholesky(s->gram, r);
+    __syncthreads();
+    return s->chol_ok;
+}
+
 // One block's matrix (ref.c's lowrank_ref_orth_block).
 __device__ static void
 d_orth(float *p,
@@ -478,6 +519,8 @@ d_orth(float *p,
        float eps,
        struct cuda_red *s)
 {
+    if (how == CUDA_ORTH_POS && !d_cholesky_ok(p, n, r, s))
+        how = CUDA_ORTH_GS; // the cpu backend's fallback when spotrf fails
     if (how == CUDA_ORTH_GS)
         d_gram_schmidt(p, n, r, eps, s);
     else

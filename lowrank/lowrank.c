@@ -353,6 +353,8 @@ struct rumor_lowrank_psgd {
     struct psgd_snap snap;       /* rumor_lowrank_psgd_snapshot's */
     enum psgd_phase phase;
     size_t iter; /* one-sided: iteration within the step */
+    float *view; /* device, _error_mem's scratch (view_bytes), or NULL */
+    size_t view_bytes;
 };
 
 void
@@ -677,6 +679,7 @@ rumor_lowrank_psgd_destroy(rumor_lowrank_psgd **self_p)
     self->be.release(self->ctx, self->snap.pd_all);
     self->be.release(self->ctx, self->snap.qd_all);
     self->be.release(self->ctx, self->snap.errors);
+    self->be.release(self->ctx, self->view);
     free(self->snap.deferred);
     self->be.free(self->ctx);
     free(self->mats);
@@ -1469,6 +1472,55 @@ rumor_lowrank_psgd_error_get(rumor_lowrank_psgd *self, size_t i, float *out)
                                   out,
                                   NULL,
                                   0);
+    return rc;
+}
+
+/* The deferred update formed in self->view (grown on need), as
+ * s_psgd_error_pending forms it, without the download. */
+static rumor_err
+s_psgd_error_view(rumor_lowrank_psgd *self, const struct psgd_mat *mt)
+{
+    size_t bytes = mt->n * mt->m * sizeof(float);
+    rumor_err rc = RUMOR_OK;
+    if (self->view_bytes < bytes) {
+        self->be.release(self->ctx, self->view);
+        self->view = NULL;
+        self->view_bytes = 0;
+        rc = self->be.alloc(self->ctx, bytes, &self->view);
+        if (rc == RUMOR_OK)
+            self->view_bytes = bytes;
+    }
+    if (rc == RUMOR_OK)
+        rc = self->be.copy(self->ctx, self->view, mt->e, bytes);
+    if (rc == RUMOR_OK)
+        rc = self->be.reconstruct(self->ctx,
+                                  mt->n,
+                                  mt->m,
+                                  mt->r,
+                                  mt->pd,
+                                  mt->qd,
+                                  1.0f,
+                                  self->view,
+                                  NULL,
+                                  0);
+    return rc;
+}
+
+rumor_err
+rumor_lowrank_psgd_error_mem(rumor_lowrank_psgd *self,
+                             size_t i,
+                             const float **e)
+{
+    if (!rumor_lowrank_psgd_compressed(self, i) || e == NULL)
+        return RUMOR_EINVAL;
+    const struct psgd_mat *mt = &self->mats[self->mat_of[i]];
+    if (mt->e == NULL)
+        return RUMOR_EINVAL;
+    *e = mt->e;
+    if (!mt->deferred)
+        return RUMOR_OK;
+    rumor_err rc = s_psgd_error_view(self, mt);
+    *e = self->view;
     return rc;
 }
 

@@ -409,12 +409,54 @@ s_twin_householder(float *a, size_t n, size_t r, bool positive)
                 a[i * r + c] = -a[i * r + c];
 }
 
+/* k_orth_list's Cholesky test (the block's thread 0) on the upper
+ * triangle of g = P^T P (r x r, row-major, overwritten by R): a pivot
+ * that is not above zero fails, as spotrf's test. */
+static bool
+s_twin_cholesky(double *g, size_t r)
+{
+    for (size_t k = 0; k < r; k++) {
+        double d = g[k * r + k];
+        for (size_t i = 0; i < k; i++)
+            d = d - g[i * r + k] * g[i * r + k];
+        if (!(d > 0))
+            return false;
+        double rkk = sqrt(d);
+        g[k * r + k] = rkk;
+        for (size_t j = k + 1; j < r; j++) {
+            double v = g[k * r + j];
+            for (size_t i = 0; i < k; i++)
+                v = v - g[i * r + k] * g[i * r + j];
+            g[k * r + j] = v / rkk;
+        }
+    }
+    return true;
+}
+
+/* Whether P^T P, summed in double by the block, has a Cholesky factor:
+ * where it does not, CholeskyQR2's Q falls back to Gram-Schmidt with
+ * eps, as the cpu backend's does when spotrf fails. */
+static bool
+s_twin_cholesky_ok(const float *p, size_t n, size_t r)
+{
+    double part[LOWRANK_LIST_THREADS * LOWRANK_LIST_MAX_RANK];
+    double g[LOWRANK_LIST_MAX_RANK * LOWRANK_LIST_MAX_RANK];
+    for (size_t c = 0; c < r; c++) {
+        s_thread_dots(p, n, r, SIZE_MAX, c, c, r - c, part);
+        s_block_sums(part, r - c, g + c * r + c);
+    }
+    return s_twin_cholesky(g, r);
+}
+
 void
 lowrank_ref_orth_block(const struct lowrank_orth_item *item,
                        rumor_lowrank_orth method,
                        float eps)
 {
     rumor_lowrank_orth how = lowrank_orth_resolve(method, item->r);
+    if (how == RUMOR_LOWRANK_ORTH_CHOLQR2 &&
+        !s_twin_cholesky_ok(item->p, item->n, item->r))
+        how = RUMOR_LOWRANK_ORTH_GS;
     if (how == RUMOR_LOWRANK_ORTH_GS)
         s_twin_gram_schmidt(item->p, item->n, item->r, eps);
     else

@@ -240,6 +240,15 @@ RUMOR_API rumor_err rumor_lowrank_psgd_error_get(rumor_lowrank_psgd *self,
                                                  size_t i,
                                                  float *out);
 
+/* Tensor i's error memory where the compressor keeps it (device memory
+ * on the cuda backend) into *e, valid until the next call on self, with
+ * nothing copied to the host: the memory itself, or (an update still
+ * deferred) the value _error_get gives, formed in the compressor's own
+ * scratch. RUMOR_EINVAL as _error_get. */
+RUMOR_API rumor_err rumor_lowrank_psgd_error_mem(rumor_lowrank_psgd *self,
+                                                 size_t i,
+                                                 const float **e);
+
 /* Replaces tensor i's error memory with in (host, rows x cols), as when
  * restoring a checkpoint. RUMOR_EINVAL as _error_get, RUMOR_ENUMERIC when
  * in holds NaN or Inf. */

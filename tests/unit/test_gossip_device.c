@@ -290,6 +290,39 @@ test_pcie_bytes_are_the_payloads(void **state)
     s_ring_free(&r);
 }
 
+/* PowerSGD's adaptive rank measures its error where the model is (the
+ * backend's sumsq_add over the compressor's error memories): a mixed ring
+ * computes the host's bits, and a device node copies only the payloads,
+ * as without --adapt (the error sums ride the ring from host memory),
+ * through a rank change. */
+static void
+test_adapt_rule_pcie_bytes_are_the_payloads(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_opts(&o, 1, false);
+    snprintf(o.adapt, sizeof o.adapt, "rule");
+    o.adapt_error = 1e-3;
+    o.adapt_rank_max = 4 * S_RANK;
+    static const bool mixed[S_NODES] = {true, false, true, false};
+    s_compare(&o, mixed);
+    struct ring r;
+    s_ring_new(&r, &o, mixed);
+    float *y = malloc((size_t)S_STEPS * S_NODES * r.numel * sizeof(float));
+    assert_non_null(y);
+    s_run(&r, y);
+    struct rumor_gossip_rank_report rep;
+    assert_true(rumor_gossip_adapt_rank(r.g[0], &rep));
+    assert_true(rep.changes >= 1 && rep.rel_error > 0);
+    uint64_t want = 4 * (r.numel + (S_STEPS - 1) * s_bias_floats());
+    uint64_t h2d = 0, d2h = 0;
+    rumor_gossip_pcie_bytes(r.g[0], &h2d, &d2h);
+    assert_int_equal(h2d, want);
+    assert_int_equal(d2h, want);
+    free(y);
+    s_ring_free(&r);
+}
+
 /* One-sided iterations write the model mid-step: an abandoned step puts
  * the device model back as it was. */
 static void
@@ -964,7 +997,9 @@ test_choco_adapt_bits_equal_host(void **state)
 
 /* On a GPU: the controllers' reductions agree with the host's within
  * float rounding (the host sums 64 terms per float lane, the kernels in
- * double), the largest magnitude exactly, over several blocks. */
+ * double), the largest magnitude exactly, over several blocks; PowerSGD
+ * --adapt's sumsq_add (double on both sides, in another order) within
+ * double rounding. */
 static void
 test_cuda_adapt_reductions_match_host(void **state)
 {
@@ -997,6 +1032,11 @@ test_cuda_adapt_reductions_match_host(void **state)
     assert_int_equal(cuda->rel_error(dx, dap, N, &err, &support), RUMOR_OK);
     assert_true(fabs(err - err_want) <= 1e-5 * err_want);
     assert_true(fabs(support - support_want) <= 1e-5 * support_want);
+    /* PowerSGD --adapt's sum, onto a running total */
+    double sq_want = 2.5, sq = 2.5;
+    gossip_ref_sumsq_add(x, ap, N, &sq_want);
+    assert_int_equal(cuda->sumsq_add(dx, dap, N, &sq), RUMOR_OK);
+    assert_true(fabs(sq - sq_want) <= 1e-10 * sq_want);
     cuda->release(dx);
     cuda->release(dap);
     free(x);
@@ -2390,6 +2430,7 @@ main(void)
         cmocka_unit_test(test_one_sided_bits_equal_host),
         cmocka_unit_test(test_adapt_rule_bits_equal_host),
         cmocka_unit_test(test_pcie_bytes_are_the_payloads),
+        cmocka_unit_test(test_adapt_rule_pcie_bytes_are_the_payloads),
         cmocka_unit_test(test_abandon_restores_device_model),
         cmocka_unit_test(test_dpsgd_bits_equal_host),
         cmocka_unit_test(test_dpsgd_clipped_bits_equal_host),

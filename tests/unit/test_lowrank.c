@@ -689,9 +689,17 @@ s_hook_case(const struct s_hook *h,
             if (!h->ef) {
                 assert_int_equal(rumor_lowrank_psgd_error_get(c, i, err),
                                  RUMOR_EINVAL);
+                const float *mem = NULL;
+                assert_int_equal(rumor_lowrank_psgd_error_mem(c, i, &mem),
+                                 RUMOR_EINVAL);
                 continue;
             }
             assert_int_equal(rumor_lowrank_psgd_error_get(c, i, err), 0);
+            /* the memory in place (deferred: formed in scratch), bit for
+             * bit the copy */
+            const float *mem = NULL;
+            assert_int_equal(rumor_lowrank_psgd_error_mem(c, i, &mem), 0);
+            assert_memory_equal(mem, err, n * m * sizeof(float));
             snprintf(what,
                      sizeof what,
                      "rank %zu step %d: error %zu",

@@ -401,6 +401,125 @@ test_orth_twin__zero_column__as_cpu(void **s)
     twin.free(tctx);
 }
 
+/* Column c of p (n x r) against the others: *norm its norm, *off the
+ * largest |dot| with another column. */
+static void
+s_column_check(const float *p,
+               size_t n,
+               size_t r,
+               size_t c,
+               double *norm,
+               double *off)
+{
+    *off = 0;
+    for (size_t d = 0; d < r; d++) {
+        double dot = 0;
+        for (size_t i = 0; i < n; i++)
+            dot += (double)p[i * r + c] * p[i * r + d];
+        if (d == c)
+            *norm = sqrt(dot);
+        else
+            *off = fmax(*off, fabs(dot));
+    }
+}
+
+/* CholeskyQR2 on a rank-deficient P. A zero column: P^T P has a zero
+ * pivot, exactly, on both sides, so the twin's Cholesky test (k_orth_list's)
+ * falls back to Gram-Schmidt with eps where the cpu's spotrf fails: the
+ * cpu's result, its zero column kept, the others orthonormal. Duplicated
+ * columns (one repeats column 0, one is twice column 1): the pivot is
+ * round-off whose sign the summation order decides (the cpu's float
+ * Cholesky may pass where the twin's double one fails); here the twin
+ * falls back (its Gram-Schmidt's bits), its leading columns are the
+ * cpu's and every value is finite; the dependent columns are Gram-Schmidt's
+ * normalized round-off on either side, not comparable. */
+static void
+test_orth_twin__rank_deficient_cholqr2__cpu_fallback(void **s)
+{
+    (void)s;
+    struct lowrank_backend_i cpu, twin;
+    void *cctx = NULL, *tctx = NULL;
+    assert_int_equal(lowrank_cpu_init(&cpu, &cctx), RUMOR_OK);
+    assert_int_equal(lowrank_twin_init(&twin, &tctx), RUMOR_OK);
+    const size_t n = 40, r = 4;
+    const float eps = 1e-8f;
+    for (int dup = 0; dup < 2; dup++) {
+        float *p = s_randn(n * r, 11);
+        for (size_t i = 0; i < n; i++) {
+            if (dup) {
+                p[i * r + 2] = p[i * r + 0];
+                p[i * r + 3] = 2 * p[i * r + 1];
+            } else {
+                p[i * r + 1] = 0;
+            }
+        }
+        float *want = s_dup(p, n * r);
+        float *gs = s_dup(p, n * r);
+        float *in = s_dup(p, n * r);
+        struct lowrank_orth_item it = {p, n, r};
+        assert_int_equal(cpu.orthogonalize(cctx,
+                                           want,
+                                           n,
+                                           r,
+                                           RUMOR_LOWRANK_ORTH_CHOLQR2,
+                                           eps),
+                         RUMOR_OK);
+        assert_int_equal(
+            cpu.orthogonalize(cctx, gs, n, r, RUMOR_LOWRANK_ORTH_GS, eps),
+            RUMOR_OK);
+        assert_int_equal(twin.orthogonalize_list(tctx,
+                                                 &it,
+                                                 1,
+                                                 RUMOR_LOWRANK_ORTH_CHOLQR2,
+                                                 eps),
+                         RUMOR_OK);
+        if (!dup) {
+            /* the cpu fell back, and so did the twin */
+            s_assert_close(want, gs, n * r, 0, "cpu's fallback");
+            s_assert_close(p, want, n * r, ORTH_TOL, "zero column");
+        } else {
+            float *twin_gs = s_dup(in, n * r);
+            struct lowrank_orth_item g = {twin_gs, n, r};
+            assert_int_equal(twin.orthogonalize_list(tctx,
+                                                     &g,
+                                                     1,
+                                                     RUMOR_LOWRANK_ORTH_GS,
+                                                     eps),
+                             RUMOR_OK);
+            assert_memory_equal(p, twin_gs, n * r * sizeof(float));
+            for (size_t i = 0; i < n * r; i++)
+                assert_true(isfinite(p[i]));
+            free(twin_gs);
+        }
+        for (size_t i = 0; dup && i < n; i++)
+            for (size_t c = 0; c < 2; c++)
+                if (!(fabs(p[i * r + c] - want[i * r + c]) <= ORTH_TOL))
+                    fail_msg("duplicated columns: leading column %zu row "
+                             "%zu: %g, cpu %g",
+                             c,
+                             i,
+                             p[i * r + c],
+                             want[i * r + c]);
+        for (size_t c = 0; !dup && c < r; c++) {
+            double norm = 0, off = 0;
+            s_column_check(p, n, r, c, &norm, &off);
+            bool unit = fabs(norm - 1) <= 1e-4, zero = norm == 0;
+            if (!(unit || zero) || !(off <= 1e-3))
+                fail_msg("zero column: column %zu norm %g, largest dot %g",
+                         c,
+                         norm,
+                         off);
+            assert_true((c == 1) == zero);
+        }
+        free(p);
+        free(want);
+        free(gs);
+        free(in);
+    }
+    cpu.free(cctx);
+    twin.free(tctx);
+}
+
 /* Right product (with the fused add and, for some matrices, the deferred
  * error update), left product (fused add) and reconstruction (memory
  * update and output, beta 0 and 1): the twin backend's list calls against
@@ -948,6 +1067,46 @@ test_cuda_list_kernels__against_twins(void **s)
     twin.free(tctx);
 }
 
+/* CholeskyQR2 on rank-deficient P (a zero column; a column repeating
+ * another): the kernel's Cholesky test sums P^T P with the twin's tree
+ * and decides as the twin does, so the fallback and the Q agree. */
+static void
+test_cuda_orth_rank_deficient__as_twin(void **s)
+{
+    (void)s;
+    struct lowrank_backend_i cu, twin;
+    void *cctx = NULL, *tctx = NULL;
+    s_cuda_or_skip("cuda rank-deficient orthogonalization", &cu, &cctx);
+    assert_int_equal(lowrank_twin_init(&twin, &tctx), RUMOR_OK);
+    const size_t n = 300, r = 4;
+    for (int dup = 0; dup < 2; dup++) {
+        float *want = s_randn(n * r, 12);
+        for (size_t i = 0; i < n; i++)
+            want[i * r + 1] = dup ? want[i * r + 0] : 0;
+        float *got = s_dup(want, n * r);
+        struct lowrank_orth_item h = {want, n, r};
+        struct lowrank_orth_item d = {s_up(&cu, cctx, got, n * r), n, r};
+        assert_int_equal(cu.orthogonalize_list(cctx,
+                                               &d,
+                                               1,
+                                               RUMOR_LOWRANK_ORTH_CHOLQR2,
+                                               1e-8f),
+                         RUMOR_OK);
+        assert_int_equal(twin.orthogonalize_list(tctx,
+                                                 &h,
+                                                 1,
+                                                 RUMOR_LOWRANK_ORTH_CHOLQR2,
+                                                 1e-8f),
+                         RUMOR_OK);
+        s_down(&cu, cctx, got, d.p, n * r);
+        s_assert_close(got, want, n * r, ORTH_TOL, "rank-deficient P");
+        free(want);
+        free(got);
+    }
+    cu.free(cctx);
+    twin.free(tctx);
+}
+
 int
 main(void)
 {
@@ -956,6 +1115,7 @@ main(void)
         cmocka_unit_test(
             test_orth_twin__every_method_and_rank__matches_cpu_signs_included),
         cmocka_unit_test(test_orth_twin__zero_column__as_cpu),
+        cmocka_unit_test(test_orth_twin__rank_deficient_cholqr2__cpu_fallback),
         cmocka_unit_test(
             test_product_twins__mixed_shapes_every_rank__match_cpu),
         cmocka_unit_test(
@@ -963,6 +1123,7 @@ main(void)
         cmocka_unit_test(test_psgd_list_path__one_call_per_phase),
         cmocka_unit_test(test_edge_twin_backend__list_path__matches_cpu),
         cmocka_unit_test(test_cuda_list_kernels__against_twins),
+        cmocka_unit_test(test_cuda_orth_rank_deficient__as_twin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
