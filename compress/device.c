@@ -6,7 +6,7 @@
  * Done: fp32, fp16, bf16, sign, natural, qsgd (fixed-width codes, any
  * levels, biased or not; at the top level also gamma and Elias codes, coded
  * on the host over the fixed codes made on the device, and decoded there),
- * terngrad (no clip), fp8 and fp4 (not bias=real; their
+ * terngrad (clip too; not share=1), fp8 and fp4 (not bias=real; their
  * Huffman stage on the host, over symbols made on the device), and randk, topk,
  * threshold and dgc whose values codec is one of these. Everything is ordered
  * on the caller's stream; the one wait is the stream's own, for the bytes and
@@ -37,7 +37,7 @@ s_dense(const rumor_codec *c)
     case RUMOR_CODEC_QSGD: /* bits = 0: qsgd_levels.c's format */
         return c->qcode == COMPRESS_QCODE_FIXED;
     case RUMOR_CODEC_TERNGRAD:
-        return c->clip == 0 && !c->share;
+        return !c->share;
     default:
         return false;
     }
@@ -186,6 +186,75 @@ s_headers(const rumor_codec *c,
     compress_header_write(out, &h);
 }
 
+/* TernGrad's clip (quant.c s_clip_at): v = x clipped to +-c sigma, the
+ * mean and the deviation summed in quant.c's pieces, in its order. */
+static rumor_err
+s_clip(const struct compress_dev_i *d,
+       const rumor_codec *c,
+       const float *x,
+       size_t n,
+       float *v,
+       uint32_t *flag,
+       void *stream)
+{
+    size_t np = compress_buckets(n, COMPRESS_CLIP_PIECE);
+    void *part = NULL;
+    /* np partial sums, then the mean, then t */
+    rumor_err rc = d->alloc((np + 2) * sizeof(double), &part, stream);
+    if (rc != RUMOR_OK)
+        return rc;
+    double *mean = (double *)part + np;
+    float *t = (float *)(mean + 1);
+    d->clip_parts(x, n, NULL, part, stream);
+    d->clip_moment(part, n, c->clip, mean, NULL, flag, stream);
+    d->clip_parts(x, n, mean, part, stream);
+    d->clip_moment(part, n, c->clip, NULL, t, flag, stream);
+    d->clip_apply(x, n, t, v, stream);
+    d->release(part, stream);
+    return RUMOR_OK;
+}
+
+/* The quantized body of x (QSGD, TernGrad; clipped first when asked). */
+static rumor_err
+s_quant_body(const struct compress_dev_i *d,
+             const rumor_codec *c,
+             const float *x,
+             size_t n,
+             uint64_t seed,
+             uint64_t counter,
+             uint8_t *pay,
+             uint32_t *flag,
+             void *stream)
+{
+    struct compress_dev_quant q = s_quant_of(c, n);
+    size_t nb = compress_buckets(n, c->bucket);
+    bool clip = c->id == RUMOR_CODEC_TERNGRAD && c->clip > 0 && n > 0;
+    void *inv = NULL, *v = NULL;
+    rumor_err rc = d->alloc((nb ? nb : 1) * sizeof(float), &inv, stream);
+    if (rc == RUMOR_OK && clip)
+        rc = d->alloc(n * sizeof(float), &v, stream);
+    if (rc == RUMOR_OK && clip)
+        rc = s_clip(d, c, x, n, v, flag, stream);
+    if (rc == RUMOR_OK) {
+        const float *src = clip ? v : x;
+        uint8_t *body = pay + RUMOR_COMPRESS_HEADER_BYTES;
+        d->quant_scales(src, &q, body, inv, flag, stream);
+        d->quant_codes(src,
+                       &q,
+                       body,
+                       inv,
+                       seed,
+                       counter,
+                       pay + s_quant_head(&q),
+                       stream);
+    }
+    if (v != NULL)
+        d->release(v, stream);
+    if (inv != NULL)
+        d->release(inv, stream);
+    return rc;
+}
+
 /* Writes the payload of x (its body; headers are the host's) from pay
  * on, in device memory. */
 static rumor_err
@@ -214,25 +283,8 @@ s_encode_body(const struct compress_dev_i *d,
         d->release(part, stream);
         return RUMOR_OK;
     }
-    if (s_quant(c->id)) {
-        struct compress_dev_quant q = s_quant_of(c, n);
-        size_t nb = compress_buckets(n, c->bucket);
-        void *inv = NULL;
-        rumor_err rc = d->alloc((nb ? nb : 1) * sizeof(float), &inv, stream);
-        if (rc != RUMOR_OK)
-            return rc;
-        d->quant_scales(x, &q, body, inv, flag, stream);
-        d->quant_codes(x,
-                       &q,
-                       body,
-                       inv,
-                       seed,
-                       counter,
-                       pay + s_quant_head(&q),
-                       stream);
-        d->release(inv, stream);
-        return RUMOR_OK;
-    }
+    if (s_quant(c->id))
+        return s_quant_body(d, c, x, n, seed, counter, pay, flag, stream);
     if (c->id == RUMOR_CODEC_NATURAL) {
         d->natural_expo(x, n, seed, counter, body, flag, stream);
         d->sign_bits(x, n, body + n, stream);

@@ -296,6 +296,30 @@ struct compress_dev_i {
                         float *y,
                         const uint32_t *flag,
                         void *stream);
+    /* TernGrad's clip, pass 1: one thread per piece of COMPRESS_CLIP_PIECE
+     * values: its sum in double in order from 0 of x (mean NULL) or of
+     * (x - *mean)^2 (quant.c s_clip_sum); part has ceil(n / PIECE) slots. */
+    void (*clip_parts)(const float *x,
+                       size_t n,
+                       const double *mean,
+                       double *part,
+                       void *stream);
+    /* Pass 2: one thread: the pieces' sums in order, then *mean = sum / n
+     * (t NULL; *flag when the sum is not finite) or *t = (float)(clip *
+     * sqrt(sum / n)), c sigma. */
+    void (*clip_moment)(const double *part,
+                        size_t n,
+                        double clip,
+                        double *mean,
+                        float *t,
+                        uint32_t *flag,
+                        void *stream);
+    /* v[i] = min(max(x[i], -*t), *t). */
+    void (*clip_apply)(const float *x,
+                       size_t n,
+                       const float *t,
+                       float *v,
+                       void *stream);
 };
 
 /* The plain-C twins (ref.c), on host memory; the stream is ignored. */

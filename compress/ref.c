@@ -1058,6 +1058,60 @@ s_dev_idx_scatter(const float *vals,
         y[idx[j]] = y[idx[j]] + alpha * vals[j];
 }
 
+static void
+s_dev_clip_parts(const float *x,
+                 size_t n,
+                 const double *mean,
+                 double *part,
+                 void *stream)
+{
+    (void)stream;
+    for (size_t j = 0; j < compress_buckets(n, COMPRESS_CLIP_PIECE); j++) {
+        size_t at = j * COMPRESS_CLIP_PIECE;
+        size_t m = n - at < COMPRESS_CLIP_PIECE ? n - at : COMPRESS_CLIP_PIECE;
+        double sum = 0;
+        for (size_t i = at; i < at + m; i++) {
+            double d = mean != NULL ? (double)x[i] - *mean : (double)x[i];
+            sum += mean != NULL ? d * d : d;
+        }
+        part[j] = sum;
+    }
+}
+
+static void
+s_dev_clip_moment(const double *part,
+                  size_t n,
+                  double clip,
+                  double *mean,
+                  float *t,
+                  uint32_t *flag,
+                  void *stream)
+{
+    (void)stream;
+    double sum = 0;
+    for (size_t j = 0; j < compress_buckets(n, COMPRESS_CLIP_PIECE); j++)
+        sum += part[j];
+    if (t != NULL) {
+        *t = (float)(clip * sqrt(sum / (double)n));
+        return;
+    }
+    if (!isfinite(sum))
+        *flag = 1;
+    *mean = sum / (double)n;
+}
+
+static void
+s_dev_clip_apply(const float *x,
+                 size_t n,
+                 const float *t,
+                 float *v,
+                 void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; i < n; i++)
+        v[i] = fminf(fmaxf(x[i], -*t), *t);
+}
+
 const struct compress_dev_i compress_dev_ref = {"ref",
                                                 s_dev_alloc,
                                                 s_dev_release,
@@ -1091,4 +1145,7 @@ const struct compress_dev_i compress_dev_ref = {"ref",
                                                 s_dev_fp8_symbols,
                                                 s_dev_fp8_decode,
                                                 s_dev_dgc_sample,
-                                                s_dev_idx_scatter};
+                                                s_dev_idx_scatter,
+                                                s_dev_clip_parts,
+                                                s_dev_clip_moment,
+                                                s_dev_clip_apply};
