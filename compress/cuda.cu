@@ -929,7 +929,7 @@ k_clip_moment(const double *part,
                 __dmul_rn(clip, __dsqrt_rn(__ddiv_rn(sum, (double)n))));
         } else {
             if (!isfinite(sum))
-                atomicOr(flag, 1u);
+                atomicOr(flag, COMPRESS_DEV_NUMERIC);
             *mean = __ddiv_rn(sum, (double)n);
         }
     }
@@ -941,6 +941,19 @@ k_clip_apply(const float *x, size_t n, const float *t, float *v)
     GRID_STRIDE(i, n)
     {
         v[i] = fminf(fmaxf(x[i], -*t), *t);
+    }
+}
+
+__global__ static void
+k_quant_inv(const uint8_t *scales, struct compress_dev_quant q, float *inv)
+{
+    GRID_STRIDE(k, (q.n + q.bucket - 1) / q.bucket)
+    {
+        uint32_t u = 0;
+        for (int b = 0; b < 4; b++)
+            u |= (uint32_t)scales[4 * k + b] << (8 * b);
+        float norm = __uint_as_float(u);
+        inv[k] = norm >= COMPRESS_NORM_MIN ? __fdiv_rn((float)q.s, norm) : 0.0f;
     }
 }
 
@@ -1394,6 +1407,20 @@ s_clip_apply(const float *x, size_t n, const float *t, float *v, void *stream)
     s_launch(k_clip_apply, n, stream, x, n, t, v);
 }
 
+static void
+s_quant_inv(const uint8_t *scales,
+            const struct compress_dev_quant *q,
+            float *inv,
+            void *stream)
+{
+    s_launch(k_quant_inv,
+             (q->n + q->bucket - 1) / q->bucket,
+             stream,
+             scales,
+             *q,
+             inv);
+}
+
 extern "C" rumor_err
 compress_dev_cuda(const struct compress_dev_i **out, const char **why)
 {
@@ -1407,7 +1434,7 @@ compress_dev_cuda(const struct compress_dev_i **out, const char **why)
         s_rice_write,    s_natural_expo, s_natural_check, s_natural_decode,
         s_maxabs,        s_sample,       s_fp8_symbols,   s_fp8_decode,
         s_dgc_sample,    s_idx_scatter,  s_clip_parts,    s_clip_moment,
-        s_clip_apply,
+        s_clip_apply,    s_quant_inv,
     };
     *out = NULL;
     if (rumor_cuda_device_count(why) <= 0)

@@ -19,6 +19,7 @@
 #include "compress/compress_impl.h"
 #include "core/bits.h"
 
+#include <float.h>
 #include <stdlib.h>
 
 #define S_RANDK_SEEDS 16 /* seed and counter after a random-k header */
@@ -1244,6 +1245,130 @@ done:
     return rc;
 }
 
+/* TernGrad's own scalers (compress_terngrad_scalers): the norms its own
+ * encode writes, the bucket's max |v| of the clipped v, downloaded. */
+rumor_err
+compress_dev_scalers(const struct compress_dev_i *d,
+                     const rumor_codec *c,
+                     const float *x,
+                     size_t n,
+                     float *out,
+                     void *stream)
+{
+    if (c->id != RUMOR_CODEC_TERNGRAD || !c->share ||
+        n > RUMOR_COMPRESS_MAX_ELEMS || (n > 0 && (x == NULL || out == NULL)))
+        return RUMOR_EINVAL;
+    struct compress_dev_quant q = s_quant_of(c, n);
+    size_t nb = compress_buckets(n, c->bucket);
+    bool clip = c->clip > 0 && n > 0;
+    struct s_bufs b = {{NULL}, 0};
+    void *flag = NULL, *scales = NULL, *inv = NULL, *v = NULL;
+    uint8_t *host = malloc(4 * nb + 1);
+    uint32_t bad = 0;
+    rumor_err rc = host != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, sizeof(uint32_t), &flag, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, 4 * nb, &scales, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, nb * sizeof(float), &inv, stream);
+    if (rc == RUMOR_OK && clip)
+        rc = s_get(d, &b, n * sizeof(float), &v, stream);
+    if (rc == RUMOR_OK) {
+        d->zero(flag, sizeof(uint32_t), stream);
+        d->finite(x, n, flag, stream);
+    }
+    if (rc == RUMOR_OK && clip)
+        rc = s_clip(d, c, x, n, v, flag, stream);
+    if (rc == RUMOR_OK) {
+        d->quant_scales(clip ? v : x, &q, scales, inv, flag, stream);
+        rc = d->download(host, scales, 4 * nb, stream);
+    }
+    if (rc == RUMOR_OK)
+        rc = d->download(&bad, flag, sizeof bad, stream);
+    if (rc == RUMOR_OK)
+        rc = d->finish(stream);
+    if (rc == RUMOR_OK && bad != 0)
+        rc = RUMOR_ENUMERIC;
+    for (size_t k = 0; rc == RUMOR_OK && k < nb; k++)
+        out[k] = compress_get_f32(host + 4 * k);
+    s_put_all(d, &b, stream);
+    free(host);
+    return rc;
+}
+
+/* The norms are the agreed scalers themselves (compress_bucket_scale of a
+ * float <= FLT_MAX), so the host writes them and they cross as the
+ * scaler message; no clip (values past a scaler saturate). */
+rumor_err
+compress_dev_encode_shared(const struct compress_dev_i *d,
+                           const rumor_codec *c,
+                           const float *x,
+                           size_t n,
+                           const float *scalers,
+                           uint64_t seed,
+                           uint64_t counter,
+                           uint8_t *out,
+                           size_t cap,
+                           size_t *written,
+                           void *stream)
+{
+    *written = 0;
+    if (c->id != RUMOR_CODEC_TERNGRAD || !c->share ||
+        n > RUMOR_COMPRESS_MAX_ELEMS || (n > 0 && x == NULL))
+        return RUMOR_EINVAL;
+    size_t nb = compress_buckets(n, c->bucket), need = s_need(c, n);
+    for (size_t k = 0; k < nb; k++)
+        if (!(scalers[k] >= 0 && scalers[k] <= FLT_MAX))
+            return RUMOR_EINVAL;
+    if (out == NULL || cap < need)
+        return RUMOR_ETOOBIG;
+    struct compress_dev_quant q = s_quant_of(c, n);
+    struct s_bufs b = {{NULL}, 0};
+    void *flag = NULL, *pay = NULL, *inv = NULL;
+    uint32_t bad = 0;
+    for (size_t k = 0; k < nb; k++) /* the norms, staged in out */
+        compress_put_f32(out + RUMOR_COMPRESS_HEADER_BYTES + 4 * k, scalers[k]);
+    rumor_err rc = s_get(d, &b, sizeof(uint32_t), &flag, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, need, &pay, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, nb * sizeof(float), &inv, stream);
+    uint8_t *scales = (uint8_t *)pay + RUMOR_COMPRESS_HEADER_BYTES;
+    if (rc == RUMOR_OK) {
+        d->zero(flag, sizeof(uint32_t), stream);
+        d->finite(x, n, flag, stream);
+        rc = d->upload(scales,
+                       out + RUMOR_COMPRESS_HEADER_BYTES,
+                       4 * nb,
+                       stream);
+    }
+    if (rc == RUMOR_OK) {
+        d->quant_inv(scales, &q, inv, stream);
+        d->quant_codes(x,
+                       &q,
+                       scales,
+                       inv,
+                       seed,
+                       counter,
+                       (uint8_t *)pay + s_quant_head(&q),
+                       stream);
+        rc = d->download(out, pay, need, stream);
+    }
+    if (rc == RUMOR_OK)
+        rc = d->download(&bad, flag, sizeof bad, stream);
+    if (rc == RUMOR_OK)
+        rc = d->finish(stream);
+    if (rc == RUMOR_OK && bad != 0)
+        rc = RUMOR_ENUMERIC;
+    if (rc == RUMOR_OK) {
+        s_headers(c, n, seed, counter, out);
+        *written = need;
+    }
+    s_put_all(d, &b, stream);
+    return rc;
+}
+
 /* The table to use, or RUMOR_ENOTSUP with the reason logged once per call
  * (a caller without a device keeps the CPU codec). */
 static rumor_err
@@ -1298,4 +1423,47 @@ rumor_codec_decode_add_device(const rumor_codec *codec,
     if (rc != RUMOR_OK)
         return rc;
     return compress_dev_decode_add(d, codec, in, len, alpha, d_y, n, stream);
+}
+
+rumor_err
+rumor_codec_scalers_device(const rumor_codec *codec,
+                           const float *d_x,
+                           size_t n,
+                           float *out,
+                           void *stream)
+{
+    const struct compress_dev_i *d = NULL;
+    rumor_err rc = s_cuda(&d);
+    return rc == RUMOR_OK ? compress_dev_scalers(d, codec, d_x, n, out, stream)
+                          : rc;
+}
+
+rumor_err
+rumor_codec_encode_shared_device(const rumor_codec *codec,
+                                 const float *d_x,
+                                 size_t n,
+                                 const float *scalers,
+                                 uint64_t seed,
+                                 uint64_t counter,
+                                 uint8_t *out,
+                                 size_t cap,
+                                 size_t *written,
+                                 void *stream)
+{
+    const struct compress_dev_i *d = NULL;
+    *written = 0;
+    rumor_err rc = s_cuda(&d);
+    if (rc != RUMOR_OK)
+        return rc;
+    return compress_dev_encode_shared(d,
+                                      codec,
+                                      d_x,
+                                      n,
+                                      scalers,
+                                      seed,
+                                      counter,
+                                      out,
+                                      cap,
+                                      written,
+                                      stream);
 }

@@ -1096,7 +1096,7 @@ s_dev_clip_moment(const double *part,
         return;
     }
     if (!isfinite(sum))
-        *flag = 1;
+        *flag |= COMPRESS_DEV_NUMERIC;
     *mean = sum / (double)n;
 }
 
@@ -1110,6 +1110,19 @@ s_dev_clip_apply(const float *x,
     (void)stream;
     for (size_t i = 0; i < n; i++)
         v[i] = fminf(fmaxf(x[i], -*t), *t);
+}
+
+static void
+s_dev_quant_inv(const uint8_t *scales,
+                const struct compress_dev_quant *q,
+                float *inv,
+                void *stream)
+{
+    (void)stream;
+    for (size_t k = 0; k < compress_buckets(q->n, q->bucket); k++) {
+        float norm = compress_get_f32(scales + 4 * k);
+        inv[k] = norm >= COMPRESS_NORM_MIN ? (float)q->s / norm : 0.0f;
+    }
 }
 
 const struct compress_dev_i compress_dev_ref = {"ref",
@@ -1148,4 +1161,5 @@ const struct compress_dev_i compress_dev_ref = {"ref",
                                                 s_dev_idx_scatter,
                                                 s_dev_clip_parts,
                                                 s_dev_clip_moment,
-                                                s_dev_clip_apply};
+                                                s_dev_clip_apply,
+                                                s_dev_quant_inv};
