@@ -6,7 +6,8 @@
  * Done: fp32, fp16, bf16, sign, natural, qsgd (fixed-width codes, any
  * levels, biased or not; at the top level also gamma and Elias codes, coded
  * on the host over the fixed codes made on the device, and decoded there),
- * terngrad (clip too; not share=1), fp8 and fp4 (not bias=real; their
+ * terngrad (clip too; share=1's scalers and encode at agreed scalers
+ * too), fp8 and fp4 (not bias=real; their
  * Huffman stage on the host, over symbols made on the device), and randk, topk,
  * threshold and dgc whose values codec is one of these. Everything is ordered
  * on the caller's stream; the one wait is the stream's own, for the bytes and
@@ -37,8 +38,8 @@ s_dense(const rumor_codec *c)
         return true;
     case RUMOR_CODEC_QSGD: /* bits = 0: qsgd_levels.c's format */
         return c->qcode == COMPRESS_QCODE_FIXED;
-    case RUMOR_CODEC_TERNGRAD:
-        return !c->share;
+    case RUMOR_CODEC_TERNGRAD: /* share=1: its own encode is share=0's */
+        return true;
     default:
         return false;
     }

@@ -87,7 +87,7 @@ static const char *const s_dev_specs[] = {
     "dgc:ratio=0.1|qsgd:bits=3,bucket=32",
     "terngrad:clip=2.5",
     "terngrad:clip=1,bucket=100",
-    "terngrad:clip=0.5,bucket=7",
+    "terngrad:clip=0.5,bucket=7,share=1",
     "randk:ratio=0.2|terngrad:clip=2,bucket=9",
     "topk:ratio=0.1|terngrad:clip=1.5",
 };

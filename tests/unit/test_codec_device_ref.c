@@ -412,7 +412,6 @@ test_device_path__not_done_or_no_device__enotsup(void **state)
     (void)state;
     const char *not_done[] = {"randk:ratio=0.1|qsgd:levels=6,code=elias",
                               "topk|qsgd:bits=4,elias=1",
-                              "terngrad:share=1",
                               "dgc:ratio=0.1|fp4",
                               "topk|fp8",
                               "fp8:bias=real",
