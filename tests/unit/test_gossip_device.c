@@ -1917,10 +1917,10 @@ test_allreduce_codec_terngrad_share_bits_equal_host(void **state)
     free(y);
 }
 
-/* On a GPU: the compressed all-reduce with QSGD and top-k, error feedback
- * on the device, computes the host's bits in a mixed ring (the device
- * codecs write the host's bytes); a GPU node copies its payload down and
- * every node's up, its own twice. */
+/* On a GPU: the compressed all-reduce with QSGD, top-k and TernGrad with
+ * shared scalers, error feedback on the device, computes the host's bits
+ * in a mixed ring (the device codecs write the host's bytes); a GPU node
+ * copies its payload down and every node's up, its own twice. */
 static void
 test_cuda_allreduce_codec_mixed_ring(void **state)
 {
@@ -1935,6 +1935,10 @@ test_cuda_allreduce_codec_mixed_ring(void **state)
     assert_int_equal(h2d, S_STEPS * (S_NODES + 1) * p);
     s_ring_free(&b);
     s_codec_opts(&o, "topk:ratio=0.1", "ef-decay:0.7");
+    assert_true(s_cuda_mixed(&o, &b) == 0);
+    s_ring_free(&b);
+    /* TernGrad's scaler sharing: scalers down, agreed ones up */
+    s_codec_opts(&o, "terngrad:share=1,bucket=16,clip=1.5", "ef");
     assert_true(s_cuda_mixed(&o, &b) == 0);
     s_ring_free(&b);
     /* Elias-coded QSGD has no device kernels: refused, with the reason */
