@@ -1335,8 +1335,9 @@ compress_dev_encode_shared(const struct compress_dev_i *d,
         rc = s_get(d, &b, need, &pay, stream);
     if (rc == RUMOR_OK)
         rc = s_get(d, &b, nb * sizeof(float), &inv, stream);
-    uint8_t *scales = (uint8_t *)pay + RUMOR_COMPRESS_HEADER_BYTES;
+    uint8_t *scales = NULL;
     if (rc == RUMOR_OK) {
+        scales = (uint8_t *)pay + RUMOR_COMPRESS_HEADER_BYTES;
         d->zero(flag, sizeof(uint32_t), stream);
         d->finite(x, n, flag, stream);
         rc = d->upload(scales,
