@@ -88,6 +88,10 @@ struct rumor_codec {
     char spec[RUMOR_COMPRESS_SPEC_MAX];
 };
 
+/* Values per piece of TernGrad's clip sums (quant.c s_clip_sum): each
+ * piece summed in order, the pieces in order, the same on a device. */
+#define COMPRESS_CLIP_PIECE 16384
+
 /* TernGrad's scaler sharing (quant.c; x finite, checked by the caller):
  * this node's scalers of x, one per bucket (max |v| after the clip, the
  * scale its own encode would write), and the encode that uses the agreed

@@ -918,6 +918,75 @@ k_idx_scatter(const float *vals,
     }
 }
 
+// TernGrad's clip (quant.c s_clip_sum, s_clip_at): rounded operations
+// only, so no contraction changes the CPU's sums.
+__global__ static void
+k_clip_parts(const float *x, size_t n, const double *mean, double *part)
+{
+    GRID_STRIDE(j, (n + COMPRESS_CLIP_PIECE - 1) / COMPRESS_CLIP_PIECE)
+    {
+        size_t at = j * COMPRESS_CLIP_PIECE;
+        size_t m = n - at < COMPRESS_CLIP_PIECE ? n - at : COMPRESS_CLIP_PIECE;
+        double sum = 0;
+        for (size_t i = at; i < at + m; i++) {
+            double d = (double)x[i];
+            if (mean != NULL) {
+                d = __dsub_rn(d, *mean);
+                d = __dmul_rn(d, d);
+            }
+            sum = __dadd_rn(sum, d);
+        }
+        part[j] = sum;
+    }
+}
+
+__global__ static void
+k_clip_moment(const double *part,
+              size_t n,
+              double clip,
+              double *mean,
+              float *t,
+              uint32_t *flag)
+{
+    GRID_STRIDE(one, 1) // one thread: the pieces in order
+    {
+        double sum = 0;
+        size_t np = (n + COMPRESS_CLIP_PIECE - 1) / COMPRESS_CLIP_PIECE;
+        for (size_t j = 0; j < np; j++)
+            sum = __dadd_rn(sum, part[j]);
+        if (t != NULL) {
+            *t = __double2float_rn(
+                __dmul_rn(clip, __dsqrt_rn(__ddiv_rn(sum, (double)n))));
+        } else {
+            if (!isfinite(sum))
+                atomicOr(flag, COMPRESS_DEV_NUMERIC);
+            *mean = __ddiv_rn(sum, (double)n);
+        }
+    }
+}
+
+__global__ static void
+k_clip_apply(const float *x, size_t n, const float *t, float *v)
+{
+    GRID_STRIDE(i, n)
+    {
+        v[i] = fminf(fmaxf(x[i], -*t), *t);
+    }
+}
+
+__global__ static void
+k_quant_inv(const uint8_t *scales, struct compress_dev_quant q, float *inv)
+{
+    GRID_STRIDE(k, (q.n + q.bucket - 1) / q.bucket)
+    {
+        uint32_t u = 0;
+        for (int b = 0; b < 4; b++)
+            u |= (uint32_t)scales[4 * k + b] << (8 * b);
+        float norm = __uint_as_float(u);
+        inv[k] = norm >= COMPRESS_NORM_MIN ? __fdiv_rn((float)q.s, norm) : 0.0f;
+    }
+}
+
 // --- launchers --------------------------------------------------------------
 
 // Launches k with a thread per item of count (grid-stride past MAX_BLOCKS
@@ -1354,6 +1423,49 @@ s_fp8_error(const float *x,
     s_launch(k_fp8_error, pieces, stream, x, n, s1, s2, M, E, val, err);
 }
 
+static void
+s_clip_parts(const float *x,
+             size_t n,
+             const double *mean,
+             double *part,
+             void *stream)
+{
+    size_t np = (n + COMPRESS_CLIP_PIECE - 1) / COMPRESS_CLIP_PIECE;
+    s_launch(k_clip_parts, np, stream, x, n, mean, part);
+}
+
+static void
+s_clip_moment(const double *part,
+              size_t n,
+              double clip,
+              double *mean,
+              float *t,
+              uint32_t *flag,
+              void *stream)
+{
+    s_launch(k_clip_moment, 1, stream, part, n, clip, mean, t, flag);
+}
+
+static void
+s_clip_apply(const float *x, size_t n, const float *t, float *v, void *stream)
+{
+    s_launch(k_clip_apply, n, stream, x, n, t, v);
+}
+
+static void
+s_quant_inv(const uint8_t *scales,
+            const struct compress_dev_quant *q,
+            float *inv,
+            void *stream)
+{
+    s_launch(k_quant_inv,
+             (q->n + q->bucket - 1) / q->bucket,
+             stream,
+             scales,
+             *q,
+             inv);
+}
+
 extern "C" rumor_err
 compress_dev_cuda(const struct compress_dev_i **out, const char **why)
 {
@@ -1366,7 +1478,8 @@ compress_dev_cuda(const struct compress_dev_i **out, const char **why)
         s_randk_scatter, s_select_kth,   s_select_scan,   s_select_emit,
         s_rice_write,    s_natural_expo, s_natural_check, s_natural_decode,
         s_maxabs,        s_sample,       s_fp8_symbols,   s_fp8_decode,
-        s_dgc_sample,    s_idx_scatter,  s_fp8_error,
+        s_dgc_sample,    s_idx_scatter,  s_fp8_error,     s_clip_parts,
+        s_clip_moment,   s_clip_apply,   s_quant_inv,
     };
     *out = NULL;
     if (rumor_cuda_device_count(why) <= 0)

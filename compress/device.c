@@ -6,7 +6,8 @@
  * Done: fp32, fp16, bf16, sign, natural, qsgd (fixed-width codes, any
  * levels, biased or not; at the top level also gamma and Elias codes, coded
  * on the host over the fixed codes made on the device, and decoded there),
- * terngrad (no clip), fp8 and fp4 (every bias; their
+ * terngrad (clip too; share=1's scalers and encode at agreed scalers
+ * too), fp8 and fp4 (every bias; their
  * Huffman stage on the host, over symbols made on the device), and randk, topk,
  * threshold and dgc whose values codec is one of these. Everything is ordered
  * on the caller's stream; the one wait is the stream's own, for the bytes and
@@ -19,6 +20,7 @@
 #include "compress/compress_impl.h"
 #include "core/bits.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -37,8 +39,8 @@ s_dense(const rumor_codec *c)
         return true;
     case RUMOR_CODEC_QSGD: /* bits = 0: qsgd_levels.c's format */
         return c->qcode == COMPRESS_QCODE_FIXED;
-    case RUMOR_CODEC_TERNGRAD:
-        return c->clip == 0 && !c->share;
+    case RUMOR_CODEC_TERNGRAD: /* share=1: its own encode is share=0's */
+        return true;
     default:
         return false;
     }
@@ -184,6 +186,75 @@ s_headers(const rumor_codec *c,
     compress_header_write(out, &h);
 }
 
+/* TernGrad's clip (quant.c s_clip_at): v = x clipped to +-c sigma, the
+ * mean and the deviation summed in quant.c's pieces, in its order. */
+static rumor_err
+s_clip(const struct compress_dev_i *d,
+       const rumor_codec *c,
+       const float *x,
+       size_t n,
+       float *v,
+       uint32_t *flag,
+       void *stream)
+{
+    size_t np = compress_buckets(n, COMPRESS_CLIP_PIECE);
+    void *part = NULL;
+    /* np partial sums, then the mean, then t */
+    rumor_err rc = d->alloc((np + 2) * sizeof(double), &part, stream);
+    if (rc != RUMOR_OK)
+        return rc;
+    double *mean = (double *)part + np;
+    float *t = (float *)(mean + 1);
+    d->clip_parts(x, n, NULL, part, stream);
+    d->clip_moment(part, n, c->clip, mean, NULL, flag, stream);
+    d->clip_parts(x, n, mean, part, stream);
+    d->clip_moment(part, n, c->clip, NULL, t, flag, stream);
+    d->clip_apply(x, n, t, v, stream);
+    d->release(part, stream);
+    return RUMOR_OK;
+}
+
+/* The quantized body of x (QSGD, TernGrad; clipped first when asked). */
+static rumor_err
+s_quant_body(const struct compress_dev_i *d,
+             const rumor_codec *c,
+             const float *x,
+             size_t n,
+             uint64_t seed,
+             uint64_t counter,
+             uint8_t *pay,
+             uint32_t *flag,
+             void *stream)
+{
+    struct compress_dev_quant q = s_quant_of(c, n);
+    size_t nb = compress_buckets(n, c->bucket);
+    bool clip = c->id == RUMOR_CODEC_TERNGRAD && c->clip > 0 && n > 0;
+    void *inv = NULL, *v = NULL;
+    rumor_err rc = d->alloc((nb ? nb : 1) * sizeof(float), &inv, stream);
+    if (rc == RUMOR_OK && clip)
+        rc = d->alloc(n * sizeof(float), &v, stream);
+    if (rc == RUMOR_OK && clip)
+        rc = s_clip(d, c, x, n, v, flag, stream);
+    if (rc == RUMOR_OK) {
+        const float *src = clip ? v : x;
+        uint8_t *body = pay + RUMOR_COMPRESS_HEADER_BYTES;
+        d->quant_scales(src, &q, body, inv, flag, stream);
+        d->quant_codes(src,
+                       &q,
+                       body,
+                       inv,
+                       seed,
+                       counter,
+                       pay + s_quant_head(&q),
+                       stream);
+    }
+    if (v != NULL)
+        d->release(v, stream);
+    if (inv != NULL)
+        d->release(inv, stream);
+    return rc;
+}
+
 /* Writes the payload of x (its body; headers are the host's) from pay
  * on, in device memory. */
 static rumor_err
@@ -212,25 +283,8 @@ s_encode_body(const struct compress_dev_i *d,
         d->release(part, stream);
         return RUMOR_OK;
     }
-    if (s_quant(c->id)) {
-        struct compress_dev_quant q = s_quant_of(c, n);
-        size_t nb = compress_buckets(n, c->bucket);
-        void *inv = NULL;
-        rumor_err rc = d->alloc((nb ? nb : 1) * sizeof(float), &inv, stream);
-        if (rc != RUMOR_OK)
-            return rc;
-        d->quant_scales(x, &q, body, inv, flag, stream);
-        d->quant_codes(x,
-                       &q,
-                       body,
-                       inv,
-                       seed,
-                       counter,
-                       pay + s_quant_head(&q),
-                       stream);
-        d->release(inv, stream);
-        return RUMOR_OK;
-    }
+    if (s_quant(c->id))
+        return s_quant_body(d, c, x, n, seed, counter, pay, flag, stream);
     if (c->id == RUMOR_CODEC_NATURAL) {
         d->natural_expo(x, n, seed, counter, body, flag, stream);
         d->sign_bits(x, n, body + n, stream);
@@ -1240,6 +1294,131 @@ done:
     return rc;
 }
 
+/* TernGrad's own scalers (compress_terngrad_scalers): the norms its own
+ * encode writes, the bucket's max |v| of the clipped v, downloaded. */
+rumor_err
+compress_dev_scalers(const struct compress_dev_i *d,
+                     const rumor_codec *c,
+                     const float *x,
+                     size_t n,
+                     float *out,
+                     void *stream)
+{
+    if (c->id != RUMOR_CODEC_TERNGRAD || !c->share ||
+        n > RUMOR_COMPRESS_MAX_ELEMS || (n > 0 && (x == NULL || out == NULL)))
+        return RUMOR_EINVAL;
+    struct compress_dev_quant q = s_quant_of(c, n);
+    size_t nb = compress_buckets(n, c->bucket);
+    bool clip = c->clip > 0 && n > 0;
+    struct s_bufs b = {{NULL}, 0};
+    void *flag = NULL, *scales = NULL, *inv = NULL, *v = NULL;
+    uint8_t *host = malloc(4 * nb + 1);
+    uint32_t bad = 0;
+    rumor_err rc = host != NULL ? RUMOR_OK : RUMOR_ENOMEM;
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, sizeof(uint32_t), &flag, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, 4 * nb, &scales, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, nb * sizeof(float), &inv, stream);
+    if (rc == RUMOR_OK && clip)
+        rc = s_get(d, &b, n * sizeof(float), &v, stream);
+    if (rc == RUMOR_OK) {
+        d->zero(flag, sizeof(uint32_t), stream);
+        d->finite(x, n, flag, stream);
+    }
+    if (rc == RUMOR_OK && clip)
+        rc = s_clip(d, c, x, n, v, flag, stream);
+    if (rc == RUMOR_OK) {
+        d->quant_scales(clip ? v : x, &q, scales, inv, flag, stream);
+        rc = d->download(host, scales, 4 * nb, stream);
+    }
+    if (rc == RUMOR_OK)
+        rc = d->download(&bad, flag, sizeof bad, stream);
+    if (rc == RUMOR_OK)
+        rc = d->finish(stream);
+    if (rc == RUMOR_OK && bad != 0)
+        rc = RUMOR_ENUMERIC;
+    for (size_t k = 0; rc == RUMOR_OK && k < nb; k++)
+        out[k] = compress_get_f32(host + 4 * k);
+    s_put_all(d, &b, stream);
+    free(host);
+    return rc;
+}
+
+/* The norms are the agreed scalers themselves (compress_bucket_scale of a
+ * float <= FLT_MAX), so the host writes them and they cross as the
+ * scaler message; no clip (values past a scaler saturate). */
+rumor_err
+compress_dev_encode_shared(const struct compress_dev_i *d,
+                           const rumor_codec *c,
+                           const float *x,
+                           size_t n,
+                           const float *scalers,
+                           uint64_t seed,
+                           uint64_t counter,
+                           uint8_t *out,
+                           size_t cap,
+                           size_t *written,
+                           void *stream)
+{
+    *written = 0;
+    if (c->id != RUMOR_CODEC_TERNGRAD || !c->share ||
+        n > RUMOR_COMPRESS_MAX_ELEMS || (n > 0 && x == NULL))
+        return RUMOR_EINVAL;
+    size_t nb = compress_buckets(n, c->bucket), need = s_need(c, n);
+    for (size_t k = 0; k < nb; k++)
+        if (!(scalers[k] >= 0 && scalers[k] <= FLT_MAX))
+            return RUMOR_EINVAL;
+    if (out == NULL || cap < need)
+        return RUMOR_ETOOBIG;
+    struct compress_dev_quant q = s_quant_of(c, n);
+    struct s_bufs b = {{NULL}, 0};
+    void *flag = NULL, *pay = NULL, *inv = NULL;
+    uint32_t bad = 0;
+    for (size_t k = 0; k < nb; k++) /* the norms, staged in out */
+        compress_put_f32(out + RUMOR_COMPRESS_HEADER_BYTES + 4 * k, scalers[k]);
+    rumor_err rc = s_get(d, &b, sizeof(uint32_t), &flag, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, need, &pay, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, nb * sizeof(float), &inv, stream);
+    uint8_t *scales = NULL;
+    if (rc == RUMOR_OK) {
+        scales = (uint8_t *)pay + RUMOR_COMPRESS_HEADER_BYTES;
+        d->zero(flag, sizeof(uint32_t), stream);
+        d->finite(x, n, flag, stream);
+        rc = d->upload(scales,
+                       out + RUMOR_COMPRESS_HEADER_BYTES,
+                       4 * nb,
+                       stream);
+    }
+    if (rc == RUMOR_OK) {
+        d->quant_inv(scales, &q, inv, stream);
+        d->quant_codes(x,
+                       &q,
+                       scales,
+                       inv,
+                       seed,
+                       counter,
+                       (uint8_t *)pay + s_quant_head(&q),
+                       stream);
+        rc = d->download(out, pay, need, stream);
+    }
+    if (rc == RUMOR_OK)
+        rc = d->download(&bad, flag, sizeof bad, stream);
+    if (rc == RUMOR_OK)
+        rc = d->finish(stream);
+    if (rc == RUMOR_OK && bad != 0)
+        rc = RUMOR_ENUMERIC;
+    if (rc == RUMOR_OK) {
+        s_headers(c, n, seed, counter, out);
+        *written = need;
+    }
+    s_put_all(d, &b, stream);
+    return rc;
+}
+
 /* The table to use, or RUMOR_ENOTSUP with the reason logged once per call
  * (a caller without a device keeps the CPU codec). */
 static rumor_err
@@ -1294,4 +1473,47 @@ rumor_codec_decode_add_device(const rumor_codec *codec,
     if (rc != RUMOR_OK)
         return rc;
     return compress_dev_decode_add(d, codec, in, len, alpha, d_y, n, stream);
+}
+
+rumor_err
+rumor_codec_scalers_device(const rumor_codec *codec,
+                           const float *d_x,
+                           size_t n,
+                           float *out,
+                           void *stream)
+{
+    const struct compress_dev_i *d = NULL;
+    rumor_err rc = s_cuda(&d);
+    return rc == RUMOR_OK ? compress_dev_scalers(d, codec, d_x, n, out, stream)
+                          : rc;
+}
+
+rumor_err
+rumor_codec_encode_shared_device(const rumor_codec *codec,
+                                 const float *d_x,
+                                 size_t n,
+                                 const float *scalers,
+                                 uint64_t seed,
+                                 uint64_t counter,
+                                 uint8_t *out,
+                                 size_t cap,
+                                 size_t *written,
+                                 void *stream)
+{
+    const struct compress_dev_i *d = NULL;
+    *written = 0;
+    rumor_err rc = s_cuda(&d);
+    if (rc != RUMOR_OK)
+        return rc;
+    return compress_dev_encode_shared(d,
+                                      codec,
+                                      d_x,
+                                      n,
+                                      scalers,
+                                      seed,
+                                      counter,
+                                      out,
+                                      cap,
+                                      written,
+                                      stream);
 }

@@ -309,6 +309,37 @@ struct compress_dev_i {
                       const float *val,
                       double *err,
                       void *stream);
+    /* TernGrad's clip, pass 1: one thread per piece of COMPRESS_CLIP_PIECE
+     * values: its sum in double in order from 0 of x (mean NULL) or of
+     * (x - *mean)^2 (quant.c s_clip_sum); part has ceil(n / PIECE) slots. */
+    void (*clip_parts)(const float *x,
+                       size_t n,
+                       const double *mean,
+                       double *part,
+                       void *stream);
+    /* Pass 2: one thread: the pieces' sums in order, then *mean = sum / n
+     * (t NULL; *flag when the sum is not finite) or *t = (float)(clip *
+     * sqrt(sum / n)), c sigma. */
+    void (*clip_moment)(const double *part,
+                        size_t n,
+                        double clip,
+                        double *mean,
+                        float *t,
+                        uint32_t *flag,
+                        void *stream);
+    /* v[i] = min(max(x[i], -*t), *t). */
+    void (*clip_apply)(const float *x,
+                       size_t n,
+                       const float *t,
+                       float *v,
+                       void *stream);
+    /* TernGrad with agreed scalers (the norms at scales, written by the
+     * host): one thread per bucket, inv = s / norm (0 below
+     * COMPRESS_NORM_MIN), for quant_codes. */
+    void (*quant_inv)(const uint8_t *scales,
+                      const struct compress_dev_quant *q,
+                      float *inv,
+                      void *stream);
 };
 
 /* The plain-C twins (ref.c), on host memory; the stream is ignored. */
@@ -332,6 +363,27 @@ rumor_err compress_dev_encode(const struct compress_dev_i *d,
                               size_t cap,
                               size_t *written,
                               void *stream);
+/* TernGrad's scaler sharing on the device (rumor_codec_scalers and
+ * rumor_codec_encode_shared's twins): this node's scalers of x into out
+ * (host), and the payload of x at the agreed scalers (host) with the
+ * CPU's bytes; the scalers cross as 4 bytes each. */
+rumor_err compress_dev_scalers(const struct compress_dev_i *d,
+                               const rumor_codec *c,
+                               const float *x,
+                               size_t n,
+                               float *out,
+                               void *stream);
+rumor_err compress_dev_encode_shared(const struct compress_dev_i *d,
+                                     const rumor_codec *c,
+                                     const float *x,
+                                     size_t n,
+                                     const float *scalers,
+                                     uint64_t seed,
+                                     uint64_t counter,
+                                     uint8_t *out,
+                                     size_t cap,
+                                     size_t *written,
+                                     void *stream);
 rumor_err compress_dev_decode_add(const struct compress_dev_i *d,
                                   const rumor_codec *c,
                                   const uint8_t *in,

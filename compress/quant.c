@@ -789,6 +789,26 @@ const struct compress_ops compress_qsgd_ops = {s_qsgd_size,
                                                s_qsgd_encode_scaled,
                                                true,
                                                s_qsgd_decode};
+/* Sum over x[0..n) in double, COMPRESS_CLIP_PIECE values per piece: each
+ * piece in order from 0, the pieces added in order (of (x - mean)^2 when
+ * sq). Pieces, not one sequential sum, so a device repeats it bit for bit
+ * with a thread per piece (compress/device.h clip_parts). */
+static double
+s_clip_sum(const float *x, size_t n, bool sq, double mean)
+{
+    double sum = 0;
+    for (size_t at = 0; at < n; at += COMPRESS_CLIP_PIECE) {
+        size_t m = n - at < COMPRESS_CLIP_PIECE ? n - at : COMPRESS_CLIP_PIECE;
+        double piece = 0;
+        for (size_t i = at; i < at + m; i++) {
+            double d = (double)x[i] - mean;
+            piece += sq ? d * d : (double)x[i];
+        }
+        sum += piece;
+    }
+    return sum;
+}
+
 /* TernGrad's gradient clipping (Wen et al. 2017, section 3.3; the
  * reference's clip_gradients_by_stddev): every value clipped to [-c sigma,
  * c sigma], sigma the population standard deviation about the mean of the
@@ -800,14 +820,11 @@ const struct compress_ops compress_qsgd_ops = {s_qsgd_size,
 static bool
 s_clip_at(const rumor_codec *c, const float *x, size_t n, float *t)
 {
-    double sum = 0, dev = 0;
-    for (size_t i = 0; i < n; i++)
-        sum += x[i];
+    double sum = s_clip_sum(x, n, false, 0);
     if (!isfinite(sum))
         return false;
     double mean = sum / (double)n;
-    for (size_t i = 0; i < n; i++)
-        dev += ((double)x[i] - mean) * ((double)x[i] - mean);
+    double dev = s_clip_sum(x, n, true, mean);
     *t = (float)(c->clip * sqrt(dev / (double)n));
     return true;
 }

@@ -1076,6 +1076,73 @@ s_dev_fp8_error(const float *x,
     }
 }
 
+static void
+s_dev_clip_parts(const float *x,
+                 size_t n,
+                 const double *mean,
+                 double *part,
+                 void *stream)
+{
+    (void)stream;
+    for (size_t j = 0; j < compress_buckets(n, COMPRESS_CLIP_PIECE); j++) {
+        size_t at = j * COMPRESS_CLIP_PIECE;
+        size_t m = n - at < COMPRESS_CLIP_PIECE ? n - at : COMPRESS_CLIP_PIECE;
+        double sum = 0;
+        for (size_t i = at; i < at + m; i++) {
+            double d = mean != NULL ? (double)x[i] - *mean : (double)x[i];
+            sum += mean != NULL ? d * d : d;
+        }
+        part[j] = sum;
+    }
+}
+
+static void
+s_dev_clip_moment(const double *part,
+                  size_t n,
+                  double clip,
+                  double *mean,
+                  float *t,
+                  uint32_t *flag,
+                  void *stream)
+{
+    (void)stream;
+    double sum = 0;
+    for (size_t j = 0; j < compress_buckets(n, COMPRESS_CLIP_PIECE); j++)
+        sum += part[j];
+    if (t != NULL) {
+        *t = (float)(clip * sqrt(sum / (double)n));
+        return;
+    }
+    if (!isfinite(sum))
+        *flag |= COMPRESS_DEV_NUMERIC;
+    *mean = sum / (double)n;
+}
+
+static void
+s_dev_clip_apply(const float *x,
+                 size_t n,
+                 const float *t,
+                 float *v,
+                 void *stream)
+{
+    (void)stream;
+    for (size_t i = 0; i < n; i++)
+        v[i] = fminf(fmaxf(x[i], -*t), *t);
+}
+
+static void
+s_dev_quant_inv(const uint8_t *scales,
+                const struct compress_dev_quant *q,
+                float *inv,
+                void *stream)
+{
+    (void)stream;
+    for (size_t k = 0; k < compress_buckets(q->n, q->bucket); k++) {
+        float norm = compress_get_f32(scales + 4 * k);
+        inv[k] = norm >= COMPRESS_NORM_MIN ? (float)q->s / norm : 0.0f;
+    }
+}
+
 const struct compress_dev_i compress_dev_ref = {"ref",
                                                 s_dev_alloc,
                                                 s_dev_release,
@@ -1110,4 +1177,8 @@ const struct compress_dev_i compress_dev_ref = {"ref",
                                                 s_dev_fp8_decode,
                                                 s_dev_dgc_sample,
                                                 s_dev_idx_scatter,
-                                                s_dev_fp8_error};
+                                                s_dev_fp8_error,
+                                                s_dev_clip_parts,
+                                                s_dev_clip_moment,
+                                                s_dev_clip_apply,
+                                                s_dev_quant_inv};

@@ -41,8 +41,11 @@
  * them. Only the payloads cross PCIe: this node's down once, and up again
  * with every other node's. A state goes through the host at save and load
  * time, as rumor_ef_save's record, so it moves between backends. DGC and
- * SAEF memories and TernGrad's scaler sharing step on the host (the memory
- * selects, clips and agrees there): a model in device memory refuses them.
+ * SAEF memories step on the host (the memory selects and clips there): a
+ * model in device memory refuses them. TernGrad's scalers are computed
+ * where the model is (of p, after the memory's correction) and cross PCIe
+ * as the scaler message, 4 bytes each way a bucket: down to travel the
+ * ring, the agreed ones up for the encode there.
  */
 #include "core/le.h"
 #include "gossip/gossip_impl.h"
@@ -53,8 +56,8 @@
 
 struct cdp {
     struct gossip_packer pack; /* codec; scratch: p, then each decode */
-    /* the memories that step themselves, on the host (dgc, saef, and any
-     * with share=1), one per tensor; NULL otherwise */
+    /* the memories that step themselves, on the host (dgc, saef), one per
+     * tensor; NULL otherwise */
     rumor_ef **ef;
     float *e;        /* ef, ef-decay: the residuals, numel, backend; or NULL */
     uint64_t *steps; /* and each tensor's steps (rumor_ef_steps) */
@@ -96,14 +99,13 @@ s_memory_new(rumor_gossip *g, size_t t, rumor_ef **out, struct rumor_diag *diag)
     return rc;
 }
 
-/* Whether the memories step on the host: dgc and saef (no decay), and
- * every kind under scaler sharing; refused where the model is not. */
+/* Whether the memories step on the host: dgc and saef (no decay);
+ * refused where the model is not. */
 static rumor_err
 s_host_steps(rumor_gossip *g, const rumor_ef *first, struct rumor_diag *diag)
 {
     struct cdp *s = g->state;
-    bool own = first != NULL && rumor_ef_decay(first, &s->decay) != RUMOR_OK;
-    if (!own && s->nscalers == 0)
+    if (rumor_ef_decay(first, &s->decay) == RUMOR_OK)
         return RUMOR_OK;
     if (g->be->host_memory) {
         s->ef = calloc(g->tensor_count, sizeof *s->ef);
@@ -113,12 +115,10 @@ s_host_steps(rumor_gossip *g, const rumor_ef *first, struct rumor_diag *diag)
                    "",
                    0,
                    0,
-                   own ? "allreduce: --ef %s steps on the host (the memory "
-                         "selects and clips there); a model in GPU memory "
-                         "takes --ef ef, ef-decay or none"
-                       : "allreduce: %s with share=1 agrees on the scalers "
-                         "on the host; keep the model in host memory for it",
-                   own ? g->opts.ef : g->opts.codec);
+                   "allreduce: --ef %s steps on the host (the memory selects "
+                   "and clips there); a model in GPU memory takes --ef ef, "
+                   "ef-decay or none",
+                   g->opts.ef);
     return RUMOR_ENOTSUP;
 }
 
@@ -171,8 +171,6 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
                                      rumor_tensor_numel(&g->tensors[t]));
     if (rc == RUMOR_OK && g->opts.ef[0] != '\0')
         rc = s_make_memories(g, diag);
-    else if (rc == RUMOR_OK && s->nscalers > 0 && !g->be->host_memory)
-        rc = s_host_steps(g, NULL, diag);
     else
         s->payload_cap = s->pack.cap;
     if (rc != RUMOR_OK)
@@ -241,36 +239,45 @@ s_memories_nodes(rumor_gossip *g)
     return rc;
 }
 
-/* This node's own scalers of what each tensor's encode will get. */
+/* This node's own scalers of what each tensor's encode will get: p = x +
+ * decay e through the table (x without a memory; a memory that steps
+ * itself corrects on the host), the scalers copied down. */
 static rumor_err
 s_own_scalers(rumor_gossip *g)
 {
     struct cdp *s = g->state;
+    const struct gossip_backend_i *be = g->be;
     size_t base = 0, at = 0;
     for (size_t t = 0; t < g->tensor_count; t++) {
         size_t n = rumor_tensor_numel(&g->tensors[t]);
-        const float *v = g->tensors[t].data; /* host memory */
+        size_t count = rumor_codec_scaler_count(s->pack.codec, n);
+        const float *v = g->tensors[t].data;
+        float *p = s->pack.scratch;
         rumor_err rc = RUMOR_OK;
-        if (s->ef != NULL) {
-            rc = rumor_ef_corrected(s->ef[t], v, n, s->pack.scratch);
-            v = s->pack.scratch;
-        }
+        if (s->ef != NULL) /* host memory */
+            rc = rumor_ef_corrected(s->ef[t], v, n, p);
+        else if (s->e != NULL)
+            rc = be->add_scaled(p, v, s->decay, s->e + base, n);
+        v = s->ef != NULL || s->e != NULL ? p : v;
         if (rc == RUMOR_OK)
-            rc = rumor_codec_scalers(s->pack.codec, v, n, s->scalers + at);
+            rc = be->scalers(s->pack.codec, v, n, s->scalers + at);
         if (rc != RUMOR_OK)
             return rc;
-        at += rumor_codec_scaler_count(s->pack.codec, n);
+        s->pack.pcie_d2h += be->host_memory ? 0 : 4 * count;
+        at += count;
         base += n;
     }
     return RUMOR_OK;
 }
 
 /* Tensor t's payload through the table: p = x + decay e (x itself
- * without a memory), then e = p - C(p), C(p) decoded from the bytes. */
+ * without a memory), encoded at the agreed scalers when shared (they go
+ * up), then e = p - C(p), C(p) decoded from the bytes. */
 static rumor_err
 s_encode_table(rumor_gossip *g,
                size_t t,
                size_t base,
+               const float *shared,
                uint64_t seed,
                uint64_t step,
                uint8_t *dst,
@@ -284,15 +291,23 @@ s_encode_table(rumor_gossip *g,
     size_t n = rumor_tensor_numel(&g->tensors[t]);
     rumor_err rc = s->e != NULL ? be->add_scaled(p, x, s->decay, s->e + base, n)
                                 : RUMOR_OK;
-    if (rc == RUMOR_OK)
-        rc = be->encode(s->pack.codec,
-                        s->e != NULL ? p : x,
-                        n,
-                        seed,
-                        step,
-                        dst,
-                        cap,
-                        written);
+    const float *v = s->e != NULL ? p : x;
+    if (rc == RUMOR_OK && shared != NULL) {
+        rc = be->encode_shared(s->pack.codec,
+                               v,
+                               n,
+                               shared,
+                               seed,
+                               step,
+                               dst,
+                               cap,
+                               written);
+        s->pack.pcie_h2d +=
+            be->host_memory ? 0
+                            : 4 * rumor_codec_scaler_count(s->pack.codec, n);
+    } else if (rc == RUMOR_OK) {
+        rc = be->encode(s->pack.codec, v, n, seed, step, dst, cap, written);
+    }
     s->pack.pcie_d2h += be->host_memory || rc != RUMOR_OK ? 0 : *written;
     if (rc != RUMOR_OK || s->e == NULL)
         return rc;
@@ -357,17 +372,19 @@ s_encode(rumor_gossip *g, uint64_t step)
             rumor_seed_derive(g->opts.seed, g->self, g->opts.tensor_base + t);
         uint8_t *dst = out + at + 4;
         size_t cap = s->payload_cap - at - 4;
+        const float *shared = s->scalers != NULL ? s->scalers + sc : NULL;
         rumor_err rc =
-            s->ef != NULL || s->scalers != NULL
-                ? s_encode_host(g,
-                                t,
-                                s->scalers != NULL ? s->scalers + sc : NULL,
-                                seed,
-                                step,
-                                dst,
-                                cap,
-                                &written)
-                : s_encode_table(g, t, base, seed, step, dst, cap, &written);
+            s->ef != NULL
+                ? s_encode_host(g, t, shared, seed, step, dst, cap, &written)
+                : s_encode_table(g,
+                                 t,
+                                 base,
+                                 shared,
+                                 seed,
+                                 step,
+                                 dst,
+                                 cap,
+                                 &written);
         if (rc != RUMOR_OK)
             return rc;
         sc += rumor_codec_scaler_count(s->pack.codec, n);

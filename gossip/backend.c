@@ -259,6 +259,35 @@ s_sgd(float *p,
     return RUMOR_OK;
 }
 
+static rumor_err
+s_scalers(const rumor_codec *codec, const float *x, size_t n, float *out)
+{
+    return rumor_codec_scalers(codec, x, n, out);
+}
+
+static rumor_err
+s_encode_shared(const rumor_codec *codec,
+                const float *x,
+                size_t n,
+                const float *scalers,
+                uint64_t seed,
+                uint64_t counter,
+                uint8_t *out,
+                size_t cap,
+                size_t *written)
+{
+    return rumor_codec_encode_shared(codec,
+                                     x,
+                                     n,
+                                     scalers,
+                                     seed,
+                                     counter,
+                                     out,
+                                     cap,
+                                     written,
+                                     NULL);
+}
+
 #define S_HOST_OPS                                                          \
     .alloc = s_alloc, .release = s_release, .copy = s_copy, .zero = s_zero, \
     .diff = s_diff, .sub = s_sub, .axpy = s_axpy, .scale = s_scale,         \
@@ -268,7 +297,7 @@ s_sgd(float *p,
     .decode_add = s_decode_add, .uniform = s_uniform,                       \
     .moniqua_levels = s_moniqua_levels, .moniqua_term = s_moniqua_term,     \
     .stats = s_stats, .rel_error = s_rel_error, .sumsq_add = s_sumsq_add,   \
-    .sgd = s_sgd
+    .sgd = s_sgd, .scalers = s_scalers, .encode_shared = s_encode_shared
 
 const struct gossip_backend_i gossip_backend_host = {
     .name = "host",

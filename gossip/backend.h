@@ -188,6 +188,23 @@ struct gossip_backend_i {
                      float mu,
                      bool nesterov,
                      size_t n);
+    /* TernGrad's scaler sharing (the compressed all-reduce):
+     * rumor_codec_scalers of x (backend memory) into out (host), and
+     * rumor_codec_encode_shared of x at the agreed scalers (host) into out
+     * (host), the same bits on every backend */
+    rumor_err (*scalers)(const rumor_codec *codec,
+                         const float *x,
+                         size_t n,
+                         float *out);
+    rumor_err (*encode_shared)(const rumor_codec *codec,
+                               const float *x,
+                               size_t n,
+                               const float *scalers,
+                               uint64_t seed,
+                               uint64_t counter,
+                               uint8_t *out,
+                               size_t cap,
+                               size_t *written);
 };
 
 /* The chunk of a device's crc32c: one thread's bytes. */

@@ -727,6 +727,35 @@ s_sgd(float *p,
     return s_launched("sgd");
 }
 
+static rumor_err
+s_scalers(const rumor_codec *codec, const float *x, size_t n, float *out)
+{
+    return rumor_codec_scalers_device(codec, x, n, out, NULL);
+}
+
+static rumor_err
+s_encode_shared(const rumor_codec *codec,
+                const float *x,
+                size_t n,
+                const float *scalers,
+                uint64_t seed,
+                uint64_t counter,
+                uint8_t *out,
+                size_t cap,
+                size_t *written)
+{
+    return rumor_codec_encode_shared_device(codec,
+                                            x,
+                                            n,
+                                            scalers,
+                                            seed,
+                                            counter,
+                                            out,
+                                            cap,
+                                            written,
+                                            NULL);
+}
+
 static const struct gossip_backend_i s_cuda = {
     .name = "cuda",
     .host_memory = false,
@@ -758,6 +787,8 @@ static const struct gossip_backend_i s_cuda = {
     .rel_error = s_rel_error,
     .sumsq_add = s_sumsq_add,
     .sgd = s_sgd,
+    .scalers = s_scalers,
+    .encode_shared = s_encode_shared,
 };
 
 extern "C" rumor_err

@@ -177,7 +177,8 @@ RUMOR_API RUMOR_NODISCARD rumor_err rumor_codec_peek(const uint8_t *in,
 
 /* Whether the device path has this codec: fp32, fp16, bf16, sign,
  * natural, qsgd with fixed-width codes (bits= or levels=, biased or not),
- * terngrad without clip or share, randk, topk, threshold and dgc whose
+ * terngrad (clip too; share=1 through rumor_codec_scalers_device and
+ * rumor_codec_encode_shared_device), randk, topk, threshold and dgc whose
  * values codec is one of those; on their own, qsgd with elias=1 or
  * code=elias and fp8 and fp4 (every bias); the others: not yet. */
 RUMOR_API bool rumor_codec_device_supported(const rumor_codec *codec);
@@ -203,6 +204,28 @@ rumor_codec_encode_device(const rumor_codec *codec,
                           size_t cap,
                           size_t *written,
                           void *stream);
+
+/* rumor_codec_scalers and rumor_codec_encode_shared (share=1) of d_x in
+ * device memory: the scalers computed there and copied into out (host, 4
+ * bytes each), the payload made there at the agreed scalers (host,
+ * copied up), both the CPU's bits; errors and stream as above. */
+RUMOR_API RUMOR_NODISCARD rumor_err
+rumor_codec_scalers_device(const rumor_codec *codec,
+                           const float *d_x,
+                           size_t n,
+                           float *out,
+                           void *stream);
+RUMOR_API RUMOR_NODISCARD rumor_err
+rumor_codec_encode_shared_device(const rumor_codec *codec,
+                                 const float *d_x,
+                                 size_t n,
+                                 const float *scalers,
+                                 uint64_t seed,
+                                 uint64_t counter,
+                                 uint8_t *out,
+                                 size_t cap,
+                                 size_t *written,
+                                 void *stream);
 
 /* rumor_codec_decode_add into d_y[0..n) in device memory: d_y += alpha *
  * decode(in), in (host memory) copied to the device once, with the

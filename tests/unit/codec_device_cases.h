@@ -2,9 +2,10 @@
  * The cases the device codec tests share (test_codec_device_ref.c: the
  * plain-C twins against the CPU codecs; test_codec_device.c: the CUDA
  * kernels against both): every codec the device path has, with buckets
- * and sizes that cross bytes, buckets, the sign's 4096-value chunks and
- * the kernels' 256-thread blocks; top-k at ratio 0.95 keeps some of the
- * zeros (s_dev_fill's -0.0), so its ties are broken by index.
+ * and sizes that cross bytes, buckets, the sign's 4096-value chunks,
+ * TernGrad clip's 16384-value pieces and the kernels' 256-thread blocks;
+ * top-k at ratio 0.95 keeps some of the zeros (s_dev_fill's -0.0), so its
+ * ties are broken by index.
  */
 #ifndef RUMOR_TESTS_CODEC_DEVICE_CASES_H
 #define RUMOR_TESTS_CODEC_DEVICE_CASES_H
@@ -87,6 +88,11 @@ static const char *const s_dev_specs[] = {
     "dgc:ratio=1",
     "dgc:ratio=0.05|fp16",
     "dgc:ratio=0.1|qsgd:bits=3,bucket=32",
+    "terngrad:clip=2.5",
+    "terngrad:clip=1,bucket=100",
+    "terngrad:clip=0.5,bucket=7,share=1",
+    "randk:ratio=0.2|terngrad:clip=2,bucket=9",
+    "topk:ratio=0.1|terngrad:clip=1.5",
 };
 
 static const size_t s_dev_sizes[] =

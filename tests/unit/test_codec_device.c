@@ -175,6 +175,64 @@ test_kernels__sign_partial_sums__equal_twin(void **state)
     free(x);
 }
 
+/* TernGrad's scaler sharing on the device: the scalers (after the clip,
+ * whose sigma sums run in pieces) and the payload at agreed scalers
+ * (some below the own ones, so values saturate) equal the CPU's. */
+static void
+test_kernels__terngrad_share__cpu_scalers_and_bytes(void **state)
+{
+    (void)state;
+    const struct compress_dev_i *d = s_cuda_or_skip();
+    static const char *const specs[] = {"terngrad:share=1,bucket=100",
+                                        "terngrad:share=1,clip=2.5"};
+    for (size_t s = 0; s < 2; s++)
+        for (size_t z = 0; z < S_DEV_NSIZES; z++) {
+            size_t n = s_dev_sizes[z], cap = 0, wa = 0, wb = 0;
+            rumor_codec *c = NULL;
+            assert_int_equal(rumor_codec_new(specs[s], &c, NULL), RUMOR_OK);
+            bool exact = false;
+            assert_int_equal(rumor_codec_encoded_size(c, n, &cap, &exact),
+                             RUMOR_OK);
+            size_t nb = rumor_codec_scaler_count(c, n);
+            float *x = malloc((n + 1) * 4), *sa = malloc((nb + 1) * 4),
+                  *sb = malloc((nb + 1) * 4);
+            uint8_t *a = malloc(cap), *b = malloc(cap);
+            assert_true(x && sa && sb && a && b);
+            s_dev_fill(x, n, n + 5);
+            float *dx = s_up(d, x, n * sizeof *x);
+            assert_int_equal(rumor_codec_scalers(c, x, n, sa), RUMOR_OK);
+            assert_int_equal(rumor_codec_scalers_device(c, dx, n, sb, NULL),
+                             RUMOR_OK);
+            if (nb > 0 && memcmp(sa, sb, nb * 4) != 0)
+                fail_msg("%s n=%zu: scalers differ", specs[s], n);
+            for (size_t k = 0; k < nb; k++)
+                sa[k] *= k % 2 ? 0.5f : 1.25f;
+            assert_int_equal(
+                rumor_codec_encode_shared(c, x, n, sa, 7, 9, a, cap, &wa, NULL),
+                RUMOR_OK);
+            assert_int_equal(rumor_codec_encode_shared_device(c,
+                                                              dx,
+                                                              n,
+                                                              sa,
+                                                              7,
+                                                              9,
+                                                              b,
+                                                              cap,
+                                                              &wb,
+                                                              NULL),
+                             RUMOR_OK);
+            if (wa != wb || memcmp(a, b, wa) != 0)
+                fail_msg("%s n=%zu: shared payloads differ", specs[s], n);
+            d->release(dx, NULL);
+            free(x);
+            free(sa);
+            free(sb);
+            free(a);
+            free(b);
+            rumor_codec_destroy(&c);
+        }
+}
+
 /* The sparse selection's kernels alone against their twins on tie-heavy
  * keys (magnitudes from {0, 1, 2}, either sign) and on s_dev_fill's: the
  * radix select's result, the block offsets, the indices and values, and
@@ -347,6 +405,7 @@ main(void)
         cmocka_unit_test(
             test_kernels__every_codec_and_size__equal_twin_and_cpu),
         cmocka_unit_test(test_kernels__sign_partial_sums__equal_twin),
+        cmocka_unit_test(test_kernels__terngrad_share__cpu_scalers_and_bytes),
         cmocka_unit_test(test_kernels__sparse_selection__equal_twin),
         cmocka_unit_test(test_kernels__nonfinite__refused_and_y_untouched),
     };

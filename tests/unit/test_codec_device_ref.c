@@ -440,6 +440,83 @@ test_ref_twins__fp8_real_bias_all_of_x__cpu_bytes_both_ways(void **state)
     assert_true(kept > 0 && reverted > 0);
 }
 
+/* One share=1 spec and size: the twin's own scalers are the CPU's, and
+ * its payload at agreed scalers (own ones moved up and down, so values
+ * saturate) is the CPU's byte for byte; NaN in x refused by both. */
+static void
+s_check_shared(const char *spec, size_t n)
+{
+    rumor_codec *c = s_codec(spec);
+    size_t cap = s_cap(c, n), nb = rumor_codec_scaler_count(c, n);
+    size_t wa = 0, wb = 0;
+    float *x = malloc((n + 1) * sizeof *x), *sa = malloc((nb + 1) * 4),
+          *sb = malloc((nb + 1) * 4);
+    uint8_t *a = malloc(cap), *b = malloc(cap);
+    assert_true(x != NULL && sa != NULL && sb != NULL && a && b);
+    s_dev_fill(x, n, n + 5);
+    assert_int_equal(rumor_codec_scalers(c, x, n, sa), RUMOR_OK);
+    assert_int_equal(compress_dev_scalers(&compress_dev_ref, c, x, n, sb, NULL),
+                     RUMOR_OK);
+    if (nb > 0 && memcmp(sa, sb, nb * sizeof *sa) != 0)
+        fail_msg("%s n=%zu: scalers differ", spec, n);
+    for (size_t k = 0; k < nb; k++)
+        sa[k] *= k % 3 == 0 ? 0.5f : k % 3 == 1 ? 1.0f : 1.75f;
+    assert_int_equal(
+        rumor_codec_encode_shared(c, x, n, sa, 7, 9, a, cap, &wa, NULL),
+        RUMOR_OK);
+    assert_int_equal(compress_dev_encode_shared(&compress_dev_ref,
+                                                c,
+                                                x,
+                                                n,
+                                                sa,
+                                                7,
+                                                9,
+                                                b,
+                                                cap,
+                                                &wb,
+                                                NULL),
+                     RUMOR_OK);
+    if (wa != wb || memcmp(a, b, wa) != 0)
+        fail_msg("%s n=%zu: shared payloads differ", spec, n);
+    if (n > 0) {
+        x[n / 2] = NAN;
+        assert_int_equal(
+            compress_dev_scalers(&compress_dev_ref, c, x, n, sb, NULL),
+            RUMOR_ENUMERIC);
+        assert_int_equal(compress_dev_encode_shared(&compress_dev_ref,
+                                                    c,
+                                                    x,
+                                                    n,
+                                                    sa,
+                                                    7,
+                                                    9,
+                                                    b,
+                                                    cap,
+                                                    &wb,
+                                                    NULL),
+                         RUMOR_ENUMERIC);
+    }
+    free(x);
+    free(sa);
+    free(sb);
+    free(a);
+    free(b);
+    rumor_codec_destroy(&c);
+}
+
+static void
+test_ref_twins__terngrad_share__cpu_scalers_and_bytes(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {"terngrad:share=1",
+                                        "terngrad:share=1,bucket=100",
+                                        "terngrad:share=1,bucket=7,clip=1",
+                                        "terngrad:share=1,clip=2.5"};
+    for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++)
+        for (size_t z = 0; z < S_DEV_NSIZES; z++)
+            s_check_shared(specs[s], s_dev_sizes[z]);
+}
+
 /* Codecs the device path has not yet, and the CUDA table: RUMOR_ENOTSUP
  * with a reason where there is no device (always in a CPU-only build). */
 static void
@@ -448,8 +525,6 @@ test_device_path__not_done_or_no_device__enotsup(void **state)
     (void)state;
     const char *not_done[] = {"randk:ratio=0.1|qsgd:levels=6,code=elias",
                               "topk|qsgd:bits=4,elias=1",
-                              "terngrad:share=1",
-                              "terngrad:clip=2.5",
                               "dgc:ratio=0.1|fp4",
                               "topk|fp8",
                               "randk:ratio=0.1|fp8"};
@@ -500,6 +575,7 @@ main(void)
         cmocka_unit_test(test_ref_twins__topk_ties__broken_by_index_as_the_cpu),
         cmocka_unit_test(
             test_ref_twins__fp8_real_bias_all_of_x__cpu_bytes_both_ways),
+        cmocka_unit_test(test_ref_twins__terngrad_share__cpu_scalers_and_bytes),
         cmocka_unit_test(test_device_path__not_done_or_no_device__enotsup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

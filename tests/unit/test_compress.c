@@ -1065,6 +1065,41 @@ test_terngrad_shared_scalers__unbiased_at_one_scale_per_bucket(void **state)
     rumor_codec_destroy(&c);
 }
 
+/* sum over x in pieces of 16384 values (each from 0, in order; the
+ * pieces in order), of (x - mean)^2 when sq: the clip's documented order. */
+static double
+s_piece_sum(const float *x, size_t n, bool sq, double mean)
+{
+    double total = 0;
+    for (size_t at = 0; at < n; at += 16384) {
+        double piece = 0;
+        for (size_t i = at; i < n && i < at + 16384; i++)
+            piece += sq ? ((double)x[i] - mean) * ((double)x[i] - mean) : x[i];
+        total += piece;
+    }
+    return total;
+}
+
+/* TernGrad's clip threshold C sigma on a vector of several pieces (so a
+ * device can repeat it, docs/gossip.md): one bucket holding a value far
+ * past C sigma, so its scaler is the threshold itself, bit for bit. */
+static void
+test_terngrad_clip__sigma_summed_in_pieces__exact_threshold(void **state)
+{
+    (void)state;
+    const size_t n = 3 * 16384 + 1001;
+    float *x = s_data(n, 31), S[1];
+    x[n / 2] = 1e4f;
+    rumor_codec *c = s_codec("terngrad:bucket=100000,clip=2,share=1");
+    double mean = s_piece_sum(x, n, false, 0) / (double)n;
+    float t = (float)(2.0 * sqrt(s_piece_sum(x, n, true, mean) / (double)n));
+    assert_int_equal(rumor_codec_scalers(c, x, n, S), RUMOR_OK);
+    assert_true(t < 1e4f);
+    assert_true(S[0] == t);
+    rumor_codec_destroy(&c);
+    free(x);
+}
+
 /* A node's own scalers are what its own encode writes: the bucket's max
  * |x|, after TernGrad's clip at C sigma (computed here in double); the
  * share=1 codec alone writes the bytes of the codec without it. */
@@ -2710,6 +2745,8 @@ main(int argc, char **argv)
             test_terngrad_shared_scalers__unbiased_at_one_scale_per_bucket),
         cmocka_unit_test(
             test_terngrad_scalers__own_encode_scale_with_and_without_clip),
+        cmocka_unit_test(
+            test_terngrad_clip__sigma_summed_in_pieces__exact_threshold),
         cmocka_unit_test(
             test_terngrad_shared_scalers__same_bytes_on_every_tier),
         cmocka_unit_test(test_terngrad_shared_scalers__refusals),

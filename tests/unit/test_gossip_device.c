@@ -1907,26 +1907,177 @@ test_allreduce_codec_state_moves_between_backends(void **state)
 }
 
 /* What steps on the host is refused on a device, with the reason: DGC's
- * memory and TernGrad's scaler sharing (a host model takes both). */
+ * memory (a host model takes it). */
 static void
 test_allreduce_codec_host_steps_refused(void **state)
 {
     (void)state;
-    static const char *const setups[][3] = {
-        {"topk:ratio=0.1", "dgc:momentum=0.9", "ef ef, ef-decay or none"},
-        {"terngrad:share=1", "", "host memory"},
-        {"terngrad:share=1", "ef", "host memory"}};
+    struct rumor_gossip_opts o;
+    s_codec_opts(&o, "topk:ratio=0.1", "dgc:momentum=0.9");
+    s_refused_on_device(&o, "ef ef, ef-decay or none");
+}
+
+/* One node's scalers of tensor t at a step (after its memory's
+ * correction), into s. */
+static void
+s_share_own(rumor_ef *ef,
+            const rumor_codec *codec,
+            const float *x,
+            size_t n,
+            float *p,
+            float *s)
+{
+    if (ef != NULL)
+        assert_int_equal(rumor_ef_corrected(ef, x, n, p), RUMOR_OK);
+    assert_int_equal(rumor_codec_scalers(codec, ef != NULL ? p : x, n, s),
+                     RUMOR_OK);
+}
+
+/* The reference of s_run for TernGrad's scaler sharing, from compress/
+ * alone: per tensor the max over nodes of each node's scalers, every
+ * node's payload at those (rumor_ef_encode_shared or the codec's), decoded
+ * and summed in node order in double, the mean on every node. */
+static void
+s_share_reference(const struct rumor_gossip_opts *o, float *out)
+{
+    size_t numel = s_numel(), cap = 0;
+    rumor_codec *codec = NULL;
+    rumor_ef *ef[S_NODES][S_LAYERS] = {{NULL}};
+    assert_int_equal(rumor_codec_new(o->codec, &codec, NULL), RUMOR_OK);
+    bool exact = false;
+    assert_int_equal(rumor_codec_encoded_size(codec, numel, &cap, &exact),
+                     RUMOR_OK);
+    for (size_t i = 0; i < S_NODES && o->ef[0] != '\0'; i++)
+        for (size_t t = 0; t < S_LAYERS; t++)
+            assert_int_equal(rumor_ef_new(o->ef,
+                                          s_shape[t][0] * s_shape[t][1],
+                                          &ef[i][t],
+                                          NULL),
+                             RUMOR_OK);
+    uint8_t *buf = malloc(cap);
+    float *x = malloc(S_NODES * numel * sizeof(float)),
+          *dec = malloc(numel * 4);
+    float *p = malloc(numel * 4), *mine = malloc(numel * 4),
+          *agreed = malloc(numel * 4);
+    double *sum = malloc(numel * sizeof(double));
+    assert_true(buf && x && dec && p && mine && agreed && sum);
+    for (uint64_t step = 0; step < S_STEPS; step++) {
+        memset(sum, 0, numel * sizeof(double));
+        for (size_t i = 0; i < S_NODES; i++)
+            for (size_t e = 0; e < numel; e++)
+                x[i * numel + e] = s_value(i, step, e);
+        for (size_t t = 0, at = 0; t < S_LAYERS; t++) {
+            size_t n = s_shape[t][0] * s_shape[t][1];
+            size_t ns = rumor_codec_scaler_count(codec, n);
+            for (size_t i = 0; i < S_NODES; i++) {
+                s_share_own(ef[i][t], codec, x + i * numel + at, n, p, mine);
+                for (size_t k = 0; k < ns; k++)
+                    agreed[k] = i == 0 ? mine[k] : fmaxf(agreed[k], mine[k]);
+            }
+            for (size_t i = 0; i < S_NODES; i++) {
+                size_t len = 0;
+                uint64_t seed = rumor_seed_derive(o->seed, i, t);
+                const float *xi = x + i * numel + at;
+                rumor_err rc = ef[i][t] != NULL
+                                   ? rumor_ef_encode_shared(ef[i][t],
+                                                            codec,
+                                                            xi,
+                                                            n,
+                                                            agreed,
+                                                            seed,
+                                                            step,
+                                                            buf,
+                                                            cap,
+                                                            &len,
+                                                            NULL)
+                                   : rumor_codec_encode_shared(codec,
+                                                               xi,
+                                                               n,
+                                                               agreed,
+                                                               seed,
+                                                               step,
+                                                               buf,
+                                                               cap,
+                                                               &len,
+                                                               NULL);
+                assert_int_equal(rc, RUMOR_OK);
+                assert_int_equal(rumor_codec_decode(codec, buf, len, dec, n),
+                                 RUMOR_OK);
+                for (size_t e = 0; e < n; e++)
+                    sum[at + e] += 1.0 * dec[e];
+            }
+            at += n;
+        }
+        for (size_t i = 0; i < S_NODES; i++)
+            for (size_t e = 0; e < numel; e++)
+                out[(step * S_NODES + i) * numel + e] =
+                    (float)(sum[e] / S_NODES);
+    }
+    for (size_t i = 0; i < S_NODES; i++)
+        for (size_t t = 0; t < S_LAYERS; t++)
+            rumor_ef_destroy(&ef[i][t]);
+    rumor_codec_destroy(&codec);
+    free(buf);
+    free(x);
+    free(dec);
+    free(p);
+    free(mine);
+    free(agreed);
+    free(sum);
+}
+
+/* TernGrad's scaler sharing where the model is, with and without a
+ * memory (and with the clip): rings of ref nodes and mixed rings
+ * bit-equal to the all-host ring and to compress/'s own sharing; a device
+ * node's scalers cross PCIe as the message, 4 bytes a bucket each way. */
+static void
+test_allreduce_codec_terngrad_share_bits_equal_host(void **state)
+{
+    (void)state;
+    static const char *const setups[][2] = {
+        {"terngrad:share=1,bucket=16", ""},
+        {"terngrad:share=1,bucket=16", "ef"},
+        {"terngrad:share=1,bucket=16,clip=1.5", "ef-decay:0.7"}};
+    static const bool all[S_NODES] = {true, true, true, true};
+    static const bool mixed[S_NODES] = {true, false, true, false};
+    size_t floats = (size_t)S_STEPS * S_NODES * s_numel();
+    float *want = malloc(floats * sizeof(float));
+    float *y = malloc(floats * sizeof(float));
+    assert_true(want && y);
+    rumor_codec *codec = NULL;
+    assert_int_equal(rumor_codec_new(setups[0][0], &codec, NULL), RUMOR_OK);
+    uint64_t scalers = 0;
+    for (size_t t = 0; t < S_LAYERS; t++)
+        scalers +=
+            4 * rumor_codec_scaler_count(codec, s_shape[t][0] * s_shape[t][1]);
+    rumor_codec_destroy(&codec);
     for (size_t k = 0; k < 3; k++) {
         struct rumor_gossip_opts o;
         s_codec_opts(&o, setups[k][0], setups[k][1]);
-        s_refused_on_device(&o, setups[k][2]);
+        s_compare(&o, all);
+        s_compare(&o, mixed);
+        s_share_reference(&o, want);
+        struct ring r;
+        s_ring_new(&r, &o, mixed);
+        s_run(&r, y);
+        assert_memory_equal(want, y, floats * sizeof(float));
+        uint64_t h2d = 0, d2h = 0, p = s_codec_payload(setups[k][0]);
+        uint64_t ups = S_NODES + (setups[k][1][0] != '\0');
+        rumor_gossip_pcie_bytes(r.g[0], &h2d, &d2h);
+        assert_int_equal(d2h, S_STEPS * (p + scalers));
+        assert_int_equal(h2d, S_STEPS * (ups * p + scalers));
+        rumor_gossip_pcie_bytes(r.g[1], &h2d, &d2h);
+        assert_int_equal(h2d + d2h, 0);
+        s_ring_free(&r);
     }
+    free(want);
+    free(y);
 }
 
-/* On a GPU: the compressed all-reduce with QSGD and top-k, error feedback
- * on the device, computes the host's bits in a mixed ring (the device
- * codecs write the host's bytes); a GPU node copies its payload down and
- * every node's up, its own twice. */
+/* On a GPU: the compressed all-reduce with QSGD, top-k and TernGrad with
+ * shared scalers, error feedback on the device, computes the host's bits
+ * in a mixed ring (the device codecs write the host's bytes); a GPU node
+ * copies its payload down and every node's up, its own twice. */
 static void
 test_cuda_allreduce_codec_mixed_ring(void **state)
 {
@@ -1941,6 +2092,10 @@ test_cuda_allreduce_codec_mixed_ring(void **state)
     assert_int_equal(h2d, S_STEPS * (S_NODES + 1) * p);
     s_ring_free(&b);
     s_codec_opts(&o, "topk:ratio=0.1", "ef-decay:0.7");
+    assert_true(s_cuda_mixed(&o, &b) == 0);
+    s_ring_free(&b);
+    /* TernGrad's scaler sharing: scalers down, agreed ones up */
+    s_codec_opts(&o, "terngrad:share=1,bucket=16,clip=1.5", "ef");
     assert_true(s_cuda_mixed(&o, &b) == 0);
     s_ring_free(&b);
     /* Elias-coded QSGD has no device kernels: refused, with the reason */
@@ -2462,6 +2617,7 @@ main(void)
         cmocka_unit_test(test_cuda_fp8_real_bias_mixed_ring),
         cmocka_unit_test(test_allreduce_codec_state_moves_between_backends),
         cmocka_unit_test(test_allreduce_codec_host_steps_refused),
+        cmocka_unit_test(test_allreduce_codec_terngrad_share_bits_equal_host),
         cmocka_unit_test(test_cuda_allreduce_codec_mixed_ring),
         cmocka_unit_test(test_moniqua_bits_equal_host),
         cmocka_unit_test(test_cuda_moniqua_kernels_equal_twins),
