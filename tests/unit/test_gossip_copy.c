@@ -33,8 +33,9 @@ test_chunks_tile_the_copy_in_order(void **state)
     assert_int_equal(gossip_copy_chunks(0), 0);
     for (size_t l = 0; l < S_LENS; l++) {
         size_t bytes = s_len[l], n = gossip_copy_chunks(bytes), next = 0;
-        assert_int_equal(n, bytes / GOSSIP_COPY_CHUNK
-                                + (bytes % GOSSIP_COPY_CHUNK != 0));
+        assert_int_equal(n,
+                         bytes / GOSSIP_COPY_CHUNK +
+                             (bytes % GOSSIP_COPY_CHUNK != 0));
         for (size_t i = 0; i < n; i++) {
             struct gossip_copy_chunk c = gossip_copy_chunk_at(bytes, i);
             assert_int_equal(c.offset, next);
@@ -65,8 +66,7 @@ s_round_trip(const struct gossip_backend_i *mem)
         memset(back, 0xA5, most + 1);
         assert_int_equal(mem->copy(dev, src + l, bytes, GOSSIP_TO_DEVICE),
                          RUMOR_OK);
-        assert_int_equal(mem->copy(back, dev, bytes, GOSSIP_TO_HOST),
-                         RUMOR_OK);
+        assert_int_equal(mem->copy(back, dev, bytes, GOSSIP_TO_HOST), RUMOR_OK);
         assert_memory_equal(back, src + l, bytes);
         assert_int_equal(back[bytes], 0xA5);
     }
