@@ -25,9 +25,18 @@ s_release(void *p)
 static rumor_err
 s_copy(void *dst, const void *src, size_t bytes, enum gossip_copy kind)
 {
-    (void)kind;
-    if (bytes > 0)
-        memmove(dst, src, bytes);
+    if (kind == GOSSIP_ON_DEVICE) {
+        if (bytes > 0)
+            memmove(dst, src, bytes);
+        return RUMOR_OK;
+    }
+    /* Across the "bus" chunk by chunk in the CUDA backend's order. */
+    for (size_t i = 0; i < gossip_copy_chunks(bytes); i++) {
+        struct gossip_copy_chunk c = gossip_copy_chunk_at(bytes, i);
+        memmove((uint8_t *)dst + c.offset,
+                (const uint8_t *)src + c.offset,
+                c.bytes);
+    }
     return RUMOR_OK;
 }
 

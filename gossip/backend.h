@@ -277,6 +277,23 @@ extern const struct gossip_backend_i gossip_backend_ref;
 rumor_err gossip_backend_cuda(const struct gossip_backend_i **out,
                               const char **why);
 
+/* A copy to the host in chunks through two staging buffers (issue #31:
+ * chunk i + 1's DMA overlaps chunk i's copy out of its staging buffer).
+ * Chunk i covers [i * GOSSIP_COPY_CHUNK, min(bytes, (i + 1) *
+ * GOSSIP_COPY_CHUNK)) and goes through staging buffer i % 2; the chunks
+ * are copied in order. Both backends copy by this plan, so the reference
+ * device's tests see the order the CUDA backend uses. */
+#define GOSSIP_COPY_CHUNK ((size_t)4 << 20)
+struct gossip_copy_chunk {
+    size_t offset;
+    size_t bytes;
+    unsigned buffer; /* 0 or 1 */
+};
+/* The number of chunks of a copy of bytes bytes (0 for 0). */
+size_t gossip_copy_chunks(size_t bytes);
+/* Chunk i (< gossip_copy_chunks(bytes)) of a copy of bytes bytes. */
+struct gossip_copy_chunk gossip_copy_chunk_at(size_t bytes, size_t i);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,13 +1,19 @@
-// The CUDA backend of gossip/backend.h. Copies are synchronous on the
-// legacy default stream, and so is every kernel's launch: an algorithm
-// reads a payload right after its copy, and the peer orders the stream
-// against the caller's before the step starts. Each kernel does, per
+// The CUDA backend of gossip/backend.h. Every kernel's launch and every
+// copy is on the legacy default stream, so they are ordered among
+// themselves; copies between host and device go chunk by chunk
+// (gossip_copy_chunk_at) through two pinned staging buffers with
+// cudaMemcpyAsync, so that chunk i + 1's DMA overlaps the host's memcpy of
+// chunk i, and return once the last chunk is through (an algorithm reads a
+// payload right after its copy). The peer orders the stream against the
+// caller's before the step starts. Each kernel does, per
 // element, what its twin in gossip/ref.c does, with the _rn intrinsics so
 // that nvcc contracts nothing into an FMA: the same bits as the host.
 #include "core/philox.h"
 #include "gossip/backend.h"
 
 #include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,19 +43,112 @@ s_release(void *p)
         cudaFree(p);
 }
 
+// The pinned staging buffers, one pair for the process (the table has no
+// context; the overlapped DiLoCo thread copies beside the step's), made at
+// the first copy and kept: each buffer's event marks its last DMA done.
+static struct {
+    pthread_mutex_t lock;
+    void *buf[2];
+    cudaEvent_t done[2];
+} s_stage = {PTHREAD_MUTEX_INITIALIZER, {NULL, NULL}, {NULL, NULL}};
+
+static cudaError_t
+s_stage_ready(void)
+{
+    for (int b = 0; b < 2; b++) {
+        if (s_stage.buf[b] != NULL)
+            continue;
+        cudaError_t err =
+            cudaEventCreateWithFlags(&s_stage.done[b], cudaEventDisableTiming);
+        if (err != cudaSuccess)
+            return err;
+        err = cudaHostAlloc(&s_stage.buf[b],
+                            GOSSIP_COPY_CHUNK,
+                            cudaHostAllocDefault);
+        if (err != cudaSuccess) {
+            cudaEventDestroy(s_stage.done[b]);
+            s_stage.buf[b] = NULL;
+            return err;
+        }
+    }
+    return cudaSuccess;
+}
+
+// Chunk i + 1's DMA is queued before the host copies chunk i out.
+static cudaError_t
+s_copy_to_host(uint8_t *dst, const uint8_t *src, size_t bytes)
+{
+    size_t n = gossip_copy_chunks(bytes);
+    cudaError_t err = cudaSuccess;
+    for (size_t i = 0; i <= n && err == cudaSuccess; i++) {
+        if (i < n) {
+            struct gossip_copy_chunk c = gossip_copy_chunk_at(bytes, i);
+            err = cudaMemcpyAsync(s_stage.buf[c.buffer],
+                                  src + c.offset,
+                                  c.bytes,
+                                  cudaMemcpyDeviceToHost,
+                                  0);
+            if (err == cudaSuccess)
+                err = cudaEventRecord(s_stage.done[c.buffer], 0);
+        }
+        if (i > 0 && err == cudaSuccess) {
+            struct gossip_copy_chunk c = gossip_copy_chunk_at(bytes, i - 1);
+            err = cudaEventSynchronize(s_stage.done[c.buffer]);
+            if (err == cudaSuccess)
+                memcpy(dst + c.offset, s_stage.buf[c.buffer], c.bytes);
+        }
+    }
+    return err;
+}
+
+// The host fills chunk i + 1 while chunk i's DMA runs; a buffer is filled
+// again only after its previous DMA is done.
+static cudaError_t
+s_copy_to_device(uint8_t *dst, const uint8_t *src, size_t bytes)
+{
+    cudaError_t err = cudaSuccess;
+    for (size_t i = 0; i < gossip_copy_chunks(bytes) && err == cudaSuccess;
+         i++) {
+        struct gossip_copy_chunk c = gossip_copy_chunk_at(bytes, i);
+        err = cudaEventSynchronize(s_stage.done[c.buffer]);
+        if (err != cudaSuccess)
+            break;
+        memcpy(s_stage.buf[c.buffer], src + c.offset, c.bytes);
+        err = cudaMemcpyAsync(dst + c.offset,
+                              s_stage.buf[c.buffer],
+                              c.bytes,
+                              cudaMemcpyHostToDevice,
+                              0);
+        if (err == cudaSuccess)
+            err = cudaEventRecord(s_stage.done[c.buffer], 0);
+    }
+    for (int b = 0; b < 2 && err == cudaSuccess; b++)
+        err = cudaEventSynchronize(s_stage.done[b]);
+    return err;
+}
+
 static rumor_err
 s_copy(void *dst, const void *src, size_t bytes, enum gossip_copy kind)
 {
     if (bytes == 0)
         return RUMOR_OK;
-    cudaMemcpyKind k = kind == GOSSIP_TO_DEVICE ? cudaMemcpyHostToDevice
-                       : kind == GOSSIP_TO_HOST ? cudaMemcpyDeviceToHost
-                                                : cudaMemcpyDeviceToDevice;
-    cudaError_t err = cudaMemcpy(dst, src, bytes, k);
+    cudaError_t err;
+    if (kind == GOSSIP_ON_DEVICE) {
+        err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0);
+    } else {
+        pthread_mutex_lock(&s_stage.lock);
+        err = s_stage_ready();
+        if (err == cudaSuccess && kind == GOSSIP_TO_HOST)
+            err = s_copy_to_host((uint8_t *)dst, (const uint8_t *)src, bytes);
+        else if (err == cudaSuccess)
+            err = s_copy_to_device((uint8_t *)dst, (const uint8_t *)src, bytes);
+        pthread_mutex_unlock(&s_stage.lock);
+    }
     if (err == cudaSuccess)
         return RUMOR_OK;
     rumor_log(RUMOR_LOG_ERROR,
-              "gossip: cudaMemcpy: %s",
+              "gossip: copy of %zu bytes: %s",
+              bytes,
               cudaGetErrorString(err));
     return RUMOR_EBACKEND;
 }

@@ -323,7 +323,9 @@ node_peer_cuda_direct_begin(node_peer_cuda *cu)
     rumor_err rc = RUMOR_OK;
     CUDA_TRY(cudaSetDevice(cu->device), done);
     CUDA_TRY(cudaEventRecord(cu->ready, cu->caller), done);
-    CUDA_TRY(cudaEventSynchronize(cu->ready), done);
+    // The algorithm reaches the tensors only through gossip's CUDA
+    // backend, on the legacy stream: that stream waits, not the host.
+    CUDA_TRY(cudaStreamWaitEvent(cudaStreamLegacy, cu->ready, 0), done);
 done:
     return rc;
 }

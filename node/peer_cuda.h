@@ -87,8 +87,9 @@ rumor_err node_peer_cuda_idle(node_peer_cuda *cu);
 /* A step whose algorithm runs on the tensors where they are (gossip's
  * CUDA backend, which works on the legacy default stream of the current
  * device): direct_begin makes the engine's device current on the calling
- * thread (and leaves it so: the algorithm's calls follow) and waits until
- * the caller's stream has written the tensors; direct_end records an
+ * thread (and leaves it so: the algorithm's calls follow) and makes the
+ * legacy stream wait on an event recorded on the caller's stream after its
+ * writes (the host does not wait); direct_end records an
  * event on the legacy default stream after the algorithm's work and makes
  * the caller's stream wait on it (no stream given: waits for it on the
  * host, so the tensors are written when the call returns). */
