@@ -74,7 +74,7 @@ step() {
 
 CUDA_TESTS="$B/tests/unit/test_lowrank $B/tests/unit/test_lowrank_list $B/tests/unit/test_train
 $B/tests/unit/test_core $B/tests/unit/test_codec_device
-$B/tests/unit/test_gossip_device
+$B/tests/unit/test_gossip_device $B/tests/unit/test_gossip_copy
 $B/tests/integration/test_peer $B/tests/integration/test_peer_cuda
 $B/tests/integration/test_node_device"
 # shellcheck disable=SC2086 # lists of flags and targets
