@@ -259,6 +259,27 @@ s_sgd(float *p,
     return RUMOR_OK;
 }
 
+static rumor_err
+s_dgc_step(float *u_new,
+           float *v,
+           const float *e,
+           const float *u,
+           const float *g,
+           float mu,
+           float scale,
+           size_t n)
+{
+    gossip_ref_dgc_step(u_new, v, e, u, g, mu, scale, n);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_zero_at(float *u, const uint32_t *idx, size_t k)
+{
+    gossip_ref_zero_at(u, idx, k);
+    return RUMOR_OK;
+}
+
 #define S_HOST_OPS                                                          \
     .alloc = s_alloc, .release = s_release, .copy = s_copy, .zero = s_zero, \
     .diff = s_diff, .sub = s_sub, .axpy = s_axpy, .scale = s_scale,         \
@@ -268,7 +289,7 @@ s_sgd(float *p,
     .decode_add = s_decode_add, .uniform = s_uniform,                       \
     .moniqua_levels = s_moniqua_levels, .moniqua_term = s_moniqua_term,     \
     .stats = s_stats, .rel_error = s_rel_error, .sumsq_add = s_sumsq_add,   \
-    .sgd = s_sgd
+    .sgd = s_sgd, .dgc_step = s_dgc_step, .zero_at = s_zero_at
 
 const struct gossip_backend_i gossip_backend_host = {
     .name = "host",

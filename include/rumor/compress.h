@@ -354,6 +354,30 @@ RUMOR_API float *rumor_ef_residual(rumor_ef *ef, size_t *n);
 RUMOR_API uint64_t rumor_ef_steps(const rumor_ef *ef);
 RUMOR_API void rumor_ef_set_steps(rumor_ef *ef, uint64_t steps);
 
+/* A dgc memory kept elsewhere steps as rumor_ef_encode does: scale = 1,
+ * or clip / norm where the norm of g (its sum of squares in double, in
+ * order) is above clip; u' = mu u + scale g and v = e + u' in float; the
+ * codec's top of v; then u = 0 where the payload selected
+ * (rumor_ef_dgc_sent), u' elsewhere, and e = v - C(v) (v where nothing
+ * was sent, as C(v) is 0 there). rumor_ef_dgc gives mu, the clip of one
+ * of the rumor_ef_set_nodes N (clip / sqrt N; 0: none) and the warm-up's
+ * steps, RUMOR_EINVAL for other kinds. rumor_ef_momentum is u, writable
+ * as rumor_ef_residual (NULL for other kinds). rumor_ef_dgc_sent gives
+ * the index list of a topk, randk or dgc payload of n elements: *idx (*k
+ * entries, ascending, the caller frees it); RUMOR_EPROTO for a malformed
+ * one. */
+RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_dgc(const rumor_ef *ef,
+                                                 float *mu,
+                                                 double *clip,
+                                                 uint64_t *warmup);
+RUMOR_API float *rumor_ef_momentum(rumor_ef *ef, size_t *n);
+RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_dgc_sent(const rumor_codec *codec,
+                                                      const uint8_t *in,
+                                                      size_t len,
+                                                      size_t n,
+                                                      uint32_t **idx,
+                                                      size_t *k);
+
 /* x += alpha * residual (SAEF's look-ahead with alpha = -1, or mixing a
  * neighbour's error into e_bar). RUMOR_EINVAL when n differs. */
 RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_apply_error(const rumor_ef *ef,

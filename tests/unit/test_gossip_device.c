@@ -1627,12 +1627,15 @@ s_codec_reference(const struct rumor_gossip_opts *o, float *out)
     assert_int_equal(rumor_codec_encoded_size(codec, numel, &cap, &exact),
                      RUMOR_OK);
     for (size_t i = 0; i < S_NODES && o->ef[0] != '\0'; i++)
-        for (size_t t = 0; t < S_LAYERS; t++)
+        for (size_t t = 0; t < S_LAYERS; t++) {
             assert_int_equal(rumor_ef_new(o->ef,
                                           s_shape[t][0] * s_shape[t][1],
                                           &ef[i][t],
                                           NULL),
                              RUMOR_OK);
+            /* DGC's clip is per node of the ring */
+            assert_int_equal(rumor_ef_set_nodes(ef[i][t], S_NODES), RUMOR_OK);
+        }
     uint8_t *buf = malloc(cap);
     float *x = malloc(numel * sizeof(float)), *dec = malloc(numel * 4);
     double *sum = malloc(numel * sizeof(double));
@@ -1906,14 +1909,65 @@ test_allreduce_codec_state_moves_between_backends(void **state)
     s_ring_free(&b);
 }
 
+/* DGC's memory where the model is: top-k, random-k and DGC's own sampled
+ * threshold, with momentum, with the clip (active: the values' norm is
+ * far above clip / sqrt 4), in rings of ref nodes and rings mixing them
+ * with host nodes, bit-equal to the all-host ring and to compress/'s own
+ * memory. Only payloads and the sent indices cross: over the all-ref
+ * ring, every node's payload up to every node and its own once more,
+ * plus 4 bytes an index sent (k of each tensor: 205 + 52 + 4 at ratio
+ * 0.1; DGC's threshold sends between half and twice that). */
+static void
+test_allreduce_dgc_bits_equal_host(void **state)
+{
+    (void)state;
+    static const char *const setups[][2] = {
+        {"topk:ratio=0.1", "dgc:momentum=0.9"},
+        {"topk:ratio=0.1", "dgc:momentum=0.8,clip=0.5"},
+        {"dgc:ratio=0.1", "dgc:0.9,2"},
+        {"randk:ratio=0.1", "dgc"}};
+    static const bool all[S_NODES] = {true, true, true, true};
+    static const bool mixed[S_NODES] = {false, true, true, false};
+    size_t floats = (size_t)S_STEPS * S_NODES * s_numel();
+    float *want = malloc(floats * sizeof(float));
+    float *y = malloc(floats * sizeof(float));
+    assert_true(want && y);
+    for (size_t k = 0; k < 4; k++) {
+        struct rumor_gossip_opts o;
+        s_codec_opts(&o, setups[k][0], setups[k][1]);
+        s_compare(&o, mixed);
+        s_codec_reference(&o, want);
+        struct ring r;
+        s_ring_new(&r, &o, all);
+        s_run(&r, y);
+        assert_memory_equal(want, y, floats * sizeof(float));
+        uint64_t h2d_all = 0, d2h_all = 0;
+        for (size_t i = 0; i < S_NODES; i++) {
+            uint64_t h2d = 0, d2h = 0;
+            rumor_gossip_pcie_bytes(r.g[i], &h2d, &d2h);
+            h2d_all += h2d;
+            d2h_all += d2h;
+        }
+        assert_true(d2h_all > 0);
+        uint64_t idx = h2d_all - (S_NODES + 1) * d2h_all;
+        if (k != 2) /* DGC's sampled threshold sends about k */
+            assert_int_equal(idx, S_NODES * S_STEPS * 4 * (205 + 52 + 4));
+        assert_true(idx % 4 == 0 && idx > S_NODES * S_STEPS * 2 * 261 &&
+                    idx < S_NODES * S_STEPS * 8 * 261);
+        s_ring_free(&r);
+    }
+    free(want);
+    free(y);
+}
+
 /* What steps on the host is refused on a device, with the reason: DGC's
- * memory and TernGrad's scaler sharing (a host model takes both). */
+ * warm-up and TernGrad's scaler sharing (a host model takes both). */
 static void
 test_allreduce_codec_host_steps_refused(void **state)
 {
     (void)state;
     static const char *const setups[][3] = {
-        {"topk:ratio=0.1", "dgc:momentum=0.9", "ef ef, ef-decay or none"},
+        {"dgc:ratio=0.1", "dgc:momentum=0.9,warmup=3", "without a warm-up"},
         {"terngrad:share=1", "", "host memory"},
         {"terngrad:share=1", "ef", "host memory"}};
     for (size_t k = 0; k < 3; k++) {
@@ -2237,6 +2291,20 @@ test_allreduce_codec_snapshot_on_device(void **state)
     s_snapshot_check(&o, 1);
 }
 
+/* A clipped DGC memory's state (e and u) saved on a device loads into a
+ * host node and back, the same record as a host node's; a snapshot
+ * restores both vectors. */
+static void
+test_allreduce_dgc_state_on_device(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_codec_opts(&o, "topk:ratio=0.1", "dgc:momentum=0.9,clip=0.5");
+    s_state_moves(&o);
+    s_snapshot_check(&o, 1);
+    s_snapshot_check(&o, 2);
+}
+
 static void
 test_powersgd_snapshot_on_device(void **state)
 {
@@ -2462,6 +2530,8 @@ main(void)
         cmocka_unit_test(test_cuda_fp8_real_bias_mixed_ring),
         cmocka_unit_test(test_allreduce_codec_state_moves_between_backends),
         cmocka_unit_test(test_allreduce_codec_host_steps_refused),
+        cmocka_unit_test(test_allreduce_dgc_bits_equal_host),
+        cmocka_unit_test(test_allreduce_dgc_state_on_device),
         cmocka_unit_test(test_cuda_allreduce_codec_mixed_ring),
         cmocka_unit_test(test_moniqua_bits_equal_host),
         cmocka_unit_test(test_cuda_moniqua_kernels_equal_twins),
