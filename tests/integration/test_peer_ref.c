@@ -606,7 +606,8 @@ test_peer_ref__codec_without_kernels__staged_bit_equal_to_host(void **state)
     t_staged(opts, "has no device kernels yet");
 }
 
-/* A memory that steps on the host: the compressed all-reduce's --ef dgc. */
+/* A memory that steps on the host: the compressed all-reduce's --ef dgc
+ * with a warm-up (its counts are not the codec's). */
 static void
 test_peer_ref__host_memory__staged_bit_equal_to_host(void **state)
 {
@@ -614,13 +615,13 @@ test_peer_ref__host_memory__staged_bit_equal_to_host(void **state)
     static const char *const opts[] = {"algo",
                                        "allreduce",
                                        "codec",
-                                       "topk:ratio=0.25",
+                                       "dgc:ratio=0.25",
                                        "ef",
-                                       "dgc",
+                                       "dgc:warmup=3",
                                        "log-level",
                                        "info",
                                        NULL};
-    t_staged(opts, "--ef dgc steps on the host");
+    t_staged(opts, "--ef dgc:warmup=3 steps on the host");
 }
 
 /* Stale exchanges (node/stale.c) on the reference device: the queue's
@@ -685,6 +686,26 @@ test_peer_ref__powergossip_stale2__bit_equal_to_host_payloads_cross(
     t_stale(opts);
 }
 
+/* DGC's memory where the model is (the compressed all-reduce's --ef dgc,
+ * clipped): the direct path with t_stale's checks, without a stale
+ * exchange: every step the host run's, and only the payloads and the
+ * sent indices cross, under the model's bytes a step. */
+static void
+test_peer_ref__allreduce_dgc__bit_equal_to_host_payloads_cross(void **state)
+{
+    (void)state;
+    static const char *const opts[] = {"algo",
+                                       "allreduce",
+                                       "codec",
+                                       "topk:ratio=0.05",
+                                       "ef",
+                                       "dgc:momentum=0.9,clip=1",
+                                       "log-level",
+                                       "warn",
+                                       NULL};
+    t_stale(opts);
+}
+
 /* Stale exchanges of a ring algorithm (local SGD's exact average): the
  * exchange thread's copy stays on the device, its ring's STATE through a
  * host copy of its own. */
@@ -723,6 +744,8 @@ main(int argc, char **argv)
         cmocka_unit_test(
             test_peer_ref__codec_without_kernels__staged_bit_equal_to_host),
         cmocka_unit_test(test_peer_ref__host_memory__staged_bit_equal_to_host),
+        cmocka_unit_test(
+            test_peer_ref__allreduce_dgc__bit_equal_to_host_payloads_cross),
         cmocka_unit_test(
             test_peer_ref__choco_topk_stale1__bit_equal_to_host_payloads_cross),
         cmocka_unit_test(

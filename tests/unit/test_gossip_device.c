@@ -1978,9 +1978,9 @@ test_allreduce_codec_host_steps_refused(void **state)
 }
 
 /* On a GPU: the compressed all-reduce with QSGD and top-k, error feedback
- * on the device, computes the host's bits in a mixed ring (the device
- * codecs write the host's bytes); a GPU node copies its payload down and
- * every node's up, its own twice. */
+ * (ef, ef-decay, dgc) on the device, computes the host's bits in a mixed
+ * ring (the device codecs write the host's bytes); a GPU node copies its
+ * payload down and every node's up, its own twice. */
 static void
 test_cuda_allreduce_codec_mixed_ring(void **state)
 {
@@ -1995,6 +1995,11 @@ test_cuda_allreduce_codec_mixed_ring(void **state)
     assert_int_equal(h2d, S_STEPS * (S_NODES + 1) * p);
     s_ring_free(&b);
     s_codec_opts(&o, "topk:ratio=0.1", "ef-decay:0.7");
+    assert_true(s_cuda_mixed(&o, &b) == 0);
+    s_ring_free(&b);
+    /* DGC's memory without a clip (the clip's sum is a reduction in the
+     * kernel's order: its scale may differ in the last bit) */
+    s_codec_opts(&o, "topk:ratio=0.1", "dgc:momentum=0.9");
     assert_true(s_cuda_mixed(&o, &b) == 0);
     s_ring_free(&b);
     /* Elias-coded QSGD has no device kernels: refused, with the reason */
