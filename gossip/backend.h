@@ -190,7 +190,7 @@ struct gossip_backend_i {
                      size_t n);
     /* DGC's memory (allreduce_codec.c, rumor_ef_dgc), in float as
      * errfb.c: u_new = mu u + scale g (each product rounded, then the
-     * sum), v = e + u_new */
+     * sum), v = e + u_new; v may be g (element by element) */
     rumor_err (*dgc_step)(float *u_new,
                           float *v,
                           const float *e,

@@ -1367,12 +1367,8 @@ test_localsgd_fragments_bits_equal_host(void **state)
  * instance's, byte for byte; loaded with the models into fresh instances
  * on the other backend, the run goes on to the same bits. */
 static void
-test_localsgd_state_moves_between_backends(void **state)
+s_lsgd_state_moves(struct rumor_gossip_opts o)
 {
-    (void)state;
-    struct rumor_gossip_opts o;
-    s_lsgd_opts(&o, "qsgd:bits=4", 0.7, 0.9, 3);
-    o.ef_alpha = 1.0;
     static const bool host[S_NODES] = {false, false, false, false};
     static const bool all[S_NODES] = {true, true, true, true};
     for (unsigned frags = 1; frags <= 3; frags += 2) {
@@ -1431,6 +1427,20 @@ test_localsgd_state_moves_between_backends(void **state)
         s_ring_free(&c);
         s_ring_free(&d);
     }
+}
+
+/* SAEF's memory with the look-ahead, and a clipped dgc memory (e and u). */
+static void
+test_localsgd_state_moves_between_backends(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_lsgd_opts(&o, "qsgd:bits=4", 0.7, 0.9, 3);
+    o.ef_alpha = 1.0;
+    s_lsgd_state_moves(o);
+    s_lsgd_opts(&o, "topk:ratio=0.1", 0.7, 0.9, 3);
+    snprintf(o.ef, sizeof o.ef, "dgc:momentum=0.9,clip=0.5");
+    s_lsgd_state_moves(o);
 }
 
 /* Overlapped DiLoCo as the node runs it (--stale S, docs/gossip.md):
@@ -1553,26 +1563,38 @@ test_crc32c_chunks_join_to_the_whole(void **state)
     free(p);
 }
 
-/* dgc's memory (its momentum and selection run on the host) is refused
- * on a device with the reason. */
+/* dgc's memory on a device: top-k and DGC's own threshold, with momentum
+ * and the outer step, clipped or not, in one fragment and three, nodes
+ * that start apart (a discarded sync restores e and u): bit-equal to the
+ * host ring. Its warm-up (counts not the codec's) is refused there with
+ * the reason. */
 static void
-test_localsgd_dgc_refused_on_device(void **state)
+test_localsgd_dgc_bits_equal_host(void **state)
 {
     (void)state;
-    static const char *const refused[][2] = {{"topk:ratio=0.1", "dgc"},
-                                             {"dgc:ratio=0.1", "dgc:0.8"}};
-    for (size_t k = 0; k < 2; k++) {
+    static const char *const setups[][2] = {
+        {"topk:ratio=0.1", "dgc"},
+        {"dgc:ratio=0.1", "dgc:0.8"},
+        {"topk:ratio=0.1", "dgc:momentum=0.9,clip=0.5"}};
+    for (size_t k = 0; k < 3; k++) {
         struct rumor_gossip_opts o;
-        s_lsgd_opts(&o, refused[k][0], 1.0, 0.0, 1);
-        snprintf(o.ef, sizeof o.ef, "%s", refused[k][1]);
-        s_refused_on_device(&o, refused[k][1]);
-        s_refused_on_device(&o, "host memory");
+        s_lsgd_opts(&o, setups[k][0], 0.7, 0.9, 1);
+        snprintf(o.ef, sizeof o.ef, "%s", setups[k][1]);
+        s_lsgd_compare(&o, false);
+        s_lsgd_compare(&o, true);
+        o.fragments = 3;
+        s_lsgd_compare(&o, false);
     }
+    struct rumor_gossip_opts o;
+    s_lsgd_opts(&o, "dgc:ratio=0.1", 1.0, 0.0, 1);
+    snprintf(o.ef, sizeof o.ef, "dgc:warmup=3");
+    s_refused_on_device(&o, "dgc:warmup=3's warm-up");
+    s_refused_on_device(&o, "dgc without a warm-up");
 }
 
 /* On a GPU: DiLoCo with top-k deltas (exact arithmetic: the device
- * payload is the host's bytes) and SAEF computes the host's bits with
- * two nodes in CUDA memory; exact averaging too. */
+ * payload is the host's bytes) and SAEF or dgc computes the host's bits
+ * with two nodes in CUDA memory; exact averaging too. */
 static void
 test_cuda_localsgd_mixed_ring(void **state)
 {
@@ -1580,11 +1602,14 @@ test_cuda_localsgd_mixed_ring(void **state)
     const struct gossip_backend_i *cuda = s_cuda_or_skip();
     static const bool host[S_NODES] = {false, false, false, false};
     static const bool mixed[S_NODES] = {true, true, false, false};
-    struct rumor_gossip_opts o[2];
+    struct rumor_gossip_opts o[3];
     s_lsgd_opts(&o[0], "", 0.7, 0.9, 3);
     s_lsgd_opts(&o[1], "topk:ratio=0.1", 0.7, 0.9, 1);
     o[1].ef_alpha = 1.0;
-    for (size_t k = 0; k < 2; k++) {
+    /* dgc without a clip (its sum's order is the kernel's) */
+    s_lsgd_opts(&o[2], "topk:ratio=0.1", 0.7, 0.9, 1);
+    snprintf(o[2].ef, sizeof o[2].ef, "dgc:0.9");
+    for (size_t k = 0; k < 3; k++) {
         struct ring a, b;
         s_lsgd_ring(&a, &o[k], host, &gossip_backend_host, false);
         s_lsgd_ring(&b, &o[k], mixed, cuda, false);
@@ -2525,7 +2550,7 @@ main(void)
         cmocka_unit_test(test_localsgd_saef_bits_equal_host),
         cmocka_unit_test(test_localsgd_fragments_bits_equal_host),
         cmocka_unit_test(test_localsgd_state_moves_between_backends),
-        cmocka_unit_test(test_localsgd_dgc_refused_on_device),
+        cmocka_unit_test(test_localsgd_dgc_bits_equal_host),
         cmocka_unit_test(test_cuda_localsgd_mixed_ring),
         cmocka_unit_test(test_localsgd_compressed_pcie_is_the_payloads),
         cmocka_unit_test(test_localsgd_overlapped_bits_equal_host),
