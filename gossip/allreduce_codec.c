@@ -42,12 +42,11 @@
  * with every other node's. DGC's memory (rumor_ef_dgc) steps there too:
  * the clip's sum of squares (sumsq_add), u' and v (dgc_step), v's payload,
  * e = v - C(v) as ef's (C(v) is 0 where nothing was sent), and u = u' but
- * 0 at the payload's own index list, which goes down. A state goes
- * through the host at save and load time, as rumor_ef_save's record, so
- * it moves between backends. DGC's warm-up (its counts are not the
- * codec's), SAEF memories and TernGrad's scaler sharing step on the host
- * (the memory selects and agrees there): a model in device memory refuses
- * them.
+ * 0 at the payload's own index list, which goes down; in the warm-up
+ * the count is the memory's (encode_k). A state goes through the host at
+ * save and load time, as rumor_ef_save's record, so it moves between
+ * backends. SAEF memories and TernGrad's scaler sharing step on the host
+ * (the memory agrees there): a model in device memory refuses them.
  */
 #include "core/le.h"
 #include "gossip/gossip_impl.h"
@@ -121,15 +120,14 @@ s_host_steps(rumor_gossip *g, const rumor_ef *first, struct rumor_diag *diag)
     double clip = 0;
     uint64_t warmup = 0;
     if (own && s->nscalers == 0 &&
-        rumor_ef_dgc(first, &mu, &clip, &warmup) == RUMOR_OK && warmup == 0)
+        rumor_ef_dgc(first, &mu, &clip, &warmup) == RUMOR_OK)
         return RUMOR_OK; /* s_make_memories keeps first as s->dgc */
     rumor_diag_set(diag,
                    "",
                    0,
                    0,
-                   own ? "allreduce: --ef %s steps on the host (saef, and "
-                         "dgc's warm-up); a model in GPU memory takes --ef "
-                         "ef, ef-decay, dgc without a warm-up or none"
+                   own ? "allreduce: --ef %s steps on the host; a model in "
+                         "GPU memory takes --ef ef, ef-decay, dgc or none"
                        : "allreduce: %s with share=1 agrees on the scalers "
                          "on the host; keep the model in host memory for it",
                    own ? g->opts.ef : g->opts.codec);
@@ -350,10 +348,19 @@ s_encode_dgc(rumor_gossip *g,
     const float *x = g->tensors[t].data;
     float *v = s->pack.scratch, mu = 0, scale = 1;
     size_t n = rumor_tensor_numel(&g->tensors[t]);
-    rumor_err rc = s_dgc_scale(g, x, n, &mu, &scale);
+    double clip = 0;
+    uint64_t warmup = 0;
+    rumor_err rc = rumor_ef_dgc(s->dgc, &mu, &clip, &warmup);
+    if (rc == RUMOR_OK)
+        rc = s_dgc_scale(g, x, n, &mu, &scale);
     if (rc == RUMOR_OK)
         rc = be->dgc_step(s->un, v, s->e + base, s->u + base, x, mu, scale, n);
-    if (rc == RUMOR_OK)
+    rumor_ef_set_steps(s->dgc, s->steps[t]); /* the warm-up's count */
+    size_t k = rumor_ef_dgc_count(s->dgc, s->pack.codec, n);
+    if (rc == RUMOR_OK && warmup > 0)
+        rc =
+            be->encode_k(s->pack.codec, v, n, k, seed, step, dst, cap, written);
+    else if (rc == RUMOR_OK)
         rc = be->encode(s->pack.codec, v, n, seed, step, dst, cap, written);
     if (rc != RUMOR_OK)
         return rc;

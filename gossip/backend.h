@@ -202,6 +202,17 @@ struct gossip_backend_i {
     /* u[idx[j]] = 0 for j < k: idx (host memory, ascending, each below u's
      * length) goes down first on a device */
     rumor_err (*zero_at)(float *u, const uint32_t *idx, size_t k);
+    /* encode's rumor_codec_encode_k: a dgc codec keeping k of n (DGC's
+     * warm-up) */
+    rumor_err (*encode_k)(const rumor_codec *codec,
+                          const float *x,
+                          size_t n,
+                          size_t k,
+                          uint64_t seed,
+                          uint64_t counter,
+                          uint8_t *out,
+                          size_t cap,
+                          size_t *written);
 };
 
 /* The chunk of a device's crc32c: one thread's bytes. */

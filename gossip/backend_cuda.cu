@@ -782,6 +782,29 @@ s_zero_at(float *u, const uint32_t *idx, size_t k)
     return rc;
 }
 
+static rumor_err
+s_encode_k(const rumor_codec *codec,
+           const float *x,
+           size_t n,
+           size_t k,
+           uint64_t seed,
+           uint64_t counter,
+           uint8_t *out,
+           size_t cap,
+           size_t *written)
+{
+    return rumor_codec_encode_device_k(codec,
+                                       x,
+                                       n,
+                                       k,
+                                       seed,
+                                       counter,
+                                       out,
+                                       cap,
+                                       written,
+                                       NULL);
+}
+
 static const struct gossip_backend_i s_cuda = {
     .name = "cuda",
     .host_memory = false,
@@ -815,6 +838,7 @@ static const struct gossip_backend_i s_cuda = {
     .sgd = s_sgd,
     .dgc_step = s_dgc_step,
     .zero_at = s_zero_at,
+    .encode_k = s_encode_k,
 };
 
 extern "C" rumor_err

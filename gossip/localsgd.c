@@ -66,9 +66,9 @@
  * (the all-reduce's payload), a compressed one its payloads and the
  * anchor's chunk checksums. There the delta's memory is kept here (its
  * residual in backend memory, saved through a rumor_ef), for the kinds
- * whose update is p - C(p): saef, ef and ef-decay; and dgc without a
- * warm-up, whose momentum u is kept there too (the compressed
- * all-reduce's steps: the clip's sumsq_add, dgc_step, e = v - C(v), u
+ * whose update is p - C(p): saef, ef and ef-decay; and dgc, whose
+ * momentum u is kept there too (the compressed all-reduce's steps: the
+ * clip's sumsq_add, dgc_step, the warm-up's count, e = v - C(v), u
  * zeroed at the payload's own index list).
  */
 #include "gossip/gossip_impl.h"
@@ -205,40 +205,6 @@ s_check_opts(const rumor_gossip *g, struct rumor_diag *diag)
     return RUMOR_EINVAL;
 }
 
-/* On a device the delta's memory is kept by this file (the residual in
- * backend memory): the kinds whose update is e = p - C(p), with p = Delta
- * (saef) or Delta + c e (ef: c = 1; ef-decay: c = its decay, and its
- * gamma e + Delta - C(p) is that p - C(p)), and dgc's v = e + u' without
- * a warm-up. dgc's warm-up counts are not the codec's: they stay on the
- * host. */
-static rumor_err
-s_check_device(const rumor_gossip *g, struct rumor_diag *diag)
-{
-    const char *spec = s_ef_spec(g);
-    if (g->be->host_memory || g->opts.delta_codec[0] == '\0' ||
-        strcspn(spec, ":") != 3 || strncmp(spec, "dgc", 3) != 0)
-        return RUMOR_OK;
-    rumor_ef *probe = NULL;
-    float mu = 0;
-    double clip = 0;
-    uint64_t warmup = 0;
-    rumor_err rc = rumor_ef_new(spec, 1, &probe, diag);
-    if (rc == RUMOR_OK)
-        rc = rumor_ef_dgc(probe, &mu, &clip, &warmup);
-    rumor_ef_destroy(&probe);
-    if (rc != RUMOR_OK || warmup == 0)
-        return rc;
-    rumor_diag_set(diag,
-                   "",
-                   0,
-                   0,
-                   "localsgd: ef %s's warm-up selects on the host: a model "
-                   "in device memory takes ef saef, ef, ef-decay or dgc "
-                   "without a warm-up",
-                   spec);
-    return RUMOR_ENOTSUP;
-}
-
 /* c of p = Delta + c e, read from the memory's own correction: a memory
  * of one element whose e is 1 corrects 0 to c. */
 static rumor_err
@@ -365,8 +331,6 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
         return RUMOR_ENOMEM;
     g->state = s;
     rumor_err rc = s_check_opts(g, diag);
-    if (rc == RUMOR_OK)
-        rc = s_check_device(g, diag);
     if (rc == RUMOR_OK)
         rc = gossip_saef_init(&s->saef, g, diag);
     if (rc == RUMOR_OK)
@@ -557,7 +521,11 @@ s_encode_dgc(rumor_gossip *g,
         scale = (float)(clip / sqrt(sq));
     if (rc == RUMOR_OK)
         rc = be->dgc_step(s->un, acc, fr->e, fr->u, acc, mu, scale, n);
-    if (rc == RUMOR_OK)
+    rumor_ef_set_steps(fr->ef, fr->e_steps); /* the warm-up's count */
+    k = rumor_ef_dgc_count(fr->ef, s->codec, n);
+    if (rc == RUMOR_OK && warmup > 0)
+        rc = be->encode_k(s->codec, acc, n, k, seed, step, out, cap, len);
+    else if (rc == RUMOR_OK)
         rc = be->encode(s->codec, acc, n, seed, step, out, cap, len);
     if (rc != RUMOR_OK)
         return rc;

@@ -204,6 +204,33 @@ rumor_codec_encode_device(const rumor_codec *codec,
                           size_t *written,
                           void *stream);
 
+/* A dgc codec's payload keeping k of n values rather than its own count
+ * (DGC's warm-up, rumor_ef_dgc_count), on the host or of d_x in device
+ * memory (as rumor_codec_encode_device), the same bytes; cap at least
+ * rumor_ef_encoded_size's bound. RUMOR_EINVAL for k > n or another codec
+ * (RUMOR_ENOTSUP on the device). */
+RUMOR_API RUMOR_NODISCARD rumor_err
+rumor_codec_encode_k(const rumor_codec *codec,
+                     const float *x,
+                     size_t n,
+                     size_t k,
+                     uint64_t seed,
+                     uint64_t counter,
+                     uint8_t *out,
+                     size_t cap,
+                     size_t *written);
+RUMOR_API RUMOR_NODISCARD rumor_err
+rumor_codec_encode_device_k(const rumor_codec *codec,
+                            const float *d_x,
+                            size_t n,
+                            size_t k,
+                            uint64_t seed,
+                            uint64_t counter,
+                            uint8_t *out,
+                            size_t cap,
+                            size_t *written,
+                            void *stream);
+
 /* rumor_codec_decode_add into d_y[0..n) in device memory: d_y += alpha *
  * decode(in), in (host memory) copied to the device once, with the
  * same checks and the same float results as rumor_codec_decode_add; on
@@ -371,6 +398,11 @@ RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_dgc(const rumor_ef *ef,
                                                  double *clip,
                                                  uint64_t *warmup);
 RUMOR_API float *rumor_ef_momentum(rumor_ef *ef, size_t *n);
+/* The count a dgc memory selects of n at its rumor_ef_steps: the codec's,
+ * or more in the warm-up. */
+RUMOR_API size_t rumor_ef_dgc_count(const rumor_ef *ef,
+                                    const rumor_codec *codec,
+                                    size_t n);
 RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_dgc_sent(const rumor_codec *codec,
                                                       const uint8_t *in,
                                                       size_t len,

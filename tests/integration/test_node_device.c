@@ -22,8 +22,8 @@
  * exchange (all-reduce with Nesterov, PowerSGD rank 2 with momentum, the
  * QSGD all-reduce with ef, the top-k all-reduce with DGC's clipped memory)
  * mixes the gradient in device memory, the same bits; an option the
- * device refuses (DGC's warm-up) keeps the model on the host, said in one
- * line. The CUDA case runs
+ * device refuses (TernGrad's shared scalers) keeps the model on the host,
+ * said in one line. The CUDA case runs
  * `--cuda` resident against `--cuda` staged (RUMOR_NODE_DEVICE=host; the same
  * kernels): it skips without a GPU, and has never run on one. Every process is
  * waited for with a deadline and killed past it.
@@ -584,9 +584,9 @@ test_ring4_ref_device__allreduce_topk_dgc__same_bits(void **state)
     const char *opts[] = {"--algo",
                           "allreduce",
                           "--codec",
-                          "topk:ratio=0.25",
+                          "dgc:ratio=0.25",
                           "--ef",
-                          "dgc:momentum=0.9,clip=1",
+                          "dgc:momentum=0.9,clip=1,warmup=3",
                           "--workload",
                           "logreg",
                           NULL};
@@ -603,15 +603,13 @@ test_ring4_ref_device__refused_option__stays_on_host(void **state)
     const char *opts[] = {"--algo",
                           "allreduce",
                           "--codec",
-                          "dgc:ratio=0.25",
-                          "--ef",
-                          "dgc:warmup=3",
+                          "terngrad:share=1",
                           "--workload",
                           "logreg",
                           NULL};
     s_host_and_ref(opts,
                    false,
-                   "stays in host memory: allreduce: --ef dgc:warmup=3");
+                   "stays in host memory: allreduce: the codec terngrad");
 }
 
 int

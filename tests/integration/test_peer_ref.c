@@ -606,8 +606,8 @@ test_peer_ref__codec_without_kernels__staged_bit_equal_to_host(void **state)
     t_staged(opts, "has no device kernels yet");
 }
 
-/* A memory that steps on the host: the compressed all-reduce's --ef dgc
- * with a warm-up (its counts are not the codec's). */
+/* What steps on the host: the compressed all-reduce's TernGrad with its
+ * scalers agreed over the ring (its codec has no device kernels). */
 static void
 test_peer_ref__host_memory__staged_bit_equal_to_host(void **state)
 {
@@ -615,13 +615,11 @@ test_peer_ref__host_memory__staged_bit_equal_to_host(void **state)
     static const char *const opts[] = {"algo",
                                        "allreduce",
                                        "codec",
-                                       "dgc:ratio=0.25",
-                                       "ef",
-                                       "dgc:warmup=3",
+                                       "terngrad:share=1",
                                        "log-level",
                                        "info",
                                        NULL};
-    t_staged(opts, "--ef dgc:warmup=3 steps on the host");
+    t_staged(opts, "the codec terngrad");
 }
 
 /* Stale exchanges (node/stale.c) on the reference device: the queue's
@@ -687,7 +685,8 @@ test_peer_ref__powergossip_stale2__bit_equal_to_host_payloads_cross(
 }
 
 /* DGC's memory where the model is (the compressed all-reduce's --ef dgc,
- * clipped): the direct path with t_stale's checks, without a stale
+ * clipped, with a warm-up): the direct path with t_stale's checks,
+ * without a stale
  * exchange: every step the host run's, and only the payloads and the
  * sent indices cross, under the model's bytes a step. */
 static void
@@ -697,9 +696,9 @@ test_peer_ref__allreduce_dgc__bit_equal_to_host_payloads_cross(void **state)
     static const char *const opts[] = {"algo",
                                        "allreduce",
                                        "codec",
-                                       "topk:ratio=0.05",
+                                       "dgc:ratio=0.05",
                                        "ef",
-                                       "dgc:momentum=0.9,clip=1",
+                                       "dgc:momentum=0.9,clip=1,warmup=2",
                                        "log-level",
                                        "warn",
                                        NULL};
