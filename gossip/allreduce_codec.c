@@ -103,8 +103,9 @@ s_memory_new(rumor_gossip *g, size_t t, rumor_ef **out, struct rumor_diag *diag)
     return rc;
 }
 
-/* Whether the memories step on the host: dgc and saef (no decay), and
- * every kind under scaler sharing; refused where the model is not. */
+/* Whether the memories step on the host: on a host model dgc and saef
+ * (no decay), and every kind under scaler sharing; a device model takes
+ * dgc (s_encode_dgc steps it there) and refuses the others. */
 static rumor_err
 s_host_steps(rumor_gossip *g, const rumor_ef *first, struct rumor_diag *diag)
 {

@@ -578,7 +578,7 @@ test_ring4_ref_device__allreduce_qsgd_ef__same_bits(void **state)
 }
 
 static void
-test_ring4_ref_device__allreduce_topk_dgc__same_bits(void **state)
+test_ring4_ref_device__allreduce_dgc_warmup__same_bits(void **state)
 {
     (void)state;
     const char *opts[] = {"--algo",
@@ -639,7 +639,7 @@ main(void)
         cmocka_unit_test(test_ring4_ref_device__allreduce_gradient__same_bits),
         cmocka_unit_test(test_ring4_ref_device__powersgd_gradient__same_bits),
         cmocka_unit_test(test_ring4_ref_device__allreduce_qsgd_ef__same_bits),
-        cmocka_unit_test(test_ring4_ref_device__allreduce_topk_dgc__same_bits),
+        cmocka_unit_test(test_ring4_ref_device__allreduce_dgc_warmup__same_bits),
         cmocka_unit_test(test_ring4_ref_device__refused_option__stays_on_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
