@@ -639,7 +639,8 @@ main(void)
         cmocka_unit_test(test_ring4_ref_device__allreduce_gradient__same_bits),
         cmocka_unit_test(test_ring4_ref_device__powersgd_gradient__same_bits),
         cmocka_unit_test(test_ring4_ref_device__allreduce_qsgd_ef__same_bits),
-        cmocka_unit_test(test_ring4_ref_device__allreduce_dgc_warmup__same_bits),
+        cmocka_unit_test(
+            test_ring4_ref_device__allreduce_dgc_warmup__same_bits),
         cmocka_unit_test(test_ring4_ref_device__refused_option__stays_on_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
