@@ -41,8 +41,9 @@
  * them. Only the payloads cross PCIe: this node's down once, and up again
  * with every other node's. DGC's memory (rumor_ef_dgc) steps there too:
  * the clip's sum of squares (sumsq_add), u' and v (dgc_step), v's payload,
- * e = v - C(v) as ef's (C(v) is 0 where nothing was sent), and u = u' but
- * 0 at the payload's own index list, which goes down; in the warm-up
+ * e = v - C(v) as a decode_add of it into v (C(v) is 0 where nothing was
+ * sent), and u = u' but 0 at the payload's own index list, which goes
+ * down; in the warm-up
  * the count is the memory's (encode_k). A state goes through the host at
  * save and load time, as rumor_ef_save's record, so it moves between
  * backends. SAEF memories and TernGrad's scaler sharing step on the host
@@ -366,13 +367,22 @@ s_encode_dgc(rumor_gossip *g,
     if (rc != RUMOR_OK)
         return rc;
     s->pack.pcie_d2h += be->host_memory ? 0 : *written;
-    rc = be->decode(s->pack.codec, dst, *written, s->cp, n);
-    s->pack.pcie_h2d += be->host_memory ? 0 : *written;
-    if (RUMOR_NEVER(rc != RUMOR_OK))
-        return rc;
     rc = s_dgc_mask(g, s->u + base, dst, *written, n);
     if (rc == RUMOR_OK)
-        rc = be->add_scaled(s->e + base, v, -1.0f, s->cp, n); /* v - C(v) */
+        rc = gossip_mem_copy(g,
+                             s->e + base,
+                             v,
+                             n * sizeof(float),
+                             GOSSIP_ON_DEVICE);
+    /* e = v + -1 C(v), the decoded bits themselves: a decode into zeros
+     * would make a sent -0 +0 on CUDA, and v - +0 is not the host's
+     * -0 - -0 */
+    if (rc == RUMOR_OK)
+        rc =
+            be->decode_add(s->pack.codec, dst, *written, -1.0f, s->e + base, n);
+    s->pack.pcie_h2d += be->host_memory ? 0 : *written;
+    if (RUMOR_NEVER(rc == RUMOR_EPROTO))
+        return rc; /* own bytes always decode, or the codec has a bug */
     s->steps[t] += rc == RUMOR_OK;
     return rc;
 }

@@ -492,9 +492,10 @@ s_anchor_crc(rumor_gossip *g, const struct frag *fr, uint32_t *crc)
 
 /* DGC's memory on a device (the compressed all-reduce's steps, errfb.c's
  * roundings): the clip's scale of Delta (acc), u' = mu u + scale Delta
- * into un and v = e + u' into acc, v's payload, C(v) decoded into
- * scratch, u = u' but 0 at the payload's own index list (it goes down),
- * e = v - C(v). The memory changes only once the payload is made. */
+ * into un and v = e + u' into acc, v's payload, u = u' but 0 at the
+ * payload's own index list (it goes down), e = v - C(v) as v with the
+ * payload decode-added at -1. The memory changes only once the payload is made.
+ */
 static rumor_err
 s_encode_dgc(rumor_gossip *g,
              struct frag *fr,
@@ -530,12 +531,10 @@ s_encode_dgc(rumor_gossip *g,
     if (rc != RUMOR_OK)
         return rc;
     g->pcie_d2h += *len;
-    rc = be->decode(s->codec, out, *len, scratch, n);
-    g->pcie_h2d += *len;
     uint32_t *idx = NULL;
-    if (RUMOR_NEVER(rc != RUMOR_OK))
-        return rc; /* own bytes always decode, or the codec has a bug */
     rc = rumor_ef_dgc_sent(s->codec, out, *len, n, &idx, &k);
+    if (RUMOR_NEVER(rc == RUMOR_EPROTO))
+        return rc; /* own bytes always parse, or the codec has a bug */
     if (rc == RUMOR_OK)
         rc = gossip_mem_copy(g,
                              fr->u,
@@ -547,7 +546,12 @@ s_encode_dgc(rumor_gossip *g,
     g->pcie_h2d += k * sizeof *idx;
     free(idx);
     if (rc == RUMOR_OK)
-        rc = be->add_scaled(fr->e, acc, -1.0f, scratch, n); /* v - C(v) */
+        rc =
+            gossip_mem_copy(g, fr->e, acc, n * sizeof(float), GOSSIP_ON_DEVICE);
+    /* e = v + -1 C(v), the decoded bits (the all-reduce's reason) */
+    if (rc == RUMOR_OK)
+        rc = be->decode_add(s->codec, out, *len, -1.0f, fr->e, n);
+    g->pcie_h2d += *len;
     fr->e_steps += rc == RUMOR_OK ? 1 : 0;
     return rc;
 }
