@@ -438,12 +438,14 @@ s_select_dgc(const struct compress_dev_i *d,
     return rc;
 }
 
-/* The selection of the codec's indices and its scan; *count their number. */
+/* The selection of the codec's indices (k of them, threshold aside) and
+ * its scan; *count their number. */
 static rumor_err
 s_select(const struct compress_dev_i *d,
          const rumor_codec *c,
          const float *x,
          size_t n,
+         size_t k,
          uint64_t seed,
          uint64_t counter,
          struct compress_dev_sel *sel,
@@ -451,7 +453,6 @@ s_select(const struct compress_dev_i *d,
          size_t *count,
          void *stream)
 {
-    size_t k = compress_sparse_k(c, n);
     if (c->id == RUMOR_CODEC_THRESHOLD)
         return s_select_ge(d,
                            x,
@@ -575,6 +576,7 @@ s_encode_sparse(const struct compress_dev_i *d,
                 const rumor_codec *c,
                 const float *x,
                 size_t n,
+                size_t k,
                 uint64_t seed,
                 uint64_t counter,
                 uint8_t *out,
@@ -598,7 +600,17 @@ s_encode_sparse(const struct compress_dev_i *d,
         goto done;
     d->zero(sof[2], sizeof(uint32_t), stream);
     d->finite(x, n, sof[2], stream);
-    rc = s_select(d, c, x, n, seed, counter, sof[0], sof[1], &sp.count, stream);
+    rc = s_select(d,
+                  c,
+                  x,
+                  n,
+                  k,
+                  seed,
+                  counter,
+                  sof[0],
+                  sof[1],
+                  &sp.count,
+                  stream);
     if (rc != RUMOR_OK)
         goto done;
     sp.r = compress_sparse_rice_param(n, sp.count);
@@ -881,6 +893,7 @@ compress_dev_encode(const struct compress_dev_i *d,
                                c,
                                x,
                                n,
+                               compress_sparse_k(c, n),
                                seed,
                                counter,
                                out,
@@ -918,6 +931,41 @@ done:
     if (flag != NULL)
         d->release(flag, stream);
     return rc;
+}
+
+rumor_err
+compress_dev_encode_k(const struct compress_dev_i *d,
+                      const rumor_codec *c,
+                      const float *x,
+                      size_t n,
+                      size_t k,
+                      uint64_t seed,
+                      uint64_t counter,
+                      uint8_t *out,
+                      size_t cap,
+                      size_t *written,
+                      void *stream)
+{
+    *written = 0;
+    if (n > RUMOR_COMPRESS_MAX_ELEMS)
+        return RUMOR_ETOOBIG;
+    if ((n > 0 && x == NULL) || k > n)
+        return RUMOR_EINVAL;
+    if (c->id != RUMOR_CODEC_DGC || !rumor_codec_device_supported(c))
+        return RUMOR_ENOTSUP;
+    if (out == NULL || cap < compress_sparse_size_any(c, n))
+        return RUMOR_ETOOBIG;
+    return s_encode_sparse(d,
+                           c,
+                           x,
+                           n,
+                           k,
+                           seed,
+                           counter,
+                           out,
+                           cap,
+                           written,
+                           stream);
 }
 
 /* The checks of a sign payload's header, length and scales (quant.c). */
@@ -1457,6 +1505,36 @@ rumor_codec_encode_device(const rumor_codec *codec,
                                cap,
                                written,
                                stream);
+}
+
+rumor_err
+rumor_codec_encode_device_k(const rumor_codec *codec,
+                            const float *d_x,
+                            size_t n,
+                            size_t k,
+                            uint64_t seed,
+                            uint64_t counter,
+                            uint8_t *out,
+                            size_t cap,
+                            size_t *written,
+                            void *stream)
+{
+    const struct compress_dev_i *d = NULL;
+    *written = 0;
+    rumor_err rc = s_cuda(&d);
+    if (rc != RUMOR_OK)
+        return rc;
+    return compress_dev_encode_k(d,
+                                 codec,
+                                 d_x,
+                                 n,
+                                 k,
+                                 seed,
+                                 counter,
+                                 out,
+                                 cap,
+                                 written,
+                                 stream);
 }
 
 rumor_err

@@ -384,6 +384,20 @@ rumor_err compress_dev_encode_shared(const struct compress_dev_i *d,
                                      size_t cap,
                                      size_t *written,
                                      void *stream);
+/* compress_dev_encode of a dgc codec keeping k of n (k <= n; DGC's
+ * warm-up counts), compress_sparse_encode_k's bytes; cap at least
+ * compress_sparse_size_any's bound. */
+rumor_err compress_dev_encode_k(const struct compress_dev_i *d,
+                                const rumor_codec *c,
+                                const float *x,
+                                size_t n,
+                                size_t k,
+                                uint64_t seed,
+                                uint64_t counter,
+                                uint8_t *out,
+                                size_t cap,
+                                size_t *written,
+                                void *stream);
 rumor_err compress_dev_decode_add(const struct compress_dev_i *d,
                                   const rumor_codec *c,
                                   const uint8_t *in,

@@ -514,6 +514,86 @@ rumor_ef_steps(const rumor_ef *ef)
     return ef->steps;
 }
 
+rumor_err
+rumor_ef_dgc(const rumor_ef *ef, float *mu, double *clip, uint64_t *warmup)
+{
+    if (ef->kind != S_DGC)
+        return RUMOR_EINVAL;
+    *mu = ef->momentum;
+    /* s_dgc_encode's clip, 0 staying 0 */
+    *clip = ef->clip / sqrt((double)ef->nodes);
+    *warmup = ef->warmup;
+    return RUMOR_OK;
+}
+
+size_t
+rumor_ef_dgc_count(const rumor_ef *ef, const rumor_codec *codec, size_t n)
+{
+    return s_dgc_count(ef, compress_sparse_k(codec, n), n);
+}
+
+rumor_err
+rumor_codec_encode_k(const rumor_codec *codec,
+                     const float *x,
+                     size_t n,
+                     size_t k,
+                     uint64_t seed,
+                     uint64_t counter,
+                     uint8_t *out,
+                     size_t cap,
+                     size_t *written)
+{
+    *written = 0;
+    if (codec->id != RUMOR_CODEC_DGC || k > n || n > RUMOR_COMPRESS_MAX_ELEMS ||
+        (n > 0 && x == NULL))
+        return RUMOR_EINVAL;
+    if (out == NULL || cap < compress_sparse_size_any(codec, n))
+        return RUMOR_ETOOBIG;
+    if (!compress_all_finite(x, n)) /* as the device's encode */
+        return RUMOR_ENUMERIC;
+    return compress_sparse_encode_k(codec,
+                                    x,
+                                    n,
+                                    k,
+                                    seed,
+                                    counter,
+                                    out,
+                                    cap,
+                                    written,
+                                    NULL,
+                                    NULL);
+}
+
+float *
+rumor_ef_momentum(rumor_ef *ef, size_t *n)
+{
+    if (n != NULL)
+        *n = ef->kind == S_DGC ? ef->n : 0;
+    return ef->u;
+}
+
+rumor_err
+rumor_ef_dgc_sent(const rumor_codec *codec,
+                  const uint8_t *in,
+                  size_t len,
+                  size_t n,
+                  uint32_t **idx,
+                  size_t *k)
+{
+    rumor_codec_id id = codec->id;
+    size_t at = 0;
+    *idx = NULL;
+    *k = 0;
+    if (id != RUMOR_CODEC_TOPK && id != RUMOR_CODEC_RANDK &&
+        id != RUMOR_CODEC_DGC)
+        return RUMOR_EINVAL;
+    struct compress_header h;
+    rumor_err rc = compress_header_read(in, len, id, n, &h);
+    return rc == RUMOR_OK
+               ? compress_sparse_indices(codec, in, len, n, idx, k, &at)
+               : rc;
+}
+
 /* --- save / restore --------------------------------------------------------
  */
 

@@ -39,13 +39,16 @@
  * memory's own roundings), the vectors the codec encodes and decodes and
  * the mean. C(p) is decoded from the bytes sent, as every node decodes
  * them. Only the payloads cross PCIe: this node's down once, and up again
- * with every other node's. A state goes through the host at save and load
- * time, as rumor_ef_save's record, so it moves between backends. DGC and
- * SAEF memories step on the host (the memory selects and clips there): a
- * model in device memory refuses them. TernGrad's scalers are computed
- * where the model is (of p, after the memory's correction) and cross PCIe
- * as the scaler message, 4 bytes each way a bucket: down to travel the
- * ring, the agreed ones up for the encode there.
+ * with every other node's. DGC's memory (rumor_ef_dgc) steps there too:
+ * the clip's sum of squares (sumsq_add), u' and v (dgc_step), v's payload,
+ * e = v - C(v) as a decode_add of it into v (C(v) is 0 where nothing was
+ * sent), and u = u' but 0 at the payload's own index list, which goes
+ * down; in the warm-up the count is the memory's (encode_k). A state goes
+ * through the host at save and load time, as rumor_ef_save's record, so it
+ * moves between backends. TernGrad's scalers are computed where the model
+ * is (of p, after the memory's correction) and cross PCIe as the scaler
+ * message, 4 bytes each way a bucket: down to travel the ring, the agreed
+ * ones up for the encode there. (saef is refused here: rumor_gossip_ef_check.)
  */
 #include "core/le.h"
 #include "gossip/gossip_impl.h"
@@ -59,9 +62,12 @@ struct cdp {
     /* the memories that step themselves, on the host (dgc, saef), one per
      * tensor; NULL otherwise */
     rumor_ef **ef;
-    float *e;        /* ef, ef-decay: the residuals, numel, backend; or NULL */
-    uint64_t *steps; /* and each tensor's steps (rumor_ef_steps) */
-    float *e_snap;   /* rumor_gossip_snapshot's e (backend) and steps */
+    float *e; /* ef, ef-decay, dgc: the residuals, numel, backend; or NULL */
+    rumor_ef *dgc;     /* dgc where the model is: its parameters; or NULL */
+    float *u, *u_snap; /* and its momentum, numel, backend */
+    float *un;         /* u' of one tensor, backend */
+    uint64_t *steps;   /* and each tensor's steps (rumor_ef_steps) */
+    float *e_snap;     /* rumor_gossip_snapshot's e (backend) and steps */
     uint64_t *steps_snap;
     uint64_t saved_d2h; /* residual bytes a state_save copied to the host */
     float decay;        /* p = x + decay e */
@@ -99,27 +105,17 @@ s_memory_new(rumor_gossip *g, size_t t, rumor_ef **out, struct rumor_diag *diag)
     return rc;
 }
 
-/* Whether the memories step on the host: dgc and saef (no decay);
- * refused where the model is not. */
+/* Whether the memories step themselves on the host (dgc on a host model:
+ * compress/errfb.c's memory); a device model's dgc steps through the table
+ * (s_encode_dgc), ef and ef-decay everywhere (p = x + decay e). */
 static rumor_err
-s_host_steps(rumor_gossip *g, const rumor_ef *first, struct rumor_diag *diag)
+s_host_steps(rumor_gossip *g, const rumor_ef *first)
 {
     struct cdp *s = g->state;
-    if (rumor_ef_decay(first, &s->decay) == RUMOR_OK)
-        return RUMOR_OK;
-    if (g->be->host_memory) {
-        s->ef = calloc(g->tensor_count, sizeof *s->ef);
-        return s->ef != NULL ? RUMOR_OK : RUMOR_ENOMEM;
-    }
-    rumor_diag_set(diag,
-                   "",
-                   0,
-                   0,
-                   "allreduce: --ef %s steps on the host (the memory selects "
-                   "and clips there); a model in GPU memory takes --ef ef, "
-                   "ef-decay or none",
-                   g->opts.ef);
-    return RUMOR_ENOTSUP;
+    if (rumor_ef_decay(first, &s->decay) == RUMOR_OK || !g->be->host_memory)
+        return RUMOR_OK; /* dgc on a device: s_make_memories keeps first */
+    s->ef = calloc(g->tensor_count, sizeof *s->ef);
+    return s->ef != NULL ? RUMOR_OK : RUMOR_ENOMEM;
 }
 
 static rumor_err
@@ -131,9 +127,12 @@ s_make_memories(rumor_gossip *g, struct rumor_diag *diag)
     for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
         rc = s_memory_new(g, t, &mem, diag);
         if (rc == RUMOR_OK && t == 0)
-            rc = s_host_steps(g, mem, diag);
+            rc = s_host_steps(g, mem);
         if (rc == RUMOR_OK && s->ef != NULL)
             s->ef[t] = mem; /* kept: it steps */
+        else if (rc == RUMOR_OK && t == 0 &&
+                 rumor_ef_momentum(mem, NULL) != NULL)
+            s->dgc = mem; /* kept: its parameters */
         else
             rumor_ef_destroy(&mem);
     }
@@ -148,6 +147,10 @@ s_make_memories(rumor_gossip *g, struct rumor_diag *diag)
     rc = s->steps != NULL ? RUMOR_OK : RUMOR_ENOMEM;
     if (rc == RUMOR_OK)
         rc = g->be->alloc(g->numel * sizeof(float), (void **)&s->e);
+    if (rc == RUMOR_OK && s->dgc != NULL)
+        rc = g->be->alloc(g->numel * sizeof(float), (void **)&s->u);
+    if (rc == RUMOR_OK && s->dgc != NULL)
+        rc = g->be->alloc(largest * sizeof(float), (void **)&s->un);
     return rc == RUMOR_OK
                ? g->be->alloc(largest * sizeof(float), (void **)&s->cp)
                : rc;
@@ -201,6 +204,10 @@ s_free(rumor_gossip *g)
     free(s->steps_snap);
     g->be->release(s->e);
     g->be->release(s->e_snap);
+    rumor_ef_destroy(&s->dgc);
+    g->be->release(s->u);
+    g->be->release(s->u_snap);
+    g->be->release(s->un);
     g->be->release(s->cp);
     g->be->release(s->sum);
     gossip_packer_free(&s->pack);
@@ -236,7 +243,9 @@ s_memories_nodes(rumor_gossip *g)
     for (size_t t = 0; s->ef != NULL && t < g->tensor_count && rc == RUMOR_OK;
          t++)
         rc = rumor_ef_set_nodes(s->ef[t], g->ring_n);
-    return rc;
+    return rc == RUMOR_OK && s->dgc != NULL
+               ? rumor_ef_set_nodes(s->dgc, g->ring_n)
+               : rc;
 }
 
 /* This node's own scalers of what each tensor's encode will get: p = x +
@@ -270,6 +279,101 @@ s_own_scalers(rumor_gossip *g)
     return RUMOR_OK;
 }
 
+/* DGC's clip of x (n elements): 1, or clip / norm above the clip. */
+static rumor_err
+s_dgc_scale(rumor_gossip *g, const float *x, size_t n, float *mu, float *scale)
+{
+    struct cdp *s = g->state;
+    double clip = 0, sq = 0;
+    uint64_t warmup = 0;
+    rumor_err rc = rumor_ef_dgc(s->dgc, mu, &clip, &warmup);
+    *scale = 1.0f;
+    if (rc != RUMOR_OK || clip <= 0)
+        return rc;
+    /* ((double)x + 0)^2 is errfb.c's (double)x * x */
+    rc = g->be->zero(s->cp, n * sizeof(float));
+    if (rc == RUMOR_OK)
+        rc = g->be->sumsq_add(x, s->cp, n, &sq);
+    double norm = sqrt(sq);
+    if (rc == RUMOR_OK && norm > clip)
+        *scale = (float)(clip / norm);
+    return rc;
+}
+
+/* u = u' but 0 at the indices the payload (this node's own) sent. */
+static rumor_err
+s_dgc_mask(rumor_gossip *g, float *u, const uint8_t *pay, size_t len, size_t n)
+{
+    struct cdp *s = g->state;
+    uint32_t *idx = NULL;
+    size_t k = 0;
+    rumor_err rc = rumor_ef_dgc_sent(s->pack.codec, pay, len, n, &idx, &k);
+    if (RUMOR_NEVER(rc == RUMOR_EPROTO || rc == RUMOR_EINVAL))
+        return rc; /* own bytes always parse */
+    if (rc == RUMOR_OK)
+        rc = gossip_mem_copy(g, u, s->un, n * sizeof(float), GOSSIP_ON_DEVICE);
+    if (rc == RUMOR_OK)
+        rc = g->be->zero_at(u, idx, k);
+    s->pack.pcie_h2d += g->be->host_memory ? 0 : k * sizeof *idx;
+    free(idx);
+    return rc;
+}
+
+/* Tensor t's payload through DGC's memory where the model is (the steps
+ * of errfb.c's s_dgc_encode, its roundings): v in p, u' in un. The memory
+ * changes only once the payload is made. */
+static rumor_err
+s_encode_dgc(rumor_gossip *g,
+             size_t t,
+             size_t base,
+             uint64_t seed,
+             uint64_t step,
+             uint8_t *dst,
+             size_t cap,
+             size_t *written)
+{
+    struct cdp *s = g->state;
+    const struct gossip_backend_i *be = g->be;
+    const float *x = g->tensors[t].data;
+    float *v = s->pack.scratch, mu = 0, scale = 1;
+    size_t n = rumor_tensor_numel(&g->tensors[t]);
+    double clip = 0;
+    uint64_t warmup = 0;
+    rumor_err rc = rumor_ef_dgc(s->dgc, &mu, &clip, &warmup);
+    if (rc == RUMOR_OK)
+        rc = s_dgc_scale(g, x, n, &mu, &scale);
+    if (rc == RUMOR_OK)
+        rc = be->dgc_step(s->un, v, s->e + base, s->u + base, x, mu, scale, n);
+    rumor_ef_set_steps(s->dgc, s->steps[t]); /* the warm-up's count */
+    size_t k = rumor_ef_dgc_count(s->dgc, s->pack.codec, n);
+    if (rc == RUMOR_OK && warmup > 0)
+        rc =
+            be->encode_k(s->pack.codec, v, n, k, seed, step, dst, cap, written);
+    else if (rc == RUMOR_OK)
+        rc = be->encode(s->pack.codec, v, n, seed, step, dst, cap, written);
+    if (rc != RUMOR_OK)
+        return rc;
+    s->pack.pcie_d2h += be->host_memory ? 0 : *written;
+    rc = s_dgc_mask(g, s->u + base, dst, *written, n);
+    if (rc == RUMOR_OK)
+        rc = gossip_mem_copy(g,
+                             s->e + base,
+                             v,
+                             n * sizeof(float),
+                             GOSSIP_ON_DEVICE);
+    /* e = v + -1 C(v), the decoded bits themselves: a decode into zeros
+     * would make a sent -0 +0 on CUDA, and v - +0 is not the host's
+     * -0 - -0 */
+    if (rc == RUMOR_OK)
+        rc =
+            be->decode_add(s->pack.codec, dst, *written, -1.0f, s->e + base, n);
+    s->pack.pcie_h2d += be->host_memory ? 0 : *written;
+    if (RUMOR_NEVER(rc == RUMOR_EPROTO))
+        return rc; /* own bytes always decode, or the codec has a bug */
+    s->steps[t] += rc == RUMOR_OK;
+    return rc;
+}
+
 /* Tensor t's payload through the table: p = x + decay e (x itself
  * without a memory), encoded at the agreed scalers when shared (they go
  * up), then e = p - C(p), C(p) decoded from the bytes. */
@@ -289,6 +393,8 @@ s_encode_table(rumor_gossip *g,
     const float *x = g->tensors[t].data;
     float *p = s->pack.scratch;
     size_t n = rumor_tensor_numel(&g->tensors[t]);
+    if (s->dgc != NULL)
+        return s_encode_dgc(g, t, base, seed, step, dst, cap, written);
     rumor_err rc = s->e != NULL ? be->add_scaled(p, x, s->decay, s->e + base, n)
                                 : RUMOR_OK;
     const float *v = s->e != NULL ? p : x;
@@ -512,6 +618,7 @@ s_absorb(rumor_gossip *g,
 static rumor_err
 s_save_one(const rumor_gossip *g,
            const float *e,
+           const float *u,
            const uint64_t *steps,
            size_t t,
            size_t base,
@@ -526,6 +633,13 @@ s_save_one(const rumor_gossip *g,
         rumor_ef_set_steps(mem, steps[t]);
         rc = g->be->copy(rumor_ef_residual(mem, NULL),
                          e + base,
+                         n * sizeof(float),
+                         GOSSIP_TO_HOST);
+        s->saved_d2h += g->be->host_memory ? 0 : n * sizeof(float);
+    }
+    if (rc == RUMOR_OK && s->dgc != NULL) {
+        rc = g->be->copy(rumor_ef_momentum(mem, NULL),
+                         u + base,
                          n * sizeof(float),
                          GOSSIP_TO_HOST);
         s->saved_d2h += g->be->host_memory ? 0 : n * sizeof(float);
@@ -548,6 +662,7 @@ s_save_one(const rumor_gossip *g,
 static rumor_err
 s_save_from(const rumor_gossip *g,
             const float *e,
+            const float *u,
             const uint64_t *steps,
             struct rumor_buf *out)
 {
@@ -555,7 +670,7 @@ s_save_from(const rumor_gossip *g,
     size_t count = s->ef != NULL || s->e != NULL ? g->tensor_count : 0;
     rumor_err rc = gossip_write_u32(out, (uint32_t)count);
     for (size_t t = 0, base = 0; t < count && rc == RUMOR_OK; t++) {
-        rc = s_save_one(g, e, steps, t, base, out);
+        rc = s_save_one(g, e, u, steps, t, base, out);
         base += rumor_tensor_numel(&g->tensors[t]);
     }
     return rc;
@@ -565,7 +680,7 @@ static rumor_err
 s_state_save(const rumor_gossip *g, struct rumor_buf *out)
 {
     const struct cdp *s = g->state;
-    return s_save_from(g, s->e, s->steps, out);
+    return s_save_from(g, s->e, s->u, s->steps, out);
 }
 
 /* The residuals copied where they are, device to device, and their step
@@ -582,6 +697,8 @@ s_snap_take(rumor_gossip *g)
     rumor_err rc = RUMOR_OK;
     if (s->e_snap == NULL)
         rc = g->be->alloc(g->numel * sizeof(float), (void **)&s->e_snap);
+    if (rc == RUMOR_OK && s->u != NULL && s->u_snap == NULL)
+        rc = g->be->alloc(g->numel * sizeof(float), (void **)&s->u_snap);
     if (rc == RUMOR_OK && s->steps_snap == NULL) {
         s->steps_snap = calloc(g->tensor_count + 1, sizeof *s->steps_snap);
         rc = s->steps_snap != NULL ? RUMOR_OK : RUMOR_ENOMEM;
@@ -590,6 +707,12 @@ s_snap_take(rumor_gossip *g)
         rc = gossip_mem_copy(g,
                              s->e_snap,
                              s->e,
+                             g->numel * sizeof(float),
+                             GOSSIP_ON_DEVICE);
+    if (rc == RUMOR_OK && s->u != NULL)
+        rc = gossip_mem_copy(g,
+                             s->u_snap,
+                             s->u,
                              g->numel * sizeof(float),
                              GOSSIP_ON_DEVICE);
     if (rc == RUMOR_OK)
@@ -604,18 +727,25 @@ s_snap_restore(rumor_gossip *g)
     if (s->e == NULL)
         return RUMOR_OK;
     memcpy(s->steps, s->steps_snap, g->tensor_count * sizeof *s->steps);
-    return gossip_mem_copy(g,
-                           s->e,
-                           s->e_snap,
-                           g->numel * sizeof(float),
-                           GOSSIP_ON_DEVICE);
+    rumor_err rc = gossip_mem_copy(g,
+                                   s->e,
+                                   s->e_snap,
+                                   g->numel * sizeof(float),
+                                   GOSSIP_ON_DEVICE);
+    return rc == RUMOR_OK && s->u != NULL
+               ? gossip_mem_copy(g,
+                                 s->u,
+                                 s->u_snap,
+                                 g->numel * sizeof(float),
+                                 GOSSIP_ON_DEVICE)
+               : rc;
 }
 
 static rumor_err
 s_snap_save(const rumor_gossip *g, struct rumor_buf *out)
 {
     const struct cdp *s = g->state;
-    return s_save_from(g, s->e_snap, s->steps_snap, out);
+    return s_save_from(g, s->e_snap, s->u_snap, s->steps_snap, out);
 }
 
 /* Memory t from its record, checked first on a memory of the same spec,
@@ -640,6 +770,12 @@ s_load_one(rumor_gossip *g,
         rc = gossip_mem_copy(g,
                              s->e + base,
                              rumor_ef_residual(check, NULL),
+                             n * sizeof(float),
+                             GOSSIP_TO_DEVICE);
+    if (rc == RUMOR_OK && apply && s->u != NULL)
+        rc = gossip_mem_copy(g,
+                             s->u + base,
+                             rumor_ef_momentum(check, NULL),
                              n * sizeof(float),
                              GOSSIP_TO_DEVICE);
     if (rc == RUMOR_OK && apply && s->ef == NULL)

@@ -297,6 +297,49 @@ s_encode_shared(const rumor_codec *codec,
                                      NULL);
 }
 
+static rumor_err
+s_dgc_step(float *u_new,
+           float *v,
+           const float *e,
+           const float *u,
+           const float *g,
+           float mu,
+           float scale,
+           size_t n)
+{
+    gossip_ref_dgc_step(u_new, v, e, u, g, mu, scale, n);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_zero_at(float *u, const uint32_t *idx, size_t k)
+{
+    gossip_ref_zero_at(u, idx, k);
+    return RUMOR_OK;
+}
+
+static rumor_err
+s_encode_k(const rumor_codec *codec,
+           const float *x,
+           size_t n,
+           size_t k,
+           uint64_t seed,
+           uint64_t counter,
+           uint8_t *out,
+           size_t cap,
+           size_t *written)
+{
+    return rumor_codec_encode_k(codec,
+                                x,
+                                n,
+                                k,
+                                seed,
+                                counter,
+                                out,
+                                cap,
+                                written);
+}
+
 #define S_HOST_OPS                                                          \
     .alloc = s_alloc, .release = s_release, .copy = s_copy, .zero = s_zero, \
     .diff = s_diff, .sub = s_sub, .axpy = s_axpy, .scale = s_scale,         \
@@ -306,7 +349,8 @@ s_encode_shared(const rumor_codec *codec,
     .decode_add = s_decode_add, .uniform = s_uniform,                       \
     .moniqua_levels = s_moniqua_levels, .moniqua_term = s_moniqua_term,     \
     .stats = s_stats, .rel_error = s_rel_error, .sumsq_add = s_sumsq_add,   \
-    .sgd = s_sgd, .scalers = s_scalers, .encode_shared = s_encode_shared
+    .sgd = s_sgd, .scalers = s_scalers, .encode_shared = s_encode_shared,   \
+    .dgc_step = s_dgc_step, .zero_at = s_zero_at, .encode_k = s_encode_k
 
 const struct gossip_backend_i gossip_backend_host = {
     .name = "host",

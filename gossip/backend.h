@@ -205,6 +205,31 @@ struct gossip_backend_i {
                                uint8_t *out,
                                size_t cap,
                                size_t *written);
+    /* DGC's memory (allreduce_codec.c, rumor_ef_dgc), in float as
+     * errfb.c: u_new = mu u + scale g (each product rounded, then the
+     * sum), v = e + u_new; v may be g (element by element) */
+    rumor_err (*dgc_step)(float *u_new,
+                          float *v,
+                          const float *e,
+                          const float *u,
+                          const float *g,
+                          float mu,
+                          float scale,
+                          size_t n);
+    /* u[idx[j]] = 0 for j < k: idx (host memory, ascending, each below u's
+     * length) goes down first on a device */
+    rumor_err (*zero_at)(float *u, const uint32_t *idx, size_t k);
+    /* encode's rumor_codec_encode_k: a dgc codec keeping k of n (DGC's
+     * warm-up) */
+    rumor_err (*encode_k)(const rumor_codec *codec,
+                          const float *x,
+                          size_t n,
+                          size_t k,
+                          uint64_t seed,
+                          uint64_t counter,
+                          uint8_t *out,
+                          size_t cap,
+                          size_t *written);
 };
 
 /* The chunk of a device's crc32c: one thread's bytes. */
@@ -269,6 +294,15 @@ void gossip_ref_sgd(float *p,
                     float mu,
                     bool nesterov,
                     size_t n);
+void gossip_ref_dgc_step(float *u_new,
+                         float *v,
+                         const float *e,
+                         const float *u,
+                         const float *g,
+                         float mu,
+                         float scale,
+                         size_t n);
+void gossip_ref_zero_at(float *u, const uint32_t *idx, size_t k);
 extern const struct gossip_backend_i gossip_backend_host;
 extern const struct gossip_backend_i gossip_backend_ref;
 

@@ -855,6 +855,84 @@ s_encode_shared(const rumor_codec *codec,
                                             NULL);
 }
 
+__global__ void
+k_dgc_step(float *u_new,
+           float *v,
+           const float *e,
+           const float *u,
+           const float *g,
+           float mu,
+           float scale,
+           size_t n)
+{
+    S_EACH(i, n)
+    {
+        float un = __fadd_rn(__fmul_rn(mu, u[i]), __fmul_rn(scale, g[i]));
+        u_new[i] = un;
+        v[i] = __fadd_rn(e[i], un);
+    }
+}
+
+static rumor_err
+s_dgc_step(float *u_new,
+           float *v,
+           const float *e,
+           const float *u,
+           const float *g,
+           float mu,
+           float scale,
+           size_t n)
+{
+    k_dgc_step<<<s_blocks(n), S_THREADS>>>(u_new, v, e, u, g, mu, scale, n);
+    return s_launched("dgc_step");
+}
+
+__global__ void
+k_zero_at(float *u, const uint32_t *idx, size_t k)
+{
+    S_EACH(j, k) u[idx[j]] = 0.0f;
+}
+
+static rumor_err
+s_zero_at(float *u, const uint32_t *idx, size_t k)
+{
+    if (k == 0)
+        return RUMOR_OK;
+    uint32_t *d = NULL;
+    rumor_err rc = s_alloc(k * sizeof *idx, (void **)&d);
+    if (rc == RUMOR_OK)
+        rc = s_copy(d, idx, k * sizeof *idx, GOSSIP_TO_DEVICE);
+    if (rc == RUMOR_OK) {
+        k_zero_at<<<s_blocks(k), S_THREADS>>>(u, d, k);
+        rc = s_launched("zero_at");
+    }
+    s_release(d);
+    return rc;
+}
+
+static rumor_err
+s_encode_k(const rumor_codec *codec,
+           const float *x,
+           size_t n,
+           size_t k,
+           uint64_t seed,
+           uint64_t counter,
+           uint8_t *out,
+           size_t cap,
+           size_t *written)
+{
+    return rumor_codec_encode_device_k(codec,
+                                       x,
+                                       n,
+                                       k,
+                                       seed,
+                                       counter,
+                                       out,
+                                       cap,
+                                       written,
+                                       NULL);
+}
+
 static const struct gossip_backend_i s_cuda = {
     .name = "cuda",
     .host_memory = false,
@@ -888,6 +966,9 @@ static const struct gossip_backend_i s_cuda = {
     .sgd = s_sgd,
     .scalers = s_scalers,
     .encode_shared = s_encode_shared,
+    .dgc_step = s_dgc_step,
+    .zero_at = s_zero_at,
+    .encode_k = s_encode_k,
 };
 
 extern "C" rumor_err

@@ -66,7 +66,10 @@
  * (the all-reduce's payload), a compressed one its payloads and the
  * anchor's chunk checksums. There the delta's memory is kept here (its
  * residual in backend memory, saved through a rumor_ef), for the kinds
- * whose update is p - C(p): saef, ef and ef-decay; dgc is refused.
+ * whose update is p - C(p): saef, ef and ef-decay; and dgc, whose
+ * momentum u is kept there too (the compressed all-reduce's steps: the
+ * clip's sumsq_add, dgc_step, the warm-up's count, e = v - C(v), u
+ * zeroed at the payload's own index list).
  */
 #include "gossip/gossip_impl.h"
 #include "gossip/saef.h"
@@ -85,6 +88,7 @@ struct frag {
     /* On a device, the memory's residual (backend memory) and step count:
      * ef then only saves and restores them. */
     float *e;
+    float *u; /* dgc: its momentum (backend memory); or NULL */
     uint64_t e_steps;
     bool have_anchor;
     bool tentative; /* the anchor is the initial model, not yet confirmed
@@ -103,6 +107,7 @@ struct undo {
     uint8_t *ef;
     size_t ef_len, ef_cap;
     float *e; /* a device's residual (largest fragment), and its steps */
+    float *u; /* dgc's momentum (largest fragment), or NULL */
     uint64_t e_steps;
     float ahead;
     bool ahead_nbr, have_ebar;
@@ -119,7 +124,8 @@ struct localsgd {
     size_t last; /* the fragment of the last sync (its mixer's radius) */
     /* flat, numel floats each, in the model's memory (g->be) */
     float *anchor, *x, *velocity, *acc;
-    float ef_c; /* a device's memory: p = Delta + ef_c e (not saef) */
+    float ef_c; /* a device's memory: p = Delta + ef_c e (not saef, dgc) */
+    float *un;  /* a device's dgc: u' (largest fragment) */
     struct gossip_gather gather; /* codec path: every node's payload */
     bool compressed_sync;        /* this sync uses the codec path */
     /* the neighbourhood form (saef.c): the exchange of the errors, and the
@@ -199,29 +205,6 @@ s_check_opts(const rumor_gossip *g, struct rumor_diag *diag)
     return RUMOR_EINVAL;
 }
 
-/* On a device the delta's memory is kept by this file (the residual in
- * backend memory): the kinds whose update is e = p - C(p), with p = Delta
- * (saef) or Delta + c e (ef: c = 1; ef-decay: c = its decay, and its
- * gamma e + Delta - C(p) is that p - C(p)). dgc's momentum and selection
- * stay on the host. */
-static rumor_err
-s_check_device(const rumor_gossip *g, struct rumor_diag *diag)
-{
-    const char *spec = s_ef_spec(g);
-    if (g->be->host_memory || g->opts.delta_codec[0] == '\0' ||
-        strcspn(spec, ":") != 3 || strncmp(spec, "dgc", 3) != 0)
-        return RUMOR_OK;
-    rumor_diag_set(diag,
-                   "",
-                   0,
-                   0,
-                   "localsgd: ef %s keeps its momentum and selects on the "
-                   "host: a model in device memory takes ef saef, ef or "
-                   "ef-decay; keep the model in host memory for dgc",
-                   spec);
-    return RUMOR_ENOTSUP;
-}
-
 /* c of p = Delta + c e, read from the memory's own correction: a memory
  * of one element whose e is 1 corrects 0 to c. */
 static rumor_err
@@ -286,6 +269,9 @@ s_make_codec(rumor_gossip *g, struct rumor_diag *diag)
         rc = rumor_ef_new(s_ef_spec(g), fr->len, &fr->ef, diag);
         if (rc == RUMOR_OK && !g->be->host_memory)
             rc = g->be->alloc(fr->len * sizeof(float), (void **)&fr->e);
+        if (rc == RUMOR_OK && !g->be->host_memory &&
+            rumor_ef_momentum(fr->ef, NULL) != NULL)
+            rc = g->be->alloc(fr->len * sizeof(float), (void **)&fr->u);
         largest = fr->len > largest ? fr->len : largest;
         if (rc == RUMOR_OK && !rumor_ef_codec_fits(fr->ef, s->codec)) {
             rumor_diag_set(diag,
@@ -304,11 +290,16 @@ s_make_codec(rumor_gossip *g, struct rumor_diag *diag)
             rc = rumor_ef_encoded_size(fr->ef, s->codec, fr->len, &need);
         cap = need > cap ? need : cap;
     }
+    bool dgc = rc == RUMOR_OK && s->frag[0].u != NULL;
     if (rc == RUMOR_OK && !g->be->host_memory) {
-        rc = s_ef_coefficient(g, &s->ef_c);
+        rc = dgc ? RUMOR_OK : s_ef_coefficient(g, &s->ef_c);
         if (rc == RUMOR_OK)
             rc = g->be->alloc(largest * sizeof(float), (void **)&s->undo.e);
     }
+    if (rc == RUMOR_OK && dgc)
+        rc = g->be->alloc(largest * sizeof(float), (void **)&s->undo.u);
+    if (rc == RUMOR_OK && dgc)
+        rc = g->be->alloc(largest * sizeof(float), (void **)&s->un);
     if (rc == RUMOR_OK)
         rc = gossip_gather_init(&s->gather, g, cap + ANCHOR_CRC);
     return rc;
@@ -341,8 +332,6 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     g->state = s;
     rumor_err rc = s_check_opts(g, diag);
     if (rc == RUMOR_OK)
-        rc = s_check_device(g, diag);
-    if (rc == RUMOR_OK)
         rc = gossip_saef_init(&s->saef, g, diag);
     if (rc == RUMOR_OK)
         rc = s_make_frags(g, diag);
@@ -374,6 +363,7 @@ s_free(rumor_gossip *g)
         rumor_ef_destroy(&s->frag[f].ef);
         g->be->release(s->frag[f].buf);
         g->be->release(s->frag[f].e);
+        g->be->release(s->frag[f].u);
     }
     free(s->frag);
     rumor_codec_destroy(&s->codec);
@@ -385,9 +375,13 @@ s_free(rumor_gossip *g)
     g->be->release(s->velocity);
     g->be->release(s->acc);
     g->be->release(s->undo.e);
+    g->be->release(s->undo.u);
+    g->be->release(s->un);
     free(s->undo.ef);
-    for (size_t f = 0; s->snap_frag != NULL && f < s->frag_n; f++)
+    for (size_t f = 0; s->snap_frag != NULL && f < s->frag_n; f++) {
         g->be->release(s->snap_frag[f].e);
+        g->be->release(s->snap_frag[f].u);
+    }
     free(s->snap_frag);
     g->be->release(s->snap_anchor);
     g->be->release(s->snap_velocity);
@@ -460,11 +454,18 @@ s_undo_keep(rumor_gossip *g, const struct frag *fr)
     u->discard = false;
     if (fr->e != NULL) { /* a device's memory: a copy there */
         u->e_steps = fr->e_steps;
-        return gossip_mem_copy(g,
-                               u->e,
-                               fr->e,
-                               fr->len * sizeof(float),
-                               GOSSIP_ON_DEVICE);
+        rumor_err rc = gossip_mem_copy(g,
+                                       u->e,
+                                       fr->e,
+                                       fr->len * sizeof(float),
+                                       GOSSIP_ON_DEVICE);
+        return rc == RUMOR_OK && fr->u != NULL
+                   ? gossip_mem_copy(g,
+                                     u->u,
+                                     fr->u,
+                                     fr->len * sizeof(float),
+                                     GOSSIP_ON_DEVICE)
+                   : rc;
     }
     size_t need = rumor_ef_state_size(fr->ef);
     if (need > u->ef_cap) {
@@ -489,6 +490,72 @@ s_anchor_crc(rumor_gossip *g, const struct frag *fr, uint32_t *crc)
     return g->be->crc32c(s->anchor + fr->off, bytes, crc);
 }
 
+/* DGC's memory on a device (the compressed all-reduce's steps, errfb.c's
+ * roundings): the clip's scale of Delta (acc), u' = mu u + scale Delta
+ * into un and v = e + u' into acc, v's payload, u = u' but 0 at the
+ * payload's own index list (it goes down), e = v - C(v) as v with the
+ * payload decode-added at -1. The memory changes only once the payload is made.
+ */
+static rumor_err
+s_encode_dgc(rumor_gossip *g,
+             struct frag *fr,
+             float *acc,
+             float *scratch,
+             uint64_t seed,
+             uint64_t step,
+             uint8_t *out,
+             size_t cap,
+             size_t *len)
+{
+    struct localsgd *s = g->state;
+    const struct gossip_backend_i *be = g->be;
+    size_t n = fr->len, k = 0;
+    float mu = 0, scale = 1.0f;
+    double clip = 0, sq = 0;
+    uint64_t warmup = 0;
+    rumor_err rc = rumor_ef_dgc(fr->ef, &mu, &clip, &warmup);
+    if (rc == RUMOR_OK && clip > 0) /* ((double)x + 0)^2: errfb.c's x x */
+        rc = be->zero(scratch, n * sizeof(float));
+    if (rc == RUMOR_OK && clip > 0)
+        rc = be->sumsq_add(acc, scratch, n, &sq);
+    if (rc == RUMOR_OK && clip > 0 && sqrt(sq) > clip)
+        scale = (float)(clip / sqrt(sq));
+    if (rc == RUMOR_OK)
+        rc = be->dgc_step(s->un, acc, fr->e, fr->u, acc, mu, scale, n);
+    rumor_ef_set_steps(fr->ef, fr->e_steps); /* the warm-up's count */
+    k = rumor_ef_dgc_count(fr->ef, s->codec, n);
+    if (rc == RUMOR_OK && warmup > 0)
+        rc = be->encode_k(s->codec, acc, n, k, seed, step, out, cap, len);
+    else if (rc == RUMOR_OK)
+        rc = be->encode(s->codec, acc, n, seed, step, out, cap, len);
+    if (rc != RUMOR_OK)
+        return rc;
+    g->pcie_d2h += *len;
+    uint32_t *idx = NULL;
+    rc = rumor_ef_dgc_sent(s->codec, out, *len, n, &idx, &k);
+    if (RUMOR_NEVER(rc == RUMOR_EPROTO))
+        return rc; /* own bytes always parse, or the codec has a bug */
+    if (rc == RUMOR_OK)
+        rc = gossip_mem_copy(g,
+                             fr->u,
+                             s->un,
+                             n * sizeof(float),
+                             GOSSIP_ON_DEVICE);
+    if (rc == RUMOR_OK)
+        rc = be->zero_at(fr->u, idx, k);
+    g->pcie_h2d += k * sizeof *idx;
+    free(idx);
+    if (rc == RUMOR_OK)
+        rc =
+            gossip_mem_copy(g, fr->e, acc, n * sizeof(float), GOSSIP_ON_DEVICE);
+    /* e = v + -1 C(v), the decoded bits (the all-reduce's reason) */
+    if (rc == RUMOR_OK)
+        rc = be->decode_add(s->codec, out, *len, -1.0f, fr->e, n);
+    g->pcie_h2d += *len;
+    fr->e_steps += rc == RUMOR_OK ? 1 : 0;
+    return rc;
+}
+
 /* rumor_ef_encode of Delta (acc, changed) on a device's memory: p = Delta
  * (saef) or Delta + c e (ef, ef-decay) is encoded, C(p) decoded from the
  * payload (what every receiver decodes) into scratch, and e = p - C(p), as
@@ -507,6 +574,8 @@ s_encode_device(rumor_gossip *g,
     struct localsgd *s = g->state;
     const struct gossip_backend_i *be = g->be;
     rumor_err rc = RUMOR_OK;
+    if (fr->u != NULL)
+        return s_encode_dgc(g, fr, acc, scratch, seed, step, out, cap, len);
     if (!s_saef(g)) /* saef: p = Delta (not Delta + 0 e: -0 + 0 is +0) */
         rc = be->add_scaled(acc, acc, s->ef_c, fr->e, fr->len);
     if (rc == RUMOR_OK)
@@ -699,6 +768,12 @@ s_discard(rumor_gossip *g, struct frag *fr, size_t j)
                              u->e,
                              fr->len * sizeof(float),
                              GOSSIP_ON_DEVICE);
+        if (rc == RUMOR_OK && fr->u != NULL)
+            rc = gossip_mem_copy(g,
+                                 fr->u,
+                                 u->u,
+                                 fr->len * sizeof(float),
+                                 GOSSIP_ON_DEVICE);
     } else {
         rc = rumor_ef_restore(fr->ef, u->ef, u->ef_len);
     }
@@ -954,8 +1029,15 @@ s_ef_to_host(const rumor_gossip *g, const struct frag *fr)
     struct localsgd *s = g->state;
     s->saved_d2h += fr->len * sizeof(float);
     rumor_ef_set_steps(fr->ef, fr->e_steps);
-    return g->be->copy(rumor_ef_residual(fr->ef, NULL),
-                       fr->e,
+    rumor_err rc = g->be->copy(rumor_ef_residual(fr->ef, NULL),
+                               fr->e,
+                               fr->len * sizeof(float),
+                               GOSSIP_TO_HOST);
+    if (rc != RUMOR_OK || fr->u == NULL)
+        return rc;
+    s->saved_d2h += fr->len * sizeof(float);
+    return g->be->copy(rumor_ef_momentum(fr->ef, NULL),
+                       fr->u,
                        fr->len * sizeof(float),
                        GOSSIP_TO_HOST);
 }
@@ -967,7 +1049,13 @@ s_ef_to_device(const rumor_gossip *g, struct frag *fr)
     size_t n = 0;
     const float *e = rumor_ef_error(fr->ef, &n);
     fr->e_steps = rumor_ef_steps(fr->ef);
-    return g->be->copy(fr->e, e, n * sizeof *e, GOSSIP_TO_DEVICE);
+    rumor_err rc = g->be->copy(fr->e, e, n * sizeof *e, GOSSIP_TO_DEVICE);
+    return rc == RUMOR_OK && fr->u != NULL
+               ? g->be->copy(fr->u,
+                             rumor_ef_momentum(fr->ef, NULL),
+                             n * sizeof *e,
+                             GOSSIP_TO_DEVICE)
+               : rc;
 }
 
 /* A u64-length blob of a fragment's error memory (empty without a delta
@@ -1318,14 +1406,18 @@ s_snap_move(rumor_gossip *g, bool take)
         rc = s_snap_vec(g, s->saef.ebar, &s->snap_ebar, g->numel, take);
     for (size_t f = 0; f < s->frag_n && rc == RUMOR_OK; f++) {
         struct frag *fr = &s->frag[f], *sn = &s->snap_frag[f];
-        float *e = sn->e, *live_e = fr->e;
+        float *e = sn->e, *live_e = fr->e, *u = sn->u, *live_u = fr->u;
         rc = s_snap_vec(g, fr->e, &e, fr->len, take);
+        if (rc == RUMOR_OK)
+            rc = s_snap_vec(g, fr->u, &u, fr->len, take);
         if (rc == RUMOR_OK && take) {
             *sn = *fr;
             sn->e = e;
+            sn->u = u;
         } else if (rc == RUMOR_OK) {
             *fr = *sn;
             fr->e = live_e;
+            fr->u = live_u;
         }
         if (rc == RUMOR_OK)
             rc = take ? rumor_gossip_snapshot(fr->mixer)

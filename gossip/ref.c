@@ -327,3 +327,26 @@ gossip_ref_sumsq_add(const float *a, const float *b, size_t n, double *acc)
     }
     *acc = m2;
 }
+
+void
+gossip_ref_dgc_step(float *u_new,
+                    float *v,
+                    const float *e,
+                    const float *u,
+                    const float *g,
+                    float mu,
+                    float scale,
+                    size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        u_new[i] = mu * u[i] + scale * g[i];
+        v[i] = e[i] + u_new[i];
+    }
+}
+
+void
+gossip_ref_zero_at(float *u, const uint32_t *idx, size_t k)
+{
+    for (size_t j = 0; j < k; j++)
+        u[idx[j]] = 0.0f;
+}

@@ -226,6 +226,32 @@ rumor_codec_encode_shared_device(const rumor_codec *codec,
                                  size_t cap,
                                  size_t *written,
                                  void *stream);
+/* A dgc codec's payload keeping k of n values rather than its own count
+ * (DGC's warm-up, rumor_ef_dgc_count), on the host or of d_x in device
+ * memory (as rumor_codec_encode_device), the same bytes; cap at least
+ * rumor_ef_encoded_size's bound. RUMOR_EINVAL for k > n or another codec
+ * (RUMOR_ENOTSUP on the device). */
+RUMOR_API RUMOR_NODISCARD rumor_err
+rumor_codec_encode_k(const rumor_codec *codec,
+                     const float *x,
+                     size_t n,
+                     size_t k,
+                     uint64_t seed,
+                     uint64_t counter,
+                     uint8_t *out,
+                     size_t cap,
+                     size_t *written);
+RUMOR_API RUMOR_NODISCARD rumor_err
+rumor_codec_encode_device_k(const rumor_codec *codec,
+                            const float *d_x,
+                            size_t n,
+                            size_t k,
+                            uint64_t seed,
+                            uint64_t counter,
+                            uint8_t *out,
+                            size_t cap,
+                            size_t *written,
+                            void *stream);
 
 /* rumor_codec_decode_add into d_y[0..n) in device memory: d_y += alpha *
  * decode(in), in (host memory) copied to the device once, with the
@@ -376,6 +402,35 @@ RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_decay(const rumor_ef *ef,
 RUMOR_API float *rumor_ef_residual(rumor_ef *ef, size_t *n);
 RUMOR_API uint64_t rumor_ef_steps(const rumor_ef *ef);
 RUMOR_API void rumor_ef_set_steps(rumor_ef *ef, uint64_t steps);
+
+/* A dgc memory kept elsewhere steps as rumor_ef_encode does: scale = 1,
+ * or clip / norm where the norm of g (its sum of squares in double, in
+ * order) is above clip; u' = mu u + scale g and v = e + u' in float; the
+ * codec's top of v; then u = 0 where the payload selected
+ * (rumor_ef_dgc_sent), u' elsewhere, and e = v - C(v) (v where nothing
+ * was sent, as C(v) is 0 there). rumor_ef_dgc gives mu, the clip of one
+ * of the rumor_ef_set_nodes N (clip / sqrt N; 0: none) and the warm-up's
+ * steps, RUMOR_EINVAL for other kinds. rumor_ef_momentum is u, writable
+ * as rumor_ef_residual (NULL for other kinds). rumor_ef_dgc_sent gives
+ * the index list of a topk, randk or dgc payload of n elements: *idx (*k
+ * entries, ascending, the caller frees it); RUMOR_EPROTO for a malformed
+ * one. */
+RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_dgc(const rumor_ef *ef,
+                                                 float *mu,
+                                                 double *clip,
+                                                 uint64_t *warmup);
+RUMOR_API float *rumor_ef_momentum(rumor_ef *ef, size_t *n);
+/* The count a dgc memory selects of n at its rumor_ef_steps: the codec's,
+ * or more in the warm-up. */
+RUMOR_API size_t rumor_ef_dgc_count(const rumor_ef *ef,
+                                    const rumor_codec *codec,
+                                    size_t n);
+RUMOR_API RUMOR_NODISCARD rumor_err rumor_ef_dgc_sent(const rumor_codec *codec,
+                                                      const uint8_t *in,
+                                                      size_t len,
+                                                      size_t n,
+                                                      uint32_t **idx,
+                                                      size_t *k);
 
 /* x += alpha * residual (SAEF's look-ahead with alpha = -1, or mixing a
  * neighbour's error into e_bar). RUMOR_EINVAL when n differs. */

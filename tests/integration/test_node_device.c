@@ -20,9 +20,10 @@
  * --join on the reference device takes a neighbour's model into its
  * device model and ends in the band of least squares; the gradient
  * exchange (all-reduce with Nesterov, PowerSGD rank 2 with momentum, the
- * QSGD all-reduce with ef) mixes the gradient in device memory, the same
- * bits; an option the device refuses (--ef dgc) keeps the model on the
- * host, said in one line. The CUDA case runs
+ * QSGD all-reduce with ef, the top-k all-reduce with DGC's clipped memory)
+ * mixes the gradient in device memory, the same bits; an option the
+ * device refuses (TernGrad's shared scalers) keeps the model on the host,
+ * said in one line. The CUDA case runs
  * `--cuda` resident against `--cuda` staged (RUMOR_NODE_DEVICE=host; the same
  * kernels): it skips without a GPU, and has never run on one. Every process is
  * waited for with a deadline and killed past it.
@@ -576,7 +577,23 @@ test_ring4_ref_device__allreduce_qsgd_ef__same_bits(void **state)
     s_host_and_ref(opts, true, NULL);
 }
 
-/* An option the device refuses (a memory that steps on the host): the
+static void
+test_ring4_ref_device__allreduce_dgc_warmup__same_bits(void **state)
+{
+    (void)state;
+    const char *opts[] = {"--algo",
+                          "allreduce",
+                          "--codec",
+                          "dgc:ratio=0.25",
+                          "--ef",
+                          "dgc:momentum=0.9,clip=1,warmup=3",
+                          "--workload",
+                          "logreg",
+                          NULL};
+    s_host_and_ref(opts, true, NULL);
+}
+
+/* An option the device refuses (a codec without device kernels): the
  * model stays in host memory, said in one line with the algorithm's
  * reason, and the run is the host's. */
 static void
@@ -586,13 +603,13 @@ test_ring4_ref_device__refused_option__stays_on_host(void **state)
     const char *opts[] = {"--algo",
                           "allreduce",
                           "--codec",
-                          "topk:ratio=0.25",
-                          "--ef",
-                          "dgc",
+                          "topk:ratio=0.25|fp8",
                           "--workload",
                           "logreg",
                           NULL};
-    s_host_and_ref(opts, false, "stays in host memory: allreduce: --ef dgc");
+    s_host_and_ref(opts,
+                   false,
+                   "stays in host memory: allreduce: the codec topk");
 }
 
 int
@@ -622,6 +639,8 @@ main(void)
         cmocka_unit_test(test_ring4_ref_device__allreduce_gradient__same_bits),
         cmocka_unit_test(test_ring4_ref_device__powersgd_gradient__same_bits),
         cmocka_unit_test(test_ring4_ref_device__allreduce_qsgd_ef__same_bits),
+        cmocka_unit_test(
+            test_ring4_ref_device__allreduce_dgc_warmup__same_bits),
         cmocka_unit_test(test_ring4_ref_device__refused_option__stays_on_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

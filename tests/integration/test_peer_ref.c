@@ -606,23 +606,6 @@ test_peer_ref__codec_without_kernels__staged_bit_equal_to_host(void **state)
     t_staged(opts, "has no device kernels yet");
 }
 
-/* A memory that steps on the host: the compressed all-reduce's --ef dgc. */
-static void
-test_peer_ref__host_memory__staged_bit_equal_to_host(void **state)
-{
-    (void)state;
-    static const char *const opts[] = {"algo",
-                                       "allreduce",
-                                       "codec",
-                                       "topk:ratio=0.25",
-                                       "ef",
-                                       "dgc",
-                                       "log-level",
-                                       "info",
-                                       NULL};
-    t_staged(opts, "--ef dgc steps on the host");
-}
-
 /* Stale exchanges (node/stale.c) on the reference device: the queue's
  * snapshots and exchanged copies stay in device memory and land there,
  * so every step's result is the host tensors' run's, bit for bit, and
@@ -685,6 +668,27 @@ test_peer_ref__powergossip_stale2__bit_equal_to_host_payloads_cross(
     t_stale(opts);
 }
 
+/* DGC's memory where the model is (the compressed all-reduce's --ef dgc,
+ * clipped, with a warm-up): the direct path with t_stale's checks,
+ * without a stale
+ * exchange: every step the host run's, and only the payloads and the
+ * sent indices cross, under the model's bytes a step. */
+static void
+test_peer_ref__allreduce_dgc__bit_equal_to_host_payloads_cross(void **state)
+{
+    (void)state;
+    static const char *const opts[] = {"algo",
+                                       "allreduce",
+                                       "codec",
+                                       "dgc:ratio=0.05",
+                                       "ef",
+                                       "dgc:momentum=0.9,clip=1,warmup=2",
+                                       "log-level",
+                                       "warn",
+                                       NULL};
+    t_stale(opts);
+}
+
 /* Stale exchanges of a ring algorithm (local SGD's exact average): the
  * exchange thread's copy stays on the device, its ring's STATE through a
  * host copy of its own. */
@@ -722,7 +726,8 @@ main(int argc, char **argv)
         cmocka_unit_test(test_peer_ref__resume_after_kill__same_bits_as_host),
         cmocka_unit_test(
             test_peer_ref__codec_without_kernels__staged_bit_equal_to_host),
-        cmocka_unit_test(test_peer_ref__host_memory__staged_bit_equal_to_host),
+        cmocka_unit_test(
+            test_peer_ref__allreduce_dgc__bit_equal_to_host_payloads_cross),
         cmocka_unit_test(
             test_peer_ref__choco_topk_stale1__bit_equal_to_host_payloads_cross),
         cmocka_unit_test(

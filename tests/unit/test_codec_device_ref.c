@@ -563,6 +563,97 @@ test_device_path__not_done_or_no_device__enotsup(void **state)
     rumor_codec_destroy(&c);
 }
 
+/* DGC's warm-up counts (rumor_codec_encode_k): the twin's payload with
+ * an explicit k is the CPU's, for counts from 1 to n (the sampled
+ * threshold inside, the exact top-k at the ends), under fp32 and fp16
+ * values; a count above n and another codec are refused. */
+static void
+test_ref_twins__dgc_count__cpu_bytes(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {"dgc:ratio=0.01",
+                                        "dgc:ratio=0.01|fp16"};
+    static const size_t sizes[] = {1000, 70001};
+    for (size_t c = 0; c < 2; c++)
+        for (size_t z = 0; z < 2; z++) {
+            rumor_codec *codec = s_codec(specs[c]);
+            size_t n = sizes[z];
+            size_t counts[] = {1, n / 100, n / 10, n / 4, n - 1, n};
+            size_t cap = compress_sparse_size_any(codec, n);
+            float *x = malloc(n * sizeof *x);
+            uint8_t *a = malloc(cap), *b = malloc(cap);
+            assert_true(x && a && b);
+            s_dev_fill(x, n, 7 + z);
+            for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+                size_t wa = 0, wb = 0;
+                assert_int_equal(rumor_codec_encode_k(codec,
+                                                      x,
+                                                      n,
+                                                      counts[k],
+                                                      S_SEED,
+                                                      S_COUNTER,
+                                                      a,
+                                                      cap,
+                                                      &wa),
+                                 RUMOR_OK);
+                assert_int_equal(compress_dev_encode_k(&compress_dev_ref,
+                                                       codec,
+                                                       x,
+                                                       n,
+                                                       counts[k],
+                                                       S_SEED,
+                                                       S_COUNTER,
+                                                       b,
+                                                       cap,
+                                                       &wb,
+                                                       NULL),
+                                 RUMOR_OK);
+                if (wa != wb || memcmp(a, b, wa) != 0)
+                    fail_msg("%s n=%zu k=%zu: payloads differ",
+                             specs[c],
+                             n,
+                             counts[k]);
+            }
+            size_t w = 0;
+            assert_int_equal(compress_dev_encode_k(&compress_dev_ref,
+                                                   codec,
+                                                   x,
+                                                   n,
+                                                   n + 1,
+                                                   S_SEED,
+                                                   S_COUNTER,
+                                                   b,
+                                                   cap,
+                                                   &w,
+                                                   NULL),
+                             RUMOR_EINVAL);
+            rumor_codec_destroy(&codec);
+            free(x);
+            free(a);
+            free(b);
+        }
+    rumor_codec *topk = s_codec("topk:ratio=0.1");
+    float x[16] = {0};
+    uint8_t out[256];
+    size_t w = 0;
+    assert_int_equal(
+        rumor_codec_encode_k(topk, x, 16, 4, S_SEED, 0, out, sizeof out, &w),
+        RUMOR_EINVAL);
+    assert_int_equal(compress_dev_encode_k(&compress_dev_ref,
+                                           topk,
+                                           x,
+                                           16,
+                                           4,
+                                           S_SEED,
+                                           0,
+                                           out,
+                                           sizeof out,
+                                           &w,
+                                           NULL),
+                     RUMOR_ENOTSUP);
+    rumor_codec_destroy(&topk);
+}
+
 int
 main(void)
 {
@@ -573,6 +664,7 @@ main(void)
         cmocka_unit_test(
             test_ref_twins__malformed_payloads__refused_as_the_cpu_codec),
         cmocka_unit_test(test_ref_twins__topk_ties__broken_by_index_as_the_cpu),
+        cmocka_unit_test(test_ref_twins__dgc_count__cpu_bytes),
         cmocka_unit_test(
             test_ref_twins__fp8_real_bias_all_of_x__cpu_bytes_both_ways),
         cmocka_unit_test(test_ref_twins__terngrad_share__cpu_scalers_and_bytes),

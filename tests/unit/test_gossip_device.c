@@ -1071,32 +1071,6 @@ test_cuda_memory_refused_without_gpu(void **state)
     rumor_topology_destroy(&topo);
 }
 
-/* o is refused on the reference device with a reason naming want, and a
- * host model takes it. */
-static void
-s_refused_on_device(const struct rumor_gossip_opts *o, const char *want)
-{
-    struct rumor_diag diag = {0};
-    rumor_topology *topo = NULL;
-    assert_int_equal(rumor_topology_from_spec("ring:4", 1, &topo, &diag),
-                     RUMOR_OK);
-    float x[64] = {0};
-    struct rumor_tensor t = {x, 1, {64}};
-    struct rumor_model m = {&t, 1};
-    rumor_gossip *g = NULL;
-    assert_int_equal(
-        gossip_new_in(o, topo, 0, &m, &gossip_backend_ref, &g, &diag),
-        RUMOR_ENOTSUP);
-    assert_null(g);
-    if (strstr(diag.msg, want) == NULL)
-        fail_msg("refused without naming %s: %s", want, diag.msg);
-    assert_int_equal(
-        gossip_new_in(o, topo, 0, &m, &gossip_backend_host, &g, &diag),
-        RUMOR_OK);
-    rumor_gossip_destroy(&g);
-    rumor_topology_destroy(&topo);
-}
-
 /* --- localsgd / DiLoCo -------------------------------------------------- */
 
 /* Local SGD every period steps, the delta compressed by codec ("" for
@@ -1367,12 +1341,8 @@ test_localsgd_fragments_bits_equal_host(void **state)
  * instance's, byte for byte; loaded with the models into fresh instances
  * on the other backend, the run goes on to the same bits. */
 static void
-test_localsgd_state_moves_between_backends(void **state)
+s_lsgd_state_moves(struct rumor_gossip_opts o)
 {
-    (void)state;
-    struct rumor_gossip_opts o;
-    s_lsgd_opts(&o, "qsgd:bits=4", 0.7, 0.9, 3);
-    o.ef_alpha = 1.0;
     static const bool host[S_NODES] = {false, false, false, false};
     static const bool all[S_NODES] = {true, true, true, true};
     for (unsigned frags = 1; frags <= 3; frags += 2) {
@@ -1431,6 +1401,20 @@ test_localsgd_state_moves_between_backends(void **state)
         s_ring_free(&c);
         s_ring_free(&d);
     }
+}
+
+/* SAEF's memory with the look-ahead, and a clipped dgc memory (e and u). */
+static void
+test_localsgd_state_moves_between_backends(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_lsgd_opts(&o, "qsgd:bits=4", 0.7, 0.9, 3);
+    o.ef_alpha = 1.0;
+    s_lsgd_state_moves(o);
+    s_lsgd_opts(&o, "topk:ratio=0.1", 0.7, 0.9, 3);
+    snprintf(o.ef, sizeof o.ef, "dgc:momentum=0.9,clip=0.5");
+    s_lsgd_state_moves(o);
 }
 
 /* Overlapped DiLoCo as the node runs it (--stale S, docs/gossip.md):
@@ -1553,26 +1537,33 @@ test_crc32c_chunks_join_to_the_whole(void **state)
     free(p);
 }
 
-/* dgc's memory (its momentum and selection run on the host) is refused
- * on a device with the reason. */
+/* dgc's memory on a device: top-k and DGC's own threshold, with momentum
+ * and the outer step, clipped or not, with a warm-up, in one fragment and
+ * three, nodes that start apart (a discarded sync restores e and u):
+ * bit-equal to the host ring. */
 static void
-test_localsgd_dgc_refused_on_device(void **state)
+test_localsgd_dgc_bits_equal_host(void **state)
 {
     (void)state;
-    static const char *const refused[][2] = {{"topk:ratio=0.1", "dgc"},
-                                             {"dgc:ratio=0.1", "dgc:0.8"}};
-    for (size_t k = 0; k < 2; k++) {
+    static const char *const setups[][2] = {
+        {"topk:ratio=0.1", "dgc"},
+        {"dgc:ratio=0.1", "dgc:0.8"},
+        {"topk:ratio=0.1", "dgc:momentum=0.9,clip=0.5"},
+        {"dgc:ratio=0.1", "dgc:momentum=0.9,warmup=3"}};
+    for (size_t k = 0; k < 4; k++) {
         struct rumor_gossip_opts o;
-        s_lsgd_opts(&o, refused[k][0], 1.0, 0.0, 1);
-        snprintf(o.ef, sizeof o.ef, "%s", refused[k][1]);
-        s_refused_on_device(&o, refused[k][1]);
-        s_refused_on_device(&o, "host memory");
+        s_lsgd_opts(&o, setups[k][0], 0.7, 0.9, 1);
+        snprintf(o.ef, sizeof o.ef, "%s", setups[k][1]);
+        s_lsgd_compare(&o, false);
+        s_lsgd_compare(&o, true);
+        o.fragments = 3;
+        s_lsgd_compare(&o, false);
     }
 }
 
 /* On a GPU: DiLoCo with top-k deltas (exact arithmetic: the device
- * payload is the host's bytes) and SAEF computes the host's bits with
- * two nodes in CUDA memory; exact averaging too. */
+ * payload is the host's bytes) and SAEF or dgc computes the host's bits
+ * with two nodes in CUDA memory; exact averaging too. */
 static void
 test_cuda_localsgd_mixed_ring(void **state)
 {
@@ -1580,11 +1571,14 @@ test_cuda_localsgd_mixed_ring(void **state)
     const struct gossip_backend_i *cuda = s_cuda_or_skip();
     static const bool host[S_NODES] = {false, false, false, false};
     static const bool mixed[S_NODES] = {true, true, false, false};
-    struct rumor_gossip_opts o[2];
+    struct rumor_gossip_opts o[3];
     s_lsgd_opts(&o[0], "", 0.7, 0.9, 3);
     s_lsgd_opts(&o[1], "topk:ratio=0.1", 0.7, 0.9, 1);
     o[1].ef_alpha = 1.0;
-    for (size_t k = 0; k < 2; k++) {
+    /* dgc without a clip (its sum's order is the kernel's) */
+    s_lsgd_opts(&o[2], "topk:ratio=0.1", 0.7, 0.9, 1);
+    snprintf(o[2].ef, sizeof o[2].ef, "dgc:0.9");
+    for (size_t k = 0; k < 3; k++) {
         struct ring a, b;
         s_lsgd_ring(&a, &o[k], host, &gossip_backend_host, false);
         s_lsgd_ring(&b, &o[k], mixed, cuda, false);
@@ -1627,12 +1621,15 @@ s_codec_reference(const struct rumor_gossip_opts *o, float *out)
     assert_int_equal(rumor_codec_encoded_size(codec, numel, &cap, &exact),
                      RUMOR_OK);
     for (size_t i = 0; i < S_NODES && o->ef[0] != '\0'; i++)
-        for (size_t t = 0; t < S_LAYERS; t++)
+        for (size_t t = 0; t < S_LAYERS; t++) {
             assert_int_equal(rumor_ef_new(o->ef,
                                           s_shape[t][0] * s_shape[t][1],
                                           &ef[i][t],
                                           NULL),
                              RUMOR_OK);
+            /* DGC's clip is per node of the ring */
+            assert_int_equal(rumor_ef_set_nodes(ef[i][t], S_NODES), RUMOR_OK);
+        }
     uint8_t *buf = malloc(cap);
     float *x = malloc(numel * sizeof(float)), *dec = malloc(numel * 4);
     double *sum = malloc(numel * sizeof(double));
@@ -1906,15 +1903,58 @@ test_allreduce_codec_state_moves_between_backends(void **state)
     s_ring_free(&b);
 }
 
-/* What steps on the host is refused on a device, with the reason: DGC's
- * memory (a host model takes it). */
+/* DGC's memory where the model is: top-k, random-k and DGC's own sampled
+ * threshold, with momentum, with the clip (active: the values' norm is
+ * far above clip / sqrt 4) and DGC's warm-up (the memory's counts,
+ * encode_k), in rings of ref nodes and rings mixing them
+ * with host nodes, bit-equal to the all-host ring and to compress/'s own
+ * memory. Only payloads and the sent indices cross: over the all-ref
+ * ring, every node's payload up to every node and its own once more,
+ * plus 4 bytes an index sent (k of each tensor: 205 + 52 + 4 at ratio
+ * 0.1; DGC's threshold sends between half and twice that). */
 static void
-test_allreduce_codec_host_steps_refused(void **state)
+test_allreduce_dgc_bits_equal_host(void **state)
 {
     (void)state;
-    struct rumor_gossip_opts o;
-    s_codec_opts(&o, "topk:ratio=0.1", "dgc:momentum=0.9");
-    s_refused_on_device(&o, "ef ef, ef-decay or none");
+    static const char *const setups[][2] = {
+        {"topk:ratio=0.1", "dgc:momentum=0.9"},
+        {"topk:ratio=0.1", "dgc:momentum=0.8,clip=0.5"},
+        {"dgc:ratio=0.1", "dgc:0.9,2"},
+        {"randk:ratio=0.1", "dgc"},
+        {"dgc:ratio=0.1", "dgc:momentum=0.9,clip=2,warmup=3"}};
+    static const bool all[S_NODES] = {true, true, true, true};
+    static const bool mixed[S_NODES] = {false, true, true, false};
+    size_t floats = (size_t)S_STEPS * S_NODES * s_numel();
+    float *want = malloc(floats * sizeof(float));
+    float *y = malloc(floats * sizeof(float));
+    assert_true(want && y);
+    for (size_t k = 0; k < 5; k++) {
+        struct rumor_gossip_opts o;
+        s_codec_opts(&o, setups[k][0], setups[k][1]);
+        s_compare(&o, mixed);
+        s_codec_reference(&o, want);
+        struct ring r;
+        s_ring_new(&r, &o, all);
+        s_run(&r, y);
+        assert_memory_equal(want, y, floats * sizeof(float));
+        uint64_t h2d_all = 0, d2h_all = 0;
+        for (size_t i = 0; i < S_NODES; i++) {
+            uint64_t h2d = 0, d2h = 0;
+            rumor_gossip_pcie_bytes(r.g[i], &h2d, &d2h);
+            h2d_all += h2d;
+            d2h_all += d2h;
+        }
+        assert_true(d2h_all > 0);
+        uint64_t idx = h2d_all - (S_NODES + 1) * d2h_all;
+        if (k < 2 || k == 3) /* DGC's sampled threshold sends about k */
+            assert_int_equal(idx, S_NODES * S_STEPS * 4 * (205 + 52 + 4));
+        assert_true(idx % 4 == 0 && idx > S_NODES * S_STEPS * 2 * 261);
+        /* the warm-up sends more: 25 % of the values at step 0 */
+        assert_true(k == 4 || idx < S_NODES * S_STEPS * 8 * 261);
+        s_ring_free(&r);
+    }
+    free(want);
+    free(y);
 }
 
 /* One node's scalers of tensor t at a step (after its memory's
@@ -2075,9 +2115,10 @@ test_allreduce_codec_terngrad_share_bits_equal_host(void **state)
 }
 
 /* On a GPU: the compressed all-reduce with QSGD, top-k and TernGrad with
- * shared scalers, error feedback on the device, computes the host's bits
- * in a mixed ring (the device codecs write the host's bytes); a GPU node
- * copies its payload down and every node's up, its own twice. */
+ * shared scalers, error feedback (ef, ef-decay, dgc) on the device,
+ * computes the host's bits in a mixed ring (the device codecs write the
+ * host's bytes); a GPU node copies its payload down and every node's up,
+ * its own twice. */
 static void
 test_cuda_allreduce_codec_mixed_ring(void **state)
 {
@@ -2096,6 +2137,11 @@ test_cuda_allreduce_codec_mixed_ring(void **state)
     s_ring_free(&b);
     /* TernGrad's scaler sharing: scalers down, agreed ones up */
     s_codec_opts(&o, "terngrad:share=1,bucket=16,clip=1.5", "ef");
+    assert_true(s_cuda_mixed(&o, &b) == 0);
+    s_ring_free(&b);
+    /* DGC's memory without a clip (the clip's sum is a reduction in the
+     * kernel's order: its scale may differ in the last bit) */
+    s_codec_opts(&o, "topk:ratio=0.1", "dgc:momentum=0.9");
     assert_true(s_cuda_mixed(&o, &b) == 0);
     s_ring_free(&b);
     /* Elias-coded QSGD has no device kernels: refused, with the reason */
@@ -2392,6 +2438,20 @@ test_allreduce_codec_snapshot_on_device(void **state)
     s_snapshot_check(&o, 1);
 }
 
+/* A clipped DGC memory's state (e and u) saved on a device loads into a
+ * host node and back, the same record as a host node's; a snapshot
+ * restores both vectors. */
+static void
+test_allreduce_dgc_state_on_device(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    s_codec_opts(&o, "topk:ratio=0.1", "dgc:momentum=0.9,clip=0.5");
+    s_state_moves(&o);
+    s_snapshot_check(&o, 1);
+    s_snapshot_check(&o, 2);
+}
+
 static void
 test_powersgd_snapshot_on_device(void **state)
 {
@@ -2607,7 +2667,7 @@ main(void)
         cmocka_unit_test(test_localsgd_saef_bits_equal_host),
         cmocka_unit_test(test_localsgd_fragments_bits_equal_host),
         cmocka_unit_test(test_localsgd_state_moves_between_backends),
-        cmocka_unit_test(test_localsgd_dgc_refused_on_device),
+        cmocka_unit_test(test_localsgd_dgc_bits_equal_host),
         cmocka_unit_test(test_cuda_localsgd_mixed_ring),
         cmocka_unit_test(test_localsgd_compressed_pcie_is_the_payloads),
         cmocka_unit_test(test_localsgd_overlapped_bits_equal_host),
@@ -2616,8 +2676,9 @@ main(void)
         cmocka_unit_test(test_fp8_real_bias_bits_equal_host),
         cmocka_unit_test(test_cuda_fp8_real_bias_mixed_ring),
         cmocka_unit_test(test_allreduce_codec_state_moves_between_backends),
-        cmocka_unit_test(test_allreduce_codec_host_steps_refused),
         cmocka_unit_test(test_allreduce_codec_terngrad_share_bits_equal_host),
+        cmocka_unit_test(test_allreduce_dgc_bits_equal_host),
+        cmocka_unit_test(test_allreduce_dgc_state_on_device),
         cmocka_unit_test(test_cuda_allreduce_codec_mixed_ring),
         cmocka_unit_test(test_moniqua_bits_equal_host),
         cmocka_unit_test(test_cuda_moniqua_kernels_equal_twins),
