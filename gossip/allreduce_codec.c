@@ -417,11 +417,17 @@ s_encode_table(rumor_gossip *g,
     s->pack.pcie_d2h += be->host_memory || rc != RUMOR_OK ? 0 : *written;
     if (rc != RUMOR_OK || s->e == NULL)
         return rc;
-    rc = be->decode(s->pack.codec, dst, *written, s->cp, n);
+    /* e = p + -1 C(p), C(p) decoded from the bytes: a device's decode
+     * into zeros would turn a sent -0 into +0 (p - C(p) then -0 where the
+     * host has +0); added at -1 it is the host's p - C(p) bit for bit */
+    rc =
+        gossip_mem_copy(g, s->e + base, p, n * sizeof(float), GOSSIP_ON_DEVICE);
+    if (rc == RUMOR_OK)
+        rc =
+            be->decode_add(s->pack.codec, dst, *written, -1.0f, s->e + base, n);
     s->pack.pcie_h2d += be->host_memory ? 0 : *written;
-    if (RUMOR_NEVER(rc != RUMOR_OK))
+    if (RUMOR_NEVER(rc == RUMOR_EPROTO))
         return rc; /* own bytes always decode, or the codec has a bug */
-    rc = be->add_scaled(s->e + base, p, -1.0f, s->cp, n); /* p - C(p) */
     s->steps[t] += rc == RUMOR_OK;
     return rc;
 }

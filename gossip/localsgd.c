@@ -557,8 +557,8 @@ s_encode_dgc(rumor_gossip *g,
 }
 
 /* rumor_ef_encode of Delta (acc, changed) on a device's memory: p = Delta
- * (saef) or Delta + c e (ef, ef-decay) is encoded, C(p) decoded from the
- * payload (what every receiver decodes) into scratch, and e = p - C(p), as
+ * (saef) or Delta + c e (ef, ef-decay) is encoded, and e = p - C(p) with
+ * C(p) decoded from the payload (what every receiver decodes), as
  * compress/errfb.c does with the codec's approx. */
 static rumor_err
 s_encode_device(rumor_gossip *g,
@@ -583,11 +583,18 @@ s_encode_device(rumor_gossip *g,
     if (rc != RUMOR_OK)
         return rc;
     g->pcie_d2h += *len;
-    rc = be->decode(s->codec, out, *len, scratch, fr->len);
+    /* e = p + -1 C(p): the host's p - C(p), signed zeros too (the
+     * all-reduce's reason) */
+    rc = gossip_mem_copy(g,
+                         fr->e,
+                         acc,
+                         fr->len * sizeof(float),
+                         GOSSIP_ON_DEVICE);
+    if (rc == RUMOR_OK)
+        rc = be->decode_add(s->codec, out, *len, -1.0f, fr->e, fr->len);
     g->pcie_h2d += *len;
-    if (RUMOR_NEVER(rc != RUMOR_OK))
+    if (RUMOR_NEVER(rc == RUMOR_EPROTO))
         return rc; /* own bytes always decode, or the codec has a bug */
-    rc = be->add_scaled(fr->e, acc, -1.0f, scratch, fr->len);
     fr->e_steps += rc == RUMOR_OK ? 1 : 0;
     return rc;
 }
