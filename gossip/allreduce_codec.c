@@ -319,6 +319,31 @@ s_dgc_mask(rumor_gossip *g, float *u, const uint8_t *pay, size_t len, size_t n)
     return rc;
 }
 
+/* Tensor t's memory after its payload: e = p + -1 C(p), C(p) decoded
+ * from the bytes sent. A device's decode into zeros would turn a sent -0
+ * into +0 (p - C(p) then -0 where the host has +0); added at -1 it is the
+ * host's p - C(p) bit for bit. */
+static rumor_err
+s_residual(rumor_gossip *g,
+           size_t t,
+           size_t base,
+           const float *p,
+           const uint8_t *pay,
+           size_t len)
+{
+    struct cdp *s = g->state;
+    size_t n = rumor_tensor_numel(&g->tensors[t]);
+    rumor_err rc =
+        gossip_mem_copy(g, s->e + base, p, n * sizeof(float), GOSSIP_ON_DEVICE);
+    if (rc == RUMOR_OK)
+        rc = g->be->decode_add(s->pack.codec, pay, len, -1.0f, s->e + base, n);
+    s->pack.pcie_h2d += g->be->host_memory ? 0 : len;
+    if (RUMOR_NEVER(rc == RUMOR_EPROTO))
+        return rc; /* own bytes always decode, or the codec has a bug */
+    s->steps[t] += rc == RUMOR_OK;
+    return rc;
+}
+
 /* Tensor t's payload through DGC's memory where the model is (the steps
  * of errfb.c's s_dgc_encode, its roundings): v in p, u' in un. The memory
  * changes only once the payload is made. */
@@ -355,23 +380,7 @@ s_encode_dgc(rumor_gossip *g,
         return rc;
     s->pack.pcie_d2h += be->host_memory ? 0 : *written;
     rc = s_dgc_mask(g, s->u + base, dst, *written, n);
-    if (rc == RUMOR_OK)
-        rc = gossip_mem_copy(g,
-                             s->e + base,
-                             v,
-                             n * sizeof(float),
-                             GOSSIP_ON_DEVICE);
-    /* e = v + -1 C(v), the decoded bits themselves: a decode into zeros
-     * would make a sent -0 +0 on CUDA, and v - +0 is not the host's
-     * -0 - -0 */
-    if (rc == RUMOR_OK)
-        rc =
-            be->decode_add(s->pack.codec, dst, *written, -1.0f, s->e + base, n);
-    s->pack.pcie_h2d += be->host_memory ? 0 : *written;
-    if (RUMOR_NEVER(rc == RUMOR_EPROTO))
-        return rc; /* own bytes always decode, or the codec has a bug */
-    s->steps[t] += rc == RUMOR_OK;
-    return rc;
+    return rc == RUMOR_OK ? s_residual(g, t, base, v, dst, *written) : rc;
 }
 
 /* Tensor t's payload through the table: p = x + decay e (x itself
@@ -417,19 +426,7 @@ s_encode_table(rumor_gossip *g,
     s->pack.pcie_d2h += be->host_memory || rc != RUMOR_OK ? 0 : *written;
     if (rc != RUMOR_OK || s->e == NULL)
         return rc;
-    /* e = p + -1 C(p), C(p) decoded from the bytes: a device's decode
-     * into zeros would turn a sent -0 into +0 (p - C(p) then -0 where the
-     * host has +0); added at -1 it is the host's p - C(p) bit for bit */
-    rc =
-        gossip_mem_copy(g, s->e + base, p, n * sizeof(float), GOSSIP_ON_DEVICE);
-    if (rc == RUMOR_OK)
-        rc =
-            be->decode_add(s->pack.codec, dst, *written, -1.0f, s->e + base, n);
-    s->pack.pcie_h2d += be->host_memory ? 0 : *written;
-    if (RUMOR_NEVER(rc == RUMOR_EPROTO))
-        return rc; /* own bytes always decode, or the codec has a bug */
-    s->steps[t] += rc == RUMOR_OK;
-    return rc;
+    return s_residual(g, t, base, p, dst, *written);
 }
 
 /* Tensor t's payload on the host, through a memory that steps itself
