@@ -59,11 +59,8 @@
 
 struct cdp {
     struct gossip_packer pack; /* codec; scratch: p, then each decode */
-    /* the memories that step themselves, on the host (dgc, saef), one per
-     * tensor; NULL otherwise */
-    rumor_ef **ef;
     float *e; /* ef, ef-decay, dgc: the residuals, numel, backend; or NULL */
-    rumor_ef *dgc;     /* dgc where the model is: its parameters; or NULL */
+    rumor_ef *dgc;     /* dgc: its parameters; or NULL */
     float *u, *u_snap; /* and its momentum, numel, backend */
     float *un;         /* u' of one tensor, backend */
     uint64_t *steps;   /* and each tensor's steps (rumor_ef_steps) */
@@ -105,19 +102,6 @@ s_memory_new(rumor_gossip *g, size_t t, rumor_ef **out, struct rumor_diag *diag)
     return rc;
 }
 
-/* Whether the memories step themselves on the host (dgc on a host model:
- * compress/errfb.c's memory); a device model's dgc steps through the table
- * (s_encode_dgc), ef and ef-decay everywhere (p = x + decay e). */
-static rumor_err
-s_host_steps(rumor_gossip *g, const rumor_ef *first)
-{
-    struct cdp *s = g->state;
-    if (rumor_ef_decay(first, &s->decay) == RUMOR_OK || !g->be->host_memory)
-        return RUMOR_OK; /* dgc on a device: s_make_memories keeps first */
-    s->ef = calloc(g->tensor_count, sizeof *s->ef);
-    return s->ef != NULL ? RUMOR_OK : RUMOR_ENOMEM;
-}
-
 static rumor_err
 s_make_memories(rumor_gossip *g, struct rumor_diag *diag)
 {
@@ -126,17 +110,14 @@ s_make_memories(rumor_gossip *g, struct rumor_diag *diag)
     rumor_err rc = RUMOR_OK;
     for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
         rc = s_memory_new(g, t, &mem, diag);
-        if (rc == RUMOR_OK && t == 0)
-            rc = s_host_steps(g, mem);
-        if (rc == RUMOR_OK && s->ef != NULL)
-            s->ef[t] = mem; /* kept: it steps */
-        else if (rc == RUMOR_OK && t == 0 &&
-                 rumor_ef_momentum(mem, NULL) != NULL)
-            s->dgc = mem; /* kept: its parameters */
+        /* ef, ef-decay: p = x + decay e; dgc keeps its parameters */
+        if (rc == RUMOR_OK && t == 0 &&
+            rumor_ef_decay(mem, &s->decay) != RUMOR_OK)
+            s->dgc = mem;
         else
             rumor_ef_destroy(&mem);
     }
-    if (rc != RUMOR_OK || s->ef != NULL)
+    if (rc != RUMOR_OK)
         return rc;
     size_t largest = 0;
     for (size_t t = 0; t < g->tensor_count; t++) {
@@ -197,9 +178,6 @@ s_free(rumor_gossip *g)
     struct cdp *s = g->state;
     if (s == NULL)
         return;
-    for (size_t t = 0; s->ef != NULL && t < g->tensor_count; t++)
-        rumor_ef_destroy(&s->ef[t]);
-    free(s->ef);
     free(s->steps);
     free(s->steps_snap);
     g->be->release(s->e);
@@ -239,18 +217,12 @@ static rumor_err
 s_memories_nodes(rumor_gossip *g)
 {
     struct cdp *s = g->state;
-    rumor_err rc = RUMOR_OK;
-    for (size_t t = 0; s->ef != NULL && t < g->tensor_count && rc == RUMOR_OK;
-         t++)
-        rc = rumor_ef_set_nodes(s->ef[t], g->ring_n);
-    return rc == RUMOR_OK && s->dgc != NULL
-               ? rumor_ef_set_nodes(s->dgc, g->ring_n)
-               : rc;
+    return s->dgc != NULL ? rumor_ef_set_nodes(s->dgc, g->ring_n) : RUMOR_OK;
 }
 
 /* This node's own scalers of what each tensor's encode will get: p = x +
- * decay e through the table (x without a memory; a memory that steps
- * itself corrects on the host), the scalers copied down. */
+ * decay e through the table (x without a memory), the scalers copied
+ * down. */
 static rumor_err
 s_own_scalers(rumor_gossip *g)
 {
@@ -263,11 +235,9 @@ s_own_scalers(rumor_gossip *g)
         const float *v = g->tensors[t].data;
         float *p = s->pack.scratch;
         rumor_err rc = RUMOR_OK;
-        if (s->ef != NULL) /* host memory */
-            rc = rumor_ef_corrected(s->ef[t], v, n, p);
-        else if (s->e != NULL)
+        if (s->e != NULL)
             rc = be->add_scaled(p, v, s->decay, s->e + base, n);
-        v = s->ef != NULL || s->e != NULL ? p : v;
+        v = s->e != NULL ? p : v;
         if (rc == RUMOR_OK)
             rc = be->scalers(s->pack.codec, v, n, s->scalers + at);
         if (rc != RUMOR_OK)
@@ -429,45 +399,6 @@ s_encode_table(rumor_gossip *g,
     return s_residual(g, t, base, p, dst, *written);
 }
 
-/* Tensor t's payload on the host, through a memory that steps itself
- * (or the codec) with the agreed scalers when they are shared. */
-static rumor_err
-s_encode_host(rumor_gossip *g,
-              size_t t,
-              const float *shared,
-              uint64_t seed,
-              uint64_t step,
-              uint8_t *dst,
-              size_t cap,
-              size_t *written)
-{
-    struct cdp *s = g->state;
-    const float *x = g->tensors[t].data;
-    size_t n = rumor_tensor_numel(&g->tensors[t]);
-    if (s->ef != NULL)
-        return rumor_ef_encode_shared(s->ef[t],
-                                      s->pack.codec,
-                                      x,
-                                      n,
-                                      shared,
-                                      seed,
-                                      step,
-                                      dst,
-                                      cap,
-                                      written,
-                                      NULL);
-    return rumor_codec_encode_shared(s->pack.codec,
-                                     x,
-                                     n,
-                                     shared,
-                                     seed,
-                                     step,
-                                     dst,
-                                     cap,
-                                     written,
-                                     NULL);
-}
-
 /* This node's payload, tensor by tensor. */
 static rumor_err
 s_encode(rumor_gossip *g, uint64_t step)
@@ -483,17 +414,7 @@ s_encode(rumor_gossip *g, uint64_t step)
         size_t cap = s->payload_cap - at - 4;
         const float *shared = s->scalers != NULL ? s->scalers + sc : NULL;
         rumor_err rc =
-            s->ef != NULL
-                ? s_encode_host(g, t, shared, seed, step, dst, cap, &written)
-                : s_encode_table(g,
-                                 t,
-                                 base,
-                                 shared,
-                                 seed,
-                                 step,
-                                 dst,
-                                 cap,
-                                 &written);
+            s_encode_table(g, t, base, shared, seed, step, dst, cap, &written);
         if (rc != RUMOR_OK)
             return rc;
         sc += rumor_codec_scaler_count(s->pack.codec, n);
@@ -629,10 +550,9 @@ s_save_one(const rumor_gossip *g,
 {
     struct cdp *s = g->state;
     size_t n = rumor_tensor_numel(&g->tensors[t]), written = 0;
-    rumor_ef *mem = s->ef != NULL ? s->ef[t] : NULL;
-    rumor_err rc =
-        mem != NULL ? RUMOR_OK : rumor_ef_new(g->opts.ef, n, &mem, NULL);
-    if (rc == RUMOR_OK && s->ef == NULL) {
+    rumor_ef *mem = NULL;
+    rumor_err rc = rumor_ef_new(g->opts.ef, n, &mem, NULL);
+    if (rc == RUMOR_OK) {
         rumor_ef_set_steps(mem, steps[t]);
         rc = g->be->copy(rumor_ef_residual(mem, NULL),
                          e + base,
@@ -655,8 +575,7 @@ s_save_one(const rumor_gossip *g,
     if (rc == RUMOR_OK)
         rc = rumor_ef_save(mem, out->data + out->len, len, &written);
     out->len += rc == RUMOR_OK ? written : 0;
-    if (s->ef == NULL)
-        rumor_ef_destroy(&mem);
+    rumor_ef_destroy(&mem);
     return rc;
 }
 
@@ -670,7 +589,7 @@ s_save_from(const rumor_gossip *g,
             struct rumor_buf *out)
 {
     const struct cdp *s = g->state;
-    size_t count = s->ef != NULL || s->e != NULL ? g->tensor_count : 0;
+    size_t count = s->e != NULL ? g->tensor_count : 0;
     rumor_err rc = gossip_write_u32(out, (uint32_t)count);
     for (size_t t = 0, base = 0; t < count && rc == RUMOR_OK; t++) {
         rc = s_save_one(g, e, u, steps, t, base, out);
@@ -686,15 +605,12 @@ s_state_save(const rumor_gossip *g, struct rumor_buf *out)
     return s_save_from(g, s->e, s->u, s->steps, out);
 }
 
-/* The residuals copied where they are, device to device, and their step
- * counts; the host memories (s->ef) have no snapshot: their state goes
- * through rumor_gossip_state_save. */
+/* The residuals (and DGC's momenta) copied where they are, device to
+ * device, and their step counts. */
 static rumor_err
 s_snap_take(rumor_gossip *g)
 {
     struct cdp *s = g->state;
-    if (s->ef != NULL)
-        return RUMOR_ENOTSUP;
     if (s->e == NULL)
         return RUMOR_OK;
     rumor_err rc = RUMOR_OK;
@@ -767,9 +683,7 @@ s_load_one(rumor_gossip *g,
     rumor_err rc = rumor_ef_new(g->opts.ef, n, &check, NULL);
     if (rc == RUMOR_OK)
         rc = rumor_ef_restore(check, p, len);
-    if (rc == RUMOR_OK && apply && s->ef != NULL)
-        rc = rumor_ef_restore(s->ef[t], p, len);
-    else if (rc == RUMOR_OK && apply)
+    if (rc == RUMOR_OK && apply)
         rc = gossip_mem_copy(g,
                              s->e + base,
                              rumor_ef_residual(check, NULL),
@@ -781,7 +695,7 @@ s_load_one(rumor_gossip *g,
                              rumor_ef_momentum(check, NULL),
                              n * sizeof(float),
                              GOSSIP_TO_DEVICE);
-    if (rc == RUMOR_OK && apply && s->ef == NULL)
+    if (rc == RUMOR_OK && apply)
         s->steps[t] = rumor_ef_steps(check);
     rumor_ef_destroy(&check);
     return rc;
@@ -794,7 +708,7 @@ s_state_load(rumor_gossip *g,
              enum gossip_state_mode mode)
 {
     struct cdp *s = g->state;
-    size_t count = s->ef != NULL || s->e != NULL ? g->tensor_count : 0;
+    size_t count = s->e != NULL ? g->tensor_count : 0;
     if (gossip_read_u32(r) != count && r->err == RUMOR_OK)
         gossip_reader_fail(r, RUMOR_EPROTO, "error memories that do not fit");
     for (size_t t = 0, base = 0; t < count && r->err == RUMOR_OK; t++) {
