@@ -64,9 +64,10 @@
  * through its table, in the float roundings of the host code: on a model
  * in GPU memory an exact sync moves its fragment to the host and back
  * (the all-reduce's payload), a compressed one its payloads and the
- * anchor's chunk checksums. There the delta's memory is kept here (its
- * residual in backend memory, saved through a rumor_ef), for the kinds
- * whose update is p - C(p): saef, ef and ef-decay; and dgc, whose
+ * anchor's chunk checksums. On every backend the delta's memory is kept
+ * here (its residual in backend memory, its parameters and saved record a
+ * rumor_ef's), for the kinds whose update is p - C(p): saef, ef and
+ * ef-decay; and dgc, whose
  * momentum u is kept there too (the compressed all-reduce's steps: the
  * clip's sumsq_add, dgc_step, the warm-up's count, e = v - C(v), u
  * zeroed at the payload's own index list).
@@ -101,12 +102,10 @@ struct frag {
 };
 
 /* What a compressed sync changes before its verdict, restored when the
- * anchors' checksums differ: the error memory (rumor_ef_save bytes) and
- * the fragment's look-ahead flags. */
+ * anchors' checksums differ: the error memory and the fragment's
+ * look-ahead flags. */
 struct undo {
-    uint8_t *ef;
-    size_t ef_len, ef_cap;
-    float *e; /* a device's residual (largest fragment), and its steps */
+    float *e; /* the residual (largest fragment), and its steps */
     float *u; /* dgc's momentum (largest fragment), or NULL */
     uint64_t e_steps;
     float ahead;
@@ -124,8 +123,8 @@ struct localsgd {
     size_t last; /* the fragment of the last sync (its mixer's radius) */
     /* flat, numel floats each, in the model's memory (g->be) */
     float *anchor, *x, *velocity, *acc;
-    float ef_c; /* a device's memory: p = Delta + ef_c e (not saef, dgc) */
-    float *un;  /* a device's dgc: u' (largest fragment) */
+    float ef_c;                  /* p = Delta + ef_c e (not saef, dgc) */
+    float *un;                   /* dgc: u' (largest fragment) */
     struct gossip_gather gather; /* codec path: every node's payload */
     bool compressed_sync;        /* this sync uses the codec path */
     /* the neighbourhood form (saef.c): the exchange of the errors, and the
@@ -267,10 +266,9 @@ s_make_codec(rumor_gossip *g, struct rumor_diag *diag)
     for (size_t f = 0; f < s->frag_n && rc == RUMOR_OK; f++) {
         struct frag *fr = &s->frag[f];
         rc = rumor_ef_new(s_ef_spec(g), fr->len, &fr->ef, diag);
-        if (rc == RUMOR_OK && !g->be->host_memory)
+        if (rc == RUMOR_OK)
             rc = g->be->alloc(fr->len * sizeof(float), (void **)&fr->e);
-        if (rc == RUMOR_OK && !g->be->host_memory &&
-            rumor_ef_momentum(fr->ef, NULL) != NULL)
+        if (rc == RUMOR_OK && rumor_ef_momentum(fr->ef, NULL) != NULL)
             rc = g->be->alloc(fr->len * sizeof(float), (void **)&fr->u);
         largest = fr->len > largest ? fr->len : largest;
         if (rc == RUMOR_OK && !rumor_ef_codec_fits(fr->ef, s->codec)) {
@@ -291,7 +289,7 @@ s_make_codec(rumor_gossip *g, struct rumor_diag *diag)
         cap = need > cap ? need : cap;
     }
     bool dgc = rc == RUMOR_OK && s->frag[0].u != NULL;
-    if (rc == RUMOR_OK && !g->be->host_memory) {
+    if (rc == RUMOR_OK) {
         rc = dgc ? RUMOR_OK : s_ef_coefficient(g, &s->ef_c);
         if (rc == RUMOR_OK)
             rc = g->be->alloc(largest * sizeof(float), (void **)&s->undo.e);
@@ -377,7 +375,6 @@ s_free(rumor_gossip *g)
     g->be->release(s->undo.e);
     g->be->release(s->undo.u);
     g->be->release(s->un);
-    free(s->undo.ef);
     for (size_t f = 0; s->snap_frag != NULL && f < s->frag_n; f++) {
         g->be->release(s->snap_frag[f].e);
         g->be->release(s->snap_frag[f].u);
@@ -452,30 +449,19 @@ s_undo_keep(rumor_gossip *g, const struct frag *fr)
     u->ahead_nbr = fr->ahead_nbr;
     u->have_ebar = fr->have_ebar;
     u->discard = false;
-    if (fr->e != NULL) { /* a device's memory: a copy there */
-        u->e_steps = fr->e_steps;
-        rumor_err rc = gossip_mem_copy(g,
-                                       u->e,
-                                       fr->e,
-                                       fr->len * sizeof(float),
-                                       GOSSIP_ON_DEVICE);
-        return rc == RUMOR_OK && fr->u != NULL
-                   ? gossip_mem_copy(g,
-                                     u->u,
-                                     fr->u,
-                                     fr->len * sizeof(float),
-                                     GOSSIP_ON_DEVICE)
-                   : rc;
-    }
-    size_t need = rumor_ef_state_size(fr->ef);
-    if (need > u->ef_cap) {
-        uint8_t *grown = realloc(u->ef, need);
-        if (grown == NULL)
-            return RUMOR_ENOMEM;
-        u->ef = grown;
-        u->ef_cap = need;
-    }
-    return rumor_ef_save(fr->ef, u->ef, u->ef_cap, &u->ef_len);
+    u->e_steps = fr->e_steps;
+    rumor_err rc = gossip_mem_copy(g,
+                                   u->e,
+                                   fr->e,
+                                   fr->len * sizeof(float),
+                                   GOSSIP_ON_DEVICE);
+    return rc == RUMOR_OK && fr->u != NULL
+               ? gossip_mem_copy(g,
+                                 u->u,
+                                 fr->u,
+                                 fr->len * sizeof(float),
+                                 GOSSIP_ON_DEVICE)
+               : rc;
 }
 
 /* The crc32c of the fragment's anchor (its float bits), where it is: a
@@ -617,10 +603,8 @@ s_encode_delta(rumor_gossip *g, struct frag *fr, uint64_t step)
     if (rc == RUMOR_OK && fr->ahead_nbr)
         rc = be->add_scaled(acc, acc, -1.0f, s->shift + fr->off, fr->len);
     float own = fr->ahead_nbr ? 1.0f : 1.0f - fr->ahead;
-    if (rc == RUMOR_OK && s_saef(g) && fr->e != NULL)
+    if (rc == RUMOR_OK && s_saef(g))
         rc = be->add_scaled(acc, acc, own, fr->e, fr->len);
-    else if (rc == RUMOR_OK && s_saef(g))
-        rc = rumor_ef_apply_error(fr->ef, own, acc, fr->len);
     if (rc == RUMOR_OK) /* DGC's clip: N is the ring's */
         rc = rumor_ef_set_nodes(fr->ef, g->ring_n);
     if (rc != RUMOR_OK)
@@ -628,19 +612,8 @@ s_encode_delta(rumor_gossip *g, struct frag *fr, uint64_t step)
     uint64_t seed = rumor_seed_derive(g->opts.seed, g->self, 0x10ca1);
     uint8_t *out = s->gather.payload[g->ring_pos];
     size_t *len = &s->gather.len[g->ring_pos], cap = s->gather.cap - ANCHOR_CRC;
-    if (fr->e != NULL) /* x is free until the sync's end */
-        rc = s_encode_device(g, fr, acc, x, seed, step, out, cap, len);
-    else
-        rc = rumor_ef_encode(fr->ef,
-                             s->codec,
-                             acc,
-                             fr->len,
-                             seed,
-                             step,
-                             out,
-                             cap,
-                             len,
-                             NULL);
+    /* x is free until the sync's end */
+    rc = s_encode_device(g, fr, acc, x, seed, step, out, cap, len);
     uint32_t crc = 0;
     if (rc == RUMOR_OK)
         rc = s_anchor_crc(g, fr, &crc);
@@ -653,14 +626,6 @@ s_encode_delta(rumor_gossip *g, struct frag *fr, uint64_t step)
     fr->ahead_nbr = false;
     fr->have_ebar = false;
     return RUMOR_OK;
-}
-
-/* The fragment's own error, as encode left it (backend memory). */
-static const float *
-s_error(const struct frag *fr)
-{
-    size_t n = 0;
-    return fr->e != NULL ? fr->e : rumor_ef_error(fr->ef, &n);
 }
 
 /* True for the error round that ends a compressed sync (saef.c). */
@@ -702,7 +667,7 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
     if (!s->compressed_sync)
         return s_emit_mixer(g, fr, step, round);
     if (s_error_round(g, round))
-        return gossip_saef_emit(&s->saef, g, step, s_error(fr), fr->len);
+        return gossip_saef_emit(&s->saef, g, step, fr->e, fr->len);
     rumor_err rc = round == 0 ? s_encode_delta(g, fr, step) : RUMOR_OK;
     return rc == RUMOR_OK ? gossip_gather_emit(g, &s->gather, round) : rc;
 }
@@ -775,15 +740,13 @@ s_discard(rumor_gossip *g, struct frag *fr, size_t j)
                              u->e,
                              fr->len * sizeof(float),
                              GOSSIP_ON_DEVICE);
-        if (rc == RUMOR_OK && fr->u != NULL)
-            rc = gossip_mem_copy(g,
-                                 fr->u,
-                                 u->u,
-                                 fr->len * sizeof(float),
-                                 GOSSIP_ON_DEVICE);
-    } else {
-        rc = rumor_ef_restore(fr->ef, u->ef, u->ef_len);
     }
+    if (rc == RUMOR_OK && fr->u != NULL)
+        rc = gossip_mem_copy(g,
+                             fr->u,
+                             u->u,
+                             fr->len * sizeof(float),
+                             GOSSIP_ON_DEVICE);
     fr->ahead = u->ahead;
     fr->ahead_nbr = u->ahead_nbr;
     fr->have_ebar = u->have_ebar;
@@ -886,7 +849,7 @@ s_absorb(rumor_gossip *g,
         rumor_err rc = gossip_saef_absorb(&s->saef,
                                           g,
                                           step,
-                                          s_error(fr),
+                                          fr->e,
                                           fr->off,
                                           fr->len,
                                           msgs,
@@ -960,10 +923,8 @@ s_step_ahead_frag(rumor_gossip *g, struct frag *fr, float alpha)
             be->add_scaled(shift, NULL, alpha, s->saef.ebar + fr->off, fr->len);
         if (rc == RUMOR_OK)
             rc = be->add_scaled(x, x, -1.0f, shift, fr->len);
-    } else if (rc == RUMOR_OK && fr->e != NULL) {
-        rc = be->add_scaled(x, x, -alpha, fr->e, fr->len);
     } else if (rc == RUMOR_OK) {
-        rc = rumor_ef_apply_error(fr->ef, -alpha, x, fr->len);
+        rc = be->add_scaled(x, x, -alpha, fr->e, fr->len);
     }
     if (rc == RUMOR_OK)
         rc = gossip_model_write(g, fr->off, fr->len, x, GOSSIP_ON_DEVICE);
@@ -1029,7 +990,7 @@ s_read_vec(const rumor_gossip *g, struct gossip_reader *r, float *v, size_t n)
     return rc;
 }
 
-/* A device's residual into the memory that saves it. */
+/* The residual (and dgc's momentum) into the memory that saves it. */
 static rumor_err
 s_ef_to_host(const rumor_gossip *g, const struct frag *fr)
 {
@@ -1049,7 +1010,7 @@ s_ef_to_host(const rumor_gossip *g, const struct frag *fr)
                        GOSSIP_TO_HOST);
 }
 
-/* A restored memory's residual to the device's. */
+/* A restored memory's residual (and momentum) to the backend's. */
 static rumor_err
 s_ef_to_device(const rumor_gossip *g, struct frag *fr)
 {
@@ -1433,15 +1394,10 @@ s_snap_move(rumor_gossip *g, bool take)
     return rc;
 }
 
-/* A memory kept on the host (a host model's) has no snapshot: its state
- * goes through rumor_gossip_state_save. */
 static rumor_err
 s_snap_take(rumor_gossip *g)
 {
     struct localsgd *s = g->state;
-    for (size_t f = 0; f < s->frag_n; f++)
-        if (s->frag[f].ef != NULL && s->frag[f].e == NULL)
-            return RUMOR_ENOTSUP;
     if (s->snap_frag == NULL)
         s->snap_frag = calloc(s->frag_n, sizeof *s->snap_frag);
     if (s->snap_frag == NULL)
