@@ -1,4 +1,6 @@
-/* CPU-only build: the CUDA probe always answers "none" (R7.2). */
+/* CPU-only build: the CUDA probe always answers "none" (R7.2), and there
+ * is no stream of Rumor's own (core/cuda_stream.h). */
+#include "core/cuda_stream.h"
 #include "core/device_impl.h"
 
 #include <stddef.h>
@@ -10,4 +12,10 @@ core_cuda_probe(const char **reason)
 {
     *reason = "this build has no CUDA backend (USE_CUDA=no or no nvcc)";
     return 0;
+}
+
+void *
+core_cuda_stream(void)
+{
+    return NULL;
 }

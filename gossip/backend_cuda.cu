@@ -1,13 +1,14 @@
 // The CUDA backend of gossip/backend.h. Every kernel's launch and every
-// copy is on the legacy default stream, so they are ordered among
-// themselves; copies between host and device go chunk by chunk
-// (gossip_copy_chunk_at) through two pinned staging buffers with
+// copy is on Rumor's stream of the current device (core/cuda_stream.h),
+// so they are ordered among themselves; copies between host and device go chunk
+// by chunk (gossip_copy_chunk_at) through two pinned staging buffers with
 // cudaMemcpyAsync, so that chunk i + 1's DMA overlaps the host's memcpy of
 // chunk i, and return once the last chunk is through (an algorithm reads a
 // payload right after its copy). The peer orders the stream against the
 // caller's before the step starts. Each kernel does, per
 // element, what its twin in gossip/ref.c does, with the _rn intrinsics so
 // that nvcc contracts nothing into an FMA: the same bits as the host.
+#include "core/cuda_stream.h"
 #include "core/philox.h"
 #include "gossip/backend.h"
 
@@ -16,6 +17,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+static cudaStream_t
+s_stream(void)
+{
+    return (cudaStream_t)core_cuda_stream();
+}
 
 static rumor_err
 s_alloc(size_t bytes, void **out)
@@ -28,7 +35,7 @@ s_alloc(size_t bytes, void **out)
                   bytes + 1);
         return RUMOR_ENOMEM;
     }
-    if (cudaMemset(p, 0, bytes + 1) != cudaSuccess) {
+    if (cudaMemsetAsync(p, 0, bytes + 1, s_stream()) != cudaSuccess) {
         cudaFree(p);
         return RUMOR_EBACKEND;
     }
@@ -87,9 +94,9 @@ s_copy_to_host(uint8_t *dst, const uint8_t *src, size_t bytes)
                                   src + c.offset,
                                   c.bytes,
                                   cudaMemcpyDeviceToHost,
-                                  0);
+                                  s_stream());
             if (err == cudaSuccess)
-                err = cudaEventRecord(s_stage.done[c.buffer], 0);
+                err = cudaEventRecord(s_stage.done[c.buffer], s_stream());
         }
         if (i > 0 && err == cudaSuccess) {
             struct gossip_copy_chunk c = gossip_copy_chunk_at(bytes, i - 1);
@@ -118,9 +125,9 @@ s_copy_to_device(uint8_t *dst, const uint8_t *src, size_t bytes)
                               s_stage.buf[c.buffer],
                               c.bytes,
                               cudaMemcpyHostToDevice,
-                              0);
+                              s_stream());
         if (err == cudaSuccess)
-            err = cudaEventRecord(s_stage.done[c.buffer], 0);
+            err = cudaEventRecord(s_stage.done[c.buffer], s_stream());
     }
     for (int b = 0; b < 2 && err == cudaSuccess; b++)
         err = cudaEventSynchronize(s_stage.done[b]);
@@ -134,7 +141,11 @@ s_copy(void *dst, const void *src, size_t bytes, enum gossip_copy kind)
         return RUMOR_OK;
     cudaError_t err;
     if (kind == GOSSIP_ON_DEVICE) {
-        err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0);
+        err = cudaMemcpyAsync(dst,
+                              src,
+                              bytes,
+                              cudaMemcpyDeviceToDevice,
+                              s_stream());
     } else {
         pthread_mutex_lock(&s_stage.lock);
         err = s_stage_ready();
@@ -497,34 +508,36 @@ k_sumsq_add(const float *a, const float *b, size_t n, double *out)
 static rumor_err
 s_zero(void *p, size_t bytes)
 {
-    return cudaMemset(p, 0, bytes) == cudaSuccess ? RUMOR_OK : RUMOR_EBACKEND;
+    return cudaMemsetAsync(p, 0, bytes, s_stream()) == cudaSuccess
+               ? RUMOR_OK
+               : RUMOR_EBACKEND;
 }
 
 static rumor_err
 s_diff(double *d, const float *a, const float *b, size_t n)
 {
-    k_diff<<<s_blocks(n), S_THREADS>>>(d, a, b, n);
+    k_diff<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(d, a, b, n);
     return s_launched("diff");
 }
 
 static rumor_err
 s_sub(double *d, const double *a, const double *b, size_t n)
 {
-    k_sub<<<s_blocks(n), S_THREADS>>>(d, a, b, n);
+    k_sub<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(d, a, b, n);
     return s_launched("sub");
 }
 
 static rumor_err
 s_axpy(double *acc, double c, const double *d, size_t n)
 {
-    k_axpy<<<s_blocks(n), S_THREADS>>>(acc, c, d, n);
+    k_axpy<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(acc, c, d, n);
     return s_launched("axpy");
 }
 
 static rumor_err
 s_scale(double *d, double c, size_t n)
 {
-    k_scale<<<s_blocks(n), S_THREADS>>>(d, c, n);
+    k_scale<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(d, c, n);
     return s_launched("scale");
 }
 
@@ -535,7 +548,11 @@ s_apply(float *out,
         const double *acc,
         size_t n)
 {
-    k_apply<<<s_blocks(n), S_THREADS>>>(out, base, gamma, acc, n);
+    k_apply<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(out,
+                                                       base,
+                                                       gamma,
+                                                       acc,
+                                                       n);
     return s_launched("apply");
 }
 
@@ -546,9 +563,10 @@ static rumor_err
 s_scratch(size_t k, double **out)
 {
     *out = NULL;
-    if (cudaMallocAsync((void **)out, k * sizeof **out, 0) != cudaSuccess)
+    if (cudaMallocAsync((void **)out, k * sizeof **out, s_stream()) !=
+        cudaSuccess)
         return RUMOR_ENOMEM;
-    return cudaMemsetAsync(*out, 0, k * sizeof **out, 0) == cudaSuccess
+    return cudaMemsetAsync(*out, 0, k * sizeof **out, s_stream()) == cudaSuccess
                ? RUMOR_OK
                : RUMOR_EBACKEND;
 }
@@ -566,7 +584,7 @@ s_scratch_done(rumor_err rc,
         rc = s_launched(what);
     if (rc == RUMOR_OK)
         rc = s_copy(host, d, k * sizeof *host, GOSSIP_TO_HOST);
-    (void)cudaFreeAsync(d, 0);
+    (void)cudaFreeAsync(d, s_stream());
     return rc;
 }
 
@@ -576,7 +594,7 @@ s_norm(const double *d, size_t n, double *norm)
     double *sum = NULL, sq = 0;
     rumor_err rc = s_scratch(1, &sum);
     if (rc == RUMOR_OK)
-        k_sumsq<<<s_blocks(n), S_THREADS>>>(d, n, sum);
+        k_sumsq<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(d, n, sum);
     rc = s_scratch_done(rc, "norm", sum, &sq, 1);
     *norm = sqrt(sq);
     return rc;
@@ -585,39 +603,39 @@ s_norm(const double *d, size_t n, double *norm)
 static rumor_err
 s_sub_round(float *out, const float *x, const double *xhat, size_t n)
 {
-    k_sub_round<<<s_blocks(n), S_THREADS>>>(out, x, xhat, n);
+    k_sub_round<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(out, x, xhat, n);
     return s_launched("sub_round");
 }
 
 static rumor_err
 s_accum(double *acc, double c, const float *x, size_t n)
 {
-    k_accum<<<s_blocks(n), S_THREADS>>>(acc, c, x, n);
+    k_accum<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(acc, c, x, n);
     return s_launched("accum");
 }
 
 static rumor_err
 s_add(float *out, const float *a, const float *b, size_t n)
 {
-    k_add<<<s_blocks(n), S_THREADS>>>(out, a, b, n);
+    k_add<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(out, a, b, n);
     return s_launched("add");
 }
 
 static rumor_err
 s_add_scaled(float *out, const float *a, float c, const float *b, size_t n)
 {
-    k_add_scaled<<<s_blocks(n), S_THREADS>>>(out, a, c, b, n);
+    k_add_scaled<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(out, a, c, b, n);
     return s_launched("add_scaled");
 }
 
 static rumor_err
 s_div_round(float *out, const double *acc, double c, size_t n)
 {
-    k_div_round<<<s_blocks(n), S_THREADS>>>(out, acc, c, n);
+    k_div_round<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(out, acc, c, n);
     return s_launched("div_round");
 }
 
-// The device codecs, on the legacy default stream (NULL) as the rest.
+// The device codecs, on Rumor's stream as the rest.
 static rumor_err
 s_encode(const rumor_codec *codec,
          const float *x,
@@ -636,7 +654,7 @@ s_encode(const rumor_codec *codec,
                                      out,
                                      cap,
                                      written,
-                                     NULL);
+                                     s_stream());
 }
 
 static rumor_err
@@ -661,7 +679,13 @@ s_outer(float *x,
         float mu,
         size_t n)
 {
-    k_outer<<<s_blocks(n), S_THREADS>>>(x, anchor, v, d, lr, mu, n);
+    k_outer<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(x,
+                                                       anchor,
+                                                       v,
+                                                       d,
+                                                       lr,
+                                                       mu,
+                                                       n);
     return s_launched("outer");
 }
 
@@ -673,7 +697,13 @@ s_decode_add(const rumor_codec *codec,
              float *y,
              size_t n)
 {
-    return rumor_codec_decode_add_device(codec, in, len, alpha, y, n, NULL);
+    return rumor_codec_decode_add_device(codec,
+                                         in,
+                                         len,
+                                         alpha,
+                                         y,
+                                         n,
+                                         s_stream());
 }
 
 static rumor_err
@@ -686,19 +716,20 @@ s_crc32c(const void *p, size_t bytes, uint32_t *crc)
     uint32_t *d_part = NULL;
     uint32_t *part = (uint32_t *)malloc(parts * sizeof *part);
     if (part == NULL ||
-        cudaMallocAsync((void **)&d_part, parts * sizeof *d_part, 0) !=
+        cudaMallocAsync((void **)&d_part, parts * sizeof *d_part, s_stream()) !=
             cudaSuccess) {
         free(part);
         return RUMOR_ENOMEM;
     }
-    k_crc_chunks<<<s_blocks(parts), S_THREADS>>>((const uint8_t *)p,
-                                                 bytes,
-                                                 d_part,
-                                                 parts);
+    k_crc_chunks<<<s_blocks(parts), S_THREADS, 0, s_stream()>>>(
+        (const uint8_t *)p,
+        bytes,
+        d_part,
+        parts);
     rumor_err rc = s_launched("crc32c");
     if (rc == RUMOR_OK)
         rc = s_copy(part, d_part, parts * sizeof *part, GOSSIP_TO_HOST);
-    (void)cudaFreeAsync(d_part, 0);
+    (void)cudaFreeAsync(d_part, s_stream());
     if (rc == RUMOR_OK)
         *crc = gossip_ref_crc32c_join(part, bytes);
     free(part);
@@ -708,7 +739,11 @@ s_crc32c(const void *p, size_t bytes, uint32_t *crc)
 static rumor_err
 s_uniform(float *out, uint64_t seed, uint64_t stream, uint64_t index, size_t n)
 {
-    k_uniform<<<s_blocks(n), S_THREADS>>>(out, seed, stream, index, n);
+    k_uniform<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(out,
+                                                         seed,
+                                                         stream,
+                                                         index,
+                                                         n);
     return s_launched("uniform");
 }
 
@@ -721,13 +756,14 @@ s_moniqua_levels(uint8_t *levels,
                  double bound,
                  size_t n)
 {
-    k_moniqua_levels<<<s_blocks((n + 3) / 4), S_THREADS>>>(levels,
-                                                           xhat,
-                                                           x,
-                                                           noise,
-                                                           bound,
-                                                           1.0 / bound,
-                                                           n);
+    k_moniqua_levels<<<s_blocks((n + 3) / 4), S_THREADS, 0, s_stream()>>>(
+        levels,
+        xhat,
+        x,
+        noise,
+        bound,
+        1.0 / bound,
+        n);
     return s_launched("moniqua_levels");
 }
 
@@ -739,13 +775,13 @@ s_moniqua_term(double *d,
                double bound,
                size_t n)
 {
-    k_moniqua_term<<<s_blocks(n), S_THREADS>>>(d,
-                                               levels,
-                                               x,
-                                               xhat,
-                                               bound,
-                                               1.0 / bound,
-                                               n);
+    k_moniqua_term<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(d,
+                                                              levels,
+                                                              x,
+                                                              xhat,
+                                                              bound,
+                                                              1.0 / bound,
+                                                              n);
     return s_launched("moniqua_term");
 }
 
@@ -755,7 +791,7 @@ s_stats(const float *x, size_t n, struct rumor_layer_stats *out)
     double *d = NULL, sums[3] = {0, 0, 0};
     rumor_err rc = s_scratch(3, &d);
     if (rc == RUMOR_OK)
-        k_stats<<<s_blocks(n), S_THREADS>>>(x, n, d);
+        k_stats<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(x, n, d);
     rc = s_scratch_done(rc, "stats", d, sums, 3);
     *out = (struct rumor_layer_stats){0};
     if (rc != RUMOR_OK || n == 0)
@@ -792,7 +828,7 @@ s_rel_error(const float *x,
     double *d = NULL, sums[4] = {0, 0, 0, 0};
     rumor_err rc = s_scratch(4, &d);
     if (rc == RUMOR_OK)
-        k_rel_error<<<s_blocks(n), S_THREADS>>>(x, approx, n, d);
+        k_rel_error<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(x, approx, n, d);
     rc = s_scratch_done(rc, "rel_error", d, sums, 4);
     *err = s_ratio(sums[0], sums[1]);
     if (support != NULL)
@@ -806,7 +842,7 @@ s_sumsq_add(const float *a, const float *b, size_t n, double *acc)
     double *d = NULL, sum = 0;
     rumor_err rc = s_scratch(1, &d);
     if (rc == RUMOR_OK)
-        k_sumsq_add<<<s_blocks(n), S_THREADS>>>(a, b, n, d);
+        k_sumsq_add<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(a, b, n, d);
     rc = s_scratch_done(rc, "sumsq_add", d, &sum, 1);
     *acc += sum;
     return rc;
@@ -822,14 +858,21 @@ s_sgd(float *p,
       bool nesterov,
       size_t n)
 {
-    k_sgd<<<s_blocks(n), S_THREADS>>>(p, g, b, lr, wd, mu, nesterov, n);
+    k_sgd<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(p,
+                                                     g,
+                                                     b,
+                                                     lr,
+                                                     wd,
+                                                     mu,
+                                                     nesterov,
+                                                     n);
     return s_launched("sgd");
 }
 
 static rumor_err
 s_scalers(const rumor_codec *codec, const float *x, size_t n, float *out)
 {
-    return rumor_codec_scalers_device(codec, x, n, out, NULL);
+    return rumor_codec_scalers_device(codec, x, n, out, s_stream());
 }
 
 static rumor_err
@@ -852,7 +895,7 @@ s_encode_shared(const rumor_codec *codec,
                                             out,
                                             cap,
                                             written,
-                                            NULL);
+                                            s_stream());
 }
 
 __global__ void
@@ -883,7 +926,14 @@ s_dgc_step(float *u_new,
            float scale,
            size_t n)
 {
-    k_dgc_step<<<s_blocks(n), S_THREADS>>>(u_new, v, e, u, g, mu, scale, n);
+    k_dgc_step<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(u_new,
+                                                          v,
+                                                          e,
+                                                          u,
+                                                          g,
+                                                          mu,
+                                                          scale,
+                                                          n);
     return s_launched("dgc_step");
 }
 
@@ -903,7 +953,7 @@ s_zero_at(float *u, const uint32_t *idx, size_t k)
     if (rc == RUMOR_OK)
         rc = s_copy(d, idx, k * sizeof *idx, GOSSIP_TO_DEVICE);
     if (rc == RUMOR_OK) {
-        k_zero_at<<<s_blocks(k), S_THREADS>>>(u, d, k);
+        k_zero_at<<<s_blocks(k), S_THREADS, 0, s_stream()>>>(u, d, k);
         rc = s_launched("zero_at");
     }
     s_release(d);
@@ -930,7 +980,7 @@ s_encode_k(const rumor_codec *codec,
                                        out,
                                        cap,
                                        written,
-                                       NULL);
+                                       s_stream());
 }
 
 static const struct gossip_backend_i s_cuda = {

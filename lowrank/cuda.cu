@@ -40,15 +40,17 @@
 //   k_recon_list (memory update and output in one pass). Each has a twin
 //   in ref.c with the same per-thread arithmetic; they have never run on
 //   a GPU (tests/unit/test_lowrank_list.c compares them with the twins).
-// Everything runs on the legacy default stream, so the synchronous
-// cudaMemcpy of pointer arrays is ordered after the kernels that used the
-// previous arrays.
+// Everything runs on Rumor's stream of the current device
+// (core/cuda_stream.h), cuBLAS and cuSOLVER included: a pointer array's or
+// plan's upload is ordered after the kernels that used the slot before,
+// and the host waits only for that stream where it reads a result.
 // Errors: CUDA_TRY / CUBLAS_TRY / CUSOLVER_TRY set rc and jump to the label
 // written at the call site (R4.6); nothing else hides control flow.
 // Only extern "C" entry points leave this file (R1.1). The tests compare
 // every operation and the whole compressor against the cpu backend
 // (tests/unit/test_lowrank.c); they have not run on a GPU yet.
 #include "core/cuda_check.h"
+#include "core/cuda_stream.h"
 #include "lowrank/backend.h"
 
 #include <cublas_v2.h>
@@ -58,6 +60,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+static cudaStream_t
+s_stream(void)
+{
+    return (cudaStream_t)core_cuda_stream();
+}
 
 #define CUDA_TRY(call, label)     CORE_CUDA_TRY("lowrank cuda", call, label)
 #define CUBLAS_TRY(call, label)   CORE_CUBLAS_TRY("lowrank cuda", call, label)
@@ -771,10 +779,11 @@ s_ptrs_lookup(struct cuda_ctx *c, size_t len, void ***dev)
     if (slot->host == NULL)
         return RUMOR_ENOMEM;
     CUDA_TRY(cudaMalloc((void **)&slot->dev, len * sizeof *slot->dev), done);
-    CUDA_TRY(cudaMemcpy(slot->dev,
-                        c->key,
-                        len * sizeof *c->key,
-                        cudaMemcpyHostToDevice),
+    CUDA_TRY(cudaMemcpyAsync(slot->dev,
+                             c->key,
+                             len * sizeof *c->key,
+                             cudaMemcpyHostToDevice,
+                             s_stream()),
              done);
     memcpy(slot->host, c->key, len * sizeof *c->key);
     slot->len = len;
@@ -827,7 +836,7 @@ s_alloc(void *ctx, size_t bytes, float **out)
     void *mem = NULL;
     *out = NULL;
     CUDA_TRY(cudaMalloc(&mem, bytes > 0 ? bytes : 4), fail);
-    CUDA_TRY(cudaMemset(mem, 0, bytes > 0 ? bytes : 4), fail);
+    CUDA_TRY(cudaMemsetAsync(mem, 0, bytes > 0 ? bytes : 4, s_stream()), fail);
     *out = (float *)mem;
     return RUMOR_OK;
 fail:
@@ -849,7 +858,15 @@ s_upload(void *ctx, float *dst, const float *src, size_t bytes)
     (void)ctx;
     rumor_err rc = RUMOR_OK;
     if (bytes > 0)
-        CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), done);
+        CUDA_TRY(cudaMemcpyAsync(dst,
+                                 src,
+                                 bytes,
+                                 cudaMemcpyHostToDevice,
+                                 s_stream()),
+                 done);
+    // the source may be reused when this returns, as a cudaMemcpy left it
+    if (bytes > 0)
+        CUDA_TRY(cudaStreamSynchronize(s_stream()), done);
 done:
     return rc;
 }
@@ -860,7 +877,26 @@ s_download(void *ctx, float *dst, const float *src, size_t bytes)
     (void)ctx;
     rumor_err rc = RUMOR_OK;
     if (bytes > 0)
-        CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), done);
+        CUDA_TRY(cudaMemcpyAsync(dst,
+                                 src,
+                                 bytes,
+                                 cudaMemcpyDeviceToHost,
+                                 s_stream()),
+                 done);
+    if (bytes > 0)
+        CUDA_TRY(cudaStreamSynchronize(s_stream()), done);
+done:
+    return rc;
+}
+
+// cuBLAS and cuSOLVER queue on Rumor's stream of the device current now
+// (a handle keeps the stream last set; the caller's thread may have moved).
+static rumor_err
+s_bind(struct cuda_ctx *c)
+{
+    rumor_err rc = RUMOR_OK;
+    CUBLAS_TRY(cublasSetStream(c->blas, s_stream()), done);
+    CUSOLVER_TRY(cusolverDnSetStream(c->solver, s_stream()), done);
 done:
     return rc;
 }
@@ -879,7 +915,9 @@ s_project_right_batch(void *ctx,
                       size_t count)
 {
     struct cuda_ctx *c = (struct cuda_ctx *)ctx;
-    rumor_err rc = RUMOR_OK;
+    rumor_err rc = s_bind(c);
+    if (rc != RUMOR_OK)
+        return rc;
     const float one = 1.0f, zero = 0.0f;
     for (size_t at = 0; at < count; at += CUDA_MAX_BATCH) {
         size_t b = count - at < CUDA_MAX_BATCH ? count - at : CUDA_MAX_BATCH;
@@ -900,35 +938,46 @@ s_project_right_batch(void *ctx,
             dim3 grid((unsigned)((n + 7) / 8), (unsigned)b);
             switch (r) {
             case 1:
-                k_right_fused<1><<<grid, 256>>>(dm, da, n, m, dq, dp);
+                k_right_fused<1>
+                    <<<grid, 256, 0, s_stream()>>>(dm, da, n, m, dq, dp);
                 break;
             case 2:
-                k_right_fused<2><<<grid, 256>>>(dm, da, n, m, dq, dp);
+                k_right_fused<2>
+                    <<<grid, 256, 0, s_stream()>>>(dm, da, n, m, dq, dp);
                 break;
             case 3:
-                k_right_fused<3><<<grid, 256>>>(dm, da, n, m, dq, dp);
+                k_right_fused<3>
+                    <<<grid, 256, 0, s_stream()>>>(dm, da, n, m, dq, dp);
                 break;
             case 4:
-                k_right_fused<4><<<grid, 256>>>(dm, da, n, m, dq, dp);
+                k_right_fused<4>
+                    <<<grid, 256, 0, s_stream()>>>(dm, da, n, m, dq, dp);
                 break;
             case 5:
-                k_right_fused<5><<<grid, 256>>>(dm, da, n, m, dq, dp);
+                k_right_fused<5>
+                    <<<grid, 256, 0, s_stream()>>>(dm, da, n, m, dq, dp);
                 break;
             case 6:
-                k_right_fused<6><<<grid, 256>>>(dm, da, n, m, dq, dp);
+                k_right_fused<6>
+                    <<<grid, 256, 0, s_stream()>>>(dm, da, n, m, dq, dp);
                 break;
             case 7:
-                k_right_fused<7><<<grid, 256>>>(dm, da, n, m, dq, dp);
+                k_right_fused<7>
+                    <<<grid, 256, 0, s_stream()>>>(dm, da, n, m, dq, dp);
                 break;
             default:
-                k_right_fused<8><<<grid, 256>>>(dm, da, n, m, dq, dp);
+                k_right_fused<8>
+                    <<<grid, 256, 0, s_stream()>>>(dm, da, n, m, dq, dp);
                 break;
             }
             CUDA_TRY(cudaGetLastError(), done);
             continue;
         }
         if (da != NULL) {
-            k_add<<<dim3(s_blocks(n * m), (unsigned)b), 256>>>(dm, da, n * m);
+            k_add<<<dim3(s_blocks(n * m), (unsigned)b), 256, 0, s_stream()>>>(
+                dm,
+                da,
+                n * m);
             CUDA_TRY(cudaGetLastError(), done);
         }
         // Column-major view: P^T (r x n) = Q^T (r x m) * M^T (m x n).
@@ -965,7 +1014,9 @@ s_project_left_batch(void *ctx,
                      size_t count)
 {
     struct cuda_ctx *c = (struct cuda_ctx *)ctx;
-    rumor_err rc = RUMOR_OK;
+    rumor_err rc = s_bind(c);
+    if (rc != RUMOR_OK)
+        return rc;
     const float one = 1.0f, zero = 0.0f;
     for (size_t at = 0; at < count; at += CUDA_MAX_BATCH) {
         size_t b = count - at < CUDA_MAX_BATCH ? count - at : CUDA_MAX_BATCH;
@@ -979,7 +1030,7 @@ s_project_left_batch(void *ctx,
         if (rc != RUMOR_OK)
             goto done;
         if (d[1] != NULL) {
-            k_add<<<dim3(s_blocks(n * m), (unsigned)b), 256>>>(
+            k_add<<<dim3(s_blocks(n * m), (unsigned)b), 256, 0, s_stream()>>>(
                 (float *const *)d[0],
                 (const float *const *)d[1],
                 n * m);
@@ -1035,7 +1086,9 @@ k_scale_columns(float *a, size_t n, size_t r, const float *signs)
 static rumor_err
 s_qr(struct cuda_ctx *c, float *p, size_t n, size_t r, bool positive)
 {
-    rumor_err rc = RUMOR_OK;
+    rumor_err rc = s_bind(c);
+    if (rc != RUMOR_OK)
+        return rc;
     const float one = 1.0f, zero = 0.0f;
     int lwork_geqrf = 0, lwork_orgqr = 0, info = 0;
     float *a = NULL, *tau = NULL, *signs = NULL, *work = NULL;
@@ -1095,7 +1148,10 @@ s_qr(struct cuda_ctx *c, float *p, size_t n, size_t r, bool positive)
                                   c->info),
                  done);
     if (positive) {
-        k_diag_signs<<<(unsigned)((r + 31) / 32), 32>>>(a, n, r, signs);
+        k_diag_signs<<<(unsigned)((r + 31) / 32), 32, 0, s_stream()>>>(a,
+                                                                       n,
+                                                                       r,
+                                                                       signs);
         CUDA_TRY(cudaGetLastError(), done);
     }
     CUSOLVER_TRY(cusolverDnSorgqr(c->solver,
@@ -1109,14 +1165,22 @@ s_qr(struct cuda_ctx *c, float *p, size_t n, size_t r, bool positive)
                                   lwork_orgqr,
                                   c->info),
                  done);
-    CUDA_TRY(cudaMemcpy(&info, c->info, sizeof info, cudaMemcpyDeviceToHost),
+    CUDA_TRY(cudaMemcpyAsync(&info,
+                             c->info,
+                             sizeof info,
+                             cudaMemcpyDeviceToHost,
+                             s_stream()),
              done);
+    CUDA_TRY(cudaStreamSynchronize(s_stream()), done);
     if (info != 0) {
         rc = RUMOR_EBACKEND;
         goto done;
     }
     if (positive) {
-        k_scale_columns<<<s_blocks(n * r), 256>>>(a, n, r, signs);
+        k_scale_columns<<<s_blocks(n * r), 256, 0, s_stream()>>>(a,
+                                                                 n,
+                                                                 r,
+                                                                 signs);
         CUDA_TRY(cudaGetLastError(), done);
     }
     CUBLAS_TRY(cublasSgeam(c->blas,
@@ -1163,16 +1227,18 @@ s_orthogonalize_batch(void *ctx,
         if (rc != RUMOR_OK)
             goto done;
         if (own)
-            k_orth_group<<<(unsigned)b, LIST_T>>>((float *const *)d[0],
-                                                  n,
-                                                  r,
-                                                  s_orth_how(method, r),
-                                                  eps);
+            k_orth_group<<<(unsigned)b, LIST_T, 0, s_stream()>>>(
+                (float *const *)d[0],
+                n,
+                r,
+                s_orth_how(method, r),
+                eps);
         else
-            k_gram_schmidt<<<(unsigned)b, GS_THREADS>>>((float *const *)d[0],
-                                                        n,
-                                                        r,
-                                                        eps);
+            k_gram_schmidt<<<(unsigned)b, GS_THREADS, 0, s_stream()>>>(
+                (float *const *)d[0],
+                n,
+                r,
+                eps);
         CUDA_TRY(cudaGetLastError(), done);
     }
 done:
@@ -1205,16 +1271,18 @@ s_reconstruct_batch(void *ctx,
         rc = s_ptrs(c, h, 4, b, d);
         if (rc != RUMOR_OK)
             goto done;
-        k_reconstruct<<<dim3(s_blocks(n * m), (unsigned)b), 256>>>(
-            n,
-            m,
-            r,
-            (const float *const *)d[0],
-            (const float *const *)d[1],
-            alpha,
-            (float *const *)d[2],
-            (float *const *)d[3],
-            beta);
+        k_reconstruct<<<dim3(s_blocks(n * m), (unsigned)b),
+                        256,
+                        0,
+                        s_stream()>>>(n,
+                                      m,
+                                      r,
+                                      (const float *const *)d[0],
+                                      (const float *const *)d[1],
+                                      alpha,
+                                      (float *const *)d[2],
+                                      (float *const *)d[3],
+                                      beta);
         CUDA_TRY(cudaGetLastError(), done);
     }
 done:
@@ -1268,16 +1336,17 @@ s_project_right_ef_batch(void *ctx,
         if (rc != RUMOR_OK)
             goto done;
         dim3 grid((unsigned)((n + 7) / 8), (unsigned)b);
-#define CUDA_EF_CASE(R)                                          \
-    case R:                                                      \
-        k_right_ef<R><<<grid, 256>>>((float *const *)d[0],       \
-                                     (const float *const *)d[1], \
-                                     n,                          \
-                                     m,                          \
-                                     (const float *const *)d[2], \
-                                     (const float *const *)d[3], \
-                                     (const float *const *)d[4], \
-                                     (float *const *)d[5]);      \
+#define CUDA_EF_CASE(R)                                                \
+    case R:                                                            \
+        k_right_ef<R>                                                  \
+            <<<grid, 256, 0, s_stream()>>>((float *const *)d[0],       \
+                                           (const float *const *)d[1], \
+                                           n,                          \
+                                           m,                          \
+                                           (const float *const *)d[2], \
+                                           (const float *const *)d[3], \
+                                           (const float *const *)d[4], \
+                                           (float *const *)d[5]);      \
         break;
         switch (r) {
             CUDA_EF_CASE(1)
@@ -1303,7 +1372,12 @@ s_copy(void *ctx, float *dst, const float *src, size_t bytes)
     (void)ctx;
     rumor_err rc = RUMOR_OK;
     if (bytes > 0 && dst != src)
-        CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), done);
+        CUDA_TRY(cudaMemcpyAsync(dst,
+                                 src,
+                                 bytes,
+                                 cudaMemcpyDeviceToDevice,
+                                 s_stream()),
+                 done);
 done:
     return rc;
 }
@@ -1388,7 +1462,11 @@ s_orthogonalize(void *ctx,
     rumor_err rc = RUMOR_OK;
     if (r > LIST_MAX || r > n)
         return s_orthogonalize_batch(ctx, &p, n, r, method, eps, 1);
-    k_orth_one<<<1, LIST_T>>>(p, n, r, s_orth_how(method, r), eps);
+    k_orth_one<<<1, LIST_T, 0, s_stream()>>>(p,
+                                             n,
+                                             r,
+                                             s_orth_how(method, r),
+                                             eps);
     CUDA_TRY(cudaGetLastError(), done);
 done:
     return rc;
@@ -1543,11 +1621,15 @@ s_orthogonalize_list(void *ctx,
         return rc;
     if (fresh) {
         CUDA_TRY(cudaMalloc((void **)&plan->dev, bytes), fail);
-        CUDA_TRY(cudaMemcpy(plan->dev, dst, bytes, cudaMemcpyHostToDevice),
+        CUDA_TRY(cudaMemcpyAsync(plan->dev,
+                                 dst,
+                                 bytes,
+                                 cudaMemcpyHostToDevice,
+                                 s_stream()),
                  fail);
         plan->ntiles = count;
     }
-    k_orth_list<<<(unsigned)plan->ntiles, LIST_T>>>(
+    k_orth_list<<<(unsigned)plan->ntiles, LIST_T, 0, s_stream()>>>(
         (const struct cuda_orth_item *)plan->dev,
         eps);
     CUDA_TRY(cudaGetLastError(), done);
@@ -1587,14 +1669,19 @@ s_plan_fill(struct cuda_plan *plan,
     plan->scratch_at = plan->counters_at + cbytes;
     size_t all = plan->scratch_at + floats * sizeof(float);
     CUDA_TRY(cudaMalloc((void **)&plan->dev, all), done);
-    CUDA_TRY(cudaMemset(plan->dev, 0, all), done);
-    CUDA_TRY(cudaMemcpy(plan->dev, items, ibytes, cudaMemcpyHostToDevice),
+    CUDA_TRY(cudaMemsetAsync(plan->dev, 0, all, s_stream()), done);
+    CUDA_TRY(cudaMemcpyAsync(plan->dev,
+                             items,
+                             ibytes,
+                             cudaMemcpyHostToDevice,
+                             s_stream()),
              done);
     if (tbytes > 0)
-        CUDA_TRY(cudaMemcpy(plan->dev + plan->tiles_at,
-                            tiles,
-                            tbytes,
-                            cudaMemcpyHostToDevice),
+        CUDA_TRY(cudaMemcpyAsync(plan->dev + plan->tiles_at,
+                                 tiles,
+                                 tbytes,
+                                 cudaMemcpyHostToDevice,
+                                 s_stream()),
                  done);
 done:
     free(tiles);
@@ -1649,8 +1736,9 @@ s_project_right_list(void *ctx,
     const struct lowrank_tile *dt =
         (const struct lowrank_tile *)(plan->dev + plan->tiles_at);
     unsigned grid = (unsigned)plan->ntiles;
-#define CUDA_RIGHT(R) \
-    else if (plan->rmax <= R) k_right_list<R><<<grid, LIST_T>>>(di, dt);
+#define CUDA_RIGHT(R)         \
+    else if (plan->rmax <= R) \
+        k_right_list<R><<<grid, LIST_T, 0, s_stream()>>>(di, dt);
     if (false) {
     }
     CUDA_RANK_CASES(CUDA_RIGHT)
@@ -1679,9 +1767,9 @@ s_project_left_list(void *ctx,
     unsigned *counters = (unsigned *)(plan->dev + plan->counters_at);
     float *scratch = (float *)(plan->dev + plan->scratch_at);
     unsigned grid = (unsigned)plan->ntiles;
-#define CUDA_LEFT(R)          \
-    else if (plan->rmax <= R) \
-        k_left_list<R><<<grid, LIST_T>>>(di, dt, scratch, counters);
+#define CUDA_LEFT(R)                         \
+    else if (plan->rmax <= R) k_left_list<R> \
+        <<<grid, LIST_T, 0, s_stream()>>>(di, dt, scratch, counters);
     if (false) {
     }
     CUDA_RANK_CASES(CUDA_LEFT)
@@ -1705,7 +1793,7 @@ s_reconstruct_list(void *ctx,
                        : RUMOR_OK;
     if (rc != RUMOR_OK || plan == NULL || plan->ntiles == 0)
         return rc;
-    k_recon_list<<<(unsigned)plan->ntiles, LIST_T>>>(
+    k_recon_list<<<(unsigned)plan->ntiles, LIST_T, 0, s_stream()>>>(
         (const struct lowrank_mat_item *)plan->dev,
         (const struct lowrank_tile *)(plan->dev + plan->tiles_at),
         with_e,

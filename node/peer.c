@@ -756,8 +756,8 @@ s_host_new(rumor_peer *peer)
 
 /* The host copy from (to_host) or into a model in the tensors' memory,
  * counted. With CUDA the tensors' device made current first: the copies
- * run on its legacy stream, after the algorithm's work and the held
- * model's copies. */
+ * run on Rumor's stream there (core/cuda_stream.h), after the caller's
+ * writes, the algorithm's work and the held model's copies. */
 static rumor_err
 s_host_move(rumor_peer *peer, struct rumor_model *dev, bool to_host)
 {

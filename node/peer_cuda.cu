@@ -14,6 +14,7 @@ extern "C" {
 }
 
 #include "core/cuda_check.h"
+#include "core/cuda_stream.h"
 
 #include <cuda_runtime.h>
 #include <stdlib.h>
@@ -324,8 +325,10 @@ node_peer_cuda_direct_begin(node_peer_cuda *cu)
     CUDA_TRY(cudaSetDevice(cu->device), done);
     CUDA_TRY(cudaEventRecord(cu->ready, cu->caller), done);
     // The algorithm reaches the tensors only through gossip's CUDA
-    // backend, on the legacy stream: that stream waits, not the host.
-    CUDA_TRY(cudaStreamWaitEvent(cudaStreamLegacy, cu->ready, 0), done);
+    // backend, on Rumor's stream: that stream waits, not the host.
+    CUDA_TRY(
+        cudaStreamWaitEvent((cudaStream_t)core_cuda_stream(), cu->ready, 0),
+        done);
 done:
     return rc;
 }
@@ -335,7 +338,8 @@ node_peer_cuda_direct_end(node_peer_cuda *cu)
 {
     rumor_err rc = RUMOR_OK;
     CUDA_TRY(cudaSetDevice(cu->device), done);
-    CUDA_TRY(cudaEventRecord(cu->written, 0), done);
+    CUDA_TRY(cudaEventRecord(cu->written, (cudaStream_t)core_cuda_stream()),
+             done);
     if (cu->given)
         CUDA_TRY(cudaStreamWaitEvent(cu->caller, cu->written, 0), done);
     else

@@ -4,20 +4,21 @@
  * CPU-only builds answers RUMOR_ENOTSUP, and rumor_peer_new refuses CUDA
  * tensors before anything reaches it).
  *
- * A node_peer_cuda is one peer's copy engine: a stream of Rumor's own on
+ * A node_peer_cuda is one peer's copy engine: a copy stream of its own on
  * the tensors' device (non-blocking: it orders itself only through the
  * events below, so a download never waits for unrelated work queued on
- * the legacy default stream) and two events. The caller's stream (NULL:
+ * the legacy default stream or on Rumor's stream of core/cuda_stream.h,
+ * which a direct step uses) and two events. The caller's stream (NULL:
  * the legacy default stream, PyTorch's default) orders the copies:
  *
  *   read_begin   records an event on the caller's stream and makes
- *                Rumor's stream wait on it: the downloads that follow
+ *                the copy stream wait on it: the downloads that follow
  *                read what the caller's queued work wrote;
- *   download...  queued on Rumor's stream into pinned host memory, each
+ *   download...  queued on the copy stream into pinned host memory, each
  *                followed by an event (downloaded: its own wait);
  *   read_end     waits for the downloads (that stream alone), so the host
  *                may read the staging buffers;
- *   upload...    queued on Rumor's stream from pinned host memory;
+ *   upload...    queued on the copy stream from pinned host memory;
  *   write_end    with a caller's stream: records an event after the
  *                uploads and makes the caller's stream wait on it, without
  *                waiting on the host; without one: waits for the uploads,
@@ -80,19 +81,21 @@ rumor_err node_peer_cuda_upload(node_peer_cuda *cu,
                                 size_t bytes);
 rumor_err node_peer_cuda_write_end(node_peer_cuda *cu);
 
-/* Waits until no upload reads the staging buffers (Rumor's stream only;
+/* Waits until no upload reads the staging buffers (the copy stream only;
  * free when it has nothing queued). */
 rumor_err node_peer_cuda_idle(node_peer_cuda *cu);
 
 /* A step whose algorithm runs on the tensors where they are (gossip's
- * CUDA backend, which works on the legacy default stream of the current
- * device): direct_begin makes the engine's device current on the calling
- * thread (and leaves it so: the algorithm's calls follow) and makes the
- * legacy stream wait on an event recorded on the caller's stream after its
- * writes (the host does not wait); direct_end records an
- * event on the legacy default stream after the algorithm's work and makes
- * the caller's stream wait on it (no stream given: waits for it on the
- * host, so the tensors are written when the call returns). */
+ * CUDA backend, which works on Rumor's stream of the current device,
+ * core/cuda_stream.h): direct_begin makes the engine's device current on
+ * the calling thread (and leaves it so: the algorithm's calls follow) and
+ * makes Rumor's stream wait on an event recorded on the caller's stream
+ * after its writes (the host does not wait); direct_end records an event
+ * on Rumor's stream after the algorithm's work and makes the caller's
+ * stream wait on it (no stream given: waits for it on the host, so the
+ * tensors are written when the call returns). Rumor's stream is
+ * non-blocking: these two events are the only order between the
+ * algorithm's work and the caller's, the legacy default stream included. */
 rumor_err node_peer_cuda_direct_begin(node_peer_cuda *cu);
 rumor_err node_peer_cuda_direct_end(node_peer_cuda *cu);
 

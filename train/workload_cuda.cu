@@ -25,6 +25,7 @@ extern "C" {
 }
 
 #include "core/cuda_check.h"
+#include "core/cuda_stream.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -35,6 +36,14 @@ extern "C" {
 #define CUBLAS_TRY(call, label) CORE_CUBLAS_TRY("workload cuda", call, label)
 
 #define THREADS 256
+
+// Every launch, copy and SGEMM on Rumor's stream (core/cuda_stream.h),
+// with the exchange's work on the same model.
+static cudaStream_t
+s_stream(void)
+{
+    return (cudaStream_t)core_cuda_stream();
+}
 
 struct train_cuda {
     struct train_net net;
@@ -238,20 +247,32 @@ s_run(train_cuda *cu,
     float *s = cu->act, *dz = NULL;
     double h_loss = 0;
     unsigned long long h_correct = 0;
-    CUDA_TRY(cudaMemcpy(cu->x,
-                        x,
-                        b * net->width[0] * sizeof(float),
-                        cudaMemcpyHostToDevice),
+    cudaStream_t st = s_stream();
+    CUBLAS_TRY(cublasSetStream(cu->blas, st), done);
+    // pageable sources: staged before each call returns
+    CUDA_TRY(cudaMemcpyAsync(cu->x,
+                             x,
+                             b * net->width[0] * sizeof(float),
+                             cudaMemcpyHostToDevice,
+                             st),
              done);
     if (net->kind == RUMOR_WORKLOAD_LSQ)
-        CUDA_TRY(
-            cudaMemcpy(cu->t, t, b * k * sizeof(float), cudaMemcpyHostToDevice),
-            done);
-    else
-        CUDA_TRY(cudaMemcpy(cu->y, y, b * sizeof(int), cudaMemcpyHostToDevice),
+        CUDA_TRY(cudaMemcpyAsync(cu->t,
+                                 t,
+                                 b * k * sizeof(float),
+                                 cudaMemcpyHostToDevice,
+                                 st),
                  done);
-    CUDA_TRY(cudaMemset(cu->loss, 0, sizeof(double)), done);
-    CUDA_TRY(cudaMemset(cu->correct, 0, sizeof(unsigned long long)), done);
+    else
+        CUDA_TRY(cudaMemcpyAsync(cu->y,
+                                 y,
+                                 b * sizeof(int),
+                                 cudaMemcpyHostToDevice,
+                                 st),
+                 done);
+    CUDA_TRY(cudaMemsetAsync(cu->loss, 0, sizeof(double), st), done);
+    CUDA_TRY(cudaMemsetAsync(cu->correct, 0, sizeof(unsigned long long), st),
+             done);
     act[0] = cu->x;
     for (size_t l = 0; l < net->layers; l++) {
         size_t o = net->width[l + 1], in = net->width[l];
@@ -272,24 +293,26 @@ s_run(train_cuda *cu,
                                z,
                                (int)o),
                    done);
-        k_bias_act<<<s_blocks(b * o), THREADS>>>(z,
-                                                 L->bias[l],
-                                                 b,
-                                                 o,
-                                                 l + 1 < net->layers);
+        k_bias_act<<<s_blocks(b * o), THREADS, 0, s_stream()>>>(
+            z,
+            L->bias[l],
+            b,
+            o,
+            l + 1 < net->layers);
         CUDA_TRY(cudaGetLastError(), done);
         act[l + 1] = z;
         dz = z;
     }
-    k_head<<<s_blocks(b), THREADS>>>(dz,
-                                     cu->y,
-                                     cu->t,
-                                     b,
-                                     k,
-                                     net->kind == RUMOR_WORKLOAD_LSQ,
-                                     1.0f / (float)denom,
-                                     cu->loss,
-                                     cu->correct);
+    k_head<<<s_blocks(b), THREADS, 0, s_stream()>>>(dz,
+                                                    cu->y,
+                                                    cu->t,
+                                                    b,
+                                                    k,
+                                                    net->kind ==
+                                                        RUMOR_WORKLOAD_LSQ,
+                                                    1.0f / (float)denom,
+                                                    cu->loss,
+                                                    cu->correct);
     CUDA_TRY(cudaGetLastError(), done);
     for (size_t l = net->layers; L->grad && l-- > 0;) {
         size_t o = net->width[l + 1], in = net->width[l];
@@ -309,7 +332,10 @@ s_run(train_cuda *cu,
                                (int)in),
                    done);
         if (L->gb[l] != NULL) {
-            k_bias_grad<<<s_blocks(o), THREADS>>>(dz, L->gb[l], b, o);
+            k_bias_grad<<<s_blocks(o), THREADS, 0, s_stream()>>>(dz,
+                                                                 L->gb[l],
+                                                                 b,
+                                                                 o);
             CUDA_TRY(cudaGetLastError(), done);
         }
         if (l == 0)
@@ -330,18 +356,25 @@ s_run(train_cuda *cu,
                                da,
                                (int)in),
                    done);
-        k_relu_mask<<<s_blocks(b * in), THREADS>>>(da, act[l], b * in);
+        k_relu_mask<<<s_blocks(b * in), THREADS, 0, s_stream()>>>(da,
+                                                                  act[l],
+                                                                  b * in);
         CUDA_TRY(cudaGetLastError(), done);
         dz = da;
     }
-    CUDA_TRY(
-        cudaMemcpy(&h_loss, cu->loss, sizeof h_loss, cudaMemcpyDeviceToHost),
-        done);
-    CUDA_TRY(cudaMemcpy(&h_correct,
-                        cu->correct,
-                        sizeof h_correct,
-                        cudaMemcpyDeviceToHost),
+    CUDA_TRY(cudaMemcpyAsync(&h_loss,
+                             cu->loss,
+                             sizeof h_loss,
+                             cudaMemcpyDeviceToHost,
+                             st),
              done);
+    CUDA_TRY(cudaMemcpyAsync(&h_correct,
+                             cu->correct,
+                             sizeof h_correct,
+                             cudaMemcpyDeviceToHost,
+                             st),
+             done);
+    CUDA_TRY(cudaStreamSynchronize(st), done);
     *loss_sum += h_loss;
     *correct += (size_t)h_correct;
 done:
@@ -382,12 +415,13 @@ train_cuda_pass(train_cuda *cu,
     struct rumor_model dp = s_packed(params, cu->params, pv);
     struct rumor_model dg = s_packed(params, cu->grads, gv);
     for (size_t i = 0; i < params->count; i++)
-        CUDA_TRY(
-            cudaMemcpy(dp.tensors[i].data,
-                       params->tensors[i].data,
-                       rumor_tensor_numel(&params->tensors[i]) * sizeof(float),
-                       cudaMemcpyHostToDevice),
-            done);
+        CUDA_TRY(cudaMemcpyAsync(dp.tensors[i].data,
+                                 params->tensors[i].data,
+                                 rumor_tensor_numel(&params->tensors[i]) *
+                                     sizeof(float),
+                                 cudaMemcpyHostToDevice,
+                                 s_stream()),
+                 done);
     rc = train_cuda_pass_resident(cu,
                                   &dp,
                                   x,
@@ -399,12 +433,15 @@ train_cuda_pass(train_cuda *cu,
                                   loss_sum,
                                   correct);
     for (size_t i = 0; rc == RUMOR_OK && grad != NULL && i < grad->count; i++)
-        CUDA_TRY(
-            cudaMemcpy(grad->tensors[i].data,
-                       dg.tensors[i].data,
-                       rumor_tensor_numel(&grad->tensors[i]) * sizeof(float),
-                       cudaMemcpyDeviceToHost),
-            done);
+        CUDA_TRY(cudaMemcpyAsync(grad->tensors[i].data,
+                                 dg.tensors[i].data,
+                                 rumor_tensor_numel(&grad->tensors[i]) *
+                                     sizeof(float),
+                                 cudaMemcpyDeviceToHost,
+                                 s_stream()),
+                 done);
+    if (rc == RUMOR_OK && grad != NULL)
+        CUDA_TRY(cudaStreamSynchronize(s_stream()), done);
 done:
     return rc;
 }
