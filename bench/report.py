@@ -757,9 +757,10 @@ def section_gpu(data):
            "(`tests/integration/test_peer_cuda.c`), and `rumor node --cuda` "
            "keeping its model, optimizer and algorithm in GPU memory "
            "(`train/workload_cuda.cu`'s resident pass, the `sgd` kernel; "
-           "`tests/integration/test_node_device.c`), and Rumor's own "
-           "non-blocking stream that all of this now runs on "
-           "(`core/cuda_stream.h`); the staged pass was "
+           "`tests/integration/test_node_device.c`), and the non-blocking "
+           "stream of Rumor's own that a Peer's exchange on its CUDA "
+           "tensors now runs on (`core/cuda_stream.h`); the staged pass "
+           "was "
            "since rewritten to upload the parameters and run the resident "
            "pass, so the staged workload above ran in its earlier form."
            % (g["gpu"], g["toolchain"], g["cores"], g["date"], g["command"]),

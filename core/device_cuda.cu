@@ -42,6 +42,8 @@ extern "C" void *
 core_cuda_stream(void)
 {
     int device = -1;
+    if (!core_cuda_own_stream_on())
+        return NULL;
     if (cudaGetDevice(&device) != cudaSuccess || device < 0 ||
         device >= CORE_CUDA_STREAMS) {
         cudaGetLastError(); // answered here, not sticky

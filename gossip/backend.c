@@ -5,6 +5,8 @@
  */
 #include "gossip/backend.h"
 
+#include "core/cuda_stream.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -341,27 +343,71 @@ s_encode_k(const rumor_codec *codec,
 }
 
 #define S_HOST_OPS                                                          \
-    .alloc = s_alloc, .release = s_release, .copy = s_copy, .zero = s_zero, \
-    .diff = s_diff, .sub = s_sub, .axpy = s_axpy, .scale = s_scale,         \
-    .apply = s_apply, .norm = s_norm, .sub_round = s_sub_round,             \
-    .accum = s_accum, .add = s_add, .encode = s_encode, .decode = s_decode, \
-    .add_scaled = s_add_scaled, .div_round = s_div_round, .outer = s_outer, \
-    .decode_add = s_decode_add, .uniform = s_uniform,                       \
-    .moniqua_levels = s_moniqua_levels, .moniqua_term = s_moniqua_term,     \
-    .stats = s_stats, .rel_error = s_rel_error, .sumsq_add = s_sumsq_add,   \
-    .sgd = s_sgd, .scalers = s_scalers, .encode_shared = s_encode_shared,   \
+    .release = s_release, .diff = s_diff, .sub = s_sub, .axpy = s_axpy,     \
+    .scale = s_scale, .apply = s_apply, .norm = s_norm,                     \
+    .sub_round = s_sub_round, .accum = s_accum, .add = s_add,               \
+    .encode = s_encode, .decode = s_decode, .add_scaled = s_add_scaled,     \
+    .div_round = s_div_round, .outer = s_outer, .decode_add = s_decode_add, \
+    .uniform = s_uniform, .moniqua_levels = s_moniqua_levels,               \
+    .moniqua_term = s_moniqua_term, .stats = s_stats,                       \
+    .rel_error = s_rel_error, .sumsq_add = s_sumsq_add, .sgd = s_sgd,       \
+    .scalers = s_scalers, .encode_shared = s_encode_shared,                 \
     .dgc_step = s_dgc_step, .zero_at = s_zero_at, .encode_k = s_encode_k
 
 const struct gossip_backend_i gossip_backend_host = {
     .name = "host",
     .host_memory = true,
     S_HOST_OPS,
+    .alloc = s_alloc,
+    .copy = s_copy,
+    .zero = s_zero,
     .crc32c = s_crc32c,
 };
+
+/* The reference device's allocations, copies and fills made by a thread
+ * with Rumor's own stream off (core/cuda_stream.h). */
+static uint64_t s_ref_unordered;
+
+static void
+s_ref_access(void)
+{
+    if (!core_cuda_own_stream_on())
+        __atomic_fetch_add(&s_ref_unordered, 1, __ATOMIC_RELAXED);
+}
+
+uint64_t
+gossip_ref_unordered(void)
+{
+    return __atomic_load_n(&s_ref_unordered, __ATOMIC_RELAXED);
+}
+
+static rumor_err
+s_ref_alloc(size_t bytes, void **out)
+{
+    s_ref_access();
+    return s_alloc(bytes, out);
+}
+
+static rumor_err
+s_ref_copy(void *dst, const void *src, size_t bytes, enum gossip_copy kind)
+{
+    s_ref_access();
+    return s_copy(dst, src, bytes, kind);
+}
+
+static rumor_err
+s_ref_zero(void *p, size_t bytes)
+{
+    s_ref_access();
+    return s_zero(p, bytes);
+}
 
 const struct gossip_backend_i gossip_backend_ref = {
     .name = "ref",
     .host_memory = false,
     S_HOST_OPS,
+    .alloc = s_ref_alloc,
+    .copy = s_ref_copy,
+    .zero = s_ref_zero,
     .crc32c = s_crc32c_chunked,
 };

@@ -306,6 +306,14 @@ void gossip_ref_zero_at(float *u, const uint32_t *idx, size_t k);
 extern const struct gossip_backend_i gossip_backend_host;
 extern const struct gossip_backend_i gossip_backend_ref;
 
+/* How many allocations, copies and fills the reference device has made
+ * from a thread with Rumor's own CUDA stream off (core/cuda_stream.h).
+ * On a GPU such work would go on the legacy stream, unordered against
+ * the peer's work on its own: a peer on the reference device must add
+ * none (tests/integration/test_peer_ref.c); a node or a bare instance,
+ * which stay on the legacy stream, count here. */
+uint64_t gossip_ref_unordered(void);
+
 /* The CUDA table; RUMOR_ENOTSUP with *why in CPU-only builds or without a
  * usable GPU. */
 rumor_err gossip_backend_cuda(const struct gossip_backend_i **out,

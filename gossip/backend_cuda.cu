@@ -1,5 +1,6 @@
 // The CUDA backend of gossip/backend.h. Every kernel's launch and every
-// copy is on Rumor's stream of the current device (core/cuda_stream.h),
+// copy is on the calling thread's stream (core/cuda_stream.h: the legacy
+// stream, or Rumor's own under a Peer),
 // so they are ordered among themselves; copies between host and device go chunk
 // by chunk (gossip_copy_chunk_at) through two pinned staging buffers with
 // cudaMemcpyAsync, so that chunk i + 1's DMA overlaps the host's memcpy of
@@ -635,7 +636,7 @@ s_div_round(float *out, const double *acc, double c, size_t n)
     return s_launched("div_round");
 }
 
-// The device codecs, on Rumor's stream as the rest.
+// The device codecs, on the same stream as the rest.
 static rumor_err
 s_encode(const rumor_codec *codec,
          const float *x,

@@ -40,13 +40,13 @@
 //   k_recon_list (memory update and output in one pass). Each has a twin
 //   in ref.c with the same per-thread arithmetic; they have never run on
 //   a GPU (tests/unit/test_lowrank_list.c compares them with the twins).
-// Everything runs on Rumor's stream of the current device
-// (core/cuda_stream.h), cuBLAS and cuSOLVER included: a pointer array's or
-// plan's upload is ordered after the kernels that used the slot before,
-// and the host waits only for that stream where it reads a result.
-// Errors: CUDA_TRY / CUBLAS_TRY / CUSOLVER_TRY set rc and jump to the label
-// written at the call site (R4.6); nothing else hides control flow.
-// Only extern "C" entry points leave this file (R1.1). The tests compare
+// Everything runs on the calling thread's stream of the current device
+// (core/cuda_stream.h: the legacy stream, or Rumor's own), cuBLAS and cuSOLVER
+// included: a pointer array's or plan's upload is ordered after the kernels
+// that used the slot before, and the host waits only for that stream where it
+// reads a result. Errors: CUDA_TRY / CUBLAS_TRY / CUSOLVER_TRY set rc and jump
+// to the label written at the call site (R4.6); nothing else hides control
+// flow. Only extern "C" entry points leave this file (R1.1). The tests compare
 // every operation and the whole compressor against the cpu backend
 // (tests/unit/test_lowrank.c); they have not run on a GPU yet.
 #include "core/cuda_check.h"
@@ -889,7 +889,7 @@ done:
     return rc;
 }
 
-// cuBLAS and cuSOLVER queue on Rumor's stream of the device current now
+// cuBLAS and cuSOLVER queue on the thread's stream of the current device
 // (a handle keeps the stream last set; the caller's thread may have moved).
 static rumor_err
 s_bind(struct cuda_ctx *c)

@@ -76,6 +76,7 @@
  */
 #include "rumor/node.h"
 
+#include "core/cuda_stream.h"
 #include "gossip/gossip_impl.h"
 #include "node/peer_cuda.h"
 #include "node/runtime_impl.h"
@@ -126,6 +127,9 @@ struct rumor_peer {
     uint64_t pcie_h2d, pcie_d2h; /* bytes those copies moved */
     /* the algorithms run on the CUDA tensors where they are (s_direct) */
     bool direct;
+    /* a direct step's caller's-stream order is taken, not yet given back
+     * (node/peer_cuda.h direct_begin, direct_end) */
+    bool direct_open;
     /* the tensors' memory (gossip/backend.h): the host's, or with direct
      * the GPU's (the reference device's in the tests); the elastic ring's
      * models live there too */
@@ -380,8 +384,34 @@ s_direct_order(rumor_peer *peer, bool in)
 {
     if (peer->cuda == NULL)
         return RUMOR_OK;
+    peer->direct_open = in;
     return in ? node_peer_cuda_direct_begin(peer->cuda)
               : node_peer_cuda_direct_end(peer->cuda);
+}
+
+/* A public entry's device work goes on Rumor's stream when the
+ * algorithm runs on the tensors' device (core/cuda_stream.h: a direct
+ * peer's every piece of device work on the one stream, met by the
+ * caller's through events only); returns the thread's setting before,
+ * for s_own_end. */
+static bool
+s_own_begin(const rumor_peer *peer)
+{
+    return core_cuda_own_stream(peer->direct || core_cuda_own_stream_on());
+}
+
+/* The entry's end: a direct step a failure left open gives its order
+ * back (the caller's stream waits for the algorithm's work, which may
+ * have written the tensors), and the thread's setting is restored. */
+static rumor_err
+s_own_end(rumor_peer *peer, bool was, rumor_err rc)
+{
+    if (peer->direct_open) {
+        rumor_err end = s_direct_order(peer, false);
+        rc = rc != RUMOR_OK ? rc : end;
+    }
+    core_cuda_own_stream(was);
+    return rc;
 }
 
 /* Tensors [first, first + count) into (in) or out of their staging. */
@@ -1709,6 +1739,7 @@ s_peer_make(const struct rumor_node_opts *opts,
         rc = s_cuda_new(peer, tensors, count, diag);
     if (rc == RUMOR_OK)
         rc = s_memory(peer, opts, tensors, count, be, stage, diag);
+    bool was = s_own_begin(peer);
     for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
         peer->count = k + 1;
         rc = s_add_slot(peer, k, &tensors[k]);
@@ -1740,6 +1771,7 @@ s_peer_make(const struct rumor_node_opts *opts,
     if (rc == RUMOR_OK && node_elastic_wanted(peer->node) &&
         opts->gossip.stale == 0)
         rc = s_elastic_new(peer, opts);
+    rc = s_own_end(peer, was, rc);
     if (rc != RUMOR_OK) {
         rumor_peer_destroy(&peer);
         return rc;
@@ -1754,6 +1786,7 @@ rumor_peer_destroy(rumor_peer **self_p)
     rumor_peer *peer = *self_p;
     if (peer == NULL)
         return;
+    bool was = s_own_begin(peer);
     /* a ring's members may still need this node's last state; a node
      * whose last step failed leaves without a word (they go on without
      * it) */
@@ -1784,6 +1817,7 @@ rumor_peer_destroy(rumor_peer **self_p)
     free(peer->tensors);
     free(peer);
     *self_p = NULL;
+    core_cuda_own_stream(was);
 }
 
 /* RUMOR_EINVAL with diag when a step of buckets is in flight. */
@@ -1804,8 +1838,8 @@ s_between_steps(const rumor_peer *peer, struct rumor_diag *diag)
     return RUMOR_EINVAL;
 }
 
-rumor_err
-rumor_peer_gossip(rumor_peer *peer, struct rumor_diag *diag)
+static rumor_err
+s_gossip(rumor_peer *peer, struct rumor_diag *diag)
 {
     rumor_err rc = s_between_steps(peer, diag);
     if (rc == RUMOR_OK && peer->gossip.stale > 0)
@@ -1818,10 +1852,17 @@ rumor_peer_gossip(rumor_peer *peer, struct rumor_diag *diag)
 }
 
 rumor_err
-rumor_peer_buckets_set(rumor_peer *peer,
-                       const struct rumor_peer_bucket *buckets,
-                       size_t count,
-                       struct rumor_diag *diag)
+rumor_peer_gossip(rumor_peer *peer, struct rumor_diag *diag)
+{
+    bool was = s_own_begin(peer);
+    return s_own_end(peer, was, s_gossip(peer, diag));
+}
+
+static rumor_err
+s_buckets_set(rumor_peer *peer,
+              const struct rumor_peer_bucket *buckets,
+              size_t count,
+              struct rumor_diag *diag)
 {
     const char *why = s_buckets_refused(peer);
     if (why == NULL && (peer->started || peer->step != 0))
@@ -1852,16 +1893,24 @@ rumor_peer_buckets_set(rumor_peer *peer,
     return rc;
 }
 
+rumor_err
+rumor_peer_buckets_set(rumor_peer *peer,
+                       const struct rumor_peer_bucket *buckets,
+                       size_t count,
+                       struct rumor_diag *diag)
+{
+    bool was = s_own_begin(peer);
+    return s_own_end(peer, was, s_buckets_set(peer, buckets, count, diag));
+}
+
 size_t
 rumor_peer_buckets(const rumor_peer *peer)
 {
     return peer->nbuckets;
 }
 
-rumor_err
-rumor_peer_gossip_bucket(rumor_peer *peer,
-                         size_t bucket,
-                         struct rumor_diag *diag)
+static rumor_err
+s_gossip_bucket(rumor_peer *peer, size_t bucket, struct rumor_diag *diag)
 {
     if (peer->buckets == NULL || bucket != peer->bucket_next) {
         rumor_diag_set(diag,
@@ -1879,7 +1928,16 @@ rumor_peer_gossip_bucket(rumor_peer *peer,
 }
 
 rumor_err
-rumor_peer_step_ahead(rumor_peer *peer, struct rumor_diag *diag)
+rumor_peer_gossip_bucket(rumor_peer *peer,
+                         size_t bucket,
+                         struct rumor_diag *diag)
+{
+    bool was = s_own_begin(peer);
+    return s_own_end(peer, was, s_gossip_bucket(peer, bucket, diag));
+}
+
+static rumor_err
+s_step_ahead(rumor_peer *peer, struct rumor_diag *diag)
 {
     if (!rumor_peer_looks_ahead(peer))
         return RUMOR_OK;
@@ -1899,6 +1957,13 @@ rumor_peer_step_ahead(rumor_peer *peer, struct rumor_diag *diag)
     return rc;
 }
 
+rumor_err
+rumor_peer_step_ahead(rumor_peer *peer, struct rumor_diag *diag)
+{
+    bool was = s_own_begin(peer);
+    return s_own_end(peer, was, s_step_ahead(peer, diag));
+}
+
 bool
 rumor_peer_looks_ahead(const rumor_peer *peer)
 {
@@ -1907,8 +1972,8 @@ rumor_peer_looks_ahead(const rumor_peer *peer)
            g->ef_alpha > 0;
 }
 
-rumor_err
-rumor_peer_average(rumor_peer *peer, struct rumor_diag *diag)
+static rumor_err
+s_average(rumor_peer *peer, struct rumor_diag *diag)
 {
     if (peer->gossip.stale > 0) {
         rumor_diag_set(diag,
@@ -1945,6 +2010,13 @@ rumor_peer_average(rumor_peer *peer, struct rumor_diag *diag)
     }
     rumor_err rc = s_between_steps(peer, diag);
     return rc == RUMOR_OK ? s_step(peer, peer->avg, diag) : rc;
+}
+
+rumor_err
+rumor_peer_average(rumor_peer *peer, struct rumor_diag *diag)
+{
+    bool was = s_own_begin(peer);
+    return s_own_end(peer, was, s_average(peer, diag));
 }
 
 rumor_err
@@ -2013,8 +2085,8 @@ rumor_peer_nodes(const rumor_peer *peer)
     return (uint32_t)rumor_topology_nodes(node_topology(peer->node));
 }
 
-rumor_err
-rumor_peer_state_save(const rumor_peer *peer, rumor_buf *out)
+static rumor_err
+s_state_save(const rumor_peer *peer, rumor_buf *out)
 {
     /* the algorithm's state is the exchange thread's while one runs */
     struct rumor_diag why = {0};
@@ -2034,10 +2106,19 @@ rumor_peer_state_save(const rumor_peer *peer, rumor_buf *out)
 }
 
 rumor_err
-rumor_peer_state_load(rumor_peer *peer,
-                      const uint8_t *data,
-                      size_t len,
-                      struct rumor_diag *diag)
+rumor_peer_state_save(const rumor_peer *peer, rumor_buf *out)
+{
+    bool was = s_own_begin(peer);
+    rumor_err rc = s_state_save(peer, out);
+    core_cuda_own_stream(was);
+    return rc;
+}
+
+static rumor_err
+s_state_load(rumor_peer *peer,
+             const uint8_t *data,
+             size_t len,
+             struct rumor_diag *diag)
 {
     if (s_stale_idle(peer, "state load", diag) != RUMOR_OK)
         return RUMOR_EINVAL;
@@ -2082,6 +2163,16 @@ rumor_peer_state_load(rumor_peer *peer,
     return rc;
 }
 
+rumor_err
+rumor_peer_state_load(rumor_peer *peer,
+                      const uint8_t *data,
+                      size_t len,
+                      struct rumor_diag *diag)
+{
+    bool was = s_own_begin(peer);
+    return s_own_end(peer, was, s_state_load(peer, data, len, diag));
+}
+
 void
 rumor_peer_state_source(rumor_peer *peer, rumor_peer_state_fn save, void *arg)
 {
@@ -2099,8 +2190,8 @@ rumor_peer_joined(rumor_peer *peer, const uint8_t **data, size_t *len)
     return joined;
 }
 
-rumor_err
-rumor_peer_join(rumor_peer *peer, struct rumor_diag *diag)
+static rumor_err
+s_join(rumor_peer *peer, struct rumor_diag *diag)
 {
     rumor_err rc = s_between_steps(peer, diag);
     if (rc != RUMOR_OK || peer->started)
@@ -2124,7 +2215,14 @@ rumor_peer_join(rumor_peer *peer, struct rumor_diag *diag)
 }
 
 rumor_err
-rumor_peer_flush(rumor_peer *peer, struct rumor_diag *diag)
+rumor_peer_join(rumor_peer *peer, struct rumor_diag *diag)
+{
+    bool was = s_own_begin(peer);
+    return s_own_end(peer, was, s_join(peer, diag));
+}
+
+static rumor_err
+s_flush(rumor_peer *peer, struct rumor_diag *diag)
 {
     if (!node_stale_busy(peer->node))
         return RUMOR_OK;
@@ -2139,6 +2237,13 @@ rumor_peer_flush(rumor_peer *peer, struct rumor_diag *diag)
     if (rc != RUMOR_OK)
         s_step_error(peer, peer->step, rc, diag);
     return rc;
+}
+
+rumor_err
+rumor_peer_flush(rumor_peer *peer, struct rumor_diag *diag)
+{
+    bool was = s_own_begin(peer);
+    return s_own_end(peer, was, s_flush(peer, diag));
 }
 
 bool

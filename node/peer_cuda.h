@@ -86,13 +86,13 @@ rumor_err node_peer_cuda_write_end(node_peer_cuda *cu);
 rumor_err node_peer_cuda_idle(node_peer_cuda *cu);
 
 /* A step whose algorithm runs on the tensors where they are (gossip's
- * CUDA backend, which works on Rumor's stream of the current device,
- * core/cuda_stream.h): direct_begin makes the engine's device current on
- * the calling thread (and leaves it so: the algorithm's calls follow) and
- * makes Rumor's stream wait on an event recorded on the caller's stream
- * after its writes (the host does not wait); direct_end records an event
- * on Rumor's stream after the algorithm's work and makes the caller's
- * stream wait on it (no stream given: waits for it on the host, so the
+ * CUDA backend, which works on Rumor's stream of the current device: the
+ * peer turns it on for the call, core/cuda_stream.h): direct_begin makes the
+ * engine's device current on the calling thread (and leaves it so: the
+ * algorithm's calls follow) and makes Rumor's stream wait on an event recorded
+ * on the caller's stream after its writes (the host does not wait); direct_end
+ * records an event on Rumor's stream after the algorithm's work and makes the
+ * caller's stream wait on it (no stream given: waits for it on the host, so the
  * tensors are written when the call returns). Rumor's stream is
  * non-blocking: these two events are the only order between the
  * algorithm's work and the caller's, the legacy default stream included. */

@@ -15,6 +15,7 @@
  */
 #include "node/stale.h"
 
+#include "core/cuda_stream.h"
 #include "gossip/backend.h"
 #include "node/runtime_node.h"
 
@@ -26,6 +27,7 @@
 struct s_job {
     uint64_t t;
     struct rumor_model *snap, *result;
+    bool own_stream; /* the queuing thread's (core/cuda_stream.h) */
     bool done, stop;
     rumor_err rc;
 };
@@ -130,6 +132,8 @@ static void
 s_run(node_stale *st, struct s_job *j)
 {
     rumor_node *node = st->node;
+    /* on the stream the snapshot was copied on, after that copy */
+    bool was = core_cuda_own_stream(j->own_stream);
     rumor_err rc =
         node_model_copy(st->be, node->mix, j->snap, GOSSIP_ON_DEVICE);
     /* a step the ring went past changes nothing */
@@ -137,6 +141,7 @@ s_run(node_stale *st, struct s_job *j)
         rc = s_exchange(st, j);
     if (rc == RUMOR_OK && !j->stop)
         rc = node_model_copy(st->be, j->result, node->mix, GOSSIP_ON_DEVICE);
+    core_cuda_own_stream(was);
     s_publish(st);
     pthread_mutex_lock(&st->mu);
     j->rc = rc;
@@ -267,6 +272,7 @@ node_stale_push(node_stale *st, const struct rumor_model *model, uint64_t t)
     if (rc != RUMOR_OK)
         return rc;
     j->t = t;
+    j->own_stream = core_cuda_own_stream_on();
     j->done = j->stop = false;
     j->rc = RUMOR_OK;
     pthread_mutex_lock(&st->mu);

@@ -37,8 +37,8 @@ extern "C" {
 
 #define THREADS 256
 
-// Every launch, copy and SGEMM on Rumor's stream (core/cuda_stream.h),
-// with the exchange's work on the same model.
+// Every launch, copy and SGEMM on the thread's stream (core/cuda_stream.h;
+// the node's is the legacy stream), with the exchange's work on the model.
 static cudaStream_t
 s_stream(void)
 {

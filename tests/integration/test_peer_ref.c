@@ -32,6 +32,18 @@ static const struct tpr_mem t_ref = TPR_HOST_MEM("ref", &gossip_backend_ref);
 static const char *const t_psgd[] =
     {"algo", "powersgd", "rank", "1", "log-level", "warn", NULL};
 
+/* A run whose peers did every access of their device with Rumor's own
+ * CUDA stream on (core/cuda_stream.h), the stale exchanges' thread and
+ * the elastic ring's copies included: on a GPU, none of it on the legacy
+ * stream, unordered against the rest. */
+static void
+t_go(struct tpr_run *run)
+{
+    uint64_t unordered = gossip_ref_unordered();
+    tpr_go(run);
+    assert_int_equal(gossip_ref_unordered() - unordered, 0);
+}
+
 /* Node i ran the same steps on the reference device as on host tensors,
  * each one's result bit for bit. */
 static void
@@ -55,10 +67,10 @@ t_powersgd(bool buckets)
     assert_true(host != NULL && ref != NULL);
     tpr_setup(host, &t_host, t_psgd, false);
     host->buckets = buckets;
-    tpr_go(host);
+    t_go(host);
     tpr_setup(ref, &t_ref, t_psgd, false);
     ref->buckets = buckets;
-    tpr_go(ref);
+    t_go(ref);
     tpr_check_same(host);
     tpr_check_same(ref);
     for (uint32_t i = 0; i < TPR_NODES; i++) {
@@ -113,7 +125,7 @@ t_rejoin(const struct tpr_mem *m, bool buckets)
     assert_non_null(run);
     tpr_setup(run, m, t_model, true);
     run->buckets = buckets;
-    tpr_go(run);
+    t_go(run);
     tpr_check_same(run);
     tpr_check_rejoin(run);
     print_message("%s: node 2 back at step %lld of %llu; node 2: %llu bytes "
@@ -190,7 +202,7 @@ test_peer_ref__codec_allreduce__elastic_pcie_is_the_payloads(void **state)
     struct tpr_run *run = malloc(sizeof *run);
     assert_non_null(run);
     tpr_setup(run, &t_ref, opts, false);
-    tpr_go(run);
+    t_go(run);
     tpr_check_same(run);
     uint64_t p = t_payload("qsgd:bits=4");
     for (uint32_t i = 0; i < TPR_NODES; i++) {
@@ -232,7 +244,7 @@ test_peer_ref__localsgd__elastic_pcie_is_the_payloads(void **state)
     struct tpr_run *run = malloc(sizeof *run);
     assert_non_null(run);
     tpr_setup(run, &t_ref, opts, false);
-    tpr_go(run);
+    t_go(run);
     for (uint32_t i = 0; i < TPR_NODES; i++) {
         uint64_t syncs = (run->steps[i] + 2) / 3;
         print_message("node %u: %llu bytes up, %llu down in %llu steps "
@@ -276,7 +288,7 @@ test_peer_ref__codec_view_change__rollback_from_device_snapshot(void **state)
     struct tpr_run *run = malloc(sizeof *run);
     assert_non_null(run);
     tpr_setup(run, &t_ref, opts, true);
-    tpr_go(run);
+    t_go(run);
     tpr_check_same(run);
     /* fp16 rounds each payload to 2^-11 relative; the memory carries
      * what a step left out into the next */
@@ -550,13 +562,13 @@ t_staged(const char *const *opts, const char *reason)
     struct tpr_run *host = malloc(sizeof *host), *ref = malloc(sizeof *ref);
     assert_true(host != NULL && ref != NULL);
     tpr_setup(host, &t_host, opts, false);
-    tpr_go(host);
+    t_go(host);
     rumor_log_set_level(RUMOR_LOG_INFO); /* the fallback logs before the
                                           * node sets its level */
     int saved = -1;
     FILE *log = t_capture_start(&saved);
     tpr_setup(ref, &t_ref, opts, false);
-    tpr_go(ref);
+    t_go(ref);
     bool logged = t_capture_holds(log, saved, reason);
     rumor_log_set_level(RUMOR_LOG_WARN);
     assert_true(logged);
@@ -618,9 +630,9 @@ t_stale(const char *const *opts)
     struct tpr_run *host = malloc(sizeof *host), *ref = malloc(sizeof *ref);
     assert_true(host != NULL && ref != NULL);
     tpr_setup(host, &t_host, opts, false);
-    tpr_go(host);
+    t_go(host);
     tpr_setup(ref, &t_ref, opts, false);
-    tpr_go(ref);
+    t_go(ref);
     uint64_t model = TPR_N * sizeof(float);
     for (uint32_t i = 0; i < TPR_NODES; i++) {
         t_same_steps(ref, host, i);

@@ -8,8 +8,10 @@
 
 #include "../../core/crc32c.c"
 #include "core/bits.h"
+#include "core/cuda_stream.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -300,6 +302,35 @@ test_device_select__no_gpu_here__falls_back_to_cpu(void **state)
     assert_string_equal(rumor_device_name(RUMOR_DEVICE_CPU), "cpu");
 }
 
+static void *
+t_own_stream_of_new_thread(void *arg)
+{
+    *(bool *)arg = core_cuda_own_stream_on();
+    return NULL;
+}
+
+/* The own-stream choice is the thread's: set and given back here, off in
+ * a thread started meanwhile (the stale exchanges' thread takes the
+ * queuing thread's explicitly), and without it the legacy stream. */
+static void
+test_cuda_own_stream__per_thread__set_and_restored(void **state)
+{
+    (void)state;
+    assert_false(core_cuda_own_stream_on());
+    assert_false(core_cuda_own_stream(true));
+    assert_true(core_cuda_own_stream_on());
+    bool other = true;
+    pthread_t th;
+    assert_int_equal(
+        pthread_create(&th, NULL, t_own_stream_of_new_thread, &other),
+        0);
+    pthread_join(th, NULL);
+    assert_false(other);
+    assert_true(core_cuda_own_stream(false));
+    assert_false(core_cuda_own_stream_on());
+    assert_null(core_cuda_stream());
+}
+
 int
 main(int argc, char **argv)
 {
@@ -322,6 +353,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_log_level__names__parse_and_reject),
         cmocka_unit_test(test_clock__monotonic__never_goes_back),
         cmocka_unit_test(test_device_select__no_gpu_here__falls_back_to_cpu),
+        cmocka_unit_test(test_cuda_own_stream__per_thread__set_and_restored),
     };
     if (argc == 2)
         cmocka_set_test_filter(argv[1]);
