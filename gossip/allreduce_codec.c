@@ -39,11 +39,12 @@
  * memory's own roundings), the vectors the codec encodes and decodes and
  * the mean. C(p) is decoded from the bytes sent, as every node decodes
  * them. Only the payloads cross PCIe: this node's down once, and up again
- * with every other node's. DGC's memory (rumor_ef_dgc) steps there too:
- * the clip's sum of squares (sumsq_add), u' and v (dgc_step), v's payload,
- * e = v - C(v) as a decode_add of it into v (C(v) is 0 where nothing was
- * sent), and u = u' but 0 at the payload's own index list, which goes
- * down; in the warm-up the count is the memory's (encode_k). A state goes
+ * with every other node's. DGC's memory (rumor_ef_dgc) steps there too
+ * (gossip/ef_table.c, as local SGD's compressed deltas do): the clip's
+ * sum of squares (sumsq_add), u' and v (dgc_step), v's payload, e = v -
+ * C(v) as a decode_add of it into v (C(v) is 0 where nothing was sent),
+ * and u = u' but 0 at the payload's own index list, which goes down; in
+ * the warm-up the count is the memory's (encode_k). A state goes
  * through the host at save and load time, as rumor_ef_save's record, so it
  * moves between backends. TernGrad's scalers are computed where the model
  * is (of p, after the memory's correction) and cross PCIe as the scaler
@@ -51,6 +52,7 @@
  * ones up for the encode there. (saef is refused here: rumor_gossip_ef_check.)
  */
 #include "core/le.h"
+#include "gossip/ef_table.h"
 #include "gossip/gossip_impl.h"
 
 #include <math.h>
@@ -68,7 +70,6 @@ struct cdp {
     uint64_t *steps_snap;
     uint64_t saved_d2h; /* residual bytes a state_save copied to the host */
     float decay;        /* p = x + decay e */
-    float *cp;          /* C(p) of one tensor, backend */
     struct gossip_gather gather; /* every node's payload */
     size_t payload_cap;
     double *sum;         /* numel, backend */
@@ -130,10 +131,8 @@ s_make_memories(rumor_gossip *g, struct rumor_diag *diag)
         rc = g->be->alloc(g->numel * sizeof(float), (void **)&s->e);
     if (rc == RUMOR_OK && s->dgc != NULL)
         rc = g->be->alloc(g->numel * sizeof(float), (void **)&s->u);
-    if (rc == RUMOR_OK && s->dgc != NULL)
-        rc = g->be->alloc(largest * sizeof(float), (void **)&s->un);
-    return rc == RUMOR_OK
-               ? g->be->alloc(largest * sizeof(float), (void **)&s->cp)
+    return rc == RUMOR_OK && s->dgc != NULL
+               ? g->be->alloc(largest * sizeof(float), (void **)&s->un)
                : rc;
 }
 
@@ -186,7 +185,6 @@ s_free(rumor_gossip *g)
     g->be->release(s->u);
     g->be->release(s->u_snap);
     g->be->release(s->un);
-    g->be->release(s->cp);
     g->be->release(s->sum);
     gossip_packer_free(&s->pack);
     gossip_gather_free(&s->gather);
@@ -249,108 +247,23 @@ s_own_scalers(rumor_gossip *g)
     return RUMOR_OK;
 }
 
-/* DGC's clip of x (n elements): 1, or clip / norm above the clip. */
-static rumor_err
-s_dgc_scale(rumor_gossip *g, const float *x, size_t n, float *mu, float *scale)
+/* Tensor t's memory through the table: its slice of the memories, and
+ * the packer's PCIe counters. */
+static struct gossip_ef_mem
+s_mem(rumor_gossip *g, size_t t, size_t base)
 {
     struct cdp *s = g->state;
-    double clip = 0, sq = 0;
-    uint64_t warmup = 0;
-    rumor_err rc = rumor_ef_dgc(s->dgc, mu, &clip, &warmup);
-    *scale = 1.0f;
-    if (rc != RUMOR_OK || clip <= 0)
-        return rc;
-    /* ((double)x + 0)^2 is errfb.c's (double)x * x */
-    rc = g->be->zero(s->cp, n * sizeof(float));
-    if (rc == RUMOR_OK)
-        rc = g->be->sumsq_add(x, s->cp, n, &sq);
-    double norm = sqrt(sq);
-    if (rc == RUMOR_OK && norm > clip)
-        *scale = (float)(clip / norm);
-    return rc;
-}
-
-/* u = u' but 0 at the indices the payload (this node's own) sent. */
-static rumor_err
-s_dgc_mask(rumor_gossip *g, float *u, const uint8_t *pay, size_t len, size_t n)
-{
-    struct cdp *s = g->state;
-    uint32_t *idx = NULL;
-    size_t k = 0;
-    rumor_err rc = rumor_ef_dgc_sent(s->pack.codec, pay, len, n, &idx, &k);
-    if (RUMOR_NEVER(rc == RUMOR_EPROTO || rc == RUMOR_EINVAL))
-        return rc; /* own bytes always parse */
-    if (rc == RUMOR_OK)
-        rc = gossip_mem_copy(g, u, s->un, n * sizeof(float), GOSSIP_ON_DEVICE);
-    if (rc == RUMOR_OK)
-        rc = g->be->zero_at(u, idx, k);
-    s->pack.pcie_h2d += g->be->host_memory ? 0 : k * sizeof *idx;
-    free(idx);
-    return rc;
-}
-
-/* Tensor t's memory after its payload: e = p + -1 C(p), C(p) decoded
- * from the bytes sent. A device's decode into zeros would turn a sent -0
- * into +0 (p - C(p) then -0 where the host has +0); added at -1 it is the
- * host's p - C(p) bit for bit. */
-static rumor_err
-s_residual(rumor_gossip *g,
-           size_t t,
-           size_t base,
-           const float *p,
-           const uint8_t *pay,
-           size_t len)
-{
-    struct cdp *s = g->state;
-    size_t n = rumor_tensor_numel(&g->tensors[t]);
-    rumor_err rc =
-        gossip_mem_copy(g, s->e + base, p, n * sizeof(float), GOSSIP_ON_DEVICE);
-    if (rc == RUMOR_OK)
-        rc = g->be->decode_add(s->pack.codec, pay, len, -1.0f, s->e + base, n);
-    s->pack.pcie_h2d += g->be->host_memory ? 0 : len;
-    if (RUMOR_NEVER(rc == RUMOR_EPROTO))
-        return rc; /* own bytes always decode, or the codec has a bug */
-    s->steps[t] += rc == RUMOR_OK;
-    return rc;
-}
-
-/* Tensor t's payload through DGC's memory where the model is (the steps
- * of errfb.c's s_dgc_encode, its roundings): v in p, u' in un. The memory
- * changes only once the payload is made. */
-static rumor_err
-s_encode_dgc(rumor_gossip *g,
-             size_t t,
-             size_t base,
-             uint64_t seed,
-             uint64_t step,
-             uint8_t *dst,
-             size_t cap,
-             size_t *written)
-{
-    struct cdp *s = g->state;
-    const struct gossip_backend_i *be = g->be;
-    const float *x = g->tensors[t].data;
-    float *v = s->pack.scratch, mu = 0, scale = 1;
-    size_t n = rumor_tensor_numel(&g->tensors[t]);
-    double clip = 0;
-    uint64_t warmup = 0;
-    rumor_err rc = rumor_ef_dgc(s->dgc, &mu, &clip, &warmup);
-    if (rc == RUMOR_OK)
-        rc = s_dgc_scale(g, x, n, &mu, &scale);
-    if (rc == RUMOR_OK)
-        rc = be->dgc_step(s->un, v, s->e + base, s->u + base, x, mu, scale, n);
-    rumor_ef_set_steps(s->dgc, s->steps[t]); /* the warm-up's count */
-    size_t k = rumor_ef_dgc_count(s->dgc, s->pack.codec, n);
-    if (rc == RUMOR_OK && warmup > 0)
-        rc =
-            be->encode_k(s->pack.codec, v, n, k, seed, step, dst, cap, written);
-    else if (rc == RUMOR_OK)
-        rc = be->encode(s->pack.codec, v, n, seed, step, dst, cap, written);
-    if (rc != RUMOR_OK)
-        return rc;
-    s->pack.pcie_d2h += be->host_memory ? 0 : *written;
-    rc = s_dgc_mask(g, s->u + base, dst, *written, n);
-    return rc == RUMOR_OK ? s_residual(g, t, base, v, dst, *written) : rc;
+    return (struct gossip_ef_mem){
+        .be = g->be,
+        .codec = s->pack.codec,
+        .e = s->e + base,
+        .steps = &s->steps[t],
+        .dgc = s->dgc,
+        .u = s->dgc != NULL ? s->u + base : NULL,
+        .un = s->un,
+        .pcie_h2d = &s->pack.pcie_h2d,
+        .pcie_d2h = &s->pack.pcie_d2h,
+    };
 }
 
 /* Tensor t's payload through the table: p = x + decay e (x itself
@@ -372,8 +285,18 @@ s_encode_table(rumor_gossip *g,
     const float *x = g->tensors[t].data;
     float *p = s->pack.scratch;
     size_t n = rumor_tensor_numel(&g->tensors[t]);
-    if (s->dgc != NULL)
-        return s_encode_dgc(g, t, base, seed, step, dst, cap, written);
+    if (s->dgc != NULL) { /* v in p, u' in un */
+        struct gossip_ef_mem dgc = s_mem(g, t, base);
+        return gossip_ef_dgc_encode(&dgc,
+                                    p,
+                                    x,
+                                    n,
+                                    seed,
+                                    step,
+                                    dst,
+                                    cap,
+                                    written);
+    }
     rumor_err rc = s->e != NULL ? be->add_scaled(p, x, s->decay, s->e + base, n)
                                 : RUMOR_OK;
     const float *v = s->e != NULL ? p : x;
@@ -396,7 +319,8 @@ s_encode_table(rumor_gossip *g,
     s->pack.pcie_d2h += be->host_memory || rc != RUMOR_OK ? 0 : *written;
     if (rc != RUMOR_OK || s->e == NULL)
         return rc;
-    return s_residual(g, t, base, p, dst, *written);
+    struct gossip_ef_mem mem = s_mem(g, t, base);
+    return gossip_ef_residual(&mem, p, n, dst, *written);
 }
 
 /* This node's payload, tensor by tensor. */

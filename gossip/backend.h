@@ -172,7 +172,9 @@ struct gossip_backend_i {
     /* PowerSGD's adaptive rank (gossip/powersgd.c), a reduction as norm:
      * *acc += the sum of ((double)a + b)^2, element by element in order on
      * the host; a is the compressor's memory (the error memory), b the
-     * model's tensor */
+     * model's tensor. b NULL: the sum of (double)a * a (DGC's clip,
+     * gossip/ef_table.c, errfb.c's sum; the same as b all +0, as x + +0
+     * is x for every double x but -0, whose square is +0 either way) */
     rumor_err (*sumsq_add)(const float *a,
                            const float *b,
                            size_t n,
@@ -283,7 +285,8 @@ void gossip_ref_outer(float *x,
                       float mu,
                       size_t n);
 
-/* *acc += sum ((double)a[e] + b[e])^2, in element order */
+/* *acc += sum ((double)a[e] + b[e])^2, in element order; b NULL:
+ * sum (double)a[e] * a[e] */
 void
 gossip_ref_sumsq_add(const float *a, const float *b, size_t n, double *acc);
 void gossip_ref_sgd(float *p,

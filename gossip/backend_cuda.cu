@@ -490,7 +490,8 @@ k_rel_error(const float *x, const float *approx, size_t n, double *out)
     }
 }
 
-// PowerSGD's adaptive rank: the sum of ((double)a + b)^2.
+// PowerSGD's adaptive rank: the sum of ((double)a + b)^2; b NULL (DGC's
+// clip): of (double)a^2.
 __global__ void
 k_sumsq_add(const float *a, const float *b, size_t n, double *out)
 {
@@ -498,7 +499,8 @@ k_sumsq_add(const float *a, const float *b, size_t n, double *out)
     double sq = 0;
     S_EACH(e, n)
     {
-        double v = __dadd_rn((double)a[e], (double)b[e]);
+        double v =
+            b != NULL ? __dadd_rn((double)a[e], (double)b[e]) : (double)a[e];
         sq = __dadd_rn(sq, __dmul_rn(v, v));
     }
     sq = d_block_total(sq, part);

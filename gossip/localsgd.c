@@ -67,15 +67,15 @@
  * anchor's chunk checksums. On every backend the delta's memory is kept
  * here (its residual in backend memory, its parameters and saved record a
  * rumor_ef's), for the kinds whose update is p - C(p): saef, ef and
- * ef-decay; and dgc, whose
- * momentum u is kept there too (the compressed all-reduce's steps: the
- * clip's sumsq_add, dgc_step, the warm-up's count, e = v - C(v), u
- * zeroed at the payload's own index list).
+ * ef-decay; and dgc, whose momentum u is kept there too (the compressed
+ * all-reduce's steps, gossip/ef_table.c: the clip's sumsq_add, dgc_step,
+ * the warm-up's count, e = v - C(v), u zeroed at the payload's own index
+ * list).
  */
+#include "gossip/ef_table.h"
 #include "gossip/gossip_impl.h"
 #include "gossip/saef.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -476,81 +476,34 @@ s_anchor_crc(rumor_gossip *g, const struct frag *fr, uint32_t *crc)
     return g->be->crc32c(s->anchor + fr->off, bytes, crc);
 }
 
-/* DGC's memory on a device (the compressed all-reduce's steps, errfb.c's
- * roundings): the clip's scale of Delta (acc), u' = mu u + scale Delta
- * into un and v = e + u' into acc, v's payload, u = u' but 0 at the
- * payload's own index list (it goes down), e = v - C(v) as v with the
- * payload decode-added at -1. The memory changes only once the payload is made.
- */
-static rumor_err
-s_encode_dgc(rumor_gossip *g,
-             struct frag *fr,
-             float *acc,
-             float *scratch,
-             uint64_t seed,
-             uint64_t step,
-             uint8_t *out,
-             size_t cap,
-             size_t *len)
+/* The fragment's memory through the table: its residual and dgc's
+ * momentum, and the instance's PCIe counters. */
+static struct gossip_ef_mem
+s_mem(rumor_gossip *g, struct frag *fr)
 {
     struct localsgd *s = g->state;
-    const struct gossip_backend_i *be = g->be;
-    size_t n = fr->len, k = 0;
-    float mu = 0, scale = 1.0f;
-    double clip = 0, sq = 0;
-    uint64_t warmup = 0;
-    rumor_err rc = rumor_ef_dgc(fr->ef, &mu, &clip, &warmup);
-    if (rc == RUMOR_OK && clip > 0) /* ((double)x + 0)^2: errfb.c's x x */
-        rc = be->zero(scratch, n * sizeof(float));
-    if (rc == RUMOR_OK && clip > 0)
-        rc = be->sumsq_add(acc, scratch, n, &sq);
-    if (rc == RUMOR_OK && clip > 0 && sqrt(sq) > clip)
-        scale = (float)(clip / sqrt(sq));
-    if (rc == RUMOR_OK)
-        rc = be->dgc_step(s->un, acc, fr->e, fr->u, acc, mu, scale, n);
-    rumor_ef_set_steps(fr->ef, fr->e_steps); /* the warm-up's count */
-    k = rumor_ef_dgc_count(fr->ef, s->codec, n);
-    if (rc == RUMOR_OK && warmup > 0)
-        rc = be->encode_k(s->codec, acc, n, k, seed, step, out, cap, len);
-    else if (rc == RUMOR_OK)
-        rc = be->encode(s->codec, acc, n, seed, step, out, cap, len);
-    if (rc != RUMOR_OK)
-        return rc;
-    g->pcie_d2h += *len;
-    uint32_t *idx = NULL;
-    rc = rumor_ef_dgc_sent(s->codec, out, *len, n, &idx, &k);
-    if (RUMOR_NEVER(rc == RUMOR_EPROTO))
-        return rc; /* own bytes always parse, or the codec has a bug */
-    if (rc == RUMOR_OK)
-        rc = gossip_mem_copy(g,
-                             fr->u,
-                             s->un,
-                             n * sizeof(float),
-                             GOSSIP_ON_DEVICE);
-    if (rc == RUMOR_OK)
-        rc = be->zero_at(fr->u, idx, k);
-    g->pcie_h2d += k * sizeof *idx;
-    free(idx);
-    if (rc == RUMOR_OK)
-        rc =
-            gossip_mem_copy(g, fr->e, acc, n * sizeof(float), GOSSIP_ON_DEVICE);
-    /* e = v + -1 C(v), the decoded bits (the all-reduce's reason) */
-    if (rc == RUMOR_OK)
-        rc = be->decode_add(s->codec, out, *len, -1.0f, fr->e, n);
-    g->pcie_h2d += *len;
-    fr->e_steps += rc == RUMOR_OK ? 1 : 0;
-    return rc;
+    return (struct gossip_ef_mem){
+        .be = g->be,
+        .codec = s->codec,
+        .e = fr->e,
+        .steps = &fr->e_steps,
+        .dgc = fr->ef,
+        .u = fr->u,
+        .un = s->un,
+        .pcie_h2d = &g->pcie_h2d,
+        .pcie_d2h = &g->pcie_d2h,
+    };
 }
 
-/* rumor_ef_encode of Delta (acc, changed) on a device's memory: p = Delta
+/* rumor_ef_encode of Delta (acc, changed) through the table: p = Delta
  * (saef) or Delta + c e (ef, ef-decay) is encoded, and e = p - C(p) with
  * C(p) decoded from the payload (what every receiver decodes), as
- * compress/errfb.c does with the codec's approx. */
+ * compress/errfb.c does with the codec's approx; dgc's memory as the
+ * compressed all-reduce's, v in acc. */
 static rumor_err
 s_encode_device(rumor_gossip *g,
                 struct frag *fr,
                 float *acc,
-                float *scratch,
                 uint64_t seed,
                 uint64_t step,
                 uint8_t *out,
@@ -559,30 +512,26 @@ s_encode_device(rumor_gossip *g,
 {
     struct localsgd *s = g->state;
     const struct gossip_backend_i *be = g->be;
+    struct gossip_ef_mem mem = s_mem(g, fr);
     rumor_err rc = RUMOR_OK;
     if (fr->u != NULL)
-        return s_encode_dgc(g, fr, acc, scratch, seed, step, out, cap, len);
+        return gossip_ef_dgc_encode(&mem,
+                                    acc,
+                                    acc,
+                                    fr->len,
+                                    seed,
+                                    step,
+                                    out,
+                                    cap,
+                                    len);
     if (!s_saef(g)) /* saef: p = Delta (not Delta + 0 e: -0 + 0 is +0) */
         rc = be->add_scaled(acc, acc, s->ef_c, fr->e, fr->len);
     if (rc == RUMOR_OK)
         rc = be->encode(s->codec, acc, fr->len, seed, step, out, cap, len);
     if (rc != RUMOR_OK)
         return rc;
-    g->pcie_d2h += *len;
-    /* e = p + -1 C(p): the host's p - C(p), signed zeros too (the
-     * all-reduce's reason) */
-    rc = gossip_mem_copy(g,
-                         fr->e,
-                         acc,
-                         fr->len * sizeof(float),
-                         GOSSIP_ON_DEVICE);
-    if (rc == RUMOR_OK)
-        rc = be->decode_add(s->codec, out, *len, -1.0f, fr->e, fr->len);
-    g->pcie_h2d += *len;
-    if (RUMOR_NEVER(rc == RUMOR_EPROTO))
-        return rc; /* own bytes always decode, or the codec has a bug */
-    fr->e_steps += rc == RUMOR_OK ? 1 : 0;
-    return rc;
+    g->pcie_d2h += be->host_memory ? 0 : *len;
+    return gossip_ef_residual(&mem, acc, fr->len, out, *len);
 }
 
 /* The fragment's delta since its last sync, compressed with error
@@ -612,8 +561,7 @@ s_encode_delta(rumor_gossip *g, struct frag *fr, uint64_t step)
     uint64_t seed = rumor_seed_derive(g->opts.seed, g->self, 0x10ca1);
     uint8_t *out = s->gather.payload[g->ring_pos];
     size_t *len = &s->gather.len[g->ring_pos], cap = s->gather.cap - ANCHOR_CRC;
-    /* x is free until the sync's end */
-    rc = s_encode_device(g, fr, acc, x, seed, step, out, cap, len);
+    rc = s_encode_device(g, fr, acc, seed, step, out, cap, len);
     uint32_t crc = 0;
     if (rc == RUMOR_OK)
         rc = s_anchor_crc(g, fr, &crc);

@@ -316,13 +316,13 @@ gossip_ref_moniqua_term(double *d,
 }
 
 /* The host's order: the kernel sums per thread and block, so its last
- * bits differ, as norm's. */
+ * bits differ, as norm's. b NULL adds nothing: (double)a, exact. */
 void
 gossip_ref_sumsq_add(const float *a, const float *b, size_t n, double *acc)
 {
     double m2 = *acc;
     for (size_t e = 0; e < n; e++) {
-        double v = (double)a[e] + b[e];
+        double v = b != NULL ? (double)a[e] + b[e] : (double)a[e];
         m2 += v * v;
     }
     *acc = m2;

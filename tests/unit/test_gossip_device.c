@@ -999,7 +999,7 @@ test_choco_adapt_bits_equal_host(void **state)
  * float rounding (the host sums 64 terms per float lane, the kernels in
  * double), the largest magnitude exactly, over several blocks; PowerSGD
  * --adapt's sumsq_add (double on both sides, in another order) within
- * double rounding. */
+ * double rounding, and DGC's (b NULL). */
 static void
 test_cuda_adapt_reductions_match_host(void **state)
 {
@@ -1036,6 +1036,12 @@ test_cuda_adapt_reductions_match_host(void **state)
     double sq_want = 2.5, sq = 2.5;
     gossip_ref_sumsq_add(x, ap, N, &sq_want);
     assert_int_equal(cuda->sumsq_add(dx, dap, N, &sq), RUMOR_OK);
+    assert_true(fabs(sq - sq_want) <= 1e-10 * sq_want);
+    /* DGC's clip: b NULL, the sum of x^2 */
+    sq_want = 0;
+    sq = 0;
+    gossip_ref_sumsq_add(x, NULL, N, &sq_want);
+    assert_int_equal(cuda->sumsq_add(dx, NULL, N, &sq), RUMOR_OK);
     assert_true(fabs(sq - sq_want) <= 1e-10 * sq_want);
     cuda->release(dx);
     cuda->release(dap);
@@ -1535,6 +1541,36 @@ test_crc32c_chunks_join_to_the_whole(void **state)
     /* "123456789": CRC-32C's check value */
     assert_int_equal(gossip_ref_crc32c("123456789", 9), 0xe3069283u);
     free(p);
+}
+
+/* sumsq_add with b NULL (DGC's clip) adds the sum of the squares in
+ * double onto the total, on the host and the reference device: 4097^2 =
+ * 2^24 + 2^13 + 1 needs 25 bits (a float product would round it), -0
+ * adds +0; the same as b all +0. */
+static void
+test_sumsq_add_without_b_is_the_squares(void **state)
+{
+    (void)state;
+    static const float a[] = {3.0f, -0.0f, 0.5f, -2.0f, 4097.0f};
+    static const float zeros[5] = {0};
+    /* 1.25 + 9 + 0 + 0.25 + 4 + 16785409 */
+    const double want = 16785423.5;
+    const struct gossip_backend_i *bes[] = {&gossip_backend_host,
+                                            &gossip_backend_ref};
+    for (size_t k = 0; k < 2; k++) {
+        float *d = NULL, *z = NULL;
+        assert_int_equal(bes[k]->alloc(sizeof a, (void **)&d), RUMOR_OK);
+        assert_int_equal(bes[k]->alloc(sizeof zeros, (void **)&z), RUMOR_OK);
+        assert_int_equal(bes[k]->copy(d, a, sizeof a, GOSSIP_TO_DEVICE),
+                         RUMOR_OK);
+        double sq = 1.25, sq0 = 1.25;
+        assert_int_equal(bes[k]->sumsq_add(d, NULL, 5, &sq), RUMOR_OK);
+        assert_true(sq == want);
+        assert_int_equal(bes[k]->sumsq_add(d, z, 5, &sq0), RUMOR_OK);
+        assert_true(sq0 == want);
+        bes[k]->release(d);
+        bes[k]->release(z);
+    }
 }
 
 /* dgc's memory on a device: top-k and DGC's own threshold, with momentum
@@ -2672,6 +2708,7 @@ main(void)
         cmocka_unit_test(test_localsgd_compressed_pcie_is_the_payloads),
         cmocka_unit_test(test_localsgd_overlapped_bits_equal_host),
         cmocka_unit_test(test_crc32c_chunks_join_to_the_whole),
+        cmocka_unit_test(test_sumsq_add_without_b_is_the_squares),
         cmocka_unit_test(test_allreduce_codec_bits_equal_host),
         cmocka_unit_test(test_fp8_real_bias_bits_equal_host),
         cmocka_unit_test(test_cuda_fp8_real_bias_mixed_ring),
