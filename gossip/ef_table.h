@@ -15,10 +15,10 @@
 struct gossip_ef_mem {
     const struct gossip_backend_i *be;
     const rumor_codec *codec;
-    float *e;         /* the residual, n floats, be's memory */
-    uint64_t *steps;  /* the memory's successful steps (rumor_ef_steps) */
-    rumor_ef *dgc;    /* dgc: its parameters; or NULL */
-    float *u, *un;    /* dgc: u and u', n floats each, be's memory */
+    float *e;        /* the residual, n floats, be's memory */
+    uint64_t *steps; /* the memory's successful steps (rumor_ef_steps) */
+    rumor_ef *dgc;   /* dgc: its parameters; or NULL */
+    float *u, *un;   /* dgc: u and u', n floats each, be's memory */
     uint64_t *pcie_h2d, *pcie_d2h; /* bytes, added to */
 };
 
