@@ -4,12 +4,15 @@
  * size and every check a header allows are done here on the host, as the
  * CPU codecs do them, so a device payload is the CPU codec's byte for byte.
  * Done: fp32, fp16, bf16, sign, natural, qsgd (fixed-width codes, any
- * levels, biased or not; at the top level also gamma and Elias codes, coded
- * on the host over the fixed codes made on the device, and decoded there),
+ * levels, biased or not; also gamma and Elias codes, coded on the host over
+ * the fixed codes made on the device, and decoded there),
  * terngrad (clip too; share=1's scalers and encode at agreed scalers
  * too), fp8 and fp4 (every bias; their
  * Huffman stage on the host, over symbols made on the device), and randk, topk,
- * threshold and dgc whose values codec is one of these. Everything is ordered
+ * threshold and dgc whose values codec is one of these (a coded one, fp8 /
+ * fp4 or gamma / Elias qsgd, made after the selection with its own wait;
+ * fp8 / fp4 values decoded on the host, k of them); not the lossless
+ * huffman. Everything is ordered
  * on the caller's stream; the one wait is the stream's own, for the bytes and
  * the NaN/Inf flag to land (threshold waits once more, for its count, which
  * sizes the rest; dgc once per try). The sparse codecs decode their Rice-coded
@@ -70,14 +73,23 @@ s_vlc(const rumor_codec *c)
     return c->id == RUMOR_CODEC_QSGD && c->qcode != COMPRESS_QCODE_FIXED;
 }
 
+/* fp8, fp4 and the coded qsgd: their last stage runs on the host, so
+ * their length is known only once they are made. (The lossless huffman,
+ * which codes every byte of the floats themselves, has no device path:
+ * the issue's list leaves it out, and a device would only copy the whole
+ * vector down for it.) */
+static bool
+s_coded(const rumor_codec *c)
+{
+    return s_fp8(c) || s_vlc(c);
+}
+
 bool
 rumor_codec_device_supported(const rumor_codec *codec)
 {
-    if (s_vlc(codec))
-        return true;
     if (codec->id == RUMOR_CODEC_RANDK || s_sparse(codec))
-        return s_dense(codec->inner);
-    return s_fp8(codec) || s_dense(codec);
+        return s_dense(codec->inner) || s_coded(codec->inner);
+    return s_coded(codec) || s_dense(codec);
 }
 
 static bool
@@ -150,6 +162,19 @@ s_need(const rumor_codec *c, size_t n)
     return RUMOR_COMPRESS_HEADER_BYTES + s_plain_body(c->id, n);
 }
 
+/* Payload bytes of n elements at most: exact for the kernels' codecs,
+ * the CPU codec's bound for a coded one. */
+static size_t
+s_room(const rumor_codec *c, size_t n)
+{
+    size_t bound = 0;
+    bool exact = false;
+    if (!s_coded(c))
+        return s_need(c, n);
+    c->ops->size(c, n, &bound, &exact);
+    return bound;
+}
+
 /* The headers the CPU codecs write (dense.c, quant.c, sparse.c), and
  * what quant.c changes once the body is written: biased QSGD's norms. */
 static void
@@ -177,11 +202,12 @@ s_headers(const rumor_codec *c,
         h.p2 = (uint32_t)k;
         core_put_u64(out + RUMOR_COMPRESS_HEADER_BYTES, seed);
         core_put_u64(out + RUMOR_COMPRESS_HEADER_BYTES + 8, counter);
-        s_headers(c->inner,
-                  k,
-                  0,
-                  0,
-                  out + RUMOR_COMPRESS_HEADER_BYTES + S_RANDK_SEEDS);
+        if (!s_coded(c->inner)) /* a coded one wrote its own */
+            s_headers(c->inner,
+                      k,
+                      0,
+                      0,
+                      out + RUMOR_COMPRESS_HEADER_BYTES + S_RANDK_SEEDS);
     }
     compress_header_write(out, &h);
 }
@@ -494,7 +520,9 @@ struct s_sparse {
 
 /* Queues the indices, their Rice stream and the values' payload, and
  * their downloads: the stream's bound from out, the values' payload after
- * it, the stream's length in bits into *nbits. */
+ * it, the stream's length in bits into *nbits. A coded values codec is
+ * made here, its host stage included (one wait more), and sp->inner
+ * becomes its length. */
 static rumor_err
 s_sparse_queue(const struct compress_dev_i *d,
                const rumor_codec *c,
@@ -503,7 +531,7 @@ s_sparse_queue(const struct compress_dev_i *d,
                uint64_t seed,
                uint64_t counter,
                void *const sel_offs_flag[3],
-               const struct s_sparse *sp,
+               struct s_sparse *sp,
                struct s_bufs *b,
                uint8_t *out,
                uint64_t *nbits,
@@ -518,7 +546,7 @@ s_sparse_queue(const struct compress_dev_i *d,
         rc = s_get(d, b, wbytes, &words, stream);
     if (rc == RUMOR_OK)
         rc = s_get(d, b, sizeof *nbits, &bits, stream);
-    if (rc == RUMOR_OK)
+    if (rc == RUMOR_OK && !s_coded(c->inner))
         rc = s_get(d, b, sp->inner, &pay, stream);
     if (rc != RUMOR_OK)
         return rc;
@@ -526,18 +554,31 @@ s_sparse_queue(const struct compress_dev_i *d,
     d->zero(words, wbytes, stream);
     d->rice_write(idx, sp->count, sp->r, words, bits, stream);
     /* The values' rounding draws from a seed of their own (sparse.c). */
-    rc = s_encode_body(d,
-                       c->inner,
-                       vals,
-                       sp->count,
-                       rumor_seed_derive(seed, counter, 0x1e),
-                       0,
-                       pay,
-                       sel_offs_flag[2],
-                       stream);
+    uint64_t vseed = rumor_seed_derive(seed, counter, 0x1e);
+    if (s_coded(c->inner))
+        rc = compress_dev_encode(d,
+                                 c->inner,
+                                 vals,
+                                 sp->count,
+                                 vseed,
+                                 0,
+                                 out + sp->room,
+                                 sp->inner,
+                                 &sp->inner,
+                                 stream);
+    else
+        rc = s_encode_body(d,
+                           c->inner,
+                           vals,
+                           sp->count,
+                           vseed,
+                           0,
+                           pay,
+                           sel_offs_flag[2],
+                           stream);
     if (rc == RUMOR_OK)
         rc = d->download(out, words, sp->room, stream);
-    if (rc == RUMOR_OK)
+    if (rc == RUMOR_OK && pay != NULL)
         rc = d->download(out + sp->room, pay, sp->inner, stream);
     if (rc == RUMOR_OK)
         rc = d->download(nbits, bits, sizeof *nbits, stream);
@@ -555,7 +596,8 @@ s_sparse_close(const rumor_codec *c,
 {
     size_t at = RUMOR_COMPRESS_HEADER_BYTES + 4, ilen = (nbits + 7) / 8;
     memmove(out + at + ilen, out + at + sp->room, sp->inner);
-    s_headers(c->inner, sp->count, 0, 0, out + at + ilen);
+    if (!s_coded(c->inner)) /* a coded one wrote its own */
+        s_headers(c->inner, sp->count, 0, 0, out + at + ilen);
     struct compress_header h = {(uint8_t)c->id,
                                 RUMOR_COMPRESS_VERSION,
                                 (uint8_t)sp->r,
@@ -615,7 +657,7 @@ s_encode_sparse(const struct compress_dev_i *d,
         goto done;
     sp.r = compress_sparse_rice_param(n, sp.count);
     sp.room = s_rice_room(n, sp.count, sp.r);
-    sp.inner = s_need(c->inner, sp.count);
+    sp.inner = s_room(c->inner, sp.count);
     size_t at = RUMOR_COMPRESS_HEADER_BYTES + 4;
     if (cap - at < sp.room || cap - at - sp.room < sp.inner) {
         rc = RUMOR_ETOOBIG;
@@ -851,6 +893,60 @@ s_encode_vlc(const struct compress_dev_i *d,
     return rc;
 }
 
+/* random-k whose values codec is a coded one: the gather on the device,
+ * then the values made as that codec's own payload after the seeds. */
+static rumor_err
+s_encode_randk_coded(const struct compress_dev_i *d,
+                     const rumor_codec *c,
+                     const float *x,
+                     size_t n,
+                     uint64_t seed,
+                     uint64_t counter,
+                     uint8_t *out,
+                     size_t cap,
+                     size_t *written,
+                     void *stream)
+{
+    size_t k = compress_sparse_k(c, n),
+           at = RUMOR_COMPRESS_HEADER_BYTES + S_RANDK_SEEDS, w = 0;
+    struct s_bufs b = {{NULL}, 0};
+    void *vals = NULL, *flag = NULL;
+    uint32_t bad = 0;
+    rumor_err rc = s_get(d, &b, sizeof bad, &flag, stream);
+    if (rc == RUMOR_OK)
+        rc = s_get(d, &b, (k ? k : 1) * sizeof(float), &vals, stream);
+    if (rc != RUMOR_OK)
+        goto done;
+    /* NaN/Inf anywhere in x is refused, and a scaled value's overflow */
+    d->zero(flag, sizeof bad, stream);
+    d->finite(x, n, flag, stream);
+    d->randk_gather(x, n, k, seed, counter, c->scale, vals, stream);
+    d->finite(vals, k, flag, stream);
+    rc = d->download(&bad, flag, sizeof bad, stream);
+    if (rc == RUMOR_OK)
+        rc = d->finish(stream);
+    if (rc == RUMOR_OK && bad != 0)
+        rc = RUMOR_ENUMERIC;
+    if (rc == RUMOR_OK)
+        rc = compress_dev_encode(d,
+                                 c->inner,
+                                 vals,
+                                 k,
+                                 rumor_seed_derive(seed, counter, 0x1e),
+                                 0,
+                                 out + at,
+                                 cap - at,
+                                 &w,
+                                 stream);
+    if (rc == RUMOR_OK) {
+        s_headers(c, n, seed, counter, out);
+        *written = at + w;
+    }
+done:
+    s_put_all(d, &b, stream);
+    return rc;
+}
+
 rumor_err
 compress_dev_encode(const struct compress_dev_i *d,
                     const rumor_codec *c,
@@ -870,7 +966,8 @@ compress_dev_encode(const struct compress_dev_i *d,
         return RUMOR_EINVAL;
     if (!rumor_codec_device_supported(c))
         return RUMOR_ENOTSUP;
-    if (s_sparse(c) || s_fp8(c) || s_vlc(c)) {
+    bool randk_coded = c->id == RUMOR_CODEC_RANDK && s_coded(c->inner);
+    if (s_sparse(c) || s_coded(c) || randk_coded) {
         size_t bound = 0;
         bool exact = false;
         c->ops->size(c, n, &bound, &exact);
@@ -889,6 +986,17 @@ compress_dev_encode(const struct compress_dev_i *d,
                                 cap,
                                 written,
                                 stream);
+        if (randk_coded)
+            return s_encode_randk_coded(d,
+                                        c,
+                                        x,
+                                        n,
+                                        seed,
+                                        counter,
+                                        out,
+                                        cap,
+                                        written,
+                                        stream);
         return s_encode_sparse(d,
                                c,
                                x,
@@ -1146,6 +1254,27 @@ static rumor_err s_decode_body(const struct compress_dev_i *d,
                                uint32_t *flag,
                                void *stream);
 
+/* fp8 / fp4 values of a sparse payload: decoded by the CPU decoder (its
+ * checks; its -0s, which a decode-add into zeros would lose), then
+ * uploaded (pageable: staged before the call returns). */
+static rumor_err
+s_values_on_host(const struct compress_dev_i *d,
+                 const rumor_codec *c,
+                 const uint8_t *in,
+                 size_t len,
+                 size_t k,
+                 float *vals,
+                 void *stream)
+{
+    float *v = malloc((k ? k : 1) * sizeof *v);
+    rumor_err rc = v != NULL ? c->ops->decode(c, in, len, false, 1.0f, v, k)
+                             : RUMOR_ENOMEM;
+    if (rc == RUMOR_OK)
+        rc = d->upload(vals, v, k * sizeof *v, stream);
+    free(v);
+    return rc;
+}
+
 /* Queues the decode of a sparse payload's k values (their payload at
  * offset at) into vals. */
 static rumor_err
@@ -1160,6 +1289,14 @@ s_decode_values(const struct compress_dev_i *d,
                 uint32_t *flag,
                 void *stream)
 {
+    if (s_fp8(c->inner))
+        return s_values_on_host(d,
+                                c->inner,
+                                in + at,
+                                len - at,
+                                k,
+                                vals,
+                                stream);
     return s_decode_body(d,
                          c->inner,
                          in + at,

@@ -75,9 +75,10 @@ gossip_codec_on_device(const rumor_gossip *g,
                    "",
                    0,
                    0,
-                   "%s: the codec %s has no device kernels yet "
-                   "(rumor_codec_device_supported); choose one that has, or "
-                   "keep the model in host memory",
+                   "%s: the codec %s has no device path (the lossless "
+                   "huffman codes the floats' bytes on the host; "
+                   "rumor_codec_device_supported); choose another, or keep "
+                   "the model in host memory",
                    g->algo->name,
                    rumor_codec_spec(codec));
     return RUMOR_ENOTSUP;

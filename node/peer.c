@@ -1705,7 +1705,7 @@ node_peer_new_in(const struct rumor_node_opts *opts,
     if (rc != RUMOR_ENOTSUP || diag->msg[0] == '\0' ||
         (be == NULL && !s_direct(opts, tensors, count)))
         return rc;
-    /* an option the device refuses (a codec without device kernels, a
+    /* an option the device refuses (a codec without a device path, a
      * host-side memory): the instance said why; stage instead (the
      * reference device's tensors are host memory: the host's path) */
     rumor_log(RUMOR_LOG_INFO,

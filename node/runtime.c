@@ -293,7 +293,7 @@ s_mixed(const rumor_node *node)
 }
 
 /* Whether the algorithm takes a model in device memory with these
- * options (a codec without device kernels, or a memory that steps on the
+ * options (a codec without a device path, or a memory that steps on the
  * host, does not): the reference device refuses what CUDA does, decided
  * in host code, so an instance on it over the host model answers. When
  * not, one INFO line says why the model stays in host memory. */

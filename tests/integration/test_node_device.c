@@ -593,9 +593,9 @@ test_ring4_ref_device__allreduce_dgc_warmup__same_bits(void **state)
     s_host_and_ref(opts, true, NULL);
 }
 
-/* An option the device refuses (a codec without device kernels): the
- * model stays in host memory, said in one line with the algorithm's
- * reason, and the run is the host's. */
+/* An option the device refuses (a codec without a device path, the lossless
+ * huffman): the model stays in host memory, said in one line with the
+ * algorithm's reason, and the run is the host's. */
 static void
 test_ring4_ref_device__refused_option__stays_on_host(void **state)
 {
@@ -603,7 +603,7 @@ test_ring4_ref_device__refused_option__stays_on_host(void **state)
     const char *opts[] = {"--algo",
                           "allreduce",
                           "--codec",
-                          "topk:ratio=0.25|fp8",
+                          "topk:ratio=0.25|huffman",
                           "--workload",
                           "logreg",
                           NULL};

@@ -602,8 +602,8 @@ test_peer_ref__resume_after_kill__same_bits_as_host(void **state)
     t_restart("resume");
 }
 
-/* A codec without device kernels (fp8's Huffman stage runs on the host,
- * so it has device code only as the top-level codec, not under top-k). */
+/* A codec without device code (the lossless huffman, which codes the
+ * floats' own bytes on the host). */
 static void
 test_peer_ref__codec_without_kernels__staged_bit_equal_to_host(void **state)
 {
@@ -611,11 +611,11 @@ test_peer_ref__codec_without_kernels__staged_bit_equal_to_host(void **state)
     static const char *const opts[] = {"algo",
                                        "allreduce",
                                        "codec",
-                                       "topk:ratio=0.25|fp8",
+                                       "topk:ratio=0.25|huffman",
                                        "log-level",
                                        "info",
                                        NULL};
-    t_staged(opts, "has no device kernels yet");
+    t_staged(opts, "has no device path");
 }
 
 /* Stale exchanges (node/stale.c) on the reference device: the queue's

@@ -93,6 +93,19 @@ static const char *const s_dev_specs[] = {
     "terngrad:clip=0.5,bucket=7,share=1",
     "randk:ratio=0.2|terngrad:clip=2,bucket=9",
     "topk:ratio=0.1|terngrad:clip=1.5",
+    /* a coded values codec: made after the selection, fp8's decoded on
+     * the host */
+    "topk:ratio=0.1|fp8",
+    "topk:ratio=0.95|fp4:bias=real",
+    "threshold:t=1|fp8:bias=fit",
+    "dgc:ratio=0.1|fp4",
+    "randk:ratio=0.1|fp8",
+    "randk:ratio=0.3,scale=1|fp4:code=gennorm",
+    "topk|qsgd:bits=4,elias=1",
+    "topk:ratio=0.2|qsgd:levels=12,code=elias",
+    "randk:ratio=0.1|qsgd:levels=6,code=elias",
+    "randk:ratio=0.2|qsgd:bits=3,elias=1,bucket=16",
+    "dgc:ratio=0.05|qsgd:levels=5,code=elias,bucket=7",
 };
 
 static const size_t s_dev_sizes[] =

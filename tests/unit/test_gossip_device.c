@@ -717,8 +717,8 @@ test_cuda_powergossip_mixed_ring(void **state)
 }
 
 /* On a GPU: CHOCO with top-k (exact arithmetic: the device payload is the
- * host's bytes) computes the host's bits in a mixed ring; a codec without
- * device kernels is refused with the reason. */
+ * host's bytes) computes the host's bits in a mixed ring; a codec without a
+ * device path (huffman) is refused with the reason. */
 static void
 test_cuda_choco_mixed_ring(void **state)
 {
@@ -2180,8 +2180,8 @@ test_cuda_allreduce_codec_mixed_ring(void **state)
     s_codec_opts(&o, "topk:ratio=0.1", "dgc:momentum=0.9");
     assert_true(s_cuda_mixed(&o, &b) == 0);
     s_ring_free(&b);
-    /* Elias-coded QSGD has no device kernels: refused, with the reason */
-    s_codec_opts(&o, "qsgd:bits=4,elias=1", "ef");
+    /* the lossless huffman has no device code: refused, with the reason */
+    s_codec_opts(&o, "huffman", "ef");
     float *x = NULL;
     const struct gossip_backend_i *cuda = s_cuda_or_skip();
     assert_int_equal(cuda->alloc(64 * sizeof(float), (void **)&x), RUMOR_OK);
@@ -2194,7 +2194,7 @@ test_cuda_allreduce_codec_mixed_ring(void **state)
     rumor_gossip *g = NULL;
     assert_int_equal(gossip_new_in(&o, topo, 0, &m, cuda, &g, &diag),
                      RUMOR_ENOTSUP);
-    assert_non_null(strstr(diag.msg, "no device kernels"));
+    assert_non_null(strstr(diag.msg, "has no device path"));
     rumor_topology_destroy(&topo);
     cuda->release(x);
 }
