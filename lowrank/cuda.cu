@@ -852,41 +852,32 @@ s_release(void *ctx, float *ptr)
         cudaFree(ptr);
 }
 
+// A copy between host and device that is done when it returns, as a
+// cudaMemcpy left it (the source reusable, the destination readable).
+static rumor_err
+s_copy_done(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
+{
+    rumor_err rc = RUMOR_OK;
+    if (bytes == 0)
+        return RUMOR_OK;
+    CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, s_stream()), done);
+    CUDA_TRY(cudaStreamSynchronize(s_stream()), done);
+done:
+    return rc;
+}
+
 static rumor_err
 s_upload(void *ctx, float *dst, const float *src, size_t bytes)
 {
     (void)ctx;
-    rumor_err rc = RUMOR_OK;
-    if (bytes > 0)
-        CUDA_TRY(cudaMemcpyAsync(dst,
-                                 src,
-                                 bytes,
-                                 cudaMemcpyHostToDevice,
-                                 s_stream()),
-                 done);
-    // the source may be reused when this returns, as a cudaMemcpy left it
-    if (bytes > 0)
-        CUDA_TRY(cudaStreamSynchronize(s_stream()), done);
-done:
-    return rc;
+    return s_copy_done(dst, src, bytes, cudaMemcpyHostToDevice);
 }
 
 static rumor_err
 s_download(void *ctx, float *dst, const float *src, size_t bytes)
 {
     (void)ctx;
-    rumor_err rc = RUMOR_OK;
-    if (bytes > 0)
-        CUDA_TRY(cudaMemcpyAsync(dst,
-                                 src,
-                                 bytes,
-                                 cudaMemcpyDeviceToHost,
-                                 s_stream()),
-                 done);
-    if (bytes > 0)
-        CUDA_TRY(cudaStreamSynchronize(s_stream()), done);
-done:
-    return rc;
+    return s_copy_done(dst, src, bytes, cudaMemcpyDeviceToHost);
 }
 
 // cuBLAS and cuSOLVER queue on the thread's stream of the current device
@@ -1165,13 +1156,9 @@ s_qr(struct cuda_ctx *c, float *p, size_t n, size_t r, bool positive)
                                   lwork_orgqr,
                                   c->info),
                  done);
-    CUDA_TRY(cudaMemcpyAsync(&info,
-                             c->info,
-                             sizeof info,
-                             cudaMemcpyDeviceToHost,
-                             s_stream()),
-             done);
-    CUDA_TRY(cudaStreamSynchronize(s_stream()), done);
+    rc = s_copy_done(&info, c->info, sizeof info, cudaMemcpyDeviceToHost);
+    if (rc != RUMOR_OK)
+        goto done;
     if (info != 0) {
         rc = RUMOR_EBACKEND;
         goto done;
