@@ -35,6 +35,13 @@ bool core_cuda_own_stream(bool on);
 /* This thread's setting. */
 bool core_cuda_own_stream_on(void);
 
+/* This thread's current CUDA device (-1 when CUDA says none, and in a
+ * CPU-only build), and making device current (nothing for -1): a thread
+ * that runs another's device work (the stale exchanges' thread) takes
+ * the queuing thread's device with its setting. */
+int core_cuda_device(void);
+void core_cuda_device_set(int device);
+
 /* The stream (a cudaStream_t) this thread queues on now: NULL (the legacy
  * default stream) with the own stream off, else Rumor's stream of the
  * current device. When CUDA cannot make that (logged once per device) or

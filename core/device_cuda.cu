@@ -68,3 +68,26 @@ core_cuda_stream(void)
     pthread_mutex_unlock(&s_own.lock);
     return stream;
 }
+
+extern "C" int
+core_cuda_device(void)
+{
+    int device = -1;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return device;
+}
+
+extern "C" void
+core_cuda_device_set(int device)
+{
+    if (device >= 0 && core_cuda_device() != device &&
+        cudaSetDevice(device) != cudaSuccess) {
+        cudaGetLastError();
+        rumor_log(RUMOR_LOG_WARN,
+                  "cuda: cannot make device %d current",
+                  device);
+    }
+}

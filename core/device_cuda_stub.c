@@ -19,3 +19,15 @@ core_cuda_stream(void)
 {
     return NULL;
 }
+
+int
+core_cuda_device(void)
+{
+    return -1;
+}
+
+void
+core_cuda_device_set(int device)
+{
+    (void)device;
+}

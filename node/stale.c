@@ -28,6 +28,7 @@ struct s_job {
     uint64_t t;
     struct rumor_model *snap, *result;
     bool own_stream; /* the queuing thread's (core/cuda_stream.h) */
+    int device;      /* with own_stream: the queuing thread's device */
     bool done, stop;
     rumor_err rc;
 };
@@ -132,7 +133,10 @@ static void
 s_run(node_stale *st, struct s_job *j)
 {
     rumor_node *node = st->node;
-    /* on the stream the snapshot was copied on, after that copy */
+    /* on the device and stream the snapshot was copied on, after that
+     * copy (a peer's tensors need not be on device 0) */
+    if (j->own_stream)
+        core_cuda_device_set(j->device);
     bool was = core_cuda_own_stream(j->own_stream);
     rumor_err rc =
         node_model_copy(st->be, node->mix, j->snap, GOSSIP_ON_DEVICE);
@@ -273,6 +277,7 @@ node_stale_push(node_stale *st, const struct rumor_model *model, uint64_t t)
         return rc;
     j->t = t;
     j->own_stream = core_cuda_own_stream_on();
+    j->device = j->own_stream ? core_cuda_device() : -1;
     j->done = j->stop = false;
     j->rc = RUMOR_OK;
     pthread_mutex_lock(&st->mu);
