@@ -229,7 +229,10 @@ s_until_node(const struct run *r, int id, pid_t before)
 /* The metrics of node id: the number of lines, the last line's step and
  * the longest gap in "seconds" between two lines (steps take
  * milliseconds here: the longest is the one that waited for a dead
- * neighbour). */
+ * neighbour). The last step's line is left out of the gaps: it is
+ * written after the run's end (the final evaluation, and up to
+ * NODE_FLUSH_MS for sends queued to neighbours that may have exited),
+ * which is not a step waiting for node 2. */
 static void
 s_metrics(const struct run *r, int id, size_t *lines, double *step, double *gap)
 {
@@ -248,7 +251,8 @@ s_metrics(const struct run *r, int id, size_t *lines, double *step, double *gap)
         if (cJSON_IsNumber(s) && cJSON_IsNumber(t)) {
             (*lines)++;
             *step = s->valuedouble;
-            if (prev >= 0 && t->valuedouble - prev > *gap)
+            if (prev >= 0 && s->valuedouble < STEPS_N &&
+                t->valuedouble - prev > *gap)
                 *gap = t->valuedouble - prev;
             prev = t->valuedouble;
         }
