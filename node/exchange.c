@@ -656,6 +656,23 @@ node_finish(rumor_node *node, uint64_t t)
     node_flush(node);
 }
 
+/* Whether a send queued for a neighbour can still go out: its link is up
+ * and it was heard lately. A neighbour that finished first closed its
+ * sockets (the link is down) and will take nothing more. */
+static bool
+s_sends_draining(rumor_node *node)
+{
+    for (uint32_t j = 0; j < node->n; j++) {
+        struct rumor_net_stats st;
+        rumor_net_stats(node->net, j, &st);
+        if (st.queued_bytes > 0 &&
+            rumor_net_peer_state(node->net, j) == RUMOR_NET_PEER_ALIVE &&
+            rumor_net_wait_ready(node->net, j, 0) == RUMOR_OK)
+            return true;
+    }
+    return false;
+}
+
 /* Sends queued for neighbours go out before the run reports its bytes
  * and closes the transport. This is the end of the run (its last step, or
  * a peer closing): from now on, neighbours that finish and go quiet are
@@ -667,10 +684,8 @@ node_flush(rumor_node *node)
     uint64_t deadline = rumor_clock_ns() + NODE_FLUSH_MS * NODE_MS;
     uint64_t stop_by = atomic_load(&node->stop_by);
     deadline = deadline < stop_by ? deadline : stop_by;
-    struct rumor_net_stats st;
     for (;;) {
-        rumor_net_stats(node->net, RUMOR_NET_ALL, &st);
-        if (st.queued_bytes == 0 || rumor_clock_ns() >= deadline)
+        if (!s_sends_draining(node) || rumor_clock_ns() >= deadline)
             return;
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);

@@ -230,9 +230,9 @@ s_until_node(const struct run *r, int id, pid_t before)
  * the longest gap in "seconds" between two lines (steps take
  * milliseconds here: the longest is the one that waited for a dead
  * neighbour). The last step's line is left out of the gaps: it is
- * written after the run's end (the final evaluation, and up to
- * NODE_FLUSH_MS for sends queued to neighbours that may have exited),
- * which is not a step waiting for node 2. */
+ * written after the run's end (the final evaluation and the flush of
+ * sends to neighbours still running), which is not a step waiting for
+ * node 2. */
 static void
 s_metrics(const struct run *r, int id, size_t *lines, double *step, double *gap)
 {

@@ -11,6 +11,8 @@
  *   - a neighbour sending NaN, Inf and huge differences (test hook):
  *     refused or clipped, counted, nobody's model broken.
  *   - a partition between two network namespaces that heals.
+ *   - a neighbour that finished first: the end-of-run flush does not
+ *     wait for it.
  *   - SIGSTOP of node 3 for longer than the deadline: its neighbours mark
  *     it down (seen in their metrics), then SIGCONT: it is readmitted and
  *     steps again.
@@ -226,6 +228,16 @@ s_latest(const char *run, int id, const char *field, double *step)
     return v;
 }
 
+/* Waits for node i to exit 0, or fails. */
+static void
+s_exited(struct ring *r, int i)
+{
+    int st = tnc_wait(r->pid[i], LIMIT_MS);
+    r->pid[i] = 0;
+    if (st != 0)
+        fail_msg("node %d exited %d", i, st);
+}
+
 /* SIGTERM to every node of an open-ended run; waits for each to exit 0
  * and returns the worst last lsq error. */
 static double
@@ -235,10 +247,7 @@ s_stop_all(struct ring *r, const char *run)
         assert_int_equal(kill(r->pid[i], SIGTERM), 0);
     double worst = 0;
     for (int i = 0; i < NODES; i++) {
-        int st = tnc_wait(r->pid[i], LIMIT_MS);
-        r->pid[i] = 0;
-        if (st != 0)
-            fail_msg("node %d exited %d", i, st);
+        s_exited(r, i);
         double error = s_latest(run, i, "optimum_error", NULL);
         if (isnan(error))
             fail_msg("node %d: no optimum_error in its metrics", i);
@@ -253,10 +262,7 @@ s_finish(struct ring *r, const char *run, int steps)
 {
     double worst = 0;
     for (int i = 0; i < NODES; i++) {
-        int st = tnc_wait(r->pid[i], LIMIT_MS);
-        r->pid[i] = 0;
-        if (st != 0)
-            fail_msg("node %d exited %d", i, st);
+        s_exited(r, i);
         size_t lines = 0;
         cJSON *last = s_read(run, i, &lines, 0, NULL);
         assert_non_null(last);
@@ -330,10 +336,7 @@ test_ring6__kill9_two__resume_and_join__others_keep_stepping_same_band(
     double worst = 0;
     for (int i = 0; i < NODES; i++) {
         const char *dir = i == 5 ? rerun : run;
-        int st = tnc_wait(r->pid[i], LIMIT_MS);
-        r->pid[i] = 0;
-        if (st != 0)
-            fail_msg("node %d exited %d", i, st);
+        s_exited(r, i);
         cJSON *last = s_read(dir, i, &lines, 0, NULL);
         assert_non_null(last);
         assert_int_equal((int)tnc_num(last, "step"), KILL_STEPS_N);
@@ -426,9 +429,16 @@ s_kill_resume(const char *const *algo, const char *name)
     r->pid[2] = s_node_ex(r, 2, run, "100000000", args, NULL, NULL);
     for (int k = 0; k < 2; k++)
         s_until(run, nbr[k], "readmitted", 1, "never readmitted node 2");
-    cJSON *now = s_read(run, 2, &lines, 0, NULL);
-    double rejoined = now != NULL ? tnc_num(now, "step") : 0;
-    cJSON_Delete(now);
+    /* node 2 jumps to its neighbours' step after the readmission (on a
+     * slow machine, past where it stood then): counted from the furthest
+     * node, its KILL_STEPS_N steps are steps it trains */
+    double rejoined = 0;
+    for (int i = 0; i < NODES; i++) {
+        cJSON *now = s_read(run, i, &lines, 0, NULL);
+        if (now != NULL)
+            rejoined = fmax(rejoined, tnc_num(now, "step"));
+        cJSON_Delete(now);
+    }
     for (int i = 0; i < NODES; i++)
         s_until(run, i, "step", rejoined + KILL_STEPS_N, "stopped stepping");
     double worst = s_stop_all(r, run);
@@ -504,12 +514,56 @@ test_ring6__sigstop_past_deadline__skipped_then_readmitted(void **state)
     s_until(run, 3, "step", stopped_at + 5, "node 3 did not step again");
     for (int i = 0; i < NODES; i++)
         assert_int_equal(kill(r->pid[i], SIGTERM), 0);
-    for (int i = 0; i < NODES; i++) {
-        int st = tnc_wait(r->pid[i], LIMIT_MS);
-        r->pid[i] = 0;
-        if (st != 0)
-            fail_msg("node %d exited %d", i, st);
+    for (int i = 0; i < NODES; i++)
+        s_exited(r, i);
+}
+
+/* The end-of-run flush does not wait for a neighbour that finished
+ * first: node 0 stops after 20 steps, the others train on without it
+ * (marking it down) and still hold sends queued for it at their end,
+ * which used to hold each of nodes 1 and 5 for NODE_FLUSH_MS (5 s) after
+ * its last step. Their last step (its line is written after the flush)
+ * takes less than a deadline. */
+static void
+test_ring6__neighbour_finished_first__end_flush_does_not_wait_for_it(
+    void **state)
+{
+    (void)state;
+    struct ring *r = &s_ring;
+    s_ring_new(r);
+    char run[1024];
+    snprintf(run, sizeof run, "%s/run", r->dir);
+    for (int i = 0; i < NODES; i++)
+        r->pid[i] =
+            s_node_ex(r, i, run, i == 0 ? "20" : "300", NULL, NULL, NULL);
+    double longest = 0;
+    for (int i = 0; i < NODES; i++)
+        s_exited(r, i);
+    int nbr[2] = {1, NODES - 1};
+    for (int k = 0; k < 2; k++) {
+        double prev = NAN, last = NAN, step = NAN;
+        char path[1100];
+        snprintf(path, sizeof path, "%s/node-%d.jsonl", run, nbr[k]);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        static char line[1 << 16];
+        while (fgets(line, sizeof line, f) != NULL) {
+            cJSON *o = cJSON_Parse(line);
+            prev = last;
+            last = tnc_num(o, "seconds");
+            step = tnc_num(o, "step");
+            cJSON_Delete(o);
+        }
+        fclose(f);
+        assert_int_equal((int)step, 300);
+        longest = fmax(longest, last - prev);
     }
+    printf("last step of node 0's neighbours: %.3f s (deadline %.1f s)\n",
+           longest,
+           DEADLINE_MS / 1000.0);
+    if (!(longest < DEADLINE_MS / 1000.0))
+        fail_msg("the last step took %.2f s: the flush waited for node 0",
+                 longest);
 }
 
 /* A stop request must not wait for neighbours that are gone: with both
@@ -559,12 +613,8 @@ test_ring6__nan_inf_huge_neighbour__rejected_clipped_counted(void **state)
                               clip,
                               NULL,
                               i == 0 ? "nan:20:10,inf:40:10,huge:60:10" : NULL);
-    for (int i = 0; i < NODES; i++) {
-        int st = tnc_wait(r->pid[i], LIMIT_MS);
-        r->pid[i] = 0;
-        if (st != 0)
-            fail_msg("node %d exited %d", i, st);
-    }
+    for (int i = 0; i < NODES; i++)
+        s_exited(r, i);
     /* node 0's neighbours refused 20 poisoned messages (the odd one may
      * have missed its deadline), clipped the huge ones, and still
      * converged; nobody saw a NaN (s_read checks every loss) */
@@ -689,6 +739,9 @@ main(int argc, char **argv)
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring6__sigterm_with_neighbours_gone__exits_within_one_deadline,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring6__neighbour_finished_first__end_flush_does_not_wait_for_it,
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring6_two_netns__link_down_then_up__partition_heals,
