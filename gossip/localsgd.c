@@ -137,6 +137,10 @@ struct localsgd {
      * first use) and each fragment's fields, its e a buffer of its own */
     float *snap_anchor, *snap_velocity, *snap_shift, *snap_ebar;
     struct frag *snap_frag;
+    /* the snapshot's vectors equal the live ones: nothing changed them
+     * since the last take or restore (between syncs, every step's ring
+     * boundary would otherwise copy the model-sized vectors again) */
+    bool snap_current;
     bool snap_saving;   /* s_snap_save's state_save: of the snapshot */
     uint64_t saved_d2h; /* bytes a state_save copied to the host */
 };
@@ -608,6 +612,7 @@ s_emit(rumor_gossip *g, uint64_t step, uint32_t round)
     struct frag *fr = s_frag_at(g, step);
     if (fr == NULL)
         return RUMOR_EINVAL;
+    s->snap_current = false;
     if (round == 0) {
         s->compressed_sync = s->codec != NULL && fr->have_anchor;
         s->last = (size_t)(fr - s->frag);
@@ -793,6 +798,7 @@ s_absorb(rumor_gossip *g,
     struct frag *fr = s_frag_at(g, step);
     if (fr == NULL)
         return RUMOR_EINVAL;
+    s->snap_current = false;
     if (s->compressed_sync && s_error_round(g, round)) {
         rumor_err rc = gossip_saef_absorb(&s->saef,
                                           g,
@@ -850,6 +856,7 @@ static rumor_err
 s_members(rumor_gossip *g, const uint32_t *members, size_t count)
 {
     struct localsgd *s = g->state;
+    s->snap_current = false;
     rumor_err rc = RUMOR_OK;
     for (size_t f = 0; f < s->frag_n && rc == RUMOR_OK; f++)
         rc = rumor_gossip_members_set(s->frag[f].mixer, members, count);
@@ -864,6 +871,7 @@ s_step_ahead_frag(rumor_gossip *g, struct frag *fr, float alpha)
     const struct gossip_backend_i *be = g->be;
     if (!fr->have_anchor || fr->ahead != 0 || fr->ahead_nbr)
         return RUMOR_OK;
+    s->snap_current = false;
     float *x = s->x + fr->off, *shift = s->shift + fr->off;
     rumor_err rc = gossip_model_read(g, fr->off, fr->len, x, GOSSIP_ON_DEVICE);
     if (rc == RUMOR_OK && fr->have_ebar) { /* the neighbourhood form */
@@ -1275,6 +1283,8 @@ s_state_load(rumor_gossip *g,
              struct gossip_reader *r,
              enum gossip_state_mode mode)
 {
+    struct localsgd *s = g->state;
+    s->snap_current = s->snap_current && mode == GOSSIP_STATE_CHECK;
     uint32_t flags = gossip_read_u32(r);
     if (r->err == RUMOR_OK && flags == FRAGMENTED)
         return s_load_frags(g, r, mode);
@@ -1284,11 +1294,12 @@ s_state_load(rumor_gossip *g,
 }
 
 /* One vector device to device: into the snapshot (take, made on first
- * use) or back; nothing where the live one is absent. */
+ * use) or back; nothing where the live one is absent or both are equal. */
 static rumor_err
 s_snap_vec(rumor_gossip *g, float *live, float **snap, size_t n, bool take)
 {
-    if (live == NULL)
+    const struct localsgd *s = g->state;
+    if (live == NULL || (s->snap_current && *snap != NULL))
         return RUMOR_OK;
     rumor_err rc = RUMOR_OK;
     if (*snap == NULL)
@@ -1339,6 +1350,7 @@ s_snap_move(rumor_gossip *g, bool take)
             rc = take ? rumor_gossip_snapshot(fr->mixer)
                       : rumor_gossip_snapshot_restore(fr->mixer);
     }
+    s->snap_current = rc == RUMOR_OK;
     return rc;
 }
 
@@ -1400,6 +1412,7 @@ static void
 s_abandon(rumor_gossip *g)
 {
     struct localsgd *s = g->state;
+    s->snap_current = false;
     for (size_t f = 0; f < s->frag_n; f++)
         rumor_gossip_step_abandon(s->frag[f].mixer);
     s->compressed_sync = false;
