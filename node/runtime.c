@@ -1301,13 +1301,24 @@ s_grad_then_gossip(rumor_node *node, uint64_t t, double *loss)
     return node_gossip_step(node, NULL, t, rumor_clock_ns() + span);
 }
 
+/* Whether step t's gradient overlaps its gossip. A step without rounds
+ * (local SGD between its syncs) has nothing to overlap: the copies into
+ * and out of node->mix would be all it did. The look-ahead moves the
+ * gossiped copy at every step, so it always overlaps. */
+static bool
+s_overlaps(rumor_node *node, uint64_t t)
+{
+    return node->mix != NULL && (node->opts.gossip.ef_alpha > 0 ||
+                                 rumor_gossip_rounds(node->g, t) > 0);
+}
+
 static rumor_err
 s_step(rumor_node *node, uint64_t t)
 {
     const struct rumor_node_opts *o = &node->opts;
     double loss = NAN, compute0 = node->t_compute;
     rumor_err rc = node->stale != NULL ? s_grad_only(node, t, &loss)
-                   : node->mix != NULL
+                   : s_overlaps(node, t)
                        ? s_grad_and_gossip_overlapped(node, t, &loss)
                        : s_grad_then_gossip(node, t, &loss);
     /* a non-finite model fails the gossip's encode (RUMOR_ENUMERIC)
