@@ -656,18 +656,20 @@ node_finish(rumor_node *node, uint64_t t)
     node_flush(node);
 }
 
-/* Whether a send queued for a neighbour can still go out: its link is up
- * and it was heard lately. A neighbour that finished first closed its
- * sockets (the link is down) and will take nothing more. */
+/* Whether sends queued for a neighbour may still reach it. One that ran
+ * the last step, or that the transport has not heard for its down time
+ * (it exited or was killed a while ago), takes nothing more; one lost
+ * more lately may be restarting and is given the flush's time. */
 static bool
 s_sends_draining(rumor_node *node)
 {
     for (uint32_t j = 0; j < node->n; j++) {
         struct rumor_net_stats st;
         rumor_net_stats(node->net, j, &st);
-        if (st.queued_bytes > 0 &&
-            rumor_net_peer_state(node->net, j) == RUMOR_NET_PEER_ALIVE &&
-            rumor_net_wait_ready(node->net, j, 0) == RUMOR_OK)
+        bool gone =
+            (node->faults != NULL && node_faults_finished(node->faults, j)) ||
+            rumor_net_peer_state(node->net, j) == RUMOR_NET_PEER_DOWN;
+        if (st.queued_bytes > 0 && !gone)
             return true;
     }
     return false;

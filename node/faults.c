@@ -227,6 +227,12 @@ node_faults_up(const node_faults *f, uint32_t peer)
     return peer < f->o.n && f->peer[peer].up;
 }
 
+bool
+node_faults_finished(const node_faults *f, uint32_t peer)
+{
+    return peer < f->o.n && (f->peer[peer].done || f->peer[peer].said_done);
+}
+
 uint64_t
 node_faults_span_ns(const node_faults *f)
 {

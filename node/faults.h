@@ -186,4 +186,7 @@ void node_faults_stats(const node_faults *f, struct node_faults_stats *out);
 /* False while peer is marked down. */
 bool node_faults_up(const node_faults *f, uint32_t peer);
 
+/* True once peer said it ran the run's last step (SYNC with DONE). */
+bool node_faults_finished(const node_faults *f, uint32_t peer);
+
 #endif
