@@ -71,13 +71,6 @@ s_axpy(double *acc, double c, const double *d, size_t n)
 }
 
 static rumor_err
-s_scale(double *d, double c, size_t n)
-{
-    gossip_ref_scale(d, c, n);
-    return RUMOR_OK;
-}
-
-static rumor_err
 s_apply(float *out,
         const float *base,
         double gamma,
@@ -344,14 +337,13 @@ s_encode_k(const rumor_codec *codec,
 
 #define S_HOST_OPS                                                          \
     .release = s_release, .diff = s_diff, .sub = s_sub, .axpy = s_axpy,     \
-    .scale = s_scale, .apply = s_apply, .norm = s_norm,                     \
-    .sub_round = s_sub_round, .accum = s_accum, .add = s_add,               \
-    .encode = s_encode, .decode = s_decode, .add_scaled = s_add_scaled,     \
-    .div_round = s_div_round, .outer = s_outer, .decode_add = s_decode_add, \
-    .uniform = s_uniform, .moniqua_levels = s_moniqua_levels,               \
-    .moniqua_term = s_moniqua_term, .stats = s_stats,                       \
-    .rel_error = s_rel_error, .sumsq_add = s_sumsq_add, .sgd = s_sgd,       \
-    .scalers = s_scalers, .encode_shared = s_encode_shared,                 \
+    .apply = s_apply, .norm = s_norm, .sub_round = s_sub_round,             \
+    .accum = s_accum, .add = s_add, .encode = s_encode, .decode = s_decode, \
+    .add_scaled = s_add_scaled, .div_round = s_div_round, .outer = s_outer, \
+    .decode_add = s_decode_add, .uniform = s_uniform,                       \
+    .moniqua_levels = s_moniqua_levels, .moniqua_term = s_moniqua_term,     \
+    .stats = s_stats, .rel_error = s_rel_error, .sumsq_add = s_sumsq_add,   \
+    .sgd = s_sgd, .scalers = s_scalers, .encode_shared = s_encode_shared,   \
     .dgc_step = s_dgc_step, .zero_at = s_zero_at, .encode_k = s_encode_k
 
 const struct gossip_backend_i gossip_backend_host = {

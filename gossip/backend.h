@@ -65,8 +65,6 @@ struct gossip_backend_i {
     rumor_err (*sub)(double *d, const double *a, const double *b, size_t n);
     /* acc += d * c (the product rounded, then the sum) */
     rumor_err (*axpy)(double *acc, double c, const double *d, size_t n);
-    /* d *= c */
-    rumor_err (*scale)(double *d, double c, size_t n);
     /* out = (float)(base + gamma * acc); out may be base */
     rumor_err (*apply)(float *out,
                        const float *base,
@@ -242,7 +240,6 @@ struct gossip_backend_i {
 void gossip_ref_diff(double *d, const float *a, const float *b, size_t n);
 void gossip_ref_sub(double *d, const double *a, const double *b, size_t n);
 void gossip_ref_axpy(double *acc, double c, const double *d, size_t n);
-void gossip_ref_scale(double *d, double c, size_t n);
 void gossip_ref_apply(float *out,
                       const float *base,
                       double gamma,

@@ -213,12 +213,6 @@ k_axpy(double *acc, double c, const double *d, size_t n)
 }
 
 __global__ void
-k_scale(double *d, double c, size_t n)
-{
-    S_EACH(e, n) d[e] = __dmul_rn(d[e], c);
-}
-
-__global__ void
 k_apply(float *out,
         const float *base,
         double gamma,
@@ -535,13 +529,6 @@ s_axpy(double *acc, double c, const double *d, size_t n)
 {
     k_axpy<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(acc, c, d, n);
     return s_launched("axpy");
-}
-
-static rumor_err
-s_scale(double *d, double c, size_t n)
-{
-    k_scale<<<s_blocks(n), S_THREADS, 0, s_stream()>>>(d, c, n);
-    return s_launched("scale");
 }
 
 static rumor_err
@@ -997,7 +984,6 @@ static const struct gossip_backend_i s_cuda = {
     .diff = s_diff,
     .sub = s_sub,
     .axpy = s_axpy,
-    .scale = s_scale,
     .apply = s_apply,
     .norm = s_norm,
     .sub_round = s_sub_round,

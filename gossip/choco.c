@@ -286,14 +286,7 @@ s_absorb(rumor_gossip *g,
         return rc;
     for (size_t k = 0; k < peers; k++)
         s_edge_commit(g, nbr[k], step);
-    size_t base = 0;
-    for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
-        float *x = g->tensors[t].data;
-        size_t n = rumor_tensor_numel(&g->tensors[t]);
-        rc = g->be->apply(x, x, g->opts.gamma, s->acc + base, n);
-        base += n;
-    }
-    return rc;
+    return gossip_apply_acc(g, s->acc);
 }
 
 /* Between steps CHOCO carries, per neighbour in the topology's order,

@@ -162,14 +162,7 @@ s_absorb(rumor_gossip *g,
         rc = gossip_robust_mix(g, step, s->slot, w, peers, s->ds);
     if (rc != RUMOR_OK)
         return rc;
-    size_t base = 0;
-    for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
-        float *x = g->tensors[t].data;
-        size_t n = rumor_tensor_numel(&g->tensors[t]);
-        rc = g->be->apply(x, x, g->opts.gamma, s->ds + base, n);
-        base += n;
-    }
-    return rc;
+    return gossip_apply_acc(g, s->ds);
 }
 
 /* Between steps DeepSqueeze carries its compression error delta (a

@@ -40,7 +40,8 @@
 
 struct gossip_term {
     uint64_t step;
-    double *delta; /* w_ij (x_j - x_i), numel doubles; kept for reuse */
+    double *delta; /* x_j - x_i, numel doubles; kept for reuse */
+    double weight; /* w_ij, clipped: commit adds weight * delta */
     bool staged;   /* waiting for the peer's held bit */
     bool ready;    /* the peer holds ours too: apply at the next commit */
 };
@@ -55,7 +56,6 @@ struct gossip_ledger {
     struct gossip_edge *edge; /* by node id */
     uint64_t decided;         /* every step below is decided */
     double *acc;              /* commit: numel doubles */
-    float *flat;              /* commit: the model, flat */
     /* absorb_partial: the round's staged terms (nodes slots), their
      * neighbours' weights and norms, clipped once all are known */
     struct gossip_term **round;
@@ -122,15 +122,15 @@ s_ledger(rumor_gossip *g, struct gossip_ledger **out)
         l->edge = calloc(g->nodes, sizeof *l->edge);
         rumor_err rc =
             g->be->alloc(g->numel * sizeof(double), (void **)&l->acc);
-        if (rc == RUMOR_OK)
-            rc = g->be->alloc(g->numel * sizeof(float), (void **)&l->flat);
         l->round = malloc(g->nodes * sizeof *l->round);
         l->round_peer = malloc(g->nodes * sizeof *l->round_peer);
         l->round_w = malloc(g->nodes * sizeof *l->round_w);
         l->round_norm = malloc(g->nodes * sizeof *l->round_norm);
         g->ledger = l;
-        if (!l->edge || !l->acc || !l->flat || !l->round || !l->round_peer ||
-            !l->round_w || !l->round_norm)
+        if (rc != RUMOR_OK)
+            return rc;
+        if (!l->edge || !l->round || !l->round_peer || !l->round_w ||
+            !l->round_norm)
             return RUMOR_ENOMEM;
     }
     *out = g->ledger;
@@ -148,7 +148,6 @@ gossip_ledger_free(rumor_gossip *g)
             g->be->release(l->edge[i].term[k].delta);
     free(l->edge);
     g->be->release(l->acc);
-    g->be->release(l->flat);
     free(l->round);
     free(l->round_peer);
     free(l->round_w);
@@ -194,20 +193,18 @@ s_refuse_nonfinite(rumor_gossip *g, uint32_t peer)
  * (ClippedGossip: He, Karimireddy and Jaggi 2022; gossip/robust.c). With a
  * fixed radius (clip_norm) clip(x_j - x_i) = -clip(x_i - x_j), so the
  * average is kept; an adaptive radius differs between the two ends, so a
- * clipped pair moves it (docs/gossip.md, "Robust mixing"). */
-static rumor_err
+ * clipped pair moves it (docs/gossip.md, "Robust mixing"). The weight is
+ * kept, not multiplied in: commit's acc += delta * weight rounds as the
+ * loss-free absorb does, and saves a pass over the model-sized term. */
+static void
 s_screen_round(rumor_gossip *g, size_t count)
 {
     struct gossip_ledger *l = g->ledger;
     double tau = gossip_robust_radius(g, l->round_norm, count);
-    rumor_err rc = RUMOR_OK;
-    for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
-        double c =
+    for (size_t k = 0; k < count; k++)
+        l->round[k]->weight =
             l->round_w[k] *
             gossip_robust_scale(g, l->round_peer[k], l->round_norm[k], tau);
-        rc = g->be->scale(l->round[k]->delta, c, g->numel);
-    }
-    return rc;
 }
 
 /* Stages peer k's term of step, or records that it is not held. */
@@ -320,9 +317,7 @@ rumor_gossip_absorb_partial(rumor_gossip *g,
                 m = &msgs[i];
         rc = s_stage_one(g, step, nbr[k], w[k], m, &staged);
     }
-    rumor_err screened = s_screen_round(g, staged);
-    if (rc == RUMOR_OK)
-        rc = screened;
+    s_screen_round(g, staged);
     if (rc == RUMOR_OK && step + 1 > l->decided)
         l->decided = step + 1;
     return rc;
@@ -449,10 +444,12 @@ rumor_gossip_commit(rumor_gossip *g, size_t *applied)
     *applied = 0;
     if (l == NULL)
         return RUMOR_OK;
+    struct gossip_term *first = s_next_ready(g, 0);
+    if (first == NULL)
+        return RUMOR_OK;
     rumor_err rc = g->be->zero(l->acc, g->numel * sizeof(double));
     /* steps ascending; inside a step, peers ascending (node order) */
-    for (struct gossip_term *t = s_next_ready(g, 0);
-         t != NULL && rc == RUMOR_OK;
+    for (struct gossip_term *t = first; t != NULL && rc == RUMOR_OK;
          t = s_next_ready(g, t->step)) {
         uint64_t step = t->step;
         for (size_t i = 0; i < g->nodes; i++)
@@ -460,8 +457,7 @@ rumor_gossip_commit(rumor_gossip *g, size_t *applied)
                 struct gossip_term *u = &l->edge[i].term[k];
                 if (!u->ready || u->step != step)
                     continue;
-                /* delta * 1 is exact: acc += delta */
-                rc = g->be->axpy(l->acc, 1.0, u->delta, g->numel);
+                rc = g->be->axpy(l->acc, u->weight, u->delta, g->numel);
                 if (rc != RUMOR_OK)
                     return rc;
                 u->ready = false;
@@ -470,14 +466,7 @@ rumor_gossip_commit(rumor_gossip *g, size_t *applied)
                     g->algo->edge_commit(g, (uint32_t)i, step);
             }
     }
-    if (rc != RUMOR_OK || *applied == 0)
-        return rc;
-    rc = gossip_model_read(g, 0, g->numel, l->flat, GOSSIP_ON_DEVICE);
-    if (rc == RUMOR_OK)
-        rc = g->be->apply(l->flat, l->flat, g->opts.gamma, l->acc, g->numel);
-    return rc == RUMOR_OK
-               ? gossip_model_write(g, 0, g->numel, l->flat, GOSSIP_ON_DEVICE)
-               : rc;
+    return rc == RUMOR_OK ? gossip_apply_acc(g, l->acc) : rc;
 }
 
 void

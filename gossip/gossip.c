@@ -604,6 +604,20 @@ gossip_mem_copy(rumor_gossip *g,
 }
 
 rumor_err
+gossip_apply_acc(rumor_gossip *g, const double *acc)
+{
+    size_t base = 0;
+    rumor_err rc = RUMOR_OK;
+    for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
+        float *x = g->tensors[t].data;
+        size_t n = rumor_tensor_numel(&g->tensors[t]);
+        rc = g->be->apply(x, x, g->opts.gamma, acc + base, n);
+        base += n;
+    }
+    return rc;
+}
+
+rumor_err
 gossip_model_read(rumor_gossip *g,
                   size_t offset,
                   size_t len,

@@ -485,14 +485,7 @@ s_absorb(rumor_gossip *g,
         s_edge_commit(g, nbr[k], step);
     if (rc != RUMOR_OK)
         return rc;
-    size_t base = 0;
-    for (size_t ti = 0; ti < g->tensor_count && rc == RUMOR_OK; ti++) {
-        float *x = g->tensors[ti].data;
-        size_t n = rumor_tensor_numel(&g->tensors[ti]);
-        rc = g->be->apply(x, x, g->opts.gamma, s->acc + base, n);
-        base += n;
-    }
-    return rc;
+    return gossip_apply_acc(g, s->acc);
 }
 
 /* Between steps each edge carries its factors p and q (the warm start;

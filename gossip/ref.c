@@ -40,13 +40,6 @@ gossip_ref_axpy(double *acc, double c, const double *d, size_t n)
 }
 
 void
-gossip_ref_scale(double *d, double c, size_t n)
-{
-    for (size_t e = 0; e < n; e++)
-        d[e] *= c;
-}
-
-void
 gossip_ref_apply(float *out,
                  const float *base,
                  double gamma,
