@@ -49,6 +49,7 @@ struct gossip_term {
 struct gossip_edge {
     uint64_t held[RUMOR_GOSSIP_ACK_MAX_STEPS]; /* ring of held steps */
     size_t held_count, held_next;
+    uint64_t decided; /* every step below is decided on this edge */
     struct gossip_term term[RUMOR_GOSSIP_PENDING_MAX];
 };
 
@@ -56,8 +57,11 @@ struct gossip_ledger {
     struct gossip_edge *edge; /* by node id */
     uint64_t decided;         /* every step below is decided */
     double *acc;              /* commit: numel doubles */
-    /* absorb_partial: the round's staged terms (nodes slots), their
-     * neighbours' weights and norms, clipped once all are known */
+    /* the round of round_step (absorb_one, then absorb_partial): its
+     * round_count staged terms (nodes slots), their neighbours' weights
+     * and norms, clipped once all are known */
+    uint64_t round_step;
+    size_t round_count;
     struct gossip_term **round;
     uint32_t *round_peer;
     double *round_w, *round_norm;
@@ -292,6 +296,43 @@ gossip_edge_busy(const rumor_gossip *g, uint32_t peer)
     return false;
 }
 
+/* The round of step: a new one starts with no staged term. */
+static void
+s_round_open(struct gossip_ledger *l, uint64_t step)
+{
+    if (l->round_step != step) {
+        l->round_step = step;
+        l->round_count = 0;
+    }
+}
+
+rumor_err
+rumor_gossip_absorb_one(rumor_gossip *g,
+                        uint64_t step,
+                        const struct rumor_gossip_msg *m)
+{
+    struct gossip_ledger *l = NULL;
+    if (!rumor_gossip_can_skip(g) || m->peer >= g->nodes)
+        return RUMOR_EINVAL;
+    rumor_err rc = s_ledger(g, &l);
+    if (rc != RUMOR_OK)
+        return rc;
+    size_t phase = rumor_topology_phase_at(g->topo, step), peers = 0, k = 0;
+    const double *w = NULL;
+    const uint32_t *nbr =
+        rumor_topology_neighbors(g->topo, phase, g->self, &peers, &w);
+    while (k < peers && nbr[k] != m->peer)
+        k++;
+    struct gossip_edge *e = &l->edge[m->peer];
+    if (k == peers || e->decided > step)
+        return RUMOR_EINVAL; /* not a neighbour, or its step is decided */
+    s_round_open(l, step);
+    rc = s_stage_one(g, step, m->peer, w[k], m, &l->round_count);
+    if (rc == RUMOR_OK)
+        e->decided = step + 1;
+    return rc;
+}
+
 rumor_err
 rumor_gossip_absorb_partial(rumor_gossip *g,
                             uint64_t step,
@@ -306,18 +347,21 @@ rumor_gossip_absorb_partial(rumor_gossip *g,
     if (rc != RUMOR_OK)
         return rc;
     size_t phase = rumor_topology_phase_at(g->topo, step), peers = 0;
-    size_t staged = 0;
     const double *w = NULL;
     const uint32_t *nbr =
         rumor_topology_neighbors(g->topo, phase, g->self, &peers, &w);
+    s_round_open(l, step);
     for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
         const struct rumor_gossip_msg *m = NULL;
+        if (l->edge[nbr[k]].decided > step)
+            continue; /* staged by absorb_one */
         for (size_t i = 0; i < count; i++)
             if (msgs[i].peer == nbr[k] && m == NULL)
                 m = &msgs[i];
-        rc = s_stage_one(g, step, nbr[k], w[k], m, &staged);
+        rc = s_stage_one(g, step, nbr[k], w[k], m, &l->round_count);
     }
-    s_screen_round(g, staged);
+    s_screen_round(g, l->round_count);
+    l->round_count = 0;
     if (rc == RUMOR_OK && step + 1 > l->decided)
         l->decided = step + 1;
     return rc;
@@ -341,7 +385,7 @@ rumor_gossip_ack_make(rumor_gossip *g,
     for (size_t k = 0; k < e->held_count; k++)
         out->held[k] = e->held[(first + k) % RUMOR_GOSSIP_ACK_MAX_STEPS];
     out->count = (uint32_t)e->held_count;
-    out->upto = l->decided;
+    out->upto = e->decided > l->decided ? e->decided : l->decided;
     return RUMOR_OK;
 }
 
@@ -411,6 +455,7 @@ rumor_gossip_edge_forget(rumor_gossip *g, uint32_t peer)
     }
     e->held_count = 0;
     e->held_next = 0;
+    e->decided = 0;
 }
 
 void

@@ -17,8 +17,9 @@
  * liveness, and the run returns an error in bounded time. Skipping, for
  * those that can (rumor_gossip_can_skip), with the fault path of
  * node/faults.c: such a neighbour is left out of the round, what came is
- * staged (rumor_gossip_absorb_partial), and the fault path's ACKs,
- * commit and liveness settle the edges; its handshakes run between steps
+ * staged as it comes (rumor_gossip_absorb_one, its sender ACKed at once;
+ * then rumor_gossip_absorb_partial), and the fault path's ACKs, commit
+ * and liveness settle the edges; its handshakes run between steps
  * (deadlines, skipping, down and back, state transfer;
  * docs/reliability.md).
  *
@@ -307,17 +308,40 @@ s_ready(void *arg, const struct rumor_gossip_msg *m)
     s->ns += rumor_clock_ns() - t0;
 }
 
+/* Skipping, a message is staged as it comes and its sender gets this
+ * node's ACK at once: the sender's wait for that ACK then holds neither
+ * this node's wait for its other neighbours nor their terms' work.
+ * *ns: the time spent here, work and not waiting. */
+static rumor_err
+s_absorb_early(rumor_node *node,
+               const struct node_faults_round *r,
+               struct rumor_net_msg *m,
+               uint32_t j,
+               uint64_t *ns)
+{
+    uint64_t t0 = rumor_clock_ns();
+    struct rumor_gossip_msg one = {j, m->payload, m->len};
+    rumor_err rc = rumor_gossip_absorb_one(node->g, r->step, &one);
+    rumor_net_msg_free(m);
+    if (rc == RUMOR_OK)
+        rc = node_faults_ack_early(node->faults, node->net, node->g, r, j);
+    *ns += rumor_clock_ns() - t0;
+    return rc;
+}
+
 /* Receives the message of the round's expected sender k into the inbox
- * (*got messages so far). Skipping, a sender that is down, misses the
- * deadline or sends another codec is left out (r->have[k] false). sent:
- * when this node's messages had been emitted. */
+ * (*got messages so far), or stages it at once (s_absorb_early, adding
+ * to *absorb_ns). Skipping, a sender that is down, misses the deadline or
+ * sends another codec is left out (r->have[k] false). sent: when this
+ * node's messages had been emitted. */
 static rumor_err
 s_recv(rumor_node *node,
        uint32_t round,
        size_t k,
        uint64_t sent,
        struct node_faults_round *r,
-       size_t *got)
+       size_t *got,
+       uint64_t *absorb_ns)
 {
     node_faults *f = node->faults;
     uint32_t j = r->expect[k];
@@ -362,8 +386,10 @@ s_recv(rumor_node *node,
     /* adaptive compression measures the links on this traffic (an
      * adaptive instance never skips: rumor_gossip_can_skip) */
     rumor_gossip_link_observe(node->g, j, m->len, now - sent);
-    node->inbox[*got] = (struct rumor_gossip_msg){j, m->payload, m->len};
     node->sum.gossip_bytes_recv += rumor_gossip_wire_bytes(m->len);
+    if (f != NULL && node_stale_mode(node) && rumor_gossip_can_skip(node->g))
+        return s_absorb_early(node, r, m, j, absorb_ns);
+    node->inbox[*got] = (struct rumor_gossip_msg){j, m->payload, m->len};
     (*got)++;
     return RUMOR_OK;
 }
@@ -384,7 +410,7 @@ s_settle(rumor_node *node, const struct node_faults_round *r)
 }
 
 /* One round: emit, each message sent as soon as it is made, receive from
- * every expected sender, absorb.
+ * every expected sender (skipping: staging each as it comes), absorb.
  * Strict (no fault path: the algorithm cannot skip), a sender that fails
  * to come fails the round; skipping, the round goes on without it, its
  * term is staged (rumor_gossip_absorb_partial) and the fault path settles
@@ -395,6 +421,7 @@ s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
     uint64_t t0 = rumor_clock_ns();
     const struct rumor_gossip_msg *msgs = NULL;
     size_t count = 0, got = 0;
+    uint64_t early_ns = 0;
     struct node_faults_round r = {.step = step,
                                   .expect = node->expect,
                                   .have = node->have,
@@ -420,12 +447,16 @@ s_round(rumor_node *node, uint64_t step, uint32_t round, uint64_t deadline)
                                    node->expect,
                                    node->n,
                                    &r.expected);
-    for (size_t k = 0; k < r.expected && rc == RUMOR_OK; k++)
-        rc = s_recv(node, round, k, t1, &r, &got);
-    if (got > 0)
+    bool heard = false;
+    for (size_t k = 0; k < r.expected && rc == RUMOR_OK; k++) {
+        rc = s_recv(node, round, k, t1, &r, &got, &early_ns);
+        heard = heard || node->have[k];
+    }
+    if (heard)
         s_stop_check(node);
     uint64_t t2 = rumor_clock_ns();
-    node->t_wait += (double)(t2 - t1) * 1e-9;
+    node->t_wait += (double)(t2 - t1 - early_ns) * 1e-9;
+    node->t_gossip += (double)early_ns * 1e-9;
     if (rc == RUMOR_OK) {
         rc = node->faults != NULL
                  ? rumor_gossip_absorb_partial(node->g,

@@ -92,9 +92,10 @@ struct s_poison {
 struct node_faults {
     struct node_faults_opts o;
     struct s_peer *peer;
-    uint32_t *expect; /* --join: the senders asked for the model */
-    bool *acked;      /* per node: its ACK came in the last round */
-    uint64_t *votes;  /* scratch: the up neighbours' claims */
+    uint32_t *expect;   /* --join: the senders asked for the model */
+    bool *acked;        /* per node: its ACK came in the last round */
+    uint64_t *ack_sent; /* per node: 1 + the step of the last ACK sent */
+    uint64_t *votes;    /* scratch: the up neighbours' claims */
     uint64_t wait_ns[NODE_FAULTS_WINDOW];
     size_t waits;
     struct node_state_buf state; /* STATE messages sent to joiners */
@@ -177,8 +178,9 @@ node_faults_new(const struct node_faults_opts *o, node_faults **out)
     f->peer = calloc(o->n, sizeof *f->peer);
     f->expect = calloc(o->n, sizeof *f->expect);
     f->acked = calloc(o->n, sizeof *f->acked);
+    f->ack_sent = calloc(o->n, sizeof *f->ack_sent);
     f->votes = calloc(o->n, sizeof *f->votes);
-    if (!f->peer || !f->expect || !f->acked || !f->votes) {
+    if (!f->peer || !f->expect || !f->acked || !f->ack_sent || !f->votes) {
         node_faults_destroy(&f);
         return RUMOR_ENOMEM;
     }
@@ -205,6 +207,7 @@ node_faults_destroy(node_faults **self_p)
     free(f->peer);
     free(f->expect);
     free(f->acked);
+    free(f->ack_sent);
     free(f->votes);
     node_state_buf_free(&f->state);
     free(f->bad);
@@ -551,8 +554,54 @@ node_faults_admit(node_faults *f, uint32_t peer)
     return f->peer[peer].up;
 }
 
-/* Sends every up neighbour this node's ACK, then takes theirs from those
- * whose message of the step came or with which a term waits: one that
+/* The ACKs' deadline: the round's plus a quarter of its span. */
+static uint64_t
+s_ack_deadline(const struct node_faults_round *r)
+{
+    uint64_t now = rumor_clock_ns();
+    uint64_t span = r->deadline > r->started ? r->deadline - r->started : 0;
+    return (r->deadline > now ? r->deadline : now) + span / 4;
+}
+
+/* This node's ACK of the round's step to peer; one that cannot go out by
+ * the deadline is not lost: the next one lists the same steps. */
+static rumor_err
+s_ack_send(node_faults *f,
+           rumor_net *net,
+           rumor_gossip *g,
+           const struct node_faults_round *r,
+           uint32_t peer)
+{
+    struct rumor_gossip_ack a;
+    uint8_t buf[RUMOR_GOSSIP_ACK_BYTES_MAX];
+    rumor_err rc = rumor_gossip_ack_make(g, peer, &a);
+    size_t len = rumor_gossip_ack_encode(&a, buf, sizeof buf);
+    f->ack_sent[peer] = r->step + 1;
+    if (rc == RUMOR_OK)
+        rc = s_send(f,
+                    net,
+                    peer,
+                    RUMOR_NET_KIND_ACK,
+                    r->step,
+                    buf,
+                    len,
+                    s_ack_deadline(r));
+    return rc == RUMOR_ETIMEDOUT ? RUMOR_OK : rc;
+}
+
+rumor_err
+node_faults_ack_early(node_faults *f,
+                      rumor_net *net,
+                      rumor_gossip *g,
+                      const struct node_faults_round *r,
+                      uint32_t peer)
+{
+    return f->peer[peer].up ? s_ack_send(f, net, g, r, peer) : RUMOR_OK;
+}
+
+/* Sends every up neighbour this node's ACK (unless it went early), then
+ * takes theirs from those whose message of the step came or with which a
+ * term waits: one that
  * missed the deadline is likely gone, and waiting the grace for its ACK
  * too would make this node late for its other neighbours, which would
  * then skip it in turn (a dead node's neighbours would fall out of step
@@ -564,9 +613,7 @@ node_faults_acks(node_faults *f,
                  rumor_gossip *g,
                  const struct node_faults_round *r)
 {
-    uint64_t now = rumor_clock_ns();
-    uint64_t span = r->deadline > r->started ? r->deadline - r->started : 0;
-    uint64_t deadline = (r->deadline > now ? r->deadline : now) + span / 4;
+    uint64_t deadline = s_ack_deadline(r);
     struct node_wait w = {.net = net,
                           .heard = f->o.heard,
                           .stop_by = f->o.stop_by,
@@ -574,24 +621,9 @@ node_faults_acks(node_faults *f,
     rumor_err rc = RUMOR_OK;
     for (size_t k = 0; k < r->expected && rc == RUMOR_OK; k++) {
         uint32_t j = r->expect[k];
-        struct rumor_gossip_ack a;
-        uint8_t buf[RUMOR_GOSSIP_ACK_BYTES_MAX];
         f->acked[j] = false;
-        if (!f->peer[j].up)
-            continue;
-        rc = rumor_gossip_ack_make(g, j, &a);
-        size_t len = rumor_gossip_ack_encode(&a, buf, sizeof buf);
-        if (rc == RUMOR_OK)
-            rc = s_send(f,
-                        net,
-                        j,
-                        RUMOR_NET_KIND_ACK,
-                        r->step,
-                        buf,
-                        len,
-                        deadline);
-        if (rc == RUMOR_ETIMEDOUT)
-            rc = RUMOR_OK;
+        if (f->peer[j].up && f->ack_sent[j] != r->step + 1)
+            rc = s_ack_send(f, net, g, r, j);
     }
     for (size_t k = 0; k < r->expected && rc == RUMOR_OK; k++) {
         uint32_t j = r->expect[k];

@@ -127,6 +127,16 @@ struct rumor_gossip_msg node_faults_outgoing(node_faults *f,
                                              const struct rumor_gossip_msg *m,
                                              uint64_t step);
 
+/* Sends peer (when up) this node's ACK of r's step now, after its
+ * message was absorbed alone (rumor_gossip_absorb_one): the peer's wait
+ * for it ends without this node's other messages of the round.
+ * node_faults_acks then sends it no other. */
+rumor_err node_faults_ack_early(node_faults *f,
+                                rumor_net *net,
+                                rumor_gossip *g,
+                                const struct node_faults_round *r,
+                                uint32_t peer);
+
 /* After absorbing: sends the up neighbours this node's ACKs and takes
  * theirs until the round's deadline plus a grace. */
 rumor_err node_faults_acks(node_faults *f,

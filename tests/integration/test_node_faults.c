@@ -464,6 +464,19 @@ test_ring6_powergossip__kill9_resume__others_keep_stepping_same_band(
     s_kill_resume(algo, "powergossip");
 }
 
+/* The same with stale exchanges (--stale 1): the exchange runs on its own
+ * thread, each message is staged as it comes and its sender ACKed at
+ * once, and the node killed -9 has an exchange in flight. */
+static void
+test_ring6_powergossip_stale__kill9_resume__others_keep_stepping_same_band(
+    void **state)
+{
+    (void)state;
+    const char *algo[] =
+        {"--algo", "powergossip", "--rank", "1", "--stale", "1", NULL};
+    s_kill_resume(algo, "powergossip --stale 1");
+}
+
 static void
 test_ring6_choco__kill9_resume__others_keep_stepping_same_band(void **state)
 {
@@ -725,6 +738,9 @@ main(int argc, char **argv)
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring6_powergossip__kill9_resume__others_keep_stepping_same_band,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring6_powergossip_stale__kill9_resume__others_keep_stepping_same_band,
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring6_choco__kill9_resume__others_keep_stepping_same_band,

@@ -70,7 +70,18 @@ rumor_gossip_absorb_partial(rumor_gossip *g,
                             const struct rumor_gossip_msg *msgs,
                             size_t count);
 
-/* This node's ack for peer (send it after absorbing the step). */
+/* Stages one neighbour's message of the step's round (its term, or its
+ * refusal) before the round's others have come, so that the ack to that
+ * neighbour need not wait for them: its edge's step is decided now.
+ * rumor_gossip_absorb_partial then stages the rest of the round and clips
+ * the terms of all. RUMOR_EINVAL when the algorithm cannot skip, the
+ * sender is not a neighbour at step, or its step is decided already. */
+RUMOR_API rumor_err rumor_gossip_absorb_one(rumor_gossip *g,
+                                            uint64_t step,
+                                            const struct rumor_gossip_msg *m);
+
+/* This node's ack for peer (send it after absorbing the step, or after
+ * rumor_gossip_absorb_one of the peer's message). */
 RUMOR_API rumor_err rumor_gossip_ack_make(rumor_gossip *g,
                                           uint32_t peer,
                                           struct rumor_gossip_ack *out);
