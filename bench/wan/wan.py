@@ -192,6 +192,7 @@ def launch(rumor, work, tag, nodes, steps, link, args, eval_every, timeout):
     # Other work on the host slows compute and wire alike: each run says
     # how busy the host was (1-minute load average at its end).
     r["load"] = os.getloadavg()[0]
+    r["cpu"] = machine_cpu()
     return r
 
 
@@ -253,8 +254,21 @@ def to_target(curve, target):
     return None
 
 
+def run_cpu(rec, n, key, r):
+    """The CPU model a run was measured on: its own record, or that of the
+    last session that measured the scheme at that node count."""
+    if "cpu" in r:
+        return r["cpu"]
+    for p in reversed(rec.get("parts") or []):
+        if n in p["nodes"] and key in p["configs"]:
+            return p["machine"]["cpu"]
+    return rec["machine"]["cpu"]
+
+
 def analyse(rec):
-    """Fills each row's derived figures: shares, target, sooner factor."""
+    """Fills each row's derived figures: shares, target, sooner factor.
+    Seconds of two runs are compared only when one CPU model ran both (the
+    record gathers sessions, and the machine under them can change)."""
     for n in rec["nodes"]:
         runs = rec["runs"][str(n)]
         ar_full = next((r for r in runs.get("allreduce", {}).values()
@@ -269,7 +283,14 @@ def analyse(rec):
                 if "error" in r or "not_run" in r:
                     continue
                 ref = runs.get("compute_only", {}).get(lname, {})
-                if "train_s" in ref:
+                r.pop("share_wall", None)
+                r.pop("other_cpu", None)
+                r.pop("other_cpu_sooner", None)
+                cpu = run_cpu(rec, n, key, r)
+                if "train_s" in ref and cpu != run_cpu(rec, n,
+                                                       "compute_only", ref):
+                    r["other_cpu"] = True
+                elif "train_s" in ref:
                     r["share_wall"] = ref["train_s"] / r["train_s"]
                 if target is None:
                     continue
@@ -284,10 +305,15 @@ def analyse(rec):
                 r["to_target"] = {"step": hit["step"], "seconds": secs,
                                   "mb": hit["mb"]}
         for lname in [lk["name"] for lk in rec["links"]]:
-            base = runs.get("allreduce", {}).get(lname, {}).get("to_target")
+            ar = runs.get("allreduce", {}).get(lname, {})
+            base = ar.get("to_target")
             for key, by_link in runs.items():
                 r = by_link.get(lname, {})
-                if base and r.get("to_target"):
+                r.pop("sooner_than_allreduce", None)
+                if base and r.get("to_target") and run_cpu(
+                        rec, n, key, r) != run_cpu(rec, n, "allreduce", ar):
+                    r["other_cpu_sooner"] = True
+                elif base and r.get("to_target"):
                     r["sooner_than_allreduce"] = (base["seconds"] /
                                                   r["to_target"]["seconds"])
 
@@ -347,6 +373,10 @@ def table(rec):
                     note += ", %d skipped" % r["skipped"]
                 if r.get("load") is not None:
                     note += ", load %.1f" % r["load"]
+                if r.get("other_cpu") or r.get("other_cpu_sooner"):
+                    note += ("; measured on %s, its compute-only or "
+                             "all-reduce reference on another CPU: not "
+                             "compared" % run_cpu(rec, n, key, r))
                 out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %.1f "
                            "| %s |" % (
                                label, lk["name"], pct(r["share_metrics"]),
@@ -384,6 +414,8 @@ def targets(rec):
                            "%s (metrics), %s (wall)%s" % (
                                n, rec["labels"][key], lname, 100 * want,
                                met(sm >= want, pct(sm)),
+                               "not compared (another CPU)"
+                               if sw is None and r.get("other_cpu") else
                                met(sw is not None and sw >= want, pct(sw)),
                                " (projected)" if r.get("projected") else ""))
         ref = next((r for r in ar.values() if not r.get("projected")
@@ -403,6 +435,8 @@ def targets(rec):
                 out.append("- %d nodes, %s: >= 10x sooner to the target "
                            "than all-reduce at 100M/25ms: %s" % (
                                n, rec["labels"][key],
+                               "not compared (another CPU)"
+                               if f is None and r.get("other_cpu_sooner") else
                                met(f is not None and f >= 10,
                                    "%.1fx" % f if f else "not reached")))
     return out
@@ -451,7 +485,9 @@ def section(rec):
            "the first) / (seconds at the last step - at the first), mean "
            "over the nodes; share (wall) = the compute-only run's (local "
            "SGD synchronizing once, `--algo localsgd --period %d`) "
-           "training-phase wall time over the run's. Seconds to target: "
+           "training-phase wall time over the run's; it and \"x sooner\" "
+           "compare two runs' seconds, so only runs measured on the same "
+           "CPU model are compared. Seconds to target: "
            "`seconds` of the slowest node at the first evaluation where "
            "the mean over the nodes of their own models' held-out "
            "accuracy reaches the target (nodes that still disagree, as "
@@ -562,14 +598,17 @@ def gp(script, png):
                    text=True, check=False)
 
 
-def machine(rumor):
-    info = {"load_start": os.getloadavg()[0], "cores": os.cpu_count(),
-            "cpu": "?"}
+def machine_cpu():
     with open("/proc/cpuinfo") as f:
         for line in f:
             if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
+    return "?"
+
+
+def machine(rumor):
+    info = {"load_start": os.getloadavg()[0], "cores": os.cpu_count(),
+            "cpu": machine_cpu()}
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                          text=True, cwd=REPO).stdout.strip()
