@@ -262,7 +262,7 @@ def run_cpu(rec, n, key, r):
     for p in reversed(rec.get("parts") or []):
         if n in p["nodes"] and key in p["configs"]:
             return p["machine"]["cpu"]
-    return rec["machine"]["cpu"]
+    return rec.get("machine", {}).get("cpu", "?")
 
 
 def analyse(rec):

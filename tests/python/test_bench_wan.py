@@ -108,6 +108,23 @@ def test_project_and_analyse__prefix_timing__hand_computed(tmp_path):
     assert pg["to_target"] == {"step": 3, "seconds": 5.5, "mb": 0.5}
     assert pg["sooner_than_allreduce"] == pytest.approx(44.0 / 5.5)
     assert pg["share_wall"] == pytest.approx(2.0)
+    # measured on another CPU than its references: nothing compared, and
+    # the figures of an earlier analysis go
+    pg["cpu"] = "other"
+    wan.analyse(rec)
+    assert "share_wall" not in pg and "sooner_than_allreduce" not in pg
+    assert pg["other_cpu"] and pg["other_cpu_sooner"]
+    assert pg["to_target"]["seconds"] == 5.5
+
+
+def test_run_cpu__own_then_the_last_session_that_measured_it():
+    rec = {"machine": {"cpu": "now"}, "parts": [
+        {"nodes": [4], "configs": ["diloco"], "machine": {"cpu": "a"}},
+        {"nodes": [4, 8], "configs": ["diloco"], "machine": {"cpu": "b"}},
+        {"nodes": [4], "configs": ["dpsgd"], "machine": {"cpu": "c"}}]}
+    assert wan.run_cpu(rec, 4, "diloco", {}) == "b"
+    assert wan.run_cpu(rec, 8, "diloco", {"cpu": "own"}) == "own"
+    assert wan.run_cpu(rec, 8, "dpsgd", {}) == "now"
 
 
 def test_add_record__keeps_what_this_session_did_not_measure(tmp_path):
