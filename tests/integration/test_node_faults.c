@@ -228,6 +228,36 @@ s_latest(const char *run, int id, const char *field, double *step)
     return v;
 }
 
+/* Polls until node id's metrics have at least `want` lines, or fails. */
+static void
+s_until_lines(const char *run, int id, size_t want)
+{
+    uint64_t end = rumor_clock_ns() + LIMIT_MS * 1000000ull;
+    size_t lines = 0;
+    for (;;) {
+        cJSON_Delete(s_read(run, id, &lines, 0, NULL));
+        if (lines >= want)
+            return;
+        if (rumor_clock_ns() > end)
+            fail_msg("node %d: %zu steps trained, not %zu", id, lines, want);
+        tnc_pause_us(1000 * (2));
+    }
+}
+
+/* Polls until node id has evaluated at a step >= at_least, or fails. */
+static void
+s_until_evaluated(const char *run, int id, double at_least)
+{
+    uint64_t end = rumor_clock_ns() + LIMIT_MS * 1000000ull;
+    double step = NAN;
+    while (isnan(s_latest(run, id, "optimum_error", &step)) ||
+           !(step >= at_least)) {
+        if (rumor_clock_ns() > end)
+            fail_msg("node %d: no evaluation from step %g on", id, at_least);
+        tnc_pause_us(1000 * (2));
+    }
+}
+
 /* Waits for node i to exit 0, or fails. */
 static void
 s_exited(struct ring *r, int i)
@@ -430,17 +460,23 @@ s_kill_resume(const char *const *algo, const char *name)
     for (int k = 0; k < 2; k++)
         s_until(run, nbr[k], "readmitted", 1, "never readmitted node 2");
     /* node 2 jumps to its neighbours' step after the readmission (on a
-     * slow machine, past where it stood then): counted from the furthest
-     * node, its KILL_STEPS_N steps are steps it trains */
+     * slow machine, past where it stood then, and past the others'
+     * KILL_STEPS_N more): it has trained KILL_STEPS_N steps when its
+     * metrics, a line per step trained, have that many more lines, and
+     * every node is then stopped after its next evaluation */
     double rejoined = 0;
+    size_t trained_from = 0;
     for (int i = 0; i < NODES; i++) {
         cJSON *now = s_read(run, i, &lines, 0, NULL);
         if (now != NULL)
             rejoined = fmax(rejoined, tnc_num(now, "step"));
+        trained_from = i == 2 ? lines : trained_from;
         cJSON_Delete(now);
     }
+    s_until_lines(run, 2, trained_from + KILL_STEPS_N);
+    double now2 = s_latest(run, 2, "step", NULL);
     for (int i = 0; i < NODES; i++)
-        s_until(run, i, "step", rejoined + KILL_STEPS_N, "stopped stepping");
+        s_until_evaluated(run, i, fmax(rejoined + KILL_STEPS_N, now2));
     double worst = s_stop_all(r, run);
     printf("%s: longest survivor step after the kill %.3f s (deadline "
            "%.1f s); optimum error undisturbed %.3g, with kill and resume "
