@@ -287,13 +287,14 @@ rumor_err gossip_mem_copy(rumor_gossip *g,
                           size_t bytes,
                           enum gossip_copy kind);
 
-/* Model elements [offset, offset + len) into buf (read) or from buf into
- * the model (write); buf is host memory (GOSSIP_TO_HOST for a read,
- * GOSSIP_TO_DEVICE for a write) or model memory (GOSSIP_ON_DEVICE). */
 /* x += gamma * acc over the model's tensors (acc: numel doubles in the
  * backend's memory), rounded once per element: every absorb's and the
  * ledger's last pass. */
 rumor_err gossip_apply_acc(rumor_gossip *g, const double *acc);
+
+/* Model elements [offset, offset + len) into buf (read) or from buf into
+ * the model (write); buf is host memory (GOSSIP_TO_HOST for a read,
+ * GOSSIP_TO_DEVICE for a write) or model memory (GOSSIP_ON_DEVICE). */
 rumor_err gossip_model_read(rumor_gossip *g,
                             size_t offset,
                             size_t len,

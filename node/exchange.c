@@ -17,10 +17,10 @@
  * liveness, and the run returns an error in bounded time. Skipping, for
  * those that can (rumor_gossip_can_skip), with the fault path of
  * node/faults.c: such a neighbour is left out of the round, what came is
- * staged as it comes (rumor_gossip_absorb_one, its sender ACKed at once;
- * then rumor_gossip_absorb_partial), and the fault path's ACKs, commit
- * and liveness settle the edges; its handshakes run between steps
- * (deadlines, skipping, down and back, state transfer;
+ * staged (rumor_gossip_absorb_partial; in a stale exchange each message
+ * as it comes, rumor_gossip_absorb_one, its sender ACKed at once), and
+ * the fault path's ACKs, commit and liveness settle the edges; its handshakes
+ * run between steps (deadlines, skipping, down and back, state transfer;
  * docs/reliability.md).
  *
  * This is the only code that turns an algorithm's rounds into messages
@@ -308,10 +308,10 @@ s_ready(void *arg, const struct rumor_gossip_msg *m)
     s->ns += rumor_clock_ns() - t0;
 }
 
-/* Skipping, a message is staged as it comes and its sender gets this
- * node's ACK at once: the sender's wait for that ACK then holds neither
- * this node's wait for its other neighbours nor their terms' work.
- * *ns: the time spent here, work and not waiting. */
+/* Skipping in a stale exchange, a message is staged as it comes and its
+ * sender gets this node's ACK at once: the sender's wait for that ACK then
+ * holds neither this node's wait for its other neighbours nor their terms'
+ * work. *ns: the time spent here, work and not waiting. */
 static rumor_err
 s_absorb_early(rumor_node *node,
                const struct node_faults_round *r,
@@ -410,7 +410,8 @@ s_settle(rumor_node *node, const struct node_faults_round *r)
 }
 
 /* One round: emit, each message sent as soon as it is made, receive from
- * every expected sender (skipping: staging each as it comes), absorb.
+ * every expected sender (a stale exchange that skips: staging each as it
+ * comes), absorb.
  * Strict (no fault path: the algorithm cannot skip), a sender that fails
  * to come fails the round; skipping, the round goes on without it, its
  * term is staged (rumor_gossip_absorb_partial) and the fault path settles

@@ -601,11 +601,10 @@ node_faults_ack_early(node_faults *f,
 
 /* Sends every up neighbour this node's ACK (unless it went early), then
  * takes theirs from those whose message of the step came or with which a
- * term waits: one that
- * missed the deadline is likely gone, and waiting the grace for its ACK
- * too would make this node late for its other neighbours, which would
- * then skip it in turn (a dead node's neighbours would fall out of step
- * with the rest of the ring). A skipped ACK is not lost: the next one
+ * term waits: one that missed the deadline is likely gone, and waiting the
+ * grace for its ACK too would make this node late for its other neighbours,
+ * which would then skip it in turn (a dead node's neighbours would fall out of
+ * step with the rest of the ring). A skipped ACK is not lost: the next one
  * lists the same steps. The grace is a quarter of the round's span. */
 rumor_err
 node_faults_acks(node_faults *f,
