@@ -82,6 +82,13 @@ s_apply(float *out,
 }
 
 static rumor_err
+s_diff_sq(double *d, const float *a, const float *b, size_t n, double *sq)
+{
+    gossip_ref_diff_sq(d, a, b, n, sq);
+    return RUMOR_OK;
+}
+
+static rumor_err
 s_norm(const double *d, size_t n, double *norm)
 {
     *norm = gossip_ref_norm(d, n);
@@ -350,6 +357,7 @@ const struct gossip_backend_i gossip_backend_host = {
     .name = "host",
     .host_memory = true,
     S_HOST_OPS,
+    .diff_sq = s_diff_sq, /* the devices' path (ref's too): diff, norm */
     .alloc = s_alloc,
     .copy = s_copy,
     .zero = s_zero,

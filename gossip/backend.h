@@ -61,6 +61,14 @@ struct gossip_backend_i {
     rumor_err (*zero)(void *p, size_t bytes);
     /* d = (double)a - (double)b; b NULL: d = (double)a */
     rumor_err (*diff)(double *d, const float *a, const float *b, size_t n);
+    /* (optional, NULL: diff, then norm) diff, and *sq += d[e] * d[e] in
+     * element order in the same pass: norm's sum, so a host term is
+     * written and sized in one pass over memory (gossip/edges.c) */
+    rumor_err (*diff_sq)(double *d,
+                         const float *a,
+                         const float *b,
+                         size_t n,
+                         double *sq);
     /* d = a - b, in double */
     rumor_err (*sub)(double *d, const double *a, const double *b, size_t n);
     /* acc += d * c (the product rounded, then the sum) */
@@ -238,6 +246,11 @@ struct gossip_backend_i {
 /* The plain-C twins of the CUDA kernels (gossip/ref.c), one loop over the
  * kernels' threads each: the host backend's operations. */
 void gossip_ref_diff(double *d, const float *a, const float *b, size_t n);
+void gossip_ref_diff_sq(double *d,
+                        const float *a,
+                        const float *b,
+                        size_t n,
+                        double *sq);
 void gossip_ref_sub(double *d, const double *a, const double *b, size_t n);
 void gossip_ref_axpy(double *acc, double c, const double *d, size_t n);
 void gossip_ref_apply(float *out,

@@ -211,7 +211,8 @@ static rumor_err
 s_edge_diff(rumor_gossip *g,
             uint64_t step,
             const struct rumor_gossip_msg *m,
-            double *d)
+            double *d,
+            double *norm)
 {
     (void)step;
     struct choco *s = g->state;
@@ -237,7 +238,8 @@ s_edge_diff(rumor_gossip *g,
         rc = s_stage(s, g, e->own, e->own_len, 1.0, e->out_new);
     if (RUMOR_NEVER(rc != RUMOR_OK))
         return rc; /* own bytes always decode, or the codec has a bug */
-    return g->be->sub(d, e->in_new, e->out_new, g->numel);
+    rc = g->be->sub(d, e->in_new, e->out_new, g->numel);
+    return rc == RUMOR_OK ? g->be->norm(d, g->numel, norm) : rc;
 }
 
 static void
@@ -280,13 +282,14 @@ s_absorb(rumor_gossip *g,
     /* The same doubles, order and single rounding as the ledger's commit
      * of a loss-free step (gossip/edges.c); nothing changes before every
      * message decoded. */
+    struct gossip_terms terms;
     if (rc == RUMOR_OK) /* each x_hat difference clipped: robust mixing */
-        rc = gossip_robust_mix(g, step, s->slot, w, peers, s->acc);
-    if (rc != RUMOR_OK)
-        return rc;
-    for (size_t k = 0; k < peers; k++)
+        rc = gossip_robust_mix(g, step, s->slot, w, peers, &terms);
+    if (rc == RUMOR_OK)
+        rc = gossip_apply_terms(g, s->acc, NULL, &terms);
+    for (size_t k = 0; k < peers && rc == RUMOR_OK; k++)
         s_edge_commit(g, nbr[k], step);
-    return gossip_apply_acc(g, s->acc);
+    return rc;
 }
 
 /* Between steps CHOCO carries, per neighbour in the topology's order,

@@ -122,7 +122,8 @@ static rumor_err
 s_edge_diff(rumor_gossip *g,
             uint64_t step,
             const struct rumor_gossip_msg *m,
-            double *d)
+            double *d,
+            double *norm)
 {
     (void)step;
     struct deepsqueeze *s = g->state;
@@ -139,7 +140,8 @@ s_edge_diff(rumor_gossip *g,
         return rc == RUMOR_ENUMERIC ? rc : RUMOR_EPROTO;
     }
     /* d - cv: d + cv * -1, the same rounding */
-    return g->be->axpy(d, -1.0, s->cv, g->numel);
+    rc = g->be->axpy(d, -1.0, s->cv, g->numel);
+    return rc == RUMOR_OK ? g->be->norm(d, g->numel, norm) : rc;
 }
 
 static rumor_err
@@ -158,11 +160,10 @@ s_absorb(rumor_gossip *g,
     rumor_err rc = gossip_match_peers(g, nbr, peers, msgs, count, s->slot);
     /* The same doubles, order and single rounding as the ledger's commit
      * of a loss-free step (gossip/edges.c). */
+    struct gossip_terms terms;
     if (rc == RUMOR_OK) /* each C(v_j) - C(v_i) clipped: robust mixing */
-        rc = gossip_robust_mix(g, step, s->slot, w, peers, s->ds);
-    if (rc != RUMOR_OK)
-        return rc;
-    return gossip_apply_acc(g, s->ds);
+        rc = gossip_robust_mix(g, step, s->slot, w, peers, &terms);
+    return rc == RUMOR_OK ? gossip_apply_terms(g, s->ds, NULL, &terms) : rc;
 }
 
 /* Between steps DeepSqueeze carries its compression error delta (a

@@ -28,7 +28,6 @@
 struct dpsgd {
     float *snapshot; /* the model as sent this step */
     double *acc;     /* sum_j w_ij (x_j - x_i), being formed */
-    float *mixed;    /* the result; the snapshot stays as peers read it */
     float *theirs;   /* a neighbour's message, on the backend */
     float *sent;     /* host: the snapshot's payload (device backends) */
     const struct rumor_gossip_msg **slot;
@@ -41,8 +40,6 @@ s_alloc_state(rumor_gossip *g, struct dpsgd *s)
     rumor_err rc = g->be->alloc(floats, (void **)&s->snapshot);
     if (rc == RUMOR_OK)
         rc = g->be->alloc(g->numel * sizeof(double), (void **)&s->acc);
-    if (rc == RUMOR_OK)
-        rc = g->be->alloc(floats, (void **)&s->mixed);
     if (rc == RUMOR_OK)
         rc = g->be->alloc(floats, (void **)&s->theirs);
     if (rc == RUMOR_OK && !g->be->host_memory) {
@@ -75,7 +72,6 @@ s_free(rumor_gossip *g)
         return;
     g->be->release(s->snapshot);
     g->be->release(s->acc);
-    g->be->release(s->mixed);
     g->be->release(s->theirs);
     free(s->sent);
     free(s->slot);
@@ -127,17 +123,12 @@ s_absorb(rumor_gossip *g,
                                       s->slot);
     for (size_t k = 0; k < peers && rc == RUMOR_OK; k++)
         rc = gossip_check_finite(g, s->slot[k]);
+    struct gossip_terms terms;
     if (rc == RUMOR_OK) /* clipped per neighbour: robust mixing */
-        rc = gossip_robust_mix(g, step, s->slot, w, peers, s->acc);
-    if (rc == RUMOR_OK)
-        rc = g->be->apply(s->mixed,
-                          s->snapshot,
-                          g->opts.gamma,
-                          s->acc,
-                          g->numel);
-    return rc == RUMOR_OK
-               ? gossip_model_write(g, 0, g->numel, s->mixed, GOSSIP_ON_DEVICE)
-               : rc;
+        rc = gossip_robust_mix(g, step, s->slot, w, peers, &terms);
+    /* the mix of the snapshot sent, whatever the model is now */
+    return rc == RUMOR_OK ? gossip_apply_terms(g, s->acc, s->snapshot, &terms)
+                          : rc;
 }
 
 /* x_j - x_i of the step for edge skipping (edges.c stages w_ij times it):
@@ -147,7 +138,8 @@ static rumor_err
 s_edge_diff(rumor_gossip *g,
             uint64_t step,
             const struct rumor_gossip_msg *m,
-            double *d)
+            double *d,
+            double *norm)
 {
     (void)step;
     const struct dpsgd *s = g->state;
@@ -160,7 +152,10 @@ s_edge_diff(rumor_gossip *g,
         rc = gossip_mem_copy(g, s->theirs, m->data, bytes, GOSSIP_TO_DEVICE);
         theirs = s->theirs;
     }
-    return rc == RUMOR_OK ? g->be->diff(d, theirs, s->snapshot, g->numel) : rc;
+    double sq = 0;
+    if (rc == RUMOR_OK)
+        rc = gossip_term_diff(g, d, theirs, s->snapshot, g->numel, &sq);
+    return rc == RUMOR_OK ? gossip_term_norm(g, d, sq, norm) : rc;
 }
 
 const struct gossip_algo_i gossip_dpsgd = {

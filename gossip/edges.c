@@ -65,6 +65,9 @@ struct gossip_ledger {
     struct gossip_term **round;
     uint32_t *round_peer;
     double *round_w, *round_norm;
+    /* commit: the ready terms and their weights, in order */
+    double **commit_d;
+    double *commit_w;
 };
 
 /* --- wire format (pure) ------------------------------------------------- */
@@ -130,11 +133,14 @@ s_ledger(rumor_gossip *g, struct gossip_ledger **out)
         l->round_peer = malloc(g->nodes * sizeof *l->round_peer);
         l->round_w = malloc(g->nodes * sizeof *l->round_w);
         l->round_norm = malloc(g->nodes * sizeof *l->round_norm);
+        size_t terms = g->nodes * RUMOR_GOSSIP_PENDING_MAX;
+        l->commit_d = malloc(terms * sizeof *l->commit_d);
+        l->commit_w = malloc(terms * sizeof *l->commit_w);
         g->ledger = l;
         if (rc != RUMOR_OK)
             return rc;
         if (!l->edge || !l->round || !l->round_peer || !l->round_w ||
-            !l->round_norm)
+            !l->round_norm || !l->commit_d || !l->commit_w)
             return RUMOR_ENOMEM;
     }
     *out = g->ledger;
@@ -156,6 +162,8 @@ gossip_ledger_free(rumor_gossip *g)
     free(l->round_peer);
     free(l->round_w);
     free(l->round_norm);
+    free(l->commit_d);
+    free(l->commit_w);
     free(l);
     g->ledger = NULL;
 }
@@ -238,7 +246,8 @@ s_stage_one(rumor_gossip *g,
                   (unsigned long long)step + 1);
         return RUMOR_OK;
     }
-    rumor_err rc = g->algo->edge_diff(g, step, m, t->delta);
+    double norm = NAN;
+    rumor_err rc = g->algo->edge_diff(g, step, m, t->delta, &norm);
     if (rc == RUMOR_EPROTO) {
         g->screen.malformed++;
         rumor_log(RUMOR_LOG_WARN,
@@ -254,10 +263,6 @@ s_stage_one(rumor_gossip *g,
         s_refuse_nonfinite(g, peer);
         return RUMOR_OK;
     }
-    if (rc != RUMOR_OK)
-        return rc;
-    double norm = NAN;
-    rc = g->be->norm(t->delta, g->numel, &norm);
     if (rc != RUMOR_OK)
         return rc;
     if (!isfinite(norm)) {
@@ -489,12 +494,9 @@ rumor_gossip_commit(rumor_gossip *g, size_t *applied)
     *applied = 0;
     if (l == NULL)
         return RUMOR_OK;
-    struct gossip_term *first = s_next_ready(g, 0);
-    if (first == NULL)
-        return RUMOR_OK;
-    rumor_err rc = g->be->zero(l->acc, g->numel * sizeof(double));
     /* steps ascending; inside a step, peers ascending (node order) */
-    for (struct gossip_term *t = first; t != NULL && rc == RUMOR_OK;
+    size_t n = 0;
+    for (struct gossip_term *t = s_next_ready(g, 0); t != NULL;
          t = s_next_ready(g, t->step)) {
         uint64_t step = t->step;
         for (size_t i = 0; i < g->nodes; i++)
@@ -502,16 +504,20 @@ rumor_gossip_commit(rumor_gossip *g, size_t *applied)
                 struct gossip_term *u = &l->edge[i].term[k];
                 if (!u->ready || u->step != step)
                     continue;
-                rc = g->be->axpy(l->acc, u->weight, u->delta, g->numel);
-                if (rc != RUMOR_OK)
-                    return rc;
+                l->commit_d[n] = u->delta;
+                l->commit_w[n++] = u->weight;
                 u->ready = false;
-                (*applied)++;
                 if (g->algo->edge_commit != NULL)
                     g->algo->edge_commit(g, (uint32_t)i, step);
             }
     }
-    return rc == RUMOR_OK ? gossip_apply_acc(g, l->acc) : rc;
+    *applied = n;
+    if (n == 0)
+        return RUMOR_OK;
+    struct gossip_terms terms = {(const double *const *)l->commit_d,
+                                 l->commit_w,
+                                 n};
+    return gossip_apply_terms(g, l->acc, NULL, &terms);
 }
 
 void

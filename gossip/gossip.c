@@ -604,15 +604,65 @@ gossip_mem_copy(rumor_gossip *g,
 }
 
 rumor_err
-gossip_apply_acc(rumor_gossip *g, const double *acc)
+gossip_term_diff(rumor_gossip *g,
+                 double *d,
+                 const float *a,
+                 const float *b,
+                 size_t n,
+                 double *sq)
 {
-    size_t base = 0;
+    if (g->be->diff_sq != NULL)
+        return g->be->diff_sq(d, a, b, n, sq);
+    return g->be->diff(d, a, b, n);
+}
+
+rumor_err
+gossip_term_norm(rumor_gossip *g, const double *d, double sq, double *norm)
+{
+    if (g->be->diff_sq == NULL)
+        return g->be->norm(d, g->numel, norm);
+    *norm = sqrt(sq);
+    return RUMOR_OK;
+}
+
+/* One chunk of gossip_apply_terms: n elements from model element e on,
+ * x (and from, where not NULL) pointing at the first. */
+static rumor_err
+s_apply_chunk(rumor_gossip *g,
+              float *x,
+              const float *from,
+              size_t e,
+              size_t n,
+              double *acc,
+              const struct gossip_terms *terms)
+{
+    rumor_err rc = g->be->zero(acc, n * sizeof(double));
+    for (size_t k = 0; k < terms->count && rc == RUMOR_OK; k++)
+        rc = g->be->axpy(acc, terms->c[k], terms->d[k] + e, n);
+    if (rc != RUMOR_OK)
+        return rc;
+    return g->be->apply(x, from != NULL ? from : x, g->opts.gamma, acc, n);
+}
+
+rumor_err
+gossip_apply_terms(rumor_gossip *g,
+                   double *acc,
+                   const float *from,
+                   const struct gossip_terms *terms)
+{
+    /* host memory: a chunk's sum stays in cache between its passes */
+    size_t chunk = g->be->host_memory ? GOSSIP_APPLY_CHUNK : g->numel;
+    size_t e = 0;
     rumor_err rc = RUMOR_OK;
     for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
         float *x = g->tensors[t].data;
         size_t n = rumor_tensor_numel(&g->tensors[t]);
-        rc = g->be->apply(x, x, g->opts.gamma, acc + base, n);
-        base += n;
+        for (size_t at = 0; at < n && rc == RUMOR_OK; at += chunk) {
+            size_t len = n - at < chunk ? n - at : chunk;
+            const float *f = from != NULL ? from + e + at : NULL;
+            rc = s_apply_chunk(g, x + at, f, e + at, len, acc, terms);
+        }
+        e += n;
     }
     return rc;
 }

@@ -92,13 +92,15 @@ struct gossip_algo_i {
     /* (optional, NULL: no-op) rumor_gossip_step_ahead */
     rumor_err (*step_ahead)(rumor_gossip *g);
     /* (optional, NULL: cannot skip a neighbour) writes x_j - x_i of the
-     * step (numel doubles, in g->be's memory) for message m; RUMOR_EPROTO for a
-     * wrong size, RUMOR_ENUMERIC for NaN or Inf. Edge terms are then staged by
-     * gossip/edges.c. */
+     * step (numel doubles, in g->be's memory) for message m, and its
+     * Euclidean norm (be->norm's, or gossip_term_norm's); RUMOR_EPROTO for
+     * a wrong size, RUMOR_ENUMERIC for NaN or Inf. Edge terms are then
+     * staged by gossip/edges.c. */
     rumor_err (*edge_diff)(rumor_gossip *g,
                            uint64_t step,
                            const struct rumor_gossip_msg *m,
-                           double *d);
+                           double *d,
+                           double *norm);
     /* (optional, NULL: no per-edge state) the term of (peer, step) that
      * the last edge_diff with peer staged is applied (both ends hold
      * both messages): its per-edge state update becomes the edge's. An
@@ -192,6 +194,29 @@ rumor_err gossip_robust_check(const struct rumor_gossip_opts *o,
                               struct rumor_diag *diag);
 /* True unless robust is "off" (and no clip_norm). */
 bool gossip_robust_on(const rumor_gossip *g);
+/* d = (double)a - (double)b (b NULL: (double)a), n elements of a term;
+ * where the backend sums in the same pass (diff_sq), *sq += their squares
+ * in order. A term written by these calls, in element order, then has
+ * gossip_term_norm's norm without a pass of its own. */
+rumor_err gossip_term_diff(rumor_gossip *g,
+                           double *d,
+                           const float *a,
+                           const float *b,
+                           size_t n,
+                           double *sq);
+/* *norm of the term d (numel doubles) that gossip_term_diff wrote from
+ * sq = 0 on: sqrt(sq) where the backend summed, be->norm otherwise (the
+ * same bits on the host: both sum in element order). */
+rumor_err
+gossip_term_norm(rumor_gossip *g, const double *d, double sq, double *norm);
+
+/* count model-sized terms d[k] (doubles in the backend's memory) and
+ * their weights c[k]. */
+struct gossip_terms {
+    const double *const *d;
+    const double *c;
+    size_t count;
+};
 /* The step's radius from the finite norms of its neighbour differences
  * (and the history, which it updates); INFINITY when off. */
 double gossip_robust_radius(rumor_gossip *g, const double *norm, size_t count);
@@ -203,17 +228,18 @@ gossip_robust_scale(rumor_gossip *g, uint32_t peer, double norm, double tau);
  * one when norm is not finite. */
 void
 gossip_robust_note(rumor_gossip *g, uint32_t peer, double norm, double tau);
-/* The strict path's robust mix: acc = sum_k w[k] CLIP(d_k, tau), d_k the
- * algorithm's edge_diff of slot[k], summed in k order in double (the
- * ledger's doubles when nothing is clipped); acc and the differences in
- * g->be's memory. An edge_diff error, or a non-
- * finite difference (RUMOR_ENUMERIC), returns before acc is written. */
+/* The strict path's robust mix: each neighbour's difference d_k, the
+ * algorithm's edge_diff of slot[k], and its weight w[k] CLIP(d_k, tau)
+ * into *out (the instance's memory, valid until the next call), for
+ * gossip_apply_terms (the ledger's doubles when nothing is clipped). An
+ * edge_diff error, or a non-finite difference (RUMOR_ENUMERIC), returns
+ * before the model changes. */
 rumor_err gossip_robust_mix(rumor_gossip *g,
                             uint64_t step,
                             const struct rumor_gossip_msg *const *slot,
                             const double *w,
                             size_t peers,
-                            double *acc);
+                            struct gossip_terms *out);
 void gossip_robust_free(rumor_gossip *g);
 /* The radius's history (steps with history, its EMA; 0 and 0 before the
  * first step), which the gossip state carries so that a resumed or redone
@@ -287,10 +313,18 @@ rumor_err gossip_mem_copy(rumor_gossip *g,
                           size_t bytes,
                           enum gossip_copy kind);
 
-/* x += gamma * acc over the model's tensors (acc: numel doubles in the
- * backend's memory), rounded once per element: every absorb's and the
- * ledger's last pass. */
-rumor_err gossip_apply_acc(rumor_gossip *g, const double *acc);
+/* x = from + gamma * sum_k c[k] d[k] over the model's tensors (from: the
+ * model's floats, flat, in the backend's memory; NULL: x itself), per
+ * element the sum in double in k order from +0, rounded once into x:
+ * every absorb's and the ledger's last pass. acc: numel doubles of scratch
+ * in the backend's memory. Host memory goes GOSSIP_APPLY_CHUNK elements
+ * at a time, all passes over a chunk before the next, so the sum never
+ * leaves the cache; each element's arithmetic is the same either way. */
+#define GOSSIP_APPLY_CHUNK ((size_t)8192)
+rumor_err gossip_apply_terms(rumor_gossip *g,
+                             double *acc,
+                             const float *from,
+                             const struct gossip_terms *terms);
 
 /* Model elements [offset, offset + len) into buf (read) or from buf into
  * the model (write); buf is host memory (GOSSIP_TO_HOST for a read,

@@ -152,13 +152,10 @@ s_absorb(rumor_gossip *g,
     /* Every byte is a valid set of levels: the length is the only check. */
     rumor_err rc =
         gossip_match_inbox(g, nbr, peers, msgs, count, s->bytes, s->slot);
+    struct gossip_terms terms;
     if (rc == RUMOR_OK) /* each neighbour's term clipped: robust mixing */
-        rc = gossip_robust_mix(g, step, s->slot, w, peers, s->acc);
-    if (rc == RUMOR_OK)
-        rc = g->be->apply(s->x, s->x, g->opts.gamma, s->acc, g->numel);
-    return rc == RUMOR_OK
-               ? gossip_model_write(g, 0, g->numel, s->x, GOSSIP_ON_DEVICE)
-               : rc;
+        rc = gossip_robust_mix(g, step, s->slot, w, peers, &terms);
+    return rc == RUMOR_OK ? gossip_apply_terms(g, s->acc, s->x, &terms) : rc;
 }
 
 /* The term of edge m->peer, mod(q_j B - x_i, B) - xhat_i, per element.
@@ -167,7 +164,8 @@ static rumor_err
 s_edge_diff(rumor_gossip *g,
             uint64_t step,
             const struct rumor_gossip_msg *m,
-            double *d)
+            double *d,
+            double *norm)
 {
     (void)step;
     const struct moniqua *s = g->state;
@@ -179,13 +177,9 @@ s_edge_diff(rumor_gossip *g,
         rc = gossip_mem_copy(g, s->theirs, m->data, s->bytes, GOSSIP_TO_DEVICE);
         theirs = s->theirs;
     }
-    return rc == RUMOR_OK ? g->be->moniqua_term(d,
-                                                theirs,
-                                                s->x,
-                                                s->xhat,
-                                                s->bound,
-                                                g->numel)
-                          : rc;
+    if (rc == RUMOR_OK)
+        rc = g->be->moniqua_term(d, theirs, s->x, s->xhat, s->bound, g->numel);
+    return rc == RUMOR_OK ? g->be->norm(d, g->numel, norm) : rc;
 }
 
 const struct gossip_algo_i gossip_moniqua = {

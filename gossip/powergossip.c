@@ -350,9 +350,10 @@ s_check_round(rumor_gossip *g, const uint32_t *nbr, size_t peers)
 }
 
 /* d = the applied products (in s->zero) on the matrices, theirs - own on
- * the 1-D tensors (theirs: the message's 1-D part, host). */
+ * the 1-D tensors (theirs: the message's 1-D part, host), tensor by
+ * tensor, so the backend can size it in the same pass; *norm its norm. */
 static rumor_err
-s_term_write(rumor_gossip *g, const float *theirs, double *d)
+s_term_write(rumor_gossip *g, const float *theirs, double *d, double *norm)
 {
     struct powergossip *s = g->state;
     rumor_err rc = gossip_mem_copy(g,
@@ -360,28 +361,35 @@ s_term_write(rumor_gossip *g, const float *theirs, double *d)
                                    theirs,
                                    s->vec_floats * sizeof(float),
                                    GOSSIP_TO_DEVICE);
-    if (rc == RUMOR_OK)
-        rc = g->be->diff(d, s->zero, NULL, g->numel);
     size_t at = 0, base = 0;
+    double sq = 0;
     for (size_t ti = 0; ti < g->tensor_count && rc == RUMOR_OK; ti++) {
         size_t n = rumor_tensor_numel(&g->tensors[ti]);
         if (s_is_vector(&g->tensors[ti])) {
-            rc = g->be->diff(d + base, s->theirs_dev + at, s->vec_dev + at, n);
+            rc = gossip_term_diff(g,
+                                  d + base,
+                                  s->theirs_dev + at,
+                                  s->vec_dev + at,
+                                  n,
+                                  &sq);
             at += n;
+        } else {
+            rc = gossip_term_diff(g, d + base, s->zero + base, NULL, n, &sq);
         }
         base += n;
     }
-    return rc;
+    return rc == RUMOR_OK ? gossip_term_norm(g, d, sq, norm) : rc;
 }
 
 /* The term of the edge to m->peer in its next iteration, sign p q^T on
  * the matrices and x_j - x_i on the 1-D tensors, into d (numel doubles,
- * unweighted); its factors are kept as the candidate. */
+ * unweighted) and its norm; its factors are kept as the candidate. */
 static rumor_err
 s_edge_term(rumor_gossip *g,
             struct pg_peer *p,
             const struct rumor_gossip_msg *m,
-            double *d)
+            double *d,
+            double *norm)
 {
     struct powergossip *s = g->state;
     uint64_t t = p->iters + 1;
@@ -404,7 +412,7 @@ s_edge_term(rumor_gossip *g,
     p->open = false;
     if (rc == RUMOR_OK)
         rc = rumor_lowrank_edge_state_get(p->edge, p->cand);
-    return rc == RUMOR_OK ? s_term_write(g, s->theirs + lr, d) : rc;
+    return rc == RUMOR_OK ? s_term_write(g, s->theirs + lr, d, norm) : rc;
 }
 
 static void
@@ -429,13 +437,14 @@ static rumor_err
 s_edge_diff(rumor_gossip *g,
             uint64_t step,
             const struct rumor_gossip_msg *m,
-            double *d)
+            double *d,
+            double *norm)
 {
     struct pg_peer *p = &((struct powergossip *)g->state)->peer[m->peer];
     (void)step; /* the edge's own count says which iteration it is */
     if (p->edge == NULL)
         return RUMOR_EINVAL;
-    return s_edge_term(g, p, m, d);
+    return s_edge_term(g, p, m, d, norm);
 }
 
 static rumor_err
@@ -480,12 +489,13 @@ s_absorb(rumor_gossip *g,
     /* The same doubles, order and single rounding as the ledger's commit
      * of a loss-free step (gossip/edges.c). */
     /* each low-rank difference clipped: robust mixing */
-    rc = gossip_robust_mix(g, step, s->slot, w, peers, s->acc);
+    struct gossip_terms terms;
+    rc = gossip_robust_mix(g, step, s->slot, w, peers, &terms);
+    if (rc == RUMOR_OK)
+        rc = gossip_apply_terms(g, s->acc, NULL, &terms);
     for (size_t k = 0; k < peers && rc == RUMOR_OK; k++)
         s_edge_commit(g, nbr[k], step);
-    if (rc != RUMOR_OK)
-        return rc;
-    return gossip_apply_acc(g, s->acc);
+    return rc;
 }
 
 /* Between steps each edge carries its factors p and q (the warm start;

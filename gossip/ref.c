@@ -25,6 +25,29 @@ gossip_ref_diff(double *d, const float *a, const float *b, size_t n)
             d[e] = (double)a[e] - (double)b[e];
 }
 
+/* sq carried in: a term written in pieces, in element order, sums as
+ * gossip_ref_norm over the whole does. */
+void
+gossip_ref_diff_sq(double *d,
+                   const float *a,
+                   const float *b,
+                   size_t n,
+                   double *sq)
+{
+    double s = *sq;
+    if (b == NULL)
+        for (size_t e = 0; e < n; e++) {
+            d[e] = (double)a[e];
+            s += d[e] * d[e];
+        }
+    else
+        for (size_t e = 0; e < n; e++) {
+            d[e] = (double)a[e] - (double)b[e];
+            s += d[e] * d[e];
+        }
+    *sq = s;
+}
+
 void
 gossip_ref_sub(double *d, const double *a, const double *b, size_t n)
 {

@@ -52,6 +52,7 @@ struct gossip_robust {
     uint64_t steps; /* steps with history */
     double *norm;   /* cap: the step's distances */
     double *sorted; /* cap: scratch */
+    double *coef;   /* cap: the strict path's clipped weights */
     double **diff;  /* cap: the strict path's differences */
     size_t cap;
     uint64_t *counts; /* nodes: clips and rejections since the last line */
@@ -113,13 +114,16 @@ s_get(rumor_gossip *g, size_t peers, struct gossip_robust **out)
         double *s = realloc(r->sorted, peers * sizeof *s);
         if (s != NULL)
             r->sorted = s;
+        double *c = realloc(r->coef, peers * sizeof *c);
+        if (c != NULL)
+            r->coef = c;
         double **d = realloc(r->diff, peers * sizeof *d);
         if (d != NULL) {
             r->diff = d;
             for (size_t k = r->cap; k < peers; k++)
                 d[k] = NULL;
         }
-        if (n == NULL || s == NULL || d == NULL)
+        if (n == NULL || s == NULL || c == NULL || d == NULL)
             return RUMOR_ENOMEM;
         r->cap = peers;
     }
@@ -269,9 +273,7 @@ s_diff_one(rumor_gossip *g,
     if (r->diff[k] == NULL)
         rc = g->be->alloc(g->numel * sizeof(double), (void **)&r->diff[k]);
     if (rc == RUMOR_OK)
-        rc = g->algo->edge_diff(g, step, m, r->diff[k]);
-    if (rc == RUMOR_OK)
-        rc = g->be->norm(r->diff[k], g->numel, &r->norm[k]);
+        rc = g->algo->edge_diff(g, step, m, r->diff[k], &r->norm[k]);
     if (rc == RUMOR_OK && !isfinite(r->norm[k])) {
         gossip_robust_note(g, m->peer, r->norm[k], 0);
         g->screen.nonfinite++;
@@ -286,7 +288,7 @@ gossip_robust_mix(rumor_gossip *g,
                   const struct rumor_gossip_msg *const *slot,
                   const double *w,
                   size_t peers,
-                  double *acc)
+                  struct gossip_terms *out)
 {
     struct gossip_robust *r = NULL;
     rumor_err rc = s_get(g, peers, &r);
@@ -295,13 +297,12 @@ gossip_robust_mix(rumor_gossip *g,
     if (rc != RUMOR_OK)
         return rc;
     double tau = gossip_robust_radius(g, r->norm, peers);
-    rc = g->be->zero(acc, g->numel * sizeof(double));
-    for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {
-        double c =
+    for (size_t k = 0; k < peers; k++)
+        r->coef[k] =
             w[k] * gossip_robust_scale(g, slot[k]->peer, r->norm[k], tau);
-        rc = g->be->axpy(acc, c, r->diff[k], g->numel);
-    }
-    return rc;
+    *out =
+        (struct gossip_terms){(const double *const *)r->diff, r->coef, peers};
+    return RUMOR_OK;
 }
 
 void
@@ -317,6 +318,7 @@ gossip_robust_free(rumor_gossip *g)
     free(r->diff);
     free(r->norm);
     free(r->sorted);
+    free(r->coef);
     free(r->counts);
     free(r->worst);
     free(r->seen);

@@ -365,6 +365,49 @@ test_abandon_restores_device_model(void **state)
     s_ring_free(&r);
 }
 
+/* The host's one-pass term (diff_sq), written in three pieces as
+ * PowerGossip writes a term tensor by tensor, gives the bits of the
+ * device path's diff then norm; the values span 12 decades, so a sum in
+ * any other order than element order would differ (checked). */
+static void
+test_term_diff_sq__in_pieces__bits_of_diff_then_norm(void **state)
+{
+    (void)state;
+    enum { N = 3001 };
+    static float a[N], b[N];
+    static double d_one[N], d_ref[N];
+    struct rumor_rng rng;
+    rumor_rng_init(&rng, 5, 0);
+    for (size_t e = 0; e < N; e++) {
+        a[e] =
+            (float)(rumor_rng_normal(&rng) * pow(10.0, (double)(e % 13) - 6));
+        b[e] = (float)rumor_rng_normal(&rng);
+    }
+    static const size_t cut[] = {0, 1000, 1017, N};
+    for (int with_b = 0; with_b < 2; with_b++) {
+        const float *bb = with_b ? b : NULL;
+        double sq = 0;
+        for (size_t k = 0; k + 1 < 4; k++)
+            assert_int_equal(
+                gossip_backend_host.diff_sq(d_one + cut[k],
+                                            a + cut[k],
+                                            bb ? bb + cut[k] : NULL,
+                                            cut[k + 1] - cut[k],
+                                            &sq),
+                RUMOR_OK);
+        double norm = 0;
+        assert_null(gossip_backend_ref.diff_sq);
+        assert_int_equal(gossip_backend_ref.diff(d_ref, a, bb, N), RUMOR_OK);
+        assert_int_equal(gossip_backend_ref.norm(d_ref, N, &norm), RUMOR_OK);
+        assert_memory_equal(d_one, d_ref, sizeof d_ref);
+        assert_true(sqrt(sq) == norm);
+        double backwards = 0;
+        for (size_t e = N; e-- > 0;)
+            backwards += d_ref[e] * d_ref[e];
+        assert_true(sqrt(backwards) != norm);
+    }
+}
+
 static void
 test_dpsgd_bits_equal_host(void **state)
 {
@@ -2687,6 +2730,7 @@ main(void)
         cmocka_unit_test(test_adapt_rule_pcie_bytes_are_the_payloads),
         cmocka_unit_test(test_abandon_restores_device_model),
         cmocka_unit_test(test_dpsgd_bits_equal_host),
+        cmocka_unit_test(test_term_diff_sq__in_pieces__bits_of_diff_then_norm),
         cmocka_unit_test(test_dpsgd_clipped_bits_equal_host),
         cmocka_unit_test(test_dpsgd_lossy_ledger_bits_equal_host),
         cmocka_unit_test(test_allreduce_bits_equal_host),
