@@ -69,7 +69,7 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     if (s->edge == NULL)
         return RUMOR_ENOMEM;
     size_t bytes = g->numel * sizeof(double), peers = 0;
-    rc = g->be->alloc(bytes, (void **)&s->acc);
+    rc = g->be->alloc(gossip_apply_bytes(g), (void **)&s->acc);
     const uint32_t *nbr =
         rumor_topology_neighbors(g->topo, 0, g->self, &peers, NULL);
     for (size_t k = 0; k < peers && rc == RUMOR_OK; k++) {

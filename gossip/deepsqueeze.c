@@ -25,7 +25,7 @@
 struct deepsqueeze {
     struct gossip_packer pack;
     float *delta;    /* compression error, numel */
-    double *ds, *cv; /* staged update; own C(v) */
+    double *ds, *cv; /* the absorb's scratch; own C(v) */
     const struct rumor_gossip_msg **slot;
 };
 
@@ -41,7 +41,7 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
         return rc;
     rc = g->be->alloc(g->numel * sizeof(float), (void **)&s->delta);
     if (rc == RUMOR_OK)
-        rc = g->be->alloc(g->numel * sizeof(double), (void **)&s->ds);
+        rc = g->be->alloc(gossip_apply_bytes(g), (void **)&s->ds);
     if (rc == RUMOR_OK)
         rc = g->be->alloc(g->numel * sizeof(double), (void **)&s->cv);
     return rc;

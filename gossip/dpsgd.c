@@ -39,7 +39,7 @@ s_alloc_state(rumor_gossip *g, struct dpsgd *s)
     size_t floats = g->numel * sizeof(float);
     rumor_err rc = g->be->alloc(floats, (void **)&s->snapshot);
     if (rc == RUMOR_OK)
-        rc = g->be->alloc(g->numel * sizeof(double), (void **)&s->acc);
+        rc = g->be->alloc(gossip_apply_bytes(g), (void **)&s->acc);
     if (rc == RUMOR_OK)
         rc = g->be->alloc(floats, (void **)&s->theirs);
     if (rc == RUMOR_OK && !g->be->host_memory) {

@@ -56,7 +56,7 @@ struct gossip_edge {
 struct gossip_ledger {
     struct gossip_edge *edge; /* by node id */
     uint64_t decided;         /* every step below is decided */
-    double *acc;              /* commit: numel doubles */
+    double *acc;              /* commit: gossip_apply_terms's scratch */
     /* the round of round_step (absorb_one, then absorb_partial): its
      * round_count staged terms (nodes slots), their neighbours' weights
      * and norms, clipped once all are known */
@@ -127,8 +127,7 @@ s_ledger(rumor_gossip *g, struct gossip_ledger **out)
         if (l == NULL)
             return RUMOR_ENOMEM;
         l->edge = calloc(g->nodes, sizeof *l->edge);
-        rumor_err rc =
-            g->be->alloc(g->numel * sizeof(double), (void **)&l->acc);
+        rumor_err rc = g->be->alloc(gossip_apply_bytes(g), (void **)&l->acc);
         l->round = malloc(g->nodes * sizeof *l->round);
         l->round_peer = malloc(g->nodes * sizeof *l->round_peer);
         l->round_w = malloc(g->nodes * sizeof *l->round_w);

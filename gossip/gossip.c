@@ -650,9 +650,7 @@ gossip_apply_terms(rumor_gossip *g,
                    const float *from,
                    const struct gossip_terms *terms)
 {
-    /* host memory: a chunk's sum stays in cache between its passes */
-    size_t chunk = g->be->host_memory ? GOSSIP_APPLY_CHUNK : g->numel;
-    size_t e = 0;
+    size_t chunk = gossip_apply_bytes(g) / sizeof(double), e = 0;
     rumor_err rc = RUMOR_OK;
     for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
         float *x = g->tensors[t].data;
@@ -665,6 +663,14 @@ gossip_apply_terms(rumor_gossip *g,
         e += n;
     }
     return rc;
+}
+
+size_t
+gossip_apply_bytes(const rumor_gossip *g)
+{
+    /* host memory: a chunk's sum stays in cache between its passes */
+    bool chunked = g->be->host_memory && g->numel > GOSSIP_APPLY_CHUNK;
+    return (chunked ? GOSSIP_APPLY_CHUNK : g->numel) * sizeof(double);
 }
 
 rumor_err

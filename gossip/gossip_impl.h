@@ -316,15 +316,19 @@ rumor_err gossip_mem_copy(rumor_gossip *g,
 /* x = from + gamma * sum_k c[k] d[k] over the model's tensors (from: the
  * model's floats, flat, in the backend's memory; NULL: x itself), per
  * element the sum in double in k order from +0, rounded once into x:
- * every absorb's and the ledger's last pass. acc: numel doubles of scratch
- * in the backend's memory. Host memory goes GOSSIP_APPLY_CHUNK elements
- * at a time, all passes over a chunk before the next, so the sum never
- * leaves the cache; each element's arithmetic is the same either way. */
+ * every absorb's and the ledger's last pass. acc: gossip_apply_bytes(g)
+ * of scratch in the backend's memory. Host memory goes GOSSIP_APPLY_CHUNK
+ * elements at a time, all passes over a chunk before the next, so the sum
+ * never leaves the cache; each element's arithmetic is the same either
+ * way. */
 #define GOSSIP_APPLY_CHUNK ((size_t)8192)
 rumor_err gossip_apply_terms(rumor_gossip *g,
                              double *acc,
                              const float *from,
                              const struct gossip_terms *terms);
+/* The bytes of gossip_apply_terms's acc: one chunk of doubles on host
+ * memory, the model's numel on a device, which sums it in one pass. */
+size_t gossip_apply_bytes(const rumor_gossip *g);
 
 /* Model elements [offset, offset + len) into buf (read) or from buf into
  * the model (write); buf is host memory (GOSSIP_TO_HOST for a read,

@@ -58,7 +58,7 @@ s_alloc_state(rumor_gossip *g, struct moniqua *s)
     if (rc == RUMOR_OK)
         rc = g->be->alloc(floats, (void **)&s->noise);
     if (rc == RUMOR_OK)
-        rc = g->be->alloc(g->numel * sizeof(double), (void **)&s->acc);
+        rc = g->be->alloc(gossip_apply_bytes(g), (void **)&s->acc);
     if (rc == RUMOR_OK)
         rc = g->be->alloc(s->bytes, (void **)&s->levels);
     if (rc != RUMOR_OK || g->be->host_memory)

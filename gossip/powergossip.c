@@ -74,7 +74,7 @@ struct powergossip {
     float *vec_snap;      /* host: own 1-D tensors as sent this round */
     float *vec_dev;       /* the same on the backend */
     size_t vec_floats;
-    double *acc;       /* absorb: sum_j w_ij d_j, numel */
+    double *acc;       /* gossip_apply_terms's scratch */
     float *zero;       /* scratch: the model-sized target of an apply */
     float **zptr;      /* tensor pointers into zero */
     float *theirs;     /* host: an aligned copy of a neighbour's message */
@@ -132,7 +132,7 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     if (rc == RUMOR_OK)
         rc = g->be->alloc(vec_bytes, (void **)&s->theirs_dev);
     if (rc == RUMOR_OK)
-        rc = g->be->alloc(g->numel * sizeof(double), (void **)&s->acc);
+        rc = g->be->alloc(gossip_apply_bytes(g), (void **)&s->acc);
     if (rc == RUMOR_OK)
         rc = g->be->alloc(g->numel * sizeof(float), (void **)&s->zero);
     if (rc != RUMOR_OK)
