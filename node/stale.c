@@ -1,14 +1,16 @@
 /*
  * Stale exchanges (node/stale.h): a queue of at most S jobs, each a step
  * whose exchange is to run, with the snapshot s_t of the model and, once
- * run, the exchanged copy G_t. One thread runs them in step order, each
+ * run, the change it lands, d_t = G_t - s_t (G_t: the exchanged copy),
+ * formed on the exchange's thread so that landing is one pass on the
+ * training thread's. One thread runs them in step order, each
  * as rumor_node_run runs a step's exchange (node_step_begin, then
  * node_gossip_step, retried after an elastic ring's recovery), on
  * node->mix. The caller lands them at fixed steps, so a run's numbers do
  * not depend on when the network delivered: a late exchange makes the
  * caller wait instead.
  *
- * The snapshots and the exchanged copies live where the model does
+ * The snapshots and the changes live where the model does
  * (node->src.be: a device's memory, issue #31), and landing is the
  * backend's float arithmetic, so a device node's queue never crosses
  * PCIe; only a checkpoint's save and restore copy it through the host.
@@ -26,7 +28,7 @@
 
 struct s_job {
     uint64_t t;
-    struct rumor_model *snap, *result;
+    struct rumor_model *snap, *change; /* s_t; d_t once run */
     bool own_stream; /* the queuing thread's (core/cuda_stream.h) */
     int device;      /* with own_stream: the queuing thread's device */
     bool done, stop;
@@ -40,7 +42,7 @@ struct node_stale {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     const struct gossip_backend_i *be; /* the model's memory */
-    float *block;       /* the jobs' snapshots and copies, in be's memory */
+    float *block;       /* the jobs' snapshots and changes, in be's memory */
     size_t floats;      /* the model's */
     struct s_job *jobs; /* a ring of `stale` slots, under mu */
     size_t head, count, running; /* oldest, queued, next to run (count) */
@@ -129,6 +131,24 @@ s_exchange(node_stale *st, struct s_job *j)
     }
 }
 
+/* d = g - s, in float as the simulator does: g + -1 s (a product by -1
+ * is exact, so that is g - s), on be's memory. */
+static rumor_err
+s_change(node_stale *st,
+         struct rumor_model *d,
+         const struct rumor_model *g,
+         const struct rumor_model *s)
+{
+    rumor_err rc = RUMOR_OK;
+    for (size_t k = 0; k < d->count && rc == RUMOR_OK; k++)
+        rc = st->be->add_scaled(d->tensors[k].data,
+                                g->tensors[k].data,
+                                -1.0f,
+                                s->tensors[k].data,
+                                rumor_tensor_numel(&d->tensors[k]));
+    return rc;
+}
+
 static void
 s_run(node_stale *st, struct s_job *j)
 {
@@ -144,7 +164,7 @@ s_run(node_stale *st, struct s_job *j)
     if (rc == RUMOR_OK && j->t >= st->floor)
         rc = s_exchange(st, j);
     if (rc == RUMOR_OK && !j->stop)
-        rc = node_model_copy(st->be, j->result, node->mix, GOSSIP_ON_DEVICE);
+        rc = s_change(st, j->change, node->mix, j->snap);
     core_cuda_own_stream(was);
     s_publish(st);
     pthread_mutex_lock(&st->mu);
@@ -191,7 +211,7 @@ s_jobs_new(node_stale *st, const struct rumor_model *model)
         float *at = st->block + 2 * k * st->floats;
         rc = node_model_view(model, at, &st->jobs[k].snap);
         if (rc == RUMOR_OK)
-            rc = node_model_view(model, at + st->floats, &st->jobs[k].result);
+            rc = node_model_view(model, at + st->floats, &st->jobs[k].change);
     }
     return rc;
 }
@@ -201,7 +221,7 @@ s_free(node_stale *st)
 {
     for (size_t k = 0; st->jobs != NULL && k < st->stale; k++) {
         rumor_model_free(&st->jobs[k].snap);
-        rumor_model_free(&st->jobs[k].result);
+        rumor_model_free(&st->jobs[k].change);
     }
     if (st->be != NULL)
         st->be->release(st->block);
@@ -287,21 +307,15 @@ node_stale_push(node_stale *st, const struct rumor_model *model, uint64_t t)
     return RUMOR_OK;
 }
 
-/* model += result - snap, in float as the simulator does: result -=
- * snap (a product by -1 is exact, so g + -1 s is g - s), then model +=
- * result, on be's memory. The job's copy is spent: it lands once. */
+/* model += d_t, in float as the simulator does, on be's memory. */
 static rumor_err
 s_apply(node_stale *st, struct rumor_model *model, const struct s_job *j)
 {
     rumor_err rc = RUMOR_OK;
     for (size_t k = 0; k < model->count && rc == RUMOR_OK; k++) {
         float *x = model->tensors[k].data;
-        float *g = j->result->tensors[k].data;
-        const float *s = j->snap->tensors[k].data;
         size_t n = rumor_tensor_numel(&model->tensors[k]);
-        rc = st->be->add_scaled(g, g, -1.0f, s, n);
-        if (rc == RUMOR_OK)
-            rc = st->be->add(x, x, g, n);
+        rc = st->be->add(x, x, j->change->tensors[k].data, n);
     }
     return rc;
 }
@@ -379,8 +393,11 @@ node_stale_counters(node_stale *st, struct node_stale_counters *out)
 /* --- checkpoints ------------------------------------------------------
  * The exchanges in flight, so that a resumed run lands them at the steps
  * it would have: u32 count, then per exchange u64 step, u8 ran, the
- * snapshot's floats and, when it ran, the exchanged copy's (the model's
- * float count each). Those that ran come first (they run in order). */
+ * snapshot's floats and, when it ran, the model's float count more: the
+ * change d_t (ran = 2) or, as builds before 2026-11-29 wrote, the
+ * exchanged copy G_t (ran = 1), whose change is formed on restore. Those
+ * that ran come first (they run in order). */
+enum { S_UNRUN = 0, S_RAN_COPY = 1, S_RAN_CHANGE = 2 };
 
 /* m's floats appended to out, copied from be's memory through the host. */
 static rumor_err
@@ -416,14 +433,15 @@ node_stale_save(node_stale *st, rumor_buf *out)
     rumor_err rc = rumor_buf_append(out, &n, sizeof n);
     for (size_t k = 0; k < count && rc == RUMOR_OK; k++) {
         const struct s_job *j = s_slot(st, k);
-        uint8_t ran = j->done && !j->stop && j->rc == RUMOR_OK;
+        uint8_t ran =
+            j->done && !j->stop && j->rc == RUMOR_OK ? S_RAN_CHANGE : S_UNRUN;
         rc = rumor_buf_append(out, &j->t, sizeof j->t);
         if (rc == RUMOR_OK)
             rc = rumor_buf_append(out, &ran, 1);
         if (rc == RUMOR_OK)
             rc = s_put_model(st, out, j->snap);
         if (rc == RUMOR_OK && ran)
-            rc = s_put_model(st, out, j->result);
+            rc = s_put_model(st, out, j->change);
     }
     return rc;
 }
@@ -445,19 +463,21 @@ static rumor_err
 s_restore_job(node_stale *st,
               size_t k,
               uint64_t t,
-              bool ran,
+              uint8_t ran,
               const uint8_t *p,
               size_t floats)
 {
     struct s_job *j = &st->jobs[k];
     *j = (struct s_job){.t = t,
                         .snap = j->snap,
-                        .result = j->result,
-                        .done = ran,
+                        .change = j->change,
+                        .done = ran != S_UNRUN,
                         .rc = RUMOR_OK};
     rumor_err rc = s_get_model(st, j->snap, p);
-    if (rc == RUMOR_OK && ran)
-        rc = s_get_model(st, j->result, p + floats);
+    if (rc == RUMOR_OK && ran != S_UNRUN)
+        rc = s_get_model(st, j->change, p + floats);
+    if (rc == RUMOR_OK && ran == S_RAN_COPY)
+        rc = s_change(st, j->change, j->change, j->snap);
     return rc;
 }
 
@@ -487,7 +507,7 @@ s_walk(const uint8_t *p,
         memcpy(&t, p + at, sizeof t);
         uint8_t ran = p[at + sizeof t];
         at += sizeof t + 1;
-        if (ran > 1 || (ran && !ran_before))
+        if (ran > S_RAN_CHANGE || (ran && !ran_before))
             return "an exchange that ran after one that did not";
         if (t >= step || t + stale < step || (k > 0 && t <= last))
             return "an exchange of a step that cannot be in flight";

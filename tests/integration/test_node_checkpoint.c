@@ -19,7 +19,10 @@
  *     as an uninterrupted run of the same length; D-PSGD with --stale 2
  *     does the same with the model on the reference device
  *     (RUMOR_NODE_DEVICE=ref), its exchanges in flight saved from and
- *     restored into device memory.
+ *     restored into device memory; and resumed from checkpoints whose
+ *     exchanges in flight are rewritten as older builds saved them (the
+ *     exchanged copy, not the change), it ends within rounding of the
+ *     uninterrupted run.
  * Processes are waited for with a deadline and killed past it; waits poll
  * a condition (a file, a line count), they never sleep to synchronise.
  * The random delays before a kill choose the moment of the kill, seeded
@@ -36,6 +39,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -481,8 +485,160 @@ s_ring_wait_ok(const struct ring *g, const pid_t *pids, const char *what)
         }
 }
 
+/* The floats of a `node-N.model` file (after its header: magic, version,
+ * tensor count, a shape word per tensor) into x; returns their count. */
+static size_t
+s_model_floats(const char *path, rumor_buf *x)
+{
+    assert_int_equal(rumor_buf_read_file(x, path), RUMOR_OK);
+    uint32_t tensors = 0;
+    assert_true(x->len >= 12);
+    memcpy(&tensors, x->data + 8, sizeof tensors);
+    size_t head = 12 + 8 * (size_t)tensors;
+    assert_true(x->len >= head && (x->len - head) % sizeof(float) == 0);
+    memmove(x->data, x->data + head, x->len - head);
+    x->len -= head;
+    return x->len / sizeof(float);
+}
+
+/* The model's float count, from a checkpoint's model section: u32 tensor
+ * count, then per tensor u32 ndim, ndim u64 dims and the floats. */
+static size_t
+s_ckpt_numel(const struct rumor_checkpoint *c)
+{
+    const struct rumor_checkpoint_section *s =
+        rumor_checkpoint_find(c, RUMOR_CHECKPOINT_MODEL);
+    assert_non_null(s);
+    uint32_t tensors = 0;
+    memcpy(&tensors, s->data, sizeof tensors);
+    size_t at = sizeof tensors, numel = 0;
+    for (uint32_t t = 0; t < tensors; t++) {
+        uint32_t ndim = 0;
+        memcpy(&ndim, s->data + at, sizeof ndim);
+        at += sizeof ndim;
+        size_t n = 1;
+        for (uint32_t d = 0; d < ndim; d++, at += sizeof(uint64_t)) {
+            uint64_t dim = 0;
+            memcpy(&dim, s->data + at, sizeof dim);
+            n *= dim;
+        }
+        at += n * sizeof(float);
+        numel += n;
+        assert_true(at <= s->len);
+    }
+    assert_int_equal(at, s->len);
+    return numel;
+}
+
+/* Rewrites node's newest checkpoint in dir with its stale section as
+ * builds before 2026-11-29 wrote it: an exchange that ran holds its
+ * exchanged copy G = s + d (ran = 1), where newer builds keep the change
+ * d (ran = 2). Returns how many exchanges it rewrote. */
+static size_t
+s_stale_to_copies(const char *dir, uint32_t node)
+{
+    rumor_buf file, sec;
+    rumor_buf_init(&file, 1u << 28);
+    rumor_buf_init(&sec, 1u << 28);
+    struct rumor_checkpoint c;
+    struct rumor_diag diag = {0};
+    char path[256];
+    assert_int_equal(rumor_checkpoint_read_newest(dir,
+                                                  node,
+                                                  &file,
+                                                  &c,
+                                                  path,
+                                                  sizeof path,
+                                                  &diag),
+                     RUMOR_OK);
+    size_t numel = s_ckpt_numel(&c);
+    const struct rumor_checkpoint_section *s =
+        rumor_checkpoint_find(&c, RUMOR_CHECKPOINT_STALE);
+    assert_non_null(s);
+    assert_int_equal(rumor_buf_append(&sec, s->data, s->len), RUMOR_OK);
+    uint32_t jobs = 0;
+    memcpy(&jobs, sec.data, sizeof jobs);
+    size_t at = sizeof jobs, rewritten = 0, bytes = numel * sizeof(float);
+    for (uint32_t k = 0; k < jobs; k++) {
+        uint8_t *ran = sec.data + at + sizeof(uint64_t);
+        uint8_t *snap = ran + 1, *d = snap + bytes; /* unaligned */
+        assert_true(*ran <= 2);
+        for (size_t e = 0; *ran == 2 && e < numel; e++) {
+            float s_e, d_e;
+            memcpy(&s_e, snap + e * sizeof s_e, sizeof s_e);
+            memcpy(&d_e, d + e * sizeof d_e, sizeof d_e);
+            d_e = s_e + d_e;
+            memcpy(d + e * sizeof d_e, &d_e, sizeof d_e);
+        }
+        rewritten += *ran == 2;
+        at += sizeof(uint64_t) + 1 + bytes * (*ran != 0 ? 2 : 1);
+        *ran = *ran != 0;
+    }
+    assert_int_equal(at, sec.len);
+    for (size_t k = 0; k < c.count; k++)
+        if (c.sections[k].id == RUMOR_CHECKPOINT_STALE)
+            c.sections[k] =
+                (struct rumor_checkpoint_section){RUMOR_CHECKPOINT_STALE,
+                                                  sec.data,
+                                                  sec.len};
+    assert_int_equal(rumor_checkpoint_write(dir, &c, 1000, &diag), RUMOR_OK);
+    rumor_buf_free(&file);
+    rumor_buf_free(&sec);
+    return rewritten;
+}
+
+/* The largest |a - b| over two model files of the same shapes. */
+static double
+s_model_gap(const char *a, const char *b)
+{
+    rumor_buf x, y;
+    rumor_buf_init(&x, 1u << 28);
+    rumor_buf_init(&y, 1u << 28);
+    size_t n = s_model_floats(a, &x);
+    assert_int_equal(s_model_floats(b, &y), n);
+    double gap = 0;
+    for (size_t e = 0; e < n; e++) {
+        float u, v;
+        memcpy(&u, x.data + e * sizeof u, sizeof u);
+        memcpy(&v, y.data + e * sizeof v, sizeof v);
+        gap = fmax(gap, fabs((double)u - v));
+    }
+    rumor_buf_free(&x);
+    rumor_buf_free(&y);
+    return gap;
+}
+
+/* Drops every node's checkpoints after the last multiple of every below
+ * step at, so that the ring resumes from a periodic one (with --stale:
+ * exchanges in flight that ran, where a stop's final checkpoint holds
+ * only unrun ones); returns the step resumed from. */
+static long long
+s_drop_after_periodic(const char *dir, long long at, int every)
+{
+    long long from = (at - 1) / every * every;
+    for (uint32_t i = 0; i < RING; i++)
+        for (long long s = from + 1; s <= at; s++) {
+            char path[300];
+            rumor_checkpoint_path(dir, i, (uint64_t)s, path, sizeof path);
+            (void)unlink(path);
+        }
+    for (uint32_t i = 0; i < RING; i++)
+        if (s_newest(dir, i) != from)
+            fail_msg("node %u: no checkpoint of step %lld", i, from);
+    return from;
+}
+
+/* Stops the ring by SIGTERM to a node, resumes it from the final
+ * checkpoints (every > 0: from the periodic ones before), and compares
+ * with an uninterrupted run: the same bits, or (old_stale: the stale
+ * sections rewritten as older builds wrote them, whose G - s rounds
+ * differently from the d saved) within 1e-4. */
 static void
-s_ring_case(const char *name, const char *const *common, unsigned seed)
+s_ring_run(const char *name,
+           const char *const *common,
+           unsigned seed,
+           int every,
+           bool old_stale)
 {
     struct ring g;
     s_ring_new(&g);
@@ -508,6 +664,13 @@ s_ring_case(const char *name, const char *const *common, unsigned seed)
                      at);
     char steps[32];
     snprintf(steps, sizeof steps, "%lld", at + 25);
+    if (every > 0)
+        at = s_drop_after_periodic(g.ckpt, at, every);
+    size_t rewritten = 0;
+    for (int i = 0; i < RING && old_stale; i++)
+        rewritten += s_stale_to_copies(g.ckpt, (uint32_t)i);
+    if (old_stale && rewritten == 0)
+        fail_msg("%s: no exchange in flight had run: nothing to rewrite", name);
     s_ring_start(&g, common, steps, m1, true, pids);
     s_ring_wait_ok(&g, pids, "resumed");
     /* under RUMOR_NODE_DEVICE=ref, the resumed model is in device memory */
@@ -516,19 +679,41 @@ s_ring_case(const char *name, const char *const *common, unsigned seed)
         fail_msg("%s: the resumed model is not on the reference device", name);
     s_ring_start(&g, common, steps, m2, false, pids);
     s_ring_wait_ok(&g, pids, "uninterrupted");
+    double worst = 0;
     for (int i = 0; i < RING; i++) {
         char a[200], b[200];
         snprintf(a, sizeof a, "%s/node-%d.model", m1, i);
         snprintf(b, sizeof b, "%s/node-%d.model", m2, i);
-        if (!s_same_file(a, b))
+        if (old_stale)
+            worst = fmax(worst, s_model_gap(a, b));
+        else if (!s_same_file(a, b))
             fail_msg("%s: node %d: the resumed model differs", name, i);
     }
-    printf("  %s: SIGTERM to node %d, all stopped after step %lld; "
-           "resumed to %s: bit-identical\n",
-           name,
-           victim,
-           at,
-           steps);
+    if (worst > 1e-4)
+        fail_msg("%s: the resumed models differ by up to %g", name, worst);
+    if (old_stale)
+        printf("  %s: SIGTERM to node %d; from the checkpoints of step "
+               "%lld, %zu exchanges in flight rewritten as copies; resumed "
+               "to %s: within %.3g\n",
+               name,
+               victim,
+               at,
+               rewritten,
+               steps,
+               worst);
+    else
+        printf("  %s: SIGTERM to node %d; from the checkpoints of step "
+               "%lld, resumed to %s: bit-identical\n",
+               name,
+               victim,
+               at,
+               steps);
+}
+
+static void
+s_ring_case(const char *name, const char *const *common, unsigned seed)
+{
+    s_ring_run(name, common, seed, 0, false);
 }
 
 static void
@@ -675,6 +860,34 @@ test_ring__dpsgd_stale_sigterm_then_resume__same_step_bit_identical(
     s_ring_case("dpsgd+stale", common, 16);
 }
 
+/* D-PSGD with two exchanges in flight, resumed from a periodic
+ * checkpoint: a stop's final checkpoint holds only exchanges that never
+ * ran; a periodic one holds two that ran, saved with the changes they
+ * land. */
+#define DPSGD_STALE2_PERIODIC                                             \
+    "--algo", "dpsgd", "--stale", "2", "--hidden", "16", "--batch", "16", \
+        "--checkpoint-every", "4"
+
+static void
+test_ring__dpsgd_stale2_periodic_checkpoint__resume_bit_identical(void **state)
+{
+    (void)state;
+    const char *common[] = {DPSGD_STALE2_PERIODIC, NULL};
+    s_ring_run("dpsgd+stale 2, periodic", common, 18, 4, false);
+}
+
+/* The same with those changes saved as builds before 2026-11-29 saved
+ * them (the exchanged copy G_t, not the change d_t): they land as
+ * G_t - s_t. */
+static void
+test_ring__dpsgd_stale2_checkpoint_of_older_build__resumes_within_rounding(
+    void **state)
+{
+    (void)state;
+    const char *common[] = {DPSGD_STALE2_PERIODIC, NULL};
+    s_ring_run("dpsgd+stale 2, older checkpoints", common, 18, 4, true);
+}
+
 /* The same with the model on the reference device (RUMOR_NODE_DEVICE=ref,
  * the node's test hook) and two exchanges in flight: the stale queue's
  * snapshots and copies come down into the checkpoint and go up at
@@ -764,6 +977,12 @@ main(int argc, char **argv)
             s_teardown),
         cmocka_unit_test_teardown(
             test_ring__dpsgd_stale2_ref_device_sigterm_then_resume__same_step_bit_identical,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring__dpsgd_stale2_periodic_checkpoint__resume_bit_identical,
+            s_teardown),
+        cmocka_unit_test_teardown(
+            test_ring__dpsgd_stale2_checkpoint_of_older_build__resumes_within_rounding,
             s_teardown),
     };
     if (argc == 2)
