@@ -405,10 +405,9 @@ s_edge_term(rumor_gossip *g,
             return RUMOR_ENUMERIC;
     rumor_err rc = rumor_lowrank_edge_combine(p->edge, s->theirs);
     s_count_factors(g, lr, true);
+    /* a store: the matrices' part of zero is not cleared first */
     if (rc == RUMOR_OK)
-        rc = g->be->zero(s->zero, g->numel * sizeof(float));
-    if (rc == RUMOR_OK)
-        rc = rumor_lowrank_edge_apply(p->edge, s->zptr, 1.0f);
+        rc = rumor_lowrank_edge_write(p->edge, s->zptr, 1.0f);
     p->open = false;
     if (rc == RUMOR_OK)
         rc = rumor_lowrank_edge_state_get(p->edge, p->cand);

@@ -461,10 +461,14 @@ rumor_lowrank_edge_combine(rumor_lowrank_edge *self, const float *msg)
     return RUMOR_OK;
 }
 
-/* params += alpha p q^T in one launch: the list's reconstruction has no
- * alpha, so the factor just combined (still in host) goes up scaled. */
+/* params = beta params + alpha p q^T (beta 0 or 1; 0 never reads params)
+ * in one launch: the list's reconstruction has no alpha, so the factor
+ * just combined (still in host) goes up scaled. */
 static rumor_err
-s_edge_apply_list(rumor_lowrank_edge *self, float *const *params, float alpha)
+s_edge_apply_list(rumor_lowrank_edge *self,
+                  float *const *params,
+                  float alpha,
+                  float beta)
 {
     size_t floats = self->odd ? self->p_floats : self->q_floats;
     for (size_t i = 0; i < floats; i++)
@@ -485,11 +489,14 @@ s_edge_apply_list(rumor_lowrank_edge *self, float *const *params, float alpha)
                                                       self->mat_items,
                                                       self->nmats,
                                                       false,
-                                                      1.0f);
+                                                      beta);
 }
 
 static rumor_err
-s_edge_apply_each(rumor_lowrank_edge *self, float *const *params, float alpha)
+s_edge_apply_each(rumor_lowrank_edge *self,
+                  float *const *params,
+                  float alpha,
+                  float beta)
 {
     for (size_t i = 0; i < self->nmats; i++) {
         const struct edge_mat *mt = &self->mats[i];
@@ -505,11 +512,27 @@ s_edge_apply_each(rumor_lowrank_edge *self, float *const *params, float alpha)
                                             alpha,
                                             NULL,
                                             mat,
-                                            1.0f);
+                                            beta);
         if (rc != RUMOR_OK)
             return rc;
     }
     return RUMOR_OK;
+}
+
+static rumor_err
+s_edge_reconstruct(rumor_lowrank_edge *self,
+                   float *const *params,
+                   float step,
+                   float beta)
+{
+    if (!self->ready || (params == NULL && self->nmats > 0) || !isfinite(step))
+        return RUMOR_EINVAL;
+    float alpha = self->higher ? -step : step;
+    rumor_err rc = self->list ? s_edge_apply_list(self, params, alpha, beta)
+                              : s_edge_apply_each(self, params, alpha, beta);
+    if (rc == RUMOR_OK)
+        self->ready = false;
+    return rc;
 }
 
 rumor_err
@@ -517,14 +540,15 @@ rumor_lowrank_edge_apply(rumor_lowrank_edge *self,
                          float *const *params,
                          float step)
 {
-    if (!self->ready || (params == NULL && self->nmats > 0) || !isfinite(step))
-        return RUMOR_EINVAL;
-    float alpha = self->higher ? -step : step;
-    rumor_err rc = self->list ? s_edge_apply_list(self, params, alpha)
-                              : s_edge_apply_each(self, params, alpha);
-    if (rc == RUMOR_OK)
-        self->ready = false;
-    return rc;
+    return s_edge_reconstruct(self, params, step, 1.0f);
+}
+
+rumor_err
+rumor_lowrank_edge_write(rumor_lowrank_edge *self,
+                         float *const *params,
+                         float step)
+{
+    return s_edge_reconstruct(self, params, step, 0.0f);
 }
 
 size_t

@@ -345,6 +345,13 @@ RUMOR_API rumor_err rumor_lowrank_edge_apply(rumor_lowrank_edge *self,
                                              float *const *params,
                                              float step);
 
+/* The same as a store: params[i] = sign * step * p q^T, the bits of
+ * _apply to a zeroed params[i] (a -0 may stay -0 where that gives +0),
+ * without reading params[i] first. */
+RUMOR_API rumor_err rumor_lowrank_edge_write(rumor_lowrank_edge *self,
+                                             float *const *params,
+                                             float step);
+
 /* The device the edge computes on (CUDA only when want_cuda found a
  * usable GPU). */
 RUMOR_API rumor_device

@@ -1485,6 +1485,79 @@ test_edge__equal_models_first__mixes_once_they_differ(void **s)
     rumor_lowrank_edge_destroy(&hi);
 }
 
+/* _write stores what _apply adds to a zeroed matrix, and never reads the
+ * target: two identical edge pairs, one applying into zeros, one writing
+ * over NaN, over four iterations, for an odd small shape (scalar tails
+ * and masked columns) and one of 2^18 elements with m % 8 == 0 (the
+ * streamed stores). Equal as floats (+0 and -0 alike), so equal bits
+ * everywhere else. */
+static void
+s_edge_write_case(size_t n, size_t m, size_t rank)
+{
+    const struct rumor_lowrank_shape shape = {.ndim = 2, .dims = {n, m}};
+    rumor_lowrank_edge *lo[2], *hi[2];
+    for (int k = 0; k < 2; k++)
+        s_edge_pair(&shape, 1, rank, &lo[k], &hi[k]);
+    float *a = s_randn(n * m, 81), *b = s_randn(n * m, 82);
+    float *za = malloc(n * m * sizeof *za), *zb = malloc(n * m * sizeof *zb);
+    float *wa = malloc(n * m * sizeof *wa), *wb = malloc(n * m * sizeof *wb);
+    float *msg_lo = malloc((n > m ? n : m) * rank * sizeof *msg_lo);
+    float *msg_hi = malloc((n > m ? n : m) * rank * sizeof *msg_hi);
+    assert_true(za && zb && wa && wb && msg_lo && msg_hi);
+    for (uint64_t t = 1; t <= 4; t++) {
+        memset(za, 0, n * m * sizeof *za);
+        memset(zb, 0, n * m * sizeof *zb);
+        for (size_t e = 0; e < n * m; e++)
+            wa[e] = wb[e] = NAN;
+        float *pa[1] = {a}, *pb[1] = {b};
+        float *out_lo[2][1] = {{za}, {wa}}, *out_hi[2][1] = {{zb}, {wb}};
+        for (int k = 0; k < 2; k++) {
+            assert_int_equal(rumor_lowrank_edge_product(lo[k], pa, t, msg_lo),
+                             0);
+            assert_int_equal(rumor_lowrank_edge_product(hi[k], pb, t, msg_hi),
+                             0);
+            assert_int_equal(rumor_lowrank_edge_combine(lo[k], msg_hi), 0);
+            assert_int_equal(rumor_lowrank_edge_combine(hi[k], msg_lo), 0);
+        }
+        assert_int_equal(rumor_lowrank_edge_apply(lo[0], out_lo[0], 0.3f), 0);
+        assert_int_equal(rumor_lowrank_edge_apply(hi[0], out_hi[0], 0.3f), 0);
+        assert_int_equal(rumor_lowrank_edge_write(lo[1], out_lo[1], 0.3f), 0);
+        assert_int_equal(rumor_lowrank_edge_write(hi[1], out_hi[1], 0.3f), 0);
+        size_t moved = 0;
+        for (size_t e = 0; e < n * m; e++) {
+            if (!(za[e] == wa[e] && zb[e] == wb[e]))
+                fail_msg("%zu x %zu, t %llu, element %zu: applied %g %g, "
+                         "written %g %g",
+                         n,
+                         m,
+                         (unsigned long long)t,
+                         e,
+                         za[e],
+                         zb[e],
+                         wa[e],
+                         wb[e]);
+            moved += za[e] != 0;
+            a[e] += za[e];
+            b[e] += zb[e];
+        }
+        assert_true(moved > n * m / 2); /* the step did move the models */
+    }
+    free(a), free(b), free(za), free(zb), free(wa), free(wb);
+    free(msg_lo), free(msg_hi);
+    for (int k = 0; k < 2; k++) {
+        rumor_lowrank_edge_destroy(&lo[k]);
+        rumor_lowrank_edge_destroy(&hi[k]);
+    }
+}
+
+static void
+test_edge__write__stores_what_apply_adds_to_zeros(void **s)
+{
+    (void)s;
+    s_edge_write_case(13, 11, 2);
+    s_edge_write_case(512, 512, 1);
+}
+
 static void
 test_edge__nan_message_or_misuse__rejected(void **s)
 {
@@ -2173,6 +2246,7 @@ main(int argc, char **argv)
         cmocka_unit_test(
             test_edge__ring_of_four__preserves_average_and_shrinks_differences),
         cmocka_unit_test(test_edge__equal_models_first__mixes_once_they_differ),
+        cmocka_unit_test(test_edge__write__stores_what_apply_adds_to_zeros),
         cmocka_unit_test(test_edge__nan_message_or_misuse__rejected),
         cmocka_unit_test(test_count__resnet18_cifar10__paper_ratios),
         cmocka_unit_test(
