@@ -530,16 +530,26 @@ s_ckpt_numel(const struct rumor_checkpoint *c)
     return numel;
 }
 
-/* Rewrites node's newest checkpoint in dir with its stale section as
- * builds before 2026-11-29 wrote it: an exchange that ran holds its
- * exchanged copy G = s + d (ran = 1), where newer builds keep the change
- * d (ran = 2). Returns how many exchanges it rewrote. */
+/* The runtime section's bytes with its last field, stopped (float64), set
+ * to 1: docs/protocol.md, "Checkpoint files". */
+#define RUNTIME_BYTES      88
+#define RUNTIME_STOPPED_AT 80
+
+/* Rewrites node's newest checkpoint in dir as the checkpoint of a stop
+ * agreed by all (runtime's stopped = 1), so that the ring resumes from it
+ * together, as from a stop's: resumed alone, a node re-synchronises with
+ * its neighbours and the run then depends on timing. With old_form, its
+ * stale section also as builds before 2026-11-29 wrote it: an exchange
+ * that ran holds its exchanged copy G = s + d (ran = 1), where newer
+ * builds keep the change d (ran = 2). Returns how many exchanges in
+ * flight had run. */
 static size_t
-s_stale_to_copies(const char *dir, uint32_t node)
+s_as_agreed_stop(const char *dir, uint32_t node, bool old_form)
 {
-    rumor_buf file, sec;
+    rumor_buf file, sec, rt;
     rumor_buf_init(&file, 1u << 28);
     rumor_buf_init(&sec, 1u << 28);
+    rumor_buf_init(&rt, RUNTIME_BYTES);
     struct rumor_checkpoint c;
     struct rumor_diag diag = {0};
     char path[256];
@@ -552,39 +562,49 @@ s_stale_to_copies(const char *dir, uint32_t node)
                                                   &diag),
                      RUMOR_OK);
     size_t numel = s_ckpt_numel(&c);
+    const struct rumor_checkpoint_section *r =
+        rumor_checkpoint_find(&c, RUMOR_CHECKPOINT_RUNTIME);
+    assert_non_null(r);
+    assert_int_equal(r->len, RUNTIME_BYTES);
+    assert_int_equal(rumor_buf_append(&rt, r->data, r->len), RUMOR_OK);
+    const double stopped = 1.0;
+    memcpy(rt.data + RUNTIME_STOPPED_AT, &stopped, sizeof stopped);
     const struct rumor_checkpoint_section *s =
         rumor_checkpoint_find(&c, RUMOR_CHECKPOINT_STALE);
     assert_non_null(s);
     assert_int_equal(rumor_buf_append(&sec, s->data, s->len), RUMOR_OK);
     uint32_t jobs = 0;
     memcpy(&jobs, sec.data, sizeof jobs);
-    size_t at = sizeof jobs, rewritten = 0, bytes = numel * sizeof(float);
+    size_t at = sizeof jobs, ran_count = 0, bytes = numel * sizeof(float);
     for (uint32_t k = 0; k < jobs; k++) {
         uint8_t *ran = sec.data + at + sizeof(uint64_t);
         uint8_t *snap = ran + 1, *d = snap + bytes; /* unaligned */
         assert_true(*ran <= 2);
-        for (size_t e = 0; *ran == 2 && e < numel; e++) {
+        for (size_t e = 0; old_form && *ran == 2 && e < numel; e++) {
             float s_e, d_e;
             memcpy(&s_e, snap + e * sizeof s_e, sizeof s_e);
             memcpy(&d_e, d + e * sizeof d_e, sizeof d_e);
             d_e = s_e + d_e;
             memcpy(d + e * sizeof d_e, &d_e, sizeof d_e);
         }
-        rewritten += *ran == 2;
+        ran_count += *ran == 2;
         at += sizeof(uint64_t) + 1 + bytes * (*ran != 0 ? 2 : 1);
-        *ran = *ran != 0;
+        if (old_form)
+            *ran = *ran != 0;
     }
     assert_int_equal(at, sec.len);
-    for (size_t k = 0; k < c.count; k++)
-        if (c.sections[k].id == RUMOR_CHECKPOINT_STALE)
-            c.sections[k] =
-                (struct rumor_checkpoint_section){RUMOR_CHECKPOINT_STALE,
-                                                  sec.data,
-                                                  sec.len};
+    for (size_t k = 0; k < c.count; k++) {
+        struct rumor_checkpoint_section *x = &c.sections[k];
+        if (x->id == RUMOR_CHECKPOINT_STALE)
+            *x = (struct rumor_checkpoint_section){x->id, sec.data, sec.len};
+        if (x->id == RUMOR_CHECKPOINT_RUNTIME)
+            *x = (struct rumor_checkpoint_section){x->id, rt.data, rt.len};
+    }
     assert_int_equal(rumor_checkpoint_write(dir, &c, 1000, &diag), RUMOR_OK);
     rumor_buf_free(&file);
     rumor_buf_free(&sec);
-    return rewritten;
+    rumor_buf_free(&rt);
+    return ran_count;
 }
 
 /* The largest |a - b| over two model files of the same shapes. */
@@ -629,7 +649,8 @@ s_drop_after_periodic(const char *dir, long long at, int every)
 }
 
 /* Stops the ring by SIGTERM to a node, resumes it from the final
- * checkpoints (every > 0: from the periodic ones before), and compares
+ * checkpoints (every > 0: from the periodic ones before, marked as a
+ * stop's, s_as_agreed_stop), and compares
  * with an uninterrupted run: the same bits, or (old_stale: the stale
  * sections rewritten as older builds wrote them) within 1e-4. G = s + d
  * rounds, but d = G - s was exact where G and s are within a factor 2
@@ -668,11 +689,11 @@ s_ring_run(const char *name,
     snprintf(steps, sizeof steps, "%lld", at + 25);
     if (every > 0)
         at = s_drop_after_periodic(g.ckpt, at, every);
-    size_t rewritten = 0;
-    for (int i = 0; i < RING && old_stale; i++)
-        rewritten += s_stale_to_copies(g.ckpt, (uint32_t)i);
-    if (old_stale && rewritten == 0)
-        fail_msg("%s: no exchange in flight had run: nothing to rewrite", name);
+    size_t ran = 0;
+    for (int i = 0; i < RING && every > 0; i++)
+        ran += s_as_agreed_stop(g.ckpt, (uint32_t)i, old_stale);
+    if (every > 0 && ran == 0)
+        fail_msg("%s: no exchange in flight had run", name);
     s_ring_start(&g, common, steps, m1, true, pids);
     s_ring_wait_ok(&g, pids, "resumed");
     /* under RUMOR_NODE_DEVICE=ref, the resumed model is in device memory */
@@ -695,20 +716,22 @@ s_ring_run(const char *name,
         fail_msg("%s: the resumed models differ by up to %g", name, worst);
     if (old_stale)
         printf("  %s: SIGTERM to node %d; from the checkpoints of step "
-               "%lld, %zu exchanges in flight rewritten as copies; resumed "
-               "to %s: within %.3g\n",
+               "%lld, %zu exchanges in flight that ran, rewritten as "
+               "copies; resumed to %s: within %.3g\n",
                name,
                victim,
                at,
-               rewritten,
+               ran,
                steps,
                worst);
     else
         printf("  %s: SIGTERM to node %d; from the checkpoints of step "
-               "%lld, resumed to %s: bit-identical\n",
+               "%lld (%zu exchanges in flight that ran); resumed to %s: "
+               "bit-identical\n",
                name,
                victim,
                at,
+               ran,
                steps);
 }
 
@@ -864,8 +887,8 @@ test_ring__dpsgd_stale_sigterm_then_resume__same_step_bit_identical(
 
 /* D-PSGD with two exchanges in flight, resumed from a periodic
  * checkpoint: a stop's final checkpoint holds only exchanges that never
- * ran; a periodic one holds two that ran, saved with the changes they
- * land. */
+ * ran; a periodic one holds up to two that ran, saved with the changes
+ * they land. */
 #define DPSGD_STALE2_PERIODIC                                             \
     "--algo", "dpsgd", "--stale", "2", "--hidden", "16", "--batch", "16", \
         "--checkpoint-every", "4"
