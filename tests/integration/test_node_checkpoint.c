@@ -19,10 +19,11 @@
  *     as an uninterrupted run of the same length; D-PSGD with --stale 2
  *     does the same with the model on the reference device
  *     (RUMOR_NODE_DEVICE=ref), its exchanges in flight saved from and
- *     restored into device memory; and resumed from checkpoints whose
- *     exchanges in flight are rewritten as older builds saved them (the
- *     exchanged copy, not the change), it ends within rounding of the
- *     uninterrupted run.
+ *     restored into device memory; resumed from the periodic
+ *     checkpoints before the stop (marked as a stop's, so the ring
+ *     resumes together), whose exchanges in flight ran, it ends with the
+ *     same bytes too, and with those exchanges rewritten as older builds
+ *     saved them (the exchanged copy, not the change) within rounding.
  * Processes are waited for with a deadline and killed past it; waits poll
  * a condition (a file, a line count), they never sleep to synchronise.
  * The random delays before a kill choose the moment of the kill, seeded
