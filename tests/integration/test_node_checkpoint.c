@@ -886,6 +886,31 @@ test_ring__dpsgd_stale_sigterm_then_resume__same_step_bit_identical(
     s_ring_case("dpsgd+stale", common, 16);
 }
 
+/* The same with the model on the reference device (RUMOR_NODE_DEVICE=ref,
+ * the node's test hook) and two exchanges in flight: the stale queue's
+ * snapshots and copies come down into the checkpoint and go up at
+ * --resume. */
+static void
+test_ring__dpsgd_stale2_ref_device_sigterm_then_resume__same_step_bit_identical(
+    void **state)
+{
+    (void)state;
+    const char *common[] = {"--algo",
+                            "dpsgd",
+                            "--stale",
+                            "2",
+                            "--hidden",
+                            "16",
+                            "--batch",
+                            "16",
+                            "--log-level",
+                            "info",
+                            NULL};
+    assert_int_equal(setenv("RUMOR_NODE_DEVICE", "ref", 1), 0);
+    s_ring_case("dpsgd+stale 2 on the reference device", common, 17);
+    assert_int_equal(unsetenv("RUMOR_NODE_DEVICE"), 0);
+}
+
 /* D-PSGD with two exchanges in flight, resumed from a periodic
  * checkpoint: a stop's final checkpoint holds only exchanges that never
  * ran; a periodic one holds up to two that ran, saved with the changes
@@ -912,31 +937,6 @@ test_ring__dpsgd_stale2_checkpoint_of_older_build__resumes_within_rounding(
     (void)state;
     const char *common[] = {DPSGD_STALE2_PERIODIC, NULL};
     s_ring_run("dpsgd+stale 2, older checkpoints", common, 18, 4, true);
-}
-
-/* The same with the model on the reference device (RUMOR_NODE_DEVICE=ref,
- * the node's test hook) and two exchanges in flight: the stale queue's
- * snapshots and copies come down into the checkpoint and go up at
- * --resume. */
-static void
-test_ring__dpsgd_stale2_ref_device_sigterm_then_resume__same_step_bit_identical(
-    void **state)
-{
-    (void)state;
-    const char *common[] = {"--algo",
-                            "dpsgd",
-                            "--stale",
-                            "2",
-                            "--hidden",
-                            "16",
-                            "--batch",
-                            "16",
-                            "--log-level",
-                            "info",
-                            NULL};
-    assert_int_equal(setenv("RUMOR_NODE_DEVICE", "ref", 1), 0);
-    s_ring_case("dpsgd+stale 2 on the reference device", common, 17);
-    assert_int_equal(unsetenv("RUMOR_NODE_DEVICE"), 0);
 }
 
 /* Compressed data-parallel SGD with DGC: every node's error memory
