@@ -488,6 +488,7 @@ def _torch_plots(results, png_dir, out_dir):
     for rate in results:
         png = os.path.join(png_dir, "bench-torch-%s-seconds.png" % rate)
         if os.path.exists(png):
+            os.makedirs(out_dir, exist_ok=True)
             dst = os.path.join(out_dir, os.path.basename(png))
             shutil.copyfile(png, dst)
             plots.append(os.path.relpath(dst, REPO))
@@ -502,7 +503,9 @@ def _torch_import(path, out_dir):
     return {"command": _torch_command(a), "args": a,
             "rates": sorted(rep["results"]), "results": rep["results"],
             "stdout": rep.get("stdout", ""),
-            "plots": _torch_plots(rep["results"], os.path.dirname(path),
+            # the plots are in the run's --out (a JSON without it: beside)
+            "plots": _torch_plots(rep["results"],
+                                  a.get("out") or os.path.dirname(path),
                                   out_dir)}
 
 
