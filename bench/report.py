@@ -645,17 +645,16 @@ def _torch_targets(results, target):
                 "target; see the table."]
     acc = r[rumor[1]]["curve"][-1]["accuracy"]
     ref_acc = r["DDP fp32"]["curve"][-1]["accuracy"]
-    ok = lambda c: "**met**" if c else "**not met**"
     return [
         "Targets at 100 Mbit/s (issue 21), Rumor's fastest contender (%s):"
         % rumor[1], "",
         "- at least 5x sooner to the target than DDP fp32: %.2fx, %s"
-        % (fp32[0] / rumor[0], ok(fp32[0] / rumor[0] >= 5)),
+        % (fp32[0] / rumor[0], met(fp32[0] / rumor[0] >= 5)),
         "- at least 2x sooner than DDP with the PowerSGD hook (its best "
         "rank, %s): %.2fx, %s" % (hook[1], hook[0] / rumor[0],
-                                  ok(hook[0] / rumor[0] >= 2)),
+                                  met(hook[0] / rumor[0] >= 2)),
         "- final accuracy within 0.5 points of DDP fp32: %.4f against "
-        "%.4f, %s" % (acc, ref_acc, ok(acc >= ref_acc - 0.005)), ""] + \
+        "%.4f, %s" % (acc, ref_acc, met(acc >= ref_acc - 0.005)), ""] + \
         _torch_stream_target(r, fp32[0], target)
 
 
@@ -665,7 +664,6 @@ def _torch_stream_target(r, fp32_seconds, target):
     stream = r.get("Rumor streaming DiLoCo")
     if stream is None:
         return []
-    ok = lambda c: "**met**" if c else "**not met**"
     ref_acc = r["DDP fp32"]["curve"][-1]["accuracy"]
     ddp, own = (_to_target(r["DDP fp32"]["curve"], ref_acc),
                 _to_target(stream["curve"], ref_acc))
@@ -680,8 +678,8 @@ def _torch_stream_target(r, fp32_seconds, target):
     return ["Target at 100 Mbit/s (issue 32), Rumor streaming DiLoCo:", "",
             "- at least 5x sooner than DDP fp32 to DDP fp32's final accuracy "
             "(%.4f): %s%s, %s" % (ref_acc, head, at_target,
-                                  ok(own is not None and
-                                     ddp["seconds"] / own["seconds"] >= 5)),
+                                  met(own is not None and
+                                      ddp["seconds"] / own["seconds"] >= 5)),
             ""]
 
 

@@ -725,14 +725,21 @@ s_ring_run(const char *name,
                ran,
                steps,
                worst);
-    else
-        printf("  %s: SIGTERM to node %d; from the checkpoints of step "
-               "%lld (%zu exchanges in flight that ran); resumed to %s: "
+    else if (every > 0)
+        printf("  %s: SIGTERM to node %d; from the periodic checkpoints of "
+               "step %lld (%zu exchanges in flight that ran); resumed to %s: "
                "bit-identical\n",
                name,
                victim,
                at,
                ran,
+               steps);
+    else
+        printf("  %s: SIGTERM to node %d, all stopped after step %lld; "
+               "resumed to %s: bit-identical\n",
+               name,
+               victim,
+               at,
                steps);
 }
 
