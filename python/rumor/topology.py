@@ -131,29 +131,39 @@ def parse(text, name="<string>"):
                           enc(name))
 
 
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _bound_port():
+    """A socket the kernel bound to a free port on 127.0.0.1: kept open
+    until every node has its port, so that no two nodes get the same one
+    (a port released at once can be handed out again by the next bind)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    return s
 
 
 def local(spec, directory, seed=1, insecure=False):
     """A topology for one machine, as `rumor topo gen --local`: endpoints
-    on 127.0.0.1 at free ports and (unless insecure) a CURVE keypair per
-    node in DIRECTORY/keys/node-N.{key,pub}, with the public keys in the
-    file DIRECTORY/topology.topo, whose path is returned. Node i's key
-    base is DIRECTORY/keys/node-i."""
+    on 127.0.0.1 at distinct free ports and (unless insecure) a CURVE
+    keypair per node in DIRECTORY/keys/node-N.{key,pub}, with the public
+    keys in the file DIRECTORY/topology.topo, whose path is returned.
+    Node i's key base is DIRECTORY/keys/node-i."""
     t = from_spec(spec, seed) if not isinstance(spec, Topology) else spec
     os.makedirs(os.path.join(directory, "keys"), exist_ok=True)
-    for i in range(t.nodes):
-        key = None
-        if not insecure:
-            base = os.path.join(directory, "keys", f"node-{i}")
-            for ext in (".key", ".pub"):
-                if os.path.exists(base + ext):
-                    os.unlink(base + ext)
-            key = keygen(base)
-        t.set_node(i, f"tcp://127.0.0.1:{_free_port()}", key)
+    held = []
+    try:
+        for i in range(t.nodes):
+            key = None
+            if not insecure:
+                base = os.path.join(directory, "keys", f"node-{i}")
+                for ext in (".key", ".pub"):
+                    if os.path.exists(base + ext):
+                        os.unlink(base + ext)
+                key = keygen(base)
+            held.append(_bound_port())
+            port = held[-1].getsockname()[1]
+            t.set_node(i, f"tcp://127.0.0.1:{port}", key)
+    finally:
+        for s in held:
+            s.close()
     path = os.path.join(directory, "topology.topo")
     t.save(path)
     return path

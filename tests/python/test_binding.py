@@ -293,6 +293,17 @@ def test_topology_local__keys_match_the_file(tmp_path):
         rumor.keygen(str(tmp_path / "keys" / "node-0"))  # exists
 
 
+def test_topology_local__many_nodes__every_endpoint_distinct(tmp_path):
+    """Each port stays bound until all are picked: one released at once
+    could come back from the kernel for a later node (a 2-node CI run got
+    the same port twice), and load() refuses a repeated endpoint."""
+    nodes = 256
+    path = rumor.topology.local(f"ring:{nodes}", str(tmp_path),
+                                insecure=True)
+    t = rumor.topology.load(path)
+    assert len({t.endpoint(i) for i in range(nodes)}) == nodes
+
+
 def test_keys__signing_identity__curve_keys_from_before_refused(tmp_path):
     """A node's key is an Ed25519 identity listed as ed25519:Z85 (48
     characters); a 40-character CURVE key from before signing is refused,
