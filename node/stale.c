@@ -14,6 +14,13 @@
  * (node->src.be: a device's memory, issue #31), and landing is the
  * backend's float arithmetic, so a device node's queue never crosses
  * PCIe; only a checkpoint's save and restore copy it through the host.
+ * A job takes a snapshot-and-change pair when it is queued and gives it
+ * back when it lands; pairs are made only when none is free, and the
+ * last one given back is the next one taken. So the memory is that of
+ * the most jobs ever in flight, not S pairs: local SGD with --stale H
+ * syncs once in H steps and keeps one, where S pairs would cost 2 H
+ * models (and a fault on every page of a pair the first time a sync
+ * reaches it).
  */
 #include "node/stale.h"
 
@@ -26,11 +33,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A job's models: s_t and, once run, d_t, views of one block of be's
+ * memory. */
+struct s_pair {
+    float *block;
+    struct rumor_model *snap, *change;
+};
+
 struct s_job {
     uint64_t t;
-    struct rumor_model *snap, *change; /* s_t; d_t once run */
-    bool own_stream; /* the queuing thread's (core/cuda_stream.h) */
-    int device;      /* with own_stream: the queuing thread's device */
+    struct s_pair *pair; /* while queued */
+    bool own_stream;     /* the queuing thread's (core/cuda_stream.h) */
+    int device;          /* with own_stream: the queuing thread's device */
     bool done, stop;
     rumor_err rc;
 };
@@ -42,9 +56,13 @@ struct node_stale {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     const struct gossip_backend_i *be; /* the model's memory */
-    float *block;       /* the jobs' snapshots and changes, in be's memory */
-    size_t floats;      /* the model's */
-    struct s_job *jobs; /* a ring of `stale` slots, under mu */
+    size_t floats;                     /* the model's */
+    struct s_job *jobs;                /* a ring of `stale` slots, under mu */
+    /* the pairs made so far; free ones stacked in spare. The queuing
+     * thread's alone: it takes them (push, restore) and gives them back
+     * (land). */
+    struct s_pair *pairs, **spare;
+    size_t made, spare_count;
     size_t head, count, running; /* oldest, queued, next to run (count) */
     bool quit, stopped;
     uint64_t floor; /* the thread's: the ring went on from this step */
@@ -158,13 +176,14 @@ s_run(node_stale *st, struct s_job *j)
     if (j->own_stream)
         core_cuda_device_set(j->device);
     bool was = core_cuda_own_stream(j->own_stream);
+    struct s_pair *pair = j->pair;
     rumor_err rc =
-        node_model_copy(st->be, node->mix, j->snap, GOSSIP_ON_DEVICE);
+        node_model_copy(st->be, node->mix, pair->snap, GOSSIP_ON_DEVICE);
     /* a step the ring went past changes nothing */
     if (rc == RUMOR_OK && j->t >= st->floor)
         rc = s_exchange(st, j);
     if (rc == RUMOR_OK && !j->stop)
-        rc = s_change(st, j->change, node->mix, j->snap);
+        rc = s_change(st, pair->change, node->mix, pair->snap);
     core_cuda_own_stream(was);
     s_publish(st);
     pthread_mutex_lock(&st->mu);
@@ -195,36 +214,63 @@ s_main(void *arg)
     return NULL;
 }
 
-/* The jobs' models: views of one block of be's memory, 2 S models. */
 static rumor_err
 s_jobs_new(node_stale *st, const struct rumor_model *model)
 {
     st->jobs = calloc(st->stale, sizeof *st->jobs);
-    if (st->jobs == NULL)
-        return RUMOR_ENOMEM;
+    st->pairs = calloc(st->stale, sizeof *st->pairs);
+    st->spare = calloc(st->stale, sizeof *st->spare);
     for (size_t k = 0; k < model->count; k++)
         st->floats += rumor_tensor_numel(&model->tensors[k]);
-    rumor_err rc =
-        st->be->alloc((2 * st->stale * st->floats + 1) * sizeof(float),
-                      (void **)&st->block);
-    for (size_t k = 0; k < st->stale && rc == RUMOR_OK; k++) {
-        float *at = st->block + 2 * k * st->floats;
-        rc = node_model_view(model, at, &st->jobs[k].snap);
-        if (rc == RUMOR_OK)
-            rc = node_model_view(model, at + st->floats, &st->jobs[k].change);
+    return st->jobs != NULL && st->pairs != NULL && st->spare != NULL
+               ? RUMOR_OK
+               : RUMOR_ENOMEM;
+}
+
+/* A free pair for job j: the last one given back, else a new one. */
+static rumor_err
+s_pair_take(node_stale *st, struct s_job *j)
+{
+    if (st->spare_count > 0) {
+        j->pair = st->spare[--st->spare_count];
+        return RUMOR_OK;
     }
-    return rc;
+    struct s_pair *p = &st->pairs[st->made];
+    const struct rumor_model *shape = st->node->mix;
+    rumor_err rc =
+        st->be->alloc((2 * st->floats + 1) * sizeof(float), (void **)&p->block);
+    if (rc == RUMOR_OK)
+        rc = node_model_view(shape, p->block, &p->snap);
+    if (rc == RUMOR_OK)
+        rc = node_model_view(shape, p->block + st->floats, &p->change);
+    if (rc != RUMOR_OK) {
+        rumor_model_free(&p->snap);
+        st->be->release(p->block);
+        p->block = NULL;
+        return rc;
+    }
+    st->made++;
+    j->pair = p;
+    return RUMOR_OK;
+}
+
+static void
+s_pair_give(node_stale *st, struct s_job *j)
+{
+    st->spare[st->spare_count++] = j->pair;
+    j->pair = NULL;
 }
 
 static void
 s_free(node_stale *st)
 {
-    for (size_t k = 0; st->jobs != NULL && k < st->stale; k++) {
-        rumor_model_free(&st->jobs[k].snap);
-        rumor_model_free(&st->jobs[k].change);
+    for (size_t k = 0; k < st->made; k++) {
+        rumor_model_free(&st->pairs[k].snap);
+        rumor_model_free(&st->pairs[k].change);
+        st->be->release(st->pairs[k].block);
     }
-    if (st->be != NULL)
-        st->be->release(st->block);
+    free(st->pairs);
+    free(st->spare);
     free(st->jobs);
     free(st);
 }
@@ -276,6 +322,16 @@ node_stale_stop(node_stale **self_p)
     pthread_join(st->thread, NULL);
     pthread_cond_destroy(&st->cv);
     pthread_mutex_destroy(&st->mu);
+    /* what the queue cost: an operator sizing device memory for a long
+     * --stale learns what the run really held */
+    if (st->made > 0)
+        rumor_log(RUMOR_LOG_INFO,
+                  "stale exchanges (--stale %u): at most %zu in flight, "
+                  "held in %zu model copies (%.1f MB)",
+                  st->stale,
+                  st->made,
+                  2 * st->made,
+                  (double)(2 * st->made * st->floats * sizeof(float)) / 1e6);
     s_free(st);
     *self_p = NULL;
 }
@@ -292,7 +348,11 @@ node_stale_push(node_stale *st, const struct rumor_model *model, uint64_t t)
     struct s_job *j = s_slot(st, st->count);
     pthread_mutex_unlock(&st->mu);
     /* the slot is free: the thread reads only slots below count */
-    rumor_err rc = node_model_copy(st->be, j->snap, model, GOSSIP_ON_DEVICE);
+    rumor_err rc = s_pair_take(st, j);
+    if (rc == RUMOR_OK)
+        rc = node_model_copy(st->be, j->pair->snap, model, GOSSIP_ON_DEVICE);
+    if (rc != RUMOR_OK && j->pair != NULL)
+        s_pair_give(st, j);
     if (rc != RUMOR_OK)
         return rc;
     j->t = t;
@@ -315,7 +375,7 @@ s_apply(node_stale *st, struct rumor_model *model, const struct s_job *j)
     for (size_t k = 0; k < model->count && rc == RUMOR_OK; k++) {
         float *x = model->tensors[k].data;
         size_t n = rumor_tensor_numel(&model->tensors[k]);
-        rc = st->be->add(x, x, j->change->tensors[k].data, n);
+        rc = st->be->add(x, x, j->pair->change->tensors[k].data, n);
     }
     return rc;
 }
@@ -345,6 +405,7 @@ s_oldest_due(node_stale *st, uint64_t t, bool *stopped)
 static void
 s_pop(node_stale *st)
 {
+    s_pair_give(st, s_slot(st, 0));
     pthread_mutex_lock(&st->mu);
     st->head = (st->head + 1) % st->stale;
     st->count--;
@@ -439,9 +500,9 @@ node_stale_save(node_stale *st, rumor_buf *out)
         if (rc == RUMOR_OK)
             rc = rumor_buf_append(out, &ran, 1);
         if (rc == RUMOR_OK)
-            rc = s_put_model(st, out, j->snap);
+            rc = s_put_model(st, out, j->pair->snap);
         if (rc == RUMOR_OK && ran)
-            rc = s_put_model(st, out, j->change);
+            rc = s_put_model(st, out, j->pair->change);
     }
     return rc;
 }
@@ -468,16 +529,16 @@ s_restore_job(node_stale *st,
               size_t floats)
 {
     struct s_job *j = &st->jobs[k];
-    *j = (struct s_job){.t = t,
-                        .snap = j->snap,
-                        .change = j->change,
-                        .done = ran != S_UNRUN,
-                        .rc = RUMOR_OK};
-    rumor_err rc = s_get_model(st, j->snap, p);
+    *j = (struct s_job){.t = t, .done = ran != S_UNRUN, .rc = RUMOR_OK};
+    rumor_err rc = s_pair_take(st, j);
+    if (rc != RUMOR_OK)
+        return rc;
+    struct s_pair *pair = j->pair;
+    rc = s_get_model(st, pair->snap, p);
     if (rc == RUMOR_OK && ran != S_UNRUN)
-        rc = s_get_model(st, j->change, p + floats);
+        rc = s_get_model(st, pair->change, p + floats);
     if (rc == RUMOR_OK && ran == S_RAN_COPY)
-        rc = s_change(st, j->change, j->change, j->snap);
+        rc = s_change(st, pair->change, pair->change, pair->snap);
     return rc;
 }
 
@@ -561,6 +622,10 @@ node_stale_restore(node_stale *st, const uint8_t *p, size_t len, uint64_t step)
         while (st->running < n && st->jobs[st->running].done)
             st->running++;
         pthread_cond_broadcast(&st->cv);
+    } else if (st->count == 0) {
+        for (size_t k = 0; k < st->stale; k++)
+            if (st->jobs[k].pair != NULL) /* restored before the fault */
+                s_pair_give(st, &st->jobs[k]);
     }
     pthread_mutex_unlock(&st->mu);
     return why == NULL ? RUMOR_OK : RUMOR_EPROTO;

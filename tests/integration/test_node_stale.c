@@ -167,6 +167,23 @@ s_same_models(const struct ring *r, const char *a, const char *b)
     return same;
 }
 
+/* Every node of DIR/run logged that its stale queue held `in_flight`
+ * exchanges at most: it keeps that many snapshot pairs, not S. */
+static void
+s_check_in_flight(const struct ring *r, const char *run, int in_flight)
+{
+    char want[64];
+    snprintf(want, sizeof want, "at most %d in flight,", in_flight);
+    for (int i = 0; i < NODES; i++) {
+        char path[200];
+        snprintf(path, sizeof path, "%s/%s/node-%d.log", r->dir, run, i);
+        if (!tnc_contains(path, want)) {
+            tnc_show(path);
+            fail_msg("%s: node %d's log does not say \"%s\"", run, i, want);
+        }
+    }
+}
+
 /* --- tests ------------------------------------------------------------- */
 
 static void
@@ -195,6 +212,8 @@ test_ring4_diloco_stale3__delay_0_or_20ms__same_bits_at_optimum(void **state)
         fail_msg("the delay of the links changed a stale run's models");
     if (s_same_models(&r, "fast", "blocking"))
         fail_msg("--stale 3 gave the models of --stale 0");
+    /* a sync every 5 steps lands 3 later: one in flight at a time */
+    s_check_in_flight(&r, "fast", 1);
     tnc_dir_done(r.dir);
 }
 
@@ -207,6 +226,7 @@ test_ring4_powergossip_stale2__reaches_optimum(void **state)
     const char *algo[] = {"--algo", "powergossip", "--stale", "2", NULL};
     s_launch_ok(&r, "pg", algo, NULL);
     s_check_optimum(&r, "pg");
+    s_check_in_flight(&r, "pg", 2); /* an exchange every step */
     tnc_dir_done(r.dir);
 }
 
