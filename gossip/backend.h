@@ -253,6 +253,9 @@ void gossip_ref_diff_sq(double *d,
                         double *sq);
 void gossip_ref_sub(double *d, const double *a, const double *b, size_t n);
 void gossip_ref_axpy(double *acc, double c, const double *d, size_t n);
+/* gossip_ref_axpy over the doubles of y: acc += (double)y * c (host
+ * memory; PowerGossip's factored terms, term_add). */
+void gossip_ref_axpy_f(double *acc, double c, const float *y, size_t n);
 void gossip_ref_apply(float *out,
                       const float *base,
                       double gamma,

@@ -40,7 +40,8 @@
 
 struct gossip_term {
     uint64_t step;
-    double *delta; /* x_j - x_i, numel doubles; kept for reuse */
+    double *delta; /* x_j - x_i, numel doubles, kept for reuse; NULL
+                      where the algorithm keeps its terms (own_terms) */
     double weight; /* w_ij, clipped: commit adds weight * delta */
     bool staged;   /* waiting for the peer's held bit */
     bool ready;    /* the peer holds ours too: apply at the next commit */
@@ -65,8 +66,9 @@ struct gossip_ledger {
     struct gossip_term **round;
     uint32_t *round_peer;
     double *round_w, *round_norm;
-    /* commit: the ready terms and their weights, in order */
+    /* commit: the ready terms, their peers and weights, in order */
     double **commit_d;
+    uint32_t *commit_peer;
     double *commit_w;
 };
 
@@ -134,12 +136,13 @@ s_ledger(rumor_gossip *g, struct gossip_ledger **out)
         l->round_norm = malloc(g->nodes * sizeof *l->round_norm);
         size_t terms = g->nodes * RUMOR_GOSSIP_PENDING_MAX;
         l->commit_d = malloc(terms * sizeof *l->commit_d);
+        l->commit_peer = malloc(terms * sizeof *l->commit_peer);
         l->commit_w = malloc(terms * sizeof *l->commit_w);
         g->ledger = l;
         if (rc != RUMOR_OK)
             return rc;
         if (!l->edge || !l->round || !l->round_peer || !l->round_w ||
-            !l->round_norm || !l->commit_d || !l->commit_w)
+            !l->round_norm || !l->commit_d || !l->commit_peer || !l->commit_w)
             return RUMOR_ENOMEM;
     }
     *out = g->ledger;
@@ -162,6 +165,7 @@ gossip_ledger_free(rumor_gossip *g)
     free(l->round_w);
     free(l->round_norm);
     free(l->commit_d);
+    free(l->commit_peer);
     free(l->commit_w);
     free(l);
     g->ledger = NULL;
@@ -184,8 +188,9 @@ s_slot(const rumor_gossip *g, struct gossip_edge *e)
         struct gossip_term *t = &e->term[k];
         if (t->staged || t->ready)
             continue;
-        if (t->delta == NULL && g->be->alloc(g->numel * sizeof(double),
-                                             (void **)&t->delta) != RUMOR_OK)
+        if (t->delta == NULL && !g->own_terms &&
+            g->be->alloc(g->numel * sizeof(double), (void **)&t->delta) !=
+                RUMOR_OK)
             return NULL;
         return t;
     }
@@ -504,6 +509,7 @@ rumor_gossip_commit(rumor_gossip *g, size_t *applied)
                 if (!u->ready || u->step != step)
                     continue;
                 l->commit_d[n] = u->delta;
+                l->commit_peer[n] = (uint32_t)i;
                 l->commit_w[n++] = u->weight;
                 u->ready = false;
                 if (g->algo->edge_commit != NULL)
@@ -515,7 +521,8 @@ rumor_gossip_commit(rumor_gossip *g, size_t *applied)
         return RUMOR_OK;
     struct gossip_terms terms = {(const double *const *)l->commit_d,
                                  l->commit_w,
-                                 n};
+                                 n,
+                                 g->own_terms ? l->commit_peer : NULL};
     return gossip_apply_terms(g, l->acc, NULL, &terms);
 }
 

@@ -625,12 +625,15 @@ gossip_term_norm(rumor_gossip *g, const double *d, double sq, double *norm)
     return RUMOR_OK;
 }
 
-/* One chunk of gossip_apply_terms: n elements from model element e on,
- * x (and from, where not NULL) pointing at the first. */
+/* One chunk of gossip_apply_terms: n elements from element at of tensor
+ * t (model element e) on, x (and from, where not NULL) pointing at the
+ * first. */
 static rumor_err
 s_apply_chunk(rumor_gossip *g,
               float *x,
               const float *from,
+              size_t t,
+              size_t at,
               size_t e,
               size_t n,
               double *acc,
@@ -638,10 +641,28 @@ s_apply_chunk(rumor_gossip *g,
 {
     rumor_err rc = g->be->zero(acc, n * sizeof(double));
     for (size_t k = 0; k < terms->count && rc == RUMOR_OK; k++)
-        rc = g->be->axpy(acc, terms->c[k], terms->d[k] + e, n);
+        rc = terms->peer != NULL
+                 ? g->algo
+                       ->term_add(g, terms->peer[k], t, at, n, terms->c[k], acc)
+                 : g->be->axpy(acc, terms->c[k], terms->d[k] + e, n);
     if (rc != RUMOR_OK)
         return rc;
     return g->be->apply(x, from != NULL ? from : x, g->opts.gamma, acc, n);
+}
+
+/* Elements of tensor t per chunk: an even number of whole rows of its
+ * matrix where two fit, so a factored term (term_add) rebuilds no row
+ * twice and its pairs of rows are those of a whole rebuild. */
+static size_t
+s_chunk_of(const rumor_gossip *g, size_t t, size_t chunk)
+{
+    const struct rumor_tensor *x = &g->tensors[t];
+    size_t n = rumor_tensor_numel(x);
+    size_t row = x->ndim >= 2 && x->shape[0] > 0 ? n / x->shape[0] : 0;
+    if (row == 0 || 2 * row > chunk)
+        return chunk;
+    size_t rows = chunk / row;
+    return (rows - rows % 2) * row;
 }
 
 rumor_err
@@ -650,15 +671,18 @@ gossip_apply_terms(rumor_gossip *g,
                    const float *from,
                    const struct gossip_terms *terms)
 {
-    size_t chunk = gossip_apply_bytes(g) / sizeof(double), e = 0;
+    size_t most = gossip_apply_bytes(g) / sizeof(double), e = 0;
     rumor_err rc = RUMOR_OK;
+    if (terms->peer != NULL && g->algo->term_add == NULL)
+        return RUMOR_EINVAL;
     for (size_t t = 0; t < g->tensor_count && rc == RUMOR_OK; t++) {
         float *x = g->tensors[t].data;
         size_t n = rumor_tensor_numel(&g->tensors[t]);
+        size_t chunk = s_chunk_of(g, t, most);
         for (size_t at = 0; at < n && rc == RUMOR_OK; at += chunk) {
             size_t len = n - at < chunk ? n - at : chunk;
             const float *f = from != NULL ? from + e + at : NULL;
-            rc = s_apply_chunk(g, x + at, f, e + at, len, acc, terms);
+            rc = s_apply_chunk(g, x + at, f, t, at, e + at, len, acc, terms);
         }
         e += n;
     }

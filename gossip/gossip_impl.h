@@ -110,6 +110,19 @@ struct gossip_algo_i {
     /* (optional) the peer restarted: the per-edge state starts over from
      * the value both ends derive alone (the pair's seed, zero copies). */
     void (*edge_reset)(rumor_gossip *g, uint32_t peer);
+    /* (optional) the edge terms kept by the algorithm itself, factored,
+     * rather than as numel doubles (where init set g->own_terms):
+     * edge_diff then gets d NULL, and this adds c times elements
+     * [at, at + n) of tensor t of the term its last edge_diff with peer
+     * made into acc (n doubles, host memory), in the roundings of
+     * be->axpy over that term's doubles. */
+    rumor_err (*term_add)(rumor_gossip *g,
+                          uint32_t peer,
+                          size_t t,
+                          size_t at,
+                          size_t n,
+                          double c,
+                          double *acc);
     /* (optional, NULL: no state between steps) appends the state */
     rumor_err (*state_save)(const rumor_gossip *g, struct rumor_buf *out);
     /* (optional, NULL: nothing follows the ring) the ring's members change
@@ -169,6 +182,7 @@ struct rumor_gossip {
     size_t out_handed;
     void *state;                  /* the algorithm's */
     struct gossip_ledger *ledger; /* edges.c: staged terms, made on use */
+    bool own_terms;               /* the algorithm keeps its edge terms */
     struct gossip_robust *robust; /* robust.c: the radius, made on use */
     struct rumor_gossip_screen_stats screen; /* rumor_gossip_screen_stats */
     struct gossip_adapt *adapt; /* adapt.c: opts.adapt's controller */
@@ -211,11 +225,13 @@ rumor_err
 gossip_term_norm(rumor_gossip *g, const double *d, double sq, double *norm);
 
 /* count model-sized terms d[k] (doubles in the backend's memory) and
- * their weights c[k]. */
+ * their weights c[k]; with g->own_terms, peer[k] names the edge whose
+ * term the algorithm keeps (term_add) and d is unused. */
 struct gossip_terms {
     const double *const *d;
     const double *c;
     size_t count;
+    const uint32_t *peer;
 };
 /* The step's radius from the finite norms of its neighbour differences
  * (and the history, which it updates); INFINITY when off. */

@@ -59,10 +59,15 @@ struct pg_peer {
     float *committed; /* the factors of the last iteration both ends took */
     float *cand;      /* the factors the staged iteration leaves */
     size_t state_n;   /* floats in each */
-    bool open;        /* product sent, no combine yet */
-    bool dirty;       /* the live factors are not the committed ones */
-    uint64_t open_t;  /* the open iteration */
-    uint64_t iters;   /* iterations both ends took: the next is iters + 1 */
+    /* own_terms: the last term made, its factors (state_n floats) and
+     * its 1-D differences (vec_floats doubles) */
+    float *term;
+    double *term_vec;
+    bool term_made;
+    bool open;       /* product sent, no combine yet */
+    bool dirty;      /* the live factors are not the committed ones */
+    uint64_t open_t; /* the open iteration */
+    uint64_t iters;  /* iterations both ends took: the next is iters + 1 */
 };
 
 /* The model-sized buffers (acc, zero, and what a difference reads) live
@@ -74,9 +79,12 @@ struct powergossip {
     float *vec_snap;      /* host: own 1-D tensors as sent this round */
     float *vec_dev;       /* the same on the backend */
     size_t vec_floats;
+    size_t *vec_at;    /* by tensor: a 1-D tensor's offset in vec_snap */
     double *acc;       /* gossip_apply_terms's scratch */
-    float *zero;       /* scratch: the model-sized target of an apply */
+    float *zero;       /* without own_terms: where a term is written */
     float **zptr;      /* tensor pointers into zero */
+    float *rows;       /* own_terms: the rows term_add rebuilds */
+    size_t rows_cap;   /* floats */
     float *theirs;     /* host: an aligned copy of a neighbour's message */
     float *theirs_dev; /* backend: its 1-D part */
     size_t theirs_cap;
@@ -110,9 +118,10 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
     }
     s->shapes = calloc(g->tensor_count, sizeof *s->shapes);
     s->params = calloc(g->tensor_count, sizeof *s->params);
+    s->vec_at = calloc(g->tensor_count + 1, sizeof *s->vec_at);
     s->peer = calloc(g->nodes, sizeof *s->peer);
     s->slot = malloc(g->nodes * sizeof *s->slot);
-    if (!s->shapes || !s->params || !s->peer || !s->slot)
+    if (!s->shapes || !s->params || !s->vec_at || !s->peer || !s->slot)
         return RUMOR_ENOMEM;
     for (size_t t = 0; t < g->tensor_count; t++) {
         s->shapes[t].ndim = g->tensors[t].ndim;
@@ -120,6 +129,7 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
                g->tensors[t].shape,
                g->tensors[t].ndim * sizeof(size_t));
         s->params[t] = g->tensors[t].data;
+        s->vec_at[t] = s->vec_floats;
         if (s_is_vector(&g->tensors[t]))
             s->vec_floats += rumor_tensor_numel(&g->tensors[t]);
     }
@@ -133,9 +143,13 @@ s_init(rumor_gossip *g, struct rumor_diag *diag)
         rc = g->be->alloc(vec_bytes, (void **)&s->theirs_dev);
     if (rc == RUMOR_OK)
         rc = g->be->alloc(gossip_apply_bytes(g), (void **)&s->acc);
-    if (rc == RUMOR_OK)
+    /* On host memory a term is kept as its factors and rebuilt a few
+     * rows at a time where it is applied (s_term_add): no model-sized
+     * term is written or read. */
+    g->own_terms = g->be->host_memory;
+    if (rc == RUMOR_OK && !g->own_terms)
         rc = g->be->alloc(g->numel * sizeof(float), (void **)&s->zero);
-    if (rc != RUMOR_OK)
+    if (rc != RUMOR_OK || g->own_terms)
         return rc;
     size_t base = 0;
     for (size_t t = 0; t < g->tensor_count; t++) {
@@ -152,6 +166,8 @@ s_peer_free(struct pg_peer *p)
     free(p->msg);
     free(p->committed);
     free(p->cand);
+    free(p->term);
+    free(p->term_vec);
     *p = (struct pg_peer){0};
 }
 
@@ -165,6 +181,8 @@ s_free(rumor_gossip *g)
         s_peer_free(&s->peer[i]);
     free(s->shapes);
     free(s->params);
+    free(s->vec_at);
+    free(s->rows);
     free(s->peer);
     free(s->slot);
     free(s->vec_snap);
@@ -215,7 +233,12 @@ s_peer(rumor_gossip *g, uint32_t id, struct pg_peer **out)
     p->state_n = rumor_lowrank_edge_state_floats(p->edge);
     p->committed = malloc((p->state_n + 1) * sizeof(float));
     p->cand = malloc((p->state_n + 1) * sizeof(float));
-    if (!p->msg || !p->committed || !p->cand)
+    if (g->own_terms) {
+        p->term = malloc((p->state_n + 1) * sizeof(float));
+        p->term_vec = malloc((s->vec_floats + 1) * sizeof(double));
+    }
+    if (!p->msg || !p->committed || !p->cand ||
+        (g->own_terms && (!p->term || !p->term_vec)))
         return RUMOR_ENOMEM;
     if (p->msg_cap > s->theirs_cap) {
         float *th = realloc(s->theirs, (p->msg_cap + 1) * sizeof(float));
@@ -240,7 +263,7 @@ s_restore(rumor_gossip *g, struct pg_peer *p)
         memset(s->theirs, 0, p->msg_cap * sizeof(float));
         rc = rumor_lowrank_edge_combine(p->edge, s->theirs);
         if (rc == RUMOR_OK)
-            rc = rumor_lowrank_edge_apply(p->edge, s->zptr, 0.0f);
+            rc = rumor_lowrank_edge_close(p->edge);
         p->open = false;
     }
     if (rc == RUMOR_OK)
@@ -351,9 +374,9 @@ s_check_round(rumor_gossip *g, const uint32_t *nbr, size_t peers)
 
 /* d = the applied products (in s->zero) on the matrices, theirs - own on
  * the 1-D tensors (theirs: the message's 1-D part, host), tensor by
- * tensor, so the backend can size it in the same pass; *norm its norm. */
+ * tensor: the term as numel doubles (a device's model). */
 static rumor_err
-s_term_write(rumor_gossip *g, const float *theirs, double *d, double *norm)
+s_term_write(rumor_gossip *g, const float *theirs, double *d)
 {
     struct powergossip *s = g->state;
     rumor_err rc = gossip_mem_copy(g,
@@ -362,7 +385,7 @@ s_term_write(rumor_gossip *g, const float *theirs, double *d, double *norm)
                                    s->vec_floats * sizeof(float),
                                    GOSSIP_TO_DEVICE);
     size_t at = 0, base = 0;
-    double sq = 0;
+    double unused = 0;
     for (size_t ti = 0; ti < g->tensor_count && rc == RUMOR_OK; ti++) {
         size_t n = rumor_tensor_numel(&g->tensors[ti]);
         if (s_is_vector(&g->tensors[ti])) {
@@ -371,19 +394,40 @@ s_term_write(rumor_gossip *g, const float *theirs, double *d, double *norm)
                                   s->theirs_dev + at,
                                   s->vec_dev + at,
                                   n,
-                                  &sq);
+                                  &unused);
             at += n;
         } else {
-            rc = gossip_term_diff(g, d + base, s->zero + base, NULL, n, &sq);
+            rc =
+                gossip_term_diff(g, d + base, s->zero + base, NULL, n, &unused);
         }
         base += n;
     }
-    return rc == RUMOR_OK ? gossip_term_norm(g, d, sq, norm) : rc;
+    return rc;
+}
+
+/* The norm of the edge's term from its factors (p->cand) and the 1-D
+ * differences theirs - own, which go to vec where it is not NULL: no
+ * pass over the model, and the same bits wherever the model lives. */
+static double
+s_term_norm(const struct powergossip *s,
+            const struct pg_peer *p,
+            const float *theirs,
+            double *vec)
+{
+    double sq = 0;
+    for (size_t e = 0; e < s->vec_floats; e++) {
+        double d = (double)theirs[e] - (double)s->vec_snap[e];
+        if (vec != NULL)
+            vec[e] = d;
+        sq += d * d;
+    }
+    return sqrt(sq + rumor_lowrank_edge_sq_norm(p->edge, p->cand));
 }
 
 /* The term of the edge to m->peer in its next iteration, sign p q^T on
- * the matrices and x_j - x_i on the 1-D tensors, into d (numel doubles,
- * unweighted) and its norm; its factors are kept as the candidate. */
+ * the matrices and x_j - x_i on the 1-D tensors, and its norm: kept as
+ * the factors and differences (own_terms, d NULL) or written into d
+ * (numel doubles, unweighted); its factors are kept as the candidate. */
 static rumor_err
 s_edge_term(rumor_gossip *g,
             struct pg_peer *p,
@@ -407,11 +451,53 @@ s_edge_term(rumor_gossip *g,
     s_count_factors(g, lr, true);
     /* a store: the matrices' part of zero is not cleared first */
     if (rc == RUMOR_OK)
-        rc = rumor_lowrank_edge_write(p->edge, s->zptr, 1.0f);
+        rc = g->own_terms ? rumor_lowrank_edge_close(p->edge)
+                          : rumor_lowrank_edge_write(p->edge, s->zptr, 1.0f);
     p->open = false;
     if (rc == RUMOR_OK)
         rc = rumor_lowrank_edge_state_get(p->edge, p->cand);
-    return rc == RUMOR_OK ? s_term_write(g, s->theirs + lr, d, norm) : rc;
+    if (rc != RUMOR_OK)
+        return rc;
+    *norm = s_term_norm(s, p, s->theirs + lr, p->term_vec);
+    if (!g->own_terms)
+        return s_term_write(g, s->theirs + lr, d);
+    memcpy(p->term, p->cand, p->state_n * sizeof(float));
+    p->term_made = true;
+    return RUMOR_OK;
+}
+
+/* term_add: the 1-D differences as kept; a matrix's elements rebuilt
+ * from the factors, the rows that cover them at a time. */
+static rumor_err
+s_term_add(rumor_gossip *g,
+           uint32_t peer,
+           size_t t,
+           size_t at,
+           size_t n,
+           double c,
+           double *acc)
+{
+    struct powergossip *s = g->state;
+    struct pg_peer *p = &s->peer[peer];
+    const struct rumor_tensor *x = &g->tensors[t];
+    if (!p->term_made)
+        return RUMOR_EINVAL;
+    if (s_is_vector(x))
+        return g->be->axpy(acc, c, p->term_vec + s->vec_at[t] + at, n);
+    size_t cols = rumor_tensor_numel(x) / x->shape[0];
+    size_t row = at / cols, rows = (at + n + cols - 1) / cols - row;
+    if (rows * cols > s->rows_cap) {
+        float *r = realloc(s->rows, rows * cols * sizeof(float));
+        if (r == NULL)
+            return RUMOR_ENOMEM;
+        s->rows = r;
+        s->rows_cap = rows * cols;
+    }
+    rumor_err rc =
+        rumor_lowrank_edge_rows(p->edge, p->term, t, row, rows, s->rows);
+    if (rc == RUMOR_OK)
+        gossip_ref_axpy_f(acc, c, s->rows + (at - row * cols), n);
+    return rc;
 }
 
 static void
@@ -651,6 +737,7 @@ const struct gossip_algo_i gossip_powergossip = {
     .edge_diff = s_edge_diff,
     .edge_commit = s_edge_commit,
     .edge_reset = s_edge_reset,
+    .term_add = s_term_add,
     .state_save = s_state_save,
     .state_load = s_state_load,
 };

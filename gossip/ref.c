@@ -63,6 +63,13 @@ gossip_ref_axpy(double *acc, double c, const double *d, size_t n)
 }
 
 void
+gossip_ref_axpy_f(double *acc, double c, const float *y, size_t n)
+{
+    for (size_t e = 0; e < n; e++)
+        acc[e] += (double)y[e] * c;
+}
+
+void
 gossip_ref_apply(float *out,
                  const float *base,
                  double gamma,

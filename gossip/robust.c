@@ -54,6 +54,7 @@ struct gossip_robust {
     double *sorted; /* cap: scratch */
     double *coef;   /* cap: the strict path's clipped weights */
     double **diff;  /* cap: the strict path's differences */
+    uint32_t *peer; /* cap: their senders (own_terms: the terms) */
     size_t cap;
     uint64_t *counts; /* nodes: clips and rejections since the last line */
     double *worst;    /* nodes: the largest clipped norm since then */
@@ -117,13 +118,16 @@ s_get(rumor_gossip *g, size_t peers, struct gossip_robust **out)
         double *c = realloc(r->coef, peers * sizeof *c);
         if (c != NULL)
             r->coef = c;
+        uint32_t *p = realloc(r->peer, peers * sizeof *p);
+        if (p != NULL)
+            r->peer = p;
         double **d = realloc(r->diff, peers * sizeof *d);
         if (d != NULL) {
             r->diff = d;
             for (size_t k = r->cap; k < peers; k++)
                 d[k] = NULL;
         }
-        if (n == NULL || s == NULL || c == NULL || d == NULL)
+        if (n == NULL || s == NULL || c == NULL || p == NULL || d == NULL)
             return RUMOR_ENOMEM;
         r->cap = peers;
     }
@@ -270,7 +274,8 @@ s_diff_one(rumor_gossip *g,
            size_t k)
 {
     rumor_err rc = RUMOR_OK;
-    if (r->diff[k] == NULL)
+    r->peer[k] = m->peer;
+    if (r->diff[k] == NULL && !g->own_terms)
         rc = g->be->alloc(g->numel * sizeof(double), (void **)&r->diff[k]);
     if (rc == RUMOR_OK)
         rc = g->algo->edge_diff(g, step, m, r->diff[k], &r->norm[k]);
@@ -300,8 +305,10 @@ gossip_robust_mix(rumor_gossip *g,
     for (size_t k = 0; k < peers; k++)
         r->coef[k] =
             w[k] * gossip_robust_scale(g, slot[k]->peer, r->norm[k], tau);
-    *out =
-        (struct gossip_terms){(const double *const *)r->diff, r->coef, peers};
+    *out = (struct gossip_terms){(const double *const *)r->diff,
+                                 r->coef,
+                                 peers,
+                                 g->own_terms ? r->peer : NULL};
     return RUMOR_OK;
 }
 
@@ -316,6 +323,7 @@ gossip_robust_free(rumor_gossip *g)
     for (size_t k = 0; k < r->cap; k++)
         g->be->release(r->diff[k]);
     free(r->diff);
+    free(r->peer);
     free(r->norm);
     free(r->sorted);
     free(r->coef);

@@ -21,6 +21,7 @@
 
 #include "lowrank/backend.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -549,6 +550,125 @@ rumor_lowrank_edge_write(rumor_lowrank_edge *self,
                          float step)
 {
     return s_edge_reconstruct(self, params, step, 0.0f);
+}
+
+rumor_err
+rumor_lowrank_edge_close(rumor_lowrank_edge *self)
+{
+    if (!self->ready)
+        return RUMOR_EINVAL;
+    self->ready = false;
+    return RUMOR_OK;
+}
+
+static const struct edge_mat *
+s_edge_mat_of(const rumor_lowrank_edge *self, size_t tensor)
+{
+    for (size_t i = 0; i < self->nmats; i++)
+        if (self->mats[i].tensor == tensor)
+            return &self->mats[i];
+    return NULL;
+}
+
+static rumor_err
+s_edge_rows_at(rumor_lowrank_edge *self,
+               const float *factors,
+               const struct edge_mat *mt,
+               size_t row,
+               size_t rows,
+               float *out)
+{
+    return self->be.reconstruct(self->ctx,
+                                rows,
+                                mt->m,
+                                mt->r,
+                                factors + mt->p_off + row * mt->r,
+                                factors + self->p_floats + mt->q_off,
+                                self->higher ? -1.0f : 1.0f,
+                                NULL,
+                                out,
+                                0.0f);
+}
+
+rumor_err
+rumor_lowrank_edge_rows(rumor_lowrank_edge *self,
+                        const float *factors,
+                        size_t tensor,
+                        size_t row,
+                        size_t rows,
+                        float *out)
+{
+    const struct edge_mat *mt = s_edge_mat_of(self, tensor);
+    if (!self->be.host_memory)
+        return RUMOR_ENOTSUP;
+    if (mt == NULL || factors == NULL || row > mt->n || rows > mt->n - row)
+        return RUMOR_EINVAL;
+    if (rows == 0)
+        return RUMOR_OK;
+    /* The cpu kernel forms rows in pairs (0, 1), (2, 3), ... and an odd
+     * last row with other roundings (lowrank/cpu.c, s_recon_avx2), so a
+     * window is widened to whole pairs to get _write's bits. */
+    size_t lo = row - row % 2, hi = row + rows;
+    if (hi % 2 == 1 && hi < mt->n)
+        hi++;
+    if (lo == row && hi == row + rows)
+        return s_edge_rows_at(self, factors, mt, row, rows, out);
+    float *wide = malloc((hi - lo) * mt->m * sizeof *wide);
+    if (wide == NULL)
+        return RUMOR_ENOMEM;
+    rumor_err rc = s_edge_rows_at(self, factors, mt, lo, hi - lo, wide);
+    if (rc == RUMOR_OK)
+        memcpy(out, wide + (row - lo) * mt->m, rows * mt->m * sizeof *out);
+    free(wide);
+    return rc;
+}
+
+/* Column k of a (rows x r, row-major) dotted with its column l, in
+ * double. */
+static double
+s_col_dot(const float *a, size_t rows, size_t r, size_t k, size_t l)
+{
+    double d = 0;
+    for (size_t i = 0; i < rows; i++)
+        d += (double)a[i * r + k] * a[i * r + l];
+    return d;
+}
+
+/* sum_k max_i |a_ik| max_j |b_jk|: no element of a b^T is larger. */
+static double
+s_product_bound(const float *a, size_t n, const float *b, size_t m, size_t r)
+{
+    double bound = 0;
+    for (size_t k = 0; k < r; k++) {
+        double ma = 0, mb = 0;
+        for (size_t i = 0; i < n; i++)
+            ma = fmax(ma, fabs((double)a[i * r + k]));
+        for (size_t j = 0; j < m; j++)
+            mb = fmax(mb, fabs((double)b[j * r + k]));
+        bound += ma * mb;
+    }
+    return bound;
+}
+
+double
+rumor_lowrank_edge_sq_norm(const rumor_lowrank_edge *self, const float *factors)
+{
+    double sq = 0;
+    for (size_t i = 0; i < self->nmats; i++) {
+        const struct edge_mat *mt = &self->mats[i];
+        const float *p = factors + mt->p_off;
+        const float *q = factors + self->p_floats + mt->q_off;
+        /* half of float's range: the float products and their sums
+         * round up by far less */
+        if (s_product_bound(p, mt->n, q, mt->m, mt->r) > 0.5 * FLT_MAX)
+            return INFINITY;
+        /* |p q^T|^2 = trace(P^T P Q^T Q), both Gram matrices symmetric */
+        for (size_t k = 0; k < mt->r; k++)
+            for (size_t l = k; l < mt->r; l++)
+                sq += (k == l ? 1.0 : 2.0) * s_col_dot(p, mt->n, mt->r, k, l) *
+                      s_col_dot(q, mt->m, mt->r, k, l);
+    }
+    return sq > 0 ? sq : 0; /* rounding may leave a zero product below 0 */
 }
 
 size_t

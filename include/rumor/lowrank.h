@@ -352,6 +352,29 @@ RUMOR_API rumor_err rumor_lowrank_edge_write(rumor_lowrank_edge *self,
                                              float *const *params,
                                              float step);
 
+/* Ends the combined iteration without touching any tensor, for a caller
+ * that forms the term itself from the factors (_state_get, then _rows). */
+RUMOR_API rumor_err rumor_lowrank_edge_close(rumor_lowrank_edge *self);
+
+/* Rows [row, row + rows) of tensor's sign * p q^T (step 1) from factors
+ * laid out as _state_get's, into out (host, rows x cols floats): the bits
+ * _write stores there when factors are the edge's own. Host-memory edges
+ * only (RUMOR_ENOTSUP on a device); RUMOR_EINVAL for a tensor the edge
+ * does not compress or rows past its end. */
+RUMOR_API rumor_err rumor_lowrank_edge_rows(rumor_lowrank_edge *self,
+                                            const float *factors,
+                                            size_t tensor,
+                                            size_t row,
+                                            size_t rows,
+                                            float *out);
+
+/* The squared Frobenius norm of p q^T summed over the compressed tensors,
+ * from factors laid out as _state_get's: the exact product's, in double,
+ * from the r x r Gram matrices (no pass over the tensors). INFINITY where
+ * an element of a product could leave float's range. */
+RUMOR_API double rumor_lowrank_edge_sq_norm(const rumor_lowrank_edge *self,
+                                            const float *factors);
+
 /* The device the edge computes on (CUDA only when want_cuda found a
  * usable GPU). */
 RUMOR_API rumor_device

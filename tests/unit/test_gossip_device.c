@@ -24,7 +24,10 @@
 #define S_STEPS 6
 /* two matrices and a bias: the bias is never compressed */
 #define S_LAYERS 3
-static const size_t s_shape[S_LAYERS][2] = {{64, 32}, {32, 16}, {32, 1}};
+static const size_t s_small[S_LAYERS][2] = {{64, 32}, {32, 16}, {32, 1}};
+/* past gossip_apply_terms's chunk: a term applied in pieces */
+static const size_t s_wide[S_LAYERS][2] = {{171, 101}, {101, 16}, {101, 1}};
+static const size_t (*s_shape)[2] = s_small;
 
 struct ring {
     rumor_topology *topo;
@@ -569,6 +572,36 @@ test_powergossip_bits_equal_host(void **state)
     s_powergossip_opts(&o, 0.5);
     static const bool all[S_NODES] = {true, true, true, true};
     s_compare(&o, all);
+}
+
+/* A matrix of 171 x 97 spans three chunks of gossip_apply_terms: the
+ * host's terms, rebuilt from their factors a chunk of rows at a time,
+ * give the bits of the device's terms, written whole (rank 3: the cpu
+ * kernel's pairs of rows). */
+static void
+test_powergossip_chunked_terms_bits_equal_host(void **state)
+{
+    (void)state;
+    struct rumor_gossip_opts o;
+    static const bool mixed[S_NODES] = {false, true, true, false};
+    s_shape = s_wide;
+    for (size_t rank = 1; rank <= 3; rank += 2) {
+        s_powergossip_opts(&o, 0);
+        o.rank = rank;
+        s_compare(&o, mixed);
+        s_powergossip_opts(&o, 0.5);
+        o.rank = rank;
+        s_compare(&o, mixed);
+    }
+}
+
+/* Back to the small model, even after a failed assertion. */
+static int
+s_shape_small(void **state)
+{
+    (void)state;
+    s_shape = s_small;
+    return 0;
 }
 
 /* CHOCO's copies, the codec's vectors and the mixing on the device: a
@@ -2738,6 +2771,9 @@ main(void)
         cmocka_unit_test(test_choco_state_moves_between_backends),
         cmocka_unit_test(test_deepsqueeze_bits_equal_host),
         cmocka_unit_test(test_powergossip_bits_equal_host),
+        cmocka_unit_test_teardown(
+            test_powergossip_chunked_terms_bits_equal_host,
+            s_shape_small),
         cmocka_unit_test(test_powergossip_lossy_ledger_bits_equal_host),
         cmocka_unit_test(test_cuda_powersgd_mixed_ring),
         cmocka_unit_test(test_cuda_powergossip_mixed_ring),

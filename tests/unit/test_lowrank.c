@@ -1558,6 +1558,112 @@ test_edge__write__stores_what_apply_adds_to_zeros(void **s)
     s_edge_write_case(512, 512, 1);
 }
 
+/* _rows from the factors (_close, _state_get) against _write of the same
+ * iteration, both ends, every row window of 3 and one odd window, over
+ * three iterations: the same floats; and _sq_norm against the written
+ * elements' squares summed in double. */
+static void
+s_edge_rows_case(size_t n, size_t m, size_t rank)
+{
+    const struct rumor_lowrank_shape shape = {.ndim = 2, .dims = {n, m}};
+    rumor_lowrank_edge *e[2][2]; /* [copy][lo, hi]: write, rows */
+    for (int k = 0; k < 2; k++)
+        s_edge_pair(&shape, 1, rank, &e[k][0], &e[k][1]);
+    float *x[2] = {s_randn(n * m, 91), s_randn(n * m, 92)};
+    float *w = malloc(n * m * sizeof *w), *rows = malloc(n * m * sizeof *w);
+    size_t side = n > m ? n : m;
+    float *msg[2] = {malloc(side * rank * 4), malloc(side * rank * 4)};
+    float *fac = malloc((n + m) * rank * sizeof *fac);
+    assert_true(w && rows && msg[0] && msg[1] && fac);
+    for (uint64_t t = 1; t <= 3; t++)
+        for (int end = 0; end < 2; end++) {
+            for (int k = 0; k < 2; k++) {
+                float *pa[1] = {x[0]}, *pb[1] = {x[1]};
+                assert_int_equal(
+                    rumor_lowrank_edge_product(e[k][0], pa, t, msg[0]),
+                    0);
+                assert_int_equal(
+                    rumor_lowrank_edge_product(e[k][1], pb, t, msg[1]),
+                    0);
+                assert_int_equal(rumor_lowrank_edge_combine(e[k][0], msg[1]),
+                                 0);
+                assert_int_equal(rumor_lowrank_edge_combine(e[k][1], msg[0]),
+                                 0);
+            }
+            float *out[1] = {w};
+            for (int k = 0; k < 2; k++) {
+                rumor_lowrank_edge *wr = e[0][k], *rd = e[1][k];
+                assert_int_equal(rumor_lowrank_edge_write(wr, out, 1.0f), 0);
+                assert_int_equal(rumor_lowrank_edge_close(rd), 0);
+                assert_int_equal(rumor_lowrank_edge_state_get(rd, fac), 0);
+                for (size_t r0 = 0; r0 < n; r0 += 3) {
+                    size_t cnt = n - r0 < 3 ? n - r0 : 3;
+                    assert_int_equal(
+                        rumor_lowrank_edge_rows(rd, fac, 0, r0, cnt, rows),
+                        0);
+                    assert_memory_equal(rows, w + r0 * m, cnt * m * 4);
+                }
+                assert_int_equal(
+                    rumor_lowrank_edge_rows(rd, fac, 0, 1, n - 1, rows),
+                    0);
+                assert_memory_equal(rows, w + m, (n - 1) * m * 4);
+                double sq = 0;
+                for (size_t i = 0; i < n * m; i++)
+                    sq += (double)w[i] * w[i];
+                double got = rumor_lowrank_edge_sq_norm(rd, fac);
+                assert_true(sq > 0);
+                assert_true(fabs(got - sq) <= 1e-5 * sq);
+            }
+            (void)end;
+        }
+    free(x[0]), free(x[1]), free(w), free(rows), free(msg[0]), free(msg[1]);
+    free(fac);
+    for (int k = 0; k < 2; k++) {
+        rumor_lowrank_edge_destroy(&e[k][0]);
+        rumor_lowrank_edge_destroy(&e[k][1]);
+    }
+}
+
+static void
+test_edge__rows_from_factors__the_bits_write_stores(void **s)
+{
+    (void)s;
+    s_edge_rows_case(13, 11, 2);
+    s_edge_rows_case(9, 1000, 1);
+    s_edge_rows_case(40, 24, 4);
+    s_edge_rows_case(17, 33, 7);
+    s_edge_rows_case(20, 30, 12); /* past the fast kernels: sgemm */
+}
+
+/* A product past float's range has no finite norm; zero factors give 0;
+ * _rows and _close refuse what they cannot serve. */
+static void
+test_edge__sq_norm_and_rows__edges_of_their_range(void **s)
+{
+    (void)s;
+    const struct rumor_lowrank_shape shapes[] = {{.ndim = 1, .dims = {5}},
+                                                 {.ndim = 2, .dims = {6, 4}}};
+    rumor_lowrank_edge *lo = NULL, *hi = NULL;
+    s_edge_pair(shapes, 2, 1, &lo, &hi);
+    float fac[10], out[24];
+    for (size_t i = 0; i < 10; i++)
+        fac[i] = 0;
+    assert_true(rumor_lowrank_edge_sq_norm(lo, fac) == 0);
+    for (size_t i = 0; i < 10; i++)
+        fac[i] = i == 0 ? -3 : 1;
+    /* row 0 of p q^T is -3 x (1,1,1,1), the others (1,1,1,1): 36 + 20 */
+    assert_true(rumor_lowrank_edge_sq_norm(lo, fac) == 56);
+    fac[0] = 1e20f, fac[6] = 1e20f;
+    assert_true(isinf(rumor_lowrank_edge_sq_norm(lo, fac)));
+    assert_int_equal(rumor_lowrank_edge_rows(lo, fac, 0, 0, 1, out),
+                     RUMOR_EINVAL); /* a 1-D tensor */
+    assert_int_equal(rumor_lowrank_edge_rows(lo, fac, 1, 5, 2, out),
+                     RUMOR_EINVAL); /* past the last row */
+    assert_int_equal(rumor_lowrank_edge_close(lo), RUMOR_EINVAL);
+    rumor_lowrank_edge_destroy(&lo);
+    rumor_lowrank_edge_destroy(&hi);
+}
+
 static void
 test_edge__nan_message_or_misuse__rejected(void **s)
 {
@@ -2247,6 +2353,8 @@ main(int argc, char **argv)
             test_edge__ring_of_four__preserves_average_and_shrinks_differences),
         cmocka_unit_test(test_edge__equal_models_first__mixes_once_they_differ),
         cmocka_unit_test(test_edge__write__stores_what_apply_adds_to_zeros),
+        cmocka_unit_test(test_edge__rows_from_factors__the_bits_write_stores),
+        cmocka_unit_test(test_edge__sq_norm_and_rows__edges_of_their_range),
         cmocka_unit_test(test_edge__nan_message_or_misuse__rejected),
         cmocka_unit_test(test_count__resnet18_cifar10__paper_ratios),
         cmocka_unit_test(
