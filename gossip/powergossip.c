@@ -45,6 +45,14 @@
  * iteration 1.
  * Loss-free, the staged form is what absorb computes: the terms of a
  * step summed in double in node order and rounded once.
+ *
+ * On host memory (g->own_terms) a term is kept as the factors of its
+ * iteration and its 1-D differences, and gossip_apply_terms asks for it a
+ * chunk of rows at a time (s_term_add), rebuilt to the bits a written
+ * term has: two model-sized passes of doubles (the term written, then
+ * read back per neighbour) were most of the exchange's CPU on a
+ * 2-core host. A device writes the term as doubles, as the ledger keeps
+ * every other algorithm's. Either way its norm comes from the factors.
  */
 #include "gossip/gossip_impl.h"
 
