@@ -369,11 +369,16 @@ net_drain_router_monitor(rumor_net *net)
                                                             : "no detail";
             char key[48];
             snprintf(key, sizeof key, "net:handshake:%s", why);
-            rumor_log_limited(RUMOR_LOG_WARN,
+            /* no detail: the connection ended inside its handshake (its
+             * peer closed it, as a restart or a link rebuilt at start-up
+             * can), which refuses nothing; authentication and protocol
+             * failures are what a stranger or a wrong peer causes */
+            bool refused = ev != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+            rumor_log_limited(refused ? RUMOR_LOG_WARN : RUMOR_LOG_INFO,
                               key,
                               NET_REFUSAL_LOG_MS,
-                              "net: refused a connection (handshake failed: "
-                              "%s)",
+                              "net: %s a connection (handshake failed: %s)",
+                              refused ? "refused" : "lost",
                               why);
             pthread_mutex_lock(&net->mu);
             net->handshake_failed++;
