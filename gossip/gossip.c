@@ -650,15 +650,23 @@ s_apply_chunk(rumor_gossip *g,
     return g->be->apply(x, from != NULL ? from : x, g->opts.gamma, acc, n);
 }
 
-/* Elements of tensor t per chunk: an even number of whole rows of its
- * matrix where two fit, so a factored term (term_add) rebuilds no row
- * twice and its pairs of rows are those of a whole rebuild. */
+/* Elements in a row of tensor t's matrix (0: a 1-D tensor). */
 static size_t
-s_chunk_of(const rumor_gossip *g, size_t t, size_t chunk)
+s_row_of(const rumor_gossip *g, size_t t)
 {
     const struct rumor_tensor *x = &g->tensors[t];
     size_t n = rumor_tensor_numel(x);
-    size_t row = x->ndim >= 2 && x->shape[0] > 0 ? n / x->shape[0] : 0;
+    return x->ndim >= 2 && x->shape[0] > 0 ? n / x->shape[0] : 0;
+}
+
+/* Elements of tensor t per chunk: an even number of whole rows of its
+ * matrix (gossip_apply_bytes fits two of the widest), so a factored term
+ * (term_add) rebuilds no row twice and its pairs of rows are those of a
+ * whole rebuild. */
+static size_t
+s_chunk_of(const rumor_gossip *g, size_t t, size_t chunk)
+{
+    size_t row = s_row_of(g, t);
     if (row == 0 || 2 * row > chunk)
         return chunk;
     size_t rows = chunk / row;
@@ -693,8 +701,12 @@ size_t
 gossip_apply_bytes(const rumor_gossip *g)
 {
     /* host memory: a chunk's sum stays in cache between its passes */
-    bool chunked = g->be->host_memory && g->numel > GOSSIP_APPLY_CHUNK;
-    return (chunked ? GOSSIP_APPLY_CHUNK : g->numel) * sizeof(double);
+    size_t chunk = GOSSIP_APPLY_CHUNK;
+    for (size_t t = 0; t < g->tensor_count; t++)
+        if (2 * s_row_of(g, t) > chunk)
+            chunk = 2 * s_row_of(g, t);
+    bool chunked = g->be->host_memory && g->numel > chunk;
+    return (chunked ? chunk : g->numel) * sizeof(double);
 }
 
 rumor_err

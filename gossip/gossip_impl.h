@@ -343,7 +343,8 @@ rumor_err gossip_apply_terms(rumor_gossip *g,
                              const float *from,
                              const struct gossip_terms *terms);
 /* The bytes of gossip_apply_terms's acc: one chunk of doubles on host
- * memory, the model's numel on a device, which sums it in one pass. */
+ * memory (GOSSIP_APPLY_CHUNK, or two rows of the widest matrix where
+ * more), the model's numel on a device, which sums it in one pass. */
 size_t gossip_apply_bytes(const rumor_gossip *g);
 
 /* Model elements [offset, offset + len) into buf (read) or from buf into

@@ -27,6 +27,8 @@
 static const size_t s_small[S_LAYERS][2] = {{64, 32}, {32, 16}, {32, 1}};
 /* past gossip_apply_terms's chunk: a term applied in pieces */
 static const size_t s_wide[S_LAYERS][2] = {{171, 101}, {101, 16}, {101, 1}};
+/* rows wider than half a chunk: a chunk of two rows */
+static const size_t s_wider[S_LAYERS][2] = {{7, 5001}, {5001, 3}, {5001, 1}};
 static const size_t (*s_shape)[2] = s_small;
 
 struct ring {
@@ -574,23 +576,20 @@ test_powergossip_bits_equal_host(void **state)
     s_compare(&o, all);
 }
 
-/* A matrix of 171 x 97 spans three chunks of gossip_apply_terms: the
- * host's terms, rebuilt from their factors a chunk of rows at a time,
- * give the bits of the device's terms, written whole (rank 3: the cpu
- * kernel's pairs of rows). */
+/* A matrix of 171 x 101 spans three chunks of gossip_apply_terms, one of
+ * 7 x 5001 four: the host's terms, rebuilt from their factors a chunk of
+ * rows at a time, give the bits of the device's terms, written whole
+ * (rank 3: the cpu kernel's pairs of rows). */
 static void
 test_powergossip_chunked_terms_bits_equal_host(void **state)
 {
     (void)state;
     struct rumor_gossip_opts o;
     static const bool mixed[S_NODES] = {false, true, true, false};
-    s_shape = s_wide;
-    for (size_t rank = 1; rank <= 3; rank += 2) {
-        s_powergossip_opts(&o, 0);
-        o.rank = rank;
-        s_compare(&o, mixed);
-        s_powergossip_opts(&o, 0.5);
-        o.rank = rank;
+    for (size_t k = 0; k < 8; k++) {
+        s_shape = k < 4 ? s_wide : s_wider;
+        s_powergossip_opts(&o, k % 2 == 0 ? 0 : 0.5);
+        o.rank = k % 4 < 2 ? 1 : 3;
         s_compare(&o, mixed);
     }
 }
