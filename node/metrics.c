@@ -231,6 +231,7 @@ node_metrics_write(node_metrics *m,
         s_add_num(o, "consensus_frames_sent", (double)r->consensus_frames_sent);
     ok = ok && s_add_num(o, "seconds", r->seconds);
     ok = ok && s_add_num(o, "seconds_compute", r->seconds_compute);
+    ok = ok && s_add_num(o, "seconds_eval", r->seconds_eval);
     ok = ok && s_add_num(o, "seconds_gossip", r->seconds_gossip);
     ok = ok && s_add_num(o, "seconds_wait", r->seconds_wait);
     ok = ok && (!r->pcie ||

@@ -955,6 +955,7 @@ s_row(rumor_node *node,
         .consensus_frames_sent = node->consensus_frames_sent,
         .seconds = s_since(node->start_ns),
         .seconds_compute = node->t_compute,
+        .seconds_eval = node->t_eval,
         .seconds_gossip = c.t_gossip,
         .seconds_wait = c.t_wait,
         .gossip = node->stale != NULL ? NULL : node->g,
@@ -1351,10 +1352,13 @@ s_step(rumor_node *node, uint64_t t)
         rc = node_stale_land_all(node, node->model, &stopped);
     bool evaluate = last || (o->eval_every > 0 && (t + 1) % o->eval_every == 0);
     bool probe = o->consensus_every > 0 && (t + 1) % o->consensus_every == 0;
-    uint64_t c2 = rumor_clock_ns();
-    if (rc == RUMOR_OK && evaluate)
+    if (rc == RUMOR_OK && evaluate) {
+        uint64_t c2 = rumor_clock_ns();
         s_evaluate(node);
-    node->t_compute += s_since(c2);
+        double spent = s_since(c2);
+        node->t_compute += spent;
+        node->t_eval += spent;
+    }
     /* the adaptive budgets are the exchange thread's to read */
     if (node->stale == NULL)
         rumor_gossip_compute_observe(

@@ -60,6 +60,7 @@ struct node_metrics_row {
     uint64_t consensus_frames_sent;
     double seconds;         /* since the start of the run */
     double seconds_compute; /* gradient, optimizer, evaluation (cumulative) */
+    double seconds_eval;    /* evaluation alone, since the run began */
     double seconds_gossip;  /* encode and decode (emit, absorb) */
     double seconds_wait;    /* sending and waiting for neighbours */
     const rumor_gossip *gossip; /* adapt: its links and layers are

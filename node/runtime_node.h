@@ -88,6 +88,7 @@ struct rumor_node {
     bool progress;
     uint64_t start_ns, progress_ns;
     double t_compute, t_gossip, t_wait;
+    double t_eval; /* the part of t_compute spent evaluating, this process */
     double t_land_wait; /* stale: waiting for exchanges to land */
     uint64_t gossip_frames_sent;
     float *probe; /* the model packed for the consensus probe */
