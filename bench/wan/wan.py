@@ -7,6 +7,13 @@ with 25 ms, 1 Gbit/s with 5 ms) on one workload, the MLP --hidden
 1024,1024 on Fashion-MNIST with --batch 256 for 200 steps, for each
 synchronization scheme of CONFIGS, and reports per run
 
+- every time from runs that do not evaluate: evaluating the held-out
+  split every 20 steps costs as many FLOPs as the training steps between
+  two evaluations, and is the benchmark's instrument, not the training.
+  Each scheme runs once at the fastest link with evaluations (accuracy
+  curve, bytes, final accuracy) and once per link with --eval-every 0
+  (times; the last step's evaluation, seconds_eval, is subtracted). The
+  runs compute the same bits at any link and with or without evaluations;
 - compute share, two ways, both over the training phase (the metrics'
   first step to their last, so start-up and the links' handshakes are
   left out): (a) from the metrics JSONL, (seconds_compute[last] -
@@ -23,7 +30,7 @@ synchronization scheme of CONFIGS, and reports per run
 Projections. A run whose numbers do not depend on timing (every node
 computes the same bits at any link speed: exact all-reduce, exact local
 SGD / DiLoCo, D-PSGD without skipped steps, and the stale modes, whose
-landing step is fixed) is run in full at the fastest link only; at the
+landing step is fixed) is timed in full at the fastest link only; at the
 slower links a prefix of a few steps is timed and its seconds per step
 give the run's time. Those figures are labelled "projected from K measured
 steps" everywhere; accuracy and bytes are the full run's. The deadline is
@@ -164,7 +171,11 @@ def probe(rumor, work, feature):
 # ---------------------------------------------------------------------- runs
 
 
-def launch(rumor, work, tag, nodes, steps, link, args, eval_every, timeout):
+def launch(rumor, work, tag, nodes, steps, link, args, eval_every, timeout,
+           marks=None):
+    """One run; eval_every 0 evaluates the last step only, and then marks
+    (the accuracy run's evaluation period) names the steps whose seconds
+    are kept ("times")."""
     d = os.path.join(work, tag)
     shutil.rmtree(d, ignore_errors=True)
     cmd = [rumor, "launch", "--nodes", str(nodes), "--steps", str(steps),
@@ -188,7 +199,7 @@ def launch(rumor, work, tag, nodes, steps, link, args, eval_every, timeout):
         tail = out.strip().splitlines()[-3:]
         return {"error": "exit %d: %s" % (p.returncode, " / ".join(tail)),
                 "command": shown}
-    r = metrics(d, nodes, steps, shown, wall)
+    r = metrics(d, nodes, steps, shown, wall, marks)
     # Other work on the host slows compute and wire alike: each run says
     # how busy the host was (1-minute load average at its end).
     r["load"] = os.getloadavg()[0]
@@ -196,7 +207,7 @@ def launch(rumor, work, tag, nodes, steps, link, args, eval_every, timeout):
     return r
 
 
-def metrics(d, nodes, steps, shown, wall):
+def metrics(d, nodes, steps, shown, wall, marks=None):
     per = []
     for i in range(nodes):
         with open(os.path.join(d, "node-%d.jsonl" % i)) as f:
@@ -204,32 +215,45 @@ def metrics(d, nodes, steps, shown, wall):
     if any(len(lines) != steps for lines in per):
         return {"error": "a node wrote fewer than %d metrics lines" % steps,
                 "command": shown}
+    if "seconds_eval" not in per[0][0]:
+        return {"error": "this build's metrics have no seconds_eval",
+                "command": shown}
 
     def mean(xs):
         return sum(xs) / len(xs)
 
+    def secs(line):
+        return line["seconds"] - line["seconds_eval"]
+
+    def compute(line):
+        return line["seconds_compute"] - line["seconds_eval"]
+
     first = [lines[0] for lines in per]
     last = [lines[-1] for lines in per]
-    train = mean([b["seconds"] - a["seconds"] for a, b in zip(first, last)])
-    comp = mean([(b["seconds_compute"] - a["seconds_compute"]) /
-                 (b["seconds"] - a["seconds"]) for a, b in zip(first, last)])
+    train = mean([secs(b) - secs(a) for a, b in zip(first, last)])
+    comp = mean([(compute(b) - compute(a)) / (secs(b) - secs(a))
+                 for a, b in zip(first, last)])
     curve = []
     for k in range(steps):
         if "accuracy" in per[0][k]:
             curve.append({"step": k + 1,
                           "accuracy": mean([n[k]["accuracy"] for n in per]),
-                          "seconds": max(n[k]["seconds"] for n in per),
+                          "seconds": max(secs(n[k]) for n in per),
                           "mb": mean([n[k]["gossip_bytes_sent"]
                                       for n in per]) / 1e6})
+    times = {}
+    for k in range(steps):
+        if marks and ((k + 1) % marks == 0 or k + 1 == steps):
+            times[str(k + 1)] = max(secs(n[k]) for n in per)
     avg = None
     path = os.path.join(d, "average.json")
     if os.path.exists(path):
         with open(path) as f:
             avg = json.load(f).get("accuracy")
     return {"command": shown, "steps": steps, "wall_s": wall,
-            "first_step_s": mean([a["seconds"] for a in first]),
+            "first_step_s": mean([secs(a) for a in first]),
             "train_s": train, "s_per_step": train / (steps - 1),
-            "share_metrics": comp, "curve": curve,
+            "share_metrics": comp, "curve": curve, "times": times,
             "final_accuracy": avg,
             "final_node_accuracy": mean([x.get("accuracy", 0) for x in last]),
             "mb_per_node": mean([x["gossip_bytes_sent"] for x in last]) / 1e6,
@@ -318,10 +342,31 @@ def analyse(rec):
                                                   r["to_target"]["seconds"])
 
 
+def timed(acc, timing):
+    """The accuracy run's curve, final accuracy and bytes with the timing
+    run's seconds (a run without evaluations, the same bits: the final
+    average models must agree, else the row says so)."""
+    if "error" in timing:
+        return timing
+    r = dict(acc)
+    r["curve"] = [dict(c, seconds=timing["times"][str(c["step"])])
+                  for c in acc["curve"]]
+    for k in ("command", "wall_s", "first_step_s", "train_s", "s_per_step",
+              "share_metrics", "load", "cpu"):
+        r[k] = timing[k]
+    r["skipped"] = acc["skipped"] + timing["skipped"]
+    r["accuracy_command"] = acc["command"]
+    r.pop("times", None)
+    if timing["final_accuracy"] != acc["final_accuracy"]:
+        r["timing_final_accuracy"] = timing["final_accuracy"]
+    return r
+
+
 def project(full, prefix, steps):
     """A full run's accuracy and bytes with a prefix run's timing."""
     r = dict(full)
     r["curve"] = [dict(c) for c in full["curve"]]
+    r.pop("times", None)
     r.update({"projected": prefix["steps"], "prefix_command":
               prefix["command"], "first_step_s": prefix["first_step_s"],
               "s_per_step": prefix["s_per_step"],
@@ -371,6 +416,9 @@ def table(rec):
                         r["projected"] if r.get("projected") else "measured")
                 if r.get("skipped"):
                     note += ", %d skipped" % r["skipped"]
+                if "timing_final_accuracy" in r:
+                    note += (", its timing run ended at %s: not the same "
+                             "bits" % pct(r["timing_final_accuracy"]))
                 if r.get("load") is not None:
                     note += ", load %.1f" % r["load"]
                 if r.get("other_cpu") or r.get("other_cpu_sooner"):
@@ -481,6 +529,16 @@ def section(rec):
                 "both as rough, and measure again on a quiet host." % (
                     rec["machine"]["cores"], busy)]
     out += ["",
+           "Times come from runs that do not evaluate. Evaluating the "
+           "10,000 held-out rows every %d steps costs as many FLOPs as the "
+           "training steps between two evaluations, so each scheme runs "
+           "once at the fastest link with evaluations (its accuracy curve, "
+           "bytes and final accuracy) and once per link with "
+           "`--eval-every 0` (its times: only the last step evaluates, and "
+           "the node's `seconds_eval` is subtracted from its `seconds` and "
+           "`seconds_compute`). Both compute the same bits; a timing run "
+           "whose final average model disagrees says so in its row." %
+           rec["eval_every"], "",
            "Compute share (metrics) = (seconds_compute at the last step - at "
            "the first) / (seconds at the last step - at the first), mean "
            "over the nodes; share (wall) = the compute-only run's (local "
@@ -488,7 +546,8 @@ def section(rec):
            "training-phase wall time over the run's; it and \"x sooner\" "
            "compare two runs' seconds, so only runs measured on the same "
            "CPU model are compared. Seconds to target: "
-           "`seconds` of the slowest node at the first evaluation where "
+           "`seconds` of the slowest node of the timing run at the step of "
+           "the first evaluation where "
            "the mean over the nodes of their own models' held-out "
            "accuracy reaches the target (nodes that still disagree, as "
            "PowerGossip's do, can stay below it while their average model, "
@@ -625,7 +684,6 @@ def machine(rumor):
 def run_matrix(a, rumor, work):
     period = 10 if a.quick else 20
     links = [parse_link(x) for x in a.links.split(",")]
-    fastest = max(links, key=lambda lk: lk["bits"])
     want = [c for c in CONFIGS if c[0] in a.configs.split(",")]
     rec = {"quick": a.quick, "steps": a.steps, "period": period,
            "eval_every": a.eval_every, "nodes": a.nodes, "links": links,
@@ -651,37 +709,40 @@ def run_matrix(a, rumor, work):
                                                             [f])
                                                  for f in bad)}
                 continue
-            args = fill(args, period)
-            full = None
-            if exact:
-                full = launch(rumor, work, "n%d-%s-%s" % (
-                    n, key, fastest["rate"]), n, a.steps, fastest, args,
-                    a.eval_every, a.timeout)
-                runs[key][fastest["name"]] = full
-            for lk in links:
-                if lk is fastest and exact:
-                    continue
-                k = prefix_steps(family, period, lk, a.quick) if exact \
-                    else None
-                tag = "n%d-%s-%s" % (n, key, lk["rate"])
-                if k is None or k >= a.steps or "error" in full:
-                    runs[key][lk["name"]] = launch(
-                        rumor, work, tag, n, a.steps, lk, args,
-                        a.eval_every, a.timeout)
-                    continue
-                pre = launch(rumor, work, tag + "-prefix", n, k, lk, args,
-                             a.eval_every, a.timeout)
-                runs[key][lk["name"]] = (pre if "error" in pre else
-                                         project(full, pre, a.steps))
+            runs[key] = run_config(a, rumor, work, n, key, fill(args, period),
+                                   exact, family, period, links)
         if "compute_only" not in a.configs.split(","):
             continue
-        runs["compute_only"] = {}
-        for lk in links:
-            runs["compute_only"][lk["name"]] = launch(
-                rumor, work, "n%d-compute-only-%s" % (n, lk["rate"]), n,
-                a.steps, lk, ["--algo", "localsgd", "--period",
-                              str(a.steps)], a.eval_every, a.timeout)
+        runs["compute_only"] = run_config(
+            a, rumor, work, n, "compute-only", ["--algo", "localsgd",
+                                                "--period", str(a.steps)],
+            False, "local", period, links)
     return rec
+
+
+def run_config(a, rumor, work, n, key, args, exact, family, period, links):
+    """One scheme at every link: its accuracy curve from one run with
+    evaluations at the fastest link, its times from runs without them (in
+    full, or an exact scheme's prefix at the slower links)."""
+    fastest = max(links, key=lambda lk: lk["bits"])
+    tag = "n%d-%s-" % (n, key)
+    acc = launch(rumor, work, tag + "accuracy", n, a.steps, fastest, args,
+                 a.eval_every, a.timeout)
+    if "error" in acc:
+        return {lk["name"]: acc for lk in links}
+    out = {}
+    for lk in links:
+        k = prefix_steps(family, period, lk, a.quick) if exact else None
+        if lk is fastest or k is None or k >= a.steps:
+            out[lk["name"]] = timed(acc, launch(
+                rumor, work, tag + lk["rate"], n, a.steps, lk, args, 0,
+                a.timeout, a.eval_every))
+            continue
+        pre = launch(rumor, work, tag + lk["rate"] + "-prefix", n, k, lk,
+                     args, 0, a.timeout)
+        out[lk["name"]] = pre if "error" in pre else project(acc, pre,
+                                                             a.steps)
+    return out
 
 
 def add_record(rec, path):

@@ -4,6 +4,7 @@ phase, seconds and bytes to the target, projections from a prefix)
 against hand-computed values on metrics files written here."""
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -30,14 +31,34 @@ def test_probe__real_runs__tells_missing_effect_and_no_effect(
     assert got.startswith(want) if want.endswith(" ") else got == want
 
 
+def test_seconds_eval__real_run__grows_at_evaluations_only(tmp_path):
+    """What metrics() subtracts: the time of the node's evaluations, within
+    seconds_compute, grown at evaluation steps (every 3, and the last)."""
+    d = str(tmp_path / "run")
+    subprocess.run([os.path.abspath(RUMOR), "launch", "--nodes", "2",
+                    "--steps", "7", "--eval-every", "3", "--metrics-dir", d,
+                    "--workload", "mlp", "--hidden", "64"] + wan.COMMON,
+                   check=True, stdout=subprocess.DEVNULL, timeout=120)
+    for i in range(2):
+        with open(os.path.join(d, "node-%d.jsonl" % i)) as f:
+            lines = [json.loads(x) for x in f]
+        grew = [k + 1 for k in range(7) if lines[k]["seconds_eval"] >
+                (lines[k - 1]["seconds_eval"] if k else 0.0)]
+        assert grew == [3, 6, 7]
+        assert all("accuracy" in lines[k - 1] for k in grew)
+        for x in lines:
+            assert 0 <= x["seconds_eval"] <= x["seconds_compute"]
+
+
 def write_run(d, per_node):
     """per_node[i]: list of (seconds, seconds_compute, bytes, accuracy or
-    None) per step."""
+    None[, seconds_eval]) per step."""
     os.makedirs(d)
     for i, steps in enumerate(per_node):
         with open(os.path.join(d, "node-%d.jsonl" % i), "w") as f:
-            for k, (s, c, b, acc) in enumerate(steps):
+            for k, (s, c, b, acc, *ev) in enumerate(steps):
                 line = {"step": k + 1, "seconds": s, "seconds_compute": c,
+                        "seconds_eval": ev[0] if ev else 0.0,
                         "gossip_bytes_sent": b}
                 if acc is not None:
                     line["accuracy"] = acc
@@ -66,11 +87,65 @@ def test_metrics__two_nodes__training_phase_share_and_curve(tmp_path):
     assert r["mb_per_node"] == pytest.approx(31.0)
 
 
+def test_metrics__evaluations__left_out_of_every_time(tmp_path):
+    d = str(tmp_path / "run")
+    # node 0 evaluates 0.5 s at step 2 and 1.0 s at step 3; node 1 0.2 s
+    # at step 3 only
+    write_run(d, [[(2.0, 0.5, 10e6, None, 0.0), (3.0, 1.0, 20e6, 0.5, 0.5),
+                   (6.0, 3.0, 30e6, 0.7, 1.5)],
+                  [(2.5, 0.4, 12e6, None, 0.0), (3.5, 0.8, 22e6, 0.6, 0.0),
+                   (5.5, 1.4, 32e6, 0.9, 0.2)]])
+    r = wan.metrics(d, 2, 3, "cmd", 9.0)
+    # node 0: 2.5 - 1.5 compute in 4.0 - 1.5 s; node 1: 0.8 in 2.8 s
+    assert r["share_metrics"] == pytest.approx((1.0 / 2.5 + 0.8 / 2.8) / 2)
+    assert r["train_s"] == pytest.approx((2.5 + 2.8) / 2)
+    assert r["curve"][0]["seconds"] == pytest.approx(3.5)  # node 1's
+    assert r["curve"][1]["seconds"] == pytest.approx(5.3)  # 5.5 - 0.2
+
+
+def test_metrics__no_seconds_eval__is_an_error(tmp_path):
+    d = str(tmp_path / "run")
+    write_run(d, [[(1.0, 0.5, 0, None)], [(1.0, 0.5, 0, None)]])
+    for i in range(2):
+        path = os.path.join(d, "node-%d.jsonl" % i)
+        with open(path) as f:
+            line = json.loads(f.read())
+        del line["seconds_eval"]
+        with open(path, "w") as f:
+            f.write(json.dumps(line) + "\n")
+    assert "seconds_eval" in wan.metrics(d, 2, 1, "cmd", 1.0)["error"]
+
+
 def test_metrics__short_file__is_an_error(tmp_path):
     d = str(tmp_path / "run")
     write_run(d, [[(1.0, 0.5, 0, None)], [(1.0, 0.5, 0, None),
                                           (2.0, 1.0, 0, None)]])
     assert "error" in wan.metrics(d, 2, 2, "cmd", 1.0)
+
+
+def test_timed__accuracy_run_with_the_timing_runs_seconds():
+    acc = {"command": "acc", "steps": 6, "first_step_s": 9.0,
+           "s_per_step": 9.0, "train_s": 45.0, "share_metrics": 0.5,
+           "wall_s": 50.0, "load": 1.0, "cpu": "x", "skipped": 1,
+           "final_accuracy": 0.8, "mb_per_node": 6.0, "times": {},
+           "curve": [{"step": 3, "accuracy": 0.7, "seconds": 20.0, "mb": 3},
+                     {"step": 6, "accuracy": 0.8, "seconds": 45.0, "mb": 6}]}
+    tim = {"command": "timing", "steps": 6, "first_step_s": 1.0,
+           "s_per_step": 1.0, "train_s": 5.0, "share_metrics": 0.9,
+           "wall_s": 7.0, "load": 2.0, "cpu": "x", "skipped": 0,
+           "final_accuracy": 0.8, "mb_per_node": 6.0,
+           "times": {"3": 3.0, "6": 6.5}, "curve": []}
+    r = wan.timed(acc, tim)
+    assert [c["seconds"] for c in r["curve"]] == [3.0, 6.5]
+    assert [c["accuracy"] for c in r["curve"]] == [0.7, 0.8]
+    assert (r["train_s"], r["share_metrics"], r["command"]) == (
+        5.0, 0.9, "timing")
+    assert r["accuracy_command"] == "acc" and r["skipped"] == 1
+    assert "timing_final_accuracy" not in r and "times" not in r
+    assert acc["curve"][0]["seconds"] == 20.0  # untouched
+    tim["final_accuracy"] = 0.79
+    assert wan.timed(acc, tim)["timing_final_accuracy"] == 0.79
+    assert wan.timed(acc, {"error": "x"}) == {"error": "x"}
 
 
 def test_project_and_analyse__prefix_timing__hand_computed(tmp_path):
