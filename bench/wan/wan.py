@@ -19,8 +19,9 @@ synchronization scheme of CONFIGS, and reports per run
   left out): (a) from the metrics JSONL, (seconds_compute[last] -
   seconds_compute[first]) / (seconds[last] - seconds[first]), the mean over
   the nodes; (b) the training-phase wall time of the compute-only run
-  (local SGD that synchronizes once, --algo localsgd --period STEPS, same
-  links and nodes) over the run's own;
+  (local SGD with --period STEPS, same links and nodes: its one
+  synchronization is at its first step, which the training phase leaves
+  out, so that phase is the nodes' computation alone) over the run's own;
 - seconds and MB sent per node (gossip_bytes_sent) to a target accuracy:
   the first evaluation step whose held-out accuracy (the mean over the
   nodes of each node's own model) reaches TARGET = the all-reduce run's
@@ -541,9 +542,11 @@ def section(rec):
            rec["eval_every"], "",
            "Compute share (metrics) = (seconds_compute at the last step - at "
            "the first) / (seconds at the last step - at the first), mean "
-           "over the nodes; share (wall) = the compute-only run's (local "
-           "SGD synchronizing once, `--algo localsgd --period %d`) "
-           "training-phase wall time over the run's; it and \"x sooner\" "
+           "over the nodes; share (wall) = the compute-only run's (`--algo "
+           "localsgd --period %d`: local SGD syncs at the steps t with t "
+           "%% period = 0, so its one sync is at the first step, outside "
+           "the training phase) training-phase wall time over the run's; "
+           "it and \"x sooner\" "
            "compare two runs' seconds, so only runs measured on the same "
            "CPU model are compared. Seconds to target: "
            "`seconds` of the slowest node of the timing run at the step of "
