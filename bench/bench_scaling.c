@@ -12,12 +12,23 @@
  *
  * usage: rumor bench scaling [--max-params N]   (default 1e8; memory:
  * about 4 nodes x N x 4 bytes x the algorithm's copies, some GB at 1e8)
+ *
+ * Each size-sweep row runs in a child process, so its peak memory is its
+ * own (wait4's ru_maxrss). A row is skipped, with a line that says why,
+ * when its algorithm's peak at the previous size, scaled by the growth in
+ * parameters, would not fit in the memory available: CHOCO at 1e8 needs
+ * more than a 24 GiB host has, and the kernel's OOM killer would
+ * otherwise end the whole sweep.
  */
 #include "bench/bench.h"
 #include "bench/bench_gossip.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 int bench_scaling_main(int argc, char **argv);
 
@@ -76,6 +87,78 @@ s_header(const char *title, double gbps)
            "x stream");
 }
 
+/* MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read. */
+static double
+s_mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f == NULL)
+        return 0;
+    char line[128];
+    double kib = 0;
+    while (fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib * 1024;
+}
+
+/* s_row in a child process; *peak: the child's peak resident bytes. */
+static int
+s_row_apart(const struct bench_algo *a, size_t side, double gbps, double *peak)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        return s_row(a, 4, side, gbps);
+    if (pid == 0)
+        _exit(s_row(a, 4, side, gbps));
+    int status = 0;
+    struct rusage ru;
+    if (wait4(pid, &status, 0, &ru) != pid)
+        return 1;
+    *peak = (double)ru.ru_maxrss * 1024;
+    if (WIFSIGNALED(status))
+        printf("%-24s %6d %11zu killed by signal %d\n",
+               a->label,
+               4,
+               side * side,
+               WTERMSIG(status));
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+/* The size sweep; an algorithm's rows stop at the first size its
+ * extrapolated peak does not fit. */
+static int
+s_size_sweep(const size_t *sides, size_t count, size_t max_params, double gbps)
+{
+    int status = 0;
+    double peak[ALGO_COUNT] = {0};
+    bool stopped[ALGO_COUNT] = {false};
+    for (size_t k = 0; k < count && sides[k] * sides[k] <= max_params; k++) {
+        size_t params = sides[k] * sides[k];
+        double grow =
+            k == 0 ? 0 : (double)params / (double)(sides[k - 1] * sides[k - 1]);
+        for (size_t a = 0; a < ALGO_COUNT; a++) {
+            double need = peak[a] * grow, avail = s_mem_available();
+            if (!stopped[a] && avail > 0 && need > 0.9 * avail) {
+                printf("%-24s %6d %11zu skipped: needs about %.1f GB "
+                       "(%.2f GB at the size before), %.1f GB available\n",
+                       s_algos[a].label,
+                       4,
+                       params,
+                       need / 1e9,
+                       peak[a] / 1e9,
+                       avail / 1e9);
+                stopped[a] = true;
+            }
+            if (!stopped[a])
+                status |= s_row_apart(&s_algos[a], sides[k], gbps, &peak[a]);
+        }
+    }
+    return status;
+}
+
 int
 bench_scaling_main(int argc, char **argv)
 {
@@ -100,9 +183,8 @@ bench_scaling_main(int argc, char **argv)
     gbps = bench_mem_read_gbps();
     s_header("model size: ring:4, one square matrix, simulator, one core",
              gbps);
-    for (size_t k = 0; k < sizeof sides / sizeof sides[0]; k++)
-        for (size_t a = 0; a < ALGO_COUNT; a++)
-            if (sides[k] * sides[k] <= max_params)
-                status |= s_row(&s_algos[a], 4, sides[k], gbps);
-    return status;
+    return status | s_size_sweep(sides,
+                                 sizeof sides / sizeof sides[0],
+                                 max_params,
+                                 gbps);
 }

@@ -416,6 +416,14 @@ def section_scaling(data):
             "(choco top-k gamma 0.1, rank 1).\n")
         out.append(figure_table(p))
         out.append("")
+        skipped = [" ".join(x.split()) for x in
+                   p.get("last_output", "").splitlines() if " skipped: " in x]
+        if skipped:
+            out += ["Not run (a row is skipped when its algorithm's peak "
+                    "memory at the size before, scaled by the growth in "
+                    "parameters, would not fit in what the host has "
+                    "available):", ""]
+            out += ["- %s" % x for x in skipped] + [""]
     s = data.get("scaling")
     if s is None:
         return "\n".join(out)
