@@ -94,11 +94,14 @@ s_mem_available(void)
     FILE *f = fopen("/proc/meminfo", "r");
     if (f == NULL)
         return 0;
+    static const char key[] = "MemAvailable:";
     char line[128];
     double kib = 0;
     while (fgets(line, sizeof line, f) != NULL)
-        if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1)
+        if (strncmp(line, key, sizeof key - 1) == 0) {
+            kib = strtod(line + sizeof key - 1, NULL);
             break;
+        }
     fclose(f);
     return kib * 1024;
 }
