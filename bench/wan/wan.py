@@ -13,7 +13,7 @@ synchronization scheme of CONFIGS, and reports per run
   Each scheme runs once at the fastest link with evaluations (accuracy
   curve, bytes, final accuracy) and once per link with --eval-every 0
   (times; the last step's evaluation, seconds_eval, is subtracted). The
-  runs compute the same bits at any link and with or without evaluations;
+  runs compute the same bits at any link and with or without evaluations.
 - compute share, two ways, both over the training phase (the metrics'
   first step to their last, so start-up and the links' handshakes are
   left out): (a) from the metrics JSONL, (seconds_compute[last] -
