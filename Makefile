@@ -151,9 +151,10 @@ $(BUILD)/%.o: %.c $(BUILD)/.flags
 	$(Q)$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
 # The backends' element loops (gossip/ref.c: the host's operations and
-# the twins of the CUDA kernels) vectorized: -O2 alone leaves them scalar.
-# Each element's arithmetic is unchanged: no floating-point sum is
-# reordered without -ffast-math, and -std=c11 fuses no product.
+# the twins of the CUDA kernels) vectorized: -O2 alone leaves them scalar
+# (ref.c also clones them for AVX2). Each element's arithmetic is
+# unchanged: no floating-point sum is reordered without -ffast-math, and
+# -std=c11 fuses no product.
 $(BUILD)/gossip/ref.o: ALL_CFLAGS += -ftree-vectorize -fvect-cost-model=dynamic
 $(BUILD)/gossip/ref.o: Makefile
 
