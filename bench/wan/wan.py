@@ -258,6 +258,8 @@ def metrics(d, nodes, steps, shown, wall, marks=None):
             "final_accuracy": avg,
             "final_node_accuracy": mean([x.get("accuracy", 0) for x in last]),
             "mb_per_node": mean([x["gossip_bytes_sent"] for x in last]) / 1e6,
+            "mb_phase": mean([b["gossip_bytes_sent"] - a["gossip_bytes_sent"]
+                              for a, b in zip(first, last)]) / 1e6,
             "skipped": sum(x.get("skipped", 0) for x in last)}
 
 
@@ -317,6 +319,7 @@ def analyse(rec):
                     r["other_cpu"] = True
                 elif "train_s" in ref:
                     r["share_wall"] = ref["train_s"] / r["train_s"]
+                    r.update(share_ceiling(ref, r, lname))
                 if target is None:
                     continue
                 hit = to_target(r["curve"], target)
@@ -332,6 +335,11 @@ def analyse(rec):
         for lname in [lk["name"] for lk in rec["links"]]:
             ar = runs.get("allreduce", {}).get(lname, {})
             base = ar.get("to_target")
+            co = runs.get("compute_only", {}).get(lname, {})
+            ar.pop("sooner_ceiling", None)
+            if base and co and run_cpu(rec, n, "compute_only", co) == \
+                    run_cpu(rec, n, "allreduce", ar):
+                ar.update(sooner_ceiling(base, co))
             for key, by_link in runs.items():
                 r = by_link.get(lname, {})
                 r.pop("sooner_than_allreduce", None)
@@ -341,6 +349,29 @@ def analyse(rec):
                 elif base and r.get("to_target"):
                     r["sooner_than_allreduce"] = (base["seconds"] /
                                                   r["to_target"]["seconds"])
+
+
+def share_ceiling(ref, r, lname):
+    """The most wall share the link allows: the training phase cannot end
+    before the link has carried the bytes sent in it, so the share is at
+    most the compute-only phase over (those bytes / the link's rate)."""
+    r.pop("share_ceiling", None)
+    if not r.get("mb_phase"):
+        return {}
+    wire_s = r["mb_phase"] * 1e6 * 8 / rate_bits(lname.split("/")[0])
+    return {"share_ceiling": min(1.0, ref["train_s"] / wire_s)}
+
+
+def sooner_ceiling(base, co):
+    """How much sooner than all-reduce a run that never waits for the
+    network, and needs as many steps to the target, can be on this host:
+    the compute-only run's seconds at all-reduce's step to the target."""
+    hit = next((c for c in co.get("curve", [])
+                if c["step"] == base["step"]), None)
+    if hit is None or hit["seconds"] <= 0:
+        return {}
+    return {"sooner_ceiling": base["seconds"] / hit["seconds"],
+            "sooner_ceiling_step": base["step"]}
 
 
 def timed(acc, timing):
@@ -459,14 +490,19 @@ def targets(rec):
                 if not r or "share_metrics" not in r:
                     continue
                 sm, sw = r["share_metrics"], r.get("share_wall")
+                cap = r.get("share_ceiling")
                 out.append("- %d nodes, %s at %s: compute share >= %.0f %%: "
-                           "%s (metrics), %s (wall)%s" % (
+                           "%s (metrics), %s (wall)%s%s" % (
                                n, rec["labels"][key], lname, 100 * want,
                                met(sm >= want, pct(sm)),
                                "not compared (another CPU)"
                                if sw is None and r.get("other_cpu") else
                                met(sw is not None and sw >= want, pct(sw)),
-                               " (projected)" if r.get("projected") else ""))
+                               " (projected)" if r.get("projected") else "",
+                               "; the link's bandwidth allows at most %s "
+                               "wall share (%.1f MB a node in the training "
+                               "phase)" % (pct(cap), r["mb_phase"])
+                               if cap is not None and cap < 1 else ""))
         ref = next((r for r in ar.values() if not r.get("projected")
                     and r.get("final_accuracy") is not None), None)
         for key in ("diloco_overlap", "diloco_stream_fp4"):
@@ -488,6 +524,15 @@ def targets(rec):
                                if f is None and r.get("other_cpu_sooner") else
                                met(f is not None and f >= 10,
                                    "%.1fx" % f if f else "not reached")))
+        cap = ar.get("100M/25ms", {}).get("sooner_ceiling")
+        if cap is not None:
+            out.append("- %d nodes, this host's ceiling at 100M/25ms: "
+                       "all-reduce reaches the target at step %d; the "
+                       "compute-only run, which never waits for the "
+                       "network, is there %.1fx sooner: what a scheme that "
+                       "needs as many steps can reach here, within "
+                       "run-to-run noise" % (
+                           n, ar["100M/25ms"]["sooner_ceiling_step"], cap))
     return out
 
 
@@ -573,7 +618,13 @@ def section(rec):
     tl = targets(rec)
     if tl:
         out += ["Issue 32's targets (all-reduce's seconds to the target "
-                "are projected where its row says so):", ""] + tl + [""]
+                "are projected where its row says so). Two ceilings come "
+                "from the same record: a run's wall share cannot exceed "
+                "the compute-only training phase over the time its link "
+                "needs for the bytes the run sends in that phase; and at "
+                "all-reduce's step to the target the compute-only run "
+                "shows how much sooner a scheme that never waits, and "
+                "needs as many steps, can be on this host:", ""] + tl + [""]
     for png in rec.get("plots", []):
         out.append("![%s](%s)" % (os.path.basename(png),
                                   os.path.basename(png)))

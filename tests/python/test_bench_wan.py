@@ -85,6 +85,8 @@ def test_metrics__two_nodes__training_phase_share_and_curve(tmp_path):
     assert r["curve"][0]["mb"] == pytest.approx(21.0)
     assert r["final_accuracy"] == 0.8
     assert r["mb_per_node"] == pytest.approx(31.0)
+    # bytes sent between the first metrics line and the last: 20 MB each
+    assert r["mb_phase"] == pytest.approx(20.0)
 
 
 def test_metrics__evaluations__left_out_of_every_time(tmp_path):
@@ -190,6 +192,44 @@ def test_project_and_analyse__prefix_timing__hand_computed(tmp_path):
     assert "share_wall" not in pg and "sooner_than_allreduce" not in pg
     assert pg["other_cpu"] and pg["other_cpu_sooner"]
     assert pg["to_target"]["seconds"] == 5.5
+
+
+def test_analyse__ceilings__hand_computed():
+    # 10 Mbit/s carries 25 MB in 20 s: a 5 s compute-only phase allows a
+    # 25 % wall share. All-reduce reaches 0.795 at step 4 after 40 s; the
+    # compute-only run is at step 4 after 8 s: 5x.
+    ar = {"steps": 4, "train_s": 40.0, "share_metrics": 0.1,
+          "final_accuracy": 0.80, "mb_per_node": 90.0, "mb_phase": 80.0,
+          "curve": [{"step": 2, "accuracy": 0.5, "seconds": 20.0, "mb": 1},
+                    {"step": 4, "accuracy": 0.80, "seconds": 40.0, "mb": 2}]}
+    co = {"train_s": 5.0, "curve": [{"step": 2, "seconds": 3.0},
+                                    {"step": 4, "seconds": 8.0}]}
+    dl = {"train_s": 20.0, "share_metrics": 0.3, "final_accuracy": 0.80,
+          "mb_per_node": 30.0, "mb_phase": 25.0,
+          "curve": [{"step": 4, "accuracy": 0.80, "seconds": 10.0,
+                     "mb": 25.0}]}
+    rec = {"nodes": [4], "links": [{"name": "10M/50ms"}], "targets": {},
+           "labels": {"allreduce": "all-reduce",
+                      "diloco_overlap": "overlapped"},
+           "runs": {"4": {"allreduce": {"10M/50ms": ar},
+                          "diloco_overlap": {"10M/50ms": dl},
+                          "compute_only": {"10M/50ms": co}}}}
+    wan.analyse(rec)
+    assert dl["share_ceiling"] == pytest.approx(0.25)
+    assert ar["share_ceiling"] == pytest.approx(5.0 / 64.0)
+    assert ar["sooner_ceiling"] == pytest.approx(5.0)
+    assert ar["sooner_ceiling_step"] == 4
+    # a link fast enough for the bytes caps nothing
+    rec["links"] = [{"name": "1G/5ms"}]
+    rec["runs"]["4"] = {k: {"1G/5ms": v["10M/50ms"]}
+                        for k, v in rec["runs"]["4"].items()}
+    wan.analyse(rec)
+    assert dl["share_ceiling"] == 1.0
+    # the ceilings need the bytes of the phase and the compute-only curve
+    del dl["mb_phase"]
+    co["curve"] = []
+    wan.analyse(rec)
+    assert "share_ceiling" not in dl and "sooner_ceiling" not in ar
 
 
 def test_run_cpu__own_then_the_last_session_that_measured_it():
