@@ -2,6 +2,9 @@
  * The host's SIMD features, probed once per process for every module that
  * picks a kernel at run time (crc32c, the codecs' AVX2/AVX-512 tiers, the
  * low-rank AVX2 path): one probe, so the modules agree on what the CPU has.
+ * gossip/ref.c's element loops are cloned by the compiler instead
+ * (target_clones, libgcc's probe): each clone rounds every element alike,
+ * so no result depends on which one runs.
  */
 #ifndef RUMOR_CORE_CPU_H
 #define RUMOR_CORE_CPU_H
