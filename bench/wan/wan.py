@@ -311,6 +311,7 @@ def analyse(rec):
                     continue
                 ref = runs.get("compute_only", {}).get(lname, {})
                 r.pop("share_wall", None)
+                r.pop("share_ceiling", None)
                 r.pop("other_cpu", None)
                 r.pop("other_cpu_sooner", None)
                 cpu = run_cpu(rec, n, key, r)
@@ -355,7 +356,6 @@ def share_ceiling(ref, r, lname):
     """The most wall share the link allows: the training phase cannot end
     before the link has carried the bytes sent in it, so the share is at
     most the compute-only phase over (those bytes / the link's rate)."""
-    r.pop("share_ceiling", None)
     if not r.get("mb_phase"):
         return {}
     wire_s = r["mb_phase"] * 1e6 * 8 / rate_bits(lname.split("/")[0])
