@@ -133,7 +133,7 @@ help:
 	@echo "make deploy-test   docker/README.md end to end: image, 4 containers, a crash (root: own engine)"
 	@echo "make cluster-test  docker/README.md's Slurm job and launch --hosts on real slurmd, sshd (root)"
 	@echo "make bench         run the benchmarks (docs/benchmarks.md); QUICK=1 short"
-	@echo "make bench-wan     the slow-link (WAN) matrix of issue 32 (about 25 min)"
+	@echo "make bench-wan     the slow-link (WAN) matrix of issue 32 (about 1 hour)"
 	@echo "make install       rumor, librumor.so/.a, headers, rumor.pc (PREFIX, DESTDIR)"
 	@echo "make lint          banned functions, include direction, headers alone"
 	@echo "make format-check  clang-format check of every source file"
@@ -323,11 +323,11 @@ fuzz:
 bench: $(RUMOR)
 	$(Q)/usr/bin/python3 bench/run_bench.py --rumor $(RUMOR) $(if $(QUICK),--quick)
 
-# Issue 32's slow-link matrix (about 25 minutes on 2 cores): docs/bench-wan.json,
+# Issue 32's slow-link matrix (about an hour on 2 cores): docs/bench-wan.json,
 # docs/bench-wan-*.png and the "Slow links (WAN)" section of docs/benchmarks.md.
 # `make bench` runs only its smoke run (bench/wan/wan.py --quick).
 bench-wan: $(RUMOR)
-	$(Q)/usr/bin/python3 bench/wan/wan.py --rumor $(RUMOR) --doc
+	$(Q)/usr/bin/python3 bench/wan/wan.py --rumor $(RUMOR) --rounds 3 --doc
 
 demo: $(RUMOR)
 	$(Q)RUMOR_BIN=$(RUMOR) sh scripts/demo.sh

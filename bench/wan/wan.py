@@ -28,6 +28,15 @@ synchronization scheme of CONFIGS, and reports per run
   final accuracy (average model, same N) minus 0.5 points;
 - the final accuracy at equal steps (the launcher's average model).
 
+Rounds (--rounds K; `make bench-wan` runs 3). One timing run of a scheme
+and one of the compute-only run, minutes apart, differ by the host's
+other work as much as by the scheme (run-to-run spread of a few per
+cent on a shared 2-core host). So after each node count's matrix the
+runs of the share targets (SHARE_TARGETS) are timed K - 1 more times at
+their links, the compute-only run first and then each scheme, in turn;
+their shares are the medians of the K rounds' ratios (wall) and shares
+(metrics), and the targets list every round's.
+
 Projections. A run whose numbers do not depend on timing (every node
 computes the same bits at any link speed: exact all-reduce, exact local
 SGD / DiLoCo, D-PSGD without skipped steps, and the stale modes, whose
@@ -47,8 +56,8 @@ option not implemented" (accepted, no effect) or "refused: REASON".
 Usage (from the repository root):
   /usr/bin/python3 bench/wan/wan.py [--rumor build/bin/rumor] [--quick]
       [--nodes 4,8] [--links 10M/50,100M/25,1G/5] [--steps 200]
-      [--configs allreduce,diloco,...,compute_only] [--out DIR] [--doc]
-      [--add] [--render] [--note TEXT]
+      [--configs allreduce,diloco,...,compute_only] [--rounds K]
+      [--out DIR] [--doc] [--add] [--render] [--note TEXT]
 --quick: a smoke run (20 steps, period 10, 4 nodes, 100M/25ms, no
 projection). --out: where wan.json, wan.md and the PNGs go (default
 build/bench-wan). --doc: write docs/bench-wan.json and the PNGs in docs/
@@ -63,6 +72,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -311,6 +321,7 @@ def analyse(rec):
                     continue
                 ref = runs.get("compute_only", {}).get(lname, {})
                 r.pop("share_wall", None)
+                r.pop("share_wall_rounds", None)
                 r.pop("share_ceiling", None)
                 r.pop("other_cpu", None)
                 r.pop("other_cpu_sooner", None)
@@ -319,7 +330,7 @@ def analyse(rec):
                                                        "compute_only", ref):
                     r["other_cpu"] = True
                 elif "train_s" in ref:
-                    r["share_wall"] = ref["train_s"] / r["train_s"]
+                    r.update(wall_share(ref, r))
                     r.update(share_ceiling(ref, r, lname))
                 if target is None:
                     continue
@@ -350,6 +361,32 @@ def analyse(rec):
                 elif base and r.get("to_target"):
                     r["sooner_than_allreduce"] = (base["seconds"] /
                                                   r["to_target"]["seconds"])
+
+
+def wall_share(ref, r):
+    """The compute-only training phase over the run's. With rounds
+    (--rounds), the median of the rounds' ratios: after the matrix's own
+    runs (round 1), each round ran the compute-only run and then the
+    schemes, so a ratio compares runs made a minute or two apart, and the
+    median drops a round that the host's other work slowed. A row without
+    rounds takes the compute-only rounds' median phase."""
+    ratios = [c["train_s"] / x["train_s"]
+              for c, x in zip(ref.get("rounds", []), r.get("rounds", []))
+              if "train_s" in c and "train_s" in x]
+    if len(ratios) > 1:
+        return {"share_wall": statistics.median(ratios),
+                "share_wall_rounds": ratios}
+    co = [c["train_s"] for c in ref.get("rounds", []) if "train_s" in c]
+    return {"share_wall": statistics.median(co or [ref["train_s"]]) /
+            r["train_s"]}
+
+
+def metrics_share(r):
+    """The metrics share: the median of the rounds' where there are
+    rounds."""
+    got = [x["share_metrics"] for x in r.get("rounds", [])
+           if "share_metrics" in x]
+    return statistics.median(got) if len(got) > 1 else r["share_metrics"]
 
 
 def share_ceiling(ref, r, lname):
@@ -453,13 +490,16 @@ def table(rec):
                              "bits" % pct(r["timing_final_accuracy"]))
                 if r.get("load") is not None:
                     note += ", load %.1f" % r["load"]
+                if r.get("share_wall_rounds"):
+                    note += (", shares: medians of %d rounds beside the "
+                             "compute-only run" % len(r["share_wall_rounds"]))
                 if r.get("other_cpu") or r.get("other_cpu_sooner"):
                     note += ("; measured on %s, its compute-only or "
                              "all-reduce reference on another CPU: not "
                              "compared" % run_cpu(rec, n, key, r))
                 out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %.1f "
                            "| %s |" % (
-                               label, lk["name"], pct(r["share_metrics"]),
+                               label, lk["name"], pct(metrics_share(r)),
                                pct(r.get("share_wall")),
                                "%.1f" % tt["seconds"] if tt else "not reached",
                                "%.1f" % tt["mb"] if tt else "-",
@@ -489,16 +529,17 @@ def targets(rec):
                 r = runs.get(key, {}).get(lname)
                 if not r or "share_metrics" not in r:
                     continue
-                sm, sw = r["share_metrics"], r.get("share_wall")
+                sm, sw = metrics_share(r), r.get("share_wall")
                 cap = r.get("share_ceiling")
                 out.append("- %d nodes, %s at %s: compute share >= %.0f %%: "
-                           "%s (metrics), %s (wall)%s%s" % (
+                           "%s (metrics), %s (wall)%s%s%s" % (
                                n, rec["labels"][key], lname, 100 * want,
                                met(sm >= want, pct(sm)),
                                "not compared (another CPU)"
                                if sw is None and r.get("other_cpu") else
                                met(sw is not None and sw >= want, pct(sw)),
                                " (projected)" if r.get("projected") else "",
+                               rounds_note(r),
                                "; the link's bandwidth allows at most %s "
                                "wall share (%.1f MB a node in the training "
                                "phase)" % (pct(cap), r["mb_phase"])
@@ -534,6 +575,16 @@ def targets(rec):
                        "run-to-run noise" % (
                            n, ar["100M/25ms"]["sooner_ceiling_step"], cap))
     return out
+
+
+def rounds_note(r):
+    """The rounds behind a target's medians, when it has them."""
+    walls = r.get("share_wall_rounds")
+    if not walls:
+        return ""
+    return "; medians of %d rounds, wall %s, metrics %s" % (
+        len(walls), " / ".join(pct(w) for w in walls),
+        " / ".join(pct(x.get("share_metrics")) for x in r["rounds"]))
 
 
 def met(ok, text):
@@ -593,7 +644,12 @@ def section(rec):
            "the training phase) training-phase wall time over the run's; "
            "it and \"x sooner\" "
            "compare two runs' seconds, so only runs measured on the same "
-           "CPU model are compared. Seconds to target: "
+           "CPU model are compared. Where a row says \"medians of K "
+           "rounds\" (`--rounds K`), its shares are the medians over K "
+           "timing runs, each after a compute-only run at the same link "
+           "(the first: the matrix's own), of each round's wall ratio and "
+           "metrics share, as one pair of runs minutes apart on a shared "
+           "host differs by a few per cent. Seconds to target: "
            "`seconds` of the slowest node of the timing run at the step of "
            "the first evaluation where "
            "the mean over the nodes of their own models' held-out "
@@ -768,10 +824,50 @@ def run_matrix(a, rumor, work):
         if "compute_only" not in a.configs.split(","):
             continue
         runs["compute_only"] = run_config(
-            a, rumor, work, n, "compute-only", ["--algo", "localsgd",
-                                                "--period", str(a.steps)],
-            False, "local", period, links)
+            a, rumor, work, n, "compute-only", compute_only_args(a.steps), False,
+            "local", period, links)
+        share_rounds(a, rumor, work, n, runs, period, links)
     return rec
+
+
+def compute_only_args(steps):
+    return ["--algo", "localsgd", "--period", str(steps)]
+
+
+def share_rounds(a, rumor, work, n, runs, period, links):
+    """Rounds 2 .. a.rounds of the share targets' timing runs (round 1 is
+    the matrix's): at each target's link, the compute-only run and then
+    each targeted scheme measured there in full, in turn, so that each
+    scheme's wall share is a median of ratios of runs made one after the
+    other (wall_share). A projected row is not repeated: its seconds are
+    a prefix's."""
+    args = {c[0]: fill(c[2], period) for c in CONFIGS}
+    args["compute_only"] = compute_only_args(a.steps)
+    for lk in links:
+        keys = [k for keys, lname, _ in SHARE_TARGETS if lname == lk["name"]
+                for k in keys if full_run(runs.get(k, {}).get(lname))]
+        if a.rounds < 2 or not keys or \
+                not full_run(runs.get("compute_only", {}).get(lk["name"])):
+            continue
+        rows = {k: runs[k][lk["name"]] for k in ["compute_only"] + keys}
+        for r in rows.values():
+            r["rounds"] = [{"train_s": r["train_s"],
+                            "share_metrics": r["share_metrics"],
+                            "load": r.get("load")}]
+        for k in range(2, a.rounds + 1):
+            for key, r in rows.items():
+                t = launch(rumor, work, "n%d-%s-%s-round%d" % (
+                    n, key, lk["rate"], k), n, a.steps, lk, args[key], 0,
+                    a.timeout)
+                r["rounds"].append({"error": t["error"]} if "error" in t
+                                   else {"train_s": t["train_s"],
+                                         "share_metrics": t["share_metrics"],
+                                         "load": t.get("load")})
+
+
+def full_run(r):
+    return bool(r) and "train_s" in r and not r.get("projected") and \
+        "error" not in r and "not_run" not in r
 
 
 def run_config(a, rumor, work, n, key, args, exact, family, period, links):
@@ -857,6 +953,10 @@ def main():
     ap.add_argument("--eval-every", type=int, default=None)
     ap.add_argument("--configs", default=",".join(
         [c[0] for c in CONFIGS] + ["compute_only"]))
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="timing runs of each share target's scheme and "
+                    "of the compute-only run at its link, in turn; the "
+                    "wall share is the median of the rounds' ratios")
     ap.add_argument("--timeout", type=int, default=900,
                     help="seconds one launch may take")
     ap.add_argument("--out", default=os.path.join(REPO, "build",

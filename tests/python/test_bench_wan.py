@@ -266,3 +266,56 @@ def test_add_record__keeps_what_this_session_did_not_measure(tmp_path):
     assert [p["date"] for p in got["parts"]] == ["then", "now"]
     assert got["parts"][1]["configs"] == ["diloco"]
     assert got["parts"][0]["configs"] == ["allreduce", "diloco"]
+
+
+def test_share_rounds__interleaved_runs__medians_hand_computed(monkeypatch):
+    # Round 1 is the matrix's; rounds 2 and 3 run compute-only, then each
+    # target's scheme measured in full at that link. Wall ratios 10/20,
+    # 10/10, 10/12.5: median 0.8; metrics 0.9, 0.7, 0.8: median 0.8.
+    order = []
+    times = {"compute_only": [10.0, 10.0], "powergossip_stale": [10.0, 12.5]}
+
+    def launch(rumor, work, tag, n, steps, link, args, eval_every, timeout):
+        key = tag.split("-")[1]
+        order.append((tag, args, eval_every))
+        t = times[key].pop(0)
+        return {"train_s": t, "share_metrics": {10.0: 0.7, 12.5: 0.8}.get(
+            t) if key != "compute_only" else 1.0, "load": 0.5}
+    monkeypatch.setattr(wan, "launch", launch)
+    a = type("A", (), {"rounds": 3, "steps": 200, "timeout": 9})()
+    links = [wan.parse_link("100M/25"), wan.parse_link("1G/5")]
+    pg = {"train_s": 20.0, "share_metrics": 0.9}
+    co = {"train_s": 10.0, "share_metrics": 1.0}
+    projected = {"train_s": 5.0, "share_metrics": 0.5, "projected": 10}
+    runs = {"powergossip_stale": {"100M/25ms": pg},
+            "diloco_overlap": {"100M/25ms": projected},
+            "compute_only": {"100M/25ms": co, "1G/5ms": dict(co)}}
+    wan.share_rounds(a, "rumor", "/w", 4, runs, 20, links)
+    assert [o[0] for o in order] == [
+        "n4-compute_only-100M-round2", "n4-powergossip_stale-100M-round2",
+        "n4-compute_only-100M-round3", "n4-powergossip_stale-100M-round3"]
+    assert order[1][1][:2] == ["--algo", "powergossip"]
+    assert order[0][1] == ["--algo", "localsgd", "--period", "200"]
+    assert all(o[2] == 0 for o in order)  # timing runs do not evaluate
+    assert "rounds" not in projected and "rounds" not in runs[
+        "compute_only"]["1G/5ms"]
+    rec = {"nodes": [4], "links": [{"name": "100M/25ms"}], "targets": {},
+           "labels": {"powergossip_stale": "stale PowerGossip",
+                      "diloco_overlap": "overlapped"},
+           "runs": {"4": runs}}
+    wan.analyse(rec)
+    assert pg["share_wall_rounds"] == pytest.approx([0.5, 1.0, 0.8])
+    assert pg["share_wall"] == pytest.approx(0.8)
+    assert wan.metrics_share(pg) == pytest.approx(0.8)
+    # a row without rounds: the compute-only rounds' median phase (10 s)
+    assert projected["share_wall"] == pytest.approx(2.0)
+    line = [x for x in wan.targets(rec) if "stale PowerGossip" in x][0]
+    assert "80.0 % (not met) (metrics), 80.0 % (not met) (wall)" in line
+    assert "medians of 3 rounds, wall 50.0 % / 100.0 % / 80.0 %" in line
+    # one round is no median: the ratio of the two runs
+    del pg["share_wall_rounds"]
+    pg["rounds"] = pg["rounds"][:1]
+    runs["compute_only"]["100M/25ms"]["rounds"] = [{"train_s": 10.0}]
+    wan.analyse(rec)
+    assert pg["share_wall"] == pytest.approx(0.5)
+    assert "share_wall_rounds" not in pg
