@@ -565,6 +565,7 @@ def targets(rec):
                                if f is None and r.get("other_cpu_sooner") else
                                met(f is not None and f >= 10,
                                    "%.1fx" % f if f else "not reached")))
+        out += stale_accuracy(rec, n)
         cap = ar.get("100M/25ms", {}).get("sooner_ceiling")
         if cap is not None:
             out.append("- %d nodes, this host's ceiling at 100M/25ms: "
@@ -575,6 +576,23 @@ def targets(rec):
                        "run-to-run noise" % (
                            n, ar["100M/25ms"]["sooner_ceiling_step"], cap))
     return out
+
+
+def stale_accuracy(rec, n):
+    """Stale PowerGossip's final accuracy against its non-stale run's, at
+    equal steps (the accuracy runs: the fastest link, evaluations on)."""
+    runs = rec["runs"][str(n)]
+
+    def final(key):
+        return next((x["final_accuracy"] for x in runs.get(key, {}).values()
+                     if x.get("final_accuracy") is not None), None)
+    stale, plain = final("powergossip_stale"), final("powergossip")
+    if stale is None or plain is None:
+        return []
+    d = 100 * (stale - plain)
+    return ["- %d nodes, %s: final accuracy within 0.5 points of %s: %s" % (
+        n, rec["labels"]["powergossip_stale"], rec["labels"]["powergossip"],
+        met(d >= -0.5, "%+.2f points" % d))]
 
 
 def rounds_note(r):

@@ -312,6 +312,16 @@ def test_share_rounds__interleaved_runs__medians_hand_computed(monkeypatch):
     line = [x for x in wan.targets(rec) if "stale PowerGossip" in x][0]
     assert "80.0 % (not met) (metrics), 80.0 % (not met) (wall)" in line
     assert "medians of 3 rounds, wall 50.0 % / 100.0 % / 80.0 %" in line
+    # stale PowerGossip's accuracy against its non-stale run's
+    pg["final_accuracy"] = 0.836
+    runs["powergossip"] = {"1G/5ms": {"final_accuracy": 0.84,
+                                      "train_s": 20.0}}
+    rec["labels"]["powergossip"] = "PowerGossip"
+    line = [x for x in wan.targets(rec) if "accuracy within" in x]
+    assert line == ["- 4 nodes, stale PowerGossip: final accuracy within "
+                    "0.5 points of PowerGossip: -0.40 points (met)"]
+    pg["final_accuracy"] = 0.8349
+    assert "-0.51 points (not met)" in wan.targets(rec)[-1]
     # one round is no median: the ratio of the two runs
     del pg["share_wall_rounds"]
     pg["rounds"] = pg["rounds"][:1]
