@@ -689,12 +689,17 @@ node_finish(rumor_node *node, uint64_t t)
 }
 
 /* Whether sends queued for a neighbour may still reach it. One that ran
- * the last step, or that the transport has not heard for its down time
+ * the last step (its DONE may come during the flush: a neighbour that
+ * finished first exits at once, and what is queued for it then, this
+ * node's DONE, would otherwise hold this node until the transport marks
+ * it down, 3 s), or that the transport has not heard for its down time
  * (it exited or was killed a while ago), takes nothing more; one lost
  * more lately may be restarting and is given the flush's time. */
 static bool
 s_sends_draining(rumor_node *node)
 {
+    if (node->faults != NULL)
+        node_faults_heard_done(node->faults, node->net);
     for (uint32_t j = 0; j < node->n; j++) {
         struct rumor_net_stats st;
         rumor_net_stats(node->net, j, &st);

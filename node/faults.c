@@ -236,6 +236,26 @@ node_faults_finished(const node_faults *f, uint32_t peer)
     return peer < f->o.n && (f->peer[peer].done || f->peer[peer].said_done);
 }
 
+void
+node_faults_heard_done(node_faults *f, rumor_net *net)
+{
+    for (uint32_t j = 0; j < f->o.n; j++) {
+        struct s_peer *p = &f->peer[j];
+        struct rumor_net_msg msg;
+        if (j == f->o.self || !p->neighbour || p->done)
+            continue;
+        while (rumor_net_recv(net, j, RUMOR_NET_KIND_SYNC, 0, 0, 0, &msg) ==
+               RUMOR_OK) {
+            struct node_sync s;
+            if (node_sync_decode(msg.payload, msg.len, &s) == RUMOR_OK &&
+                (s.flags & NODE_SYNC_DONE) &&
+                (s.step == f->o.steps || f->o.steps == UINT64_MAX))
+                p->said_done = true;
+            rumor_net_msg_free(&msg);
+        }
+    }
+}
+
 uint64_t
 node_faults_span_ns(const node_faults *f)
 {

@@ -199,4 +199,10 @@ bool node_faults_up(const node_faults *f, uint32_t peer);
 /* True once peer said it ran the run's last step (SYNC with DONE). */
 bool node_faults_finished(const node_faults *f, uint32_t peer);
 
+/* After this node's last step (node_flush): takes the SYNCs neighbours
+ * sent since, so that one that said it ran the last step counts as
+ * finished (node_faults_finished) at once. Nothing else is answered: the
+ * run is over. */
+void node_faults_heard_done(node_faults *f, rumor_net *net);
+
 #endif
