@@ -236,6 +236,15 @@ node_faults_finished(const node_faults *f, uint32_t peer)
     return peer < f->o.n && (f->peer[peer].done || f->peer[peer].said_done);
 }
 
+/* A DONE for the run's last step (any step for a peer, whose run has no
+ * set length). */
+static bool
+s_done_of_run(const node_faults *f, const struct node_sync *s)
+{
+    return (s->flags & NODE_SYNC_DONE) &&
+           (s->step == f->o.steps || f->o.steps == UINT64_MAX);
+}
+
 void
 node_faults_heard_done(node_faults *f, rumor_net *net)
 {
@@ -248,8 +257,7 @@ node_faults_heard_done(node_faults *f, rumor_net *net)
                RUMOR_OK) {
             struct node_sync s;
             if (node_sync_decode(msg.payload, msg.len, &s) == RUMOR_OK &&
-                (s.flags & NODE_SYNC_DONE) &&
-                (s.step == f->o.steps || f->o.steps == UINT64_MAX))
+                s_done_of_run(f, &s))
                 p->said_done = true;
             rumor_net_msg_free(&msg);
         }
@@ -806,7 +814,7 @@ s_on_done(node_faults *f,
     struct s_peer *p = &f->peer[j];
     if (s_done_believed(f, j, s->step, next))
         return s_done(f, g, j, s->step, &s->ack);
-    if (s->step == f->o.steps || f->o.steps == UINT64_MAX) {
+    if (s_done_of_run(f, s)) {
         p->said_done = true;
         p->done_ack = s->ack;
     }
